@@ -1,0 +1,73 @@
+# agsx top-level Makefile.
+#
+# This file is committed so that the README's commands work on a fresh clone
+# with nothing generated yet: it runs autoreconf and configure on demand, in
+# out-of-tree build directories, and forwards to the automake build there.
+#
+#   make            build ./build/agsx
+#   make demo       install missing Debian packages, build, run the demo
+#   make check      build (plain + ASan/UBSan + libFuzzer) and run every test
+#   make fuzz       run each fuzz target for FUZZ_SECONDS (default 60)
+#   make bench      run the benchmarks in bench/
+#   make install    install from ./build (PREFIX via CONFIGURE_FLAGS)
+SHELL := /bin/bash
+top := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
+B := $(top)/build
+BASAN := $(top)/build-asan
+BFUZZ := $(top)/build-fuzz
+CONFIGURE_FLAGS ?=
+FUZZ_SECONDS ?= 60
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
+.PHONY: all deps demo check check-quick fuzz bench install clean distclean
+
+all: $(B)/Makefile
+	@$(MAKE) --no-print-directory -C $(B) -j$(JOBS)
+
+deps:
+	@$(top)/scripts/deps.sh
+
+$(top)/configure: $(top)/configure.ac $(top)/Makefile.am
+	cd $(top) && autoreconf -fi >/dev/null
+
+$(B)/Makefile: $(top)/configure
+	@$(top)/scripts/deps.sh
+	mkdir -p $(B) && cd $(B) && $(top)/configure --quiet $(CONFIGURE_FLAGS)
+
+$(BASAN)/Makefile: $(top)/configure
+	mkdir -p $(BASAN) && cd $(BASAN) && $(top)/configure --quiet --enable-sanitizers $(CONFIGURE_FLAGS)
+
+$(BFUZZ)/Makefile: $(top)/configure
+	mkdir -p $(BFUZZ) && cd $(BFUZZ) && CC=clang $(top)/configure --quiet --enable-fuzzing $(CONFIGURE_FLAGS)
+
+demo: all
+	@$(top)/scripts/demo.sh $(B)
+
+# One run over every build; test/run-tests prints the one summary line.
+check: $(B)/Makefile $(BASAN)/Makefile $(BFUZZ)/Makefile
+	@$(MAKE) --no-print-directory -C $(B) -j$(JOBS) check-build
+	@$(MAKE) --no-print-directory -C $(BASAN) -j$(JOBS) check-build
+	@$(MAKE) --no-print-directory -C $(BFUZZ) -j$(JOBS) all
+	@$(top)/test/run-tests --fuzz $(BFUZZ) $(B) $(BASAN)
+
+# Only the plain build, for a quick edit-test loop.
+check-quick: $(B)/Makefile
+	@$(MAKE) --no-print-directory -C $(B) -j$(JOBS) check-build
+	@$(top)/test/run-tests $(B)
+
+fuzz: $(BFUZZ)/Makefile
+	@$(MAKE) --no-print-directory -C $(BFUZZ) -j$(JOBS) all
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) $(top)/test/fuzz/run-fuzzers $(BFUZZ)
+
+bench: all
+	@$(MAKE) --no-print-directory -C $(B) -j$(JOBS) test/fixtures/probe
+	@$(top)/bench/run $(B)
+
+install: all
+	@$(MAKE) --no-print-directory -C $(B) install
+
+clean:
+	rm -rf $(B) $(BASAN) $(BFUZZ)
+
+distclean: clean
+	cd $(top) && rm -rf autom4te.cache build-aux aclocal.m4 configure config.h.in config.h.in~ Makefile.in

@@ -1,0 +1,3 @@
+#ifndef AGSX_CMD_H
+#define AGSX_CMD_H
+#endif

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian packages agsx needs to build, test and demo, if any are
+# missing. As root it runs apt-get; otherwise it prints the exact command.
+set -euo pipefail
+
+# build: toolchain and the libraries of configure.ac
+pkgs=(autoconf automake libtool pkg-config make gcc libc6-dev
+      libseccomp-dev libyajl-dev libnl-3-dev libnl-route-3-dev zlib1g-dev
+      libarchive-dev libssl-dev libzstd-dev)
+# tests and fixtures: bats, busybox-static and a static libc for the probe,
+# skopeo/umoci for interoperability, debootstrap for the Python rootfs,
+# clang with libFuzzer and the sanitizer runtimes
+pkgs+=(bats busybox-static skopeo umoci debootstrap clang libclang-rt-14-dev
+       python3 xz-utils zstd)
+# benchmarks compare with these
+pkgs+=(crun bubblewrap)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+cmd="apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "$(id -u)" != 0 ]; then
+  echo "agsx: missing Debian packages; as root run:" >&2
+  echo "  apt-get update && $cmd" >&2
+  exit 1
+fi
+echo "agsx: installing missing Debian packages: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >&2
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2

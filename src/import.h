@@ -1,0 +1,1 @@
+/* agsx — import (in progress) */

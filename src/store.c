@@ -1,0 +1,2 @@
+#include "config.h"
+#include "store.h"

@@ -1,0 +1,1 @@
+/* agsx — store (in progress) */

@@ -1,0 +1,143 @@
+/* agsx — util: errors, cleanup attributes, fd and path helpers, logging,
+ * parsing of durations and sizes. Every other module builds on this one. */
+#ifndef AGSX_UTIL_H
+#define AGSX_UTIL_H
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* ---- errors -------------------------------------------------------------
+ * A function that can fail returns < 0 (or NULL) and fills *err. Callers add
+ * context on the way up with agsx_error_wrap(); the CLI prints the final
+ * message once. */
+typedef struct agsx_error_s {
+  int errno_; /* 0 when the failure has no errno */
+  char *msg;
+} *agsx_error_t;
+
+/* Sets *err (if err is not NULL and *err is still empty) and returns -1.
+ * With errno_ != 0, ": strerror(errno_)" is appended. */
+int agsx_error_set(agsx_error_t *err, int errno_, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Prefixes the message of *err with "context: ". Returns -1. */
+int agsx_error_wrap(agsx_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void agsx_error_free(agsx_error_t *err);
+/* errno_ of *err, or EIO when unknown. */
+int agsx_error_errno(const agsx_error_t *err);
+
+/* ---- cleanup ------------------------------------------------------------ */
+#define _cleanup_(f) __attribute__((cleanup(f)))
+void agsx_freep(void *p);
+void agsx_closep(int *fd);
+void agsx_fclosep(FILE **f);
+void agsx_closedirp(DIR **d);
+void agsx_strvfreep(char ***v);
+#define _cleanup_free_ _cleanup_(agsx_freep)
+#define _cleanup_close_ _cleanup_(agsx_closep)
+#define _cleanup_fclose_ _cleanup_(agsx_fclosep)
+#define _cleanup_dir_ _cleanup_(agsx_closedirp)
+#define _cleanup_strv_ _cleanup_(agsx_strvfreep)
+#define _cleanup_error_ _cleanup_(agsx_error_free)
+
+static inline int steal_fd(int *fd) {
+  int r = *fd;
+  *fd = -1;
+  return r;
+}
+#define steal_ptr(pp)                                                                              \
+  ({                                                                                               \
+    __typeof__(*(pp)) _p = *(pp);                                                                  \
+    *(pp) = NULL;                                                                                  \
+    _p;                                                                                            \
+  })
+
+/* ---- memory and strings (abort on OOM: there is no sane recovery) -------- */
+void *xmalloc(size_t n);
+void *xzalloc(size_t n);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void agsx_strv_free(char **v);
+size_t agsx_strv_len(char *const *v);
+bool agsx_str_has_prefix(const char *s, const char *prefix);
+bool agsx_str_has_suffix(const char *s, const char *suffix);
+
+/* ---- logging --------------------------------------------------------------
+ * The library never prints to the user; it logs through a sink that cmd/
+ * installs (stderr with the "agsx: " prefix by default). */
+enum agsx_log_level { AGSX_LOG_ERROR, AGSX_LOG_WARNING, AGSX_LOG_INFO, AGSX_LOG_DEBUG };
+extern enum agsx_log_level agsx_log_level;
+int agsx_log_level_parse(const char *s, enum agsx_log_level *ret);
+void agsx_log(enum agsx_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define agsx_warn(...) agsx_log(AGSX_LOG_WARNING, __VA_ARGS__)
+#define agsx_info(...) agsx_log(AGSX_LOG_INFO, __VA_ARGS__)
+#define agsx_debug(...) agsx_log(AGSX_LOG_DEBUG, __VA_ARGS__)
+
+/* ---- fds and paths ------------------------------------------------------- */
+/* openat2(2) with RESOLVE_* flags; no fallback (see STYLE.md). */
+int agsx_openat2(int dirfd, const char *path, int flags, mode_t mode, uint64_t resolve);
+/* Opens PATH inside the tree at ROOTFD: RESOLVE_IN_ROOT|NO_MAGICLINKS|NO_XDEV. */
+int agsx_open_in_root(int rootfd, const char *path, int flags, mode_t mode);
+/* Like agsx_open_in_root but refuses any symlink on the way. */
+int agsx_open_beneath_nofollow(int dirfd, const char *path, int flags, mode_t mode);
+
+ssize_t agsx_read_all(int fd, void *buf, size_t len);   /* loops; 0 at EOF */
+int agsx_write_all(int fd, const void *buf, size_t len); /* loops; -1 on error */
+/* Reads a whole file at (dirfd, path) of at most MAX bytes. The buffer is
+ * NUL-terminated; files larger than MAX fail with EFBIG. */
+int agsx_read_file_at(int dirfd, const char *path, size_t max, char **ret_buf, size_t *ret_len,
+                      agsx_error_t *err);
+int agsx_read_fd(int fd, size_t max, char **ret_buf, size_t *ret_len, agsx_error_t *err);
+
+/* Writes DATA to DIRFD/NAME atomically: temp file, fsync, rename, fsync(dir). */
+int agsx_write_file_atomic(int dirfd, const char *name, const void *data, size_t len, mode_t mode,
+                           agsx_error_t *err);
+/* mkdir -p of a plain host path (for state and store roots given by the user). */
+int agsx_mkdir_p(const char *path, mode_t mode, agsx_error_t *err);
+/* Removes NAME under DIRFD and everything below it without following symlinks. */
+int agsx_rm_rf_at(int dirfd, const char *name, agsx_error_t *err);
+/* Creates a fresh directory NAME-XXXXXX under DIRFD; returns its fd. */
+int agsx_mkdtemp_at(int dirfd, const char *prefix, mode_t mode, char **ret_name, agsx_error_t *err);
+/* Takes an flock on DIRFD/NAME (created 0600) and returns the lock fd. */
+int agsx_lock_at(int dirfd, const char *name, bool exclusive, agsx_error_t *err);
+/* Marks every fd >= FROM close-on-exec (close_range(CLOEXEC) or /proc walk). */
+int agsx_cloexec_from(int from);
+
+/* A relative path is "clean" when it has no empty, "." or ".." component,
+ * is not absolute, and stays within the given limits. */
+bool agsx_path_is_clean(const char *path, size_t max_len, size_t max_depth);
+
+/* ---- parsing ------------------------------------------------------------- */
+#define AGSX_DURATION_MAX_SEC (24 * 3600)
+/* "300", "300s", "5m", "1h", "1h30m", "2h5m10s", "1500ms"? no: whole seconds.
+ * Refuses zero, negatives, unknown units, overflow and values over 24h. */
+int agsx_parse_duration(const char *s, uint64_t *ret_sec, agsx_error_t *err);
+/* Formats seconds as "1h30m", "5m", "42s". */
+char *agsx_format_duration(uint64_t sec);
+/* "512", "512k", "64m", "1g", "1.5g", "10MiB", "2GB" (binary multiples,
+ * Docker style). Refuses zero, negatives, unknown suffixes and overflow. */
+int agsx_parse_size(const char *s, uint64_t *ret_bytes, agsx_error_t *err);
+/* Formats bytes for humans: "12.3MB" (decimal, like `docker images`). */
+char *agsx_format_size(uint64_t bytes);
+
+/* Current time, wall clock, in nanoseconds since the epoch. */
+int64_t agsx_now_ns(void);
+/* Monotonic clock in nanoseconds. */
+int64_t agsx_mono_ns(void);
+/* RFC 3339 UTC time ("2026-11-30T11:51:45Z") from seconds since the epoch. */
+char *agsx_format_rfc3339(int64_t sec);
+/* Parses RFC 3339 (with optional fraction and offset) to seconds. */
+int agsx_parse_rfc3339(const char *s, int64_t *ret_sec);
+
+#define AGSX_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif
