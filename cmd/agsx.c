@@ -1,1 +1,194 @@
-int main(void) { return 125; }
+/* agsx: global options and the command table. */
+#include "config.h"
+
+#include "cmd.h"
+
+#include <string.h>
+
+enum { G_ROOT = 1, G_STATE, G_LOG_LEVEL, G_JSON };
+
+const struct agsx_option agsx_global_options[] = {
+    {"root", 0, "DIR", "Image store (default /var/lib/agsx, or $AGSX_ROOT)", G_ROOT},
+    {"state", 0, "DIR", "Sandbox state (default /run/agsx, or $AGSX_STATE)", G_STATE},
+    {"log-level", 0, "LEVEL", "error, warning (default), info or debug", G_LOG_LEVEL},
+    {"json", 0, NULL, "Print results as JSON", G_JSON},
+    {0},
+};
+
+
+static const struct agsx_option image_ls_opts[] = {
+    {"quiet", 'q', NULL, "Print image ids only", O_QUIET},
+    {"digests", 0, NULL, "Show full manifest digests", O_DIGESTS},
+    {"json", 0, NULL, "Print a JSON list (see agsx-image(1))", O_JSON},
+    {0},
+};
+
+static const struct agsx_option image_load_opts[] = {
+    {"tag", 't', "NAME[:TAG]", "Name the loaded image (the source must hold one image)", O_TAG},
+    {"quiet", 'q', NULL, "Print nothing on success", O_QUIET},
+    {"json", 0, NULL, "Print the loaded images as JSON", O_JSON},
+    {0},
+};
+
+static const struct agsx_option image_rm_opts[] = {
+    {"json", 0, NULL, "Print the removed references as JSON", O_JSON},
+    {0},
+};
+
+static const struct agsx_option image_inspect_opts[] = {{0}};
+
+static const struct agsx_option gc_opts[] = {
+    {"images", 0, NULL, "Also remove blobs and unpacked layers no image uses", O_IMAGES},
+    {"dry-run", 'n', NULL, "List what would be removed, remove nothing", O_DRY_RUN},
+    {"json", 0, NULL, "Print what was removed as JSON", O_JSON},
+    {0},
+};
+
+static const struct agsx_option none[] = {{0}};
+
+/* Commands of DESIGN.md §3 that later work fills in say so and exit 125. */
+const struct agsx_command agsx_commands[] = {
+    {"run", "[OPTIONS] IMAGE [CMD [ARG...]]", "Run a command in a new sandbox", none,
+     agsx_cmd_not_yet, NULL},
+    {"exec", "[OPTIONS] SANDBOX CMD [ARG...]", "Run a command in a running sandbox", none,
+     agsx_cmd_not_yet, NULL},
+    {"cp", "SRC DST", "Copy files between a sandbox and the host", none, agsx_cmd_not_yet, NULL},
+    {"ls", "[OPTIONS]", "List sandboxes", none, agsx_cmd_not_yet, NULL},
+    {"kill", "[OPTIONS] SANDBOX...", "Stop sandboxes or send them a signal", none,
+     agsx_cmd_not_yet, NULL},
+    {"update", "[OPTIONS] SANDBOX", "Change a running sandbox's deadline", none, agsx_cmd_not_yet,
+     NULL},
+    {"gc", "[OPTIONS]", "Remove what ended sandboxes and crashes left behind", gc_opts, agsx_cmd_gc,
+     NULL},
+    {"build", "[OPTIONS] CONTEXT", "Build an image from a Dockerfile", none, agsx_cmd_not_yet,
+     NULL},
+    {"image ls", "[OPTIONS]", "List images", image_ls_opts, agsx_cmd_image_ls, NULL},
+    {"image load", "[OPTIONS] PATH",
+     "Load images from an OCI layout, an oci-archive or a docker-archive", image_load_opts,
+     agsx_cmd_image_load, NULL},
+    {"image rm", "[OPTIONS] IMAGE...", "Remove images", image_rm_opts, agsx_cmd_image_rm, NULL},
+    {"image inspect", "IMAGE...", "Show images' manifest and config as JSON", image_inspect_opts,
+     agsx_cmd_image_inspect, NULL},
+    {"image pull", "[OPTIONS] REF", "Pull an image from a registry", none, agsx_cmd_not_yet, NULL},
+    {"load", "[OPTIONS] PATH", "Load images (alias of image load)", image_load_opts,
+     agsx_cmd_image_load, "image load"},
+    {"pull", "[OPTIONS] REF", "Pull an image (alias of image pull)", none, agsx_cmd_not_yet,
+     "image pull"},
+    {"network", "COMMAND", "Manage vpc networks", none, agsx_cmd_not_yet, NULL},
+    {0},
+};
+
+const struct agsx_command *agsx_command_find(const char *name) {
+  for (const struct agsx_command *c = agsx_commands; c->name; c++)
+    if (strcmp(c->name, name) == 0)
+      return c;
+  return NULL;
+}
+
+int agsx_cmd_not_yet(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  (void)ctx;
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      agsx_print_command_help(cmd, stdout);
+      return 0;
+    }
+  return agsx_failf("`%s` is not implemented yet", cmd->name);
+}
+
+/* Global options come before the command. */
+static int parse_globals(struct agsx_ctx *ctx, int argc, char **argv) {
+  int i = 1;
+  for (; i < argc && argv[i][0] == '-'; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      agsx_print_main_help(stdout);
+      exit(0);
+    }
+    if (strcmp(a, "--version") == 0 || strcmp(a, "-v") == 0) {
+      printf("agsx version %s\n", PACKAGE_VERSION);
+      exit(0);
+    }
+    if (strcmp(a, "--json") == 0) {
+      ctx->json = true;
+      continue;
+    }
+    const char *eq = strchr(a, '=');
+    size_t len = eq ? (size_t)(eq - a) : strlen(a);
+    const struct agsx_option *o = NULL;
+    for (const struct agsx_option *g = agsx_global_options; g->long_name; g++)
+      if (len == strlen(g->long_name) + 2 && strncmp(a + 2, g->long_name, len - 2) == 0 &&
+          a[1] == '-')
+        o = g;
+    if (o == NULL || o->arg == NULL)
+      return agsx_failf("unknown global option `%s` (see agsx --help)", a), -1;
+    const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+    if (v == NULL || *v == '\0')
+      return agsx_failf("option `--%s` needs a value (%s)", o->long_name, o->arg), -1;
+    if (o->id == G_ROOT)
+      ctx->root = v;
+    else if (o->id == G_STATE)
+      ctx->state = v;
+    else if (agsx_log_level_parse(v, &agsx_log_level) < 0)
+      return agsx_failf("invalid log level `%s` (error, warning, info or debug)", v), -1;
+  }
+  return i;
+}
+
+/* "image ls" is two words; "images" style single words map directly. */
+static const struct agsx_command *lookup(int argc, char **argv, int *ret_words) {
+  if (argc >= 2) {
+    char two[128];
+    snprintf(two, sizeof(two), "%s %s", argv[0], argv[1]);
+    const struct agsx_command *c = agsx_command_find(two);
+    if (c) {
+      *ret_words = 2;
+      return c;
+    }
+  }
+  *ret_words = 1;
+  return agsx_command_find(argv[0]);
+}
+
+static int group_help(const char *group, FILE *out) {
+  size_t n = strlen(group);
+  int found = 0;
+  fprintf(out, "Usage: agsx %s COMMAND\n\nCommands:\n", group);
+  for (const struct agsx_command *c = agsx_commands; c->name; c++)
+    if (strncmp(c->name, group, n) == 0 && c->name[n] == ' ') {
+      fprintf(out, "  %-12s %s%s\n", c->name + n + 1, c->summary,
+              c->run == agsx_cmd_not_yet ? " (not implemented yet)" : "");
+      found = 1;
+    }
+  return found;
+}
+
+int main(int argc, char **argv) {
+  struct agsx_ctx ctx = {
+      .root = getenv("AGSX_ROOT") ? getenv("AGSX_ROOT") : "/var/lib/agsx",
+      .state = getenv("AGSX_STATE") ? getenv("AGSX_STATE") : "/run/agsx",
+  };
+  int i = parse_globals(&ctx, argc, argv);
+  if (i < 0)
+    return AGSX_EXIT_FAILURE;
+  if (i >= argc) {
+    agsx_print_main_help(stderr);
+    return AGSX_EXIT_FAILURE;
+  }
+  int words;
+  const struct agsx_command *c = lookup(argc - i, argv + i, &words);
+  if (c == NULL && strcmp(argv[i], "image") == 0) {
+    bool help = i + 1 >= argc || strcmp(argv[i + 1], "--help") == 0 ||
+                strcmp(argv[i + 1], "-h") == 0;
+    group_help("image", help ? stdout : stderr);
+    if (help && i + 1 < argc)
+      return 0;
+    return i + 1 < argc ? agsx_failf("unknown command `image %s` (see agsx image --help)",
+                                     argv[i + 1])
+                        : AGSX_EXIT_FAILURE;
+  }
+  if (c == NULL)
+    return agsx_failf("unknown command `%s` (see agsx --help)", argv[i]);
+  /* The command sees argv[0] = its (last) name word. */
+  int first = i + words - 1;
+  return c->run(&ctx, c, argc - first, argv + first);
+}

@@ -1,3 +1,66 @@
+/* agsx CLI: the command table and the option tables that drive parsing,
+ * --help, and (through `agsx __options`) the doc-agreement test. Only cmd/
+ * prints to the user or chooses exit codes. */
 #ifndef AGSX_CMD_H
 #define AGSX_CMD_H
+
+#include "util.h"
+
+/* Docker's exit codes: 125 when agsx itself fails. */
+#define AGSX_EXIT_FAILURE 125
+
+struct agsx_ctx {
+  const char *root;  /* image store */
+  const char *state; /* sandbox state */
+  bool json;
+};
+
+struct agsx_option {
+  const char *long_name;
+  char short_name;  /* 0: none */
+  const char *arg;  /* NULL: a flag; else the argument's name ("DIR") */
+  const char *help;
+  int id;           /* passed to the command's handler */
+};
+
+struct agsx_command {
+  const char *name;     /* "run", "image load" */
+  const char *usage;    /* "[OPTIONS] IMAGE [CMD...]" */
+  const char *summary;
+  const struct agsx_option *options; /* ends with a zeroed entry; NULL: none */
+  int (*run)(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv);
+  const char *alias_of; /* documented alias ("pull" -> "image pull") */
+};
+
+/* Option ids shared by the tables in cmd/agsx.c and their handlers. */
+enum { O_TAG = 1, O_QUIET, O_DIGESTS, O_DRY_RUN, O_IMAGES, O_JSON };
+
+/* The table, in cmd/agsx.c. */
+extern const struct agsx_command agsx_commands[];
+extern const struct agsx_option agsx_global_options[];
+const struct agsx_command *agsx_command_find(const char *name);
+
+/* Parses ARGV (ARGV[0] is the command name) against CMD's options, calling
+ * ON_OPT for each. Handles --help. Options stop at the first operand
+ * (so `run IMG ls -l` passes -l to ls). Returns the index of the first
+ * operand, or -1 after printing an error (exit 125). Exits 0 after --help. */
+typedef int (*agsx_opt_fn)(void *data, int id, const char *arg);
+int agsx_parse_options(const struct agsx_command *cmd, int argc, char **argv, agsx_opt_fn on_opt,
+                       void *data);
+void agsx_print_command_help(const struct agsx_command *cmd, FILE *out);
+void agsx_print_main_help(FILE *out);
+
+/* Prints "agsx: MSG" for ERR, frees it and returns 125. */
+int agsx_fail(agsx_error_t *err);
+/* Prints "agsx: ..." and returns 125. */
+int agsx_failf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Commands. */
+int agsx_cmd_image_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_image_load(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_image_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_image_inspect(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_gc(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_not_yet(struct agsx_ctx *, const struct agsx_command *, int, char **);
+
 #endif

@@ -14,6 +14,7 @@ void agsx_descriptor_clear(struct agsx_descriptor *d) {
   free(d->architecture);
   free(d->variant);
   free(d->ref_name);
+  free(d->image_name);
   memset(d, 0, sizeof(*d));
 }
 
@@ -140,8 +141,10 @@ int agsx_descriptor_parse(yajl_val v, struct agsx_descriptor *ret, agsx_error_t 
     ret->variant = dup_opt(agsx_json_get_string(plat, "variant"));
   }
   yajl_val ann = agsx_json_get_object(v, "annotations");
-  if (ann)
+  if (ann) {
     ret->ref_name = dup_opt(agsx_json_get_string(ann, AGSX_REF_ANNOTATION));
+    ret->image_name = dup_opt(agsx_json_get_string(ann, AGSX_CONTAINERD_NAME_ANNOTATION));
+  }
   return 0;
 }
 
@@ -327,13 +330,34 @@ static bool valid_component(const char *s, size_t n) {
   return true;
 }
 
+/* host[:port]: dot-separated labels of letters, digits and inner dashes. */
 static bool valid_host(const char *s, size_t n) {
-  if (n == 0 || n > 255)
+  const char *colon = memchr(s, ':', n);
+  size_t hn = colon ? (size_t)(colon - s) : n;
+  if (hn == 0 || hn > 253)
     return false;
-  for (size_t i = 0; i < n; i++)
-    if (!isalnum((unsigned char)s[i]) && s[i] != '.' && s[i] != '-' && s[i] != ':')
+  if (colon) {
+    size_t pn = n - hn - 1;
+    if (pn == 0 || pn > 5)
       return false;
-  return true;
+    for (size_t i = 0; i < pn; i++)
+      if (!isdigit((unsigned char)colon[1 + i]))
+        return false;
+  }
+  size_t label = 0;
+  for (size_t i = 0; i < hn; i++) {
+    char c = s[i];
+    if (c == '.') {
+      if (label == 0 || s[i - 1] == '-')
+        return false;
+      label = 0;
+    } else if (isalnum((unsigned char)c) || (c == '-' && label > 0)) {
+      label++;
+    } else {
+      return false;
+    }
+  }
+  return label > 0 && s[hn - 1] != '-';
 }
 
 static bool valid_tag(const char *s) {

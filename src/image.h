@@ -24,6 +24,7 @@
 #define AGSX_MT_DOCKER_CONFIG "application/vnd.docker.container.image.v1+json"
 #define AGSX_MT_DOCKER_LAYER_GZIP "application/vnd.docker.image.rootfs.diff.tar.gzip"
 #define AGSX_REF_ANNOTATION "org.opencontainers.image.ref.name"
+#define AGSX_CONTAINERD_NAME_ANNOTATION "io.containerd.image.name"
 
 struct agsx_descriptor {
   char *media_type;
@@ -31,6 +32,7 @@ struct agsx_descriptor {
   int64_t size;
   char *os, *architecture, *variant; /* platform, index entries only */
   char *ref_name;                     /* org.opencontainers.image.ref.name */
+  char *image_name;                   /* io.containerd.image.name */
 };
 
 struct agsx_manifest {

@@ -1,2 +1,693 @@
+/* agsx — the image store (an OCI image layout plus unpacked layers). */
 #include "config.h"
+
 #include "store.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+
+#define COPY_BUF (1u << 20)
+#define INDEX_MAX (16u << 20)
+
+static const char OCI_LAYOUT[] = "{\"imageLayoutVersion\":\"1.0.0\"}";
+static const char EMPTY_INDEX[] =
+    "{\"schemaVersion\":2,\"mediaType\":\"" AGSX_MT_OCI_INDEX "\",\"manifests\":[]}";
+
+void agsx_store_free(struct agsx_store *s) {
+  if (s == NULL)
+    return;
+  agsx_closep(&s->rootfd);
+  agsx_closep(&s->blobsfd);
+  agsx_closep(&s->layersfd);
+  agsx_closep(&s->tmpfd);
+  agsx_closep(&s->gc_lock);
+  free(s->path);
+  free(s);
+}
+
+void agsx_store_freep(struct agsx_store **s) {
+  agsx_store_free(*s);
+  *s = NULL;
+}
+
+static int open_subdir(int dirfd, const char *name, bool create, mode_t mode, agsx_error_t *err) {
+  if (create && mkdirat(dirfd, name, mode) < 0 && errno != EEXIST)
+    return agsx_error_set(err, errno, "mkdir `%s`", name);
+  int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "open `%s`", name);
+  return fd;
+}
+
+/* Writes oci-layout and an empty index.json when they do not exist yet. */
+static int init_layout(int rootfd, agsx_error_t *err) {
+  if (faccessat(rootfd, "oci-layout", F_OK, AT_SYMLINK_NOFOLLOW) < 0 &&
+      agsx_write_file_atomic(rootfd, "oci-layout", OCI_LAYOUT, strlen(OCI_LAYOUT), 0644, err) < 0)
+    return -1;
+  _cleanup_close_ int lock = agsx_lock_at(rootfd, ".index.lock", true, err);
+  if (lock < 0)
+    return -1;
+  if (faccessat(rootfd, "index.json", F_OK, AT_SYMLINK_NOFOLLOW) < 0 &&
+      agsx_write_file_atomic(rootfd, "index.json", EMPTY_INDEX, strlen(EMPTY_INDEX), 0644, err) < 0)
+    return -1;
+  return 0;
+}
+
+int agsx_store_open(const char *path, bool create, struct agsx_store **ret, agsx_error_t *err) {
+  _cleanup_store_ struct agsx_store *s = xzalloc(sizeof(*s));
+  s->rootfd = s->blobsfd = s->layersfd = s->tmpfd = s->gc_lock = -1;
+  s->path = xstrdup(path);
+  /* The store holds image files with their in-image owners and setuid bits:
+   * only root may enter it. */
+  if (create && agsx_mkdir_p(path, 0700, err) < 0)
+    return agsx_error_wrap(err, "image store");
+  s->rootfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (s->rootfd < 0)
+    return agsx_error_set(err, errno, "image store `%s`", path);
+  if (create && init_layout(s->rootfd, err) < 0)
+    return agsx_error_wrap(err, "image store `%s`", path);
+  _cleanup_close_ int blobs = open_subdir(s->rootfd, "blobs", create, 0755, err);
+  if (blobs < 0)
+    return agsx_error_wrap(err, "image store `%s`", path);
+  s->blobsfd = open_subdir(blobs, "sha256", create, 0755, err);
+  if (s->blobsfd < 0)
+    return agsx_error_wrap(err, "image store `%s`: blobs", path);
+  s->layersfd = open_subdir(s->rootfd, "layers", create, 0700, err);
+  if (s->layersfd < 0)
+    return agsx_error_wrap(err, "image store `%s`", path);
+  s->tmpfd = open_subdir(s->rootfd, "tmp", create, 0700, err);
+  if (s->tmpfd < 0)
+    return agsx_error_wrap(err, "image store `%s`", path);
+  if (create) {
+    s->gc_lock = agsx_lock_at(s->rootfd, ".gc.lock", false, err);
+    if (s->gc_lock < 0)
+      return agsx_error_wrap(err, "image store `%s`", path);
+  }
+  *ret = steal_ptr(&s);
+  return 0;
+}
+
+/* ---- blobs -------------------------------------------------------------------- */
+
+bool agsx_store_has_blob(struct agsx_store *s, const char *digest) {
+  struct stat st;
+  return agsx_digest_validate(digest, NULL) == 0 &&
+         fstatat(s->blobsfd, agsx_digest_hex(digest), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+         S_ISREG(st.st_mode);
+}
+
+int agsx_store_open_blob(struct agsx_store *s, const char *digest, agsx_error_t *err) {
+  if (agsx_digest_validate(digest, err) < 0)
+    return -1;
+  int fd = openat(s->blobsfd, agsx_digest_hex(digest), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "blob `%s`", digest);
+  return fd;
+}
+
+int agsx_store_read_blob(struct agsx_store *s, const char *digest, size_t max, char **ret_buf,
+                         size_t *ret_len, agsx_error_t *err) {
+  _cleanup_close_ int fd = agsx_store_open_blob(s, digest, err);
+  if (fd < 0)
+    return -1;
+  _cleanup_free_ char *buf = NULL;
+  size_t len;
+  if (agsx_read_fd(fd, max, &buf, &len, err) < 0)
+    return agsx_error_wrap(err, "blob `%s`", digest);
+  char got[AGSX_DIGEST_LEN];
+  agsx_sha256_buf(buf, len, got);
+  if (strcmp(got, digest) != 0)
+    return agsx_error_set(err, 0, "blob `%s` in the store is corrupt (content has digest `%s`)",
+                          digest, got);
+  *ret_buf = steal_ptr(&buf);
+  if (ret_len)
+    *ret_len = len;
+  return 0;
+}
+
+static int open_stage_dir(int workfd, const char *name, agsx_error_t *err) {
+  if (mkdirat(workfd, name, 0700) < 0 && errno != EEXIST)
+    return agsx_error_set(err, errno, "mkdir work `%s`", name);
+  int fd = openat(workfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "open work `%s`", name);
+  return fd;
+}
+
+static bool staged(int workfd, const char *sub, const char *digest) {
+  _cleanup_free_ char *p = xasprintf("%s/%s", sub, agsx_digest_hex(digest));
+  return faccessat(workfd, p, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+/* Copies IN to OUT, hashing; checks SIZE (< 0: unknown) and DIGEST. With
+ * OUT < 0 only verifies. */
+static int copy_verify(int in, int out, const char *digest, int64_t size, agsx_error_t *err) {
+  _cleanup_free_ char *buf = xmalloc(COPY_BUF);
+  _cleanup_sha256_ agsx_sha256 *h = agsx_sha256_new();
+  uint64_t total = 0;
+  for (;;) {
+    ssize_t n = agsx_read_all(in, buf, COPY_BUF);
+    if (n < 0)
+      return agsx_error_set(err, errno, "read blob `%s`", digest);
+    if (n == 0)
+      break;
+    total += (uint64_t)n;
+    if (size >= 0 && total > (uint64_t)size)
+      return agsx_error_set(err, 0,
+                            "blob `%s` is larger than its descriptor says (%" PRId64 " bytes)",
+                            digest, size);
+    agsx_sha256_update(h, buf, (size_t)n);
+    if (out >= 0 && agsx_write_all(out, buf, (size_t)n) < 0)
+      return agsx_error_set(err, errno, "write blob `%s`", digest);
+  }
+  if (size >= 0 && total != (uint64_t)size)
+    return agsx_error_set(err, 0, "blob `%s` is truncated: %" PRIu64 " of %" PRId64 " bytes",
+                          digest, total, size);
+  char got[AGSX_DIGEST_LEN];
+  agsx_sha256_final(h, got);
+  if (strcmp(got, digest) != 0)
+    return agsx_error_set(err, 0, "blob `%s` does not match its digest (content is `%s`)", digest,
+                          got);
+  return 0;
+}
+
+int agsx_store_stage_blob_fd(struct agsx_store *s, int workfd, int fd, const char *digest,
+                             int64_t size, agsx_error_t *err) {
+  if (agsx_digest_validate(digest, err) < 0)
+    return -1;
+  if (agsx_store_has_blob(s, digest) || staged(workfd, "blobs", digest))
+    return 0;
+  _cleanup_close_ int dir = open_stage_dir(workfd, "blobs", err);
+  if (dir < 0)
+    return -1;
+  /* Anonymous until verified: a bad blob never gets a name. */
+  _cleanup_close_ int out = openat(dir, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
+  if (out < 0)
+    return agsx_error_set(err, errno, "create a temporary file in the store");
+  if (copy_verify(fd, out, digest, size, err) < 0)
+    return -1;
+  if (linkat(out, "", dir, agsx_digest_hex(digest), AT_EMPTY_PATH) < 0 && errno != EEXIST)
+    return agsx_error_set(err, errno, "stage blob `%s`", digest);
+  return 0;
+}
+
+int agsx_store_stage_blob_move(struct agsx_store *s, int workfd, int dirfd, const char *name,
+                               const char *digest, int64_t size, agsx_error_t *err) {
+  if (agsx_digest_validate(digest, err) < 0)
+    return -1;
+  if (agsx_store_has_blob(s, digest) || staged(workfd, "blobs", digest))
+    return 0;
+  _cleanup_close_ int in = agsx_open_beneath_nofollow(dirfd, name, O_RDONLY, 0);
+  if (in < 0)
+    return agsx_error_set(err, errno, "open `%s`", name);
+  struct stat st;
+  if (fstat(in, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1)
+    return agsx_error_set(err, 0, "`%s` is not a plain file", name);
+  if (copy_verify(in, -1, digest, size, err) < 0)
+    return -1;
+  _cleanup_close_ int dir = open_stage_dir(workfd, "blobs", err);
+  if (dir < 0)
+    return -1;
+  if (renameat(dirfd, name, dir, agsx_digest_hex(digest)) < 0)
+    return agsx_error_set(err, errno, "stage blob `%s`", digest);
+  return 0;
+}
+
+int agsx_store_stage_blob_mem(struct agsx_store *s, int workfd, const void *buf, size_t len,
+                              char ret_digest[AGSX_DIGEST_LEN], agsx_error_t *err) {
+  agsx_sha256_buf(buf, len, ret_digest);
+  if (agsx_store_has_blob(s, ret_digest) || staged(workfd, "blobs", ret_digest))
+    return 0;
+  _cleanup_close_ int dir = open_stage_dir(workfd, "blobs", err);
+  if (dir < 0)
+    return -1;
+  _cleanup_close_ int out = openat(dir, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
+  if (out < 0)
+    return agsx_error_set(err, errno, "create a temporary file in the store");
+  if (agsx_write_all(out, buf, len) < 0)
+    return agsx_error_set(err, errno, "write blob `%s`", ret_digest);
+  if (linkat(out, "", dir, agsx_digest_hex(ret_digest), AT_EMPTY_PATH) < 0 && errno != EEXIST)
+    return agsx_error_set(err, errno, "stage blob `%s`", ret_digest);
+  return 0;
+}
+
+static int open_staged_blob(struct agsx_store *s, int workfd, const char *digest,
+                            agsx_error_t *err) {
+  if (agsx_digest_validate(digest, err) < 0)
+    return -1;
+  _cleanup_free_ char *p = xasprintf("blobs/%s", agsx_digest_hex(digest));
+  int fd = openat(workfd, p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0 || errno != ENOENT)
+    return fd >= 0 ? fd : agsx_error_set(err, errno, "blob `%s`", digest);
+  return agsx_store_open_blob(s, digest, err);
+}
+
+int agsx_store_read_staged_blob(struct agsx_store *s, int workfd, const char *digest, size_t max,
+                                char **ret_buf, size_t *ret_len, agsx_error_t *err) {
+  _cleanup_close_ int fd = open_staged_blob(s, workfd, digest, err);
+  if (fd < 0)
+    return -1;
+  _cleanup_free_ char *buf = NULL;
+  size_t len;
+  if (agsx_read_fd(fd, max, &buf, &len, err) < 0)
+    return agsx_error_wrap(err, "blob `%s`", digest);
+  char got[AGSX_DIGEST_LEN];
+  agsx_sha256_buf(buf, len, got);
+  if (strcmp(got, digest) != 0)
+    return agsx_error_set(err, 0, "blob `%s` is corrupt (content has digest `%s`)", digest, got);
+  *ret_buf = steal_ptr(&buf);
+  if (ret_len)
+    *ret_len = len;
+  return 0;
+}
+
+static int commit_dir(int workfd, const char *sub, int destfd, agsx_error_t *err) {
+  _cleanup_close_ int dfd = openat(workfd, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0)
+    return errno == ENOENT ? 0 : agsx_error_set(err, errno, "open work `%s`", sub);
+  int dup = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
+  _cleanup_dir_ DIR *d = dup >= 0 ? fdopendir(dup) : NULL;
+  if (d == NULL) {
+    if (dup >= 0)
+      close(dup);
+    return agsx_error_set(err, errno, "read work `%s`", sub);
+  }
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    if (de->d_name[0] == '.')
+      continue;
+    /* Existing content is identical (content-addressed): keep it. */
+    if (renameat2(dfd, de->d_name, destfd, de->d_name, RENAME_NOREPLACE) < 0 && errno != EEXIST)
+      return agsx_error_set(err, errno, "commit `%s/%s`", sub, de->d_name);
+  }
+  if (fsync(destfd) < 0)
+    return agsx_error_set(err, errno, "fsync `%s`", sub);
+  return 0;
+}
+
+int agsx_store_commit(struct agsx_store *s, int workfd, agsx_error_t *err) {
+  /* One syncfs for everything staged instead of an fsync per file: content
+   * must be on disk before a rename makes it visible. */
+  if (syncfs(workfd) < 0)
+    return agsx_error_set(err, errno, "syncfs");
+  if (commit_dir(workfd, "blobs", s->blobsfd, err) < 0 ||
+      commit_dir(workfd, "layers", s->layersfd, err) < 0)
+    return agsx_error_wrap(err, "image store");
+  return 0;
+}
+
+/* ---- work directories ------------------------------------------------------------ */
+
+int agsx_store_mkwork(struct agsx_store *s, const char *prefix, char **ret_name, agsx_error_t *err) {
+  _cleanup_close_ int fd = agsx_mkdtemp_at(s->tmpfd, prefix, 0700, ret_name, err);
+  if (fd < 0)
+    return -1;
+  /* The lock marks the directory as in use; it dies with its owner. */
+  if (flock(fd, LOCK_EX | LOCK_NB) < 0)
+    return agsx_error_set(err, errno, "lock work directory");
+  return steal_fd(&fd);
+}
+
+int agsx_store_clean_tmp(struct agsx_store *s, agsx_error_t *err) {
+  _cleanup_close_ int dfd = openat(s->tmpfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0)
+    return agsx_error_set(err, errno, "open store tmp");
+  _cleanup_dir_ DIR *d = fdopendir(dfd);
+  if (d == NULL)
+    return agsx_error_set(err, errno, "open store tmp");
+  dfd = -1;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    if (de->d_name[0] == '.')
+      continue;
+    _cleanup_close_ int fd =
+        openat(s->tmpfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0)
+      continue; /* still owned by a running agsx */
+    agsx_debug("removing stale work directory `%s`", de->d_name);
+    if (agsx_rm_rf_at(s->tmpfd, de->d_name, err) < 0)
+      return agsx_error_wrap(err, "clean store tmp");
+  }
+  return 0;
+}
+
+/* ---- layers ----------------------------------------------------------------------- */
+
+bool agsx_store_has_layer(struct agsx_store *s, const char *diff_id) {
+  struct stat st;
+  return agsx_digest_validate(diff_id, NULL) == 0 &&
+         fstatat(s->layersfd, agsx_digest_hex(diff_id), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+         S_ISDIR(st.st_mode);
+}
+
+int agsx_store_stage_layer(struct agsx_store *s, int workfd, const struct agsx_descriptor *layer,
+                           const char *diff_id, agsx_error_t *err) {
+  if (agsx_digest_validate(diff_id, err) < 0)
+    return -1;
+  if (agsx_store_has_layer(s, diff_id) || staged(workfd, "layers", diff_id))
+    return 0;
+  enum agsx_compression comp;
+  if (agsx_layer_media_type_compression(layer->media_type, &comp, err) < 0)
+    return -1;
+  _cleanup_close_ int blob = open_staged_blob(s, workfd, layer->digest, err);
+  if (blob < 0)
+    return -1;
+  _cleanup_close_ int dir = open_stage_dir(workfd, "layers", err);
+  if (dir < 0)
+    return -1;
+  _cleanup_free_ char *tmp = xasprintf(".%s", agsx_digest_hex(diff_id));
+  if (mkdirat(dir, tmp, 0755) < 0)
+    return agsx_error_set(err, errno, "mkdir work layer");
+  _cleanup_close_ int dest = openat(dir, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dest < 0)
+    return agsx_error_set(err, errno, "open work layer");
+  struct agsx_layer_limits lim;
+  agsx_layer_limits_default(&lim);
+  char got[AGSX_DIGEST_LEN];
+  if (agsx_layer_unpack_fd(blob, comp, dest, &lim, got, err) < 0)
+    return agsx_error_wrap(err, "layer `%s`", layer->digest);
+  if (strcmp(got, diff_id) != 0)
+    return agsx_error_set(err, 0,
+                          "layer `%s`: uncompressed content has digest `%s`, the image config "
+                          "says `%s`",
+                          layer->digest, got, diff_id);
+  if (renameat(dir, tmp, dir, agsx_digest_hex(diff_id)) < 0)
+    return agsx_error_set(err, errno, "stage layer `%s`", diff_id);
+  return 0;
+}
+
+/* ---- refs ------------------------------------------------------------------------- */
+
+void agsx_store_images_free(struct agsx_store_image *v, size_t n) {
+  for (size_t i = 0; v && i < n; i++) {
+    free(v[i].ref);
+    agsx_descriptor_clear(&v[i].manifest);
+  }
+  free(v);
+}
+
+static yajl_val read_index_tree(struct agsx_store *s, agsx_error_t *err) {
+  _cleanup_free_ char *buf = NULL;
+  size_t len;
+  if (agsx_read_file_at(s->rootfd, "index.json", INDEX_MAX, &buf, &len, err) < 0)
+    return NULL;
+  yajl_val root = agsx_json_parse(buf, len, INDEX_MAX, err);
+  if (root == NULL) {
+    agsx_error_wrap(err, "store index.json");
+    return NULL;
+  }
+  if (!YAJL_IS_OBJECT(root) || agsx_json_get_array(root, "manifests") == NULL) {
+    yajl_tree_free(root);
+    agsx_error_set(err, 0, "store index.json: no `manifests` array");
+    return NULL;
+  }
+  return root;
+}
+
+int agsx_store_list(struct agsx_store *s, struct agsx_store_image **ret, size_t *ret_n,
+                    agsx_error_t *err) {
+  _cleanup_json_ yajl_val root = read_index_tree(s, err);
+  if (root == NULL)
+    return -1;
+  yajl_val list = agsx_json_get_array(root, "manifests");
+  struct agsx_store_image *v = xzalloc((list->u.array.len + 1) * sizeof(*v));
+  size_t n = 0;
+  for (size_t i = 0; i < list->u.array.len; i++) {
+    agsx_error_t derr = NULL;
+    if (agsx_descriptor_parse(list->u.array.values[i], &v[n].manifest, &derr) < 0) {
+      agsx_warn("store index.json: entry %zu ignored: %s", i, derr->msg);
+      agsx_error_free(&derr);
+      agsx_descriptor_clear(&v[n].manifest);
+      continue;
+    }
+    v[n].ref = v[n].manifest.ref_name ? xstrdup(v[n].manifest.ref_name) : NULL;
+    n++;
+  }
+  *ret = v;
+  *ret_n = n;
+  return 0;
+}
+
+static bool is_hex_prefix(const char *s) {
+  size_t n = strlen(s);
+  if (n < 4 || n > 64)
+    return false;
+  return strspn(s, "0123456789abcdef") == n;
+}
+
+int agsx_store_resolve(struct agsx_store *s, const char *name, struct agsx_store_image *ret,
+                       agsx_error_t *err) {
+  struct agsx_store_image *v = NULL;
+  size_t n = 0;
+  if (agsx_store_list(s, &v, &n, err) < 0)
+    return -1;
+  _cleanup_free_ char *ref = agsx_image_ref_normalize(name, NULL);
+  const char *prefix = agsx_str_has_prefix(name, "sha256:") ? name + 7 : name;
+  ssize_t found = -1;
+  bool ambiguous = false;
+  for (size_t i = 0; i < n && ref; i++)
+    if (v[i].ref && strcmp(v[i].ref, ref) == 0)
+      found = (ssize_t)i;
+  for (size_t i = 0; i < n && found < 0 && is_hex_prefix(prefix); i++) {
+    if (!agsx_str_has_prefix(agsx_digest_hex(v[i].manifest.digest), prefix))
+      continue;
+    for (size_t j = 0; j < i && !ambiguous; j++)
+      if (strcmp(v[j].manifest.digest, v[i].manifest.digest) != 0 &&
+          agsx_str_has_prefix(agsx_digest_hex(v[j].manifest.digest), prefix))
+        ambiguous = true;
+    for (size_t j = i + 1; j < n && !ambiguous; j++)
+      if (strcmp(v[j].manifest.digest, v[i].manifest.digest) != 0 &&
+          agsx_str_has_prefix(agsx_digest_hex(v[j].manifest.digest), prefix))
+        ambiguous = true;
+    found = (ssize_t)i;
+  }
+  int r = 0;
+  if (ambiguous)
+    r = agsx_error_set(err, 0, "image `%s` is ambiguous: more than one image id starts with it",
+                       name);
+  else if (found < 0)
+    r = agsx_error_set(err, ENOENT, "image `%s` not found", name);
+  else {
+    *ret = v[found];
+    memset(&v[found], 0, sizeof(v[found]));
+  }
+  agsx_store_images_free(v, n);
+  return r;
+}
+
+static void gen_descriptor(yajl_gen g, const char *ref, const struct agsx_descriptor *d) {
+  yajl_gen_map_open(g);
+  agsx_json_kv_str(g, "mediaType", d->media_type);
+  agsx_json_kv_str(g, "digest", d->digest);
+  agsx_json_kv_int(g, "size", d->size);
+  if (ref) {
+    agsx_json_key(g, "annotations");
+    yajl_gen_map_open(g);
+    agsx_json_kv_str(g, AGSX_REF_ANNOTATION, ref);
+    yajl_gen_map_close(g);
+  }
+  yajl_gen_map_close(g);
+}
+
+/* Rewrites index.json keeping every entry KEEP() accepts, then ADD. */
+typedef bool (*keep_fn)(yajl_val entry, const void *data);
+
+static int rewrite_index(struct agsx_store *s, keep_fn keep, const void *data, const char *add_ref,
+                         const struct agsx_descriptor *add, size_t *ret_removed, agsx_error_t *err) {
+  _cleanup_close_ int lock = agsx_lock_at(s->rootfd, ".index.lock", true, err);
+  if (lock < 0)
+    return -1;
+  _cleanup_json_ yajl_val root = read_index_tree(s, err);
+  if (root == NULL)
+    return -1;
+  yajl_val list = agsx_json_get_array(root, "manifests");
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  yajl_gen_map_open(g);
+  agsx_json_kv_int(g, "schemaVersion", 2);
+  agsx_json_kv_str(g, "mediaType", AGSX_MT_OCI_INDEX);
+  agsx_json_key(g, "manifests");
+  yajl_gen_array_open(g);
+  size_t removed = 0;
+  for (size_t i = 0; i < list->u.array.len; i++) {
+    if (keep(list->u.array.values[i], data))
+      agsx_json_value(g, list->u.array.values[i]);
+    else
+      removed++;
+  }
+  if (add)
+    gen_descriptor(g, add_ref, add);
+  yajl_gen_array_close(g);
+  yajl_gen_map_close(g);
+  size_t len;
+  _cleanup_free_ char *out = agsx_json_gen_steal(g, &len);
+  if (agsx_write_file_atomic(s->rootfd, "index.json", out, len, 0644, err) < 0)
+    return agsx_error_wrap(err, "update store index.json");
+  if (ret_removed)
+    *ret_removed = removed;
+  return 0;
+}
+
+static const char *entry_ref(yajl_val entry) {
+  return agsx_json_get_string(agsx_json_get_object(entry, "annotations"), AGSX_REF_ANNOTATION);
+}
+
+struct tag_match {
+  const char *ref;
+  const char *digest;
+};
+
+static bool keep_other_refs(yajl_val entry, const void *data) {
+  const struct tag_match *m = data;
+  const char *r = entry_ref(entry);
+  if (m->ref)
+    return r == NULL || strcmp(r, m->ref) != 0;
+  /* Unnamed entry: drop an unnamed duplicate of the same manifest. */
+  const char *d = agsx_json_get_string(entry, "digest");
+  return r != NULL || d == NULL || strcmp(d, m->digest) != 0;
+}
+
+int agsx_store_tag(struct agsx_store *s, const char *ref, const struct agsx_descriptor *manifest,
+                   agsx_error_t *err) {
+  struct tag_match m = {ref, manifest->digest};
+  return rewrite_index(s, keep_other_refs, &m, ref, manifest, NULL, err);
+}
+
+static bool keep_unmatched(yajl_val entry, const void *data) {
+  const struct tag_match *m = data;
+  const char *r = entry_ref(entry);
+  const char *d = agsx_json_get_string(entry, "digest");
+  if (m->ref)
+    return r == NULL || strcmp(r, m->ref) != 0;
+  return d == NULL || strcmp(d, m->digest) != 0;
+}
+
+int agsx_store_remove(struct agsx_store *s, const char *name, agsx_error_t *err) {
+  struct agsx_store_image img = {0};
+  if (agsx_store_resolve(s, name, &img, err) < 0)
+    return -1;
+  _cleanup_free_ char *ref = agsx_image_ref_normalize(name, NULL);
+  /* By name: that name only. By id: every name of that manifest. */
+  bool by_ref = ref && img.ref && strcmp(ref, img.ref) == 0;
+  struct tag_match m = {by_ref ? img.ref : NULL, img.manifest.digest};
+  int r = rewrite_index(s, keep_unmatched, &m, NULL, NULL, NULL, err);
+  free(img.ref);
+  agsx_descriptor_clear(&img.manifest);
+  return r;
+}
+
+/* ---- garbage collection ---------------------------------------------------------------- */
+
+struct strset {
+  char **v;
+  size_t n, cap;
+};
+
+static void strset_add(struct strset *set, const char *s) {
+  for (size_t i = 0; i < set->n; i++)
+    if (strcmp(set->v[i], s) == 0)
+      return;
+  if (set->n == set->cap) {
+    set->cap = set->cap ? set->cap * 2 : 64;
+    set->v = xrealloc(set->v, set->cap * sizeof(char *));
+  }
+  set->v[set->n++] = xstrdup(s);
+}
+
+static bool strset_has(const struct strset *set, const char *s) {
+  for (size_t i = 0; i < set->n; i++)
+    if (strcmp(set->v[i], s) == 0)
+      return true;
+  return false;
+}
+
+static void strset_clear(struct strset *set) {
+  for (size_t i = 0; i < set->n; i++)
+    free(set->v[i]);
+  free(set->v);
+  memset(set, 0, sizeof(*set));
+}
+
+/* Marks the blobs (by hex) and layers (by diff_id hex) a manifest needs. A
+ * blob that cannot be read keeps what is known and is reported. */
+static void mark_manifest(struct agsx_store *s, const char *digest, struct strset *blobs,
+                          struct strset *layers, int depth) {
+  if (depth > 4 || agsx_digest_validate(digest, NULL) < 0)
+    return;
+  strset_add(blobs, agsx_digest_hex(digest));
+  _cleanup_free_ char *buf = NULL;
+  size_t len;
+  agsx_error_t err = NULL;
+  if (agsx_store_read_blob(s, digest, AGSX_IMAGE_JSON_MAX, &buf, &len, &err) < 0) {
+    agsx_warn("gc: %s", err->msg);
+    agsx_error_free(&err);
+    return;
+  }
+  struct agsx_manifest m;
+  struct agsx_index ix;
+  if (agsx_manifest_parse(buf, len, &m, NULL) == 0) {
+    strset_add(blobs, agsx_digest_hex(m.config.digest));
+    for (size_t i = 0; i < m.n_layers; i++)
+      strset_add(blobs, agsx_digest_hex(m.layers[i].digest));
+    _cleanup_free_ char *cbuf = NULL;
+    struct agsx_image_config c;
+    if (agsx_store_read_blob(s, m.config.digest, AGSX_IMAGE_JSON_MAX, &cbuf, &len, NULL) == 0 &&
+        agsx_image_config_parse(cbuf, len, &c, NULL) == 0) {
+      for (size_t i = 0; i < c.n_diff_ids; i++)
+        strset_add(layers, agsx_digest_hex(c.diff_ids[i]));
+      agsx_image_config_clear(&c);
+    }
+    agsx_manifest_clear(&m);
+  } else if (agsx_index_parse(buf, len, &ix, NULL) == 0) {
+    for (size_t i = 0; i < ix.n_manifests; i++)
+      mark_manifest(s, ix.manifests[i].digest, blobs, layers, depth + 1);
+    agsx_index_clear(&ix);
+  }
+}
+
+static int sweep(int dirfd, const struct strset *keep, bool dry_run, const char *kind,
+                 void (*report)(const char *, void *), void *data, agsx_error_t *err) {
+  _cleanup_close_ int dfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  _cleanup_dir_ DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+  if (d == NULL)
+    return agsx_error_set(err, errno, "open %s directory", kind);
+  dfd = -1;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    if (de->d_name[0] == '.' || strset_has(keep, de->d_name))
+      continue;
+    _cleanup_free_ char *what = xasprintf("%s sha256:%s", kind, de->d_name);
+    if (report)
+      report(what, data);
+    if (!dry_run && agsx_rm_rf_at(dirfd, de->d_name, err) < 0)
+      return agsx_error_wrap(err, "gc");
+  }
+  return 0;
+}
+
+int agsx_store_gc(struct agsx_store *s, bool dry_run, void (*report)(const char *what, void *data),
+                  void *data, agsx_error_t *err) {
+  /* Our own shared lock would block the exclusive one: trade it. */
+  agsx_closep(&s->gc_lock);
+  _cleanup_close_ int lock = agsx_lock_at(s->rootfd, ".gc.lock", true, err);
+  if (lock < 0)
+    return -1;
+  if (!dry_run && agsx_store_clean_tmp(s, err) < 0)
+    return -1;
+  struct agsx_store_image *v = NULL;
+  size_t n = 0;
+  if (agsx_store_list(s, &v, &n, err) < 0)
+    return -1;
+  struct strset blobs = {0}, layers = {0};
+  for (size_t i = 0; i < n; i++)
+    mark_manifest(s, v[i].manifest.digest, &blobs, &layers, 0);
+  agsx_store_images_free(v, n);
+  int r = sweep(s->blobsfd, &blobs, dry_run, "blob", report, data, err);
+  if (r == 0)
+    r = sweep(s->layersfd, &layers, dry_run, "layer", report, data, err);
+  strset_clear(&blobs);
+  strset_clear(&layers);
+  return r;
+}
