@@ -104,7 +104,7 @@ static int parse_globals(struct agsx_ctx *ctx, int argc, char **argv) {
       agsx_print_main_help(stdout);
       exit(0);
     }
-    if (strcmp(a, "--version") == 0 || strcmp(a, "-v") == 0) {
+    if (strcmp(a, "--version") == 0) {
       printf("agsx version %s\n", PACKAGE_VERSION);
       exit(0);
     }

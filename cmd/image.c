@@ -145,8 +145,17 @@ int agsx_cmd_image_ls(struct agsx_ctx *ctx, const struct agsx_command *cmd, int 
     return agsx_failf("image ls: unexpected argument `%s`", argv[i]);
   agsx_error_t err = NULL;
   _cleanup_store_ struct agsx_store *s = NULL;
-  if (agsx_store_open(ctx->root, true, &s, &err) < 0)
-    return agsx_fail(&err);
+  /* Listing never creates a store (completions call it). */
+  if (agsx_store_open(ctx->root, false, &s, &err) < 0) {
+    if (agsx_error_errno(&err) != ENOENT)
+      return agsx_fail(&err);
+    agsx_error_free(&err);
+    if (f.json)
+      printf("[]\n");
+    else
+      rows_table(NULL, 0, &f);
+    return 0;
+  }
   struct agsx_store_image *imgs = NULL;
   size_t n = 0;
   if (agsx_store_list(s, &imgs, &n, &err) < 0)
@@ -304,8 +313,12 @@ int agsx_cmd_image_inspect(struct agsx_ctx *ctx, const struct agsx_command *cmd,
     return agsx_failf("image inspect: expected at least one IMAGE");
   agsx_error_t err = NULL;
   _cleanup_store_ struct agsx_store *s = NULL;
-  if (agsx_store_open(ctx->root, true, &s, &err) < 0)
-    return agsx_fail(&err);
+  if (agsx_store_open(ctx->root, false, &s, &err) < 0) {
+    if (agsx_error_errno(&err) != ENOENT)
+      return agsx_fail(&err);
+    agsx_error_free(&err);
+    return agsx_failf("image `%s` not found", argv[i]);
+  }
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(true);
   yajl_gen_array_open(g);
   for (; i < argc; i++)

@@ -140,7 +140,7 @@ static int extract_archive(const char *path, int rootfd, agsx_error_t *err) {
   archive_read_support_filter_zstd(a);
   int r = -1;
   if (archive_read_open_filename(a, path, 1 << 20) != ARCHIVE_OK) {
-    agsx_error_set(err, 0, "`%s`: %s", path, archive_error_string(a));
+    agsx_error_set(err, 0, "not a valid tar archive: %s", archive_error_string(a));
     goto out;
   }
   struct archive_entry *e;
@@ -148,20 +148,18 @@ static int extract_archive(const char *path, int rootfd, agsx_error_t *err) {
   int ar;
   while ((ar = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
     if (++count > AGSX_ARCHIVE_MAX_ENTRIES) {
-      agsx_error_set(err, 0, "`%s`: more than %d entries", path, AGSX_ARCHIVE_MAX_ENTRIES);
+      agsx_error_set(err, 0, "more than %d entries", AGSX_ARCHIVE_MAX_ENTRIES);
       goto out;
     }
-    if (extract_entry(a, e, rootfd, err) < 0) {
-      agsx_error_wrap(err, "`%s`", path);
+    if (extract_entry(a, e, rootfd, err) < 0)
       goto out;
-    }
   }
   if (ar != ARCHIVE_EOF) {
-    agsx_error_set(err, 0, "`%s`: not a valid tar archive: %s", path, archive_error_string(a));
+    agsx_error_set(err, 0, "not a valid tar archive: %s", archive_error_string(a));
     goto out;
   }
   if (count == 0) {
-    agsx_error_set(err, 0, "`%s`: empty archive", path);
+    agsx_error_set(err, 0, "empty archive");
     goto out;
   }
   r = 0;

@@ -301,14 +301,34 @@ int agsx_store_commit(struct agsx_store *s, int workfd, agsx_error_t *err) {
 
 /* ---- work directories ------------------------------------------------------------ */
 
+/* A work directory is created under a dot name, locked, then renamed to its
+ * real name: the cleaner only ever sees locked work directories, or dot
+ * names that a crash left between mkdir and rename (removed once old). */
 int agsx_store_mkwork(struct agsx_store *s, const char *prefix, char **ret_name, agsx_error_t *err) {
-  _cleanup_close_ int fd = agsx_mkdtemp_at(s->tmpfd, prefix, 0700, ret_name, err);
+  _cleanup_free_ char *tmp = NULL;
+  _cleanup_close_ int fd = agsx_mkdtemp_at(s->tmpfd, ".new", 0700, &tmp, err);
   if (fd < 0)
     return -1;
-  /* The lock marks the directory as in use; it dies with its owner. */
-  if (flock(fd, LOCK_EX | LOCK_NB) < 0)
-    return agsx_error_set(err, errno, "lock work directory");
+  if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+    agsx_error_set(err, errno, "lock work directory");
+    unlinkat(s->tmpfd, tmp, AT_REMOVEDIR);
+    return -1;
+  }
+  _cleanup_free_ char *name = xasprintf("%s-%s", prefix, tmp + strlen(".new-"));
+  if (renameat2(s->tmpfd, tmp, s->tmpfd, name, RENAME_NOREPLACE) < 0) {
+    agsx_error_set(err, errno, "name work directory");
+    unlinkat(s->tmpfd, tmp, AT_REMOVEDIR);
+    return -1;
+  }
+  if (ret_name)
+    *ret_name = steal_ptr(&name);
   return steal_fd(&fd);
+}
+
+static bool stale_new(int dirfd, const char *name) {
+  struct stat st;
+  return fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+         st.st_mtime + 60 < agsx_now_ns() / 1000000000LL;
 }
 
 int agsx_store_clean_tmp(struct agsx_store *s, agsx_error_t *err) {
@@ -321,8 +341,10 @@ int agsx_store_clean_tmp(struct agsx_store *s, agsx_error_t *err) {
   dfd = -1;
   struct dirent *de;
   while ((de = readdir(d)) != NULL) {
-    if (de->d_name[0] == '.')
+    if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
       continue;
+    if (de->d_name[0] == '.' && !stale_new(s->tmpfd, de->d_name))
+      continue; /* being created right now */
     _cleanup_close_ int fd =
         openat(s->tmpfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0)

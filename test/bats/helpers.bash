@@ -1,0 +1,118 @@
+# Shared helpers for the agsx bats suite.
+#
+# Each test gets a private store and state dir under $T (a fresh temp dir);
+# `ax ARGS` runs agsx on them under `timeout`. `run_ax` is bats' `run` of
+# the same, printing the command line, status and output when a later
+# assertion fails. teardown checks that the test leaked nothing.
+
+AGSX=${AGSX:-$BATS_TEST_DIRNAME/../../build/agsx}
+AGSX_SRCDIR=${AGSX_SRCDIR:-$(cd "$BATS_TEST_DIRNAME/../.." && pwd)}
+FIXTURES=$AGSX_SRCDIR/test/fixtures
+PROBE=${PROBE:-$(dirname "$AGSX")/test/fixtures/probe}
+export PROBE
+
+common_setup() {
+  T=$(mktemp -d /tmp/agsx-bats.XXXXXX)
+  ROOT=$T/root
+  STATE=$T/state
+}
+
+common_teardown() {
+  local leaks=""
+  if [ -d "$ROOT/tmp" ] && [ -n "$(ls -A "$ROOT/tmp" 2>/dev/null)" ]; then
+    leaks+="work dirs left in the store: $(ls -A "$ROOT/tmp"); "
+  fi
+  if grep -q " $T" /proc/self/mountinfo; then
+    leaks+="mounts left under $T; "
+  fi
+  rm -rf "$T"
+  if [ -n "$leaks" ]; then
+    echo "# leaked: $leaks" >&3
+    return 1
+  fi
+}
+
+ax() {
+  timeout --kill-after=5 "${AX_TIMEOUT:-120}" "$AGSX" --root "$ROOT" --state "$STATE" "$@"
+}
+
+run_ax() {
+  AX_CMD="agsx $*"
+  run ax "$@"
+}
+
+# Prints the last run's command, status and output (for failed assertions).
+show_run() {
+  {
+    echo "# command: ${AX_CMD:-?}"
+    echo "# status: $status"
+    printf '# output:\n'
+    printf '%s\n' "$output" | sed 's/^/#   /'
+  } >&3
+}
+
+assert_success() {
+  if [ "$status" -ne 0 ]; then show_run; return 1; fi
+}
+
+# Asserts exit status $1 and, for 125, exactly one stderr line "agsx: ...".
+assert_status() {
+  if [ "$status" -ne "$1" ]; then
+    echo "# expected status $1" >&3
+    show_run
+    return 1
+  fi
+}
+
+# The Docker-style agsx failure: status 125, one line starting "agsx: ".
+assert_agsx_error() {
+  assert_status 125 || return 1
+  local lines
+  lines=$(printf '%s\n' "$output" | grep -c .)
+  if [ "$lines" -ne 1 ] || [[ "$output" != "agsx: "* ]]; then
+    echo "# expected one 'agsx: ...' line" >&3
+    show_run
+    return 1
+  fi
+  if [ -n "${1:-}" ] && [[ "$output" != *"$1"* ]]; then
+    echo "# expected the message to contain: $1" >&3
+    show_run
+    return 1
+  fi
+}
+
+assert_output_contains() {
+  if [[ "$output" != *"$1"* ]]; then
+    echo "# expected output to contain: $1" >&3
+    show_run
+    return 1
+  fi
+}
+
+refute_output_contains() {
+  if [[ "$output" == *"$1"* ]]; then
+    echo "# expected output NOT to contain: $1" >&3
+    show_run
+    return 1
+  fi
+}
+
+# A fingerprint of the store's content (blobs, layers, refs) for "nothing
+# changed" assertions.
+store_snapshot() {
+  {
+    ls -A "$ROOT/blobs/sha256" 2>/dev/null | sed 's/^/blob /'
+    ls -A "$ROOT/layers" 2>/dev/null | sed 's/^/layer /'
+    cat "$ROOT/index.json" 2>/dev/null
+    echo
+  } | sha256sum | cut -d' ' -f1
+}
+
+# Builds the busybox test image once per bats file into $BATS_FILE_TMPDIR.
+busybox_layout() {
+  local out=$BATS_FILE_TMPDIR/busybox-oci
+  if [ ! -d "$out" ]; then
+    "$FIXTURES/busybox-image" "$out" --probe "$PROBE" >/dev/null
+  fi
+  echo "$out"
+}
