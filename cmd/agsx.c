@@ -44,12 +44,35 @@ static const struct agsx_option gc_opts[] = {
     {0},
 };
 
+static const struct agsx_option run_opts[] = {
+    {"rm", 0, NULL, "Remove the sandbox when it ends (foreground sandboxes always are)", O_RM},
+    {"interactive", 'i', NULL, "Keep stdin open and pass it to the command", O_INTERACTIVE},
+    {"tty", 't', NULL, "Give the command a terminal", O_TTY},
+    {"json", 0, NULL, "Capture output; print one JSON result (see agsx-run(1))", O_JSON},
+    {"env", 'e', "KEY=VALUE", "Set an environment variable (KEY alone: the caller's value)", O_ENV},
+    {"workdir", 'w', "DIR", "Working directory inside the sandbox", O_WORKDIR},
+    {"user", 'u', "USER[:GROUP]", "Run as this user (name or id, from the image's /etc)", O_USER},
+    {"hostname", 0, "NAME", "Host name of the sandbox (default: its short id)", O_HOSTNAME},
+    {"timeout", 0, "DURATION", "Lifetime: 300s, 5m, 1h30m (default 5m, at most 24h)", O_TIMEOUT},
+    {"network", 0, "MODE", "Network mode: internal (default: loopback only)", O_NETWORK},
+    {"memory", 0, "SIZE", "Memory limit (e.g. 512m); the sandbox is killed beyond it", O_MEMORY},
+    {"cpus", 0, "N", "CPU quota in CPUs (e.g. 0.5)", O_CPUS},
+    {"pids", 0, "N", "Maximum number of processes (default 4096)", O_PIDS},
+    {"disk", 0, "SIZE", "Size of the writable layer (default 1g)", O_DISK},
+    {"read-only", 0, NULL, "Make the root filesystem read-only", O_READ_ONLY},
+    {"volume", 'v', "SRC:DST[:ro]", "Bind-mount a host path into the sandbox", O_VOLUME},
+    {"security-opt", 0, "seccomp=FILE", "Seccomp profile (OCI/Docker JSON, or unconfined)",
+     O_SECURITY_OPT},
+    {"timing", 0, NULL, "Print the start-up time of each phase on stderr", O_TIMING},
+    {0},
+};
+
 static const struct agsx_option none[] = {{0}};
 
 /* Commands of DESIGN.md §3 that later work fills in say so and exit 125. */
 const struct agsx_command agsx_commands[] = {
-    {"run", "[OPTIONS] IMAGE [CMD [ARG...]]", "Run a command in a new sandbox", none,
-     agsx_cmd_not_yet, NULL},
+    {"run", "[OPTIONS] IMAGE [CMD [ARG...]]", "Run a command in a new sandbox", run_opts,
+     agsx_cmd_run, NULL},
     {"exec", "[OPTIONS] SANDBOX CMD [ARG...]", "Run a command in a running sandbox", none,
      agsx_cmd_not_yet, NULL},
     {"cp", "SRC DST", "Copy files between a sandbox and the host", none, agsx_cmd_not_yet, NULL},

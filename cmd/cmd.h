@@ -33,7 +33,11 @@ struct agsx_command {
 };
 
 /* Option ids shared by the tables in cmd/agsx.c and their handlers. */
-enum { O_TAG = 1, O_QUIET, O_DIGESTS, O_DRY_RUN, O_IMAGES, O_JSON };
+enum {
+  O_TAG = 1, O_QUIET, O_DIGESTS, O_DRY_RUN, O_IMAGES, O_JSON,
+  O_RM, O_INTERACTIVE, O_TTY, O_READ_ONLY, O_TIMING, O_USER, O_WORKDIR, O_HOSTNAME, O_NETWORK,
+  O_SECURITY_OPT, O_ENV, O_VOLUME, O_TIMEOUT, O_MEMORY, O_DISK, O_PIDS, O_CPUS,
+};
 
 /* The table, in cmd/agsx.c. */
 extern const struct agsx_command agsx_commands[];
@@ -60,6 +64,7 @@ int agsx_cmd_image_ls(struct agsx_ctx *, const struct agsx_command *, int, char 
 int agsx_cmd_image_load(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_image_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_image_inspect(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_run(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_gc(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_not_yet(struct agsx_ctx *, const struct agsx_command *, int, char **);
 

@@ -713,3 +713,71 @@ int agsx_store_gc(struct agsx_store *s, bool dry_run, void (*report)(const char 
   strset_clear(&layers);
   return r;
 }
+
+/* ---- running images ---------------------------------------------------------------------- */
+
+void agsx_image_info_clear(struct agsx_image_info *info) {
+  free(info->img.ref);
+  agsx_descriptor_clear(&info->img.manifest);
+  agsx_manifest_clear(&info->manifest);
+  agsx_image_config_clear(&info->config);
+  for (size_t i = 0; i < info->n_layers; i++)
+    free(info->layer_paths[i]);
+  free(info->layer_paths);
+  memset(info, 0, sizeof(*info));
+}
+
+static int read_image(struct agsx_store *s, struct agsx_image_info *info, agsx_error_t *err) {
+  _cleanup_free_ char *mbuf = NULL, *cbuf = NULL;
+  size_t mlen, clen;
+  if (agsx_store_read_blob(s, info->img.manifest.digest, AGSX_IMAGE_JSON_MAX, &mbuf, &mlen, err) <
+          0 ||
+      agsx_manifest_parse(mbuf, mlen, &info->manifest, err) < 0)
+    return -1;
+  if (agsx_store_read_blob(s, info->manifest.config.digest, AGSX_IMAGE_JSON_MAX, &cbuf, &clen,
+                           err) < 0 ||
+      agsx_image_config_parse(cbuf, clen, &info->config, err) < 0)
+    return -1;
+  if (info->config.n_diff_ids != info->manifest.n_layers)
+    return agsx_error_set(err, 0, "manifest and config disagree on the number of layers");
+  return 0;
+}
+
+static int unpack_missing(struct agsx_store *s, struct agsx_image_info *info, agsx_error_t *err) {
+  bool missing = false;
+  for (size_t i = 0; i < info->manifest.n_layers && !missing; i++)
+    missing = !agsx_store_has_layer(s, info->config.diff_ids[i]);
+  if (!missing)
+    return 0;
+  _cleanup_free_ char *work = NULL;
+  _cleanup_close_ int workfd = agsx_store_mkwork(s, "unpack", &work, err);
+  if (workfd < 0)
+    return -1;
+  int r = 0;
+  for (size_t i = 0; r == 0 && i < info->manifest.n_layers; i++)
+    r = agsx_store_stage_layer(s, workfd, &info->manifest.layers[i], info->config.diff_ids[i], err);
+  if (r == 0)
+    r = agsx_store_commit(s, workfd, err);
+  agsx_error_t cerr = NULL;
+  agsx_rm_rf_at(s->tmpfd, work, &cerr);
+  agsx_error_free(&cerr);
+  return r;
+}
+
+int agsx_store_prepare_image(struct agsx_store *s, const char *name, struct agsx_image_info *ret,
+                             agsx_error_t *err) {
+  memset(ret, 0, sizeof(*ret));
+  if (agsx_store_resolve(s, name, &ret->img, err) < 0)
+    return -1;
+  if (read_image(s, ret, err) < 0 || unpack_missing(s, ret, err) < 0) {
+    agsx_error_wrap(err, "image `%s`", name);
+    agsx_image_info_clear(ret);
+    return -1;
+  }
+  ret->n_layers = ret->manifest.n_layers;
+  ret->layer_paths = xzalloc((ret->n_layers + 1) * sizeof(char *));
+  for (size_t i = 0; i < ret->n_layers; i++)
+    ret->layer_paths[i] =
+        xasprintf("%s/layers/%s", s->path, agsx_digest_hex(ret->config.diff_ids[i]));
+  return 0;
+}

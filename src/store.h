@@ -82,6 +82,20 @@ int agsx_store_tag(struct agsx_store *s, const char *ref, const struct agsx_desc
  * entry of that manifest); then drops blobs no entry references. */
 int agsx_store_remove(struct agsx_store *s, const char *name, agsx_error_t *err);
 
+/* ---- running images ---- */
+struct agsx_image_info {
+  struct agsx_store_image img;
+  struct agsx_manifest manifest;
+  struct agsx_image_config config;
+  char **layer_paths; /* unpacked layer directories, lowest first */
+  size_t n_layers;
+};
+/* Resolves NAME and makes sure every layer is unpacked (unpacking again
+ * what `gc --images` or a crash removed). */
+int agsx_store_prepare_image(struct agsx_store *s, const char *name, struct agsx_image_info *ret,
+                             agsx_error_t *err);
+void agsx_image_info_clear(struct agsx_image_info *info);
+
 /* ---- housekeeping ---- */
 /* Removes tmp/ entries whose owner is gone. */
 int agsx_store_clean_tmp(struct agsx_store *s, agsx_error_t *err);

@@ -1,0 +1,578 @@
+/* agsx run: a command in a new sandbox, in the foreground. */
+#include "config.h"
+
+#include "cmd.h"
+#include "sandbox.h"
+#include "store.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <termios.h>
+
+#define OUTPUT_CAP (1u << 20)   /* --json: bytes kept of stdout and of stderr */
+#define GRACE_SEC 2             /* SIGTERM → SIGKILL at the deadline */
+#define DEFAULT_TIMEOUT_SEC 300
+
+struct run_opts {
+  bool rm, interactive, tty, json, read_only, timing;
+  const char *user, *workdir, *hostname, *name, *network, *seccomp;
+  char **env;
+  size_t n_env;
+  struct agsx_bind *binds;
+  size_t n_binds;
+  uint64_t timeout, memory, pids, disk;
+  double cpus;
+};
+
+static int add_env(struct run_opts *o, const char *kv) {
+  if (*kv == '\0' || *kv == '=')
+    return agsx_failf("run: invalid environment variable `%s` (want KEY=VALUE)", kv), -1;
+  char *v;
+  if (strchr(kv, '='))
+    v = xstrdup(kv);
+  else if (getenv(kv)) /* -e KEY passes the caller's value, like Docker */
+    v = xasprintf("%s=%s", kv, getenv(kv));
+  else
+    return 0;
+  o->env = xrealloc(o->env, (o->n_env + 2) * sizeof(char *));
+  o->env[o->n_env++] = v;
+  o->env[o->n_env] = NULL;
+  return 0;
+}
+
+static int add_bind(struct run_opts *o, const char *spec) {
+  if (o->n_binds >= AGSX_MAX_BINDS)
+    return agsx_failf("run: at most %d volumes", AGSX_MAX_BINDS), -1;
+  _cleanup_free_ char *s = xstrdup(spec);
+  char *dst = strchr(s, ':');
+  if (dst == NULL || dst == s)
+    return agsx_failf("run: invalid volume `%s` (want SRC:DST[:ro])", spec), -1;
+  *dst++ = '\0';
+  char *mode = strchr(dst, ':');
+  bool ro = false;
+  if (mode) {
+    *mode++ = '\0';
+    if (strcmp(mode, "ro") == 0)
+      ro = true;
+    else if (strcmp(mode, "rw") != 0)
+      return agsx_failf("run: invalid volume mode `%s` (ro or rw)", mode), -1;
+  }
+  if (s[0] != '/' || dst[0] != '/' || !agsx_path_is_clean(dst + 1, 4096, 64))
+    return agsx_failf("run: volume `%s`: both paths must be absolute and clean", spec), -1;
+  struct stat st;
+  if (stat(s, &st) < 0)
+    return agsx_failf("run: volume source `%s`: %s", s, strerror(errno)), -1;
+  o->binds = xrealloc(o->binds, (o->n_binds + 1) * sizeof(*o->binds));
+  o->binds[o->n_binds++] = (struct agsx_bind){xstrdup(s), xstrdup(dst), ro};
+  return 0;
+}
+
+static int parse_cpus(const char *v, double *ret) {
+  char *end;
+  errno = 0;
+  double d = strtod(v, &end);
+  if (errno || *end || !(d > 0) || d > 1024)
+    return agsx_failf("run: invalid --cpus `%s` (a number of CPUs, e.g. 0.5 or 2)", v), -1;
+  *ret = d;
+  return 0;
+}
+
+static int parse_count(const char *v, uint64_t *ret) {
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (errno || *end || n == 0 || n > 4194304 || v[0] == '-')
+    return agsx_failf("run: invalid --pids `%s` (1 to 4194304)", v), -1;
+  *ret = n;
+  return 0;
+}
+
+static int parse_size_opt(const char *flag, const char *v, uint64_t min, uint64_t *ret) {
+  agsx_error_t err = NULL;
+  if (agsx_parse_size(v, ret, &err) < 0)
+    return agsx_failf("run: %s: %s", flag, err->msg), agsx_error_free(&err), -1;
+  if (*ret < min)
+    return agsx_failf("run: %s `%s` is below the minimum of %llu bytes", flag, v,
+                      (unsigned long long)min), -1;
+  return 0;
+}
+
+static int on_run_opt(void *data, int id, const char *v) {
+  struct run_opts *o = data;
+  agsx_error_t err = NULL;
+  switch (id) {
+  case O_RM: o->rm = true; return 0;
+  case O_INTERACTIVE: o->interactive = true; return 0;
+  case O_TTY: o->tty = true; return 0;
+  case O_JSON: o->json = true; return 0;
+  case O_READ_ONLY: o->read_only = true; return 0;
+  case O_TIMING: o->timing = true; return 0;
+  case O_USER: o->user = v; return 0;
+  case O_WORKDIR:
+    if (v[0] != '/')
+      return agsx_failf("run: working directory `%s` must be absolute", v), -1;
+    o->workdir = v;
+    return 0;
+  case O_HOSTNAME: o->hostname = v; return 0;
+  case O_NETWORK:
+    if (strcmp(v, "internal") != 0)
+      return agsx_failf("run: network `%s` is not implemented yet (only `internal`)", v), -1;
+    o->network = v;
+    return 0;
+  case O_SECURITY_OPT:
+    if (!agsx_str_has_prefix(v, "seccomp="))
+      return agsx_failf("run: unknown --security-opt `%s` (seccomp=FILE|unconfined)", v), -1;
+    o->seccomp = v + 8;
+    return 0;
+  case O_ENV: return add_env(o, v);
+  case O_VOLUME: return add_bind(o, v);
+  case O_TIMEOUT:
+    if (agsx_parse_duration(v, &o->timeout, &err) < 0)
+      return agsx_failf("run: --timeout: %s", err->msg), agsx_error_free(&err), -1;
+    return 0;
+  case O_MEMORY: return parse_size_opt("--memory", v, 4u << 20, &o->memory);
+  case O_DISK: return parse_size_opt("--disk", v, 1u << 20, &o->disk);
+  case O_PIDS: return parse_count(v, &o->pids);
+  case O_CPUS: return parse_cpus(v, &o->cpus);
+  }
+  return 0;
+}
+
+/* ---- the image and the sandbox configuration --------------------------------------------- */
+
+static char **strv_concat(char **a, char **b) {
+  size_t na = agsx_strv_len(a), nb = agsx_strv_len(b);
+  char **v = xzalloc((na + nb + 1) * sizeof(char *));
+  for (size_t i = 0; i < na; i++)
+    v[i] = xstrdup(a[i]);
+  for (size_t i = 0; i < nb; i++)
+    v[na + i] = xstrdup(b[i]);
+  return v;
+}
+
+struct prepared {
+  struct agsx_store *store;
+  struct agsx_image_info info;
+  char **argv, **env;
+  struct agsx_seccomp_bpf bpf;
+  char hostname[65];
+};
+
+static int prepare_image(struct agsx_ctx *ctx, const char *image, struct prepared *p,
+                         struct agsx_sandbox_config *cfg, agsx_error_t *err) {
+  if (strcmp(image, "host") == 0) {
+    cfg->host_image = true;
+    return 0;
+  }
+  if (agsx_store_open(ctx->root, false, &p->store, err) < 0) {
+    if (agsx_error_errno(err) == ENOENT) {
+      agsx_error_free(err);
+      return agsx_error_set(err, ENOENT, "image `%s` not found", image);
+    }
+    return -1;
+  }
+  if (agsx_store_prepare_image(p->store, image, &p->info, err) < 0)
+    return -1;
+  cfg->layers = p->info.layer_paths;
+  cfg->n_layers = p->info.n_layers;
+  return 0;
+}
+
+static int build_config(struct run_opts *o, char **cmd, struct prepared *p,
+                        struct agsx_sandbox_config *cfg, agsx_error_t *err) {
+  const struct agsx_image_config *ic = &p->info.config;
+  char **tail = agsx_strv_len(cmd) ? cmd : ic->cmd;
+  p->argv = strv_concat(ic->entrypoint, tail);
+  if (cfg->host_image && agsx_strv_len(p->argv) == 0)
+    p->argv = strv_concat((char *[]){"/bin/sh", NULL}, NULL);
+  if (agsx_strv_len(p->argv) == 0)
+    return agsx_error_set(err, 0, "no command given and the image has no Cmd or Entrypoint");
+  p->env = strv_concat(ic->env, o->env);
+  cfg->argv = p->argv;
+  cfg->env = p->env;
+  cfg->cwd = o->workdir ? o->workdir : (ic->working_dir && *ic->working_dir ? ic->working_dir : "/");
+  cfg->user = o->user ? o->user : ic->user;
+  if (o->hostname && strlen(o->hostname) > 64)
+    return agsx_error_set(err, 0, "hostname `%s` is longer than 64 characters", o->hostname);
+  snprintf(p->hostname, sizeof(p->hostname), "%s",
+           o->hostname ? o->hostname : (o->name ? o->name : cfg->id));
+  if (!o->hostname && !o->name)
+    p->hostname[12] = '\0';
+  cfg->hostname = p->hostname;
+  cfg->read_only = o->read_only;
+  cfg->disk = o->disk ? o->disk : AGSX_DEFAULT_DISK;
+  cfg->binds = o->binds;
+  cfg->n_binds = o->n_binds;
+  cfg->tty = o->tty;
+  cfg->limits.memory = o->memory;
+  cfg->limits.pids = o->pids ? o->pids : AGSX_DEFAULT_PIDS;
+  if (o->cpus > 0) {
+    cfg->limits.cpu_period_us = AGSX_CGROUP_CPU_PERIOD_US;
+    cfg->limits.cpu_quota_us = (uint64_t)(o->cpus * AGSX_CGROUP_CPU_PERIOD_US);
+  }
+  cfg->timing = o->timing;
+  return 0;
+}
+
+static int prepare_seccomp(struct agsx_ctx *ctx, struct run_opts *o, struct prepared *p,
+                           struct agsx_sandbox_config *cfg, agsx_error_t *err) {
+  if (o->seccomp && strcmp(o->seccomp, "unconfined") == 0)
+    return 0;
+  _cleanup_free_ char *json = NULL;
+  size_t len = 0;
+  if (o->seccomp &&
+      agsx_read_file_at(AT_FDCWD, o->seccomp, AGSX_SECCOMP_JSON_MAX, &json, &len, err) < 0)
+    return agsx_error_wrap(err, "seccomp profile");
+  _cleanup_free_ char *cache = xasprintf("%s/cache", ctx->state);
+  if (agsx_mkdir_p(ctx->state, 0711, err) < 0 ||
+      agsx_seccomp_load_cached(cache, json, len, &p->bpf, err) < 0)
+    return agsx_error_wrap(err, "seccomp profile");
+  cfg->seccomp = &p->bpf;
+  return 0;
+}
+
+/* ---- the foreground: terminal, output, deadline, signals ------------------------------------ */
+
+struct output {
+  char *buf;
+  size_t len;
+  bool truncated;
+  int fd;
+};
+
+struct fg {
+  struct agsx_sandbox *sb;
+  struct run_opts *o;
+  int sigfd, timerfd;
+  struct output out[2];
+  bool term_raw;
+  struct termios saved;
+  bool deadline_hit, killed;
+  int64_t started;
+};
+
+static void read_output(struct output *o) {
+  char buf[65536];
+  ssize_t n = read(o->fd, buf, sizeof(buf));
+  if (n <= 0) {
+    if (n == 0 || (errno != EINTR && errno != EAGAIN))
+      agsx_closep(&o->fd);
+    return;
+  }
+  size_t room = OUTPUT_CAP - o->len, k = (size_t)n < room ? (size_t)n : room;
+  if (k < (size_t)n)
+    o->truncated = true;
+  if (k) {
+    o->buf = xrealloc(o->buf, o->len + k + 1);
+    memcpy(o->buf + o->len, buf, k);
+    o->len += k;
+    o->buf[o->len] = '\0';
+  }
+}
+
+static void copy_fd(int from, int to, int *closed) {
+  char buf[16384];
+  ssize_t n = read(from, buf, sizeof(buf));
+  if (n <= 0) {
+    if (n == 0 || (errno != EINTR && errno != EAGAIN))
+      *closed = 1;
+    return;
+  }
+  if (agsx_write_all(to, buf, (size_t)n) < 0)
+    *closed = 1;
+}
+
+static void set_winsize(int master) {
+  struct winsize ws;
+  if (master >= 0 && ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0)
+    ioctl(master, TIOCSWINSZ, &ws);
+}
+
+static void raw_terminal(struct fg *f) {
+  if (!isatty(STDIN_FILENO) || tcgetattr(STDIN_FILENO, &f->saved) < 0)
+    return;
+  struct termios raw = f->saved;
+  cfmakeraw(&raw);
+  if (tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0)
+    f->term_raw = true;
+}
+
+static void restore_terminal(struct fg *f) {
+  if (f->term_raw)
+    tcsetattr(STDIN_FILENO, TCSANOW, &f->saved);
+  f->term_raw = false;
+}
+
+static void on_signal(struct fg *f) {
+  struct signalfd_siginfo si;
+  if (read(f->sigfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
+    return;
+  if (si.ssi_signo == SIGWINCH) {
+    set_winsize(f->sb->pty_master);
+    return;
+  }
+  agsx_sandbox_signal(f->sb, (int)si.ssi_signo);
+}
+
+static void on_deadline(struct fg *f) {
+  uint64_t ticks;
+  if (read(f->timerfd, &ticks, sizeof(ticks)) < 0)
+    return;
+  if (!f->deadline_hit) {
+    /* SIGTERM to every process of the sandbox, then a short grace. */
+    f->deadline_hit = true;
+    agsx_sandbox_signal(f->sb, SIGTERM);
+    struct itimerspec its = {.it_value = {.tv_sec = GRACE_SEC}};
+    timerfd_settime(f->timerfd, 0, &its, NULL);
+  } else if (!f->killed) {
+    f->killed = true;
+    agsx_sandbox_kill(f->sb);
+  }
+}
+
+/* Runs until the command ends; returns 0 or -1 (err set). */
+static int foreground(struct fg *f, agsx_error_t *err) {
+  struct agsx_sandbox *sb = f->sb;
+  int stdin_closed = !(f->o->interactive && sb->pty_master >= 0);
+  int master_closed = sb->pty_master < 0;
+  for (;;) {
+    struct pollfd p[6] = {
+        {.fd = sb->sync, .events = POLLIN},
+        {.fd = f->sigfd, .events = POLLIN},
+        {.fd = f->timerfd, .events = POLLIN},
+        {.fd = f->out[0].fd, .events = POLLIN},
+        {.fd = f->out[1].fd, .events = POLLIN},
+        {.fd = master_closed ? -1 : sb->pty_master, .events = POLLIN},
+    };
+    struct pollfd in = {.fd = stdin_closed ? -1 : STDIN_FILENO, .events = POLLIN};
+    struct pollfd all[7];
+    memcpy(all, p, sizeof(p));
+    all[6] = in;
+    if (poll(all, 7, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      return agsx_error_set(err, errno, "poll");
+    }
+    if (all[1].revents)
+      on_signal(f);
+    if (all[2].revents)
+      on_deadline(f);
+    for (int i = 0; i < 2; i++)
+      if (all[3 + i].revents)
+        read_output(&f->out[i]);
+    if (all[5].revents)
+      copy_fd(sb->pty_master, STDOUT_FILENO, &master_closed);
+    if (all[6].revents)
+      copy_fd(STDIN_FILENO, sb->pty_master, &stdin_closed);
+    if (all[0].revents) {
+      int r = agsx_sandbox_handle_event(sb, err);
+      if (r < 0)
+        return -1;
+      if (r == 1)
+        break;
+    }
+  }
+  /* Drain what the command wrote before it ended. */
+  for (int i = 0; i < 2; i++)
+    while (f->out[i].fd >= 0)
+      read_output(&f->out[i]);
+  while (!master_closed) {
+    struct pollfd p = {.fd = sb->pty_master, .events = POLLIN};
+    if (poll(&p, 1, 50) <= 0)
+      break;
+    copy_fd(sb->pty_master, STDOUT_FILENO, &master_closed);
+  }
+  return 0;
+}
+
+static int setup_fg(struct fg *f, uint64_t timeout, agsx_error_t *err) {
+  sigset_t set;
+  sigemptyset(&set);
+  int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(sigs); i++)
+    sigaddset(&set, sigs[i]);
+  sigprocmask(SIG_BLOCK, &set, NULL);
+  f->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  f->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+  if (f->sigfd < 0 || f->timerfd < 0)
+    return agsx_error_set(err, errno, "signalfd/timerfd");
+  struct itimerspec its = {.it_value = {.tv_sec = (time_t)timeout}};
+  if (timerfd_settime(f->timerfd, 0, &its, NULL) < 0)
+    return agsx_error_set(err, errno, "timerfd");
+  return 0;
+}
+
+/* The command's stdio: the caller's (stdin only with -i), pipes with --json. */
+static int setup_stdio(struct fg *f, struct agsx_sandbox_config *cfg, int pipes[2][2],
+                       agsx_error_t *err) {
+  f->out[0].fd = f->out[1].fd = -1;
+  int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull < 0)
+    return agsx_error_set(err, errno, "open /dev/null");
+  cfg->stdio[0] = f->o->interactive ? STDIN_FILENO : devnull;
+  cfg->stdio[1] = STDOUT_FILENO;
+  cfg->stdio[2] = STDERR_FILENO;
+  if (!f->o->json)
+    return 0;
+  for (int i = 0; i < 2; i++) {
+    if (pipe2(pipes[i], O_CLOEXEC) < 0)
+      return agsx_error_set(err, errno, "pipe");
+    cfg->stdio[1 + i] = pipes[i][1];
+    f->out[i].fd = pipes[i][0];
+    fcntl(pipes[i][0], F_SETFL, O_NONBLOCK);
+  }
+  return 0;
+}
+
+static void print_json(struct fg *f, const char *error, int exit_code) {
+  struct agsx_sandbox *sb = f->sb;
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  yajl_gen_map_open(g);
+  agsx_json_kv_int(g, "exit_code", exit_code);
+  agsx_json_kv_str(g, "stdout", f->out[0].buf ? f->out[0].buf : "");
+  agsx_json_kv_str(g, "stderr", f->out[1].buf ? f->out[1].buf : "");
+  agsx_json_kv_int(g, "duration_ms", (agsx_mono_ns() - f->started) / 1000000);
+  agsx_json_kv_str(g, "stop_reason", sb ? agsx_stop_reason_name(sb->reason) : "error");
+  agsx_json_kv_bool(g, "truncated", f->out[0].truncated || f->out[1].truncated);
+  agsx_json_kv_bool(g, "stdout_truncated", f->out[0].truncated);
+  agsx_json_kv_bool(g, "stderr_truncated", f->out[1].truncated);
+  if (sb && sb->term_signal)
+    agsx_json_kv_int(g, "signal", sb->term_signal);
+  else {
+    agsx_json_key(g, "signal");
+    yajl_gen_null(g);
+  }
+  agsx_json_kv_str(g, "id", sb ? sb->id : NULL);
+  agsx_json_kv_str(g, "error", error);
+  yajl_gen_map_close(g);
+  size_t len;
+  _cleanup_free_ char *s = agsx_json_gen_steal(g, &len);
+  fwrite(s, 1, len, stdout);
+  fputc('\n', stdout);
+  fflush(stdout);
+}
+
+static void print_timing(const struct agsx_sandbox *sb, int64_t prep_ns, int64_t total_ns) {
+  fprintf(stderr, "agsx: timing: prepare %.3f ms", (double)prep_ns / 1e6);
+  for (size_t i = 0; i < sb->timing.n; i++)
+    fprintf(stderr, ", %s %.3f ms", sb->timing.name[i], (double)sb->timing.ns[i] / 1e6);
+  fprintf(stderr, ", total %.3f ms\n", (double)total_ns / 1e6);
+}
+
+/* Runs the sandbox to its end; returns the exit code for the caller. */
+static int run_sandbox(struct agsx_ctx *ctx, struct run_opts *o, struct prepared *p,
+                       struct agsx_sandbox_config *cfg, int64_t t0) {
+  agsx_error_t err = NULL;
+  struct fg f = {.o = o, .sigfd = -1, .timerfd = -1, .started = t0};
+  int pipes[2][2] = {{-1, -1}, {-1, -1}};
+  int code = 125;
+  const char *error = NULL;
+  int64_t prep = agsx_mono_ns() - t0;
+  if (setup_fg(&f, o->timeout ? o->timeout : DEFAULT_TIMEOUT_SEC, &err) < 0 ||
+      setup_stdio(&f, cfg, pipes, &err) < 0)
+    goto out;
+  cfg->state_dir = ctx->state;
+  int r = agsx_sandbox_start(cfg, &f.sb, &err);
+  for (int i = 0; i < 2; i++)
+    agsx_closep(&pipes[i][1]);
+  if (r < 0) {
+    code = f.sb ? f.sb->exit_code : 125;
+    goto out;
+  }
+  if (o->timing)
+    print_timing(f.sb, prep, agsx_mono_ns() - t0);
+  if (o->tty) {
+    set_winsize(f.sb->pty_master);
+    raw_terminal(&f);
+  }
+  if (foreground(&f, &err) < 0)
+    goto out;
+  if (f.deadline_hit)
+    f.sb->reason = AGSX_STOP_TIMEOUT;
+  code = f.sb->exit_code;
+out:
+  restore_terminal(&f);
+  if (f.sb) {
+    agsx_error_t derr = NULL;
+    if (agsx_sandbox_destroy(f.sb, &derr) < 0 && err == NULL)
+      err = derr;
+    else
+      agsx_error_free(&derr);
+    if (err == NULL)
+      code = f.sb->exit_code;
+  }
+  if (err)
+    error = err->msg;
+  if (f.sb && f.sb->reason == AGSX_STOP_OOM && !o->json)
+    dprintf(STDERR_FILENO, "agsx: sandbox %.12s: out of memory: killed\n", f.sb->id);
+  if (f.sb && f.sb->reason == AGSX_STOP_TIMEOUT && !o->json)
+    dprintf(STDERR_FILENO, "agsx: sandbox %.12s: deadline reached: stopped\n", f.sb->id);
+  if (o->json)
+    print_json(&f, error, code);
+  else if (err)
+    agsx_failf("%s", err->msg);
+  agsx_error_free(&err);
+  agsx_closep(&f.sigfd);
+  agsx_closep(&f.timerfd);
+  for (int i = 0; i < 2; i++) {
+    agsx_closep(&f.out[i].fd);
+    free(f.out[i].buf);
+  }
+  agsx_sandbox_free(f.sb);
+  return code;
+}
+
+static void prepared_clear(struct prepared *p) {
+  agsx_store_free(p->store);
+  agsx_image_info_clear(&p->info);
+  agsx_strv_free(p->argv);
+  agsx_strv_free(p->env);
+  agsx_seccomp_bpf_clear(&p->bpf);
+}
+
+static void run_opts_clear(struct run_opts *o) {
+  agsx_strv_free(o->env);
+  for (size_t i = 0; i < o->n_binds; i++) {
+    free(o->binds[i].src);
+    free(o->binds[i].dst);
+  }
+  free(o->binds);
+}
+
+int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  int64_t t0 = agsx_mono_ns();
+  struct run_opts o = {.json = ctx->json};
+  int i = agsx_parse_options(cmd, argc, argv, on_run_opt, &o);
+  int code = AGSX_EXIT_FAILURE;
+  if (i < 0)
+    goto done;
+  if (i >= argc) {
+    agsx_failf("run: expected an IMAGE (see agsx run --help)");
+    goto done;
+  }
+  if (o.tty && o.json) {
+    agsx_failf("run: --tty and --json do not go together");
+    goto done;
+  }
+  struct prepared p = {0};
+  struct agsx_sandbox_config cfg = {0};
+  agsx_sandbox_new_id(cfg.id);
+  agsx_error_t err = NULL;
+  if (prepare_image(ctx, argv[i], &p, &cfg, &err) < 0 ||
+      build_config(&o, argv + i + 1, &p, &cfg, &err) < 0 ||
+      prepare_seccomp(ctx, &o, &p, &cfg, &err) < 0) {
+    code = agsx_fail(&err);
+  } else {
+    code = run_sandbox(ctx, &o, &p, &cfg, t0);
+  }
+  prepared_clear(&p);
+done:
+  run_opts_clear(&o);
+  return code;
+}

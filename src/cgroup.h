@@ -1,0 +1,80 @@
+/* agsx — cgroup: per-sandbox control groups on cgroup v1 and v2.
+ *
+ * A sandbox's cgroup is "<parent>/<name>" in each hierarchy its limits need,
+ * where <parent> is "agsx" (AGSX_CGROUP_PARENT overrides it, for tests) and
+ * <name> is the sandbox id. The mode is detected from the cgroup root,
+ * /sys/fs/cgroup (AGSX_CGROUP_ROOT overrides it): cgroup2 there means v2,
+ * anything else means v1 with one mount per controller, found in
+ * /proc/self/mountinfo (only mounts under AGSX_CGROUP_ROOT when it is set). */
+#ifndef AGSX_CGROUP_H
+#define AGSX_CGROUP_H
+
+#include "util.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define AGSX_CGROUP_DEFAULT_ROOT "/sys/fs/cgroup"
+#define AGSX_CGROUP_DEFAULT_PARENT "agsx"
+#define AGSX_CGROUP_CPU_PERIOD_US 100000 /* --cpus N → quota = N * period */
+
+struct agsx_cgroup_limits {
+  uint64_t memory;        /* bytes; 0 = none */
+  uint64_t cpu_quota_us;  /* 0 = none */
+  uint64_t cpu_period_us; /* 0 = AGSX_CGROUP_CPU_PERIOD_US */
+  uint64_t pids;          /* 0 = none */
+};
+
+struct agsx_cgroup;
+
+/* Creates "<parent>/<name>" in only the hierarchies the limits need (v1:
+ * memory, cpu and pids each only when its limit is set; v2: one directory,
+ * the needed controllers enabled in <parent>/cgroup.subtree_control) and
+ * writes the limits. v1 memory sets memory.memsw.limit_in_bytes too when the
+ * kernel has it; v2 memory sets memory.swap.max=0: no swap escape. A limit
+ * that cannot be applied fails the call, naming the limit; whatever was
+ * created is removed again. An existing cgroup fails with EEXIST and is left
+ * alone. NAME must match [0-9a-f]{8,64}. On v1 without any limit nothing is
+ * created (attach and destroy are then no-ops; the pid namespace still
+ * bounds the sandbox's processes). */
+int agsx_cgroup_create(const char *name, const struct agsx_cgroup_limits *lim,
+                       struct agsx_cgroup **ret, agsx_error_t *err);
+/* Re-opens an existing sandbox cgroup in every hierarchy that has it (for
+ * exec, ls, kill and gc). ENOENT when no hierarchy has it. */
+int agsx_cgroup_open(const char *name, struct agsx_cgroup **ret, agsx_error_t *err);
+/* Moves PID into the cgroup, in every hierarchy it has. */
+int agsx_cgroup_attach(struct agsx_cgroup *cg, pid_t pid, agsx_error_t *err);
+/* v2: an O_DIRECTORY fd of the leaf for clone3(CLONE_INTO_CGROUP), owned by
+ * CG. v1: -1. */
+int agsx_cgroup_fd(struct agsx_cgroup *cg);
+/* True when the memory controller OOM-killed a process of this cgroup
+ * (v2: memory.events oom_kill; v1: memory.oom_control oom_kill, under_oom on
+ * kernels older than 4.13). False without a memory hierarchy. */
+bool agsx_cgroup_oom_killed(struct agsx_cgroup *cg);
+/* Reads current usage: memory bytes and number of processes. What cannot be
+ * read is reported as 0. Returns 0. */
+int agsx_cgroup_stats(struct agsx_cgroup *cg, uint64_t *ret_mem, uint64_t *ret_pids);
+/* Kills every process in the cgroup (v2 cgroup.kill when present; otherwise
+ * SIGKILL to each pid of cgroup.procs until empty, for at most ~2 s), then
+ * removes the directories (rmdir retried briefly on EBUSY). Idempotent; safe
+ * on a half-created cgroup. The parent directory stays. */
+int agsx_cgroup_destroy(struct agsx_cgroup *cg, agsx_error_t *err);
+/* Closes the fds and frees CG; does not remove anything. NULL is fine. */
+void agsx_cgroup_free(struct agsx_cgroup *cg);
+void agsx_cgroup_freep(struct agsx_cgroup **cg);
+#define _cleanup_cgroup_ _cleanup_(agsx_cgroup_freep)
+
+/* Destroys every leftover "<parent>/<name>" (in any hierarchy agsx uses) for
+ * which KEEP(name, data) returns false, reporting each one through
+ * REPORT("cgroup `<parent>/<name>`", data) — also with DRY_RUN, which removes
+ * nothing. Entries that are not sandbox ids are left alone. Keeps going after
+ * a failure; returns -1 with the first error. */
+int agsx_cgroup_gc(bool (*keep)(const char *name, void *data),
+                   void (*report)(const char *what, void *data), void *data, bool dry_run,
+                   agsx_error_t *err);
+
+/* True when NAME is a valid cgroup name for a sandbox: [0-9a-f]{8,64}. */
+bool agsx_cgroup_name_is_valid(const char *name);
+
+#endif

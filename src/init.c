@@ -1,0 +1,373 @@
+/* agsx — the sandbox init (C, pid 1 of the sandbox) and the command's
+ * last steps before exec (X). See sandbox.h for the order and its reasons. */
+#include "config.h"
+
+#include "sandbox-internal.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <termios.h>
+
+_Noreturn void agsx_child_fail(struct agsx_child_ctx *c, int code, agsx_error_t *err) {
+  struct agsx_msg m = {.type = AGSX_MSG_ERROR, .code = code, .err = err && *err ? (*err)->errno_ : 0};
+  snprintf(m.text, sizeof(m.text), "%s", err && *err ? (*err)->msg : "sandbox setup failed");
+  agsx_msg_send(c->sync, &m, NULL, 0);
+  _exit(code);
+}
+
+/* ---- capabilities ---------------------------------------------------------------------- */
+
+/* Docker's default capability set. */
+static const int default_caps[] = {
+    CAP_CHOWN,       CAP_DAC_OVERRIDE,     CAP_FOWNER,     CAP_FSETID,     CAP_KILL,
+    CAP_SETGID,      CAP_SETUID,           CAP_SETPCAP,    CAP_NET_BIND_SERVICE,
+    CAP_NET_RAW,     CAP_SYS_CHROOT,       CAP_MKNOD,      CAP_AUDIT_WRITE, CAP_SETFCAP,
+};
+
+static bool is_default_cap(int cap) {
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(default_caps); i++)
+    if (default_caps[i] == cap)
+      return true;
+  return false;
+}
+
+/* Bounding set first (needs CAP_SETPCAP, which we still have), then the
+ * process sets: effective = permitted = inheritable = the default set. A
+ * non-root command loses them at exec, as with Docker. */
+static int set_caps(agsx_error_t *err) {
+  for (int cap = 0; cap <= 63; cap++) {
+    if (is_default_cap(cap))
+      continue;
+    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
+      if (errno == EINVAL)
+        break; /* past the kernel's last capability */
+      return agsx_error_set(err, errno, "drop capability %d", cap);
+    }
+  }
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
+    return agsx_error_set(err, errno, "clear ambient capabilities");
+  struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+  struct __user_cap_data_struct d[2] = {{0}};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(default_caps); i++) {
+    int cap = default_caps[i];
+    d[cap / 32].effective |= 1u << (cap % 32);
+  }
+  for (int i = 0; i < 2; i++)
+    d[i].permitted = d[i].inheritable = d[i].effective;
+  if (syscall(SYS_capset, &h, d) < 0)
+    return agsx_error_set(err, errno, "capset");
+  return 0;
+}
+
+/* ---- the command ---------------------------------------------------------------------- */
+
+static const char *env_get(char **env, const char *key) {
+  size_t n = strlen(key);
+  for (char **e = env; e && *e; e++)
+    if (strncmp(*e, key, n) == 0 && (*e)[n] == '=')
+      return *e + n + 1;
+  return NULL;
+}
+
+/* execvpe() searches the PATH of our own environment, not the command's:
+ * search the command's PATH. Returns the errno to report. */
+static int exec_path(char **argv, char **env) {
+  const char *file = argv[0];
+  if (strchr(file, '/')) {
+    execve(file, argv, env);
+    return errno;
+  }
+  const char *path = env_get(env, "PATH");
+  if (path == NULL)
+    path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  int best = ENOENT;
+  for (const char *p = path;;) {
+    const char *colon = strchr(p, ':');
+    size_t n = colon ? (size_t)(colon - p) : strlen(p);
+    char full[4096];
+    if (n + strlen(file) + 2 < sizeof(full)) {
+      snprintf(full, sizeof(full), "%.*s%s%s", (int)n, p, n ? "/" : "", file);
+      execve(full, argv, env);
+      if (errno == EACCES || errno == ENOEXEC || errno == EPERM)
+        best = errno; /* found but not executable: remember, keep looking */
+      else if (errno != ENOENT && errno != ENOTDIR)
+        return errno;
+    }
+    if (colon == NULL)
+      break;
+    p = colon + 1;
+  }
+  return best;
+}
+
+static int enter_cwd(const char *cwd, agsx_error_t *err) {
+  if (chdir(cwd) == 0)
+    return 0;
+  if (errno != ENOENT)
+    return agsx_error_set(err, errno, "working directory `%s`", cwd);
+  /* Like Docker, a missing working directory is created. */
+  _cleanup_free_ char *p = xstrdup(cwd);
+  for (char *s = p + 1; *s; s++)
+    if (*s == '/') {
+      *s = '\0';
+      mkdir(p, 0755);
+      *s = '/';
+    }
+  if (mkdir(p, 0755) < 0 && errno != EEXIST)
+    return agsx_error_set(err, errno, "create working directory `%s`", cwd);
+  if (chdir(cwd) < 0)
+    return agsx_error_set(err, errno, "working directory `%s`", cwd);
+  return 0;
+}
+
+static int drop_to_user(const struct agsx_user *u, agsx_error_t *err) {
+  if (setgroups(u->n_groups, u->groups) < 0)
+    return agsx_error_set(err, errno, "setgroups");
+  if (setresgid(u->gid, u->gid, u->gid) < 0)
+    return agsx_error_set(err, errno, "setresgid %u", u->gid);
+  if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0 || setresuid(u->uid, u->uid, u->uid) < 0)
+    return agsx_error_set(err, errno, "setresuid %u", u->uid);
+  return 0;
+}
+
+/* X: runs in the child of the init; never returns. Errors go to the init
+ * through ERRPIPE as an errno and a message. */
+static _Noreturn void run_command(struct agsx_child_ctx *c, int errpipe, const sigset_t *oldmask) {
+  agsx_error_t err = NULL;
+  const struct agsx_sandbox_config *cfg = c->cfg;
+  int code = 125;
+  if (setsid() < 0) {
+    agsx_error_set(&err, errno, "setsid");
+    goto fail;
+  }
+  if (cfg->tty) {
+    if (ioctl(c->pty_slave, TIOCSCTTY, 0) < 0 || dup2(c->pty_slave, 0) < 0 ||
+        dup2(c->pty_slave, 1) < 0 || dup2(c->pty_slave, 2) < 0) {
+      agsx_error_set(&err, errno, "controlling terminal");
+      goto fail;
+    }
+  }
+  if (enter_cwd(cfg->cwd ? cfg->cwd : "/", &err) < 0 || drop_to_user(&c->user, &err) < 0 ||
+      set_caps(&err) < 0)
+    goto fail;
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+    agsx_error_set(&err, errno, "no_new_privs");
+    goto fail;
+  }
+  /* Nothing of ours may reach the command: every fd above 2 closes at exec. */
+  agsx_cloexec_from(3);
+  sigprocmask(SIG_SETMASK, oldmask, NULL);
+  signal(SIGPIPE, SIG_DFL);
+  if (cfg->seccomp) {
+    int r = agsx_seccomp_install(cfg->seccomp);
+    if (r < 0) {
+      agsx_error_set(&err, -r, "load the seccomp filter");
+      goto fail;
+    }
+  }
+  int e = exec_path(cfg->argv, c->env);
+  code = e == ENOENT || e == ENOTDIR ? 127 : 126;
+  agsx_error_set(&err, e, "exec `%s`", cfg->argv[0]);
+fail:;
+  struct agsx_msg m = {.type = AGSX_MSG_ERROR, .code = code, .err = err ? err->errno_ : 0};
+  snprintf(m.text, sizeof(m.text), "%s", err ? err->msg : "exec failed");
+  if (write(errpipe, &m, sizeof(m)) < 0) {
+  }
+  _exit(code);
+}
+
+/* ---- the init ------------------------------------------------------------------------- */
+
+static void wait_go(struct agsx_child_ctx *c) {
+  struct agsx_msg m;
+  ssize_t n = agsx_msg_recv(c->sync, &m, c->fds, AGSX_MSG_MAX_FDS, &c->nfds);
+  if (n <= 0 || m.type != AGSX_MSG_GO)
+    _exit(125); /* the parent is gone: nobody to report to */
+  if (c->nfds != c->cfg->n_layers + c->cfg->n_binds) {
+    agsx_error_t err = NULL;
+    agsx_error_set(&err, 0, "expected %zu mounts from the parent, got %zu",
+                   c->cfg->n_layers + c->cfg->n_binds, c->nfds);
+    agsx_child_fail(c, 125, &err);
+  }
+}
+
+static int become_root(agsx_error_t *err) {
+  if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
+    return agsx_error_set(err, errno, "become root of the user namespace");
+  if (setgroups(0, NULL) < 0)
+    return agsx_error_set(err, errno, "setgroups");
+  /* Credentials changed: set the parent-death signal now (it is reset by
+   * every change of credentials). The sync socket covers the window. */
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+    return agsx_error_set(err, errno, "parent death signal");
+  /* Sandbox processes must not read the init's memory or ptrace it. */
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+    return agsx_error_set(err, errno, "dumpable");
+  return 0;
+}
+
+static int read_small(const char *path, char **ret, size_t *ret_len) {
+  *ret = NULL;
+  *ret_len = 0;
+  _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0)
+    return 0;
+  struct stat st;
+  if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+    return 0;
+  agsx_error_t e = NULL;
+  int r = agsx_read_fd(fd, AGSX_PASSWD_MAX, ret, ret_len, &e);
+  agsx_error_free(&e);
+  return r;
+}
+
+/* The user, from the sandbox's own /etc (read after pivot_root: inside). */
+static int resolve_user(struct agsx_child_ctx *c, agsx_error_t *err) {
+  _cleanup_free_ char *pw = NULL, *gr = NULL;
+  size_t pwl, grl;
+  read_small("/etc/passwd", &pw, &pwl);
+  read_small("/etc/group", &gr, &grl);
+  return agsx_user_resolve(c->cfg->user, pw, pwl, gr, grl, &c->user, err);
+}
+
+static void build_env(struct agsx_child_ctx *c) {
+  char **in = c->cfg->env;
+  size_t n = agsx_strv_len(in);
+  c->env = xzalloc((n + 5) * sizeof(char *));
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    c->env[k++] = in[i];
+  if (!env_get(c->env, "PATH"))
+    c->env[k++] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  if (!env_get(c->env, "HOSTNAME"))
+    c->env[k++] = xasprintf("HOSTNAME=%s", c->cfg->hostname);
+  if (!env_get(c->env, "HOME"))
+    c->env[k++] = xasprintf("HOME=%s", c->user.home[0] ? c->user.home : "/");
+  if (c->cfg->tty && !env_get(c->env, "TERM"))
+    c->env[k++] = "TERM=xterm";
+}
+
+static int open_pty(struct agsx_child_ctx *c, agsx_error_t *err) {
+  c->pty_master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (c->pty_master < 0)
+    return agsx_error_set(err, errno, "open /dev/ptmx");
+  int unlock = 0;
+  if (ioctl(c->pty_master, TIOCSPTLCK, &unlock) < 0)
+    return agsx_error_set(err, errno, "unlock pty");
+  c->pty_slave = ioctl(c->pty_master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (c->pty_slave < 0)
+    return agsx_error_set(err, errno, "open pty peer");
+  return 0;
+}
+
+static void report_exit(struct agsx_child_ctx *c, int status) {
+  struct agsx_msg m = {.type = AGSX_MSG_EXIT, .status = status};
+  agsx_msg_send(c->sync, &m, NULL, 0);
+  _exit(0);
+}
+
+/* Reaps every zombie (the init adopts orphans) until the command ends. */
+static _Noreturn void init_loop(struct agsx_child_ctx *c, pid_t cmd, int sfd) {
+  for (;;) {
+    struct signalfd_siginfo si;
+    ssize_t n = read(sfd, &si, sizeof(si));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n != (ssize_t)sizeof(si))
+      _exit(125);
+    if (si.ssi_signo == SIGCHLD) {
+      int status;
+      pid_t p;
+      while ((p = waitpid(-1, &status, WNOHANG)) > 0)
+        if (p == cmd)
+          report_exit(c, status);
+      continue;
+    }
+    /* SIGTERM stops the whole sandbox; other signals go to the command. */
+    if (si.ssi_signo == SIGTERM)
+      kill(-1, SIGTERM);
+    else
+      kill(cmd, (int)si.ssi_signo);
+  }
+}
+
+static const int forwarded[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
+                                SIGWINCH, SIGCONT, SIGTSTP, SIGALRM};
+
+_Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
+  agsx_error_t err = NULL;
+  const struct agsx_sandbox_config *cfg = c->cfg;
+  if (!cfg->tty)
+    for (int i = 0; i < 3; i++)
+      if (cfg->stdio[i] != i && dup2(cfg->stdio[i], i) < 0)
+        _exit(125);
+  wait_go(c);
+  /* The state directory is host root's (0700): open the stage before we
+   * become the sandbox's root, who cannot enter it. */
+  c->stagefd = open(c->stage, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (c->stagefd < 0) {
+    agsx_error_set(&err, errno, "open `%s`", c->stage);
+    agsx_child_fail(c, 125, &err);
+  }
+  if (become_root(&err) < 0 || unshare(CLONE_NEWCGROUP) < 0 ||
+      agsx_child_rootfs(c, &err) < 0 ||
+      sethostname(cfg->hostname, strlen(cfg->hostname)) < 0 || resolve_user(c, &err) < 0 ||
+      (cfg->tty && open_pty(c, &err) < 0)) {
+    if (err == NULL)
+      agsx_error_set(&err, errno, "sandbox setup");
+    agsx_child_fail(c, 125, &err);
+  }
+  build_env(c);
+  agsx_closep(&c->stagefd);
+  for (size_t i = 0; i < c->nfds; i++)
+    agsx_closep(&c->fds[i]);
+  sigset_t set, old;
+  sigemptyset(&set);
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(forwarded); i++)
+    sigaddset(&set, forwarded[i]);
+  sigprocmask(SIG_BLOCK, &set, &old);
+  int sfd = signalfd(-1, &set, SFD_CLOEXEC);
+  int ep[2];
+  if (sfd < 0 || pipe2(ep, O_CLOEXEC) < 0) {
+    agsx_error_set(&err, errno, "init setup");
+    agsx_child_fail(c, 125, &err);
+  }
+  pid_t cmd = fork();
+  if (cmd < 0) {
+    agsx_error_set(&err, errno, "fork the command");
+    agsx_child_fail(c, 125, &err);
+  }
+  if (cmd == 0) {
+    close(ep[0]);
+    run_command(c, ep[1], &old);
+  }
+  close(ep[1]);
+  agsx_closep(&c->pty_slave);
+  struct agsx_msg m;
+  ssize_t n;
+  do
+    n = read(ep[0], &m, sizeof(m));
+  while (n < 0 && errno == EINTR);
+  if (n == (ssize_t)sizeof(m)) {
+    /* The command never ran: report its exec error, then reap it. */
+    m.text[sizeof(m.text) - 1] = '\0';
+    agsx_msg_send(c->sync, &m, NULL, 0);
+    waitpid(cmd, NULL, 0);
+    _exit(m.code);
+  }
+  close(ep[0]);
+  struct agsx_msg ready = {.type = AGSX_MSG_READY};
+  agsx_msg_send(c->sync, &ready, &c->pty_master, c->pty_master >= 0 ? 1 : 0);
+  agsx_closep(&c->pty_master);
+  init_loop(c, cmd, sfd);
+}

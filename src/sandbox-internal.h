@@ -1,0 +1,49 @@
+/* agsx — the protocol between a sandbox's parent and its init, and the
+ * child-side context. Private to sandbox.c, rootfs.c and init.c. */
+#ifndef AGSX_SANDBOX_INTERNAL_H
+#define AGSX_SANDBOX_INTERNAL_H
+
+#include "passwd.h"
+#include "sandbox.h"
+
+#include <limits.h>
+
+enum agsx_msg_type {
+  AGSX_MSG_GO = 1, /* P→C: maps written, cgroup joined; fds: layers, then binds */
+  AGSX_MSG_READY,  /* C→P: the command was exec'd; fd: pty master with -t */
+  AGSX_MSG_ERROR,  /* C→P: setup or exec failed; code = 125/126/127, text */
+  AGSX_MSG_EXIT,   /* C→P: the command ended; status = its wait status */
+};
+
+#define AGSX_MSG_MAX_FDS (AGSX_IMAGE_MAX_FDS)
+#define AGSX_IMAGE_MAX_FDS 200
+
+struct agsx_msg {
+  int type;
+  int code;
+  int status;
+  int err;
+  char text[1024];
+};
+
+int agsx_msg_send(int sock, const struct agsx_msg *m, const int *fds, size_t nfds);
+/* Receives one message and up to MAXFDS fds (CLOEXEC). 0 on EOF. */
+ssize_t agsx_msg_recv(int sock, struct agsx_msg *m, int *fds, size_t maxfds, size_t *ret_nfds);
+
+struct agsx_child_ctx {
+  const struct agsx_sandbox_config *cfg;
+  int sync;
+  char stage[PATH_MAX]; /* STATE/<id>/mnt: where the sandbox's tmpfs goes */
+  int stagefd;          /* opened while still host root (0700 directories) */
+  int fds[AGSX_MSG_MAX_FDS]; /* from GO: idmapped layers, then binds */
+  size_t nfds;
+  int rootfd; /* the new root, before pivot_root */
+  struct agsx_user user;
+  char **env;
+  int pty_master, pty_slave;
+};
+
+/* Reports a setup failure to the parent and exits. */
+_Noreturn void agsx_child_fail(struct agsx_child_ctx *c, int code, agsx_error_t *err);
+
+#endif
