@@ -495,6 +495,39 @@ int agsx_cgroup_attach(struct agsx_cgroup *cg, pid_t pid, agsx_error_t *err) {
   return 0;
 }
 
+int agsx_cgroup_self_attach_fds(struct agsx_cgroup *cg, int *fds, size_t max, agsx_error_t *err) {
+  size_t n = 0;
+  for (size_t i = 0; cg && !cg->v2 && i < cg->n; i++) {
+    if (cg->h[i].fd < 0)
+      continue;
+    if (n == max) {
+      agsx_cgroup_close_fds(fds, n);
+      return agsx_error_set(err, E2BIG, "too many cgroup hierarchies");
+    }
+    fds[n] = openat(cg->h[i].fd, "tasks", O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fds[n] < 0) {
+      agsx_error_set(err, errno, "open `tasks` of cgroup `%s/%s` in `%s`", cg->parent, cg->name,
+                     cg->h[i].mnt);
+      agsx_cgroup_close_fds(fds, n);
+      return -1;
+    }
+    n++;
+  }
+  return (int)n;
+}
+
+int agsx_cgroup_self_attach(const int *fds, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (write(fds[i], "0", 1) != 1)
+      return -errno;
+  return 0;
+}
+
+void agsx_cgroup_close_fds(int *fds, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    agsx_closep(&fds[i]);
+}
+
 bool agsx_cgroup_oom_killed(struct agsx_cgroup *cg) {
   int fd = hier_fd(cg, CTRL_MEMORY);
   _cleanup_free_ char *buf = NULL;

@@ -48,6 +48,15 @@ int agsx_cgroup_attach(struct agsx_cgroup *cg, pid_t pid, agsx_error_t *err);
 /* v2: an O_DIRECTORY fd of the leaf for clone3(CLONE_INTO_CGROUP), owned by
  * CG. v1: -1. */
 int agsx_cgroup_fd(struct agsx_cgroup *cg);
+/* v1: opens the `tasks` file of each hierarchy of CG for writing, into FDS
+ * (at most MAX); returns how many (0 on v2). A single-threaded process that
+ * writes "0" (itself) to `tasks` migrates without taking the global
+ * threadgroup lock, whose RCU grace period makes a cgroup.procs write of
+ * another pid cost 5–25 ms on v1: the sandbox init moves itself this way. */
+int agsx_cgroup_self_attach_fds(struct agsx_cgroup *cg, int *fds, size_t max, agsx_error_t *err);
+/* Moves the calling (single-threaded) process through FDS. Returns -errno. */
+int agsx_cgroup_self_attach(const int *fds, size_t n);
+void agsx_cgroup_close_fds(int *fds, size_t n);
 /* True when the memory controller OOM-killed a process of this cgroup
  * (v2: memory.events oom_kill; v1: memory.oom_control oom_kill, under_oom on
  * kernels older than 4.13). False without a memory hierarchy. */

@@ -2,6 +2,7 @@
  * last steps before exec (X). See sandbox.h for the order and its reasons. */
 #include "config.h"
 
+#include "caps.h"
 #include "sandbox-internal.h"
 
 #include <fcntl.h>
@@ -27,26 +28,12 @@ _Noreturn void agsx_child_fail(struct agsx_child_ctx *c, int code, agsx_error_t 
 
 /* ---- capabilities ---------------------------------------------------------------------- */
 
-/* Docker's default capability set. */
-static const int default_caps[] = {
-    CAP_CHOWN,       CAP_DAC_OVERRIDE,     CAP_FOWNER,     CAP_FSETID,     CAP_KILL,
-    CAP_SETGID,      CAP_SETUID,           CAP_SETPCAP,    CAP_NET_BIND_SERVICE,
-    CAP_NET_RAW,     CAP_SYS_CHROOT,       CAP_MKNOD,      CAP_AUDIT_WRITE, CAP_SETFCAP,
-};
-
-static bool is_default_cap(int cap) {
-  for (size_t i = 0; i < AGSX_ARRAY_SIZE(default_caps); i++)
-    if (default_caps[i] == cap)
-      return true;
-  return false;
-}
-
 /* Bounding set first (needs CAP_SETPCAP, which we still have), then the
  * process sets: effective = permitted = inheritable = the default set. A
  * non-root command loses them at exec, as with Docker. */
 static int set_caps(agsx_error_t *err) {
   for (int cap = 0; cap <= 63; cap++) {
-    if (is_default_cap(cap))
+    if (agsx_cap_is_default(cap))
       continue;
     if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
       if (errno == EINVAL)
@@ -58,8 +45,8 @@ static int set_caps(agsx_error_t *err) {
     return agsx_error_set(err, errno, "clear ambient capabilities");
   struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
   struct __user_cap_data_struct d[2] = {{0}};
-  for (size_t i = 0; i < AGSX_ARRAY_SIZE(default_caps); i++) {
-    int cap = default_caps[i];
+  for (size_t i = 0; i < agsx_n_default_caps; i++) {
+    int cap = agsx_default_caps[i].value;
     d[cap / 32].effective |= 1u << (cap % 32);
   }
   for (int i = 0; i < 2; i++)
@@ -311,7 +298,15 @@ _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
     for (int i = 0; i < 3; i++)
       if (cfg->stdio[i] != i && dup2(cfg->stdio[i], i) < 0)
         _exit(125);
+  /* Into the cgroup first, while our credentials are still host root's
+   * (the files are root's), and before anything can fork. */
+  int r = agsx_cgroup_self_attach(c->cgroup_fds, c->n_cgroup_fds);
+  agsx_cgroup_close_fds(c->cgroup_fds, c->n_cgroup_fds);
   wait_go(c);
+  if (r < 0) {
+    agsx_error_set(&err, -r, "join the sandbox cgroup");
+    agsx_child_fail(c, 125, &err);
+  }
   /* The state directory is host root's (0700): open the stage before we
    * become the sandbox's root, who cannot enter it. */
   c->stagefd = open(c->stage, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -319,14 +314,16 @@ _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
     agsx_error_set(&err, errno, "open `%s`", c->stage);
     agsx_child_fail(c, 125, &err);
   }
+  c->phase_ns[0] = agsx_mono_ns();
   if (become_root(&err) < 0 || unshare(CLONE_NEWCGROUP) < 0 ||
-      agsx_child_rootfs(c, &err) < 0 ||
+      (c->phase_ns[1] = agsx_mono_ns(), agsx_child_rootfs(c, &err)) < 0 ||
       sethostname(cfg->hostname, strlen(cfg->hostname)) < 0 || resolve_user(c, &err) < 0 ||
       (cfg->tty && open_pty(c, &err) < 0)) {
     if (err == NULL)
       agsx_error_set(&err, errno, "sandbox setup");
     agsx_child_fail(c, 125, &err);
   }
+  c->phase_ns[2] = agsx_mono_ns();
   build_env(c);
   agsx_closep(&c->stagefd);
   for (size_t i = 0; i < c->nfds; i++)
@@ -342,6 +339,7 @@ _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
     agsx_error_set(&err, errno, "init setup");
     agsx_child_fail(c, 125, &err);
   }
+  c->phase_ns[3] = agsx_mono_ns();
   pid_t cmd = fork();
   if (cmd < 0) {
     agsx_error_set(&err, errno, "fork the command");
@@ -366,7 +364,9 @@ _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
     _exit(m.code);
   }
   close(ep[0]);
+  c->phase_ns[4] = agsx_mono_ns();
   struct agsx_msg ready = {.type = AGSX_MSG_READY};
+  memcpy(ready.phase_ns, c->phase_ns, sizeof(ready.phase_ns));
   agsx_msg_send(c->sync, &ready, &c->pty_master, c->pty_master >= 0 ? 1 : 0);
   agsx_closep(&c->pty_master);
   init_loop(c, cmd, sfd);

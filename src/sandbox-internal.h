@@ -18,11 +18,13 @@ enum agsx_msg_type {
 #define AGSX_MSG_MAX_FDS (AGSX_IMAGE_MAX_FDS)
 #define AGSX_IMAGE_MAX_FDS 200
 
+#define AGSX_CHILD_PHASES 6
 struct agsx_msg {
   int type;
   int code;
   int status;
   int err;
+  int64_t phase_ns[AGSX_CHILD_PHASES]; /* READY: monotonic times of the init's steps */
   char text[1024];
 };
 
@@ -41,6 +43,9 @@ struct agsx_child_ctx {
   struct agsx_user user;
   char **env;
   int pty_master, pty_slave;
+  int64_t phase_ns[AGSX_CHILD_PHASES];
+  int cgroup_fds[8]; /* v1 `tasks` files the init writes itself into */
+  size_t n_cgroup_fds;
 };
 
 /* Reports a setup failure to the parent and exits. */

@@ -251,6 +251,7 @@ static int wait_ready(struct agsx_sandbox *sb, agsx_error_t *err) {
   if (m.type == AGSX_MSG_READY) {
     if (nfds == 1)
       sb->pty_master = fd;
+    memcpy(sb->child_ns, m.phase_ns, sizeof(sb->child_ns));
     return 0;
   }
   if (nfds == 1)
@@ -285,20 +286,34 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
   struct agsx_child_ctx child = {
       .cfg = cfg, .pty_master = -1, .pty_slave = -1, .rootfd = -1, .stagefd = -1};
   snprintf(child.stage, sizeof(child.stage), "%s/%s/mnt", cfg->state_dir, sb->id);
-  if (spawn_init(sb, cfg, &child, err) < 0)
+  int nfd = agsx_cgroup_self_attach_fds(sb->cg, child.cgroup_fds, 8, err);
+  if (nfd < 0)
+    return -1;
+  child.n_cgroup_fds = (size_t)nfd;
+  int r = spawn_init(sb, cfg, &child, err);
+  agsx_cgroup_close_fds(child.cgroup_fds, child.n_cgroup_fds);
+  if (r < 0)
     return -1;
   phase(sb, "netns+clone", &t0);
   if (agsx_userns_write_maps(sb->init_pid, sb->ids.base, err) < 0)
     return -1;
-  if (agsx_cgroup_fd(sb->cg) < 0 && agsx_cgroup_attach(sb->cg, sb->init_pid, err) < 0)
-    return -1;
-  phase(sb, "maps+attach", &t0);
+  phase(sb, "idmaps", &t0);
+
   if (send_go(sb, cfg, err) < 0)
     return -1;
   phase(sb, "idmap", &t0);
   if (wait_ready(sb, err) < 0)
     return -1;
-  phase(sb, "rootfs+exec", &t0);
+  /* The init's own steps, on the same monotonic clock. */
+  static const char *const names[] = {"go", "userns+cgroupns", "rootfs", "env", "exec"};
+  int64_t prev = t0;
+  for (size_t i = 0; i < 5 && sb->child_ns[i]; i++) {
+    int64_t at = sb->child_ns[i];
+    if (i > 0)
+      phase(sb, names[i], &prev), sb->timing.ns[sb->timing.n - 1] = at - sb->child_ns[i - 1];
+  }
+  phase(sb, "ready", &t0);
+  (void)prev;
   return 0;
 }
 

@@ -92,6 +92,7 @@ struct agsx_sandbox {
   struct agsx_cgroup *cg;
   struct agsx_idrange ids;
   struct agsx_timing timing;
+  int64_t child_ns[6];
   /* filled by agsx_sandbox_wait */
   int exit_code;
   int term_signal; /* the command died of this signal, 0 if not */

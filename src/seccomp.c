@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "seccomp.h"
+#include "caps.h"
 
 #include "digest.h"
 #include "json.h"
@@ -21,10 +22,8 @@
 #include <sys/syscall.h>
 #include <sys/utsname.h>
 
-/* libseccomp's header has the same name as ours, and src/ is on the -I path:
- * <seccomp.h> may find ours again, whose tail then includes libseccomp's with
- * #include_next (see the end of seccomp.h). */
-#define AGSX_SECCOMP_INCLUDE_LIBSECCOMP
+/* libseccomp's header has the same name as ours: src/ is on the quote path
+ * only (-iquote), so <seccomp.h> is always libseccomp's. */
 #include <seccomp.h>
 
 #ifndef AF_ALG
@@ -59,6 +58,7 @@ static void seccomp_ctx_freep(scmp_filter_ctx *ctx) {
  * FSETID, FOWNER, MKNOD, NET_RAW, SETGID, SETUID, SETFCAP, SETPCAP,
  * NET_BIND_SERVICE, SYS_CHROOT, KILL, AUDIT_WRITE), minus what deny_names
  * lists. Names libseccomp does not know yet are skipped at compile time. */
+/* clang-format off */
 static const char *const allow_names[] = {
     /* files and directories */
     "read", "write", "open", "openat", "openat2", "close", "close_range", "creat", "lseek",
@@ -118,9 +118,11 @@ static const char *const allow_names[] = {
     /* system information */
     "uname", "sysinfo", "getrandom",
 };
+/* clang-format on */
 
 /* Never allowed (they fail with EPERM, the default action), with the reason.
  * compile_default() refuses to build if one of these is also allowed. */
+/* clang-format off */
 static const char *const deny_names[] = {
     /* kernel keyring: not namespaced, a long CVE history */
     "keyctl", "add_key", "request_key",
@@ -156,6 +158,7 @@ static const char *const deny_names[] = {
     /* obsolete */
     "nfsservctl", "uselib", "ustat", "sysfs", "_sysctl", "epoll_ctl_old", "epoll_wait_old",
 };
+/* clang-format on */
 
 /* Syscalls allowed only for some values of one 32-bit argument. The kernel
  * reads these arguments as int / unsigned int, so only the low 32 bits count:
@@ -254,9 +257,8 @@ static int export_bpf(scmp_filter_ctx ctx, struct agsx_seccomp_bpf *ret, agsx_er
 
 /* Adds one rule; a name libseccomp does not know is skipped (newer than the
  * installed libseccomp, or not a syscall of this architecture). */
-static int add_rule(scmp_filter_ctx ctx, uint32_t default_action, const char *name,
-                    uint32_t action, unsigned nargs, const struct scmp_arg_cmp *args,
-                    agsx_error_t *err) {
+static int add_rule(scmp_filter_ctx ctx, uint32_t default_action, const char *name, uint32_t action,
+                    unsigned nargs, const struct scmp_arg_cmp *args, agsx_error_t *err) {
   int nr = seccomp_syscall_resolve_name(name);
   if (nr == __NR_SCMP_ERROR) {
     agsx_debug("seccomp: skipping unknown syscall `%s`", name);
@@ -366,23 +368,8 @@ int agsx_seccomp_compile_default(struct agsx_seccomp_bpf *ret, agsx_error_t *err
 
 /* ---- JSON profiles ------------------------------------------------------------ */
 
-/* Capabilities agsx grants (Docker's default set), for `includes`/`excludes`. */
-static const char *const granted_caps[] = {
-    "CAP_CHOWN",  "CAP_DAC_OVERRIDE", "CAP_FSETID",           "CAP_FOWNER",
-    "CAP_MKNOD",  "CAP_NET_RAW",      "CAP_SETGID",           "CAP_SETUID",
-    "CAP_SETFCAP", "CAP_SETPCAP",     "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT",
-    "CAP_KILL",   "CAP_AUDIT_WRITE",
-};
 
-static bool name_in_ci(const char *name, const char *const *list, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (strcasecmp(name, list[i]) == 0)
-      return true;
-  return false;
-}
-
-static int get_errno_ret(yajl_val obj, const char *key, int fallback, int *ret,
-                         agsx_error_t *err) {
+static int get_errno_ret(yajl_val obj, const char *key, int fallback, int *ret, agsx_error_t *err) {
   yajl_val v = agsx_json_get(obj, key);
   if (v == NULL || YAJL_IS_NULL(v)) {
     *ret = fallback;
@@ -408,8 +395,8 @@ static const struct {
 
 /* OBJ's action (key ACTION_KEY) and, for SCMP_ACT_ERRNO, its errno (ERRNO_KEY,
  * EPERM when absent, like runc). */
-static int parse_action(yajl_val obj, const char *action_key, const char *errno_key,
-                        uint32_t *ret, agsx_error_t *err) {
+static int parse_action(yajl_val obj, const char *action_key, const char *errno_key, uint32_t *ret,
+                        agsx_error_t *err) {
   const char *name = agsx_json_get_string(obj, action_key);
   if (name == NULL)
     return agsx_error_set(err, 0, "missing string `%s`", action_key);
@@ -441,9 +428,9 @@ static int parse_action(yajl_val obj, const char *action_key, const char *errno_
  * them. Knowing the full list tells a typo from an architecture this
  * libseccomp (or host) cannot handle. */
 static const char *const known_arches[] = {
-    "x86",    "x86_64",  "x32",      "arm",   "aarch64", "loongarch64", "m68k",      "mips",
-    "mips64", "mips64n32", "mipsel", "mipsel64", "mipsel64n32", "ppc",  "ppc64",       "ppc64le",
-    "s390",   "s390x",   "parisc",   "parisc64", "riscv64", "sh",    "sheb",
+    "x86",    "x86_64",    "x32",    "arm",      "aarch64",     "loongarch64", "m68k",  "mips",
+    "mips64", "mips64n32", "mipsel", "mipsel64", "mipsel64n32", "ppc",         "ppc64", "ppc64le",
+    "s390",   "s390x",     "parisc", "parisc64", "riscv64",     "sh",          "sheb",
 };
 
 /* ABIs that can run beside the native one on the same kernel. */
@@ -572,14 +559,22 @@ static int check_flags(yajl_val root, agsx_error_t *err) {
 
 static const char *native_goarch(void) {
   switch (seccomp_arch_native()) {
-  case SCMP_ARCH_X86_64: return "amd64";
-  case SCMP_ARCH_X86: return "386";
-  case SCMP_ARCH_AARCH64: return "arm64";
-  case SCMP_ARCH_ARM: return "arm";
-  case SCMP_ARCH_PPC64LE: return "ppc64le";
-  case SCMP_ARCH_S390X: return "s390x";
-  case SCMP_ARCH_RISCV64: return "riscv64";
-  default: return "";
+  case SCMP_ARCH_X86_64:
+    return "amd64";
+  case SCMP_ARCH_X86:
+    return "386";
+  case SCMP_ARCH_AARCH64:
+    return "arm64";
+  case SCMP_ARCH_ARM:
+    return "arm";
+  case SCMP_ARCH_PPC64LE:
+    return "ppc64le";
+  case SCMP_ARCH_S390X:
+    return "s390x";
+  case SCMP_ARCH_RISCV64:
+    return "riscv64";
+  default:
+    return "";
   }
 }
 
@@ -618,8 +613,8 @@ static int filter_matches(yajl_val f, bool includes, bool *ret, agsx_error_t *er
     all = all && in, any = any || in;
   }
   for (size_t i = 0; caps && i < caps->u.array.len; i++) {
-    bool granted = name_in_ci(caps->u.array.values[i]->u.string, granted_caps,
-                              AGSX_ARRAY_SIZE(granted_caps));
+    bool granted =
+        agsx_cap_name_is_default(caps->u.array.values[i]->u.string);
     all = all && granted, any = any || granted;
   }
   const char *min = agsx_json_get_string(f, "minKernel");
@@ -660,9 +655,12 @@ static const struct {
   const char *name;
   enum scmp_compare op;
 } ops[] = {
-    {"SCMP_CMP_NE", SCMP_CMP_NE}, {"SCMP_CMP_LT", SCMP_CMP_LT},
-    {"SCMP_CMP_LE", SCMP_CMP_LE}, {"SCMP_CMP_EQ", SCMP_CMP_EQ},
-    {"SCMP_CMP_GE", SCMP_CMP_GE}, {"SCMP_CMP_GT", SCMP_CMP_GT},
+    {"SCMP_CMP_NE", SCMP_CMP_NE},
+    {"SCMP_CMP_LT", SCMP_CMP_LT},
+    {"SCMP_CMP_LE", SCMP_CMP_LE},
+    {"SCMP_CMP_EQ", SCMP_CMP_EQ},
+    {"SCMP_CMP_GE", SCMP_CMP_GE},
+    {"SCMP_CMP_GT", SCMP_CMP_GT},
     {"SCMP_CMP_MASKED_EQ", SCMP_CMP_MASKED_EQ},
 };
 
@@ -701,8 +699,8 @@ static int parse_arg(yajl_val a, struct scmp_arg_cmp *ret, agsx_error_t *err) {
   uint64_t v1, v2;
   if (json_u64(a, "value", &v1, err) < 0 || json_u64(a, "valueTwo", &v2, err) < 0)
     return -1;
-  *ret = (struct scmp_arg_cmp){.arg = (unsigned)index, .op = ops[i].op, .datum_a = v1,
-                               .datum_b = v2};
+  *ret =
+      (struct scmp_arg_cmp){.arg = (unsigned)index, .op = ops[i].op, .datum_a = v1, .datum_b = v2};
   return 0;
 }
 
@@ -783,8 +781,7 @@ static int add_json_entry(scmp_filter_ctx ctx, uint32_t def, yajl_val entry, siz
   return 0;
 }
 
-static int add_json_syscalls(scmp_filter_ctx ctx, uint32_t def, yajl_val root,
-                             agsx_error_t *err) {
+static int add_json_syscalls(scmp_filter_ctx ctx, uint32_t def, yajl_val root, agsx_error_t *err) {
   yajl_val calls = agsx_json_get(root, "syscalls");
   size_t nnames = 0;
   if (calls == NULL || YAJL_IS_NULL(calls))
@@ -898,8 +895,7 @@ static int cache_read(int dfd, const char *name, struct agsx_seccomp_bpf *ret) {
   agsx_error_t e = NULL;
   _cleanup_free_ char *buf = NULL;
   size_t len = 0;
-  if (agsx_read_file_at(dfd, name, BPF_MAXINSNS * sizeof(struct sock_filter), &buf, &len, &e) <
-      0) {
+  if (agsx_read_file_at(dfd, name, BPF_MAXINSNS * sizeof(struct sock_filter), &buf, &len, &e) < 0) {
     if (e->errno_ != ENOENT)
       agsx_warn("seccomp cache: %s", e->msg);
     agsx_error_free(&e);

@@ -68,8 +68,3 @@ int agsx_seccomp_load_cached(const char *cachedir, const char *profile_json, siz
 int agsx_seccomp_install(const struct agsx_seccomp_bpf *bpf);
 
 #endif
-
-/* For seccomp.c only: libseccomp's <seccomp.h>, which this file shadows. */
-#if defined(AGSX_SECCOMP_INCLUDE_LIBSECCOMP) && !defined(_SECCOMP_H)
-#include_next <seccomp.h>
-#endif
