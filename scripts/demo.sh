@@ -24,8 +24,20 @@ run "$agsx" --root "$root" image load "$work/busybox"
 run "$agsx" --root "$root" image ls
 say "$agsx --root $root image inspect busybox | head -n 12"
 "$agsx" --root "$root" image inspect busybox | head -n 12
-run "$agsx" --root "$root" gc --images --dry-run
-say "$agsx run --rm busybox echo hello"
-"$agsx" --root "$root" run --rm busybox echo hello || true
+# A real code sandbox on the default image, `host`: the host's /usr
+# read-only, a generated /etc, fresh /tmp and /root, no network.
+say "$agsx run --rm host python3 -c '...'"
+"$agsx" --root "$root" run --rm host python3 -c '
+import os, platform, socket
+print("hello from a sandbox: Python", platform.python_version())
+print("uid", os.getuid(), "in a user namespace; hostname", socket.gethostname())
+print("root directory:", sorted(os.listdir("/")))
+print("network interfaces:", [n for _, n in socket.if_nameindex()])
+'
+say "$agsx run --json --rm --timeout 2s host sh -c 'echo working; sleep 10'"
+"$agsx" --root "$root" run --json --rm --timeout 2s host sh -c 'echo working; sleep 10' || true
+say "$agsx run --rm --memory 64m host python3 -c 'bytearray(256 << 20)'"
+"$agsx" --root "$root" run --rm --memory 64m host python3 -c 'bytearray(256 << 20)' || true
+run "$agsx" --root "$root" run --rm busybox probe caps
 echo
-echo "demo: images load, list and inspect; sandboxes (agsx run) are the next step."
+echo "demo: done. Try: $agsx run --rm -it host bash"

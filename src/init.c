@@ -31,7 +31,7 @@ _Noreturn void agsx_child_fail(struct agsx_child_ctx *c, int code, agsx_error_t 
 /* Bounding set first (needs CAP_SETPCAP, which we still have), then the
  * process sets: effective = permitted = inheritable = the default set. A
  * non-root command loses them at exec, as with Docker. */
-static int set_caps(agsx_error_t *err) {
+static int drop_bounding(agsx_error_t *err) {
   for (int cap = 0; cap <= 63; cap++) {
     if (agsx_cap_is_default(cap))
       continue;
@@ -41,6 +41,10 @@ static int set_caps(agsx_error_t *err) {
       return agsx_error_set(err, errno, "drop capability %d", cap);
     }
   }
+  return 0;
+}
+
+static int set_caps(agsx_error_t *err) {
   if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
     return agsx_error_set(err, errno, "clear ambient capabilities");
   struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
@@ -144,8 +148,10 @@ static _Noreturn void run_command(struct agsx_child_ctx *c, int errpipe, const s
       goto fail;
     }
   }
-  if (enter_cwd(cfg->cwd ? cfg->cwd : "/", &err) < 0 || drop_to_user(&c->user, &err) < 0 ||
-      set_caps(&err) < 0)
+  /* Bounding set while still root (dropping needs CAP_SETPCAP in the
+   * effective set), then ids, then the process sets. */
+  if (enter_cwd(cfg->cwd ? cfg->cwd : "/", &err) < 0 || drop_bounding(&err) < 0 ||
+      drop_to_user(&c->user, &err) < 0 || set_caps(&err) < 0)
     goto fail;
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
     agsx_error_set(&err, errno, "no_new_privs");
@@ -153,8 +159,15 @@ static _Noreturn void run_command(struct agsx_child_ctx *c, int errpipe, const s
   }
   /* Nothing of ours may reach the command: every fd above 2 closes at exec. */
   agsx_cloexec_from(3);
-  sigprocmask(SIG_SETMASK, oldmask, NULL);
-  signal(SIGPIPE, SIG_DFL);
+  /* A clean signal state: agsx blocks and ignores signals the command must
+   * receive (exec keeps both the mask and ignored dispositions). */
+  for (int sig = 1; sig < NSIG; sig++)
+    if (sig != SIGKILL && sig != SIGSTOP)
+      signal(sig, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  (void)oldmask;
   if (cfg->seccomp) {
     int r = agsx_seccomp_install(cfg->seccomp);
     if (r < 0) {

@@ -61,7 +61,7 @@ static int dir_in_root(int rootfd, const char *path, bool create, bool strict, a
   char *slash = strrchr(parent, '/');
   while (slash && slash > parent && slash[1] == '\0')
     *slash = '\0', slash = strrchr(parent, '/');
-  const char *base = slash ? slash + 1 : parent;
+  _cleanup_free_ char *base = xstrdup(slash ? slash + 1 : parent);
   if (slash == parent)
     parent[1] = '\0';
   else if (slash)
@@ -157,7 +157,7 @@ static int overlay_root(struct agsx_child_ctx *c, int t, agsx_error_t *err) {
   }
   const char *opts[] = {"lowerdir", lower, "upperdir", "upper", "workdir", "work",
                         "userxattr", NULL, NULL};
-  unsigned attrs = MOUNT_ATTR_NODEV | (cfg->read_only ? MOUNT_ATTR_RDONLY : 0);
+  unsigned attrs = MOUNT_ATTR_NODEV;
   _cleanup_close_ int ovl = fs_new("overlay", opts, attrs, err);
   if (ovl < 0)
     return agsx_error_wrap(err, "root filesystem");
@@ -456,8 +456,9 @@ int agsx_child_rootfs(struct agsx_child_ctx *c, agsx_error_t *err) {
   if (etc_files(c, root, err) < 0 || mount_binds(c, root, err) < 0 ||
       mount_proc_sys(root, devnull, err) < 0 || mount_dev(root, err) < 0)
     return -1;
-  /* The host image's root holds only mount points and generated files. */
-  if (c->cfg->host_image) {
+  /* --read-only, once the files agsx provides are written. The host
+   * image's root holds only mount points and generated files: always. */
+  if (c->cfg->host_image || c->cfg->read_only) {
     struct mount_attr a = {.attr_set = MOUNT_ATTR_RDONLY};
     if (mount_setattr(root, "", AT_EMPTY_PATH, &a, sizeof(a)) < 0)
       return agsx_error_set(err, errno, "read-only root");

@@ -344,6 +344,7 @@ int agsx_sandbox_handle_event(struct agsx_sandbox *sb, agsx_error_t *err) {
     sb->exit_code = 128 + sb->term_signal;
   }
   sb->reason = AGSX_STOP_EXIT;
+  sb->exited = true;
   return 1;
 }
 
@@ -368,7 +369,7 @@ static void reap_init(struct agsx_sandbox *sb) {
   do
     r = waitpid(sb->init_pid, &status, 0);
   while (r < 0 && errno == EINTR);
-  if (r == sb->init_pid && sb->reason == AGSX_STOP_NONE) {
+  if (r == sb->init_pid && !sb->exited) {
     /* No EXIT message: the init itself was killed. */
     if (WIFSIGNALED(status)) {
       sb->term_signal = WTERMSIG(status);

@@ -96,6 +96,7 @@ struct agsx_sandbox {
   /* filled by agsx_sandbox_wait */
   int exit_code;
   int term_signal; /* the command died of this signal, 0 if not */
+  bool exited;     /* the init reported the command's end */
   enum agsx_stop_reason reason;
 };
 
