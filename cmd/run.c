@@ -173,7 +173,7 @@ static int prepare_image(struct agsx_ctx *ctx, const char *image, struct prepare
   if (agsx_store_open(ctx->root, false, &p->store, err) < 0) {
     if (agsx_error_errno(err) == ENOENT) {
       agsx_error_free(err);
-      return agsx_error_set(err, ENOENT, "image `%s` not found", image);
+      return agsx_error_set_quiet(err, ENOENT, "image `%s` not found", image);
     }
     return -1;
   }
@@ -485,8 +485,9 @@ static int run_sandbox(struct agsx_ctx *ctx, struct run_opts *o, struct prepared
     code = f.sb ? f.sb->exit_code : 125;
     goto out;
   }
+  int64_t ready = agsx_mono_ns();
   if (o->timing)
-    print_timing(f.sb, prep, agsx_mono_ns() - t0);
+    print_timing(f.sb, prep, ready - t0);
   if (o->tty) {
     set_winsize(f.sb->pty_master);
     raw_terminal(&f);
@@ -499,6 +500,7 @@ static int run_sandbox(struct agsx_ctx *ctx, struct run_opts *o, struct prepared
 out:
   restore_terminal(&f);
   if (f.sb) {
+    int64_t td = agsx_mono_ns();
     agsx_error_t derr = NULL;
     if (agsx_sandbox_destroy(f.sb, &derr) < 0 && err == NULL)
       err = derr;
@@ -506,6 +508,8 @@ out:
       agsx_error_free(&derr);
     if (err == NULL)
       code = f.sb->exit_code;
+    if (o->timing)
+      dprintf(STDERR_FILENO, "agsx: timing: teardown %.3f ms\n", (double)(agsx_mono_ns() - td) / 1e6);
   }
   if (err)
     error = err->msg;

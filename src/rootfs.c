@@ -285,7 +285,7 @@ static const char *const masked[] = {
     "/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
     "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
     "/proc/scsi", "/proc/sysrq-trigger", "/sys/firmware", "/sys/devices/virtual/powercap",
-    "/sys/kernel/security", "/sys/kernel/debug",
+    "/sys/kernel/security", "/sys/kernel/debug", "/sys/fs/cgroup",
 };
 static const char *const readonly[] = {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys"};
 
@@ -326,6 +326,8 @@ static int mount_proc_sys(int root, int devnull, agsx_error_t *err) {
       fs_new("proc", NULL, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, err);
   if (proc < 0 || attach(root, "/proc", proc, true, err) < 0)
     return -1;
+  /* Recursive: in a user namespace a mount with locked submounts can only
+   * be cloned whole. The host's cgroup trees under it are masked below. */
   _cleanup_close_ int sys = bind_clone(AT_FDCWD, "/sys", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
                                                              MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
                                        true, err);

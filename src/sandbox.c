@@ -259,10 +259,7 @@ static int wait_ready(struct agsx_sandbox *sb, agsx_error_t *err) {
   if (m.type == AGSX_MSG_ERROR) {
     sb->exit_code = m.code;
     /* The text already ends with the errno's message. */
-    agsx_error_set(err, 0, "%s", m.text);
-    if (err && *err)
-      (*err)->errno_ = m.err;
-    return -1;
+    return agsx_error_set_quiet(err, m.err, "%s", m.text);
   }
   return agsx_error_set(err, 0, "unexpected message %d from the sandbox init", m.type);
 }

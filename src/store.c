@@ -491,7 +491,7 @@ int agsx_store_resolve(struct agsx_store *s, const char *name, struct agsx_store
     r = agsx_error_set(err, 0, "image `%s` is ambiguous: more than one image id starts with it",
                        name);
   else if (found < 0)
-    r = agsx_error_set(err, ENOENT, "image `%s` not found", name);
+    r = agsx_error_set_quiet(err, ENOENT, "image `%s` not found", name);
   else {
     *ret = v[found];
     memset(&v[found], 0, sizeof(v[found]));

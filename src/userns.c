@@ -39,11 +39,10 @@ int agsx_userns_reserve(int statefd, struct agsx_idrange *ret, agsx_error_t *err
   _cleanup_close_ int slots = open_slots(statefd, err);
   if (slots < 0)
     return -1;
-  /* Start at a pseudo-random slot so concurrent starts rarely contend on
-   * the same lock files. */
-  unsigned start = (unsigned)((uint64_t)agsx_mono_ns() % AGSX_UID_SLOTS);
+  /* Lowest free slot first: the lock files of busy hosts are reused rather
+   * than created (a create costs a journal write on disk-backed state). */
   for (unsigned i = 0; i < AGSX_UID_SLOTS; i++) {
-    int r = try_slot(slots, (start + i) % AGSX_UID_SLOTS, ret, err);
+    int r = try_slot(slots, i, ret, err);
     if (r != 0)
       return r < 0 ? -1 : 0;
   }

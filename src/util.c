@@ -37,6 +37,19 @@ int agsx_error_set(agsx_error_t *err, int errno_, const char *fmt, ...) {
   return -1;
 }
 
+int agsx_error_set_quiet(agsx_error_t *err, int errno_, const char *fmt, ...) {
+  if (err == NULL || *err != NULL)
+    return -1;
+  va_list ap;
+  va_start(ap, fmt);
+  struct agsx_error_s *e = xzalloc(sizeof(*e));
+  e->errno_ = errno_;
+  e->msg = vformat(fmt, ap);
+  va_end(ap);
+  *err = e;
+  return -1;
+}
+
 int agsx_error_wrap(agsx_error_t *err, const char *fmt, ...) {
   if (err == NULL || *err == NULL)
     return -1;

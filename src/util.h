@@ -29,6 +29,10 @@ int agsx_error_set(agsx_error_t *err, int errno_, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Prefixes the message of *err with "context: ". Returns -1. */
 int agsx_error_wrap(agsx_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Like agsx_error_set, but the message is complete as given: ERRNO_ is
+ * recorded for callers (agsx_error_errno) without its text appended. */
+int agsx_error_set_quiet(agsx_error_t *err, int errno_, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 void agsx_error_free(agsx_error_t *err);
 /* errno_ of *err, or EIO when unknown. */
 int agsx_error_errno(const agsx_error_t *err);
