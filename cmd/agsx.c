@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "cmd.h"
+#include "state.h"
 
 #include <string.h>
 
@@ -45,7 +46,9 @@ static const struct agsx_option gc_opts[] = {
 };
 
 static const struct agsx_option run_opts[] = {
-    {"rm", 0, NULL, "Remove the sandbox when it ends (foreground sandboxes always are)", O_RM},
+    {"detach", 'd', NULL, "Start in the background; print the id once the command runs", O_DETACH},
+    {"name", 0, "NAME", "Name the sandbox (unique; usable wherever an id is)", O_NAME},
+    {"rm", 0, NULL, "Remove the sandbox's record when it ends", O_RM},
     {"interactive", 'i', NULL, "Keep stdin open and pass it to the command", O_INTERACTIVE},
     {"tty", 't', NULL, "Give the command a terminal", O_TTY},
     {"json", 0, NULL, "Capture output; print one JSON result (see agsx-run(1))", O_JSON},
@@ -67,6 +70,25 @@ static const struct agsx_option run_opts[] = {
     {0},
 };
 
+static const struct agsx_option ls_opts[] = {
+    {"all", 'a', NULL, "Also list ended sandboxes, with stop reason and exit code", O_ALL},
+    {"quiet", 'q', NULL, "Print short ids only", O_QUIET},
+    {"json", 0, NULL, "Print a JSON list (see agsx-ls(1))", O_JSON},
+    {0},
+};
+
+static const struct agsx_option kill_opts[] = {
+    {"signal", 's', "SIGNAL", "Only send SIGNAL (name or number) to the command", O_SIGNAL},
+    {"all", 'a', NULL, "Every running sandbox", O_ALL},
+    {0},
+};
+
+static const struct agsx_option update_opts[] = {
+    {"timeout", 0, "DURATION", "New lifetime, counted from now (at most 24h)", O_TIMEOUT},
+    {"json", 0, NULL, "Print the new deadline as JSON", O_JSON},
+    {0},
+};
+
 static const struct agsx_option none[] = {{0}};
 
 /* Commands of DESIGN.md §3 that later work fills in say so and exit 125. */
@@ -76,11 +98,11 @@ const struct agsx_command agsx_commands[] = {
     {"exec", "[OPTIONS] SANDBOX CMD [ARG...]", "Run a command in a running sandbox", none,
      agsx_cmd_not_yet, NULL},
     {"cp", "SRC DST", "Copy files between a sandbox and the host", none, agsx_cmd_not_yet, NULL},
-    {"ls", "[OPTIONS]", "List sandboxes", none, agsx_cmd_not_yet, NULL},
-    {"kill", "[OPTIONS] SANDBOX...", "Stop sandboxes or send them a signal", none,
-     agsx_cmd_not_yet, NULL},
-    {"update", "[OPTIONS] SANDBOX", "Change a running sandbox's deadline", none, agsx_cmd_not_yet,
-     NULL},
+    {"ls", "[OPTIONS]", "List sandboxes", ls_opts, agsx_cmd_ls, NULL},
+    {"kill", "[OPTIONS] SANDBOX...", "Stop sandboxes or send them a signal", kill_opts,
+     agsx_cmd_kill, NULL},
+    {"update", "--timeout DURATION SANDBOX", "Change a running sandbox's deadline", update_opts,
+     agsx_cmd_update, NULL},
     {"gc", "[OPTIONS]", "Remove what ended sandboxes and crashes left behind", gc_opts, agsx_cmd_gc,
      NULL},
     {"build", "[OPTIONS] CONTEXT", "Build an image from a Dockerfile", none, agsx_cmd_not_yet,
@@ -211,6 +233,9 @@ int main(int argc, char **argv) {
   }
   if (c == NULL)
     return agsx_failf("unknown command `%s` (see agsx --help)", argv[i]);
+  /* Sandboxes past their deadline are reaped by any agsx invocation (at
+   * most once a second; never creates the state directory). */
+  agsx_state_reap_all(ctx.state, false, NULL);
   /* The command sees argv[0] = its (last) name word. */
   int first = i + words - 1;
   return c->run(&ctx, c, argc - first, argv + first);

@@ -263,7 +263,7 @@ int agsx_cmd_image_rm(struct agsx_ctx *ctx, const struct agsx_command *cmd, int 
   }
   yajl_gen_array_close(g);
   /* Content no image names any more goes with it, as with docker rmi. */
-  if (agsx_store_gc(s, false, report_quiet, NULL, &err) < 0)
+  if (agsx_store_gc(s, NULL, false, report_quiet, NULL, &err) < 0)
     rc = agsx_fail(&err);
   if (f.json)
     print_json(g);
@@ -329,44 +329,3 @@ int agsx_cmd_image_inspect(struct agsx_ctx *ctx, const struct agsx_command *cmd,
   return 0;
 }
 
-/* ---- gc ---- */
-
-struct gc_out {
-  const struct flags *f;
-  yajl_gen g;
-};
-
-static void report_gc(const char *what, void *data) {
-  struct gc_out *o = data;
-  if (o->f->json)
-    agsx_json_str(o->g, what);
-  else
-    printf("%s%s\n", o->f->dry_run ? "would remove " : "removed ", what);
-}
-
-int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
-  struct flags f;
-  int i = parse(ctx, cmd, argc, argv, &f);
-  if (i < 0)
-    return AGSX_EXIT_FAILURE;
-  if (i < argc)
-    return agsx_failf("gc: unexpected argument `%s`", argv[i]);
-  agsx_error_t err = NULL;
-  _cleanup_store_ struct agsx_store *s = NULL;
-  if (agsx_store_open(ctx->root, true, &s, &err) < 0)
-    return agsx_fail(&err);
-  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
-  struct gc_out out = {&f, g};
-  yajl_gen_array_open(g);
-  /* Sandboxes do not exist yet: what gc removes today is the store's
-   * leftovers (work dirs of crashed imports) and, with --images, content no
-   * image references. */
-  if (!f.dry_run && agsx_store_clean_tmp(s, &err) < 0)
-    return agsx_fail(&err);
-  if (f.images && agsx_store_gc(s, f.dry_run, report_gc, &out, &err) < 0)
-    return agsx_fail(&err);
-  yajl_gen_array_close(g);
-  if (f.json)
-    print_json(g);
-  return 0;
-}

@@ -3,6 +3,7 @@
 
 #include "cmd.h"
 #include "sandbox.h"
+#include "state.h"
 #include "store.h"
 
 #include <fcntl.h>
@@ -20,7 +21,7 @@
 #define DEFAULT_TIMEOUT_SEC 300
 
 struct run_opts {
-  bool rm, interactive, tty, json, read_only, timing;
+  bool rm, interactive, tty, json, read_only, timing, detach;
   const char *user, *workdir, *hostname, *name, *network, *seccomp;
   char **env;
   size_t n_env;
@@ -108,6 +109,13 @@ static int on_run_opt(void *data, int id, const char *v) {
   agsx_error_t err = NULL;
   switch (id) {
   case O_RM: o->rm = true; return 0;
+  case O_DETACH: o->detach = true; return 0;
+  case O_NAME:
+    if (!agsx_name_is_valid(v))
+      return agsx_failf("run: invalid name `%s`: letters, digits and _.- (at most 64, starting "
+                        "with a letter or digit)", v), -1;
+    o->name = v;
+    return 0;
   case O_INTERACTIVE: o->interactive = true; return 0;
   case O_TTY: o->tty = true; return 0;
   case O_JSON: o->json = true; return 0;
@@ -157,6 +165,7 @@ static char **strv_concat(char **a, char **b) {
 }
 
 struct prepared {
+  const char *image_name;
   struct agsx_store *store;
   struct agsx_image_info info;
   char **argv, **env;
@@ -217,6 +226,7 @@ static int build_config(struct run_opts *o, char **cmd, struct prepared *p,
     cfg->limits.cpu_quota_us = (uint64_t)(o->cpus * AGSX_CGROUP_CPU_PERIOD_US);
   }
   cfg->timing = o->timing;
+  cfg->name = o->name;
   return 0;
 }
 
@@ -239,6 +249,10 @@ static int prepare_seccomp(struct agsx_ctx *ctx, struct run_opts *o, struct prep
 
 /* ---- the foreground: terminal, output, deadline, signals ------------------------------------ */
 
+/* ---- supervision: the deadline, stop requests, the record -------------------------------------
+ * The caller of a foreground run supervises its sandbox; `run -d` forks a
+ * detached supervisor that does the same without a terminal. */
+
 struct output {
   char *buf;
   size_t len;
@@ -246,15 +260,19 @@ struct output {
   int fd;
 };
 
-struct fg {
-  struct agsx_sandbox *sb;
+struct sup {
+  struct agsx_ctx *ctx;
   struct run_opts *o;
+  struct prepared *p;
+  struct agsx_sandbox_config *cfg;
+  struct agsx_sandbox *sb;
   int sigfd, timerfd;
   struct output out[2];
-  bool term_raw;
+  bool term_raw, detached;
   struct termios saved;
-  bool deadline_hit, killed;
-  int64_t started;
+  bool stopping, killed, recorded;
+  enum agsx_stop_reason stop_reason;
+  int64_t started, deadline;
 };
 
 static void read_output(struct output *o) {
@@ -294,7 +312,7 @@ static void set_winsize(int master) {
     ioctl(master, TIOCSWINSZ, &ws);
 }
 
-static void raw_terminal(struct fg *f) {
+static void raw_terminal(struct sup *f) {
   if (!isatty(STDIN_FILENO) || tcgetattr(STDIN_FILENO, &f->saved) < 0)
     return;
   struct termios raw = f->saved;
@@ -303,74 +321,106 @@ static void raw_terminal(struct fg *f) {
     f->term_raw = true;
 }
 
-static void restore_terminal(struct fg *f) {
+static void restore_terminal(struct sup *f) {
   if (f->term_raw)
     tcsetattr(STDIN_FILENO, TCSANOW, &f->saved);
   f->term_raw = false;
 }
 
-static void on_signal(struct fg *f) {
-  struct signalfd_siginfo si;
-  if (read(f->sigfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
-    return;
-  if (si.ssi_signo == SIGWINCH) {
-    set_winsize(f->sb->pty_master);
-    return;
-  }
-  agsx_sandbox_signal(f->sb, (int)si.ssi_signo);
+static void arm_deadline(struct sup *f) {
+  struct itimerspec its = {.it_value = {.tv_sec = (time_t)(f->deadline > 0 ? f->deadline : 1)}};
+  timerfd_settime(f->timerfd, TFD_TIMER_ABSTIME, &its, NULL);
 }
 
-static void on_deadline(struct fg *f) {
+/* SIGTERM to every process of the sandbox, then a short grace. */
+static void begin_stop(struct sup *f, enum agsx_stop_reason reason) {
+  if (f->stopping)
+    return;
+  f->stopping = true;
+  f->stop_reason = reason;
+  agsx_sandbox_signal(f->sb, SIGTERM);
+  struct itimerspec its = {.it_value = {.tv_sec = GRACE_SEC}};
+  timerfd_settime(f->timerfd, 0, &its, NULL);
+}
+
+static void on_deadline(struct sup *f) {
   uint64_t ticks;
   if (read(f->timerfd, &ticks, sizeof(ticks)) < 0)
     return;
-  if (!f->deadline_hit) {
-    /* SIGTERM to every process of the sandbox, then a short grace. */
-    f->deadline_hit = true;
-    agsx_sandbox_signal(f->sb, SIGTERM);
-    struct itimerspec its = {.it_value = {.tv_sec = GRACE_SEC}};
-    timerfd_settime(f->timerfd, 0, &its, NULL);
+  if (!f->stopping) {
+    begin_stop(f, AGSX_STOP_TIMEOUT);
   } else if (!f->killed) {
     f->killed = true;
     agsx_sandbox_kill(f->sb);
   }
 }
 
+/* `agsx update` and `agsx kill` change the record, then signal us. */
+static void on_control(struct sup *f) {
+  agsx_error_t err = NULL;
+  struct agsx_record r;
+  if (agsx_record_read(f->sb->statefd, f->sb->id, &r, &err) < 0) {
+    agsx_error_free(&err);
+    return;
+  }
+  if (r.stop_request)
+    begin_stop(f, AGSX_STOP_KILLED);
+  else if (!f->stopping && r.deadline != f->deadline) {
+    f->deadline = r.deadline;
+    arm_deadline(f);
+  }
+  agsx_record_clear(&r);
+}
+
+#define SIG_CONTROL (SIGRTMIN)
+
+static void on_signal(struct sup *f) {
+  struct signalfd_siginfo si;
+  if (read(f->sigfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
+    return;
+  int sig = (int)si.ssi_signo;
+  if (sig == SIG_CONTROL)
+    on_control(f);
+  else if (sig == SIGWINCH)
+    set_winsize(f->sb->pty_master);
+  else if (f->detached && sig == SIGTERM)
+    begin_stop(f, AGSX_STOP_KILLED);
+  else if (!f->detached)
+    agsx_sandbox_signal(f->sb, sig);
+}
+
 /* Runs until the command ends; returns 0 or -1 (err set). */
-static int foreground(struct fg *f, agsx_error_t *err) {
+static int supervise(struct sup *f, agsx_error_t *err) {
   struct agsx_sandbox *sb = f->sb;
   int stdin_closed = !(f->o->interactive && sb->pty_master >= 0);
   int master_closed = sb->pty_master < 0;
   for (;;) {
-    struct pollfd p[6] = {
+    struct pollfd p[7] = {
         {.fd = sb->sync, .events = POLLIN},
         {.fd = f->sigfd, .events = POLLIN},
         {.fd = f->timerfd, .events = POLLIN},
         {.fd = f->out[0].fd, .events = POLLIN},
         {.fd = f->out[1].fd, .events = POLLIN},
         {.fd = master_closed ? -1 : sb->pty_master, .events = POLLIN},
+        {.fd = stdin_closed ? -1 : STDIN_FILENO, .events = POLLIN},
     };
-    struct pollfd in = {.fd = stdin_closed ? -1 : STDIN_FILENO, .events = POLLIN};
-    struct pollfd all[7];
-    memcpy(all, p, sizeof(p));
-    all[6] = in;
-    if (poll(all, 7, -1) < 0) {
+    if (poll(p, 7, -1) < 0) {
       if (errno == EINTR)
         continue;
       return agsx_error_set(err, errno, "poll");
     }
-    if (all[1].revents)
+    if (p[1].revents)
       on_signal(f);
-    if (all[2].revents)
+    if (p[2].revents)
       on_deadline(f);
     for (int i = 0; i < 2; i++)
-      if (all[3 + i].revents)
+      if (p[3 + i].revents)
         read_output(&f->out[i]);
-    if (all[5].revents)
+    if (p[5].revents)
       copy_fd(sb->pty_master, STDOUT_FILENO, &master_closed);
-    if (all[6].revents)
+    if (p[6].revents)
       copy_fd(STDIN_FILENO, sb->pty_master, &stdin_closed);
-    if (all[0].revents) {
+    if (p[0].revents) {
       int r = agsx_sandbox_handle_event(sb, err);
       if (r < 0)
         return -1;
@@ -391,34 +441,32 @@ static int foreground(struct fg *f, agsx_error_t *err) {
   return 0;
 }
 
-static int setup_fg(struct fg *f, uint64_t timeout, agsx_error_t *err) {
+static int setup_signals(struct sup *f, agsx_error_t *err) {
   sigset_t set;
   sigemptyset(&set);
-  int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
+  int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIG_CONTROL};
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(sigs); i++)
     sigaddset(&set, sigs[i]);
   sigprocmask(SIG_BLOCK, &set, NULL);
   f->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-  f->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+  f->timerfd = timerfd_create(CLOCK_REALTIME, TFD_CLOEXEC | TFD_NONBLOCK);
   if (f->sigfd < 0 || f->timerfd < 0)
     return agsx_error_set(err, errno, "signalfd/timerfd");
-  struct itimerspec its = {.it_value = {.tv_sec = (time_t)timeout}};
-  if (timerfd_settime(f->timerfd, 0, &its, NULL) < 0)
-    return agsx_error_set(err, errno, "timerfd");
   return 0;
 }
 
-/* The command's stdio: the caller's (stdin only with -i), pipes with --json. */
-static int setup_stdio(struct fg *f, struct agsx_sandbox_config *cfg, int pipes[2][2],
-                       agsx_error_t *err) {
+/* The command's stdio: the caller's (stdin only with -i), pipes with --json,
+ * /dev/null when detached. */
+static int setup_stdio(struct sup *f, int pipes[2][2], agsx_error_t *err) {
+  struct agsx_sandbox_config *cfg = f->cfg;
   f->out[0].fd = f->out[1].fd = -1;
   int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (devnull < 0)
     return agsx_error_set(err, errno, "open /dev/null");
-  cfg->stdio[0] = f->o->interactive ? STDIN_FILENO : devnull;
-  cfg->stdio[1] = STDOUT_FILENO;
-  cfg->stdio[2] = STDERR_FILENO;
-  if (!f->o->json)
+  cfg->stdio[0] = f->o->interactive && !f->detached ? STDIN_FILENO : devnull;
+  cfg->stdio[1] = f->detached ? devnull : STDOUT_FILENO;
+  cfg->stdio[2] = f->detached ? devnull : STDERR_FILENO;
+  if (!f->o->json || f->detached)
     return 0;
   for (int i = 0; i < 2; i++) {
     if (pipe2(pipes[i], O_CLOEXEC) < 0)
@@ -430,25 +478,97 @@ static int setup_stdio(struct fg *f, struct agsx_sandbox_config *cfg, int pipes[
   return 0;
 }
 
-static void print_json(struct fg *f, const char *error, int exit_code) {
+static void fill_record(struct sup *f, struct agsx_record *r) {
+  const struct agsx_sandbox_config *cfg = f->cfg;
+  memset(r, 0, sizeof(*r));
+  memcpy(r->id, f->sb->id, sizeof(r->id));
+  r->name = f->o->name ? xstrdup(f->o->name) : NULL;
+  r->image = xstrdup(f->p->image_name);
+  r->image_digest = cfg->host_image ? NULL : xstrdup(f->p->info.img.manifest.digest);
+  r->status = AGSX_STATUS_RUNNING;
+  r->exit_code = -1;
+  r->created = r->started = agsx_now_ns() / 1000000000LL;
+  r->timeout = f->o->timeout ? f->o->timeout : DEFAULT_TIMEOUT_SEC;
+  r->deadline = f->deadline;
+  agsx_proc_ref_self(&r->supervisor);
+  r->init.pid = f->sb->init_pid;
+  r->init.start_time = agsx_proc_start_time(f->sb->init_pid);
+  r->network = xstrdup("internal");
+  r->memory = cfg->limits.memory;
+  r->pids = cfg->limits.pids;
+  r->disk = cfg->disk;
+  r->cpu_quota_us = cfg->limits.cpu_quota_us;
+  r->slot = f->sb->ids.slot;
+  r->uid_base = f->sb->ids.base;
+  r->argv = strv_concat(cfg->argv, NULL);
+  r->env = strv_concat(cfg->env, NULL);
+  r->user = cfg->user ? xstrdup(cfg->user) : NULL;
+  r->cwd = xstrdup(cfg->cwd);
+  r->hostname = xstrdup(cfg->hostname);
+  r->seccomp = xstrdup(f->o->seccomp ? f->o->seccomp : "default");
+  r->rm = f->o->rm;
+}
+
+static int write_start_record(struct sup *f, agsx_error_t *err) {
+  struct agsx_record r;
+  fill_record(f, &r);
+  _cleanup_close_ int lock = agsx_record_lock(f->sb->statefd, f->sb->id, err);
+  int ret = lock < 0 ? -1 : agsx_record_write(f->sb->statefd, &r, err);
+  agsx_record_clear(&r);
+  return ret;
+}
+
+/* The end, in the record (or the record removed with --rm). */
+static void write_end_record(struct sup *f) {
+  agsx_error_t err = NULL;
+  struct agsx_sandbox *sb = f->sb;
+  if (sb->statefd < 0)
+    return;
+  /* A sandbox that never started has no record: the caller got the error. */
+  if (f->o->rm || !f->recorded) {
+    if (agsx_sandbox_remove_record(sb, &err) < 0)
+      agsx_warn("%s", err->msg);
+    agsx_error_free(&err);
+    return;
+  }
+  _cleanup_close_ int lock = agsx_record_lock(sb->statefd, sb->id, &err);
+  struct agsx_record r;
+  if (lock < 0 || agsx_record_read(sb->statefd, sb->id, &r, &err) < 0) {
+    agsx_error_free(&err);
+    fill_record(f, &r);
+  }
+  r.status = AGSX_STATUS_EXITED;
+  free(r.stop_reason);
+  r.stop_reason = xstrdup(agsx_stop_reason_name(sb->reason));
+  r.exit_code = sb->exit_code;
+  r.ended = agsx_now_ns() / 1000000000LL;
+  if (agsx_record_write(sb->statefd, &r, &err) < 0)
+    agsx_warn("%s", err->msg);
+  agsx_error_free(&err);
+  agsx_record_clear(&r);
+}
+
+static void print_json(struct sup *f, const char *error, int exit_code) {
   struct agsx_sandbox *sb = f->sb;
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
   yajl_gen_map_open(g);
   agsx_json_kv_int(g, "exit_code", exit_code);
-  agsx_json_kv_str(g, "stdout", f->out[0].buf ? f->out[0].buf : "");
-  agsx_json_kv_str(g, "stderr", f->out[1].buf ? f->out[1].buf : "");
+  agsx_json_key(g, "stdout");
+  agsx_json_bytes(g, f->out[0].buf ? f->out[0].buf : "", f->out[0].len);
+  agsx_json_key(g, "stderr");
+  agsx_json_bytes(g, f->out[1].buf ? f->out[1].buf : "", f->out[1].len);
   agsx_json_kv_int(g, "duration_ms", (agsx_mono_ns() - f->started) / 1000000);
   agsx_json_kv_str(g, "stop_reason", sb ? agsx_stop_reason_name(sb->reason) : "error");
   agsx_json_kv_bool(g, "truncated", f->out[0].truncated || f->out[1].truncated);
   agsx_json_kv_bool(g, "stdout_truncated", f->out[0].truncated);
   agsx_json_kv_bool(g, "stderr_truncated", f->out[1].truncated);
+  agsx_json_key(g, "signal");
   if (sb && sb->term_signal)
-    agsx_json_kv_int(g, "signal", sb->term_signal);
-  else {
-    agsx_json_key(g, "signal");
+    yajl_gen_integer(g, sb->term_signal);
+  else
     yajl_gen_null(g);
-  }
   agsx_json_kv_str(g, "id", sb ? sb->id : NULL);
+  agsx_json_kv_str(g, "name", f->o->name);
   agsx_json_kv_str(g, "error", error);
   yajl_gen_map_close(g);
   size_t len;
@@ -465,71 +585,148 @@ static void print_timing(const struct agsx_sandbox *sb, int64_t prep_ns, int64_t
   fprintf(stderr, ", total %.3f ms\n", (double)total_ns / 1e6);
 }
 
-/* Runs the sandbox to its end; returns the exit code for the caller. */
-static int run_sandbox(struct agsx_ctx *ctx, struct run_opts *o, struct prepared *p,
-                       struct agsx_sandbox_config *cfg, int64_t t0) {
-  agsx_error_t err = NULL;
-  struct fg f = {.o = o, .sigfd = -1, .timerfd = -1, .started = t0};
-  int pipes[2][2] = {{-1, -1}, {-1, -1}};
-  int code = 125;
-  const char *error = NULL;
-  int64_t prep = agsx_mono_ns() - t0;
-  if (setup_fg(&f, o->timeout ? o->timeout : DEFAULT_TIMEOUT_SEC, &err) < 0 ||
-      setup_stdio(&f, cfg, pipes, &err) < 0)
-    goto out;
-  cfg->state_dir = ctx->state;
-  int r = agsx_sandbox_start(cfg, &f.sb, &err);
+/* Starts the sandbox and writes its record. READY_FD (detached) gets the id
+ * or the error once the command runs. */
+static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
+  f->deadline = agsx_now_ns() / 1000000000LL +
+                (int64_t)(f->o->timeout ? f->o->timeout : DEFAULT_TIMEOUT_SEC);
+  if (setup_signals(f, err) < 0 || setup_stdio(f, pipes, err) < 0)
+    return -1;
+  arm_deadline(f);
+  f->cfg->state_dir = f->ctx->state;
+  int r = agsx_sandbox_start(f->cfg, &f->sb, err);
   for (int i = 0; i < 2; i++)
     agsx_closep(&pipes[i][1]);
-  if (r < 0) {
-    code = f.sb ? f.sb->exit_code : 125;
-    goto out;
+  if (r < 0)
+    return -1;
+  if (write_start_record(f, err) < 0)
+    return -1;
+  f->recorded = true;
+  return 0;
+}
+
+/* Tears down; returns the exit code for the caller. */
+static int finish(struct sup *f, agsx_error_t *err) {
+  int code = f->sb ? f->sb->exit_code : 125;
+  if (f->sb == NULL)
+    return code;
+  if (f->stopping)
+    f->sb->reason = f->stop_reason;
+  int64_t td = agsx_mono_ns();
+  agsx_error_t derr = NULL;
+  if (agsx_sandbox_destroy(f->sb, &derr) < 0 && *err == NULL)
+    *err = derr;
+  else
+    agsx_error_free(&derr);
+  write_end_record(f);
+  if (f->o->timing && !f->detached)
+    dprintf(STDERR_FILENO, "agsx: timing: teardown %.3f ms\n", (double)(agsx_mono_ns() - td) / 1e6);
+  return *err ? (f->sb->exited ? f->sb->exit_code : 125) : f->sb->exit_code;
+}
+
+static void sup_clear(struct sup *f) {
+  agsx_closep(&f->sigfd);
+  agsx_closep(&f->timerfd);
+  for (int i = 0; i < 2; i++) {
+    agsx_closep(&f->out[i].fd);
+    free(f->out[i].buf);
   }
-  int64_t ready = agsx_mono_ns();
-  if (o->timing)
-    print_timing(f.sb, prep, ready - t0);
-  if (o->tty) {
-    set_winsize(f.sb->pty_master);
-    raw_terminal(&f);
+  agsx_sandbox_free(f->sb);
+}
+
+static int run_foreground(struct sup *f, int64_t t0) {
+  agsx_error_t err = NULL;
+  int pipes[2][2] = {{-1, -1}, {-1, -1}};
+  int64_t prep = agsx_mono_ns() - t0;
+  if (start(f, pipes, &err) == 0) {
+    if (f->o->timing)
+      print_timing(f->sb, prep, agsx_mono_ns() - t0);
+    if (f->o->tty) {
+      set_winsize(f->sb->pty_master);
+      raw_terminal(f);
+    }
+    supervise(f, &err);
   }
-  if (foreground(&f, &err) < 0)
-    goto out;
-  if (f.deadline_hit)
-    f.sb->reason = AGSX_STOP_TIMEOUT;
-  code = f.sb->exit_code;
-out:
-  restore_terminal(&f);
-  if (f.sb) {
-    int64_t td = agsx_mono_ns();
-    agsx_error_t derr = NULL;
-    if (agsx_sandbox_destroy(f.sb, &derr) < 0 && err == NULL)
-      err = derr;
-    else
-      agsx_error_free(&derr);
-    if (err == NULL)
-      code = f.sb->exit_code;
-    if (o->timing)
-      dprintf(STDERR_FILENO, "agsx: timing: teardown %.3f ms\n", (double)(agsx_mono_ns() - td) / 1e6);
-  }
-  if (err)
-    error = err->msg;
-  if (f.sb && f.sb->reason == AGSX_STOP_OOM && !o->json)
-    dprintf(STDERR_FILENO, "agsx: sandbox %.12s: out of memory: killed\n", f.sb->id);
-  if (f.sb && f.sb->reason == AGSX_STOP_TIMEOUT && !o->json)
-    dprintf(STDERR_FILENO, "agsx: sandbox %.12s: deadline reached: stopped\n", f.sb->id);
-  if (o->json)
-    print_json(&f, error, code);
+  restore_terminal(f);
+  int code = finish(f, &err);
+  if (f->sb && f->sb->reason == AGSX_STOP_OOM && !f->o->json)
+    dprintf(STDERR_FILENO, "agsx: sandbox %.12s: out of memory: killed\n", f->sb->id);
+  if (f->sb && f->sb->reason == AGSX_STOP_TIMEOUT && !f->o->json)
+    dprintf(STDERR_FILENO, "agsx: sandbox %.12s: deadline reached: stopped\n", f->sb->id);
+  if (f->o->json)
+    print_json(f, err ? err->msg : NULL, code);
   else if (err)
     agsx_failf("%s", err->msg);
   agsx_error_free(&err);
-  agsx_closep(&f.sigfd);
-  agsx_closep(&f.timerfd);
-  for (int i = 0; i < 2; i++) {
-    agsx_closep(&f.out[i].fd);
-    free(f.out[i].buf);
-  }
-  agsx_sandbox_free(f.sb);
+  sup_clear(f);
   return code;
+}
+
+/* run -d: the supervisor detaches into its own session and reports back
+ * through a pipe once the command runs (or why it could not start). */
+static _Noreturn void detached_supervisor(struct sup *f, int report) {
+  agsx_error_t err = NULL;
+  int pipes[2][2] = {{-1, -1}, {-1, -1}};
+  setsid();
+  int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull >= 0)
+    for (int i = 0; i < 3; i++)
+      dup2(devnull, i);
+  int r = start(f, pipes, &err);
+  struct agsx_msg_small {
+    int ok;
+    char text[1024];
+  } m = {.ok = r == 0};
+  snprintf(m.text, sizeof(m.text), "%s", r == 0 ? f->sb->id : err->msg);
+  if (write(report, &m, sizeof(m)) < 0) {
+  }
+  close(report);
+  if (r == 0)
+    supervise(f, &err);
+  finish(f, &err);
+  agsx_error_free(&err);
+  sup_clear(f);
+  _exit(0);
+}
+
+static int run_detached(struct sup *f) {
+  int pfd[2];
+  if (pipe2(pfd, O_CLOEXEC) < 0)
+    return agsx_failf("pipe: %s", strerror(errno));
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0)
+    return agsx_failf("fork the supervisor: %s", strerror(errno));
+  if (pid == 0) {
+    close(pfd[0]);
+    f->detached = true;
+    detached_supervisor(f, pfd[1]);
+  }
+  close(pfd[1]);
+  struct {
+    int ok;
+    char text[1024];
+  } m = {0};
+  ssize_t n = agsx_read_all(pfd[0], &m, sizeof(m));
+  close(pfd[0]);
+  if (n != (ssize_t)sizeof(m))
+    return agsx_failf("the sandbox supervisor died during start-up");
+  m.text[sizeof(m.text) - 1] = '\0';
+  if (!m.ok)
+    return agsx_failf("%s", m.text);
+  if (f->o->json) {
+    _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+    yajl_gen_map_open(g);
+    agsx_json_kv_str(g, "id", m.text);
+    agsx_json_kv_str(g, "name", f->o->name);
+    yajl_gen_map_close(g);
+    size_t len;
+    _cleanup_free_ char *s = agsx_json_gen_steal(g, &len);
+    printf("%s\n", s);
+  } else {
+    printf("%s\n", m.text);
+  }
+  return 0;
 }
 
 static void prepared_clear(struct prepared *p) {
@@ -564,7 +761,11 @@ int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
     agsx_failf("run: --tty and --json do not go together");
     goto done;
   }
-  struct prepared p = {0};
+  if (o.detach && (o.tty || o.interactive)) {
+    agsx_failf("run: --detach runs without a terminal or stdin (use agsx exec -it later)");
+    goto done;
+  }
+  struct prepared p = {.image_name = argv[i]};
   struct agsx_sandbox_config cfg = {0};
   agsx_sandbox_new_id(cfg.id);
   agsx_error_t err = NULL;
@@ -573,7 +774,9 @@ int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
       prepare_seccomp(ctx, &o, &p, &cfg, &err) < 0) {
     code = agsx_fail(&err);
   } else {
-    code = run_sandbox(ctx, &o, &p, &cfg, t0);
+    struct sup f = {.ctx = ctx, .o = &o, .p = &p, .cfg = &cfg, .sigfd = -1, .timerfd = -1,
+                    .started = t0, .out = {{.fd = -1}, {.fd = -1}}};
+    code = o.detach ? run_detached(&f) : run_foreground(&f, t0);
   }
   prepared_clear(&p);
 done:

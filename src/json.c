@@ -117,6 +117,43 @@ void agsx_json_str(yajl_gen g, const char *s) {
 
 void agsx_json_key(yajl_gen g, const char *key) { agsx_json_str(g, key); }
 
+/* Length of the valid UTF-8 sequence at P (at most N bytes), 0 if invalid. */
+static size_t utf8_len(const unsigned char *p, size_t n) {
+  if (p[0] < 0x80)
+    return 1;
+  size_t len = p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc2 && p[0] < 0xe0 ? 2 : 0;
+  if (len == 0 || len > n)
+    return 0;
+  for (size_t i = 1; i < len; i++)
+    if ((p[i] & 0xc0) != 0x80)
+      return 0;
+  /* overlong 3/4-byte forms, surrogates, beyond U+10FFFF */
+  if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0) ||
+      (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))
+    return 0;
+  return len;
+}
+
+void agsx_json_bytes(yajl_gen g, const char *buf, size_t len) {
+  const unsigned char *p = (const unsigned char *)buf;
+  char *out = xmalloc(len * 3 + 1);
+  size_t k = 0;
+  for (size_t i = 0; i < len;) {
+    size_t l = utf8_len(p + i, len - i);
+    if (l == 0) {
+      memcpy(out + k, "\xef\xbf\xbd", 3); /* U+FFFD */
+      k += 3;
+      i++;
+      continue;
+    }
+    memcpy(out + k, p + i, l);
+    k += l;
+    i += l;
+  }
+  yajl_gen_string(g, (const unsigned char *)out, k);
+  free(out);
+}
+
 void agsx_json_kv_str(yajl_gen g, const char *key, const char *value) {
   agsx_json_key(g, key);
   agsx_json_str(g, value);

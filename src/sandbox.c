@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "net.h"
+#include "state.h"
 #include "sandbox-internal.h"
 
 #include <fcntl.h>
@@ -110,17 +111,23 @@ ssize_t agsx_msg_recv(int sock, struct agsx_msg *m, int *fds, size_t maxfds, siz
 
 /* ---- parent-side steps ------------------------------------------------------------ */
 
-static int make_state_dir(struct agsx_sandbox *sb, const char *state_dir, agsx_error_t *err) {
-  if (agsx_mkdir_p(state_dir, 0711, err) < 0)
-    return agsx_error_wrap(err, "state directory");
-  sb->statefd = open(state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+static int make_state_dir(struct agsx_sandbox *sb, const struct agsx_sandbox_config *cfg,
+                          agsx_error_t *err) {
+  sb->statefd = agsx_state_open(cfg->state_dir, true, err);
   if (sb->statefd < 0)
-    return agsx_error_set(err, errno, "open state directory `%s`", state_dir);
+    return -1;
   if (mkdirat(sb->statefd, sb->id, 0700) < 0)
-    return agsx_error_set(err, errno, "create `%s/%s`", state_dir, sb->id);
+    return agsx_error_set(err, errno, "create `%s/%s`", cfg->state_dir, sb->id);
   sb->dirfd = openat(sb->statefd, sb->id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (sb->dirfd < 0 || mkdirat(sb->dirfd, "mnt", 0700) < 0)
-    return agsx_error_set(err, errno, "create `%s/%s/mnt`", state_dir, sb->id);
+    return agsx_error_set(err, errno, "create `%s/%s/mnt`", cfg->state_dir, sb->id);
+  /* The name is claimed once the record directory exists, so a racing
+   * claim never takes it for a stale one. */
+  if (cfg->name) {
+    if (agsx_name_claim(sb->statefd, cfg->name, sb->id, err) < 0)
+      return -1;
+    sb->name = xstrdup(cfg->name);
+  }
   return 0;
 }
 
@@ -258,6 +265,7 @@ static int wait_ready(struct agsx_sandbox *sb, agsx_error_t *err) {
     close(fd);
   if (m.type == AGSX_MSG_ERROR) {
     sb->exit_code = m.code;
+    sb->exited = true; /* the outcome is known: the init's death adds nothing */
     /* The text already ends with the errno's message. */
     return agsx_error_set_quiet(err, m.err, "%s", m.text);
   }
@@ -273,7 +281,7 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
   memcpy(sb->id, cfg->id, sizeof(sb->id));
   *ret = sb;
   int64_t t0 = agsx_mono_ns();
-  if (make_state_dir(sb, cfg->state_dir, err) < 0 ||
+  if (make_state_dir(sb, cfg, err) < 0 ||
       agsx_userns_reserve(sb->statefd, &sb->ids, err) < 0)
     return -1;
   phase(sb, "state+ids", &t0);
@@ -396,21 +404,27 @@ int agsx_sandbox_destroy(struct agsx_sandbox *sb, agsx_error_t *err) {
     sb->reason = AGSX_STOP_ERROR;
   if (sb->dirfd >= 0) {
     /* The sandbox's mounts lived in its own mount namespace and died with
-     * it: only empty directories remain here. */
+     * it: only an empty directory remains here. The record stays until the
+     * caller removes it (agsx_sandbox_remove_record). */
     unlinkat(sb->dirfd, "mnt", AT_REMOVEDIR);
-    agsx_closep(&sb->dirfd);
-    agsx_error_t e = NULL;
-    if (agsx_rm_rf_at(sb->statefd, sb->id, &e) < 0 && r == 0)
-      r = agsx_error_set(err, agsx_error_errno(&e), "%s", e->msg);
-    agsx_error_free(&e);
   }
   agsx_userns_release(&sb->ids);
   return r;
 }
 
+int agsx_sandbox_remove_record(struct agsx_sandbox *sb, agsx_error_t *err) {
+  if (sb->statefd < 0)
+    return 0;
+  if (sb->name)
+    agsx_name_release(sb->statefd, sb->name, sb->id);
+  agsx_closep(&sb->dirfd);
+  return agsx_rm_rf_at(sb->statefd, sb->id, err);
+}
+
 void agsx_sandbox_free(struct agsx_sandbox *sb) {
   if (sb == NULL)
     return;
+  free(sb->name);
   agsx_closep(&sb->pidfd);
   agsx_closep(&sb->sync);
   agsx_closep(&sb->pty_master);

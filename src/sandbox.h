@@ -40,6 +40,7 @@ struct agsx_bind {
 
 struct agsx_sandbox_config {
   char id[AGSX_ID_HEX + 1];
+  const char *name; /* claimed under STATE/names, or NULL */
   const char *hostname;
   /* root filesystem: the layers (lowest first), or the built-in host image */
   bool host_image;
@@ -83,6 +84,7 @@ struct agsx_timing {
 
 struct agsx_sandbox {
   char id[AGSX_ID_HEX + 1];
+  char *name;
   pid_t init_pid;
   int pidfd;       /* of the init */
   int sync;        /* socket to the init */
@@ -117,6 +119,8 @@ void agsx_sandbox_kill(struct agsx_sandbox *sb);
 /* Reaps the init, decides the stop reason, removes cgroup, ids and state
  * directory. Safe to call on a half-started sandbox. */
 int agsx_sandbox_destroy(struct agsx_sandbox *sb, agsx_error_t *err);
+/* Removes STATE/<id> and the name (destroy keeps them for the record). */
+int agsx_sandbox_remove_record(struct agsx_sandbox *sb, agsx_error_t *err);
 void agsx_sandbox_free(struct agsx_sandbox *sb);
 
 void agsx_sandbox_new_id(char out[AGSX_ID_HEX + 1]);

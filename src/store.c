@@ -689,8 +689,8 @@ static int sweep(int dirfd, const struct strset *keep, bool dry_run, const char 
   return 0;
 }
 
-int agsx_store_gc(struct agsx_store *s, bool dry_run, void (*report)(const char *what, void *data),
-                  void *data, agsx_error_t *err) {
+int agsx_store_gc(struct agsx_store *s, char *const *keep, bool dry_run,
+                  void (*report)(const char *what, void *data), void *data, agsx_error_t *err) {
   /* Our own shared lock would block the exclusive one: trade it. */
   agsx_closep(&s->gc_lock);
   _cleanup_close_ int lock = agsx_lock_at(s->rootfd, ".gc.lock", true, err);
@@ -705,6 +705,8 @@ int agsx_store_gc(struct agsx_store *s, bool dry_run, void (*report)(const char 
   struct strset blobs = {0}, layers = {0};
   for (size_t i = 0; i < n; i++)
     mark_manifest(s, v[i].manifest.digest, &blobs, &layers, 0);
+  for (size_t i = 0; keep && keep[i]; i++)
+    mark_manifest(s, keep[i], &blobs, &layers, 0);
   agsx_store_images_free(v, n);
   int r = sweep(s->blobsfd, &blobs, dry_run, "blob", report, data, err);
   if (r == 0)

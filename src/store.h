@@ -99,10 +99,12 @@ void agsx_image_info_clear(struct agsx_image_info *info);
 /* ---- housekeeping ---- */
 /* Removes tmp/ entries whose owner is gone. */
 int agsx_store_clean_tmp(struct agsx_store *s, agsx_error_t *err);
-/* Removes blobs and unpacked layers no index entry references. With DRY_RUN
- * only reports them through REPORT. Takes the exclusive gc lock. */
-int agsx_store_gc(struct agsx_store *s, bool dry_run, void (*report)(const char *what, void *data),
-                  void *data, agsx_error_t *err);
+/* Removes blobs and unpacked layers no index entry references, nor the
+ * manifests in KEEP (NULL-terminated digests: images of running sandboxes).
+ * With DRY_RUN only reports them through REPORT. Takes the exclusive gc
+ * lock. */
+int agsx_store_gc(struct agsx_store *s, char *const *keep, bool dry_run,
+                  void (*report)(const char *what, void *data), void *data, agsx_error_t *err);
 
 /* Creates a flocked work directory under tmp/; returns its fd. */
 int agsx_store_mkwork(struct agsx_store *s, const char *prefix, char **ret_name, agsx_error_t *err);

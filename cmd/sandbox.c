@@ -1,0 +1,485 @@
+/* agsx ls, kill, update: the commands that act on existing sandboxes. */
+#include "config.h"
+
+#include "cmd.h"
+#include "json.h"
+#include "state.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/syscall.h>
+
+struct sflags {
+  bool all, quiet, json, images, dry_run;
+  const char *signal, *timeout;
+};
+
+static int on_sopt(void *data, int id, const char *arg) {
+  struct sflags *f = data;
+  switch (id) {
+  case O_ALL: f->all = true; break;
+  case O_IMAGES: f->images = true; break;
+  case O_DRY_RUN: f->dry_run = true; break;
+  case O_QUIET: f->quiet = true; break;
+  case O_JSON: f->json = true; break;
+  case O_SIGNAL: f->signal = arg; break;
+  case O_TIMEOUT: f->timeout = arg; break;
+  }
+  return 0;
+}
+
+static int sparse(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv,
+                  struct sflags *f) {
+  memset(f, 0, sizeof(*f));
+  f->json = ctx->json;
+  return agsx_parse_options(cmd, argc, argv, on_sopt, f);
+}
+
+static void print_json(yajl_gen g) {
+  size_t len;
+  _cleanup_free_ char *s = agsx_json_gen_steal(g, &len);
+  fwrite(s, 1, len, stdout);
+  fputc('\n', stdout);
+}
+
+static void warn_reap(const char *id, const char *what, void *data) {
+  (void)data;
+  agsx_info("sandbox %.12s: %s", id, what);
+}
+
+static const struct agsx_reap_report reap_log = {warn_reap, NULL};
+
+/* ---- ls ------------------------------------------------------------------------------- */
+
+static const char *status_word(const struct agsx_record *r) {
+  return r->status == AGSX_STATUS_EXITED ? "exited" : r->status == AGSX_STATUS_RUNNING ? "running"
+                                                                                      : "created";
+}
+
+static void record_json(yajl_gen g, const struct agsx_record *r, int64_t now) {
+  yajl_gen_map_open(g);
+  agsx_json_kv_str(g, "id", r->id);
+  agsx_json_kv_str(g, "name", r->name);
+  agsx_json_kv_str(g, "image", r->image);
+  agsx_json_kv_str(g, "image_digest", r->image_digest);
+  agsx_json_kv_str(g, "status", status_word(r));
+  _cleanup_free_ char *created = agsx_format_rfc3339(r->created);
+  _cleanup_free_ char *deadline = agsx_format_rfc3339(r->deadline);
+  agsx_json_kv_str(g, "created", created);
+  agsx_json_kv_str(g, "deadline", deadline);
+  agsx_json_key(g, "time_left");
+  if (r->status == AGSX_STATUS_EXITED)
+    yajl_gen_null(g);
+  else
+    yajl_gen_integer(g, r->deadline > now ? r->deadline - now : 0);
+  agsx_json_kv_str(g, "stop_reason", r->stop_reason);
+  agsx_json_key(g, "exit_code");
+  if (r->status == AGSX_STATUS_EXITED)
+    yajl_gen_integer(g, r->exit_code);
+  else
+    yajl_gen_null(g);
+  agsx_json_kv_str(g, "network", r->network);
+  agsx_json_kv_str(g, "address", r->address);
+  agsx_json_kv_int(g, "pid", r->status == AGSX_STATUS_EXITED ? 0 : r->init.pid);
+  agsx_json_key(g, "limits");
+  yajl_gen_map_open(g);
+  agsx_json_kv_int(g, "memory", (int64_t)r->memory);
+  agsx_json_kv_int(g, "pids", (int64_t)r->pids);
+  agsx_json_kv_int(g, "disk", (int64_t)r->disk);
+  agsx_json_kv_int(g, "cpu_quota_us", (int64_t)r->cpu_quota_us);
+  yajl_gen_map_close(g);
+  yajl_gen_map_close(g);
+}
+
+static void record_row(const struct agsx_record *r, int64_t now) {
+  _cleanup_free_ char *age = agsx_format_duration((uint64_t)(now > r->created ? now - r->created : 0));
+  char left[64];
+  if (r->status == AGSX_STATUS_EXITED) {
+    snprintf(left, sizeof(left), "exited (%d) %s", r->exit_code,
+             r->stop_reason ? r->stop_reason : "");
+  } else {
+    _cleanup_free_ char *l =
+        agsx_format_duration((uint64_t)(r->deadline > now ? r->deadline - now : 0));
+    snprintf(left, sizeof(left), "%s left", l);
+  }
+  printf("%-12.12s  %-16.16s  %-20.20s  %-8s  %-9s  %-24s  %-9s  %s\n", r->id,
+         r->name ? r->name : "", r->image ? r->image : "", status_word(r), age, left,
+         r->network ? r->network : "", r->address ? r->address : "-");
+}
+
+/* Reads every record; a corrupt one is reported and removed. */
+static size_t load_records(int statefd, struct agsx_record **ret) {
+  agsx_error_t err = NULL;
+  _cleanup_strv_ char **ids = NULL;
+  *ret = NULL;
+  if (agsx_state_list(statefd, &ids, &err) < 0) {
+    agsx_warn("%s", err->msg);
+    agsx_error_free(&err);
+    return 0;
+  }
+  size_t n = 0, cap = agsx_strv_len(ids) + 1;
+  struct agsx_record *v = xzalloc(cap * sizeof(*v));
+  for (char **id = ids; *id; id++) {
+    _cleanup_free_ char *path = xasprintf("%s/state.json", *id);
+    if (faccessat(statefd, path, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
+      continue; /* still starting */
+    if (agsx_record_read(statefd, *id, &v[n], &err) == 0) {
+      n++;
+      continue;
+    }
+    agsx_warn("sandbox %.12s: corrupt record removed: %s", *id, err->msg);
+    agsx_error_free(&err);
+    struct agsx_record dead = {0};
+    memcpy(dead.id, *id, 33);
+    agsx_record_remove(statefd, &dead, &err);
+    agsx_error_free(&err);
+  }
+  *ret = v;
+  return n;
+}
+
+static int cmp_created(const void *a, const void *b) {
+  const struct agsx_record *x = a, *y = b;
+  return x->created < y->created ? -1 : x->created > y->created ? 1 : strcmp(x->id, y->id);
+}
+
+int agsx_cmd_ls(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  struct sflags f;
+  int i = sparse(ctx, cmd, argc, argv, &f);
+  if (i < 0)
+    return AGSX_EXIT_FAILURE;
+  if (i < argc)
+    return agsx_failf("ls: unexpected argument `%s`", argv[i]);
+  agsx_state_reap_all(ctx->state, true, &reap_log);
+  _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  struct agsx_record *v = NULL;
+  size_t n = statefd >= 0 ? load_records(statefd, &v) : 0;
+  qsort(v, n, sizeof(*v), cmp_created);
+  int64_t now = agsx_now_ns() / 1000000000LL;
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  yajl_gen_array_open(g);
+  if (!f.json && !f.quiet)
+    printf("%-12s  %-16s  %-20s  %-8s  %-9s  %-24s  %-9s  %s\n", "ID", "NAME", "IMAGE", "STATUS",
+           "CREATED", "TIME LEFT", "NETWORK", "ADDRESS");
+  for (size_t k = 0; k < n; k++) {
+    if (!f.all && v[k].status == AGSX_STATUS_EXITED)
+      continue;
+    if (f.json)
+      record_json(g, &v[k], now);
+    else if (f.quiet)
+      printf("%.12s\n", v[k].id);
+    else
+      record_row(&v[k], now);
+  }
+  yajl_gen_array_close(g);
+  if (f.json)
+    print_json(g);
+  for (size_t k = 0; k < n; k++)
+    agsx_record_clear(&v[k]);
+  free(v);
+  return 0;
+}
+
+/* ---- kill ------------------------------------------------------------------------------- */
+
+static int signal_ref(const struct agsx_proc_ref *ref, int sig) {
+  int fd = (int)syscall(SYS_pidfd_open, ref->pid, 0);
+  if (fd < 0)
+    return -ESRCH;
+  int r = 0;
+  if (!agsx_proc_ref_alive(ref))
+    r = -ESRCH;
+  else if (syscall(SYS_pidfd_send_signal, fd, sig, NULL, 0) < 0)
+    r = -errno;
+  close(fd);
+  return r;
+}
+
+static int parse_signal(const char *s) {
+  static const struct {
+    const char *name;
+    int sig;
+  } sigs[] = {{"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"KILL", SIGKILL},
+              {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTERM}, {"CONT", SIGCONT},
+              {"STOP", SIGSTOP}, {"ALRM", SIGALRM}, {"WINCH", SIGWINCH}};
+  if (strncasecmp(s, "SIG", 3) == 0)
+    s += 3;
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(sigs); i++)
+    if (strcasecmp(s, sigs[i].name) == 0)
+      return sigs[i].sig;
+  char *end;
+  long n = strtol(s, &end, 10);
+  if (*s && *end == '\0' && n > 0 && n < 65)
+    return (int)n;
+  return -1;
+}
+
+/* Asks the supervisor to stop the sandbox and waits for the end (bounded). */
+static int stop_one(int statefd, const char *id, agsx_error_t *err) {
+  struct agsx_record r;
+  {
+    _cleanup_close_ int lock = agsx_record_lock(statefd, id, err);
+    if (lock < 0 || agsx_record_read(statefd, id, &r, err) < 0)
+      return -1;
+    if (r.status == AGSX_STATUS_EXITED) {
+      int code = r.exit_code;
+      agsx_record_clear(&r);
+      return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running (exited with %d)",
+                                  id, code);
+    }
+    r.stop_request = true;
+    if (agsx_record_write(statefd, &r, err) < 0) {
+      agsx_record_clear(&r);
+      return -1;
+    }
+  }
+  int s = signal_ref(&r.supervisor, SIGRTMIN);
+  struct agsx_proc_ref sup = r.supervisor;
+  agsx_record_clear(&r);
+  if (s < 0) /* the supervisor is gone: reap it ourselves */
+    return agsx_state_reap_one(statefd, id, NULL, err) < 0 ? -1 : 0;
+  /* The supervisor sends SIGTERM, waits its grace, then SIGKILL. */
+  for (int i = 0; i < 1000 && agsx_proc_ref_alive(&sup); i++)
+    usleep(10000);
+  if (agsx_proc_ref_alive(&sup))
+    return agsx_error_set_quiet(err, ETIMEDOUT, "sandbox `%.12s` did not stop in time", id);
+  return 0;
+}
+
+static int signal_one(int statefd, const char *id, int sig, agsx_error_t *err) {
+  struct agsx_record r;
+  if (agsx_record_read(statefd, id, &r, err) < 0)
+    return -1;
+  int ret = 0;
+  if (r.status == AGSX_STATUS_EXITED)
+    ret = agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running (exited with %d)", id,
+                               r.exit_code);
+  /* To the init: it forwards the signal to the command (SIGKILL, which it
+   * cannot catch, ends the whole sandbox). */
+  else if (signal_ref(&r.init, sig) < 0)
+    ret = agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running", id);
+  agsx_record_clear(&r);
+  return ret;
+}
+
+static int kill_targets(struct agsx_ctx *ctx, const struct sflags *f, char **names, int n,
+                        int statefd) {
+  int sig = f->signal ? parse_signal(f->signal) : 0;
+  if (f->signal && sig < 0)
+    return agsx_failf("kill: unknown signal `%s`", f->signal);
+  int rc = 0;
+  for (int k = 0; k < n; k++) {
+    agsx_error_t err = NULL;
+    char id[33];
+    if (agsx_state_resolve(statefd, names[k], id, &err) < 0 ||
+        (sig ? signal_one(statefd, id, sig, &err) : stop_one(statefd, id, &err)) < 0) {
+      rc = agsx_fail(&err);
+      continue;
+    }
+    printf("%s\n", names[k]);
+  }
+  (void)ctx;
+  return rc;
+}
+
+int agsx_cmd_kill(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  struct sflags f;
+  int i = sparse(ctx, cmd, argc, argv, &f);
+  if (i < 0)
+    return AGSX_EXIT_FAILURE;
+  if (f.all == (i < argc))
+    return agsx_failf("kill: give SANDBOX... or --all (not both)");
+  agsx_state_reap_all(ctx->state, true, &reap_log);
+  _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (statefd < 0)
+    return f.all ? 0 : agsx_failf("no such sandbox `%s`", argv[i]);
+  if (!f.all)
+    return kill_targets(ctx, &f, argv + i, argc - i, statefd);
+  struct agsx_record *v = NULL;
+  size_t n = load_records(statefd, &v);
+  char **names = xzalloc((n + 1) * sizeof(char *));
+  int m = 0;
+  for (size_t k = 0; k < n; k++)
+    if (v[k].status != AGSX_STATUS_EXITED)
+      names[m++] = xstrdup(v[k].id);
+  int rc = kill_targets(ctx, &f, names, m, statefd);
+  agsx_strv_free(names);
+  for (size_t k = 0; k < n; k++)
+    agsx_record_clear(&v[k]);
+  free(v);
+  return rc;
+}
+
+/* ---- update ------------------------------------------------------------------------------ */
+
+int agsx_cmd_update(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  struct sflags f;
+  int i = sparse(ctx, cmd, argc, argv, &f);
+  if (i < 0)
+    return AGSX_EXIT_FAILURE;
+  if (i != argc - 1 || f.timeout == NULL)
+    return agsx_failf("update: expected --timeout DURATION and one SANDBOX");
+  agsx_error_t err = NULL;
+  uint64_t sec;
+  if (agsx_parse_duration(f.timeout, &sec, &err) < 0)
+    return agsx_failf("update: --timeout: %s", err->msg), agsx_error_free(&err), AGSX_EXIT_FAILURE;
+  agsx_state_reap_all(ctx->state, true, &reap_log);
+  _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  char id[33];
+  if (statefd < 0)
+    return agsx_failf("no such sandbox `%s`", argv[i]);
+  if (agsx_state_resolve(statefd, argv[i], id, &err) < 0)
+    return agsx_fail(&err);
+  struct agsx_record r;
+  {
+    _cleanup_close_ int lock = agsx_record_lock(statefd, id, &err);
+    if (lock < 0 || agsx_record_read(statefd, id, &r, &err) < 0)
+      return agsx_fail(&err);
+    if (r.status == AGSX_STATUS_EXITED) {
+      agsx_record_clear(&r);
+      return agsx_failf("sandbox `%s` is not running", argv[i]);
+    }
+    /* The new deadline counts from now, and the 24 h maximum applies. */
+    r.deadline = agsx_now_ns() / 1000000000LL + (int64_t)sec;
+    r.timeout = sec;
+    if (agsx_record_write(statefd, &r, &err) < 0) {
+      agsx_record_clear(&r);
+      return agsx_fail(&err);
+    }
+  }
+  int s = signal_ref(&r.supervisor, SIGRTMIN);
+  _cleanup_free_ char *when = agsx_format_rfc3339(r.deadline);
+  if (f.json) {
+    _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+    yajl_gen_map_open(g);
+    agsx_json_kv_str(g, "id", r.id);
+    agsx_json_kv_str(g, "deadline", when);
+    agsx_json_kv_int(g, "time_left", (int64_t)sec);
+    yajl_gen_map_close(g);
+    print_json(g);
+  } else {
+    printf("%s\n", argv[i]);
+  }
+  agsx_record_clear(&r);
+  if (s < 0)
+    return agsx_failf("sandbox `%s`: its supervisor is gone", argv[i]);
+  return 0;
+}
+
+/* ---- gc ---------------------------------------------------------------------------------- */
+
+#include "cgroup.h"
+#include "store.h"
+
+#include <sys/stat.h>
+
+struct gc_out {
+  bool dry_run, json;
+  yajl_gen g;
+};
+
+static void gc_report(const char *what, void *data) {
+  struct gc_out *o = data;
+  if (o->json)
+    agsx_json_str(o->g, what);
+  else
+    printf("%s%s\n", o->dry_run ? "would remove " : "removed ", what);
+}
+
+static bool keep_running(const char *name, void *data) {
+  char **running = data;
+  for (char **r = running; r && *r; r++)
+    if (strcmp(*r, name) == 0)
+      return true;
+  return false;
+}
+
+/* Ended records, and record directories that never got a record (a start
+ * that crashed) once they are a minute old. */
+static void gc_records(int statefd, struct agsx_record *v, size_t n, struct gc_out *o) {
+  agsx_error_t err = NULL;
+  for (size_t k = 0; k < n; k++) {
+    if (v[k].status != AGSX_STATUS_EXITED)
+      continue;
+    _cleanup_free_ char *what = xasprintf("sandbox %.12s%s%s (%s)", v[k].id, v[k].name ? " " : "",
+                                          v[k].name ? v[k].name : "",
+                                          v[k].stop_reason ? v[k].stop_reason : "exited");
+    gc_report(what, o);
+    if (!o->dry_run && agsx_record_remove(statefd, &v[k], &err) < 0) {
+      agsx_warn("%s", err->msg);
+      agsx_error_free(&err);
+    }
+  }
+  _cleanup_strv_ char **ids = NULL;
+  if (agsx_state_list(statefd, &ids, &err) < 0) {
+    agsx_error_free(&err);
+    return;
+  }
+  int64_t now = agsx_now_ns() / 1000000000LL;
+  for (char **id = ids; *id; id++) {
+    _cleanup_free_ char *rec = xasprintf("%s/state.json", *id);
+    struct stat st;
+    if (faccessat(statefd, rec, F_OK, AT_SYMLINK_NOFOLLOW) == 0 ||
+        fstatat(statefd, *id, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_mtime > now - 60)
+      continue;
+    _cleanup_free_ char *what = xasprintf("unfinished sandbox directory %.12s", *id);
+    gc_report(what, o);
+    if (!o->dry_run && agsx_rm_rf_at(statefd, *id, &err) < 0)
+      agsx_error_free(&err);
+  }
+}
+
+int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  struct sflags f;
+  int i = sparse(ctx, cmd, argc, argv, &f);
+  if (i < 0)
+    return AGSX_EXIT_FAILURE;
+  if (i < argc)
+    return agsx_failf("gc: unexpected argument `%s`", argv[i]);
+  bool images = f.images, dry_run = f.dry_run;
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  struct gc_out o = {dry_run, f.json, g};
+  yajl_gen_array_open(g);
+  agsx_error_t err = NULL;
+  /* Sandboxes: reap the dead, remove ended records and crash leftovers. */
+  if (!dry_run)
+    agsx_state_reap_all(ctx->state, true, &reap_log);
+  _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  struct agsx_record *v = NULL;
+  size_t n = statefd >= 0 ? load_records(statefd, &v) : 0;
+  char **running = xzalloc((n + 1) * sizeof(char *));
+  char **digests = xzalloc((n + 1) * sizeof(char *));
+  size_t nr = 0, nd = 0;
+  for (size_t k = 0; k < n; k++)
+    if (v[k].status != AGSX_STATUS_EXITED) {
+      running[nr++] = xstrdup(v[k].id);
+      if (v[k].image_digest)
+        digests[nd++] = xstrdup(v[k].image_digest);
+    }
+  if (statefd >= 0)
+    gc_records(statefd, v, n, &o);
+  int rc = 0;
+  if (agsx_cgroup_gc(keep_running, gc_report, &o, dry_run, &err) < 0)
+    rc = agsx_fail(&err);
+  /* The store: work dirs of crashed imports; with --images, content that no
+   * image and no running sandbox uses. */
+  _cleanup_store_ struct agsx_store *s = NULL;
+  if (agsx_store_open(ctx->root, false, &s, &err) == 0) {
+    if (!dry_run && agsx_store_clean_tmp(s, &err) < 0)
+      rc = agsx_fail(&err);
+    if (images && agsx_store_gc(s, digests, dry_run, gc_report, &o, &err) < 0)
+      rc = agsx_fail(&err);
+  } else {
+    agsx_error_free(&err);
+  }
+  yajl_gen_array_close(g);
+  if (f.json)
+    print_json(g);
+  agsx_strv_free(running);
+  agsx_strv_free(digests);
+  for (size_t k = 0; k < n; k++)
+    agsx_record_clear(&v[k]);
+  free(v);
+  return rc;
+}
