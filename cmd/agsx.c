@@ -70,6 +70,17 @@ static const struct agsx_option run_opts[] = {
     {0},
 };
 
+static const struct agsx_option exec_opts[] = {
+    {"interactive", 'i', NULL, "Keep stdin open and pass it to the command", O_INTERACTIVE},
+    {"tty", 't', NULL, "Give the command a terminal", O_TTY},
+    {"json", 0, NULL, "Capture output; print one JSON result (see agsx-exec(1))", O_JSON},
+    {"env", 'e', "KEY=VALUE", "Set an environment variable (KEY alone: the caller's value)", O_ENV},
+    {"workdir", 'w', "DIR", "Working directory (default: the sandbox's)", O_WORKDIR},
+    {"user", 'u', "USER[:GROUP]", "Run as this user (default: the sandbox's)", O_USER},
+    {"timeout", 0, "DURATION", "Kill the command's whole process tree after DURATION", O_TIMEOUT},
+    {0},
+};
+
 static const struct agsx_option ls_opts[] = {
     {"all", 'a', NULL, "Also list ended sandboxes, with stop reason and exit code", O_ALL},
     {"quiet", 'q', NULL, "Print short ids only", O_QUIET},
@@ -95,8 +106,8 @@ static const struct agsx_option none[] = {{0}};
 const struct agsx_command agsx_commands[] = {
     {"run", "[OPTIONS] IMAGE [CMD [ARG...]]", "Run a command in a new sandbox", run_opts,
      agsx_cmd_run, NULL},
-    {"exec", "[OPTIONS] SANDBOX CMD [ARG...]", "Run a command in a running sandbox", none,
-     agsx_cmd_not_yet, NULL},
+    {"exec", "[OPTIONS] SANDBOX CMD [ARG...]", "Run a command in a running sandbox", exec_opts,
+     agsx_cmd_exec, NULL},
     {"cp", "SRC DST", "Copy files between a sandbox and the host", none, agsx_cmd_not_yet, NULL},
     {"ls", "[OPTIONS]", "List sandboxes", ls_opts, agsx_cmd_ls, NULL},
     {"kill", "[OPTIONS] SANDBOX...", "Stop sandboxes or send them a signal", kill_opts,

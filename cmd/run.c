@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "cmd.h"
+#include "io.h"
 #include "sandbox.h"
 #include "state.h"
 #include "store.h"
@@ -16,7 +17,6 @@
 #include <sys/timerfd.h>
 #include <termios.h>
 
-#define OUTPUT_CAP (1u << 20)   /* --json: bytes kept of stdout and of stderr */
 #define GRACE_SEC 2             /* SIGTERM → SIGKILL at the deadline */
 #define DEFAULT_TIMEOUT_SEC 300
 
@@ -253,13 +253,6 @@ static int prepare_seccomp(struct agsx_ctx *ctx, struct run_opts *o, struct prep
  * The caller of a foreground run supervises its sandbox; `run -d` forks a
  * detached supervisor that does the same without a terminal. */
 
-struct output {
-  char *buf;
-  size_t len;
-  bool truncated;
-  int fd;
-};
-
 struct sup {
   struct agsx_ctx *ctx;
   struct run_opts *o;
@@ -267,65 +260,13 @@ struct sup {
   struct agsx_sandbox_config *cfg;
   struct agsx_sandbox *sb;
   int sigfd, timerfd;
-  struct output out[2];
-  bool term_raw, detached;
-  struct termios saved;
+  struct agsx_output out[2];
+  bool detached;
+  struct agsx_term term;
   bool stopping, killed, recorded;
   enum agsx_stop_reason stop_reason;
   int64_t started, deadline;
 };
-
-static void read_output(struct output *o) {
-  char buf[65536];
-  ssize_t n = read(o->fd, buf, sizeof(buf));
-  if (n <= 0) {
-    if (n == 0 || (errno != EINTR && errno != EAGAIN))
-      agsx_closep(&o->fd);
-    return;
-  }
-  size_t room = OUTPUT_CAP - o->len, k = (size_t)n < room ? (size_t)n : room;
-  if (k < (size_t)n)
-    o->truncated = true;
-  if (k) {
-    o->buf = xrealloc(o->buf, o->len + k + 1);
-    memcpy(o->buf + o->len, buf, k);
-    o->len += k;
-    o->buf[o->len] = '\0';
-  }
-}
-
-static void copy_fd(int from, int to, int *closed) {
-  char buf[16384];
-  ssize_t n = read(from, buf, sizeof(buf));
-  if (n <= 0) {
-    if (n == 0 || (errno != EINTR && errno != EAGAIN))
-      *closed = 1;
-    return;
-  }
-  if (agsx_write_all(to, buf, (size_t)n) < 0)
-    *closed = 1;
-}
-
-static void set_winsize(int master) {
-  struct winsize ws;
-  if (master >= 0 && ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0)
-    ioctl(master, TIOCSWINSZ, &ws);
-}
-
-static void raw_terminal(struct sup *f) {
-  if (!isatty(STDIN_FILENO) || tcgetattr(STDIN_FILENO, &f->saved) < 0)
-    return;
-  struct termios raw = f->saved;
-  cfmakeraw(&raw);
-  if (tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0)
-    f->term_raw = true;
-}
-
-static void restore_terminal(struct sup *f) {
-  if (f->term_raw)
-    tcsetattr(STDIN_FILENO, TCSANOW, &f->saved);
-  f->term_raw = false;
-}
 
 static void arm_deadline(struct sup *f) {
   struct itimerspec its = {.it_value = {.tv_sec = (time_t)(f->deadline > 0 ? f->deadline : 1)}};
@@ -382,7 +323,7 @@ static void on_signal(struct sup *f) {
   if (sig == SIG_CONTROL)
     on_control(f);
   else if (sig == SIGWINCH)
-    set_winsize(f->sb->pty_master);
+    agsx_term_winsize(f->sb->pty_master);
   else if (f->detached && sig == SIGTERM)
     begin_stop(f, AGSX_STOP_KILLED);
   else if (!f->detached)
@@ -415,11 +356,11 @@ static int supervise(struct sup *f, agsx_error_t *err) {
       on_deadline(f);
     for (int i = 0; i < 2; i++)
       if (p[3 + i].revents)
-        read_output(&f->out[i]);
+        agsx_output_read(&f->out[i]);
     if (p[5].revents)
-      copy_fd(sb->pty_master, STDOUT_FILENO, &master_closed);
+      agsx_copy_fd(sb->pty_master, STDOUT_FILENO, &master_closed);
     if (p[6].revents)
-      copy_fd(STDIN_FILENO, sb->pty_master, &stdin_closed);
+      agsx_copy_fd(STDIN_FILENO, sb->pty_master, &stdin_closed);
     if (p[0].revents) {
       int r = agsx_sandbox_handle_event(sb, err);
       if (r < 0)
@@ -430,13 +371,12 @@ static int supervise(struct sup *f, agsx_error_t *err) {
   }
   /* Drain what the command wrote before it ended. */
   for (int i = 0; i < 2; i++)
-    while (f->out[i].fd >= 0)
-      read_output(&f->out[i]);
+    agsx_output_drain(&f->out[i]);
   while (!master_closed) {
     struct pollfd p = {.fd = sb->pty_master, .events = POLLIN};
     if (poll(&p, 1, 50) <= 0)
       break;
-    copy_fd(sb->pty_master, STDOUT_FILENO, &master_closed);
+    agsx_copy_fd(sb->pty_master, STDOUT_FILENO, &master_closed);
   }
   return 0;
 }
@@ -550,32 +490,17 @@ static void write_end_record(struct sup *f) {
 
 static void print_json(struct sup *f, const char *error, int exit_code) {
   struct agsx_sandbox *sb = f->sb;
-  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
-  yajl_gen_map_open(g);
-  agsx_json_kv_int(g, "exit_code", exit_code);
-  agsx_json_key(g, "stdout");
-  agsx_json_bytes(g, f->out[0].buf ? f->out[0].buf : "", f->out[0].len);
-  agsx_json_key(g, "stderr");
-  agsx_json_bytes(g, f->out[1].buf ? f->out[1].buf : "", f->out[1].len);
-  agsx_json_kv_int(g, "duration_ms", (agsx_mono_ns() - f->started) / 1000000);
-  agsx_json_kv_str(g, "stop_reason", sb ? agsx_stop_reason_name(sb->reason) : "error");
-  agsx_json_kv_bool(g, "truncated", f->out[0].truncated || f->out[1].truncated);
-  agsx_json_kv_bool(g, "stdout_truncated", f->out[0].truncated);
-  agsx_json_kv_bool(g, "stderr_truncated", f->out[1].truncated);
-  agsx_json_key(g, "signal");
-  if (sb && sb->term_signal)
-    yajl_gen_integer(g, sb->term_signal);
-  else
-    yajl_gen_null(g);
-  agsx_json_kv_str(g, "id", sb ? sb->id : NULL);
-  agsx_json_kv_str(g, "name", f->o->name);
-  agsx_json_kv_str(g, "error", error);
-  yajl_gen_map_close(g);
-  size_t len;
-  _cleanup_free_ char *s = agsx_json_gen_steal(g, &len);
-  fwrite(s, 1, len, stdout);
-  fputc('\n', stdout);
-  fflush(stdout);
+  struct agsx_result r = {
+      .exit_code = exit_code,
+      .out = f->out,
+      .duration_ms = (agsx_mono_ns() - f->started) / 1000000,
+      .stop_reason = sb ? agsx_stop_reason_name(sb->reason) : "error",
+      .signal = sb ? sb->term_signal : 0,
+      .id = sb ? sb->id : NULL,
+      .name = f->o->name,
+      .error = error,
+  };
+  agsx_print_result(&r);
 }
 
 static void print_timing(const struct agsx_sandbox *sb, int64_t prep_ns, int64_t total_ns) {
@@ -627,10 +552,8 @@ static int finish(struct sup *f, agsx_error_t *err) {
 static void sup_clear(struct sup *f) {
   agsx_closep(&f->sigfd);
   agsx_closep(&f->timerfd);
-  for (int i = 0; i < 2; i++) {
-    agsx_closep(&f->out[i].fd);
-    free(f->out[i].buf);
-  }
+  for (int i = 0; i < 2; i++)
+    agsx_output_clear(&f->out[i]);
   agsx_sandbox_free(f->sb);
 }
 
@@ -642,12 +565,12 @@ static int run_foreground(struct sup *f, int64_t t0) {
     if (f->o->timing)
       print_timing(f->sb, prep, agsx_mono_ns() - t0);
     if (f->o->tty) {
-      set_winsize(f->sb->pty_master);
-      raw_terminal(f);
+      agsx_term_winsize(f->sb->pty_master);
+      agsx_term_raw(&f->term);
     }
     supervise(f, &err);
   }
-  restore_terminal(f);
+  agsx_term_restore(&f->term);
   int code = finish(f, &err);
   if (f->sb && f->sb->reason == AGSX_STOP_OOM && !f->o->json)
     dprintf(STDERR_FILENO, "agsx: sandbox %.12s: out of memory: killed\n", f->sb->id);

@@ -479,6 +479,28 @@ int agsx_cgroup_open(const char *name, struct agsx_cgroup **ret, agsx_error_t *e
   return 0;
 }
 
+int agsx_cgroup_create_sub(struct agsx_cgroup *cg, const char *name, struct agsx_cgroup **ret,
+                           agsx_error_t *err) {
+  _cleanup_free_ char *parent = xasprintf("%s/%s", cg->parent, cg->name);
+  _cleanup_cgroup_ struct agsx_cgroup *sub = cg_new(cg->v2, parent, name);
+  for (size_t i = 0; i < cg->n; i++) {
+    if (cg->h[i].fd < 0)
+      continue;
+    struct hier *h = &sub->h[sub->n++];
+    h->mnt = xstrdup(cg->h[i].mnt);
+    h->ctrls = cg->h[i].ctrls;
+    h->parentfd = fcntl(cg->h[i].fd, F_DUPFD_CLOEXEC, 3);
+    if (h->parentfd < 0 || mkdirat(cg->h[i].fd, name, 0755) < 0)
+      return agsx_error_set(err, errno, "create cgroup `%s/%s` in `%s`", parent, name, h->mnt);
+    h->owned = true;
+    h->fd = open_dir_at(cg->h[i].fd, name);
+    if (h->fd < 0)
+      return agsx_error_set(err, errno, "open cgroup `%s/%s` in `%s`", parent, name, h->mnt);
+  }
+  *ret = steal_ptr(&sub);
+  return 0;
+}
+
 /* ---- using it ----------------------------------------------------------------------------------
  */
 

@@ -43,6 +43,11 @@ int agsx_cgroup_create(const char *name, const struct agsx_cgroup_limits *lim,
 /* Re-opens an existing sandbox cgroup in every hierarchy that has it (for
  * exec, ls, kill and gc). ENOENT when no hierarchy has it. */
 int agsx_cgroup_open(const char *name, struct agsx_cgroup **ret, agsx_error_t *err);
+/* Creates a child cgroup NAME of CG in each of its hierarchies (limits are
+ * inherited: they apply to the whole subtree). For `exec`: its process tree
+ * can be killed as one. Destroying the child leaves CG alone. */
+int agsx_cgroup_create_sub(struct agsx_cgroup *cg, const char *name, struct agsx_cgroup **ret,
+                           agsx_error_t *err);
 /* Moves PID into the cgroup, in every hierarchy it has. */
 int agsx_cgroup_attach(struct agsx_cgroup *cg, pid_t pid, agsx_error_t *err);
 /* v2: an O_DIRECTORY fd of the leaf for clone3(CLONE_INTO_CGROUP), owned by

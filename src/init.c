@@ -131,27 +131,24 @@ static int drop_to_user(const struct agsx_user *u, agsx_error_t *err) {
   return 0;
 }
 
-/* X: runs in the child of the init; never returns. Errors go to the init
- * through ERRPIPE as an errno and a message. */
-static _Noreturn void run_command(struct agsx_child_ctx *c, int errpipe, const sigset_t *oldmask) {
+_Noreturn void agsx_proc_exec(const struct agsx_proc_spec *p, int errfd) {
   agsx_error_t err = NULL;
-  const struct agsx_sandbox_config *cfg = c->cfg;
   int code = 125;
   if (setsid() < 0) {
     agsx_error_set(&err, errno, "setsid");
     goto fail;
   }
-  if (cfg->tty) {
-    if (ioctl(c->pty_slave, TIOCSCTTY, 0) < 0 || dup2(c->pty_slave, 0) < 0 ||
-        dup2(c->pty_slave, 1) < 0 || dup2(c->pty_slave, 2) < 0) {
+  if (p->tty_slave >= 0) {
+    if (ioctl(p->tty_slave, TIOCSCTTY, 0) < 0 || dup2(p->tty_slave, 0) < 0 ||
+        dup2(p->tty_slave, 1) < 0 || dup2(p->tty_slave, 2) < 0) {
       agsx_error_set(&err, errno, "controlling terminal");
       goto fail;
     }
   }
   /* Bounding set while still root (dropping needs CAP_SETPCAP in the
    * effective set), then ids, then the process sets. */
-  if (enter_cwd(cfg->cwd ? cfg->cwd : "/", &err) < 0 || drop_bounding(&err) < 0 ||
-      drop_to_user(&c->user, &err) < 0 || set_caps(&err) < 0)
+  if (enter_cwd(p->cwd ? p->cwd : "/", &err) < 0 || drop_bounding(&err) < 0 ||
+      drop_to_user(p->user, &err) < 0 || set_caps(&err) < 0)
     goto fail;
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
     agsx_error_set(&err, errno, "no_new_privs");
@@ -167,23 +164,35 @@ static _Noreturn void run_command(struct agsx_child_ctx *c, int errpipe, const s
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
-  (void)oldmask;
-  if (cfg->seccomp) {
-    int r = agsx_seccomp_install(cfg->seccomp);
+  if (p->seccomp) {
+    int r = agsx_seccomp_install(p->seccomp);
     if (r < 0) {
       agsx_error_set(&err, -r, "load the seccomp filter");
       goto fail;
     }
   }
-  int e = exec_path(cfg->argv, c->env);
+  int e = exec_path(p->argv, p->env);
   code = e == ENOENT || e == ENOTDIR ? 127 : 126;
-  agsx_error_set(&err, e, "exec `%s`", cfg->argv[0]);
+  agsx_error_set(&err, e, "exec `%s`", p->argv[0]);
 fail:;
   struct agsx_msg m = {.type = AGSX_MSG_ERROR, .code = code, .err = err ? err->errno_ : 0};
   snprintf(m.text, sizeof(m.text), "%s", err ? err->msg : "exec failed");
-  if (write(errpipe, &m, sizeof(m)) < 0) {
+  if (write(errfd, &m, sizeof(m)) < 0) {
   }
   _exit(code);
+}
+
+/* X: runs in the child of the init; never returns. */
+static _Noreturn void run_command(struct agsx_child_ctx *c, int errpipe) {
+  struct agsx_proc_spec p = {
+      .argv = c->cfg->argv,
+      .env = c->env,
+      .cwd = c->cfg->cwd,
+      .user = &c->user,
+      .tty_slave = c->cfg->tty ? c->pty_slave : -1,
+      .seccomp = c->cfg->seccomp,
+  };
+  agsx_proc_exec(&p, errpipe);
 }
 
 /* ---- the init ------------------------------------------------------------------------- */
@@ -233,41 +242,53 @@ static int read_small(const char *path, char **ret, size_t *ret_len) {
 
 /* The user, from the sandbox's own /etc (read after pivot_root: inside). */
 static int resolve_user(struct agsx_child_ctx *c, agsx_error_t *err) {
+  return agsx_child_read_user(c->cfg->user, &c->user, err);
+}
+
+char **agsx_child_build_env(char **in, const char *hostname, const struct agsx_user *u, bool tty) {
+  size_t n = agsx_strv_len(in);
+  char **env = xzalloc((n + 5) * sizeof(char *));
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    env[k++] = xstrdup(in[i]);
+  if (!env_get(env, "PATH"))
+    env[k++] = xstrdup("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+  if (!env_get(env, "HOSTNAME"))
+    env[k++] = xasprintf("HOSTNAME=%s", hostname);
+  if (!env_get(env, "HOME"))
+    env[k++] = xasprintf("HOME=%s", u->home[0] ? u->home : "/");
+  if (tty && !env_get(env, "TERM"))
+    env[k++] = xstrdup("TERM=xterm");
+  return env;
+}
+
+static void build_env(struct agsx_child_ctx *c) {
+  c->env = agsx_child_build_env(c->cfg->env, c->cfg->hostname, &c->user, c->cfg->tty);
+}
+
+int agsx_child_open_pty(int *ret_master, int *ret_slave, agsx_error_t *err) {
+  *ret_master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (*ret_master < 0)
+    return agsx_error_set(err, errno, "open /dev/ptmx");
+  int unlock = 0;
+  if (ioctl(*ret_master, TIOCSPTLCK, &unlock) < 0)
+    return agsx_error_set(err, errno, "unlock pty");
+  *ret_slave = ioctl(*ret_master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (*ret_slave < 0)
+    return agsx_error_set(err, errno, "open pty peer");
+  return 0;
+}
+
+int agsx_child_read_user(const char *spec, struct agsx_user *ret, agsx_error_t *err) {
   _cleanup_free_ char *pw = NULL, *gr = NULL;
   size_t pwl, grl;
   read_small("/etc/passwd", &pw, &pwl);
   read_small("/etc/group", &gr, &grl);
-  return agsx_user_resolve(c->cfg->user, pw, pwl, gr, grl, &c->user, err);
-}
-
-static void build_env(struct agsx_child_ctx *c) {
-  char **in = c->cfg->env;
-  size_t n = agsx_strv_len(in);
-  c->env = xzalloc((n + 5) * sizeof(char *));
-  size_t k = 0;
-  for (size_t i = 0; i < n; i++)
-    c->env[k++] = in[i];
-  if (!env_get(c->env, "PATH"))
-    c->env[k++] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-  if (!env_get(c->env, "HOSTNAME"))
-    c->env[k++] = xasprintf("HOSTNAME=%s", c->cfg->hostname);
-  if (!env_get(c->env, "HOME"))
-    c->env[k++] = xasprintf("HOME=%s", c->user.home[0] ? c->user.home : "/");
-  if (c->cfg->tty && !env_get(c->env, "TERM"))
-    c->env[k++] = "TERM=xterm";
+  return agsx_user_resolve(spec, pw, pwl, gr, grl, ret, err);
 }
 
 static int open_pty(struct agsx_child_ctx *c, agsx_error_t *err) {
-  c->pty_master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
-  if (c->pty_master < 0)
-    return agsx_error_set(err, errno, "open /dev/ptmx");
-  int unlock = 0;
-  if (ioctl(c->pty_master, TIOCSPTLCK, &unlock) < 0)
-    return agsx_error_set(err, errno, "unlock pty");
-  c->pty_slave = ioctl(c->pty_master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
-  if (c->pty_slave < 0)
-    return agsx_error_set(err, errno, "open pty peer");
-  return 0;
+  return agsx_child_open_pty(&c->pty_master, &c->pty_slave, err);
 }
 
 static void report_exit(struct agsx_child_ctx *c, int status) {
@@ -360,7 +381,7 @@ _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
   }
   if (cmd == 0) {
     close(ep[0]);
-    run_command(c, ep[1], &old);
+    run_command(c, ep[1]);
   }
   close(ep[1]);
   agsx_closep(&c->pty_slave);

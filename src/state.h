@@ -86,8 +86,6 @@ uint64_t agsx_proc_start_time(pid_t pid);
 bool agsx_proc_ref_alive(const struct agsx_proc_ref *ref);
 int agsx_proc_ref_self(struct agsx_proc_ref *ret);
 
-#endif
-
 /* ---- reaping ----
  * A running record whose supervisor is gone (killed, crashed) describes a
  * dead sandbox: its init died with the supervisor. A supervisor still alive
@@ -104,3 +102,5 @@ int agsx_state_reap_one(int statefd, const char *id, const struct agsx_reap_repo
  * (STATE/.reaped is the stamp), so every agsx invocation can call it. */
 void agsx_state_reap_all(const char *state_dir, bool force, const struct agsx_reap_report *rep);
 #define AGSX_STUCK_GRACE_SEC 15
+
+#endif

@@ -1,0 +1,256 @@
+/* agsx exec: a command in a running sandbox. */
+#include "config.h"
+
+#include "cmd.h"
+#include "exec.h"
+#include "io.h"
+#include "state.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+
+struct exec_opts {
+  bool interactive, tty, json;
+  const char *user, *workdir;
+  char **env;
+  size_t n_env;
+  uint64_t timeout;
+};
+
+static int on_exec_opt(void *data, int id, const char *v) {
+  struct exec_opts *o = data;
+  agsx_error_t err = NULL;
+  switch (id) {
+  case O_INTERACTIVE: o->interactive = true; return 0;
+  case O_TTY: o->tty = true; return 0;
+  case O_JSON: o->json = true; return 0;
+  case O_USER: o->user = v; return 0;
+  case O_WORKDIR:
+    if (v[0] != '/')
+      return agsx_failf("exec: working directory `%s` must be absolute", v), -1;
+    o->workdir = v;
+    return 0;
+  case O_ENV:
+    if (*v == '\0' || *v == '=')
+      return agsx_failf("exec: invalid environment variable `%s` (want KEY=VALUE)", v), -1;
+    o->env = xrealloc(o->env, (o->n_env + 2) * sizeof(char *));
+    if (strchr(v, '='))
+      o->env[o->n_env++] = xstrdup(v);
+    else if (getenv(v))
+      o->env[o->n_env++] = xasprintf("%s=%s", v, getenv(v));
+    o->env[o->n_env] = NULL;
+    return 0;
+  case O_TIMEOUT:
+    if (agsx_parse_duration(v, &o->timeout, &err) < 0)
+      return agsx_failf("exec: --timeout: %s", err->msg), agsx_error_free(&err), -1;
+    return 0;
+  }
+  return 0;
+}
+
+/* The same seccomp program as the sandbox's command. */
+static int load_seccomp(struct agsx_ctx *ctx, const struct agsx_record *rec,
+                        struct agsx_seccomp_bpf *bpf, bool *none, agsx_error_t *err) {
+  *none = rec->seccomp && strcmp(rec->seccomp, "unconfined") == 0;
+  if (*none)
+    return 0;
+  _cleanup_free_ char *json = NULL;
+  size_t len = 0;
+  if (rec->seccomp && strcmp(rec->seccomp, "default") != 0 &&
+      agsx_read_file_at(AT_FDCWD, rec->seccomp, AGSX_SECCOMP_JSON_MAX, &json, &len, err) < 0)
+    return agsx_error_wrap(err, "the sandbox's seccomp profile");
+  _cleanup_free_ char *cache = xasprintf("%s/cache", ctx->state);
+  return agsx_seccomp_load_cached(cache, json, len, bpf, err);
+}
+
+struct eloop {
+  struct agsx_exec *e;
+  struct exec_opts *o;
+  struct agsx_output out[2];
+  int sigfd, timerfd;
+  bool timed_out;
+};
+
+static void on_signal(struct eloop *l) {
+  struct signalfd_siginfo si;
+  if (read(l->sigfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
+    return;
+  if (si.ssi_signo == SIGWINCH)
+    agsx_term_winsize(l->e->pty_master);
+  else if (l->e->pidfd >= 0)
+    syscall(SYS_pidfd_send_signal, l->e->pidfd, si.ssi_signo, NULL, 0);
+}
+
+static void loop(struct eloop *l) {
+  struct agsx_exec *e = l->e;
+  int stdin_closed = !(l->o->interactive && e->pty_master >= 0);
+  int master_closed = e->pty_master < 0;
+  for (;;) {
+    struct pollfd p[7] = {
+        {.fd = e->pidfd, .events = POLLIN},
+        {.fd = l->sigfd, .events = POLLIN},
+        {.fd = l->timerfd, .events = POLLIN},
+        {.fd = l->out[0].fd, .events = POLLIN},
+        {.fd = l->out[1].fd, .events = POLLIN},
+        {.fd = master_closed ? -1 : e->pty_master, .events = POLLIN},
+        {.fd = stdin_closed ? -1 : STDIN_FILENO, .events = POLLIN},
+    };
+    if (poll(p, 7, -1) < 0 && errno != EINTR)
+      break;
+    if (p[1].revents)
+      on_signal(l);
+    if (p[2].revents) {
+      /* The deadline of this command: its whole process tree goes. */
+      l->timed_out = true;
+      agsx_exec_kill_tree(e);
+      agsx_closep(&l->timerfd);
+    }
+    for (int i = 0; i < 2; i++)
+      if (p[3 + i].revents)
+        agsx_output_read(&l->out[i]);
+    if (p[5].revents)
+      agsx_copy_fd(e->pty_master, STDOUT_FILENO, &master_closed);
+    if (p[6].revents)
+      agsx_copy_fd(STDIN_FILENO, e->pty_master, &stdin_closed);
+    if (p[0].revents)
+      break;
+  }
+  agsx_exec_reap(e);
+  for (int i = 0; i < 2; i++)
+    agsx_output_drain(&l->out[i]);
+  while (!master_closed) {
+    struct pollfd p = {.fd = e->pty_master, .events = POLLIN};
+    if (poll(&p, 1, 50) <= 0)
+      break;
+    agsx_copy_fd(e->pty_master, STDOUT_FILENO, &master_closed);
+  }
+}
+
+static int setup(struct eloop *l, struct agsx_exec_config *cfg, int pipes[2][2],
+                 agsx_error_t *err) {
+  sigset_t set;
+  sigemptyset(&set);
+  int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(sigs); i++)
+    sigaddset(&set, sigs[i]);
+  sigprocmask(SIG_BLOCK, &set, NULL);
+  l->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  l->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+  if (l->sigfd < 0 || l->timerfd < 0)
+    return agsx_error_set(err, errno, "signalfd/timerfd");
+  if (l->o->timeout) {
+    struct itimerspec its = {.it_value = {.tv_sec = (time_t)l->o->timeout}};
+    timerfd_settime(l->timerfd, 0, &its, NULL);
+  }
+  int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull < 0)
+    return agsx_error_set(err, errno, "open /dev/null");
+  cfg->stdio[0] = l->o->interactive ? STDIN_FILENO : devnull;
+  cfg->stdio[1] = STDOUT_FILENO;
+  cfg->stdio[2] = STDERR_FILENO;
+  for (int i = 0; l->o->json && i < 2; i++) {
+    if (pipe2(pipes[i], O_CLOEXEC) < 0)
+      return agsx_error_set(err, errno, "pipe");
+    cfg->stdio[1 + i] = pipes[i][1];
+    l->out[i].fd = pipes[i][0];
+    fcntl(pipes[i][0], F_SETFL, O_NONBLOCK);
+  }
+  return 0;
+}
+
+static int run_exec(struct agsx_ctx *ctx, struct exec_opts *o, const struct agsx_record *rec,
+                    char **argv) {
+  int64_t t0 = agsx_mono_ns();
+  agsx_error_t err = NULL;
+  struct agsx_seccomp_bpf bpf = {0};
+  bool unconfined = false;
+  struct eloop l = {.o = o, .sigfd = -1, .timerfd = -1, .out = {{.fd = -1}, {.fd = -1}}};
+  struct agsx_exec_config cfg = {
+      .argv = argv, .env = o->env, .cwd = o->workdir, .user = o->user, .tty = o->tty};
+  int pipes[2][2] = {{-1, -1}, {-1, -1}};
+  int code = 125;
+  struct agsx_term term = {0};
+  if (load_seccomp(ctx, rec, &bpf, &unconfined, &err) < 0 || setup(&l, &cfg, pipes, &err) < 0)
+    goto out;
+  cfg.seccomp = unconfined ? NULL : &bpf;
+  int r = agsx_exec_start(rec, &cfg, &l.e, &code, &err);
+  for (int i = 0; i < 2; i++)
+    agsx_closep(&pipes[i][1]);
+  if (r < 0)
+    goto out;
+  if (o->tty) {
+    agsx_term_winsize(l.e->pty_master);
+    agsx_term_raw(&term);
+  }
+  loop(&l);
+  agsx_term_restore(&term);
+  code = l.e->exit_code;
+out:
+  if (o->json) {
+    struct agsx_result res = {
+        .exit_code = code,
+        .out = l.out,
+        .duration_ms = (agsx_mono_ns() - t0) / 1000000,
+        .stop_reason = err ? "error" : l.timed_out ? "timeout" : "exit",
+        .signal = l.e && !err ? l.e->term_signal : 0,
+        .id = rec->id,
+        .name = rec->name,
+        .error = err ? err->msg : NULL,
+    };
+    agsx_print_result(&res);
+  } else if (err) {
+    agsx_failf("%s", err->msg);
+  }
+  if (l.timed_out && !o->json)
+    dprintf(STDERR_FILENO, "agsx: exec in %.12s: deadline reached: killed\n", rec->id);
+  agsx_error_free(&err);
+  agsx_exec_free(l.e);
+  agsx_seccomp_bpf_clear(&bpf);
+  for (int i = 0; i < 2; i++)
+    agsx_output_clear(&l.out[i]);
+  agsx_closep(&l.sigfd);
+  agsx_closep(&l.timerfd);
+  return code;
+}
+
+int agsx_cmd_exec(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  struct exec_opts o = {.json = ctx->json};
+  int i = agsx_parse_options(cmd, argc, argv, on_exec_opt, &o);
+  int code = AGSX_EXIT_FAILURE;
+  if (i < 0)
+    goto done;
+  if (argc - i < 2) {
+    agsx_failf("exec: expected SANDBOX and a command (see agsx exec --help)");
+    goto done;
+  }
+  if (o.tty && o.json) {
+    agsx_failf("exec: --tty and --json do not go together");
+    goto done;
+  }
+  agsx_error_t err = NULL;
+  _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  char id[33];
+  struct agsx_record rec;
+  if (statefd < 0) {
+    agsx_failf("no such sandbox `%s`", argv[i]);
+    goto done;
+  }
+  if (agsx_state_resolve(statefd, argv[i], id, &err) < 0 ||
+      agsx_record_read(statefd, id, &rec, &err) < 0) {
+    code = agsx_fail(&err);
+    goto done;
+  }
+  if (rec.status == AGSX_STATUS_EXITED || !agsx_proc_ref_alive(&rec.supervisor))
+    code = agsx_failf("sandbox `%s` is not running", argv[i]);
+  else
+    code = run_exec(ctx, &o, &rec, argv + i + 1);
+  agsx_record_clear(&rec);
+done:
+  agsx_strv_free(o.env);
+  return code;
+}
