@@ -1,7 +1,7 @@
 /* agsx — the sandbox root filesystem, built by the sandbox init (C) inside
  * its own user and mount namespaces with the new mount API:
  *
- *   STATE/<id>/mnt  ← a tmpfs of --disk bytes (the sandbox's only writable
+ *   STATE/<id>      ← a tmpfs of --disk bytes (the sandbox's only writable
  *                     storage: ENOSPC inside, nothing on the host's disks)
  *     l0 … lN       ← the image layers, idmapped read-only clones (from P)
  *     upper, work   ← the overlay's writable layer

@@ -119,8 +119,8 @@ static int make_state_dir(struct agsx_sandbox *sb, const struct agsx_sandbox_con
   if (mkdirat(sb->statefd, sb->id, 0700) < 0)
     return agsx_error_set(err, errno, "create `%s/%s`", cfg->state_dir, sb->id);
   sb->dirfd = openat(sb->statefd, sb->id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (sb->dirfd < 0 || mkdirat(sb->dirfd, "mnt", 0700) < 0)
-    return agsx_error_set(err, errno, "create `%s/%s/mnt`", cfg->state_dir, sb->id);
+  if (sb->dirfd < 0)
+    return agsx_error_set(err, errno, "open `%s/%s`", cfg->state_dir, sb->id);
   /* The name is claimed once the record directory exists, so a racing
    * claim never takes it for a stale one. */
   if (cfg->name) {
@@ -290,7 +290,9 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
   phase(sb, "cgroup", &t0);
   struct agsx_child_ctx child = {
       .cfg = cfg, .pty_master = -1, .pty_slave = -1, .rootfd = -1, .stagefd = -1};
-  snprintf(child.stage, sizeof(child.stage), "%s/%s/mnt", cfg->state_dir, sb->id);
+  /* The sandbox's tmpfs is mounted over its record directory, in its own
+   * mount namespace only: no directory of its own to create and remove. */
+  snprintf(child.stage, sizeof(child.stage), "%s/%s", cfg->state_dir, sb->id);
   int nfd = agsx_cgroup_self_attach_fds(sb->cg, child.cgroup_fds, 8, err);
   if (nfd < 0)
     return -1;
@@ -402,12 +404,9 @@ int agsx_sandbox_destroy(struct agsx_sandbox *sb, agsx_error_t *err) {
   }
   if (sb->reason == AGSX_STOP_NONE)
     sb->reason = AGSX_STOP_ERROR;
-  if (sb->dirfd >= 0) {
-    /* The sandbox's mounts lived in its own mount namespace and died with
-     * it: only an empty directory remains here. The record stays until the
-     * caller removes it (agsx_sandbox_remove_record). */
-    unlinkat(sb->dirfd, "mnt", AT_REMOVEDIR);
-  }
+  /* The sandbox's mounts lived in its own mount namespace and died with
+   * it. The record stays until the caller removes it
+   * (agsx_sandbox_remove_record). */
   agsx_userns_release(&sb->ids);
   return r;
 }

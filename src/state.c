@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 
 static const char *const status_names[] = {"created", "running", "exited"};
@@ -225,11 +226,19 @@ int agsx_record_read(int statefd, const char *id, struct agsx_record *r, agsx_er
   return 0;
 }
 
+/* The lock is an flock on the record directory itself: no lock file to
+ * create and remove for every sandbox. */
 int agsx_record_lock(int statefd, const char *id, agsx_error_t *err) {
   _cleanup_close_ int dir = open_record_dir(statefd, id, err);
   if (dir < 0)
     return -1;
-  return agsx_lock_at(dir, "lock", true, err);
+  int r;
+  do
+    r = flock(dir, LOCK_EX);
+  while (r < 0 && errno == EINTR);
+  if (r < 0)
+    return agsx_error_set(err, errno, "lock the record of `%.12s`", id);
+  return steal_fd(&dir);
 }
 
 int agsx_record_remove(int statefd, const struct agsx_record *r, agsx_error_t *err) {
@@ -471,8 +480,6 @@ int agsx_state_reap_one(int statefd, const char *id, const struct agsx_reap_repo
         agsx_cgroup_destroy(cg, &e);
       agsx_cgroup_free(cg);
       agsx_error_free(&e);
-      _cleanup_free_ char *mnt = xasprintf("%s/mnt", id);
-      unlinkat(statefd, mnt, AT_REMOVEDIR);
       r.status = AGSX_STATUS_EXITED;
       free(r.stop_reason);
       r.stop_reason = xstrdup(r.deadline > 0 && now >= r.deadline ? "timeout" : "killed");

@@ -1,9 +1,9 @@
 /* agsx — state: sandbox records under STATE (default /run/agsx).
  *
- *   STATE/<id>/state.json   the record (written as temp + fsync + rename,
- *                           under STATE/<id>/lock)
- *   STATE/<id>/mnt          mount point of the sandbox's tmpfs (in its own
- *                           mount namespace only)
+ *   STATE/<id>/state.json   the record (written as temp + rename, under an
+ *                           flock of STATE/<id>); STATE/<id> is also where
+ *                           the sandbox's tmpfs is mounted, in the sandbox's
+ *                           own mount namespace only
  *   STATE/names/<name>      a symlink to <id>: created with symlinkat(), which
  *                           fails if the name exists, so exactly one of two
  *                           racing `run --name x` wins
