@@ -7,6 +7,7 @@
 #include "state.h"
 #include "store.h"
 
+#include <ctype.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -78,8 +79,11 @@ static int parse_cpus(const char *v, double *ret) {
   char *end;
   errno = 0;
   double d = strtod(v, &end);
-  if (errno || *end || !(d > 0) || d > 1024)
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  if (errno || *end || !(d >= 0.01))
     return agsx_failf("run: invalid --cpus `%s` (a number of CPUs, e.g. 0.5 or 2)", v), -1;
+  if (n > 0 && d > (double)n)
+    return agsx_failf("run: --cpus `%s` is more than the %ld CPUs of this host", v, n), -1;
   *ret = d;
   return 0;
 }
@@ -127,7 +131,15 @@ static int on_run_opt(void *data, int id, const char *v) {
       return agsx_failf("run: working directory `%s` must be absolute", v), -1;
     o->workdir = v;
     return 0;
-  case O_HOSTNAME: o->hostname = v; return 0;
+  case O_HOSTNAME:
+    /* RFC 1123 labels: letters, digits and inner hyphens. */
+    for (const char *q = v; *q; q++)
+      if (!(isalnum((unsigned char)*q) || *q == '-' || *q == '.'))
+        return agsx_failf("run: invalid hostname `%s`", v), -1;
+    if (*v == '\0' || *v == '-' || *v == '.' || strlen(v) > 64)
+      return agsx_failf("run: invalid hostname `%s`", v), -1;
+    o->hostname = v;
+    return 0;
   case O_NETWORK:
     if (strcmp(v, "internal") != 0)
       return agsx_failf("run: network `%s` is not implemented yet (only `internal`)", v), -1;
@@ -239,10 +251,11 @@ static int prepare_seccomp(struct agsx_ctx *ctx, struct run_opts *o, struct prep
   if (o->seccomp &&
       agsx_read_file_at(AT_FDCWD, o->seccomp, AGSX_SECCOMP_JSON_MAX, &json, &len, err) < 0)
     return agsx_error_wrap(err, "seccomp profile");
+  /* (compile errors already name the profile) */
   _cleanup_free_ char *cache = xasprintf("%s/cache", ctx->state);
   if (agsx_mkdir_p(ctx->state, 0711, err) < 0 ||
       agsx_seccomp_load_cached(cache, json, len, &p->bpf, err) < 0)
-    return agsx_error_wrap(err, "seccomp profile");
+    return -1;
   cfg->seccomp = &p->bpf;
   return 0;
 }
@@ -265,11 +278,14 @@ struct sup {
   struct agsx_term term;
   bool stopping, killed, recorded;
   enum agsx_stop_reason stop_reason;
-  int64_t started, deadline;
+  int64_t started, deadline; /* deadline: seconds, as recorded (rounded up) */
+  int64_t deadline_ns;       /* the timer's: exact */
 };
 
 static void arm_deadline(struct sup *f) {
-  struct itimerspec its = {.it_value = {.tv_sec = (time_t)(f->deadline > 0 ? f->deadline : 1)}};
+  int64_t ns = f->deadline_ns > 0 ? f->deadline_ns : 1;
+  struct itimerspec its = {
+      .it_value = {.tv_sec = (time_t)(ns / 1000000000LL), .tv_nsec = (long)(ns % 1000000000LL)}};
   timerfd_settime(f->timerfd, TFD_TIMER_ABSTIME, &its, NULL);
 }
 
@@ -308,6 +324,7 @@ static void on_control(struct sup *f) {
     begin_stop(f, AGSX_STOP_KILLED);
   else if (!f->stopping && r.deadline != f->deadline) {
     f->deadline = r.deadline;
+    f->deadline_ns = r.deadline * 1000000000LL;
     arm_deadline(f);
   }
   agsx_record_clear(&r);
@@ -513,12 +530,17 @@ static void print_timing(const struct agsx_sandbox *sb, int64_t prep_ns, int64_t
 /* Starts the sandbox and writes its record. READY_FD (detached) gets the id
  * or the error once the command runs. */
 static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
-  f->deadline = agsx_now_ns() / 1000000000LL +
-                (int64_t)(f->o->timeout ? f->o->timeout : DEFAULT_TIMEOUT_SEC);
+  f->deadline_ns = agsx_now_ns() +
+                   (int64_t)(f->o->timeout ? f->o->timeout : DEFAULT_TIMEOUT_SEC) * 1000000000LL;
+  f->deadline = (f->deadline_ns + 999999999LL) / 1000000000LL;
   if (setup_signals(f, err) < 0 || setup_stdio(f, pipes, err) < 0)
     return -1;
   arm_deadline(f);
   f->cfg->state_dir = f->ctx->state;
+  /* The terminal's size is set before the command starts: a command that
+   * asks at once must not see 0x0. */
+  if (f->o->tty && ioctl(STDIN_FILENO, TIOCGWINSZ, &f->cfg->winsize) == 0)
+    f->cfg->has_winsize = true;
   int r = agsx_sandbox_start(f->cfg, &f->sb, err);
   for (int i = 0; i < 2; i++)
     agsx_closep(&pipes[i][1]);
@@ -564,10 +586,10 @@ static int run_foreground(struct sup *f, int64_t t0) {
   if (start(f, pipes, &err) == 0) {
     if (f->o->timing)
       print_timing(f->sb, prep, agsx_mono_ns() - t0);
-    if (f->o->tty) {
-      agsx_term_winsize(f->sb->pty_master);
+    /* Raw only with -i: without it ^C must stay a signal to agsx, which
+     * forwards it (as Docker does). */
+    if (f->o->tty && f->o->interactive)
       agsx_term_raw(&f->term);
-    }
     supervise(f, &err);
   }
   agsx_term_restore(&f->term);

@@ -377,6 +377,7 @@ int agsx_cmd_update(struct agsx_ctx *ctx, const struct agsx_command *cmd, int ar
 struct gc_out {
   bool dry_run, json;
   yajl_gen g;
+  char **running; /* ids of this state directory's running sandboxes */
 };
 
 static void gc_report(const char *what, void *data) {
@@ -387,12 +388,21 @@ static void gc_report(const char *what, void *data) {
     printf("%s%s\n", o->dry_run ? "would remove " : "removed ", what);
 }
 
-static bool keep_running(const char *name, void *data) {
-  char **running = data;
+/* A cgroup is a leftover when no process lives in it. One with processes
+ * may be a sandbox of another state directory: never ours to kill. */
+static bool keep_cgroup(const char *name, void *data) {
+  char **running = ((struct gc_out *)data)->running;
   for (char **r = running; r && *r; r++)
     if (strcmp(*r, name) == 0)
       return true;
-  return false;
+  struct agsx_cgroup *cg = NULL;
+  agsx_error_t err = NULL;
+  uint64_t mem = 0, pids = 0;
+  if (agsx_cgroup_open(name, &cg, &err) == 0)
+    agsx_cgroup_stats(cg, &mem, &pids);
+  agsx_cgroup_free(cg);
+  agsx_error_free(&err);
+  return pids > 0;
 }
 
 /* Ended records, and record directories that never got a record (a start
@@ -439,7 +449,7 @@ int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
     return agsx_failf("gc: unexpected argument `%s`", argv[i]);
   bool images = f.images, dry_run = f.dry_run;
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
-  struct gc_out o = {dry_run, f.json, g};
+  struct gc_out o = {dry_run, f.json, g, NULL};
   yajl_gen_array_open(g);
   agsx_error_t err = NULL;
   /* Sandboxes: reap the dead, remove ended records and crash leftovers. */
@@ -457,10 +467,11 @@ int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
       if (v[k].image_digest)
         digests[nd++] = xstrdup(v[k].image_digest);
     }
+  o.running = running;
   if (statefd >= 0)
     gc_records(statefd, v, n, &o);
   int rc = 0;
-  if (agsx_cgroup_gc(keep_running, gc_report, &o, dry_run, &err) < 0)
+  if (agsx_cgroup_gc(keep_cgroup, gc_report, &o, dry_run, &err) < 0)
     rc = agsx_fail(&err);
   /* The store: work dirs of crashed imports; with --images, content that no
    * image and no running sandbox uses. */

@@ -53,8 +53,10 @@ static int set_caps(agsx_error_t *err) {
     int cap = agsx_default_caps[i].value;
     d[cap / 32].effective |= 1u << (cap % 32);
   }
+  /* Inheritable stays empty (CVE-2022-24769: an inheritable set lets
+   * file capabilities of an executable raise ambient privileges). */
   for (int i = 0; i < 2; i++)
-    d[i].permitted = d[i].inheritable = d[i].effective;
+    d[i].permitted = d[i].effective;
   if (syscall(SYS_capset, &h, d) < 0)
     return agsx_error_set(err, errno, "capset");
   return 0;
@@ -202,10 +204,10 @@ static void wait_go(struct agsx_child_ctx *c) {
   ssize_t n = agsx_msg_recv(c->sync, &m, c->fds, AGSX_MSG_MAX_FDS, &c->nfds);
   if (n <= 0 || m.type != AGSX_MSG_GO)
     _exit(125); /* the parent is gone: nobody to report to */
-  if (c->nfds != c->cfg->n_layers + c->cfg->n_binds) {
+  if (c->nfds != c->cfg->n_layers + c->cfg->n_binds + 1) {
     agsx_error_t err = NULL;
     agsx_error_set(&err, 0, "expected %zu mounts from the parent, got %zu",
-                   c->cfg->n_layers + c->cfg->n_binds, c->nfds);
+                   c->cfg->n_layers + c->cfg->n_binds + 1, c->nfds);
     agsx_child_fail(c, 125, &err);
   }
 }
@@ -288,7 +290,11 @@ int agsx_child_read_user(const char *spec, struct agsx_user *ret, agsx_error_t *
 }
 
 static int open_pty(struct agsx_child_ctx *c, agsx_error_t *err) {
-  return agsx_child_open_pty(&c->pty_master, &c->pty_slave, err);
+  if (agsx_child_open_pty(&c->pty_master, &c->pty_slave, err) < 0)
+    return -1;
+  if (c->cfg->has_winsize)
+    ioctl(c->pty_master, TIOCSWINSZ, &c->cfg->winsize);
+  return 0;
 }
 
 static void report_exit(struct agsx_child_ctx *c, int status) {

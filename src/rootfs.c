@@ -285,7 +285,7 @@ static const char *const masked[] = {
     "/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
     "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
     "/proc/scsi", "/proc/sysrq-trigger", "/sys/firmware", "/sys/devices/virtual/powercap",
-    "/sys/kernel/security", "/sys/kernel/debug", "/sys/fs/cgroup",
+    "/sys/kernel/security", "/sys/kernel/debug",
 };
 static const char *const readonly[] = {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys"};
 
@@ -321,17 +321,15 @@ static int readonly_path(int root, const char *path, agsx_error_t *err) {
   return 0;
 }
 
-static int mount_proc_sys(int root, int devnull, agsx_error_t *err) {
+static int mount_proc_sys(struct agsx_child_ctx *c, int root, int devnull, agsx_error_t *err) {
   _cleanup_close_ int proc =
       fs_new("proc", NULL, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, err);
   if (proc < 0 || attach(root, "/proc", proc, true, err) < 0)
     return -1;
-  /* Recursive: in a user namespace a mount with locked submounts can only
-   * be cloned whole. The host's cgroup trees under it are masked below. */
-  _cleanup_close_ int sys = bind_clone(AT_FDCWD, "/sys", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
-                                                             MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
-                                       true, err);
-  if (sys < 0 || attach(root, "/sys", sys, true, err) < 0)
+  /* The parent made this sysfs, read-only, in the sandbox's own network
+   * namespace: no host interfaces, no host cgroup trees under it. */
+  int sys = c->fds[c->cfg->n_layers + c->cfg->n_binds];
+  if (attach(root, "/sys", sys, true, err) < 0)
     return -1;
   const char *opts[] = {"size", "0", "mode", "0555", NULL};
   _cleanup_close_ int empty = fs_new("tmpfs", opts, MOUNT_ATTR_RDONLY, err);
@@ -456,7 +454,7 @@ int agsx_child_rootfs(struct agsx_child_ctx *c, agsx_error_t *err) {
   if (devnull < 0)
     return agsx_error_set(err, errno, "open /dev/null");
   if (etc_files(c, root, err) < 0 || mount_binds(c, root, err) < 0 ||
-      mount_proc_sys(root, devnull, err) < 0 || mount_dev(root, err) < 0)
+      mount_proc_sys(c, root, devnull, err) < 0 || mount_dev(root, err) < 0)
     return -1;
   /* --read-only, once the files agsx provides are written. The host
    * image's root holds only mount points and generated files: always. */

@@ -148,6 +148,17 @@ static pid_t do_clone3(uint64_t flags, int cgroupfd, int *ret_pidfd) {
  * with C. The network namespace is not among them: P made it beforehand. */
 #define SANDBOX_NS_FLAGS (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS)
 
+static int new_sysfs(agsx_error_t *err) {
+  _cleanup_close_ int fs = fsopen("sysfs", FSOPEN_CLOEXEC);
+  if (fs < 0 || fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+    return agsx_error_set(err, errno, "create the sandbox's sysfs");
+  int m = fsmount(fs, FSMOUNT_CLOEXEC,
+                  MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+  if (m < 0)
+    return agsx_error_set(err, errno, "mount the sandbox's sysfs");
+  return m;
+}
+
 static int spawn_init(struct agsx_sandbox *sb, const struct agsx_sandbox_config *cfg,
                       struct agsx_child_ctx *child, agsx_error_t *err) {
   int sp[2];
@@ -155,6 +166,15 @@ static int spawn_init(struct agsx_sandbox *sb, const struct agsx_sandbox_config 
     return agsx_error_set(err, errno, "socketpair");
   int hostns = -1;
   if (agsx_net_enter_new(&hostns, err) < 0) {
+    close(sp[0]);
+    close(sp[1]);
+    return -1;
+  }
+  /* A sysfs of the sandbox's own network namespace (its /sys/class/net
+   * shows only lo), mounted while we are in it; the init attaches it. */
+  sb->sysfs = new_sysfs(err);
+  if (sb->sysfs < 0) {
+    agsx_net_leave(hostns);
     close(sp[0]);
     close(sp[1]);
     return -1;
@@ -237,6 +257,8 @@ static int send_go(struct agsx_sandbox *sb, const struct agsx_sandbox_config *cf
       r = -1;
     else
       n++;
+  if (r == 0)
+    fds[n++] = fcntl(sb->sysfs, F_DUPFD_CLOEXEC, 3);
   struct agsx_msg m = {.type = AGSX_MSG_GO};
   if (r == 0 && (r = agsx_msg_send(sb->sync, &m, fds, n)) < 0)
     agsx_error_set(err, -r, "send to the sandbox init");
@@ -276,6 +298,7 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
                        agsx_error_t *err) {
   struct agsx_sandbox *sb = xzalloc(sizeof(*sb));
   sb->pidfd = sb->sync = sb->pty_master = sb->statefd = sb->dirfd = sb->ids.lockfd = -1;
+  sb->sysfs = -1;
   sb->init_pid = -1;
   sb->exit_code = 125;
   memcpy(sb->id, cfg->id, sizeof(sb->id));
@@ -402,6 +425,9 @@ int agsx_sandbox_destroy(struct agsx_sandbox *sb, agsx_error_t *err) {
       sb->reason = AGSX_STOP_OOM;
     r = agsx_cgroup_destroy(sb->cg, err);
   }
+  /* Killed from outside (agsx kill -s KILL, the OOM killer checked above). */
+  if (sb->reason == AGSX_STOP_NONE && !sb->exited && sb->term_signal == SIGKILL)
+    sb->reason = AGSX_STOP_KILLED;
   if (sb->reason == AGSX_STOP_NONE)
     sb->reason = AGSX_STOP_ERROR;
   /* The sandbox's mounts lived in its own mount namespace and died with
@@ -425,6 +451,7 @@ void agsx_sandbox_free(struct agsx_sandbox *sb) {
     return;
   free(sb->name);
   agsx_closep(&sb->pidfd);
+  agsx_closep(&sb->sysfs);
   agsx_closep(&sb->sync);
   agsx_closep(&sb->pty_master);
   agsx_closep(&sb->statefd);

@@ -27,6 +27,8 @@
 #include "userns.h"
 #include "util.h"
 
+#include <sys/ioctl.h>
+
 #define AGSX_ID_HEX 32 /* 128 random bits */
 #define AGSX_DEFAULT_DISK (1ull << 30)
 #define AGSX_DEFAULT_PIDS 4096
@@ -56,6 +58,8 @@ struct agsx_sandbox_config {
   const char *cwd;
   const char *user; /* USER[:GROUP], resolved in the sandbox's /etc */
   bool tty;
+  bool has_winsize;
+  struct winsize winsize; /* with tty: the terminal's size at start */
   int stdio[3]; /* the command's stdin/out/err when !tty */
   /* limits and security */
   struct agsx_cgroup_limits limits;
@@ -89,6 +93,7 @@ struct agsx_sandbox {
   int pidfd;       /* of the init */
   int sync;        /* socket to the init */
   int pty_master;  /* -t: the terminal's master side, else -1 */
+  int sysfs;       /* a detached sysfs of the sandbox's network namespace */
   int statefd;     /* STATE */
   int dirfd;       /* STATE/<id> */
   struct agsx_cgroup *cg;

@@ -9,12 +9,16 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 
+/* Uid ranges are a host-wide resource: the slot locks live in one place
+ * whatever --state says, so sandboxes of different state directories never
+ * share a range. */
 static int open_slots(int statefd, agsx_error_t *err) {
-  if (mkdirat(statefd, "slots", 0700) < 0 && errno != EEXIST)
-    return agsx_error_set(err, errno, "mkdir `slots`");
-  int fd = openat(statefd, "slots", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  (void)statefd;
+  if (agsx_mkdir_p(AGSX_SLOTS_DIR, 0700, err) < 0)
+    return agsx_error_wrap(err, "uid range locks");
+  int fd = open(AGSX_SLOTS_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0)
-    return agsx_error_set(err, errno, "open `slots`");
+    return agsx_error_set(err, errno, "open `%s`", AGSX_SLOTS_DIR);
   return fd;
 }
 

@@ -2,7 +2,8 @@
  *
  * Each sandbox maps its ids 0–65535 onto a host range of its own:
  * AGSX_UID_BASE + slot * 65536. A slot is owned by whoever holds the flock
- * on STATE/slots/<slot>: the lock dies with its holder, so a crash frees
+ * on AGSX_SLOTS_DIR/<slot> (host-wide, whatever --state is): the lock dies
+ * with its holder, so a crash frees
  * the slot and two sandboxes can never share a range. The ranges sit above
  * systemd's container range (0x80000–0x6fffffff) and never include host
  * root. */
@@ -14,6 +15,7 @@
 #define AGSX_UID_BASE 0x70000000u
 #define AGSX_UID_RANGE 65536u
 #define AGSX_UID_SLOTS 4095u
+#define AGSX_SLOTS_DIR "/run/agsx-uid-ranges"
 
 struct agsx_idrange {
   unsigned slot;

@@ -56,6 +56,133 @@ function __agsx_image_names
     command agsx --root "$root" image ls --json 2>/dev/null | string match -ar '"ref":"[^"]*"' | string replace -r '^"ref":"(.*)"$' '$1'
 end
 
+# Running sandboxes, by name and id, from the state directory, read only when
+# it exists (completing must not create it).
+function __agsx_sandbox_names
+    set -l tokens (commandline -opc)
+    set -l state $AGSX_STATE
+    test -n "$state"; or set state /run/agsx
+    set -l i (contains -i -- --state $tokens)
+    and set -q tokens[(math $i + 1)]
+    and set state $tokens[(math $i + 1)]
+    for t in $tokens
+        string match -q -- '--state=*' $t; and set state (string replace -- --state= '' $t)
+    end
+    test -d "$state"; or return 0
+    command agsx --state "$state" --json ls 2>/dev/null | string match -ar '"(?:name|id)":"[^"]*"' | string replace -r '^"(?:name|id)":"(.*)"$' '$1'
+end
+
+# `agsx exec`: the index of SANDBOX in the command line so far (agsx is 1),
+# or false while it is not given yet.
+function __agsx_exec_sandbox_index
+    set -l tokens (commandline -opc)
+    set -l i 2
+    set -l n (count $tokens)
+    while test $i -le $n
+        switch $tokens[$i]
+            case --root --state --log-level
+                set i (math $i + 2)
+                continue
+            case '-*'
+                set i (math $i + 1)
+                continue
+        end
+        break
+    end
+    test $i -le $n; and test "$tokens[$i]" = exec; or return 1
+    set i (math $i + 1)
+    while test $i -le $n
+        switch $tokens[$i]
+            case -e --env -w --workdir -u --user --timeout
+                set i (math $i + 2)
+                continue
+            case '-*'
+                set i (math $i + 1)
+                continue
+        end
+        echo $i
+        return 0
+    end
+    return 1
+end
+
+function __agsx_exec_has_sandbox
+    __agsx_exec_sandbox_index >/dev/null
+end
+
+# The command after SANDBOX and its arguments, completed as a command line.
+function __agsx_exec_command
+    set -l i (__agsx_exec_sandbox_index); or return
+    set -l tokens (commandline -opc) (commandline -ct)
+    __fish_complete_subcommand --commandline $tokens[(math $i + 1)..-1]
+end
+
+# `agsx run`: the index of IMAGE in the command line so far (agsx is 1), or
+# false while it is not given yet. Skips global options, run's options and
+# their values.
+function __agsx_run_image_index
+    set -l tokens (commandline -opc)
+    set -l i 2
+    set -l n (count $tokens)
+    # Global options, then `run`.
+    while test $i -le $n
+        switch $tokens[$i]
+            case --root --state --log-level
+                set i (math $i + 2)
+                continue
+            case '-*'
+                set i (math $i + 1)
+                continue
+        end
+        break
+    end
+    test $i -le $n; and test "$tokens[$i]" = run; or return 1
+    set i (math $i + 1)
+    while test $i -le $n
+        switch $tokens[$i]
+            case --name -e --env -w --workdir -u --user --hostname --timeout --network --memory --cpus --pids --disk -v --volume --security-opt
+                set i (math $i + 2)
+                continue
+            case '-*'
+                set i (math $i + 1)
+                continue
+        end
+        echo $i
+        return 0
+    end
+    return 1
+end
+
+function __agsx_run_has_image
+    __agsx_run_image_index >/dev/null
+end
+
+# The command after IMAGE and its arguments, completed as a command line.
+function __agsx_run_command
+    set -l i (__agsx_run_image_index); or return
+    set -l tokens (commandline -opc) (commandline -ct)
+    __fish_complete_subcommand --commandline $tokens[(math $i + 1)..-1]
+end
+
+# IMAGE: the built-in host image and the store's images.
+function __agsx_run_images
+    printf '%s\t%s\n' host "The host's programs and libraries, read-only"
+    __agsx_image_names
+end
+
+# --security-opt seccomp=FILE|unconfined
+function __agsx_security_opt
+    set -l cur (commandline -ct)
+    if string match -q -- 'seccomp=*' $cur
+        echo seccomp=unconfined
+        for f in (__fish_complete_path (string replace -- seccomp= '' $cur))
+            echo seccomp=$f
+        end
+    else
+        echo seccomp=
+    end
+end
+
 complete -c agsx -f
 
 # Global options and commands.
@@ -66,12 +193,12 @@ complete -c agsx -n '__agsx_cmd' -l json -d 'Print results as JSON'
 complete -c agsx -n '__agsx_cmd' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd' -l version -d 'Print the version'
 
-complete -c agsx -n '__agsx_cmd' -a run -d 'Run a command in a new sandbox (not implemented yet)'
-complete -c agsx -n '__agsx_cmd' -a exec -d 'Run a command in a running sandbox (not implemented yet)'
+complete -c agsx -n '__agsx_cmd' -a run -d 'Run a command in a new sandbox'
+complete -c agsx -n '__agsx_cmd' -a exec -d 'Run a command in a running sandbox'
 complete -c agsx -n '__agsx_cmd' -a cp -d 'Copy files between a sandbox and the host (not implemented yet)'
-complete -c agsx -n '__agsx_cmd' -a ls -d 'List sandboxes (not implemented yet)'
-complete -c agsx -n '__agsx_cmd' -a kill -d 'Stop sandboxes or send them a signal (not implemented yet)'
-complete -c agsx -n '__agsx_cmd' -a update -d "Change a running sandbox's deadline (not implemented yet)"
+complete -c agsx -n '__agsx_cmd' -a ls -d 'List sandboxes'
+complete -c agsx -n '__agsx_cmd' -a kill -d 'Stop sandboxes or send them a signal'
+complete -c agsx -n '__agsx_cmd' -a update -d "Change a running sandbox's deadline"
 complete -c agsx -n '__agsx_cmd' -a gc -d 'Remove what ended sandboxes and crashes left behind'
 complete -c agsx -n '__agsx_cmd' -a build -d 'Build an image from a Dockerfile (not implemented yet)'
 complete -c agsx -n '__agsx_cmd' -a image -d 'Manage images'
@@ -86,6 +213,61 @@ complete -c agsx -n '__agsx_cmd image' -a rm -d 'Remove images'
 complete -c agsx -n '__agsx_cmd image' -a inspect -d "Show images' manifest and config as JSON"
 complete -c agsx -n '__agsx_cmd image' -a pull -d 'Pull an image from a registry (not implemented yet)'
 complete -c agsx -n '__agsx_cmd image' -s h -l help -d 'Show this help'
+
+# agsx run: options until IMAGE, then IMAGE, then a command line.
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s d -l detach -d 'Start in the background; print the id once the command runs'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l name -x -d 'Name the sandbox (unique; usable wherever an id is)'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l rm -d "Remove the sandbox's record when it ends"
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s i -l interactive -d 'Keep stdin open and pass it to the command'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s t -l tty -d 'Give the command a terminal'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l json -d 'Capture output; print one JSON result'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s e -l env -x -d "Set an environment variable (KEY alone: the caller's value)"
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s w -l workdir -x -a '(__fish_complete_directories)' -d 'Working directory inside the sandbox'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s u -l user -x -d "Run as this user (name or id, from the image's /etc)"
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l hostname -x -d 'Host name of the sandbox (default: its short id)'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l timeout -x -d 'Lifetime: 300s, 5m, 1h30m (default 5m, at most 24h)'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l network -x -a internal -d 'Network mode (default: loopback only)'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l memory -x -d 'Memory limit (e.g. 512m); the sandbox is killed beyond it'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l cpus -x -d 'CPU quota in CPUs (e.g. 0.5)'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l pids -x -d 'Maximum number of processes (default 4096)'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l disk -x -d 'Size of the writable layer (default 1g)'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l read-only -d 'Make the root filesystem read-only'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s v -l volume -r -F -d 'Bind-mount a host path into the sandbox (SRC:DST[:ro])'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l security-opt -x -a '(__agsx_security_opt)' -d 'Seccomp profile (OCI/Docker JSON, or unconfined)'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l timing -d 'Print the start-up time of each phase on stderr'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -a '(__agsx_run_images)' -d Image
+complete -c agsx -n '__agsx_cmd run' -n __agsx_run_has_image -a '(__agsx_run_command)'
+
+# agsx exec: options until SANDBOX, then SANDBOX, then a command line.
+complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s i -l interactive -d 'Keep stdin open and pass it to the command'
+complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s t -l tty -d 'Give the command a terminal'
+complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -l json -d 'Capture output; print one JSON result'
+complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s e -l env -x -d "Set an environment variable (KEY alone: the caller's value)"
+complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s w -l workdir -x -d "Working directory (default: the sandbox's)"
+complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s u -l user -x -d "Run as this user (default: the sandbox's)"
+complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -l timeout -x -d "Kill the command's whole process tree after DURATION"
+complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -a '(__agsx_sandbox_names)' -d Sandbox
+complete -c agsx -n '__agsx_cmd exec' -n __agsx_exec_has_sandbox -a '(__agsx_exec_command)'
+
+# agsx ls
+complete -c agsx -n '__agsx_cmd ls' -s a -l all -d 'Also list ended sandboxes, with stop reason and exit code'
+complete -c agsx -n '__agsx_cmd ls' -s q -l quiet -d 'Print short ids only'
+complete -c agsx -n '__agsx_cmd ls' -l json -d 'Print a JSON list'
+complete -c agsx -n '__agsx_cmd ls' -s h -l help -d 'Show this help'
+
+# agsx kill
+complete -c agsx -n '__agsx_cmd kill' -s s -l signal -x -a 'HUP INT QUIT KILL USR1 USR2 TERM CONT STOP ALRM WINCH' -d 'Only send SIGNAL (name or number) to the command'
+complete -c agsx -n '__agsx_cmd kill' -s a -l all -d 'Every running sandbox'
+complete -c agsx -n '__agsx_cmd kill' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd kill' -a '(__agsx_sandbox_names)' -d Sandbox
+
+# agsx update
+complete -c agsx -n '__agsx_cmd update' -l timeout -x -d 'New lifetime, counted from now (at most 24h)'
+complete -c agsx -n '__agsx_cmd update' -l json -d 'Print the new deadline as JSON'
+complete -c agsx -n '__agsx_cmd update' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd update' -a '(__agsx_sandbox_names)' -d Sandbox
 
 # agsx gc
 complete -c agsx -n '__agsx_cmd gc' -l images -d 'Also remove blobs and unpacked layers no image uses'
@@ -121,6 +303,6 @@ complete -c agsx -n '__agsx_cmd image inspect' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd image inspect' -a '(__agsx_image_names)' -d Image
 
 # Commands that are not implemented yet: --help only.
-for c in run exec cp ls kill update build pull network 'image pull'
+for c in cp build pull network 'image pull'
     complete -c agsx -n "__agsx_cmd $c" -s h -l help -d 'Show this help'
 end
