@@ -3,6 +3,7 @@
 
 #include "cmd.h"
 #include "io.h"
+#include "net.h"
 #include "sandbox.h"
 #include "state.h"
 #include "store.h"
@@ -711,12 +712,16 @@ int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
     goto done;
   }
   struct prepared p = {.image_name = argv[i]};
-  struct agsx_sandbox_config cfg = {0};
+  struct agsx_sandbox_config cfg = {.netns = -1, .sysfs = -1};
   agsx_sandbox_new_id(cfg.id);
   agsx_error_t err = NULL;
-  if (prepare_image(ctx, argv[i], &p, &cfg, &err) < 0 ||
+  /* The network namespace is made by a helper meanwhile (see net.h). */
+  struct agsx_netns_job job = {-1, -1};
+  if (agsx_net_prepare(&job, &err) < 0 || prepare_image(ctx, argv[i], &p, &cfg, &err) < 0 ||
       build_config(&o, argv + i + 1, &p, &cfg, &err) < 0 ||
-      prepare_seccomp(ctx, &o, &p, &cfg, &err) < 0) {
+      prepare_seccomp(ctx, &o, &p, &cfg, &err) < 0 ||
+      agsx_net_collect(&job, &cfg.netns, &cfg.sysfs, &err) < 0) {
+    agsx_net_job_cancel(&job);
     code = agsx_fail(&err);
   } else {
     struct sup f = {.ctx = ctx, .o = &o, .p = &p, .cfg = &cfg, .sigfd = -1, .timerfd = -1,
@@ -724,6 +729,8 @@ int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
     code = o.detach ? run_detached(&f) : run_foreground(&f, t0);
   }
   prepared_clear(&p);
+  agsx_closep(&cfg.netns);
+  agsx_closep(&cfg.sysfs);
 done:
   run_opts_clear(&o);
   return code;

@@ -72,3 +72,112 @@ int agsx_net_leave(int hostns) {
   errno = saved;
   return r;
 }
+
+/* ---- a namespace made ahead ------------------------------------------------------------------- */
+
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+int agsx_net_new_sysfs(agsx_error_t *err) {
+  _cleanup_close_ int fs = fsopen("sysfs", FSOPEN_CLOEXEC);
+  if (fs < 0 || fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+    return agsx_error_set(err, errno, "create the sandbox's sysfs");
+  int m = fsmount(fs, FSMOUNT_CLOEXEC,
+                  MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+  if (m < 0)
+    return agsx_error_set(err, errno, "mount the sandbox's sysfs");
+  return m;
+}
+
+static _Noreturn void netns_helper(int sock) {
+  agsx_error_t err = NULL;
+  prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  int fds[2] = {-1, -1};
+  if (unshare(CLONE_NEWNET) < 0 || agsx_net_loopback_up(&err) < 0 ||
+      unprivileged_ports(&err) < 0 ||
+      (fds[0] = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)) < 0 ||
+      (fds[1] = agsx_net_new_sysfs(&err)) < 0) {
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s", err ? err->msg : strerror(errno));
+    if (write(sock, msg, strlen(msg)) < 0) {
+    }
+    _exit(1);
+  }
+  union {
+    char buf[CMSG_SPACE(sizeof(fds))];
+    struct cmsghdr align;
+  } u;
+  memset(u.buf, 0, sizeof(u.buf));
+  char ok = 0;
+  struct iovec iov = {&ok, 1};
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                      .msg_controllen = sizeof(u.buf)};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(fds));
+  memcpy(CMSG_DATA(cm), fds, sizeof(fds));
+  _exit(sendmsg(sock, &mh, 0) == 1 ? 0 : 1);
+}
+
+int agsx_net_prepare(struct agsx_netns_job *job, agsx_error_t *err) {
+  int sp[2];
+  job->pid = -1;
+  job->sock = -1;
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
+    return agsx_error_set(err, errno, "socketpair");
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(sp[0]);
+    netns_helper(sp[1]);
+  }
+  close(sp[1]);
+  if (pid < 0) {
+    close(sp[0]);
+    return agsx_error_set(err, errno, "fork");
+  }
+  job->pid = pid;
+  job->sock = sp[0];
+  return 0;
+}
+
+int agsx_net_collect(struct agsx_netns_job *job, int *ret_netns, int *ret_sysfs,
+                     agsx_error_t *err) {
+  union {
+    char buf[CMSG_SPACE(sizeof(int) * 2)];
+    struct cmsghdr align;
+  } u;
+  char msg[512];
+  struct iovec iov = {msg, sizeof(msg) - 1};
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                      .msg_controllen = sizeof(u.buf)};
+  ssize_t n;
+  do
+    n = recvmsg(job->sock, &mh, MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  struct cmsghdr *cm = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
+  int r = 0;
+  if (cm && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(sizeof(int) * 2)) {
+    int fds[2];
+    memcpy(fds, CMSG_DATA(cm), sizeof(fds));
+    *ret_netns = fds[0];
+    *ret_sysfs = fds[1];
+  } else {
+    msg[n > 0 ? n : 0] = '\0';
+    r = agsx_error_set(err, 0, "sandbox network: %s", n > 0 ? msg : "the helper died");
+  }
+  agsx_net_job_cancel(job);
+  return r;
+}
+
+void agsx_net_job_cancel(struct agsx_netns_job *job) {
+  agsx_closep(&job->sock);
+  if (job->pid > 0) {
+    kill(job->pid, SIGKILL);
+    waitpid(job->pid, NULL, 0);
+  }
+  job->pid = -1;
+}

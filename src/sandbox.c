@@ -148,36 +148,37 @@ static pid_t do_clone3(uint64_t flags, int cgroupfd, int *ret_pidfd) {
  * with C. The network namespace is not among them: P made it beforehand. */
 #define SANDBOX_NS_FLAGS (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS)
 
-static int new_sysfs(agsx_error_t *err) {
-  _cleanup_close_ int fs = fsopen("sysfs", FSOPEN_CLOEXEC);
-  if (fs < 0 || fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
-    return agsx_error_set(err, errno, "create the sandbox's sysfs");
-  int m = fsmount(fs, FSMOUNT_CLOEXEC,
-                  MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
-  if (m < 0)
-    return agsx_error_set(err, errno, "mount the sandbox's sysfs");
-  return m;
-}
-
 static int spawn_init(struct agsx_sandbox *sb, const struct agsx_sandbox_config *cfg,
                       struct agsx_child_ctx *child, agsx_error_t *err) {
   int sp[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
     return agsx_error_set(err, errno, "socketpair");
   int hostns = -1;
-  if (agsx_net_enter_new(&hostns, err) < 0) {
-    close(sp[0]);
-    close(sp[1]);
-    return -1;
+  if (cfg->netns >= 0) {
+    /* Made ahead by a helper: join it for the clone only. */
+    hostns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (hostns < 0 || setns(cfg->netns, CLONE_NEWNET) < 0) {
+      agsx_closep(&hostns);
+      close(sp[0]);
+      close(sp[1]);
+      return agsx_error_set(err, errno, "enter the sandbox's network namespace");
+    }
+    sb->sysfs = fcntl(cfg->sysfs, F_DUPFD_CLOEXEC, 3);
+  } else {
+    if (agsx_net_enter_new(&hostns, err) < 0) {
+      close(sp[0]);
+      close(sp[1]);
+      return -1;
+    }
+    /* A sysfs of the sandbox's own network namespace (its /sys/class/net
+     * shows only lo), mounted while we are in it; the init attaches it. */
+    sb->sysfs = agsx_net_new_sysfs(err);
   }
-  /* A sysfs of the sandbox's own network namespace (its /sys/class/net
-   * shows only lo), mounted while we are in it; the init attaches it. */
-  sb->sysfs = new_sysfs(err);
   if (sb->sysfs < 0) {
     agsx_net_leave(hostns);
     close(sp[0]);
     close(sp[1]);
-    return -1;
+    return agsx_error_set(err, errno, "sandbox sysfs");
   }
   int cgfd = sb->cg ? agsx_cgroup_fd(sb->cg) : -1;
   pid_t pid = do_clone3(SANDBOX_NS_FLAGS, cgfd, &sb->pidfd);

@@ -66,6 +66,7 @@ struct agsx_sandbox_config {
   const struct agsx_seccomp_bpf *seccomp;
   /* host side */
   const char *state_dir;
+  int netns, sysfs; /* prepared ahead (agsx_net_prepare), or -1: made here */
   bool timing; /* record per-phase times */
 };
 
