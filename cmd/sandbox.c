@@ -6,6 +6,7 @@
 #include "state.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -215,35 +216,62 @@ static int parse_signal(const char *s) {
   return -1;
 }
 
-/* Asks the supervisor to stop the sandbox and waits for the end (bounded). */
-static int stop_one(int statefd, const char *id, agsx_error_t *err) {
+/* Asks the supervisor to stop the sandbox; returns a pidfd of the
+ * supervisor to wait on, or -1 when there is nothing to wait for. */
+static int request_stop(int statefd, const char *id, agsx_error_t *err) {
   struct agsx_record r;
   {
     _cleanup_close_ int lock = agsx_record_lock(statefd, id, err);
     if (lock < 0 || agsx_record_read(statefd, id, &r, err) < 0)
-      return -1;
+      return -2;
     if (r.status == AGSX_STATUS_EXITED) {
       int code = r.exit_code;
       agsx_record_clear(&r);
       return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running (exited with %d)",
-                                  id, code);
+                                  id, code),
+             -2;
     }
     r.stop_request = true;
     if (agsx_record_write(statefd, &r, err) < 0) {
       agsx_record_clear(&r);
-      return -1;
+      return -2;
     }
   }
-  int s = signal_ref(&r.supervisor, SIGRTMIN);
-  struct agsx_proc_ref sup = r.supervisor;
+  int fd = (int)syscall(SYS_pidfd_open, r.supervisor.pid, 0);
+  bool alive = fd >= 0 && agsx_proc_ref_alive(&r.supervisor);
   agsx_record_clear(&r);
-  if (s < 0) /* the supervisor is gone: reap it ourselves */
-    return agsx_state_reap_one(statefd, id, NULL, err) < 0 ? -1 : 0;
-  /* The supervisor sends SIGTERM, waits its grace, then SIGKILL. */
-  for (int i = 0; i < 1000 && agsx_proc_ref_alive(&sup); i++)
-    usleep(10000);
-  if (agsx_proc_ref_alive(&sup))
-    return agsx_error_set_quiet(err, ETIMEDOUT, "sandbox `%.12s` did not stop in time", id);
+  if (alive && syscall(SYS_pidfd_send_signal, fd, SIGRTMIN, NULL, 0) == 0)
+    return fd;
+  if (fd >= 0)
+    close(fd);
+  /* The supervisor is gone: reap it ourselves. */
+  return agsx_state_reap_one(statefd, id, NULL, err) < 0 ? -2 : -1;
+}
+
+/* Waits for every supervisor in FDS to end (each stops its sandbox: SIGTERM,
+ * grace, SIGKILL), all at once. */
+static int wait_stopped(int *fds, size_t n, agsx_error_t *err) {
+  int64_t deadline = agsx_mono_ns() + 15 * 1000000000LL;
+  size_t left = n;
+  struct pollfd *p = xzalloc((n + 1) * sizeof(*p));
+  for (size_t i = 0; i < n; i++)
+    p[i] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+  while (left > 0) {
+    int64_t ms = (deadline - agsx_mono_ns()) / 1000000;
+    if (ms <= 0)
+      break;
+    int r = poll(p, n, (int)ms);
+    if (r < 0 && errno != EINTR)
+      break;
+    for (size_t i = 0; i < n; i++)
+      if (p[i].fd >= 0 && p[i].revents) {
+        p[i].fd = -1;
+        left--;
+      }
+  }
+  free(p);
+  if (left)
+    return agsx_error_set_quiet(err, ETIMEDOUT, "%zu sandbox(es) did not stop in time", left);
   return 0;
 }
 
@@ -269,16 +297,37 @@ static int kill_targets(struct agsx_ctx *ctx, const struct sflags *f, char **nam
   if (f->signal && sig < 0)
     return agsx_failf("kill: unknown signal `%s`", f->signal);
   int rc = 0;
+  int *waitfds = xzalloc(((size_t)n + 1) * sizeof(int));
+  size_t nwait = 0;
   for (int k = 0; k < n; k++) {
     agsx_error_t err = NULL;
     char id[33];
-    if (agsx_state_resolve(statefd, names[k], id, &err) < 0 ||
-        (sig ? signal_one(statefd, id, sig, &err) : stop_one(statefd, id, &err)) < 0) {
+    if (agsx_state_resolve(statefd, names[k], id, &err) < 0) {
       rc = agsx_fail(&err);
       continue;
     }
+    if (sig) {
+      if (signal_one(statefd, id, sig, &err) < 0)
+        rc = agsx_fail(&err);
+      else
+        printf("%s\n", names[k]);
+      continue;
+    }
+    int fd = request_stop(statefd, id, &err);
+    if (fd == -2) {
+      rc = agsx_fail(&err);
+      continue;
+    }
+    if (fd >= 0)
+      waitfds[nwait++] = fd;
     printf("%s\n", names[k]);
   }
+  agsx_error_t err = NULL;
+  if (nwait && wait_stopped(waitfds, nwait, &err) < 0)
+    rc = agsx_fail(&err);
+  for (size_t k = 0; k < nwait; k++)
+    close(waitfds[k]);
+  free(waitfds);
   (void)ctx;
   return rc;
 }
@@ -398,11 +447,15 @@ static bool keep_cgroup(const char *name, void *data) {
   struct agsx_cgroup *cg = NULL;
   agsx_error_t err = NULL;
   uint64_t mem = 0, pids = 0;
-  if (agsx_cgroup_open(name, &cg, &err) == 0)
+  int64_t age = 0;
+  if (agsx_cgroup_open(name, &cg, &err) == 0) {
     agsx_cgroup_stats(cg, &mem, &pids);
+    age = agsx_cgroup_age(cg);
+  }
   agsx_cgroup_free(cg);
   agsx_error_free(&err);
-  return pids > 0;
+  /* A young empty one may be a sandbox being started right now. */
+  return pids > 0 || age < 60;
 }
 
 /* Ended records, and record directories that never got a record (a start

@@ -517,6 +517,15 @@ int agsx_cgroup_attach(struct agsx_cgroup *cg, pid_t pid, agsx_error_t *err) {
   return 0;
 }
 
+int64_t agsx_cgroup_age(struct agsx_cgroup *cg) {
+  struct stat st;
+  int64_t now = agsx_now_ns() / 1000000000LL;
+  for (size_t i = 0; i < cg->n; i++)
+    if (cg->h[i].fd >= 0 && fstat(cg->h[i].fd, &st) == 0)
+      return now - st.st_ctime;
+  return 0;
+}
+
 int agsx_cgroup_self_attach_fds(struct agsx_cgroup *cg, int *fds, size_t max, agsx_error_t *err) {
   size_t n = 0;
   for (size_t i = 0; cg && !cg->v2 && i < cg->n; i++) {

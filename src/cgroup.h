@@ -53,6 +53,8 @@ int agsx_cgroup_attach(struct agsx_cgroup *cg, pid_t pid, agsx_error_t *err);
 /* v2: an O_DIRECTORY fd of the leaf for clone3(CLONE_INTO_CGROUP), owned by
  * CG. v1: -1. */
 int agsx_cgroup_fd(struct agsx_cgroup *cg);
+/* Seconds since the cgroup's directory was created (or last changed). */
+int64_t agsx_cgroup_age(struct agsx_cgroup *cg);
 /* v1: opens the `tasks` file of each hierarchy of CG for writing, into FDS
  * (at most MAX); returns how many (0 on v2). A single-threaded process that
  * writes "0" (itself) to `tasks` migrates without taking the global

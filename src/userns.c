@@ -43,10 +43,11 @@ int agsx_userns_reserve(int statefd, struct agsx_idrange *ret, agsx_error_t *err
   _cleanup_close_ int slots = open_slots(statefd, err);
   if (slots < 0)
     return -1;
-  /* Lowest free slot first: the lock files of busy hosts are reused rather
-   * than created (a create costs a journal write on disk-backed state). */
+  /* From a random slot: with a thousand sandboxes running, scanning from
+   * slot 0 would open and try the lock of every busy slot first. */
+  unsigned start = (unsigned)(((uint64_t)agsx_now_ns() / 1000) % AGSX_UID_SLOTS);
   for (unsigned i = 0; i < AGSX_UID_SLOTS; i++) {
-    int r = try_slot(slots, i, ret, err);
+    int r = try_slot(slots, (start + i) % AGSX_UID_SLOTS, ret, err);
     if (r != 0)
       return r < 0 ? -1 : 0;
   }
