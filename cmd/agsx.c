@@ -219,6 +219,7 @@ static int group_help(const char *group, FILE *out) {
 }
 
 int main(int argc, char **argv) {
+  agsx_proc_title_init(argc, argv);
   struct agsx_ctx ctx = {
       .root = getenv("AGSX_ROOT") ? getenv("AGSX_ROOT") : "/var/lib/agsx",
       .state = getenv("AGSX_STATE") ? getenv("AGSX_STATE") : "/run/agsx",

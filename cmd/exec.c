@@ -218,39 +218,33 @@ out:
   return code;
 }
 
-int agsx_cmd_exec(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
-  struct exec_opts o = {.json = ctx->json};
-  int i = agsx_parse_options(cmd, argc, argv, on_exec_opt, &o);
-  int code = AGSX_EXIT_FAILURE;
-  if (i < 0)
-    goto done;
-  if (argc - i < 2) {
-    agsx_failf("exec: expected SANDBOX and a command (see agsx exec --help)");
-    goto done;
-  }
-  if (o.tty && o.json) {
-    agsx_failf("exec: --tty and --json do not go together");
-    goto done;
-  }
+static int exec_in(struct agsx_ctx *ctx, struct exec_opts *o, int argc, char **argv, int i) {
+  if (argc - i < 2)
+    return agsx_failf("exec: expected SANDBOX and a command (see agsx exec --help)");
+  if (o->tty && o->json)
+    return agsx_failf("exec: --tty and --json do not go together");
   agsx_error_t err = NULL;
   _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   char id[33];
   struct agsx_record rec;
-  if (statefd < 0) {
-    agsx_failf("no such sandbox `%s`", argv[i]);
-    goto done;
-  }
+  if (statefd < 0)
+    return agsx_failf("no such sandbox `%s`", argv[i]);
   if (agsx_state_resolve(statefd, argv[i], id, &err) < 0 ||
-      agsx_record_read(statefd, id, &rec, &err) < 0) {
-    code = agsx_fail(&err);
-    goto done;
-  }
+      agsx_record_read(statefd, id, &rec, &err) < 0)
+    return agsx_fail(&err);
+  int code;
   if (rec.status == AGSX_STATUS_EXITED || !agsx_proc_ref_alive(&rec.supervisor))
     code = agsx_failf("sandbox `%s` is not running", argv[i]);
   else
-    code = run_exec(ctx, &o, &rec, argv + i + 1);
+    code = run_exec(ctx, o, &rec, argv + i + 1);
   agsx_record_clear(&rec);
-done:
+  return code;
+}
+
+int agsx_cmd_exec(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  struct exec_opts o = {.json = ctx->json};
+  int i = agsx_parse_options(cmd, argc, argv, on_exec_opt, &o);
+  int code = i < 0 ? AGSX_EXIT_FAILURE : exec_in(ctx, &o, argc, argv, i);
   agsx_strv_free(o.env);
   return code;
 }

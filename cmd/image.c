@@ -3,6 +3,7 @@
 
 #include "cmd.h"
 #include "import.h"
+#include "state.h"
 #include "store.h"
 
 #include <string.h>
@@ -262,8 +263,10 @@ int agsx_cmd_image_rm(struct agsx_ctx *ctx, const struct agsx_command *cmd, int 
       printf("Untagged: %s\n", argv[i]);
   }
   yajl_gen_array_close(g);
-  /* Content no image names any more goes with it, as with docker rmi. */
-  if (agsx_store_gc(s, NULL, false, report_quiet, NULL, &err) < 0)
+  /* Content no image names any more goes with it, as with docker rmi —
+   * except what running sandboxes use: it stays until they end. */
+  _cleanup_strv_ char **inuse = agsx_state_running_images(ctx->state);
+  if (agsx_store_gc(s, inuse, false, report_quiet, NULL, &err) < 0)
     rc = agsx_fail(&err);
   if (f.json)
     print_json(g);

@@ -325,7 +325,7 @@ static void on_control(struct sup *f) {
     begin_stop(f, AGSX_STOP_KILLED);
   else if (!f->stopping && r.deadline != f->deadline) {
     f->deadline = r.deadline;
-    f->deadline_ns = r.deadline * 1000000000LL;
+    f->deadline_ns = r.deadline_ns ? r.deadline_ns : r.deadline * 1000000000LL;
     arm_deadline(f);
   }
   agsx_record_clear(&r);
@@ -448,6 +448,7 @@ static void fill_record(struct sup *f, struct agsx_record *r) {
   r->created = r->started = agsx_now_ns() / 1000000000LL;
   r->timeout = f->o->timeout ? f->o->timeout : DEFAULT_TIMEOUT_SEC;
   r->deadline = f->deadline;
+  r->deadline_ns = f->deadline_ns;
   agsx_proc_ref_self(&r->supervisor);
   r->init.pid = f->sb->init_pid;
   r->init.start_time = agsx_proc_start_time(f->sb->init_pid);
@@ -533,7 +534,7 @@ static void print_timing(const struct agsx_sandbox *sb, int64_t prep_ns, int64_t
 static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
   f->deadline_ns = agsx_now_ns() +
                    (int64_t)(f->o->timeout ? f->o->timeout : DEFAULT_TIMEOUT_SEC) * 1000000000LL;
-  f->deadline = (f->deadline_ns + 999999999LL) / 1000000000LL;
+  f->deadline = (f->deadline_ns + 500000000LL) / 1000000000LL;
   if (setup_signals(f, err) < 0 || setup_stdio(f, pipes, err) < 0)
     return -1;
   arm_deadline(f);

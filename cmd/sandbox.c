@@ -129,11 +129,10 @@ static size_t load_records(int statefd, struct agsx_record **ret) {
       n++;
       continue;
     }
-    agsx_warn("sandbox %.12s: corrupt record removed: %s", *id, err->msg);
+    agsx_warn("sandbox %.12s: corrupt record: sandbox stopped and record removed: %s", *id,
+              err->msg);
     agsx_error_free(&err);
-    struct agsx_record dead = {0};
-    memcpy(dead.id, *id, 33);
-    agsx_record_remove(statefd, &dead, &err);
+    agsx_state_remove_corrupt(statefd, *id, &err);
     agsx_error_free(&err);
   }
   *ret = v;
@@ -211,7 +210,7 @@ static int parse_signal(const char *s) {
       return sigs[i].sig;
   char *end;
   long n = strtol(s, &end, 10);
-  if (*s && *end == '\0' && n > 0 && n < 65)
+  if (*s && *end == '\0' && n >= 0 && n < 65)
     return (int)n;
   return -1;
 }
@@ -390,7 +389,8 @@ int agsx_cmd_update(struct agsx_ctx *ctx, const struct agsx_command *cmd, int ar
       return agsx_failf("sandbox `%s` is not running", argv[i]);
     }
     /* The new deadline counts from now, and the 24 h maximum applies. */
-    r.deadline = agsx_now_ns() / 1000000000LL + (int64_t)sec;
+    r.deadline_ns = agsx_now_ns() + (int64_t)sec * 1000000000LL;
+    r.deadline = (r.deadline_ns + 500000000LL) / 1000000000LL;
     r.timeout = sec;
     if (agsx_record_write(statefd, &r, &err) < 0) {
       agsx_record_clear(&r);
@@ -437,6 +437,16 @@ static void gc_report(const char *what, void *data) {
     printf("%s%s\n", o->dry_run ? "would remove " : "removed ", what);
 }
 
+/* How old an unfinished record directory or an empty cgroup must be before
+ * gc takes it for a crash's leftover rather than a sandbox being started
+ * (AGSX_GC_MIN_AGE seconds, default 60; tests set 0). */
+static int64_t gc_min_age(void) {
+  const char *v = getenv("AGSX_GC_MIN_AGE");
+  char *end;
+  long n = v ? strtol(v, &end, 10) : -1;
+  return v && *v && *end == '\0' && n >= 0 ? n : 60;
+}
+
 /* A cgroup is a leftover when no process lives in it. One with processes
  * may be a sandbox of another state directory: never ours to kill. */
 static bool keep_cgroup(const char *name, void *data) {
@@ -455,7 +465,7 @@ static bool keep_cgroup(const char *name, void *data) {
   agsx_cgroup_free(cg);
   agsx_error_free(&err);
   /* A young empty one may be a sandbox being started right now. */
-  return pids > 0 || age < 60;
+  return pids > 0 || age < gc_min_age();
 }
 
 /* Ended records, and record directories that never got a record (a start
@@ -484,7 +494,7 @@ static void gc_records(int statefd, struct agsx_record *v, size_t n, struct gc_o
     _cleanup_free_ char *rec = xasprintf("%s/state.json", *id);
     struct stat st;
     if (faccessat(statefd, rec, F_OK, AT_SYMLINK_NOFOLLOW) == 0 ||
-        fstatat(statefd, *id, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_mtime > now - 60)
+        fstatat(statefd, *id, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_mtime > now - gc_min_age())
       continue;
     _cleanup_free_ char *what = xasprintf("unfinished sandbox directory %.12s", *id);
     gc_report(what, o);
@@ -521,8 +531,10 @@ int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
         digests[nd++] = xstrdup(v[k].image_digest);
     }
   o.running = running;
-  if (statefd >= 0)
+  if (statefd >= 0) {
     gc_records(statefd, v, n, &o);
+    agsx_state_prune_names(statefd, gc_report, &o, dry_run);
+  }
   int rc = 0;
   if (agsx_cgroup_gc(keep_cgroup, gc_report, &o, dry_run, &err) < 0)
     rc = agsx_fail(&err);

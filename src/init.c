@@ -391,6 +391,9 @@ _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
   }
   close(ep[1]);
   agsx_closep(&c->pty_slave);
+  /* Our command line names host paths; the sandbox sees pid 1 as this.
+   * (Only now: configuration strings may point into it until the fork.) */
+  agsx_proc_title_set("agsx-init");
   struct agsx_msg m;
   ssize_t n;
   do

@@ -63,6 +63,7 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len) {
   agsx_json_kv_int(g, "started", r->started);
   agsx_json_kv_int(g, "ended", r->ended);
   agsx_json_kv_int(g, "deadline", r->deadline);
+  agsx_json_kv_int(g, "deadline_ns", r->deadline_ns);
   agsx_json_kv_int(g, "timeout", (int64_t)r->timeout);
   gen_proc(g, "supervisor", &r->supervisor);
   gen_proc(g, "init", &r->init);
@@ -145,6 +146,7 @@ int agsx_record_from_json(const char *buf, size_t len, struct agsx_record *r, ag
   r->started = opt_int(v, "started");
   r->ended = opt_int(v, "ended");
   r->deadline = opt_int(v, "deadline");
+  r->deadline_ns = opt_int(v, "deadline_ns");
   r->timeout = (uint64_t)opt_int(v, "timeout");
   opt_proc(v, "supervisor", &r->supervisor);
   opt_proc(v, "init", &r->init);
@@ -523,5 +525,70 @@ void agsx_state_reap_all(const char *state_dir, bool force, const struct agsx_re
     if (agsx_state_reap_one(statefd, *id, rep, &err) < 0)
       agsx_debug("reap `%.12s`: %s", *id, err->msg);
     agsx_error_free(&err);
+  }
+}
+
+char **agsx_state_running_images(const char *state_dir) {
+  agsx_error_t err = NULL;
+  _cleanup_close_ int statefd = open(state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  _cleanup_strv_ char **ids = NULL;
+  char **out = xzalloc(sizeof(char *));
+  size_t n = 0;
+  if (statefd < 0 || agsx_state_list(statefd, &ids, &err) < 0) {
+    agsx_error_free(&err);
+    return out;
+  }
+  for (char **id = ids; *id; id++) {
+    struct agsx_record r;
+    if (agsx_record_read(statefd, *id, &r, &err) < 0) {
+      agsx_error_free(&err);
+      continue;
+    }
+    if (r.status != AGSX_STATUS_EXITED && r.image_digest) {
+      out = xrealloc(out, (n + 2) * sizeof(char *));
+      out[n++] = xstrdup(r.image_digest);
+      out[n] = NULL;
+    }
+    agsx_record_clear(&r);
+  }
+  return out;
+}
+
+int agsx_state_remove_corrupt(int statefd, const char *id, agsx_error_t *err) {
+  struct agsx_cgroup *cg = NULL;
+  agsx_error_t e = NULL;
+  if (agsx_cgroup_open(id, &cg, &e) == 0)
+    agsx_cgroup_destroy(cg, &e);
+  agsx_cgroup_free(cg);
+  agsx_error_free(&e);
+  struct agsx_record dead = {0};
+  memcpy(dead.id, id, 33);
+  int r = agsx_record_remove(statefd, &dead, err);
+  agsx_state_prune_names(statefd, NULL, NULL, false);
+  return r;
+}
+
+void agsx_state_prune_names(int statefd, void (*report_fn)(const char *what, void *data), void *data,
+                            bool dry_run) {
+  _cleanup_close_ int dir = openat(statefd, "names", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  _cleanup_dir_ DIR *d = dir >= 0 ? fdopendir(fcntl(dir, F_DUPFD_CLOEXEC, 3)) : NULL;
+  struct dirent *de;
+  while (d && (de = readdir(d)) != NULL) {
+    if (de->d_name[0] == '.')
+      continue;
+    char target[64];
+    ssize_t n = readlinkat(dir, de->d_name, target, sizeof(target) - 1);
+    struct stat st;
+    if (n > 0) {
+      target[n] = '\0';
+      if (valid_id(target) && fstatat(statefd, target, &st, AT_SYMLINK_NOFOLLOW) == 0)
+        continue;
+    }
+    if (report_fn) {
+      _cleanup_free_ char *what = xasprintf("dangling name %s", de->d_name);
+      report_fn(what, data);
+    }
+    if (!dry_run)
+      unlinkat(dir, de->d_name, 0);
   }
 }

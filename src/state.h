@@ -39,6 +39,7 @@ struct agsx_record {
   int exit_code;     /* -1 while running */
   int64_t created, started, ended; /* seconds since the epoch; 0 = not yet */
   int64_t deadline;                /* seconds since the epoch */
+  int64_t deadline_ns;             /* the same, exact (0 in old records) */
   uint64_t timeout;                /* the lifetime asked for, seconds */
   struct agsx_proc_ref supervisor, init;
   char *network, *address;
@@ -76,6 +77,18 @@ bool agsx_name_is_valid(const char *name);
 /* Resolves SANDBOX (an id, a unique id prefix of at least 4 hex digits, or
  * a name) to an id. */
 int agsx_state_resolve(int statefd, const char *sandbox, char ret_id[33], agsx_error_t *err);
+
+/* The manifest digests of the images of running sandboxes (NULL-terminated),
+ * for the store's gc: their layers stay while they run. */
+char **agsx_state_running_images(const char *state_dir);
+
+/* Removes the record of a sandbox whose record cannot be read: stops
+ * whatever still runs in its cgroup (its supervisor then ends), removes
+ * the directory and any name pointing at it. */
+int agsx_state_remove_corrupt(int statefd, const char *id, agsx_error_t *err);
+/* Removes names/ links whose sandbox record is gone. */
+void agsx_state_prune_names(int statefd, void (*report)(const char *what, void *data), void *data,
+                            bool dry_run);
 
 /* Lists the ids of every record directory (valid or not). */
 int agsx_state_list(int statefd, char ***ret_ids, agsx_error_t *err);

@@ -665,3 +665,27 @@ int agsx_parse_rfc3339(const char *s, int64_t *ret_sec) {
   *ret_sec = (int64_t)timegm(&tm) - off;
   return 0;
 }
+
+/* ---- process title ------------------------------------------------------------------------ */
+
+#include <sys/prctl.h>
+
+static char *title_area;
+static size_t title_len;
+
+void agsx_proc_title_init(int argc, char **argv) {
+  if (argc < 1 || argv[0] == NULL)
+    return;
+  /* The arguments are contiguous: argv[0] up to the end of the last one. */
+  char *end = argv[argc - 1] + strlen(argv[argc - 1]);
+  title_area = argv[0];
+  title_len = (size_t)(end - argv[0]);
+}
+
+void agsx_proc_title_set(const char *title) {
+  prctl(PR_SET_NAME, title, 0, 0, 0);
+  if (title_area == NULL || title_len == 0)
+    return;
+  memset(title_area, 0, title_len);
+  snprintf(title_area, title_len, "%s", title);
+}

@@ -142,6 +142,11 @@ char *agsx_format_rfc3339(int64_t sec);
 /* Parses RFC 3339 (with optional fraction and offset) to seconds. */
 int agsx_parse_rfc3339(const char *s, int64_t *ret_sec);
 
+/* The process title: the sandbox init overwrites agsx's command line (which
+ * names host paths) with its own title, as seen in the sandbox's /proc. */
+void agsx_proc_title_init(int argc, char **argv);
+void agsx_proc_title_set(const char *title);
+
 #define AGSX_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif
