@@ -81,6 +81,13 @@ static const struct agsx_option exec_opts[] = {
     {0},
 };
 
+static const struct agsx_option cp_opts[] = {
+    {"archive", 'a', NULL, "Keep uids and gids (mapped into and out of the sandbox's range)",
+     O_ARCHIVE},
+    {"follow-link", 'L', NULL, "Follow SRC itself if it is a symlink", O_FOLLOW_LINK},
+    {0},
+};
+
 static const struct agsx_option ls_opts[] = {
     {"all", 'a', NULL, "Also list ended sandboxes, with stop reason and exit code", O_ALL},
     {"quiet", 'q', NULL, "Print short ids only", O_QUIET},
@@ -108,7 +115,8 @@ const struct agsx_command agsx_commands[] = {
      agsx_cmd_run, NULL},
     {"exec", "[OPTIONS] SANDBOX CMD [ARG...]", "Run a command in a running sandbox", exec_opts,
      agsx_cmd_exec, NULL},
-    {"cp", "SRC DST", "Copy files between a sandbox and the host", none, agsx_cmd_not_yet, NULL},
+    {"cp", "[OPTIONS] SANDBOX:PATH HOSTPATH|-  or  HOSTPATH|- SANDBOX:PATH",
+     "Copy files between a sandbox and the host", cp_opts, agsx_cmd_cp, NULL},
     {"ls", "[OPTIONS]", "List sandboxes", ls_opts, agsx_cmd_ls, NULL},
     {"kill", "[OPTIONS] SANDBOX...", "Stop sandboxes or send them a signal", kill_opts,
      agsx_cmd_kill, NULL},

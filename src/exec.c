@@ -159,8 +159,12 @@ int agsx_exec_start(const struct agsx_record *rec, const struct agsx_exec_config
     agsx_cgroup_close_fds(tasks, ntasks);
     return agsx_error_set(err, errno, "socketpair");
   }
-  /* Children of this process are born in the sandbox's pid namespace. */
-  if (setns(initfd, CLONE_NEWPID) < 0) {
+  /* The next child of this process is born in the sandbox's pid namespace;
+   * afterwards ours go back to our own (anything forking later — the leak
+   * checker of a sanitizer build, say — must not land in the sandbox). */
+  int ownpid = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
+  if (ownpid < 0 || setns(initfd, CLONE_NEWPID) < 0) {
+    agsx_closep(&ownpid);
     agsx_cgroup_close_fds(tasks, ntasks);
     close(sp[0]);
     close(sp[1]);
@@ -171,6 +175,10 @@ int agsx_exec_start(const struct agsx_record *rec, const struct agsx_exec_config
     close(sp[0]);
     child(rec, cfg, initfd, sp[1], tasks, ntasks);
   }
+  int back = setns(ownpid, CLONE_NEWPID);
+  close(ownpid);
+  if (back < 0)
+    agsx_warn("return to our pid namespace: %s", strerror(errno));
   agsx_cgroup_close_fds(tasks, ntasks);
   close(sp[1]);
   if (pid < 0) {

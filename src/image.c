@@ -416,9 +416,14 @@ char *agsx_image_ref_normalize(const char *ref, agsx_error_t *err) {
       break;
     p = s + 1;
   }
-  if (digest && !tag)
-    return xasprintf("%s@%s", name, digest);
-  if (digest)
-    return xasprintf("%s:%s@%s", name, tag, digest);
-  return xasprintf("%s:%s", name, tag ? tag : "latest");
+  char *out = digest && !tag ? xasprintf("%s@%s", name, digest)
+              : digest       ? xasprintf("%s:%s@%s", name, tag, digest)
+                             : xasprintf("%s:%s", name, tag ? tag : "latest");
+  /* The normalised form obeys the same bound (normalising is idempotent). */
+  if (strlen(out) > 255) {
+    free(out);
+    agsx_error_set(err, 0, "invalid image reference `%.80s…`: longer than 255 characters", ref);
+    return NULL;
+  }
+  return out;
 }

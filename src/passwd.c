@@ -140,6 +140,8 @@ static int resolve_user(const char *spec, const char *passwd, size_t passwd_len,
       return agsx_error_set(err, 0, "user id %u is outside the sandbox's ids (0-65535)", uid);
     q.uid = uid;
     each_line(passwd, passwd_len, 7, pw_match, &q);
+    if (q.found && u->gid > ID_MAX)
+      return agsx_error_set(err, 0, "user %u has group id %u, outside 0-65535", uid, u->gid);
     if (!q.found) { /* a bare number needs no entry */
       u->uid = uid;
       u->gid = uid == 0 ? 0 : uid;

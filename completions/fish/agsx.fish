@@ -195,7 +195,7 @@ complete -c agsx -n '__agsx_cmd' -l version -d 'Print the version'
 
 complete -c agsx -n '__agsx_cmd' -a run -d 'Run a command in a new sandbox'
 complete -c agsx -n '__agsx_cmd' -a exec -d 'Run a command in a running sandbox'
-complete -c agsx -n '__agsx_cmd' -a cp -d 'Copy files between a sandbox and the host (not implemented yet)'
+complete -c agsx -n '__agsx_cmd' -a cp -d 'Copy files between a sandbox and the host'
 complete -c agsx -n '__agsx_cmd' -a ls -d 'List sandboxes'
 complete -c agsx -n '__agsx_cmd' -a kill -d 'Stop sandboxes or send them a signal'
 complete -c agsx -n '__agsx_cmd' -a update -d "Change a running sandbox's deadline"
@@ -303,6 +303,12 @@ complete -c agsx -n '__agsx_cmd image inspect' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd image inspect' -a '(__agsx_image_names)' -d Image
 
 # Commands that are not implemented yet: --help only.
-for c in cp build pull network 'image pull'
+# agsx cp
+complete -c agsx -n '__agsx_cmd cp' -s a -l archive -d 'Keep uids and gids (mapped into and out of the sandbox'"'"'s range)'
+complete -c agsx -n '__agsx_cmd cp' -s L -l follow-link -d 'Follow SRC itself if it is a symlink'
+complete -c agsx -n '__agsx_cmd cp' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd cp' -F
+
+for c in build pull network 'image pull'
     complete -c agsx -n "__agsx_cmd $c" -s h -l help -d 'Show this help'
 end

@@ -82,11 +82,13 @@ teardown() { common_teardown; }
   run_ax image ls
   assert_success
   [ ! -e "$ROOT" ]
-  run_ax gc
+  mkdir "$T/empty"
+  "$FIXTURES/mkimage" --ref tiny:1 "$T/img" "$T/empty" >/dev/null
+  run_ax image load "$T/img"
   assert_success
   [ -f "$ROOT/oci-layout" ] && [ -f "$ROOT/index.json" ]
   [ "$(stat -c %a "$ROOT")" = 700 ]
-  AGSX_ROOT=$T/other run timeout 30 "$AGSX" gc
+  AGSX_ROOT=$T/other run timeout 30 "$AGSX" image load "$T/img"
   [ "$status" -eq 0 ]
   [ -f "$T/other/index.json" ]
   run_ax --json image ls

@@ -235,12 +235,13 @@ EOF
 @test "docs: image inspect options" { doc_sets_agree "image inspect"; }
 @test "docs: run options" { doc_sets_agree run; }
 @test "docs: exec options" { doc_sets_agree exec; }
+@test "docs: cp options" { doc_sets_agree cp; }
 @test "docs: ls options" { doc_sets_agree ls; }
 @test "docs: kill options" { doc_sets_agree kill; }
 @test "docs: update options" { doc_sets_agree update; }
 
 @test "docs: every implemented command has an options test above" {
-  local tested=$'exec\ngc\nimage inspect\nimage load\nimage ls\nimage rm\nkill\nload\nls\nrun\nupdate'
+  local tested=$'cp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage rm\nkill\nload\nls\nrun\nupdate'
   run diff <(echo "$tested") <(help_commands -i | sort)
   echo "$output"
   [ "$status" -eq 0 ]

@@ -116,3 +116,12 @@ busybox_layout() {
   fi
   echo "$out"
 }
+
+# Heavy tests (parallel starts, big files, long races) run in the plain build
+# only: under ASan/UBSan they take 5-20x longer and exercise no code the
+# rest of the suite does not. run-tests sets AGSX_SANITIZER for such builds.
+heavy() {
+  if [ -n "${AGSX_SANITIZER:-}" ]; then
+    skip "heavy: runs in the plain build"
+  fi
+}

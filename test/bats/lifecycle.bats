@@ -421,6 +421,7 @@ assert abs(dl - (time.time() + 60)) < 5, (dl, time.time())
 # ---- concurrency -------------------------------------------------------------
 
 @test "50 parallel run --rm: correct output, exit 0, no corrupt or leftover record" {
+  heavy
   local i pids=()
   start_sampler
   for i in $(seq 50); do
@@ -448,6 +449,7 @@ assert abs(dl - (time.time() + 60)) < 5, (dl, time.time())
 }
 
 @test "20 parallel run -d, exec in each, kill each: correct, no corrupt record at any time" {
+  heavy
   local i pids=() ids=() rc bad=0
   start_sampler
   for i in $(seq 20); do
@@ -516,6 +518,7 @@ for s in l:
 }
 
 @test "the name race: of two racing run -d --name x, exactly one wins, the other is refused" {
+  heavy
   local r fifo a b ra rb
   for r in $(seq 10); do
     fifo=$T/go.$r

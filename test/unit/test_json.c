@@ -35,8 +35,6 @@ int main(void) {
   tap_ok(agsx_json_parse(deep, sizeof(deep), 1000, &err) == NULL && strstr(err->msg, "nested"),
          "depth limit");
   agsx_error_free(&err);
-  tap_ok(agsx_json_parse("{\"a\":\"[[[[\"}", 12, 100, &err) != NULL || 1,
-         "brackets inside strings do not count");
   yajl_val s = agsx_json_parse("{\"a\":\"[[[[\"}", 12, 100, &err);
   tap_ok(s != NULL, "string with brackets parses");
   yajl_tree_free(s);
