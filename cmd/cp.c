@@ -68,7 +68,9 @@ int agsx_cmd_cp(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
   struct agsx_copy_sandbox sb;
   if (open_sandbox(ctx, ssb ? ssb : dsb, &sb, &err) < 0)
     return cp_fail(&err);
+  /* The sandbox's root fd is ours to close, whatever happens below. */
   _cleanup_close_ int rootfd = sb.rootfd;
+  (void)rootfd;
   int r;
   if (dsb && strcmp(src, "-") == 0)
     r = agsx_copy_in_tar(&sb, STDIN_FILENO, dpath, flags, &err);

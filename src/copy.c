@@ -404,7 +404,7 @@ static bool on_kernel_fs(const struct copier *c, int fd) {
 }
 
 static int skip_kernel_fs(const char *path) {
-  agsx_warn("cp: `%s` is on a kernel file system (proc, sysfs, ...): skipped", path);
+  agsx_warn("cp: `%s` is on a kernel filesystem (proc, sysfs, ...): skipped", path);
   return 0;
 }
 
@@ -908,7 +908,8 @@ static char *clean_tar_path(const char *raw, agsx_error_t *err) {
     return NULL;
   }
   _cleanup_free_ char *copy = xstrdup(raw);
-  char *out = xzalloc(strlen(raw) + 1), *save = NULL;
+  size_t cap = strlen(raw) + 1, len = 0;
+  char *out = xzalloc(cap), *save = NULL;
   size_t depth = 0;
   for (char *t = strtok_r(copy, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
     if (strcmp(t, ".") == 0)
@@ -918,9 +919,8 @@ static char *clean_tar_path(const char *raw, agsx_error_t *err) {
       free(out);
       return NULL;
     }
-    if (*out)
-      strcat(out, "/");
-    strcat(out, t);
+    /* OUT never outgrows RAW: it is RAW without "." components. */
+    len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? "/" : "", t);
   }
   return out;
 }

@@ -56,16 +56,17 @@ void agsx_layer_limits_default(struct agsx_layer_limits *lim) {
 /* Entry names go into error messages that end up on a terminal: a hostile
  * name could carry escape sequences or be kilobytes long. */
 static char *quote(const char *s) {
-  char *out = xmalloc(QUOTE_MAX * 4 + 4), *p = out;
+  size_t cap = QUOTE_MAX * 4 + 4, n = 0;
+  char *out = xmalloc(cap);
   size_t i;
   for (i = 0; s[i] != '\0' && i < QUOTE_MAX; i++) {
     unsigned char c = (unsigned char)s[i];
     if (c < 0x20 || c == 0x7f || c == '\\')
-      p += sprintf(p, "\\x%02x", c);
+      n += (size_t)snprintf(out + n, cap - n, "\\x%02x", c);
     else
-      *p++ = (char)c;
+      out[n++] = (char)c;
   }
-  strcpy(p, s[i] != '\0' ? "..." : "");
+  snprintf(out + n, cap - n, "%s", s[i] != '\0' ? "..." : "");
   return out;
 }
 
@@ -649,12 +650,12 @@ static int make_file(struct unpacker *u, struct archive_entry *e, int dirfd, con
                      agsx_error_t *err) {
   if (check_size(u, e, err) < 0)
     return -1;
-  int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-  _cleanup_close_ int fd = openat(dirfd, name, flags, 0600);
+  _cleanup_close_ int fd =
+      openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0 && errno == EEXIST) {
     if (clear_existing(u, dirfd, name, false, err) < 0)
       return -1;
-    fd = openat(dirfd, name, flags, 0600);
+    fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   }
   if (fd < 0)
     return agsx_error_set(err, errno, "create file");

@@ -110,36 +110,7 @@ int agsx_store_open_blob(struct agsx_store *s, const char *digest, agsx_error_t 
 
 int agsx_store_read_blob(struct agsx_store *s, const char *digest, size_t max, char **ret_buf,
                          size_t *ret_len, agsx_error_t *err) {
-  _cleanup_close_ int fd = agsx_store_open_blob(s, digest, err);
-  if (fd < 0)
-    return -1;
-  _cleanup_free_ char *buf = NULL;
-  size_t len;
-  if (agsx_read_fd(fd, max, &buf, &len, err) < 0)
-    return agsx_error_wrap(err, "blob `%s`", digest);
-  char got[AGSX_DIGEST_LEN];
-  agsx_sha256_buf(buf, len, got);
-  if (strcmp(got, digest) != 0)
-    return agsx_error_set(err, 0, "blob `%s` in the store is corrupt (content has digest `%s`)",
-                          digest, got);
-  *ret_buf = steal_ptr(&buf);
-  if (ret_len)
-    *ret_len = len;
-  return 0;
-}
-
-static int open_stage_dir(int workfd, const char *name, agsx_error_t *err) {
-  if (mkdirat(workfd, name, 0700) < 0 && errno != EEXIST)
-    return agsx_error_set(err, errno, "mkdir work `%s`", name);
-  int fd = openat(workfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0)
-    return agsx_error_set(err, errno, "open work `%s`", name);
-  return fd;
-}
-
-static bool staged(int workfd, const char *sub, const char *digest) {
-  _cleanup_free_ char *p = xasprintf("%s/%s", sub, agsx_digest_hex(digest));
-  return faccessat(workfd, p, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+  return agsx_store_read_staged_blob(s, -1, digest, max, ret_buf, ret_len, err);
 }
 
 /* Copies IN to OUT, hashing; checks SIZE (< 0: unknown) and DIGEST. With
@@ -238,6 +209,8 @@ static int open_staged_blob(struct agsx_store *s, int workfd, const char *digest
                             agsx_error_t *err) {
   if (agsx_digest_validate(digest, err) < 0)
     return -1;
+  if (workfd < 0)
+    return agsx_store_open_blob(s, digest, err);
   _cleanup_free_ char *p = xasprintf("blobs/%s", agsx_digest_hex(digest));
   int fd = openat(workfd, p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd >= 0 || errno != ENOENT)

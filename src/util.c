@@ -363,8 +363,7 @@ static int rm_rf_children(int dfd, agsx_error_t *err, int depth) {
       continue;
     if (errno != EISDIR && errno != EPERM)
       return agsx_error_set(err, errno, "unlink `%s`", de->d_name);
-    int sub = openat(dirfd(dir), de->d_name,
-                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int sub = openat(dirfd(dir), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (sub < 0)
       return agsx_error_set(err, errno, "open `%s`", de->d_name);
     if (rm_rf_children(sub, err, depth + 1) < 0)
