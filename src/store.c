@@ -113,6 +113,20 @@ int agsx_store_read_blob(struct agsx_store *s, const char *digest, size_t max, c
   return agsx_store_read_staged_blob(s, -1, digest, max, ret_buf, ret_len, err);
 }
 
+static int open_stage_dir(int workfd, const char *name, agsx_error_t *err) {
+  if (mkdirat(workfd, name, 0700) < 0 && errno != EEXIST)
+    return agsx_error_set(err, errno, "mkdir work `%s`", name);
+  int fd = openat(workfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "open work `%s`", name);
+  return fd;
+}
+
+static bool staged(int workfd, const char *sub, const char *digest) {
+  _cleanup_free_ char *p = xasprintf("%s/%s", sub, agsx_digest_hex(digest));
+  return faccessat(workfd, p, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
 /* Copies IN to OUT, hashing; checks SIZE (< 0: unknown) and DIGEST. With
  * OUT < 0 only verifies. */
 static int copy_verify(int in, int out, const char *digest, int64_t size, agsx_error_t *err) {
