@@ -720,15 +720,17 @@ int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
   struct agsx_netns_job job = {-1, -1};
   if (agsx_net_prepare(&job, &err) < 0 || prepare_image(ctx, argv[i], &p, &cfg, &err) < 0 ||
       build_config(&o, argv + i + 1, &p, &cfg, &err) < 0 ||
-      prepare_seccomp(ctx, &o, &p, &cfg, &err) < 0 ||
-      agsx_net_collect(&job, &cfg.netns, &cfg.sysfs, &err) < 0) {
+      prepare_seccomp(ctx, &o, &p, &cfg, &err) < 0) {
     agsx_net_job_cancel(&job);
     code = agsx_fail(&err);
   } else {
+    /* Collected by the sandbox's start, right before it is needed. */
+    cfg.netns_job = &job;
     struct sup f = {.ctx = ctx, .o = &o, .p = &p, .cfg = &cfg, .sigfd = -1, .timerfd = -1,
                     .started = t0, .out = {{.fd = -1}, {.fd = -1}}};
     code = o.detach ? run_detached(&f) : run_foreground(&f, t0);
   }
+  agsx_net_job_cancel(&job);
   prepared_clear(&p);
   agsx_closep(&cfg.netns);
   agsx_closep(&cfg.sysfs);

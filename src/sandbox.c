@@ -148,22 +148,22 @@ static pid_t do_clone3(uint64_t flags, int cgroupfd, int *ret_pidfd) {
  * with C. The network namespace is not among them: P made it beforehand. */
 #define SANDBOX_NS_FLAGS (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS)
 
-static int spawn_init(struct agsx_sandbox *sb, const struct agsx_sandbox_config *cfg,
-                      struct agsx_child_ctx *child, agsx_error_t *err) {
+static int spawn_init(struct agsx_sandbox *sb, const struct agsx_sandbox_config *cfg, int netns,
+                      int sysfs, struct agsx_child_ctx *child, agsx_error_t *err) {
   int sp[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
     return agsx_error_set(err, errno, "socketpair");
   int hostns = -1;
-  if (cfg->netns >= 0) {
+  if (netns >= 0) {
     /* Made ahead by a helper: join it for the clone only. */
     hostns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-    if (hostns < 0 || setns(cfg->netns, CLONE_NEWNET) < 0) {
+    if (hostns < 0 || setns(netns, CLONE_NEWNET) < 0) {
       agsx_closep(&hostns);
       close(sp[0]);
       close(sp[1]);
       return agsx_error_set(err, errno, "enter the sandbox's network namespace");
     }
-    sb->sysfs = fcntl(cfg->sysfs, F_DUPFD_CLOEXEC, 3);
+    sb->sysfs = fcntl(sysfs, F_DUPFD_CLOEXEC, 3);
   } else {
     if (agsx_net_enter_new(&hostns, err) < 0) {
       close(sp[0]);
@@ -317,11 +317,20 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
   /* The sandbox's tmpfs is mounted over its record directory, in its own
    * mount namespace only: no directory of its own to create and remove. */
   snprintf(child.stage, sizeof(child.stage), "%s/%s", cfg->state_dir, sb->id);
+  /* The network namespace a helper has been making meanwhile. */
+  _cleanup_close_ int netns = -1, sysfs = -1;
+  if (cfg->netns >= 0) {
+    netns = fcntl(cfg->netns, F_DUPFD_CLOEXEC, 3);
+    sysfs = fcntl(cfg->sysfs, F_DUPFD_CLOEXEC, 3);
+  } else if (cfg->netns_job && agsx_net_collect(cfg->netns_job, &netns, &sysfs, err) < 0) {
+    return -1;
+  }
+  phase(sb, "netns wait", &t0);
   int nfd = agsx_cgroup_self_attach_fds(sb->cg, child.cgroup_fds, 8, err);
   if (nfd < 0)
     return -1;
   child.n_cgroup_fds = (size_t)nfd;
-  int r = spawn_init(sb, cfg, &child, err);
+  int r = spawn_init(sb, cfg, netns, sysfs, &child, err);
   agsx_cgroup_close_fds(child.cgroup_fds, child.n_cgroup_fds);
   if (r < 0)
     return -1;

@@ -23,6 +23,7 @@
 #define AGSX_SANDBOX_H
 
 #include "cgroup.h"
+#include "net.h"
 #include "seccomp.h"
 #include "userns.h"
 #include "util.h"
@@ -67,6 +68,8 @@ struct agsx_sandbox_config {
   /* host side */
   const char *state_dir;
   int netns, sysfs; /* prepared ahead (agsx_net_prepare), or -1: made here */
+  struct agsx_netns_job *netns_job; /* or still being prepared: collected
+                                       right before the clone */
   bool timing; /* record per-phase times */
 };
 
