@@ -494,8 +494,12 @@ static bool entry_times(struct archive_entry *e, struct timespec ts[2]) {
 }
 
 /* trusted.* and other security.* attributes are never taken from a layer:
- * trusted.overlay.* would steer overlayfs, security.selinux would relabel. */
+ * trusted.overlay.* would steer overlayfs, security.selinux would relabel.
+ * Nor user.overlay.*: sandboxes mount their overlay with `userxattr`, which
+ * reads overlay's own attributes (opaque, redirect, metacopy) from there. */
 static bool xattr_allowed(const char *name) {
+  if (agsx_str_has_prefix(name, "user.overlay."))
+    return false;
   return agsx_str_has_prefix(name, "user.") || strcmp(name, "security.capability") == 0;
 }
 
@@ -780,9 +784,13 @@ static int make_hardlink(struct unpacker *u, const char *raw_target, int dirfd, 
   return create_at(u, dirfd, name, do_link, &fd, "hardlink", err);
 }
 
+/* Both spellings: an overlay mounted by host root reads trusted.overlay.*,
+ * the sandboxes' (mounted in their user namespace, `userxattr`) read
+ * user.overlay.*. */
 static int make_opaque(int dirfd, agsx_error_t *err) {
   _cleanup_close_ int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0 || fsetxattr(fd, "trusted.overlay.opaque", "y", 1, 0) < 0)
+  if (fd < 0 || fsetxattr(fd, "trusted.overlay.opaque", "y", 1, 0) < 0 ||
+      fsetxattr(fd, "user.overlay.opaque", "y", 1, 0) < 0)
     return agsx_error_set(err, errno, "mark directory opaque");
   return 0;
 }
