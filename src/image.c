@@ -6,8 +6,6 @@
 #include <ctype.h>
 #include <string.h>
 
-static void strv_free_n(char **v) { agsx_strv_free(v); }
-
 void agsx_descriptor_clear(struct agsx_descriptor *d) {
   free(d->media_type);
   free(d->os);
@@ -42,9 +40,9 @@ void agsx_image_config_clear(struct agsx_image_config *c) {
   for (size_t i = 0; i < c->n_diff_ids; i++)
     free(c->diff_ids[i]);
   free(c->diff_ids);
-  strv_free_n(c->env);
-  strv_free_n(c->entrypoint);
-  strv_free_n(c->cmd);
+  agsx_strv_free(c->env);
+  agsx_strv_free(c->entrypoint);
+  agsx_strv_free(c->cmd);
   free(c->working_dir);
   free(c->user);
   free(c->stop_signal);

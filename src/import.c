@@ -279,6 +279,16 @@ static char *oci_entry_name(const struct agsx_descriptor *d) {
   return NULL;
 }
 
+/* Stages the JSON blob D of the source and reads it back, verified. */
+static int stage_json_blob(struct import *im, const struct agsx_descriptor *d, char **ret_buf,
+                           size_t *ret_len, agsx_error_t *err) {
+  _cleanup_free_ char *path = blob_path(d->digest);
+  if (stage_src_blob(im, path, d->digest, d->size, err) < 0)
+    return -1;
+  return agsx_store_read_staged_blob(im->store, im->workfd, d->digest, AGSX_IMAGE_JSON_MAX,
+                                     ret_buf, ret_len, err);
+}
+
 static int oci_manifest(struct import *im, const struct agsx_descriptor *d, const char *ref,
                         agsx_error_t *err);
 
@@ -286,13 +296,9 @@ static int oci_nested_index(struct import *im, const struct agsx_descriptor *d, 
                             int depth, agsx_error_t *err) {
   if (depth > NESTING_MAX)
     return agsx_error_set(err, 0, "image indexes nested too deeply");
-  _cleanup_free_ char *path = blob_path(d->digest);
-  if (stage_src_blob(im, path, d->digest, d->size, err) < 0)
-    return -1;
   _cleanup_free_ char *buf = NULL;
   size_t len;
-  if (agsx_store_read_staged_blob(im->store, im->workfd, d->digest, AGSX_IMAGE_JSON_MAX, &buf,
-                                  &len, err) < 0)
+  if (stage_json_blob(im, d, &buf, &len, err) < 0)
     return -1;
   struct agsx_index ix;
   if (agsx_index_parse(buf, len, &ix, err) < 0)
@@ -314,13 +320,9 @@ static int oci_manifest(struct import *im, const struct agsx_descriptor *d, cons
       (strcmp(d->os, "linux") != 0 || strcmp(d->architecture, "amd64") != 0))
     return agsx_error_set(err, 0, "image is for %s/%s: agsx runs only linux/amd64 images", d->os,
                           d->architecture);
-  _cleanup_free_ char *path = blob_path(d->digest);
-  if (stage_src_blob(im, path, d->digest, d->size, err) < 0)
-    return -1;
   _cleanup_free_ char *buf = NULL;
   size_t len;
-  if (agsx_store_read_staged_blob(im->store, im->workfd, d->digest, AGSX_IMAGE_JSON_MAX, &buf,
-                                  &len, err) < 0)
+  if (stage_json_blob(im, d, &buf, &len, err) < 0)
     return -1;
   struct agsx_manifest m;
   if (agsx_manifest_parse(buf, len, &m, err) < 0)

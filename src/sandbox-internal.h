@@ -15,8 +15,9 @@ enum agsx_msg_type {
   AGSX_MSG_EXIT,   /* C→P: the command ended; status = its wait status */
 };
 
-#define AGSX_MSG_MAX_FDS (AGSX_IMAGE_MAX_FDS)
-#define AGSX_IMAGE_MAX_FDS 200
+/* One SCM_RIGHTS message carries at most 253 fds (SCM_MAX_FD): the layers,
+ * the volumes and the sysfs of a sandbox must fit in the GO message. */
+#define AGSX_MSG_MAX_FDS 250
 
 #define AGSX_CHILD_PHASES 6
 struct agsx_msg {

@@ -245,6 +245,12 @@ static int send_go(struct agsx_sandbox *sb, const struct agsx_sandbox_config *cf
   _cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
   if (userns < 0)
     return agsx_error_set(err, errno, "open `%s`", path);
+  /* Layers, volumes and the sysfs travel in one message (see
+   * AGSX_MSG_MAX_FDS); more would overflow it. */
+  if (cfg->n_layers + cfg->n_binds + 1 > AGSX_MSG_MAX_FDS)
+    return agsx_error_set(err, E2BIG,
+                          "%zu layers and %zu volumes: a sandbox takes at most %d together",
+                          cfg->n_layers, cfg->n_binds, AGSX_MSG_MAX_FDS - 1);
   int fds[AGSX_MSG_MAX_FDS];
   size_t n = 0;
   int r = 0;

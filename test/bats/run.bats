@@ -956,3 +956,15 @@ END
   [ "$status" -ne 0 ] || { show_run; false; }
   # (teardown checks state dirs, cgroups, mounts and processes)
 }
+
+@test "an image with more layers than one sandbox can take is refused cleanly" {
+  local dirs=() i
+  for i in $(seq 1 252); do
+    mkdir -p "$T/l/$i" && echo "$i" >"$T/l/$i/f$i"
+    dirs+=("$T/l/$i")
+  done
+  "$FIXTURES/mkimage" --ref many:1 "$T/many" "${dirs[@]}" >/dev/null
+  ax image load "$T/many" >/dev/null
+  run_ax run --rm many:1 /f1
+  assert_agsx_error "at most 249"
+}
