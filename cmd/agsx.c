@@ -57,7 +57,11 @@ static const struct agsx_option run_opts[] = {
     {"user", 'u', "USER[:GROUP]", "Run as this user (name or id, from the image's /etc)", O_USER},
     {"hostname", 0, "NAME", "Host name of the sandbox (default: its short id)", O_HOSTNAME},
     {"timeout", 0, "DURATION", "Lifetime: 300s, 5m, 1h30m (default 5m, at most 24h)", O_TIMEOUT},
-    {"network", 0, "MODE", "Network mode: internal (default: loopback only)", O_NETWORK},
+    {"network", 0, "MODE", "internal (default: loopback only), public or vpc:NAME", O_NETWORK},
+    {"allow", 0, "RULE", "vpc: allow traffic, e.g. \"out tcp/443 0.0.0.0/0\" (see agsx-network(1))",
+     O_ALLOW},
+    {"deny", 0, "RULE", "vpc: deny traffic, e.g. \"in tcp/22\"", O_DENY},
+    {"rules", 0, "FILE", "vpc: read allow/deny rules from FILE, one per line", O_RULES},
     {"memory", 0, "SIZE", "Memory limit (e.g. 512m); the sandbox is killed beyond it", O_MEMORY},
     {"cpus", 0, "N", "CPU quota in CPUs (e.g. 0.5)", O_CPUS},
     {"pids", 0, "N", "Maximum number of processes (default 4096)", O_PIDS},
@@ -107,6 +111,22 @@ static const struct agsx_option update_opts[] = {
     {0},
 };
 
+static const struct agsx_option network_create_opts[] = {
+    {"subnet", 0, "CIDR", "The network's IPv4 subnet (required), e.g. 10.20.0.0/24", O_SUBNET},
+    {"allow", 0, "RULE", "Allow traffic, e.g. \"out tcp/443 0.0.0.0/0\" (see agsx-network(1))",
+     O_ALLOW},
+    {"deny", 0, "RULE", "Deny traffic, e.g. \"in tcp/22\"", O_DENY},
+    {"rules", 0, "FILE", "Read allow/deny rules from FILE, one per line", O_RULES},
+    {"json", 0, NULL, "Print the new network as JSON", O_JSON},
+    {0},
+};
+
+static const struct agsx_option network_ls_opts[] = {
+    {"quiet", 'q', NULL, "Print names only", O_QUIET},
+    {"json", 0, NULL, "Print a JSON list", O_JSON},
+    {0},
+};
+
 static const struct agsx_option none[] = {{0}};
 
 /* Commands of DESIGN.md §3 that later work fills in say so and exit 125. */
@@ -138,7 +158,12 @@ const struct agsx_command agsx_commands[] = {
      agsx_cmd_image_load, "image load"},
     {"pull", "[OPTIONS] REF", "Pull an image (alias of image pull)", none, agsx_cmd_not_yet,
      "image pull"},
-    {"network", "COMMAND", "Manage vpc networks", none, agsx_cmd_not_yet, NULL},
+    {"network create", "[OPTIONS] --subnet CIDR NAME", "Create a vpc network",
+     network_create_opts, agsx_cmd_network_create, NULL},
+    {"network ls", "[OPTIONS]", "List networks", network_ls_opts, agsx_cmd_network_ls, NULL},
+    {"network rm", "NAME...", "Remove vpc networks no sandbox uses", none, agsx_cmd_network_rm,
+     NULL},
+    {"network inspect", "NAME...", "Show networks as JSON", none, agsx_cmd_network_inspect, NULL},
     {0},
 };
 
@@ -241,14 +266,15 @@ int main(int argc, char **argv) {
   }
   int words;
   const struct agsx_command *c = lookup(argc - i, argv + i, &words);
-  if (c == NULL && strcmp(argv[i], "image") == 0) {
+  if (c == NULL && (strcmp(argv[i], "image") == 0 || strcmp(argv[i], "network") == 0)) {
+    const char *group = argv[i];
     bool help = i + 1 >= argc || strcmp(argv[i + 1], "--help") == 0 ||
                 strcmp(argv[i + 1], "-h") == 0;
-    group_help("image", help ? stdout : stderr);
+    group_help(group, help ? stdout : stderr);
     if (help && i + 1 < argc)
       return 0;
-    return i + 1 < argc ? agsx_failf("unknown command `image %s` (see agsx image --help)",
-                                     argv[i + 1])
+    return i + 1 < argc ? agsx_failf("unknown command `%s %s` (see agsx %s --help)", group,
+                                     argv[i + 1], group)
                         : AGSX_EXIT_FAILURE;
   }
   if (c == NULL)

@@ -38,6 +38,7 @@ enum {
   O_RM, O_INTERACTIVE, O_TTY, O_READ_ONLY, O_TIMING, O_USER, O_WORKDIR, O_HOSTNAME, O_NETWORK,
   O_SECURITY_OPT, O_ENV, O_VOLUME, O_TIMEOUT, O_MEMORY, O_DISK, O_PIDS, O_CPUS,
   O_DETACH, O_NAME, O_ALL, O_SIGNAL, O_ARCHIVE, O_FOLLOW_LINK,
+  O_ALLOW, O_DENY, O_RULES, O_SUBNET,
 };
 
 /* The table, in cmd/agsx.c. */
@@ -72,6 +73,14 @@ int agsx_cmd_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_kill(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_update(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_gc(struct agsx_ctx *, const struct agsx_command *, int, char **);
+/* --allow RULE, --deny RULE and --rules FILE (run and network create). */
+struct agsx_sg_rule;
+int agsx_cmd_parse_rule_opt(int id, const char *v, struct agsx_sg_rule **rules, size_t *n,
+                            agsx_error_t *err);
+int agsx_cmd_network_create(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_network_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_network_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_network_inspect(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_not_yet(struct agsx_ctx *, const struct agsx_command *, int, char **);
 
 #endif

@@ -4,6 +4,7 @@
 #include "cmd.h"
 #include "io.h"
 #include "net.h"
+#include "network.h"
 #include "sandbox.h"
 #include "state.h"
 #include "store.h"
@@ -29,6 +30,10 @@ struct run_opts {
   size_t n_env;
   struct agsx_bind *binds;
   size_t n_binds;
+  enum agsx_net_mode net_mode;
+  const char *net_name;
+  struct agsx_sg_rule *rules;
+  size_t n_rules;
   uint64_t timeout, memory, pids, disk;
   double cpus;
 };
@@ -142,9 +147,15 @@ static int on_run_opt(void *data, int id, const char *v) {
     o->hostname = v;
     return 0;
   case O_NETWORK:
-    if (strcmp(v, "internal") != 0)
-      return agsx_failf("run: network `%s` is not implemented yet (only `internal`)", v), -1;
+    if (agsx_net_mode_parse(v, &o->net_mode, &o->net_name, &err) < 0)
+      return agsx_failf("run: %s", err->msg), agsx_error_free(&err), -1;
     o->network = v;
+    return 0;
+  case O_ALLOW:
+  case O_DENY:
+  case O_RULES:
+    if (agsx_cmd_parse_rule_opt(id, v, &o->rules, &o->n_rules, &err) < 0)
+      return agsx_failf("run: %s", err->msg), agsx_error_free(&err), -1;
     return 0;
   case O_SECURITY_OPT:
     if (!agsx_str_has_prefix(v, "seccomp="))
@@ -273,9 +284,10 @@ struct sup {
   struct prepared *p;
   struct agsx_sandbox_config *cfg;
   struct agsx_sandbox *sb;
+  struct agsx_net_attach *net;
   int sigfd, timerfd;
   struct agsx_output out[2];
-  bool detached;
+  bool detached, handed_off;
   struct agsx_term term;
   bool stopping, killed, recorded;
   enum agsx_stop_reason stop_reason;
@@ -452,7 +464,11 @@ static void fill_record(struct sup *f, struct agsx_record *r) {
   agsx_proc_ref_self(&r->supervisor);
   r->init.pid = f->sb->init_pid;
   r->init.start_time = agsx_proc_start_time(f->sb->init_pid);
-  r->network = xstrdup("internal");
+  r->network = xstrdup(f->o->network ? f->o->network : "internal");
+  if (f->net && f->net->addr) {
+    char a[16];
+    r->address = xstrdup(agsx_ipv4_format(f->net->addr, a));
+  }
   r->memory = cfg->limits.memory;
   r->pids = cfg->limits.pids;
   r->disk = cfg->disk;
@@ -567,6 +583,9 @@ static int finish(struct sup *f, agsx_error_t *err) {
     *err = derr;
   else
     agsx_error_free(&derr);
+  /* The namespace, and the veth with it, went with the sandbox. */
+  if (f->net)
+    agsx_net_attach_end(f->net);
   write_end_record(f);
   if (f->o->timing && !f->detached)
     dprintf(STDERR_FILENO, "agsx: timing: teardown %.3f ms\n", (double)(agsx_mono_ns() - td) / 1e6);
@@ -650,6 +669,7 @@ static int run_detached(struct sup *f) {
     detached_supervisor(f, pfd[1]);
   }
   close(pfd[1]);
+  f->handed_off = true;
   struct {
     int ok;
     char text[1024];
@@ -686,6 +706,7 @@ static void prepared_clear(struct prepared *p) {
 
 static void run_opts_clear(struct run_opts *o) {
   agsx_strv_free(o->env);
+  free(o->rules);
   for (size_t i = 0; i < o->n_binds; i++) {
     free(o->binds[i].src);
     free(o->binds[i].dst);
@@ -716,19 +737,36 @@ int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
   struct agsx_sandbox_config cfg = {.netns = -1, .sysfs = -1};
   agsx_sandbox_new_id(cfg.id);
   agsx_error_t err = NULL;
-  /* The network namespace is made by a helper meanwhile (see net.h). */
+  /* The network namespace is made by a helper meanwhile (see net.h); on
+   * public and vpc networks an address is leased for it first. */
   struct agsx_netns_job job = {-1, -1};
-  if (agsx_net_prepare(&job, &err) < 0 || prepare_image(ctx, argv[i], &p, &cfg, &err) < 0 ||
+  struct agsx_net_attach net = AGSX_NET_ATTACH_INIT;
+  bool linked = o.net_mode != AGSX_NET_INTERNAL;
+  if (!linked && o.n_rules > 0) {
+    agsx_failf("run: --allow, --deny and --rules are for vpc networks");
+    prepared_clear(&p);
+    goto done;
+  }
+  if ((linked && agsx_net_attach_begin(ctx->root, o.net_mode, o.net_name, o.rules, o.n_rules,
+                                       cfg.id, &net, &err) < 0) ||
+      agsx_net_prepare(&job, linked ? &net.link : NULL, &err) < 0 ||
+      prepare_image(ctx, argv[i], &p, &cfg, &err) < 0 ||
       build_config(&o, argv + i + 1, &p, &cfg, &err) < 0 ||
       prepare_seccomp(ctx, &o, &p, &cfg, &err) < 0) {
     agsx_net_job_cancel(&job);
     code = agsx_fail(&err);
+    agsx_net_attach_end(&net);
   } else {
     /* Collected by the sandbox's start, right before it is needed. */
     cfg.netns_job = &job;
+    cfg.address = net.addr;
     struct sup f = {.ctx = ctx, .o = &o, .p = &p, .cfg = &cfg, .sigfd = -1, .timerfd = -1,
-                    .started = t0, .out = {{.fd = -1}, {.fd = -1}}};
+                    .started = t0, .out = {{.fd = -1}, {.fd = -1}}, .net = linked ? &net : NULL};
     code = o.detach ? run_detached(&f) : run_foreground(&f, t0);
+    if (f.handed_off)
+      agsx_net_attach_disown(&net); /* the supervisor has it */
+    else
+      agsx_net_attach_end(&net);
   }
   agsx_net_job_cancel(&job);
   prepared_clear(&p);

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "cmd.h"
+#include "network.h"
 #include "json.h"
 #include "state.h"
 
@@ -537,6 +538,9 @@ int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
   }
   int rc = 0;
   if (agsx_cgroup_gc(keep_cgroup, gc_report, &o, dry_run, &err) < 0)
+    rc = agsx_fail(&err);
+  /* Networks: leases and rules crashed sandboxes left, unused bridges. */
+  if (agsx_net_gc(dry_run, gc_report, &o, &err) < 0)
     rc = agsx_fail(&err);
   /* The store: work dirs of crashed imports; with --images, content that no
    * image and no running sandbox uses. */

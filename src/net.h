@@ -21,7 +21,22 @@ struct agsx_netns_job {
   pid_t pid;
   int sock;
 };
-int agsx_net_prepare(struct agsx_netns_job *job, agsx_error_t *err);
+/* A link of the sandbox into a host bridge (public and vpc modes): a veth
+ * pair made in one message from the host side, its sandbox end created
+ * directly inside the new namespace as eth0 with ADDR/PREFIX, MAC and a
+ * default route via GATEWAY; its host end HOST_IFNAME enslaved to the
+ * bridge and up. IPv6 is off on eth0. The pair goes away with the
+ * namespace: no per-sandbox teardown (deleting veths costs ~20 ms each). */
+struct agsx_net_link {
+  char host_ifname[16];
+  int bridge_ifindex;
+  uint8_t mac[6];
+  uint32_t addr, gateway; /* host byte order */
+  uint8_t prefix;
+};
+/* LINK may be NULL (internal: only lo). */
+int agsx_net_prepare(struct agsx_netns_job *job, const struct agsx_net_link *link,
+                     agsx_error_t *err);
 int agsx_net_collect(struct agsx_netns_job *job, int *ret_netns, int *ret_sysfs,
                      agsx_error_t *err);
 void agsx_net_job_cancel(struct agsx_netns_job *job);
@@ -30,5 +45,16 @@ int agsx_net_new_sysfs(agsx_error_t *err);
 
 /* Brings the loopback link of the current network namespace up. */
 int agsx_net_loopback_up(agsx_error_t *err);
+
+/* A bridge NAME in the current network namespace, up, with GATEWAY/PREFIX,
+ * IPv6 off, and bridged IPv4 passed through the netfilter hooks (per
+ * bridge, nf_call_iptables) so that rules see traffic between its ports.
+ * Returns its ifindex. */
+int agsx_net_bridge_create(const char *name, uint32_t gateway, uint8_t prefix, agsx_error_t *err);
+/* Deletes link NAME; 0 when it does not exist. */
+int agsx_net_link_delete(const char *name, agsx_error_t *err);
+/* The address of IFNAME if it has exactly an IPv4 address; 0 when none. */
+int agsx_net_link_ipv4(const char *ifname, uint32_t *ret_addr, uint8_t *ret_prefix,
+                       agsx_error_t *err);
 
 #endif

@@ -13,6 +13,7 @@
  * the whole tree dies with the mount namespace. */
 #include "config.h"
 
+#include "netspec.h"
 #include "sandbox-internal.h"
 
 #include <fcntl.h>
@@ -263,11 +264,16 @@ static int host_root(struct agsx_child_ctx *c, int t, agsx_error_t *err) {
 
 static int etc_files(struct agsx_child_ctx *c, int root, agsx_error_t *err) {
   const char *h = c->cfg->hostname;
+  char addr[16] = "127.0.1.1";
+  if (c->cfg->address)
+    agsx_ipv4_format(c->cfg->address, addr);
   _cleanup_free_ char *hosts = xasprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost "
-                                         "ip6-loopback\n127.0.1.1\t%s\n",
-                                         h);
+                                         "ip6-loopback\n%s\t%s\n",
+                                         addr, h);
   _cleanup_free_ char *hostname = xasprintf("%s\n", h);
-  static const char resolv[] = "# agsx: network `internal`, no name servers\n";
+  const char *resolv = c->cfg->address ? "# agsx: the sandbox's name server, relayed by agsx\n"
+                                         "nameserver 127.0.0.11\noptions ndots:0\n"
+                                       : "# agsx: network `internal`, no name servers\n";
   _cleanup_close_ int etc = dir_in_root(root, "/etc", true, false, err);
   if (etc < 0)
     return agsx_error_wrap(err, "/etc");

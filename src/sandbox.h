@@ -67,6 +67,7 @@ struct agsx_sandbox_config {
   const struct agsx_seccomp_bpf *seccomp;
   /* host side */
   const char *state_dir;
+  uint32_t address;  /* on public and vpc networks: eth0's, for /etc/hosts; 0: none */
   int netns, sysfs; /* prepared ahead (agsx_net_prepare), or -1: made here */
   struct agsx_netns_job *netns_job; /* or still being prepared: collected
                                        right before the clone */

@@ -1,0 +1,836 @@
+/* agsx — public and vpc networks: definitions, leases, bridges, rules. */
+#include "config.h"
+
+#include "network.h"
+#include "conf.h"
+#include "json.h"
+#include "nft.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <net/if.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+
+#define NET_JSON_MAX (256 * 1024)
+
+void agsx_network_clear(struct agsx_network *n) {
+  free(n->name);
+  free(n->rules);
+  memset(n, 0, sizeof(*n));
+}
+
+static bool ifname_is_valid(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n > 15)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (!(isalnum((unsigned char)s[i]) || s[i] == '_' || s[i] == '.' || s[i] == '-'))
+      return false;
+  return true;
+}
+
+/* A usable subnet: room for the gateway and at least two sandboxes. */
+static int check_subnet(const struct agsx_cidr *c, const char *what, agsx_error_t *err) {
+  char buf[20];
+  if (c->prefix < 8 || c->prefix > 29)
+    return agsx_error_set_quiet(err, EINVAL, "%s %s: the prefix must be /8 to /29", what,
+                                agsx_cidr_format(c, buf)),
+           -1;
+  return 0;
+}
+
+int agsx_network_public(struct agsx_network *ret, agsx_error_t *err) {
+  memset(ret, 0, sizeof(*ret));
+  _cleanup_free_ char *subnet = NULL, *bridge = NULL;
+  if (agsx_conf_get("public-subnet", "AGSX_PUBLIC_SUBNET", &subnet, err) < 0 ||
+      agsx_conf_get("public-bridge", "AGSX_PUBLIC_BRIDGE", &bridge, err) < 0)
+    return -1;
+  const char *s = subnet ? subnet : AGSX_DEFAULT_PUBLIC_SUBNET;
+  if (agsx_cidr_parse(s, false, false, &ret->subnet, err) < 0 ||
+      check_subnet(&ret->subnet, "public subnet", err) < 0)
+    return agsx_error_wrap(err, "public network");
+  const char *b = bridge ? bridge : AGSX_DEFAULT_PUBLIC_BRIDGE;
+  if (!ifname_is_valid(b) || agsx_str_has_prefix(b, "agsxv"))
+    return agsx_error_set_quiet(err, EINVAL, "public network: invalid bridge name `%s`", b), -1;
+  snprintf(ret->bridge, sizeof(ret->bridge), "%s", b);
+  ret->name = xstrdup("public");
+  ret->public_ = true;
+  ret->gateway = ret->subnet.addr + 1;
+  return 0;
+}
+
+/* ---- definitions ------------------------------------------------------------------------------ */
+
+static int networks_dir(const char *root, bool create, agsx_error_t *err) {
+  _cleanup_free_ char *path = xasprintf("%s/networks", root);
+  if (create && agsx_mkdir_p(path, 0700, err) < 0)
+    return -1;
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 && !(errno == ENOENT && !create))
+    return agsx_error_set(err, errno, "open `%s`", path);
+  return fd;
+}
+
+char *agsx_network_to_json(const struct agsx_network *n, bool with_users) {
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  char buf[20];
+  yajl_gen_map_open(g);
+  agsx_json_kv_str(g, "name", n->name);
+  if (!n->public_)
+    agsx_json_kv_str(g, "id", n->id);
+  agsx_json_kv_str(g, "mode", n->public_ ? "public" : "vpc");
+  agsx_json_kv_str(g, "subnet", agsx_cidr_format(&n->subnet, buf));
+  agsx_json_kv_str(g, "gateway", agsx_ipv4_format(n->gateway, buf));
+  agsx_json_kv_str(g, "bridge", n->bridge);
+  agsx_json_key(g, "rules");
+  yajl_gen_array_open(g);
+  for (size_t i = 0; i < n->n_rules; i++) {
+    _cleanup_free_ char *r = agsx_sg_rule_format(&n->rules[i]);
+    agsx_json_str(g, r);
+  }
+  yajl_gen_array_close(g);
+  if (n->created) {
+    _cleanup_free_ char *t = agsx_format_rfc3339(n->created);
+    agsx_json_kv_str(g, "created", t);
+  }
+  if (with_users)
+    agsx_json_kv_int(g, "sandboxes", agsx_network_users(n));
+  yajl_gen_map_close(g);
+  size_t len;
+  return agsx_json_gen_steal(g, &len);
+}
+
+static int from_json(const char *buf, size_t len, const char *name, struct agsx_network *n,
+                     agsx_error_t *err) {
+  memset(n, 0, sizeof(*n));
+  _cleanup_json_ yajl_val v = agsx_json_parse(buf, len, NET_JSON_MAX, err);
+  if (v == NULL)
+    return -1;
+  const char *jname = agsx_json_get_string(v, "name"), *id = agsx_json_get_string(v, "id"),
+             *subnet = agsx_json_get_string(v, "subnet"), *bridge = agsx_json_get_string(v, "bridge");
+  _cleanup_free_ char *created = NULL;
+  if (jname == NULL || strcmp(jname, name) != 0 || id == NULL || strlen(id) != 16 ||
+      subnet == NULL || bridge == NULL || !ifname_is_valid(bridge))
+    return agsx_error_set_quiet(err, EINVAL, "malformed network definition"), -1;
+  n->name = xstrdup(jname);
+  snprintf(n->id, sizeof(n->id), "%s", id);
+  snprintf(n->bridge, sizeof(n->bridge), "%s", bridge);
+  if (agsx_cidr_parse(subnet, false, false, &n->subnet, err) < 0 ||
+      check_subnet(&n->subnet, "subnet", err) < 0) {
+    agsx_network_clear(n);
+    return -1;
+  }
+  n->gateway = n->subnet.addr + 1;
+  const char *c = agsx_json_get_string(v, "created");
+  if (c)
+    agsx_parse_rfc3339(c, &n->created);
+  yajl_val rules = agsx_json_get_array(v, "rules");
+  for (size_t i = 0; rules && i < rules->u.array.len; i++) {
+    const char *s = YAJL_GET_STRING(rules->u.array.values[i]);
+    struct agsx_sg_rule r;
+    if (s == NULL || agsx_sg_rule_parse_line(s, &r, err) < 0 ||
+        agsx_sg_rules_append(&n->rules, &n->n_rules, &r, err) < 0) {
+      agsx_network_clear(n);
+      return agsx_error_set_quiet(err, EINVAL, "malformed network definition (rules)"), -1;
+    }
+  }
+  return 0;
+}
+
+int agsx_network_load(const char *root, const char *name, struct agsx_network *ret,
+                      agsx_error_t *err) {
+  memset(ret, 0, sizeof(*ret));
+  if (!agsx_network_name_is_valid(name))
+    return agsx_error_set_quiet(err, EINVAL, "invalid network name `%s`", name), -1;
+  _cleanup_close_ int dir = networks_dir(root, false, err);
+  if (dir < 0) {
+    if (*err)
+      return -1;
+    return agsx_error_set_quiet(err, ENOENT, "no such network `%s` (agsx network create)", name),
+           -1;
+  }
+  _cleanup_free_ char *file = xasprintf("%s.json", name), *buf = NULL;
+  size_t len;
+  if (agsx_read_file_at(dir, file, NET_JSON_MAX, &buf, &len, err) < 0) {
+    if (agsx_error_errno(err) == ENOENT) {
+      agsx_error_free(err);
+      return agsx_error_set_quiet(err, ENOENT, "no such network `%s` (agsx network create)", name),
+             -1;
+    }
+    return agsx_error_wrap(err, "network `%s`", name);
+  }
+  if (from_json(buf, len, name, ret, err) < 0)
+    return agsx_error_wrap(err, "network `%s`", name);
+  return 0;
+}
+
+static int cmp_net(const void *a, const void *b) {
+  return strcmp(((const struct agsx_network *)a)->name, ((const struct agsx_network *)b)->name);
+}
+
+int agsx_network_list(const char *root, struct agsx_network **ret, size_t *ret_n,
+                      agsx_error_t *err) {
+  *ret = NULL;
+  *ret_n = 0;
+  _cleanup_close_ int dir = networks_dir(root, false, err);
+  if (dir < 0)
+    return *err ? -1 : 0;
+  _cleanup_dir_ DIR *d = fdopendir(dup(dir));
+  if (d == NULL)
+    return agsx_error_set(err, errno, "list networks");
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    size_t l = strlen(e->d_name);
+    if (l < 6 || !agsx_str_has_suffix(e->d_name, ".json") || e->d_name[0] == '.')
+      continue;
+    _cleanup_free_ char *name = xstrndup(e->d_name, l - 5);
+    struct agsx_network n;
+    agsx_error_t lerr = NULL;
+    if (agsx_network_load(root, name, &n, &lerr) < 0) {
+      agsx_warn("%s", lerr->msg);
+      agsx_error_free(&lerr);
+      continue;
+    }
+    *ret = xrealloc(*ret, (*ret_n + 1) * sizeof(**ret));
+    (*ret)[(*ret_n)++] = n;
+  }
+  if (*ret_n)
+    qsort(*ret, *ret_n, sizeof(**ret), cmp_net);
+  return 0;
+}
+
+static void random_hex(char *out, size_t n) {
+  static const char hex[] = "0123456789abcdef";
+  unsigned char b[32];
+  if (getrandom(b, n / 2, 0) != (ssize_t)(n / 2))
+    abort();
+  for (size_t i = 0; i < n / 2; i++) {
+    out[2 * i] = hex[b[i] >> 4];
+    out[2 * i + 1] = hex[b[i] & 15];
+  }
+  out[n] = '\0';
+}
+
+/* A new subnet must not overlap the public network, another vpc or an
+ * address the host has (its own networks). */
+static int check_overlaps(const char *root, const struct agsx_network *n, agsx_error_t *err) {
+  char a[20], b[20];
+  struct agsx_network pub;
+  if (agsx_network_public(&pub, err) < 0)
+    return -1;
+  bool clash = agsx_cidr_overlaps(&pub.subnet, &n->subnet);
+  agsx_network_clear(&pub);
+  if (clash)
+    return agsx_error_set_quiet(err, EEXIST, "subnet %s overlaps the public network's %s",
+                                agsx_cidr_format(&n->subnet, a), agsx_cidr_format(&pub.subnet, b)),
+           -1;
+  struct agsx_network *all;
+  size_t count;
+  if (agsx_network_list(root, &all, &count, err) < 0)
+    return -1;
+  int r = 0;
+  for (size_t i = 0; i < count; i++) {
+    if (r == 0 && agsx_cidr_overlaps(&all[i].subnet, &n->subnet))
+      r = agsx_error_set_quiet(err, EEXIST, "subnet %s overlaps network `%s` (%s)",
+                               agsx_cidr_format(&n->subnet, a), all[i].name,
+                               agsx_cidr_format(&all[i].subnet, b));
+    agsx_network_clear(&all[i]);
+  }
+  free(all);
+  return r;
+}
+
+int agsx_network_create(const char *root, struct agsx_network *n, agsx_error_t *err) {
+  if (!agsx_network_name_is_valid(n->name))
+    return agsx_error_set_quiet(err, EINVAL,
+                                "invalid network name `%s` (want [a-z0-9][a-z0-9_.-]{0,31}, not "
+                                "internal, public, host, none or vpc)",
+                                n->name),
+           -1;
+  if (check_subnet(&n->subnet, "subnet", err) < 0)
+    return -1;
+  _cleanup_close_ int dir = networks_dir(root, true, err);
+  if (dir < 0)
+    return -1;
+  _cleanup_close_ int lock = agsx_lock_at(dir, ".lock", true, err);
+  if (lock < 0)
+    return -1;
+  _cleanup_free_ char *file = xasprintf("%s.json", n->name);
+  if (faccessat(dir, file, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+    return agsx_error_set_quiet(err, EEXIST, "network `%s` already exists", n->name), -1;
+  if (check_overlaps(root, n, err) < 0)
+    return -1;
+  random_hex(n->id, 16);
+  snprintf(n->bridge, sizeof(n->bridge), "agsxv%.10s", n->id);
+  n->gateway = n->subnet.addr + 1;
+  n->created = agsx_now_ns() / 1000000000LL;
+  _cleanup_free_ char *json = agsx_network_to_json(n, false);
+  return agsx_write_file_atomic(dir, file, json, strlen(json), 0600, err);
+}
+
+/* ---- leases ----------------------------------------------------------------------------------- */
+
+static int lease_dir(const char *bridge, bool create, agsx_error_t *err) {
+  _cleanup_free_ char *path = xasprintf("%s/%s", AGSX_NET_RUN_DIR, bridge);
+  if (create && agsx_mkdir_p(path, 0700, err) < 0)
+    return -1;
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 && !(errno == ENOENT && !create))
+    return agsx_error_set(err, errno, "open `%s`", path);
+  return fd;
+}
+
+/* Is the lease file NAME held by a running sandbox? */
+static bool lease_held(int dir, const char *name) {
+  _cleanup_close_ int fd = openat(dir, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return false;
+  if (flock(fd, LOCK_SH | LOCK_NB) == 0)
+    return false;
+  return errno == EWOULDBLOCK;
+}
+
+static bool is_lease_name(const char *s) {
+  uint32_t a;
+  return agsx_ipv4_parse(s, &a, NULL) == 0;
+}
+
+int agsx_network_users(const struct agsx_network *n) {
+  _cleanup_close_ int dir = lease_dir(n->bridge, false, NULL);
+  if (dir < 0)
+    return 0;
+  _cleanup_dir_ DIR *d = fdopendir(dup(dir));
+  if (d == NULL)
+    return 0;
+  int users = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (is_lease_name(e->d_name) && lease_held(dir, e->d_name))
+      users++;
+  return users;
+}
+
+/* Takes a free address, from a random place in the subnet so that an
+ * address just freed (whose namespace may still be going away) is not
+ * handed out again at once. */
+static int lease(struct agsx_net_attach *a, int dir, const char *id, agsx_error_t *err) {
+  const struct agsx_network *n = &a->net;
+  uint64_t size = agsx_cidr_size(&n->subnet);
+  uint64_t first = 2, count = size - 3; /* network, gateway and broadcast excluded */
+  uint32_t r;
+  if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+    abort();
+  uint64_t start = r % count;
+  for (uint64_t k = 0; k < count; k++) {
+    uint32_t addr = n->subnet.addr + (uint32_t)(first + (start + k) % count);
+    char name[16];
+    agsx_ipv4_format(addr, name);
+    int fd = openat(dir, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+      return agsx_error_set(err, errno, "lease `%s`", name);
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+      int e = errno;
+      close(fd);
+      if (e == EWOULDBLOCK)
+        continue;
+      return agsx_error_set(err, e, "lease `%s`", name);
+    }
+    _cleanup_free_ char *text = xasprintf("%s\n%s\n", id, n->public_ ? "public" : "vpc");
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, text, strlen(text), 0) != (ssize_t)strlen(text)) {
+      int e = errno;
+      close(fd);
+      return agsx_error_set(err, e, "lease `%s`", name);
+    }
+    a->lease_fd = fd;
+    a->addr = addr;
+    return 0;
+  }
+  char buf[20];
+  return agsx_error_set_quiet(err, ENOSPC, "network `%s` has no free address (subnet %s, %" PRIu64
+                              " in use)",
+                              n->name, agsx_cidr_format(&n->subnet, buf), count),
+         -1;
+}
+
+/* ---- rules ------------------------------------------------------------------------------------ */
+
+#define TABLE "inet agsx"
+
+static const char base_rules[] =
+    "table inet agsx {\n"
+    "  set bridges { type ifname; }\n"
+    "  set public { type ifname; }\n"
+    "  set subnets { type ipv4_addr; flags interval; }\n"
+    "  set never { type ipv4_addr; flags interval; elements = { 0.0.0.0/8, 127.0.0.0/8, "
+    "169.254.0.0/16, 224.0.0.0/3 }; }\n"
+    "  set private { type ipv4_addr; flags interval; elements = { 10.0.0.0/8, 100.64.0.0/10, "
+    "172.16.0.0/12, 192.168.0.0/16 }; }\n"
+    "  map egress { type ifname . ipv4_addr : verdict; }\n"
+    "  map ingress { type ifname . ipv4_addr : verdict; }\n"
+    "  chain input {\n"
+    "    type filter hook input priority filter - 5; policy accept;\n"
+    "    iifname @bridges ct state established,related accept\n"
+    "    iifname @bridges drop\n"
+    "  }\n"
+    "  chain forward {\n"
+    "    type filter hook forward priority filter - 5; policy accept;\n"
+    "    iifname @bridges meta nfproto ipv6 drop\n"
+    "    oifname @bridges meta nfproto ipv6 drop\n"
+    "    iifname @bridges ct state established,related accept\n"
+    "    oifname @bridges ct state established,related accept\n"
+    "    iifname @bridges ct state invalid drop\n"
+    "    oifname @bridges ct state invalid drop\n"
+    "    iifname @bridges ip daddr @never drop\n"
+    "    iifname . ip saddr vmap @egress\n"
+    "    oifname . ip daddr vmap @ingress\n"
+    "    oifname @bridges drop\n"
+    "    iifname @public ip daddr @private drop\n"
+    "  }\n"
+    "  chain postrouting {\n"
+    "    type nat hook postrouting priority srcnat; policy accept;\n"
+    "    ip saddr @subnets oifname != @bridges masquerade\n"
+    "  }\n"
+    "}\n";
+
+static int ensure_table(agsx_error_t *err) {
+  agsx_error_t e = NULL;
+  if (agsx_nft_run("list table " TABLE "\n", NULL, &e) == 0)
+    return 0;
+  agsx_error_free(&e);
+  return agsx_nft_run(base_rules, NULL, err);
+}
+
+/* The match of a rule's peer, protocol and ports. */
+static char *rule_match(const struct agsx_sg_rule *r) {
+  char cidr[20], ports[24] = "";
+  const char *dir = r->in ? "saddr" : "daddr";
+  _cleanup_free_ char *peer =
+      r->peer.prefix == 0 ? xstrdup("") : xasprintf("ip %s %s ", dir, agsx_cidr_format(&r->peer, cidr));
+  if (r->port_lo == r->port_hi && r->port_lo)
+    snprintf(ports, sizeof(ports), " dport %u", r->port_lo);
+  else if (r->port_lo)
+    snprintf(ports, sizeof(ports), " dport %u-%u", r->port_lo, r->port_hi);
+  switch (r->proto) {
+  case AGSX_PROTO_TCP:
+    return *ports ? xasprintf("%stcp%s", peer, ports) : xasprintf("%smeta l4proto tcp", peer);
+  case AGSX_PROTO_UDP:
+    return *ports ? xasprintf("%sudp%s", peer, ports) : xasprintf("%smeta l4proto udp", peer);
+  case AGSX_PROTO_ICMP:
+    return xasprintf("%smeta l4proto icmp", peer);
+  default:
+    return xasprintf("%smeta nfproto ipv4", peer);
+  }
+}
+
+/* Appends to *BUF the rules of one direction: denials, allowances, then
+ * the vpc default. */
+static void chain_rules(char **buf, const char *chain, bool in, const struct agsx_network *n,
+                        const struct agsx_sg_rule *const sets[2], const size_t counts[2]) {
+  char sub[20];
+  for (int pass = 0; pass < 2; pass++) { /* denials first */
+    bool allow = pass == 1;
+    for (int s = 0; s < 2; s++)
+      for (size_t i = 0; i < counts[s]; i++) {
+        const struct agsx_sg_rule *r = &sets[s][i];
+        if (r->allow != allow || r->in != in)
+          continue;
+        _cleanup_free_ char *m = rule_match(r);
+        char *old = *buf;
+        *buf = xasprintf("%sadd rule " TABLE " %s %s %s\n", old, chain, m,
+                         allow ? (in ? "accept" : "return") : "drop");
+        free(old);
+      }
+  }
+  char *old = *buf;
+  *buf = xasprintf("%sadd rule " TABLE " %s %s \"%s\" ip %s %s %s\nadd rule " TABLE " %s drop\n", old,
+                   chain, in ? "iifname" : "oifname", n->bridge, in ? "saddr" : "daddr",
+                   agsx_cidr_format(&n->subnet, sub), in ? "accept" : "return", chain);
+  free(old);
+}
+
+static char *member_delete_cmds(const char *bridge, uint32_t addr) {
+  char ip[16];
+  agsx_ipv4_format(addr, ip);
+  return xasprintf("delete element " TABLE " egress { \"%s\" . %s }\n"
+                   "delete element " TABLE " ingress { \"%s\" . %s }\n"
+                   "delete chain " TABLE " e_%08x\n"
+                   "delete chain " TABLE " i_%08x\n",
+                   bridge, ip, bridge, ip, addr, addr);
+}
+
+static int add_member(struct agsx_net_attach *a, const struct agsx_sg_rule *rules, size_t n_rules,
+                      agsx_error_t *err) {
+  char ip[16], e[16], i[16];
+  agsx_ipv4_format(a->addr, ip);
+  snprintf(e, sizeof(e), "e_%08x", a->addr);
+  snprintf(i, sizeof(i), "i_%08x", a->addr);
+  const struct agsx_sg_rule *sets[2] = {a->net.rules, rules};
+  const size_t counts[2] = {a->net.n_rules, n_rules};
+  /* A chain left by a crashed sandbox with this address goes first. */
+  char *cmds = xasprintf("add chain " TABLE " %s\nflush chain " TABLE " %s\nadd chain " TABLE
+                         " %s\nflush chain " TABLE " %s\n",
+                         e, e, i, i);
+  chain_rules(&cmds, e, false, &a->net, sets, counts);
+  chain_rules(&cmds, i, true, &a->net, sets, counts);
+  char *old = cmds;
+  cmds = xasprintf("%sadd element " TABLE " egress { \"%s\" . %s : jump %s }\n"
+                   "add element " TABLE " ingress { \"%s\" . %s : jump %s }\n",
+                   old, a->net.bridge, ip, e, a->net.bridge, ip, i);
+  free(old);
+  int r = agsx_nft_run(cmds, NULL, err);
+  free(cmds);
+  if (r < 0)
+    return agsx_error_wrap(err, "security-group rules");
+  a->chains = true;
+  return 0;
+}
+
+/* ---- bridges ---------------------------------------------------------------------------------- */
+
+static int global_lock(agsx_error_t *err) {
+  if (agsx_mkdir_p(AGSX_NET_RUN_DIR, 0700, err) < 0)
+    return -1;
+  _cleanup_close_ int dir = open(AGSX_NET_RUN_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0)
+    return agsx_error_set(err, errno, "open `%s`", AGSX_NET_RUN_DIR);
+  return agsx_lock_at(dir, ".lock", true, err);
+}
+
+static int enable_forwarding(agsx_error_t *err) {
+  _cleanup_close_ int fd = open("/proc/sys/net/ipv4/ip_forward", O_RDWR | O_CLOEXEC);
+  char c = 0;
+  if (fd < 0 || pread(fd, &c, 1, 0) != 1)
+    return agsx_error_set(err, errno, "read net.ipv4.ip_forward");
+  if (c == '1')
+    return 0;
+  if (pwrite(fd, "1\n", 2, 0) != 2)
+    return agsx_error_set(err, errno, "enable net.ipv4.ip_forward");
+  return 0;
+}
+
+static int bridge_ensure(const struct agsx_network *n, int *ret_ifindex, agsx_error_t *err) {
+  char a[20], b[20];
+  int ifindex = (int)if_nametoindex(n->bridge);
+  if (ifindex == 0) {
+    _cleanup_close_ int lock = global_lock(err);
+    if (lock < 0)
+      return -1;
+    ifindex = (int)if_nametoindex(n->bridge);
+    if (ifindex == 0) {
+      if (ensure_table(err) < 0 || enable_forwarding(err) < 0)
+        return agsx_error_wrap(err, "network `%s`", n->name);
+      ifindex = agsx_net_bridge_create(n->bridge, n->gateway, n->subnet.prefix, err);
+      if (ifindex < 0)
+        return agsx_error_wrap(err, "network `%s`", n->name);
+      _cleanup_free_ char *cmds = xasprintf(
+          "add element " TABLE " bridges { \"%s\" }\n%sadd element " TABLE " subnets { %s }\n",
+          n->bridge, "", agsx_cidr_format(&n->subnet, a));
+      if (n->public_) {
+        char *old = cmds;
+        cmds = xasprintf("%sadd element " TABLE " public { \"%s\" }\n", old, n->bridge);
+        free(old);
+      }
+      if (agsx_nft_run(cmds, NULL, err) < 0) {
+        agsx_net_link_delete(n->bridge, NULL);
+        return agsx_error_wrap(err, "network `%s`", n->name);
+      }
+      *ret_ifindex = ifindex;
+      return 0;
+    }
+  }
+  /* It exists: made by us for this subnet? */
+  uint32_t addr;
+  uint8_t prefix;
+  if (agsx_net_link_ipv4(n->bridge, &addr, &prefix, err) < 0)
+    return -1;
+  if (addr != n->gateway || prefix != n->subnet.prefix) {
+    struct agsx_cidr have = {addr & agsx_cidr_mask(prefix), prefix};
+    return agsx_error_set_quiet(err, EEXIST,
+                                "network `%s`: bridge `%s` exists with subnet %s, not %s (agsx gc "
+                                "removes it once no sandbox uses it)",
+                                n->name, n->bridge, addr ? agsx_cidr_format(&have, b) : "none",
+                                agsx_cidr_format(&n->subnet, a)),
+           -1;
+  }
+  *ret_ifindex = ifindex;
+  return 0;
+}
+
+/* ---- attach ----------------------------------------------------------------------------------- */
+
+int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char *name,
+                          const struct agsx_sg_rule *rules, size_t n_rules, const char *id,
+                          struct agsx_net_attach *a, agsx_error_t *err) {
+  a->lease_fd = -1;
+  a->chains = false;
+  int r = mode == AGSX_NET_PUBLIC ? agsx_network_public(&a->net, err)
+                                  : agsx_network_load(root, name, &a->net, err);
+  if (r < 0)
+    return -1;
+  if (mode == AGSX_NET_PUBLIC && n_rules > 0)
+    return agsx_error_set_quiet(err, EINVAL,
+                                "--allow, --deny and --rules are for vpc networks (the public "
+                                "network's rules are fixed)"),
+           -1;
+  _cleanup_close_ int dir = lease_dir(a->net.bridge, true, err);
+  if (dir < 0)
+    return -1;
+  /* Shared: gc takes it exclusively to remove a bridge no lease holds. */
+  _cleanup_close_ int lock = agsx_lock_at(dir, ".lock", false, err);
+  if (lock < 0 || lease(a, dir, id, err) < 0)
+    return -1;
+  int ifindex = 0;
+  if (bridge_ensure(&a->net, &ifindex, err) < 0 ||
+      (!a->net.public_ && add_member(a, rules, n_rules, err) < 0)) {
+    agsx_net_attach_end(a);
+    return -1;
+  }
+  struct agsx_net_link *l = &a->link;
+  snprintf(l->host_ifname, sizeof(l->host_ifname), "agsx%.11s", id);
+  l->bridge_ifindex = ifindex;
+  /* A MAC derived from the address, as Docker does: a reused address
+   * keeps its neighbour entries valid. */
+  l->mac[0] = 0x02;
+  l->mac[1] = 0x41;
+  for (int i = 0; i < 4; i++)
+    l->mac[2 + i] = (uint8_t)(a->addr >> (24 - 8 * i));
+  l->addr = a->addr;
+  l->gateway = a->net.gateway;
+  l->prefix = a->net.subnet.prefix;
+  return 0;
+}
+
+void agsx_net_attach_disown(struct agsx_net_attach *a) {
+  agsx_closep(&a->lease_fd);
+  a->chains = false;
+  agsx_network_clear(&a->net);
+}
+
+void agsx_net_attach_end(struct agsx_net_attach *a) {
+  if (a->chains) {
+    agsx_error_t err = NULL;
+    _cleanup_free_ char *cmds = member_delete_cmds(a->net.bridge, a->addr);
+    if (agsx_nft_run(cmds, NULL, &err) < 0)
+      agsx_warn("network `%s`: remove the rules of %08x: %s", a->net.name, a->addr, err->msg);
+    agsx_error_free(&err);
+    a->chains = false;
+  }
+  if (a->lease_fd >= 0 && ftruncate(a->lease_fd, 0) < 0) {
+  }
+  agsx_closep(&a->lease_fd);
+  agsx_network_clear(&a->net);
+}
+
+/* ---- removal and gc --------------------------------------------------------------------------- */
+
+/* Deletes BRIDGE, its rules and lease directory. The caller holds the
+ * lease directory's lock exclusively and saw no lease held. */
+static int bridge_remove(const char *bridge, int dir, bool dry_run,
+                         void (*report)(const char *, void *), void *data, agsx_error_t *err) {
+  _cleanup_dir_ DIR *d = fdopendir(dup(dir));
+  if (d == NULL)
+    return agsx_error_set(err, errno, "list leases");
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (!is_lease_name(e->d_name))
+      continue;
+    _cleanup_free_ char *text = NULL;
+    size_t len = 0;
+    agsx_error_t rerr = NULL;
+    agsx_read_file_at(dir, e->d_name, 4096, &text, &len, &rerr);
+    agsx_error_free(&rerr);
+    if (text && strstr(text, "\nvpc\n")) {
+      uint32_t addr;
+      if (agsx_ipv4_parse(e->d_name, &addr, NULL) == 0 && !dry_run) {
+        _cleanup_free_ char *cmds = member_delete_cmds(bridge, addr);
+        agsx_error_t nerr = NULL;
+        agsx_nft_run(cmds, NULL, &nerr); /* gone already when the sandbox ended cleanly */
+        agsx_error_free(&nerr);
+      }
+    }
+    if (!dry_run)
+      unlinkat(dir, e->d_name, 0);
+  }
+  if (if_nametoindex(bridge) == 0)
+    return 0;
+  if (report) {
+    _cleanup_free_ char *what = xasprintf("bridge %s", bridge);
+    report(what, data);
+  }
+  if (dry_run)
+    return 0;
+  uint32_t addr;
+  uint8_t prefix;
+  if (agsx_net_link_ipv4(bridge, &addr, &prefix, err) < 0 || agsx_net_link_delete(bridge, err) < 0)
+    return -1;
+  agsx_error_t nerr = NULL;
+  char sub[20];
+  struct agsx_cidr c = {addr & agsx_cidr_mask(prefix), prefix};
+  _cleanup_free_ char *cmds =
+      addr ? xasprintf("delete element " TABLE " bridges { \"%s\" }\ndelete element " TABLE
+                       " subnets { %s }\n",
+                       bridge, agsx_cidr_format(&c, sub))
+           : xasprintf("delete element " TABLE " bridges { \"%s\" }\n", bridge);
+  agsx_nft_run(cmds, NULL, &nerr);
+  agsx_error_free(&nerr);
+  _cleanup_free_ char *pub = xasprintf("delete element " TABLE " public { \"%s\" }\n", bridge);
+  agsx_nft_run(pub, NULL, &nerr);
+  agsx_error_free(&nerr);
+  return 0;
+}
+
+/* BRIDGE's lease directory, locked exclusively, if no lease is held:
+ * returns the directory fd and *RET_LOCK; -1 (no error) when in use. */
+static int lock_idle(const char *bridge, int *ret_lock, int *ret_users, agsx_error_t *err) {
+  *ret_lock = -1;
+  *ret_users = 0;
+  _cleanup_close_ int dir = lease_dir(bridge, false, err);
+  if (dir < 0)
+    return *err ? -1 : -2; /* -2: no directory */
+  _cleanup_close_ int lock = agsx_lock_at(dir, ".lock", true, err);
+  if (lock < 0)
+    return -1;
+  _cleanup_dir_ DIR *d = fdopendir(dup(dir));
+  if (d == NULL)
+    return agsx_error_set(err, errno, "list leases");
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (is_lease_name(e->d_name) && lease_held(dir, e->d_name))
+      (*ret_users)++;
+  if (*ret_users)
+    return -3;
+  *ret_lock = steal_fd(&lock);
+  return steal_fd(&dir);
+}
+
+static int remove_loaded(const char *root, const struct agsx_network *n, agsx_error_t *err) {
+  _cleanup_close_ int netdir = networks_dir(root, true, err);
+  if (netdir < 0)
+    return -1;
+  _cleanup_close_ int nlock = agsx_lock_at(netdir, ".lock", true, err);
+  if (nlock < 0)
+    return -1;
+  int users = 0;
+  _cleanup_close_ int lock = -1;
+  _cleanup_close_ int dir = lock_idle(n->bridge, &lock, &users, err);
+  if (dir == -3)
+    return agsx_error_set_quiet(err, EBUSY, "network `%s` is in use by %d sandbox%s", n->name,
+                                users, users == 1 ? "" : "es"),
+           -1;
+  if (dir == -1)
+    return -1;
+  if (dir >= 0) {
+    _cleanup_close_ int glock = global_lock(err);
+    if (glock < 0 || bridge_remove(n->bridge, dir, false, NULL, NULL, err) < 0)
+      return -1;
+    _cleanup_free_ char *path = xasprintf("%s/%s", AGSX_NET_RUN_DIR, n->bridge);
+    agsx_rm_rf_at(AT_FDCWD, path, NULL);
+  } else if (if_nametoindex(n->bridge)) {
+    agsx_net_link_delete(n->bridge, NULL);
+  }
+  _cleanup_free_ char *file = xasprintf("%s.json", n->name);
+  if (unlinkat(netdir, file, 0) < 0)
+    return agsx_error_set(err, errno, "remove network `%s`", n->name);
+  return 0;
+}
+
+int agsx_network_remove(const char *root, const char *name, agsx_error_t *err) {
+  struct agsx_network n;
+  if (agsx_network_load(root, name, &n, err) < 0)
+    return -1;
+  int r = remove_loaded(root, &n, err);
+  agsx_network_clear(&n);
+  return r;
+}
+
+/* Is there any agsx bridge left in this namespace? */
+static bool any_bridge(void) {
+  _cleanup_dir_ DIR *d = opendir(AGSX_NET_RUN_DIR);
+  struct dirent *e;
+  while (d && (e = readdir(d)))
+    if (e->d_name[0] != '.' && if_nametoindex(e->d_name))
+      return true;
+  return false;
+}
+
+int agsx_net_gc(bool dry_run, void (*report)(const char *what, void *data), void *data,
+                agsx_error_t *err) {
+  _cleanup_dir_ DIR *d = opendir(AGSX_NET_RUN_DIR);
+  if (d == NULL)
+    return errno == ENOENT ? 0 : agsx_error_set(err, errno, "open `%s`", AGSX_NET_RUN_DIR);
+  _cleanup_close_ int glock = dry_run ? -1 : global_lock(err);
+  if (!dry_run && glock < 0)
+    return -1;
+  struct dirent *e;
+  int r = 0;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.' || !ifname_is_valid(e->d_name))
+      continue;
+    int lock, users;
+    agsx_error_t lerr = NULL;
+    int dir = lock_idle(e->d_name, &lock, &users, &lerr);
+    if (dir == -1) {
+      agsx_warn("gc: network bridge `%s`: %s", e->d_name, lerr->msg);
+      agsx_error_free(&lerr);
+      r = -1;
+      continue;
+    }
+    if (dir < 0) { /* in use: only the stale leases go */
+      _cleanup_close_ int ldir = lease_dir(e->d_name, false, NULL);
+      _cleanup_dir_ DIR *ld = ldir >= 0 ? fdopendir(dup(ldir)) : NULL;
+      struct dirent *le;
+      while (ld && (le = readdir(ld))) {
+        if (!is_lease_name(le->d_name))
+          continue;
+        _cleanup_close_ int fd = openat(ldir, le->d_name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
+          continue;
+        _cleanup_free_ char *text = NULL;
+        size_t len = 0;
+        agsx_read_fd(fd, 4096, &text, &len, NULL);
+        uint32_t addr;
+        if (text && strstr(text, "\nvpc\n") && agsx_ipv4_parse(le->d_name, &addr, NULL) == 0) {
+          if (report) {
+            _cleanup_free_ char *what = xasprintf("rules of %s on %s", le->d_name, e->d_name);
+            report(what, data);
+          }
+          if (!dry_run) {
+            _cleanup_free_ char *cmds = member_delete_cmds(e->d_name, addr);
+            agsx_error_t nerr = NULL;
+            agsx_nft_run(cmds, NULL, &nerr);
+            agsx_error_free(&nerr);
+          }
+        }
+        if (!dry_run && ftruncate(fd, 0) < 0) {
+        }
+      }
+      continue;
+    }
+    if (bridge_remove(e->d_name, dir, dry_run, report, data, &lerr) < 0) {
+      agsx_warn("gc: %s", lerr->msg);
+      agsx_error_free(&lerr);
+      r = -1;
+    }
+    close(dir);
+    close(lock);
+    if (!dry_run) {
+      _cleanup_free_ char *path = xasprintf("%s/%s", AGSX_NET_RUN_DIR, e->d_name);
+      agsx_rm_rf_at(AT_FDCWD, path, NULL);
+    }
+  }
+  if (!dry_run && !any_bridge()) {
+    agsx_error_t nerr = NULL;
+    if (agsx_nft_run("list table " TABLE "\n", NULL, &nerr) == 0) {
+      if (report)
+        report("nftables table inet agsx", data);
+      agsx_nft_run("delete table " TABLE "\n", NULL, NULL);
+    }
+    agsx_error_free(&nerr);
+  }
+  return r;
+}

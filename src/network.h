@@ -1,0 +1,89 @@
+/* agsx — network: the `public` network and named `vpc` networks.
+ *
+ * A network is a host bridge with a subnet; its gateway address is on the
+ * bridge. Sandboxes join it through a veth pair (see net.h) with an
+ * address leased from the subnet. Rules live in one nftables table,
+ * `inet agsx`, that agsx alone writes:
+ *   - nothing from a sandbox reaches the host itself (input);
+ *   - nothing reaches 0/8, 127/8, 169.254/16 (metadata services) or
+ *     multicast and broadcast;
+ *   - public sandboxes reach the internet (masqueraded) but no other
+ *     sandbox and no private range (10/8, 100.64/10, 172.16/12, 192.168/16);
+ *     nothing new reaches them (published ports come through a relay);
+ *   - each vpc member gets an egress and an ingress chain, reached through
+ *     verdict maps keyed by bridge and address: its network's and its own
+ *     rules, denials first, then allowances, then the default — members of
+ *     the same vpc reach each other, nothing else does. Stateful: replies
+ *     pass. IPv6 is off on sandbox links and dropped on agsx bridges.
+ * A sandbox cannot send from another address: its network namespace is
+ * owned by the host user namespace, so it has no CAP_NET_RAW or
+ * CAP_NET_ADMIN there (no raw or packet sockets, no new addresses).
+ *
+ * Definitions of vpc networks are ROOT/networks/NAME.json. Leases are
+ * flocked files /run/agsx-net/BRIDGE/ADDRESS, held by the sandbox's
+ * supervisor: a crashed supervisor frees its address with its last fd. */
+#ifndef AGSX_NETWORK_H
+#define AGSX_NETWORK_H
+
+#include "net.h"
+#include "netspec.h"
+#include "util.h"
+
+#define AGSX_NET_RUN_DIR "/run/agsx-net"
+
+struct agsx_network {
+  char *name; /* "public", or the vpc's name */
+  char id[17];
+  bool public_;
+  struct agsx_cidr subnet;
+  uint32_t gateway;
+  char bridge[16];
+  struct agsx_sg_rule *rules;
+  size_t n_rules;
+  int64_t created;
+};
+void agsx_network_clear(struct agsx_network *n);
+
+/* The public network, from agsx.conf / AGSX_PUBLIC_SUBNET / AGSX_PUBLIC_BRIDGE. */
+int agsx_network_public(struct agsx_network *ret, agsx_error_t *err);
+int agsx_network_load(const char *root, const char *name, struct agsx_network *ret,
+                      agsx_error_t *err);
+/* Creates vpc N (name, subnet and rules set by the caller). Refuses a
+ * subnet that overlaps another network's or an address of the host. */
+int agsx_network_create(const char *root, struct agsx_network *n, agsx_error_t *err);
+int agsx_network_list(const char *root, struct agsx_network **ret, size_t *ret_n,
+                      agsx_error_t *err);
+/* Removes vpc NAME, its bridge and its rules; refused while a sandbox uses it. */
+int agsx_network_remove(const char *root, const char *name, agsx_error_t *err);
+/* Sandboxes on a network now (leases held). */
+int agsx_network_users(const struct agsx_network *n);
+char *agsx_network_to_json(const struct agsx_network *n, bool with_users);
+
+/* One sandbox on a network. */
+struct agsx_net_attach {
+  struct agsx_network net;
+  int lease_fd;
+  uint32_t addr;
+  bool chains; /* vpc: its chains are in the ruleset */
+  struct agsx_net_link link;
+};
+#define AGSX_NET_ATTACH_INIT {.lease_fd = -1}
+
+/* Leases an address on network MODE/NAME for sandbox ID, makes sure the
+ * bridge and the base rules exist and, on a vpc, adds the sandbox's chains
+ * with the network's rules plus RULES. On failure nothing is left. */
+int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char *name,
+                          const struct agsx_sg_rule *rules, size_t n_rules, const char *id,
+                          struct agsx_net_attach *a, agsx_error_t *err);
+/* Removes the sandbox's chains and frees its address (the veth pair went
+ * with the namespace). Safe on a cleared attach. */
+void agsx_net_attach_end(struct agsx_net_attach *a);
+/* Lets go of A in a process that handed it to another (run -d's parent). */
+void agsx_net_attach_disown(struct agsx_net_attach *a);
+
+/* Removes what crashed sandboxes left (stale leases and their chains) and
+ * bridges no sandbox uses; the table when no bridge is left. */
+int agsx_net_gc(bool dry_run, void (*report)(const char *what, void *data), void *data,
+                agsx_error_t *err);
+
+#endif

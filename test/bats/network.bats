@@ -1,0 +1,366 @@
+#!/usr/bin/env bats
+# Network modes end to end: internal, public and vpc, with their rules.
+#
+# Everything runs inside an outer network+mount namespace made by
+# test/fixtures/networld, with a "world" namespace on 198.18.0.0/24 playing
+# the internet (HTTP on 198.18.0.2:80, a name server on 198.18.0.2:53 and a
+# metadata service on 169.254.169.254:80) and services of the "host" on
+# 0.0.0.0:8081 of the outer namespace. Sandboxes get addresses from
+# 198.19.0.0/16. No packet leaves the outer namespace; nothing is sent from
+# the host's own namespace.
+
+load helpers
+
+setup_file() {
+  export BB=$BATS_FILE_TMPDIR/bb
+  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
+  export NW=$BATS_FILE_TMPDIR/world
+  "$FIXTURES/networld" start "$NW"
+  export OUTER WORLD
+  OUTER=$(cat "$NW/outer.pid")
+  WORLD=$(cat "$NW/world.pid")
+}
+
+teardown_file() {
+  "$FIXTURES/networld" stop "$NW"
+}
+
+setup() {
+  common_setup
+  ax image load "$BB" >/dev/null
+}
+
+# agsx in the outer namespace.
+nax() {
+  nsenter -t "$OUTER" --net --mount -- env AGSX_PUBLIC_SUBNET=198.19.0.0/24 \
+    timeout --kill-after=5 "${AX_TIMEOUT:-60}" "$AGSX" --root "$ROOT" --state "$STATE" "$@"
+}
+run_nax() {
+  AX_CMD="agsx $* (in the outer namespace)"
+  run nax "$@"
+}
+# A command in the outer namespace, or in the world.
+outer() { nsenter -t "$OUTER" --net --mount -- "$@"; }
+world() { nsenter -t "$WORLD" --net -- "$@"; }
+
+# The address of sandbox $1.
+addr_of() {
+  nax ls --json | python3 -c '
+import json, sys
+for s in json.load(sys.stdin):
+    if s["name"] == sys.argv[1]: print(s["address"])' "$1"
+}
+
+# Waits until sandbox $1 listens on TCP port $2 (probe listen prints nothing
+# until it is killed, so ask the kernel).
+wait_listen() {
+  local i
+  for i in $(seq 50); do
+    nax exec "$1" sh -c "netstat -ltn 2>/dev/null | grep -q ':$2 '" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# Nothing of agsx's networking may be left in the outer namespace.
+assert_net_clean() {
+  local left
+  left=$(outer ip -o link show | awk -F': ' '{print $2}' | grep -E '^agsx' || true)
+  [ -z "$left" ] || { echo "# links left: $left" >&3; return 1; }
+  left=$(outer nft list tables | grep agsx || true)
+  [ -z "$left" ] || { echo "# nft tables left: $left" >&3; return 1; }
+  left=$(outer sh -c 'find /run/agsx-net -mindepth 1 -not -name .lock' || true)
+  [ -z "$left" ] || { echo "# leases left: $left" >&3; return 1; }
+}
+
+teardown() {
+  nax kill --all >/dev/null 2>&1 || true
+  nax gc >/dev/null 2>&1 || true
+  local rc=0
+  assert_net_clean || rc=1
+  common_teardown || rc=1
+  return $rc
+}
+
+@test "network: internal reaches nothing, not even the world" {
+  run_nax run --rm busybox sh -c 'probe connect 198.18.0.2 80 1000; ip -o link | wc -l'
+  assert_success
+  [[ "${lines[0]}" == "connect 198.18.0.2:80: failed (errno=ENETUNREACH)" ]] || { show_run; false; }
+  [ "${lines[1]}" = 1 ] || { show_run; false; } # lo only
+}
+
+@test "network: public reaches the world; its address, route, hosts and resolv.conf" {
+  run_nax run --rm --network public busybox sh -c \
+    'probe http 198.18.0.2 80; ip -4 -o addr show eth0; ip route; grep -c . /etc/hosts; cat /etc/resolv.conf'
+  assert_success
+  [ "${lines[0]}" = "http 198.18.0.2:80: world" ] || { show_run; false; }
+  [[ "$output" == *"inet 198.19.0."*"/24"* ]] || { show_run; false; }
+  [[ "$output" == *"default via 198.19.0.1 dev eth0"* ]] || { show_run; false; }
+  [[ "$output" == *"nameserver 127.0.0.11"* ]] || { show_run; false; }
+}
+
+@test "network: public does not reach the host, its gateway, metadata or private ranges" {
+  run_nax run --rm --network public busybox sh -c '
+    probe http 198.18.0.1 8081 1000
+    probe http 198.19.0.1 8081 1000
+    probe http 169.254.169.254 80 1000
+    probe connect 127.0.0.1 8081 500'
+  assert_success
+  [ "${lines[0]}" = "http 198.18.0.1:8081: timeout" ] || { show_run; false; }
+  [ "${lines[1]}" = "http 198.19.0.1:8081: timeout" ] || { show_run; false; }
+  [ "${lines[2]}" = "http 169.254.169.254:80: timeout" ] || { show_run; false; }
+  [[ "${lines[3]}" == "connect 127.0.0.1:8081: failed (errno=ECONNREFUSED)" ]] || { show_run; false; }
+  # The same services answer from the outer namespace: the rules did it.
+  run outer python3 -c 'import urllib.request as u; print(u.urlopen("http://198.18.0.1:8081/", timeout=2).read().decode().strip())'
+  [ "$output" = host ]
+}
+
+@test "network: a public sandbox does not reach another one" {
+  run_nax run -d --name s1 --network public busybox probe listen 8080
+  assert_success
+  wait_listen s1 8080
+  local a1
+  a1=$(addr_of s1)
+  [[ $a1 == 198.19.0.* ]]
+  run_nax run --rm --network public busybox sh -c "probe connect $a1 8080 1000; probe connect 198.18.0.2 80"
+  assert_success
+  [ "${lines[0]}" = "connect $a1:8080: timeout" ] || { show_run; false; }
+  [ "${lines[1]}" = "connect 198.18.0.2:80: ok" ] || { show_run; false; }
+  # s1 itself serves: from inside it answers.
+  run_nax exec s1 probe connect 127.0.0.1 8080
+  [ "$output" = "connect 127.0.0.1:8080: ok" ] || { show_run; false; }
+}
+
+@test "network: a sandbox cannot send with another address (no raw, packet, transparent sockets)" {
+  run_nax run -d --name s1 --network public busybox sleep 60
+  assert_success
+  local a1
+  a1=$(addr_of s1)
+  run_nax run --rm --network public busybox probe spoof "$a1" 198.18.0.2 9
+  assert_success
+  [[ "$output" == "raw=EPERM packet=EPERM transparent=EPERM freebind-send="* ]] || { show_run; false; }
+  [[ "$output" != *"freebind-send=ok"* ]] || { show_run; false; }
+}
+
+@test "network: sandbox root cannot change its addresses, routes or links" {
+  run_nax run --rm --network public busybox sh -c '
+    ip addr add 198.19.0.250/24 dev eth0 2>/dev/null && echo addr-added
+    ip route del default 2>/dev/null && echo route-deleted
+    ip link set eth0 down 2>/dev/null && echo link-down
+    ip link add x0 type dummy 2>/dev/null && echo link-added
+    probe http 198.18.0.2 80'
+  assert_success
+  [ "$output" = "http 198.18.0.2:80: world" ] || { show_run; false; }
+}
+
+@test "network: public sandboxes resolve names through the relay" {
+  run_nax run --rm --network public busybox probe resolve www.example.test
+  assert_success
+  [ "$output" = "resolve www.example.test: 198.18.0.2" ] || { show_run; false; }
+}
+
+@test "network: the record and ls show the network and the address" {
+  run_nax run -d --name s1 --network public busybox sleep 60
+  assert_success
+  run_nax ls
+  [[ "$output" == *"public"*"198.19.0."* ]] || { show_run; false; }
+  run_nax ls --json
+  [[ "$output" == *'"network":"public"'* ]] || { show_run; false; }
+}
+
+@test "network: every address is released; public start after kill reuses nothing stale" {
+  local i
+  for i in 1 2 3; do
+    run_nax run --rm --network public busybox probe http 198.18.0.2 80
+    [ "$output" = "http 198.18.0.2:80: world" ] || { show_run; false; }
+  done
+  # Leases are free (unlocked) once the sandboxes ended.
+  run outer sh -c 'for f in /run/agsx-net/agsx0/198.*; do flock -n "$f" true || echo "held $f"; done'
+  [ -z "$output" ] || { echo "$output" >&3; false; }
+}
+
+@test "network: vpc members reach each other; non-members and the world do not" {
+  run_nax network create team --subnet 198.19.1.0/24
+  assert_success
+  [ "$output" = team ]
+  run_nax run -d --name a --network vpc:team busybox probe listen 8080
+  assert_success
+  wait_listen a 8080
+  local aa
+  aa=$(addr_of a)
+  [[ $aa == 198.19.1.* ]] || { echo "address $aa" >&3; false; }
+  run_nax run --rm --network vpc:team busybox sh -c "probe connect $aa 8080; probe http 198.18.0.2 80 1000; probe http 198.19.1.1 8081 1000"
+  assert_success
+  [ "${lines[0]}" = "connect $aa:8080: ok" ] || { show_run; false; }
+  [ "${lines[1]}" = "http 198.18.0.2:80: timeout" ] || { show_run; false; }
+  [ "${lines[2]}" = "http 198.19.1.1:8081: timeout" ] || { show_run; false; }
+  # Not from a public sandbox, nor from the world.
+  run_nax run --rm --network public busybox probe connect "$aa" 8080 1000
+  [ "$output" = "connect $aa:8080: timeout" ] || { show_run; false; }
+  run world timeout 5 python3 -c "
+import socket, sys
+s = socket.socket(); s.settimeout(1)
+try: s.connect(('$aa', 8080)); print('ok')
+except Exception as e: print('blocked')"
+  [ "$output" = blocked ] || { echo "$output" >&3; false; }
+}
+
+@test "network: vpc rules open an allowed port and keep a denied one shut, both directions" {
+  run_nax network create team --subnet 198.19.2.0/24 --allow "out tcp/80 198.18.0.0/24"
+  assert_success
+  # b: reachable from the world on 9000 only, and denies 8081 even to members.
+  run_nax run -d --name b --network vpc:team --allow "in tcp/9000 198.18.0.0/24" \
+    --deny "in tcp/8081" busybox sh -c 'probe listen 9000 & probe listen 9001 & probe listen 8080 & probe listen 8081 & wait'
+  assert_success
+  wait_listen b 9000 && wait_listen b 9001 && wait_listen b 8081
+  local ab
+  ab=$(addr_of b)
+  # Out: tcp/80 to the world is allowed; the metadata service never is.
+  run_nax run --rm --network vpc:team --allow "out all 169.254.0.0/16" busybox sh -c \
+    "probe http 198.18.0.2 80; probe http 169.254.169.254 80 1000; probe connect $ab 8080; probe connect $ab 8081 1000"
+  assert_success
+  [ "${lines[0]}" = "http 198.18.0.2:80: world" ] || { show_run; false; }
+  [ "${lines[1]}" = "http 169.254.169.254:80: timeout" ] || { show_run; false; }
+  [ "${lines[2]}" = "connect $ab:8080: ok" ] || { show_run; false; }
+  [ "${lines[3]}" = "connect $ab:8081: timeout" ] || { show_run; false; }
+  # In: the world reaches 9000, not 9001.
+  run world timeout 5 python3 -c "
+import socket
+for p in (9000, 9001):
+    s = socket.socket(); s.settimeout(1)
+    try: s.connect(('$ab', p)); print(p, 'ok')
+    except Exception: print(p, 'blocked')"
+  [ "$output" = $'9000 ok\n9001 blocked' ] || { echo "$output" >&3; false; }
+}
+
+@test "network: vpc rules file; run rules only on vpc" {
+  printf '# web\nallow out tcp/80 198.18.0.0/24\n\ndeny out tcp/81\n' >"$T/rules"
+  run_nax network create team --subnet 198.19.3.0/24 --rules "$T/rules"
+  assert_success
+  run_nax network inspect team
+  assert_success
+  [[ "$output" == *'"rules":["allow out tcp/80 198.18.0.0/24","deny out tcp/81 0.0.0.0/0"]'* ]] || { show_run; false; }
+  run_nax run --rm --network vpc:team busybox probe http 198.18.0.2 80
+  [ "$output" = "http 198.18.0.2:80: world" ] || { show_run; false; }
+  run_nax run --rm --network public --allow "out tcp/80" busybox true
+  assert_agsx_error "are for vpc networks"
+  run_nax run --rm --allow "out tcp/80" busybox true
+  assert_agsx_error "are for vpc networks"
+}
+
+@test "network: create, ls, inspect and rm" {
+  run_nax network create one --subnet 198.19.4.0/24
+  assert_success
+  run_nax network ls
+  assert_success
+  [[ "${lines[1]}" == "public "*"198.19.0.0/24"*"agsx0"* ]] || { show_run; false; }
+  [[ "${lines[2]}" == "one "*"vpc"*"198.19.4.0/24"*"agsxv"* ]] || { show_run; false; }
+  run_nax network ls -q
+  [ "$output" = $'public\none' ] || { show_run; false; }
+  run_nax network inspect one
+  [[ "$output" == *'"name":"one"'*'"subnet":"198.19.4.0/24"'*'"gateway":"198.19.4.1"'*'"sandboxes":0'* ]] || { show_run; false; }
+  run_nax run -d --name m --network vpc:one busybox sleep 60
+  assert_success
+  run_nax network rm one
+  assert_agsx_error "network \`one\` is in use by 1 sandbox"
+  run_nax kill m
+  assert_success
+  run_nax network rm one
+  assert_success
+  [ "$output" = one ]
+  run_nax network ls -q
+  [ "$output" = public ]
+  [ -z "$(outer ip -o link show | grep agsxv || true)" ]
+}
+
+@test "network: exact errors, nothing half-made" {
+  run_nax network create one --subnet 198.19.5.0/24
+  assert_success
+  run_nax network create two --subnet 198.19.5.128/25
+  assert_agsx_error "overlaps network \`one\`"
+  run_nax network create two --subnet 198.19.0.0/16
+  assert_agsx_error "overlaps the public network"
+  run_nax network create one --subnet 198.19.6.0/24
+  assert_agsx_error "already exists"
+  run_nax network create two --subnet 198.19.6.1/24
+  assert_agsx_error "did you mean 198.19.6.0/24"
+  run_nax network create two --subnet 198.19.6.0/33
+  assert_agsx_error "invalid CIDR"
+  run_nax network create two
+  assert_agsx_error "--subnet CIDR is required"
+  run_nax network create Bad --subnet 198.19.6.0/24
+  assert_agsx_error "invalid network name"
+  run_nax network create two --subnet 198.19.6.0/24 --allow "out tcp/99999"
+  assert_agsx_error "is not a port"
+  printf 'allow out tcp/80\nallow sideways tcp/1\n' >"$T/bad"
+  run_nax network create two --subnet 198.19.6.0/24 --rules "$T/bad"
+  assert_agsx_error "$T/bad:2:"
+  run_nax run --rm --network vpc:nope busybox true
+  assert_agsx_error "no such network \`nope\`"
+  run_nax run --rm --network vpc:Bad busybox true
+  assert_agsx_error "invalid network name"
+  run_nax run --rm --network bridge busybox true
+  assert_agsx_error "invalid network \`bridge\`"
+  run_nax network rm public
+  assert_agsx_error "cannot be removed"
+  run_nax network ls -q
+  [ "$output" = $'public\none' ] || { show_run; false; }
+}
+
+@test "network: an exhausted subnet is an error and leaves nothing" {
+  run_nax network create tiny --subnet 198.19.7.0/29
+  assert_success
+  local i
+  for i in 1 2 3 4 5; do
+    run_nax run -d --network vpc:tiny busybox sleep 60
+    assert_success
+  done
+  run_nax run --rm --network vpc:tiny busybox true
+  assert_agsx_error "network \`tiny\` has no free address"
+  [ "$(nax ls -q | wc -l)" -eq 5 ]
+  run outer nft list chain inet agsx forward
+  assert_success
+  [ "$(outer nft list ruleset | grep -c 'chain e_')" -eq 5 ]
+}
+
+@test "network: a public sandbox's bridge address clash is refused" {
+  run_nax run --rm --network public busybox true
+  assert_success
+  # agsx0 exists now only if a sandbox runs; make one hold it, then ask for
+  # another subnet.
+  run_nax run -d --name s1 --network public busybox sleep 60
+  assert_success
+  run nsenter -t "$OUTER" --net --mount -- env AGSX_PUBLIC_SUBNET=198.19.9.0/24 \
+    "$AGSX" --root "$ROOT" --state "$STATE" run --rm --network public busybox true
+  assert_agsx_error "exists with subnet 198.19.0.0/24, not 198.19.9.0/24"
+}
+
+@test "network: a killed supervisor's lease and rules are removed by gc" {
+  run_nax network create team --subnet 198.19.8.0/24
+  assert_success
+  run_nax run -d --name v --network vpc:team busybox sleep 60
+  assert_success
+  local sup
+  sup=$(python3 -c 'import json,sys,glob; print(json.load(open(glob.glob(sys.argv[1] + "/*/state.json")[0]))["supervisor"]["pid"])' "$STATE")
+  kill -9 "$sup"
+  sleep 0.5
+  [ "$(outer nft list ruleset | grep -c 'chain e_')" -eq 1 ]
+  AGSX_GC_MIN_AGE=0 run_nax gc
+  assert_success
+  [ "$(outer nft list ruleset 2>/dev/null | grep -c 'chain e_')" -eq 0 ]
+  run_nax network rm team
+  assert_success
+}
+
+@test "network: 20 public sandboxes at once, then nothing left" {
+  heavy
+  local i pids=()
+  for i in $(seq 20); do
+    nax run --rm --network public busybox probe http 198.18.0.2 80 >"$T/out.$i" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i"; done
+  for i in $(seq 20); do
+    [ "$(cat "$T/out.$i")" = "http 198.18.0.2:80: world" ] || { cat "$T/out.$i" >&3; false; }
+  done
+}
