@@ -261,6 +261,35 @@ int agsx_net_link_delete(const char *name, agsx_error_t *err) {
   return 0;
 }
 
+int agsx_net_addrs(struct agsx_net_addr **ret, size_t *ret_n, agsx_error_t *err) {
+  *ret = NULL;
+  *ret_n = 0;
+  _cleanup_nlsock_ struct nl_sock *sk = NULL;
+  if (connect_route(&sk, err) < 0)
+    return -1;
+  struct nl_cache *cache = NULL;
+  int r = rtnl_addr_alloc_cache(sk, &cache);
+  if (r < 0)
+    return agsx_error_set(err, 0, "list addresses: %s", nl_geterror(r));
+  for (struct nl_object *o = nl_cache_get_first(cache); o; o = nl_cache_get_next(o)) {
+    struct rtnl_addr *a = (struct rtnl_addr *)o;
+    struct nl_addr *local = rtnl_addr_get_local(a);
+    if (rtnl_addr_get_family(a) != AF_INET || local == NULL || nl_addr_get_len(local) != 4)
+      continue;
+    uint32_t v;
+    memcpy(&v, nl_addr_get_binary_addr(local), 4);
+    *ret = xrealloc(*ret, (*ret_n + 1) * sizeof(**ret));
+    struct agsx_net_addr *e = &(*ret)[(*ret_n)++];
+    memset(e, 0, sizeof(*e));
+    e->addr = ntohl(v);
+    e->prefix = (uint8_t)rtnl_addr_get_prefixlen(a);
+    if (if_indextoname((unsigned)rtnl_addr_get_ifindex(a), e->ifname) == NULL)
+      e->ifname[0] = '\0';
+  }
+  nl_cache_free(cache);
+  return 0;
+}
+
 int agsx_net_link_ipv4(const char *ifname, uint32_t *ret_addr, uint8_t *ret_prefix,
                        agsx_error_t *err) {
   *ret_addr = 0;

@@ -53,6 +53,14 @@ int agsx_net_loopback_up(agsx_error_t *err);
 int agsx_net_bridge_create(const char *name, uint32_t gateway, uint8_t prefix, agsx_error_t *err);
 /* Deletes link NAME; 0 when it does not exist. */
 int agsx_net_link_delete(const char *name, agsx_error_t *err);
+/* Every IPv4 address of the current namespace with its prefix and link
+ * name: *RET is an array of *RET_N. */
+struct agsx_net_addr {
+  uint32_t addr;
+  uint8_t prefix;
+  char ifname[16];
+};
+int agsx_net_addrs(struct agsx_net_addr **ret, size_t *ret_n, agsx_error_t *err);
 /* The address of IFNAME if it has exactly an IPv4 address; 0 when none. */
 int agsx_net_link_ipv4(const char *ifname, uint32_t *ret_addr, uint8_t *ret_prefix,
                        agsx_error_t *err);

@@ -6,6 +6,7 @@
 #include "json.h"
 #include "nft.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -61,6 +62,55 @@ int agsx_network_public(struct agsx_network *ret, agsx_error_t *err) {
   ret->name = xstrdup("public");
   ret->public_ = true;
   ret->gateway = ret->subnet.addr + 1;
+  return 0;
+}
+
+/* ---- DNS -------------------------------------------------------------------------------------- */
+
+static bool is_ip_literal(const char *s) {
+  unsigned char buf[16];
+  return inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1;
+}
+
+char *agsx_resolv_conf_nameserver(const char *text, size_t len) {
+  for (size_t i = 0; i < len;) {
+    const char *nl = memchr(text + i, '\n', len - i);
+    size_t end = nl ? (size_t)(nl - text) : len;
+    _cleanup_free_ char *l = xstrndup(text + i, end - i);
+    i = end + 1;
+    char *save = NULL, *k = strtok_r(l, " \t\r", &save), *v = k ? strtok_r(NULL, " \t\r", &save) : NULL;
+    if (k && v && strcmp(k, "nameserver") == 0) {
+      v[strcspn(v, "%")] = '\0'; /* a zone index is no use to the relay */
+      if (is_ip_literal(v))
+        return xstrdup(v);
+    }
+  }
+  return NULL;
+}
+
+int agsx_net_dns_upstream(char **ret, agsx_error_t *err) {
+  *ret = NULL;
+  _cleanup_free_ char *conf = NULL;
+  if (agsx_conf_get("dns", "AGSX_DNS", &conf, err) < 0)
+    return -1;
+  if (conf) {
+    char *first = conf + strspn(conf, " \t,");
+    first[strcspn(first, " \t,")] = '\0';
+    if (!is_ip_literal(first))
+      return agsx_error_set_quiet(err, EINVAL, "dns: `%s` is not an IP address", first), -1;
+    *ret = xstrdup(first);
+    return 0;
+  }
+  _cleanup_free_ char *text = NULL;
+  size_t len = 0;
+  if (agsx_read_file_at(AT_FDCWD, "/etc/resolv.conf", 1 << 20, &text, &len, err) < 0)
+    return agsx_error_wrap(err, "find the host's name servers");
+  *ret = agsx_resolv_conf_nameserver(text, len);
+  if (*ret == NULL)
+    return agsx_error_set_quiet(err, ENOENT,
+                                "the host's /etc/resolv.conf names no name server (set dns in "
+                                "agsx.conf)"),
+           -1;
   return 0;
 }
 
@@ -229,11 +279,30 @@ static int check_overlaps(const char *root, const struct agsx_network *n, agsx_e
     return agsx_error_set_quiet(err, EEXIST, "subnet %s overlaps the public network's %s",
                                 agsx_cidr_format(&n->subnet, a), agsx_cidr_format(&pub.subnet, b)),
            -1;
+  /* The host's own networks (not agsx's bridges: their subnets are checked
+   * below, through the definitions). */
+  struct agsx_net_addr *addrs;
+  size_t na;
+  if (agsx_net_addrs(&addrs, &na, err) < 0)
+    return -1;
+  int r = 0;
+  for (size_t i = 0; i < na && r == 0; i++) {
+    struct agsx_cidr h = {addrs[i].addr & agsx_cidr_mask(addrs[i].prefix), addrs[i].prefix};
+    if (agsx_str_has_prefix(addrs[i].ifname, "agsx") || addrs[i].prefix == 32 ||
+        (addrs[i].addr >> 24) == 127)
+      continue;
+    if (agsx_cidr_overlaps(&h, &n->subnet))
+      r = agsx_error_set_quiet(err, EEXIST, "subnet %s overlaps the host's network %s on `%s`",
+                               agsx_cidr_format(&n->subnet, a), agsx_cidr_format(&h, b),
+                               addrs[i].ifname);
+  }
+  free(addrs);
+  if (r < 0)
+    return -1;
   struct agsx_network *all;
   size_t count;
   if (agsx_network_list(root, &all, &count, err) < 0)
     return -1;
-  int r = 0;
   for (size_t i = 0; i < count; i++) {
     if (r == 0 && agsx_cidr_overlaps(&all[i].subnet, &n->subnet))
       r = agsx_error_set_quiet(err, EEXIST, "subnet %s overlaps network `%s` (%s)",

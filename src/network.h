@@ -59,6 +59,13 @@ int agsx_network_remove(const char *root, const char *name, agsx_error_t *err);
 int agsx_network_users(const struct agsx_network *n);
 char *agsx_network_to_json(const struct agsx_network *n, bool with_users);
 
+/* The name server a sandbox's DNS relay forwards to: agsx.conf `dns` (or
+ * AGSX_DNS; the first of a comma or blank separated list), else the first
+ * nameserver of the host's /etc/resolv.conf. An IPv4 or IPv6 literal. */
+int agsx_net_dns_upstream(char **ret, agsx_error_t *err);
+/* The first "nameserver ADDR" of resolv.conf text (NULL if none). */
+char *agsx_resolv_conf_nameserver(const char *text, size_t len);
+
 /* One sandbox on a network. */
 struct agsx_net_attach {
   struct agsx_network net;

@@ -6,7 +6,8 @@
 # the bash and zsh completions. Commands that are not implemented yet have
 # no options but --help.
 
-# Prints the command typed so far: "" (none yet), "gc", "image", "image ls"...
+# Prints the command typed so far: "" (none yet), "gc", "image", "image ls",
+# "network create"...
 # Global options and their values are skipped.
 function __agsx_command
     set -l tokens (commandline -opc)
@@ -27,9 +28,9 @@ function __agsx_command
                     continue
             end
             set cmd $t
-        else if test "$cmd" = image
+        else if test "$cmd" = image; or test "$cmd" = network
             string match -q -- '-*' $t; and continue
-            set cmd image $t
+            set cmd $cmd $t
             break
         else
             break
@@ -54,6 +55,30 @@ function __agsx_image_names
     and set root $tokens[(math $i + 1)]
     test -d "$root"; or return 0
     command agsx --root "$root" image ls --json 2>/dev/null | string match -ar '"ref":"[^"]*"' | string replace -r '^"ref":"(.*)"$' '$1'
+end
+
+# Names of the vpc networks (`agsx network ls -q` but `public`), whose
+# definitions are in the store, read only when it exists.
+function __agsx_vpc_names
+    set -l tokens (commandline -opc)
+    set -l root $AGSX_ROOT
+    test -n "$root"; or set root /var/lib/agsx
+    set -l i (contains -i -- --root $tokens)
+    and set -q tokens[(math $i + 1)]
+    and set root $tokens[(math $i + 1)]
+    for t in $tokens
+        string match -q -- '--root=*' $t; and set root (string replace -- --root= '' $t)
+    end
+    test -d "$root"; or return 0
+    command agsx --root "$root" network ls -q 2>/dev/null | string match -v -- public
+end
+
+# MODE of `agsx run --network`: internal, public or vpc:NAME.
+function __agsx_network_modes
+    printf '%s\t%s\n' internal 'Loopback only (the default)' public 'The internet through the host, nothing else'
+    for n in (__agsx_vpc_names)
+        printf 'vpc:%s\t%s\n' $n 'vpc network'
+    end
 end
 
 # Running sandboxes, by name and id, from the state directory, read only when
@@ -140,7 +165,7 @@ function __agsx_run_image_index
     set i (math $i + 1)
     while test $i -le $n
         switch $tokens[$i]
-            case --name -e --env -w --workdir -u --user --hostname --timeout --network --memory --cpus --pids --disk -v --volume --security-opt
+            case --name -e --env -w --workdir -u --user --hostname --timeout --network --allow --deny --rules --memory --cpus --pids --disk -v --volume --security-opt
                 set i (math $i + 2)
                 continue
             case '-*'
@@ -204,7 +229,7 @@ complete -c agsx -n '__agsx_cmd' -a build -d 'Build an image from a Dockerfile (
 complete -c agsx -n '__agsx_cmd' -a image -d 'Manage images'
 complete -c agsx -n '__agsx_cmd' -a load -d 'Load images (alias of image load)'
 complete -c agsx -n '__agsx_cmd' -a pull -d 'Pull an image (alias of image pull) (not implemented yet)'
-complete -c agsx -n '__agsx_cmd' -a network -d 'Manage vpc networks (not implemented yet)'
+complete -c agsx -n '__agsx_cmd' -a network -d 'Manage networks'
 
 # agsx image
 complete -c agsx -n '__agsx_cmd image' -a ls -d 'List images'
@@ -213,6 +238,13 @@ complete -c agsx -n '__agsx_cmd image' -a rm -d 'Remove images'
 complete -c agsx -n '__agsx_cmd image' -a inspect -d "Show images' manifest and config as JSON"
 complete -c agsx -n '__agsx_cmd image' -a pull -d 'Pull an image from a registry (not implemented yet)'
 complete -c agsx -n '__agsx_cmd image' -s h -l help -d 'Show this help'
+
+# agsx network
+complete -c agsx -n '__agsx_cmd network' -a create -d 'Create a vpc network'
+complete -c agsx -n '__agsx_cmd network' -a ls -d 'List networks'
+complete -c agsx -n '__agsx_cmd network' -a rm -d 'Remove vpc networks no sandbox uses'
+complete -c agsx -n '__agsx_cmd network' -a inspect -d 'Show networks as JSON'
+complete -c agsx -n '__agsx_cmd network' -s h -l help -d 'Show this help'
 
 # agsx run: options until IMAGE, then IMAGE, then a command line.
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s d -l detach -d 'Start in the background; print the id once the command runs'
@@ -226,7 +258,10 @@ complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s w -l workd
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s u -l user -x -d "Run as this user (name or id, from the image's /etc)"
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l hostname -x -d 'Host name of the sandbox (default: its short id)'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l timeout -x -d 'Lifetime: 300s, 5m, 1h30m (default 5m, at most 24h)'
-complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l network -x -a internal -d 'Network mode (default: loopback only)'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l network -x -a '(__agsx_network_modes)' -d 'internal (default: loopback only), public or vpc:NAME'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l allow -x -d 'vpc: allow traffic, e.g. "out tcp/443 0.0.0.0/0"'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l deny -x -d 'vpc: deny traffic, e.g. "in tcp/22"'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l rules -r -F -d 'vpc: read allow/deny rules from FILE, one per line'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l memory -x -d 'Memory limit (e.g. 512m); the sandbox is killed beyond it'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l cpus -x -d 'CPU quota in CPUs (e.g. 0.5)'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l pids -x -d 'Maximum number of processes (default 4096)'
@@ -302,13 +337,34 @@ complete -c agsx -n '__agsx_cmd image rm' -a '(__agsx_image_names)' -d Image
 complete -c agsx -n '__agsx_cmd image inspect' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd image inspect' -a '(__agsx_image_names)' -d Image
 
-# Commands that are not implemented yet: --help only.
+# agsx network create: NAME is the user's to choose.
+complete -c agsx -n '__agsx_cmd network create' -l subnet -x -d "The network's IPv4 subnet (required), e.g. 10.20.0.0/24"
+complete -c agsx -n '__agsx_cmd network create' -l allow -x -d 'Allow traffic, e.g. "out tcp/443 0.0.0.0/0"'
+complete -c agsx -n '__agsx_cmd network create' -l deny -x -d 'Deny traffic, e.g. "in tcp/22"'
+complete -c agsx -n '__agsx_cmd network create' -l rules -r -F -d 'Read allow/deny rules from FILE, one per line'
+complete -c agsx -n '__agsx_cmd network create' -l json -d 'Print the new network as JSON'
+complete -c agsx -n '__agsx_cmd network create' -s h -l help -d 'Show this help'
+
+# agsx network ls
+complete -c agsx -n '__agsx_cmd network ls' -s q -l quiet -d 'Print names only'
+complete -c agsx -n '__agsx_cmd network ls' -l json -d 'Print a JSON list'
+complete -c agsx -n '__agsx_cmd network ls' -s h -l help -d 'Show this help'
+
+# agsx network rm: vpcs only (public cannot be removed)
+complete -c agsx -n '__agsx_cmd network rm' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd network rm' -a '(__agsx_vpc_names)' -d Network
+
+# agsx network inspect
+complete -c agsx -n '__agsx_cmd network inspect' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd network inspect' -a 'public (__agsx_vpc_names)' -d Network
+
 # agsx cp
 complete -c agsx -n '__agsx_cmd cp' -s a -l archive -d 'Keep uids and gids (mapped into and out of the sandbox'"'"'s range)'
 complete -c agsx -n '__agsx_cmd cp' -s L -l follow-link -d 'Follow SRC itself if it is a symlink'
 complete -c agsx -n '__agsx_cmd cp' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd cp' -F
 
-for c in build pull network 'image pull'
+# Commands that are not implemented yet: --help only.
+for c in build pull 'image pull'
     complete -c agsx -n "__agsx_cmd $c" -s h -l help -d 'Show this help'
 end

@@ -8,7 +8,8 @@
 # Conventions the extraction relies on (see the files' headers):
 #   man:  an option is a .TP paragraph whose next line is .B/.BR with its
 #         spellings (\-\-name); sections: agsx.1 "GLOBAL OPTIONS",
-#         agsx-CMD.1 "OPTIONS", agsx-image.1 ".SS agsx image SUB"
+#         agsx-CMD.1 "OPTIONS", agsx-image.1 ".SS agsx image SUB",
+#         agsx-network.1 ".SS agsx network SUB"
 #   bash: _agsx_opts_<cmd with spaces as _>="..." (global: _agsx_opts_global)
 #   zsh:  one function per command, _agsx_<cmd with spaces as _> () (global: _agsx)
 #   fish: complete ... -n '__agsx_cmd CMD' ... -l NAME (global: '__agsx_cmd')
@@ -79,6 +80,7 @@ man_file() {
   case $1 in
     global) echo "$SRC/man/agsx.1" ;;
     image\ *) echo "$SRC/man/agsx-image.1" ;;
+    network\ *) echo "$SRC/man/agsx-network.1" ;;
     *) echo "$SRC/man/agsx-$1.1" ;;
   esac
 }
@@ -86,7 +88,7 @@ man_file() {
 man_section() {
   case $1 in
     global) echo "GLOBAL OPTIONS" ;;
-    image\ *) echo "agsx $1" ;;
+    image\ * | network\ *) echo "agsx $1" ;;
     *) echo "OPTIONS" ;;
   esac
 }
@@ -239,33 +241,44 @@ EOF
 @test "docs: ls options" { doc_sets_agree ls; }
 @test "docs: kill options" { doc_sets_agree kill; }
 @test "docs: update options" { doc_sets_agree update; }
+@test "docs: network create options" { doc_sets_agree "network create"; }
+@test "docs: network ls options" { doc_sets_agree "network ls"; }
+@test "docs: network rm options" { doc_sets_agree "network rm"; }
+@test "docs: network inspect options" { doc_sets_agree "network inspect"; }
 
 @test "docs: every implemented command has an options test above" {
-  local tested=$'cp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage rm\nkill\nload\nls\nrun\nupdate'
+  local tested=$'cp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage rm\nkill\nload\nls\nnetwork create\nnetwork inspect\nnetwork ls\nnetwork rm\nrun\nupdate'
   run diff <(echo "$tested") <(help_commands -i | sort)
   echo "$output"
   [ "$status" -eq 0 ]
 }
 
 @test "docs: every command is in agsx(1) and in each completion" {
-  local cmd sub missing=0
-  local bash_top bash_img
+  local cmd group sub missing=0
+  local bash_top
   bash_top=$(sed -nE 's/^_agsx_commands="([^"]*)".*/ \1 /p' "$SRC/completions/bash/agsx")
-  bash_img=$(sed -nE 's/^_agsx_image_commands="([^"]*)".*/ \1 /p' "$SRC/completions/bash/agsx")
-  local zsh_top zsh_img
+  local zsh_top
   zsh_top=$(opts_from_zsh_body _agsx)
-  zsh_img=$(opts_from_zsh_body _agsx_image)
+  # Command groups: the subcommands of `image` and `network`.
+  local -A bash_sub zsh_sub
+  for group in image network; do
+    bash_sub[$group]=$(sed -nE "s/^_agsx_${group}_commands=\"([^\"]*)\".*/ \\1 /p" \
+      "$SRC/completions/bash/agsx")
+    zsh_sub[$group]=$(opts_from_zsh_body "_agsx_$group")
+  done
   while IFS= read -r cmd; do
     if ! grep -qF "\\fB$cmd\\fR" "$SRC/man/agsx.1"; then
       echo "agsx.1: no entry for \`$cmd\`"; missing=1
     fi
     case $cmd in
-      image\ *)
-        sub=${cmd#image }
-        [[ $bash_top == *" image "* && $bash_img == *" $sub "* ]] ||
+      image\ * | network\ *)
+        group=${cmd%% *}
+        sub=${cmd#* }
+        [[ $bash_top == *" $group "* && ${bash_sub[$group]} == *" $sub "* ]] ||
           { echo "bash: no \`$cmd\`"; missing=1; }
-        [[ $zsh_img == *"'$sub:"* ]] || { echo "zsh: no \`$cmd\`"; missing=1; }
-        grep -qE -- "-n '__agsx_cmd image' -a $sub( |\$)" "$SRC/completions/fish/agsx.fish" ||
+        [[ $zsh_top == *"'$group:"* && ${zsh_sub[$group]} == *"'$sub:"* ]] ||
+          { echo "zsh: no \`$cmd\`"; missing=1; }
+        grep -qE -- "-n '__agsx_cmd $group' -a $sub( |\$)" "$SRC/completions/fish/agsx.fish" ||
           { echo "fish: no \`$cmd\`"; missing=1; }
         ;;
       *)

@@ -282,6 +282,8 @@ for p in (9000, 9001):
   assert_agsx_error "overlaps the public network"
   run_nax network create one --subnet 198.19.6.0/24
   assert_agsx_error "already exists"
+  run_nax network create two --subnet 198.18.0.0/16
+  assert_agsx_error "overlaps the host's network 198.18.0.0/24 on \`wo0\`"
   run_nax network create two --subnet 198.19.6.1/24
   assert_agsx_error "did you mean 198.19.6.0/24"
   run_nax network create two --subnet 198.19.6.0/33
