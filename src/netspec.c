@@ -167,8 +167,8 @@ static int parse_proto(const char *s, struct agsx_sg_rule *r) {
   static const struct {
     const char *name;
     uint8_t proto;
-  } protos[] = {{"tcp", AGSX_PROTO_TCP}, {"udp", AGSX_PROTO_UDP}, {"icmp", AGSX_PROTO_ICMP},
-                {"all", AGSX_PROTO_ALL}, {"any", AGSX_PROTO_ALL}};
+  } protos[] = {{"tcp", AGSX_SG_TCP}, {"udp", AGSX_SG_UDP}, {"icmp", AGSX_SG_ICMP},
+                {"all", AGSX_SG_ALL}, {"any", AGSX_SG_ALL}};
   for (size_t i = 0; i < sizeof(protos) / sizeof(protos[0]); i++)
     if (strcmp(s, protos[i].name) == 0) {
       r->proto = protos[i].proto;
@@ -216,7 +216,7 @@ int agsx_sg_rule_parse(const char *s, bool allow, struct agsx_sg_rule *ret, agsx
   if (parse_proto(w[1], &r) < 0)
     BAD("invalid rule `%s`: protocol `%s` is not tcp, udp, icmp or all", s, w[1]);
   if (slash) {
-    if (r.proto != AGSX_PROTO_TCP && r.proto != AGSX_PROTO_UDP)
+    if (r.proto != AGSX_SG_TCP && r.proto != AGSX_SG_UDP)
       BAD("invalid rule `%s`: ports go only with tcp or udp", s);
     if (parse_ports(slash, &r) < 0)
       BAD("invalid rule `%s`: `%s` is not a port (1-65535) or range (LO-HI)", s, slash);
@@ -250,9 +250,9 @@ int agsx_sg_rule_parse_line(const char *s, struct agsx_sg_rule *ret, agsx_error_
 }
 
 char *agsx_sg_rule_format(const struct agsx_sg_rule *r) {
-  const char *proto = r->proto == AGSX_PROTO_TCP    ? "tcp"
-                      : r->proto == AGSX_PROTO_UDP  ? "udp"
-                      : r->proto == AGSX_PROTO_ICMP ? "icmp"
+  const char *proto = r->proto == AGSX_SG_TCP    ? "tcp"
+                      : r->proto == AGSX_SG_UDP  ? "udp"
+                      : r->proto == AGSX_SG_ICMP ? "icmp"
                                                     : "all";
   char ports[16] = "", cidr[20];
   if (r->port_lo && r->port_lo == r->port_hi)

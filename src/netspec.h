@@ -45,11 +45,11 @@ int agsx_net_mode_parse(const char *s, enum agsx_net_mode *ret, const char **ret
  *   in|out PROTO[/PORT[-PORT]] [CIDR]
  * PROTO is tcp, udp, icmp or all; CIDR (default 0.0.0.0/0, also "any") is
  * the peer: the source of incoming traffic, the destination of outgoing. */
-enum { AGSX_PROTO_ALL = 0, AGSX_PROTO_ICMP = 1, AGSX_PROTO_TCP = 6, AGSX_PROTO_UDP = 17 };
+enum { AGSX_SG_ALL = 0, AGSX_SG_ICMP = 1, AGSX_SG_TCP = 6, AGSX_SG_UDP = 17 };
 struct agsx_sg_rule {
   bool allow;
   bool in;        /* ingress (traffic to the sandbox) or egress */
-  uint8_t proto;  /* AGSX_PROTO_* */
+  uint8_t proto;  /* AGSX_SG_* */
   uint16_t port_lo, port_hi; /* 0 = every port */
   struct agsx_cidr peer;
 };

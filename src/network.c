@@ -485,11 +485,11 @@ static char *rule_match(const struct agsx_sg_rule *r) {
   else if (r->port_lo)
     snprintf(ports, sizeof(ports), " dport %u-%u", r->port_lo, r->port_hi);
   switch (r->proto) {
-  case AGSX_PROTO_TCP:
+  case AGSX_SG_TCP:
     return *ports ? xasprintf("%stcp%s", peer, ports) : xasprintf("%smeta l4proto tcp", peer);
-  case AGSX_PROTO_UDP:
+  case AGSX_SG_UDP:
     return *ports ? xasprintf("%sudp%s", peer, ports) : xasprintf("%smeta l4proto udp", peer);
-  case AGSX_PROTO_ICMP:
+  case AGSX_SG_ICMP:
     return xasprintf("%smeta l4proto icmp", peer);
   default:
     return xasprintf("%smeta nfproto ipv4", peer);

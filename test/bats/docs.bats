@@ -246,8 +246,10 @@ EOF
 @test "docs: network rm options" { doc_sets_agree "network rm"; }
 @test "docs: network inspect options" { doc_sets_agree "network inspect"; }
 
+@test "docs: port options" { doc_sets_agree port; }
+
 @test "docs: every implemented command has an options test above" {
-  local tested=$'cp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage rm\nkill\nload\nls\nnetwork create\nnetwork inspect\nnetwork ls\nnetwork rm\nrun\nupdate'
+  local tested=$'cp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage rm\nkill\nload\nls\nnetwork create\nnetwork inspect\nnetwork ls\nnetwork rm\nport\nrun\nupdate'
   run diff <(echo "$tested") <(help_commands -i | sort)
   echo "$output"
   [ "$status" -eq 0 ]
