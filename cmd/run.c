@@ -607,6 +607,31 @@ static int open_ports(struct sup *f, agsx_error_t *err) {
 
 /* Starts the sandbox and writes its record. READY_FD (detached) gets the id
  * or the error once the command runs. */
+/* Public and vpc sandboxes resolve names through 127.0.0.11:53 in their
+ * own namespace, relayed by the supervisor to the host's name server from
+ * the host's namespace: it works when the host's resolver listens on
+ * 127.0.0.53, and the sandbox needs no way to the host. */
+static int open_dns(void *data, int netns, agsx_error_t *err) {
+  struct sup *f = data;
+  _cleanup_free_ char *upstream = NULL;
+  agsx_error_t uerr = NULL;
+  if (agsx_net_dns_upstream(&upstream, &uerr) < 0) {
+    agsx_warn("no name server for the sandbox: %s", uerr->msg);
+    agsx_error_free(&uerr);
+    return 0;
+  }
+  struct sockaddr_storage in, target;
+  agsx_sockaddr_from_ip("127.0.0.11", 53, &in);
+  if (agsx_sockaddr_from_ip(upstream, 53, &target) < 0)
+    return agsx_error_set_quiet(err, EINVAL, "dns: `%s` is not an IP address", upstream), -1;
+  if (f->relay == NULL && (f->relay = agsx_relay_new(err)) == NULL)
+    return -1;
+  if (agsx_relay_listen(f->relay, AGSX_PROTO_UDP, netns, &in, -1, &target, NULL, err) < 0 ||
+      agsx_relay_listen(f->relay, AGSX_PROTO_TCP, netns, &in, -1, &target, NULL, err) < 0)
+    return agsx_error_wrap(err, "the sandbox's DNS relay");
+  return 0;
+}
+
 static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
   f->deadline_ns = agsx_now_ns() +
                    (int64_t)(f->o->timeout ? f->o->timeout : DEFAULT_TIMEOUT_SEC) * 1000000000LL;
@@ -615,6 +640,10 @@ static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
     return -1;
   arm_deadline(f);
   f->cfg->state_dir = f->ctx->state;
+  if (f->net) {
+    f->cfg->on_netns = open_dns;
+    f->cfg->on_netns_data = f;
+  }
   /* The terminal's size is set before the command starts: a command that
    * asks at once must not see 0x0. */
   if (f->o->tty && ioctl(STDIN_FILENO, TIOCGWINSZ, &f->cfg->winsize) == 0)

@@ -343,6 +343,8 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
   if (r < 0)
     return -1;
   phase(sb, "netns+clone", &t0);
+  if (cfg->on_netns && cfg->on_netns(cfg->on_netns_data, sb->netns, err) < 0)
+    return -1;
   if (agsx_userns_write_maps(sb->init_pid, sb->ids.base, err) < 0)
     return -1;
   phase(sb, "idmaps", &t0);

@@ -72,6 +72,10 @@ struct agsx_sandbox_config {
   struct agsx_netns_job *netns_job; /* or still being prepared: collected
                                        right before the clone */
   bool timing; /* record per-phase times */
+  /* Called with the sandbox's network namespace before its command starts
+   * (the DNS relay binds in it then); a failure refuses the start. */
+  int (*on_netns)(void *data, int netns, agsx_error_t *err);
+  void *on_netns_data;
 };
 
 enum agsx_stop_reason {

@@ -358,7 +358,7 @@ for p in (9000, 9001):
   heavy
   local i pids=()
   for i in $(seq 20); do
-    nax run --rm --network public busybox probe http 198.18.0.2 80 >"$T/out.$i" 2>&1 &
+    nax run --rm --network public busybox probe http 198.18.0.2 80 5000 >"$T/out.$i" 2>&1 &
     pids+=($!)
   done
   for i in "${pids[@]}"; do wait "$i"; done
