@@ -7,11 +7,16 @@ set -euo pipefail
 pkgs=(autoconf automake libtool pkg-config make gcc libc6-dev
       libseccomp-dev libyajl-dev libnl-3-dev libnl-route-3-dev zlib1g-dev
       libarchive-dev libssl-dev libzstd-dev)
+# run time: public and vpc networks load libnftables with dlopen()
+pkgs+=(libnftables1)
 # tests and fixtures: bats, busybox-static and a static libc for the probe,
 # skopeo/umoci for interoperability, debootstrap for the Python rootfs,
 # clang with libFuzzer and the sanitizer runtimes
 pkgs+=(bats busybox-static skopeo umoci debootstrap clang libclang-rt-14-dev
        python3 xz-utils zstd)
+# network tests build their namespaces with ip, nsenter and unshare, and
+# inspect agsx's rules with nft
+pkgs+=(iproute2 util-linux nftables)
 # benchmarks compare with these
 pkgs+=(crun bubblewrap)
 

@@ -366,3 +366,23 @@ for p in (9000, 9001):
     [ "$(cat "$T/out.$i")" = "http 198.18.0.2:80: world" ] || { cat "$T/out.$i" >&3; false; }
   done
 }
+
+@test "network: -p reaches servers in public and vpc sandboxes from the host" {
+  run_nax network create team --subnet 198.19.10.0/24
+  assert_success
+  run_nax run -d --name pub --network public -p 127.0.0.1:18080:8080 busybox probe listen 8080
+  assert_success
+  run_nax run -d --name vpc --network vpc:team -p 127.0.0.1:18081:8080 busybox probe listen 8080
+  assert_success
+  wait_listen pub 8080 && wait_listen vpc 8080
+  local p
+  for p in 18080 18081; do
+    run outer timeout 5 python3 -c "
+import socket
+s = socket.create_connection(('127.0.0.1', $p), timeout=3)
+print(s.makefile().readline().strip())"
+    [ "$output" = "probe 8080" ] || { echo "port $p: $output" >&3; false; }
+  done
+  run_nax ls
+  [[ "$output" == *"127.0.0.1:18080->8080/tcp"* ]] || { show_run; false; }
+}
