@@ -27,7 +27,7 @@ void agsx_network_clear(struct agsx_network *n) {
 
 static bool ifname_is_valid(const char *s) {
   size_t n = strlen(s);
-  if (n == 0 || n > 15)
+  if (n == 0 || n > 15 || s[0] == '.')
     return false;
   for (size_t i = 0; i < n; i++)
     if (!(isalnum((unsigned char)s[i]) || s[i] == '_' || s[i] == '.' || s[i] == '-'))

@@ -6,6 +6,7 @@
 #include "conf.h"
 #include "fuzz.h"
 #include "netspec.h"
+#include "network.h"
 
 #include <string.h>
 
@@ -44,6 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     __builtin_trap();
   free(rules);
   agsx_error_free(&err);
+  free(agsx_resolv_conf_nameserver((const char *)data, size));
   char *v = NULL;
   agsx_conf_parse((const char *)data, size, "fuzz", "public-subnet", &v, &err);
   free(v);

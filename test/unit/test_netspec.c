@@ -4,6 +4,7 @@
 
 #include "conf.h"
 #include "netspec.h"
+#include "network.h"
 #include "tap.h"
 
 #include <string.h>
@@ -123,6 +124,17 @@ int main(void) {
          "rules file error names its line (%s)", err ? err->msg : "");
   agsx_error_free(&err);
   free(rules);
+
+  const char rc[] = "# resolv\nsearch x\nnameserver  fe80::1%eth0\nnameserver 127.0.0.53\n";
+  char *ns = agsx_resolv_conf_nameserver(rc, sizeof(rc) - 1);
+  tap_ok(ns && strcmp(ns, "fe80::1") == 0, "resolv.conf: first nameserver, zone index dropped (%s)",
+         ns ? ns : "none");
+  free(ns);
+  const char rc2[] = "nameserver not-an-ip\nnameserver 192.0.2.1";
+  ns = agsx_resolv_conf_nameserver(rc2, sizeof(rc2) - 1);
+  tap_ok(ns && strcmp(ns, "192.0.2.1") == 0, "resolv.conf: a malformed entry is skipped");
+  free(ns);
+  tap_ok(agsx_resolv_conf_nameserver("search x\n", 9) == NULL, "resolv.conf: none");
 
   char *v = NULL;
   const char conf[] = "# agsx.conf\npublic-subnet = 10.99.0.0/16\n\n  dns=192.0.2.53 \n";
