@@ -15,6 +15,7 @@
 #include <netlink/route/addr.h>
 #include <netlink/route/link.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #include <string.h>
 
 static void nl_sock_freep(struct nl_sock **s) {
@@ -290,33 +291,29 @@ int agsx_net_addrs(struct agsx_net_addr **ret, size_t *ret_n, agsx_error_t *err)
   return 0;
 }
 
+/* Two ioctls: much cheaper than a netlink dump of every address, and this
+ * runs at every start on a public or vpc network. */
 int agsx_net_link_ipv4(const char *ifname, uint32_t *ret_addr, uint8_t *ret_prefix,
                        agsx_error_t *err) {
   *ret_addr = 0;
   *ret_prefix = 0;
-  int ifindex = (int)if_nametoindex(ifname);
-  if (ifindex == 0)
-    return 0;
-  _cleanup_nlsock_ struct nl_sock *sk = NULL;
-  if (connect_route(&sk, err) < 0)
-    return -1;
-  struct nl_cache *cache = NULL;
-  int r = rtnl_addr_alloc_cache(sk, &cache);
-  if (r < 0)
-    return agsx_error_set(err, 0, "list addresses: %s", nl_geterror(r));
-  for (struct nl_object *o = nl_cache_get_first(cache); o; o = nl_cache_get_next(o)) {
-    struct rtnl_addr *a = (struct rtnl_addr *)o;
-    struct nl_addr *local = rtnl_addr_get_local(a);
-    if (rtnl_addr_get_ifindex(a) != ifindex || rtnl_addr_get_family(a) != AF_INET || local == NULL ||
-        nl_addr_get_len(local) != 4)
-      continue;
-    uint32_t v;
-    memcpy(&v, nl_addr_get_binary_addr(local), 4);
-    *ret_addr = ntohl(v);
-    *ret_prefix = (uint8_t)rtnl_addr_get_prefixlen(a);
-    break;
-  }
-  nl_cache_free(cache);
+  _cleanup_close_ int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "socket");
+  struct ifreq ifr = {0};
+  snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname);
+  if (ioctl(fd, SIOCGIFADDR, &ifr) < 0)
+    return errno == EADDRNOTAVAIL || errno == ENODEV ? 0
+                                                     : agsx_error_set(err, errno, "address of `%s`", ifname);
+  struct sockaddr_in sin;
+  memcpy(&sin, &ifr.ifr_addr, sizeof(sin));
+  uint32_t addr = ntohl(sin.sin_addr.s_addr);
+  if (ioctl(fd, SIOCGIFNETMASK, &ifr) < 0)
+    return agsx_error_set(err, errno, "netmask of `%s`", ifname);
+  memcpy(&sin, &ifr.ifr_netmask, sizeof(sin));
+  uint32_t mask = ntohl(sin.sin_addr.s_addr);
+  *ret_addr = addr;
+  *ret_prefix = (uint8_t)__builtin_popcount(mask);
   return 0;
 }
 
