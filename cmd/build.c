@@ -60,6 +60,8 @@ static void show(const char *text, size_t len, void *data) {
 
 int agsx_cmd_build(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
   struct build_cli o = {.network = "public"};
+  _cleanup_store_ struct agsx_store *s = NULL;
+  agsx_error_t err = NULL;
   int code = AGSX_EXIT_FAILURE;
   int i = agsx_parse_options(cmd, argc, argv, on_build_opt, &o);
   if (i < 0)
@@ -68,8 +70,6 @@ int agsx_cmd_build(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
     agsx_failf("build: expected one CONTEXT directory (see agsx build --help)");
     goto done;
   }
-  agsx_error_t err = NULL;
-  _cleanup_store_ struct agsx_store *s = NULL;
   if (agsx_store_open(ctx->root, true, &s, &err) < 0) {
     code = agsx_fail(&err);
     goto done;

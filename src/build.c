@@ -262,8 +262,8 @@ static bool is_whiteout(const struct stat *st) {
 /* Finds PATH (clean, relative) in the stage's layers, top-most first,
  * following symlinks inside each layer. Returns an O_PATH fd and the layer
  * index, or -1 (ENOENT) when no layer has it or a whiteout hides it. */
-static int lookup_in_layers(struct build *b, struct stage *st, const char *path, int *ret_layerfd,
-                            agsx_error_t *err) {
+static int lookup_in_layers_x(struct build *b, struct stage *st, const char *path, bool follow,
+                              int *ret_layerfd, agsx_error_t *err) {
   for (size_t i = st->n_layers; i-- > 0;) {
     _cleanup_close_ int lfd = open_layer(b, st->layers[i].diff_id, err);
     if (lfd < 0)
@@ -279,7 +279,7 @@ static int lookup_in_layers(struct build *b, struct stage *st, const char *path,
       close(fd);
       break;
     }
-    if (S_ISLNK(sb.st_mode)) {
+    if (S_ISLNK(sb.st_mode) && follow) {
       /* A symlink that resolves nowhere in this layer: follow it by name. */
       close(fd);
       fd = agsx_open_in_root(lfd, path, O_PATH, 0);
@@ -291,6 +291,54 @@ static int lookup_in_layers(struct build *b, struct stage *st, const char *path,
     return fd;
   }
   return agsx_error_set_quiet(err, ENOENT, "`/%s` not found", path);
+}
+
+static int lookup_in_layers(struct build *b, struct stage *st, const char *path, int *ret_layerfd,
+                            agsx_error_t *err) {
+  return lookup_in_layers_x(b, st, path, true, ret_layerfd, err);
+}
+
+/* Resolves the symlinks on the way to REL (clean, relative) in the stage's
+ * merged tree, as Docker does for a destination: COPY x /lib/y writes
+ * usr/lib/y where lib -> usr/lib. Missing components stay as given. */
+static char *resolve_dst(struct build *b, struct stage *st, const char *rel) {
+  char *cur = xstrdup(rel);
+  for (int loops = 0; loops < 40; loops++) {
+    bool changed = false;
+    for (size_t i = 0; cur[i] && !changed; i++) {
+      size_t end = i + strcspn(cur + i, "/");
+      _cleanup_free_ char *prefix = xstrndup(cur, end);
+      agsx_error_t e = NULL;
+      _cleanup_close_ int fd = lookup_in_layers_x(b, st, prefix, false, NULL, &e);
+      agsx_error_free(&e);
+      struct stat sb;
+      if (fd < 0 || fstat(fd, &sb) < 0)
+        break;
+      if (S_ISLNK(sb.st_mode)) {
+        char t[4096];
+        ssize_t n = readlinkat(fd, "", t, sizeof(t) - 1);
+        if (n <= 0)
+          break;
+        t[n] = '\0';
+        char *slash = strrchr(prefix, '/');
+        if (slash)
+          *slash = '\0';
+        _cleanup_free_ char *joined = t[0] == '/' ? xasprintf("%s%s", t, cur + end)
+                                                  : xasprintf("/%s/%s%s", slash ? prefix : "", t,
+                                                              cur + end);
+        free(cur);
+        cur = clean_abs(joined);
+        changed = true;
+        break;
+      }
+      i = end;
+      if (cur[i] == '\0')
+        break;
+    }
+    if (!changed)
+      return cur;
+  }
+  return cur;
 }
 
 static int read_from_layers(struct build *b, struct stage *st, const char *path, char **ret_buf,
@@ -1078,7 +1126,7 @@ static void parent_entries(struct build *b, struct copy *c, const char *dst, str
     *s = '\0';
     struct stat st = {.st_mode = S_IFDIR | 0755};
     agsx_error_t e = NULL;
-    _cleanup_close_ int fd = lookup_in_layers(b, b->cur, p, NULL, &e);
+    _cleanup_close_ int fd = lookup_in_layers_x(b, b->cur, p, false, NULL, &e);
     agsx_error_free(&e);
     if (fd >= 0)
       fstat(fd, &st);
@@ -1165,7 +1213,8 @@ static int do_copy(struct build *b, agsx_error_t *err) {
   _cleanup_free_ char *from_x = NULL;
   struct stage img = {0};
   struct stage *src_stage = NULL;
-  _cleanup_free_ char *dst_rel = in_image_path(st, w[n - 1]);
+  _cleanup_free_ char *dst_given = in_image_path(st, w[n - 1]);
+  _cleanup_free_ char *dst_rel = resolve_dst(b, st, dst_given);
   bool dst_dir = agsx_str_has_suffix(w[n - 1], "/") || n > 2 ||
                  agsx_str_has_suffix(w[n - 1], "/.") || *dst_rel == '\0';
   _cleanup_sha256_ agsx_sha256 *h = agsx_sha256_new();
@@ -1730,6 +1779,45 @@ static int write_image(struct build *b, struct stage *st, agsx_error_t *err) {
   return 0;
 }
 
+/* WORKDIR makes its directory when no layer has it (as Docker does): a
+ * small layer with the directory and its parents. */
+static int workdir_layer(struct build *b, agsx_error_t *err) {
+  struct stage *st = b->cur;
+  _cleanup_free_ char *rel = clean_abs(st->workdir);
+  if (*rel == '\0')
+    return 0;
+  agsx_error_t e = NULL;
+  _cleanup_close_ int fd = lookup_in_layers(b, st, rel, NULL, &e);
+  bool missing = fd < 0 && agsx_error_errno(&e) == ENOENT;
+  agsx_error_free(&e);
+  if (!missing)
+    return 0;
+  _cleanup_free_ char *key = xasprintf("WORKDIR mkdir %s", rel);
+  chain(st, key, strlen(key));
+  _cleanup_free_ char *created = xasprintf("WORKDIR %s", st->workdir);
+  /* the history entry of the metadata step becomes this layer's */
+  if (st->history && agsx_strv_len(st->history) > 0) {
+    size_t n = agsx_strv_len(st->history);
+    free(st->history[n - 1]);
+    st->history[n - 1] = NULL;
+  }
+  if (cache_hit(b, st, created))
+    return 0;
+  struct lw lw;
+  char record[256];
+  int r = lw_open(b, &lw, err);
+  if (r == 0) {
+    _cleanup_free_ char *withdir = xasprintf("%s/", rel);
+    struct copy c = {0};
+    parent_entries(b, &c, withdir, &lw, NULL, err);
+    r = *err ? -1 : lw_commit(b, &lw, st, created, record, err);
+    if (r == 0)
+      cache_later(b, st->chain, record);
+  }
+  lw_free(&lw);
+  return r < 0 ? line_err(b, err) : 0;
+}
+
 /* ---- the driver ----------------------------------------------------------------------------------- */
 
 static int read_inputs(struct build *b, agsx_error_t *err) {
@@ -1780,7 +1868,7 @@ static int step(struct build *b, agsx_error_t *err) {
         chain(b->cur, b->cur->env[i], strlen(b->cur->env[i]));
     }
     history(b->cur, in->text, true);
-    return 0;
+    return in->cmd == AGSX_DF_WORKDIR ? workdir_layer(b, err) : 0;
   }
   }
 }
