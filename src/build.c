@@ -925,6 +925,7 @@ struct copy {
   size_t n;
   int *fds; /* layer fds to close */
   size_t n_fds;
+  char **archives; /* ADD: local archives (context paths) and, after each, its destination */
   mode_t chmod_bits;
   bool has_chmod, has_chown;
   uid_t uid;
@@ -941,6 +942,110 @@ static void copy_clear(struct copy *c) {
   for (size_t i = 0; i < c->n_fds; i++)
     close(c->fds[i]);
   free(c->fds);
+  agsx_strv_free(c->archives);
+}
+
+static void support_filters(struct archive *a) {
+  archive_read_support_filter_none(a);
+  archive_read_support_filter_gzip(a);
+  archive_read_support_filter_xz(a);
+  archive_read_support_filter_zstd(a);
+}
+
+/* Is the context file FD a tar archive (plain, gzip, xz, zstd)?
+ * ADD extracts those, as Docker does. */
+static bool is_archive(int fd) {
+  struct archive *a = archive_read_new();
+  archive_read_support_format_tar(a);
+  support_filters(a);
+  struct archive_entry *ae;
+  _cleanup_close_ int dup = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  bool r = dup >= 0 && archive_read_open_fd(a, dup, 1 << 16) == ARCHIVE_OK &&
+           archive_read_next_header(a, &ae) == ARCHIVE_OK;
+  archive_read_free(a);
+  return r;
+}
+
+/* Writes the entries of archive SRC (in the context) under DST. Names are
+ * cleaned and kept beneath DST; devices are skipped. */
+static int extract_into(struct build *b, struct copy *c, const char *src, const char *dst,
+                        struct lw *w, agsx_error_t *err) {
+  _cleanup_close_ int fd = agsx_open_beneath_nofollow(b->ctxfd, src, O_RDONLY, 0);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "open `%s`", src);
+  struct archive *a = archive_read_new();
+  archive_read_support_format_tar(a);
+  support_filters(a);
+  int r = 0;
+  if (archive_read_open_fd(a, fd, 1 << 16) != ARCHIVE_OK)
+    r = agsx_error_set(err, 0, "`%s`: %s", src, archive_error_string(a));
+  struct archive_entry *ae;
+  size_t count = 0;
+  while (r == 0) {
+    int h = archive_read_next_header(a, &ae);
+    if (h == ARCHIVE_EOF)
+      break;
+    if (h != ARCHIVE_OK && h != ARCHIVE_WARN) {
+      r = agsx_error_set(err, 0, "`%s`: %s", src, archive_error_string(a));
+      break;
+    }
+    if (++count > MAX_COPY_ENTRIES) {
+      r = agsx_error_set(err, 0, "`%s`: more than %d entries", src, MAX_COPY_ENTRIES);
+      break;
+    }
+    const char *name = archive_entry_pathname(ae);
+    _cleanup_free_ char *abs = xasprintf("/%s", name ? name : "");
+    _cleanup_free_ char *clean = clean_abs(abs);
+    if (*clean == '\0')
+      continue;
+    _cleanup_free_ char *path = *dst ? xasprintf("%s/%s", dst, clean) : xstrdup(clean);
+    mode_t type = archive_entry_filetype(ae);
+    const char *hl = archive_entry_hardlink(ae);
+    _cleanup_free_ char *hpath = NULL;
+    if (hl) {
+      _cleanup_free_ char *habs = xasprintf("/%s", hl);
+      _cleanup_free_ char *hclean = clean_abs(habs);
+      hpath = *dst ? xasprintf("%s/%s", dst, hclean) : xstrdup(hclean);
+    }
+    if (!hl && type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK && type != AE_IFIFO)
+      continue;
+    mode_t mode = (type ? type : AE_IFREG) | (archive_entry_perm(ae) & 07777);
+    if (c->has_chmod && type != AE_IFLNK)
+      mode = (mode & S_IFMT) | c->chmod_bits;
+    struct archive_entry *out = archive_entry_new();
+    archive_entry_set_pathname(out, path);
+    archive_entry_set_mode(out, hl ? (AE_IFREG | (mode & 07777)) : mode);
+    archive_entry_set_uid(out, c->has_chown ? c->uid : (uid_t)archive_entry_uid(ae));
+    archive_entry_set_gid(out, c->has_chown ? c->gid : (gid_t)archive_entry_gid(ae));
+    archive_entry_set_mtime(out, archive_entry_mtime(ae), 0);
+    if (hl)
+      archive_entry_set_hardlink(out, hpath);
+    else if (type == AE_IFLNK)
+      archive_entry_set_symlink(out, archive_entry_symlink(ae));
+    if (!hl && type == AE_IFREG)
+      archive_entry_set_size(out, archive_entry_size(ae));
+    if (archive_write_header(w->a, out) != ARCHIVE_OK)
+      r = agsx_error_set(err, 0, "write `%s`: %s", path, archive_error_string(w->a));
+    archive_entry_free(out);
+    if (r < 0 || hl || type != AE_IFREG)
+      continue;
+    static char buf[1 << 16];
+    for (;;) {
+      la_ssize_t n = archive_read_data(a, buf, sizeof(buf));
+      if (n == 0)
+        break;
+      if (n < 0) {
+        r = agsx_error_set(err, 0, "`%s`: %s", src, archive_error_string(a));
+        break;
+      }
+      if (archive_write_data(w->a, buf, (size_t)n) != n) {
+        r = agsx_error_set(err, 0, "write `%s`: %s", path, archive_error_string(w->a));
+        break;
+      }
+    }
+  }
+  archive_read_free(a);
+  return r;
 }
 
 static int add_entry(struct copy *c, const char *dst, int rootfd, const char *src,
@@ -972,6 +1077,20 @@ static int add_entry(struct copy *c, const char *dst, int rootfd, const char *sr
     e->link = xstrdup(t);
   }
   return 0;
+}
+
+/* lstat of PATH under ROOTFD, no symlink followed on the way. */
+static int lstat_beneath(int rootfd, const char *path, struct stat *st) {
+  if (*path == '\0')
+    return fstat(rootfd, st);
+  const char *slash = strrchr(path, '/');
+  if (slash == NULL)
+    return fstatat(rootfd, path, st, AT_SYMLINK_NOFOLLOW);
+  _cleanup_free_ char *parent = xstrndup(path, (size_t)(slash - path));
+  _cleanup_close_ int pfd = agsx_open_beneath_nofollow(rootfd, parent, O_PATH | O_DIRECTORY, 0);
+  if (pfd < 0)
+    return -1;
+  return fstatat(pfd, slash + 1, st, AT_SYMLINK_NOFOLLOW);
 }
 
 static int cmp_name(const void *a, const void *b) {
@@ -1006,8 +1125,7 @@ static int list_dir(int dirfd, const char *path, char ***ret, agsx_error_t *err)
 static int walk(struct build *b, struct copy *c, int rootfd, const char *src, const char *dst,
                 bool from_context, bool layers_mode, agsx_error_t *err) {
   struct stat st;
-  int r = *src ? fstatat(rootfd, src, &st, AT_SYMLINK_NOFOLLOW) : fstat(rootfd, &st);
-  if (r < 0)
+  if (lstat_beneath(rootfd, src, &st) < 0)
     return agsx_error_set(err, errno, "`%s`", src);
   if (from_context && *src && agsx_dockerignore_excluded(&b->ignore, src) &&
       !(S_ISDIR(st.st_mode) && b->ignore.has_negation))
@@ -1029,6 +1147,157 @@ static int walk(struct build *b, struct copy *c, int rootfd, const char *src, co
       return -1;
   }
   return 0;
+}
+
+/* Is directory PATH of layer LFD opaque (layer.c marks those)? */
+static bool getxattr_at_opaque(int lfd, const char *path, char v[4]) {
+  _cleanup_close_ int fd = agsx_open_beneath_nofollow(lfd, path, O_RDONLY | O_DIRECTORY, 0);
+  if (fd < 0)
+    return false;
+  ssize_t n = fgetxattr(fd, "trusted.overlay.opaque", v, 4);
+  if (n < 0)
+    n = fgetxattr(fd, "user.overlay.opaque", v, 4);
+  return n == 1 && v[0] == 'y';
+}
+
+/* A set of strings (open addressing): paths already taken from an upper
+ * layer, and whiteouts. */
+struct sset {
+  char **slot;
+  size_t cap, n;
+};
+
+static size_t shash(const char *s) {
+  size_t h = 1469598103934665603ull;
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static bool sset_has(const struct sset *set, const char *s) {
+  if (set->cap == 0)
+    return false;
+  for (size_t i = shash(s) & (set->cap - 1);; i = (i + 1) & (set->cap - 1)) {
+    if (set->slot[i] == NULL)
+      return false;
+    if (strcmp(set->slot[i], s) == 0)
+      return true;
+  }
+}
+
+static void sset_add(struct sset *set, const char *s) {
+  if (sset_has(set, s))
+    return;
+  if ((set->n + 1) * 2 > set->cap) {
+    struct sset bigger = {.cap = set->cap ? set->cap * 2 : 256};
+    bigger.slot = xzalloc(bigger.cap * sizeof(char *));
+    for (size_t i = 0; i < set->cap; i++)
+      if (set->slot[i]) {
+        size_t k = shash(set->slot[i]) & (bigger.cap - 1);
+        while (bigger.slot[k])
+          k = (k + 1) & (bigger.cap - 1);
+        bigger.slot[k] = set->slot[i];
+      }
+    free(set->slot);
+    bigger.n = set->n;
+    *set = bigger;
+  }
+  size_t k = shash(s) & (set->cap - 1);
+  while (set->slot[k])
+    k = (k + 1) & (set->cap - 1);
+  set->slot[k] = xstrdup(s);
+  set->n++;
+}
+
+static void sset_clear(struct sset *set) {
+  for (size_t i = 0; i < set->cap; i++)
+    free(set->slot[i]);
+  free(set->slot);
+  memset(set, 0, sizeof(*set));
+}
+
+/* Whether PATH or one of its parents was whited out by an upper layer. */
+static bool whited(const struct sset *wh, const char *path) {
+  _cleanup_free_ char *p = xstrdup(path);
+  for (;;) {
+    if (sset_has(wh, p))
+      return true;
+    char *slash = strrchr(p, '/');
+    if (slash == NULL)
+      return false;
+    *slash = '\0';
+  }
+}
+
+/* One layer's part of a merged directory: entries no upper layer had. */
+static int walk_layer(struct copy *c, int lfd, const char *src, const char *dst, struct sset *seen,
+                      struct sset *wh, struct sset *next_wh, agsx_error_t *err) {
+  struct stat st;
+  if (lstat_beneath(lfd, src, &st) < 0)
+    return agsx_error_set(err, errno, "`%s`", src);
+  if (whited(wh, dst))
+    return 0;
+  if (is_whiteout(&st)) {
+    sset_add(next_wh, dst);
+    return 0;
+  }
+  if (!sset_has(seen, dst)) {
+    sset_add(seen, dst);
+    if (add_entry(c, dst, lfd, src, &st, err) < 0)
+      return -1;
+  }
+  if (!S_ISDIR(st.st_mode))
+    return 0;
+  _cleanup_strv_ char **names = NULL;
+  if (list_dir(lfd, src, &names, err) < 0)
+    return -1;
+  for (size_t i = 0; names[i]; i++) {
+    _cleanup_free_ char *s2 = xasprintf("%s/%s", src, names[i]);
+    _cleanup_free_ char *d2 = *dst ? xasprintf("%s/%s", dst, names[i]) : xstrdup(names[i]);
+    if (walk_layer(c, lfd, s2, d2, seen, wh, next_wh, err) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+static int cmp_centry(const void *a, const void *b) {
+  return strcmp(((const struct centry *)a)->dst, ((const struct centry *)b)->dst);
+}
+
+/* A directory of another stage or image: the union of its layers, upper
+ * ones winning, whiteouts hiding what is below them. */
+static int walk_merged(struct build *b, struct copy *c, struct stage *from, const char *real,
+                       const char *dst, agsx_error_t *err) {
+  struct sset seen = {0}, wh = {0};
+  size_t first = c->n;
+  int r = 0;
+  for (size_t i = from->n_layers; r == 0 && i-- > 0;) {
+    int lfd = open_layer(b, from->layers[i].diff_id, err);
+    if (lfd < 0) {
+      r = -1;
+      break;
+    }
+    c->fds = xrealloc(c->fds, (c->n_fds + 1) * sizeof(int));
+    c->fds[c->n_fds++] = lfd;
+    struct stat st;
+    if (lstat_beneath(lfd, real, &st) < 0)
+      continue; /* not in this layer */
+    if (!S_ISDIR(st.st_mode))
+      break; /* a file or a whiteout hides the directory below */
+    struct sset next = {0};
+    r = walk_layer(c, lfd, real, dst, &seen, &wh, &next, err);
+    for (size_t k = 0; k < next.cap; k++)
+      if (next.slot[k])
+        sset_add(&wh, next.slot[k]);
+    sset_clear(&next);
+    char v[4];
+    if (getxattr_at_opaque(lfd, real, v))
+      break;
+  }
+  sset_clear(&seen);
+  sset_clear(&wh);
+  qsort(c->v + first, c->n - first, sizeof(*c->v), cmp_centry);
+  return r;
 }
 
 /* The real path of an O_PATH fd relative to ROOTFD's directory. */
@@ -1210,7 +1479,7 @@ static int do_copy(struct build *b, agsx_error_t *err) {
   const char *chmod_s = agsx_df_flag(in, "chmod", NULL);
   const char *chown_s = agsx_df_flag(in, "chown", NULL);
   const char *from = agsx_df_flag(in, "from", NULL);
-  _cleanup_free_ char *from_x = NULL;
+  _cleanup_free_ char *from_x = NULL, *pdst = NULL;
   struct stage img = {0};
   struct stage *src_stage = NULL;
   _cleanup_free_ char *dst_given = in_image_path(st, w[n - 1]);
@@ -1265,8 +1534,9 @@ static int do_copy(struct build *b, agsx_error_t *err) {
       _cleanup_free_ char *d = S_ISDIR(sb.st_mode) ? xstrdup(dst_rel)
                                : dst_dir ? (*dst_rel ? xasprintf("%s/%s", dst_rel, base) : xstrdup(base))
                                          : xstrdup(dst_rel);
-      /* A directory from layers: the top-most layer's copy (not merged). */
-      if (real == NULL || walk(b, &c, lfd, real, d, false, true, err) < 0) {
+      if (real == NULL ||
+          (S_ISDIR(sb.st_mode) ? walk_merged(b, &c, src_stage, real, d, err)
+                               : walk(b, &c, lfd, real, d, false, true, err)) < 0) {
         if (real == NULL)
           agsx_error_set(err, 0, "`%s`: cannot resolve", w[i]);
         line_err(b, err);
@@ -1305,6 +1575,22 @@ static int do_copy(struct build *b, agsx_error_t *err) {
       }
       struct stat sb;
       fstat(fd, &sb);
+      if (in->cmd == AGSX_DF_ADD && S_ISREG(sb.st_mode)) {
+        char proc[64];
+        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+        _cleanup_close_ int rfd = open(proc, O_RDONLY | O_CLOEXEC);
+        if (rfd >= 0 && is_archive(rfd)) {
+          strv_add(&c.archives, real);
+          strv_add(&c.archives, dst_rel);
+          struct centry ae = {.dst = (char *)"", .rootfd = b->ctxfd, .src = real, .st = sb};
+          hash_entry(h, &ae);
+          if (hash_content(h, &ae, err) < 0) {
+            line_err(b, err);
+            goto out;
+          }
+          continue;
+        }
+      }
       const char *base = strrchr(real, '/') ? strrchr(real, '/') + 1 : real;
       _cleanup_free_ char *d = S_ISDIR(sb.st_mode) ? xstrdup(dst_rel)
                                : dst_dir ? (*dst_rel ? xasprintf("%s/%s", dst_rel, base) : xstrdup(base))
@@ -1339,9 +1625,13 @@ static int do_copy(struct build *b, agsx_error_t *err) {
     lw_free(&lw);
     goto out;
   }
-  parent_entries(b, &c, dst_rel, &lw, NULL, err);
-  if (*err == NULL && write_copy_layer(b, &c, &lw, err) == 0 &&
-      lw_commit(b, &lw, st, in->text, record, err) == 0) {
+  /* An archive's destination is a directory: it gets an entry too. */
+  pdst = c.archives && *dst_rel ? xasprintf("%s/", dst_rel) : xstrdup(dst_rel);
+  parent_entries(b, &c, pdst, &lw, NULL, err);
+  int wr = *err == NULL ? write_copy_layer(b, &c, &lw, err) : -1;
+  for (size_t i = 0; wr == 0 && c.archives && c.archives[i]; i += 2)
+    wr = extract_into(b, &c, c.archives[i], c.archives[i + 1], &lw, err);
+  if (wr == 0 && lw_commit(b, &lw, st, in->text, record, err) == 0) {
     cache_later(b, st->chain, record);
     r = 0;
   }
