@@ -151,6 +151,12 @@ static void progress(struct build *b, const char *fmt, ...) {
   free(s);
 }
 
+/* "Step 3/9 (Dockerfile:4): COPY a /b" on the progress stream. */
+static void banner(struct build *b) {
+  progress(b, "Step %zu/%zu (Dockerfile:%u): %s\n", (size_t)(b->in - b->df.v) + 1, b->df.n,
+           b->in->line, b->in->text);
+}
+
 /* The build argument NAME given on the command line, or NULL. */
 static const char *build_arg(struct build *b, const char *name) {
   size_t kl = strlen(name);
@@ -736,7 +742,7 @@ static int do_from(struct build *b, agsx_error_t *err) {
         return agsx_error_set(err, 0, "Dockerfile:%u: duplicate stage name `%s`", in->line,
                               st->name);
   }
-  progress(b, "Step %u: %s\n", in->line, in->text);
+  banner(b);
   struct stage *from = find_stage(b, w[0]);
   if (from) {
     copy_stage(st, from);
@@ -1611,10 +1617,14 @@ static int do_copy(struct build *b, agsx_error_t *err) {
     }
   }
   parent_entries(b, &c, dst_rel, NULL, h, err);
+  char own[96]; /* no cleanup variable here: the gotos above jump past it */
+  snprintf(own, sizeof(own), "O %d %u %u %d %o", c.has_chown, c.uid, c.gid, c.has_chmod,
+           c.chmod_bits);
+  agsx_sha256_update(h, own, strlen(own));
   char key[AGSX_DIGEST_LEN];
   agsx_sha256_final(h, key);
   chain(st, key, strlen(key));
-  progress(b, "Step %u: %s\n", in->line, in->text);
+  banner(b);
   if (cache_hit(b, st, in->text)) {
     r = 0;
     goto out;
@@ -1906,7 +1916,7 @@ static int do_run(struct build *b, agsx_error_t *err) {
   char key[AGSX_DIGEST_LEN];
   agsx_sha256_final(h, key);
   chain(st, key, strlen(key));
-  progress(b, "Step %u: %s\n", in->line, in->text);
+  banner(b);
   _cleanup_free_ char *created = xasprintf("RUN %s", in->json ? in->args : in->args);
   if (cache_hit(b, st, created))
     return 0;
@@ -2146,7 +2156,7 @@ static int step(struct build *b, agsx_error_t *err) {
   case AGSX_DF_ADD:
     return do_copy(b, err);
   default: {
-    progress(b, "Step %u: %s\n", in->line, in->text);
+    banner(b);
     if (do_meta(b, err) < 0)
       return -1;
     if (in->cmd != AGSX_DF_ARG) {
