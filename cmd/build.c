@@ -4,7 +4,9 @@
 #include "build.h"
 #include "cmd.h"
 
+#include <signal.h>
 #include <string.h>
+#include <sys/signalfd.h>
 
 struct build_cli {
   char **tags, **args;
@@ -61,6 +63,7 @@ static void show(const char *text, size_t len, void *data) {
 int agsx_cmd_build(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
   struct build_cli o = {.network = "public"};
   _cleanup_store_ struct agsx_store *s = NULL;
+  _cleanup_close_ int sigfd = -1;
   agsx_error_t err = NULL;
   int code = AGSX_EXIT_FAILURE;
   int i = agsx_parse_options(cmd, argc, argv, on_build_opt, &o);
@@ -74,7 +77,16 @@ int agsx_cmd_build(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
     code = agsx_fail(&err);
     goto done;
   }
-  struct agsx_build_opts bo = {.context = argv[i], .dockerfile = o.file, .tags = o.tags,
+  /* SIGINT, SIGTERM, SIGHUP stop the build cleanly: RUN's sandbox is
+   * killed and the work directory removed. */
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  sigprocmask(SIG_BLOCK, &set, NULL);
+  sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  struct agsx_build_opts bo = {.cancel_fd = sigfd,.context = argv[i], .dockerfile = o.file, .tags = o.tags,
                                .build_args = o.args, .network = o.network,
                                .no_cache = o.no_cache, .state_dir = ctx->state,
                                .progress = o.quiet ? NULL : show};

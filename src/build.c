@@ -133,6 +133,15 @@ struct build {
   struct agsx_build_result *res;
 };
 
+/* A signal on the caller's cancel fd (SIGINT, SIGTERM...) stops the build;
+ * everything made so far is removed like for any failure. */
+static bool cancelled(struct build *b) {
+  if (b->o->cancel_fd < 0)
+    return false;
+  struct pollfd p = {.fd = b->o->cancel_fd, .events = POLLIN};
+  return poll(&p, 1, 0) == 1;
+}
+
 static int line_err(struct build *b, agsx_error_t *err) {
   return agsx_error_wrap(err, "Dockerfile:%u", b->in->line);
 }
@@ -729,7 +738,7 @@ static int do_from(struct build *b, agsx_error_t *err) {
     _cleanup_free_ char *p = NULL;
     if (agsx_df_expand_word(platform, b->df.escape, meta_lookup, b, &p, err) < 0)
       return line_err(b, err);
-    if (strcmp(p, "linux/amd64") != 0 && strcmp(p, "$BUILDPLATFORM") != 0)
+    if (strcmp(p, "linux/amd64") != 0)
       return agsx_error_set(err, 0, "Dockerfile:%u: unsupported platform `%s` (only linux/amd64)",
                             in->line, p);
   }
@@ -1763,15 +1772,30 @@ static int prepare_seccomp(struct build *b, agsx_error_t *err) {
   return 0;
 }
 
+/* The network of this RUN: `RUN --network=none` is internal, `default`
+ * the build's --network; `host` is never given to a sandbox. */
+static int run_network_mode(struct build *b, const char **ret, agsx_error_t *err) {
+  const char *flag = agsx_df_flag(b->in, "network", NULL);
+  *ret = b->o->network;
+  if (flag == NULL || strcmp(flag, "default") == 0)
+    return 0;
+  if (strcmp(flag, "none") == 0) {
+    *ret = "internal";
+    return 0;
+  }
+  return agsx_error_set(err, 0, "Dockerfile:%u: RUN --network=%s is not supported (none or default)",
+                        b->in->line, flag);
+}
+
 /* The sandbox's network for RUN: one place to switch when more modes
  * exist. */
-static int run_network(struct build *b, agsx_error_t *err) {
-  if (strcmp(b->o->network, "internal") == 0)
+static int run_network(struct build *b, const char *mode, agsx_error_t *err) {
+  if (strcmp(mode, "internal") == 0)
     return 0;
   return agsx_error_set(err, 0,
                         "Dockerfile:%u: RUN with network `%s` is not available yet (use "
                         "--network internal)",
-                        b->in->line, b->o->network);
+                        b->in->line, mode);
 }
 
 static void keep_tail(char *tail, size_t *len, const char *buf, size_t n) {
@@ -1843,10 +1867,12 @@ static int run_sandbox(struct build *b, char **argv, char **env, struct agsx_san
   char tail[TAIL_MAX];
   size_t tlen = 0;
   bool ended = r < 0, eof = false;
+  bool stop = false;
   while (!eof || !ended) {
-    struct pollfd p[2] = {{.fd = eof ? -1 : pipefd[0], .events = POLLIN},
-                          {.fd = ended ? -1 : sb->sync, .events = POLLIN}};
-    if (poll(p, 2, -1) < 0) {
+    struct pollfd p[3] = {{.fd = eof ? -1 : pipefd[0], .events = POLLIN},
+                          {.fd = ended ? -1 : sb->sync, .events = POLLIN},
+                          {.fd = stop ? -1 : b->o->cancel_fd, .events = POLLIN}};
+    if (poll(p, 3, -1) < 0) {
       if (errno == EINTR)
         continue;
       break;
@@ -1861,6 +1887,10 @@ static int run_sandbox(struct build *b, char **argv, char **env, struct agsx_san
         if (b->o->progress)
           b->o->progress(buf, (size_t)n, b->o->data);
       }
+    }
+    if (p[2].revents) {
+      stop = true;
+      agsx_sandbox_kill(sb);
     }
     if (p[1].revents) {
       agsx_error_t e = NULL;
@@ -1880,6 +1910,8 @@ static int run_sandbox(struct build *b, char **argv, char **env, struct agsx_san
   agsx_error_t derr = NULL;
   agsx_sandbox_destroy(sb, &derr);
   agsx_error_free(&derr);
+  if (stop)
+    return agsx_error_set(err, 0, "Dockerfile:%u: RUN: the build was interrupted", b->in->line);
   if (sb->exit_code != 0 || !sb->exited) {
     _cleanup_free_ char *t = tail_lines(tail, tlen);
     return agsx_error_set(err, 0, "Dockerfile:%u: RUN failed with exit code %d%s%s", b->in->line,
@@ -1910,8 +1942,11 @@ static int do_run(struct build *b, agsx_error_t *err) {
     agsx_sha256_update(h, argv[i], strlen(argv[i]) + 1);
   for (size_t i = 0; env[i]; i++)
     agsx_sha256_update(h, env[i], strlen(env[i]) + 1);
+  const char *net;
+  if (run_network_mode(b, &net, err) < 0)
+    return -1;
   _cleanup_free_ char *ctx = xasprintf("U %s W %s N %s", st->user ? st->user : "",
-                                       st->workdir ? st->workdir : "", b->o->network);
+                                       st->workdir ? st->workdir : "", net);
   agsx_sha256_update(h, ctx, strlen(ctx));
   char key[AGSX_DIGEST_LEN];
   agsx_sha256_final(h, key);
@@ -1920,7 +1955,7 @@ static int do_run(struct build *b, agsx_error_t *err) {
   _cleanup_free_ char *created = xasprintf("RUN %s", in->json ? in->args : in->args);
   if (cache_hit(b, st, created))
     return 0;
-  if (run_network(b, err) < 0 || prepare_seccomp(b, err) < 0)
+  if (run_network(b, net, err) < 0 || prepare_seccomp(b, err) < 0)
     return -1;
   struct agsx_sandbox *sb = NULL;
   int r = run_sandbox(b, argv, env, &sb, err);
@@ -2182,6 +2217,14 @@ int agsx_build(struct agsx_store *s, const struct agsx_build_opts *o, struct ags
     agsx_error_free(&cerr);
   }
   struct build b = {.s = s, .o = o, .workfd = -1, .ctxfd = -1, .cachefd = -1, .res = ret};
+  /* Docker's automatic platform arguments, global scope. */
+  static const char *const platform_args[][2] = {
+      {"BUILDPLATFORM", "linux/amd64"}, {"BUILDOS", "linux"}, {"BUILDARCH", "amd64"},
+      {"TARGETPLATFORM", "linux/amd64"}, {"TARGETOS", "linux"}, {"TARGETARCH", "amd64"}};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(platform_args); i++) {
+    kv_set(&b.meta, platform_args[i][0], platform_args[i][1]);
+    strv_add(&b.meta_decl, platform_args[i][0]);
+  }
   int r = read_inputs(&b, err);
   if (r == 0) {
     b.workfd = agsx_store_mkwork(s, "build", &b.work, err);
@@ -2194,7 +2237,7 @@ int agsx_build(struct agsx_store *s, const struct agsx_build_opts *o, struct ags
   }
   for (size_t i = 0; r == 0 && i < b.df.n; i++) {
     b.in = &b.df.v[i];
-    r = step(&b, err);
+    r = cancelled(&b) ? agsx_error_set(err, 0, "the build was interrupted") : step(&b, err);
   }
   if (r == 0 && b.cur == NULL)
     r = agsx_error_set(err, 0, "Dockerfile has no FROM");

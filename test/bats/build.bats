@@ -394,3 +394,40 @@ EOF
   base=$(echo "$output" | awk 'NR==4 {print $2}')
   [ "$base" -ge $((0x70000000)) ]
 }
+
+@test "build: SIGINT during RUN stops the build and leaves nothing" {
+  printf 'FROM busybox\nRUN echo started; sleep 60\n' >"$CTX/Dockerfile"
+  local before
+  before=$(layer_dirs)
+  "$AGSX" --root "$ROOT" --state "$STATE" build --network internal "$CTX" >"$T/out" 2>&1 &
+  local pid=$!
+  local i
+  for i in $(seq 100); do grep -q started "$T/out" && break; sleep 0.1; done
+  kill -INT "$pid"
+  local rc=0
+  wait "$pid" || rc=$?
+  [ "$rc" -eq 125 ]
+  grep -q "agsx: Dockerfile:2: RUN: the build was interrupted" "$T/out"
+  [ "$(layer_dirs)" = "$before" ]
+  [ "$(ax image ls -q | wc -l)" -eq 1 ]
+}
+
+@test "build: automatic platform ARGs, RUN --network=none, ARG scoping" {
+  cat >"$CTX/Dockerfile" <<'EOF2'
+ARG TAG=latest
+FROM --platform=$BUILDPLATFORM busybox:${TAG}
+ARG TARGETARCH
+ARG TAG
+ARG UNSET
+RUN --network=none echo "$TARGETARCH $TAG ${UNSET:-none}" >/args
+EOF2
+  build -t plat:1
+  assert_success
+  run_ax run --rm plat:1 cat /args
+  assert_success
+  [ "$output" = "amd64 latest none" ]
+  ax image rm plat:1 >/dev/null
+  printf 'FROM busybox\nRUN --network=host true\n' >"$CTX/Dockerfile"
+  build
+  assert_build_error "Dockerfile:2: RUN --network=host is not supported"
+}
