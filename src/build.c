@@ -72,6 +72,62 @@ static bool strv_has(char *const *v, const char *s) {
   return false;
 }
 
+/* A set of strings (open addressing): paths already taken from an upper
+ * layer, and whiteouts. */
+struct sset {
+  char **slot;
+  size_t cap, n;
+};
+
+static size_t shash(const char *s) {
+  size_t h = 1469598103934665603ull;
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static bool sset_has(const struct sset *set, const char *s) {
+  if (set->cap == 0)
+    return false;
+  for (size_t i = shash(s) & (set->cap - 1);; i = (i + 1) & (set->cap - 1)) {
+    if (set->slot[i] == NULL)
+      return false;
+    if (strcmp(set->slot[i], s) == 0)
+      return true;
+  }
+}
+
+static void sset_add(struct sset *set, const char *s) {
+  if (sset_has(set, s))
+    return;
+  if ((set->n + 1) * 2 > set->cap) {
+    struct sset bigger = {.cap = set->cap ? set->cap * 2 : 256};
+    bigger.slot = xzalloc(bigger.cap * sizeof(char *));
+    for (size_t i = 0; i < set->cap; i++)
+      if (set->slot[i]) {
+        size_t k = shash(set->slot[i]) & (bigger.cap - 1);
+        while (bigger.slot[k])
+          k = (k + 1) & (bigger.cap - 1);
+        bigger.slot[k] = set->slot[i];
+      }
+    free(set->slot);
+    bigger.n = set->n;
+    *set = bigger;
+  }
+  size_t k = shash(s) & (set->cap - 1);
+  while (set->slot[k])
+    k = (k + 1) & (set->cap - 1);
+  set->slot[k] = xstrdup(s);
+  set->n++;
+}
+
+static void sset_clear(struct sset *set) {
+  for (size_t i = 0; i < set->cap; i++)
+    free(set->slot[i]);
+  free(set->slot);
+  memset(set, 0, sizeof(*set));
+}
+
 /* ---- stages ---------------------------------------------------------------------------------- */
 
 struct blayer {
@@ -945,9 +1001,13 @@ struct copy {
   bool has_chmod, has_chown;
   uid_t uid;
   gid_t gid;
+  struct sset entries; /* destinations of the entries */
+  struct sset emitted; /* parent directories written (per pass) */
 };
 
 static void copy_clear(struct copy *c) {
+  sset_clear(&c->entries);
+  sset_clear(&c->emitted);
   for (size_t i = 0; i < c->n; i++) {
     free(c->v[i].dst);
     free(c->v[i].src);
@@ -1071,6 +1131,7 @@ static int add_entry(struct copy *c, const char *dst, int rootfd, const char *sr
   struct centry *e = &c->v[c->n++];
   memset(e, 0, sizeof(*e));
   e->dst = xstrdup(dst);
+  sset_add(&c->entries, dst);
   e->rootfd = rootfd;
   e->src = xstrdup(src);
   e->st = *st;
@@ -1175,62 +1236,6 @@ static bool getxattr_at_opaque(int lfd, const char *path, char v[4]) {
   return n == 1 && v[0] == 'y';
 }
 
-/* A set of strings (open addressing): paths already taken from an upper
- * layer, and whiteouts. */
-struct sset {
-  char **slot;
-  size_t cap, n;
-};
-
-static size_t shash(const char *s) {
-  size_t h = 1469598103934665603ull;
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
-static bool sset_has(const struct sset *set, const char *s) {
-  if (set->cap == 0)
-    return false;
-  for (size_t i = shash(s) & (set->cap - 1);; i = (i + 1) & (set->cap - 1)) {
-    if (set->slot[i] == NULL)
-      return false;
-    if (strcmp(set->slot[i], s) == 0)
-      return true;
-  }
-}
-
-static void sset_add(struct sset *set, const char *s) {
-  if (sset_has(set, s))
-    return;
-  if ((set->n + 1) * 2 > set->cap) {
-    struct sset bigger = {.cap = set->cap ? set->cap * 2 : 256};
-    bigger.slot = xzalloc(bigger.cap * sizeof(char *));
-    for (size_t i = 0; i < set->cap; i++)
-      if (set->slot[i]) {
-        size_t k = shash(set->slot[i]) & (bigger.cap - 1);
-        while (bigger.slot[k])
-          k = (k + 1) & (bigger.cap - 1);
-        bigger.slot[k] = set->slot[i];
-      }
-    free(set->slot);
-    bigger.n = set->n;
-    *set = bigger;
-  }
-  size_t k = shash(s) & (set->cap - 1);
-  while (set->slot[k])
-    k = (k + 1) & (set->cap - 1);
-  set->slot[k] = xstrdup(s);
-  set->n++;
-}
-
-static void sset_clear(struct sset *set) {
-  for (size_t i = 0; i < set->cap; i++)
-    free(set->slot[i]);
-  free(set->slot);
-  memset(set, 0, sizeof(*set));
-}
-
 /* Whether PATH or one of its parents was whited out by an upper layer. */
 static bool whited(const struct sset *wh, const char *path) {
   _cleanup_free_ char *p = xstrdup(path);
@@ -1332,6 +1337,44 @@ static char *rel_path(int rootfd, int fd) {
 
 static bool has_glob(const char *s) { return strpbrk(s, "*?[") != NULL; }
 
+/* Expands the glob components of PATTERN (clean, relative) against the
+ * context, below DIR; matches are added to RET, sorted. */
+static int glob_context(struct build *b, const char *dir, const char *pattern, char ***ret,
+                        int depth, agsx_error_t *err) {
+  if (depth > 64 || agsx_strv_len(*ret) > MAX_COPY_ENTRIES)
+    return agsx_error_set(err, 0, "the pattern `%s` matches too much", pattern);
+  size_t k = strcspn(pattern, "/");
+  _cleanup_free_ char *comp = xstrndup(pattern, k);
+  const char *rest = pattern[k] ? pattern + k + 1 : NULL;
+  if (!has_glob(comp)) {
+    _cleanup_free_ char *p = *dir ? xasprintf("%s/%s", dir, comp) : xstrdup(comp);
+    struct stat st;
+    if (rest == NULL)
+      return lstat_beneath(b->ctxfd, p, &st) == 0 ? (strv_add(ret, p), 0) : 0;
+    return lstat_beneath(b->ctxfd, p, &st) == 0 && S_ISDIR(st.st_mode)
+               ? glob_context(b, p, rest, ret, depth + 1, err)
+               : 0;
+  }
+  _cleanup_strv_ char **names = NULL;
+  agsx_error_t e = NULL;
+  if (list_dir(b->ctxfd, dir, &names, &e) < 0) {
+    agsx_error_free(&e);
+    return 0; /* not a directory: nothing matches */
+  }
+  for (size_t i = 0; names[i]; i++) {
+    if (fnmatch(comp, names[i], FNM_PERIOD) != 0)
+      continue;
+    _cleanup_free_ char *p = *dir ? xasprintf("%s/%s", dir, names[i]) : xstrdup(names[i]);
+    if (agsx_dockerignore_excluded(&b->ignore, p))
+      continue;
+    if (rest == NULL)
+      strv_add(ret, p);
+    else if (glob_context(b, p, rest, ret, depth + 1, err) < 0)
+      return -1;
+  }
+  return 0;
+}
+
 /* Sources in the context: clean, beneath it (symlinks resolved inside it
  * only), globs in the last component. */
 static int context_sources(struct build *b, const char *src, char ***ret, agsx_error_t *err) {
@@ -1352,23 +1395,11 @@ static int context_sources(struct build *b, const char *src, char ***ret, agsx_e
       p++;
   }
   *ret = xzalloc(sizeof(char *));
-  const char *slash = strrchr(clean, '/');
-  const char *base = slash ? slash + 1 : clean;
-  if (!has_glob(base)) {
+  if (!has_glob(clean)) {
     strv_add(ret, clean);
     return 0;
   }
-  _cleanup_free_ char *dir = slash ? xstrndup(clean, (size_t)(slash - clean)) : xstrdup("");
-  _cleanup_strv_ char **names = NULL;
-  if (list_dir(b->ctxfd, dir, &names, err) < 0)
-    return -1;
-  for (size_t i = 0; names[i]; i++)
-    if (fnmatch(base, names[i], FNM_PERIOD) == 0) {
-      _cleanup_free_ char *p = *dir ? xasprintf("%s/%s", dir, names[i]) : xstrdup(names[i]);
-      if (!agsx_dockerignore_excluded(&b->ignore, p))
-        strv_add(ret, p);
-    }
-  return 0;
+  return glob_context(b, "", clean, ret, 0, err);
 }
 
 static int open_context_source(struct build *b, const char *path, agsx_error_t *err) {
@@ -1401,13 +1432,19 @@ static int resolve_chown(struct build *b, struct copy *c, const char *spec, agsx
   return 0;
 }
 
-/* Metadata of the parents of DST, from the stage's layers when they have
- * them, else a root-owned 0755 directory. */
+/* The parents of DST that are not entries themselves, once each, with
+ * the metadata the stage's layers give them (else a root-owned 0755
+ * directory): a layer that holds usr/bin/x must not turn /tmp into 0755. */
 static void parent_entries(struct build *b, struct copy *c, const char *dst, struct lw *w,
                            agsx_sha256 *h, agsx_error_t *err) {
   _cleanup_free_ char *p = xstrdup(dst);
   for (char *s = strchr(p, '/'); s; s = strchr(s + 1, '/')) {
     *s = '\0';
+    if (*p == '\0' || sset_has(&c->entries, p) || sset_has(&c->emitted, p)) {
+      *s = '/';
+      continue;
+    }
+    sset_add(&c->emitted, p);
     struct stat st = {.st_mode = S_IFDIR | 0755};
     agsx_error_t e = NULL;
     _cleanup_close_ int fd = lookup_in_layers_x(b, b->cur, p, false, NULL, &e);
@@ -1426,7 +1463,6 @@ static void parent_entries(struct build *b, struct copy *c, const char *dst, str
       return;
     *s = '/';
   }
-  (void)c;
 }
 
 static void hash_entry(agsx_sha256 *h, const struct centry *e) {
@@ -1456,6 +1492,9 @@ static int hash_content(agsx_sha256 *h, const struct centry *e, agsx_error_t *er
 static int write_copy_layer(struct build *b, struct copy *c, struct lw *w, agsx_error_t *err) {
   for (size_t i = 0; i < c->n; i++) {
     const struct centry *e = &c->v[i];
+    parent_entries(b, c, e->dst, w, NULL, err);
+    if (*err)
+      return -1;
     mode_t mode = e->st.st_mode;
     if (c->has_chmod && !S_ISLNK(mode))
       mode = (mode & S_IFMT) | c->chmod_bits;
@@ -1501,6 +1540,15 @@ static int do_copy(struct build *b, agsx_error_t *err) {
   _cleanup_free_ char *dst_rel = resolve_dst(b, st, dst_given);
   bool dst_dir = agsx_str_has_suffix(w[n - 1], "/") || n > 2 ||
                  agsx_str_has_suffix(w[n - 1], "/.") || *dst_rel == '\0';
+  if (!dst_dir) {
+    /* An existing directory is copied into, as BuildKit does. */
+    agsx_error_t e = NULL;
+    _cleanup_close_ int dfd = lookup_in_layers(b, st, dst_rel, NULL, &e);
+    struct stat dsb;
+    agsx_error_free(&e);
+    if (dfd >= 0 && fstat(dfd, &dsb) == 0 && S_ISDIR(dsb.st_mode))
+      dst_dir = true;
+  }
   _cleanup_sha256_ agsx_sha256 *h = agsx_sha256_new();
   agsx_sha256_update(h, in->text, strlen(in->text));
   if (chmod_s) {
@@ -1619,13 +1667,18 @@ static int do_copy(struct build *b, agsx_error_t *err) {
   /* The cache key: the instruction, the parent, and every entry's
    * metadata and content. */
   for (size_t i = 0; i < c.n; i++) {
+    parent_entries(b, &c, c.v[i].dst, NULL, h, err);
     hash_entry(h, &c.v[i]);
     if (hash_content(h, &c.v[i], err) < 0) {
       line_err(b, err);
       goto out;
     }
   }
-  parent_entries(b, &c, dst_rel, NULL, h, err);
+  for (size_t i = 0; c.archives && c.archives[i]; i += 2) {
+    _cleanup_free_ char *ad = xasprintf("%s/", c.archives[i + 1]);
+    parent_entries(b, &c, ad, NULL, h, err);
+  }
+  sset_clear(&c.emitted);
   char own[96]; /* no cleanup variable here: the gotos above jump past it */
   snprintf(own, sizeof(own), "O %d %u %u %d %o", c.has_chown, c.uid, c.gid, c.has_chmod,
            c.chmod_bits);
@@ -1644,12 +1697,14 @@ static int do_copy(struct build *b, agsx_error_t *err) {
     lw_free(&lw);
     goto out;
   }
-  /* An archive's destination is a directory: it gets an entry too. */
-  pdst = c.archives && *dst_rel ? xasprintf("%s/", dst_rel) : xstrdup(dst_rel);
-  parent_entries(b, &c, pdst, &lw, NULL, err);
-  int wr = *err == NULL ? write_copy_layer(b, &c, &lw, err) : -1;
-  for (size_t i = 0; wr == 0 && c.archives && c.archives[i]; i += 2)
-    wr = extract_into(b, &c, c.archives[i], c.archives[i + 1], &lw, err);
+  int wr = write_copy_layer(b, &c, &lw, err);
+  for (size_t i = 0; wr == 0 && c.archives && c.archives[i]; i += 2) {
+    /* An archive's destination is a directory: it gets an entry too. */
+    free(pdst);
+    pdst = xasprintf("%s/", c.archives[i + 1]);
+    parent_entries(b, &c, pdst, &lw, NULL, err);
+    wr = *err ? -1 : extract_into(b, &c, c.archives[i], c.archives[i + 1], &lw, err);
+  }
   if (wr == 0 && lw_commit(b, &lw, st, in->text, record, err) == 0) {
     cache_later(b, st->chain, record);
     r = 0;
@@ -2145,6 +2200,7 @@ static int workdir_layer(struct build *b, agsx_error_t *err) {
     _cleanup_free_ char *withdir = xasprintf("%s/", rel);
     struct copy c = {0};
     parent_entries(b, &c, withdir, &lw, NULL, err);
+    copy_clear(&c);
     r = *err ? -1 : lw_commit(b, &lw, st, created, record, err);
     if (r == 0)
       cache_later(b, st->chain, record);

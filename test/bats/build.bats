@@ -431,3 +431,24 @@ EOF2
   build
   assert_build_error "Dockerfile:2: RUN --network=host is not supported"
 }
+
+@test "build: globs in any component; existing directories keep their metadata" {
+  mkdir -p "$CTX/src/a" "$CTX/src/b" "$CTX/src/c"
+  echo 1 >"$CTX/src/a/one.txt"
+  echo 2 >"$CTX/src/b/two.txt"
+  echo 3 >"$CTX/src/c/three.md"
+  echo t >"$CTX/t.txt"
+  cat >"$CTX/Dockerfile" <<'EOF2'
+FROM busybox
+COPY src/*/*.txt /globbed/
+COPY t.txt /tmp
+EOF2
+  build -t glob:1
+  assert_success
+  run_ax run --rm glob:1 sh -c 'ls /globbed; stat -c %a /tmp; cat /tmp/t.txt'
+  assert_success
+  [ "$output" = $'one.txt\ntwo.txt\n1777\nt' ]
+  printf 'FROM busybox\nCOPY src/*/none* /x/\n' >"$CTX/Dockerfile"
+  build
+  assert_build_error "Dockerfile:2: no file in the build context matches"
+}
