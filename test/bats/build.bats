@@ -448,6 +448,7 @@ EOF2
   run_ax run --rm glob:1 sh -c 'ls /globbed; stat -c %a /tmp; cat /tmp/t.txt'
   assert_success
   [ "$output" = $'one.txt\ntwo.txt\n1777\nt' ]
+  ax image rm glob:1 >/dev/null
   printf 'FROM busybox\nCOPY src/*/none* /x/\n' >"$CTX/Dockerfile"
   build
   assert_build_error "Dockerfile:2: no file in the build context matches"
