@@ -1654,7 +1654,9 @@ static int do_copy(struct build *b, agsx_error_t *err) {
           continue;
         }
       }
-      const char *base = strrchr(real, '/') ? strrchr(real, '/') + 1 : real;
+      /* A symlink source is copied under its own name, with its target's
+       * content (Docker). */
+      const char *base = strrchr(srcs[k], '/') ? strrchr(srcs[k], '/') + 1 : srcs[k];
       _cleanup_free_ char *d = S_ISDIR(sb.st_mode) ? xstrdup(dst_rel)
                                : dst_dir ? (*dst_rel ? xasprintf("%s/%s", dst_rel, base) : xstrdup(base))
                                          : xstrdup(dst_rel);

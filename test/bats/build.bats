@@ -443,11 +443,13 @@ FROM busybox
 COPY src/*/*.txt /globbed/
 COPY t.txt /tmp
 EOF2
+  ln -s t.txt "$CTX/alias.txt"
+  echo 'COPY alias.txt /aliased/' >>"$CTX/Dockerfile"
   build -t glob:1
   assert_success
-  run_ax run --rm glob:1 sh -c 'ls /globbed; stat -c %a /tmp; cat /tmp/t.txt'
+  run_ax run --rm glob:1 sh -c 'ls /globbed; stat -c %a /tmp; cat /tmp/t.txt; cat /aliased/alias.txt'
   assert_success
-  [ "$output" = $'one.txt\ntwo.txt\n1777\nt' ]
+  [ "$output" = $'one.txt\ntwo.txt\n1777\nt\nt' ]
   ax image rm glob:1 >/dev/null
   printf 'FROM busybox\nCOPY src/*/none* /x/\n' >"$CTX/Dockerfile"
   build
