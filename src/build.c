@@ -487,6 +487,10 @@ static void lw_free(struct lw *w) {
 
 static int lw_open(struct build *b, struct lw *w, agsx_error_t *err) {
   memset(w, 0, sizeof(*w));
+  w->fd = -1;
+  if (b->cur->n_layers >= AGSX_IMAGE_MAX_LAYERS)
+    return agsx_error_set(err, 0, "the image would have more than %d layers",
+                          AGSX_IMAGE_MAX_LAYERS);
   unlinkat(b->workfd, "layer.tar.gz", 0);
   w->fd = openat(b->workfd, "layer.tar.gz", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (w->fd < 0)
@@ -1697,6 +1701,7 @@ static int do_copy(struct build *b, agsx_error_t *err) {
   char record[256];
   if (lw_open(b, &lw, err) < 0) {
     lw_free(&lw);
+    line_err(b, err);
     goto out;
   }
   int wr = write_copy_layer(b, &c, &lw, err);
@@ -2021,7 +2026,9 @@ static int do_run(struct build *b, agsx_error_t *err) {
                        in->line);
   struct lw lw = {.fd = -1};
   char record[256];
-  if (r == 0 && (r = lw_open(b, &lw, err)) == 0) {
+  if (r == 0 && (r = lw_open(b, &lw, err)) < 0)
+    line_err(b, err);
+  if (r == 0) {
     struct upper_walk u = {.b = b, .w = &lw, .base = sb->ids.base};
     r = upper_dir(&u, sb->upperfd, "", 0, err);
     for (size_t i = 0; i < u.n_links; i++)
@@ -2134,6 +2141,9 @@ static int write_image(struct build *b, struct stage *st, agsx_error_t *err) {
   size_t clen, mlen;
   _cleanup_free_ char *config = gen_config(st, created, &clen);
   char cdigest[AGSX_DIGEST_LEN];
+  if (clen > AGSX_IMAGE_JSON_MAX)
+    return agsx_error_set(err, 0, "the image config would be %zu bytes, over the limit of %u", clen,
+                          AGSX_IMAGE_JSON_MAX);
   if (agsx_store_stage_blob_mem(b->s, b->workfd, config, clen, cdigest, err) < 0)
     return -1;
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
