@@ -27,6 +27,7 @@
 #define MAX_STAGES 64
 #define MAX_COPY_ENTRIES 200000
 #define TAIL_MAX 2048
+#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 /* ---- small string lists ------------------------------------------------------------------ */
 
@@ -825,10 +826,11 @@ static int do_from(struct build *b, agsx_error_t *err) {
     return line_err(b, err);
   }
   st->args = xzalloc(sizeof(char *));
-  if (!st->env || !kv_get(st->env, "PATH")) {
-    if (st->env == NULL)
-      st->env = xzalloc(sizeof(char *));
-  }
+  if (st->env == NULL)
+    st->env = xzalloc(sizeof(char *));
+  /* Docker gives every image a PATH when its base has none. */
+  if (!kv_get(st->env, "PATH"))
+    kv_set(&st->env, "PATH", DEFAULT_PATH);
   return 0;
 }
 
@@ -1997,7 +1999,7 @@ static int do_run(struct build *b, agsx_error_t *err) {
     }
   }
   if (!kv_get(env, "PATH"))
-    kv_set(&env, "PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+    kv_set(&env, "PATH", DEFAULT_PATH);
   /* The key: the instruction with the args it sees, under the parent. */
   _cleanup_sha256_ agsx_sha256 *h = agsx_sha256_new();
   for (size_t i = 0; argv[i]; i++)
