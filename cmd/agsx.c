@@ -129,6 +129,19 @@ static const struct agsx_option network_ls_opts[] = {
     {0},
 };
 
+static const struct agsx_option build_opts[] = {
+    {"tag", 't', "NAME[:TAG]", "Name the image (repeatable)", O_TAG},
+    {"file", 'f', "FILE", "The Dockerfile (default CONTEXT/Dockerfile)", O_FILE},
+    {"build-arg", 0, "KEY=VALUE", "Set a build argument (KEY alone: the caller's value)",
+     O_BUILD_ARG},
+    {"network", 0, "MODE", "Network of RUN steps: internal, public (default) or vpc:NAME",
+     O_NETWORK},
+    {"no-cache", 0, NULL, "Do not use the build cache", O_NO_CACHE},
+    {"platform", 0, "PLATFORM", "Target platform: only linux/amd64", O_PLATFORM},
+    {"quiet", 'q', NULL, "Print only the image id", O_QUIET},
+    {0},
+};
+
 static const struct agsx_option none[] = {{0}};
 
 /* Commands of DESIGN.md §3 that later work fills in say so and exit 125. */
@@ -148,8 +161,8 @@ const struct agsx_command agsx_commands[] = {
      NULL},
     {"gc", "[OPTIONS]", "Remove what ended sandboxes and crashes left behind", gc_opts, agsx_cmd_gc,
      NULL},
-    {"build", "[OPTIONS] CONTEXT", "Build an image from a Dockerfile", none, agsx_cmd_not_yet,
-     NULL},
+    {"build", "[OPTIONS] CONTEXT", "Build an image from a Dockerfile", build_opts,
+     agsx_cmd_build, NULL},
     {"image ls", "[OPTIONS]", "List images", image_ls_opts, agsx_cmd_image_ls, NULL},
     {"image load", "[OPTIONS] PATH",
      "Load images from an OCI layout, an oci-archive or a docker-archive", image_load_opts,

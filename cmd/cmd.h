@@ -39,6 +39,7 @@ enum {
   O_SECURITY_OPT, O_ENV, O_VOLUME, O_TIMEOUT, O_MEMORY, O_DISK, O_PIDS, O_CPUS,
   O_DETACH, O_NAME, O_ALL, O_SIGNAL, O_ARCHIVE, O_FOLLOW_LINK, O_PUBLISH,
   O_ALLOW, O_DENY, O_RULES, O_SUBNET,
+  O_FILE, O_BUILD_ARG, O_NO_CACHE, O_PLATFORM,
 };
 
 /* The table, in cmd/agsx.c. */
@@ -72,6 +73,7 @@ int agsx_cmd_exec(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_kill(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_update(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_build(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_gc(struct agsx_ctx *, const struct agsx_command *, int, char **);
 /* --allow RULE, --deny RULE and --rules FILE (run and network create). */
 struct agsx_sg_rule;

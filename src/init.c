@@ -299,7 +299,7 @@ static int open_pty(struct agsx_child_ctx *c, agsx_error_t *err) {
 
 static void report_exit(struct agsx_child_ctx *c, int status) {
   struct agsx_msg m = {.type = AGSX_MSG_EXIT, .status = status};
-  agsx_msg_send(c->sync, &m, NULL, 0);
+  agsx_msg_send(c->sync, &m, &c->upperfd, c->upperfd >= 0 ? 1 : 0);
   _exit(0);
 }
 

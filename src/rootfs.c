@@ -164,6 +164,11 @@ static int overlay_root(struct agsx_child_ctx *c, int t, agsx_error_t *err) {
     return agsx_error_wrap(err, "root filesystem");
   if (move_mount(ovl, "", t, "root", MOVE_MOUNT_F_EMPTY_PATH) < 0)
     return agsx_error_set(err, errno, "attach the root filesystem");
+  if (cfg->keep_upper) {
+    c->upperfd = openat(t, "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (c->upperfd < 0)
+      return agsx_error_set(err, errno, "open the upper directory");
+  }
   return steal_fd(&ovl);
 }
 

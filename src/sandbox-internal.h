@@ -47,6 +47,7 @@ struct agsx_child_ctx {
   int64_t phase_ns[AGSX_CHILD_PHASES];
   int cgroup_fds[8]; /* v1 `tasks` files the init writes itself into */
   size_t n_cgroup_fds;
+  int upperfd; /* cfg->keep_upper: sent with EXIT */
 };
 
 /* The last steps of a command inside a sandbox (run's command and exec's):

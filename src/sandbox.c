@@ -307,7 +307,7 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
                        agsx_error_t *err) {
   struct agsx_sandbox *sb = xzalloc(sizeof(*sb));
   sb->pidfd = sb->sync = sb->pty_master = sb->statefd = sb->dirfd = sb->ids.lockfd = -1;
-  sb->sysfs = sb->netns = -1;
+  sb->sysfs = sb->netns = sb->upperfd = -1;
   sb->init_pid = -1;
   sb->exit_code = 125;
   memcpy(sb->id, cfg->id, sizeof(sb->id));
@@ -321,7 +321,7 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
     return agsx_error_wrap(err, "cgroup");
   phase(sb, "cgroup", &t0);
   struct agsx_child_ctx child = {
-      .cfg = cfg, .pty_master = -1, .pty_slave = -1, .rootfd = -1, .stagefd = -1};
+      .cfg = cfg, .pty_master = -1, .pty_slave = -1, .rootfd = -1, .stagefd = -1, .upperfd = -1};
   /* The sandbox's tmpfs is mounted over its record directory, in its own
    * mount namespace only: no directory of its own to create and remove. */
   snprintf(child.stage, sizeof(child.stage), "%s/%s", cfg->state_dir, sb->id);
@@ -376,7 +376,9 @@ int agsx_sandbox_handle_event(struct agsx_sandbox *sb, agsx_error_t *err) {
   if (sb->sync < 0)
     return 1;
   ssize_t n = agsx_msg_recv(sb->sync, &m, &fd, 1, &nfds);
-  if (nfds)
+  if (nfds && n > 0 && m.type == AGSX_MSG_EXIT && sb->upperfd < 0)
+    sb->upperfd = fd;
+  else if (nfds)
     close(fd);
   if (n < 0)
     return agsx_error_set(err, (int)-n, "read from the sandbox init");
@@ -477,6 +479,7 @@ void agsx_sandbox_free(struct agsx_sandbox *sb) {
   agsx_closep(&sb->pty_master);
   agsx_closep(&sb->statefd);
   agsx_closep(&sb->dirfd);
+  agsx_closep(&sb->upperfd);
   agsx_userns_release(&sb->ids);
   agsx_cgroup_free(sb->cg);
   free(sb);

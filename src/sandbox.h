@@ -76,6 +76,10 @@ struct agsx_sandbox_config {
    * (the DNS relay binds in it then); a failure refuses the start. */
   int (*on_netns)(void *data, int netns, agsx_error_t *err);
   void *on_netns_data;
+  /* agsx build: the init hands the overlay's upper directory (on the
+   * sandbox's tmpfs) over with its EXIT message, as sb->upperfd, so the
+   * caller can turn what the command changed into a layer. */
+  bool keep_upper;
 };
 
 enum agsx_stop_reason {
@@ -115,6 +119,7 @@ struct agsx_sandbox {
   int term_signal; /* the command died of this signal, 0 if not */
   bool exited;     /* the init reported the command's end */
   enum agsx_stop_reason reason;
+  int upperfd; /* with cfg->keep_upper: the upper directory, after EXIT */
 };
 
 /* Starts the sandbox; returns once the command has been exec'd (or its

@@ -676,6 +676,42 @@ static int sweep(int dirfd, const struct strset *keep, bool dry_run, const char 
   return 0;
 }
 
+/* Build cache records (ROOT/cache/<key>: "diff_id\ndigest\nsize\n", see
+ * build.c) whose layer blob no image keeps go with the blob. */
+static int sweep_cache(struct agsx_store *s, const struct strset *blobs, bool dry_run,
+                       void (*report)(const char *, void *), void *data, agsx_error_t *err) {
+  _cleanup_close_ int dfd = openat(s->rootfd, "cache", O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                                                           O_CLOEXEC);
+  if (dfd < 0)
+    return errno == ENOENT ? 0 : agsx_error_set(err, errno, "open the build cache");
+  int dup = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
+  _cleanup_dir_ DIR *d = dup >= 0 ? fdopendir(dup) : NULL;
+  if (d == NULL) {
+    if (dup >= 0)
+      close(dup);
+    return agsx_error_set(err, errno, "read the build cache");
+  }
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    if (de->d_name[0] == '.')
+      continue;
+    _cleanup_free_ char *buf = NULL;
+    size_t len;
+    char diff[AGSX_DIGEST_LEN], dig[AGSX_DIGEST_LEN];
+    bool used = agsx_read_file_at(dfd, de->d_name, 512, &buf, &len, NULL) == 0 &&
+                sscanf(buf, "%71s\n%71s", diff, dig) == 2 &&
+                agsx_digest_validate(dig, NULL) == 0 && strset_has(blobs, agsx_digest_hex(dig));
+    if (used)
+      continue;
+    _cleanup_free_ char *what = xasprintf("build cache %s", de->d_name);
+    if (report)
+      report(what, data);
+    if (!dry_run && unlinkat(dfd, de->d_name, 0) < 0 && errno != ENOENT)
+      return agsx_error_set(err, errno, "gc: remove `cache/%s`", de->d_name);
+  }
+  return 0;
+}
+
 int agsx_store_gc(struct agsx_store *s, char *const *keep, bool dry_run,
                   void (*report)(const char *what, void *data), void *data, agsx_error_t *err) {
   /* Our own shared lock would block the exclusive one: trade it. */
@@ -698,6 +734,8 @@ int agsx_store_gc(struct agsx_store *s, char *const *keep, bool dry_run,
   int r = sweep(s->blobsfd, &blobs, dry_run, "blob", report, data, err);
   if (r == 0)
     r = sweep(s->layersfd, &layers, dry_run, "layer", report, data, err);
+  if (r == 0)
+    r = sweep_cache(s, &blobs, dry_run, report, data, err);
   strset_clear(&blobs);
   strset_clear(&layers);
   return r;

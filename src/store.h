@@ -3,6 +3,7 @@
  * layout, agsx keeps:
  *   ROOT/layers/<diff_id hex>/   unpacked layers (overlay lower dirs), 0700
  *   ROOT/tmp/                    work dirs, each flocked by its owner
+ *   ROOT/cache/<key>             build cache records (agsx build), 0700
  *   ROOT/.index.lock             serialises index.json read-modify-write
  *   ROOT/.gc.lock                shared by writers, exclusive for gc
  * Blobs are content-addressed and created by linking a verified O_TMPFILE
@@ -99,7 +100,8 @@ void agsx_image_info_clear(struct agsx_image_info *info);
 /* ---- housekeeping ---- */
 /* Removes tmp/ entries whose owner is gone. */
 int agsx_store_clean_tmp(struct agsx_store *s, agsx_error_t *err);
-/* Removes blobs and unpacked layers no index entry references, nor the
+/* Removes blobs and unpacked layers no index entry references (and build
+ * cache records of the layer blobs removed), nor the
  * manifests in KEEP (NULL-terminated digests: images of running sandboxes).
  * With DRY_RUN only reports them through REPORT. Takes the exclusive gc
  * lock. */

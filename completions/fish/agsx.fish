@@ -226,7 +226,7 @@ complete -c agsx -n '__agsx_cmd' -a kill -d 'Stop sandboxes or send them a signa
 complete -c agsx -n '__agsx_cmd' -a update -d "Change a running sandbox's deadline"
 complete -c agsx -n '__agsx_cmd' -a port -d "List a sandbox's published ports"
 complete -c agsx -n '__agsx_cmd' -a gc -d 'Remove what ended sandboxes and crashes left behind'
-complete -c agsx -n '__agsx_cmd' -a build -d 'Build an image from a Dockerfile (not implemented yet)'
+complete -c agsx -n '__agsx_cmd' -a build -d 'Build an image from a Dockerfile'
 complete -c agsx -n '__agsx_cmd' -a image -d 'Manage images'
 complete -c agsx -n '__agsx_cmd' -a load -d 'Load images (alias of image load)'
 complete -c agsx -n '__agsx_cmd' -a pull -d 'Pull an image (alias of image pull) (not implemented yet)'
@@ -370,7 +370,18 @@ complete -c agsx -n '__agsx_cmd cp' -s L -l follow-link -d 'Follow SRC itself if
 complete -c agsx -n '__agsx_cmd cp' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd cp' -F
 
+# agsx build
+complete -c agsx -n '__agsx_cmd build' -s t -l tag -x -d 'Name the image (repeatable)'
+complete -c agsx -n '__agsx_cmd build' -s f -l file -r -F -d 'The Dockerfile (default CONTEXT/Dockerfile)'
+complete -c agsx -n '__agsx_cmd build' -l build-arg -x -d 'Set a build argument (KEY alone: the caller'"'"'s value)'
+complete -c agsx -n '__agsx_cmd build' -l network -x -a 'internal public vpc:' -d 'Network of RUN steps'
+complete -c agsx -n '__agsx_cmd build' -l no-cache -d 'Do not use the build cache'
+complete -c agsx -n '__agsx_cmd build' -l platform -x -a 'linux/amd64' -d 'Target platform: only linux/amd64'
+complete -c agsx -n '__agsx_cmd build' -s q -l quiet -d 'Print only the image id'
+complete -c agsx -n '__agsx_cmd build' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd build' -a '(__fish_complete_directories)'
+
 # Commands that are not implemented yet: --help only.
-for c in build pull 'image pull'
+for c in pull 'image pull'
     complete -c agsx -n "__agsx_cmd $c" -s h -l help -d 'Show this help'
 end

@@ -248,8 +248,10 @@ EOF
 
 @test "docs: port options" { doc_sets_agree port; }
 
+@test "docs: build options" { doc_sets_agree build; }
+
 @test "docs: every implemented command has an options test above" {
-  local tested=$'cp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage rm\nkill\nload\nls\nnetwork create\nnetwork inspect\nnetwork ls\nnetwork rm\nport\nrun\nupdate'
+  local tested=$'build\ncp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage rm\nkill\nload\nls\nnetwork create\nnetwork inspect\nnetwork ls\nnetwork rm\nport\nrun\nupdate'
   run diff <(echo "$tested") <(help_commands -i | sort)
   echo "$output"
   [ "$status" -eq 0 ]
