@@ -88,7 +88,7 @@ int agsx_cmd_build(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
   sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
   struct agsx_build_opts bo = {.cancel_fd = sigfd,.context = argv[i], .dockerfile = o.file, .tags = o.tags,
                                .build_args = o.args, .network = o.network,
-                               .no_cache = o.no_cache, .state_dir = ctx->state,
+                               .no_cache = o.no_cache, .state_dir = ctx->state, .root = ctx->root,
                                .progress = o.quiet ? NULL : show};
   struct agsx_build_result res;
   if (agsx_build(s, &bo, &res, &err) < 0) {

@@ -613,23 +613,7 @@ static int open_ports(struct sup *f, agsx_error_t *err) {
  * 127.0.0.53, and the sandbox needs no way to the host. */
 static int open_dns(void *data, int netns, agsx_error_t *err) {
   struct sup *f = data;
-  _cleanup_free_ char *upstream = NULL;
-  agsx_error_t uerr = NULL;
-  if (agsx_net_dns_upstream(&upstream, &uerr) < 0) {
-    agsx_warn("no name server for the sandbox: %s", uerr->msg);
-    agsx_error_free(&uerr);
-    return 0;
-  }
-  struct sockaddr_storage in, target;
-  agsx_sockaddr_from_ip("127.0.0.11", 53, &in);
-  if (agsx_sockaddr_from_ip(upstream, 53, &target) < 0)
-    return agsx_error_set_quiet(err, EINVAL, "dns: `%s` is not an IP address", upstream), -1;
-  if (f->relay == NULL && (f->relay = agsx_relay_new(err)) == NULL)
-    return -1;
-  if (agsx_relay_listen(f->relay, AGSX_PROTO_UDP, netns, &in, -1, &target, NULL, err) < 0 ||
-      agsx_relay_listen(f->relay, AGSX_PROTO_TCP, netns, &in, -1, &target, NULL, err) < 0)
-    return agsx_error_wrap(err, "the sandbox's DNS relay");
-  return 0;
+  return agsx_net_dns_listen(&f->relay, netns, err);
 }
 
 static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {

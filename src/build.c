@@ -5,6 +5,9 @@
 #include "dockerfile.h"
 #include "dockerignore.h"
 #include "json.h"
+#include "net.h"
+#include "network.h"
+#include "relay.h"
 #include "passwd.h"
 #include "sandbox.h"
 #include "seccomp.h"
@@ -1851,15 +1854,56 @@ static int run_network_mode(struct build *b, const char **ret, agsx_error_t *err
                         b->in->line, flag);
 }
 
-/* The sandbox's network for RUN: one place to switch when more modes
- * exist. */
+/* The sandbox's network for RUN: its mode must parse (it was checked on
+ * the command line; RUN --network may only narrow it). */
 static int run_network(struct build *b, const char *mode, agsx_error_t *err) {
-  if (strcmp(mode, "internal") == 0)
-    return 0;
-  return agsx_error_set(err, 0,
-                        "Dockerfile:%u: RUN with network `%s` is not available yet (use "
-                        "--network internal)",
-                        b->in->line, mode);
+  enum agsx_net_mode m;
+  const char *name;
+  if (agsx_net_mode_parse(mode, &m, &name, err) < 0)
+    return agsx_error_wrap(err, "Dockerfile:%u: RUN", b->in->line);
+  return 0;
+}
+
+/* RUN on a public or vpc network: an address, the link made ahead by the
+ * netns helper, and the DNS relay the build's loop serves. */
+struct run_net {
+  struct agsx_net_attach att;
+  struct agsx_netns_job job;
+  struct agsx_relay *relay;
+  bool linked;
+};
+
+static int run_net_dns(void *data, int netns, agsx_error_t *err) {
+  struct run_net *n = data;
+  return agsx_net_dns_listen(&n->relay, netns, err);
+}
+
+static int run_net_begin(struct build *b, const char *mode, struct agsx_sandbox_config *cfg,
+                         struct run_net *n, agsx_error_t *err) {
+  enum agsx_net_mode m;
+  const char *name;
+  if (agsx_net_mode_parse(mode, &m, &name, err) < 0)
+    return -1;
+  n->linked = m != AGSX_NET_INTERNAL;
+  if (n->linked) {
+    if (agsx_net_attach_begin(b->o->root ? b->o->root : "/var/lib/agsx", m, name, NULL, 0, cfg->id,
+                              &n->att, err) < 0)
+      return agsx_error_wrap(err, "Dockerfile:%u: RUN", b->in->line);
+    cfg->address = n->att.addr;
+    cfg->on_netns = run_net_dns;
+    cfg->on_netns_data = n;
+  }
+  if (agsx_net_prepare(&n->job, n->linked ? &n->att.link : NULL, err) < 0)
+    return agsx_error_wrap(err, "Dockerfile:%u: RUN", b->in->line);
+  cfg->netns_job = &n->job;
+  return 0;
+}
+
+static void run_net_end(struct run_net *n) {
+  agsx_net_job_cancel(&n->job);
+  agsx_relay_free(n->relay);
+  n->relay = NULL;
+  agsx_net_attach_end(&n->att);
 }
 
 static void keep_tail(char *tail, size_t *len, const char *buf, size_t n) {
@@ -1896,8 +1940,8 @@ static char *tail_lines(const char *tail, size_t len) {
   return s;
 }
 
-static int run_sandbox(struct build *b, char **argv, char **env, struct agsx_sandbox **ret_sb,
-                       agsx_error_t *err) {
+static int run_sandbox(struct build *b, char **argv, char **env, const char *net,
+                       struct agsx_sandbox **ret_sb, agsx_error_t *err) {
   struct stage *st = b->cur;
   struct agsx_sandbox_config cfg = {.netns = -1, .sysfs = -1, .keep_upper = true};
   agsx_sandbox_new_id(cfg.id);
@@ -1917,7 +1961,14 @@ static int run_sandbox(struct build *b, char **argv, char **env, struct agsx_san
   cfg.state_dir = b->o->state_dir;
   int pipefd[2];
   int r = -1;
+  struct run_net rn = {.att = AGSX_NET_ATTACH_INIT, .job = {-1, -1}};
+  if (run_net_begin(b, net, &cfg, &rn, err) < 0) {
+    run_net_end(&rn);
+    agsx_strv_free(paths);
+    return -1;
+  }
   if (pipe2(pipefd, O_CLOEXEC) < 0) {
+    run_net_end(&rn);
     agsx_strv_free(paths);
     return agsx_error_set(err, errno, "pipe");
   }
@@ -1932,15 +1983,20 @@ static int run_sandbox(struct build *b, char **argv, char **env, struct agsx_san
   size_t tlen = 0;
   bool ended = r < 0, eof = false;
   bool stop = false;
+  struct pollfd *p = NULL;
   while (!eof || !ended) {
-    struct pollfd p[3] = {{.fd = eof ? -1 : pipefd[0], .events = POLLIN},
-                          {.fd = ended ? -1 : sb->sync, .events = POLLIN},
-                          {.fd = stop ? -1 : b->o->cancel_fd, .events = POLLIN}};
-    if (poll(p, 3, -1) < 0) {
+    /* The step's output, its end, a cancel, and the DNS relay. */
+    p = xrealloc(p, (3 + agsx_relay_nfds(rn.relay)) * sizeof(*p));
+    p[0] = (struct pollfd){.fd = eof ? -1 : pipefd[0], .events = POLLIN};
+    p[1] = (struct pollfd){.fd = ended ? -1 : sb->sync, .events = POLLIN};
+    p[2] = (struct pollfd){.fd = stop ? -1 : b->o->cancel_fd, .events = POLLIN};
+    size_t nr = agsx_relay_fill(rn.relay, p + 3);
+    if (poll(p, 3 + nr, agsx_relay_timeout_ms(rn.relay)) < 0) {
       if (errno == EINTR)
         continue;
       break;
     }
+    agsx_relay_dispatch(rn.relay, p + 3, nr);
     if (p[0].revents) {
       char buf[4096];
       ssize_t n = read(pipefd[0], buf, sizeof(buf));
@@ -1967,13 +2023,17 @@ static int run_sandbox(struct build *b, char **argv, char **env, struct agsx_san
       }
     }
   }
+  free(p);
   close(pipefd[0]);
   agsx_strv_free(paths);
-  if (r < 0)
+  if (r < 0) {
+    run_net_end(&rn);
     return agsx_error_wrap(err, "Dockerfile:%u: RUN", b->in->line);
+  }
   agsx_error_t derr = NULL;
   agsx_sandbox_destroy(sb, &derr);
   agsx_error_free(&derr);
+  run_net_end(&rn);
   if (stop)
     return agsx_error_set(err, 0, "Dockerfile:%u: RUN: the build was interrupted", b->in->line);
   if (sb->exit_code != 0 || !sb->exited) {
@@ -2022,7 +2082,7 @@ static int do_run(struct build *b, agsx_error_t *err) {
   if (run_network(b, net, err) < 0 || prepare_seccomp(b, err) < 0)
     return -1;
   struct agsx_sandbox *sb = NULL;
-  int r = run_sandbox(b, argv, env, &sb, err);
+  int r = run_sandbox(b, argv, env, net, &sb, err);
   if (r == 0 && (sb == NULL || sb->upperfd < 0))
     r = agsx_error_set(err, 0, "Dockerfile:%u: RUN: the sandbox did not hand back its changes",
                        in->line);

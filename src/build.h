@@ -24,6 +24,7 @@ struct agsx_build_opts {
   const char *network;    /* internal | public | vpc:NAME */
   bool no_cache;
   const char *state_dir;  /* sandbox state, for RUN */
+  const char *root;       /* the store's root: vpc network definitions, for RUN */
   int cancel_fd;          /* readable (a signalfd) when the build must stop, or -1 */
   /* Called with each step ("Step 2/5: RUN ...") and RUN's output lines. */
   void (*progress)(const char *text, size_t len, void *data);

@@ -5,6 +5,7 @@
 #include "conf.h"
 #include "json.h"
 #include "nft.h"
+#include "relay.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -111,6 +112,26 @@ int agsx_net_dns_upstream(char **ret, agsx_error_t *err) {
                                 "the host's /etc/resolv.conf names no name server (set dns in "
                                 "agsx.conf)"),
            -1;
+  return 0;
+}
+
+int agsx_net_dns_listen(struct agsx_relay **relay, int netns, agsx_error_t *err) {
+  _cleanup_free_ char *upstream = NULL;
+  agsx_error_t uerr = NULL;
+  if (agsx_net_dns_upstream(&upstream, &uerr) < 0) {
+    agsx_warn("no name server for the sandbox: %s", uerr->msg);
+    agsx_error_free(&uerr);
+    return 0;
+  }
+  struct sockaddr_storage in, target;
+  agsx_sockaddr_from_ip("127.0.0.11", 53, &in);
+  if (agsx_sockaddr_from_ip(upstream, 53, &target) < 0)
+    return agsx_error_set_quiet(err, EINVAL, "dns: `%s` is not an IP address", upstream), -1;
+  if (*relay == NULL && (*relay = agsx_relay_new(err)) == NULL)
+    return -1;
+  if (agsx_relay_listen(*relay, AGSX_PROTO_UDP, netns, &in, -1, &target, NULL, err) < 0 ||
+      agsx_relay_listen(*relay, AGSX_PROTO_TCP, netns, &in, -1, &target, NULL, err) < 0)
+    return agsx_error_wrap(err, "the sandbox's DNS relay");
   return 0;
 }
 

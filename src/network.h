@@ -66,6 +66,13 @@ int agsx_net_dns_upstream(char **ret, agsx_error_t *err);
 /* The first "nameserver ADDR" of resolv.conf text (NULL if none). */
 char *agsx_resolv_conf_nameserver(const char *text, size_t len);
 
+/* Adds the DNS relay of a sandbox on a public or vpc network to *RELAY
+ * (made if NULL): UDP and TCP 127.0.0.11:53 bound in NETNS, forwarded from
+ * the caller's namespace to agsx_net_dns_upstream(). With no name server
+ * known it warns and adds nothing. */
+struct agsx_relay;
+int agsx_net_dns_listen(struct agsx_relay **relay, int netns, agsx_error_t *err);
+
 /* One sandbox on a network. */
 struct agsx_net_attach {
   struct agsx_network net;

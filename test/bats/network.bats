@@ -386,3 +386,18 @@ print(s.makefile().readline().strip())"
   run_nax ls
   [[ "$output" == *"127.0.0.1:18080->8080/tcp"* ]] || { show_run; false; }
 }
+
+@test "network: agsx build runs RUN steps on the public network by default, with DNS" {
+  mkdir -p "$T/ctx"
+  printf 'FROM busybox\nRUN probe resolve pkg.example.test >/fetched && probe http 198.18.0.2 80 >>/fetched\n' >"$T/ctx/Dockerfile"
+  run_nax build -q -t fetched:1 "$T/ctx"
+  assert_success
+  run_nax run --rm fetched:1 cat /fetched
+  assert_success
+  [ "$output" = $'resolve pkg.example.test: 198.18.0.2\nhttp 198.18.0.2:80: world' ] || { show_run; false; }
+  # --network internal: the same step cannot reach the world.
+  printf 'FROM busybox\nRUN probe http 198.18.0.2 80 1000 | grep -q world\n' >"$T/ctx/Dockerfile"
+  run_nax build -q --network internal "$T/ctx"
+  assert_status 125
+  [[ "$output" == *"Dockerfile:2: RUN failed with exit code 1"* ]] || { show_run; false; }
+}
