@@ -97,6 +97,11 @@ teardown() {
   [[ "$output" == *"inet 198.19.0."*"/24"* ]] || { show_run; false; }
   [[ "$output" == *"default via 198.19.0.1 dev eth0"* ]] || { show_run; false; }
   [[ "$output" == *"nameserver 127.0.0.11"* ]] || { show_run; false; }
+  # IPv6 is off on eth0 (the rules are IPv4 only) and on the bridge.
+  run_nax run --rm --network public busybox sh -c \
+    'cat /proc/sys/net/ipv6/conf/eth0/disable_ipv6; ip -6 addr show dev eth0 | grep -c inet6'
+  [ "$output" = $'1\n0' ] || { show_run; false; }
+  [ "$(outer cat /proc/sys/net/ipv6/conf/agsx0/disable_ipv6)" = 1 ]
 }
 
 @test "network: public does not reach the host, its gateway, metadata or private ranges" {
