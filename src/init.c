@@ -331,6 +331,27 @@ static _Noreturn void init_loop(struct agsx_child_ctx *c, pid_t cmd, int sfd) {
 static const int forwarded[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
                                 SIGWINCH, SIGCONT, SIGTSTP, SIGALRM};
 
+static int cmp_int(const void *a, const void *b) {
+  return *(const int *)a - *(const int *)b;
+}
+
+/* Closes every fd from 3 up but those in KEEP. The init is a clone of its
+ * supervisor: the state and store directories, locks, leases, published
+ * ports' listeners and the host's network namespace must not live on in a
+ * process inside the sandbox, even a non-dumpable one. */
+static void close_others(int *keep, size_t n) {
+  qsort(keep, n, sizeof(*keep), cmp_int);
+  unsigned from = 3;
+  for (size_t i = 0; i < n; i++) {
+    if (keep[i] < 3 || (unsigned)keep[i] < from)
+      continue;
+    if ((unsigned)keep[i] > from)
+      syscall(SYS_close_range, from, (unsigned)keep[i] - 1, 0);
+    from = (unsigned)keep[i] + 1;
+  }
+  syscall(SYS_close_range, from, ~0U, 0);
+}
+
 _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
   agsx_error_t err = NULL;
   const struct agsx_sandbox_config *cfg = c->cfg;
@@ -338,6 +359,12 @@ _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
     for (int i = 0; i < 3; i++)
       if (cfg->stdio[i] != i && dup2(cfg->stdio[i], i) < 0)
         _exit(125);
+  int keep[1 + 8];
+  size_t nkeep = 0;
+  keep[nkeep++] = c->sync;
+  for (size_t i = 0; i < c->n_cgroup_fds && nkeep < sizeof(keep) / sizeof(keep[0]); i++)
+    keep[nkeep++] = c->cgroup_fds[i];
+  close_others(keep, nkeep);
   /* Into the cgroup first, while our credentials are still host root's
    * (the files are root's), and before anything can fork. */
   int r = agsx_cgroup_self_attach(c->cgroup_fds, c->n_cgroup_fds);

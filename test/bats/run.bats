@@ -968,3 +968,17 @@ END
   run_ax run --rm many:1 /f1
   assert_agsx_error "at most 249"
 }
+
+@test "the sandbox init keeps no fd of its supervisor (directories, locks, listeners)" {
+  local id pid fds
+  id=$(ax run -d -p 127.0.0.1::80 busybox sleep 30)
+  pid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["init"]["pid"])' "$STATE/$id/state.json")
+  fds=$(for f in /proc/$pid/fd/*; do readlink "$f"; done | sort)
+  # stdio, the sync socket and the init's own signalfd; nothing else.
+  if printf '%s\n' "$fds" | grep -vE '^(/dev/null|socket:\[[0-9]+\]|anon_inode:\[signalfd\])$'; then
+    echo "# unexpected fds of the init: $(echo $fds)" >&3
+    false
+  fi
+  [ "$(printf '%s\n' "$fds" | grep -c '^socket:')" -eq 1 ]
+  ax kill "$id" >/dev/null
+}
