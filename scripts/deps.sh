@@ -6,12 +6,14 @@ set -euo pipefail
 # build: toolchain and the libraries of configure.ac
 pkgs=(autoconf automake libtool pkg-config make gcc libc6-dev
       libseccomp-dev libyajl-dev libnl-3-dev libnl-route-3-dev zlib1g-dev
-      libarchive-dev libssl-dev libzstd-dev)
+      libarchive-dev libssl-dev libzstd-dev libcurl4-openssl-dev)
+# pull: libcurl is dlopen()ed at pull time
+pkgs+=(libcurl4)
 # tests and fixtures: bats, busybox-static and a static libc for the probe,
 # skopeo/umoci for interoperability, debootstrap for the Python rootfs,
 # clang with libFuzzer and the sanitizer runtimes
 pkgs+=(bats busybox-static skopeo umoci debootstrap clang libclang-rt-14-dev
-       python3 xz-utils zstd)
+       python3 xz-utils zstd docker-registry apache2-utils openssl)
 # benchmarks compare with these
 pkgs+=(crun bubblewrap)
 
