@@ -866,6 +866,18 @@ static int open_partial(struct pull *p, const struct agsx_descriptor *d, int64_t
   return steal_fd(&fd);
 }
 
+/* Moves a downloaded blob from partial/ into the work dir, which verifies
+ * its digest and size; a bad one is deleted, so nothing of it stays and
+ * the next pull fetches it afresh. */
+static int verify_blob(struct pull *p, const struct agsx_descriptor *d, agsx_error_t *err) {
+  const char *hex = agsx_digest_hex(d->digest);
+  if (agsx_store_stage_blob_move(p->store, p->workfd, p->partialfd, hex, d->digest, d->size,
+                                 err) == 0)
+    return 0;
+  unlinkat(p->partialfd, hex, 0);
+  return -1;
+}
+
 static int start_blob(struct pull *p, CURLM *m, struct xfer *x, const struct agsx_descriptor *d,
                       agsx_error_t *err) {
   snprintf(x->url, sizeof(x->url), "%s://%s/v2/%s/blobs/%s", p->reg.scheme, p->reg.host,
@@ -946,6 +958,7 @@ static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_
     if (xs[i].offset == d->size) {
       xs[i].done = true;
       p->prog.layers_done++;
+      rc = verify_blob(p, d, err);
       continue;
     }
     todo[ntodo++] = i;
@@ -981,6 +994,8 @@ static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_
       cu.multi_remove_handle(m, x->h);
       running_n--;
       rc = finish_blob(p, x, c, err);
+      if (rc == 0)
+        rc = verify_blob(p, x->desc, err);
       x->done = true;
       p->prog.layers_done++;
     }
@@ -1015,25 +1030,12 @@ static int check_platform(const struct agsx_image_config *c, agsx_error_t *err) 
   return 0;
 }
 
-/* Moves each downloaded layer blob from partial/ into the work dir (which
- * verifies digest and size; a bad one is deleted, so the next pull fetches
- * it afresh) and unpacks it, checking its diff_id. */
+/* Unpacks each layer, checking its diff_id. */
 static int stage_layers(struct pull *p, const struct agsx_manifest *mf,
                         const struct agsx_image_config *c, agsx_error_t *err) {
-  for (size_t i = 0; i < mf->n_layers; i++) {
-    const struct agsx_descriptor *d = &mf->layers[i];
-    const char *hex = agsx_digest_hex(d->digest);
-    if (!agsx_store_has_blob(p->store, d->digest) &&
-        agsx_store_stage_blob_move(p->store, p->workfd, p->partialfd, hex, d->digest, d->size,
-                                   err) < 0) {
-      struct stat st;
-      if (fstatat(p->partialfd, hex, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_size >= d->size)
-        unlinkat(p->partialfd, hex, 0);
-      return agsx_error_wrap(err, "layer %zu", i);
-    }
-    if (agsx_store_stage_layer(p->store, p->workfd, d, c->diff_ids[i], err) < 0)
+  for (size_t i = 0; i < mf->n_layers; i++)
+    if (agsx_store_stage_layer(p->store, p->workfd, &mf->layers[i], c->diff_ids[i], err) < 0)
       return -1;
-  }
   return 0;
 }
 
@@ -1046,7 +1048,10 @@ static int pull_image(struct pull *p, const char *mbuf, size_t mlen, agsx_error_
   struct agsx_image_config c = {0};
   bool have_c = false;
   char cdigest[AGSX_DIGEST_LEN], mdigest[AGSX_DIGEST_LEN];
-  int rc = get_small_blob(&p->reg, &mf.config, &cbuf, &clen, err);
+  int rc = agsx_store_has_blob(p->store, mf.config.digest)
+               ? agsx_store_read_blob(p->store, mf.config.digest, AGSX_IMAGE_JSON_MAX, &cbuf,
+                                      &clen, err)
+               : get_small_blob(&p->reg, &mf.config, &cbuf, &clen, err);
   if (rc < 0)
     agsx_error_wrap(err, "config");
   if (rc == 0 && (rc = agsx_image_config_parse(cbuf, clen, &c, err)) == 0)
