@@ -233,6 +233,8 @@ EOF
 @test "docs: load options" { doc_sets_agree load; }
 @test "docs: image rm options" { doc_sets_agree "image rm"; }
 @test "docs: image inspect options" { doc_sets_agree "image inspect"; }
+@test "docs: image pull options" { doc_sets_agree "image pull"; }
+@test "docs: pull options" { doc_sets_agree pull; }
 @test "docs: run options" { doc_sets_agree run; }
 @test "docs: exec options" { doc_sets_agree exec; }
 @test "docs: cp options" { doc_sets_agree cp; }
@@ -241,7 +243,7 @@ EOF
 @test "docs: update options" { doc_sets_agree update; }
 
 @test "docs: every implemented command has an options test above" {
-  local tested=$'cp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage rm\nkill\nload\nls\nrun\nupdate'
+  local tested=$'cp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage pull\nimage rm\nkill\nload\nls\npull\nrun\nupdate'
   run diff <(echo "$tested") <(help_commands -i | sort)
   echo "$output"
   [ "$status" -eq 0 ]
