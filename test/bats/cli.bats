@@ -70,7 +70,7 @@ teardown() { common_teardown; }
 }
 
 @test "commands not implemented yet say so and exit 125" {
-  for c in build network pull "image pull"; do
+  for c in build network; do
     # shellcheck disable=SC2086
     run_ax $c x
     assert_agsx_error "is not implemented yet"
