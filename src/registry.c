@@ -437,7 +437,7 @@ struct xfer {
   long status;
   /* memory sink */
   char *buf;
-  size_t len, max;
+  size_t len, cap, max;
   bool too_big;
   /* file sink (blobs) */
   int fd;
@@ -511,7 +511,13 @@ static size_t on_data_mem(char *data, size_t size, size_t nmemb, void *p) {
     x->too_big = true;
     return 0;
   }
-  x->buf = xrealloc(x->buf, x->len + n + 1);
+  if (x->buf == NULL || x->len + n + 1 > x->cap) {
+    size_t cap = x->cap ? x->cap : 16384;
+    while (cap < x->len + n + 1)
+      cap *= 2;
+    x->buf = xrealloc(x->buf, cap);
+    x->cap = cap;
+  }
   memcpy(x->buf + x->len, data, n);
   x->len += n;
   x->buf[x->len] = '\0';
@@ -843,27 +849,37 @@ static void report(struct pull *p, bool force) {
 }
 
 /* Opens (and locks: a concurrent pull of the same blob waits) the partial
- * file of blob D. */
+ * file of blob D. The lock holder may have moved the file on meanwhile:
+ * then the name is opened again. */
 static int open_partial(struct pull *p, const struct agsx_descriptor *d, int64_t *ret_have,
                         agsx_error_t *err) {
-  _cleanup_close_ int fd = openat(p->partialfd, agsx_digest_hex(d->digest),
-                                  O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0)
-    return agsx_error_set(err, errno, "partial blob `%s`", d->digest);
-  if (flock(fd, LOCK_EX) < 0)
-    return agsx_error_set(err, errno, "lock partial blob `%s`", d->digest);
-  struct stat st;
-  if (fstat(fd, &st) < 0)
-    return agsx_error_set(err, errno, "partial blob `%s`", d->digest);
-  if (!S_ISREG(st.st_mode) || st.st_nlink != 1)
-    return agsx_error_set(err, 0, "partial blob `%s` is not a plain file", d->digest);
-  if (st.st_size > d->size) {
-    if (ftruncate(fd, 0) < 0)
+  const char *hex = agsx_digest_hex(d->digest);
+  for (int tries = 0;; tries++) {
+    _cleanup_close_ int fd =
+        openat(p->partialfd, hex, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
       return agsx_error_set(err, errno, "partial blob `%s`", d->digest);
-    st.st_size = 0;
+    if (flock(fd, LOCK_EX) < 0)
+      return agsx_error_set(err, errno, "lock partial blob `%s`", d->digest);
+    struct stat st, now;
+    if (fstat(fd, &st) < 0)
+      return agsx_error_set(err, errno, "partial blob `%s`", d->digest);
+    if (fstatat(p->partialfd, hex, &now, AT_SYMLINK_NOFOLLOW) < 0 || now.st_ino != st.st_ino ||
+        now.st_dev != st.st_dev) {
+      if (tries < 8)
+        continue;
+      return agsx_error_set(err, 0, "partial blob `%s` keeps changing", d->digest);
+    }
+    if (!S_ISREG(st.st_mode) || st.st_nlink != 1)
+      return agsx_error_set(err, 0, "partial blob `%s` is not a plain file", d->digest);
+    if (st.st_size > d->size) {
+      if (ftruncate(fd, 0) < 0)
+        return agsx_error_set(err, errno, "partial blob `%s`", d->digest);
+      st.st_size = 0;
+    }
+    *ret_have = st.st_size;
+    return steal_fd(&fd);
   }
-  *ret_have = st.st_size;
-  return steal_fd(&fd);
 }
 
 /* Moves a downloaded blob from partial/ into the work dir, which verifies
@@ -924,6 +940,13 @@ static int finish_blob(struct pull *p, struct xfer *x, CURLcode c, agsx_error_t 
   return 0;
 }
 
+static const struct agsx_manifest *sort_ctx;
+static int cmp_layer_digest(const void *a, const void *b) {
+  size_t x = *(const size_t *)a, y = *(const size_t *)b;
+  int c = strcmp(sort_ctx->layers[x].digest, sort_ctx->layers[y].digest);
+  return c ? c : (x > y) - (x < y);
+}
+
 /* Downloads the blobs of LAYERS not yet in the store into partial/, up to
  * AGSX_REGISTRY_PARALLEL at a time. */
 static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_error_t *err) {
@@ -935,12 +958,18 @@ static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_
     xs[i].desc = &mf->layers[i];
   }
   p->prog.layers_total = n;
+  /* Partial files are locked in digest order, so two pulls sharing layers
+   * in different orders cannot wait on each other. */
+  size_t *order = xmalloc((n + 1) * sizeof(*order));
+  for (size_t i = 0; i < n; i++)
+    order[i] = i;
+  sort_ctx = mf;
+  qsort(order, n, sizeof(*order), cmp_layer_digest);
   int rc = 0;
-  for (size_t i = 0; i < n && rc == 0; i++) {
+  for (size_t k = 0; k < n && rc == 0; k++) {
+    size_t i = order[k];
     const struct agsx_descriptor *d = &mf->layers[i];
-    bool dup = false;
-    for (size_t j = 0; j < i; j++)
-      dup = dup || strcmp(mf->layers[j].digest, d->digest) == 0;
+    bool dup = k > 0 && strcmp(mf->layers[order[k - 1]].digest, d->digest) == 0;
     if (dup || agsx_store_has_blob(p->store, d->digest)) {
       p->prog.layers_skipped++;
       p->prog.layers_done++;
@@ -953,6 +982,16 @@ static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_
       rc = -1;
       break;
     }
+    if (agsx_store_has_blob(p->store, d->digest)) {
+      /* A concurrent pull committed it while we waited for the lock. */
+      if (xs[i].offset == 0)
+        unlinkat(p->partialfd, agsx_digest_hex(d->digest), 0);
+      agsx_closep(&xs[i].fd);
+      p->prog.layers_skipped++;
+      p->prog.layers_done++;
+      xs[i].done = true;
+      continue;
+    }
     p->prog.bytes_total += d->size;
     p->prog.bytes_done += xs[i].offset;
     if (xs[i].offset == d->size) {
@@ -963,13 +1002,12 @@ static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_
     }
     todo[ntodo++] = i;
   }
+  free(order);
   CURLM *m = rc == 0 ? cu.multi_init() : NULL;
   size_t next = 0, running_n = 0;
-  int64_t bytes_base = p->prog.bytes_done;
   while (rc == 0 && (next < ntodo || running_n > 0)) {
     while (next < ntodo && running_n < AGSX_REGISTRY_PARALLEL && rc == 0) {
       struct xfer *x = &xs[todo[next++]];
-      bytes_base -= x->offset; /* counted live from here on */
       rc = start_blob(p, m, x, x->desc, err);
       running_n++;
     }
@@ -999,7 +1037,7 @@ static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_
       x->done = true;
       p->prog.layers_done++;
     }
-    int64_t live = bytes_base;
+    int64_t live = 0;
     for (size_t i = 0; i < n; i++)
       if (xs[i].fd >= 0)
         live += xs[i].offset;

@@ -24,7 +24,7 @@ setup() {
 
 teardown() {
   local leaks=""
-  for d in "$T"/reg "$T"/reg2 "$T"/px "$T"/tls; do
+  for d in "$T"/reg "$T"/reg2 "$T"/px "$T"/px2 "$T"/tls; do
     [ -d "$d" ] && "$FIXTURES/registry" stop "$d"
   done
   if pgrep -f "docker-registry serve $T/" >/dev/null || pgrep -f "serve-proxy $T/" >/dev/null; then
@@ -174,6 +174,20 @@ assert_runs() { # assert_runs REF: the image runs and skopeo reads it from the s
   run_ax pull --authfile "$T/a.json" "$PX/test/bb:1"
   assert_success
   grep -q '^GET /token.* auth=Basic' "$T/px/proxy.log"
+}
+
+@test "blob redirects are followed without the registry's credentials" {
+  registry
+  push "$BB:busybox:latest" test/bb:1
+  # blob storage on another host (127.0.0.2), which must not see the token
+  PX2=$("$FIXTURES/registry" proxy "$T/px2" --upstream "$REG" --addr 127.0.0.2)
+  PX=$("$FIXTURES/registry" proxy "$T/px" --upstream "$REG" --bearer --redirect-blobs "http://$PX2")
+  run_ax pull "$PX/test/bb:1"
+  assert_success
+  [ "$(grep -c '/blobs/.*auth=Bearer' "$T/px/proxy.log")" -eq 3 ] || { cat "$T/px/proxy.log" >&3; false; }
+  [ "$(grep -c '/blobs/.*auth=none' "$T/px2/proxy.log")" -eq 3 ] || { cat "$T/px2/proxy.log" >&3; false; }
+  none grep -q 'auth=Bearer' "$T/px2/proxy.log"
+  assert_runs "$PX/test/bb:1"
 }
 
 @test "a corrupted blob on the registry is refused: no image, no stray files" {
