@@ -615,15 +615,22 @@ static int get_mem(struct registry *r, const char *url, const char *accept, size
   x->fd = -1;
   x->max = max;
   snprintf(x->url, sizeof(x->url), "%s", url);
-  if (xfer_setup(x, r, accept, err) < 0)
+  if (xfer_setup(x, r, accept, err) < 0) {
+    xfer_clear(x);
     return -1;
+  }
   cu.easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_data_mem);
   cu.easy_setopt(x->h, CURLOPT_WRITEDATA, x);
   CURLcode c = cu.easy_perform(x->h);
+  int rc = 0;
   if (x->too_big)
-    return agsx_error_set(err, 0, "%s: response larger than %zu bytes", url, max);
-  if (c != CURLE_OK)
-    return curl_error(x, c, err);
+    rc = agsx_error_set(err, 0, "%s: response larger than %zu bytes", url, max);
+  else if (c != CURLE_OK)
+    rc = curl_error(x, c, err);
+  if (rc < 0) {
+    xfer_clear(x); /* callers own X only on success */
+    return -1;
+  }
   cu.easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &x->status);
   return (int)x->status;
 }
