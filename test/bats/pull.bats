@@ -311,3 +311,17 @@ print(" ".join(l["digest"].split(":")[1] for l in m["layers"]))' "$BB"); do
   run_ax image ls -q
   [ -z "$output" ] || { show_run; false; }
 }
+
+@test "progress on stderr only when it is a terminal" {
+  registry
+  push "$BB:busybox:latest" test/bb:1
+  ax pull "$REG/test/bb:1" >"$T/out" 2>"$T/err"
+  [ ! -s "$T/err" ] || { cat "$T/err" >&3; false; }
+  grep -qx "$REG/test/bb:1" "$T/out"
+  run_ax image rm "$REG/test/bb:1"
+  # under a pseudo-terminal: a status line redrawn in place, then cleared
+  run script -qec "timeout 60 $AGSX --root $ROOT pull $REG/test/bb:1" /dev/null
+  [ "$status" -eq 0 ] || { show_run; false; }
+  [[ "$output" == *"layers 2/2"* ]] || { show_run; false; }
+  [[ "$output" == *"$REG/test/bb:1"* ]] || { show_run; false; }
+}
