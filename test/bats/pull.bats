@@ -273,8 +273,8 @@ print(" ".join(l["digest"].split(":")[1] for l in m["layers"]))' "$BB"); do
   assert_runs "$REG/test/bb:1"
 }
 
-@test "https with a registry CA from certs.d (AGSX_CERTS_DIR); unknown CA refused" {
-  mkdir -p "$T/tls" "$T/certs"
+make_certs() { # CA and a server certificate for 127.0.0.2 in $T/tls
+  mkdir -p "$T/tls"
   (
     cd "$T/tls"
     openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 \
@@ -284,6 +284,26 @@ print(" ".join(l["digest"].split(":")[1] for l in m["layers"]))' "$BB"); do
     openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out srv.crt -days 2 \
       -extfile ext 2>/dev/null
   )
+}
+
+@test "an https registry's blob redirect to plain http is refused" {
+  registry
+  push "$BB:busybox:latest" test/bb:1
+  make_certs
+  PX2=$("$FIXTURES/registry" proxy "$T/px2" --upstream "$REG")
+  PX=$("$FIXTURES/registry" proxy "$T/px" --upstream "$REG" --addr 127.0.0.2 \
+    --redirect-blobs "http://$PX2" --tls "$T/tls/srv.crt" "$T/tls/srv.key")
+  mkdir -p "$T/certs/$PX"
+  cp "$T/tls/ca.crt" "$T/certs/$PX/ca.crt"
+  AGSX_CERTS_DIR=$T/certs run_ax pull "$PX/test/bb:1"
+  assert_agsx_error "Protocol \"http\" not supported"
+  none grep -q /blobs/ "$T/px2/proxy.log"
+  run_ax image ls -q
+  [ -z "$output" ] || { show_run; false; }
+}
+
+@test "https with a registry CA from certs.d (AGSX_CERTS_DIR); unknown CA refused" {
+  make_certs
   REG=$("$FIXTURES/registry" start "$T/tls" --addr 127.0.0.2 --tls "$T/tls/srv.crt" "$T/tls/srv.key")
   REG_DIR=$T/tls
   skopeo copy --insecure-policy --dest-tls-verify=false "oci:$BB:busybox:latest" \
