@@ -58,7 +58,8 @@ static void describe(struct agsx_store *s, const struct agsx_store_image *img, s
   if (at) {
     /* "name@sha256:…" (pulled by digest): a name without a tag, as docker */
     r->name = xstrndup(img->ref, (size_t)(at - img->ref));
-    char *colon = strrchr(r->name, '/') ? strrchr(strrchr(r->name, '/'), ':') : strrchr(r->name, ':');
+    char *slash = strrchr(r->name, '/');
+    char *colon = strrchr(slash ? slash : r->name, ':');
     if (colon) {
       r->tag = xstrdup(colon + 1);
       *colon = '\0';

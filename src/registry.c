@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #define CERTS_DIR "/etc/agsx/certs.d"
 #define PARTIAL_DIR "partial"
@@ -789,7 +790,8 @@ static int get_manifest(struct registry *r, const char *reference, const char *e
     rc = agsx_error_set(err, 0, "manifest `%s` has %zu bytes, expected %lld", reference, x.len,
                         (long long)size);
   /* The media type: the document's own, else the Content-Type. */
-  _cleanup_json_ yajl_val v = rc == 0 ? agsx_json_parse(x.buf, x.len, AGSX_IMAGE_JSON_MAX, err) : NULL;
+  _cleanup_json_ yajl_val v =
+      rc == 0 ? agsx_json_parse(x.buf, x.len, AGSX_IMAGE_JSON_MAX, err) : NULL;
   const char *mt = v ? agsx_json_get_string(v, "mediaType") : NULL;
   if (rc == 0 && v == NULL)
     rc = agsx_error_wrap(err, "manifest `%s`", reference);
@@ -1176,6 +1178,32 @@ static int setup_registry(struct registry *reg, const struct agsx_image_ref *ref
   return load_credentials(reg, o ? o->authfile : NULL, err);
 }
 
+/* Partial downloads nobody resumed for a week are dropped (a pull holding
+ * one has it locked). */
+#define PARTIAL_MAX_AGE_SEC (7 * 86400)
+static void clean_partials(int dirfd) {
+  int dup = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
+  _cleanup_dir_ DIR *d = dup >= 0 ? fdopendir(dup) : NULL;
+  if (d == NULL) {
+    if (dup >= 0)
+      close(dup);
+    return;
+  }
+  time_t now = time(NULL);
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    struct stat st;
+    if (de->d_name[0] == '.' ||
+        fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+        now - st.st_mtime < PARTIAL_MAX_AGE_SEC)
+      continue;
+    _cleanup_close_ int fd =
+        openat(dirfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0)
+      unlinkat(dirfd, de->d_name, 0);
+  }
+}
+
 static int do_pull(struct pull *p, const struct agsx_image_ref *ref, struct agsx_pull_result *res,
                    agsx_error_t *err) {
   if (ping(&p->reg, err) < 0)
@@ -1190,6 +1218,7 @@ static int do_pull(struct pull *p, const struct agsx_image_ref *ref, struct agsx
                                                             O_CLOEXEC);
   if (p->partialfd < 0)
     return agsx_error_set(err, errno, "open `%s`", PARTIAL_DIR);
+  clean_partials(p->partialfd);
   _cleanup_free_ char *work = NULL;
   p->workfd = agsx_store_mkwork(p->store, "pull", &work, err);
   if (p->workfd < 0)

@@ -345,3 +345,15 @@ make_certs() { # CA and a server certificate for 127.0.0.2 in $T/tls
   [[ "$output" == *"layers 2/2"* ]] || { show_run; false; }
   [[ "$output" == *"$REG/test/bb:1"* ]] || { show_run; false; }
 }
+
+@test "partial downloads nobody resumed for a week are dropped by the next pull" {
+  registry
+  push "$BB:busybox:latest" test/bb:1
+  mkdir -p "$ROOT/partial"
+  head -c 1000 /dev/zero >"$ROOT/partial/$(printf '%064d' 1)"
+  head -c 1000 /dev/zero >"$ROOT/partial/$(printf '%064d' 2)"
+  touch -d '8 days ago' "$ROOT/partial/$(printf '%064d' 1)"
+  run_ax pull "$REG/test/bb:1"
+  assert_success
+  [ "$(ls "$ROOT/partial")" = "$(printf '%064d' 2)" ] || { ls -l "$ROOT/partial" >&3; false; }
+}

@@ -138,7 +138,8 @@ static void ref(const char *in, const char *domain, const char *path, const char
     tap_is_str(r.path, path, "path of %s", in);
     tap_ok((tag == NULL && r.tag == NULL) || (tag && r.tag && !strcmp(r.tag, tag)), "tag of %s",
            in);
-    tap_ok((digest == NULL && r.digest == NULL) || (digest && r.digest && !strcmp(r.digest, digest)),
+    tap_ok((digest == NULL && r.digest == NULL) ||
+               (digest && r.digest && !strcmp(r.digest, digest)),
            "digest of %s", in);
     tap_is_str(r.familiar, familiar, "familiar form of %s", in);
     agsx_image_ref_clear(&r);
