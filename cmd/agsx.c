@@ -38,6 +38,15 @@ static const struct agsx_option image_rm_opts[] = {
 
 static const struct agsx_option image_inspect_opts[] = {{0}};
 
+static const struct agsx_option image_pull_opts[] = {
+    {"quiet", 'q', NULL, "Print only the pulled image's name; no progress", O_QUIET},
+    {"json", 0, NULL, "Print the result as JSON: name, ref, digest, id", O_JSON},
+    {"authfile", 0, "FILE", "Credentials (Docker config.json; default ~/.docker/config.json)",
+     O_AUTHFILE},
+    {"insecure", 0, NULL, "Allow plain HTTP and unverified TLS for this registry", O_INSECURE},
+    {0},
+};
+
 static const struct agsx_option gc_opts[] = {
     {"images", 0, NULL, "Also remove blobs and unpacked layers no image uses", O_IMAGES},
     {"dry-run", 'n', NULL, "List what would be removed, remove nothing", O_DRY_RUN},
@@ -170,11 +179,12 @@ const struct agsx_command agsx_commands[] = {
     {"image rm", "[OPTIONS] IMAGE...", "Remove images", image_rm_opts, agsx_cmd_image_rm, NULL},
     {"image inspect", "IMAGE...", "Show images' manifest and config as JSON", image_inspect_opts,
      agsx_cmd_image_inspect, NULL},
-    {"image pull", "[OPTIONS] REF", "Pull an image from a registry", none, agsx_cmd_not_yet, NULL},
+    {"image pull", "[OPTIONS] REF", "Pull an image from a registry", image_pull_opts,
+     agsx_cmd_image_pull, NULL},
     {"load", "[OPTIONS] PATH", "Load images (alias of image load)", image_load_opts,
      agsx_cmd_image_load, "image load"},
-    {"pull", "[OPTIONS] REF", "Pull an image (alias of image pull)", none, agsx_cmd_not_yet,
-     "image pull"},
+    {"pull", "[OPTIONS] REF", "Pull an image (alias of image pull)", image_pull_opts,
+     agsx_cmd_image_pull, "image pull"},
     {"network create", "[OPTIONS] --subnet CIDR NAME", "Create a vpc network",
      network_create_opts, agsx_cmd_network_create, NULL},
     {"network ls", "[OPTIONS]", "List networks", network_ls_opts, agsx_cmd_network_ls, NULL},

@@ -37,7 +37,7 @@ enum {
   O_TAG = 1, O_QUIET, O_DIGESTS, O_DRY_RUN, O_IMAGES, O_JSON,
   O_RM, O_INTERACTIVE, O_TTY, O_READ_ONLY, O_TIMING, O_USER, O_WORKDIR, O_HOSTNAME, O_NETWORK,
   O_SECURITY_OPT, O_ENV, O_VOLUME, O_TIMEOUT, O_MEMORY, O_DISK, O_PIDS, O_CPUS,
-  O_DETACH, O_NAME, O_ALL, O_SIGNAL, O_ARCHIVE, O_FOLLOW_LINK, O_PUBLISH,
+  O_DETACH, O_NAME, O_ALL, O_SIGNAL, O_ARCHIVE, O_FOLLOW_LINK, O_PUBLISH, O_INSECURE, O_AUTHFILE,
   O_ALLOW, O_DENY, O_RULES, O_SUBNET,
   O_FILE, O_BUILD_ARG, O_NO_CACHE, O_PLATFORM,
 };
@@ -67,6 +67,7 @@ int agsx_cmd_image_ls(struct agsx_ctx *, const struct agsx_command *, int, char 
 int agsx_cmd_image_load(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_image_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_image_inspect(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_image_pull(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_run(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_cp(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_exec(struct agsx_ctx *, const struct agsx_command *, int, char **);

@@ -54,7 +54,17 @@ struct row {
 static void describe(struct agsx_store *s, const struct agsx_store_image *img, struct row *r) {
   memcpy(r->digest, img->manifest.digest, AGSX_DIGEST_LEN);
   r->ref = img->ref ? xstrdup(img->ref) : NULL;
-  if (img->ref) {
+  const char *at = img->ref ? strchr(img->ref, '@') : NULL;
+  if (at) {
+    /* "name@sha256:…" (pulled by digest): a name without a tag, as docker */
+    r->name = xstrndup(img->ref, (size_t)(at - img->ref));
+    char *slash = strrchr(r->name, '/');
+    char *colon = strrchr(slash ? slash : r->name, ':');
+    if (colon) {
+      r->tag = xstrdup(colon + 1);
+      *colon = '\0';
+    }
+  } else if (img->ref) {
     const char *slash = strrchr(img->ref, '/');
     const char *colon = strrchr(slash ? slash : img->ref, ':');
     r->name = colon ? xstrndup(img->ref, (size_t)(colon - img->ref)) : xstrdup(img->ref);

@@ -6,14 +6,16 @@ set -euo pipefail
 # build: toolchain and the libraries of configure.ac
 pkgs=(autoconf automake libtool pkg-config make gcc libc6-dev
       libseccomp-dev libyajl-dev libnl-3-dev libnl-route-3-dev zlib1g-dev
-      libarchive-dev libssl-dev libzstd-dev)
+      libarchive-dev libssl-dev libzstd-dev libcurl4-openssl-dev)
 # run time: public and vpc networks load libnftables with dlopen()
 pkgs+=(libnftables1)
+# pull: libcurl is dlopen()ed at pull time
+pkgs+=(libcurl4)
 # tests and fixtures: bats, busybox-static and a static libc for the probe,
 # skopeo/umoci for interoperability, debootstrap for the Python rootfs,
 # clang with libFuzzer and the sanitizer runtimes
 pkgs+=(bats busybox-static skopeo umoci debootstrap clang libclang-rt-14-dev
-       python3 xz-utils zstd)
+       python3 xz-utils zstd docker-registry apache2-utils openssl)
 # network tests build their namespaces with ip, nsenter and unshare, and
 # inspect agsx's rules with nft
 pkgs+=(iproute2 util-linux nftables)

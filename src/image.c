@@ -414,9 +414,19 @@ char *agsx_image_ref_normalize(const char *ref, agsx_error_t *err) {
       break;
     p = s + 1;
   }
-  char *out = digest && !tag ? xasprintf("%s@%s", name, digest)
-              : digest       ? xasprintf("%s:%s@%s", name, tag, digest)
-                             : xasprintf("%s:%s", name, tag ? tag : "latest");
+  /* Docker's familiar form: docker.io/library/x is x, docker.io/u/x is u/x,
+   * so a name pulled in either spelling is found in both. */
+  const char *short_name = name;
+  if (agsx_str_has_prefix(short_name, "docker.io/"))
+    short_name += strlen("docker.io/");
+  else if (agsx_str_has_prefix(short_name, "index.docker.io/"))
+    short_name += strlen("index.docker.io/");
+  if (short_name != name && agsx_str_has_prefix(short_name, "library/") &&
+      strchr(short_name + strlen("library/"), '/') == NULL)
+    short_name += strlen("library/");
+  char *out = digest && !tag ? xasprintf("%s@%s", short_name, digest)
+              : digest       ? xasprintf("%s:%s@%s", short_name, tag, digest)
+                             : xasprintf("%s:%s", short_name, tag ? tag : "latest");
   /* The normalised form obeys the same bound (normalising is idempotent). */
   if (strlen(out) > 255) {
     free(out);
@@ -424,4 +434,45 @@ char *agsx_image_ref_normalize(const char *ref, agsx_error_t *err) {
     return NULL;
   }
   return out;
+}
+
+void agsx_image_ref_clear(struct agsx_image_ref *r) {
+  free(r->domain);
+  free(r->path);
+  free(r->tag);
+  free(r->digest);
+  free(r->familiar);
+  memset(r, 0, sizeof(*r));
+}
+
+int agsx_image_ref_parse(const char *ref, struct agsx_image_ref *ret, agsx_error_t *err) {
+  memset(ret, 0, sizeof(*ret));
+  _cleanup_free_ char *norm = agsx_image_ref_normalize(ref, err);
+  if (norm == NULL)
+    return -1;
+  ret->familiar = xstrdup(norm);
+  char *at = strchr(norm, '@');
+  if (at) {
+    *at = '\0';
+    ret->digest = xstrdup(at + 1);
+  }
+  char *slash = strrchr(norm, '/');
+  char *colon = strrchr(slash ? slash : norm, ':');
+  if (colon) {
+    *colon = '\0';
+    ret->tag = xstrdup(colon + 1);
+  }
+  /* The first component is a registry when it looks like a host (as the
+   * normaliser decided); else the image is on Docker Hub. */
+  char *first = strchr(norm, '/');
+  size_t n = first ? (size_t)(first - norm) : 0;
+  if (first && (memchr(norm, '.', n) || memchr(norm, ':', n) ||
+                (n == 9 && strncmp(norm, "localhost", 9) == 0))) {
+    ret->domain = xstrndup(norm, n);
+    ret->path = xstrdup(first + 1);
+  } else {
+    ret->domain = xstrdup("docker.io");
+    ret->path = first ? xstrdup(norm) : xasprintf("library/%s", norm);
+  }
+  return 0;
 }

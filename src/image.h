@@ -82,7 +82,19 @@ int agsx_index_select_platform(const struct agsx_index *ix, agsx_error_t *err);
 /* Image references as stored in index.json: "name:tag" or "name@sha256:…".
  * NAME follows the Docker grammar (lowercase path components, optional
  * registry host[:port]); a missing tag means "latest". Returns the
- * normalised reference. */
+ * normalised reference, in Docker's familiar form (docker.io/library/x is
+ * x, docker.io/u/x is u/x). */
 char *agsx_image_ref_normalize(const char *ref, agsx_error_t *err);
+
+/* A reference split for a registry: "python:3.12" is domain "docker.io",
+ * path "library/python", tag "3.12". FAMILIAR is the normalised form the
+ * store names the image by ("python:3.12", "ghcr.io/a/b:latest",
+ * "x@sha256:…"). DIGEST is NULL for a tag reference; a reference with both
+ * keeps both (the digest wins when pulling). */
+struct agsx_image_ref {
+  char *domain, *path, *tag, *digest, *familiar;
+};
+int agsx_image_ref_parse(const char *ref, struct agsx_image_ref *ret, agsx_error_t *err);
+void agsx_image_ref_clear(struct agsx_image_ref *r);
 
 #endif

@@ -229,7 +229,7 @@ complete -c agsx -n '__agsx_cmd' -a gc -d 'Remove what ended sandboxes and crash
 complete -c agsx -n '__agsx_cmd' -a build -d 'Build an image from a Dockerfile'
 complete -c agsx -n '__agsx_cmd' -a image -d 'Manage images'
 complete -c agsx -n '__agsx_cmd' -a load -d 'Load images (alias of image load)'
-complete -c agsx -n '__agsx_cmd' -a pull -d 'Pull an image (alias of image pull) (not implemented yet)'
+complete -c agsx -n '__agsx_cmd' -a pull -d 'Pull an image (alias of image pull)'
 complete -c agsx -n '__agsx_cmd' -a network -d 'Manage networks'
 
 # agsx image
@@ -237,7 +237,7 @@ complete -c agsx -n '__agsx_cmd image' -a ls -d 'List images'
 complete -c agsx -n '__agsx_cmd image' -a load -d 'Load images from an OCI layout, an oci-archive or a docker-archive'
 complete -c agsx -n '__agsx_cmd image' -a rm -d 'Remove images'
 complete -c agsx -n '__agsx_cmd image' -a inspect -d "Show images' manifest and config as JSON"
-complete -c agsx -n '__agsx_cmd image' -a pull -d 'Pull an image from a registry (not implemented yet)'
+complete -c agsx -n '__agsx_cmd image' -a pull -d 'Pull an image from a registry'
 complete -c agsx -n '__agsx_cmd image' -s h -l help -d 'Show this help'
 
 # agsx network
@@ -381,7 +381,17 @@ complete -c agsx -n '__agsx_cmd build' -s q -l quiet -d 'Print only the image id
 complete -c agsx -n '__agsx_cmd build' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd build' -a '(__fish_complete_directories)'
 
-# Commands that are not implemented yet: --help only.
-for c in pull 'image pull'
-    complete -c agsx -n "__agsx_cmd $c" -s h -l help -d 'Show this help'
-end
+
+# agsx image pull (and its alias agsx pull): REF is typed, not completed.
+complete -c agsx -n '__agsx_cmd image pull' -s q -l quiet -d "Print only the pulled image's name; no progress"
+complete -c agsx -n '__agsx_cmd image pull' -l json -d 'Print the result as JSON: name, ref, digest, id'
+complete -c agsx -n '__agsx_cmd image pull' -l authfile -r -F -d 'Credentials (Docker config.json)'
+complete -c agsx -n '__agsx_cmd image pull' -l insecure -d 'Allow plain HTTP and unverified TLS for this registry'
+complete -c agsx -n '__agsx_cmd image pull' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd image pull' -f
+complete -c agsx -n '__agsx_cmd pull' -s q -l quiet -d "Print only the pulled image's name; no progress"
+complete -c agsx -n '__agsx_cmd pull' -l json -d 'Print the result as JSON: name, ref, digest, id'
+complete -c agsx -n '__agsx_cmd pull' -l authfile -r -F -d 'Credentials (Docker config.json)'
+complete -c agsx -n '__agsx_cmd pull' -l insecure -d 'Allow plain HTTP and unverified TLS for this registry'
+complete -c agsx -n '__agsx_cmd pull' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd pull' -f

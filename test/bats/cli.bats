@@ -69,14 +69,6 @@ teardown() { common_teardown; }
   assert_agsx_error "needs a value"
 }
 
-@test "commands not implemented yet say so and exit 125" {
-  for c in pull "image pull"; do
-    # shellcheck disable=SC2086
-    run_ax $c x
-    assert_agsx_error "is not implemented yet"
-  done
-}
-
 @test "global options: --root, AGSX_ROOT and --json" {
   # listing never creates a store
   run_ax image ls

@@ -1,0 +1,1274 @@
+/* agsx — registry: OCI distribution API client (pull). */
+#include "config.h"
+
+#include "registry.h"
+
+#include "image.h"
+#include "json.h"
+#include "store.h"
+
+#define CURL_DISABLE_TYPECHECK 1
+#include <curl/curl.h>
+#include <ctype.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define CERTS_DIR "/etc/agsx/certs.d"
+#define PARTIAL_DIR "partial"
+#define NESTING_MAX 4
+#define URL_MAX 4096
+#define HEADER_MAX 8192
+
+/* ---- libcurl, loaded at pull time -------------------------------------------------------- */
+
+static struct {
+  void *handle;
+  CURLcode (*global_init)(long);
+  CURL *(*easy_init)(void);
+  CURLcode (*easy_setopt)(CURL *, CURLoption, ...);
+  CURLcode (*easy_perform)(CURL *);
+  CURLcode (*easy_getinfo)(CURL *, CURLINFO, ...);
+  void (*easy_cleanup)(CURL *);
+  const char *(*easy_strerror)(CURLcode);
+  char *(*easy_escape)(CURL *, const char *, int);
+  void (*free)(void *);
+  struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
+  void (*slist_free_all)(struct curl_slist *);
+  CURLM *(*multi_init)(void);
+  CURLMcode (*multi_add_handle)(CURLM *, CURL *);
+  CURLMcode (*multi_remove_handle)(CURLM *, CURL *);
+  CURLMcode (*multi_perform)(CURLM *, int *);
+  CURLMcode (*multi_poll)(CURLM *, struct curl_waitfd *, unsigned int, int, int *);
+  CURLMsg *(*multi_info_read)(CURLM *, int *);
+  CURLMcode (*multi_cleanup)(CURLM *);
+  const char *(*multi_strerror)(CURLMcode);
+} cu;
+
+static int curl_load(agsx_error_t *err) {
+  if (cu.handle)
+    return 0;
+  const char *lib = getenv("AGSX_LIBCURL") ? getenv("AGSX_LIBCURL") : "libcurl.so.4";
+  void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL)
+    return agsx_error_set(err, 0, "pull needs libcurl (apt-get install libcurl4): %s", dlerror());
+  static const struct {
+    const char *name;
+    size_t off;
+  } syms[] = {
+#define S(f, n) {"curl_" n, offsetof(__typeof__(cu), f)}
+      S(global_init, "global_init"),     S(easy_init, "easy_init"),
+      S(easy_setopt, "easy_setopt"),     S(easy_perform, "easy_perform"),
+      S(easy_getinfo, "easy_getinfo"),   S(easy_cleanup, "easy_cleanup"),
+      S(easy_strerror, "easy_strerror"), S(easy_escape, "easy_escape"),
+      S(free, "free"),                   S(slist_append, "slist_append"),
+      S(slist_free_all, "slist_free_all"), S(multi_init, "multi_init"),
+      S(multi_add_handle, "multi_add_handle"), S(multi_remove_handle, "multi_remove_handle"),
+      S(multi_perform, "multi_perform"), S(multi_poll, "multi_poll"),
+      S(multi_info_read, "multi_info_read"), S(multi_cleanup, "multi_cleanup"),
+      S(multi_strerror, "multi_strerror"),
+#undef S
+  };
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(syms); i++) {
+    void *p = dlsym(h, syms[i].name);
+    if (p == NULL) {
+      dlclose(h);
+      return agsx_error_set(err, 0, "pull needs libcurl >= 7.66 (apt-get install libcurl4): no %s",
+                            syms[i].name);
+    }
+    memcpy((char *)&cu + syms[i].off, &p, sizeof(p));
+  }
+  if (cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+    dlclose(h);
+    return agsx_error_set(err, 0, "libcurl initialisation failed");
+  }
+  cu.handle = h;
+  return 0;
+}
+
+/* ---- parsers of untrusted input ------------------------------------------------------------ */
+
+void agsx_auth_challenge_clear(struct agsx_auth_challenge *c) {
+  free(c->scheme);
+  free(c->realm);
+  free(c->service);
+  free(c->scope);
+  memset(c, 0, sizeof(*c));
+}
+
+static bool is_token_char(char c) {
+  return isalnum((unsigned char)c) || strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+/* RFC 7235: scheme 1*SP param *( OWS "," OWS param ), param = token "="
+ * ( token / quoted-string ). Only the first challenge is read. */
+int agsx_registry_parse_challenge(const char *hdr, size_t len, struct agsx_auth_challenge *ret,
+                                  agsx_error_t *err) {
+  memset(ret, 0, sizeof(*ret));
+  if (len > AGSX_REGISTRY_CHALLENGE_MAX)
+    return agsx_error_set(err, 0, "WWW-Authenticate header longer than %u bytes",
+                          AGSX_REGISTRY_CHALLENGE_MAX);
+  if (memchr(hdr, '\0', len))
+    return agsx_error_set(err, 0, "WWW-Authenticate header contains a NUL byte");
+  const char *p = hdr, *end = hdr + len;
+  while (p < end && (*p == ' ' || *p == '\t'))
+    p++;
+  const char *s = p;
+  while (p < end && is_token_char(*p))
+    p++;
+  if (p == s)
+    return agsx_error_set(err, 0, "WWW-Authenticate header without a scheme");
+  ret->scheme = xstrndup(s, (size_t)(p - s));
+  for (char *c = ret->scheme; *c; c++)
+    *c = (char)tolower((unsigned char)*c);
+  _cleanup_free_ char *val = xmalloc(len + 1);
+  for (;;) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
+      p++;
+    if (p >= end)
+      return 0;
+    const char *k = p;
+    while (p < end && is_token_char(*p))
+      p++;
+    size_t kn = (size_t)(p - k);
+    while (p < end && (*p == ' ' || *p == '\t'))
+      p++;
+    if (kn == 0 || p >= end || *p != '=')
+      goto bad;
+    p++;
+    while (p < end && (*p == ' ' || *p == '\t'))
+      p++;
+    size_t vn = 0;
+    if (p < end && *p == '"') {
+      for (p++;; p++) {
+        if (p >= end)
+          goto bad;
+        if (*p == '"')
+          break;
+        if (*p == '\\' && ++p >= end)
+          goto bad;
+        val[vn++] = *p;
+      }
+      p++;
+    } else {
+      while (p < end && is_token_char(*p))
+        val[vn++] = *p++;
+      /* token68 padding ("=="), not a registry parameter but legal */
+      while (p < end && *p == '=')
+        p++;
+    }
+    val[vn] = '\0';
+    char **dst = kn == 5 && strncasecmp(k, "realm", 5) == 0     ? &ret->realm
+                 : kn == 7 && strncasecmp(k, "service", 7) == 0 ? &ret->service
+                 : kn == 5 && strncasecmp(k, "scope", 5) == 0   ? &ret->scope
+                                                                : NULL;
+    if (dst) {
+      free(*dst);
+      *dst = xstrdup(val);
+    }
+    while (p < end && (*p == ' ' || *p == '\t'))
+      p++;
+    if (p < end && *p != ',')
+      goto bad;
+  }
+bad:
+  agsx_auth_challenge_clear(ret);
+  return agsx_error_set(err, 0, "malformed WWW-Authenticate header");
+}
+
+int agsx_registry_parse_token(const char *buf, size_t len, char **ret_token, agsx_error_t *err) {
+  _cleanup_json_ yajl_val v = agsx_json_parse(buf, len, AGSX_REGISTRY_TOKEN_MAX, err);
+  if (v == NULL)
+    return agsx_error_wrap(err, "token response");
+  if (!YAJL_IS_OBJECT(v))
+    return agsx_error_set(err, 0, "token response: not a JSON object");
+  const char *t = agsx_json_get_string(v, "token");
+  if (t == NULL || *t == '\0')
+    t = agsx_json_get_string(v, "access_token");
+  if (t == NULL || *t == '\0')
+    return agsx_error_set(err, 0, "token response without a token");
+  /* It goes into an HTTP header: visible ASCII only. */
+  for (const char *c = t; *c; c++)
+    if (*c <= ' ' || *c > '~')
+      return agsx_error_set(err, 0, "token response: invalid character in the token");
+  if (strlen(t) > 65536)
+    return agsx_error_set(err, 0, "token response: token longer than 64 KiB");
+  *ret_token = xstrdup(t);
+  return 0;
+}
+
+static int b64val(unsigned char c) {
+  if (c >= 'A' && c <= 'Z')
+    return c - 'A';
+  if (c >= 'a' && c <= 'z')
+    return c - 'a' + 26;
+  if (c >= '0' && c <= '9')
+    return c - '0' + 52;
+  if (c == '+')
+    return 62;
+  if (c == '/')
+    return 63;
+  return -1;
+}
+
+static char *b64decode(const char *s, size_t *ret_len) {
+  size_t n = strlen(s);
+  char *out = xmalloc(n / 4 * 3 + 4);
+  size_t o = 0;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '=') {
+      for (; i < n; i++)
+        if (s[i] != '=') {
+          free(out);
+          return NULL;
+        }
+      break;
+    }
+    int v = b64val((unsigned char)s[i]);
+    if (v < 0) {
+      free(out);
+      return NULL;
+    }
+    acc = (acc << 6) | (uint32_t)v;
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out[o++] = (char)((acc >> bits) & 0xff);
+    }
+  }
+  out[o] = '\0';
+  *ret_len = o;
+  return out;
+}
+
+static char *b64encode(const char *s, size_t n) {
+  static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  char *out = xmalloc((n + 2) / 3 * 4 + 1), *o = out;
+  for (size_t i = 0; i < n; i += 3) {
+    uint32_t v = (uint32_t)(unsigned char)s[i] << 16;
+    if (i + 1 < n)
+      v |= (uint32_t)(unsigned char)s[i + 1] << 8;
+    if (i + 2 < n)
+      v |= (unsigned char)s[i + 2];
+    *o++ = tab[(v >> 18) & 63];
+    *o++ = tab[(v >> 12) & 63];
+    *o++ = i + 1 < n ? tab[(v >> 6) & 63] : '=';
+    *o++ = i + 2 < n ? tab[v & 63] : '=';
+  }
+  *o = '\0';
+  return out;
+}
+
+/* "https://index.docker.io/v1/", "http://host:5000/v2", "host:5000" -> host[:port] */
+static bool auths_key_matches(const char *key, const char *domain) {
+  const char *k = key;
+  if (agsx_str_has_prefix(k, "https://"))
+    k += 8;
+  else if (agsx_str_has_prefix(k, "http://"))
+    k += 7;
+  size_t n = strcspn(k, "/");
+  if (strcmp(domain, "docker.io") == 0)
+    return (n == 16 && strncmp(k, "index.docker.io", 15) == 0) ||
+           (n == 15 && strncmp(k, "index.docker.io", 15) == 0) ||
+           (n == 9 && strncmp(k, "docker.io", 9) == 0) ||
+           (n == 20 && strncmp(k, "registry-1.docker.io", 20) == 0);
+  return strlen(domain) == n && strncmp(k, domain, n) == 0;
+}
+
+static bool printable(const char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s < ' ' || *s == 0x7f)
+      return false;
+  return true;
+}
+
+int agsx_registry_parse_auths(const char *buf, size_t len, const char *domain, char **ret_user,
+                              char **ret_password, agsx_error_t *err) {
+  _cleanup_json_ yajl_val v = agsx_json_parse(buf, len, AGSX_REGISTRY_AUTHFILE_MAX, err);
+  if (v == NULL)
+    return -1;
+  if (!YAJL_IS_OBJECT(v))
+    return agsx_error_set(err, 0, "not a JSON object");
+  yajl_val auths = agsx_json_get_object(v, "auths");
+  if (auths == NULL)
+    return 0;
+  for (size_t i = 0; i < auths->u.object.len; i++) {
+    if (!auths_key_matches(auths->u.object.keys[i], domain))
+      continue;
+    yajl_val e = auths->u.object.values[i];
+    if (!YAJL_IS_OBJECT(e))
+      return agsx_error_set(err, 0, "auths entry `%.100s` is not an object",
+                            auths->u.object.keys[i]);
+    const char *a = agsx_json_get_string(e, "auth");
+    const char *u = agsx_json_get_string(e, "username");
+    const char *pw = agsx_json_get_string(e, "password");
+    _cleanup_free_ char *dec = NULL;
+    if (a && *a) {
+      size_t n;
+      dec = b64decode(a, &n);
+      char *colon = dec ? memchr(dec, ':', n) : NULL;
+      if (dec == NULL || colon == NULL || strlen(dec) != n)
+        return agsx_error_set(err, 0, "auths entry `%.100s`: `auth` is not base64 of user:password",
+                              auths->u.object.keys[i]);
+      *colon = '\0';
+      u = dec;
+      pw = colon + 1;
+    }
+    if (u == NULL || pw == NULL || *u == '\0')
+      continue; /* e.g. a credential helper's entry: nothing usable here */
+    if (!printable(u) || !printable(pw))
+      return agsx_error_set(err, 0, "auths entry `%.100s`: control characters in credentials",
+                            auths->u.object.keys[i]);
+    *ret_user = xstrdup(u);
+    *ret_password = xstrdup(pw);
+    return 1;
+  }
+  return 0;
+}
+
+/* ---- one registry, over HTTP ----------------------------------------------------------------- */
+
+struct registry {
+  char *domain;    /* as named in the reference: "docker.io", "host:5000" */
+  char *host;      /* API host[:port]: "registry-1.docker.io" */
+  char *path;      /* repository: "library/busybox" */
+  const char *scheme;
+  bool insecure;   /* http allowed, TLS unverified */
+  char *cafile;    /* certs.d/HOST/ca.crt */
+  char *user, *password;
+  char *authz;     /* "Authorization: ..." header, once known */
+  bool tried_auth;
+};
+
+static void registry_clear(struct registry *r) {
+  free(r->domain);
+  free(r->host);
+  free(r->path);
+  free(r->cafile);
+  free(r->user);
+  if (r->password)
+    explicit_bzero(r->password, strlen(r->password));
+  free(r->password);
+  if (r->authz)
+    explicit_bzero(r->authz, strlen(r->authz));
+  free(r->authz);
+}
+
+/* Docker treats these as insecure registries implicitly. */
+static bool host_is_loopback(const char *host) {
+  size_t n = strcspn(host, ":");
+  if (host[0] == '[')
+    return agsx_str_has_prefix(host, "[::1]");
+  return (n == 9 && strncmp(host, "localhost", 9) == 0) ||
+         (n == 9 && strncmp(host, "127.0.0.1", 9) == 0);
+}
+
+static bool host_listed(const char *host, const char *list) {
+  if (list == NULL)
+    return false;
+  size_t hn = strlen(host);
+  for (const char *p = list; *p;) {
+    size_t n = strcspn(p, ", ");
+    if (n == hn && strncmp(p, host, n) == 0)
+      return true;
+    p += n;
+    p += strspn(p, ", ");
+  }
+  return false;
+}
+
+static int load_credentials(struct registry *r, const char *authfile, agsx_error_t *err) {
+  _cleanup_free_ char *def = NULL;
+  bool given = authfile != NULL;
+  if (!given) {
+    const char *dc = getenv("DOCKER_CONFIG");
+    const char *home = getenv("HOME");
+    if (dc && *dc)
+      def = xasprintf("%s/config.json", dc);
+    else if (home && *home)
+      def = xasprintf("%s/.docker/config.json", home);
+    else
+      return 0;
+    authfile = def;
+  }
+  _cleanup_close_ int fd = open(authfile, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    if (!given && errno == ENOENT)
+      return 0;
+    return agsx_error_set(err, errno, "credentials `%s`", authfile);
+  }
+  _cleanup_free_ char *buf = NULL;
+  size_t len;
+  if (agsx_read_fd(fd, AGSX_REGISTRY_AUTHFILE_MAX, &buf, &len, err) < 0 ||
+      agsx_registry_parse_auths(buf, len, r->domain, &r->user, &r->password, err) < 0)
+    return agsx_error_wrap(err, "credentials `%s`", authfile);
+  return 0;
+}
+
+static void find_cafile(struct registry *r) {
+  const char *dir = getenv("AGSX_CERTS_DIR") ? getenv("AGSX_CERTS_DIR") : CERTS_DIR;
+  const char *names[] = {r->domain, r->host};
+  for (size_t i = 0; i < 2; i++) {
+    if (strchr(names[i], '/') || strcmp(names[i], "..") == 0 || strcmp(names[i], ".") == 0)
+      continue;
+    char *p = xasprintf("%s/%s/ca.crt", dir, names[i]);
+    if (access(p, R_OK) == 0) {
+      r->cafile = p;
+      return;
+    }
+    free(p);
+  }
+}
+
+/* What one transfer receives: a bounded body in memory, or a file. */
+struct xfer {
+  struct registry *reg;
+  CURL *h;
+  struct curl_slist *hdrs;
+  char url[URL_MAX];
+  char errbuf[CURL_ERROR_SIZE];
+  /* response headers (of the last response) */
+  char *challenge, *content_type, *content_range;
+  long status;
+  /* memory sink */
+  char *buf;
+  size_t len, cap, max;
+  bool too_big;
+  /* file sink (blobs) */
+  int fd;
+  int64_t offset, size; /* bytes already in the file; expected total */
+  bool started, bad_status, bad_range;
+  const struct agsx_descriptor *desc;
+  bool done;
+};
+
+static void xfer_free_headers(struct xfer *x) {
+  free(x->challenge);
+  free(x->content_type);
+  free(x->content_range);
+  x->challenge = x->content_type = x->content_range = NULL;
+}
+
+static void xfer_clear(struct xfer *x) {
+  if (x->h)
+    cu.easy_cleanup(x->h);
+  if (x->hdrs)
+    cu.slist_free_all(x->hdrs);
+  xfer_free_headers(x);
+  free(x->buf);
+  x->h = NULL;
+  x->hdrs = NULL;
+  x->buf = NULL;
+}
+
+static char *header_value(const char *line, size_t n, const char *name) {
+  size_t nn = strlen(name);
+  if (n <= nn || strncasecmp(line, name, nn) != 0 || line[nn] != ':')
+    return NULL;
+  const char *v = line + nn + 1;
+  const char *end = line + n;
+  while (v < end && (*v == ' ' || *v == '\t'))
+    v++;
+  while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' '))
+    end--;
+  return xstrndup(v, (size_t)(end - v));
+}
+
+static size_t on_header(char *line, size_t size, size_t nmemb, void *data) {
+  struct xfer *x = data;
+  size_t n = size * nmemb;
+  if (n > HEADER_MAX)
+    return n; /* ignored; no header we need is that long */
+  if (n >= 5 && strncmp(line, "HTTP/", 5) == 0) {
+    xfer_free_headers(x); /* a new response (after a redirect) */
+    return n;
+  }
+  char *v;
+  if ((v = header_value(line, n, "www-authenticate"))) {
+    if (x->challenge == NULL)
+      x->challenge = v;
+    else
+      free(v);
+  } else if ((v = header_value(line, n, "content-type"))) {
+    free(x->content_type);
+    x->content_type = v;
+  } else if ((v = header_value(line, n, "content-range"))) {
+    free(x->content_range);
+    x->content_range = v;
+  }
+  return n;
+}
+
+static size_t on_data_mem(char *data, size_t size, size_t nmemb, void *p) {
+  struct xfer *x = p;
+  size_t n = size * nmemb;
+  if (n > x->max - x->len) {
+    x->too_big = true;
+    return 0;
+  }
+  if (x->buf == NULL || x->len + n + 1 > x->cap) {
+    size_t cap = x->cap ? x->cap : 16384;
+    while (cap < x->len + n + 1)
+      cap *= 2;
+    x->buf = xrealloc(x->buf, cap);
+    x->cap = cap;
+  }
+  memcpy(x->buf + x->len, data, n);
+  x->len += n;
+  x->buf[x->len] = '\0';
+  return n;
+}
+
+/* "bytes START-END/TOTAL" must start where our file ends. */
+static bool range_ok(const char *cr, int64_t offset) {
+  long long start;
+  return cr && sscanf(cr, "bytes %lld-", &start) == 1 && start == offset;
+}
+
+static size_t on_data_file(char *data, size_t size, size_t nmemb, void *p) {
+  struct xfer *x = p;
+  size_t n = size * nmemb;
+  if (!x->started) {
+    long code = 0;
+    cu.easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
+    x->status = code;
+    if (code == 200 && x->offset > 0) {
+      /* The server ignored our Range: start over. */
+      if (ftruncate(x->fd, 0) < 0)
+        return 0;
+      x->offset = 0;
+    } else if (code == 206) {
+      if (!range_ok(x->content_range, x->offset)) {
+        x->bad_range = true;
+        return 0;
+      }
+    } else if (code != 200) {
+      x->bad_status = true;
+      return 0;
+    }
+    x->started = true;
+  }
+  if ((int64_t)n > x->size - x->offset) {
+    x->too_big = true;
+    return 0;
+  }
+  if (pwrite(x->fd, data, n, x->offset) != (ssize_t)n)
+    return 0;
+  x->offset += (int64_t)n;
+  return n;
+}
+
+static int xfer_setup(struct xfer *x, struct registry *r, const char *accept, agsx_error_t *err) {
+  x->reg = r;
+  x->h = cu.easy_init();
+  if (x->h == NULL)
+    return agsx_error_set(err, ENOMEM, "curl_easy_init");
+  CURL *h = x->h;
+  cu.easy_setopt(h, CURLOPT_URL, x->url);
+  cu.easy_setopt(h, CURLOPT_ERRORBUFFER, x->errbuf);
+  cu.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  cu.easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+  /* Redirects (blob storage) only to http(s), never from https down to
+   * http. curl sends custom Authorization headers only to the original
+   * host (since 7.58), so credentials stay with the registry. */
+  cu.easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, strcmp(r->scheme, "https") == 0 ? "https"
+                                                                                  : "http,https");
+  cu.easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+  cu.easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
+  cu.easy_setopt(h, CURLOPT_UNRESTRICTED_AUTH, 0L);
+  cu.easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 30L);
+  cu.easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  cu.easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
+  cu.easy_setopt(h, CURLOPT_USERAGENT, "agsx/" PACKAGE_VERSION);
+  cu.easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+  cu.easy_setopt(h, CURLOPT_HEADERDATA, x);
+  if (r->cafile)
+    cu.easy_setopt(h, CURLOPT_CAINFO, r->cafile);
+  if (r->insecure && r->cafile == NULL) {
+    cu.easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+    cu.easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+  }
+  if (accept) {
+    _cleanup_free_ char *a = xasprintf("Accept: %s", accept);
+    x->hdrs = cu.slist_append(x->hdrs, a);
+  }
+  if (r->authz)
+    x->hdrs = cu.slist_append(x->hdrs, r->authz);
+  if (x->hdrs)
+    cu.easy_setopt(h, CURLOPT_HTTPHEADER, x->hdrs);
+  return 0;
+}
+
+static int curl_error(struct xfer *x, CURLcode c, agsx_error_t *err) {
+  return agsx_error_set(err, 0, "%s: %s", x->url, x->errbuf[0] ? x->errbuf : cu.easy_strerror(c));
+}
+
+/* GET URL into memory (at most MAX bytes). Returns the HTTP status. */
+static int get_mem(struct registry *r, const char *url, const char *accept, size_t max,
+                   struct xfer *x, agsx_error_t *err) {
+  memset(x, 0, sizeof(*x));
+  x->fd = -1;
+  x->max = max;
+  snprintf(x->url, sizeof(x->url), "%s", url);
+  if (xfer_setup(x, r, accept, err) < 0) {
+    xfer_clear(x);
+    return -1;
+  }
+  cu.easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_data_mem);
+  cu.easy_setopt(x->h, CURLOPT_WRITEDATA, x);
+  CURLcode c = cu.easy_perform(x->h);
+  int rc = 0;
+  if (x->too_big)
+    rc = agsx_error_set(err, 0, "%s: response larger than %zu bytes", url, max);
+  else if (c != CURLE_OK)
+    rc = curl_error(x, c, err);
+  if (rc < 0) {
+    xfer_clear(x); /* callers own X only on success */
+    return -1;
+  }
+  cu.easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &x->status);
+  return (int)x->status;
+}
+
+/* Authenticates after a 401 with challenge CH. */
+static int authenticate(struct registry *r, const char *ch, agsx_error_t *err) {
+  r->tried_auth = true;
+  struct agsx_auth_challenge c;
+  if (ch == NULL)
+    return agsx_error_set(err, 0, "authentication required, but the registry sent no challenge");
+  if (agsx_registry_parse_challenge(ch, strlen(ch), &c, err) < 0)
+    return -1;
+  int rc = 0;
+  _cleanup_free_ char *basic = NULL;
+  if (r->user) {
+    _cleanup_free_ char *up = xasprintf("%s:%s", r->user, r->password);
+    basic = b64encode(up, strlen(up));
+    explicit_bzero(up, strlen(up));
+  }
+  if (strcmp(c.scheme, "basic") == 0) {
+    if (basic == NULL)
+      rc = agsx_error_set(err, 0,
+                          "authentication required: no credentials for `%s` (docker login, or "
+                          "--authfile)",
+                          r->domain);
+    else
+      r->authz = xasprintf("Authorization: Basic %s", basic);
+  } else if (strcmp(c.scheme, "bearer") == 0) {
+    if (c.realm == NULL || !(agsx_str_has_prefix(c.realm, "https://") ||
+                             agsx_str_has_prefix(c.realm, "http://"))) {
+      rc = agsx_error_set(err, 0, "bearer challenge without an http(s) realm");
+    } else if (agsx_str_has_prefix(c.realm, "http://") && strcmp(r->scheme, "https") == 0) {
+      rc = agsx_error_set(err, 0, "refusing a plain http token realm for an https registry");
+    } else {
+      CURL *e = cu.easy_init();
+      _cleanup_free_ char *scope = xasprintf("repository:%s:pull", r->path);
+      char *es = cu.easy_escape(e, scope, 0);
+      char *esv = c.service ? cu.easy_escape(e, c.service, 0) : NULL;
+      _cleanup_free_ char *url =
+          xasprintf("%s%sscope=%s%s%s", c.realm, strchr(c.realm, '?') ? "&" : "?", es,
+                    esv ? "&service=" : "", esv ? esv : "");
+      cu.free(es);
+      cu.free(esv);
+      cu.easy_cleanup(e);
+      if (basic)
+        r->authz = xasprintf("Authorization: Basic %s", basic);
+      struct xfer x;
+      int st = get_mem(r, url, "application/json", AGSX_REGISTRY_TOKEN_MAX, &x, err);
+      free(r->authz);
+      r->authz = NULL;
+      _cleanup_free_ char *token = NULL;
+      if (st < 0)
+        rc = agsx_error_wrap(err, "token");
+      else if (st == 401 || st == 403)
+        rc = agsx_error_set(err, 0, "authentication failed: the token server refused %s (HTTP %d)",
+                            basic ? "the credentials" : "anonymous access", st);
+      else if (st != 200)
+        rc = agsx_error_set(err, 0, "token server: HTTP %d", st);
+      else if (agsx_registry_parse_token(x.buf ? x.buf : "", x.len, &token, err) < 0)
+        rc = -1;
+      else
+        r->authz = xasprintf("Authorization: Bearer %s", token);
+      if (token)
+        explicit_bzero(token, strlen(token));
+      xfer_clear(&x);
+    }
+  } else {
+    rc = agsx_error_set(err, 0, "unsupported authentication scheme `%.40s`", c.scheme);
+  }
+  agsx_auth_challenge_clear(&c);
+  return rc;
+}
+
+/* GET a registry API path, authenticating once on 401. */
+static int api_get(struct registry *r, const char *path, const char *accept, size_t max,
+                   struct xfer *x, agsx_error_t *err) {
+  _cleanup_free_ char *url = xasprintf("%s://%s%s", r->scheme, r->host, path);
+  int st = get_mem(r, url, accept, max, x, err);
+  if (st == 401 && !r->tried_auth) {
+    _cleanup_free_ char *ch = x->challenge ? xstrdup(x->challenge) : NULL;
+    xfer_clear(x);
+    if (authenticate(r, ch, err) < 0)
+      return -1;
+    st = get_mem(r, url, accept, max, x, err);
+  }
+  if (st == 401 || st == 403) {
+    xfer_clear(x);
+    return agsx_error_set(err, 0, "%s: access denied (HTTP %d)%s", r->path, st,
+                          r->user ? ": check the credentials" : ": no credentials given");
+  }
+  return st;
+}
+
+/* Finds the scheme: https, or for an insecure registry http when https
+ * does not answer (as Docker does), and authenticates if /v2/ asks. */
+static int ping(struct registry *r, agsx_error_t *err) {
+  struct xfer x;
+  r->scheme = "https";
+  agsx_error_t perr = NULL;
+  int st = api_get(r, "/v2/", "application/json", 1u << 20, &x, &perr);
+  if (st < 0 && r->insecure && !r->tried_auth) {
+    agsx_debug("%s: https failed (%s), trying http", r->host, perr->msg);
+    agsx_error_free(&perr);
+    r->scheme = "http";
+    st = api_get(r, "/v2/", "application/json", 1u << 20, &x, &perr);
+  }
+  if (st < 0) {
+    if (!r->insecure && !r->tried_auth &&
+        (strstr(perr->msg, "SSL") || strstr(perr->msg, "TLS") || strstr(perr->msg, "ssl"))) {
+      agsx_error_set(err, 0, "%s (a plain http registry needs --insecure)", perr->msg);
+      agsx_error_free(&perr);
+      return -1;
+    }
+    *err = perr;
+    return -1;
+  }
+  xfer_clear(&x);
+  /* 404: not a v2 registry root, but some proxies; the manifest will tell. */
+  if (st != 200 && st != 404)
+    return agsx_error_set(err, 0, "%s://%s/v2/: HTTP %d", r->scheme, r->host, st);
+  return 0;
+}
+
+/* ---- manifests ------------------------------------------------------------------------------- */
+
+#define ACCEPT_MANIFESTS                                                                           \
+  AGSX_MT_OCI_INDEX ", " AGSX_MT_OCI_MANIFEST ", " AGSX_MT_DOCKER_LIST                             \
+                    ", " AGSX_MT_DOCKER_MANIFEST
+
+/* Fetches manifest REFERENCE (tag or digest), verified against EXPECT
+ * (digest, or NULL for a tag) and SIZE (< 0: unknown). */
+static int get_manifest(struct registry *r, const char *reference, const char *expect,
+                        int64_t size, char **ret_buf, size_t *ret_len, char **ret_mt,
+                        char ret_digest[AGSX_DIGEST_LEN], agsx_error_t *err) {
+  _cleanup_free_ char *path = xasprintf("/v2/%s/manifests/%s", r->path, reference);
+  struct xfer x;
+  int st = api_get(r, path, ACCEPT_MANIFESTS, AGSX_IMAGE_JSON_MAX, &x, err);
+  if (st < 0)
+    return -1;
+  int rc = 0;
+  if (st == 404)
+    rc = agsx_error_set(err, 0, "manifest `%s` not found in `%s`", reference, r->path);
+  else if (st != 200)
+    rc = agsx_error_set(err, 0, "manifest `%s`: HTTP %d", reference, st);
+  else if (x.buf == NULL)
+    rc = agsx_error_set(err, 0, "manifest `%s`: empty response", reference);
+  if (rc < 0) {
+    xfer_clear(&x);
+    return -1;
+  }
+  agsx_sha256_buf(x.buf, x.len, ret_digest);
+  if (expect && strcmp(expect, ret_digest) != 0)
+    rc = agsx_error_set(err, 0, "manifest `%s` is corrupt (content has digest `%s`)", expect,
+                        ret_digest);
+  else if (size >= 0 && (int64_t)x.len != size)
+    rc = agsx_error_set(err, 0, "manifest `%s` has %zu bytes, expected %lld", reference, x.len,
+                        (long long)size);
+  /* The media type: the document's own, else the Content-Type. */
+  _cleanup_json_ yajl_val v =
+      rc == 0 ? agsx_json_parse(x.buf, x.len, AGSX_IMAGE_JSON_MAX, err) : NULL;
+  const char *mt = v ? agsx_json_get_string(v, "mediaType") : NULL;
+  if (rc == 0 && v == NULL)
+    rc = agsx_error_wrap(err, "manifest `%s`", reference);
+  if (rc == 0 && mt == NULL && x.content_type)
+    mt = x.content_type;
+  if (rc == 0 && mt == NULL)
+    rc = agsx_error_set(err, 0, "manifest `%s` has no media type", reference);
+  if (rc == 0) {
+    *ret_mt = xstrndup(mt, strcspn(mt, "; "));
+    *ret_len = x.len;
+    *ret_buf = steal_ptr(&x.buf);
+  }
+  xfer_clear(&x);
+  return rc;
+}
+
+/* ---- blobs ----------------------------------------------------------------------------------- */
+
+static int get_small_blob(struct registry *r, const struct agsx_descriptor *d, char **ret_buf,
+                          size_t *ret_len, agsx_error_t *err) {
+  if (d->size > (int64_t)AGSX_IMAGE_JSON_MAX)
+    return agsx_error_set(err, 0, "blob `%s`: %lld bytes is too large", d->digest,
+                          (long long)d->size);
+  _cleanup_free_ char *path = xasprintf("/v2/%s/blobs/%s", r->path, d->digest);
+  struct xfer x;
+  int st = api_get(r, path, NULL, AGSX_IMAGE_JSON_MAX, &x, err);
+  if (st < 0)
+    return -1;
+  int rc = 0;
+  if (st != 200)
+    rc = agsx_error_set(err, 0, "blob `%s`: HTTP %d", d->digest, st);
+  char got[AGSX_DIGEST_LEN];
+  agsx_sha256_buf(x.buf ? x.buf : "", x.len, got);
+  if (rc == 0 && ((int64_t)x.len != d->size || strcmp(got, d->digest) != 0))
+    rc = agsx_error_set(err, 0, "blob `%s` is corrupt (%zu bytes with digest `%s`)", d->digest,
+                        x.len, got);
+  if (rc == 0) {
+    *ret_buf = x.buf ? steal_ptr(&x.buf) : xstrdup("");
+    *ret_len = x.len;
+  }
+  xfer_clear(&x);
+  return rc;
+}
+
+/* ---- the pull -------------------------------------------------------------------------------- */
+
+struct pull {
+  struct agsx_store *store;
+  struct registry reg;
+  const struct agsx_pull_opts *o;
+  int workfd, partialfd;
+  struct agsx_pull_progress prog;
+  int64_t last_report;
+};
+
+static void report(struct pull *p, bool force) {
+  if (p->o == NULL || p->o->progress == NULL)
+    return;
+  int64_t now = agsx_mono_ns();
+  if (!force && now - p->last_report < 200 * 1000000LL)
+    return;
+  p->last_report = now;
+  p->o->progress(&p->prog, p->o->data);
+}
+
+/* Opens (and locks: a concurrent pull of the same blob waits) the partial
+ * file of blob D. The lock holder may have moved the file on meanwhile:
+ * then the name is opened again. */
+static int open_partial(struct pull *p, const struct agsx_descriptor *d, int64_t *ret_have,
+                        agsx_error_t *err) {
+  const char *hex = agsx_digest_hex(d->digest);
+  for (int tries = 0;; tries++) {
+    _cleanup_close_ int fd =
+        openat(p->partialfd, hex, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+      return agsx_error_set(err, errno, "partial blob `%s`", d->digest);
+    if (flock(fd, LOCK_EX) < 0)
+      return agsx_error_set(err, errno, "lock partial blob `%s`", d->digest);
+    struct stat st, now;
+    if (fstat(fd, &st) < 0)
+      return agsx_error_set(err, errno, "partial blob `%s`", d->digest);
+    if (fstatat(p->partialfd, hex, &now, AT_SYMLINK_NOFOLLOW) < 0 || now.st_ino != st.st_ino ||
+        now.st_dev != st.st_dev) {
+      if (tries < 8)
+        continue;
+      return agsx_error_set(err, 0, "partial blob `%s` keeps changing", d->digest);
+    }
+    if (!S_ISREG(st.st_mode) || st.st_nlink != 1)
+      return agsx_error_set(err, 0, "partial blob `%s` is not a plain file", d->digest);
+    if (st.st_size > d->size) {
+      if (ftruncate(fd, 0) < 0)
+        return agsx_error_set(err, errno, "partial blob `%s`", d->digest);
+      st.st_size = 0;
+    }
+    *ret_have = st.st_size;
+    return steal_fd(&fd);
+  }
+}
+
+/* Moves a downloaded blob from partial/ into the work dir, which verifies
+ * its digest and size; a bad one is deleted, so nothing of it stays and
+ * the next pull fetches it afresh. */
+static int verify_blob(struct pull *p, const struct agsx_descriptor *d, agsx_error_t *err) {
+  const char *hex = agsx_digest_hex(d->digest);
+  if (agsx_store_stage_blob_move(p->store, p->workfd, p->partialfd, hex, d->digest, d->size,
+                                 err) == 0)
+    return 0;
+  unlinkat(p->partialfd, hex, 0);
+  return -1;
+}
+
+static int start_blob(struct pull *p, CURLM *m, struct xfer *x, const struct agsx_descriptor *d,
+                      agsx_error_t *err) {
+  snprintf(x->url, sizeof(x->url), "%s://%s/v2/%s/blobs/%s", p->reg.scheme, p->reg.host,
+           p->reg.path, d->digest);
+  if (xfer_setup(x, &p->reg, NULL, err) < 0)
+    return -1;
+  cu.easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_data_file);
+  cu.easy_setopt(x->h, CURLOPT_WRITEDATA, x);
+  cu.easy_setopt(x->h, CURLOPT_PRIVATE, x);
+  if (x->offset > 0) {
+    char range[64];
+    snprintf(range, sizeof(range), "%lld-", (long long)x->offset);
+    cu.easy_setopt(x->h, CURLOPT_RANGE, range);
+    agsx_debug("resuming blob %s at byte %lld", d->digest, (long long)x->offset);
+  }
+  CURLMcode mc = cu.multi_add_handle(m, x->h);
+  if (mc != CURLM_OK)
+    return agsx_error_set(err, 0, "curl: %s", cu.multi_strerror(mc));
+  return 0;
+}
+
+static int finish_blob(struct pull *p, struct xfer *x, CURLcode c, agsx_error_t *err) {
+  const char *dg = x->desc->digest;
+  if (x->too_big)
+    return agsx_error_set(err, 0, "blob `%s`: the registry sent more than its %lld bytes", dg,
+                          (long long)x->size);
+  if (x->bad_range)
+    return agsx_error_set(err, 0, "blob `%s`: the registry answered a range request wrongly", dg);
+  if (x->bad_status || (c == CURLE_OK && !x->started)) {
+    long code = x->status;
+    if (code == 0)
+      cu.easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
+    /* An empty body is right only when nothing was missing. */
+    bool complete = x->offset == x->size && (code == 200 || code == 206 || code == 416);
+    if (!complete)
+      return agsx_error_set(err, 0, "blob `%s`: HTTP %ld", dg, code);
+  } else if (c != CURLE_OK) {
+    return curl_error(x, c, err);
+  }
+  if (x->offset != x->size)
+    return agsx_error_set(err, 0, "blob `%s`: the registry sent %lld of %lld bytes", dg,
+                          (long long)x->offset, (long long)x->size);
+  (void)p;
+  return 0;
+}
+
+static const struct agsx_manifest *sort_ctx;
+static int cmp_layer_digest(const void *a, const void *b) {
+  size_t x = *(const size_t *)a, y = *(const size_t *)b;
+  int c = strcmp(sort_ctx->layers[x].digest, sort_ctx->layers[y].digest);
+  return c ? c : (x > y) - (x < y);
+}
+
+/* Downloads the blobs of LAYERS not yet in the store into partial/, up to
+ * AGSX_REGISTRY_PARALLEL at a time. */
+static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_error_t *err) {
+  size_t n = mf->n_layers;
+  struct xfer *xs = xzalloc(n * sizeof(*xs));
+  size_t *todo = xmalloc((n + 1) * sizeof(*todo)), ntodo = 0;
+  for (size_t i = 0; i < n; i++) {
+    xs[i].fd = -1;
+    xs[i].desc = &mf->layers[i];
+  }
+  p->prog.layers_total = n;
+  /* Partial files are locked in digest order, so two pulls sharing layers
+   * in different orders cannot wait on each other. */
+  size_t *order = xmalloc((n + 1) * sizeof(*order));
+  for (size_t i = 0; i < n; i++)
+    order[i] = i;
+  sort_ctx = mf;
+  qsort(order, n, sizeof(*order), cmp_layer_digest);
+  int rc = 0;
+  for (size_t k = 0; k < n && rc == 0; k++) {
+    size_t i = order[k];
+    const struct agsx_descriptor *d = &mf->layers[i];
+    bool dup = k > 0 && strcmp(mf->layers[order[k - 1]].digest, d->digest) == 0;
+    if (dup || agsx_store_has_blob(p->store, d->digest)) {
+      p->prog.layers_skipped++;
+      p->prog.layers_done++;
+      xs[i].done = true;
+      continue;
+    }
+    xs[i].size = d->size;
+    xs[i].fd = open_partial(p, d, &xs[i].offset, err);
+    if (xs[i].fd < 0) {
+      rc = -1;
+      break;
+    }
+    if (agsx_store_has_blob(p->store, d->digest)) {
+      /* A concurrent pull committed it while we waited for the lock. */
+      if (xs[i].offset == 0)
+        unlinkat(p->partialfd, agsx_digest_hex(d->digest), 0);
+      agsx_closep(&xs[i].fd);
+      p->prog.layers_skipped++;
+      p->prog.layers_done++;
+      xs[i].done = true;
+      continue;
+    }
+    p->prog.bytes_total += d->size;
+    p->prog.bytes_done += xs[i].offset;
+    if (xs[i].offset == d->size) {
+      xs[i].done = true;
+      p->prog.layers_done++;
+      rc = verify_blob(p, d, err);
+      continue;
+    }
+    todo[ntodo++] = i;
+  }
+  free(order);
+  CURLM *m = rc == 0 ? cu.multi_init() : NULL;
+  size_t next = 0, running_n = 0;
+  while (rc == 0 && (next < ntodo || running_n > 0)) {
+    while (next < ntodo && running_n < AGSX_REGISTRY_PARALLEL && rc == 0) {
+      struct xfer *x = &xs[todo[next++]];
+      rc = start_blob(p, m, x, x->desc, err);
+      running_n++;
+    }
+    if (rc < 0)
+      break;
+    int still;
+    CURLMcode mc = cu.multi_perform(m, &still);
+    if (mc == CURLM_OK)
+      mc = cu.multi_poll(m, NULL, 0, 200, NULL);
+    if (mc != CURLM_OK) {
+      rc = agsx_error_set(err, 0, "curl: %s", cu.multi_strerror(mc));
+      break;
+    }
+    CURLMsg *msg;
+    int left;
+    while (rc == 0 && (msg = cu.multi_info_read(m, &left)) != NULL) {
+      if (msg->msg != CURLMSG_DONE)
+        continue;
+      struct xfer *x = NULL;
+      cu.easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+      CURLcode c = msg->data.result;
+      cu.multi_remove_handle(m, x->h);
+      running_n--;
+      rc = finish_blob(p, x, c, err);
+      if (rc == 0)
+        rc = verify_blob(p, x->desc, err);
+      x->done = true;
+      p->prog.layers_done++;
+    }
+    int64_t live = 0;
+    for (size_t i = 0; i < n; i++)
+      if (xs[i].fd >= 0)
+        live += xs[i].offset;
+    p->prog.bytes_done = live;
+    report(p, false);
+  }
+  if (m) {
+    for (size_t i = 0; i < n; i++)
+      if (xs[i].h)
+        cu.multi_remove_handle(m, xs[i].h);
+    cu.multi_cleanup(m);
+  }
+  for (size_t i = 0; i < n; i++) {
+    xfer_clear(&xs[i]);
+    agsx_closep(&xs[i].fd);
+  }
+  if (rc == 0)
+    report(p, true);
+  free(xs);
+  free(todo);
+  return rc;
+}
+
+static int check_platform(const struct agsx_image_config *c, agsx_error_t *err) {
+  if (strcmp(c->os, "linux") != 0 || strcmp(c->architecture, "amd64") != 0)
+    return agsx_error_set(err, 0, "image is for %s/%s: agsx runs only linux/amd64 images", c->os,
+                          c->architecture);
+  return 0;
+}
+
+/* Unpacks each layer, checking its diff_id. */
+static int stage_layers(struct pull *p, const struct agsx_manifest *mf,
+                        const struct agsx_image_config *c, agsx_error_t *err) {
+  for (size_t i = 0; i < mf->n_layers; i++)
+    if (agsx_store_stage_layer(p->store, p->workfd, &mf->layers[i], c->diff_ids[i], err) < 0)
+      return -1;
+  return 0;
+}
+
+static int pull_image(struct pull *p, const char *mbuf, size_t mlen, agsx_error_t *err) {
+  struct agsx_manifest mf;
+  if (agsx_manifest_parse(mbuf, mlen, &mf, err) < 0)
+    return -1;
+  _cleanup_free_ char *cbuf = NULL;
+  size_t clen;
+  struct agsx_image_config c = {0};
+  bool have_c = false;
+  char cdigest[AGSX_DIGEST_LEN], mdigest[AGSX_DIGEST_LEN];
+  int rc = agsx_store_has_blob(p->store, mf.config.digest)
+               ? agsx_store_read_blob(p->store, mf.config.digest, AGSX_IMAGE_JSON_MAX, &cbuf,
+                                      &clen, err)
+               : get_small_blob(&p->reg, &mf.config, &cbuf, &clen, err);
+  if (rc < 0)
+    agsx_error_wrap(err, "config");
+  if (rc == 0 && (rc = agsx_image_config_parse(cbuf, clen, &c, err)) == 0)
+    have_c = true;
+  if (rc == 0)
+    rc = check_platform(&c, err);
+  if (rc == 0 && c.n_diff_ids != mf.n_layers)
+    rc = agsx_error_set(err, 0, "the manifest has %zu layers but the config %zu diff_ids",
+                        mf.n_layers, c.n_diff_ids);
+  if (rc == 0)
+    rc = download_layers(p, &mf, err);
+  if (rc == 0)
+    rc = stage_layers(p, &mf, &c, err);
+  if (rc == 0)
+    rc = agsx_store_stage_blob_mem(p->store, p->workfd, cbuf, clen, cdigest, err);
+  if (rc == 0)
+    rc = agsx_store_stage_blob_mem(p->store, p->workfd, mbuf, mlen, mdigest, err);
+  if (have_c)
+    agsx_image_config_clear(&c);
+  agsx_manifest_clear(&mf);
+  return rc;
+}
+
+/* Resolves REFERENCE to an image manifest, through indexes. */
+static int resolve(struct pull *p, const struct agsx_image_ref *ref, char **ret_buf,
+                   size_t *ret_len, char **ret_mt, struct agsx_pull_result *res,
+                   agsx_error_t *err) {
+  const char *reference = ref->digest ? ref->digest : ref->tag;
+  if (get_manifest(&p->reg, reference, ref->digest, -1, ret_buf, ret_len, ret_mt, res->digest,
+                   err) < 0)
+    return -1;
+  memcpy(res->manifest_digest, res->digest, AGSX_DIGEST_LEN);
+  for (int depth = 0; agsx_media_type_is_index(*ret_mt); depth++) {
+    if (depth >= NESTING_MAX)
+      return agsx_error_set(err, 0, "image indexes nested too deeply");
+    struct agsx_index ix;
+    if (agsx_index_parse(*ret_buf, *ret_len, &ix, err) < 0)
+      return -1;
+    int sel = agsx_index_select_platform(&ix, err);
+    struct agsx_descriptor d = {0};
+    if (sel >= 0) {
+      d = ix.manifests[sel];
+      ix.manifests[sel] = (struct agsx_descriptor){0};
+    }
+    agsx_index_clear(&ix);
+    if (sel < 0)
+      return -1;
+    free(*ret_buf);
+    free(*ret_mt);
+    *ret_buf = *ret_mt = NULL;
+    int r = get_manifest(&p->reg, d.digest, d.digest, d.size, ret_buf, ret_len, ret_mt,
+                         res->manifest_digest, err);
+    agsx_descriptor_clear(&d);
+    if (r < 0)
+      return -1;
+  }
+  if (!agsx_media_type_is_manifest(*ret_mt))
+    return agsx_error_set(err, 0, "unsupported manifest media type `%.100s`", *ret_mt);
+  return 0;
+}
+
+void agsx_pull_result_clear(struct agsx_pull_result *r) {
+  free(r->name);
+  free(r->ref);
+  memset(r, 0, sizeof(*r));
+}
+
+static int setup_registry(struct registry *reg, const struct agsx_image_ref *ref,
+                          const struct agsx_pull_opts *o, agsx_error_t *err) {
+  reg->domain = xstrdup(ref->domain);
+  reg->path = xstrdup(ref->path);
+  reg->host = xstrdup(strcmp(ref->domain, "docker.io") == 0 ? "registry-1.docker.io"
+                                                            : ref->domain);
+  reg->insecure = (o && o->insecure) || host_is_loopback(reg->host) ||
+                  host_listed(reg->domain, getenv("AGSX_INSECURE_REGISTRIES"));
+  find_cafile(reg);
+  return load_credentials(reg, o ? o->authfile : NULL, err);
+}
+
+/* Partial downloads nobody resumed for a week are dropped (a pull holding
+ * one has it locked). */
+#define PARTIAL_MAX_AGE_SEC (7 * 86400)
+static void clean_partials(int dirfd) {
+  int dup = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
+  _cleanup_dir_ DIR *d = dup >= 0 ? fdopendir(dup) : NULL;
+  if (d == NULL) {
+    if (dup >= 0)
+      close(dup);
+    return;
+  }
+  time_t now = time(NULL);
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    struct stat st;
+    if (de->d_name[0] == '.' ||
+        fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+        now - st.st_mtime < PARTIAL_MAX_AGE_SEC)
+      continue;
+    _cleanup_close_ int fd =
+        openat(dirfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0)
+      unlinkat(dirfd, de->d_name, 0);
+  }
+}
+
+static int do_pull(struct pull *p, const struct agsx_image_ref *ref, struct agsx_pull_result *res,
+                   agsx_error_t *err) {
+  if (ping(&p->reg, err) < 0)
+    return -1;
+  _cleanup_free_ char *mbuf = NULL, *mt = NULL;
+  size_t mlen;
+  if (resolve(p, ref, &mbuf, &mlen, &mt, res, err) < 0)
+    return -1;
+  if (mkdirat(p->store->rootfd, PARTIAL_DIR, 0700) < 0 && errno != EEXIST)
+    return agsx_error_set(err, errno, "create `%s`", PARTIAL_DIR);
+  p->partialfd = openat(p->store->rootfd, PARTIAL_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                                                            O_CLOEXEC);
+  if (p->partialfd < 0)
+    return agsx_error_set(err, errno, "open `%s`", PARTIAL_DIR);
+  clean_partials(p->partialfd);
+  _cleanup_free_ char *work = NULL;
+  p->workfd = agsx_store_mkwork(p->store, "pull", &work, err);
+  if (p->workfd < 0)
+    return -1;
+  int rc = pull_image(p, mbuf, mlen, err);
+  if (rc == 0)
+    rc = agsx_store_commit(p->store, p->workfd, err);
+  struct agsx_descriptor md = {.media_type = mt, .size = (int64_t)mlen};
+  memcpy(md.digest, res->manifest_digest, AGSX_DIGEST_LEN);
+  if (rc == 0)
+    rc = agsx_store_tag(p->store, ref->familiar, &md, err);
+  agsx_error_t cerr = NULL;
+  if (agsx_rm_rf_at(p->store->tmpfd, work, &cerr) < 0) {
+    agsx_warn("%s", cerr->msg);
+    agsx_error_free(&cerr);
+  }
+  return rc;
+}
+
+int agsx_pull(const char *root, const char *refstr, const struct agsx_pull_opts *o,
+              struct agsx_pull_result *ret, agsx_error_t *err) {
+  memset(ret, 0, sizeof(*ret));
+  struct agsx_image_ref ref;
+  if (agsx_image_ref_parse(refstr, &ref, err) < 0)
+    return -1;
+  struct pull p = {.o = o, .workfd = -1, .partialfd = -1};
+  int rc = curl_load(err);
+  if (rc == 0)
+    rc = setup_registry(&p.reg, &ref, o, err);
+  if (rc == 0)
+    rc = agsx_store_open(root, true, &p.store, err);
+  if (rc == 0) {
+    agsx_error_t cerr = NULL;
+    if (agsx_store_clean_tmp(p.store, &cerr) < 0) {
+      agsx_warn("%s", cerr->msg);
+      agsx_error_free(&cerr);
+    }
+    rc = do_pull(&p, &ref, ret, err);
+  }
+  if (rc == 0) {
+    ret->ref = xstrdup(ref.familiar);
+    ret->name = ref.digest ? xasprintf("%s/%s@%s", ref.domain, ref.path, ref.digest)
+                           : xasprintf("%s/%s:%s", ref.domain, ref.path, ref.tag);
+  } else {
+    agsx_error_wrap(err, "pull `%s`", refstr);
+  }
+  agsx_closep(&p.workfd);
+  agsx_closep(&p.partialfd);
+  agsx_store_free(p.store);
+  registry_clear(&p.reg);
+  agsx_image_ref_clear(&ref);
+  return rc;
+}
