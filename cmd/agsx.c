@@ -81,6 +81,7 @@ static const struct agsx_option run_opts[] = {
     {"volume", 'v', "SRC:DST[:ro]", "Bind-mount a host path into the sandbox", O_VOLUME},
     {"security-opt", 0, "seccomp=FILE", "Seccomp profile (OCI/Docker JSON, or unconfined)",
      O_SECURITY_OPT},
+    {"pull", 0, "POLICY", "Pull the image: missing (default), always or never", O_PULL},
     {"timing", 0, NULL, "Print the start-up time of each phase on stderr", O_TIMING},
     {0},
 };
@@ -146,6 +147,7 @@ static const struct agsx_option build_opts[] = {
     {"network", 0, "MODE", "Network of RUN steps: internal, public (default) or vpc:NAME",
      O_NETWORK},
     {"no-cache", 0, NULL, "Do not use the build cache", O_NO_CACHE},
+    {"pull", 0, "POLICY", "Pull FROM images: missing (default), always or never", O_PULL},
     {"platform", 0, "PLATFORM", "Target platform: only linux/amd64", O_PLATFORM},
     {"quiet", 'q', NULL, "Print only the image id", O_QUIET},
     {0},

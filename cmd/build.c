@@ -3,6 +3,7 @@
 
 #include "build.h"
 #include "cmd.h"
+#include "registry.h"
 
 #include <signal.h>
 #include <string.h>
@@ -10,7 +11,7 @@
 
 struct build_cli {
   char **tags, **args;
-  const char *file, *network;
+  const char *file, *network, *pull;
   bool no_cache, quiet;
 };
 
@@ -46,6 +47,13 @@ static int on_build_opt(void *data, int id, const char *v) {
     o->network = v;
     return 0;
   case O_NO_CACHE: o->no_cache = true; return 0;
+  case O_PULL: {
+    enum agsx_pull_policy pp;
+    if (agsx_pull_policy_parse(v, &pp, &err) < 0)
+      return agsx_failf("build: --pull: %s", err->msg), agsx_error_free(&err), -1;
+    o->pull = v;
+    return 0;
+  }
   case O_QUIET: o->quiet = true; return 0;
   case O_PLATFORM:
     if (strcmp(v, "linux/amd64") != 0)
@@ -88,7 +96,7 @@ int agsx_cmd_build(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
   sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
   struct agsx_build_opts bo = {.cancel_fd = sigfd,.context = argv[i], .dockerfile = o.file, .tags = o.tags,
                                .build_args = o.args, .network = o.network,
-                               .no_cache = o.no_cache, .state_dir = ctx->state, .root = ctx->root,
+                               .no_cache = o.no_cache, .state_dir = ctx->state, .root = ctx->root, .pull = o.pull,
                                .progress = o.quiet ? NULL : show};
   struct agsx_build_result res;
   if (agsx_build(s, &bo, &res, &err) < 0) {

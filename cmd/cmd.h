@@ -39,7 +39,7 @@ enum {
   O_SECURITY_OPT, O_ENV, O_VOLUME, O_TIMEOUT, O_MEMORY, O_DISK, O_PIDS, O_CPUS,
   O_DETACH, O_NAME, O_ALL, O_SIGNAL, O_ARCHIVE, O_FOLLOW_LINK, O_PUBLISH, O_INSECURE, O_AUTHFILE,
   O_ALLOW, O_DENY, O_RULES, O_SUBNET,
-  O_FILE, O_BUILD_ARG, O_NO_CACHE, O_PLATFORM,
+  O_FILE, O_BUILD_ARG, O_NO_CACHE, O_PLATFORM, O_PULL,
 };
 
 /* The table, in cmd/agsx.c. */
@@ -85,6 +85,8 @@ int agsx_cmd_network_ls(struct agsx_ctx *, const struct agsx_command *, int, cha
 int agsx_cmd_network_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_inspect(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_port(struct agsx_ctx *, const struct agsx_command *, int, char **);
+/* Pulls IMAGE for run (a line on stderr, progress on a terminal). */
+int agsx_cmd_pull_quietly(struct agsx_ctx *ctx, const char *image, agsx_error_t *err);
 int agsx_cmd_not_yet(struct agsx_ctx *, const struct agsx_command *, int, char **);
 
 #endif

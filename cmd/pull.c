@@ -74,3 +74,18 @@ int agsx_cmd_image_pull(struct agsx_ctx *ctx, const struct agsx_command *cmd, in
   agsx_pull_result_clear(&res);
   return 0;
 }
+
+/* The pull `run` does when the store lacks IMAGE: one line on stderr (and
+ * progress on a terminal), nothing on stdout, which may be --json's. */
+int agsx_cmd_pull_quietly(struct agsx_ctx *ctx, const char *image, agsx_error_t *err) {
+  bool tty = isatty(STDERR_FILENO);
+  fprintf(stderr, "agsx: image `%s` not found locally: pulling it\n", image);
+  struct agsx_pull_opts o = {.progress = tty ? progress : NULL};
+  struct agsx_pull_result res;
+  int r = agsx_pull(ctx->root, image, &o, &res, err);
+  if (tty)
+    fprintf(stderr, "\r\033[K");
+  if (r == 0)
+    agsx_pull_result_clear(&res);
+  return r;
+}

@@ -5,6 +5,7 @@
 #include "io.h"
 #include "net.h"
 #include "network.h"
+#include "registry.h"
 #include "relay.h"
 #include "sandbox.h"
 #include "state.h"
@@ -35,6 +36,7 @@ struct run_opts {
   const char *net_name;
   struct agsx_sg_rule *rules;
   size_t n_rules;
+  const char *pull; /* --pull POLICY, or NULL: $AGSX_PULL / missing */
   struct agsx_port *ports; /* -p; host ports as bound once started */
   size_t n_ports;
   uint64_t timeout, memory, pids, disk;
@@ -174,6 +176,13 @@ static int on_run_opt(void *data, int id, const char *v) {
     if (agsx_cmd_parse_rule_opt(id, v, &o->rules, &o->n_rules, &err) < 0)
       return agsx_failf("run: %s", err->msg), agsx_error_free(&err), -1;
     return 0;
+  case O_PULL: {
+    enum agsx_pull_policy pp;
+    if (agsx_pull_policy_parse(v, &pp, &err) < 0)
+      return agsx_failf("run: --pull: %s", err->msg), agsx_error_free(&err), -1;
+    o->pull = v;
+    return 0;
+  }
   case O_SECURITY_OPT:
     if (!agsx_str_has_prefix(v, "seccomp="))
       return agsx_failf("run: unknown --security-opt `%s` (seccomp=FILE|unconfined)", v), -1;
@@ -215,20 +224,34 @@ struct prepared {
   char hostname[65];
 };
 
-static int prepare_image(struct agsx_ctx *ctx, const char *image, struct prepared *p,
-                         struct agsx_sandbox_config *cfg, agsx_error_t *err) {
+static int prepare_image(struct agsx_ctx *ctx, const char *image, const char *pull,
+                         struct prepared *p, struct agsx_sandbox_config *cfg, agsx_error_t *err) {
   if (strcmp(image, "host") == 0) {
     cfg->host_image = true;
     return 0;
   }
-  if (agsx_store_open(ctx->root, false, &p->store, err) < 0) {
-    if (agsx_error_errno(err) == ENOENT) {
-      agsx_error_free(err);
-      return agsx_error_set_quiet(err, ENOENT, "image `%s` not found", image);
-    }
+  enum agsx_pull_policy policy;
+  if (pull ? agsx_pull_policy_parse(pull, &policy, err) : agsx_pull_policy_default(&policy, err))
     return -1;
+  if (policy == AGSX_PULL_ALWAYS && agsx_cmd_pull_quietly(ctx, image, err) < 0)
+    return -1;
+  int r = agsx_store_open(ctx->root, false, &p->store, err);
+  if (r == 0)
+    r = agsx_store_prepare_image(p->store, image, &p->info, err);
+  if (r < 0 && agsx_error_errno(err) == ENOENT) {
+    /* Not here: pulled like Docker's `run` does, unless told not to. */
+    agsx_error_free(err);
+    if (policy == AGSX_PULL_NEVER)
+      return agsx_error_set_quiet(err, ENOENT, "image `%s` not found (and --pull never)", image);
+    if (agsx_cmd_pull_quietly(ctx, image, err) < 0)
+      return -1;
+    agsx_store_free(p->store);
+    p->store = NULL;
+    r = agsx_store_open(ctx->root, false, &p->store, err);
+    if (r == 0)
+      r = agsx_store_prepare_image(p->store, image, &p->info, err);
   }
-  if (agsx_store_prepare_image(p->store, image, &p->info, err) < 0)
+  if (r < 0)
     return -1;
   cfg->layers = p->info.layer_paths;
   cfg->n_layers = p->info.n_layers;
@@ -832,7 +855,7 @@ int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
   if ((linked && agsx_net_attach_begin(ctx->root, o.net_mode, o.net_name, o.rules, o.n_rules,
                                        cfg.id, &net, &err) < 0) ||
       agsx_net_prepare(&job, linked ? &net.link : NULL, &err) < 0 ||
-      prepare_image(ctx, argv[i], &p, &cfg, &err) < 0 ||
+      prepare_image(ctx, argv[i], o.pull, &p, &cfg, &err) < 0 ||
       build_config(&o, argv + i + 1, &p, &cfg, &err) < 0 ||
       prepare_seccomp(ctx, &o, &p, &cfg, &err) < 0) {
     agsx_net_job_cancel(&job);

@@ -7,6 +7,7 @@
 #include "json.h"
 #include "net.h"
 #include "network.h"
+#include "registry.h"
 #include "relay.h"
 #include "passwd.h"
 #include "sandbox.h"
@@ -657,9 +658,30 @@ static void cache_write_all(struct build *b) {
 
 /* ---- FROM ------------------------------------------------------------------------------------------ */
 
-int agsx_build_missing_image(struct agsx_store *s, const char *name, agsx_error_t *err) {
-  (void)s;
-  return agsx_error_set(err, 0, "no such image `%s` (pull it first)", name);
+static int pull_policy(const struct agsx_build_opts *o, enum agsx_pull_policy *ret,
+                       agsx_error_t *err) {
+  return o->pull ? agsx_pull_policy_parse(o->pull, ret, err) : agsx_pull_policy_default(ret, err);
+}
+
+static int pull_image(const struct agsx_build_opts *o, const char *name, agsx_error_t *err) {
+  struct agsx_pull_result res;
+  if (o->progress) {
+    _cleanup_free_ char *line = xasprintf("Pulling %s\n", name);
+    o->progress(line, strlen(line), o->data);
+  }
+  if (agsx_pull(o->root ? o->root : "/var/lib/agsx", name, NULL, &res, err) < 0)
+    return -1;
+  agsx_pull_result_clear(&res);
+  return 0;
+}
+
+int agsx_build_missing_image(const struct agsx_build_opts *o, const char *name, agsx_error_t *err) {
+  enum agsx_pull_policy p;
+  if (pull_policy(o, &p, err) < 0)
+    return -1;
+  if (p == AGSX_PULL_NEVER)
+    return agsx_error_set(err, ENOENT, "no such image `%s` (and --pull never)", name);
+  return pull_image(o, name, err);
 }
 
 static struct stage *find_stage(struct build *b, const char *name) {
@@ -747,14 +769,24 @@ static int load_raw_config(struct build *b, struct stage *st, const char *digest
 
 static int from_image(struct build *b, struct stage *st, const char *name, agsx_error_t *err) {
   struct agsx_image_info info;
-  if (agsx_store_prepare_image(b->s, name, &info, err) < 0) {
-    if (agsx_error_errno(err) == ENOENT) {
+  enum agsx_pull_policy p;
+  if (pull_policy(b->o, &p, err) < 0 || (p == AGSX_PULL_ALWAYS && pull_image(b->o, name, err) < 0))
+    return -1;
+  int r = agsx_store_prepare_image(b->s, name, &info, err);
+  if (r < 0 && agsx_error_errno(err) == ENOENT && p == AGSX_PULL_MISSING) {
+    agsx_error_free(err);
+    if (agsx_build_missing_image(b->o, name, err) < 0)
+      return -1;
+    r = agsx_store_prepare_image(b->s, name, &info, err);
+  }
+  if (r < 0) {
+    if (agsx_error_errno(err) == ENOENT && p == AGSX_PULL_NEVER) {
       agsx_error_free(err);
-      return agsx_build_missing_image(b->s, name, err);
+      return agsx_error_set_quiet(err, ENOENT, "no such image `%s` (and --pull never)", name);
     }
     return -1;
   }
-  int r = 0;
+  r = 0;
   const struct agsx_image_config *c = &info.config;
   if (strcmp(c->os, "linux") != 0 || strcmp(c->architecture, "amd64") != 0)
     r = agsx_error_set(err, 0, "image `%s` is for %s/%s: agsx builds only linux/amd64 images",

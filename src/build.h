@@ -25,6 +25,7 @@ struct agsx_build_opts {
   bool no_cache;
   const char *state_dir;  /* sandbox state, for RUN */
   const char *root;       /* the store's root: vpc network definitions, for RUN */
+  const char *pull;       /* FROM images: missing, always, never; NULL: $AGSX_PULL or missing */
   int cancel_fd;          /* readable (a signalfd) when the build must stop, or -1 */
   /* Called with each step ("Step 2/5: RUN ...") and RUN's output lines. */
   void (*progress)(const char *text, size_t len, void *data);
@@ -39,8 +40,8 @@ struct agsx_build_result {
 int agsx_build(struct agsx_store *s, const struct agsx_build_opts *o, struct agsx_build_result *ret,
                agsx_error_t *err);
 
-/* FROM an image the store does not have. For now an error; the one place
- * to switch to pulling it. */
-int agsx_build_missing_image(struct agsx_store *s, const char *name, agsx_error_t *err);
+/* FROM an image the store does not have: pulled, unless the pull policy
+ * is never. */
+int agsx_build_missing_image(const struct agsx_build_opts *o, const char *name, agsx_error_t *err);
 
 #endif

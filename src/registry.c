@@ -1160,6 +1160,25 @@ static int resolve(struct pull *p, const struct agsx_image_ref *ref, char **ret_
   return 0;
 }
 
+int agsx_pull_policy_parse(const char *s, enum agsx_pull_policy *ret, agsx_error_t *err) {
+  static const char *const names[] = {"missing", "always", "never"};
+  for (int i = 0; i < 3; i++)
+    if (strcmp(s, names[i]) == 0) {
+      *ret = (enum agsx_pull_policy)i;
+      return 0;
+    }
+  return agsx_error_set_quiet(err, EINVAL, "invalid pull policy `%s` (missing, always or never)", s),
+         -1;
+}
+
+int agsx_pull_policy_default(enum agsx_pull_policy *ret, agsx_error_t *err) {
+  *ret = AGSX_PULL_MISSING;
+  const char *e = getenv("AGSX_PULL");
+  if (e && *e && agsx_pull_policy_parse(e, ret, err) < 0)
+    return agsx_error_wrap(err, "AGSX_PULL");
+  return 0;
+}
+
 void agsx_pull_result_clear(struct agsx_pull_result *r) {
   free(r->name);
   free(r->ref);

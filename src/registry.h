@@ -51,6 +51,14 @@ struct agsx_pull_result {
 };
 void agsx_pull_result_clear(struct agsx_pull_result *r);
 
+/* When `run` and `build` pull an image: missing (the default: only when
+ * the store lacks it, as Docker does), always (a fresh pull first) or
+ * never. */
+enum agsx_pull_policy { AGSX_PULL_MISSING, AGSX_PULL_ALWAYS, AGSX_PULL_NEVER };
+int agsx_pull_policy_parse(const char *s, enum agsx_pull_policy *ret, agsx_error_t *err);
+/* $AGSX_PULL if set (an error when it names no policy), else missing. */
+int agsx_pull_policy_default(enum agsx_pull_policy *ret, agsx_error_t *err);
+
 /* Pulls REF ("python:3.12", "user/x", "host:5000/a/b@sha256:…") into the
  * store at ROOT (created if needed) and names it RET->ref. Manifest lists
  * and OCI indexes resolve to linux/amd64; other platforms are refused by

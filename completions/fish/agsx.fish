@@ -165,7 +165,7 @@ function __agsx_run_image_index
     set i (math $i + 1)
     while test $i -le $n
         switch $tokens[$i]
-            case --name -e --env -w --workdir -u --user --hostname --timeout --network --allow --deny --rules -p --publish --memory --cpus --pids --disk -v --volume --security-opt
+            case --name -e --env -w --workdir -u --user --hostname --timeout --network --allow --deny --rules -p --publish --memory --cpus --pids --disk -v --volume --security-opt --pull
                 set i (math $i + 2)
                 continue
             case '-*'
@@ -270,6 +270,7 @@ complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l pids -x -d
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l disk -x -d 'Size of the writable layer (default 1g)'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l read-only -d 'Make the root filesystem read-only'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s v -l volume -r -F -d 'Bind-mount a host path into the sandbox (SRC:DST[:ro])'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l pull -x -a 'missing always never' -d 'Pull the image: missing (default), always or never'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l security-opt -x -a '(__agsx_security_opt)' -d 'Seccomp profile (OCI/Docker JSON, or unconfined)'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l timing -d 'Print the start-up time of each phase on stderr'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s h -l help -d 'Show this help'
@@ -376,6 +377,7 @@ complete -c agsx -n '__agsx_cmd build' -s f -l file -r -F -d 'The Dockerfile (de
 complete -c agsx -n '__agsx_cmd build' -l build-arg -x -d 'Set a build argument (KEY alone: the caller'"'"'s value)'
 complete -c agsx -n '__agsx_cmd build' -l network -x -a 'internal public vpc:' -d 'Network of RUN steps'
 complete -c agsx -n '__agsx_cmd build' -l no-cache -d 'Do not use the build cache'
+complete -c agsx -n '__agsx_cmd build' -l pull -x -a 'missing always never' -d 'Pull FROM images: missing (default), always or never'
 complete -c agsx -n '__agsx_cmd build' -l platform -x -a 'linux/amd64' -d 'Target platform: only linux/amd64'
 complete -c agsx -n '__agsx_cmd build' -s q -l quiet -d 'Print only the image id'
 complete -c agsx -n '__agsx_cmd build' -s h -l help -d 'Show this help'

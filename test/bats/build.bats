@@ -345,7 +345,7 @@ EOF
     $'FROM busybox\nCOPY d/up/etc/passwd /x\n|Dockerfile:2: `d/up/etc/passwd` leads outside the build context'
     $'FROM busybox\nRUN echo first; echo last >&2; exit 3\n|Dockerfile:2: RUN failed with exit code 3: first|last'
     $'FROM --platform=linux/arm64 busybox\n|Dockerfile:1: unsupported platform `linux/arm64`'
-    $'FROM nosuch:1\n|Dockerfile:1: no such image `nosuch:1` (pull it first)'
+    $'FROM nosuch:1\n|Dockerfile:1: no such image `nosuch:1` (and --pull never)'
     $'FROM busybox\nCMD ["a", b]\n|Dockerfile:2: CMD: invalid JSON array'
     $'FROM busybox\nENV A="open\n|Dockerfile:2: unterminated double quote'
     $'FROM busybox\nRUN <<EOF\necho\nEOF\n|Dockerfile:2: heredocs'

@@ -32,8 +32,11 @@ common_teardown() {
   fi
 }
 
+# Tests never pull implicitly from a registry they did not start: a
+# missing image is an error unless a test sets AGSX_PULL itself.
 ax() {
-  timeout --kill-after=5 "${AX_TIMEOUT:-120}" "$AGSX" --root "$ROOT" --state "$STATE" "$@"
+  AGSX_PULL=${AGSX_PULL:-never} timeout --kill-after=5 "${AX_TIMEOUT:-120}" "$AGSX" \
+    --root "$ROOT" --state "$STATE" "$@"
 }
 
 run_ax() {

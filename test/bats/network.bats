@@ -32,7 +32,7 @@ setup() {
 
 # agsx in the outer namespace.
 nax() {
-  nsenter -t "$OUTER" --net --mount -- env AGSX_PUBLIC_SUBNET=198.19.0.0/24 \
+  nsenter -t "$OUTER" --net --mount -- env AGSX_PUBLIC_SUBNET=198.19.0.0/24 AGSX_PULL=never \
     timeout --kill-after=5 "${AX_TIMEOUT:-60}" "$AGSX" --root "$ROOT" --state "$STATE" "$@"
 }
 run_nax() {

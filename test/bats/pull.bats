@@ -5,6 +5,7 @@
 # logs requests. Covers tags, digests, indexes, auth, verification,
 # resumption, skipping present blobs, insecure and TLS registries.
 
+bats_require_minimum_version 1.5.0
 load helpers
 
 setup_file() {
@@ -356,4 +357,40 @@ make_certs() { # CA and a server certificate for 127.0.0.2 in $T/tls
   run_ax pull "$REG/test/bb:1"
   assert_success
   [ "$(ls "$ROOT/partial")" = "$(printf '%064d' 2)" ] || { ls -l "$ROOT/partial" >&3; false; }
+}
+
+@test "run and build pull a missing image (policy missing); --pull never and always" {
+  registry
+  push "$BB:busybox:latest" test/bb:1
+  # never: the store lacks it, nothing is asked of the registry
+  run_ax run --rm --pull never "$REG/test/bb:1" true
+  assert_agsx_error "not found (and --pull never)"
+  run_ax run --rm --pull sometimes "$REG/test/bb:1" true
+  assert_agsx_error "invalid pull policy \`sometimes\`"
+  AGSX_PULL=bogus run_ax run --rm "$REG/test/bb:1" true
+  assert_agsx_error "AGSX_PULL: invalid pull policy"
+  # missing: run pulls it (a line on stderr), then it is local
+  AGSX_PULL=missing run --separate-stderr ax run --rm "$REG/test/bb:1" /bin/sh -c 'echo ran'
+  [ "$status" -eq 0 ] && [ "$output" = ran ] || { echo "$stderr" >&3; false; }
+  [[ "$stderr" == *"not found locally: pulling it"* ]] || { echo "$stderr" >&3; false; }
+  run_ax image ls -q
+  [ -n "$output" ]
+  # now present: no pull, even with the registry gone
+  "$FIXTURES/registry" stop "$REG_DIR"
+  AGSX_PULL=missing run --separate-stderr ax run --rm "$REG/test/bb:1" true
+  [ "$status" -eq 0 ] && [ -z "$stderr" ] || { echo "$stderr" >&3; false; }
+  # always: asks the registry first, so with it gone the run fails
+  run_ax run --rm --pull always "$REG/test/bb:1" true
+  assert_status 125
+  # build: FROM an image the store lacks is pulled too
+  registry
+  push "$BB:busybox:latest" test/base:2
+  mkdir -p "$T/ctx"
+  printf 'FROM %s\nCMD ["echo", "built"]\n' "$REG/test/base:2" >"$T/ctx/Dockerfile"
+  run_ax build -q --pull never "$T/ctx"
+  assert_agsx_error "no such image"
+  AGSX_PULL=missing run_ax build -q -t b:1 "$T/ctx"
+  assert_success
+  run_ax run --rm b:1
+  [ "$output" = built ] || { show_run; false; }
 }
