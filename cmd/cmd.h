@@ -38,6 +38,7 @@ enum {
   O_RM, O_INTERACTIVE, O_TTY, O_READ_ONLY, O_TIMING, O_USER, O_WORKDIR, O_HOSTNAME, O_NETWORK,
   O_SECURITY_OPT, O_ENV, O_VOLUME, O_TIMEOUT, O_MEMORY, O_DISK, O_PIDS, O_CPUS,
   O_DETACH, O_NAME, O_ALL, O_SIGNAL, O_ARCHIVE, O_FOLLOW_LINK,
+  O_IMAGE, O_PUBLISH,
 };
 
 /* The table, in cmd/agsx.c. */
@@ -60,6 +61,16 @@ int agsx_fail(agsx_error_t *err);
 /* Prints "agsx: ..." and returns 125. */
 int agsx_failf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* `agsx run -d` for other commands: ARGV (ARGV[0] "run") is parsed with
+ * run's options and the sandbox always starts detached; its id and the
+ * supervisor's pid (a child of the caller) go to RET instead of stdout.
+ * Returns 0, or 125 after printing the error. */
+struct agsx_run_started {
+  char id[33];
+  pid_t supervisor;
+};
+int agsx_run_detached(struct agsx_ctx *ctx, int argc, char **argv, struct agsx_run_started *ret);
+
 /* Commands. */
 int agsx_cmd_image_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_image_load(struct agsx_ctx *, const struct agsx_command *, int, char **);
@@ -72,6 +83,7 @@ int agsx_cmd_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_kill(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_update(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_gc(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_browser(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_not_yet(struct agsx_ctx *, const struct agsx_command *, int, char **);
 
 #endif
