@@ -239,9 +239,10 @@ EOF
 @test "docs: ls options" { doc_sets_agree ls; }
 @test "docs: kill options" { doc_sets_agree kill; }
 @test "docs: update options" { doc_sets_agree update; }
+@test "docs: browser options" { doc_sets_agree browser; }
 
 @test "docs: every implemented command has an options test above" {
-  local tested=$'cp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage rm\nkill\nload\nls\nrun\nupdate'
+  local tested=$'browser\ncp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage rm\nkill\nload\nls\nrun\nupdate'
   run diff <(echo "$tested") <(help_commands -i | sort)
   echo "$output"
   [ "$status" -eq 0 ]
