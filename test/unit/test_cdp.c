@@ -69,7 +69,7 @@ int main(void) {
   bad("no url", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", false, "no webSocketDebuggerUrl");
   const char *urls[] = {"http://127.0.0.1/devtools/browser/x", "ws://h/devtools/page/x",
                         "ws://h/devtools/browser/", "ws://h/devtools/browser/a/../b",
-                        "ws://h/devtools/browser/a\\u0000b", "ws://h",
+                        "ws://h/devtools/browser/a\\u0001b", "ws://h/devtools/browser/a b", "ws://h",
                         "ws://h/devtools/browser/"
                         "0123456789012345678901234567890123456789012345678901234567890123456789"};
   for (size_t i = 0; i < sizeof(urls) / sizeof(urls[0]); i++) {
