@@ -13,19 +13,19 @@
 #include "cdp.h"
 #include "cmd.h"
 #include "json.h"
+#include "relay.h"
 #include "state.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
 #define CDP_PORT 9222         /* inside the sandbox, on its loopback only */
+#define CDP_PORT_STR "9222"
 #define READY_WAIT_SEC 30     /* start-up bound (or the lifetime, if shorter) */
 #define PROBE_IO_MS 2000      /* one probe's connect/read bound */
 #define DEFAULT_MEMORY "2g"
@@ -33,12 +33,31 @@
 #define MAX_EXTRA_FLAGS 64
 
 struct bopts {
-  const char *name, *network, *publish, *timeout, *memory, *image, *user;
+  const char *name, *network, *timeout, *memory, *image, *user;
+  char *publish; /* run's -p spec: [IP:]HOSTPORT:9222 */
   bool json;
   uint64_t timeout_sec;
-  struct in_addr ip;
-  unsigned port; /* 0: pick a free one */
 };
+
+/* -p [IP:]HOSTPORT becomes run's -p [IP:]HOSTPORT:9222 (HOSTPORT 0: a free
+ * port), checked here so that errors name this command's syntax. */
+static int set_publish(struct bopts *o, const char *v) {
+  agsx_error_t err = NULL;
+  struct agsx_port p;
+  if (strchr(v, '/') || strlen(v) > AGSX_PORTSPEC_MAX - 8)
+    return agsx_failf("browser: invalid -p `%s` (want [IP:]HOSTPORT)", v), -1;
+  _cleanup_free_ char *spec = xasprintf("%s:%d", v, CDP_PORT);
+  if (agsx_port_parse(spec, &p, &err) < 0) {
+    agsx_failf("browser: invalid -p `%s` (want [IP:]HOSTPORT): %s", v, err->msg);
+    agsx_error_free(&err);
+    return -1;
+  }
+  if (p.port != CDP_PORT)
+    return agsx_failf("browser: invalid -p `%s` (want [IP:]HOSTPORT)", v), -1;
+  free(o->publish);
+  o->publish = steal_ptr(&spec);
+  return 0;
+}
 
 static int on_bopt(void *data, int id, const char *v) {
   struct bopts *o = data;
@@ -67,59 +86,9 @@ static int on_bopt(void *data, int id, const char *v) {
   case O_IMAGE: o->image = v; return 0;
   case O_USER: o->user = v; return 0;
   case O_JSON: o->json = true; return 0;
-  case O_PUBLISH: o->publish = v; return 0;
+  case O_PUBLISH: return set_publish(o, v);
   }
   return 0;
-}
-
-/* [IP:]HOSTPORT, IPv4; IP defaults to 127.0.0.1. */
-static int parse_publish(struct bopts *o) {
-  o->ip.s_addr = htonl(INADDR_LOOPBACK);
-  if (o->publish == NULL)
-    return 0;
-  const char *colon = strrchr(o->publish, ':');
-  const char *port = colon ? colon + 1 : o->publish;
-  if (colon) {
-    char ip[INET_ADDRSTRLEN];
-    size_t n = (size_t)(colon - o->publish);
-    if (n == 0 || n >= sizeof(ip))
-      return agsx_failf("browser: invalid -p `%s` (want [IP:]HOSTPORT)", o->publish);
-    memcpy(ip, o->publish, n);
-    ip[n] = '\0';
-    if (inet_pton(AF_INET, ip, &o->ip) != 1)
-      return agsx_failf("browser: -p `%s`: `%s` is not an IPv4 address", o->publish, ip);
-  }
-  char *end;
-  errno = 0;
-  unsigned long p = strtoul(port, &end, 10);
-  if (errno || *end || *port == '\0' || *port == '-' || p == 0 || p > 65535)
-    return agsx_failf("browser: -p `%s`: invalid host port (1 to 65535)", o->publish);
-  o->port = (unsigned)p;
-  return 0;
-}
-
-/* A free TCP port on IP, chosen by the kernel. The short window before the
- * sandbox binds it is a race another program could win: then the start
- * fails with "address in use" and the user passes -p. */
-static int pick_port(struct in_addr ip, unsigned *ret) {
-  _cleanup_close_ int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr = ip};
-  socklen_t len = sizeof(a);
-  if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-      getsockname(s, (struct sockaddr *)&a, &len) < 0)
-    return agsx_failf("browser: choose a free host port: %s", strerror(errno)), -1;
-  *ret = ntohs(a.sin_port);
-  return 0;
-}
-
-/* Published ports (-p HOSTPORT:PORT of run) come from other work; without
- * them the endpoint is reachable only inside the sandbox's netns. */
-static bool run_can_publish(void) {
-  const struct agsx_command *run = agsx_command_find("run");
-  for (const struct agsx_option *o = run ? run->options : NULL; o && o->long_name; o++)
-    if (strcmp(o->long_name, "publish") == 0)
-      return true;
-  return false;
 }
 
 /* ---- the command line of `run` ------------------------------------------------------------- */
@@ -145,8 +114,7 @@ static void argvb_clear(struct argvb *b) {
       free(b->v[i]);
 }
 
-static void build_run_argv(const struct bopts *o, bool publish, char **extra, int n_extra,
-                           struct argvb *b) {
+static void build_run_argv(const struct bopts *o, char **extra, int n_extra, struct argvb *b) {
   add(b, "run");
   if (o->name)
     add(b, "--name"), add(b, o->name);
@@ -154,11 +122,8 @@ static void build_run_argv(const struct bopts *o, bool publish, char **extra, in
   add(b, "--memory"), add(b, o->memory ? o->memory : DEFAULT_MEMORY);
   if (o->network)
     add(b, "--network"), add(b, o->network);
-  if (publish) {
-    char ip[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &o->ip, ip, sizeof(ip));
-    add(b, "--publish"), addf(b, xasprintf("%s:%u:%d", ip, o->port, CDP_PORT));
-  }
+  /* Default: a free port of 127.0.0.1, picked when the relay binds. */
+  add(b, "--publish"), add(b, o->publish ? o->publish : "127.0.0.1:0:" CDP_PORT_STR);
   add(b, "--user"), add(b, o->user ? o->user : DEFAULT_USER);
   /* HOME and the profile in the sandbox's /tmp (its writable tmpfs). */
   add(b, "-e"), add(b, "HOME=/tmp");
@@ -195,22 +160,14 @@ static void on_interrupt(int sig) {
   interrupted = sig;
 }
 
-/* A TCP socket connected to A, made in NETNS (-1: ours). */
-static int dial(int netns, const struct sockaddr_in *a, agsx_error_t *err) {
-  _cleanup_close_ int self = -1;
-  if (netns >= 0) {
-    self = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-    if (self < 0 || setns(netns, CLONE_NEWNET) < 0)
-      return agsx_error_set(err, errno, "enter the sandbox's network namespace");
-  }
-  /* The socket stays in the namespace it was made in. */
-  _cleanup_close_ int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  int e = errno;
-  if (self >= 0 && setns(self, CLONE_NEWNET) < 0)
-    return agsx_error_set(err, errno, "return to agsx's network namespace");
+/* A TCP socket connected to A (the published port, on the host). */
+static int dial(const struct sockaddr_storage *a, agsx_error_t *err) {
+  _cleanup_close_ int s = socket(a->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  socklen_t alen = a->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                            : sizeof(struct sockaddr_in);
   if (s < 0)
-    return agsx_error_set(err, e, "socket");
-  if (connect(s, (const struct sockaddr *)a, sizeof(*a)) < 0 && errno != EINPROGRESS)
+    return agsx_error_set(err, errno, "socket");
+  if (connect(s, (const struct sockaddr *)a, alen) < 0 && errno != EINPROGRESS)
     return agsx_error_set(err, errno, "connect");
   struct pollfd p = {.fd = s, .events = POLLOUT};
   int so = 0;
@@ -222,16 +179,15 @@ static int dial(int netns, const struct sockaddr_in *a, agsx_error_t *err) {
   return steal_fd(&s);
 }
 
-/* One GET /json/version; 0 and RET filled when the endpoint answers. */
-static int probe(int netns, const struct sockaddr_in *a, struct agsx_cdp_version *ret,
-                 agsx_error_t *err) {
-  _cleanup_close_ int s = dial(netns, a, err);
+/* One GET /json/version; 0 and RET filled when the endpoint answers. The
+ * relay accepts at once, so "not yet" is a reset or an early EOF. */
+static int probe(const struct sockaddr_storage *a, const char *hostport,
+                 struct agsx_cdp_version *ret, agsx_error_t *err) {
+  _cleanup_close_ int s = dial(a, err);
   if (s < 0)
     return -1;
-  char ip[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
-  _cleanup_free_ char *req = xasprintf("GET /json/version HTTP/1.1\r\nHost: %s:%u\r\n"
-                                       "Connection: close\r\n\r\n", ip, ntohs(a->sin_port));
+  _cleanup_free_ char *req = xasprintf("GET /json/version HTTP/1.1\r\nHost: %s\r\n"
+                                       "Connection: close\r\n\r\n", hostport);
   if (send(s, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req))
     return agsx_error_set(err, errno, "send");
   _cleanup_free_ char *buf = xzalloc(AGSX_CDP_RESPONSE_MAX + 1);
@@ -254,49 +210,49 @@ static int probe(int netns, const struct sockaddr_in *a, struct agsx_cdp_version
   }
 }
 
-/* The sandbox's netns, through its init (checked against its start time). */
-static int open_netns(struct agsx_ctx *ctx, const char *id, agsx_error_t *err) {
+/* The published host address, as bound (the port the kernel picked), from
+ * the sandbox's record; an unspecified address is reached on loopback. */
+static int published_addr(struct agsx_ctx *ctx, const char *id, struct sockaddr_storage *ret,
+                          agsx_error_t *err) {
   _cleanup_close_ int statefd = agsx_state_open(ctx->state, false, err);
   struct agsx_record r;
   if (statefd < 0 || agsx_record_read(statefd, id, &r, err) < 0)
     return -1;
-  _cleanup_free_ char *path = xasprintf("/proc/%d/ns/net", (int)r.init.pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd >= 0 && !agsx_proc_ref_alive(&r.init))
-    agsx_closep(&fd);
+  int rc = 0;
+  if (r.n_ports != 1 || agsx_sockaddr_port(&r.ports[0].host) == 0)
+    rc = agsx_error_set(err, 0, "the sandbox's record has no published DevTools port");
+  else
+    *ret = r.ports[0].host;
   agsx_record_clear(&r);
-  if (fd < 0)
-    return agsx_error_set(err, ESRCH, "the browser sandbox ended during start-up");
-  return fd;
+  if (rc < 0)
+    return -1;
+  if (ret->ss_family == AF_INET) {
+    struct sockaddr_in *in = (struct sockaddr_in *)ret;
+    if (in->sin_addr.s_addr == htonl(INADDR_ANY))
+      in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  } else if (ret->ss_family == AF_INET6) {
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ret;
+    if (IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr))
+      in6->sin6_addr = in6addr_loopback;
+  }
+  return 0;
 }
 
-/* Waits until the endpoint answers, through the published port if there
- * is one, else inside the sandbox's netns. The supervisor is our child: if
- * it ends, so did the sandbox. */
-static int wait_ready(struct agsx_ctx *ctx, const struct bopts *o, bool published,
-                      const struct agsx_run_started *st, struct agsx_cdp_version *ret,
-                      agsx_error_t *err) {
-  struct sockaddr_in a = {.sin_family = AF_INET};
-  _cleanup_close_ int netns = -1;
-  if (published) {
-    a.sin_addr.s_addr = o->ip.s_addr == htonl(INADDR_ANY) ? htonl(INADDR_LOOPBACK) : o->ip.s_addr;
-    a.sin_port = htons((uint16_t)o->port);
-  } else {
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(CDP_PORT);
-    if ((netns = open_netns(ctx, st->id, err)) < 0)
-      return -1;
-  }
+/* Waits until the endpoint answers through the published port. The
+ * supervisor is our child: if it ends, so did the sandbox. */
+static int wait_ready(const struct bopts *o, const struct agsx_run_started *st,
+                      const struct sockaddr_storage *a, const char *hostport,
+                      struct agsx_cdp_version *ret, agsx_error_t *err) {
   uint64_t bound = o->timeout_sec && o->timeout_sec < READY_WAIT_SEC ? o->timeout_sec
                                                                      : READY_WAIT_SEC;
   int64_t until = agsx_mono_ns() + (int64_t)bound * 1000000000LL;
   _cleanup_error_ agsx_error_t last = NULL;
   while (!interrupted) {
     if (waitpid(st->supervisor, NULL, WNOHANG) == st->supervisor)
-      return agsx_error_set(err, 0, "the browser exited during start-up (is Chromium installed "
-                                    "in the image? try `agsx run` with the same image)");
+      return agsx_error_set(err, 0, "the browser exited during start-up (try `agsx run` with "
+                                    "the same image and `chromium --headless=new`)");
     agsx_error_free(&last);
-    if (probe(netns, &a, ret, &last) == 0)
+    if (probe(a, hostport, ret, &last) == 0)
       return 0;
     if (agsx_mono_ns() > until)
       return agsx_error_set(err, 0, "the DevTools endpoint did not answer within %llus: %s",
@@ -323,18 +279,12 @@ static void discard(struct agsx_ctx *ctx, const struct agsx_run_started *st) {
 }
 
 static void print_started(const struct bopts *o, const struct agsx_run_started *st,
-                          const struct agsx_cdp_version *v, bool published) {
-  char ip[INET_ADDRSTRLEN];
-  struct in_addr show = o->ip;
-  if (!published || show.s_addr == htonl(INADDR_ANY))
-    show.s_addr = htonl(INADDR_LOOPBACK);
-  inet_ntop(AF_INET, &show, ip, sizeof(ip));
-  unsigned port = published ? o->port : CDP_PORT;
-  _cleanup_free_ char *ws = xasprintf("ws://%s:%u%s", ip, port, v->ws_path);
-  _cleanup_free_ char *http = xasprintf("http://%s:%u", ip, port);
-  if (!published)
-    agsx_warn("this agsx cannot publish ports: the endpoint is reachable only inside the "
-              "sandbox's network namespace");
+                          const struct agsx_cdp_version *v, const struct sockaddr_storage *a,
+                          const char *hostport) {
+  char ip[64];
+  agsx_sockaddr_ip(a, ip, sizeof(ip));
+  _cleanup_free_ char *ws = xasprintf("ws://%s%s", hostport, v->ws_path);
+  _cleanup_free_ char *http = xasprintf("http://%s", hostport);
   if (!o->json) {
     printf("%s\n", ws);
     return;
@@ -346,8 +296,7 @@ static void print_started(const struct bopts *o, const struct agsx_run_started *
   agsx_json_kv_str(g, "ws_url", ws);
   agsx_json_kv_str(g, "http_url", http);
   agsx_json_kv_str(g, "host", ip);
-  agsx_json_kv_int(g, "port", port);
-  agsx_json_kv_bool(g, "published", published);
+  agsx_json_kv_int(g, "port", agsx_sockaddr_port(a));
   agsx_json_kv_str(g, "browser", v->browser);
   agsx_json_kv_str(g, "image", o->image ? o->image : "host");
   agsx_json_kv_str(g, "network", o->network ? o->network : "internal");
@@ -357,39 +306,55 @@ static void print_started(const struct bopts *o, const struct agsx_run_started *
   printf("%s\n", s);
 }
 
-int agsx_cmd_browser(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
-  struct bopts o = {.json = ctx->json};
-  int i = agsx_parse_options(cmd, argc, argv, on_bopt, &o);
-  if (i < 0 || parse_publish(&o) != 0)
-    return AGSX_EXIT_FAILURE;
-  /* Operands are Chromium flags, after `--`. */
-  if (i < argc && strcmp(argv[i - 1], "--") != 0)
-    return agsx_failf("browser: unexpected argument `%s` (Chromium flags go after `--`)", argv[i]);
-  if (argc - i > MAX_EXTRA_FLAGS)
-    return agsx_failf("browser: at most %d Chromium flags", MAX_EXTRA_FLAGS);
-  bool publish = run_can_publish();
-  if (publish && o.port == 0 && pick_port(o.ip, &o.port) < 0)
-    return AGSX_EXIT_FAILURE;
-  struct argvb b = {0};
-  build_run_argv(&o, publish, argv + i, argc - i, &b);
-  struct sigaction sa = {.sa_handler = on_interrupt}, old[2];
-  sigaction(SIGINT, &sa, &old[0]);
-  sigaction(SIGTERM, &sa, &old[1]);
-  struct agsx_run_started st = {0};
-  int code = agsx_run_detached(ctx, b.n, b.v, &st);
-  argvb_clear(&b);
-  if (code != 0)
-    return code;
+/* After the start: the published address, the wait, the output. */
+static int await_browser(struct agsx_ctx *ctx, const struct bopts *o,
+                         const struct agsx_run_started *st) {
   agsx_error_t err = NULL;
   struct agsx_cdp_version v = {0};
-  if (wait_ready(ctx, &o, publish, &st, &v, &err) < 0) {
-    discard(ctx, &st);
+  struct sockaddr_storage a;
+  char hostport[80];
+  if (published_addr(ctx, st->id, &a, &err) < 0 ||
+      (agsx_sockaddr_format(&a, hostport, sizeof(hostport)),
+       wait_ready(o, st, &a, hostport, &v, &err) < 0)) {
+    discard(ctx, st);
     agsx_cdp_version_clear(&v);
     agsx_failf("browser: %s", err->msg);
     agsx_error_free(&err);
     return AGSX_EXIT_FAILURE;
   }
-  print_started(&o, &st, &v, publish);
+  print_started(o, st, &v, &a, hostport);
   agsx_cdp_version_clear(&v);
   return 0;
+}
+
+int agsx_cmd_browser(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  struct bopts o = {.json = ctx->json};
+  int i = agsx_parse_options(cmd, argc, argv, on_bopt, &o);
+  int code = AGSX_EXIT_FAILURE;
+  if (i < 0)
+    goto out;
+  /* Operands are Chromium flags, after `--`. */
+  if (i < argc && strcmp(argv[i - 1], "--") != 0) {
+    agsx_failf("browser: unexpected argument `%s` (Chromium flags go after `--`)", argv[i]);
+    goto out;
+  }
+  if (argc - i > MAX_EXTRA_FLAGS) {
+    agsx_failf("browser: at most %d Chromium flags", MAX_EXTRA_FLAGS);
+    goto out;
+  }
+  struct argvb b = {0};
+  build_run_argv(&o, argv + i, argc - i, &b);
+  /* ^C while waiting still cleans up (the supervisor has its own session). */
+  struct sigaction sa = {.sa_handler = on_interrupt};
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
+  struct agsx_run_started st = {0};
+  code = agsx_run_detached(ctx, b.n, b.v, &st);
+  argvb_clear(&b);
+  if (code == 0)
+    code = await_browser(ctx, &o, &st);
+out:
+  free(o.publish);
+  return code;
 }

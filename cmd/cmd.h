@@ -37,8 +37,8 @@ enum {
   O_TAG = 1, O_QUIET, O_DIGESTS, O_DRY_RUN, O_IMAGES, O_JSON,
   O_RM, O_INTERACTIVE, O_TTY, O_READ_ONLY, O_TIMING, O_USER, O_WORKDIR, O_HOSTNAME, O_NETWORK,
   O_SECURITY_OPT, O_ENV, O_VOLUME, O_TIMEOUT, O_MEMORY, O_DISK, O_PIDS, O_CPUS,
-  O_DETACH, O_NAME, O_ALL, O_SIGNAL, O_ARCHIVE, O_FOLLOW_LINK,
-  O_IMAGE, O_PUBLISH,
+  O_DETACH, O_NAME, O_ALL, O_SIGNAL, O_ARCHIVE, O_FOLLOW_LINK, O_PUBLISH,
+  O_IMAGE,
 };
 
 /* The table, in cmd/agsx.c. */
@@ -84,6 +84,7 @@ int agsx_cmd_kill(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_update(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_gc(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_browser(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_port(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_not_yet(struct agsx_ctx *, const struct agsx_command *, int, char **);
 
 #endif

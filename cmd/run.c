@@ -4,6 +4,7 @@
 #include "cmd.h"
 #include "io.h"
 #include "net.h"
+#include "relay.h"
 #include "sandbox.h"
 #include "state.h"
 #include "store.h"
@@ -29,6 +30,8 @@ struct run_opts {
   size_t n_env;
   struct agsx_bind *binds;
   size_t n_binds;
+  struct agsx_port *ports; /* -p; host ports as bound once started */
+  size_t n_ports;
   uint64_t timeout, memory, pids, disk;
   double cpus;
 };
@@ -73,6 +76,20 @@ static int add_bind(struct run_opts *o, const char *spec) {
     return agsx_failf("run: volume source `%s`: %s", s, strerror(errno)), -1;
   o->binds = xrealloc(o->binds, (o->n_binds + 1) * sizeof(*o->binds));
   o->binds[o->n_binds++] = (struct agsx_bind){xstrdup(s), xstrdup(dst), ro};
+  return 0;
+}
+
+static int add_port(struct run_opts *o, const char *spec) {
+  agsx_error_t err = NULL;
+  struct agsx_port p;
+  if (o->n_ports >= AGSX_MAX_PORTS)
+    return agsx_failf("run: at most %d published ports", AGSX_MAX_PORTS), -1;
+  if (agsx_port_parse(spec, &p, &err) < 0)
+    return agsx_failf("run: %s", err->msg), agsx_error_free(&err), -1;
+  o->ports = xrealloc(o->ports, (o->n_ports + 1) * sizeof(*o->ports));
+  o->ports[o->n_ports++] = p;
+  if (agsx_ports_check(o->ports, o->n_ports, &err) < 0)
+    return agsx_failf("run: %s", err->msg), agsx_error_free(&err), -1;
   return 0;
 }
 
@@ -153,6 +170,7 @@ static int on_run_opt(void *data, int id, const char *v) {
     return 0;
   case O_ENV: return add_env(o, v);
   case O_VOLUME: return add_bind(o, v);
+  case O_PUBLISH: return add_port(o, v);
   case O_TIMEOUT:
     if (agsx_parse_duration(v, &o->timeout, &err) < 0)
       return agsx_failf("run: --timeout: %s", err->msg), agsx_error_free(&err), -1;
@@ -273,6 +291,9 @@ struct sup {
   struct prepared *p;
   struct agsx_sandbox_config *cfg;
   struct agsx_sandbox *sb;
+  struct agsx_relay *relay; /* published ports, or NULL */
+  struct pollfd *pfd;       /* supervise()'s, grown with the relay */
+  size_t pfd_cap;
   int sigfd, timerfd;
   struct agsx_output out[2];
   bool detached;
@@ -348,38 +369,52 @@ static void on_signal(struct sup *f) {
     agsx_sandbox_signal(f->sb, sig);
 }
 
-/* Runs until the command ends; returns 0 or -1 (err set). */
+/* The supervisor's fixed fds, then the relay's. */
+enum { P_SYNC, P_SIG, P_TIMER, P_OUT, P_ERR, P_MASTER, P_STDIN, P_FIXED };
+
+static struct pollfd *poll_array(struct sup *f, size_t n) {
+  if (n > f->pfd_cap) {
+    f->pfd_cap = n + n / 2;
+    f->pfd = xrealloc(f->pfd, f->pfd_cap * sizeof(*f->pfd));
+  }
+  return f->pfd;
+}
+
+/* Runs until the command ends; returns 0 or -1 (err set). One poll loop
+ * carries the command's events, signals, the deadline, output and the
+ * published ports' relay: nothing in it blocks. */
 static int supervise(struct sup *f, agsx_error_t *err) {
   struct agsx_sandbox *sb = f->sb;
   int stdin_closed = !(f->o->interactive && sb->pty_master >= 0);
   int master_closed = sb->pty_master < 0;
   for (;;) {
-    struct pollfd p[7] = {
-        {.fd = sb->sync, .events = POLLIN},
-        {.fd = f->sigfd, .events = POLLIN},
-        {.fd = f->timerfd, .events = POLLIN},
-        {.fd = f->out[0].fd, .events = POLLIN},
-        {.fd = f->out[1].fd, .events = POLLIN},
-        {.fd = master_closed ? -1 : sb->pty_master, .events = POLLIN},
-        {.fd = stdin_closed ? -1 : STDIN_FILENO, .events = POLLIN},
-    };
-    if (poll(p, 7, -1) < 0) {
+    struct pollfd *p = poll_array(f, P_FIXED + agsx_relay_nfds(f->relay));
+    p[P_SYNC] = (struct pollfd){.fd = sb->sync, .events = POLLIN};
+    p[P_SIG] = (struct pollfd){.fd = f->sigfd, .events = POLLIN};
+    p[P_TIMER] = (struct pollfd){.fd = f->timerfd, .events = POLLIN};
+    p[P_OUT] = (struct pollfd){.fd = f->out[0].fd, .events = POLLIN};
+    p[P_ERR] = (struct pollfd){.fd = f->out[1].fd, .events = POLLIN};
+    p[P_MASTER] = (struct pollfd){.fd = master_closed ? -1 : sb->pty_master, .events = POLLIN};
+    p[P_STDIN] = (struct pollfd){.fd = stdin_closed ? -1 : STDIN_FILENO, .events = POLLIN};
+    size_t nr = agsx_relay_fill(f->relay, p + P_FIXED);
+    if (poll(p, P_FIXED + nr, agsx_relay_timeout_ms(f->relay)) < 0) {
       if (errno == EINTR)
         continue;
       return agsx_error_set(err, errno, "poll");
     }
-    if (p[1].revents)
+    agsx_relay_dispatch(f->relay, p + P_FIXED, nr);
+    if (p[P_SIG].revents)
       on_signal(f);
-    if (p[2].revents)
+    if (p[P_TIMER].revents)
       on_deadline(f);
     for (int i = 0; i < 2; i++)
-      if (p[3 + i].revents)
+      if (p[P_OUT + i].revents)
         agsx_output_read(&f->out[i]);
-    if (p[5].revents)
+    if (p[P_MASTER].revents)
       agsx_copy_fd(sb->pty_master, STDOUT_FILENO, &master_closed);
-    if (p[6].revents)
+    if (p[P_STDIN].revents)
       agsx_copy_fd(STDIN_FILENO, sb->pty_master, &stdin_closed);
-    if (p[0].revents) {
+    if (p[P_SYNC].revents) {
       int r = agsx_sandbox_handle_event(sb, err);
       if (r < 0)
         return -1;
@@ -453,6 +488,11 @@ static void fill_record(struct sup *f, struct agsx_record *r) {
   r->init.pid = f->sb->init_pid;
   r->init.start_time = agsx_proc_start_time(f->sb->init_pid);
   r->network = xstrdup("internal");
+  if (f->o->n_ports) {
+    r->ports = xmalloc(f->o->n_ports * sizeof(*r->ports));
+    memcpy(r->ports, f->o->ports, f->o->n_ports * sizeof(*r->ports));
+    r->n_ports = f->o->n_ports;
+  }
   r->memory = cfg->limits.memory;
   r->pids = cfg->limits.pids;
   r->disk = cfg->disk;
@@ -529,13 +569,33 @@ static void print_timing(const struct agsx_sandbox *sb, int64_t prep_ns, int64_t
   fprintf(stderr, ", total %.3f ms\n", (double)total_ns / 1e6);
 }
 
+/* Binds the published ports on the host before the sandbox exists: a port
+ * in use refuses the start with nothing made. Connections wait in the
+ * listen queue until the supervisor's loop runs. */
+static int open_ports(struct sup *f, agsx_error_t *err) {
+  if (f->o->n_ports == 0)
+    return 0;
+  f->relay = agsx_relay_new(err);
+  if (f->relay == NULL)
+    return -1;
+  for (size_t i = 0; i < f->o->n_ports; i++) {
+    struct agsx_port *p = &f->o->ports[i];
+    struct sockaddr_storage target;
+    agsx_sockaddr_from_ip("127.0.0.1", p->port, &target);
+    if (agsx_relay_listen(f->relay, p->proto, -1, &p->host, AGSX_RELAY_NS_LATER, &target,
+                          &p->host, err) < 0)
+      return -1;
+  }
+  return 0;
+}
+
 /* Starts the sandbox and writes its record. READY_FD (detached) gets the id
  * or the error once the command runs. */
 static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
   f->deadline_ns = agsx_now_ns() +
                    (int64_t)(f->o->timeout ? f->o->timeout : DEFAULT_TIMEOUT_SEC) * 1000000000LL;
   f->deadline = (f->deadline_ns + 500000000LL) / 1000000000LL;
-  if (setup_signals(f, err) < 0 || setup_stdio(f, pipes, err) < 0)
+  if (setup_signals(f, err) < 0 || setup_stdio(f, pipes, err) < 0 || open_ports(f, err) < 0)
     return -1;
   arm_deadline(f);
   f->cfg->state_dir = f->ctx->state;
@@ -548,6 +608,8 @@ static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
     agsx_closep(&pipes[i][1]);
   if (r < 0)
     return -1;
+  if (f->relay && agsx_relay_set_connect_ns(f->relay, f->sb->netns, err) < 0)
+    return -1;
   if (write_start_record(f, err) < 0)
     return -1;
   f->recorded = true;
@@ -556,6 +618,9 @@ static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
 
 /* Tears down; returns the exit code for the caller. */
 static int finish(struct sup *f, agsx_error_t *err) {
+  /* The host ports are free as soon as the sandbox ends. */
+  agsx_relay_free(f->relay);
+  f->relay = NULL;
   int code = f->sb ? f->sb->exit_code : 125;
   if (f->sb == NULL)
     return code;
@@ -574,6 +639,9 @@ static int finish(struct sup *f, agsx_error_t *err) {
 }
 
 static void sup_clear(struct sup *f) {
+  agsx_relay_free(f->relay);
+  f->relay = NULL;
+  free(f->pfd);
   agsx_closep(&f->sigfd);
   agsx_closep(&f->timerfd);
   for (int i = 0; i < 2; i++)
@@ -696,6 +764,7 @@ static void run_opts_clear(struct run_opts *o) {
     free(o->binds[i].dst);
   }
   free(o->binds);
+  free(o->ports);
 }
 
 /* STARTED: called by another command (agsx browser), which gets the id

@@ -82,6 +82,8 @@ static void record_json(yajl_gen g, const struct agsx_record *r, int64_t now) {
     yajl_gen_null(g);
   agsx_json_kv_str(g, "network", r->network);
   agsx_json_kv_str(g, "address", r->address);
+  agsx_json_key(g, "ports");
+  agsx_record_gen_ports(g, r->ports, r->n_ports);
   agsx_json_kv_int(g, "pid", r->status == AGSX_STATUS_EXITED ? 0 : r->init.pid);
   agsx_json_key(g, "limits");
   yajl_gen_map_open(g);
@@ -91,6 +93,20 @@ static void record_json(yajl_gen g, const struct agsx_record *r, int64_t now) {
   agsx_json_kv_int(g, "cpu_quota_us", (int64_t)r->cpu_quota_us);
   yajl_gen_map_close(g);
   yajl_gen_map_close(g);
+}
+
+/* Docker's PORTS column: 127.0.0.1:8080->80/tcp, [::1]:53->53/udp */
+static char *ports_column(const struct agsx_record *r) {
+  char *s = xstrdup("");
+  for (size_t i = 0; i < r->n_ports; i++) {
+    char a[80];
+    char *t = xasprintf("%s%s%s->%u/%s", s, i ? ", " : "",
+                        agsx_sockaddr_format(&r->ports[i].host, a, sizeof(a)), r->ports[i].port,
+                        agsx_proto_name(r->ports[i].proto));
+    free(s);
+    s = t;
+  }
+  return s;
 }
 
 static void record_row(const struct agsx_record *r, int64_t now) {
@@ -104,9 +120,10 @@ static void record_row(const struct agsx_record *r, int64_t now) {
         agsx_format_duration((uint64_t)(r->deadline > now ? r->deadline - now : 0));
     snprintf(left, sizeof(left), "%s left", l);
   }
-  printf("%-12.12s  %-16.16s  %-20.20s  %-8s  %-9s  %-24s  %-9s  %s\n", r->id,
+  _cleanup_free_ char *ports = ports_column(r);
+  printf("%-12.12s  %-16.16s  %-20.20s  %-8s  %-9s  %-24s  %-9s  %-15s  %s\n", r->id,
          r->name ? r->name : "", r->image ? r->image : "", status_word(r), age, left,
-         r->network ? r->network : "", r->address ? r->address : "-");
+         r->network ? r->network : "", r->address ? r->address : "-", ports);
 }
 
 /* Reads every record; a corrupt one is reported and removed. */
@@ -160,8 +177,8 @@ int agsx_cmd_ls(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
   yajl_gen_array_open(g);
   if (!f.json && !f.quiet)
-    printf("%-12s  %-16s  %-20s  %-8s  %-9s  %-24s  %-9s  %s\n", "ID", "NAME", "IMAGE", "STATUS",
-           "CREATED", "TIME LEFT", "NETWORK", "ADDRESS");
+    printf("%-12s  %-16s  %-20s  %-8s  %-9s  %-24s  %-9s  %-15s  %s\n", "ID", "NAME", "IMAGE",
+           "STATUS", "CREATED", "TIME LEFT", "NETWORK", "ADDRESS", "PORTS");
   for (size_t k = 0; k < n; k++) {
     if (!f.all && v[k].status == AGSX_STATUS_EXITED)
       continue;

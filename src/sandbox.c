@@ -164,6 +164,7 @@ static int spawn_init(struct agsx_sandbox *sb, const struct agsx_sandbox_config 
       return agsx_error_set(err, errno, "enter the sandbox's network namespace");
     }
     sb->sysfs = fcntl(sysfs, F_DUPFD_CLOEXEC, 3);
+    sb->netns = fcntl(netns, F_DUPFD_CLOEXEC, 3);
   } else {
     if (agsx_net_enter_new(&hostns, err) < 0) {
       close(sp[0]);
@@ -173,8 +174,9 @@ static int spawn_init(struct agsx_sandbox *sb, const struct agsx_sandbox_config 
     /* A sysfs of the sandbox's own network namespace (its /sys/class/net
      * shows only lo), mounted while we are in it; the init attaches it. */
     sb->sysfs = agsx_net_new_sysfs(err);
+    sb->netns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
   }
-  if (sb->sysfs < 0) {
+  if (sb->sysfs < 0 || sb->netns < 0) {
     agsx_net_leave(hostns);
     close(sp[0]);
     close(sp[1]);
@@ -305,7 +307,7 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
                        agsx_error_t *err) {
   struct agsx_sandbox *sb = xzalloc(sizeof(*sb));
   sb->pidfd = sb->sync = sb->pty_master = sb->statefd = sb->dirfd = sb->ids.lockfd = -1;
-  sb->sysfs = -1;
+  sb->sysfs = sb->netns = -1;
   sb->init_pid = -1;
   sb->exit_code = 125;
   memcpy(sb->id, cfg->id, sizeof(sb->id));
@@ -468,6 +470,7 @@ void agsx_sandbox_free(struct agsx_sandbox *sb) {
   free(sb->name);
   agsx_closep(&sb->pidfd);
   agsx_closep(&sb->sysfs);
+  agsx_closep(&sb->netns);
   agsx_closep(&sb->sync);
   agsx_closep(&sb->pty_master);
   agsx_closep(&sb->statefd);

@@ -98,6 +98,7 @@ struct agsx_sandbox {
   int sync;        /* socket to the init */
   int pty_master;  /* -t: the terminal's master side, else -1 */
   int sysfs;       /* a detached sysfs of the sandbox's network namespace */
+  int netns;       /* the sandbox's network namespace (published ports) */
   int statefd;     /* STATE */
   int dirfd;       /* STATE/<id> */
   struct agsx_cgroup *cg;

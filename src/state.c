@@ -7,6 +7,7 @@
 
 #include <ctype.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <inttypes.h>
 #include <string.h>
 #include <sys/file.h>
@@ -21,6 +22,7 @@ void agsx_record_clear(struct agsx_record *r) {
   free(r->stop_reason);
   free(r->network);
   free(r->address);
+  free(r->ports);
   agsx_strv_free(r->argv);
   agsx_strv_free(r->env);
   free(r->user);
@@ -69,6 +71,8 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len) {
   gen_proc(g, "init", &r->init);
   agsx_json_kv_str(g, "network", r->network);
   agsx_json_kv_str(g, "address", r->address);
+  agsx_json_key(g, "ports");
+  agsx_record_gen_ports(g, r->ports, r->n_ports);
   agsx_json_kv_int(g, "memory", (int64_t)r->memory);
   agsx_json_kv_int(g, "pids", (int64_t)r->pids);
   agsx_json_kv_int(g, "disk", (int64_t)r->disk);
@@ -86,6 +90,44 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len) {
   agsx_json_kv_bool(g, "reported", r->reported);
   yajl_gen_map_close(g);
   return agsx_json_gen_steal(g, ret_len);
+}
+
+/* "ports": [{"host_ip": "127.0.0.1", "host_port": 8080, "port": 80, "proto": "tcp"}] */
+void agsx_record_gen_ports(yajl_gen g, const struct agsx_port *v, size_t n) {
+  yajl_gen_array_open(g);
+  for (size_t i = 0; i < n; i++) {
+    char ip[INET6_ADDRSTRLEN];
+    yajl_gen_map_open(g);
+    agsx_json_kv_str(g, "host_ip", agsx_sockaddr_ip(&v[i].host, ip, sizeof(ip)));
+    agsx_json_kv_int(g, "host_port", agsx_sockaddr_port(&v[i].host));
+    agsx_json_kv_int(g, "port", v[i].port);
+    agsx_json_kv_str(g, "proto", agsx_proto_name(v[i].proto));
+    yajl_gen_map_close(g);
+  }
+  yajl_gen_array_close(g);
+}
+
+/* Old records have no "ports"; malformed entries are skipped. */
+static void opt_ports(yajl_val v, struct agsx_record *r) {
+  yajl_val a = agsx_json_get_array(v, "ports");
+  if (a == NULL || a->u.array.len == 0)
+    return;
+  size_t n = a->u.array.len < AGSX_MAX_PORTS ? a->u.array.len : AGSX_MAX_PORTS;
+  r->ports = xzalloc(n * sizeof(*r->ports));
+  for (size_t i = 0; i < n; i++) {
+    yajl_val e = a->u.array.values[i];
+    const char *ip = agsx_json_get_string(e, "host_ip");
+    const char *proto = agsx_json_get_string(e, "proto");
+    int64_t hp = -1, port = -1;
+    struct agsx_port *p = &r->ports[r->n_ports];
+    if (ip == NULL || proto == NULL || !agsx_json_get_int64(e, "host_port", &hp) ||
+        !agsx_json_get_int64(e, "port", &port) || hp < 0 || hp > 65535 || port < 1 ||
+        port > 65535 || agsx_proto_parse(proto, &p->proto) < 0 ||
+        agsx_sockaddr_from_ip(ip, (uint16_t)hp, &p->host) < 0)
+      continue;
+    p->port = (uint16_t)port;
+    r->n_ports++;
+  }
 }
 
 static char *opt_str(yajl_val v, const char *key) {
@@ -152,6 +194,7 @@ int agsx_record_from_json(const char *buf, size_t len, struct agsx_record *r, ag
   opt_proc(v, "init", &r->init);
   r->network = opt_str(v, "network");
   r->address = opt_str(v, "address");
+  opt_ports(v, r);
   r->memory = (uint64_t)opt_int(v, "memory");
   r->pids = (uint64_t)opt_int(v, "pids");
   r->disk = (uint64_t)opt_int(v, "disk");

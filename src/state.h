@@ -17,6 +17,8 @@
 #ifndef AGSX_STATE_H
 #define AGSX_STATE_H
 
+#include "json.h"
+#include "relay.h"
 #include "util.h"
 
 #define AGSX_STATE_DEFAULT "/run/agsx"
@@ -43,6 +45,8 @@ struct agsx_record {
   uint64_t timeout;                /* the lifetime asked for, seconds */
   struct agsx_proc_ref supervisor, init;
   char *network, *address;
+  struct agsx_port *ports; /* published (-p), host ports as bound */
+  size_t n_ports;
   uint64_t memory, pids, disk, cpu_quota_us;
   unsigned slot;
   uint32_t uid_base;
@@ -57,6 +61,8 @@ struct agsx_record {
 void agsx_record_clear(struct agsx_record *r);
 char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len);
 int agsx_record_from_json(const char *buf, size_t len, struct agsx_record *r, agsx_error_t *err);
+/* The value of a record's "ports" (also in `ls --json` and `port --json`). */
+void agsx_record_gen_ports(yajl_gen g, const struct agsx_port *v, size_t n);
 
 /* Opens (creating with CREATE) the state directory. */
 int agsx_state_open(const char *path, bool create, agsx_error_t *err);

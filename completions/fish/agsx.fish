@@ -140,7 +140,7 @@ function __agsx_run_image_index
     set i (math $i + 1)
     while test $i -le $n
         switch $tokens[$i]
-            case --name -e --env -w --workdir -u --user --hostname --timeout --network --memory --cpus --pids --disk -v --volume --security-opt
+            case --name -e --env -w --workdir -u --user --hostname --timeout --network -p --publish --memory --cpus --pids --disk -v --volume --security-opt
                 set i (math $i + 2)
                 continue
             case '-*'
@@ -199,6 +199,7 @@ complete -c agsx -n '__agsx_cmd' -a cp -d 'Copy files between a sandbox and the 
 complete -c agsx -n '__agsx_cmd' -a ls -d 'List sandboxes'
 complete -c agsx -n '__agsx_cmd' -a kill -d 'Stop sandboxes or send them a signal'
 complete -c agsx -n '__agsx_cmd' -a update -d "Change a running sandbox's deadline"
+complete -c agsx -n '__agsx_cmd' -a port -d "List a sandbox's published ports"
 complete -c agsx -n '__agsx_cmd' -a gc -d 'Remove what ended sandboxes and crashes left behind'
 complete -c agsx -n '__agsx_cmd' -a browser -d 'Start headless Chromium in a sandbox; print its DevTools WebSocket URL'
 complete -c agsx -n '__agsx_cmd' -a build -d 'Build an image from a Dockerfile (not implemented yet)'
@@ -228,6 +229,7 @@ complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s u -l user 
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l hostname -x -d 'Host name of the sandbox (default: its short id)'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l timeout -x -d 'Lifetime: 300s, 5m, 1h30m (default 5m, at most 24h)'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l network -x -a internal -d 'Network mode (default: loopback only)'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s p -l publish -x -d 'Publish a sandbox port on the host ([IP:]HOSTPORT:PORT[/tcp|udp], default IP 127.0.0.1)'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l memory -x -d 'Memory limit (e.g. 512m); the sandbox is killed beyond it'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l cpus -x -d 'CPU quota in CPUs (e.g. 0.5)'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l pids -x -d 'Maximum number of processes (default 4096)'
@@ -269,6 +271,10 @@ complete -c agsx -n '__agsx_cmd update' -l timeout -x -d 'New lifetime, counted 
 complete -c agsx -n '__agsx_cmd update' -l json -d 'Print the new deadline as JSON'
 complete -c agsx -n '__agsx_cmd update' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd update' -a '(__agsx_sandbox_names)' -d Sandbox
+
+# agsx port
+complete -c agsx -n '__agsx_cmd port' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd port' -a '(__agsx_sandbox_names)' -d Sandbox
 
 # agsx browser
 complete -c agsx -n '__agsx_cmd browser' -l name -x -d 'Name the sandbox (unique; usable wherever an id is)'

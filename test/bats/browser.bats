@@ -5,9 +5,8 @@
 #
 # Tests tagged `browser` need Chromium: when it is missing and cannot be
 # installed (apt-get, as root) they are skipped, saying so; likewise the
-# Node clients when npm cannot reach its registry. Until this agsx can
-# publish ports, clients reach the endpoint inside the sandbox's network
-# namespace (nsenter), as `agsx browser` itself does then.
+# Node clients when npm cannot reach its registry. Clients reach the browser
+# through the published port on the host's loopback, as users do.
 #
 # teardown stops and collects everything, then asserts that nothing of the
 # test's sandboxes remains: processes, cgroups, records, mounts.
@@ -64,7 +63,7 @@ jfield() {
   python3 -c 'import json,sys; v=json.load(sys.stdin)[sys.argv[1]]; print("null" if v is None else str(v).lower() if isinstance(v,bool) else v)' "$1"
 }
 
-# start_browser ARGS...: `agsx browser --json ARGS`; sets ID, WS, HTTP, PUB.
+# start_browser ARGS...: `agsx browser --json ARGS`; sets ID, WS, HTTP.
 start_browser() {
   run --separate-stderr ax browser --json "$@"
   AX_CMD="agsx browser --json $*"
@@ -73,7 +72,6 @@ start_browser() {
   ID=$(jfield id <<<"$BJSON")
   WS=$(jfield ws_url <<<"$BJSON")
   HTTP=$(jfield http_url <<<"$BJSON")
-  PUB=$(jfield published <<<"$BJSON")
   echo "$ID" >>"$T/ids"
 }
 
@@ -85,14 +83,9 @@ for s in json.load(sys.stdin):
     if s["id"] == sys.argv[1]: print(s["pid"])' "$1"
 }
 
-# client CMD...: runs a client where the endpoint is: the host when the
-# port is published, else inside the sandbox's network namespace.
+# client CMD...: a client on the host, bounded.
 client() {
-  if [ "$PUB" = true ]; then
-    timeout 60 "$@"
-  else
-    timeout 60 nsenter --net="/proc/$(init_pid "$ID")/ns/net" "$@"
-  fi
+  timeout 60 "$@"
 }
 
 bx_note_ids() {
@@ -193,7 +186,7 @@ PY
 
 @test "browser: bad arguments are refused before anything starts" {
   local args
-  for args in "-p 0" "-p 70000" "-p x" "-p 1.2.3:80" "-p :80" "--memory 1m" "--memory lots" \
+  for args in "-p -1" "-p 70000" "-p 80/udp" "-p 1:2:3" "-p x" "-p 1.2.3:80" "-p :80" "--memory 1m" "--memory lots" \
               "--timeout 0" "--timeout 25h" "--name -bad" "stray"; do
     # shellcheck disable=SC2086
     run_ax browser $args
@@ -239,10 +232,24 @@ PY
     done | sort -u'
   assert_success
   [ "$output" = "1000 2 0000000000000000" ] || { show_run; false; }
-  # The text form: one line, the URL.
-  run --separate-stderr ax browser --name web2 --timeout 30s
+  # ls and port show the published port.
+  run_ax port web
+  assert_output_contains "9222/tcp -> ${HTTP#http://}"
+  # The text form: one line, the URL, on the port asked for (IPv6 too).
+  local port
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  run --separate-stderr ax browser --name web2 --timeout 30s -p "127.0.0.1:$port"
   assert_success
-  [[ $output =~ ^ws://127\.0\.0\.1:[0-9]+/devtools/browser/[0-9a-f-]+$ ]] || { show_run; false; }
+  [[ $output =~ ^ws://127\.0\.0\.1:$port/devtools/browser/[0-9a-f-]+$ ]] || { show_run; false; }
+  if [ -f /proc/net/if_inet6 ] && ip -6 addr show dev lo | grep -q '::1'; then
+    start_browser --timeout 30s -p '[::1]:0'
+    [[ $WS =~ ^ws://\[::1\]:[0-9]+/devtools/browser/ ]] || { show_run; false; }
+    run client curl -sfg "$HTTP/json/version"
+    assert_success
+  fi
+  # A port in use: refused, nothing left.
+  run --separate-stderr ax browser -p "127.0.0.1:$port"
+  [ "$status" -eq 125 ] && [[ $stderr == *"in use"* ]] || { show_run; false; }
 }
 
 # bats test_tags=browser

@@ -239,10 +239,11 @@ EOF
 @test "docs: ls options" { doc_sets_agree ls; }
 @test "docs: kill options" { doc_sets_agree kill; }
 @test "docs: update options" { doc_sets_agree update; }
+@test "docs: port options" { doc_sets_agree port; }
 @test "docs: browser options" { doc_sets_agree browser; }
 
 @test "docs: every implemented command has an options test above" {
-  local tested=$'browser\ncp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage rm\nkill\nload\nls\nrun\nupdate'
+  local tested=$'browser\ncp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage rm\nkill\nload\nls\nport\nrun\nupdate'
   run diff <(echo "$tested") <(help_commands -i | sort)
   echo "$output"
   [ "$status" -eq 0 ]
