@@ -144,6 +144,9 @@ int agsx_port_parse(const char *spec, struct agsx_port *ret, agsx_error_t *err) 
                                 "invalid port spec `%s` (want [IP:]HOSTPORT:PORT[/tcp|udp], IPv6 "
                                 "addresses in brackets)", spec);
   const char *colon = strchr(rest, ':');
+  if (ip[0] && colon == NULL) /* after an IP: HOSTPORT:PORT, HOSTPORT maybe empty */
+    return agsx_error_set_quiet(err, EINVAL, "invalid port spec `%s` (want IP:HOSTPORT:PORT or "
+                                "IP::PORT)", spec);
   uint16_t hostport = 0;
   const char *inner = colon ? colon + 1 : rest;
   /* HOSTPORT may be empty (IP::PORT) only after an IP. */
