@@ -240,7 +240,7 @@ static int published_addr(struct agsx_ctx *ctx, const char *id, struct sockaddr_
 
 /* Waits until the endpoint answers through the published port. The
  * supervisor is our child: if it ends, so did the sandbox. */
-static int wait_ready(const struct bopts *o, const struct agsx_run_started *st,
+static int wait_ready(const struct bopts *o, struct agsx_run_started *st,
                       const struct sockaddr_storage *a, const char *hostport,
                       struct agsx_cdp_version *ret, agsx_error_t *err) {
   uint64_t bound = o->timeout_sec && o->timeout_sec < READY_WAIT_SEC ? o->timeout_sec
@@ -248,9 +248,11 @@ static int wait_ready(const struct bopts *o, const struct agsx_run_started *st,
   int64_t until = agsx_mono_ns() + (int64_t)bound * 1000000000LL;
   _cleanup_error_ agsx_error_t last = NULL;
   while (!interrupted) {
-    if (waitpid(st->supervisor, NULL, WNOHANG) == st->supervisor)
+    if (waitpid(st->supervisor, NULL, WNOHANG) == st->supervisor) {
+      st->supervisor = 0; /* reaped: its pid may be reused */
       return agsx_error_set(err, 0, "the browser exited during start-up (try `agsx run` with "
                                     "the same image and `chromium --headless=new`)");
+    }
     agsx_error_free(&last);
     if (probe(a, hostport, ret, &last) == 0)
       return 0;
@@ -264,8 +266,10 @@ static int wait_ready(const struct bopts *o, const struct agsx_run_started *st,
 
 /* Stops a browser that did not come up and removes every trace of it. */
 static void discard(struct agsx_ctx *ctx, const struct agsx_run_started *st) {
-  kill(st->supervisor, SIGTERM); /* it stops the sandbox: TERM, grace, KILL */
-  while (waitpid(st->supervisor, NULL, 0) < 0 && errno == EINTR) {
+  if (st->supervisor > 0) {
+    kill(st->supervisor, SIGTERM); /* it stops the sandbox: TERM, grace, KILL */
+    while (waitpid(st->supervisor, NULL, 0) < 0 && errno == EINTR) {
+    }
   }
   agsx_error_t err = NULL;
   _cleanup_close_ int statefd = agsx_state_open(ctx->state, false, &err);
@@ -308,7 +312,7 @@ static void print_started(const struct bopts *o, const struct agsx_run_started *
 
 /* After the start: the published address, the wait, the output. */
 static int await_browser(struct agsx_ctx *ctx, const struct bopts *o,
-                         const struct agsx_run_started *st) {
+                         struct agsx_run_started *st) {
   agsx_error_t err = NULL;
   struct agsx_cdp_version v = {0};
   struct sockaddr_storage a;

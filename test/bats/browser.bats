@@ -359,6 +359,26 @@ EOF
   [ -z "$(bx_processes)" ] && [ -z "$(bx_cgroups)" ]
 }
 
+# bats test_tags=browser
+@test "browser: ^C while waiting stops and removes the browser" {
+  need_chromium
+  timeout 60 "$AGSX" --root "$ROOT" --state "$STATE" browser --timeout 30s \
+    -- --remote-debugging-port=9333 2>"$T/err" &
+  local pid=$! rc=0
+  for i in $(seq 50); do
+    ls "$STATE" 2>/dev/null | grep -qxE '[0-9a-f]{32}' && break
+    sleep 0.1
+  done
+  bx_note_ids
+  sleep 0.5
+  kill -INT "$pid"
+  wait "$pid" || rc=$?
+  [ "$rc" -eq 125 ] || { echo "# status $rc: $(cat "$T/err")" >&3; false; }
+  grep -q "^agsx: browser: interrupted" "$T/err"
+  [ -z "$(ls "$STATE" | grep -vx -e slots -e cache -e names)" ]
+  [ -z "$(bx_processes)" ] && [ -z "$(bx_cgroups)" ]
+}
+
 # ---- networks ------------------------------------------------------------
 
 # Runs the rest of this test inside a new network and mount namespace with a
