@@ -415,6 +415,7 @@ for i in $(seq 50); do
     2>/dev/null && break
   sleep 0.1
 done
+echo "outer $(python3 -c 'import urllib.request as u; print(u.urlopen("http://198.19.200.2:8080/", timeout=5).read().decode().strip())')"
 for mode in internal public; do
   out=$("$AGSX" --root "$ROOT" --state "$STATE" browser --json --network "$mode" --timeout 60s)
   http=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["http_url"])')
@@ -424,6 +425,7 @@ EOF
   run env WWW="$T/www" AGSX="$AGSX" ROOT="$ROOT" STATE="$STATE" FIXTURES="$FIXTURES" \
     NODE_PATH="$NODE_PATH" timeout 180 unshare --net --mount --propagation private bash "$T/net.sh"
   assert_success
+  assert_output_contains "outer hello from the world"
   assert_output_contains "internal failed"
   assert_output_contains "public loaded hello from the world"
 }
