@@ -120,7 +120,8 @@ int agsx_port_parse(const char *spec, struct agsx_port *ret, agsx_error_t *err) 
   memset(ret, 0, sizeof(*ret));
   size_t slen = strnlen(spec, AGSX_PORTSPEC_MAX + 1);
   if (slen == 0 || slen > AGSX_PORTSPEC_MAX)
-    return agsx_error_set(err, EINVAL, "invalid port spec (want [IP:]HOSTPORT:PORT[/tcp|udp])");
+    return agsx_error_set_quiet(err, EINVAL,
+                                "invalid port spec (want [IP:]HOSTPORT:PORT[/tcp|udp])");
   char buf[AGSX_PORTSPEC_MAX + 1];
   memcpy(buf, spec, slen);
   buf[slen] = '\0';

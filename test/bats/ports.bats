@@ -85,8 +85,9 @@ elif cmd == 'conc':    # N concurrent connections held open together, then GETs
     [t.start() for t in ts]; [t.join() for t in ts]
     print(sum(res))
 elif cmd == 'closed':  # the relay closes (or resets) a connection nobody serves
-    t0 = time.monotonic(); s = connect(a)
+    t0 = time.monotonic()
     try:
+        s = connect(a)  # the reset may come before connect() returns
         r = s.recv(10)
         what = 'closed' if r == b'' else 'data'
     except ConnectionResetError:
