@@ -234,6 +234,8 @@ struct agsx_relay {
   /* the layout agsx_relay_fill() wrote */
   size_t fill_nl, fill_nc, fill_nf;
   char *dgram; /* one UDP datagram */
+  size_t max_conns, max_flows;
+  int udp_idle_ms;
   struct agsx_relay_stats st;
 };
 
@@ -246,7 +248,20 @@ struct agsx_relay *agsx_relay_new(agsx_error_t *err) {
   struct agsx_relay *r = xzalloc(sizeof(*r));
   r->home = home;
   r->dgram = xmalloc(65536);
+  r->max_conns = AGSX_RELAY_MAX_CONNS;
+  r->max_flows = AGSX_RELAY_MAX_FLOWS;
+  r->udp_idle_ms = AGSX_RELAY_UDP_IDLE_MS;
   return r;
+}
+
+void agsx_relay_set_limits(struct agsx_relay *r, size_t max_conns, size_t max_flows,
+                           int udp_idle_ms) {
+  if (max_conns)
+    r->max_conns = max_conns;
+  if (max_flows)
+    r->max_flows = max_flows;
+  if (udp_idle_ms > 0)
+    r->udp_idle_ms = udp_idle_ms;
 }
 
 /* A socket of namespace NS (-1: ours). Only socket() runs there. */
@@ -394,7 +409,7 @@ static void tcp_accept(struct agsx_relay *r, struct listener *l) {
       return; /* EAGAIN, or an aborted connection: nothing to do */
     r->st.accepted++;
     int inner = -1;
-    if (r->nc >= AGSX_RELAY_MAX_CONNS || l->connect_ns == AGSX_RELAY_NS_LATER ||
+    if (r->nc >= r->max_conns || l->connect_ns == AGSX_RELAY_NS_LATER ||
         (inner = ns_socket(r, l->connect_ns, l->target.ss_family, SOCK_STREAM)) < 0) {
       r->st.dropped++;
       reset_close(&fd);
@@ -510,7 +525,7 @@ static struct flow *flow_new(struct agsx_relay *r, struct listener *l,
       if (lru == SIZE_MAX || r->flows[i]->last_ms < r->flows[lru]->last_ms)
         lru = i;
     }
-  if (live >= AGSX_RELAY_MAX_FLOWS && lru != SIZE_MAX)
+  if (live >= r->max_flows && lru != SIZE_MAX)
     flow_close(r->flows[lru]); /* collected at the end of the dispatch */
   int fd = ns_socket(r, l->connect_ns, l->target.ss_family, SOCK_DGRAM);
   if (fd < 0)
@@ -596,7 +611,7 @@ size_t agsx_relay_fill(struct agsx_relay *r, struct pollfd *p) {
 static void expire_flows(struct agsx_relay *r) {
   int64_t now = now_ms();
   for (size_t i = 0; i < r->nf; i++)
-    if (r->flows[i]->fd >= 0 && now - r->flows[i]->last_ms >= AGSX_RELAY_UDP_IDLE_MS)
+    if (r->flows[i]->fd >= 0 && now - r->flows[i]->last_ms >= r->udp_idle_ms)
       flow_close(r->flows[i]);
 }
 
@@ -651,7 +666,7 @@ int agsx_relay_timeout_ms(const struct agsx_relay *r) {
     return -1;
   int64_t now = now_ms(), next = INT64_MAX;
   for (size_t i = 0; i < r->nf; i++) {
-    int64_t at = r->flows[i]->last_ms + AGSX_RELAY_UDP_IDLE_MS;
+    int64_t at = r->flows[i]->last_ms + r->udp_idle_ms;
     if (at < next)
       next = at;
   }

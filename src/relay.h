@@ -82,6 +82,10 @@ int agsx_relay_listen(struct agsx_relay *r, enum agsx_proto proto, int listen_ns
                       const struct sockaddr_storage *laddr, int connect_ns,
                       const struct sockaddr_storage *taddr, struct sockaddr_storage *ret_bound,
                       agsx_error_t *err);
+/* Changes the caps (0 keeps one): concurrent TCP connections, UDP flows,
+ * a UDP flow's idle time (a DNS relay wants a short one). */
+void agsx_relay_set_limits(struct agsx_relay *r, size_t max_conns, size_t max_flows,
+                           int udp_idle_ms);
 /* Gives every AGSX_RELAY_NS_LATER listener its connect namespace. */
 int agsx_relay_set_connect_ns(struct agsx_relay *r, int ns, agsx_error_t *err);
 

@@ -95,6 +95,12 @@ elif cmd == 'closed':  # the relay closes (or resets) a connection nobody serves
     except socket.timeout:
         what = 'hang'
     print(what, 'fast' if time.monotonic() - t0 < 2 else 'slow')
+elif cmd == 'idle':    # holds an idle connection; prints how it ended
+    s = connect(a, 30); print('open', flush=True)
+    try:
+        r = s.recv(10); print('eof' if r == b'' else 'data')
+    except ConnectionResetError:
+        print('eof')
 elif cmd == 'refused': # nothing listens on the host port any more
     try:
         connect(a, 2).close(); print('open')
@@ -412,4 +418,27 @@ wait_exited() {
   [ "$output" = bound ]
   run_ax port t
   assert_agsx_error "is not running"
+}
+
+@test "ports: open relayed connections do not hold up kill or the deadline; they end with it" {
+  rund --name web -p 80 $(httpd_args) >/dev/null
+  local a
+  a=$(ax port web 80)
+  run tcp wait "$a"
+  tcp idle "$a" >"$T/idle1" &
+  tcp idle "$a" >"$T/idle2" &
+  for _ in $(seq 50); do grep -q open "$T/idle2" && break; sleep 0.05; done
+  run_ax kill web
+  assert_success
+  wait
+  [ "$(cat "$T/idle1")" = $'open\neof' ]
+  [ "$(cat "$T/idle2")" = $'open\neof' ]
+  # the deadline too
+  rund --name dl --timeout 2s -p 80 $(httpd_args) >/dev/null
+  a=$(ax port dl 80)
+  run tcp wait "$a"
+  tcp idle "$a" >"$T/idle3" &
+  wait_exited dl
+  wait
+  [ "$(cat "$T/idle3")" = $'open\neof' ]
 }

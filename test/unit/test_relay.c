@@ -39,7 +39,12 @@ static void refuses(const char *spec, const char *msg_part) {
   agsx_error_t err = NULL;
   struct agsx_port p;
   int r = agsx_port_parse(spec, &p, &err);
-  tap_ok(r < 0 && err && strstr(err->msg, msg_part), "refuse `%s` (%s)", spec,
+  char shown[64];
+  snprintf(shown, sizeof(shown), "%s", spec);
+  for (char *q = shown; *q; q++)
+    if (*q < ' ' || *q > '~')
+      *q = '?';
+  tap_ok(r < 0 && err && strstr(err->msg, msg_part), "refuse `%s` (%s)", shown,
          err ? err->msg : "accepted");
   agsx_error_free(&err);
 }
@@ -326,6 +331,31 @@ static void test_relay(void) {
   tap_is_int(st.conns, 0, "no tcp connection left");
   tap_ok(st.accepted >= 4 && st.refused >= 1, "stats: %llu accepted, %llu refused",
          (unsigned long long)st.accepted, (unsigned long long)st.refused);
+  /* Caps: 2 connections (the third is reset at once), 1 flow (the least
+   * recently used goes), flows idle for 100 ms expire. */
+  agsx_relay_set_limits(r, 2, 1, 100);
+  int c1 = tcp_client(&bound), c2 = tcp_client(&bound);
+  pump(r, -1, 0, 200);
+  int c3 = tcp_client(&bound);
+  tap_ok(read_to_eof(r, c3, buf, sizeof(buf)) == -1, "over the connection cap: reset");
+  agsx_relay_stats(r, &st);
+  tap_is_int(st.conns, 2, "two connections relayed");
+  shutdown(c1, SHUT_WR);
+  shutdown(c2, SHUT_WR);
+  tap_ok(read_to_eof(r, c1, buf, sizeof(buf)) > 0 && strcmp(buf, "got 0") == 0 &&
+             read_to_eof(r, c2, buf, sizeof(buf)) > 0 && strcmp(buf, "got 0") == 0,
+         "the two under the cap work");
+  close(c1);
+  close(c2);
+  close(c3);
+  send(u1, "again", 5, 0);
+  pump(r, u1, POLLIN, 2000);
+  tap_ok(recv(u1, buf, sizeof(buf), 0) == 5, "udp after the cap change");
+  agsx_relay_stats(r, &st);
+  tap_is_int(st.flows, 1, "one flow kept (the least recently used went)");
+  pump(r, -1, 0, 300);
+  agsx_relay_stats(r, &st);
+  tap_is_int(st.flows, 0, "idle flows expire");
   close(u1);
   close(u2);
   agsx_relay_free(r);
