@@ -153,6 +153,20 @@ static const struct agsx_option build_opts[] = {
     {0},
 };
 
+static const struct agsx_option browser_opts[] = {
+    {"name", 0, "NAME", "Name the sandbox (unique; usable wherever an id is)", O_NAME},
+    {"network", 0, "MODE", "Network mode, as for run (default internal: loopback only)",
+     O_NETWORK},
+    {"publish", 'p', "[IP:]HOSTPORT", "Host address of the DevTools endpoint (default "
+     "127.0.0.1 and a free port)", O_PUBLISH},
+    {"timeout", 0, "DURATION", "Lifetime: 300s, 5m, 1h30m (default 5m, at most 24h)", O_TIMEOUT},
+    {"memory", 0, "SIZE", "Memory limit of the whole browser (default 2g)", O_MEMORY},
+    {"image", 0, "IMAGE", "Image with Chromium (default: host, the host's Chromium)", O_IMAGE},
+    {"user", 'u', "USER[:GROUP]", "Run Chromium as this user (default 1000:1000)", O_USER},
+    {"json", 0, NULL, "Print id, ws_url, http_url... as JSON (see agsx-browser(1))", O_JSON},
+    {0},
+};
+
 static const struct agsx_option none[] = {{0}};
 
 /* Commands of DESIGN.md §3 that later work fills in say so and exit 125. */
@@ -172,6 +186,9 @@ const struct agsx_command agsx_commands[] = {
      NULL},
     {"gc", "[OPTIONS]", "Remove what ended sandboxes and crashes left behind", gc_opts, agsx_cmd_gc,
      NULL},
+    {"browser", "[OPTIONS] [-- CHROMIUM-FLAG...]",
+     "Start headless Chromium in a sandbox; print its DevTools WebSocket URL", browser_opts,
+     agsx_cmd_browser, NULL},
     {"build", "[OPTIONS] CONTEXT", "Build an image from a Dockerfile", build_opts,
      agsx_cmd_build, NULL},
     {"image ls", "[OPTIONS]", "List images", image_ls_opts, agsx_cmd_image_ls, NULL},

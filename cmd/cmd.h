@@ -40,6 +40,7 @@ enum {
   O_DETACH, O_NAME, O_ALL, O_SIGNAL, O_ARCHIVE, O_FOLLOW_LINK, O_PUBLISH, O_INSECURE, O_AUTHFILE,
   O_ALLOW, O_DENY, O_RULES, O_SUBNET,
   O_FILE, O_BUILD_ARG, O_NO_CACHE, O_PLATFORM, O_PULL,
+  O_IMAGE,
 };
 
 /* The table, in cmd/agsx.c. */
@@ -61,6 +62,16 @@ void agsx_print_main_help(FILE *out);
 int agsx_fail(agsx_error_t *err);
 /* Prints "agsx: ..." and returns 125. */
 int agsx_failf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* `agsx run -d` for other commands: ARGV (ARGV[0] "run") is parsed with
+ * run's options and the sandbox always starts detached; its id and the
+ * supervisor's pid (a child of the caller) go to RET instead of stdout.
+ * Returns 0, or 125 after printing the error. */
+struct agsx_run_started {
+  char id[33];
+  pid_t supervisor;
+};
+int agsx_run_detached(struct agsx_ctx *ctx, int argc, char **argv, struct agsx_run_started *ret);
 
 /* Commands. */
 int agsx_cmd_image_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
@@ -84,6 +95,7 @@ int agsx_cmd_network_create(struct agsx_ctx *, const struct agsx_command *, int,
 int agsx_cmd_network_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_inspect(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_browser(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_port(struct agsx_ctx *, const struct agsx_command *, int, char **);
 /* Pulls IMAGE for run (a line on stderr, progress on a terminal). */
 int agsx_cmd_pull_quietly(struct agsx_ctx *ctx, const char *image, agsx_error_t *err);

@@ -759,7 +759,7 @@ static _Noreturn void detached_supervisor(struct sup *f, int report) {
   _exit(0);
 }
 
-static int run_detached(struct sup *f) {
+static int run_detached(struct sup *f, struct agsx_run_started *ret) {
   int pfd[2];
   if (pipe2(pfd, O_CLOEXEC) < 0)
     return agsx_failf("pipe: %s", strerror(errno));
@@ -785,6 +785,11 @@ static int run_detached(struct sup *f) {
   m.text[sizeof(m.text) - 1] = '\0';
   if (!m.ok)
     return agsx_failf("%s", m.text);
+  if (ret) {
+    snprintf(ret->id, sizeof(ret->id), "%.32s", m.text);
+    ret->supervisor = pid;
+    return 0;
+  }
   if (f->o->json) {
     _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
     yajl_gen_map_open(g);
@@ -819,9 +824,12 @@ static void run_opts_clear(struct run_opts *o) {
   free(o->ports);
 }
 
-int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+/* STARTED: called by another command (agsx browser), which gets the id
+ * instead of printing it and always runs detached. */
+static int run_main(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv,
+                    struct agsx_run_started *started) {
   int64_t t0 = agsx_mono_ns();
-  struct run_opts o = {.json = ctx->json};
+  struct run_opts o = {.json = ctx->json, .detach = started != NULL};
   int i = agsx_parse_options(cmd, argc, argv, on_run_opt, &o);
   int code = AGSX_EXIT_FAILURE;
   if (i < 0)
@@ -867,7 +875,7 @@ int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
     cfg.address = net.addr;
     struct sup f = {.ctx = ctx, .o = &o, .p = &p, .cfg = &cfg, .sigfd = -1, .timerfd = -1,
                     .started = t0, .out = {{.fd = -1}, {.fd = -1}}, .net = linked ? &net : NULL};
-    code = o.detach ? run_detached(&f) : run_foreground(&f, t0);
+    code = o.detach ? run_detached(&f, started) : run_foreground(&f, t0);
     if (f.handed_off)
       agsx_net_attach_disown(&net); /* the supervisor has it */
     else
@@ -880,4 +888,12 @@ int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
 done:
   run_opts_clear(&o);
   return code;
+}
+
+int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  return run_main(ctx, cmd, argc, argv, NULL);
+}
+
+int agsx_run_detached(struct agsx_ctx *ctx, int argc, char **argv, struct agsx_run_started *ret) {
+  return run_main(ctx, agsx_command_find("run"), argc, argv, ret);
 }

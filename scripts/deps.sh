@@ -21,6 +21,13 @@ pkgs+=(bats busybox-static skopeo umoci debootstrap clang libclang-rt-14-dev
 pkgs+=(iproute2 util-linux nftables)
 # benchmarks compare with these
 pkgs+=(crun bubblewrap)
+# optional: `agsx browser` with the host image, its tests and bench/browser.
+# Only with --browser (or AGSX_DEPS_BROWSER=1): build and demo never need
+# them; test/bats/browser.bats installs Chromium itself or skips. (Node
+# and npm, for the Playwright/Puppeteer tests, are the user's: any node >= 18.)
+if [ "${1:-}" = --browser ] || [ "${AGSX_DEPS_BROWSER:-0}" = 1 ]; then
+  pkgs+=(chromium fonts-liberation)
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -218,9 +218,12 @@ static int host_link_or_bind(int root, int hostfd, const char *name, bool in_etc
 }
 
 static int host_etc_files(int root, agsx_error_t *err) {
+  /* agsx (1000) is the non-root user of `agsx browser`; its home is /tmp,
+   * the only writable place besides /root. */
   static const char passwd[] = "root:x:0:0:root:/root:/bin/sh\n"
+                               "agsx:x:1000:1000:agsx:/tmp:/bin/sh\n"
                                "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
-  static const char group[] = "root:x:0:\ntty:x:5:\nnogroup:x:65534:\n";
+  static const char group[] = "root:x:0:\ntty:x:5:\nagsx:x:1000:\nnogroup:x:65534:\n";
   if (write_in_root(root, "etc/passwd", passwd, 0644, err) < 0 ||
       write_in_root(root, "etc/group", group, 0644, err) < 0)
     return -1;

@@ -226,6 +226,7 @@ complete -c agsx -n '__agsx_cmd' -a kill -d 'Stop sandboxes or send them a signa
 complete -c agsx -n '__agsx_cmd' -a update -d "Change a running sandbox's deadline"
 complete -c agsx -n '__agsx_cmd' -a port -d "List a sandbox's published ports"
 complete -c agsx -n '__agsx_cmd' -a gc -d 'Remove what ended sandboxes and crashes left behind'
+complete -c agsx -n '__agsx_cmd' -a browser -d 'Start headless Chromium in a sandbox; print its DevTools WebSocket URL'
 complete -c agsx -n '__agsx_cmd' -a build -d 'Build an image from a Dockerfile'
 complete -c agsx -n '__agsx_cmd' -a image -d 'Manage images'
 complete -c agsx -n '__agsx_cmd' -a load -d 'Load images (alias of image load)'
@@ -310,6 +311,17 @@ complete -c agsx -n '__agsx_cmd update' -a '(__agsx_sandbox_names)' -d Sandbox
 # agsx port
 complete -c agsx -n '__agsx_cmd port' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd port' -a '(__agsx_sandbox_names)' -d Sandbox
+
+# agsx browser
+complete -c agsx -n '__agsx_cmd browser' -l name -x -d 'Name the sandbox (unique; usable wherever an id is)'
+complete -c agsx -n '__agsx_cmd browser' -l network -x -a 'internal public' -d 'Network mode, as for run (default internal)'
+complete -c agsx -n '__agsx_cmd browser' -s p -l publish -x -d 'Host address of the DevTools endpoint ([IP:]HOSTPORT)'
+complete -c agsx -n '__agsx_cmd browser' -l timeout -x -d 'Lifetime: 300s, 5m, 1h30m (default 5m, at most 24h)'
+complete -c agsx -n '__agsx_cmd browser' -l memory -x -d 'Memory limit of the whole browser (default 2g)'
+complete -c agsx -n '__agsx_cmd browser' -l image -x -a 'host (__agsx_image_names)' -d 'Image with Chromium (default: host)'
+complete -c agsx -n '__agsx_cmd browser' -s u -l user -x -d 'Run Chromium as this user (default 1000:1000)'
+complete -c agsx -n '__agsx_cmd browser' -l json -d 'Print id, ws_url, http_url... as JSON'
+complete -c agsx -n '__agsx_cmd browser' -s h -l help -d 'Show this help'
 
 # agsx gc
 complete -c agsx -n '__agsx_cmd gc' -l images -d 'Also remove blobs and unpacked layers no image uses'

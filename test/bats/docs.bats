@@ -249,11 +249,12 @@ EOF
 @test "docs: network inspect options" { doc_sets_agree "network inspect"; }
 
 @test "docs: port options" { doc_sets_agree port; }
+@test "docs: browser options" { doc_sets_agree browser; }
 
 @test "docs: build options" { doc_sets_agree build; }
 
 @test "docs: every implemented command has an options test above" {
-  local tested=$'build\ncp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage pull\nimage rm\nkill\nload\nls\nnetwork create\nnetwork inspect\nnetwork ls\nnetwork rm\nport\npull\nrun\nupdate'
+  local tested=$'browser\nbuild\ncp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage pull\nimage rm\nkill\nload\nls\nnetwork create\nnetwork inspect\nnetwork ls\nnetwork rm\nport\npull\nrun\nupdate'
   run diff <(echo "$tested") <(help_commands -i | sort)
   echo "$output"
   [ "$status" -eq 0 ]

@@ -1,0 +1,431 @@
+#!/usr/bin/env bats
+# agsx browser: headless Chromium (Debian's package, through the host image)
+# in a detached sandbox, driven by playwright-core and puppeteer-core from
+# the npm registry over the published DevTools endpoint.
+#
+# Tests tagged `browser` need Chromium: when it is missing and cannot be
+# installed (apt-get, as root) they are skipped, saying so; likewise the
+# Node clients when npm cannot reach its registry. Clients reach the browser
+# through the published port on the host's loopback, as users do.
+#
+# teardown stops and collects everything, then asserts that nothing of the
+# test's sandboxes remains: processes, cgroups, records, mounts.
+
+load helpers
+
+bats_require_minimum_version 1.5.0
+
+UID_BASE=$((0x70000000))
+
+setup() {
+  common_setup
+  AX_TIMEOUT=90
+  mkdir -p "$STATE"
+}
+
+teardown() {
+  local rc=0
+  bx_note_ids
+  run ax kill --all
+  [ "$status" -eq 0 ] || { echo "# teardown: kill --all failed: $output" >&3; rc=1; }
+  run ax gc
+  [ "$status" -eq 0 ] || { echo "# teardown: gc failed: $output" >&3; rc=1; }
+  bx_assert_no_leaks || rc=1
+  common_teardown || rc=1
+  return $rc
+}
+
+# ---- helpers -----------------------------------------------------------
+
+# Chromium on the host (for the host image), installed if we may.
+need_chromium() {
+  if ! command -v chromium >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq --no-install-recommends \
+        chromium fonts-liberation >/dev/null 2>&1 || true
+    fi
+  fi
+  command -v chromium >/dev/null ||
+    skip "browser: Chromium is not installed and could not be (apt-get install chromium)"
+}
+
+# playwright-core and puppeteer-core, cached; NODE_PATH for the fixtures.
+need_node_clients() {
+  command -v node >/dev/null || skip "browser: node is not installed"
+  local dir
+  dir=$("$FIXTURES/browser-node-setup" 2>"$T/npm.log") ||
+    skip "browser: npm could not install playwright-core/puppeteer-core ($(tail -n 1 "$T/npm.log"))"
+  export NODE_PATH=$dir/node_modules
+}
+
+# A field of a JSON document on stdin.
+jfield() {
+  python3 -c 'import json,sys; v=json.load(sys.stdin)[sys.argv[1]]; print("null" if v is None else str(v).lower() if isinstance(v,bool) else v)' "$1"
+}
+
+# start_browser ARGS...: `agsx browser --json ARGS`; sets ID, WS, HTTP.
+start_browser() {
+  run --separate-stderr ax browser --json "$@"
+  AX_CMD="agsx browser --json $*"
+  assert_success || return 1
+  BJSON=$output
+  ID=$(jfield id <<<"$BJSON")
+  WS=$(jfield ws_url <<<"$BJSON")
+  HTTP=$(jfield http_url <<<"$BJSON")
+  echo "$ID" >>"$T/ids"
+}
+
+# The init pid of sandbox $1.
+init_pid() {
+  ax ls --json | python3 -c '
+import json, sys
+for s in json.load(sys.stdin):
+    if s["id"] == sys.argv[1]: print(s["pid"])' "$1"
+}
+
+# client CMD...: a client on the host, bounded.
+client() {
+  timeout 60 "$@"
+}
+
+bx_note_ids() {
+  [ -d "$STATE" ] || return 0
+  ls "$STATE" 2>/dev/null | grep -xE '[0-9a-f]{32}' >>"$T/ids" || true
+}
+
+bx_ids() { sort -u "$T/ids" 2>/dev/null; }
+
+# Processes left of our sandboxes: in a sandbox uid range and one of our
+# cgroups, or naming our state dir (a supervisor).
+bx_processes() {
+  bx_ids >"$T/ids.sorted"
+  python3 - "$STATE" "$T/ids.sorted" "$UID_BASE" <<'PY'
+import os, sys
+state, idfile, base = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ids = set(open(idfile).read().split())
+me = os.getpid()
+for p in os.listdir('/proc'):
+    if not p.isdigit() or int(p) == me:
+        continue
+    try:
+        st = open(f'/proc/{p}/status').read()
+        uid = int([l for l in st.splitlines() if l.startswith('Uid:')][0].split()[1])
+        cmd = open(f'/proc/{p}/cmdline', 'rb').read().replace(b'\0', b' ').decode(errors='replace')
+        cg = open(f'/proc/{p}/cgroup').read()
+    except Exception:
+        continue
+    if ('--state ' + state + ' ') in cmd or (uid >= base and any(('/agsx/' + i) in cg for i in ids)):
+        print(p, uid, cmd[:100].strip())
+PY
+}
+
+bx_cgroups() {
+  local id
+  for id in $(bx_ids); do
+    ls -d /sys/fs/cgroup/*/agsx/"$id" /sys/fs/cgroup/agsx/"$id" 2>/dev/null || true
+  done
+}
+
+bx_assert_no_leaks() {
+  local i procs cgs state leaks=""
+  for i in $(seq 50); do
+    procs=$(bx_processes)
+    cgs=$(bx_cgroups)
+    [ -z "$procs$cgs" ] && break
+    sleep 0.1
+  done
+  state=$(ls "$STATE" 2>/dev/null | grep -vx -e slots -e cache -e names || true)
+  state+=$(ls "$STATE/names" 2>/dev/null || true)
+  [ -z "$procs" ] || leaks+="processes: $(echo "$procs" | tr '\n' ';'); "
+  [ -z "$cgs" ] || leaks+="cgroups: $(echo $cgs); "
+  [ -z "$state" ] || leaks+="state: $(echo $state); "
+  if grep -qF -e "$STATE" -e "$ROOT" /proc/self/mountinfo; then
+    leaks+="mounts under $STATE; "
+  fi
+  [ -z "$leaks" ] && return 0
+  echo "# leaked: $leaks" >&3
+  local pid
+  for pid in $(echo "$procs" | awk '{print $1}'); do kill -9 "$pid" 2>/dev/null || true; done
+  return 1
+}
+
+# The memory cgroup directory of sandbox $1 (v1 or v2).
+mem_cgroup() {
+  local pid=$1 rel
+  rel=$(sed -n 's/^[0-9]*:memory:\(.*\)/\1/p' "/proc/$pid/cgroup")
+  if [ -n "$rel" ] && [ -d "/sys/fs/cgroup/memory$rel" ]; then
+    echo "/sys/fs/cgroup/memory$rel"
+  else
+    echo "/sys/fs/cgroup$(sed -n 's/^0:://p' "/proc/$pid/cgroup")"
+  fi
+}
+
+# PNG check: signature and a sane IHDR; prints WIDTHxHEIGHT.
+png_size() {
+  python3 - "$1" <<'PY'
+import struct, sys
+d = open(sys.argv[1], 'rb').read()
+assert d[:8] == b'\x89PNG\r\n\x1a\n', 'not a PNG'
+assert d[12:16] == b'IHDR', 'no IHDR'
+w, h = struct.unpack('>II', d[16:24])
+assert 0 < w <= 10000 and 0 < h <= 10000, (w, h)
+assert d[-8:-4] == b'IEND', 'truncated'
+print(f'{w}x{h}')
+PY
+}
+
+# ---- no Chromium needed --------------------------------------------------
+
+@test "browser: --help lists the options" {
+  run_ax browser --help
+  assert_success
+  for o in --name --network --publish --timeout --memory --image --user --json; do
+    assert_output_contains "$o"
+  done
+}
+
+@test "browser: bad arguments are refused before anything starts" {
+  local args
+  for args in "-p -1" "-p 70000" "-p 80/udp" "-p 1:2:3" "-p x" "-p 1.2.3:80" "-p :80" "--memory 1m" "--memory lots" \
+              "--timeout 0" "--timeout 25h" "--name -bad" "stray"; do
+    # shellcheck disable=SC2086
+    run_ax browser $args
+    assert_agsx_error "browser" || return 1
+  done
+  [ -z "$(ls "$STATE" | grep -vx -e slots -e cache -e names)" ]
+}
+
+@test "browser: an image without Chromium fails with one line and leaves nothing" {
+  "$FIXTURES/busybox-image" "$T/bb" --probe "$PROBE" >/dev/null
+  ax image load "$T/bb" >/dev/null
+  run_ax browser --image busybox --timeout 20s
+  assert_agsx_error "chromium"
+  [ -z "$(ls "$STATE" | grep -vx -e slots -e cache -e names)" ]
+}
+
+# ---- with Chromium ---------------------------------------------------------
+
+# bats test_tags=browser
+@test "browser: starts, answers, prints its endpoint; an ordinary sandbox as user 1000" {
+  need_chromium
+  local t0 t1
+  t0=$(date +%s%N)
+  start_browser --name web --timeout 60s
+  t1=$(date +%s%N)
+  [[ $WS =~ ^ws://127\.0\.0\.1:[0-9]+/devtools/browser/[0-9a-f-]+$ ]] || { show_run; false; }
+  [[ $HTTP =~ ^http://127\.0\.0\.1:[0-9]+$ ]] || { show_run; false; }
+  [[ $(jfield browser <<<"$BJSON") == Chrome/* ]] || { show_run; false; }
+  [ "$(jfield name <<<"$BJSON")" = web ]
+  [ "$(jfield network <<<"$BJSON")" = internal ]
+  echo "# ready in $(((t1 - t0) / 1000000)) ms" >&3
+  # Ready means ready: the endpoint answers at once.
+  run client curl -sf "$HTTP/json/version"
+  assert_success
+  assert_output_contains "${WS#ws://*/}"
+  # An ordinary sandbox: ls shows it, exec runs in it.
+  run_ax ls
+  assert_output_contains web
+  # Every Chromium process: uid 1000, under agsx's seccomp filter, no caps.
+  run_ax exec web sh -c 'for s in /proc/[0-9]*/status; do
+      grep -q "^Name:.*chrom" "$s" 2>/dev/null || continue
+      echo "$(grep ^Uid: "$s" | cut -f2) $(grep ^Seccomp: "$s" | cut -f2) $(grep ^CapEff: "$s" | cut -f2)"
+    done | sort -u'
+  assert_success
+  [ "$output" = "1000 2 0000000000000000" ] || { show_run; false; }
+  # ls and port show the published port.
+  run_ax port web
+  assert_output_contains "9222/tcp -> ${HTTP#http://}"
+  # The text form: one line, the URL, on the port asked for (IPv6 too).
+  local port
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  run --separate-stderr ax browser --name web2 --timeout 30s -p "127.0.0.1:$port"
+  assert_success
+  [[ $output =~ ^ws://127\.0\.0\.1:$port/devtools/browser/[0-9a-f-]+$ ]] || { show_run; false; }
+  if [ -f /proc/net/if_inet6 ] && ip -6 addr show dev lo | grep -q '::1'; then
+    start_browser --timeout 30s -p '[::1]:0'
+    [[ $WS =~ ^ws://\[::1\]:[0-9]+/devtools/browser/ ]] || { show_run; false; }
+    run client curl -sfg "$HTTP/json/version"
+    assert_success
+  fi
+  # A port in use: refused, nothing left.
+  run --separate-stderr ax browser -p "127.0.0.1:$port"
+  [ "$status" -eq 125 ] && [[ $stderr == *"in use"* ]] || { show_run; false; }
+}
+
+# bats test_tags=browser
+@test "browser: Playwright fills a form, clicks, reads the result and takes a screenshot" {
+  need_chromium
+  need_node_clients
+  start_browser --timeout 90s
+  run client node "$FIXTURES/browser-playwright.js" "$HTTP" "$FIXTURES/browser-form.html" \
+    "$T/shot.png"
+  assert_success
+  assert_output_contains "connected "
+  assert_output_contains "title agsx form"
+  assert_output_contains "result Hello, agsx (42)"
+  run png_size "$T/shot.png"
+  assert_success
+  [[ $output =~ ^[0-9]+x[0-9]+$ ]]
+  [ "$(stat -c %s "$T/shot.png")" -gt 1000 ]
+}
+
+# bats test_tags=browser
+@test "browser: Puppeteer connects to the printed WebSocket URL" {
+  need_chromium
+  need_node_clients
+  start_browser --timeout 60s
+  run client node "$FIXTURES/browser-puppeteer.js" "$WS"
+  assert_success
+  assert_output_contains "puppeteer Chrome/"
+  assert_output_contains " 42"
+}
+
+# bats test_tags=browser
+@test "browser: the deadline kills it and nothing is left" {
+  need_chromium
+  start_browser --timeout 4s
+  local pid
+  pid=$(init_pid "$ID")
+  [ -n "$pid" ]
+  sleep 6
+  run_ax ls -a --json
+  assert_success
+  python3 -c '
+import json, sys
+s = [s for s in json.load(sys.stdin) if s["id"] == sys.argv[1]][0]
+assert s["status"] == "exited" and s["stop_reason"] == "timeout", s' "$ID" <<<"$output" ||
+    { show_run; false; }
+  [ ! -d "/proc/$pid" ]
+  [ -z "$(bx_processes)" ] && [ -z "$(bx_cgroups)" ]
+}
+
+# bats test_tags=browser
+@test "browser: the memory limit holds; a page that eats memory crashes, reported" {
+  need_chromium
+  need_node_clients
+  start_browser --timeout 90s --memory 384m
+  local cg limit
+  cg=$(mem_cgroup "$(init_pid "$ID")")
+  cat > "$T/oom.js" <<'EOF'
+const { chromium } = require('playwright-core');
+(async () => {
+  const browser = await chromium.connectOverCDP(process.argv[2], { timeout: 20000 });
+  const ctx = browser.contexts()[0] || await browser.newContext();
+  const page = await ctx.newPage();
+  try {
+    await page.evaluate(() => { const a = []; for (;;) a.push(new Float64Array(1 << 20).fill(Math.random())); });
+    console.log('survived');
+  } catch (e) { console.log('page failed ' + e.message.split('\n')[0]); }
+  try {
+    const p2 = await ctx.newPage();
+    await p2.setContent('<p>still here</p>');
+    console.log('browser alive ' + await p2.textContent('p'));
+  } catch (e) { console.log('browser gone ' + e.message.split('\n')[0]); }
+  process.exit(0);
+})().catch((e) => { console.log('browser gone ' + e.message); process.exit(0); });
+EOF
+  run client node "$T/oom.js" "$HTTP"
+  assert_success
+  refute_output_contains survived
+  assert_output_contains "page failed"
+  if [[ $output == *"browser alive still here"* ]]; then
+    # The OOM killer took the renderer: the browser lives on, the limit held.
+    if [ -f "$cg/memory.max_usage_in_bytes" ]; then
+      limit=$(cat "$cg/memory.limit_in_bytes")
+      [ "$(cat "$cg/memory.max_usage_in_bytes")" -le "$limit" ]
+      grep -q '^oom_kill [1-9]' "$cg/memory.oom_control"
+    else
+      [ "$(cat "$cg/memory.max")" = $((384 << 20)) ]
+      grep -q '^oom_kill [1-9]' "$cg/memory.events"
+    fi
+  else
+    # Or the whole sandbox went, and says so.
+    sleep 1
+    run_ax ls -a --json
+    assert_output_contains '"stop_reason":"oom"'
+  fi
+}
+
+# bats test_tags=browser
+@test "browser: a browser that never answers is stopped and removed" {
+  need_chromium
+  # The last --remote-debugging-port wins: nothing listens where we look.
+  AX_CMD="agsx browser --timeout 3s -- --remote-debugging-port=9333"
+  run --separate-stderr ax browser --timeout 3s -- --remote-debugging-port=9333
+  [ "$status" -eq 125 ] || { show_run; false; }
+  [[ $stderr == "agsx: browser: "* ]] || { show_run; false; }
+  bx_note_ids
+  [ -z "$(ls "$STATE" | grep -vx -e slots -e cache -e names)" ]
+  [ -z "$(bx_processes)" ] && [ -z "$(bx_cgroups)" ]
+}
+
+# bats test_tags=browser
+@test "browser: ^C while waiting stops and removes the browser" {
+  need_chromium
+  timeout 60 "$AGSX" --root "$ROOT" --state "$STATE" browser --timeout 30s \
+    -- --remote-debugging-port=9333 2>"$T/err" &
+  local pid=$! rc=0
+  for i in $(seq 50); do
+    ls "$STATE" 2>/dev/null | grep -qxE '[0-9a-f]{32}' && break
+    sleep 0.1
+  done
+  bx_note_ids
+  sleep 0.5
+  kill -INT "$pid"
+  wait "$pid" || rc=$?
+  [ "$rc" -eq 125 ] || { echo "# status $rc: $(cat "$T/err")" >&3; false; }
+  grep -q "^agsx: browser: interrupted" "$T/err"
+  [ -z "$(ls "$STATE" | grep -vx -e slots -e cache -e names)" ]
+  [ -z "$(bx_processes)" ] && [ -z "$(bx_cgroups)" ]
+}
+
+# ---- networks ------------------------------------------------------------
+
+# Runs the rest of this test inside a new network and mount namespace with a
+# "world" namespace on 198.19.200.0/24 serving HTTP: nothing is sent from
+# the host's own namespace (the network-test rule).
+# bats test_tags=browser
+@test "browser: internal cannot reach a world server, public can" {
+  need_chromium
+  need_node_clients
+  run ax run --network public --timeout 10s host true
+  if [[ $output == *"not implemented"* ]]; then
+    skip "browser: agsx run --network public is not implemented yet"
+  fi
+  mkdir -p "$T/www"
+  echo "hello from the world" >"$T/www/index.html"
+  cat >"$T/net.sh" <<'EOF'
+set -eu
+ip link set lo up
+ip netns add "agsx-world-$$"
+w="agsx-world-$$"
+trap 'kill $srv 2>/dev/null; ip netns del "$w"' EXIT
+ip link add veth-up type veth peer name veth-w netns "$w"
+ip addr add 198.19.200.1/24 dev veth-up
+ip link set veth-up up
+ip route add default via 198.19.200.2
+ip -n "$w" addr add 198.19.200.2/24 dev veth-w
+ip -n "$w" link set veth-w up
+ip -n "$w" link set lo up
+ip netns exec "$w" python3 -m http.server --bind 198.19.200.2 8080 --directory "$WWW" \
+  >/dev/null 2>&1 &
+srv=$!
+for i in $(seq 50); do
+  ip netns exec "$w" python3 -c 'import socket; socket.create_connection(("198.19.200.2", 8080), 1)' \
+    2>/dev/null && break
+  sleep 0.1
+done
+echo "outer $(python3 -c 'import urllib.request as u; print(u.urlopen("http://198.19.200.2:8080/", timeout=5).read().decode().strip())')"
+for mode in internal public; do
+  out=$("$AGSX" --root "$ROOT" --state "$STATE" browser --json --network "$mode" --timeout 60s)
+  http=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["http_url"])')
+  echo "$mode $(timeout 60 node "$FIXTURES/browser-fetch.js" "$http" http://198.19.200.2:8080/)"
+done
+EOF
+  run env WWW="$T/www" AGSX="$AGSX" ROOT="$ROOT" STATE="$STATE" FIXTURES="$FIXTURES" \
+    NODE_PATH="$NODE_PATH" timeout 180 unshare --net --mount --propagation private bash "$T/net.sh"
+  assert_success
+  assert_output_contains "outer hello from the world"
+  assert_output_contains "internal failed"
+  assert_output_contains "public loaded hello from the world"
+}
