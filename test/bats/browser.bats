@@ -388,18 +388,20 @@ EOF
 @test "browser: internal cannot reach a world server, public can" {
   need_chromium
   need_node_clients
-  run ax run --network public --timeout 10s host true
-  if [[ $output == *"not implemented"* ]]; then
-    skip "browser: agsx run --network public is not implemented yet"
-  fi
   mkdir -p "$T/www"
   echo "hello from the world" >"$T/www/index.html"
   cat >"$T/net.sh" <<'EOF'
 set -eu
 ip link set lo up
+# agsx's leases and sandbox addresses stay in this namespace too.
+mkdir -p /run/agsx-net
+mount -t tmpfs tmpfs /run/agsx-net
+export AGSX_PUBLIC_SUBNET=198.19.0.0/24
 ip netns add "agsx-world-$$"
 w="agsx-world-$$"
-trap 'kill $srv 2>/dev/null; ip netns del "$w"' EXIT
+trap '"$AGSX" --root "$ROOT" --state "$STATE" kill --all >/dev/null 2>&1
+      "$AGSX" --root "$ROOT" --state "$STATE" gc >/dev/null 2>&1
+      kill $srv 2>/dev/null; ip netns del "$w"' EXIT
 ip link add veth-up type veth peer name veth-w netns "$w"
 ip addr add 198.19.200.1/24 dev veth-up
 ip link set veth-up up

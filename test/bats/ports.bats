@@ -350,7 +350,7 @@ wait_exited() {
   run_ax run --rm -p 80 busybox probe connect 127.0.0.1 "$p"
   assert_success
   [[ "$output" == "connect 127.0.0.1:$p: failed"* ]]
-  run_ax run --rm -p 80 busybox probe connect 10.0.0.1 80 500
+  run_ax run --rm -p 80 busybox probe connect 198.18.0.1 80 500
   [[ "$output" == *"failed"* ]]
   kill %1
 }
