@@ -184,7 +184,6 @@ static int from_json(const char *buf, size_t len, const char *name, struct agsx_
     return -1;
   const char *jname = agsx_json_get_string(v, "name"), *id = agsx_json_get_string(v, "id"),
              *subnet = agsx_json_get_string(v, "subnet"), *bridge = agsx_json_get_string(v, "bridge");
-  _cleanup_free_ char *created = NULL;
   if (jname == NULL || strcmp(jname, name) != 0 || id == NULL || strlen(id) != 16 ||
       subnet == NULL || bridge == NULL || !ifname_is_valid(bridge))
     return agsx_error_set_quiet(err, EINVAL, "malformed network definition"), -1;
