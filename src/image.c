@@ -421,6 +421,15 @@ char *agsx_image_ref_normalize(const char *ref, agsx_error_t *err) {
     short_name += strlen("docker.io/");
   else if (agsx_str_has_prefix(short_name, "index.docker.io/"))
     short_name += strlen("index.docker.io/");
+  /* Not when what remains would read as a registry host of its own
+   * (docker.io/docker.io/x): it must stay idempotent. */
+  const char *rest_slash = strchr(short_name, '/');
+  if (short_name != name && rest_slash) {
+    size_t n = (size_t)(rest_slash - short_name);
+    if (memchr(short_name, '.', n) || memchr(short_name, ':', n) ||
+        (n == 9 && strncmp(short_name, "localhost", 9) == 0))
+      short_name = name;
+  }
   if (short_name != name && agsx_str_has_prefix(short_name, "library/") &&
       strchr(short_name + strlen("library/"), '/') == NULL)
     short_name += strlen("library/");

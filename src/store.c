@@ -712,6 +712,37 @@ static int sweep_cache(struct agsx_store *s, const struct strset *blobs, bool dr
   return 0;
 }
 
+/* Downloads an interrupted pull left in ROOT/partial/ for the next pull to
+ * resume: gone with --images unless a pull holds them (flocked) now. */
+static int sweep_partial(struct agsx_store *s, bool dry_run, void (*report)(const char *, void *),
+                         void *data, agsx_error_t *err) {
+  _cleanup_close_ int dfd =
+      openat(s->rootfd, "partial", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0)
+    return errno == ENOENT ? 0 : agsx_error_set(err, errno, "open partial downloads");
+  int dup = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
+  _cleanup_dir_ DIR *d = dup >= 0 ? fdopendir(dup) : NULL;
+  if (d == NULL) {
+    if (dup >= 0)
+      close(dup);
+    return agsx_error_set(err, errno, "read partial downloads");
+  }
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    if (de->d_name[0] == '.')
+      continue;
+    _cleanup_close_ int fd = openat(dfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0)
+      continue; /* a pull is resuming it */
+    _cleanup_free_ char *what = xasprintf("partial download %s", de->d_name);
+    if (report)
+      report(what, data);
+    if (!dry_run && unlinkat(dfd, de->d_name, 0) < 0 && errno != ENOENT)
+      return agsx_error_set(err, errno, "gc: remove `partial/%s`", de->d_name);
+  }
+  return 0;
+}
+
 int agsx_store_gc(struct agsx_store *s, char *const *keep, bool dry_run,
                   void (*report)(const char *what, void *data), void *data, agsx_error_t *err) {
   /* Our own shared lock would block the exclusive one: trade it. */
@@ -736,6 +767,8 @@ int agsx_store_gc(struct agsx_store *s, char *const *keep, bool dry_run,
     r = sweep(s->layersfd, &layers, dry_run, "layer", report, data, err);
   if (r == 0)
     r = sweep_cache(s, &blobs, dry_run, report, data, err);
+  if (r == 0)
+    r = sweep_partial(s, dry_run, report, data, err);
   strset_clear(&blobs);
   strset_clear(&layers);
   return r;

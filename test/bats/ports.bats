@@ -345,7 +345,9 @@ wait_exited() {
 @test "ports: the sandbox still cannot connect out (internal), even to a host loopback listener" {
   local p
   p=$(tcp free)
-  tcp hold "127.0.0.1:$p" >"$T/hold" &
+  # not through tcp(): `kill %1` must reach python itself, not a shell
+  # around it (an orphan would hold bats' fds for a minute)
+  python3 "$TCP" hold "127.0.0.1:$p" >"$T/hold" 2>&1 3>&- &
   for _ in $(seq 50); do grep -q ready "$T/hold" && break; sleep 0.05; done
   run_ax run --rm -p 80 busybox probe connect 127.0.0.1 "$p"
   assert_success
@@ -360,7 +362,9 @@ wait_exited() {
 @test "ports: a host port in use refuses the start (125) and leaves no record" {
   local p
   p=$(tcp free)
-  tcp hold "127.0.0.1:$p" >"$T/hold" &
+  # not through tcp(): `kill %1` must reach python itself, not a shell
+  # around it (an orphan would hold bats' fds for a minute)
+  python3 "$TCP" hold "127.0.0.1:$p" >"$T/hold" 2>&1 3>&- &
   for _ in $(seq 50); do grep -q ready "$T/hold" && break; sleep 0.05; done
   run_ax run --rm -p "127.0.0.1:$p:80" busybox true
   assert_agsx_error "agsx: port 127.0.0.1:$p is already in use"

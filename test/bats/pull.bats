@@ -394,3 +394,26 @@ make_certs() { # CA and a server certificate for 127.0.0.2 in $T/tls
   run_ax run --rm b:1
   [ "$output" = built ] || { show_run; false; }
 }
+
+@test "gc --images removes partial downloads no pull is resuming" {
+  registry
+  push "$BB:busybox:latest" test/bb:1
+  run_ax pull "$REG/test/bb:1"
+  assert_success
+  local p=$ROOT/partial/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+  mkdir -p "$ROOT/partial"
+  head -c 1000 /dev/urandom >"$p"
+  run_ax gc --images --dry-run
+  [[ "$output" == *"partial download 0123456789abcdef"* ]] || { show_run; false; }
+  [ -f "$p" ]
+  # held by a pull (flocked): kept
+  flock "$p" sleep 3 &
+  sleep 0.5
+  run_ax gc --images
+  [ -f "$p" ]
+  wait
+  run_ax gc --images
+  assert_success
+  [ ! -e "$p" ]
+  assert_runs "$REG/test/bb:1"
+}

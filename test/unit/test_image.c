@@ -139,6 +139,12 @@ static void test_refs(void) {
   ref_ok("localhost:5000/x/y:t", "localhost:5000/x/y:t");
   ref_ok("registry.example.com/a_b/c-d", "registry.example.com/a_b/c-d:latest");
   ref_ok("busybox@" D1, "busybox@" D1);
+  ref_ok("docker.io/library/busybox:1", "busybox:1");
+  ref_ok("docker.io/user/x", "user/x:latest");
+  ref_ok("index.docker.io/library/x", "x:latest");
+  /* what remains would read as a host: kept whole (idempotent) */
+  ref_ok("docker.io/docker.io/5g", "docker.io/docker.io/5g:latest");
+  ref_ok("docker.io/localhost/x", "docker.io/localhost/x:latest");
   ref_bad("");
   ref_bad("BusyBox");
   ref_bad("busy box");
