@@ -55,20 +55,20 @@ int main(void) {
   tap_ok(agsx_ipv4_parse("198.18.0.1", &a, NULL) == 0 && a == 0xc6120001, "ipv4 parse");
   tap_ok(agsx_ipv4_parse("198.18.0", &a, NULL) < 0, "three octets refused");
   tap_ok(agsx_ipv4_parse("198.18.0.01", &a, NULL) < 0, "leading zero refused");
-  tap_ok(agsx_ipv4_parse("256.1.1.1", &a, NULL) < 0, "octet > 255 refused");
-  tap_ok(agsx_ipv4_parse("1.1.1.1 ", &a, NULL) < 0, "trailing space refused");
+  tap_ok(agsx_ipv4_parse("256.18.1.1", &a, NULL) < 0, "octet > 255 refused");
+  tap_ok(agsx_ipv4_parse("198.18.1.1 ", &a, NULL) < 0, "trailing space refused");
   tap_ok(agsx_ipv4_parse("", &a, NULL) < 0, "empty refused");
 
-  cidr_ok("10.20.0.0/24", false, "10.20.0.0/24");
+  cidr_ok("198.19.20.0/24", false, "198.19.20.0/24");
   cidr_ok("0.0.0.0/0", false, "0.0.0.0/0");
   cidr_ok("198.18.0.5", false, "198.18.0.5/32");
-  cidr_ok("10.20.0.7/24", true, "10.20.0.7/24");
-  cidr_bad("10.20.0.7/24", "did you mean 10.20.0.0/24");
-  cidr_bad("10.20.0.0/33", "invalid CIDR");
-  cidr_bad("10.20.0.0/", "invalid CIDR");
-  cidr_bad("10.20.0.0/024", "invalid CIDR");
-  cidr_bad("10.20.0.0", "invalid CIDR");
-  cidr_bad("10.20.0.0/8x", "invalid CIDR");
+  cidr_ok("198.19.20.7/24", true, "198.19.20.7/24");
+  cidr_bad("198.19.20.7/24", "did you mean 198.19.20.0/24");
+  cidr_bad("198.19.20.0/33", "invalid CIDR");
+  cidr_bad("198.19.20.0/", "invalid CIDR");
+  cidr_bad("198.19.20.0/024", "invalid CIDR");
+  cidr_bad("198.19.20.0", "invalid CIDR");
+  cidr_bad("198.19.20.0/8x", "invalid CIDR");
   cidr_bad("fe80::/64", "invalid CIDR");
 
   struct agsx_cidr x = {0x0a140000, 16}, y = {0x0a148000, 17}, z = {0x0a150000, 16};
@@ -97,7 +97,7 @@ int main(void) {
   rule_ok("  allow\tingress udp/1000-2000 198.18.0.0/15", "allow in udp/1000-2000 198.18.0.0/15");
   rule_ok("deny egress all 169.254.169.254", "deny out all 169.254.169.254/32");
   rule_ok("allow in icmp", "allow in icmp 0.0.0.0/0");
-  rule_ok("allow out any 10.1.0.0/16", "allow out all 10.1.0.0/16");
+  rule_ok("allow out any 198.19.0.0/16", "allow out all 198.19.0.0/16");
   rule_bad("permit out tcp/443", "allow or deny");
   rule_bad("allow up tcp/443", "direction");
   rule_bad("allow out sctp/443", "protocol");
@@ -106,7 +106,7 @@ int main(void) {
   rule_bad("allow out tcp/65536", "is not a port");
   rule_bad("allow out tcp/20-10", "is not a port");
   rule_bad("allow out tcp/1-", "is not a port");
-  rule_bad("allow out tcp/443 10.0.0.1/8", "host bits");
+  rule_bad("allow out tcp/443 198.18.0.1/15", "host bits");
   rule_bad("allow out tcp/443 0.0.0.0/0 extra", "want in|out");
   rule_bad("allow out", "want in|out");
 
@@ -130,20 +130,20 @@ int main(void) {
   tap_ok(ns && strcmp(ns, "fe80::1") == 0, "resolv.conf: first nameserver, zone index dropped (%s)",
          ns ? ns : "none");
   free(ns);
-  const char rc2[] = "nameserver not-an-ip\nnameserver 192.0.2.1";
+  const char rc2[] = "nameserver not-an-ip\nnameserver 198.18.2.1";
   ns = agsx_resolv_conf_nameserver(rc2, sizeof(rc2) - 1);
-  tap_ok(ns && strcmp(ns, "192.0.2.1") == 0, "resolv.conf: a malformed entry is skipped");
+  tap_ok(ns && strcmp(ns, "198.18.2.1") == 0, "resolv.conf: a malformed entry is skipped");
   free(ns);
   tap_ok(agsx_resolv_conf_nameserver("search x\n", 9) == NULL, "resolv.conf: none");
 
   char *v = NULL;
-  const char conf[] = "# agsx.conf\npublic-subnet = 10.99.0.0/16\n\n  dns=192.0.2.53 \n";
+  const char conf[] = "# agsx.conf\npublic-subnet = 198.19.99.0/16\n\n  dns=198.18.2.53 \n";
   tap_ok(agsx_conf_parse(conf, sizeof(conf) - 1, "c", "public-subnet", &v, NULL) == 0 && v &&
-             strcmp(v, "10.99.0.0/16") == 0,
+             strcmp(v, "198.19.99.0/16") == 0,
          "conf: key = value");
   free(v);
   tap_ok(agsx_conf_parse(conf, sizeof(conf) - 1, "c", "dns", &v, NULL) == 0 && v &&
-             strcmp(v, "192.0.2.53") == 0,
+             strcmp(v, "198.18.2.53") == 0,
          "conf: blanks trimmed");
   free(v);
   tap_ok(agsx_conf_parse(conf, sizeof(conf) - 1, "c", "nope", &v, NULL) == 0 && v == NULL,

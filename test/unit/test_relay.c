@@ -80,7 +80,7 @@ static void test_specs(void) {
   refuses("::1:80:80", "in brackets");
   refuses("[::1]80:80", "invalid port spec");
   refuses("[::1]:80", "IP::PORT");
-  refuses("[1.2.3.4]:80:80", "brackets");
+  refuses("[198.18.3.4]:80:80", "brackets");
   refuses("[]:80:80", "invalid port spec");
   refuses("[::1:80:80", "invalid port spec");
   refuses("[fe80::1%lo]:80:80", "not an IP address");
