@@ -404,9 +404,27 @@ int agsx_network_users(const struct agsx_network *n) {
   return users;
 }
 
+/* Did the last holder of lease FD (its first line is the sandbox id) leave
+ * a veth behind? Its namespace, and the pair with it, is torn down by the
+ * kernel asynchronously after the sandbox ends: until then its eth0 still
+ * answers ARP for the address with the same MAC, which would steal a new
+ * holder's traffic. */
+static bool previous_still_there(int fd) {
+  char buf[64] = "";
+  ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+  if (n < 33 || buf[32] != '\n')
+    return false;
+  for (int i = 0; i < 32; i++)
+    if (!isxdigit((unsigned char)buf[i]))
+      return false;
+  char veth[16];
+  snprintf(veth, sizeof(veth), "agsx%.11s", buf);
+  return if_nametoindex(veth) != 0;
+}
+
 /* Takes a free address, from a random place in the subnet so that an
- * address just freed (whose namespace may still be going away) is not
- * handed out again at once. */
+ * address just freed is not handed out again at once; one whose last
+ * holder's veth still exists is taken only when nothing else is free. */
 static int lease(struct agsx_net_attach *a, int dir, const char *id, agsx_error_t *err) {
   const struct agsx_network *n = &a->net;
   uint64_t size = agsx_cidr_size(&n->subnet);
@@ -415,30 +433,35 @@ static int lease(struct agsx_net_attach *a, int dir, const char *id, agsx_error_
   if (getrandom(&r, sizeof(r), 0) != sizeof(r))
     abort();
   uint64_t start = r % count;
-  for (uint64_t k = 0; k < count; k++) {
-    uint32_t addr = n->subnet.addr + (uint32_t)(first + (start + k) % count);
-    char name[16];
-    agsx_ipv4_format(addr, name);
-    int fd = openat(dir, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0)
-      return agsx_error_set(err, errno, "lease `%s`", name);
-    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-      int e = errno;
-      close(fd);
-      if (e == EWOULDBLOCK)
+  for (int pass = 0; pass < 2; pass++)
+    for (uint64_t k = 0; k < count; k++) {
+      uint32_t addr = n->subnet.addr + (uint32_t)(first + (start + k) % count);
+      char name[16];
+      agsx_ipv4_format(addr, name);
+      int fd = openat(dir, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+      if (fd < 0)
+        return agsx_error_set(err, errno, "lease `%s`", name);
+      if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        close(fd);
+        if (e == EWOULDBLOCK)
+          continue;
+        return agsx_error_set(err, e, "lease `%s`", name);
+      }
+      if (pass == 0 && previous_still_there(fd)) {
+        close(fd);
         continue;
-      return agsx_error_set(err, e, "lease `%s`", name);
+      }
+      _cleanup_free_ char *text = xasprintf("%s\n%s\n", id, n->public_ ? "public" : "vpc");
+      if (ftruncate(fd, 0) < 0 || pwrite(fd, text, strlen(text), 0) != (ssize_t)strlen(text)) {
+        int e = errno;
+        close(fd);
+        return agsx_error_set(err, e, "lease `%s`", name);
+      }
+      a->lease_fd = fd;
+      a->addr = addr;
+      return 0;
     }
-    _cleanup_free_ char *text = xasprintf("%s\n%s\n", id, n->public_ ? "public" : "vpc");
-    if (ftruncate(fd, 0) < 0 || pwrite(fd, text, strlen(text), 0) != (ssize_t)strlen(text)) {
-      int e = errno;
-      close(fd);
-      return agsx_error_set(err, e, "lease `%s`", name);
-    }
-    a->lease_fd = fd;
-    a->addr = addr;
-    return 0;
-  }
   char buf[20];
   return agsx_error_set_quiet(err, ENOSPC, "network `%s` has no free address (subnet %s, %" PRIu64
                               " in use)",
@@ -680,6 +703,7 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
     return -1;
   }
   struct agsx_net_link *l = &a->link;
+  snprintf(a->id, sizeof(a->id), "%s", id);
   snprintf(l->host_ifname, sizeof(l->host_ifname), "agsx%.11s", id);
   l->bridge_ifindex = ifindex;
   /* A MAC derived from the address, as Docker does: a reused address
@@ -709,7 +733,13 @@ void agsx_net_attach_end(struct agsx_net_attach *a) {
     agsx_error_free(&err);
     a->chains = false;
   }
-  if (a->lease_fd >= 0 && ftruncate(a->lease_fd, 0) < 0) {
+  /* Free, but the holder's id stays for the next lease to check. */
+  if (a->lease_fd >= 0 && a->link.host_ifname[0]) {
+    char text[64];
+    int len = snprintf(text, sizeof(text), "%.32s\nended\n", a->id);
+    if (ftruncate(a->lease_fd, 0) < 0 || pwrite(a->lease_fd, text, (size_t)len, 0) < 0) {
+    }
+  } else if (a->lease_fd >= 0 && ftruncate(a->lease_fd, 0) < 0) {
   }
   agsx_closep(&a->lease_fd);
   agsx_network_clear(&a->net);

@@ -79,6 +79,7 @@ struct agsx_net_attach {
   int lease_fd;
   uint32_t addr;
   bool chains; /* vpc: its chains are in the ruleset */
+  char id[33]; /* the sandbox's */
   struct agsx_net_link link;
 };
 #define AGSX_NET_ATTACH_INIT {.lease_fd = -1}

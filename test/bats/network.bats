@@ -64,8 +64,14 @@ wait_listen() {
 
 # Nothing of agsx's networking may be left in the outer namespace.
 assert_net_clean() {
-  local left
-  left=$(outer ip -o link show | awk -F': ' '{print $2}' | grep -E '^agsx' || true)
+  local left i
+  # A sandbox's veth pair goes with its network namespace, which the kernel
+  # tears down asynchronously after the last process: give it some time.
+  for i in $(seq 75); do
+    left=$(outer ip -o link show | awk -F': ' '{print $2}' | grep -E '^agsx' || true)
+    [ -z "$left" ] && break
+    sleep 0.2
+  done
   [ -z "$left" ] || { echo "# links left: $left" >&3; return 1; }
   left=$(outer nft list tables | grep agsx || true)
   [ -z "$left" ] || { echo "# nft tables left: $left" >&3; return 1; }
@@ -363,7 +369,7 @@ for p in (9000, 9001):
   heavy
   local i pids=()
   for i in $(seq 20); do
-    nax run --rm --network public busybox probe http 198.18.0.2 80 5000 >"$T/out.$i" 2>&1 &
+    nax run --rm --network public busybox probe http 198.18.0.2 80 10000 >"$T/out.$i" 2>&1 &
     pids+=($!)
   done
   for i in "${pids[@]}"; do wait "$i"; done
