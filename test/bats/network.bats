@@ -227,7 +227,7 @@ except Exception as e: print('blocked')"
   local ab
   ab=$(addr_of b)
   # Out: tcp/80 to the world is allowed; the metadata service never is.
-  run_nax run --rm --network vpc:team --allow "out all 169.254.0.0/16" busybox sh -c \
+  run_nax run --rm --network vpc:team --allow "out all 169.254.169.254" busybox sh -c \
     "probe http 198.18.0.2 80; probe http 169.254.169.254 80 1000; probe connect $ab 8080; probe connect $ab 8081 1000"
   assert_success
   [ "${lines[0]}" = "http 198.18.0.2:80: world" ] || { show_run; false; }

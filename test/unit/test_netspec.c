@@ -55,7 +55,7 @@ int main(void) {
   tap_ok(agsx_ipv4_parse("198.18.0.1", &a, NULL) == 0 && a == 0xc6120001, "ipv4 parse");
   tap_ok(agsx_ipv4_parse("198.18.0", &a, NULL) < 0, "three octets refused");
   tap_ok(agsx_ipv4_parse("198.18.0.01", &a, NULL) < 0, "leading zero refused");
-  tap_ok(agsx_ipv4_parse("256.18.1.1", &a, NULL) < 0, "octet > 255 refused");
+  tap_ok(agsx_ipv4_parse("198.18.0.256", &a, NULL) < 0, "octet > 255 refused");
   tap_ok(agsx_ipv4_parse("198.18.1.1 ", &a, NULL) < 0, "trailing space refused");
   tap_ok(agsx_ipv4_parse("", &a, NULL) < 0, "empty refused");
 
