@@ -27,7 +27,9 @@ all: $(B)/Makefile
 deps:
 	@$(top)/scripts/deps.sh
 
+# The packages first: on a fresh machine autoreconf itself is missing.
 $(top)/configure: $(top)/configure.ac $(top)/Makefile.am
+	@$(top)/scripts/deps.sh
 	cd $(top) && autoreconf -fi >/dev/null
 
 $(B)/Makefile: $(top)/configure
