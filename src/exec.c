@@ -41,22 +41,61 @@ static char **merge_env(char **base, char **extra) {
   return v;
 }
 
+/* Puts the three stdio fds in place: each is duplicated above 2 first, so
+ * that one landing on another's number does not clobber it. */
+static int install_stdio(const int stdio[3]) {
+  int tmp[3];
+  for (int i = 0; i < 3; i++)
+    if ((tmp[i] = fcntl(stdio[i], F_DUPFD_CLOEXEC, 3)) < 0)
+      return -1;
+  for (int i = 0; i < 3; i++)
+    if (dup2(tmp[i], i) < 0)
+      return -1;
+  for (int i = 0; i < 3; i++)
+    close(tmp[i]);
+  return 0;
+}
+
 /* The exec'd process: in the sandbox's pid namespace already (forked after
- * setns), still host root until it joins the rest. */
+ * setns), still host root until it joins the rest. Before it touches any
+ * path of the sandbox it holds nothing of the host but its stdio and the
+ * sync socket: every other fd the caller had (the state directory, the
+ * store, cgroup directories, the seccomp cache…) would be reachable from
+ * inside as /proc/self/fd/N through a link the sandbox planted on a path we
+ * resolve (CVE-2024-21626). */
 static _Noreturn void child(const struct agsx_record *rec, const struct agsx_exec_config *cfg,
                             int pidfd, int sock, const int *tasks, size_t ntasks) {
   agsx_error_t err = NULL;
-  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 ||
-      agsx_cgroup_self_attach(tasks, ntasks) < 0 || setns(pidfd, JOIN_NS) < 0) {
+  /* Not dumpable: sandbox processes must not reach our fds or memory
+   * through /proc/<pid> or ptrace while we are still privileged. */
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+    agsx_error_set(&err, errno, "exec setup");
+    fail(sock, 125, &err);
+  }
+  if (!cfg->tty && install_stdio(cfg->stdio) < 0) {
+    agsx_error_set(&err, errno, "exec: set up stdio");
+    fail(sock, 125, &err);
+  }
+  int keep[2 + 8] = {sock, pidfd};
+  size_t nkeep = 2;
+  for (size_t i = 0; i < ntasks && nkeep < AGSX_ARRAY_SIZE(keep); i++)
+    keep[nkeep++] = tasks[i];
+  agsx_close_all_except(keep, nkeep);
+  /* Into the exec cgroup before any sandbox code can run: its limits and
+   * its kill cover the command from its first instruction. */
+  int r = agsx_cgroup_self_attach(tasks, ntasks);
+  if (r < 0) {
+    agsx_error_set(&err, -r, "join the exec cgroup");
+    fail(sock, 125, &err);
+  }
+  if (setns(pidfd, JOIN_NS) < 0) {
     agsx_error_set(&err, errno, "join the sandbox");
     fail(sock, 125, &err);
   }
-  if (!cfg->tty)
-    for (int i = 0; i < 3; i++)
-      if (cfg->stdio[i] != i && dup2(cfg->stdio[i], i) < 0)
-        _exit(125);
+  int only_sock[] = {sock};
+  agsx_close_all_except(only_sock, 1);
   if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 ||
-      prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
     agsx_error_set(&err, errno, "become root of the sandbox");
     fail(sock, 125, &err);
   }

@@ -7,6 +7,8 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
+#include <linux/openat2.h>
 #include <linux/capability.h>
 #include <sched.h>
 #include <signal.h>
@@ -72,11 +74,52 @@ static const char *env_get(char **env, const char *key) {
   return NULL;
 }
 
+/* Every sandbox path the last steps touch (working directory, the PATH
+ * search, /etc/passwd and /etc/group) is resolved under the current root,
+ * which is the sandbox's, without magic links: a /proc/<pid>/fd/N,
+ * /proc/<pid>/cwd, /proc/<pid>/root or /proc/<pid>/exe link planted by the
+ * sandbox on the way must not lead out of it (CVE-2024-21626). The process
+ * also holds no host fd by then (agsx_proc_exec closes them first), so
+ * even a path resolved again by the kernel (execve) can reach nothing but
+ * the sandbox and the command's own stdio. */
+#define RESOLVE_SANDBOX (RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
+
+static int open_root(void) {
+  return open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+}
+
+/* Opens PATH (absolute: under ROOT; relative: from the cwd, which is under
+ * ROOT) with no magic link on the way. */
+static int open_sandbox_path(int root, const char *path, int flags) {
+  if (path[0] == '/')
+    return agsx_openat2(root, path, flags, 0, RESOLVE_SANDBOX);
+  return agsx_openat2(AT_FDCWD, path, flags, 0, RESOLVE_NO_MAGICLINKS);
+}
+
+/* 0 when PATH names something execve() may run, else the errno to report.
+ * The kernel resolves PATH again in execve(); what it can find differently
+ * in a race is still only inside the sandbox (see above). */
+static int check_exec_path(int root, const char *path) {
+  _cleanup_close_ int fd = open_sandbox_path(root, path, O_PATH);
+  if (fd < 0)
+    return errno;
+  struct stat st;
+  if (fstat(fd, &st) < 0)
+    return errno;
+  return S_ISDIR(st.st_mode) ? EACCES : 0;
+}
+
 /* execvpe() searches the PATH of our own environment, not the command's:
  * search the command's PATH. Returns the errno to report. */
 static int exec_path(char **argv, char **env) {
   const char *file = argv[0];
+  _cleanup_close_ int root = open_root();
+  if (root < 0)
+    return errno;
   if (strchr(file, '/')) {
+    int e = check_exec_path(root, file);
+    if (e)
+      return e;
     execve(file, argv, env);
     return errno;
   }
@@ -90,11 +133,15 @@ static int exec_path(char **argv, char **env) {
     char full[4096];
     if (n + strlen(file) + 2 < sizeof(full)) {
       snprintf(full, sizeof(full), "%.*s%s%s", (int)n, p, n ? "/" : "", file);
-      execve(full, argv, env);
-      if (errno == EACCES || errno == ENOEXEC || errno == EPERM)
-        best = errno; /* found but not executable: remember, keep looking */
-      else if (errno != ENOENT && errno != ENOTDIR)
-        return errno;
+      int e = check_exec_path(root, full);
+      if (e == 0) {
+        execve(full, argv, env);
+        e = errno;
+      }
+      if (e == EACCES || e == ENOEXEC || e == EPERM)
+        best = e; /* found but not executable: remember, keep looking */
+      else if (e != ENOENT && e != ENOTDIR && e != ELOOP && e != EXDEV)
+        return e; /* ELOOP, EXDEV: behind a magic link, as good as missing */
     }
     if (colon == NULL)
       break;
@@ -103,23 +150,52 @@ static int exec_path(char **argv, char **env) {
   return best;
 }
 
-static int enter_cwd(const char *cwd, agsx_error_t *err) {
-  if (chdir(cwd) == 0)
-    return 0;
-  if (errno != ENOENT)
-    return agsx_error_set(err, errno, "working directory `%s`", cwd);
-  /* Like Docker, a missing working directory is created. */
+/* Like Docker, a missing working directory is created: each missing
+ * component with mkdirat() in its parent, the parent itself resolved
+ * under ROOT. */
+static int make_cwd(int root, const char *cwd, agsx_error_t *err) {
   _cleanup_free_ char *p = xstrdup(cwd);
-  for (char *s = p + 1; *s; s++)
-    if (*s == '/') {
-      *s = '\0';
-      mkdir(p, 0755);
-      *s = '/';
+  size_t len = strlen(p);
+  for (size_t i = 1; i <= len; i++) {
+    if (p[i] != '/' && p[i] != '\0')
+      continue;
+    char saved = p[i];
+    p[i] = '\0';
+    char *slash = strrchr(p, '/');
+    _cleanup_close_ int fd = agsx_openat2(root, p, O_PATH | O_DIRECTORY, 0, RESOLVE_SANDBOX);
+    if (fd < 0 && errno == ENOENT && slash[1] != '\0') {
+      *slash = '\0';
+      _cleanup_close_ int parent =
+          agsx_openat2(root, p[0] ? p : "/", O_PATH | O_DIRECTORY, 0, RESOLVE_SANDBOX);
+      *slash = '/';
+      if (parent < 0 || (mkdirat(parent, slash + 1, 0755) < 0 && errno != EEXIST))
+        return agsx_error_set(err, errno, "create working directory `%s`", cwd);
+    } else if (fd < 0 && errno != ENOENT) {
+      return agsx_error_set(err, errno, "working directory `%s`", cwd);
     }
-  if (mkdir(p, 0755) < 0 && errno != EEXIST)
-    return agsx_error_set(err, errno, "create working directory `%s`", cwd);
-  if (chdir(cwd) < 0)
+    p[i] = saved;
+  }
+  return 0;
+}
+
+static int enter_cwd(const char *cwd, agsx_error_t *err) {
+  _cleanup_close_ int root = open_root();
+  if (root < 0)
+    return agsx_error_set(err, errno, "open the sandbox root");
+  _cleanup_close_ int fd = agsx_openat2(root, cwd, O_PATH | O_DIRECTORY, 0, RESOLVE_SANDBOX);
+  if (fd < 0 && errno == ENOENT) {
+    if (make_cwd(root, cwd, err) < 0)
+      return -1;
+    fd = agsx_openat2(root, cwd, O_PATH | O_DIRECTORY, 0, RESOLVE_SANDBOX);
+  }
+  if (fd < 0)
     return agsx_error_set(err, errno, "working directory `%s`", cwd);
+  if (fchdir(fd) < 0)
+    return agsx_error_set(err, errno, "working directory `%s`", cwd);
+  /* Beneath the root, or getcwd() fails ("(unreachable)" to the kernel). */
+  char buf[PATH_MAX];
+  if (getcwd(buf, sizeof(buf)) == NULL || buf[0] != '/')
+    return agsx_error_set(err, EXDEV, "working directory `%s` is outside the sandbox", cwd);
   return 0;
 }
 
@@ -136,6 +212,10 @@ static int drop_to_user(const struct agsx_user *u, agsx_error_t *err) {
 _Noreturn void agsx_proc_exec(const struct agsx_proc_spec *p, int errfd) {
   agsx_error_t err = NULL;
   int code = 125;
+  /* Nothing but stdio, the error channel and the terminal from here on:
+   * the paths below are the sandbox's. */
+  int keep[] = {errfd, p->tty_slave};
+  agsx_close_all_except(keep, AGSX_ARRAY_SIZE(keep));
   if (setsid() < 0) {
     agsx_error_set(&err, errno, "setsid");
     goto fail;
@@ -227,10 +307,12 @@ static int become_root(agsx_error_t *err) {
   return 0;
 }
 
-static int read_small(const char *path, char **ret, size_t *ret_len) {
+/* A small regular file of the sandbox's (a FIFO or a device is "missing"). */
+static int read_small(int root, const char *path, char **ret, size_t *ret_len) {
   *ret = NULL;
   *ret_len = 0;
-  _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  _cleanup_close_ int fd =
+      agsx_openat2(root, path, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0, RESOLVE_SANDBOX);
   if (fd < 0)
     return 0;
   struct stat st;
@@ -284,8 +366,11 @@ int agsx_child_open_pty(int *ret_master, int *ret_slave, agsx_error_t *err) {
 int agsx_child_read_user(const char *spec, struct agsx_user *ret, agsx_error_t *err) {
   _cleanup_free_ char *pw = NULL, *gr = NULL;
   size_t pwl, grl;
-  read_small("/etc/passwd", &pw, &pwl);
-  read_small("/etc/group", &gr, &grl);
+  _cleanup_close_ int root = open_root();
+  if (root < 0)
+    return agsx_error_set(err, errno, "open the sandbox root");
+  read_small(root, "/etc/passwd", &pw, &pwl);
+  read_small(root, "/etc/group", &gr, &grl);
   return agsx_user_resolve(spec, pw, pwl, gr, grl, ret, err);
 }
 
@@ -331,27 +416,6 @@ static _Noreturn void init_loop(struct agsx_child_ctx *c, pid_t cmd, int sfd) {
 static const int forwarded[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
                                 SIGWINCH, SIGCONT, SIGTSTP, SIGALRM};
 
-static int cmp_int(const void *a, const void *b) {
-  return *(const int *)a - *(const int *)b;
-}
-
-/* Closes every fd from 3 up but those in KEEP. The init is a clone of its
- * supervisor: the state and store directories, locks, leases, published
- * ports' listeners and the host's network namespace must not live on in a
- * process inside the sandbox, even a non-dumpable one. */
-static void close_others(int *keep, size_t n) {
-  qsort(keep, n, sizeof(*keep), cmp_int);
-  unsigned from = 3;
-  for (size_t i = 0; i < n; i++) {
-    if (keep[i] < 3 || (unsigned)keep[i] < from)
-      continue;
-    if ((unsigned)keep[i] > from)
-      syscall(SYS_close_range, from, (unsigned)keep[i] - 1, 0);
-    from = (unsigned)keep[i] + 1;
-  }
-  syscall(SYS_close_range, from, ~0U, 0);
-}
-
 _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
   agsx_error_t err = NULL;
   const struct agsx_sandbox_config *cfg = c->cfg;
@@ -359,12 +423,16 @@ _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
     for (int i = 0; i < 3; i++)
       if (cfg->stdio[i] != i && dup2(cfg->stdio[i], i) < 0)
         _exit(125);
+  /* The init is a clone of its supervisor: the state and store
+   * directories, locks, leases, published ports' listeners and the host's
+   * network namespace must not live on in a process inside the sandbox,
+   * even a non-dumpable one. */
   int keep[1 + 8];
   size_t nkeep = 0;
   keep[nkeep++] = c->sync;
   for (size_t i = 0; i < c->n_cgroup_fds && nkeep < sizeof(keep) / sizeof(keep[0]); i++)
     keep[nkeep++] = c->cgroup_fds[i];
-  close_others(keep, nkeep);
+  agsx_close_all_except(keep, nkeep);
   /* Into the cgroup first, while our credentials are still host root's
    * (the files are root's), and before anything can fork. */
   int r = agsx_cgroup_self_attach(c->cgroup_fds, c->n_cgroup_fds);

@@ -10,6 +10,7 @@
 #include <linux/openat2.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -433,6 +434,39 @@ int agsx_lock_at(int dirfd, const char *name, bool exclusive, agsx_error_t *err)
   if (r < 0)
     return agsx_error_set(err, errno, "lock `%s`", name);
   return steal_fd(&fd);
+}
+
+static int cmp_fd(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+static void close_span(unsigned from, unsigned to) {
+  if (syscall(SYS_close_range, from, to, 0) == 0)
+    return;
+  struct rlimit rl;
+  unsigned lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 1u << 20 ? (unsigned)rl.rlim_cur
+                                                                              : 1u << 20;
+  for (unsigned fd = from; fd <= to && fd < lim; fd++)
+    close((int)fd);
+}
+
+void agsx_close_all_except(const int *keep, size_t n) {
+  int sorted[16];
+  size_t k = 0;
+  for (size_t i = 0; i < n && k < AGSX_ARRAY_SIZE(sorted); i++)
+    if (keep[i] >= 3)
+      sorted[k++] = keep[i];
+  qsort(sorted, k, sizeof(*sorted), cmp_fd);
+  unsigned from = 3;
+  for (size_t i = 0; i < k; i++) {
+    if ((unsigned)sorted[i] < from)
+      continue; /* a duplicate */
+    if ((unsigned)sorted[i] > from)
+      close_span(from, (unsigned)sorted[i] - 1);
+    from = (unsigned)sorted[i] + 1;
+  }
+  close_span(from, ~0U);
 }
 
 int agsx_cloexec_from(int from) {

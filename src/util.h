@@ -115,6 +115,12 @@ int agsx_mkdtemp_at(int dirfd, const char *prefix, mode_t mode, char **ret_name,
 int agsx_lock_at(int dirfd, const char *name, bool exclusive, agsx_error_t *err);
 /* Marks every fd >= FROM close-on-exec (close_range(CLOEXEC) or /proc walk). */
 int agsx_cloexec_from(int from);
+/* Closes every fd from 3 up except the N fds of KEEP (negative entries are
+ * ignored; at most 16). For a process about to resolve sandbox paths: a host directory
+ * fd it still holds is reachable from inside through /proc/self/fd
+ * (CVE-2024-21626). close_range(2); where it is missing, each fd up to the
+ * RLIMIT_NOFILE limit (no /proc walk: /proc may be the sandbox's). */
+void agsx_close_all_except(const int *keep, size_t n);
 
 /* A relative path is "clean" when it has no empty, "." or ".." component,
  * is not absolute, and stays within the given limits. */
