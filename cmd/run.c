@@ -285,7 +285,9 @@ static int build_config(struct run_opts *o, char **cmd, struct prepared *p,
   cfg->n_binds = o->n_binds;
   cfg->tty = o->tty;
   cfg->limits.memory = o->memory;
-  cfg->limits.pids = o->pids ? o->pids : AGSX_DEFAULT_PIDS;
+  cfg->limits.pids = o->pids;
+  if (o->pids == 0 && agsx_sandbox_default_pids(&cfg->limits.pids, err) < 0)
+    return -1;
   if (o->cpus > 0) {
     cfg->limits.cpu_period_us = AGSX_CGROUP_CPU_PERIOD_US;
     cfg->limits.cpu_quota_us = (uint64_t)(o->cpus * AGSX_CGROUP_CPU_PERIOD_US);

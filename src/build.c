@@ -1988,11 +1988,14 @@ static int run_sandbox(struct build *b, char **argv, char **env, const char *net
   cfg.env = env;
   cfg.cwd = st->workdir ? st->workdir : "/";
   cfg.user = st->user;
-  cfg.limits.pids = AGSX_DEFAULT_PIDS;
   cfg.seccomp = &b->bpf;
   cfg.state_dir = b->o->state_dir;
   int pipefd[2];
   int r = -1;
+  if (agsx_sandbox_default_pids(&cfg.limits.pids, err) < 0) {
+    agsx_strv_free(paths);
+    return -1;
+  }
   struct run_net rn = {.att = AGSX_NET_ATTACH_INIT, .job = {-1, -1}};
   if (run_net_begin(b, net, &cfg, &rn, err) < 0) {
     run_net_end(&rn);

@@ -293,9 +293,16 @@ int agsx_cgroup_fd(struct agsx_cgroup *cg) { return cg->v2 && cg->n > 0 ? cg->h[
 
 /* ---- creation -------------------------------------------------------------------------------- */
 
-static unsigned needed_ctrls(const struct agsx_cgroup_limits *lim) {
-  return (lim->memory ? BIT(CTRL_MEMORY) : 0) | (lim->cpu_quota_us ? BIT(CTRL_CPU) : 0) |
-         (lim->pids ? BIT(CTRL_PIDS) : 0);
+static unsigned needed_ctrls(const struct agsx_cgroup_limits *lim, const struct layout *l) {
+  unsigned need = (lim->memory ? BIT(CTRL_MEMORY) : 0) | (lim->cpu_quota_us ? BIT(CTRL_CPU) : 0) |
+                  (lim->pids ? BIT(CTRL_PIDS) : 0);
+  if (need || !lim->track || l->v2)
+    return need;
+  static const enum ctrl pref[] = {CTRL_PIDS, CTRL_MEMORY, CTRL_CPU};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(pref); i++)
+    if (l->mnt[pref[i]])
+      return BIT(pref[i]);
+  return BIT(CTRL_PIDS); /* none mounted: create_v1 says so */
 }
 
 /* mkdir <mnt>/<parent> (racing agsx processes are fine) and open it. */
@@ -435,7 +442,7 @@ int agsx_cgroup_create(const char *name, const struct agsx_cgroup_limits *lim,
   if (layout_get(&l, err) < 0 || parent_get(&parent, err) < 0)
     return agsx_error_wrap(err, "create cgroup `%s`", name);
   _cleanup_cgroup_ struct agsx_cgroup *cg = cg_new(l->v2, parent, name);
-  unsigned need = needed_ctrls(lim);
+  unsigned need = needed_ctrls(lim, l);
   int r = l->v2 ? create_v2(cg, l, need, err) : create_v1(cg, l, need, err);
   if (r == 0)
     r = apply_limits(cg, lim, err);
@@ -545,6 +552,18 @@ int agsx_cgroup_self_attach_fds(struct agsx_cgroup *cg, int *fds, size_t max, ag
     n++;
   }
   return (int)n;
+}
+
+int agsx_cgroup_join_fds(struct agsx_cgroup *cg, int *fds, size_t max, agsx_error_t *err) {
+  if (!cg->v2)
+    return agsx_cgroup_self_attach_fds(cg, fds, max, err);
+  if (cg->n == 0 || cg->h[0].fd < 0 || max == 0)
+    return agsx_error_set(err, EBADF, "cgroup `%s/%s` is not open", cg->parent, cg->name);
+  fds[0] = openat(cg->h[0].fd, "cgroup.procs", O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fds[0] < 0)
+    return agsx_error_set(err, errno, "open `cgroup.procs` of cgroup `%s/%s` in `%s`", cg->parent,
+                          cg->name, cg->h[0].mnt);
+  return 1;
 }
 
 int agsx_cgroup_self_attach(const int *fds, size_t n) {

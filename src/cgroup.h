@@ -24,6 +24,10 @@ struct agsx_cgroup_limits {
   uint64_t cpu_quota_us;  /* 0 = none */
   uint64_t cpu_period_us; /* 0 = AGSX_CGROUP_CPU_PERIOD_US */
   uint64_t pids;          /* 0 = none */
+  /* Create the cgroup even without a limit (v1: in the pids hierarchy, or
+   * the first of memory and cpu that is mounted), only so that a process
+   * tree can be found and killed as one (exec --timeout). */
+  bool track;
 };
 
 struct agsx_cgroup;
@@ -61,6 +65,10 @@ int64_t agsx_cgroup_age(struct agsx_cgroup *cg);
  * threadgroup lock, whose RCU grace period makes a cgroup.procs write of
  * another pid cost 5–25 ms on v1: the sandbox init moves itself this way. */
 int agsx_cgroup_self_attach_fds(struct agsx_cgroup *cg, int *fds, size_t max, agsx_error_t *err);
+/* The files through which a forked child joins CG before it runs anything:
+ * v1 the `tasks` of each hierarchy (as above), v2 the leaf's cgroup.procs.
+ * Returns how many fds are in FDS. */
+int agsx_cgroup_join_fds(struct agsx_cgroup *cg, int *fds, size_t max, agsx_error_t *err);
 /* Moves the calling (single-threaded) process through FDS. Returns -errno. */
 int agsx_cgroup_self_attach(const int *fds, size_t n);
 void agsx_cgroup_close_fds(int *fds, size_t n);

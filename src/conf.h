@@ -7,6 +7,7 @@
  *   public-bridge = agsx0
  *   dns = 192.0.2.53, 192.0.2.54
  *   insecure-registries = registry.lan:5000
+ *   default-pids = 4096
  */
 #ifndef AGSX_CONF_H
 #define AGSX_CONF_H

@@ -134,21 +134,36 @@ static int open_init(const struct agsx_record *rec, agsx_error_t *err) {
   return fd;
 }
 
+/* The sandbox's cgroup, created for tracking when it has none (v1 without
+ * limits): an exec's process tree must be killable as one, grandchildren
+ * that left their parent included. The supervisor removes it at the end. */
+static int sandbox_cgroup(const struct agsx_record *rec, struct agsx_cgroup **ret,
+                          agsx_error_t *err) {
+  if (agsx_cgroup_open(rec->id, ret, err) == 0)
+    return 0;
+  if (agsx_error_errno(err) != ENOENT)
+    return -1;
+  agsx_error_free(err);
+  struct agsx_cgroup_limits track = {.track = true};
+  if (agsx_cgroup_create(rec->id, &track, ret, err) == 0)
+    return 0;
+  if (agsx_error_errno(err) != EEXIST)
+    return -1;
+  agsx_error_free(err); /* another exec made it meanwhile */
+  return agsx_cgroup_open(rec->id, ret, err);
+}
+
 static int exec_cgroup(const struct agsx_record *rec, struct agsx_exec *e, int *tasks,
                        size_t *ntasks, agsx_error_t *err) {
   _cleanup_cgroup_ struct agsx_cgroup *cg = NULL;
   *ntasks = 0;
-  if (agsx_cgroup_open(rec->id, &cg, err) < 0) {
-    if (agsx_error_errno(err) != ENOENT)
-      return -1;
-    agsx_error_free(err); /* a sandbox without limits has no cgroup */
-    return 0;
-  }
+  if (sandbox_cgroup(rec, &cg, err) < 0)
+    return agsx_error_wrap(err, "exec cgroup");
   char name[24];
   snprintf(name, sizeof(name), "exec-%08x", (unsigned)(agsx_mono_ns() ^ getpid()));
   if (agsx_cgroup_create_sub(cg, name, &e->cg, err) < 0)
     return -1;
-  int n = agsx_cgroup_self_attach_fds(e->cg, tasks, 8, err);
+  int n = agsx_cgroup_join_fds(e->cg, tasks, 8, err);
   if (n < 0)
     return -1;
   *ntasks = (size_t)n;
@@ -254,11 +269,13 @@ void agsx_exec_reap(struct agsx_exec *e) {
 
 void agsx_exec_kill_tree(struct agsx_exec *e) {
   agsx_error_t err = NULL;
+  /* The command first: even if the cgroup kill found nothing (a process
+   * that is not where it should be), the command itself goes. */
+  if (e->pidfd >= 0)
+    syscall(SYS_pidfd_send_signal, e->pidfd, SIGKILL, NULL, 0);
   if (e->cg) {
     agsx_cgroup_destroy(e->cg, &err);
     agsx_error_free(&err);
-  } else if (e->pidfd >= 0) {
-    syscall(SYS_pidfd_send_signal, e->pidfd, SIGKILL, NULL, 0);
   }
 }
 

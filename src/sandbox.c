@@ -1,6 +1,8 @@
 /* agsx — sandbox launch, parent side. See sandbox.h for the sequence. */
 #include "config.h"
 
+#include "conf.h"
+
 #include "net.h"
 #include "state.h"
 #include "sandbox-internal.h"
@@ -303,6 +305,26 @@ static int wait_ready(struct agsx_sandbox *sb, agsx_error_t *err) {
   return agsx_error_set(err, 0, "unexpected message %d from the sandbox init", m.type);
 }
 
+int agsx_sandbox_default_pids(uint64_t *ret, agsx_error_t *err) {
+  _cleanup_free_ char *v = NULL;
+  *ret = AGSX_DEFAULT_PIDS;
+  if (agsx_conf_get("default-pids", "AGSX_DEFAULT_PIDS", &v, err) < 0)
+    return -1;
+  if (v == NULL)
+    return 0;
+  if (strcmp(v, "none") == 0 || strcmp(v, "0") == 0) {
+    *ret = 0;
+    return 0;
+  }
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (errno || end == v || *end || n > 4194304 || v[0] == '-')
+    return agsx_error_set(err, EINVAL, "invalid default-pids `%s` (none, or 1 to 4194304)", v);
+  *ret = n;
+  return 0;
+}
+
 int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbox **ret,
                        agsx_error_t *err) {
   struct agsx_sandbox *sb = xzalloc(sizeof(*sb));
@@ -447,6 +469,12 @@ int agsx_sandbox_destroy(struct agsx_sandbox *sb, agsx_error_t *err) {
       sb->reason = AGSX_STOP_OOM;
     r = agsx_cgroup_destroy(sb->cg, err);
   }
+  /* Hierarchies the sandbox had no limit in, where an exec made its cgroup
+   * to track its commands (v1 without limits). */
+  _cleanup_cgroup_ struct agsx_cgroup *more = NULL;
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (r == 0 && agsx_cgroup_open(sb->id, &more, &e) == 0)
+    r = agsx_cgroup_destroy(more, err);
   /* Killed from outside (agsx kill -s KILL, the OOM killer checked above). */
   if (sb->reason == AGSX_STOP_NONE && !sb->exited && sb->term_signal == SIGKILL)
     sb->reason = AGSX_STOP_KILLED;

@@ -32,7 +32,7 @@
 
 #define AGSX_ID_HEX 32 /* 128 random bits */
 #define AGSX_DEFAULT_DISK (1ull << 30)
-#define AGSX_DEFAULT_PIDS 4096
+#define AGSX_DEFAULT_PIDS 4096 /* agsx.conf `default-pids` / AGSX_DEFAULT_PIDS change it */
 #define AGSX_MAX_BINDS 64
 
 struct agsx_bind {
@@ -124,6 +124,9 @@ struct agsx_sandbox {
 
 /* Starts the sandbox; returns once the command has been exec'd (or its
  * exec failed: then ret_exec_error holds 126/127 and *err says why). */
+/* The pids limit of a sandbox whose caller gave none: AGSX_DEFAULT_PIDS, or
+ * agsx.conf `default-pids` (env AGSX_DEFAULT_PIDS): a count, or `none`/0. */
+int agsx_sandbox_default_pids(uint64_t *ret, agsx_error_t *err);
 int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbox **ret,
                        agsx_error_t *err);
 

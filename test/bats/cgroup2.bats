@@ -1,0 +1,154 @@
+#!/usr/bin/env bats
+# cgroup v2 for real: this machine's cgroup2 mount (/sys/fs/cgroup/unified:
+# no controllers, but real cgroup.procs, cgroup.kill and cgroup.freeze) as
+# agsx's v2 root, so that membership and kill are exercised on the kernel's
+# v2 code, not on a mock. Without controllers there are no limits to set:
+# AGSX_DEFAULT_PIDS=0 drops the default pids limit. Each test has its own
+# cgroup parent, removed and checked in teardown. Also exec's process tree
+# on v1 when the sandbox has no cgroup of its own (no limits).
+
+load helpers
+
+bats_require_minimum_version 1.5.0
+
+V2=/sys/fs/cgroup/unified
+
+setup_file() {
+  export BB="$BATS_FILE_TMPDIR/bb"
+  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
+}
+
+setup() {
+  common_setup
+  AX_TIMEOUT=40
+  export AGSX_CGROUP_PARENT="agsx-bats-cg2-$$-$BATS_TEST_NUMBER"
+  export AGSX_DEFAULT_PIDS=0
+  ax image load "$BB" >/dev/null
+}
+
+use_v2() {
+  [ "$(stat -f -c %T "$V2" 2>/dev/null)" = cgroup2fs ] || skip "no cgroup2 mount at $V2"
+  export AGSX_CGROUP_ROOT=$V2
+}
+
+our_cgroups() {
+  find /sys/fs/cgroup/*/"$AGSX_CGROUP_PARENT" "$V2/$AGSX_CGROUP_PARENT" -mindepth 1 -type d \
+    2>/dev/null | sort -u
+}
+
+teardown() {
+  local rc=0 left
+  ax kill --all >/dev/null 2>&1 || true
+  for _ in $(seq 50); do
+    [ -z "$(ax ls -q 2>/dev/null)" ] && [ -z "$(our_cgroups)" ] && break
+    sleep 0.1
+  done
+  left=$(our_cgroups)
+  if [ -n "$left" ]; then
+    echo "# leaked cgroups: $left" >&3
+    rc=1
+  fi
+  # The parent directories are the test's own.
+  for d in /sys/fs/cgroup/*/"$AGSX_CGROUP_PARENT" "$V2/$AGSX_CGROUP_PARENT"; do
+    [ -d "$d" ] && { find "$d" -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null; rmdir "$d"; }
+  done
+  common_teardown || rc=1
+  return $rc
+}
+
+@test "cgroup v2: an exec'd command is in its exec cgroup from the start" {
+  use_v2
+  run_ax run -d --name box busybox sleep 300
+  assert_success
+  local id=$output
+  # Inside the sandbox's cgroup namespace: a child of the sandbox's cgroup.
+  run_ax exec box cat /proc/self/cgroup
+  assert_success
+  [[ "$output" == *"0::/exec-"* ]] || { show_run; return 1; }
+  # From the host: the command's pid is listed in that cgroup.
+  run_ax exec box sh -c 'sleep 5 >/dev/null 2>&1 & echo started'
+  assert_success
+  local procs
+  procs=$(cat "$V2/$AGSX_CGROUP_PARENT/$id"/exec-*/cgroup.procs 2>/dev/null | wc -l)
+  [ "$procs" -ge 1 ] || { echo "# no process in an exec cgroup: $(find "$V2/$AGSX_CGROUP_PARENT" -name cgroup.procs -exec grep -H . {} +) id=$id" >&3; return 1; }
+}
+
+@test "cgroup v2: exec --timeout kills the whole tree" {
+  use_v2
+  run_ax run -d --name box busybox sleep 300
+  assert_success
+  local t0=$SECONDS
+  run_ax exec --timeout 2s box sh -c '(sleep 4; touch /tmp/grandchild-survived) & sleep 21; echo SURVIVED'
+  assert_status 137
+  refute_output_contains SURVIVED
+  [ $((SECONDS - t0)) -lt 10 ] || { echo "# took $((SECONDS - t0)) s" >&3; return 1; }
+  sleep 3
+  run_ax exec box sh -c 'ls /tmp/grandchild-survived 2>&1; ps -o pid,args | grep -c "sleep 4" || true'
+  refute_output_contains "/tmp/grandchild-survived"$'\n'
+  [[ "$output" == *"No such file"* ]] || { show_run; return 1; }
+}
+
+@test "cgroup v2: kill ends every process of the sandbox, background ones of exec included" {
+  use_v2
+  run_ax run -d --name box busybox sleep 300
+  assert_success
+  local id=$output
+  run_ax exec box sh -c 'sleep 200 >/dev/null 2>&1 & sleep 201 >/dev/null 2>&1 & echo ok'
+  assert_success
+  [ "$(cat "$V2/$AGSX_CGROUP_PARENT/$id"/cgroup.procs "$V2/$AGSX_CGROUP_PARENT/$id"/exec-*/cgroup.procs | wc -l)" -ge 3 ]
+  run_ax kill box
+  assert_success
+  for _ in $(seq 50); do
+    [ ! -d "$V2/$AGSX_CGROUP_PARENT/$id" ] && break
+    sleep 0.1
+  done
+  [ ! -d "$V2/$AGSX_CGROUP_PARENT/$id" ] || { echo "# cgroup left: $(ls "$V2/$AGSX_CGROUP_PARENT/$id")" >&3; return 1; }
+  ! pgrep -f 'sleep 20[01]' >/dev/null || { echo "# processes left: $(pgrep -af 'sleep 20[01]')" >&3; return 1; }
+}
+
+@test "cgroup v2: the kernel's cgroup.freeze stops an exec'd tree and thaws it" {
+  use_v2
+  run_ax run -d --name box busybox sleep 300
+  assert_success
+  local id=$output
+  run_ax exec box sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done >/dev/null 2>&1 & echo ok'
+  assert_success
+  local cg
+  cg=$(ls -d "$V2/$AGSX_CGROUP_PARENT/$id"/exec-*/ | head -n 1)
+  echo 1 >"$cg/cgroup.freeze"
+  for _ in $(seq 50); do grep -q '^frozen 1' "$cg/cgroup.events" && break; sleep 0.1; done
+  grep -q '^frozen 1' "$cg/cgroup.events" || { echo "# not frozen" >&3; return 1; }
+  local a b
+  a=$(ax exec -w / box cat /tmp/count)
+  sleep 0.5
+  b=$(ax exec -w / box cat /tmp/count)
+  [ "$a" = "$b" ] || { echo "# counter moved while frozen: $a $b" >&3; return 1; }
+  echo 0 >"$cg/cgroup.freeze"
+  sleep 0.5
+  b=$(ax exec -w / box cat /tmp/count)
+  [ "$a" != "$b" ] || { echo "# counter did not move after thaw" >&3; return 1; }
+}
+
+@test "cgroup v1, no limits: exec --timeout kills a grandchild that left its parent" {
+  [ "$(stat -f -c %T /sys/fs/cgroup)" != cgroup2fs ] || skip "the host is cgroup v2"
+  run_ax run -d --name box busybox sleep 300
+  assert_success
+  local id=$output
+  # No limit: the sandbox has no cgroup of its own.
+  [ -z "$(our_cgroups)" ] || { echo "# unexpected cgroups: $(our_cgroups)" >&3; return 1; }
+  run_ax exec --timeout 2s box sh -c '(sleep 4; touch /tmp/grandchild-survived) >/dev/null 2>&1 & exit 0' 
+  assert_success
+  run_ax exec --timeout 2s box sh -c 'sh -c "(sleep 4; touch /tmp/orphan-survived) >/dev/null 2>&1 &"; sleep 30'
+  assert_status 137
+  sleep 3
+  run_ax exec box ls /tmp
+  refute_output_contains orphan-survived
+  # A command that ended before its deadline leaves its background alone.
+  sleep 1
+  run_ax exec box ls /tmp
+  assert_output_contains grandchild-survived
+  # The tracking cgroup goes with the sandbox.
+  run_ax kill box
+  for _ in $(seq 50); do [ -z "$(our_cgroups)" ] && break; sleep 0.1; done
+  [ -z "$(our_cgroups)" ] || { echo "# left: $(our_cgroups)" >&3; return 1; }
+}
