@@ -76,37 +76,68 @@ struct eloop {
   bool timed_out;
 };
 
-static void on_signal(struct eloop *l) {
+/* Forwards a signal to the command; true for one that stops agsx exec. */
+static bool on_signal(struct eloop *l) {
   struct signalfd_siginfo si;
   if (read(l->sigfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
-    return;
-  if (si.ssi_signo == SIGWINCH)
+    return false;
+  if (si.ssi_signo == SIGWINCH) {
     agsx_term_winsize(l->e->pty_master);
-  else if (l->e->pidfd >= 0)
+    return false;
+  }
+  if (l->e->pidfd >= 0)
     syscall(SYS_pidfd_send_signal, l->e->pidfd, si.ssi_signo, NULL, 0);
+  return si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT || si.ssi_signo == SIGHUP ||
+         si.ssi_signo == SIGQUIT;
+}
+
+/* After the command ended, its output is read until EOF, or until it has
+ * been quiet for DRAIN_IDLE_MS, or for DRAIN_MAX_MS at most: a process it
+ * left in the background may hold the pipes open for ever. Signals and the
+ * deadline stay live meanwhile. */
+#define DRAIN_IDLE_MS 100
+#define DRAIN_MAX_MS 2000
+
+static bool outputs_closed(const struct eloop *l, int master_closed) {
+  return l->out[0].fd < 0 && l->out[1].fd < 0 && master_closed;
 }
 
 static void loop(struct eloop *l) {
   struct agsx_exec *e = l->e;
   int stdin_closed = !(l->o->interactive && e->pty_master >= 0);
   int master_closed = e->pty_master < 0;
+  int64_t ended = 0, quiet_since = 0; /* monotonic ns, 0 while the command runs */
   for (;;) {
     struct pollfd p[7] = {
-        {.fd = e->pidfd, .events = POLLIN},
+        {.fd = ended ? -1 : e->pidfd, .events = POLLIN},
         {.fd = l->sigfd, .events = POLLIN},
         {.fd = l->timerfd, .events = POLLIN},
         {.fd = l->out[0].fd, .events = POLLIN},
         {.fd = l->out[1].fd, .events = POLLIN},
         {.fd = master_closed ? -1 : e->pty_master, .events = POLLIN},
-        {.fd = stdin_closed ? -1 : STDIN_FILENO, .events = POLLIN},
+        {.fd = stdin_closed || ended ? -1 : STDIN_FILENO, .events = POLLIN},
     };
-    if (poll(p, 7, -1) < 0 && errno != EINTR)
+    int timeout = -1;
+    if (ended) {
+      int64_t now = agsx_mono_ns();
+      int64_t left_idle = DRAIN_IDLE_MS - (now - quiet_since) / 1000000;
+      int64_t left_max = DRAIN_MAX_MS - (now - ended) / 1000000;
+      int64_t left = left_idle < left_max ? left_idle : left_max;
+      if (left <= 0 || outputs_closed(l, master_closed))
+        break;
+      timeout = (int)left;
+    }
+    int n = poll(p, 7, timeout);
+    if (n < 0 && errno != EINTR)
       break;
-    if (p[1].revents)
-      on_signal(l);
+    if (n > 0 && (p[3].revents || p[4].revents || p[5].revents))
+      quiet_since = agsx_mono_ns();
+    if (p[1].revents && on_signal(l) && ended)
+      break; /* stopped while only draining: no more waiting */
     if (p[2].revents) {
-      /* The deadline of this command: its whole process tree goes. */
-      l->timed_out = true;
+      /* The deadline of this command: its whole process tree goes (what it
+       * left running too, when it fires while we drain). */
+      l->timed_out = !ended;
       agsx_exec_kill_tree(e);
       agsx_closep(&l->timerfd);
     }
@@ -117,18 +148,15 @@ static void loop(struct eloop *l) {
       agsx_copy_fd(e->pty_master, STDOUT_FILENO, &master_closed);
     if (p[6].revents)
       agsx_copy_fd(STDIN_FILENO, e->pty_master, &stdin_closed);
-    if (p[0].revents)
-      break;
+    if (p[0].revents) {
+      agsx_exec_reap(e);
+      ended = quiet_since = agsx_mono_ns();
+    }
   }
-  agsx_exec_reap(e);
+  if (!ended)
+    agsx_exec_reap(e);
   for (int i = 0; i < 2; i++)
     agsx_output_drain(&l->out[i]);
-  while (!master_closed) {
-    struct pollfd p = {.fd = e->pty_master, .events = POLLIN};
-    if (poll(&p, 1, 50) <= 0)
-      break;
-    agsx_copy_fd(e->pty_master, STDOUT_FILENO, &master_closed);
-  }
 }
 
 static int setup(struct eloop *l, struct agsx_exec_config *cfg, int pipes[2][2],

@@ -7,13 +7,17 @@
 #include <string.h>
 #include <sys/ioctl.h>
 
-void agsx_output_read(struct agsx_output *o) {
+/* Returns the bytes read, 0 at EOF or on an error (FD closed), -1 when
+ * nothing is there now (EAGAIN, EINTR). */
+static ssize_t output_read(struct agsx_output *o) {
   char buf[65536];
   ssize_t n = read(o->fd, buf, sizeof(buf));
   if (n <= 0) {
-    if (n == 0 || (errno != EINTR && errno != EAGAIN))
+    if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
       agsx_closep(&o->fd);
-    return;
+      return 0;
+    }
+    return -1;
   }
   size_t room = AGSX_OUTPUT_CAP - o->len, k = (size_t)n < room ? (size_t)n : room;
   if (k < (size_t)n)
@@ -24,11 +28,20 @@ void agsx_output_read(struct agsx_output *o) {
     o->len += k;
     o->buf[o->len] = '\0';
   }
+  return n;
 }
 
-void agsx_output_drain(struct agsx_output *o) {
-  while (o->fd >= 0)
-    agsx_output_read(o);
+void agsx_output_read(struct agsx_output *o) {
+  output_read(o);
+}
+
+bool agsx_output_drain(struct agsx_output *o) {
+  /* What is there now: a pipe another process still holds open gives
+   * EAGAIN, never EOF, and must not make this spin. */
+  for (int i = 0; o->fd >= 0 && i < 1024; i++)
+    if (output_read(o) <= 0)
+      break;
+  return o->fd < 0;
 }
 
 void agsx_output_clear(struct agsx_output *o) {

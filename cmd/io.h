@@ -17,7 +17,9 @@ struct agsx_output {
 
 /* Reads what is available from O->fd, keeping at most the cap. */
 void agsx_output_read(struct agsx_output *o);
-void agsx_output_drain(struct agsx_output *o);
+/* Reads what is in O's pipe now, without waiting: true once it reached EOF
+ * (the fd is closed then). */
+bool agsx_output_drain(struct agsx_output *o);
 void agsx_output_clear(struct agsx_output *o);
 /* Copies one read's worth from FROM to TO; sets *CLOSED at EOF or error. */
 void agsx_copy_fd(int from, int to, int *closed);
