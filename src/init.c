@@ -351,7 +351,8 @@ static void build_env(struct agsx_child_ctx *c) {
 }
 
 int agsx_child_open_pty(int *ret_master, int *ret_slave, agsx_error_t *err) {
-  *ret_master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+  _cleanup_close_ int root = open_root();
+  *ret_master = root < 0 ? -1 : agsx_openat2(root, "/dev/ptmx", O_RDWR | O_NOCTTY, 0, RESOLVE_SANDBOX);
   if (*ret_master < 0)
     return agsx_error_set(err, errno, "open /dev/ptmx");
   int unlock = 0;
