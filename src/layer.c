@@ -939,6 +939,29 @@ int agsx_layer_unpack_fd(int fd, enum agsx_compression comp, int destfd,
   return unpack(&src, comp, destfd, lim, ret_diff_id, err);
 }
 
+int agsx_layer_decompress_fd(int fd, enum agsx_compression comp, int out,
+                             const struct agsx_layer_limits *lim, char ret_diff_id[AGSX_DIGEST_LEN],
+                             uint64_t *ret_size, agsx_error_t *err) {
+  struct agsx_layer_limits deflim;
+  if (lim == NULL) {
+    agsx_layer_limits_default(&deflim);
+    lim = &deflim;
+  }
+  _cleanup_(source_done) struct source src = {.fd = fd, .max_bytes = lim->max_bytes};
+  if (source_start(&src, comp, err) < 0)
+    return -1;
+  const void *buf;
+  ssize_t n;
+  while ((n = source_next(&src, &buf)) > 0)
+    if (agsx_write_all(out, buf, (size_t)n) < 0)
+      return agsx_error_set(err, errno, "write the uncompressed layer");
+  if (n < 0)
+    return source_error(&src, err);
+  agsx_sha256_final(src.hash, ret_diff_id);
+  *ret_size = src.total;
+  return 0;
+}
+
 int agsx_layer_unpack_mem(const void *buf, size_t len, enum agsx_compression comp, int destfd,
                           const struct agsx_layer_limits *lim, char ret_diff_id[AGSX_DIGEST_LEN],
                           agsx_error_t *err) {

@@ -44,4 +44,12 @@ int agsx_layer_unpack_mem(const void *buf, size_t len, enum agsx_compression com
                           const struct agsx_layer_limits *lim, char ret_diff_id[AGSX_DIGEST_LEN],
                           agsx_error_t *err);
 
+/* Writes the uncompressed tar stream of the layer read from FD to OUT, as
+ * it is (the bytes RET_DIFF_ID hashes; RET_SIZE counts them), within
+ * LIM's max_bytes (NULL: the defaults). For writers of formats that carry
+ * uncompressed layers (docker-archive). */
+int agsx_layer_decompress_fd(int fd, enum agsx_compression comp, int out,
+                             const struct agsx_layer_limits *lim, char ret_diff_id[AGSX_DIGEST_LEN],
+                             uint64_t *ret_size, agsx_error_t *err);
+
 #endif

@@ -914,6 +914,42 @@ static void test_no_fd_leak(void) {
   close(after);
 }
 
+/* The uncompressed stream of a layer, as docker-archive writers need it:
+ * byte for byte the tar, its diff_id and size, and the bomb limit. */
+static void test_decompress(void) {
+  size_t len, glen;
+  _cleanup_free_ char *tar = tar_of(basic_ents, AGSX_ARRAY_SIZE(basic_ents), &len);
+  _cleanup_free_ char *gz = gzip_buf(tar, len, &glen);
+  char want[AGSX_DIGEST_LEN], got[AGSX_DIGEST_LEN] = "";
+  agsx_sha256_buf(tar, len, want);
+  struct fx f;
+  fx_init(&f);
+  _cleanup_close_ int in = open(f.root, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  _cleanup_close_ int out = open(f.root, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  agsx_write_all(in, gz, glen);
+  lseek(in, 0, SEEK_SET);
+  agsx_error_t err = NULL;
+  uint64_t size = 0;
+  int r = agsx_layer_decompress_fd(in, AGSX_COMPRESSION_GZIP, out, NULL, got, &size, &err);
+  tap_ok(r == 0 && strcmp(got, want) == 0 && size == len, "decompress: diff_id and size: %s",
+         err ? err->msg : got);
+  _cleanup_free_ char *back = NULL;
+  size_t blen = 0;
+  lseek(out, 0, SEEK_SET);
+  tap_ok(agsx_read_fd(out, len + 1, &back, &blen, NULL) == 0 && blen == len &&
+             memcmp(back, tar, len) == 0,
+         "decompress: the tar stream, byte for byte");
+  agsx_error_free(&err);
+  struct agsx_layer_limits lim = limits();
+  lim.max_bytes = len / 2;
+  lseek(in, 0, SEEK_SET);
+  r = agsx_layer_decompress_fd(in, AGSX_COMPRESSION_AUTO, out, &lim, got, &size, &err);
+  tap_ok(r < 0 && err && strstr(err->msg, "exceeds the limit"), "decompress: bounded: %s",
+         err ? err->msg : "no error");
+  agsx_error_free(&err);
+  fx_done(&f);
+}
+
 int main(void) {
   snprintf(escape_name, sizeof(escape_name), "agsx-escape-%d", (int)getpid());
   if (geteuid() != 0) {
@@ -924,6 +960,7 @@ int main(void) {
   test_basic();
   test_compression();
   test_from_fd();
+  test_decompress();
   test_empty_layer();
   test_whiteouts();
   test_replace();
