@@ -38,6 +38,14 @@ static const struct agsx_option image_rm_opts[] = {
 
 static const struct agsx_option image_inspect_opts[] = {{0}};
 
+static const struct agsx_option image_tag_opts[] = {{0}};
+
+static const struct agsx_option image_save_opts[] = {
+    {"output", 'o', "FILE", "Write to FILE (atomically) instead of standard output", O_OUTPUT},
+    {"format", 0, "FORMAT", "oci-archive (default) or docker-archive", O_FORMAT},
+    {0},
+};
+
 static const struct agsx_option image_pull_opts[] = {
     {"quiet", 'q', NULL, "Print only the pulled image's name; no progress", O_QUIET},
     {"json", 0, NULL, "Print the result as JSON: name, ref, digest, id", O_JSON},
@@ -200,6 +208,10 @@ const struct agsx_command agsx_commands[] = {
      agsx_cmd_image_inspect, NULL},
     {"image pull", "[OPTIONS] REF", "Pull an image from a registry", image_pull_opts,
      agsx_cmd_image_pull, NULL},
+    {"image tag", "SOURCE TARGET", "Give an image another name", image_tag_opts,
+     agsx_cmd_image_tag, NULL},
+    {"image save", "[OPTIONS] IMAGE...", "Write images to an oci-archive or a docker-archive",
+     image_save_opts, agsx_cmd_image_save, NULL},
     {"load", "[OPTIONS] PATH", "Load images (alias of image load)", image_load_opts,
      agsx_cmd_image_load, "image load"},
     {"pull", "[OPTIONS] REF", "Pull an image (alias of image pull)", image_pull_opts,

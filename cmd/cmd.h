@@ -41,6 +41,7 @@ enum {
   O_ALLOW, O_DENY, O_RULES, O_SUBNET,
   O_FILE, O_BUILD_ARG, O_NO_CACHE, O_PLATFORM, O_PULL,
   O_IMAGE,
+  O_OUTPUT, O_FORMAT,
 };
 
 /* The table, in cmd/agsx.c. */
@@ -79,6 +80,8 @@ int agsx_cmd_image_load(struct agsx_ctx *, const struct agsx_command *, int, cha
 int agsx_cmd_image_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_image_inspect(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_image_pull(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_image_tag(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_image_save(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_run(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_cp(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_exec(struct agsx_ctx *, const struct agsx_command *, int, char **);

@@ -1,7 +1,8 @@
-/* agsx image ls | load | rm | inspect, and agsx gc. */
+/* agsx image ls | load | rm | inspect | tag | save, and agsx gc. */
 #include "config.h"
 
 #include "cmd.h"
+#include "export.h"
 #include "import.h"
 #include "state.h"
 #include "store.h"
@@ -12,6 +13,7 @@
 struct flags {
   bool quiet, digests, json, dry_run, images;
   const char *tag;
+  const char *output, *format;
 };
 
 static int on_opt(void *data, int id, const char *arg) {
@@ -23,6 +25,8 @@ static int on_opt(void *data, int id, const char *arg) {
   case O_DRY_RUN: f->dry_run = true; break;
   case O_IMAGES: f->images = true; break;
   case O_TAG: f->tag = arg; break;
+  case O_OUTPUT: f->output = arg; break;
+  case O_FORMAT: f->format = arg; break;
   }
   return 0;
 }
@@ -342,3 +346,68 @@ int agsx_cmd_image_inspect(struct agsx_ctx *ctx, const struct agsx_command *cmd,
   return 0;
 }
 
+
+/* Opens an existing store for reading content out: no store, no image. */
+static int open_existing(struct agsx_ctx *ctx, const char *image, struct agsx_store **ret) {
+  agsx_error_t err = NULL;
+  if (agsx_store_open(ctx->root, false, ret, &err) < 0) {
+    if (agsx_error_errno(&err) != ENOENT)
+      return agsx_fail(&err);
+    agsx_error_free(&err);
+    return agsx_failf("image `%s` not found", image);
+  }
+  if (agsx_store_hold(*ret, &err) < 0)
+    return agsx_fail(&err);
+  return 0;
+}
+
+/* ---- image tag ---- */
+
+int agsx_cmd_image_tag(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
+                       char **argv) {
+  struct flags f;
+  int i = parse(ctx, cmd, argc, argv, &f);
+  if (i < 0)
+    return AGSX_EXIT_FAILURE;
+  if (argc - i != 2)
+    return agsx_failf("image tag: expected SOURCE and TARGET (see agsx image tag --help)");
+  _cleanup_store_ struct agsx_store *s = NULL;
+  if (open_existing(ctx, argv[i], &s) != 0)
+    return AGSX_EXIT_FAILURE;
+  agsx_error_t err = NULL;
+  if (agsx_store_tag_image(s, argv[i], argv[i + 1], NULL, &err) < 0)
+    return agsx_fail(&err);
+  return 0;
+}
+
+/* ---- image save ---- */
+
+int agsx_cmd_image_save(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
+                        char **argv) {
+  struct flags f;
+  int i = parse(ctx, cmd, argc, argv, &f);
+  if (i < 0)
+    return AGSX_EXIT_FAILURE;
+  if (i >= argc)
+    return agsx_failf("image save: expected at least one IMAGE");
+  /* Options end at the first IMAGE; say so rather than look `-o` up. */
+  for (int k = i; k < argc; k++)
+    if (argv[k][0] == '-')
+      return agsx_failf("image save: options go before the images (`%s`)", argv[k]);
+  agsx_error_t err = NULL;
+  enum agsx_export_format format = AGSX_EXPORT_OCI_ARCHIVE;
+  if (f.format && agsx_export_format_parse(f.format, &format, &err) < 0)
+    return agsx_fail(&err);
+  if (f.output == NULL && isatty(STDOUT_FILENO))
+    return agsx_failf("image save: refusing to write an image archive to a terminal (use -o FILE "
+                      "or redirect the output)");
+  _cleanup_store_ struct agsx_store *s = NULL;
+  if (open_existing(ctx, argv[i], &s) != 0)
+    return AGSX_EXIT_FAILURE;
+  size_t n = (size_t)(argc - i);
+  int r = f.output ? agsx_export_file(s, argv + i, n, format, f.output, &err)
+                   : agsx_export_fd(s, argv + i, n, format, STDOUT_FILENO, &err);
+  if (r < 0)
+    return agsx_fail(&err);
+  return 0;
+}

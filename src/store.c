@@ -90,6 +90,13 @@ int agsx_store_open(const char *path, bool create, struct agsx_store **ret, agsx
   return 0;
 }
 
+int agsx_store_hold(struct agsx_store *s, agsx_error_t *err) {
+  if (s->gc_lock >= 0)
+    return 0;
+  s->gc_lock = agsx_lock_at(s->rootfd, ".gc.lock", false, err);
+  return s->gc_lock < 0 ? agsx_error_wrap(err, "image store `%s`", s->path) : 0;
+}
+
 /* ---- blobs -------------------------------------------------------------------- */
 
 bool agsx_store_has_blob(struct agsx_store *s, const char *digest) {
@@ -562,6 +569,24 @@ int agsx_store_tag(struct agsx_store *s, const char *ref, const struct agsx_desc
                    agsx_error_t *err) {
   struct tag_match m = {ref, manifest->digest};
   return rewrite_index(s, keep_other_refs, &m, ref, manifest, NULL, err);
+}
+
+int agsx_store_tag_image(struct agsx_store *s, const char *source, const char *target,
+                         char **ret_ref, agsx_error_t *err) {
+  _cleanup_free_ char *ref = agsx_image_ref_normalize(target, err);
+  if (ref == NULL)
+    return -1;
+  if (strchr(ref, '@'))
+    return agsx_error_set(err, 0, "`%s`: a tag is NAME[:TAG], not a digest", target);
+  struct agsx_store_image img = {0};
+  if (agsx_store_resolve(s, source, &img, err) < 0)
+    return -1;
+  int r = agsx_store_tag(s, ref, &img.manifest, err);
+  free(img.ref);
+  agsx_descriptor_clear(&img.manifest);
+  if (r == 0 && ret_ref)
+    *ret_ref = steal_ptr(&ref);
+  return r;
 }
 
 static bool keep_unmatched(yajl_val entry, const void *data) {

@@ -27,6 +27,9 @@ struct agsx_store {
 /* Opens (creating when CREATE) the store at PATH and takes the shared
  * writer lock when CREATE (writers) so gc cannot remove blobs in flight. */
 int agsx_store_open(const char *path, bool create, struct agsx_store **ret, agsx_error_t *err);
+/* Takes the shared writer lock on a store opened without CREATE, so gc
+ * removes nothing while this handle reads content out (image save, tag). */
+int agsx_store_hold(struct agsx_store *s, agsx_error_t *err);
 void agsx_store_free(struct agsx_store *s);
 void agsx_store_freep(struct agsx_store **s);
 #define _cleanup_store_ _cleanup_(agsx_store_freep)
@@ -79,6 +82,12 @@ int agsx_store_resolve(struct agsx_store *s, const char *name, struct agsx_store
  * replacing any entry with the same ref. Atomic, under the index lock. */
 int agsx_store_tag(struct agsx_store *s, const char *ref, const struct agsx_descriptor *manifest,
                    agsx_error_t *err);
+/* Names the image SOURCE (a reference or an id, as agsx_store_resolve
+ * takes it) also TARGET, a NAME[:TAG] reference (not a digest), moving
+ * TARGET from any image it named before, as docker tag does. Returns the
+ * normalised TARGET in RET_REF when not NULL. */
+int agsx_store_tag_image(struct agsx_store *s, const char *source, const char *target,
+                         char **ret_ref, agsx_error_t *err);
 /* Removes the entries matching NAME (a ref, or a digest removing every
  * entry of that manifest); then drops blobs no entry references. */
 int agsx_store_remove(struct agsx_store *s, const char *name, agsx_error_t *err);

@@ -239,6 +239,8 @@ complete -c agsx -n '__agsx_cmd image' -a load -d 'Load images from an OCI layou
 complete -c agsx -n '__agsx_cmd image' -a rm -d 'Remove images'
 complete -c agsx -n '__agsx_cmd image' -a inspect -d "Show images' manifest and config as JSON"
 complete -c agsx -n '__agsx_cmd image' -a pull -d 'Pull an image from a registry'
+complete -c agsx -n '__agsx_cmd image' -a tag -d 'Give an image another name'
+complete -c agsx -n '__agsx_cmd image' -a save -d 'Write images to an oci-archive or a docker-archive'
 complete -c agsx -n '__agsx_cmd image' -s h -l help -d 'Show this help'
 
 # agsx network
@@ -355,6 +357,16 @@ complete -c agsx -n '__agsx_cmd image rm' -a '(__agsx_image_names)' -d Image
 # agsx image inspect
 complete -c agsx -n '__agsx_cmd image inspect' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd image inspect' -a '(__agsx_image_names)' -d Image
+
+# agsx image tag SOURCE TARGET
+complete -c agsx -n '__agsx_cmd image tag' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd image tag' -a '(__agsx_image_names)' -d Image
+
+# agsx image save
+complete -c agsx -n '__agsx_cmd image save' -s o -l output -r -F -d 'Write to FILE (atomically) instead of standard output'
+complete -c agsx -n '__agsx_cmd image save' -l format -x -a 'oci-archive docker-archive' -d 'Archive format'
+complete -c agsx -n '__agsx_cmd image save' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd image save' -a '(__agsx_image_names)' -d Image
 
 # agsx network create: NAME is the user's to choose.
 complete -c agsx -n '__agsx_cmd network create' -l subnet -x -d "The network's IPv4 subnet (required), e.g. 10.20.0.0/24"
