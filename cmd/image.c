@@ -223,7 +223,11 @@ int agsx_cmd_image_load(struct agsx_ctx *ctx, const struct agsx_command *cmd, in
   if (i < 0)
     return AGSX_EXIT_FAILURE;
   if (i != argc - 1)
-    return agsx_failf("%s: expected one PATH (see agsx %s --help)", cmd->name, cmd->name);
+    return agsx_failf("%s: expected one PATH, or - for standard input (see agsx %s --help)",
+                      cmd->name, cmd->name);
+  if (strcmp(argv[i], "-") == 0 && isatty(STDIN_FILENO))
+    return agsx_failf("%s: refusing to read an image archive from a terminal (pipe one in)",
+                      cmd->name);
   agsx_error_t err = NULL;
   _cleanup_free_ char *tag = NULL;
   if (f.tag && (tag = agsx_image_ref_normalize(f.tag, &err)) == NULL)

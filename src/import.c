@@ -74,6 +74,38 @@ static int open_parent(int rootfd, const char *path, char **ret_base, agsx_error
   }
 }
 
+/* The bytes extracting an archive may still write. An archive from a pipe
+ * has no size of its own, and a compressed one none that bounds its
+ * content: without a budget either could fill the store's disk. */
+struct budget {
+  uint64_t max, left;
+};
+
+/* Total bytes of the files an archive may hold: AGSX_MAX_ARCHIVE_SIZE (a
+ * size such as "100m"; tests lower it), else AGSX_ARCHIVE_MAX_BYTES. */
+static uint64_t archive_max_bytes(void) {
+  const char *env = getenv("AGSX_MAX_ARCHIVE_SIZE");
+  uint64_t bytes = AGSX_ARCHIVE_MAX_BYTES;
+  _cleanup_error_ agsx_error_t err = NULL;
+  if (env && *env && agsx_parse_size(env, &bytes, &err) < 0) {
+    agsx_warn("ignoring AGSX_MAX_ARCHIVE_SIZE: %s", err->msg);
+    bytes = AGSX_ARCHIVE_MAX_BYTES;
+  }
+  return bytes;
+}
+
+static int charge(struct budget *b, struct archive_entry *e, const char *name,
+                  agsx_error_t *err) {
+  la_int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : 0;
+  if (size < 0 || (uint64_t)size > b->left)
+    return agsx_error_set(err, 0,
+                          "entry `%s`: the archive holds more than %" PRIu64
+                          " bytes (AGSX_MAX_ARCHIVE_SIZE)",
+                          name, b->max);
+  b->left -= (uint64_t)size;
+  return 0;
+}
+
 static int extract_file(struct archive *a, int parent, const char *base, const char *name,
                         agsx_error_t *err) {
   _cleanup_close_ int fd =
@@ -94,7 +126,7 @@ static int extract_file(struct archive *a, int parent, const char *base, const c
 }
 
 static int extract_entry(struct archive *a, struct archive_entry *e, int rootfd,
-                         agsx_error_t *err) {
+                         struct budget *b, agsx_error_t *err) {
   const char *raw = archive_entry_pathname(e);
   if (raw == NULL)
     return agsx_error_set(err, 0, "entry without a name");
@@ -121,6 +153,8 @@ static int extract_entry(struct archive *a, struct archive_entry *e, int rootfd,
     if (archive_entry_hardlink(e))
       return agsx_error_set(err, 0, "entry `%s`: hardlinks are not expected in an image archive",
                             name);
+    if (charge(b, e, name, err) < 0)
+      return -1;
     return extract_file(a, parent, base, name, err);
   case AE_IFLNK:
     if (symlinkat(archive_entry_symlink(e), parent, base) < 0)
@@ -131,7 +165,8 @@ static int extract_entry(struct archive *a, struct archive_entry *e, int rootfd,
   }
 }
 
-static int extract_archive(const char *path, int rootfd, agsx_error_t *err) {
+/* Extracts the archive PATH, or the stream FD when FD >= 0, into ROOTFD. */
+static int extract_archive(const char *path, int fd, int rootfd, agsx_error_t *err) {
   struct archive *a = archive_read_new();
   archive_read_support_format_tar(a);
   archive_read_support_filter_none(a);
@@ -139,7 +174,11 @@ static int extract_archive(const char *path, int rootfd, agsx_error_t *err) {
   archive_read_support_filter_xz(a);
   archive_read_support_filter_zstd(a);
   int r = -1;
-  if (archive_read_open_filename(a, path, 1 << 20) != ARCHIVE_OK) {
+  struct budget b = {.max = archive_max_bytes()};
+  b.left = b.max;
+  int opened = fd >= 0 ? archive_read_open_fd(a, fd, 1 << 20)
+                       : archive_read_open_filename(a, path, 1 << 20);
+  if (opened != ARCHIVE_OK) {
     agsx_error_set(err, 0, "not a valid tar archive: %s", archive_error_string(a));
     goto out;
   }
@@ -151,7 +190,7 @@ static int extract_archive(const char *path, int rootfd, agsx_error_t *err) {
       agsx_error_set(err, 0, "more than %d entries", AGSX_ARCHIVE_MAX_ENTRIES);
       goto out;
     }
-    if (extract_entry(a, e, rootfd, err) < 0)
+    if (extract_entry(a, e, rootfd, &b, err) < 0)
       goto out;
   }
   if (ar != ARCHIVE_EOF) {
@@ -507,11 +546,29 @@ static int detect_and_stage(struct import *im, agsx_error_t *err) {
                         "`manifest.json`)");
 }
 
+/* The work dir's "src", where an archive is extracted. */
+static int open_work_src(struct import *im, agsx_error_t *err) {
+  if (mkdirat(im->workfd, "src", 0700) < 0)
+    return agsx_error_set(err, errno, "mkdir work dir");
+  im->src.dirfd = openat(im->workfd, "src", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (im->src.dirfd < 0)
+    return agsx_error_set(err, errno, "open work dir");
+  im->src.ours = true;
+  return 0;
+}
+
 static int open_source(struct import *im, const char *path, agsx_error_t *err) {
+  im->src.path = path;
+  /* A stream is extracted as it arrives, as an archive file is: with the
+   * same checks and budget, into the work dir that goes afterwards. */
+  if (strcmp(path, "-") == 0) {
+    if (open_work_src(im, err) < 0)
+      return -1;
+    return extract_archive(path, STDIN_FILENO, im->src.dirfd, err);
+  }
   struct stat st;
   if (stat(path, &st) < 0)
     return agsx_error_set(err, errno, "`%s`", path);
-  im->src.path = path;
   if (S_ISDIR(st.st_mode)) {
     im->src.dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (im->src.dirfd < 0)
@@ -520,13 +577,9 @@ static int open_source(struct import *im, const char *path, agsx_error_t *err) {
   }
   if (!S_ISREG(st.st_mode))
     return agsx_error_set(err, 0, "`%s` is not a directory or an archive file", path);
-  if (mkdirat(im->workfd, "src", 0700) < 0)
-    return agsx_error_set(err, errno, "mkdir work dir");
-  im->src.dirfd = openat(im->workfd, "src", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (im->src.dirfd < 0)
-    return agsx_error_set(err, errno, "open work dir");
-  im->src.ours = true;
-  return extract_archive(path, im->src.dirfd, err);
+  if (open_work_src(im, err) < 0)
+    return -1;
+  return extract_archive(path, -1, im->src.dirfd, err);
 }
 
 static int commit(struct import *im, const struct agsx_import_opts *opts, agsx_error_t *err) {
@@ -560,16 +613,18 @@ int agsx_import(struct agsx_store *s, const char *path, const struct agsx_import
   }
   _cleanup_free_ char *work = NULL;
   struct import im = {.store = s, .src = {.dirfd = -1}};
+  _cleanup_free_ char *what =
+      strcmp(path, "-") == 0 ? xstrdup("load from standard input") : xasprintf("load `%s`", path);
   im.workfd = agsx_store_mkwork(s, "import", &work, err);
   if (im.workfd < 0)
-    return agsx_error_wrap(err, "load `%s`", path);
+    return agsx_error_wrap(err, "%s", what);
   int r = open_source(&im, path, err);
   if (r == 0)
     r = detect_and_stage(&im, err);
   if (r == 0)
     r = commit(&im, opts, err);
   if (r < 0)
-    agsx_error_wrap(err, "load `%s`", path);
+    agsx_error_wrap(err, "%s", what);
   import_clear(&im);
   agsx_closep(&im.src.dirfd);
   agsx_closep(&im.workfd);

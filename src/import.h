@@ -1,9 +1,10 @@
 /* agsx — import: loading images into the store from an OCI image layout
  * directory, an oci-archive (tar of a layout) or a docker-archive (`docker
  * save` format, also as an extracted directory; gzip/xz/zstd-compressed
- * archives too). Only linux/amd64 images are accepted; every blob is
- * verified against its digest and size, every layer unpacked and checked
- * against its diff_id before the image is named. */
+ * archives too), from a file or a stream. Only linux/amd64 images are
+ * accepted; every blob is verified against its digest and size, every
+ * layer unpacked and checked against its diff_id before the image is
+ * named. */
 #ifndef AGSX_IMPORT_H
 #define AGSX_IMPORT_H
 
@@ -24,7 +25,10 @@ struct agsx_import_opts {
 /* Archive limits (the container format, not the layers). */
 #define AGSX_ARCHIVE_MAX_ENTRIES 100000
 #define AGSX_ARCHIVE_MAX_IMAGES 256
+/* Total bytes of an archive's files; AGSX_MAX_ARCHIVE_SIZE changes it. */
+#define AGSX_ARCHIVE_MAX_BYTES ((uint64_t)256 << 30)
 
+/* PATH "-" is standard input, an archive read as it arrives. */
 int agsx_import(struct agsx_store *s, const char *path, const struct agsx_import_opts *opts,
                 agsx_error_t *err);
 

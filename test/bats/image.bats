@@ -545,3 +545,68 @@ PY
     skopeo inspect --insecure-policy "oci-archive:$T/out/big.tar:big:1" >/dev/null
   fi
 }
+
+# Loads the archive $1 through a pipe (standard input is not seekable).
+load_piped() { # load_piped FILE [load options...]
+  local f=$1; shift
+  AX_CMD="cat $f | agsx image load $* -"
+  cat "$f" | ax image load "$@" -
+}
+
+@test "image load -: an archive of either format from a pipe" {
+  ax image load "$BB" >/dev/null
+  ax image save busybox >"$T/o.tar"
+  ax image save --format docker-archive busybox | gzip >"$T/d.tar.gz"
+  ax image rm busybox >/dev/null
+  run load_piped "$T/o.tar"
+  assert_success
+  [ "$output" = "Loaded image: busybox:latest" ] || { show_run; false; }
+  run load_piped "$T/d.tar.gz" -t piped:1
+  assert_success
+  [ "$output" = "Loaded image: piped:1" ] || { show_run; false; }
+  # the alias, from a redirected file
+  AX_CMD="agsx load --json - <o.tar"
+  run ax load --json - <"$T/o.tar"
+  assert_success
+  assert_output_contains '"ref":"busybox:latest"'
+  run_ax run piped:1 echo stdin-ok
+  assert_output_contains "stdin-ok"
+}
+
+@test "image load -: bad input is refused with 125 and leaves nothing" {
+  ax image load "$BB" >/dev/null
+  ax image save busybox >"$T/o.tar"
+  before=$(store_snapshot)
+  head -c 10000 /dev/urandom >"$T/noise"
+  head -c 200000 "$T/o.tar" >"$T/cut.tar"
+  # (content of its own: blobs the store has are not read from a source)
+  mkdir -p "$T/e" && echo bad >"$T/e/bad"
+  "$FIXTURES/mkimage" --corrupt layer-digest --ref bad:1 "$T/bad" "$T/e" >/dev/null
+  tar -C "$T/bad" -cf "$T/bad.tar" .
+  : >"$T/empty"
+  for f in noise cut.tar bad.tar empty; do
+    run load_piped "$T/$f"
+    assert_agsx_error "load from standard input: "
+    [ "$(store_snapshot)" = "$before" ] || { echo "# $f changed the store" >&3; false; }
+    [ -z "$(ls -A "$ROOT/tmp")" ]
+  done
+  run script -qec "$AGSX --root $ROOT image load -" /dev/null
+  [ "$status" -eq 125 ] && [[ "$output" == *"refusing to read an image archive from a terminal"* ]] ||
+    { show_run; false; }
+}
+
+@test "an archive's content is bounded, from a pipe and from a file" {
+  ax image load "$BB" >/dev/null
+  ax image save --format docker-archive busybox | gzip >"$T/d.tar.gz"
+  ax image rm busybox >/dev/null
+  before=$(store_snapshot)
+  export AGSX_MAX_ARCHIVE_SIZE=1m
+  run load_piped "$T/d.tar.gz"
+  assert_agsx_error "more than 1048576 bytes (AGSX_MAX_ARCHIVE_SIZE)"
+  run_ax image load "$T/d.tar.gz"
+  assert_agsx_error "more than 1048576 bytes (AGSX_MAX_ARCHIVE_SIZE)"
+  [ "$(store_snapshot)" = "$before" ]
+  unset AGSX_MAX_ARCHIVE_SIZE
+  run_ax image load "$T/d.tar.gz"
+  assert_success
+}
