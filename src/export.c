@@ -403,22 +403,67 @@ int agsx_export_fd(struct agsx_store *s, char *const *names, size_t n,
   return r;
 }
 
-/* Gives the complete unnamed file TMP the name BASE in DIRFD, replacing
- * what is there: linked under a temporary name, then renamed. */
-static int publish(int tmp, int dirfd, const char *base, agsx_error_t *err) {
-  _cleanup_free_ char *name = xasprintf(".%s.agsx-%d-%lx", base, getpid(), (long)agsx_mono_ns());
-  _cleanup_free_ char *proc = xasprintf("/proc/self/fd/%d", tmp);
-  /* AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH; the magic link does not. */
-  if (linkat(AT_FDCWD, proc, dirfd, name, AT_SYMLINK_FOLLOW) < 0)
-    return agsx_error_set(err, errno, "link the archive into place");
+static char *temp_name(const char *base) {
+  return xasprintf(".%s.agsx-%d-%lx", base, getpid(), (long)agsx_mono_ns());
+}
+
+/* The file the archive is written to: unnamed (O_TMPFILE), so that a
+ * failed or killed save leaves nothing; on a file system without O_TMPFILE
+ * (NFS; EISDIR from kernels before 3.11) a dot name beside BASE, which
+ * RET_NAME returns and only a kill can leave behind. */
+static int open_out(int dirfd, const char *base, char **ret_name, agsx_error_t *err) {
+  *ret_name = NULL;
+  int fd = openat(dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+  if (fd >= 0)
+    return fd;
+  if (errno != EOPNOTSUPP && errno != EISDIR)
+    return agsx_error_set(err, errno, "create a temporary file");
+  _cleanup_free_ char *name = temp_name(base);
+  fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "create `%s`", name);
+  *ret_name = steal_ptr(&name);
+  return fd;
+}
+
+/* Gives the complete file FD (unnamed, or named NAME) the name BASE in
+ * DIRFD, replacing what is there in one rename. */
+static int publish(int fd, const char *name, int dirfd, const char *base, agsx_error_t *err) {
+  _cleanup_free_ char *linked = NULL;
+  if (name == NULL) {
+    linked = temp_name(base);
+    _cleanup_free_ char *proc = xasprintf("/proc/self/fd/%d", fd);
+    /* AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH; the magic link does not. */
+    if (linkat(AT_FDCWD, proc, dirfd, linked, AT_SYMLINK_FOLLOW) < 0)
+      return agsx_error_set(err, errno, "link the archive into place");
+    name = linked;
+  }
   if (renameat(dirfd, name, dirfd, base) < 0) {
     agsx_error_set(err, errno, "rename the archive into place");
-    unlinkat(dirfd, name, 0);
+    if (linked)
+      unlinkat(dirfd, linked, 0);
     return -1;
   }
   if (fsync(dirfd) < 0)
     return agsx_error_set(err, errno, "fsync the archive's directory");
   return 0;
+}
+
+static int write_out(struct agsx_store *s, char *const *names, size_t n,
+                     enum agsx_export_format format, int dirfd, const char *base,
+                     const char *path, agsx_error_t *err) {
+  _cleanup_free_ char *name = NULL;
+  _cleanup_close_ int fd = open_out(dirfd, base, &name, err);
+  if (fd < 0)
+    return agsx_error_wrap(err, "`%s`", path);
+  int r = agsx_export_fd(s, names, n, format, fd, err);
+  if (r == 0 && fsync(fd) < 0)
+    r = agsx_error_set(err, errno, "write `%s`", path);
+  if (r == 0 && publish(fd, name, dirfd, base, err) < 0)
+    r = agsx_error_wrap(err, "`%s`", path);
+  if (r < 0 && name)
+    unlinkat(dirfd, name, 0);
+  return r;
 }
 
 int agsx_export_file(struct agsx_store *s, char *const *names, size_t n,
@@ -440,16 +485,5 @@ int agsx_export_file(struct agsx_store *s, char *const *names, size_t n,
   struct stat st;
   if (fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))
     return agsx_error_set(err, 0, "`%s` exists and is not a regular file", path);
-  /* Unnamed until complete and on disk: a failed or killed save leaves
-   * nothing, and PATH is replaced in one step. */
-  _cleanup_close_ int tmp = openat(dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
-  if (tmp < 0)
-    return agsx_error_set(err, errno, "create a temporary file beside `%s`", path);
-  if (agsx_export_fd(s, names, n, format, tmp, err) < 0)
-    return -1;
-  if (fsync(tmp) < 0)
-    return agsx_error_set(err, errno, "write `%s`", path);
-  if (publish(tmp, dirfd, base, err) < 0)
-    return agsx_error_wrap(err, "`%s`", path);
-  return 0;
+  return write_out(s, names, n, format, dirfd, base, path, err);
 }

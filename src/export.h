@@ -35,9 +35,10 @@ int agsx_export_fd(struct agsx_store *s, char *const *names, size_t n,
                    enum agsx_export_format format, int fd, agsx_error_t *err);
 
 /* The same into the file PATH, atomically: the archive is written to an
- * unnamed file beside PATH and renamed over it once complete and on disk.
- * On failure (or if agsx is killed) PATH is left as it was. An existing
- * PATH that is not a regular file is refused. */
+ * unnamed file beside PATH (O_TMPFILE; a dot name where the file system
+ * lacks it) and renamed over it once complete and on disk. On failure (or
+ * if agsx is killed) PATH is left as it was. An existing PATH that is not a
+ * regular file is refused. */
 int agsx_export_file(struct agsx_store *s, char *const *names, size_t n,
                      enum agsx_export_format format, const char *path, agsx_error_t *err);
 
