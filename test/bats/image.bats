@@ -318,3 +318,56 @@ PY
   run_ax image ls
   assert_output_contains "umoci"
 }
+
+first_diff_id() { # first_diff_id LAYOUT: the diff_id of its image's first layer
+  python3 -c 'import json,sys
+d = sys.argv[1]
+blob = lambda dg: json.load(open(d + "/blobs/sha256/" + dg.split(":")[1]))
+m = blob(json.load(open(d + "/index.json"))["manifests"][0]["digest"])
+print(blob(m["config"]["digest"])["rootfs"]["diff_ids"][0])' "$1"
+}
+
+first_layer_blob() { # first_layer_blob LAYOUT: the digest of its first layer blob
+  python3 -c 'import json,sys
+d = sys.argv[1]
+blob = lambda dg: json.load(open(d + "/blobs/sha256/" + dg.split(":")[1]))
+print(blob(json.load(open(d + "/index.json"))["manifests"][0]["digest"])["layers"][0]["digest"])' "$1"
+}
+
+@test "a known diff_id paired with another blob is refused; an honest blob is checked once" {
+  mkdir -p "$T/a" "$T/b" && echo good >"$T/a/f" && echo evil >"$T/b/f"
+  "$FIXTURES/mkimage" --ref a:1 "$T/la" "$T/a" >/dev/null
+  ax image load "$T/la" >/dev/null
+  diff=$(first_diff_id "$T/la")
+  [ -f "$ROOT/verified/$(first_layer_blob "$T/la" | cut -d: -f2)" ]
+  before=$(store_snapshot)
+  # b's blob holds "evil", its config claims a's diff_id (already unpacked)
+  "$FIXTURES/mkimage" --ref b:1 --diff-id "$diff" "$T/lb" "$T/b" >/dev/null
+  run_ax image load "$T/lb"
+  assert_agsx_error "uncompressed content has digest"
+  [ "$(store_snapshot)" = "$before" ] || { echo "# the store changed" >&3; false; }
+  "$FIXTURES/mkimage" --ref bd:1 --diff-id "$diff" --format docker-archive "$T/lb.tar" "$T/b" \
+    >/dev/null
+  run_ax image load "$T/lb.tar"
+  assert_agsx_error "uncompressed content has digest"
+  [ "$(store_snapshot)" = "$before" ] || { echo "# the store changed" >&3; false; }
+  # the same layer in another blob (uncompressed): checked, recorded, loaded
+  "$FIXTURES/mkimage" --ref c:1 --compression none "$T/lc" "$T/a" >/dev/null
+  [ "$(first_diff_id "$T/lc")" = "$diff" ]
+  run_ax image load "$T/lc"
+  assert_success
+  rec=$ROOT/verified/$(first_layer_blob "$T/lc" | cut -d: -f2)
+  grep -q "^$diff " "$rec"
+  # another image with that blob is not checked again (the record is not
+  # rewritten)...
+  echo '{"Env":["X=1"]}' >"$T/env.json"
+  "$FIXTURES/mkimage" --ref c:2 --compression none --config-json "$T/env.json" "$T/lc2" "$T/a" \
+    >/dev/null
+  ino=$(stat -c %i "$rec")
+  run_ax image load "$T/lc2"
+  assert_success
+  [ "$(stat -c %i "$rec")" = "$ino" ]
+  # ...and the record goes with its blob
+  run_ax image rm c:1 c:2
+  [ ! -e "$rec" ]
+}
