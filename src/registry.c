@@ -23,6 +23,7 @@
 #define NESTING_MAX 4
 #define URL_MAX 4096
 #define HEADER_MAX 8192
+#define REDIRECTS_MAX 5
 
 /* ---- libcurl, loaded at pull time -------------------------------------------------------- */
 
@@ -332,6 +333,86 @@ int agsx_registry_parse_auths(const char *buf, size_t len, const char *domain, c
   return 0;
 }
 
+/* RFC 3986 authority, restricted to what registries use: reg-name or IPv4
+ * (letters, digits, '-', '.', '_') or an [IPv6] literal, and a port. */
+int agsx_registry_url_origin(const char *url, char ret[AGSX_REGISTRY_ORIGIN_MAX],
+                             agsx_error_t *err) {
+  const char *scheme, *p;
+  if (strncasecmp(url, "https://", 8) == 0)
+    scheme = "https", p = url + 8;
+  else if (strncasecmp(url, "http://", 7) == 0)
+    scheme = "http", p = url + 7;
+  else
+    return agsx_error_set(err, 0, "not an http(s) URL");
+  size_t n = strcspn(p, "/?#");
+  if (memchr(p, '@', n))
+    return agsx_error_set(err, 0, "URL with user info");
+  const char *host = p, *end = p + n, *hend;
+  if (*p == '[') {
+    hend = memchr(p, ']', n);
+    if (hend == NULL || hend == p + 1)
+      return agsx_error_set(err, 0, "malformed IPv6 address in URL");
+    for (const char *c = p + 1; c < hend; c++)
+      if (!isxdigit((unsigned char)*c) && *c != ':' && *c != '.')
+        return agsx_error_set(err, 0, "malformed IPv6 address in URL");
+    hend++;
+  } else {
+    hend = host;
+    while (hend < end && (isalnum((unsigned char)*hend) || strchr("-._", *hend)))
+      hend++;
+    if (hend == host)
+      return agsx_error_set(err, 0, "URL without a host");
+  }
+  unsigned long port = strcmp(scheme, "https") == 0 ? 443 : 80;
+  if (hend < end) {
+    if (*hend != ':' || hend + 1 == end || end - hend > 6)
+      return agsx_error_set(err, 0, "malformed host or port in URL");
+    port = 0;
+    for (const char *c = hend + 1; c < end; c++) {
+      if (!isdigit((unsigned char)*c))
+        return agsx_error_set(err, 0, "malformed port in URL");
+      port = port * 10 + (unsigned long)(*c - '0');
+    }
+    if (port == 0 || port > 65535)
+      return agsx_error_set(err, 0, "port out of range in URL");
+  }
+  size_t hn = (size_t)(hend - host);
+  if (hn > 255)
+    return agsx_error_set(err, 0, "host name in URL longer than 255 bytes");
+  int k = snprintf(ret, AGSX_REGISTRY_ORIGIN_MAX, "%s://%.*s:%lu", scheme, (int)hn, host, port);
+  for (char *c = ret + strlen(scheme) + 3; c < ret + k && *c != '\0'; c++)
+    *c = (char)tolower((unsigned char)*c);
+  return 0;
+}
+
+static bool url_chars_ok(const char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s <= ' ' || (unsigned char)*s >= 0x7f)
+      return false;
+  return true;
+}
+
+int agsx_registry_resolve_location(const char *base, const char *loc, char **ret,
+                                   agsx_error_t *err) {
+  char origin[AGSX_REGISTRY_ORIGIN_MAX];
+  if (strlen(loc) >= URL_MAX)
+    return agsx_error_set(err, 0, "Location longer than %d bytes", URL_MAX);
+  if (*loc == '\0' || !url_chars_ok(loc))
+    return agsx_error_set(err, 0, "malformed Location header");
+  if (strncasecmp(loc, "http://", 7) == 0 || strncasecmp(loc, "https://", 8) == 0) {
+    if (agsx_registry_url_origin(loc, origin, err) < 0)
+      return agsx_error_wrap(err, "Location");
+    *ret = xstrdup(loc);
+    return 0;
+  }
+  if (loc[0] != '/' || loc[1] == '/')
+    return agsx_error_set(err, 0, "Location `%.100s` is neither an absolute URL nor a path", loc);
+  if (agsx_registry_url_origin(base, origin, err) < 0)
+    return agsx_error_wrap(err, "request URL");
+  *ret = xasprintf("%s%s", origin, loc);
+  return 0;
+}
+
 /* ---- one registry, over HTTP ----------------------------------------------------------------- */
 
 struct registry {
@@ -433,6 +514,12 @@ struct xfer {
   struct curl_slist *hdrs;
   char url[URL_MAX];
   char errbuf[CURL_ERROR_SIZE];
+  /* Redirects are followed here, not by curl: credentials (the
+   * Authorization header) and 401 challenges belong to the origin of the
+   * first URL only; once a redirect leaves it, the transfer is foreign. */
+  char origin0[AGSX_REGISTRY_ORIGIN_MAX];
+  bool foreign;
+  int hops;
   /* response headers (of the last response) */
   char *challenge, *content_type, *content_range;
   long status;
@@ -465,6 +552,21 @@ static void xfer_clear(struct xfer *x) {
   x->h = NULL;
   x->hdrs = NULL;
   x->buf = NULL;
+}
+
+/* Readies X for the next hop of a redirect: a new handle, no response. */
+static void xfer_reset_hop(struct xfer *x) {
+  if (x->h)
+    cu.easy_cleanup(x->h);
+  if (x->hdrs)
+    cu.slist_free_all(x->hdrs);
+  x->h = NULL;
+  x->hdrs = NULL;
+  xfer_free_headers(x);
+  x->len = 0;
+  x->too_big = false;
+  x->status = 0;
+  x->errbuf[0] = '\0';
 }
 
 static char *header_value(const char *line, size_t n, const char *name) {
@@ -538,6 +640,8 @@ static size_t on_data_file(char *data, size_t size, size_t nmemb, void *p) {
     long code = 0;
     cu.easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
     x->status = code;
+    if (code >= 300 && code < 400)
+      return n; /* a redirect's body: followed once the response ends */
     if (code == 200 && x->offset > 0) {
       /* The server ignored our Range: start over. */
       if (ftruncate(x->fd, 0) < 0)
@@ -574,13 +678,10 @@ static int xfer_setup(struct xfer *x, struct registry *r, const char *accept, ag
   cu.easy_setopt(h, CURLOPT_ERRORBUFFER, x->errbuf);
   cu.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   cu.easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-  /* Redirects (blob storage) only to http(s), never from https down to
-   * http. curl sends custom Authorization headers only to the original
-   * host (since 7.58), so credentials stay with the registry. */
-  cu.easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, strcmp(r->scheme, "https") == 0 ? "https"
-                                                                                  : "http,https");
-  cu.easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
-  cu.easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
+  /* Redirects (blob storage) are followed by xfer_redirect, which decides
+   * what credentials go along: curl's own rules depend on its version
+   * (before 7.83 it sent them to another port of the same host). */
+  cu.easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
   cu.easy_setopt(h, CURLOPT_UNRESTRICTED_AUTH, 0L);
   cu.easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 30L);
   cu.easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -598,7 +699,7 @@ static int xfer_setup(struct xfer *x, struct registry *r, const char *accept, ag
     _cleanup_free_ char *a = xasprintf("Accept: %s", accept);
     x->hdrs = cu.slist_append(x->hdrs, a);
   }
-  if (r->authz)
+  if (r->authz && !x->foreign)
     x->hdrs = cu.slist_append(x->hdrs, r->authz);
   if (x->hdrs)
     cu.easy_setopt(h, CURLOPT_HTTPHEADER, x->hdrs);
@@ -609,25 +710,70 @@ static int curl_error(struct xfer *x, CURLcode c, agsx_error_t *err) {
   return agsx_error_set(err, 0, "%s: %s", x->url, x->errbuf[0] ? x->errbuf : cu.easy_strerror(c));
 }
 
-/* GET URL into memory (at most MAX bytes). Returns the HTTP status. */
+static bool is_redirect(long code) {
+  return code == 301 || code == 302 || code == 303 || code == 307 || code == 308;
+}
+
+/* After a response: when it is a redirect, points X at its target and
+ * returns 1 (the caller sends the request again); 0 when it is none; -1
+ * when it is refused (too many, not http(s), https down to http). */
+static int xfer_redirect(struct xfer *x, agsx_error_t *err) {
+  long code = 0;
+  char *to = NULL;
+  cu.easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
+  if (!is_redirect(code) || cu.easy_getinfo(x->h, CURLINFO_REDIRECT_URL, &to) != CURLE_OK ||
+      to == NULL)
+    return 0;
+  if (++x->hops > REDIRECTS_MAX)
+    return agsx_error_set(err, 0, "%s: more than %d redirects", x->url, REDIRECTS_MAX);
+  char origin[AGSX_REGISTRY_ORIGIN_MAX];
+  if (strlen(to) >= URL_MAX || agsx_registry_url_origin(to, origin, err) < 0)
+    return agsx_error_wrap(err, "%s: redirect refused", x->url);
+  if (agsx_str_has_prefix(x->url, "https:") && !agsx_str_has_prefix(origin, "https:"))
+    return agsx_error_set(err, 0, "%s: redirect from https to plain http refused", x->url);
+  x->foreign = x->foreign || strcmp(origin, x->origin0) != 0;
+  agsx_debug("redirect to %s%s", origin, x->foreign ? " (without credentials)" : "");
+  snprintf(x->url, sizeof(x->url), "%s", to);
+  return 1;
+}
+
+/* Starts X at URL: the origin credentials belong to. */
+static int xfer_begin(struct xfer *x, const char *url, agsx_error_t *err) {
+  if (strlen(url) >= sizeof(x->url))
+    return agsx_error_set(err, 0, "URL longer than %d bytes", URL_MAX);
+  snprintf(x->url, sizeof(x->url), "%s", url);
+  x->foreign = false;
+  x->hops = 0;
+  return agsx_registry_url_origin(url, x->origin0, err);
+}
+
+/* GET URL into memory (at most MAX bytes), following redirects. Returns
+ * the HTTP status of the last response. */
 static int get_mem(struct registry *r, const char *url, const char *accept, size_t max,
                    struct xfer *x, agsx_error_t *err) {
   memset(x, 0, sizeof(*x));
   x->fd = -1;
   x->max = max;
-  snprintf(x->url, sizeof(x->url), "%s", url);
-  if (xfer_setup(x, r, accept, err) < 0) {
-    xfer_clear(x);
-    return -1;
+  int rc = xfer_begin(x, url, err);
+  while (rc == 0) {
+    if (xfer_setup(x, r, accept, err) < 0) {
+      rc = -1;
+      break;
+    }
+    cu.easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_data_mem);
+    cu.easy_setopt(x->h, CURLOPT_WRITEDATA, x);
+    CURLcode c = cu.easy_perform(x->h);
+    if (x->too_big)
+      rc = agsx_error_set(err, 0, "%s: response larger than %zu bytes", x->url, max);
+    else if (c != CURLE_OK)
+      rc = curl_error(x, c, err);
+    int rd = rc == 0 ? xfer_redirect(x, err) : 0;
+    if (rd <= 0) {
+      rc = rd < 0 ? -1 : rc;
+      break;
+    }
+    xfer_reset_hop(x);
   }
-  cu.easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_data_mem);
-  cu.easy_setopt(x->h, CURLOPT_WRITEDATA, x);
-  CURLcode c = cu.easy_perform(x->h);
-  int rc = 0;
-  if (x->too_big)
-    rc = agsx_error_set(err, 0, "%s: response larger than %zu bytes", url, max);
-  else if (c != CURLE_OK)
-    rc = curl_error(x, c, err);
   if (rc < 0) {
     xfer_clear(x); /* callers own X only on success */
     return -1;
@@ -710,6 +856,18 @@ static int api_get(struct registry *r, const char *path, const char *accept, siz
                    struct xfer *x, agsx_error_t *err) {
   _cleanup_free_ char *url = xasprintf("%s://%s%s", r->scheme, r->host, path);
   int st = get_mem(r, url, accept, max, x, err);
+  if ((st == 401 || st == 403) && x->foreign) {
+    /* A redirect target (object storage) asking for credentials gets none,
+     * nor does the token server it names. */
+    char origin[AGSX_REGISTRY_ORIGIN_MAX];
+    if (agsx_registry_url_origin(x->url, origin, NULL) < 0)
+      snprintf(origin, sizeof(origin), "?");
+    xfer_clear(x);
+    return agsx_error_set(err, 0,
+                          "%s: HTTP %d from `%s`, where the registry redirected; credentials go "
+                          "only to the registry",
+                          path, st, origin);
+  }
   if (st == 401 && !r->tried_auth) {
     _cleanup_free_ char *ch = x->challenge ? xstrdup(x->challenge) : NULL;
     xfer_clear(x);
@@ -903,10 +1061,7 @@ static int verify_blob(struct pull *p, const struct agsx_descriptor *d, agsx_err
   return -1;
 }
 
-static int start_blob(struct pull *p, CURLM *m, struct xfer *x, const struct agsx_descriptor *d,
-                      agsx_error_t *err) {
-  snprintf(x->url, sizeof(x->url), "%s://%s/v2/%s/blobs/%s", p->reg.scheme, p->reg.host,
-           p->reg.path, d->digest);
+static int launch_blob(struct pull *p, CURLM *m, struct xfer *x, agsx_error_t *err) {
   if (xfer_setup(x, &p->reg, NULL, err) < 0)
     return -1;
   cu.easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_data_file);
@@ -916,12 +1071,21 @@ static int start_blob(struct pull *p, CURLM *m, struct xfer *x, const struct ags
     char range[64];
     snprintf(range, sizeof(range), "%lld-", (long long)x->offset);
     cu.easy_setopt(x->h, CURLOPT_RANGE, range);
-    agsx_debug("resuming blob %s at byte %lld", d->digest, (long long)x->offset);
+    agsx_debug("resuming blob %s at byte %lld", x->desc->digest, (long long)x->offset);
   }
   CURLMcode mc = cu.multi_add_handle(m, x->h);
   if (mc != CURLM_OK)
     return agsx_error_set(err, 0, "curl: %s", cu.multi_strerror(mc));
   return 0;
+}
+
+static int start_blob(struct pull *p, CURLM *m, struct xfer *x, const struct agsx_descriptor *d,
+                      agsx_error_t *err) {
+  _cleanup_free_ char *url =
+      xasprintf("%s://%s/v2/%s/blobs/%s", p->reg.scheme, p->reg.host, p->reg.path, d->digest);
+  if (xfer_begin(x, url, err) < 0)
+    return -1;
+  return launch_blob(p, m, x, err);
 }
 
 static int finish_blob(struct pull *p, struct xfer *x, CURLcode c, agsx_error_t *err) {
@@ -1039,8 +1203,14 @@ static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_
       cu.easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
       CURLcode c = msg->data.result;
       cu.multi_remove_handle(m, x->h);
+      int rd = c == CURLE_OK && !x->started ? xfer_redirect(x, err) : 0;
+      if (rd > 0) {
+        xfer_reset_hop(x);
+        rc = launch_blob(p, m, x, err);
+        continue;
+      }
       running_n--;
-      rc = finish_blob(p, x, c, err);
+      rc = rd < 0 ? -1 : finish_blob(p, x, c, err);
       if (rc == 0)
         rc = verify_blob(p, x->desc, err);
       x->done = true;

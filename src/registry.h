@@ -23,6 +23,7 @@
 #define AGSX_REGISTRY_AUTHFILE_MAX (1u << 20)   /* config.json */
 #define AGSX_REGISTRY_CHALLENGE_MAX 4096        /* WWW-Authenticate */
 #define AGSX_REGISTRY_PARALLEL 4                /* concurrent layer downloads */
+#define AGSX_REGISTRY_ORIGIN_MAX 300            /* "https://" host ":" port */
 
 /* Progress of a pull, reported a few times a second while layers download
  * (and once at the end). */
@@ -89,5 +90,17 @@ int agsx_registry_parse_token(const char *buf, size_t len, char **ret_token, ags
  * RET_USER/RET_PASSWORD when found, 0 when the file has none for DOMAIN. */
 int agsx_registry_parse_auths(const char *buf, size_t len, const char *domain, char **ret_user,
                               char **ret_password, agsx_error_t *err);
+
+/* The origin of an absolute http(s) URL, "SCHEME://HOST:PORT", lowercased
+ * and with the default port made explicit: what decides where credentials
+ * may go. URLs with user info, without a host or with a bad port are
+ * refused. */
+int agsx_registry_url_origin(const char *url, char ret[AGSX_REGISTRY_ORIGIN_MAX],
+                             agsx_error_t *err);
+
+/* The URL an upload's Location header LOC names, relative to the request's
+ * URL BASE: absolute http(s), or an absolute path on BASE's origin. */
+int agsx_registry_resolve_location(const char *base, const char *loc, char **ret,
+                                   agsx_error_t *err);
 
 #endif

@@ -191,6 +191,24 @@ assert_runs() { # assert_runs REF: the image runs and skopeo reads it from the s
   assert_runs "$PX/test/bb:1"
 }
 
+@test "a redirect target's 401 challenge gets no credentials, nor does its token server" {
+  registry
+  push "$BB:busybox:latest" test/bb:1
+  # the registry itself is anonymous, the user has credentials for it; its
+  # blobs redirect to a second server on another port that answers 401 with
+  # a Bearer challenge naming its own token endpoint (which logs what arrives)
+  PX2=$("$FIXTURES/registry" proxy "$T/px2" --upstream "$REG" --bearer)
+  PX=$("$FIXTURES/registry" proxy "$T/px" --upstream "$REG" --redirect-blobs "http://$PX2")
+  printf '{"auths":{"%s":{"auth":"%s"}}}' "$PX" "$(printf alice:s3cret | base64)" >"$T/a.json"
+  run_ax pull --authfile "$T/a.json" "$PX/test/bb:1"
+  assert_agsx_error "HTTP 401 from \`http://$PX2\`, where the registry redirected"
+  none grep -q /token "$T/px2/proxy.log"
+  none grep -q 'auth=Basic' "$T/px2/proxy.log"
+  grep -q '/blobs/.*auth=none' "$T/px2/proxy.log" || { cat "$T/px2/proxy.log" >&3; false; }
+  run_ax image ls -q
+  [ -z "$output" ] || { show_run; false; }
+}
+
 @test "a corrupted blob on the registry is refused: no image, no stray files" {
   registry
   push "$BB:busybox:latest" test/bb:1
@@ -297,7 +315,7 @@ make_certs() { # CA and a server certificate for 127.0.0.2 in $T/tls
   mkdir -p "$T/certs/$PX"
   cp "$T/tls/ca.crt" "$T/certs/$PX/ca.crt"
   AGSX_CERTS_DIR=$T/certs run_ax pull "$PX/test/bb:1"
-  assert_agsx_error "Protocol \"http\" not supported"
+  assert_agsx_error "redirect from https to plain http refused"
   none grep -q /blobs/ "$T/px2/proxy.log"
   run_ax image ls -q
   [ -z "$output" ] || { show_run; false; }
