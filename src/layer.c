@@ -221,7 +221,7 @@ static int account(struct source *s, const void *buf, size_t n) {
       return agsx_error_set(&s->err, errno, "statvfs");
     uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
     if (avail < s->space_reserve)
-      return agsx_error_set(&s->err, ENOSPC,
+      return agsx_error_set(&s->err, 0,
                             "the image store is running out of space (%" PRIu64
                             " bytes free, %" PRIu64 " kept in reserve)",
                             avail, s->space_reserve);

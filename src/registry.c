@@ -24,6 +24,7 @@
 #define URL_MAX 4096
 #define HEADER_MAX 8192
 #define REDIRECTS_MAX 5
+#define SPACE_CHECK_EVERY (4 << 20)
 
 /* ---- libcurl, loaded at pull time -------------------------------------------------------- */
 
@@ -531,6 +532,10 @@ struct xfer {
   int fd;
   int64_t offset, size; /* bytes already in the file; expected total */
   bool started, bad_status, bad_range;
+  /* the store's free space, watched while the blob arrives */
+  uint64_t space_reserve;
+  int64_t space_next;
+  bool no_space;
   const struct agsx_descriptor *desc;
   bool done;
 };
@@ -661,6 +666,13 @@ static size_t on_data_file(char *data, size_t size, size_t nmemb, void *p) {
   if ((int64_t)n > x->size - x->offset) {
     x->too_big = true;
     return 0;
+  }
+  if (x->space_reserve > 0 && x->offset >= x->space_next) {
+    x->space_next = x->offset + SPACE_CHECK_EVERY;
+    if (agsx_store_check_space_fd(x->fd, n, x->space_reserve, NULL) < 0) {
+      x->no_space = true;
+      return 0;
+    }
   }
   if (pwrite(x->fd, data, n, x->offset) != (ssize_t)n)
     return 0;
@@ -1088,11 +1100,20 @@ static int start_blob(struct pull *p, CURLM *m, struct xfer *x, const struct ags
   return launch_blob(p, m, x, err);
 }
 
+static int no_space_error(struct pull *p, struct xfer *x, agsx_error_t *err) {
+  if (agsx_store_check_space(p->store, 0, err) < 0)
+    return agsx_error_wrap(err, "blob `%s`", x->desc->digest);
+  return agsx_error_set(err, 0, "blob `%s`: the image store is running out of space",
+                        x->desc->digest);
+}
+
 static int finish_blob(struct pull *p, struct xfer *x, CURLcode c, agsx_error_t *err) {
   const char *dg = x->desc->digest;
   if (x->too_big)
     return agsx_error_set(err, 0, "blob `%s`: the registry sent more than its %lld bytes", dg,
                           (long long)x->size);
+  if (x->no_space)
+    return no_space_error(p, x, err);
   if (x->bad_range)
     return agsx_error_set(err, 0, "blob `%s`: the registry answered a range request wrongly", dg);
   if (x->bad_status || (c == CURLE_OK && !x->started)) {
@@ -1129,6 +1150,7 @@ static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_
   for (size_t i = 0; i < n; i++) {
     xs[i].fd = -1;
     xs[i].desc = &mf->layers[i];
+    xs[i].space_reserve = p->store->reserve;
   }
   p->prog.layers_total = n;
   /* Partial files are locked in digest order, so two pulls sharing layers
@@ -1176,6 +1198,10 @@ static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_
     todo[ntodo++] = i;
   }
   free(order);
+  /* What is still to come must fit, with the reserve kept free. */
+  if (rc == 0)
+    rc = agsx_store_check_space(p->store, (uint64_t)(p->prog.bytes_total - p->prog.bytes_done),
+                                err);
   CURLM *m = rc == 0 ? cu.multi_init() : NULL;
   size_t next = 0, running_n = 0;
   while (rc == 0 && (next < ntodo || running_n > 0)) {
@@ -1256,6 +1282,25 @@ static int stage_layers(struct pull *p, const struct agsx_manifest *mf,
   return 0;
 }
 
+/* The sizes the manifest declares are refused before anything is
+ * downloaded when they exceed the image budget (each, and together). */
+static int check_declared_sizes(struct pull *p, const struct agsx_manifest *mf,
+                                agsx_error_t *err) {
+  uint64_t max = p->store->budget_max, total = (uint64_t)mf->config.size;
+  for (size_t i = 0; i < mf->n_layers; i++) {
+    uint64_t sz = (uint64_t)mf->layers[i].size;
+    if (sz > max || total + sz > max) {
+      _cleanup_free_ char *m = agsx_format_size(max);
+      return agsx_error_set(err, 0,
+                            "layer `%s`: the manifest declares more than the image budget of %s "
+                            "(max-image-size in agsx.conf, AGSX_MAX_IMAGE_SIZE)",
+                            mf->layers[i].digest, m);
+    }
+    total += sz;
+  }
+  return 0;
+}
+
 static int pull_image(struct pull *p, const char *mbuf, size_t mlen, agsx_error_t *err) {
   struct agsx_manifest mf;
   if (agsx_manifest_parse(mbuf, mlen, &mf, err) < 0)
@@ -1278,6 +1323,8 @@ static int pull_image(struct pull *p, const char *mbuf, size_t mlen, agsx_error_
   if (rc == 0 && c.n_diff_ids != mf.n_layers)
     rc = agsx_error_set(err, 0, "the manifest has %zu layers but the config %zu diff_ids",
                         mf.n_layers, c.n_diff_ids);
+  if (rc == 0)
+    rc = check_declared_sizes(p, &mf, err);
   if (rc == 0)
     rc = download_layers(p, &mf, err);
   if (rc == 0)
@@ -1316,6 +1363,11 @@ static int resolve(struct pull *p, const struct agsx_image_ref *ref, char **ret_
     agsx_index_clear(&ix);
     if (sel < 0)
       return -1;
+    if (d.size > (int64_t)AGSX_IMAGE_JSON_MAX) {
+      agsx_descriptor_clear(&d);
+      return agsx_error_set(err, 0, "the index declares a manifest larger than %u bytes",
+                            (unsigned)AGSX_IMAGE_JSON_MAX);
+    }
     free(*ret_buf);
     free(*ret_mt);
     *ret_buf = *ret_mt = NULL;

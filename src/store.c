@@ -311,7 +311,7 @@ int agsx_store_commit(struct agsx_store *s, int workfd, agsx_error_t *err) {
 int agsx_store_charge(struct agsx_store *s, uint64_t n, const char *what, agsx_error_t *err) {
   if (n > s->budget_max - s->budget_used) {
     _cleanup_free_ char *max = agsx_format_size(s->budget_max);
-    return agsx_error_set(err, EFBIG,
+    return agsx_error_set(err, 0,
                           "`%s`: the image is larger than its budget of %s (max-image-size in "
                           "agsx.conf, AGSX_MAX_IMAGE_SIZE)",
                           what, max);
@@ -329,7 +329,7 @@ int agsx_store_check_space_fd(int fd, uint64_t n, uint64_t reserve, agsx_error_t
     _cleanup_free_ char *a = agsx_format_size(avail);
     _cleanup_free_ char *need = agsx_format_size(n);
     _cleanup_free_ char *r = agsx_format_size(reserve);
-    return agsx_error_set(err, ENOSPC,
+    return agsx_error_set(err, 0,
                           "not enough space in the image store: %s free, %s needed and %s kept "
                           "in reserve (store-reserve in agsx.conf, AGSX_STORE_RESERVE)",
                           a, need, r);

@@ -10,7 +10,10 @@ setup_file() {
 }
 
 setup() { common_setup; }
-teardown() { common_teardown; }
+teardown() {
+  if mountpoint -q "$T/small" 2>/dev/null; then umount "$T/small"; fi
+  common_teardown
+}
 
 mk() { # mk OUT [busybox-image options...]
   local out=$1; shift
@@ -370,4 +373,30 @@ print(blob(json.load(open(d + "/index.json"))["manifests"][0]["digest"])["layers
   # ...and the record goes with its blob
   run_ax image rm c:1 c:2
   [ ! -e "$rec" ]
+}
+
+@test "an image's unpacked size is bounded by its budget; unpacking stops short of the reserve" {
+  mkdir -p "$T/z" && head -c $((48 << 20)) /dev/zero >"$T/z/zeros"
+  "$FIXTURES/mkimage" --ref z:1 "$T/lz" "$T/z" >/dev/null
+  # 48 MiB of zeros in a blob of some KiB: over an 8 MiB image budget
+  AGSX_MAX_IMAGE_SIZE=8m run_ax image load "$T/lz"
+  assert_agsx_error "exceeds the remaining limit of"
+  run_ax image ls -q
+  [ -z "$output" ] || { show_run; false; }
+  # a store on a 64 MiB filesystem keeping 24 MiB free: the layer would fit,
+  # the reserve would not be kept
+  mkdir -p "$T/small"
+  mount -t tmpfs -o size=64m agsx-test "$T/small"
+  ROOT=$T/small/root
+  AGSX_STORE_RESERVE=24m run_ax image load "$T/lz"
+  assert_agsx_error "the image store is running out of space"
+  [ -z "$(ls -A "$ROOT/layers")" ] && [ -z "$(ls -A "$ROOT/tmp")" ] || { ls -R "$ROOT" >&3; false; }
+  # the default reserve (1 GiB) is more than this filesystem has
+  run_ax image load "$T/lz"
+  assert_agsx_error "not enough space in the image store"
+  AGSX_STORE_RESERVE=1m run_ax image load "$T/lz"
+  assert_success
+  rm -rf "$ROOT"
+  umount "$T/small"
+  ROOT=$T/root
 }

@@ -209,6 +209,46 @@ assert_runs() { # assert_runs REF: the image runs and skopeo reads it from the s
   [ -z "$output" ] || { show_run; false; }
 }
 
+@test "the image budget and the store's free space are checked before layers are downloaded" {
+  registry
+  push "$BB:busybox:latest" test/bb:1
+  PX=$("$FIXTURES/registry" proxy "$T/px" --upstream "$REG")
+  # declared layer sizes over the budget (env, then agsx.conf): only the
+  # config (small, capped) is fetched
+  AGSX_MAX_IMAGE_SIZE=100k run_ax pull "$PX/test/bb:1"
+  assert_agsx_error "the manifest declares more than the image budget of 102kB"
+  [ "$(grep -c '/blobs/' "$T/px/proxy.log")" -eq 1 ] || { cat "$T/px/proxy.log" >&3; false; }
+  printf 'max-image-size = 100k\n' >"$T/agsx.conf"
+  AGSX_CONFIG=$T/agsx.conf run_ax pull "$PX/test/bb:1"
+  assert_agsx_error "declares more than the image budget"
+  printf 'max-image-size = lots\n' >"$T/agsx.conf"
+  AGSX_CONFIG=$T/agsx.conf run_ax pull "$PX/test/bb:1"
+  assert_agsx_error "max-image-size (AGSX_MAX_IMAGE_SIZE)"
+  # a reserve larger than the free space
+  : >"$T/px/proxy.log"
+  AGSX_STORE_RESERVE=1000000000g run_ax pull "$PX/test/bb:1"
+  assert_agsx_error "not enough space in the image store"
+  [ "$(grep -c '/blobs/' "$T/px/proxy.log")" -le 1 ] || { cat "$T/px/proxy.log" >&3; false; }
+  run_ax image ls -q
+  [ -z "$output" ] || { show_run; false; }
+  run_ax pull "$PX/test/bb:1"
+  assert_success
+}
+
+@test "a blob longer than its descriptor is cut off and refused" {
+  registry
+  push "$BB:busybox:latest" test/bb:1
+  blob=$(ls -S "$REG_DIR"/storage/docker/registry/v2/blobs/sha256/*/*/data | head -1)
+  head -c 100000 /dev/urandom >>"$blob"
+  run_ax pull "$REG/test/bb:1"
+  assert_agsx_error
+  [[ "$output" == *"sent more than its"* || "$output" == *"larger than its descriptor"* ]] ||
+    { show_run; false; }
+  hex=$(basename "$(dirname "$blob")")
+  [ ! -e "$ROOT/blobs/sha256/$hex" ]
+  [ "$(stat -c %s "$ROOT/partial/$hex" 2>/dev/null || echo 0)" -le "$(($(stat -c %s "$blob") - 100000))" ]
+}
+
 @test "a corrupted blob on the registry is refused: no image, no stray files" {
   registry
   push "$BB:busybox:latest" test/bb:1
