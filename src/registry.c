@@ -426,6 +426,7 @@ struct registry {
   char *user, *password;
   char *authz;     /* "Authorization: ..." header, once known */
   bool tried_auth;
+  const char *actions; /* token scope: "pull", or "pull,push" */
 };
 
 static void registry_clear(struct registry *r) {
@@ -508,6 +509,18 @@ static void find_cafile(struct registry *r) {
   }
 }
 
+/* One HTTP request of the API: GET (the default), HEAD, POST or PUT, with a
+ * body from memory or a file (uploads). */
+struct req {
+  const char *method;
+  const char *accept, *content_type;
+  const char *body; /* memory body of BODY_LEN bytes */
+  size_t body_len;
+  int body_fd; /* >= 0: a file body of BODY_LEN bytes instead */
+  size_t max;  /* response body bound */
+  bool no_credentials; /* the URL is not the registry's (an upload Location) */
+};
+
 /* What one transfer receives: a bounded body in memory, or a file. */
 struct xfer {
   struct registry *reg;
@@ -522,7 +535,10 @@ struct xfer {
   bool foreign;
   int hops;
   /* response headers (of the last response) */
-  char *challenge, *content_type, *content_range;
+  char *challenge, *content_type, *content_range, *location, *content_digest;
+  /* request body (uploads) */
+  const struct req *q;
+  int64_t body_off;
   long status;
   /* memory sink */
   char *buf;
@@ -544,7 +560,9 @@ static void xfer_free_headers(struct xfer *x) {
   free(x->challenge);
   free(x->content_type);
   free(x->content_range);
-  x->challenge = x->content_type = x->content_range = NULL;
+  free(x->location);
+  free(x->content_digest);
+  x->challenge = x->content_type = x->content_range = x->location = x->content_digest = NULL;
 }
 
 static void xfer_clear(struct xfer *x) {
@@ -608,6 +626,12 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *data) {
   } else if ((v = header_value(line, n, "content-range"))) {
     free(x->content_range);
     x->content_range = v;
+  } else if ((v = header_value(line, n, "location"))) {
+    free(x->location);
+    x->location = v;
+  } else if ((v = header_value(line, n, "docker-content-digest"))) {
+    free(x->content_digest);
+    x->content_digest = v;
   }
   return n;
 }
@@ -749,37 +773,89 @@ static int xfer_redirect(struct xfer *x, agsx_error_t *err) {
   return 1;
 }
 
-/* Starts X at URL: the origin credentials belong to. */
-static int xfer_begin(struct xfer *x, const char *url, agsx_error_t *err) {
+/* Starts X at URL: the origin credentials belong to (unless FOREIGN). */
+static int xfer_begin(struct xfer *x, const char *url, bool foreign, agsx_error_t *err) {
   if (strlen(url) >= sizeof(x->url))
     return agsx_error_set(err, 0, "URL longer than %d bytes", URL_MAX);
   snprintf(x->url, sizeof(x->url), "%s", url);
-  x->foreign = false;
+  x->foreign = foreign;
   x->hops = 0;
   return agsx_registry_url_origin(url, x->origin0, err);
 }
 
-/* GET URL into memory (at most MAX bytes), following redirects. Returns
- * the HTTP status of the last response. */
-static int get_mem(struct registry *r, const char *url, const char *accept, size_t max,
-                   struct xfer *x, agsx_error_t *err) {
+static size_t on_read(char *buf, size_t size, size_t nitems, void *data) {
+  struct xfer *x = data;
+  size_t n = size * nitems;
+  int64_t left = (int64_t)x->q->body_len - x->body_off;
+  if (left <= 0)
+    return 0;
+  if ((int64_t)n > left)
+    n = (size_t)left;
+  if (x->q->body_fd >= 0) {
+    ssize_t k;
+    do
+      k = pread(x->q->body_fd, buf, n, x->body_off);
+    while (k < 0 && errno == EINTR);
+    if (k <= 0)
+      return CURL_READFUNC_ABORT;
+    n = (size_t)k;
+  } else {
+    memcpy(buf, x->q->body + x->body_off, n);
+  }
+  x->body_off += (int64_t)n;
+  return n;
+}
+
+/* The method and body of Q on X's handle, after xfer_setup. */
+static void set_method(struct xfer *x, const struct req *q) {
+  CURL *h = x->h;
+  const char *m = q->method ? q->method : "GET";
+  x->q = q;
+  x->body_off = 0;
+  if (strcmp(m, "HEAD") == 0) {
+    cu.easy_setopt(h, CURLOPT_NOBODY, 1L);
+  } else if (strcmp(m, "POST") == 0 || strcmp(m, "PUT") == 0) {
+    cu.easy_setopt(h, CURLOPT_UPLOAD, 1L);
+    cu.easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+    cu.easy_setopt(h, CURLOPT_READDATA, x);
+    cu.easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->body_len);
+    cu.easy_setopt(h, CURLOPT_CUSTOMREQUEST, m);
+    /* no 100-continue round trip: registries answer at once */
+    x->hdrs = cu.slist_append(x->hdrs, "Expect:");
+  }
+  if (q->content_type) {
+    _cleanup_free_ char *ct = xasprintf("Content-Type: %s", q->content_type);
+    x->hdrs = cu.slist_append(x->hdrs, ct);
+  }
+  if (x->hdrs)
+    cu.easy_setopt(h, CURLOPT_HTTPHEADER, x->hdrs);
+}
+
+/* Sends Q to URL, the response body into memory (at most Q->max bytes);
+ * GET and HEAD follow redirects. Returns the HTTP status of the last
+ * response. */
+static int request(struct registry *r, const char *url, const struct req *q, struct xfer *x,
+                   agsx_error_t *err) {
   memset(x, 0, sizeof(*x));
   x->fd = -1;
-  x->max = max;
-  int rc = xfer_begin(x, url, err);
+  x->max = q->max;
+  bool follow = q->method == NULL || strcmp(q->method, "GET") == 0 ||
+                strcmp(q->method, "HEAD") == 0;
+  int rc = xfer_begin(x, url, q->no_credentials, err);
   while (rc == 0) {
-    if (xfer_setup(x, r, accept, err) < 0) {
+    if (xfer_setup(x, r, q->accept, err) < 0) {
       rc = -1;
       break;
     }
+    set_method(x, q);
     cu.easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_data_mem);
     cu.easy_setopt(x->h, CURLOPT_WRITEDATA, x);
     CURLcode c = cu.easy_perform(x->h);
     if (x->too_big)
-      rc = agsx_error_set(err, 0, "%s: response larger than %zu bytes", x->url, max);
+      rc = agsx_error_set(err, 0, "%s: response larger than %zu bytes", x->url, q->max);
     else if (c != CURLE_OK)
       rc = curl_error(x, c, err);
-    int rd = rc == 0 ? xfer_redirect(x, err) : 0;
+    int rd = rc == 0 && follow ? xfer_redirect(x, err) : 0;
     if (rd <= 0) {
       rc = rd < 0 ? -1 : rc;
       break;
@@ -792,6 +868,12 @@ static int get_mem(struct registry *r, const char *url, const char *accept, size
   }
   cu.easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &x->status);
   return (int)x->status;
+}
+
+static int get_mem(struct registry *r, const char *url, const char *accept, size_t max,
+                   struct xfer *x, agsx_error_t *err) {
+  struct req q = {.accept = accept, .max = max, .body_fd = -1};
+  return request(r, url, &q, x, err);
 }
 
 /* Authenticates after a 401 with challenge CH. */
@@ -825,7 +907,8 @@ static int authenticate(struct registry *r, const char *ch, agsx_error_t *err) {
       rc = agsx_error_set(err, 0, "refusing a plain http token realm for an https registry");
     } else {
       CURL *e = cu.easy_init();
-      _cleanup_free_ char *scope = xasprintf("repository:%s:pull", r->path);
+      _cleanup_free_ char *scope =
+          xasprintf("repository:%s:%s", r->path, r->actions ? r->actions : "pull");
       char *es = cu.easy_escape(e, scope, 0);
       char *esv = c.service ? cu.easy_escape(e, c.service, 0) : NULL;
       _cleanup_free_ char *url =
@@ -863,11 +946,10 @@ static int authenticate(struct registry *r, const char *ch, agsx_error_t *err) {
   return rc;
 }
 
-/* GET a registry API path, authenticating once on 401. */
-static int api_get(struct registry *r, const char *path, const char *accept, size_t max,
-                   struct xfer *x, agsx_error_t *err) {
-  _cleanup_free_ char *url = xasprintf("%s://%s%s", r->scheme, r->host, path);
-  int st = get_mem(r, url, accept, max, x, err);
+/* Sends Q to URL of the registry, authenticating once on 401. */
+static int api_req(struct registry *r, const char *url, const struct req *q, struct xfer *x,
+                   agsx_error_t *err) {
+  int st = request(r, url, q, x, err);
   if ((st == 401 || st == 403) && x->foreign) {
     /* A redirect target (object storage) asking for credentials gets none,
      * nor does the token server it names. */
@@ -878,14 +960,14 @@ static int api_get(struct registry *r, const char *path, const char *accept, siz
     return agsx_error_set(err, 0,
                           "%s: HTTP %d from `%s`, where the registry redirected; credentials go "
                           "only to the registry",
-                          path, st, origin);
+                          url, st, origin);
   }
   if (st == 401 && !r->tried_auth) {
     _cleanup_free_ char *ch = x->challenge ? xstrdup(x->challenge) : NULL;
     xfer_clear(x);
     if (authenticate(r, ch, err) < 0)
       return -1;
-    st = get_mem(r, url, accept, max, x, err);
+    st = request(r, url, q, x, err);
   }
   if (st == 401 || st == 403) {
     xfer_clear(x);
@@ -893,6 +975,14 @@ static int api_get(struct registry *r, const char *path, const char *accept, siz
                           r->user ? ": check the credentials" : ": no credentials given");
   }
   return st;
+}
+
+/* GET a registry API path. */
+static int api_get(struct registry *r, const char *path, const char *accept, size_t max,
+                   struct xfer *x, agsx_error_t *err) {
+  _cleanup_free_ char *url = xasprintf("%s://%s%s", r->scheme, r->host, path);
+  struct req q = {.accept = accept, .max = max, .body_fd = -1};
+  return api_req(r, url, &q, x, err);
 }
 
 /* Finds the scheme: https, or for an insecure registry http when https
@@ -1095,7 +1185,7 @@ static int start_blob(struct pull *p, CURLM *m, struct xfer *x, const struct ags
                       agsx_error_t *err) {
   _cleanup_free_ char *url =
       xasprintf("%s://%s/v2/%s/blobs/%s", p->reg.scheme, p->reg.host, p->reg.path, d->digest);
-  if (xfer_begin(x, url, err) < 0)
+  if (xfer_begin(x, url, false, err) < 0)
     return -1;
   return launch_blob(p, m, x, err);
 }
@@ -1511,5 +1601,208 @@ int agsx_pull(const char *root, const char *refstr, const struct agsx_pull_opts 
   agsx_store_free(p.store);
   registry_clear(&p.reg);
   agsx_image_ref_clear(&ref);
+  return rc;
+}
+
+/* ---- push ------------------------------------------------------------------------------------ */
+
+void agsx_push_result_clear(struct agsx_push_result *r) {
+  free(r->name);
+  memset(r, 0, sizeof(*r));
+}
+
+/* HEAD the blob: 1 when the registry has it, 0 when not. */
+static int blob_exists(struct registry *r, const struct agsx_descriptor *d, bool *ret,
+                       agsx_error_t *err) {
+  _cleanup_free_ char *url =
+      xasprintf("%s://%s/v2/%s/blobs/%s", r->scheme, r->host, r->path, d->digest);
+  struct req q = {.method = "HEAD", .max = 0, .body_fd = -1};
+  struct xfer x;
+  int st = api_req(r, url, &q, &x, err);
+  if (st < 0)
+    return -1;
+  xfer_clear(&x);
+  if (st != 200 && st != 404)
+    return agsx_error_set(err, 0, "blob `%s`: HTTP %d to HEAD", d->digest, st);
+  *ret = st == 200;
+  return 0;
+}
+
+/* Where the registry's answer to a POST/PATCH says the upload goes on. */
+static int upload_location(struct registry *r, struct xfer *x, char **ret, bool *ret_foreign,
+                           agsx_error_t *err) {
+  if (x->location == NULL)
+    return agsx_error_set(err, 0, "upload: HTTP %ld without a Location", x->status);
+  if (agsx_registry_resolve_location(x->url, x->location, ret, err) < 0)
+    return agsx_error_wrap(err, "upload");
+  char mine[AGSX_REGISTRY_ORIGIN_MAX], theirs[AGSX_REGISTRY_ORIGIN_MAX];
+  _cleanup_free_ char *base = xasprintf("%s://%s/", r->scheme, r->host);
+  if (agsx_registry_url_origin(base, mine, err) < 0 ||
+      agsx_registry_url_origin(*ret, theirs, err) < 0) {
+    free(steal_ptr(ret));
+    return agsx_error_wrap(err, "upload");
+  }
+  if (strcmp(r->scheme, "https") == 0 && !agsx_str_has_prefix(theirs, "https:")) {
+    free(steal_ptr(ret));
+    return agsx_error_set(err, 0, "upload: the registry sent it to plain http");
+  }
+  *ret_foreign = strcmp(mine, theirs) != 0;
+  return 0;
+}
+
+/* A monolithic upload: POST for a session, PUT of the whole blob with its
+ * digest (OCI distribution spec, "POST then PUT"). */
+static int upload_blob(struct registry *r, int fd, const struct agsx_descriptor *d,
+                       agsx_error_t *err) {
+  _cleanup_free_ char *url = xasprintf("%s://%s/v2/%s/blobs/uploads/", r->scheme, r->host, r->path);
+  struct req post = {.method = "POST", .max = 1u << 20, .body_fd = -1, .body = ""};
+  struct xfer x;
+  int st = api_req(r, url, &post, &x, err);
+  if (st < 0)
+    return -1;
+  _cleanup_free_ char *loc = NULL;
+  bool foreign = false;
+  int rc = st == 202 ? upload_location(r, &x, &loc, &foreign, err)
+                     : agsx_error_set(err, 0, "start upload: HTTP %d", st);
+  xfer_clear(&x);
+  if (rc < 0)
+    return -1;
+  _cleanup_free_ char *put =
+      xasprintf("%s%sdigest=%s", loc, strchr(loc, '?') ? "&" : "?", d->digest);
+  struct req q = {.method = "PUT",
+                  .content_type = "application/octet-stream",
+                  .body_fd = fd,
+                  .body_len = (size_t)d->size,
+                  .max = 1u << 20,
+                  .no_credentials = foreign};
+  st = api_req(r, put, &q, &x, err);
+  if (st < 0)
+    return -1;
+  xfer_clear(&x);
+  if (st != 201)
+    return agsx_error_set(err, 0, "upload: HTTP %d", st);
+  return 0;
+}
+
+static int push_blob(struct registry *r, struct agsx_store *s, const struct agsx_descriptor *d,
+                     agsx_error_t *err) {
+  bool have;
+  if (blob_exists(r, d, &have, err) < 0)
+    return agsx_error_wrap(err, "blob `%s`", d->digest);
+  if (have) {
+    agsx_debug("blob %s: already in the registry", d->digest);
+    return 0;
+  }
+  _cleanup_close_ int fd = agsx_store_open_blob(s, d->digest, err);
+  if (fd < 0)
+    return -1;
+  struct stat st;
+  if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size != d->size)
+    return agsx_error_set(err, 0, "blob `%s` in the store is not its %lld bytes", d->digest,
+                          (long long)d->size);
+  if (upload_blob(r, fd, d, err) < 0)
+    return agsx_error_wrap(err, "blob `%s`", d->digest);
+  return 0;
+}
+
+static int put_manifest(struct registry *r, const char *tag, const char *mt, const char *buf,
+                        size_t len, const char *digest, agsx_error_t *err) {
+  _cleanup_free_ char *url =
+      xasprintf("%s://%s/v2/%s/manifests/%s", r->scheme, r->host, r->path, tag);
+  struct req q = {.method = "PUT",
+                  .content_type = mt,
+                  .body = buf,
+                  .body_len = len,
+                  .body_fd = -1,
+                  .max = 1u << 20};
+  struct xfer x;
+  int st = api_req(r, url, &q, &x, err);
+  if (st < 0)
+    return -1;
+  int rc = 0;
+  if (st != 201 && st != 200)
+    rc = agsx_error_set(err, 0, "manifest: HTTP %d%s%.200s", st, x.buf ? ": " : "",
+                        x.buf ? x.buf : "");
+  else if (x.content_digest && strcmp(x.content_digest, digest) != 0)
+    rc = agsx_error_set(err, 0, "manifest: the registry stored digest `%.80s`, not `%s`",
+                        x.content_digest, digest);
+  xfer_clear(&x);
+  return rc;
+}
+
+/* The manifest of IMAGE in the store: bytes, media type, parsed. */
+static int read_local_manifest(struct agsx_store *s, const struct agsx_store_image *img,
+                               char **ret_buf, size_t *ret_len, char **ret_mt,
+                               struct agsx_manifest *ret_m, agsx_error_t *err) {
+  if (agsx_store_read_blob(s, img->manifest.digest, AGSX_IMAGE_JSON_MAX, ret_buf, ret_len, err) <
+      0)
+    return -1;
+  _cleanup_json_ yajl_val v = agsx_json_parse(*ret_buf, *ret_len, AGSX_IMAGE_JSON_MAX, err);
+  if (v == NULL)
+    return agsx_error_wrap(err, "manifest");
+  const char *mt = agsx_json_get_string(v, "mediaType");
+  if (mt == NULL)
+    mt = img->manifest.media_type;
+  if (mt == NULL || !agsx_media_type_is_manifest(mt))
+    return agsx_error_set(err, 0, "manifest media type `%.100s` cannot be pushed",
+                          mt ? mt : "");
+  if (agsx_manifest_parse(*ret_buf, *ret_len, ret_m, err) < 0)
+    return -1;
+  *ret_mt = xstrdup(mt);
+  return 0;
+}
+
+static int do_push(struct registry *reg, struct agsx_store *s, const struct agsx_store_image *img,
+                   const char *tag, struct agsx_push_result *ret, agsx_error_t *err) {
+  _cleanup_free_ char *mbuf = NULL, *mt = NULL;
+  size_t mlen;
+  struct agsx_manifest m;
+  if (read_local_manifest(s, img, &mbuf, &mlen, &mt, &m, err) < 0)
+    return -1;
+  int rc = ping(reg, err);
+  /* Layers first, the config last, then the manifest that names them. */
+  for (size_t i = 0; rc == 0 && i < m.n_layers; i++)
+    rc = push_blob(reg, s, &m.layers[i], err);
+  if (rc == 0)
+    rc = push_blob(reg, s, &m.config, err);
+  if (rc == 0)
+    rc = put_manifest(reg, tag, mt, mbuf, mlen, img->manifest.digest, err);
+  if (rc == 0)
+    memcpy(ret->digest, img->manifest.digest, AGSX_DIGEST_LEN);
+  agsx_manifest_clear(&m);
+  return rc;
+}
+
+int agsx_push(const char *root, const char *image, const char *dest,
+              const struct agsx_push_opts *o, struct agsx_push_result *ret, agsx_error_t *err) {
+  memset(ret, 0, sizeof(*ret));
+  _cleanup_store_ struct agsx_store *s = NULL;
+  struct agsx_store_image img = {0};
+  struct agsx_image_ref ref = {0};
+  struct registry reg = {.actions = "pull,push"};
+  int rc = curl_load(err);
+  if (rc == 0)
+    rc = agsx_store_open(root, false, &s, err);
+  if (rc == 0)
+    rc = agsx_store_resolve(s, image, &img, err);
+  if (rc == 0 && dest == NULL && (img.ref == NULL || strchr(img.ref, '@')))
+    rc = agsx_error_set(err, 0, "image `%s` has no tag to push to: name a destination", image);
+  if (rc == 0)
+    rc = agsx_image_ref_parse(dest ? dest : img.ref, &ref, err);
+  if (rc == 0 && ref.digest)
+    rc = agsx_error_set(err, 0, "destination `%s` names a digest: push to a tag", dest);
+  struct agsx_pull_opts po = {.authfile = o ? o->authfile : NULL, .insecure = o && o->insecure};
+  if (rc == 0)
+    rc = setup_registry(&reg, &ref, &po, err);
+  if (rc == 0)
+    rc = do_push(&reg, s, &img, ref.tag, ret, err);
+  if (rc == 0)
+    ret->name = xasprintf("%s/%s:%s", ref.domain, ref.path, ref.tag);
+  else
+    agsx_error_wrap(err, "push `%s`", image);
+  free(img.ref);
+  agsx_descriptor_clear(&img.manifest);
+  agsx_image_ref_clear(&ref);
+  registry_clear(&reg);
   return rc;
 }

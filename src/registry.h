@@ -1,4 +1,4 @@
-/* agsx — registry: pulling images over the OCI distribution API.
+/* agsx — registry: pulling and pushing images over the OCI distribution API.
  *
  * libcurl is not linked: agsx links its libraries statically for a fast
  * start, and libcurl's ~30 shared dependencies would cost milliseconds at
@@ -68,6 +68,29 @@ int agsx_pull_policy_default(enum agsx_pull_policy *ret, agsx_error_t *err);
  * when libcurl is missing: "pull needs libcurl (apt-get install libcurl4)"). */
 int agsx_pull(const char *root, const char *ref, const struct agsx_pull_opts *o,
               struct agsx_pull_result *ret, agsx_error_t *err);
+
+/* ---- push ---- */
+struct agsx_push_opts {
+  const char *authfile; /* as for pull */
+  bool insecure;
+};
+
+struct agsx_push_result {
+  char *name;                   /* fully qualified: "host:5000/team/tool:1" */
+  char digest[AGSX_DIGEST_LEN]; /* the manifest's, as the registry stores it */
+};
+void agsx_push_result_clear(struct agsx_push_result *r);
+
+/* Pushes IMAGE (a name or id in the store at ROOT) to DEST
+ * ("[REGISTRY/]REPO[:TAG]"; NULL: IMAGE's own name, which then names the
+ * registry, as with docker push) over the OCI distribution API: each blob
+ * is checked with HEAD and uploaded (POST, then PUT with its digest) when
+ * the registry lacks it, then the manifest is PUT under TAG with its media
+ * type, byte for byte (the digest stays the image's id). Authentication
+ * (token scope pull,push), TLS, insecure registries and credentials are
+ * those of pull. Errors: "push `IMAGE`: ...". */
+int agsx_push(const char *root, const char *image, const char *dest,
+              const struct agsx_push_opts *o, struct agsx_push_result *ret, agsx_error_t *err);
 
 /* ---- parsers of untrusted input, exposed for tests and fuzzing ---- */
 

@@ -239,6 +239,7 @@ complete -c agsx -n '__agsx_cmd image' -a load -d 'Load images from an OCI layou
 complete -c agsx -n '__agsx_cmd image' -a rm -d 'Remove images'
 complete -c agsx -n '__agsx_cmd image' -a inspect -d "Show images' manifest and config as JSON"
 complete -c agsx -n '__agsx_cmd image' -a pull -d 'Pull an image from a registry'
+complete -c agsx -n '__agsx_cmd image' -a push -d 'Push an image to a registry'
 complete -c agsx -n '__agsx_cmd image' -s h -l help -d 'Show this help'
 
 # agsx network
@@ -403,6 +404,14 @@ complete -c agsx -n '__agsx_cmd image pull' -l authfile -r -F -d 'Credentials (D
 complete -c agsx -n '__agsx_cmd image pull' -l insecure -d 'Allow plain HTTP and unverified TLS for this registry'
 complete -c agsx -n '__agsx_cmd image pull' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd image pull' -f
+
+# agsx image push IMAGE [DEST]: a local image, then a typed destination.
+complete -c agsx -n '__agsx_cmd image push' -s q -l quiet -d "Print only the pushed image's name"
+complete -c agsx -n '__agsx_cmd image push' -l json -d 'Print the result as JSON: ref, digest'
+complete -c agsx -n '__agsx_cmd image push' -l authfile -r -F -d 'Credentials (Docker config.json)'
+complete -c agsx -n '__agsx_cmd image push' -l insecure -d 'Allow plain HTTP and unverified TLS for this registry'
+complete -c agsx -n '__agsx_cmd image push' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd image push' -f -a '(__agsx_image_names)' -d Image
 complete -c agsx -n '__agsx_cmd pull' -s q -l quiet -d "Print only the pulled image's name; no progress"
 complete -c agsx -n '__agsx_cmd pull' -l json -d 'Print the result as JSON: name, ref, digest, id'
 complete -c agsx -n '__agsx_cmd pull' -l authfile -r -F -d 'Credentials (Docker config.json)'

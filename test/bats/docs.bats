@@ -236,6 +236,7 @@ EOF
 @test "docs: image rm options" { doc_sets_agree "image rm"; }
 @test "docs: image inspect options" { doc_sets_agree "image inspect"; }
 @test "docs: image pull options" { doc_sets_agree "image pull"; }
+@test "docs: image push options" { doc_sets_agree "image push"; }
 @test "docs: pull options" { doc_sets_agree pull; }
 @test "docs: run options" { doc_sets_agree run; }
 @test "docs: exec options" { doc_sets_agree exec; }
@@ -254,7 +255,7 @@ EOF
 @test "docs: build options" { doc_sets_agree build; }
 
 @test "docs: every implemented command has an options test above" {
-  local tested=$'browser\nbuild\ncp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage pull\nimage rm\nkill\nload\nls\nnetwork create\nnetwork inspect\nnetwork ls\nnetwork rm\nport\npull\nrun\nupdate'
+  local tested=$'browser\nbuild\ncp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage pull\nimage push\nimage rm\nkill\nload\nls\nnetwork create\nnetwork inspect\nnetwork ls\nnetwork rm\nport\npull\nrun\nupdate'
   run diff <(echo "$tested") <(help_commands -i | sort)
   echo "$output"
   [ "$status" -eq 0 ]

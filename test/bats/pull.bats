@@ -475,3 +475,98 @@ make_certs() { # CA and a server certificate for 127.0.0.2 in $T/tls
   [ ! -e "$p" ]
   assert_runs "$REG/test/bb:1"
 }
+
+# ---- agsx image push ----
+
+@test "image push: skopeo reads what it pushed, a fresh store pulls and runs it" {
+  registry
+  PX=$("$FIXTURES/registry" proxy "$T/px" --upstream "$REG")
+  ax image load "$BB" >/dev/null
+  id=$(ax image ls -q)
+  run_ax image push busybox:latest "$PX/test/pushed:1"
+  assert_success
+  [[ "${lines[0]}" =~ ^Digest:\ sha256:${id}[0-9a-f]{52}$ ]] || { show_run; false; }
+  [ "${lines[1]}" = "$PX/test/pushed:1" ] || { show_run; false; }
+  pushed=${lines[0]#Digest: }
+  # each blob: HEAD (absent), POST, PUT with its digest; then the manifest
+  [ "$(grep -c '^HEAD /v2/test/pushed/blobs/' "$T/px/proxy.log")" -eq 3 ] || { cat "$T/px/proxy.log" >&3; false; }
+  [ "$(grep -c '^POST /v2/test/pushed/blobs/uploads/ ' "$T/px/proxy.log")" -eq 3 ] || { cat "$T/px/proxy.log" >&3; false; }
+  [ "$(grep -c '^PUT /v2/test/pushed/blobs/uploads/.*digest=sha256' "$T/px/proxy.log")" -eq 3 ] || { cat "$T/px/proxy.log" >&3; false; }
+  grep -q '^PUT /v2/test/pushed/manifests/1 ' "$T/px/proxy.log"
+  run skopeo inspect --tls-verify=false "docker://$REG/test/pushed:1"
+  [ "$status" -eq 0 ] || { show_run; false; }
+  [[ "$output" == *"\"Digest\": \"$pushed\""* ]] || { show_run; false; }
+  [[ "$output" == *'"Architecture": "amd64"'* ]] || { show_run; false; }
+  # pulled back into a fresh store, it runs
+  ROOT=$T/root2 run_ax pull "$REG/test/pushed:1"
+  assert_success
+  ROOT=$T/root2 assert_runs "$REG/test/pushed:1"
+  # again under another tag: the blobs are there, only the manifest goes
+  : >"$T/px/proxy.log"
+  run_ax --json image push busybox:latest "$PX/test/pushed:2"
+  assert_success
+  [[ "$output" =~ ^\{\"ref\":\"$PX/test/pushed:2\",\"digest\":\"sha256:$id[0-9a-f]{52}\"\}$ ]] || { show_run; false; }
+  none grep -q '^POST' "$T/px/proxy.log"
+  # docker push's form: an image named after its registry goes there
+  ROOT=$T/root2 run_ax image push -q "$REG/test/pushed:1"
+  assert_success
+  [ "$output" = "$REG/test/pushed:1" ] || { show_run; false; }
+  # what cannot be pushed
+  run_ax image push busybox:latest "$REG/test/x@sha256:$(printf '%064d' 0)"
+  assert_agsx_error "names a digest: push to a tag"
+  run_ax image push nosuch:1 "$REG/test/x:1"
+  assert_agsx_error "push \`nosuch:1\`"
+  digest=$(skopeo inspect --tls-verify=false "docker://$REG/test/pushed:1" |
+    sed -n 's/^ *"Digest": "\(.*\)",/\1/p')
+  ROOT=$T/root3 run_ax pull "$REG/test/pushed@$digest"
+  assert_success
+  ROOT=$T/root3 run_ax image push "$REG/test/pushed@$digest"
+  assert_agsx_error "has no tag to push to: name a destination"
+}
+
+@test "image push: basic auth and bearer tokens with push scope" {
+  registry --htpasswd alice:s3cret
+  ax image load "$BB" >/dev/null
+  run_ax image push busybox:latest "$REG/test/bb:1"
+  assert_agsx_error "authentication required: no credentials for \`$REG\`"
+  printf '{"auths":{"%s":{"auth":"%s"}}}' "$REG" "$(printf alice:s3cret | base64)" >"$T/a.json"
+  run_ax image push --authfile "$T/a.json" busybox:latest "$REG/test/bb:1"
+  assert_success
+  run skopeo inspect --tls-verify=false --creds alice:s3cret "docker://$REG/test/bb:1"
+  [ "$status" -eq 0 ] || { show_run; false; }
+  "$FIXTURES/registry" stop "$REG_DIR"
+  # a token server: the token asked for covers push
+  REG_DIR=$T/reg2 registry
+  PX=$("$FIXTURES/registry" proxy "$T/px" --upstream "$REG" --bearer)
+  run_ax image push busybox:latest "$PX/test/bb:2"
+  assert_success
+  grep -q '^GET /token?scope=repository%3Atest%2Fbb%3Apull%2Cpush&service=test-registry ' \
+    "$T/px/proxy.log" || { cat "$T/px/proxy.log" >&3; false; }
+  grep -q '^PUT /v2/test/bb/blobs/uploads/.* auth=Bearer' "$T/px/proxy.log"
+  grep -q '^PUT /v2/test/bb/manifests/2 .*auth=Bearer' "$T/px/proxy.log"
+  none grep -q '^PUT .*auth=none' "$T/px/proxy.log"
+  ROOT=$T/root2 run_ax pull "$PX/test/bb:2"
+  assert_success
+}
+
+@test "image push: https with certs.d, plain http only with --insecure" {
+  make_certs
+  ax image load "$BB" >/dev/null
+  REG=$("$FIXTURES/registry" start "$T/tls" --addr 127.0.0.2 --tls "$T/tls/srv.crt" "$T/tls/srv.key")
+  run_ax image push busybox:latest "$REG/test/bb:1"
+  assert_agsx_error "certificate"
+  mkdir -p "$T/certs/$REG"
+  cp "$T/tls/ca.crt" "$T/certs/$REG/ca.crt"
+  AGSX_CERTS_DIR=$T/certs run_ax image push busybox:latest "$REG/test/bb:1"
+  assert_success
+  run skopeo inspect --cert-dir "$T/certs/$REG" "docker://$REG/test/bb:1"
+  [ "$status" -eq 0 ] || { show_run; false; }
+  # plain http on a name that is not implicitly insecure
+  registry --addr 127.0.0.2
+  run_ax image push busybox:latest "$REG/test/bb:1"
+  assert_agsx_error "a plain http registry needs --insecure"
+  run_ax image push --insecure busybox:latest "$REG/test/bb:1"
+  assert_success
+  run skopeo inspect --tls-verify=false "docker://$REG/test/bb:1"
+  [ "$status" -eq 0 ] || { show_run; false; }
+}
