@@ -249,6 +249,24 @@ assert_runs() { # assert_runs REF: the image runs and skopeo reads it from the s
   [ "$(stat -c %s "$ROOT/partial/$hex" 2>/dev/null || echo 0)" -le "$(($(stat -c %s "$blob") - 100000))" ]
 }
 
+@test "a pulled image pairing a diff_id the store has with another blob is refused" {
+  registry
+  mkdir -p "$T/a" "$T/b" && echo good >"$T/a/f" && echo evil >"$T/b/f"
+  "$FIXTURES/mkimage" --ref a:1 "$T/la" "$T/a" >/dev/null
+  ax image load "$T/la" >/dev/null
+  diff=$(python3 -c 'import json,sys
+d = sys.argv[1]
+blob = lambda dg: json.load(open(d + "/blobs/sha256/" + dg.split(":")[1]))
+m = blob(json.load(open(d + "/index.json"))["manifests"][0]["digest"])
+print(blob(m["config"]["digest"])["rootfs"]["diff_ids"][0])' "$T/la")
+  "$FIXTURES/mkimage" --ref b:1 --diff-id "$diff" "$T/lb" "$T/b" >/dev/null
+  push "$T/lb:b:1" test/b:1
+  before=$(store_snapshot)
+  run_ax pull "$REG/test/b:1"
+  assert_agsx_error "uncompressed content has digest"
+  [ "$(store_snapshot)" = "$before" ] || { echo "# the store changed" >&3; false; }
+}
+
 @test "a corrupted blob on the registry is refused: no image, no stray files" {
   registry
   push "$BB:busybox:latest" test/bb:1
