@@ -74,8 +74,32 @@ static int open_parent(int rootfd, const char *path, char **ret_base, agsx_error
   }
 }
 
+/* What an archive may extract to: a compressed archive is as much a bomb
+ * as a layer. The image budget bounds it, and the store's reserve is kept
+ * (checked every few MiB). */
+struct extract_budget {
+  struct agsx_store *store;
+  uint64_t used, next_check;
+};
+#define EXTRACT_CHECK_EVERY ((uint64_t)4 << 20)
+
+static int extract_charge(struct extract_budget *b, size_t len, agsx_error_t *err) {
+  if (len > b->store->budget_max - b->used) {
+    _cleanup_free_ char *max = agsx_format_size(b->store->budget_max);
+    return agsx_error_set(err, 0,
+                          "the archive holds more than the image budget of %s (max-image-size "
+                          "in agsx.conf, AGSX_MAX_IMAGE_SIZE)",
+                          max);
+  }
+  b->used += len;
+  if (b->used < b->next_check)
+    return 0;
+  b->next_check = b->used + EXTRACT_CHECK_EVERY;
+  return agsx_store_check_space(b->store, 0, err);
+}
+
 static int extract_file(struct archive *a, int parent, const char *base, const char *name,
-                        agsx_error_t *err) {
+                        struct extract_budget *b, agsx_error_t *err) {
   _cleanup_close_ int fd =
       openat(parent, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0)
@@ -85,6 +109,8 @@ static int extract_file(struct archive *a, int parent, const char *base, const c
   la_int64_t off;
   int r;
   while ((r = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK) {
+    if (extract_charge(b, len, err) < 0)
+      return agsx_error_wrap(err, "`%s`", name);
     if (pwrite(fd, buf, len, off) != (ssize_t)len)
       return agsx_error_set(err, errno ? errno : EIO, "write `%s`", name);
   }
@@ -94,7 +120,7 @@ static int extract_file(struct archive *a, int parent, const char *base, const c
 }
 
 static int extract_entry(struct archive *a, struct archive_entry *e, int rootfd,
-                         agsx_error_t *err) {
+                         struct extract_budget *b, agsx_error_t *err) {
   const char *raw = archive_entry_pathname(e);
   if (raw == NULL)
     return agsx_error_set(err, 0, "entry without a name");
@@ -121,7 +147,7 @@ static int extract_entry(struct archive *a, struct archive_entry *e, int rootfd,
     if (archive_entry_hardlink(e))
       return agsx_error_set(err, 0, "entry `%s`: hardlinks are not expected in an image archive",
                             name);
-    return extract_file(a, parent, base, name, err);
+    return extract_file(a, parent, base, name, b, err);
   case AE_IFLNK:
     if (symlinkat(archive_entry_symlink(e), parent, base) < 0)
       return agsx_error_set(err, errno, "entry `%s`", name);
@@ -131,7 +157,9 @@ static int extract_entry(struct archive *a, struct archive_entry *e, int rootfd,
   }
 }
 
-static int extract_archive(const char *path, int rootfd, agsx_error_t *err) {
+static int extract_archive(const char *path, int rootfd, struct agsx_store *s,
+                           agsx_error_t *err) {
+  struct extract_budget b = {.store = s};
   struct archive *a = archive_read_new();
   archive_read_support_format_tar(a);
   archive_read_support_filter_none(a);
@@ -151,7 +179,7 @@ static int extract_archive(const char *path, int rootfd, agsx_error_t *err) {
       agsx_error_set(err, 0, "more than %d entries", AGSX_ARCHIVE_MAX_ENTRIES);
       goto out;
     }
-    if (extract_entry(a, e, rootfd, err) < 0)
+    if (extract_entry(a, e, rootfd, &b, err) < 0)
       goto out;
   }
   if (ar != ARCHIVE_EOF) {
@@ -526,7 +554,7 @@ static int open_source(struct import *im, const char *path, agsx_error_t *err) {
   if (im->src.dirfd < 0)
     return agsx_error_set(err, errno, "open work dir");
   im->src.ours = true;
-  return extract_archive(path, im->src.dirfd, err);
+  return extract_archive(path, im->src.dirfd, im->store, err);
 }
 
 static int commit(struct import *im, const struct agsx_import_opts *opts, agsx_error_t *err) {

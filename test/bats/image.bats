@@ -383,6 +383,15 @@ print(blob(json.load(open(d + "/index.json"))["manifests"][0]["digest"])["layers
   assert_agsx_error "exceeds the remaining limit of"
   run_ax image ls -q
   [ -z "$output" ] || { show_run; false; }
+  # a compressed archive is bounded as it is extracted (48 MiB uncompressed
+  # blob, some KiB of gzip)
+  "$FIXTURES/mkimage" --ref z:2 --compression none --format oci-archive "$T/lz.tar" "$T/z" \
+    >/dev/null
+  gzip -9 "$T/lz.tar"
+  [ "$(stat -c %s "$T/lz.tar.gz")" -lt $((1 << 20)) ]
+  AGSX_MAX_IMAGE_SIZE=8m run_ax image load "$T/lz.tar.gz"
+  assert_agsx_error "the archive holds more than the image budget of 8.39MB"
+  [ -z "$(ls -A "$ROOT/tmp")" ] || { ls -R "$ROOT/tmp" >&3; false; }
   # a store on a 64 MiB filesystem keeping 24 MiB free: the layer would fit,
   # the reserve would not be kept
   mkdir -p "$T/small"
