@@ -215,6 +215,8 @@ const struct agsx_command agsx_commands[] = {
      agsx_cmd_image_load, "image load"},
     {"pull", "[OPTIONS] REF", "Pull an image (alias of image pull)", image_pull_opts,
      agsx_cmd_image_pull, "image pull"},
+    {"push", "[OPTIONS] IMAGE [[REGISTRY/]REPO[:TAG]]", "Push an image (alias of image push)",
+     image_push_opts, agsx_cmd_image_push, "image push"},
     {"network create", "[OPTIONS] --subnet CIDR NAME", "Create a vpc network",
      network_create_opts, agsx_cmd_network_create, NULL},
     {"network ls", "[OPTIONS]", "List networks", network_ls_opts, agsx_cmd_network_ls, NULL},

@@ -72,6 +72,7 @@ doc_cmd() {
   case $1 in
     load) echo "image load" ;;
     pull) echo "image pull" ;;
+    push) echo "image push" ;;
     *) echo "$1" ;;
   esac
 }
@@ -237,6 +238,7 @@ EOF
 @test "docs: image inspect options" { doc_sets_agree "image inspect"; }
 @test "docs: image pull options" { doc_sets_agree "image pull"; }
 @test "docs: image push options" { doc_sets_agree "image push"; }
+@test "docs: push options" { doc_sets_agree push; }
 @test "docs: pull options" { doc_sets_agree pull; }
 @test "docs: run options" { doc_sets_agree run; }
 @test "docs: exec options" { doc_sets_agree exec; }
@@ -255,7 +257,7 @@ EOF
 @test "docs: build options" { doc_sets_agree build; }
 
 @test "docs: every implemented command has an options test above" {
-  local tested=$'browser\nbuild\ncp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage pull\nimage push\nimage rm\nkill\nload\nls\nnetwork create\nnetwork inspect\nnetwork ls\nnetwork rm\nport\npull\nrun\nupdate'
+  local tested=$'browser\nbuild\ncp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage pull\nimage push\nimage rm\nkill\nload\nls\nnetwork create\nnetwork inspect\nnetwork ls\nnetwork rm\nport\npull\npush\nrun\nupdate'
   run diff <(echo "$tested") <(help_commands -i | sort)
   echo "$output"
   [ "$status" -eq 0 ]

@@ -525,8 +525,9 @@ make_certs() { # CA and a server certificate for 127.0.0.2 in $T/tls
   assert_success
   [[ "$output" =~ ^\{\"ref\":\"$PX/test/pushed:2\",\"digest\":\"sha256:$id[0-9a-f]{52}\"\}$ ]] || { show_run; false; }
   none grep -q '^POST' "$T/px/proxy.log"
-  # docker push's form: an image named after its registry goes there
-  ROOT=$T/root2 run_ax image push -q "$REG/test/pushed:1"
+  # docker push's form (and the alias): an image named after its registry
+  # goes there
+  ROOT=$T/root2 run_ax push -q "$REG/test/pushed:1"
   assert_success
   [ "$output" = "$REG/test/pushed:1" ] || { show_run; false; }
   # what cannot be pushed
