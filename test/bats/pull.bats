@@ -568,6 +568,19 @@ make_certs() { # CA and a server certificate for 127.0.0.2 in $T/tls
   assert_success
 }
 
+@test "image push: an upload Location on another origin gets no credentials" {
+  registry
+  ax image load "$BB" >/dev/null
+  # the registry (a token server in front) sends uploads to a second server
+  PX2=$("$FIXTURES/registry" proxy "$T/px2" --upstream "$REG")
+  PX=$("$FIXTURES/registry" proxy "$T/px" --upstream "$REG" --bearer --uploads-to "$PX2")
+  run_ax image push busybox:latest "$PX/test/bb:1"
+  assert_success
+  [ "$(grep -c '^PUT /v2/test/bb/blobs/uploads/' "$T/px2/proxy.log")" -eq 3 ] || { cat "$T/px2/proxy.log" >&3; false; }
+  none grep -q 'auth=Bearer' "$T/px2/proxy.log"
+  grep -q '^PUT /v2/test/bb/manifests/1 .*auth=Bearer' "$T/px/proxy.log"
+}
+
 @test "image push: https with certs.d, plain http only with --insecure" {
   make_certs
   ax image load "$BB" >/dev/null
