@@ -55,6 +55,15 @@ static const struct agsx_option image_pull_opts[] = {
     {0},
 };
 
+static const struct agsx_option image_push_opts[] = {
+    {"quiet", 'q', NULL, "Print only the pushed image's name", O_QUIET},
+    {"json", 0, NULL, "Print the result as JSON: ref, digest", O_JSON},
+    {"authfile", 0, "FILE", "Credentials (Docker config.json; default ~/.docker/config.json)",
+     O_AUTHFILE},
+    {"insecure", 0, NULL, "Allow plain HTTP and unverified TLS for this registry", O_INSECURE},
+    {0},
+};
+
 static const struct agsx_option gc_opts[] = {
     {"images", 0, NULL, "Also remove blobs and unpacked layers no image uses", O_IMAGES},
     {"dry-run", 'n', NULL, "List what would be removed, remove nothing", O_DRY_RUN},
@@ -212,10 +221,14 @@ const struct agsx_command agsx_commands[] = {
      agsx_cmd_image_tag, NULL},
     {"image save", "[OPTIONS] IMAGE...", "Write images to an oci-archive or a docker-archive",
      image_save_opts, agsx_cmd_image_save, NULL},
+    {"image push", "[OPTIONS] IMAGE [[REGISTRY/]REPO[:TAG]]", "Push an image to a registry",
+     image_push_opts, agsx_cmd_image_push, NULL},
     {"load", "[OPTIONS] PATH|-", "Load images (alias of image load)", image_load_opts,
      agsx_cmd_image_load, "image load"},
     {"pull", "[OPTIONS] REF", "Pull an image (alias of image pull)", image_pull_opts,
      agsx_cmd_image_pull, "image pull"},
+    {"push", "[OPTIONS] IMAGE [[REGISTRY/]REPO[:TAG]]", "Push an image (alias of image push)",
+     image_push_opts, agsx_cmd_image_push, "image push"},
     {"network create", "[OPTIONS] --subnet CIDR NAME", "Create a vpc network",
      network_create_opts, agsx_cmd_network_create, NULL},
     {"network ls", "[OPTIONS]", "List networks", network_ls_opts, agsx_cmd_network_ls, NULL},

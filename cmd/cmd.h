@@ -82,6 +82,7 @@ int agsx_cmd_image_inspect(struct agsx_ctx *, const struct agsx_command *, int, 
 int agsx_cmd_image_pull(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_image_tag(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_image_save(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_image_push(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_run(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_cp(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_exec(struct agsx_ctx *, const struct agsx_command *, int, char **);

@@ -1,4 +1,4 @@
-/* agsx image pull (and its alias agsx pull). */
+/* agsx image pull (and its alias agsx pull), agsx image push. */
 #include "config.h"
 
 #include "cmd.h"
@@ -72,6 +72,40 @@ int agsx_cmd_image_pull(struct agsx_ctx *ctx, const struct agsx_command *cmd, in
     printf("Digest: %s\n%s\n", res.digest, res.name);
   }
   agsx_pull_result_clear(&res);
+  return 0;
+}
+
+/* agsx image push IMAGE [DEST]: DEST defaults to IMAGE's own name, which
+ * then names the registry (docker push's form); a DEST pushes the image
+ * under another name without tagging it locally first (podman's). */
+int agsx_cmd_image_push(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
+                        char **argv) {
+  struct pull_flags f = {.json = ctx->json};
+  int i = agsx_parse_options(cmd, argc, argv, on_opt, &f);
+  if (i < 0)
+    return AGSX_EXIT_FAILURE;
+  if (argc - i != 1 && argc - i != 2)
+    return agsx_failf("usage: agsx %s %s", cmd->name, cmd->usage);
+  struct agsx_push_opts o = {.authfile = f.authfile, .insecure = f.insecure};
+  struct agsx_push_result res;
+  agsx_error_t err = NULL;
+  if (agsx_push(ctx->root, argv[i], argc - i == 2 ? argv[i + 1] : NULL, &o, &res, &err) < 0)
+    return agsx_fail(&err);
+  if (f.json) {
+    _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+    yajl_gen_map_open(g);
+    agsx_json_kv_str(g, "ref", res.name);
+    agsx_json_kv_str(g, "digest", res.digest);
+    yajl_gen_map_close(g);
+    size_t len;
+    _cleanup_free_ char *s = agsx_json_gen_steal(g, &len);
+    printf("%s\n", s);
+  } else if (f.quiet) {
+    printf("%s\n", res.name);
+  } else {
+    printf("Digest: %s\n%s\n", res.digest, res.name);
+  }
+  agsx_push_result_clear(&res);
   return 0;
 }
 

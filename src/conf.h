@@ -8,6 +8,8 @@
  *   dns = 192.0.2.53, 192.0.2.54
  *   insecure-registries = registry.lan:5000
  *   default-pids = 4096
+ *   max-image-size = 64g     (store.h: the image budget)
+ *   store-reserve = 1g       (store.h: free space kept)
  */
 #ifndef AGSX_CONF_H
 #define AGSX_CONF_H

@@ -74,40 +74,32 @@ static int open_parent(int rootfd, const char *path, char **ret_base, agsx_error
   }
 }
 
-/* The bytes extracting an archive may still write. An archive from a pipe
- * has no size of its own, and a compressed one none that bounds its
- * content: without a budget either could fill the store's disk. */
-struct budget {
-  uint64_t max, left;
+/* What an archive may extract to: a compressed archive is as much a bomb
+ * as a layer. The image budget bounds it, and the store's reserve is kept
+ * (checked every few MiB). */
+struct extract_budget {
+  struct agsx_store *store;
+  uint64_t used, next_check;
 };
+#define EXTRACT_CHECK_EVERY ((uint64_t)4 << 20)
 
-/* Total bytes of the files an archive may hold: AGSX_MAX_ARCHIVE_SIZE (a
- * size such as "100m"; tests lower it), else AGSX_ARCHIVE_MAX_BYTES. */
-static uint64_t archive_max_bytes(void) {
-  const char *env = getenv("AGSX_MAX_ARCHIVE_SIZE");
-  uint64_t bytes = AGSX_ARCHIVE_MAX_BYTES;
-  _cleanup_error_ agsx_error_t err = NULL;
-  if (env && *env && agsx_parse_size(env, &bytes, &err) < 0) {
-    agsx_warn("ignoring AGSX_MAX_ARCHIVE_SIZE: %s", err->msg);
-    bytes = AGSX_ARCHIVE_MAX_BYTES;
-  }
-  return bytes;
-}
-
-static int charge(struct budget *b, struct archive_entry *e, const char *name,
-                  agsx_error_t *err) {
-  la_int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : 0;
-  if (size < 0 || (uint64_t)size > b->left)
+static int extract_charge(struct extract_budget *b, size_t len, agsx_error_t *err) {
+  if (len > b->store->budget_max - b->used) {
+    _cleanup_free_ char *max = agsx_format_size(b->store->budget_max);
     return agsx_error_set(err, 0,
-                          "entry `%s`: the archive holds more than %" PRIu64
-                          " bytes (AGSX_MAX_ARCHIVE_SIZE)",
-                          name, b->max);
-  b->left -= (uint64_t)size;
-  return 0;
+                          "the archive holds more than the image budget of %s (max-image-size "
+                          "in agsx.conf, AGSX_MAX_IMAGE_SIZE)",
+                          max);
+  }
+  b->used += len;
+  if (b->used < b->next_check)
+    return 0;
+  b->next_check = b->used + EXTRACT_CHECK_EVERY;
+  return agsx_store_check_space(b->store, 0, err);
 }
 
 static int extract_file(struct archive *a, int parent, const char *base, const char *name,
-                        agsx_error_t *err) {
+                        struct extract_budget *b, agsx_error_t *err) {
   _cleanup_close_ int fd =
       openat(parent, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0)
@@ -117,6 +109,8 @@ static int extract_file(struct archive *a, int parent, const char *base, const c
   la_int64_t off;
   int r;
   while ((r = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK) {
+    if (extract_charge(b, len, err) < 0)
+      return agsx_error_wrap(err, "`%s`", name);
     if (pwrite(fd, buf, len, off) != (ssize_t)len)
       return agsx_error_set(err, errno ? errno : EIO, "write `%s`", name);
   }
@@ -126,7 +120,7 @@ static int extract_file(struct archive *a, int parent, const char *base, const c
 }
 
 static int extract_entry(struct archive *a, struct archive_entry *e, int rootfd,
-                         struct budget *b, agsx_error_t *err) {
+                         struct extract_budget *b, agsx_error_t *err) {
   const char *raw = archive_entry_pathname(e);
   if (raw == NULL)
     return agsx_error_set(err, 0, "entry without a name");
@@ -153,9 +147,7 @@ static int extract_entry(struct archive *a, struct archive_entry *e, int rootfd,
     if (archive_entry_hardlink(e))
       return agsx_error_set(err, 0, "entry `%s`: hardlinks are not expected in an image archive",
                             name);
-    if (charge(b, e, name, err) < 0)
-      return -1;
-    return extract_file(a, parent, base, name, err);
+    return extract_file(a, parent, base, name, b, err);
   case AE_IFLNK:
     if (symlinkat(archive_entry_symlink(e), parent, base) < 0)
       return agsx_error_set(err, errno, "entry `%s`", name);
@@ -166,7 +158,9 @@ static int extract_entry(struct archive *a, struct archive_entry *e, int rootfd,
 }
 
 /* Extracts the archive PATH, or the stream FD when FD >= 0, into ROOTFD. */
-static int extract_archive(const char *path, int fd, int rootfd, agsx_error_t *err) {
+static int extract_archive(const char *path, int fd, int rootfd, struct agsx_store *s,
+                           agsx_error_t *err) {
+  struct extract_budget b = {.store = s};
   struct archive *a = archive_read_new();
   archive_read_support_format_tar(a);
   archive_read_support_filter_none(a);
@@ -174,8 +168,6 @@ static int extract_archive(const char *path, int fd, int rootfd, agsx_error_t *e
   archive_read_support_filter_xz(a);
   archive_read_support_filter_zstd(a);
   int r = -1;
-  struct budget b = {.max = archive_max_bytes()};
-  b.left = b.max;
   int opened = fd >= 0 ? archive_read_open_fd(a, fd, 1 << 20)
                        : archive_read_open_filename(a, path, 1 << 20);
   if (opened != ARCHIVE_OK) {
@@ -564,7 +556,7 @@ static int open_source(struct import *im, const char *path, agsx_error_t *err) {
   if (strcmp(path, "-") == 0) {
     if (open_work_src(im, err) < 0)
       return -1;
-    return extract_archive(path, STDIN_FILENO, im->src.dirfd, err);
+    return extract_archive(path, STDIN_FILENO, im->src.dirfd, im->store, err);
   }
   struct stat st;
   if (stat(path, &st) < 0)
@@ -579,7 +571,7 @@ static int open_source(struct import *im, const char *path, agsx_error_t *err) {
     return agsx_error_set(err, 0, "`%s` is not a directory or an archive file", path);
   if (open_work_src(im, err) < 0)
     return -1;
-  return extract_archive(path, -1, im->src.dirfd, err);
+  return extract_archive(path, -1, im->src.dirfd, im->store, err);
 }
 
 static int commit(struct import *im, const struct agsx_import_opts *opts, agsx_error_t *err) {

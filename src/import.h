@@ -25,8 +25,6 @@ struct agsx_import_opts {
 /* Archive limits (the container format, not the layers). */
 #define AGSX_ARCHIVE_MAX_ENTRIES 100000
 #define AGSX_ARCHIVE_MAX_IMAGES 256
-/* Total bytes of an archive's files; AGSX_MAX_ARCHIVE_SIZE changes it. */
-#define AGSX_ARCHIVE_MAX_BYTES ((uint64_t)256 << 30)
 
 /* PATH "-" is standard input, an archive read as it arrives. */
 int agsx_import(struct agsx_store *s, const char *path, const struct agsx_import_opts *opts,

@@ -18,6 +18,7 @@
 #include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <zlib.h>
@@ -34,6 +35,7 @@
 #define QUOTE_MAX 256
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define SPACE_CHECK_EVERY ((uint64_t)4 << 20)
 
 void agsx_layer_limits_default(struct agsx_layer_limits *lim) {
   *lim = (struct agsx_layer_limits){
@@ -90,6 +92,8 @@ struct source {
   uint8_t *out;
   agsx_sha256 *hash;
   uint64_t total, max_bytes;
+  int space_fd; /* -1, or the destination whose free space is watched */
+  uint64_t space_reserve, space_next;
   agsx_error_t err; /* set by the read callback, handed to the caller */
 };
 
@@ -210,6 +214,18 @@ static int account(struct source *s, const void *buf, size_t n) {
                           s->max_bytes);
   s->total += n;
   agsx_sha256_update(s->hash, buf, n);
+  if (s->space_fd >= 0 && s->space_reserve > 0 && s->total >= s->space_next) {
+    s->space_next = s->total + SPACE_CHECK_EVERY;
+    struct statvfs sv;
+    if (fstatvfs(s->space_fd, &sv) < 0)
+      return agsx_error_set(&s->err, errno, "statvfs");
+    uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+    if (avail < s->space_reserve)
+      return agsx_error_set(&s->err, 0,
+                            "the image store is running out of space (%" PRIu64
+                            " bytes free, %" PRIu64 " kept in reserve)",
+                            avail, s->space_reserve);
+  }
   return 0;
 }
 
@@ -919,6 +935,8 @@ static int unpack(struct source *src, enum agsx_compression comp, int destfd,
     lim = &deflim;
   }
   src->max_bytes = lim->max_bytes;
+  src->space_fd = destfd;
+  src->space_reserve = lim->space_reserve;
   if (source_start(src, comp, err) < 0)
     return -1;
   _cleanup_(archive_read_freep) struct archive *a = open_archive(src, err);
@@ -935,8 +953,34 @@ static int unpack(struct source *src, enum agsx_compression comp, int destfd,
 int agsx_layer_unpack_fd(int fd, enum agsx_compression comp, int destfd,
                          const struct agsx_layer_limits *lim, char ret_diff_id[AGSX_DIGEST_LEN],
                          agsx_error_t *err) {
+  return agsx_layer_unpack_fd_sized(fd, comp, destfd, lim, ret_diff_id, NULL, err);
+}
+
+int agsx_layer_unpack_fd_sized(int fd, enum agsx_compression comp, int destfd,
+                               const struct agsx_layer_limits *lim,
+                               char ret_diff_id[AGSX_DIGEST_LEN], uint64_t *ret_size,
+                               agsx_error_t *err) {
   _cleanup_(source_done) struct source src = {.fd = fd};
-  return unpack(&src, comp, destfd, lim, ret_diff_id, err);
+  if (unpack(&src, comp, destfd, lim, ret_diff_id, err) < 0)
+    return -1;
+  if (ret_size)
+    *ret_size = src.total;
+  return 0;
+}
+
+int agsx_layer_diff_id_fd(int fd, enum agsx_compression comp, const struct agsx_layer_limits *lim,
+                          char ret_diff_id[AGSX_DIGEST_LEN], agsx_error_t *err) {
+  _cleanup_(source_done) struct source src = {.fd = fd, .space_fd = -1};
+  struct agsx_layer_limits deflim;
+  if (lim == NULL) {
+    agsx_layer_limits_default(&deflim);
+    lim = &deflim;
+  }
+  src.max_bytes = lim->max_bytes;
+  if (source_start(&src, comp, err) < 0 || source_drain(&src, err) < 0)
+    return -1;
+  agsx_sha256_final(src.hash, ret_diff_id);
+  return 0;
 }
 
 int agsx_layer_decompress_fd(int fd, enum agsx_compression comp, int out,

@@ -24,6 +24,10 @@ struct agsx_layer_limits {
   uint64_t max_entries; /* tar entries */
   size_t max_path;      /* bytes of one entry name */
   size_t max_depth;     /* components of one entry name */
+  /* When > 0: unpacking stops once the destination's filesystem has fewer
+   * than this many bytes free (checked every few MiB), so a layer cannot
+   * fill the disk. */
+  uint64_t space_reserve;
 };
 
 /* Defaults: 64 GiB, 2,000,000 entries, 4096 bytes, 256 components. The
@@ -38,6 +42,19 @@ void agsx_layer_limits_default(struct agsx_layer_limits *lim);
 int agsx_layer_unpack_fd(int fd, enum agsx_compression comp, int destfd,
                          const struct agsx_layer_limits *lim, char ret_diff_id[AGSX_DIGEST_LEN],
                          agsx_error_t *err);
+
+/* agsx_layer_unpack_fd that also returns the size of the uncompressed
+ * stream (what the image budget is charged). */
+int agsx_layer_unpack_fd_sized(int fd, enum agsx_compression comp, int destfd,
+                               const struct agsx_layer_limits *lim,
+                               char ret_diff_id[AGSX_DIGEST_LEN], uint64_t *ret_size,
+                               agsx_error_t *err);
+
+/* Decompresses and hashes the layer read from FD without unpacking it (at
+ * most LIM->max_bytes): its diff_id, to check a blob against a layer that is
+ * already unpacked. */
+int agsx_layer_diff_id_fd(int fd, enum agsx_compression comp, const struct agsx_layer_limits *lim,
+                          char ret_diff_id[AGSX_DIGEST_LEN], agsx_error_t *err);
 
 /* The same from memory (tests and fuzzing). */
 int agsx_layer_unpack_mem(const void *buf, size_t len, enum agsx_compression comp, int destfd,

@@ -23,6 +23,8 @@
 #define NESTING_MAX 4
 #define URL_MAX 4096
 #define HEADER_MAX 8192
+#define REDIRECTS_MAX 5
+#define SPACE_CHECK_EVERY (4 << 20)
 
 /* ---- libcurl, loaded at pull time -------------------------------------------------------- */
 
@@ -332,6 +334,86 @@ int agsx_registry_parse_auths(const char *buf, size_t len, const char *domain, c
   return 0;
 }
 
+/* RFC 3986 authority, restricted to what registries use: reg-name or IPv4
+ * (letters, digits, '-', '.', '_') or an [IPv6] literal, and a port. */
+int agsx_registry_url_origin(const char *url, char ret[AGSX_REGISTRY_ORIGIN_MAX],
+                             agsx_error_t *err) {
+  const char *scheme, *p;
+  if (strncasecmp(url, "https://", 8) == 0)
+    scheme = "https", p = url + 8;
+  else if (strncasecmp(url, "http://", 7) == 0)
+    scheme = "http", p = url + 7;
+  else
+    return agsx_error_set(err, 0, "not an http(s) URL");
+  size_t n = strcspn(p, "/?#");
+  if (memchr(p, '@', n))
+    return agsx_error_set(err, 0, "URL with user info");
+  const char *host = p, *end = p + n, *hend;
+  if (*p == '[') {
+    hend = memchr(p, ']', n);
+    if (hend == NULL || hend == p + 1)
+      return agsx_error_set(err, 0, "malformed IPv6 address in URL");
+    for (const char *c = p + 1; c < hend; c++)
+      if (!isxdigit((unsigned char)*c) && *c != ':' && *c != '.')
+        return agsx_error_set(err, 0, "malformed IPv6 address in URL");
+    hend++;
+  } else {
+    hend = host;
+    while (hend < end && (isalnum((unsigned char)*hend) || strchr("-._", *hend)))
+      hend++;
+    if (hend == host)
+      return agsx_error_set(err, 0, "URL without a host");
+  }
+  unsigned long port = strcmp(scheme, "https") == 0 ? 443 : 80;
+  if (hend < end) {
+    if (*hend != ':' || hend + 1 == end || end - hend > 6)
+      return agsx_error_set(err, 0, "malformed host or port in URL");
+    port = 0;
+    for (const char *c = hend + 1; c < end; c++) {
+      if (!isdigit((unsigned char)*c))
+        return agsx_error_set(err, 0, "malformed port in URL");
+      port = port * 10 + (unsigned long)(*c - '0');
+    }
+    if (port == 0 || port > 65535)
+      return agsx_error_set(err, 0, "port out of range in URL");
+  }
+  size_t hn = (size_t)(hend - host);
+  if (hn > 255)
+    return agsx_error_set(err, 0, "host name in URL longer than 255 bytes");
+  int k = snprintf(ret, AGSX_REGISTRY_ORIGIN_MAX, "%s://%.*s:%lu", scheme, (int)hn, host, port);
+  for (char *c = ret + strlen(scheme) + 3; c < ret + k && *c != '\0'; c++)
+    *c = (char)tolower((unsigned char)*c);
+  return 0;
+}
+
+static bool url_chars_ok(const char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s <= ' ' || (unsigned char)*s >= 0x7f)
+      return false;
+  return true;
+}
+
+int agsx_registry_resolve_location(const char *base, const char *loc, char **ret,
+                                   agsx_error_t *err) {
+  char origin[AGSX_REGISTRY_ORIGIN_MAX];
+  if (strlen(loc) >= URL_MAX)
+    return agsx_error_set(err, 0, "Location longer than %d bytes", URL_MAX);
+  if (*loc == '\0' || !url_chars_ok(loc))
+    return agsx_error_set(err, 0, "malformed Location header");
+  if (strncasecmp(loc, "http://", 7) == 0 || strncasecmp(loc, "https://", 8) == 0) {
+    if (agsx_registry_url_origin(loc, origin, err) < 0)
+      return agsx_error_wrap(err, "Location");
+    *ret = xstrdup(loc);
+    return 0;
+  }
+  if (loc[0] != '/' || loc[1] == '/')
+    return agsx_error_set(err, 0, "Location `%.100s` is neither an absolute URL nor a path", loc);
+  if (agsx_registry_url_origin(base, origin, err) < 0)
+    return agsx_error_wrap(err, "request URL");
+  *ret = xasprintf("%s%s", origin, loc);
+  return 0;
+}
+
 /* ---- one registry, over HTTP ----------------------------------------------------------------- */
 
 struct registry {
@@ -344,6 +426,7 @@ struct registry {
   char *user, *password;
   char *authz;     /* "Authorization: ..." header, once known */
   bool tried_auth;
+  const char *actions; /* token scope: "pull", or "pull,push" */
 };
 
 static void registry_clear(struct registry *r) {
@@ -426,6 +509,18 @@ static void find_cafile(struct registry *r) {
   }
 }
 
+/* One HTTP request of the API: GET (the default), HEAD, POST or PUT, with a
+ * body from memory or a file (uploads). */
+struct req {
+  const char *method;
+  const char *accept, *content_type;
+  const char *body; /* memory body of BODY_LEN bytes */
+  size_t body_len;
+  int body_fd; /* >= 0: a file body of BODY_LEN bytes instead */
+  size_t max;  /* response body bound */
+  bool no_credentials; /* the URL is not the registry's (an upload Location) */
+};
+
 /* What one transfer receives: a bounded body in memory, or a file. */
 struct xfer {
   struct registry *reg;
@@ -433,8 +528,17 @@ struct xfer {
   struct curl_slist *hdrs;
   char url[URL_MAX];
   char errbuf[CURL_ERROR_SIZE];
+  /* Redirects are followed here, not by curl: credentials (the
+   * Authorization header) and 401 challenges belong to the origin of the
+   * first URL only; once a redirect leaves it, the transfer is foreign. */
+  char origin0[AGSX_REGISTRY_ORIGIN_MAX];
+  bool foreign;
+  int hops;
   /* response headers (of the last response) */
-  char *challenge, *content_type, *content_range;
+  char *challenge, *content_type, *content_range, *location, *content_digest;
+  /* request body (uploads) */
+  const struct req *q;
+  int64_t body_off;
   long status;
   /* memory sink */
   char *buf;
@@ -444,6 +548,10 @@ struct xfer {
   int fd;
   int64_t offset, size; /* bytes already in the file; expected total */
   bool started, bad_status, bad_range;
+  /* the store's free space, watched while the blob arrives */
+  uint64_t space_reserve;
+  int64_t space_next;
+  bool no_space;
   const struct agsx_descriptor *desc;
   bool done;
 };
@@ -452,7 +560,9 @@ static void xfer_free_headers(struct xfer *x) {
   free(x->challenge);
   free(x->content_type);
   free(x->content_range);
-  x->challenge = x->content_type = x->content_range = NULL;
+  free(x->location);
+  free(x->content_digest);
+  x->challenge = x->content_type = x->content_range = x->location = x->content_digest = NULL;
 }
 
 static void xfer_clear(struct xfer *x) {
@@ -465,6 +575,21 @@ static void xfer_clear(struct xfer *x) {
   x->h = NULL;
   x->hdrs = NULL;
   x->buf = NULL;
+}
+
+/* Readies X for the next hop of a redirect: a new handle, no response. */
+static void xfer_reset_hop(struct xfer *x) {
+  if (x->h)
+    cu.easy_cleanup(x->h);
+  if (x->hdrs)
+    cu.slist_free_all(x->hdrs);
+  x->h = NULL;
+  x->hdrs = NULL;
+  xfer_free_headers(x);
+  x->len = 0;
+  x->too_big = false;
+  x->status = 0;
+  x->errbuf[0] = '\0';
 }
 
 static char *header_value(const char *line, size_t n, const char *name) {
@@ -501,6 +626,12 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *data) {
   } else if ((v = header_value(line, n, "content-range"))) {
     free(x->content_range);
     x->content_range = v;
+  } else if ((v = header_value(line, n, "location"))) {
+    free(x->location);
+    x->location = v;
+  } else if ((v = header_value(line, n, "docker-content-digest"))) {
+    free(x->content_digest);
+    x->content_digest = v;
   }
   return n;
 }
@@ -538,6 +669,8 @@ static size_t on_data_file(char *data, size_t size, size_t nmemb, void *p) {
     long code = 0;
     cu.easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
     x->status = code;
+    if (code >= 300 && code < 400)
+      return n; /* a redirect's body: followed once the response ends */
     if (code == 200 && x->offset > 0) {
       /* The server ignored our Range: start over. */
       if (ftruncate(x->fd, 0) < 0)
@@ -558,6 +691,13 @@ static size_t on_data_file(char *data, size_t size, size_t nmemb, void *p) {
     x->too_big = true;
     return 0;
   }
+  if (x->space_reserve > 0 && x->offset >= x->space_next) {
+    x->space_next = x->offset + SPACE_CHECK_EVERY;
+    if (agsx_store_check_space_fd(x->fd, n, x->space_reserve, NULL) < 0) {
+      x->no_space = true;
+      return 0;
+    }
+  }
   if (pwrite(x->fd, data, n, x->offset) != (ssize_t)n)
     return 0;
   x->offset += (int64_t)n;
@@ -574,13 +714,10 @@ static int xfer_setup(struct xfer *x, struct registry *r, const char *accept, ag
   cu.easy_setopt(h, CURLOPT_ERRORBUFFER, x->errbuf);
   cu.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   cu.easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-  /* Redirects (blob storage) only to http(s), never from https down to
-   * http. curl sends custom Authorization headers only to the original
-   * host (since 7.58), so credentials stay with the registry. */
-  cu.easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, strcmp(r->scheme, "https") == 0 ? "https"
-                                                                                  : "http,https");
-  cu.easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
-  cu.easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
+  /* Redirects (blob storage) are followed by xfer_redirect, which decides
+   * what credentials go along: curl's own rules depend on its version
+   * (before 7.83 it sent them to another port of the same host). */
+  cu.easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
   cu.easy_setopt(h, CURLOPT_UNRESTRICTED_AUTH, 0L);
   cu.easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 30L);
   cu.easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -598,7 +735,7 @@ static int xfer_setup(struct xfer *x, struct registry *r, const char *accept, ag
     _cleanup_free_ char *a = xasprintf("Accept: %s", accept);
     x->hdrs = cu.slist_append(x->hdrs, a);
   }
-  if (r->authz)
+  if (r->authz && !x->foreign)
     x->hdrs = cu.slist_append(x->hdrs, r->authz);
   if (x->hdrs)
     cu.easy_setopt(h, CURLOPT_HTTPHEADER, x->hdrs);
@@ -609,31 +746,134 @@ static int curl_error(struct xfer *x, CURLcode c, agsx_error_t *err) {
   return agsx_error_set(err, 0, "%s: %s", x->url, x->errbuf[0] ? x->errbuf : cu.easy_strerror(c));
 }
 
-/* GET URL into memory (at most MAX bytes). Returns the HTTP status. */
-static int get_mem(struct registry *r, const char *url, const char *accept, size_t max,
-                   struct xfer *x, agsx_error_t *err) {
+static bool is_redirect(long code) {
+  return code == 301 || code == 302 || code == 303 || code == 307 || code == 308;
+}
+
+/* After a response: when it is a redirect, points X at its target and
+ * returns 1 (the caller sends the request again); 0 when it is none; -1
+ * when it is refused (too many, not http(s), https down to http). */
+static int xfer_redirect(struct xfer *x, agsx_error_t *err) {
+  long code = 0;
+  char *to = NULL;
+  cu.easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
+  if (!is_redirect(code) || cu.easy_getinfo(x->h, CURLINFO_REDIRECT_URL, &to) != CURLE_OK ||
+      to == NULL)
+    return 0;
+  if (++x->hops > REDIRECTS_MAX)
+    return agsx_error_set(err, 0, "%s: more than %d redirects", x->url, REDIRECTS_MAX);
+  char origin[AGSX_REGISTRY_ORIGIN_MAX];
+  if (strlen(to) >= URL_MAX || agsx_registry_url_origin(to, origin, err) < 0)
+    return agsx_error_wrap(err, "%s: redirect refused", x->url);
+  if (agsx_str_has_prefix(x->url, "https:") && !agsx_str_has_prefix(origin, "https:"))
+    return agsx_error_set(err, 0, "%s: redirect from https to plain http refused", x->url);
+  x->foreign = x->foreign || strcmp(origin, x->origin0) != 0;
+  agsx_debug("redirect to %s%s", origin, x->foreign ? " (without credentials)" : "");
+  snprintf(x->url, sizeof(x->url), "%s", to);
+  return 1;
+}
+
+/* Starts X at URL: the origin credentials belong to (unless FOREIGN). */
+static int xfer_begin(struct xfer *x, const char *url, bool foreign, agsx_error_t *err) {
+  if (strlen(url) >= sizeof(x->url))
+    return agsx_error_set(err, 0, "URL longer than %d bytes", URL_MAX);
+  snprintf(x->url, sizeof(x->url), "%s", url);
+  x->foreign = foreign;
+  x->hops = 0;
+  return agsx_registry_url_origin(url, x->origin0, err);
+}
+
+static size_t on_read(char *buf, size_t size, size_t nitems, void *data) {
+  struct xfer *x = data;
+  size_t n = size * nitems;
+  int64_t left = (int64_t)x->q->body_len - x->body_off;
+  if (left <= 0)
+    return 0;
+  if ((int64_t)n > left)
+    n = (size_t)left;
+  if (x->q->body_fd >= 0) {
+    ssize_t k;
+    do
+      k = pread(x->q->body_fd, buf, n, x->body_off);
+    while (k < 0 && errno == EINTR);
+    if (k <= 0)
+      return CURL_READFUNC_ABORT;
+    n = (size_t)k;
+  } else {
+    memcpy(buf, x->q->body + x->body_off, n);
+  }
+  x->body_off += (int64_t)n;
+  return n;
+}
+
+/* The method and body of Q on X's handle, after xfer_setup. */
+static void set_method(struct xfer *x, const struct req *q) {
+  CURL *h = x->h;
+  const char *m = q->method ? q->method : "GET";
+  x->q = q;
+  x->body_off = 0;
+  if (strcmp(m, "HEAD") == 0) {
+    cu.easy_setopt(h, CURLOPT_NOBODY, 1L);
+  } else if (strcmp(m, "POST") == 0 || strcmp(m, "PUT") == 0) {
+    cu.easy_setopt(h, CURLOPT_UPLOAD, 1L);
+    cu.easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+    cu.easy_setopt(h, CURLOPT_READDATA, x);
+    cu.easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->body_len);
+    cu.easy_setopt(h, CURLOPT_CUSTOMREQUEST, m);
+    /* no 100-continue round trip: registries answer at once */
+    x->hdrs = cu.slist_append(x->hdrs, "Expect:");
+  }
+  if (q->content_type) {
+    _cleanup_free_ char *ct = xasprintf("Content-Type: %s", q->content_type);
+    x->hdrs = cu.slist_append(x->hdrs, ct);
+  }
+  if (x->hdrs)
+    cu.easy_setopt(h, CURLOPT_HTTPHEADER, x->hdrs);
+}
+
+/* Sends Q to URL, the response body into memory (at most Q->max bytes);
+ * GET and HEAD follow redirects. Returns the HTTP status of the last
+ * response. */
+static int request(struct registry *r, const char *url, const struct req *q, struct xfer *x,
+                   agsx_error_t *err) {
   memset(x, 0, sizeof(*x));
   x->fd = -1;
-  x->max = max;
-  snprintf(x->url, sizeof(x->url), "%s", url);
-  if (xfer_setup(x, r, accept, err) < 0) {
-    xfer_clear(x);
-    return -1;
+  x->max = q->max;
+  bool follow = q->method == NULL || strcmp(q->method, "GET") == 0 ||
+                strcmp(q->method, "HEAD") == 0;
+  int rc = xfer_begin(x, url, q->no_credentials, err);
+  while (rc == 0) {
+    if (xfer_setup(x, r, q->accept, err) < 0) {
+      rc = -1;
+      break;
+    }
+    set_method(x, q);
+    cu.easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_data_mem);
+    cu.easy_setopt(x->h, CURLOPT_WRITEDATA, x);
+    CURLcode c = cu.easy_perform(x->h);
+    if (x->too_big)
+      rc = agsx_error_set(err, 0, "%s: response larger than %zu bytes", x->url, q->max);
+    else if (c != CURLE_OK)
+      rc = curl_error(x, c, err);
+    int rd = rc == 0 && follow ? xfer_redirect(x, err) : 0;
+    if (rd <= 0) {
+      rc = rd < 0 ? -1 : rc;
+      break;
+    }
+    xfer_reset_hop(x);
   }
-  cu.easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_data_mem);
-  cu.easy_setopt(x->h, CURLOPT_WRITEDATA, x);
-  CURLcode c = cu.easy_perform(x->h);
-  int rc = 0;
-  if (x->too_big)
-    rc = agsx_error_set(err, 0, "%s: response larger than %zu bytes", url, max);
-  else if (c != CURLE_OK)
-    rc = curl_error(x, c, err);
   if (rc < 0) {
     xfer_clear(x); /* callers own X only on success */
     return -1;
   }
   cu.easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &x->status);
   return (int)x->status;
+}
+
+static int get_mem(struct registry *r, const char *url, const char *accept, size_t max,
+                   struct xfer *x, agsx_error_t *err) {
+  struct req q = {.accept = accept, .max = max, .body_fd = -1};
+  return request(r, url, &q, x, err);
 }
 
 /* Authenticates after a 401 with challenge CH. */
@@ -667,7 +907,8 @@ static int authenticate(struct registry *r, const char *ch, agsx_error_t *err) {
       rc = agsx_error_set(err, 0, "refusing a plain http token realm for an https registry");
     } else {
       CURL *e = cu.easy_init();
-      _cleanup_free_ char *scope = xasprintf("repository:%s:pull", r->path);
+      _cleanup_free_ char *scope =
+          xasprintf("repository:%s:%s", r->path, r->actions ? r->actions : "pull");
       char *es = cu.easy_escape(e, scope, 0);
       char *esv = c.service ? cu.easy_escape(e, c.service, 0) : NULL;
       _cleanup_free_ char *url =
@@ -705,17 +946,28 @@ static int authenticate(struct registry *r, const char *ch, agsx_error_t *err) {
   return rc;
 }
 
-/* GET a registry API path, authenticating once on 401. */
-static int api_get(struct registry *r, const char *path, const char *accept, size_t max,
-                   struct xfer *x, agsx_error_t *err) {
-  _cleanup_free_ char *url = xasprintf("%s://%s%s", r->scheme, r->host, path);
-  int st = get_mem(r, url, accept, max, x, err);
+/* Sends Q to URL of the registry, authenticating once on 401. */
+static int api_req(struct registry *r, const char *url, const struct req *q, struct xfer *x,
+                   agsx_error_t *err) {
+  int st = request(r, url, q, x, err);
+  if ((st == 401 || st == 403) && x->foreign) {
+    /* A redirect target (object storage) asking for credentials gets none,
+     * nor does the token server it names. */
+    char origin[AGSX_REGISTRY_ORIGIN_MAX];
+    if (agsx_registry_url_origin(x->url, origin, NULL) < 0)
+      snprintf(origin, sizeof(origin), "?");
+    xfer_clear(x);
+    return agsx_error_set(err, 0,
+                          "%s: HTTP %d from `%s`, where the registry redirected; credentials go "
+                          "only to the registry",
+                          url, st, origin);
+  }
   if (st == 401 && !r->tried_auth) {
     _cleanup_free_ char *ch = x->challenge ? xstrdup(x->challenge) : NULL;
     xfer_clear(x);
     if (authenticate(r, ch, err) < 0)
       return -1;
-    st = get_mem(r, url, accept, max, x, err);
+    st = request(r, url, q, x, err);
   }
   if (st == 401 || st == 403) {
     xfer_clear(x);
@@ -723,6 +975,14 @@ static int api_get(struct registry *r, const char *path, const char *accept, siz
                           r->user ? ": check the credentials" : ": no credentials given");
   }
   return st;
+}
+
+/* GET a registry API path. */
+static int api_get(struct registry *r, const char *path, const char *accept, size_t max,
+                   struct xfer *x, agsx_error_t *err) {
+  _cleanup_free_ char *url = xasprintf("%s://%s%s", r->scheme, r->host, path);
+  struct req q = {.accept = accept, .max = max, .body_fd = -1};
+  return api_req(r, url, &q, x, err);
 }
 
 /* Finds the scheme: https, or for an insecure registry http when https
@@ -903,10 +1163,7 @@ static int verify_blob(struct pull *p, const struct agsx_descriptor *d, agsx_err
   return -1;
 }
 
-static int start_blob(struct pull *p, CURLM *m, struct xfer *x, const struct agsx_descriptor *d,
-                      agsx_error_t *err) {
-  snprintf(x->url, sizeof(x->url), "%s://%s/v2/%s/blobs/%s", p->reg.scheme, p->reg.host,
-           p->reg.path, d->digest);
+static int launch_blob(struct pull *p, CURLM *m, struct xfer *x, agsx_error_t *err) {
   if (xfer_setup(x, &p->reg, NULL, err) < 0)
     return -1;
   cu.easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_data_file);
@@ -916,7 +1173,7 @@ static int start_blob(struct pull *p, CURLM *m, struct xfer *x, const struct ags
     char range[64];
     snprintf(range, sizeof(range), "%lld-", (long long)x->offset);
     cu.easy_setopt(x->h, CURLOPT_RANGE, range);
-    agsx_debug("resuming blob %s at byte %lld", d->digest, (long long)x->offset);
+    agsx_debug("resuming blob %s at byte %lld", x->desc->digest, (long long)x->offset);
   }
   CURLMcode mc = cu.multi_add_handle(m, x->h);
   if (mc != CURLM_OK)
@@ -924,11 +1181,29 @@ static int start_blob(struct pull *p, CURLM *m, struct xfer *x, const struct ags
   return 0;
 }
 
+static int start_blob(struct pull *p, CURLM *m, struct xfer *x, const struct agsx_descriptor *d,
+                      agsx_error_t *err) {
+  _cleanup_free_ char *url =
+      xasprintf("%s://%s/v2/%s/blobs/%s", p->reg.scheme, p->reg.host, p->reg.path, d->digest);
+  if (xfer_begin(x, url, false, err) < 0)
+    return -1;
+  return launch_blob(p, m, x, err);
+}
+
+static int no_space_error(struct pull *p, struct xfer *x, agsx_error_t *err) {
+  if (agsx_store_check_space(p->store, 0, err) < 0)
+    return agsx_error_wrap(err, "blob `%s`", x->desc->digest);
+  return agsx_error_set(err, 0, "blob `%s`: the image store is running out of space",
+                        x->desc->digest);
+}
+
 static int finish_blob(struct pull *p, struct xfer *x, CURLcode c, agsx_error_t *err) {
   const char *dg = x->desc->digest;
   if (x->too_big)
     return agsx_error_set(err, 0, "blob `%s`: the registry sent more than its %lld bytes", dg,
                           (long long)x->size);
+  if (x->no_space)
+    return no_space_error(p, x, err);
   if (x->bad_range)
     return agsx_error_set(err, 0, "blob `%s`: the registry answered a range request wrongly", dg);
   if (x->bad_status || (c == CURLE_OK && !x->started)) {
@@ -965,6 +1240,7 @@ static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_
   for (size_t i = 0; i < n; i++) {
     xs[i].fd = -1;
     xs[i].desc = &mf->layers[i];
+    xs[i].space_reserve = p->store->reserve;
   }
   p->prog.layers_total = n;
   /* Partial files are locked in digest order, so two pulls sharing layers
@@ -1012,6 +1288,10 @@ static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_
     todo[ntodo++] = i;
   }
   free(order);
+  /* What is still to come must fit, with the reserve kept free. */
+  if (rc == 0)
+    rc = agsx_store_check_space(p->store, (uint64_t)(p->prog.bytes_total - p->prog.bytes_done),
+                                err);
   CURLM *m = rc == 0 ? cu.multi_init() : NULL;
   size_t next = 0, running_n = 0;
   while (rc == 0 && (next < ntodo || running_n > 0)) {
@@ -1039,8 +1319,14 @@ static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_
       cu.easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
       CURLcode c = msg->data.result;
       cu.multi_remove_handle(m, x->h);
+      int rd = c == CURLE_OK && !x->started ? xfer_redirect(x, err) : 0;
+      if (rd > 0) {
+        xfer_reset_hop(x);
+        rc = launch_blob(p, m, x, err);
+        continue;
+      }
       running_n--;
-      rc = finish_blob(p, x, c, err);
+      rc = rd < 0 ? -1 : finish_blob(p, x, c, err);
       if (rc == 0)
         rc = verify_blob(p, x->desc, err);
       x->done = true;
@@ -1086,6 +1372,25 @@ static int stage_layers(struct pull *p, const struct agsx_manifest *mf,
   return 0;
 }
 
+/* The sizes the manifest declares are refused before anything is
+ * downloaded when they exceed the image budget (each, and together). */
+static int check_declared_sizes(struct pull *p, const struct agsx_manifest *mf,
+                                agsx_error_t *err) {
+  uint64_t max = p->store->budget_max, total = (uint64_t)mf->config.size;
+  for (size_t i = 0; i < mf->n_layers; i++) {
+    uint64_t sz = (uint64_t)mf->layers[i].size;
+    if (sz > max || total + sz > max) {
+      _cleanup_free_ char *m = agsx_format_size(max);
+      return agsx_error_set(err, 0,
+                            "layer `%s`: the manifest declares more than the image budget of %s "
+                            "(max-image-size in agsx.conf, AGSX_MAX_IMAGE_SIZE)",
+                            mf->layers[i].digest, m);
+    }
+    total += sz;
+  }
+  return 0;
+}
+
 static int pull_image(struct pull *p, const char *mbuf, size_t mlen, agsx_error_t *err) {
   struct agsx_manifest mf;
   if (agsx_manifest_parse(mbuf, mlen, &mf, err) < 0)
@@ -1108,6 +1413,8 @@ static int pull_image(struct pull *p, const char *mbuf, size_t mlen, agsx_error_
   if (rc == 0 && c.n_diff_ids != mf.n_layers)
     rc = agsx_error_set(err, 0, "the manifest has %zu layers but the config %zu diff_ids",
                         mf.n_layers, c.n_diff_ids);
+  if (rc == 0)
+    rc = check_declared_sizes(p, &mf, err);
   if (rc == 0)
     rc = download_layers(p, &mf, err);
   if (rc == 0)
@@ -1146,6 +1453,11 @@ static int resolve(struct pull *p, const struct agsx_image_ref *ref, char **ret_
     agsx_index_clear(&ix);
     if (sel < 0)
       return -1;
+    if (d.size > (int64_t)AGSX_IMAGE_JSON_MAX) {
+      agsx_descriptor_clear(&d);
+      return agsx_error_set(err, 0, "the index declares a manifest larger than %u bytes",
+                            (unsigned)AGSX_IMAGE_JSON_MAX);
+    }
     free(*ret_buf);
     free(*ret_mt);
     *ret_buf = *ret_mt = NULL;
@@ -1289,5 +1601,208 @@ int agsx_pull(const char *root, const char *refstr, const struct agsx_pull_opts 
   agsx_store_free(p.store);
   registry_clear(&p.reg);
   agsx_image_ref_clear(&ref);
+  return rc;
+}
+
+/* ---- push ------------------------------------------------------------------------------------ */
+
+void agsx_push_result_clear(struct agsx_push_result *r) {
+  free(r->name);
+  memset(r, 0, sizeof(*r));
+}
+
+/* HEAD the blob: 1 when the registry has it, 0 when not. */
+static int blob_exists(struct registry *r, const struct agsx_descriptor *d, bool *ret,
+                       agsx_error_t *err) {
+  _cleanup_free_ char *url =
+      xasprintf("%s://%s/v2/%s/blobs/%s", r->scheme, r->host, r->path, d->digest);
+  struct req q = {.method = "HEAD", .max = 0, .body_fd = -1};
+  struct xfer x;
+  int st = api_req(r, url, &q, &x, err);
+  if (st < 0)
+    return -1;
+  xfer_clear(&x);
+  if (st != 200 && st != 404)
+    return agsx_error_set(err, 0, "blob `%s`: HTTP %d to HEAD", d->digest, st);
+  *ret = st == 200;
+  return 0;
+}
+
+/* Where the registry's answer to a POST/PATCH says the upload goes on. */
+static int upload_location(struct registry *r, struct xfer *x, char **ret, bool *ret_foreign,
+                           agsx_error_t *err) {
+  if (x->location == NULL)
+    return agsx_error_set(err, 0, "upload: HTTP %ld without a Location", x->status);
+  if (agsx_registry_resolve_location(x->url, x->location, ret, err) < 0)
+    return agsx_error_wrap(err, "upload");
+  char mine[AGSX_REGISTRY_ORIGIN_MAX], theirs[AGSX_REGISTRY_ORIGIN_MAX];
+  _cleanup_free_ char *base = xasprintf("%s://%s/", r->scheme, r->host);
+  if (agsx_registry_url_origin(base, mine, err) < 0 ||
+      agsx_registry_url_origin(*ret, theirs, err) < 0) {
+    free(steal_ptr(ret));
+    return agsx_error_wrap(err, "upload");
+  }
+  if (strcmp(r->scheme, "https") == 0 && !agsx_str_has_prefix(theirs, "https:")) {
+    free(steal_ptr(ret));
+    return agsx_error_set(err, 0, "upload: the registry sent it to plain http");
+  }
+  *ret_foreign = strcmp(mine, theirs) != 0;
+  return 0;
+}
+
+/* A monolithic upload: POST for a session, PUT of the whole blob with its
+ * digest (OCI distribution spec, "POST then PUT"). */
+static int upload_blob(struct registry *r, int fd, const struct agsx_descriptor *d,
+                       agsx_error_t *err) {
+  _cleanup_free_ char *url = xasprintf("%s://%s/v2/%s/blobs/uploads/", r->scheme, r->host, r->path);
+  struct req post = {.method = "POST", .max = 1u << 20, .body_fd = -1, .body = ""};
+  struct xfer x;
+  int st = api_req(r, url, &post, &x, err);
+  if (st < 0)
+    return -1;
+  _cleanup_free_ char *loc = NULL;
+  bool foreign = false;
+  int rc = st == 202 ? upload_location(r, &x, &loc, &foreign, err)
+                     : agsx_error_set(err, 0, "start upload: HTTP %d", st);
+  xfer_clear(&x);
+  if (rc < 0)
+    return -1;
+  _cleanup_free_ char *put =
+      xasprintf("%s%sdigest=%s", loc, strchr(loc, '?') ? "&" : "?", d->digest);
+  struct req q = {.method = "PUT",
+                  .content_type = "application/octet-stream",
+                  .body_fd = fd,
+                  .body_len = (size_t)d->size,
+                  .max = 1u << 20,
+                  .no_credentials = foreign};
+  st = api_req(r, put, &q, &x, err);
+  if (st < 0)
+    return -1;
+  xfer_clear(&x);
+  if (st != 201)
+    return agsx_error_set(err, 0, "upload: HTTP %d", st);
+  return 0;
+}
+
+static int push_blob(struct registry *r, struct agsx_store *s, const struct agsx_descriptor *d,
+                     agsx_error_t *err) {
+  bool have;
+  if (blob_exists(r, d, &have, err) < 0)
+    return agsx_error_wrap(err, "blob `%s`", d->digest);
+  if (have) {
+    agsx_debug("blob %s: already in the registry", d->digest);
+    return 0;
+  }
+  _cleanup_close_ int fd = agsx_store_open_blob(s, d->digest, err);
+  if (fd < 0)
+    return -1;
+  struct stat st;
+  if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size != d->size)
+    return agsx_error_set(err, 0, "blob `%s` in the store is not its %lld bytes", d->digest,
+                          (long long)d->size);
+  if (upload_blob(r, fd, d, err) < 0)
+    return agsx_error_wrap(err, "blob `%s`", d->digest);
+  return 0;
+}
+
+static int put_manifest(struct registry *r, const char *tag, const char *mt, const char *buf,
+                        size_t len, const char *digest, agsx_error_t *err) {
+  _cleanup_free_ char *url =
+      xasprintf("%s://%s/v2/%s/manifests/%s", r->scheme, r->host, r->path, tag);
+  struct req q = {.method = "PUT",
+                  .content_type = mt,
+                  .body = buf,
+                  .body_len = len,
+                  .body_fd = -1,
+                  .max = 1u << 20};
+  struct xfer x;
+  int st = api_req(r, url, &q, &x, err);
+  if (st < 0)
+    return -1;
+  int rc = 0;
+  if (st != 201 && st != 200)
+    rc = agsx_error_set(err, 0, "manifest: HTTP %d%s%.200s", st, x.buf ? ": " : "",
+                        x.buf ? x.buf : "");
+  else if (x.content_digest && strcmp(x.content_digest, digest) != 0)
+    rc = agsx_error_set(err, 0, "manifest: the registry stored digest `%.80s`, not `%s`",
+                        x.content_digest, digest);
+  xfer_clear(&x);
+  return rc;
+}
+
+/* The manifest of IMAGE in the store: bytes, media type, parsed. */
+static int read_local_manifest(struct agsx_store *s, const struct agsx_store_image *img,
+                               char **ret_buf, size_t *ret_len, char **ret_mt,
+                               struct agsx_manifest *ret_m, agsx_error_t *err) {
+  if (agsx_store_read_blob(s, img->manifest.digest, AGSX_IMAGE_JSON_MAX, ret_buf, ret_len, err) <
+      0)
+    return -1;
+  _cleanup_json_ yajl_val v = agsx_json_parse(*ret_buf, *ret_len, AGSX_IMAGE_JSON_MAX, err);
+  if (v == NULL)
+    return agsx_error_wrap(err, "manifest");
+  const char *mt = agsx_json_get_string(v, "mediaType");
+  if (mt == NULL)
+    mt = img->manifest.media_type;
+  if (mt == NULL || !agsx_media_type_is_manifest(mt))
+    return agsx_error_set(err, 0, "manifest media type `%.100s` cannot be pushed",
+                          mt ? mt : "");
+  if (agsx_manifest_parse(*ret_buf, *ret_len, ret_m, err) < 0)
+    return -1;
+  *ret_mt = xstrdup(mt);
+  return 0;
+}
+
+static int do_push(struct registry *reg, struct agsx_store *s, const struct agsx_store_image *img,
+                   const char *tag, struct agsx_push_result *ret, agsx_error_t *err) {
+  _cleanup_free_ char *mbuf = NULL, *mt = NULL;
+  size_t mlen;
+  struct agsx_manifest m;
+  if (read_local_manifest(s, img, &mbuf, &mlen, &mt, &m, err) < 0)
+    return -1;
+  int rc = ping(reg, err);
+  /* Layers first, the config last, then the manifest that names them. */
+  for (size_t i = 0; rc == 0 && i < m.n_layers; i++)
+    rc = push_blob(reg, s, &m.layers[i], err);
+  if (rc == 0)
+    rc = push_blob(reg, s, &m.config, err);
+  if (rc == 0)
+    rc = put_manifest(reg, tag, mt, mbuf, mlen, img->manifest.digest, err);
+  if (rc == 0)
+    memcpy(ret->digest, img->manifest.digest, AGSX_DIGEST_LEN);
+  agsx_manifest_clear(&m);
+  return rc;
+}
+
+int agsx_push(const char *root, const char *image, const char *dest,
+              const struct agsx_push_opts *o, struct agsx_push_result *ret, agsx_error_t *err) {
+  memset(ret, 0, sizeof(*ret));
+  _cleanup_store_ struct agsx_store *s = NULL;
+  struct agsx_store_image img = {0};
+  struct agsx_image_ref ref = {0};
+  struct registry reg = {.actions = "pull,push"};
+  int rc = curl_load(err);
+  if (rc == 0)
+    rc = agsx_store_open(root, false, &s, err);
+  if (rc == 0)
+    rc = agsx_store_resolve(s, image, &img, err);
+  if (rc == 0 && dest == NULL && (img.ref == NULL || strchr(img.ref, '@')))
+    rc = agsx_error_set(err, 0, "image `%s` has no tag to push to: name a destination", image);
+  if (rc == 0)
+    rc = agsx_image_ref_parse(dest ? dest : img.ref, &ref, err);
+  if (rc == 0 && ref.digest)
+    rc = agsx_error_set(err, 0, "destination `%s` names a digest: push to a tag", dest);
+  struct agsx_pull_opts po = {.authfile = o ? o->authfile : NULL, .insecure = o && o->insecure};
+  if (rc == 0)
+    rc = setup_registry(&reg, &ref, &po, err);
+  if (rc == 0)
+    rc = do_push(&reg, s, &img, ref.tag, ret, err);
+  if (rc == 0)
+    ret->name = xasprintf("%s/%s:%s", ref.domain, ref.path, ref.tag);
+  else
+    agsx_error_wrap(err, "push `%s`", image);
+  free(img.ref);
+  agsx_descriptor_clear(&img.manifest);
+  agsx_image_ref_clear(&ref);
+  registry_clear(&reg);
   return rc;
 }

@@ -1,4 +1,4 @@
-/* agsx — registry: pulling images over the OCI distribution API.
+/* agsx — registry: pulling and pushing images over the OCI distribution API.
  *
  * libcurl is not linked: agsx links its libraries statically for a fast
  * start, and libcurl's ~30 shared dependencies would cost milliseconds at
@@ -23,6 +23,7 @@
 #define AGSX_REGISTRY_AUTHFILE_MAX (1u << 20)   /* config.json */
 #define AGSX_REGISTRY_CHALLENGE_MAX 4096        /* WWW-Authenticate */
 #define AGSX_REGISTRY_PARALLEL 4                /* concurrent layer downloads */
+#define AGSX_REGISTRY_ORIGIN_MAX 300            /* "https://" host ":" port */
 
 /* Progress of a pull, reported a few times a second while layers download
  * (and once at the end). */
@@ -68,6 +69,29 @@ int agsx_pull_policy_default(enum agsx_pull_policy *ret, agsx_error_t *err);
 int agsx_pull(const char *root, const char *ref, const struct agsx_pull_opts *o,
               struct agsx_pull_result *ret, agsx_error_t *err);
 
+/* ---- push ---- */
+struct agsx_push_opts {
+  const char *authfile; /* as for pull */
+  bool insecure;
+};
+
+struct agsx_push_result {
+  char *name;                   /* fully qualified: "host:5000/team/tool:1" */
+  char digest[AGSX_DIGEST_LEN]; /* the manifest's, as the registry stores it */
+};
+void agsx_push_result_clear(struct agsx_push_result *r);
+
+/* Pushes IMAGE (a name or id in the store at ROOT) to DEST
+ * ("[REGISTRY/]REPO[:TAG]"; NULL: IMAGE's own name, which then names the
+ * registry, as with docker push) over the OCI distribution API: each blob
+ * is checked with HEAD and uploaded (POST, then PUT with its digest) when
+ * the registry lacks it, then the manifest is PUT under TAG with its media
+ * type, byte for byte (the digest stays the image's id). Authentication
+ * (token scope pull,push), TLS, insecure registries and credentials are
+ * those of pull. Errors: "push `IMAGE`: ...". */
+int agsx_push(const char *root, const char *image, const char *dest,
+              const struct agsx_push_opts *o, struct agsx_push_result *ret, agsx_error_t *err);
+
 /* ---- parsers of untrusted input, exposed for tests and fuzzing ---- */
 
 /* A WWW-Authenticate challenge: `Bearer realm="…",service="…",scope="…"` or
@@ -89,5 +113,17 @@ int agsx_registry_parse_token(const char *buf, size_t len, char **ret_token, ags
  * RET_USER/RET_PASSWORD when found, 0 when the file has none for DOMAIN. */
 int agsx_registry_parse_auths(const char *buf, size_t len, const char *domain, char **ret_user,
                               char **ret_password, agsx_error_t *err);
+
+/* The origin of an absolute http(s) URL, "SCHEME://HOST:PORT", lowercased
+ * and with the default port made explicit: what decides where credentials
+ * may go. URLs with user info, without a host or with a bad port are
+ * refused. */
+int agsx_registry_url_origin(const char *url, char ret[AGSX_REGISTRY_ORIGIN_MAX],
+                             agsx_error_t *err);
+
+/* The URL an upload's Location header LOC names, relative to the request's
+ * URL BASE: absolute http(s), or an absolute path on BASE's origin. */
+int agsx_registry_resolve_location(const char *base, const char *loc, char **ret,
+                                   agsx_error_t *err);
 
 #endif

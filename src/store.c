@@ -3,11 +3,15 @@
 
 #include "store.h"
 
+#include "conf.h"
+#include "layer.h"
+
 #include <fcntl.h>
 #include <inttypes.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #define COPY_BUF (1u << 20)
 #define INDEX_MAX (16u << 20)
@@ -60,6 +64,8 @@ int agsx_store_open(const char *path, bool create, struct agsx_store **ret, agsx
   _cleanup_store_ struct agsx_store *s = xzalloc(sizeof(*s));
   s->rootfd = s->blobsfd = s->layersfd = s->tmpfd = s->gc_lock = -1;
   s->path = xstrdup(path);
+  s->budget_max = AGSX_DEFAULT_MAX_IMAGE_SIZE;
+  s->reserve = AGSX_DEFAULT_STORE_RESERVE;
   /* The store holds image files with their in-image owners and setuid bits:
    * only root may enter it. */
   if (create && agsx_mkdir_p(path, 0700, err) < 0)
@@ -172,6 +178,15 @@ int agsx_store_stage_blob_fd(struct agsx_store *s, int workfd, int fd, const cha
     return -1;
   if (agsx_store_has_blob(s, digest) || staged(workfd, "blobs", digest))
     return 0;
+  if (size < 0) {
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+      return agsx_error_set(err, 0, "blob `%s` of unknown size", digest);
+    size = st.st_size;
+  }
+  if (agsx_store_charge(s, (uint64_t)size, digest, err) < 0 ||
+      agsx_store_check_space(s, (uint64_t)size, err) < 0)
+    return -1;
   _cleanup_close_ int dir = open_stage_dir(workfd, "blobs", err);
   if (dir < 0)
     return -1;
@@ -198,6 +213,8 @@ int agsx_store_stage_blob_move(struct agsx_store *s, int workfd, int dirfd, cons
   struct stat st;
   if (fstat(in, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1)
     return agsx_error_set(err, 0, "`%s` is not a plain file", name);
+  if (agsx_store_charge(s, (uint64_t)(size >= 0 ? size : st.st_size), digest, err) < 0)
+    return -1;
   if (copy_verify(in, -1, digest, size, err) < 0)
     return -1;
   _cleanup_close_ int dir = open_stage_dir(workfd, "blobs", err);
@@ -213,6 +230,9 @@ int agsx_store_stage_blob_mem(struct agsx_store *s, int workfd, const void *buf,
   agsx_sha256_buf(buf, len, ret_digest);
   if (agsx_store_has_blob(s, ret_digest) || staged(workfd, "blobs", ret_digest))
     return 0;
+  if (agsx_store_charge(s, len, ret_digest, err) < 0 ||
+      agsx_store_check_space(s, len, err) < 0)
+    return -1;
   _cleanup_close_ int dir = open_stage_dir(workfd, "blobs", err);
   if (dir < 0)
     return -1;
@@ -293,12 +313,62 @@ int agsx_store_commit(struct agsx_store *s, int workfd, agsx_error_t *err) {
   return 0;
 }
 
+/* ---- space ------------------------------------------------------------------------ */
+
+int agsx_store_charge(struct agsx_store *s, uint64_t n, const char *what, agsx_error_t *err) {
+  if (n > s->budget_max - s->budget_used) {
+    _cleanup_free_ char *max = agsx_format_size(s->budget_max);
+    return agsx_error_set(err, 0,
+                          "`%s`: the image is larger than its budget of %s (max-image-size in "
+                          "agsx.conf, AGSX_MAX_IMAGE_SIZE)",
+                          what, max);
+  }
+  s->budget_used += n;
+  return 0;
+}
+
+int agsx_store_check_space_fd(int fd, uint64_t n, uint64_t reserve, agsx_error_t *err) {
+  struct statvfs sv;
+  if (fstatvfs(fd, &sv) < 0)
+    return agsx_error_set(err, errno, "statvfs of the image store");
+  uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+  if (avail < reserve || avail - reserve < n) {
+    _cleanup_free_ char *a = agsx_format_size(avail);
+    _cleanup_free_ char *need = agsx_format_size(n);
+    _cleanup_free_ char *r = agsx_format_size(reserve);
+    return agsx_error_set(err, 0,
+                          "not enough space in the image store: %s free, %s needed and %s kept "
+                          "in reserve (store-reserve in agsx.conf, AGSX_STORE_RESERVE)",
+                          a, need, r);
+  }
+  return 0;
+}
+
+int agsx_store_check_space(struct agsx_store *s, uint64_t n, agsx_error_t *err) {
+  return agsx_store_check_space_fd(s->rootfd, n, s->reserve, err);
+}
+
 /* ---- work directories ------------------------------------------------------------ */
 
 /* A work directory is created under a dot name, locked, then renamed to its
  * real name: the cleaner only ever sees locked work directories, or dot
  * names that a crash left between mkdir and rename (removed once old). */
+static int size_setting(const char *key, const char *env, uint64_t *ret, agsx_error_t *err) {
+  _cleanup_free_ char *v = NULL;
+  if (agsx_conf_get(key, env, &v, err) < 0)
+    return -1;
+  if (v && agsx_parse_size(v, ret, err) < 0)
+    return agsx_error_wrap(err, "%s (%s)", key, env);
+  return 0;
+}
+
 int agsx_store_mkwork(struct agsx_store *s, const char *prefix, char **ret_name, agsx_error_t *err) {
+  s->budget_max = AGSX_DEFAULT_MAX_IMAGE_SIZE;
+  s->reserve = AGSX_DEFAULT_STORE_RESERVE;
+  s->budget_used = 0;
+  if (size_setting("max-image-size", "AGSX_MAX_IMAGE_SIZE", &s->budget_max, err) < 0 ||
+      size_setting("store-reserve", "AGSX_STORE_RESERVE", &s->reserve, err) < 0)
+    return -1;
   _cleanup_free_ char *tmp = NULL;
   _cleanup_close_ int fd = agsx_mkdtemp_at(s->tmpfd, ".new", 0700, &tmp, err);
   if (fd < 0)
@@ -359,18 +429,84 @@ bool agsx_store_has_layer(struct agsx_store *s, const char *diff_id) {
          S_ISDIR(st.st_mode);
 }
 
+/* ROOT/verified/<blob hex> holds "DIFF_ID COMPRESSION\n" once the blob was
+ * seen to decompress to DIFF_ID. Best effort: a marker that cannot be
+ * written only costs another check next time. */
+static int open_verified(struct agsx_store *s, agsx_error_t *err) {
+  return open_subdir(s->rootfd, "verified", true, 0700, err);
+}
+
+static char *verified_record(const char *diff_id, enum agsx_compression comp) {
+  return xasprintf("%s %d\n", diff_id, (int)comp);
+}
+
+static bool blob_verified(struct agsx_store *s, const char *blob, enum agsx_compression comp,
+                          const char *diff_id) {
+  _cleanup_close_ int dir = openat(s->rootfd, "verified", O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                                                              O_CLOEXEC);
+  _cleanup_free_ char *buf = NULL, *want = verified_record(diff_id, comp);
+  size_t len;
+  return dir >= 0 &&
+         agsx_read_file_at(dir, agsx_digest_hex(blob), 256, &buf, &len, NULL) == 0 &&
+         len == strlen(want) && memcmp(buf, want, len) == 0;
+}
+
+static void record_verified(struct agsx_store *s, const char *blob, enum agsx_compression comp,
+                            const char *diff_id) {
+  agsx_error_t e = NULL;
+  _cleanup_close_ int dir = open_verified(s, &e);
+  _cleanup_free_ char *rec = verified_record(diff_id, comp);
+  if (dir < 0 ||
+      agsx_write_file_atomic(dir, agsx_digest_hex(blob), rec, strlen(rec), 0600, &e) < 0) {
+    agsx_debug("record verified blob `%s`: %s", blob, e->msg);
+    agsx_error_free(&e);
+  }
+}
+
+static int diff_id_mismatch(const char *blob, const char *got, const char *diff_id,
+                            agsx_error_t *err) {
+  return agsx_error_set(err, 0,
+                        "layer `%s`: uncompressed content has digest `%s`, the image config "
+                        "says `%s`",
+                        blob, got, diff_id);
+}
+
+static void layer_limits(struct agsx_store *s, struct agsx_layer_limits *lim) {
+  agsx_layer_limits_default(lim);
+  uint64_t left = s->budget_max - s->budget_used;
+  if (lim->max_bytes > left)
+    lim->max_bytes = left;
+  lim->space_reserve = s->reserve;
+}
+
+/* DIFF_ID is unpacked already: BLOB must decompress to it too. */
+static int check_layer_blob(struct agsx_store *s, int blob, const struct agsx_descriptor *layer,
+                            enum agsx_compression comp, const char *diff_id, agsx_error_t *err) {
+  if (blob_verified(s, layer->digest, comp, diff_id))
+    return 0;
+  struct agsx_layer_limits lim;
+  agsx_layer_limits_default(&lim);
+  char got[AGSX_DIGEST_LEN];
+  if (agsx_layer_diff_id_fd(blob, comp, &lim, got, err) < 0)
+    return agsx_error_wrap(err, "layer `%s`", layer->digest);
+  if (strcmp(got, diff_id) != 0)
+    return diff_id_mismatch(layer->digest, got, diff_id, err);
+  record_verified(s, layer->digest, comp, diff_id);
+  return 0;
+}
+
 int agsx_store_stage_layer(struct agsx_store *s, int workfd, const struct agsx_descriptor *layer,
                            const char *diff_id, agsx_error_t *err) {
   if (agsx_digest_validate(diff_id, err) < 0)
     return -1;
-  if (agsx_store_has_layer(s, diff_id) || staged(workfd, "layers", diff_id))
-    return 0;
   enum agsx_compression comp;
   if (agsx_layer_media_type_compression(layer->media_type, &comp, err) < 0)
     return -1;
   _cleanup_close_ int blob = open_staged_blob(s, workfd, layer->digest, err);
   if (blob < 0)
     return -1;
+  if (agsx_store_has_layer(s, diff_id) || staged(workfd, "layers", diff_id))
+    return check_layer_blob(s, blob, layer, comp, diff_id, err);
   _cleanup_close_ int dir = open_stage_dir(workfd, "layers", err);
   if (dir < 0)
     return -1;
@@ -381,15 +517,16 @@ int agsx_store_stage_layer(struct agsx_store *s, int workfd, const struct agsx_d
   if (dest < 0)
     return agsx_error_set(err, errno, "open work layer");
   struct agsx_layer_limits lim;
-  agsx_layer_limits_default(&lim);
+  layer_limits(s, &lim);
   char got[AGSX_DIGEST_LEN];
-  if (agsx_layer_unpack_fd(blob, comp, dest, &lim, got, err) < 0)
+  uint64_t size = 0;
+  if (agsx_layer_unpack_fd_sized(blob, comp, dest, &lim, got, &size, err) < 0)
     return agsx_error_wrap(err, "layer `%s`", layer->digest);
   if (strcmp(got, diff_id) != 0)
-    return agsx_error_set(err, 0,
-                          "layer `%s`: uncompressed content has digest `%s`, the image config "
-                          "says `%s`",
-                          layer->digest, got, diff_id);
+    return diff_id_mismatch(layer->digest, got, diff_id, err);
+  if (agsx_store_charge(s, size, layer->digest, err) < 0)
+    return -1;
+  record_verified(s, layer->digest, comp, diff_id);
   if (renameat(dir, tmp, dir, agsx_digest_hex(diff_id)) < 0)
     return agsx_error_set(err, errno, "stage layer `%s`", diff_id);
   return 0;
@@ -768,6 +905,16 @@ static int sweep_partial(struct agsx_store *s, bool dry_run, void (*report)(cons
   return 0;
 }
 
+/* Records of verified blobs go with their blob (not reported: bookkeeping). */
+static int sweep_verified(struct agsx_store *s, const struct strset *blobs, bool dry_run,
+                          agsx_error_t *err) {
+  _cleanup_close_ int dfd =
+      openat(s->rootfd, "verified", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0)
+    return errno == ENOENT ? 0 : agsx_error_set(err, errno, "open verified blob records");
+  return sweep(dfd, blobs, dry_run, "verified blob record", NULL, NULL, err);
+}
+
 int agsx_store_gc(struct agsx_store *s, char *const *keep, bool dry_run,
                   void (*report)(const char *what, void *data), void *data, agsx_error_t *err) {
   /* Our own shared lock would block the exclusive one: trade it. */
@@ -794,6 +941,8 @@ int agsx_store_gc(struct agsx_store *s, char *const *keep, bool dry_run,
     r = sweep_cache(s, &blobs, dry_run, report, data, err);
   if (r == 0)
     r = sweep_partial(s, dry_run, report, data, err);
+  if (r == 0)
+    r = sweep_verified(s, &blobs, dry_run, err);
   strset_clear(&blobs);
   strset_clear(&layers);
   return r;

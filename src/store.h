@@ -4,6 +4,8 @@
  *   ROOT/layers/<diff_id hex>/   unpacked layers (overlay lower dirs), 0700
  *   ROOT/tmp/                    work dirs, each flocked by its owner
  *   ROOT/cache/<key>             build cache records (agsx build), 0700
+ *   ROOT/verified/<blob hex>     "diff_id compression": this layer blob was
+ *                                seen to decompress to that diff_id
  *   ROOT/.index.lock             serialises index.json read-modify-write
  *   ROOT/.gc.lock                shared by writers, exclusive for gc
  * Blobs are content-addressed and created by linking a verified O_TMPFILE
@@ -18,10 +20,20 @@
 
 #define AGSX_DEFAULT_ROOT "/var/lib/agsx"
 
+/* What one image may cost the store, so that a hostile registry or image
+ * cannot fill the disk: its blobs plus its unpacked layers at most
+ * max-image-size (agsx.conf; AGSX_MAX_IMAGE_SIZE), and the store's
+ * filesystem keeps store-reserve (AGSX_STORE_RESERVE) bytes free. */
+#define AGSX_DEFAULT_MAX_IMAGE_SIZE ((uint64_t)64 << 30)
+#define AGSX_DEFAULT_STORE_RESERVE ((uint64_t)1 << 30)
+
 struct agsx_store {
   char *path;
   int rootfd, blobsfd, layersfd, tmpfd;
   int gc_lock; /* shared lock held while this handle may add content */
+  /* The budget of what is being staged, reset by agsx_store_mkwork (one
+   * work directory per image written). */
+  uint64_t budget_max, budget_used, reserve;
 };
 
 /* Opens (creating when CREATE) the store at PATH and takes the shared
@@ -58,7 +70,10 @@ int agsx_store_stage_blob_mem(struct agsx_store *s, int workfd, const void *buf,
 /* Reads a staged (or stored) blob of at most MAX bytes. */
 int agsx_store_read_staged_blob(struct agsx_store *s, int workfd, const char *digest, size_t max,
                                 char **ret_buf, size_t *ret_len, agsx_error_t *err);
-/* Unpacks the layer blob LAYER (staged or stored) and checks DIFF_ID. */
+/* Unpacks the layer blob LAYER (staged or stored) and checks DIFF_ID. When
+ * DIFF_ID is unpacked already, the blob must still be one seen to
+ * decompress to it (checked once per blob, recorded in verified/): an image
+ * may not pair a known diff_id with another blob. */
 int agsx_store_stage_layer(struct agsx_store *s, int workfd, const struct agsx_descriptor *layer,
                            const char *diff_id, agsx_error_t *err);
 /* Moves everything staged into the store, durably. */
@@ -117,7 +132,17 @@ int agsx_store_clean_tmp(struct agsx_store *s, agsx_error_t *err);
 int agsx_store_gc(struct agsx_store *s, char *const *keep, bool dry_run,
                   void (*report)(const char *what, void *data), void *data, agsx_error_t *err);
 
-/* Creates a flocked work directory under tmp/; returns its fd. */
+/* ---- space ---- */
+/* Charges N bytes of WHAT to the image budget; refuses when it is spent. */
+int agsx_store_charge(struct agsx_store *s, uint64_t n, const char *what, agsx_error_t *err);
+/* Refuses unless N more bytes fit in the store's filesystem with the
+ * reserve kept free. */
+int agsx_store_check_space(struct agsx_store *s, uint64_t n, agsx_error_t *err);
+/* The same for the filesystem of FD. */
+int agsx_store_check_space_fd(int fd, uint64_t n, uint64_t reserve, agsx_error_t *err);
+
+/* Creates a flocked work directory under tmp/; returns its fd. Reads the
+ * budget settings (a malformed one is an error) and resets the budget. */
 int agsx_store_mkwork(struct agsx_store *s, const char *prefix, char **ret_name, agsx_error_t *err);
 
 #endif

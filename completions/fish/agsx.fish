@@ -231,6 +231,7 @@ complete -c agsx -n '__agsx_cmd' -a build -d 'Build an image from a Dockerfile'
 complete -c agsx -n '__agsx_cmd' -a image -d 'Manage images'
 complete -c agsx -n '__agsx_cmd' -a load -d 'Load images (alias of image load)'
 complete -c agsx -n '__agsx_cmd' -a pull -d 'Pull an image (alias of image pull)'
+complete -c agsx -n '__agsx_cmd' -a push -d 'Push an image (alias of image push)'
 complete -c agsx -n '__agsx_cmd' -a network -d 'Manage networks'
 
 # agsx image
@@ -241,6 +242,7 @@ complete -c agsx -n '__agsx_cmd image' -a inspect -d "Show images' manifest and 
 complete -c agsx -n '__agsx_cmd image' -a pull -d 'Pull an image from a registry'
 complete -c agsx -n '__agsx_cmd image' -a tag -d 'Give an image another name'
 complete -c agsx -n '__agsx_cmd image' -a save -d 'Write images to an oci-archive or a docker-archive'
+complete -c agsx -n '__agsx_cmd image' -a push -d 'Push an image to a registry'
 complete -c agsx -n '__agsx_cmd image' -s h -l help -d 'Show this help'
 
 # agsx network
@@ -415,6 +417,21 @@ complete -c agsx -n '__agsx_cmd image pull' -l authfile -r -F -d 'Credentials (D
 complete -c agsx -n '__agsx_cmd image pull' -l insecure -d 'Allow plain HTTP and unverified TLS for this registry'
 complete -c agsx -n '__agsx_cmd image pull' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd image pull' -f
+
+# agsx image push IMAGE [DEST] (and its alias agsx push): a local image,
+# then a typed destination.
+complete -c agsx -n '__agsx_cmd image push' -s q -l quiet -d "Print only the pushed image's name"
+complete -c agsx -n '__agsx_cmd image push' -l json -d 'Print the result as JSON: ref, digest'
+complete -c agsx -n '__agsx_cmd image push' -l authfile -r -F -d 'Credentials (Docker config.json)'
+complete -c agsx -n '__agsx_cmd image push' -l insecure -d 'Allow plain HTTP and unverified TLS for this registry'
+complete -c agsx -n '__agsx_cmd image push' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd image push' -f -a '(__agsx_image_names)' -d Image
+complete -c agsx -n '__agsx_cmd push' -s q -l quiet -d "Print only the pushed image's name"
+complete -c agsx -n '__agsx_cmd push' -l json -d 'Print the result as JSON: ref, digest'
+complete -c agsx -n '__agsx_cmd push' -l authfile -r -F -d 'Credentials (Docker config.json)'
+complete -c agsx -n '__agsx_cmd push' -l insecure -d 'Allow plain HTTP and unverified TLS for this registry'
+complete -c agsx -n '__agsx_cmd push' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd push' -f -a '(__agsx_image_names)' -d Image
 complete -c agsx -n '__agsx_cmd pull' -s q -l quiet -d "Print only the pulled image's name; no progress"
 complete -c agsx -n '__agsx_cmd pull' -l json -d 'Print the result as JSON: name, ref, digest, id'
 complete -c agsx -n '__agsx_cmd pull' -l authfile -r -F -d 'Credentials (Docker config.json)'

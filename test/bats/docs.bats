@@ -72,6 +72,7 @@ doc_cmd() {
   case $1 in
     load) echo "image load" ;;
     pull) echo "image pull" ;;
+    push) echo "image push" ;;
     *) echo "$1" ;;
   esac
 }
@@ -238,6 +239,8 @@ EOF
 @test "docs: image pull options" { doc_sets_agree "image pull"; }
 @test "docs: image tag options" { doc_sets_agree "image tag"; }
 @test "docs: image save options" { doc_sets_agree "image save"; }
+@test "docs: image push options" { doc_sets_agree "image push"; }
+@test "docs: push options" { doc_sets_agree push; }
 @test "docs: pull options" { doc_sets_agree pull; }
 @test "docs: run options" { doc_sets_agree run; }
 @test "docs: exec options" { doc_sets_agree exec; }
@@ -256,7 +259,7 @@ EOF
 @test "docs: build options" { doc_sets_agree build; }
 
 @test "docs: every implemented command has an options test above" {
-  local tested=$'browser\nbuild\ncp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage pull\nimage rm\nimage save\nimage tag\nkill\nload\nls\nnetwork create\nnetwork inspect\nnetwork ls\nnetwork rm\nport\npull\nrun\nupdate'
+  local tested=$'browser\nbuild\ncp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage pull\nimage push\nimage rm\nimage save\nimage tag\nkill\nload\nls\nnetwork create\nnetwork inspect\nnetwork ls\nnetwork rm\nport\npull\npush\nrun\nupdate'
   run diff <(echo "$tested") <(help_commands -i | sort)
   echo "$output"
   [ "$status" -eq 0 ]

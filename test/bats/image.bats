@@ -10,7 +10,10 @@ setup_file() {
 }
 
 setup() { common_setup; }
-teardown() { common_teardown; }
+teardown() {
+  if mountpoint -q "$T/small" 2>/dev/null; then umount "$T/small"; fi
+  common_teardown
+}
 
 mk() { # mk OUT [busybox-image options...]
   local out=$1; shift
@@ -319,6 +322,94 @@ PY
   assert_output_contains "umoci"
 }
 
+first_diff_id() { # first_diff_id LAYOUT: the diff_id of its image's first layer
+  python3 -c 'import json,sys
+d = sys.argv[1]
+blob = lambda dg: json.load(open(d + "/blobs/sha256/" + dg.split(":")[1]))
+m = blob(json.load(open(d + "/index.json"))["manifests"][0]["digest"])
+print(blob(m["config"]["digest"])["rootfs"]["diff_ids"][0])' "$1"
+}
+
+first_layer_blob() { # first_layer_blob LAYOUT: the digest of its first layer blob
+  python3 -c 'import json,sys
+d = sys.argv[1]
+blob = lambda dg: json.load(open(d + "/blobs/sha256/" + dg.split(":")[1]))
+print(blob(json.load(open(d + "/index.json"))["manifests"][0]["digest"])["layers"][0]["digest"])' "$1"
+}
+
+@test "a known diff_id paired with another blob is refused; an honest blob is checked once" {
+  mkdir -p "$T/a" "$T/b" && echo good >"$T/a/f" && echo evil >"$T/b/f"
+  "$FIXTURES/mkimage" --ref a:1 "$T/la" "$T/a" >/dev/null
+  ax image load "$T/la" >/dev/null
+  diff=$(first_diff_id "$T/la")
+  [ -f "$ROOT/verified/$(first_layer_blob "$T/la" | cut -d: -f2)" ]
+  before=$(store_snapshot)
+  # b's blob holds "evil", its config claims a's diff_id (already unpacked)
+  "$FIXTURES/mkimage" --ref b:1 --diff-id "$diff" "$T/lb" "$T/b" >/dev/null
+  run_ax image load "$T/lb"
+  assert_agsx_error "uncompressed content has digest"
+  [ "$(store_snapshot)" = "$before" ] || { echo "# the store changed" >&3; false; }
+  "$FIXTURES/mkimage" --ref bd:1 --diff-id "$diff" --format docker-archive "$T/lb.tar" "$T/b" \
+    >/dev/null
+  run_ax image load "$T/lb.tar"
+  assert_agsx_error "uncompressed content has digest"
+  [ "$(store_snapshot)" = "$before" ] || { echo "# the store changed" >&3; false; }
+  # the same layer in another blob (uncompressed): checked, recorded, loaded
+  "$FIXTURES/mkimage" --ref c:1 --compression none "$T/lc" "$T/a" >/dev/null
+  [ "$(first_diff_id "$T/lc")" = "$diff" ]
+  run_ax image load "$T/lc"
+  assert_success
+  rec=$ROOT/verified/$(first_layer_blob "$T/lc" | cut -d: -f2)
+  grep -q "^$diff " "$rec"
+  # another image with that blob is not checked again (the record is not
+  # rewritten)...
+  echo '{"Env":["X=1"]}' >"$T/env.json"
+  "$FIXTURES/mkimage" --ref c:2 --compression none --config-json "$T/env.json" "$T/lc2" "$T/a" \
+    >/dev/null
+  ino=$(stat -c %i "$rec")
+  run_ax image load "$T/lc2"
+  assert_success
+  [ "$(stat -c %i "$rec")" = "$ino" ]
+  # ...and the record goes with its blob
+  run_ax image rm c:1 c:2
+  [ ! -e "$rec" ]
+}
+
+@test "an image's unpacked size is bounded by its budget; unpacking stops short of the reserve" {
+  mkdir -p "$T/z" && head -c $((48 << 20)) /dev/zero >"$T/z/zeros"
+  "$FIXTURES/mkimage" --ref z:1 "$T/lz" "$T/z" >/dev/null
+  # 48 MiB of zeros in a blob of some KiB: over an 8 MiB image budget
+  AGSX_MAX_IMAGE_SIZE=8m run_ax image load "$T/lz"
+  assert_agsx_error "exceeds the remaining limit of"
+  run_ax image ls -q
+  [ -z "$output" ] || { show_run; false; }
+  # a compressed archive is bounded as it is extracted (48 MiB uncompressed
+  # blob, some KiB of gzip)
+  "$FIXTURES/mkimage" --ref z:2 --compression none --format oci-archive "$T/lz.tar" "$T/z" \
+    >/dev/null
+  gzip -9 "$T/lz.tar"
+  [ "$(stat -c %s "$T/lz.tar.gz")" -lt $((1 << 20)) ]
+  AGSX_MAX_IMAGE_SIZE=8m run_ax image load "$T/lz.tar.gz"
+  assert_agsx_error "the archive holds more than the image budget of 8.39MB"
+  [ -z "$(ls -A "$ROOT/tmp")" ] || { ls -R "$ROOT/tmp" >&3; false; }
+  # a store on a 64 MiB filesystem keeping 24 MiB free: the layer would fit,
+  # the reserve would not be kept
+  mkdir -p "$T/small"
+  mount -t tmpfs -o size=64m agsx-test "$T/small"
+  ROOT=$T/small/root
+  AGSX_STORE_RESERVE=24m run_ax image load "$T/lz"
+  assert_agsx_error "the image store is running out of space"
+  [ -z "$(ls -A "$ROOT/layers")" ] && [ -z "$(ls -A "$ROOT/tmp")" ] || { ls -R "$ROOT" >&3; false; }
+  # the default reserve (1 GiB) is more than this filesystem has
+  run_ax image load "$T/lz"
+  assert_agsx_error "not enough space in the image store"
+  AGSX_STORE_RESERVE=1m run_ax image load "$T/lz"
+  assert_success
+  rm -rf "$ROOT"
+  umount "$T/small"
+  ROOT=$T/root
+}
+
 # ---- image tag, image save, image load - ----
 
 # The manifest digest of IMAGE in the store ROOT.
@@ -600,13 +691,13 @@ load_piped() { # load_piped FILE [load options...]
   ax image save --format docker-archive busybox | gzip >"$T/d.tar.gz"
   ax image rm busybox >/dev/null
   before=$(store_snapshot)
-  export AGSX_MAX_ARCHIVE_SIZE=1m
+  export AGSX_MAX_IMAGE_SIZE=1m
   run load_piped "$T/d.tar.gz"
-  assert_agsx_error "more than 1048576 bytes (AGSX_MAX_ARCHIVE_SIZE)"
+  assert_agsx_error "more than the image budget"
   run_ax image load "$T/d.tar.gz"
-  assert_agsx_error "more than 1048576 bytes (AGSX_MAX_ARCHIVE_SIZE)"
+  assert_agsx_error "more than the image budget"
   [ "$(store_snapshot)" = "$before" ]
-  unset AGSX_MAX_ARCHIVE_SIZE
+  unset AGSX_MAX_IMAGE_SIZE
   run_ax image load "$T/d.tar.gz"
   assert_success
 }

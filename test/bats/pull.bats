@@ -191,6 +191,82 @@ assert_runs() { # assert_runs REF: the image runs and skopeo reads it from the s
   assert_runs "$PX/test/bb:1"
 }
 
+@test "a redirect target's 401 challenge gets no credentials, nor does its token server" {
+  registry
+  push "$BB:busybox:latest" test/bb:1
+  # the registry itself is anonymous, the user has credentials for it; its
+  # blobs redirect to a second server on another port that answers 401 with
+  # a Bearer challenge naming its own token endpoint (which logs what arrives)
+  PX2=$("$FIXTURES/registry" proxy "$T/px2" --upstream "$REG" --bearer)
+  PX=$("$FIXTURES/registry" proxy "$T/px" --upstream "$REG" --redirect-blobs "http://$PX2")
+  printf '{"auths":{"%s":{"auth":"%s"}}}' "$PX" "$(printf alice:s3cret | base64)" >"$T/a.json"
+  run_ax pull --authfile "$T/a.json" "$PX/test/bb:1"
+  assert_agsx_error "HTTP 401 from \`http://$PX2\`, where the registry redirected"
+  none grep -q /token "$T/px2/proxy.log"
+  none grep -q 'auth=Basic' "$T/px2/proxy.log"
+  grep -q '/blobs/.*auth=none' "$T/px2/proxy.log" || { cat "$T/px2/proxy.log" >&3; false; }
+  run_ax image ls -q
+  [ -z "$output" ] || { show_run; false; }
+}
+
+@test "the image budget and the store's free space are checked before layers are downloaded" {
+  registry
+  push "$BB:busybox:latest" test/bb:1
+  PX=$("$FIXTURES/registry" proxy "$T/px" --upstream "$REG")
+  # declared layer sizes over the budget (env, then agsx.conf): only the
+  # config (small, capped) is fetched
+  AGSX_MAX_IMAGE_SIZE=100k run_ax pull "$PX/test/bb:1"
+  assert_agsx_error "the manifest declares more than the image budget of 102kB"
+  [ "$(grep -c '/blobs/' "$T/px/proxy.log")" -eq 1 ] || { cat "$T/px/proxy.log" >&3; false; }
+  printf 'max-image-size = 100k\n' >"$T/agsx.conf"
+  AGSX_CONFIG=$T/agsx.conf run_ax pull "$PX/test/bb:1"
+  assert_agsx_error "declares more than the image budget"
+  printf 'max-image-size = lots\n' >"$T/agsx.conf"
+  AGSX_CONFIG=$T/agsx.conf run_ax pull "$PX/test/bb:1"
+  assert_agsx_error "max-image-size (AGSX_MAX_IMAGE_SIZE)"
+  # a reserve larger than the free space
+  : >"$T/px/proxy.log"
+  AGSX_STORE_RESERVE=1000000000g run_ax pull "$PX/test/bb:1"
+  assert_agsx_error "not enough space in the image store"
+  [ "$(grep -c '/blobs/' "$T/px/proxy.log")" -le 1 ] || { cat "$T/px/proxy.log" >&3; false; }
+  run_ax image ls -q
+  [ -z "$output" ] || { show_run; false; }
+  run_ax pull "$PX/test/bb:1"
+  assert_success
+}
+
+@test "a blob longer than its descriptor is cut off and refused" {
+  registry
+  push "$BB:busybox:latest" test/bb:1
+  blob=$(ls -S "$REG_DIR"/storage/docker/registry/v2/blobs/sha256/*/*/data | head -1)
+  head -c 100000 /dev/urandom >>"$blob"
+  run_ax pull "$REG/test/bb:1"
+  assert_agsx_error
+  [[ "$output" == *"sent more than its"* || "$output" == *"larger than its descriptor"* ]] ||
+    { show_run; false; }
+  hex=$(basename "$(dirname "$blob")")
+  [ ! -e "$ROOT/blobs/sha256/$hex" ]
+  [ "$(stat -c %s "$ROOT/partial/$hex" 2>/dev/null || echo 0)" -le "$(($(stat -c %s "$blob") - 100000))" ]
+}
+
+@test "a pulled image pairing a diff_id the store has with another blob is refused" {
+  registry
+  mkdir -p "$T/a" "$T/b" && echo good >"$T/a/f" && echo evil >"$T/b/f"
+  "$FIXTURES/mkimage" --ref a:1 "$T/la" "$T/a" >/dev/null
+  ax image load "$T/la" >/dev/null
+  diff=$(python3 -c 'import json,sys
+d = sys.argv[1]
+blob = lambda dg: json.load(open(d + "/blobs/sha256/" + dg.split(":")[1]))
+m = blob(json.load(open(d + "/index.json"))["manifests"][0]["digest"])
+print(blob(m["config"]["digest"])["rootfs"]["diff_ids"][0])' "$T/la")
+  "$FIXTURES/mkimage" --ref b:1 --diff-id "$diff" "$T/lb" "$T/b" >/dev/null
+  push "$T/lb:b:1" test/b:1
+  before=$(store_snapshot)
+  run_ax pull "$REG/test/b:1"
+  assert_agsx_error "uncompressed content has digest"
+  [ "$(store_snapshot)" = "$before" ] || { echo "# the store changed" >&3; false; }
+}
+
 @test "a corrupted blob on the registry is refused: no image, no stray files" {
   registry
   push "$BB:busybox:latest" test/bb:1
@@ -297,7 +373,7 @@ make_certs() { # CA and a server certificate for 127.0.0.2 in $T/tls
   mkdir -p "$T/certs/$PX"
   cp "$T/tls/ca.crt" "$T/certs/$PX/ca.crt"
   AGSX_CERTS_DIR=$T/certs run_ax pull "$PX/test/bb:1"
-  assert_agsx_error "Protocol \"http\" not supported"
+  assert_agsx_error "redirect from https to plain http refused"
   none grep -q /blobs/ "$T/px2/proxy.log"
   run_ax image ls -q
   [ -z "$output" ] || { show_run; false; }
@@ -416,4 +492,113 @@ make_certs() { # CA and a server certificate for 127.0.0.2 in $T/tls
   assert_success
   [ ! -e "$p" ]
   assert_runs "$REG/test/bb:1"
+}
+
+# ---- agsx image push ----
+
+@test "image push: skopeo reads what it pushed, a fresh store pulls and runs it" {
+  registry
+  PX=$("$FIXTURES/registry" proxy "$T/px" --upstream "$REG")
+  ax image load "$BB" >/dev/null
+  id=$(ax image ls -q)
+  run_ax image push busybox:latest "$PX/test/pushed:1"
+  assert_success
+  [[ "${lines[0]}" =~ ^Digest:\ sha256:${id}[0-9a-f]{52}$ ]] || { show_run; false; }
+  [ "${lines[1]}" = "$PX/test/pushed:1" ] || { show_run; false; }
+  pushed=${lines[0]#Digest: }
+  # each blob: HEAD (absent), POST, PUT with its digest; then the manifest
+  [ "$(grep -c '^HEAD /v2/test/pushed/blobs/' "$T/px/proxy.log")" -eq 3 ] || { cat "$T/px/proxy.log" >&3; false; }
+  [ "$(grep -c '^POST /v2/test/pushed/blobs/uploads/ ' "$T/px/proxy.log")" -eq 3 ] || { cat "$T/px/proxy.log" >&3; false; }
+  [ "$(grep -c '^PUT /v2/test/pushed/blobs/uploads/.*digest=sha256' "$T/px/proxy.log")" -eq 3 ] || { cat "$T/px/proxy.log" >&3; false; }
+  grep -q '^PUT /v2/test/pushed/manifests/1 ' "$T/px/proxy.log"
+  run skopeo inspect --tls-verify=false "docker://$REG/test/pushed:1"
+  [ "$status" -eq 0 ] || { show_run; false; }
+  [[ "$output" == *"\"Digest\": \"$pushed\""* ]] || { show_run; false; }
+  [[ "$output" == *'"Architecture": "amd64"'* ]] || { show_run; false; }
+  # pulled back into a fresh store, it runs
+  ROOT=$T/root2 run_ax pull "$REG/test/pushed:1"
+  assert_success
+  ROOT=$T/root2 assert_runs "$REG/test/pushed:1"
+  # again under another tag: the blobs are there, only the manifest goes
+  : >"$T/px/proxy.log"
+  run_ax --json image push busybox:latest "$PX/test/pushed:2"
+  assert_success
+  [[ "$output" =~ ^\{\"ref\":\"$PX/test/pushed:2\",\"digest\":\"sha256:$id[0-9a-f]{52}\"\}$ ]] || { show_run; false; }
+  none grep -q '^POST' "$T/px/proxy.log"
+  # docker push's form (and the alias): an image named after its registry
+  # goes there
+  ROOT=$T/root2 run_ax push -q "$REG/test/pushed:1"
+  assert_success
+  [ "$output" = "$REG/test/pushed:1" ] || { show_run; false; }
+  # what cannot be pushed
+  run_ax image push busybox:latest "$REG/test/x@sha256:$(printf '%064d' 0)"
+  assert_agsx_error "names a digest: push to a tag"
+  run_ax image push nosuch:1 "$REG/test/x:1"
+  assert_agsx_error "push \`nosuch:1\`"
+  digest=$(skopeo inspect --tls-verify=false "docker://$REG/test/pushed:1" |
+    sed -n 's/^ *"Digest": "\(.*\)",/\1/p')
+  ROOT=$T/root3 run_ax pull "$REG/test/pushed@$digest"
+  assert_success
+  ROOT=$T/root3 run_ax image push "$REG/test/pushed@$digest"
+  assert_agsx_error "has no tag to push to: name a destination"
+}
+
+@test "image push: basic auth and bearer tokens with push scope" {
+  registry --htpasswd alice:s3cret
+  ax image load "$BB" >/dev/null
+  run_ax image push busybox:latest "$REG/test/bb:1"
+  assert_agsx_error "authentication required: no credentials for \`$REG\`"
+  printf '{"auths":{"%s":{"auth":"%s"}}}' "$REG" "$(printf alice:s3cret | base64)" >"$T/a.json"
+  run_ax image push --authfile "$T/a.json" busybox:latest "$REG/test/bb:1"
+  assert_success
+  run skopeo inspect --tls-verify=false --creds alice:s3cret "docker://$REG/test/bb:1"
+  [ "$status" -eq 0 ] || { show_run; false; }
+  "$FIXTURES/registry" stop "$REG_DIR"
+  # a token server: the token asked for covers push
+  REG_DIR=$T/reg2 registry
+  PX=$("$FIXTURES/registry" proxy "$T/px" --upstream "$REG" --bearer)
+  run_ax image push busybox:latest "$PX/test/bb:2"
+  assert_success
+  grep -q '^GET /token?scope=repository%3Atest%2Fbb%3Apull%2Cpush&service=test-registry ' \
+    "$T/px/proxy.log" || { cat "$T/px/proxy.log" >&3; false; }
+  grep -q '^PUT /v2/test/bb/blobs/uploads/.* auth=Bearer' "$T/px/proxy.log"
+  grep -q '^PUT /v2/test/bb/manifests/2 .*auth=Bearer' "$T/px/proxy.log"
+  none grep -q '^PUT .*auth=none' "$T/px/proxy.log"
+  ROOT=$T/root2 run_ax pull "$PX/test/bb:2"
+  assert_success
+}
+
+@test "image push: an upload Location on another origin gets no credentials" {
+  registry
+  ax image load "$BB" >/dev/null
+  # the registry (a token server in front) sends uploads to a second server
+  PX2=$("$FIXTURES/registry" proxy "$T/px2" --upstream "$REG")
+  PX=$("$FIXTURES/registry" proxy "$T/px" --upstream "$REG" --bearer --uploads-to "$PX2")
+  run_ax image push busybox:latest "$PX/test/bb:1"
+  assert_success
+  [ "$(grep -c '^PUT /v2/test/bb/blobs/uploads/' "$T/px2/proxy.log")" -eq 3 ] || { cat "$T/px2/proxy.log" >&3; false; }
+  none grep -q 'auth=Bearer' "$T/px2/proxy.log"
+  grep -q '^PUT /v2/test/bb/manifests/1 .*auth=Bearer' "$T/px/proxy.log"
+}
+
+@test "image push: https with certs.d, plain http only with --insecure" {
+  make_certs
+  ax image load "$BB" >/dev/null
+  REG=$("$FIXTURES/registry" start "$T/tls" --addr 127.0.0.2 --tls "$T/tls/srv.crt" "$T/tls/srv.key")
+  run_ax image push busybox:latest "$REG/test/bb:1"
+  assert_agsx_error "certificate"
+  mkdir -p "$T/certs/$REG"
+  cp "$T/tls/ca.crt" "$T/certs/$REG/ca.crt"
+  AGSX_CERTS_DIR=$T/certs run_ax image push busybox:latest "$REG/test/bb:1"
+  assert_success
+  run skopeo inspect --cert-dir "$T/certs/$REG" "docker://$REG/test/bb:1"
+  [ "$status" -eq 0 ] || { show_run; false; }
+  # plain http on a name that is not implicitly insecure
+  registry --addr 127.0.0.2
+  run_ax image push busybox:latest "$REG/test/bb:1"
+  assert_agsx_error "a plain http registry needs --insecure"
+  run_ax image push --insecure busybox:latest "$REG/test/bb:1"
+  assert_success
+  run skopeo inspect --tls-verify=false "docker://$REG/test/bb:1"
+  [ "$status" -eq 0 ] || { show_run; false; }
 }

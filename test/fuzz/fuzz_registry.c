@@ -1,6 +1,7 @@
 /* Fuzz target: what a registry (or a credentials file) sends us: the
  * WWW-Authenticate parser, token responses, Docker config.json credentials
- * and image references. The first byte picks the parser. */
+ * image references, redirect targets (URL origins) and upload Location
+ * headers. The first byte picks the parser. */
 #include "config.h"
 
 #include "fuzz.h"
@@ -15,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const char *buf = (const char *)data + 1;
   size_t len = size - 1;
   agsx_error_t err = NULL;
-  switch (data[0] % 4) {
+  switch (data[0] % 6) {
   case 0: {
     struct agsx_auth_challenge c;
     if (agsx_registry_parse_challenge(buf, len, &c, &err) == 0)
@@ -34,6 +35,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     agsx_registry_parse_auths(buf, len, domains[len % 3], &u, &p, &err);
     free(u);
     free(p);
+    break;
+  }
+  case 3: {
+    char *s = strndup(buf, len);
+    char o[AGSX_REGISTRY_ORIGIN_MAX];
+    if (s)
+      agsx_registry_url_origin(s, o, &err);
+    free(s);
+    break;
+  }
+  case 4: {
+    char *s = strndup(buf, len), *u = NULL;
+    if (s && agsx_registry_resolve_location("http://127.0.0.1:5000/v2/x/blobs/uploads/", s, &u,
+                                            &err) == 0)
+      free(u);
+    free(s);
     break;
   }
   default: {

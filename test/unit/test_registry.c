@@ -167,7 +167,83 @@ static void test_refs(void) {
   agsx_error_free(&err);
 }
 
+static void origin_ok(const char *url, const char *want) {
+  char o[AGSX_REGISTRY_ORIGIN_MAX];
+  agsx_error_t err = NULL;
+  int r = agsx_registry_url_origin(url, o, &err);
+  tap_ok(r == 0 && strcmp(o, want) == 0, "origin of %s: %s", url, r == 0 ? o : err->msg);
+  agsx_error_free(&err);
+}
+
+static void origin_bad(const char *url, const char *why) {
+  char o[AGSX_REGISTRY_ORIGIN_MAX];
+  agsx_error_t err = NULL;
+  int r = agsx_registry_url_origin(url, o, &err);
+  tap_ok(r < 0 && err && strstr(err->msg, why), "origin of %s refused (%s): %s", url, why,
+         err ? err->msg : o);
+  agsx_error_free(&err);
+}
+
+/* Credentials go only to the first URL's origin: every spelling of one
+ * origin compares equal, and nothing can make another look like it. */
+static void test_origin(void) {
+  origin_ok("https://Registry-1.Docker.IO/v2/", "https://registry-1.docker.io:443");
+  origin_ok("https://registry-1.docker.io:443/v2/x", "https://registry-1.docker.io:443");
+  origin_ok("HTTP://127.0.0.1:5000", "http://127.0.0.1:5000");
+  origin_ok("http://127.0.0.1?x=1", "http://127.0.0.1:80");
+  origin_ok("http://[::1]:5000/v2/", "http://[::1]:5000");
+  origin_ok("https://s3.amazonaws.com#frag", "https://s3.amazonaws.com:443");
+  origin_bad("ftp://host/x", "not an http(s) URL");
+  origin_bad("/v2/x", "not an http(s) URL");
+  origin_bad("http://user:pw@127.0.0.1:5000/", "user info");
+  origin_bad("http://127.0.0.1:5000@evil/", "user info");
+  origin_bad("http:///x", "without a host");
+  origin_bad("http://host:0/", "port out of range");
+  origin_bad("http://host:65536/", "port out of range");
+  origin_bad("http://host:5x/", "malformed port");
+  origin_bad("http://host:/", "malformed host or port");
+  origin_bad("http://ho st/", "malformed host or port");
+  origin_bad("http://[::1/", "malformed IPv6");
+  origin_bad("http://[]:5/", "malformed IPv6");
+}
+
+static void location_ok(const char *base, const char *loc, const char *want) {
+  char *u = NULL;
+  agsx_error_t err = NULL;
+  int r = agsx_registry_resolve_location(base, loc, &u, &err);
+  tap_ok(r == 0 && strcmp(u, want) == 0, "Location %s: %s", loc, r == 0 ? u : err->msg);
+  free(u);
+  agsx_error_free(&err);
+}
+
+static void location_bad(const char *loc, const char *why) {
+  char *u = NULL;
+  agsx_error_t err = NULL;
+  int r = agsx_registry_resolve_location("http://127.0.0.1:5000/v2/x/blobs/uploads/", loc, &u,
+                                         &err);
+  tap_ok(r < 0 && err && strstr(err->msg, why), "Location %s refused (%s): %s", loc, why,
+         err ? err->msg : u);
+  free(u);
+  agsx_error_free(&err);
+}
+
+static void test_location(void) {
+  const char *base = "http://127.0.0.1:5000/v2/x/blobs/uploads/";
+  location_ok(base, "/v2/x/blobs/uploads/u1?_state=a",
+              "http://127.0.0.1:5000/v2/x/blobs/uploads/u1?_state=a");
+  location_ok(base, "http://127.0.0.1:5000/v2/x/blobs/uploads/u2",
+              "http://127.0.0.1:5000/v2/x/blobs/uploads/u2");
+  location_ok("https://r.example/v2/", "/up", "https://r.example:443/up");
+  location_bad("", "malformed Location");
+  location_bad("/a b", "malformed Location");
+  location_bad("//evil/x", "neither an absolute URL nor a path");
+  location_bad("uploads/u1", "neither an absolute URL nor a path");
+  location_bad("http://u@evil/x", "user info");
+}
+
 int main(void) {
+  test_origin();
+  test_location();
   test_challenge();
   test_token();
   test_auths();
