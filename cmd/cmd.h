@@ -41,6 +41,7 @@ enum {
   O_ALLOW, O_DENY, O_RULES, O_SUBNET,
   O_FILE, O_BUILD_ARG, O_NO_CACHE, O_PLATFORM, O_PULL,
   O_IMAGE,
+  O_NO_TRUNC, O_FORCE, O_NO_STREAM,
 };
 
 /* The table, in cmd/agsx.c. */

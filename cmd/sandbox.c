@@ -5,6 +5,7 @@
 #include "network.h"
 #include "json.h"
 #include "state.h"
+#include "table.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -13,7 +14,7 @@
 #include <sys/syscall.h>
 
 struct sflags {
-  bool all, quiet, json, images, dry_run;
+  bool all, quiet, json, images, dry_run, no_trunc, force, no_stream;
   const char *signal, *timeout;
 };
 
@@ -25,6 +26,9 @@ static int on_sopt(void *data, int id, const char *arg) {
   case O_DRY_RUN: f->dry_run = true; break;
   case O_QUIET: f->quiet = true; break;
   case O_JSON: f->json = true; break;
+  case O_NO_TRUNC: f->no_trunc = true; break;
+  case O_FORCE: f->force = true; break;
+  case O_NO_STREAM: f->no_stream = true; break;
   case O_SIGNAL: f->signal = arg; break;
   case O_TIMEOUT: f->timeout = arg; break;
   }
@@ -55,45 +59,7 @@ static const struct agsx_reap_report reap_log = {warn_reap, NULL};
 /* ---- ls ------------------------------------------------------------------------------- */
 
 static const char *status_word(const struct agsx_record *r) {
-  return r->status == AGSX_STATUS_EXITED ? "exited" : r->status == AGSX_STATUS_RUNNING ? "running"
-                                                                                      : "created";
-}
-
-static void record_json(yajl_gen g, const struct agsx_record *r, int64_t now) {
-  yajl_gen_map_open(g);
-  agsx_json_kv_str(g, "id", r->id);
-  agsx_json_kv_str(g, "name", r->name);
-  agsx_json_kv_str(g, "image", r->image);
-  agsx_json_kv_str(g, "image_digest", r->image_digest);
-  agsx_json_kv_str(g, "status", status_word(r));
-  _cleanup_free_ char *created = agsx_format_rfc3339(r->created);
-  _cleanup_free_ char *deadline = agsx_format_rfc3339(r->deadline);
-  agsx_json_kv_str(g, "created", created);
-  agsx_json_kv_str(g, "deadline", deadline);
-  agsx_json_key(g, "time_left");
-  if (r->status == AGSX_STATUS_EXITED)
-    yajl_gen_null(g);
-  else
-    yajl_gen_integer(g, r->deadline > now ? r->deadline - now : 0);
-  agsx_json_kv_str(g, "stop_reason", r->stop_reason);
-  agsx_json_key(g, "exit_code");
-  if (r->status == AGSX_STATUS_EXITED)
-    yajl_gen_integer(g, r->exit_code);
-  else
-    yajl_gen_null(g);
-  agsx_json_kv_str(g, "network", r->network);
-  agsx_json_kv_str(g, "address", r->address);
-  agsx_json_key(g, "ports");
-  agsx_record_gen_ports(g, r->ports, r->n_ports);
-  agsx_json_kv_int(g, "pid", r->status == AGSX_STATUS_EXITED ? 0 : r->init.pid);
-  agsx_json_key(g, "limits");
-  yajl_gen_map_open(g);
-  agsx_json_kv_int(g, "memory", (int64_t)r->memory);
-  agsx_json_kv_int(g, "pids", (int64_t)r->pids);
-  agsx_json_kv_int(g, "disk", (int64_t)r->disk);
-  agsx_json_kv_int(g, "cpu_quota_us", (int64_t)r->cpu_quota_us);
-  yajl_gen_map_close(g);
-  yajl_gen_map_close(g);
+  return agsx_record_status_name(r->status);
 }
 
 /* Docker's PORTS column: 127.0.0.1:8080->80/tcp, [::1]:53->53/udp */
@@ -110,21 +76,26 @@ static char *ports_column(const struct agsx_record *r) {
   return s;
 }
 
-static void record_row(const struct agsx_record *r, int64_t now) {
+/* One row of the table: nothing is cut but the id (Docker's 12 hex digits,
+ * all 32 with --no-trunc). */
+static void record_row(struct agsx_table *t, const struct agsx_record *r, int64_t now,
+                       bool no_trunc) {
   _cleanup_free_ char *age = agsx_format_duration((uint64_t)(now > r->created ? now - r->created : 0));
-  char left[64];
+  _cleanup_free_ char *left = NULL;
   if (r->status == AGSX_STATUS_EXITED) {
-    snprintf(left, sizeof(left), "exited (%d) %s", r->exit_code,
-             r->stop_reason ? r->stop_reason : "");
+    left = xasprintf("exited (%d)%s%s", r->exit_code, r->stop_reason ? " " : "",
+                     r->stop_reason ? r->stop_reason : "");
   } else {
     _cleanup_free_ char *l =
         agsx_format_duration((uint64_t)(r->deadline > now ? r->deadline - now : 0));
-    snprintf(left, sizeof(left), "%s left", l);
+    left = xasprintf("%s left", l);
   }
   _cleanup_free_ char *ports = ports_column(r);
-  printf("%-12.12s  %-16.16s  %-20.20s  %-8s  %-9s  %-24s  %-9s  %-15s  %s\n", r->id,
-         r->name ? r->name : "", r->image ? r->image : "", status_word(r), age, left,
-         r->network ? r->network : "", r->address ? r->address : "-", ports);
+  char id[33];
+  snprintf(id, sizeof(id), "%.*s", no_trunc ? 32 : 12, r->id);
+  const char *cells[] = {id, r->name, r->image, status_word(r), age, left, r->network,
+                         r->address ? r->address : "-", ports};
+  agsx_table_add(t, cells);
 }
 
 /* Reads every record; a corrupt one is reported and removed. */
@@ -177,22 +148,26 @@ int agsx_cmd_ls(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
   int64_t now = agsx_now_ns() / 1000000000LL;
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
   yajl_gen_array_open(g);
-  if (!f.json && !f.quiet)
-    printf("%-12s  %-16s  %-20s  %-8s  %-9s  %-24s  %-9s  %-15s  %s\n", "ID", "NAME", "IMAGE",
-           "STATUS", "CREATED", "TIME LEFT", "NETWORK", "ADDRESS", "PORTS");
+  static const char *const header[] = {"ID",       "NAME",    "IMAGE",   "STATUS", "CREATED",
+                                       "TIME LEFT", "NETWORK", "ADDRESS", "PORTS"};
+  struct agsx_table t;
+  agsx_table_init(&t, AGSX_ARRAY_SIZE(header), header);
   for (size_t k = 0; k < n; k++) {
     if (!f.all && v[k].status == AGSX_STATUS_EXITED)
       continue;
     if (f.json)
-      record_json(g, &v[k], now);
+      agsx_record_gen(g, &v[k], now, false);
     else if (f.quiet)
-      printf("%.12s\n", v[k].id);
+      printf("%.*s\n", f.no_trunc ? 32 : 12, v[k].id);
     else
-      record_row(&v[k], now);
+      record_row(&t, &v[k], now, f.no_trunc);
   }
   yajl_gen_array_close(g);
   if (f.json)
     print_json(g);
+  else if (!f.quiet)
+    agsx_table_print(&t, stdout);
+  agsx_table_clear(&t);
   for (size_t k = 0; k < n; k++)
     agsx_record_clear(&v[k]);
   free(v);

@@ -4,6 +4,7 @@
 #include "state.h"
 
 #include "json.h"
+#include "userns.h"
 
 #include <ctype.h>
 #include <fcntl.h>
@@ -90,6 +91,84 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len) {
   agsx_json_kv_bool(g, "reported", r->reported);
   yajl_gen_map_close(g);
   return agsx_json_gen_steal(g, ret_len);
+}
+
+const char *agsx_record_status_name(enum agsx_status s) {
+  return (size_t)s < AGSX_ARRAY_SIZE(status_names) ? status_names[s] : "exited";
+}
+
+static void gen_time(yajl_gen g, const char *key, int64_t t) {
+  agsx_json_key(g, key);
+  if (t <= 0) {
+    yajl_gen_null(g);
+    return;
+  }
+  _cleanup_free_ char *s = agsx_format_rfc3339(t);
+  agsx_json_str(g, s);
+}
+
+static void gen_full(yajl_gen g, const struct agsx_record *r) {
+  bool ended = r->status == AGSX_STATUS_EXITED;
+  gen_time(g, "started", r->started);
+  gen_time(g, "ended", ended ? r->ended : 0);
+  agsx_json_kv_int(g, "timeout", (int64_t)r->timeout);
+  agsx_json_kv_int(g, "deadline_ns", r->deadline_ns);
+  gen_proc(g, "supervisor", &r->supervisor);
+  gen_proc(g, "init", &r->init);
+  agsx_json_key(g, "uid_range");
+  yajl_gen_map_open(g);
+  agsx_json_kv_int(g, "slot", r->slot);
+  agsx_json_kv_int(g, "base", r->uid_base);
+  agsx_json_kv_int(g, "size", AGSX_UID_RANGE);
+  yajl_gen_map_close(g);
+  gen_strv(g, "argv", r->argv);
+  gen_strv(g, "env", r->env);
+  agsx_json_kv_str(g, "user", r->user);
+  agsx_json_kv_str(g, "cwd", r->cwd);
+  agsx_json_kv_str(g, "hostname", r->hostname);
+  agsx_json_kv_str(g, "seccomp", r->seccomp);
+  agsx_json_kv_bool(g, "rm", r->rm);
+  agsx_json_kv_bool(g, "stop_requested", r->stop_request);
+}
+
+void agsx_record_gen(yajl_gen g, const struct agsx_record *r, int64_t now, bool full) {
+  bool ended = r->status == AGSX_STATUS_EXITED;
+  yajl_gen_map_open(g);
+  agsx_json_kv_str(g, "id", r->id);
+  agsx_json_kv_str(g, "name", r->name);
+  agsx_json_kv_str(g, "image", r->image);
+  agsx_json_kv_str(g, "image_digest", r->image_digest);
+  agsx_json_kv_str(g, "status", agsx_record_status_name(r->status));
+  _cleanup_free_ char *created = agsx_format_rfc3339(r->created);
+  _cleanup_free_ char *deadline = agsx_format_rfc3339(r->deadline);
+  agsx_json_kv_str(g, "created", created);
+  agsx_json_kv_str(g, "deadline", deadline);
+  agsx_json_key(g, "time_left");
+  if (ended)
+    yajl_gen_null(g);
+  else
+    yajl_gen_integer(g, r->deadline > now ? r->deadline - now : 0);
+  agsx_json_kv_str(g, "stop_reason", r->stop_reason);
+  agsx_json_key(g, "exit_code");
+  if (ended)
+    yajl_gen_integer(g, r->exit_code);
+  else
+    yajl_gen_null(g);
+  agsx_json_kv_str(g, "network", r->network);
+  agsx_json_kv_str(g, "address", r->address);
+  agsx_json_key(g, "ports");
+  agsx_record_gen_ports(g, r->ports, r->n_ports);
+  agsx_json_kv_int(g, "pid", ended ? 0 : r->init.pid);
+  agsx_json_key(g, "limits");
+  yajl_gen_map_open(g);
+  agsx_json_kv_int(g, "memory", (int64_t)r->memory);
+  agsx_json_kv_int(g, "pids", (int64_t)r->pids);
+  agsx_json_kv_int(g, "disk", (int64_t)r->disk);
+  agsx_json_kv_int(g, "cpu_quota_us", (int64_t)r->cpu_quota_us);
+  yajl_gen_map_close(g);
+  if (full)
+    gen_full(g, r);
+  yajl_gen_map_close(g);
 }
 
 /* "ports": [{"host_ip": "127.0.0.1", "host_port": 8080, "port": 80, "proto": "tcp"}] */

@@ -61,6 +61,15 @@ struct agsx_record {
 void agsx_record_clear(struct agsx_record *r);
 char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len);
 int agsx_record_from_json(const char *buf, size_t len, struct agsx_record *r, agsx_error_t *err);
+/* "created", "running" or "exited". */
+const char *agsx_record_status_name(enum agsx_status s);
+/* The public JSON object of a sandbox: `ls --json`'s fields (id, name,
+ * image, image_digest, status, created, deadline, time_left, stop_reason,
+ * exit_code, network, address, ports, pid, limits); with FULL, `inspect`'s
+ * too (started, ended, timeout, deadline_ns, supervisor and init with their
+ * start times, uid_range, argv, env, user, cwd, hostname, seccomp, rm,
+ * stop_requested). NOW is the time (seconds) time_left counts from. */
+void agsx_record_gen(yajl_gen g, const struct agsx_record *r, int64_t now, bool full);
 /* The value of a record's "ports" (also in `ls --json` and `port --json`). */
 void agsx_record_gen_ports(yajl_gen g, const struct agsx_port *v, size_t n);
 
