@@ -118,6 +118,28 @@ static const struct agsx_option kill_opts[] = {
     {0},
 };
 
+static const struct agsx_option inspect_opts[] = {
+    {"json", 0, NULL, "Print JSON (the only format; for symmetry with other commands)", O_JSON},
+    {0},
+};
+
+static const struct agsx_option wait_opts[] = {
+    {"json", 0, NULL, "Print a JSON list of id, name, exit_code, stop_reason", O_JSON},
+    {0},
+};
+
+static const struct agsx_option rm_opts[] = {
+    {"force", 'f', NULL, "Stop running sandboxes first (as kill does), then remove them", O_FORCE},
+    {"json", 0, NULL, "Print the removed ids as a JSON list", O_JSON},
+    {0},
+};
+
+static const struct agsx_option stats_opts[] = {
+    {"no-stream", 0, NULL, "Print one sample (over 1 s) and exit", O_NO_STREAM},
+    {"json", 0, NULL, "Print a JSON list per sample (see agsx-stats(1))", O_JSON},
+    {0},
+};
+
 static const struct agsx_option update_opts[] = {
     {"timeout", 0, "DURATION", "New lifetime, counted from now (at most 24h)", O_TIMEOUT},
     {"json", 0, NULL, "Print the new deadline as JSON", O_JSON},
@@ -181,6 +203,13 @@ const struct agsx_command agsx_commands[] = {
     {"ls", "[OPTIONS]", "List sandboxes", ls_opts, agsx_cmd_ls, NULL},
     {"kill", "[OPTIONS] SANDBOX...", "Stop sandboxes or send them a signal", kill_opts,
      agsx_cmd_kill, NULL},
+    {"inspect", "SANDBOX...", "Show sandboxes' full records as JSON", inspect_opts,
+     agsx_cmd_inspect, NULL},
+    {"wait", "SANDBOX...", "Wait for sandboxes to end; print their exit codes", wait_opts,
+     agsx_cmd_wait, NULL},
+    {"rm", "[OPTIONS] SANDBOX...", "Remove ended sandboxes' records", rm_opts, agsx_cmd_rm, NULL},
+    {"stats", "[OPTIONS] [SANDBOX...]", "Show CPU, memory, pids, disk and network use",
+     stats_opts, agsx_cmd_stats, NULL},
     {"update", "--timeout DURATION SANDBOX", "Change a running sandbox's deadline", update_opts,
      agsx_cmd_update, NULL},
     {"port", "SANDBOX [PORT[/PROTO]]", "List a sandbox's published ports", none, agsx_cmd_port,

@@ -86,6 +86,10 @@ int agsx_cmd_exec(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_kill(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_update(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_inspect(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_wait(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_stats(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_build(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_gc(struct agsx_ctx *, const struct agsx_command *, int, char **);
 /* --allow RULE, --deny RULE and --rules FILE (run and network create). */

@@ -352,6 +352,160 @@ int agsx_cmd_kill(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc
   return rc;
 }
 
+/* ---- inspect, wait, rm --------------------------------------------------------------------
+ * Each takes SANDBOX... and goes on after one that fails (printed as
+ * `agsx: ...`), exiting 125 then, as kill does. */
+
+/* Opens the state directory for a command on SANDBOX...: without one, no
+ * sandbox exists (-1, after printing that the first is unknown). */
+static int open_state_for(struct agsx_ctx *ctx, const char *first) {
+  agsx_state_reap_all(ctx->state, true, &reap_log);
+  int fd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    agsx_failf("no such sandbox `%s`", first);
+  return fd;
+}
+
+int agsx_cmd_inspect(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  struct sflags f;
+  int i = sparse(ctx, cmd, argc, argv, &f);
+  if (i < 0)
+    return AGSX_EXIT_FAILURE;
+  if (i >= argc)
+    return agsx_failf("inspect: expected SANDBOX... (see agsx inspect --help)");
+  _cleanup_close_ int statefd = open_state_for(ctx, argv[i]);
+  if (statefd < 0)
+    return AGSX_EXIT_FAILURE;
+  int rc = 0;
+  int64_t now = agsx_now_ns() / 1000000000LL;
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(true);
+  yajl_gen_array_open(g);
+  for (; i < argc; i++) {
+    agsx_error_t err = NULL;
+    char id[33];
+    struct agsx_record r;
+    if (agsx_state_resolve(statefd, argv[i], id, &err) < 0 ||
+        agsx_record_read(statefd, id, &r, &err) < 0) {
+      rc = agsx_fail(&err);
+      continue;
+    }
+    agsx_record_gen(g, &r, now, true);
+    agsx_record_clear(&r);
+  }
+  yajl_gen_array_close(g);
+  print_json(g);
+  return rc;
+}
+
+int agsx_cmd_wait(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  struct sflags f;
+  int i = sparse(ctx, cmd, argc, argv, &f);
+  if (i < 0)
+    return AGSX_EXIT_FAILURE;
+  if (i >= argc)
+    return agsx_failf("wait: expected SANDBOX... (see agsx wait --help)");
+  _cleanup_close_ int statefd = open_state_for(ctx, argv[i]);
+  if (statefd < 0)
+    return AGSX_EXIT_FAILURE;
+  int rc = 0, last = 0;
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  yajl_gen_array_open(g);
+  /* One after the other, in order: the last one's code is the exit status. */
+  for (; i < argc; i++) {
+    agsx_error_t err = NULL;
+    char id[33];
+    struct agsx_record r;
+    if (agsx_state_resolve(statefd, argv[i], id, &err) < 0 ||
+        agsx_state_wait(statefd, id, &r, &err) < 0) {
+      rc = agsx_fail(&err);
+      continue;
+    }
+    last = r.exit_code;
+    if (f.json) {
+      yajl_gen_map_open(g);
+      agsx_json_kv_str(g, "id", r.id);
+      agsx_json_kv_str(g, "name", r.name);
+      agsx_json_kv_int(g, "exit_code", r.exit_code);
+      agsx_json_kv_str(g, "stop_reason", r.stop_reason);
+      yajl_gen_map_close(g);
+    } else {
+      printf("%d\n", r.exit_code);
+      fflush(stdout);
+    }
+    agsx_record_clear(&r);
+  }
+  yajl_gen_array_close(g);
+  if (f.json)
+    print_json(g);
+  return rc ? rc : last;
+}
+
+/* rm -f of a running sandbox: stop it as kill does and wait for its end. */
+static int stop_for_rm(int statefd, const char *id, agsx_error_t *err) {
+  int fd = request_stop(statefd, id, err);
+  if (fd == -2) {
+    if (agsx_error_errno(err) != ESRCH)
+      return -1;
+    agsx_error_free(err); /* it ended meanwhile */
+  }
+  if (fd >= 0)
+    close(fd);
+  struct agsx_record r;
+  if (agsx_state_wait(statefd, id, &r, err) < 0)
+    return -1;
+  agsx_record_clear(&r);
+  return 0;
+}
+
+int agsx_cmd_rm(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  struct sflags f;
+  int i = sparse(ctx, cmd, argc, argv, &f);
+  if (i < 0)
+    return AGSX_EXIT_FAILURE;
+  if (i >= argc)
+    return agsx_failf("rm: expected SANDBOX... (see agsx rm --help)");
+  _cleanup_close_ int statefd = open_state_for(ctx, argv[i]);
+  if (statefd < 0)
+    return AGSX_EXIT_FAILURE;
+  int rc = 0;
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  yajl_gen_array_open(g);
+  for (; i < argc; i++) {
+    agsx_error_t err = NULL;
+    char id[33];
+    if (agsx_state_resolve(statefd, argv[i], id, &err) < 0) {
+      rc = agsx_fail(&err);
+      continue;
+    }
+    int r = agsx_state_remove_ended(statefd, id, &err);
+    if (r < 0 && f.force && agsx_error_errno(&err) == EBUSY) {
+      agsx_error_free(&err);
+      r = stop_for_rm(statefd, id, &err);
+      /* A run --rm sandbox removes its record itself as it ends. */
+      if (r == 0 || agsx_error_errno(&err) == ENOENT) {
+        agsx_error_free(&err);
+        r = agsx_state_remove_ended(statefd, id, &err);
+        if (r < 0 && agsx_error_errno(&err) == ENOENT) {
+          agsx_error_free(&err);
+          r = 0;
+        }
+      }
+    }
+    if (r < 0) {
+      rc = agsx_fail(&err);
+      continue;
+    }
+    if (f.json)
+      agsx_json_str(g, id);
+    else
+      printf("%s\n", argv[i]);
+  }
+  yajl_gen_array_close(g);
+  if (f.json)
+    print_json(g);
+  return rc;
+}
+
 /* ---- update ------------------------------------------------------------------------------ */
 
 int agsx_cmd_update(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {

@@ -650,6 +650,103 @@ void agsx_state_reap_all(const char *state_dir, bool force, const struct agsx_re
   }
 }
 
+/* ---- waiting ----------------------------------------------------------------------------- */
+
+#include <poll.h>
+
+#define WAIT_POLL_MS 100       /* without pidfds, and while a record is being written */
+#define WAIT_MAX_SLEEP_MS 60000 /* re-read at least this often (clock changes, update) */
+
+static int removed_error(const char *id, agsx_error_t *err) {
+  return agsx_error_set_quiet(err, ENOENT,
+                              "sandbox `%.12s` is gone: its record was removed when it ended (run "
+                              "--rm) or by rm",
+                              id);
+}
+
+/* Sleeps until the supervisor SUP ends or for at most MS. */
+static void sleep_on(const struct agsx_proc_ref *sup, int64_t ms) {
+  _cleanup_close_ int fd = (int)syscall(SYS_pidfd_open, sup->pid, 0);
+  if (fd < 0) {
+    if (errno == ENOSYS)
+      ms = ms < WAIT_POLL_MS ? ms : WAIT_POLL_MS;
+    else
+      return; /* gone already */
+  } else if (!agsx_proc_ref_alive(sup)) {
+    return;
+  }
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  int64_t end = agsx_mono_ns() + ms * 1000000LL;
+  for (;;) {
+    int left = (int)((end - agsx_mono_ns()) / 1000000LL);
+    if (left <= 0 || poll(&p, fd >= 0 ? 1 : 0, left) >= 0 || errno != EINTR)
+      return;
+  }
+}
+
+int agsx_state_wait(int statefd, const char *id, struct agsx_record *ret, agsx_error_t *err) {
+  for (;;) {
+    _cleanup_free_ char *rec = xasprintf("%s/state.json", id);
+    struct stat st;
+    if (fstatat(statefd, rec, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+      if (errno != ENOENT || fstatat(statefd, id, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return removed_error(id, err);
+      usleep(WAIT_POLL_MS * 1000); /* being started: the record comes next */
+      continue;
+    }
+    struct agsx_record r;
+    if (agsx_record_read(statefd, id, &r, err) < 0) {
+      if (agsx_error_errno(err) != ENOENT)
+        return -1;
+      agsx_error_free(err);
+      return removed_error(id, err);
+    }
+    if (r.status == AGSX_STATUS_EXITED) {
+      *ret = r;
+      return 0;
+    }
+    int64_t now = agsx_now_ns() / 1000000000LL;
+    int64_t wake = r.deadline + AGSX_STUCK_GRACE_SEC + 1;
+    if (agsx_proc_ref_alive(&r.supervisor) && now < wake) {
+      int64_t ms = (wake - now) * 1000;
+      sleep_on(&r.supervisor, ms < WAIT_MAX_SLEEP_MS ? ms : WAIT_MAX_SLEEP_MS);
+    }
+    agsx_record_clear(&r);
+    /* Ended, stuck past the deadline, or killed without a word: the record
+     * says so after this (a no-op while the supervisor does its job). */
+    if (agsx_state_reap_one(statefd, id, NULL, err) < 0) {
+      if (agsx_error_errno(err) != ENOENT)
+        return -1;
+      agsx_error_free(err);
+    }
+  }
+}
+
+int agsx_state_remove_ended(int statefd, const char *id, agsx_error_t *err) {
+  _cleanup_close_ int lock = agsx_record_lock(statefd, id, err);
+  if (lock < 0)
+    return -1;
+  struct agsx_record r;
+  if (agsx_record_read(statefd, id, &r, err) < 0)
+    return -1;
+  if (r.status != AGSX_STATUS_EXITED) {
+    agsx_record_clear(&r);
+    return agsx_error_set_quiet(err, EBUSY,
+                                "sandbox `%.12s` is running: stop it first (agsx kill), or use "
+                                "rm -f",
+                                id);
+  }
+  struct agsx_cgroup *cg = NULL;
+  agsx_error_t e = NULL;
+  if (agsx_cgroup_open(id, &cg, &e) == 0)
+    agsx_cgroup_destroy(cg, &e);
+  agsx_cgroup_free(cg);
+  agsx_error_free(&e);
+  int ret = agsx_record_remove(statefd, &r, err);
+  agsx_record_clear(&r);
+  return ret;
+}
+
 char **agsx_state_running_images(const char *state_dir) {
   agsx_error_t err = NULL;
   _cleanup_close_ int statefd = open(state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -131,4 +131,17 @@ int agsx_state_reap_one(int statefd, const char *id, const struct agsx_reap_repo
 void agsx_state_reap_all(const char *state_dir, bool force, const struct agsx_reap_report *rep);
 #define AGSX_STUCK_GRACE_SEC 15
 
+/* ---- waiting for the end ----
+ * Blocks until sandbox ID has ended and fills RET with its final record.
+ * The supervisor writes the end into the record, then exits: this sleeps
+ * on its pidfd (checked against its start time), re-reading the record on
+ * each wake-up, and wakes at the deadline plus AGSX_STUCK_GRACE_SEC to reap
+ * a supervisor that is stuck or gone (agsx_state_reap_one). Only without
+ * pidfds (kernels before 5.3) does it poll, every 100 ms. ENOENT when the
+ * record is gone: `run --rm` removes it at the end, with the exit code. */
+int agsx_state_wait(int statefd, const char *id, struct agsx_record *ret, agsx_error_t *err);
+/* Removes the record of the ended sandbox ID (and its name, and a cgroup a
+ * crash may have left); EBUSY when it is still running. */
+int agsx_state_remove_ended(int statefd, const char *id, agsx_error_t *err);
+
 #endif
