@@ -706,10 +706,11 @@ int agsx_state_wait(int statefd, const char *id, struct agsx_record *ret, agsx_e
       return 0;
     }
     int64_t now = agsx_now_ns() / 1000000000LL;
-    int64_t wake = r.deadline + AGSX_STUCK_GRACE_SEC + 1;
+    /* (a record without a deadline is never stuck: reap_one leaves it) */
+    int64_t wake = r.deadline > 0 ? r.deadline + AGSX_STUCK_GRACE_SEC + 1 : INT64_MAX / 2;
     if (agsx_proc_ref_alive(&r.supervisor) && now < wake) {
-      int64_t ms = (wake - now) * 1000;
-      sleep_on(&r.supervisor, ms < WAIT_MAX_SLEEP_MS ? ms : WAIT_MAX_SLEEP_MS);
+      int64_t ms = (wake - now) < WAIT_MAX_SLEEP_MS / 1000 ? (wake - now) * 1000 : WAIT_MAX_SLEEP_MS;
+      sleep_on(&r.supervisor, ms);
     }
     agsx_record_clear(&r);
     /* Ended, stuck past the deadline, or killed without a word: the record
