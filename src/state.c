@@ -653,6 +653,7 @@ void agsx_state_reap_all(const char *state_dir, bool force, const struct agsx_re
 /* ---- waiting ----------------------------------------------------------------------------- */
 
 #include <poll.h>
+#include <sys/inotify.h>
 
 #define WAIT_POLL_MS 100       /* without pidfds, and while a record is being written */
 #define WAIT_MAX_SLEEP_MS 60000 /* re-read at least this often (clock changes, update) */
@@ -664,27 +665,74 @@ static int removed_error(const char *id, agsx_error_t *err) {
                               id);
 }
 
-/* Sleeps until the supervisor SUP ends or for at most MS. */
-static void sleep_on(const struct agsx_proc_ref *sup, int64_t ms) {
+bool agsx_state_has_waiters(int dirfd) {
+  return dirfd >= 0 && faccessat(dirfd, "waiters", F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+void agsx_state_await_waiters(int dirfd) {
+  _cleanup_close_ int fd = openat(dirfd, "waiters", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  int64_t end = agsx_mono_ns() + AGSX_WAITERS_MS * 1000000LL;
+  while (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK &&
+         agsx_mono_ns() < end)
+    usleep(5000);
+}
+
+/* What a waiter holds while it waits (see the header): the directory, a
+ * shared lock of its waiters file, an inotify watch of it. */
+struct waiter {
+  int dir, lock, ino;
+};
+
+static void waiter_close(struct waiter *w) {
+  agsx_closep(&w->ino);
+  agsx_closep(&w->lock);
+  agsx_closep(&w->dir);
+}
+
+static void waiter_open(int statefd, const char *id, struct waiter *w) {
+  w->dir = openat(statefd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  w->lock = w->ino = -1;
+  if (w->dir < 0)
+    return;
+  w->lock = openat(w->dir, "waiters", O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  /* Not blocking: an exclusive holder is a supervisor about to remove. */
+  if (w->lock >= 0 && flock(w->lock, LOCK_SH | LOCK_NB) < 0)
+    agsx_closep(&w->lock);
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/self/fd/%d", w->dir);
+  w->ino = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  if (w->ino >= 0 &&
+      inotify_add_watch(w->ino, path, IN_MOVED_TO | IN_DELETE_SELF | IN_ONLYDIR) < 0)
+    agsx_closep(&w->ino);
+}
+
+/* Sleeps until the supervisor SUP ends, the record changes, or for at most
+ * MS. */
+static void sleep_on(const struct agsx_proc_ref *sup, const struct waiter *w, int64_t ms) {
   _cleanup_close_ int fd = (int)syscall(SYS_pidfd_open, sup->pid, 0);
   if (fd < 0) {
-    if (errno == ENOSYS)
-      ms = ms < WAIT_POLL_MS ? ms : WAIT_POLL_MS;
-    else
+    if (errno != ENOSYS)
       return; /* gone already */
+    ms = ms < WAIT_POLL_MS ? ms : WAIT_POLL_MS;
   } else if (!agsx_proc_ref_alive(sup)) {
     return;
   }
-  struct pollfd p = {.fd = fd, .events = POLLIN};
+  struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = w->ino, .events = POLLIN}};
   int64_t end = agsx_mono_ns() + ms * 1000000LL;
   for (;;) {
     int left = (int)((end - agsx_mono_ns()) / 1000000LL);
-    if (left <= 0 || poll(&p, fd >= 0 ? 1 : 0, left) >= 0 || errno != EINTR)
-      return;
+    int r = left > 0 ? poll(p, 2, left) : 0;
+    if (r < 0 && errno == EINTR)
+      continue;
+    break;
   }
+  char buf[4096];
+  while (w->ino >= 0 && read(w->ino, buf, sizeof(buf)) > 0)
+    ;
 }
 
 int agsx_state_wait(int statefd, const char *id, struct agsx_record *ret, agsx_error_t *err) {
+  _cleanup_(waiter_close) struct waiter w = {-1, -1, -1};
   for (;;) {
     _cleanup_free_ char *rec = xasprintf("%s/state.json", id);
     struct stat st;
@@ -694,6 +742,9 @@ int agsx_state_wait(int statefd, const char *id, struct agsx_record *ret, agsx_e
       usleep(WAIT_POLL_MS * 1000); /* being started: the record comes next */
       continue;
     }
+    /* Held before the record is read: no end can slip between the two. */
+    if (w.dir < 0)
+      waiter_open(statefd, id, &w);
     struct agsx_record r;
     if (agsx_record_read(statefd, id, &r, err) < 0) {
       if (agsx_error_errno(err) != ENOENT)
@@ -710,7 +761,7 @@ int agsx_state_wait(int statefd, const char *id, struct agsx_record *ret, agsx_e
     int64_t wake = r.deadline > 0 ? r.deadline + AGSX_STUCK_GRACE_SEC + 1 : INT64_MAX / 2;
     if (agsx_proc_ref_alive(&r.supervisor) && now < wake) {
       int64_t ms = (wake - now) < WAIT_MAX_SLEEP_MS / 1000 ? (wake - now) * 1000 : WAIT_MAX_SLEEP_MS;
-      sleep_on(&r.supervisor, ms);
+      sleep_on(&r.supervisor, &w, ms);
     }
     agsx_record_clear(&r);
     /* Ended, stuck past the deadline, or killed without a word: the record

@@ -134,12 +134,25 @@ void agsx_state_reap_all(const char *state_dir, bool force, const struct agsx_re
 /* ---- waiting for the end ----
  * Blocks until sandbox ID has ended and fills RET with its final record.
  * The supervisor writes the end into the record, then exits: this sleeps
- * on its pidfd (checked against its start time), re-reading the record on
- * each wake-up, and wakes at the deadline plus AGSX_STUCK_GRACE_SEC to reap
- * a supervisor that is stuck or gone (agsx_state_reap_one). Only without
- * pidfds (kernels before 5.3) does it poll, every 100 ms. ENOENT when the
- * record is gone: `run --rm` removes it at the end, with the exit code. */
+ * on its pidfd (checked against its start time) and on an inotify watch of
+ * the record directory, re-reading the record on each wake-up, and wakes
+ * at the deadline plus AGSX_STUCK_GRACE_SEC to reap a supervisor that is
+ * stuck or gone (agsx_state_reap_one). Only without pidfds (kernels before
+ * 5.3) does it poll, every 100 ms.
+ *
+ * `run --rm` removes the record at the end. So that its waiters still get
+ * the exit code, each holds a shared flock of STATE/<id>/waiters while it
+ * waits; a supervisor that finds that file writes the end record first and
+ * removes the record only once it gets the lock exclusively (see
+ * agsx_state_await_waiters). ENOENT when the record is gone anyway. */
 int agsx_state_wait(int statefd, const char *id, struct agsx_record *ret, agsx_error_t *err);
+/* For a record about to be removed: true when someone waits for it (the
+ * waiters file exists; then write the end record first). */
+bool agsx_state_has_waiters(int dirfd);
+/* Waits until no waiter holds the waiters file of the record directory
+ * DIRFD (each lets go once it has read the end), at most AGSX_WAITERS_MS. */
+void agsx_state_await_waiters(int dirfd);
+#define AGSX_WAITERS_MS 2000
 /* Removes the record of the ended sandbox ID (and its name, and a cgroup a
  * crash may have left); EBUSY when it is still running. */
 int agsx_state_remove_ended(int statefd, const char *id, agsx_error_t *err);

@@ -230,6 +230,28 @@ assert l == [{"id": sys.argv[1], "name": "late", "exit_code": 143, "stop_reason"
     { echo "# wait: status $rc, output $(cat "$T/out")" >&3; false; }
 }
 
+@test "wait: a run -d --rm sandbox's exit code reaches its waiters, then the record goes" {
+  local a
+  a=$(rund --rm --name gone busybox sh -c 'sleep 1; exit 7')
+  ax wait gone >"$T/w1" 2>&1 &
+  local p1=$!
+  run_ax wait --json "$a"
+  assert_status 7
+  py 'import json, sys; l = json.load(sys.stdin); assert l[0]["exit_code"] == 7 and l[0]["name"] == "gone", l'
+  wait "$p1" || [ $? -eq 7 ]
+  [ "$(cat "$T/w1")" = 7 ] || { echo "# other waiter: $(cat "$T/w1")" >&3; false; }
+  # the record and the name went right after
+  local i
+  for i in $(seq 20); do [ -e "$STATE/$a" ] || break; sleep 0.1; done
+  [ ! -e "$STATE/$a" ] && [ ! -e "$STATE/names/gone" ]
+  # and without a waiter, as before: no end record is written
+  a=$(rund --rm busybox true)
+  for i in $(seq 20); do [ -e "$STATE/$a" ] || break; sleep 0.1; done
+  [ ! -e "$STATE/$a" ]
+  run_ax wait "$a"
+  assert_agsx_error "no such sandbox"
+}
+
 # ---- rm ----------------------------------------------------------------
 
 @test "rm: removes ended records; refuses a running one; -f stops it first; nothing is left" {
