@@ -416,7 +416,7 @@ int agsx_cmd_wait(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc
     char id[33];
     struct agsx_record r;
     if (agsx_state_resolve(statefd, argv[i], id, &err) < 0 ||
-        agsx_state_wait(statefd, id, &r, &err) < 0) {
+        agsx_state_wait(statefd, id, -1, &r, &err) < 0) {
       rc = agsx_fail(&err);
       continue;
     }
@@ -441,6 +441,7 @@ int agsx_cmd_wait(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc
 }
 
 /* rm -f of a running sandbox: stop it as kill does and wait for its end. */
+#define RM_STOP_TIMEOUT_MS 15000
 static int stop_for_rm(int statefd, const char *id, agsx_error_t *err) {
   int fd = request_stop(statefd, id, err);
   if (fd == -2) {
@@ -450,8 +451,10 @@ static int stop_for_rm(int statefd, const char *id, agsx_error_t *err) {
   }
   if (fd >= 0)
     close(fd);
+  /* As long as kill waits: a supervisor that does not answer is not
+   * waited for until its deadline. */
   struct agsx_record r;
-  if (agsx_state_wait(statefd, id, &r, err) < 0)
+  if (agsx_state_wait(statefd, id, RM_STOP_TIMEOUT_MS, &r, err) < 0)
     return -1;
   agsx_record_clear(&r);
   return 0;

@@ -731,9 +731,13 @@ static void sleep_on(const struct agsx_proc_ref *sup, const struct waiter *w, in
     ;
 }
 
-int agsx_state_wait(int statefd, const char *id, struct agsx_record *ret, agsx_error_t *err) {
+int agsx_state_wait(int statefd, const char *id, int64_t timeout_ms, struct agsx_record *ret,
+                    agsx_error_t *err) {
   _cleanup_(waiter_close) struct waiter w = {-1, -1, -1};
+  int64_t until = timeout_ms < 0 ? INT64_MAX : agsx_mono_ns() + timeout_ms * 1000000LL;
   for (;;) {
+    if (agsx_mono_ns() >= until)
+      return agsx_error_set_quiet(err, ETIMEDOUT, "sandbox `%.12s` did not end in time", id);
     _cleanup_free_ char *rec = xasprintf("%s/state.json", id);
     struct stat st;
     if (fstatat(statefd, rec, &st, AT_SYMLINK_NOFOLLOW) < 0) {
@@ -761,7 +765,8 @@ int agsx_state_wait(int statefd, const char *id, struct agsx_record *ret, agsx_e
     int64_t wake = r.deadline > 0 ? r.deadline + AGSX_STUCK_GRACE_SEC + 1 : INT64_MAX / 2;
     if (agsx_proc_ref_alive(&r.supervisor) && now < wake) {
       int64_t ms = (wake - now) < WAIT_MAX_SLEEP_MS / 1000 ? (wake - now) * 1000 : WAIT_MAX_SLEEP_MS;
-      sleep_on(&r.supervisor, &w, ms);
+      int64_t left = (until - agsx_mono_ns()) / 1000000LL + 1;
+      sleep_on(&r.supervisor, &w, ms < left ? ms : left);
     }
     agsx_record_clear(&r);
     /* Ended, stuck past the deadline, or killed without a word: the record

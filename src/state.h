@@ -144,8 +144,10 @@ void agsx_state_reap_all(const char *state_dir, bool force, const struct agsx_re
  * the exit code, each holds a shared flock of STATE/<id>/waiters while it
  * waits; a supervisor that finds that file writes the end record first and
  * removes the record only once it gets the lock exclusively (see
- * agsx_state_await_waiters). ENOENT when the record is gone anyway. */
-int agsx_state_wait(int statefd, const char *id, struct agsx_record *ret, agsx_error_t *err);
+ * agsx_state_await_waiters). ENOENT when the record is gone anyway;
+ * ETIMEDOUT after TIMEOUT_MS (-1: no limit). */
+int agsx_state_wait(int statefd, const char *id, int64_t timeout_ms, struct agsx_record *ret,
+                    agsx_error_t *err);
 /* For a record about to be removed: true when someone waits for it (the
  * waiters file exists; then write the end record first). */
 bool agsx_state_has_waiters(int dirfd);
