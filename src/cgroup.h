@@ -42,9 +42,9 @@ struct agsx_cgroup;
  * alone. NAME must match [0-9a-f]{8,64}. For `agsx stats`, v1 also gets
  * cpuacct and memory directories without a limit, and v2 the memory
  * controller where the host has it; these are best effort (skipped when
- * they cannot be made). On v1 with no limit and no such controller nothing
- * is created (attach and destroy are then no-ops; the pid namespace still
- * bounds the sandbox's processes). */
+ * they cannot be made). On v1 with no limit, no track and none of those
+ * controllers nothing is created (attach and destroy are then no-ops; the
+ * pid namespace still bounds the sandbox's processes). */
 int agsx_cgroup_create(const char *name, const struct agsx_cgroup_limits *lim,
                        struct agsx_cgroup **ret, agsx_error_t *err);
 /* Re-opens an existing sandbox cgroup in every hierarchy that has it (for
