@@ -124,6 +124,7 @@ static const struct agsx_option cp_opts[] = {
 static const struct agsx_option ls_opts[] = {
     {"all", 'a', NULL, "Also list ended sandboxes, with stop reason and exit code", O_ALL},
     {"quiet", 'q', NULL, "Print short ids only", O_QUIET},
+    {"no-trunc", 0, NULL, "Print full 32-digit ids (names and images are never cut)", O_NO_TRUNC},
     {"json", 0, NULL, "Print a JSON list (see agsx-ls(1))", O_JSON},
     {0},
 };
@@ -131,6 +132,28 @@ static const struct agsx_option ls_opts[] = {
 static const struct agsx_option kill_opts[] = {
     {"signal", 's', "SIGNAL", "Only send SIGNAL (name or number) to the command", O_SIGNAL},
     {"all", 'a', NULL, "Every running sandbox", O_ALL},
+    {0},
+};
+
+static const struct agsx_option inspect_opts[] = {
+    {"json", 0, NULL, "Print JSON (the only format; for symmetry with other commands)", O_JSON},
+    {0},
+};
+
+static const struct agsx_option wait_opts[] = {
+    {"json", 0, NULL, "Print a JSON list of id, name, exit_code, stop_reason", O_JSON},
+    {0},
+};
+
+static const struct agsx_option rm_opts[] = {
+    {"force", 'f', NULL, "Stop running sandboxes first (as kill does), then remove them", O_FORCE},
+    {"json", 0, NULL, "Print the removed ids as a JSON list", O_JSON},
+    {0},
+};
+
+static const struct agsx_option stats_opts[] = {
+    {"no-stream", 0, NULL, "Print one sample (over 1 s) and exit", O_NO_STREAM},
+    {"json", 0, NULL, "Print a JSON list per sample (see agsx-stats(1))", O_JSON},
     {0},
 };
 
@@ -197,6 +220,13 @@ const struct agsx_command agsx_commands[] = {
     {"ls", "[OPTIONS]", "List sandboxes", ls_opts, agsx_cmd_ls, NULL},
     {"kill", "[OPTIONS] SANDBOX...", "Stop sandboxes or send them a signal", kill_opts,
      agsx_cmd_kill, NULL},
+    {"inspect", "SANDBOX...", "Show sandboxes' full records as JSON", inspect_opts,
+     agsx_cmd_inspect, NULL},
+    {"wait", "SANDBOX...", "Wait for sandboxes to end; print their exit codes", wait_opts,
+     agsx_cmd_wait, NULL},
+    {"rm", "[OPTIONS] SANDBOX...", "Remove ended sandboxes' records", rm_opts, agsx_cmd_rm, NULL},
+    {"stats", "[OPTIONS] [SANDBOX...]", "Show CPU, memory, pids, disk and network use",
+     stats_opts, agsx_cmd_stats, NULL},
     {"update", "--timeout DURATION SANDBOX", "Change a running sandbox's deadline", update_opts,
      agsx_cmd_update, NULL},
     {"port", "SANDBOX [PORT[/PROTO]]", "List a sandbox's published ports", none, agsx_cmd_port,

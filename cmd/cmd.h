@@ -42,6 +42,7 @@ enum {
   O_FILE, O_BUILD_ARG, O_NO_CACHE, O_PLATFORM, O_PULL,
   O_IMAGE,
   O_OUTPUT, O_FORMAT,
+  O_NO_TRUNC, O_FORCE, O_NO_STREAM,
 };
 
 /* The table, in cmd/agsx.c. */
@@ -89,6 +90,10 @@ int agsx_cmd_exec(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_kill(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_update(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_inspect(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_wait(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_stats(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_build(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_gc(struct agsx_ctx *, const struct agsx_command *, int, char **);
 /* --allow RULE, --deny RULE and --rules FILE (run and network create). */

@@ -564,28 +564,38 @@ static void write_end_record(struct sup *f) {
   struct agsx_sandbox *sb = f->sb;
   if (sb->statefd < 0)
     return;
-  /* A sandbox that never started has no record: the caller got the error. */
-  if (f->o->rm || !f->recorded) {
+  /* A sandbox that never started has no record: the caller got the error.
+   * With --rm the record goes at once, unless `agsx wait` waits for it: it
+   * gets the end first (see agsx_state_wait). */
+  if (!f->recorded || (f->o->rm && !agsx_state_has_waiters(sb->dirfd))) {
     if (agsx_sandbox_remove_record(sb, &err) < 0)
       agsx_warn("%s", err->msg);
     agsx_error_free(&err);
     return;
   }
-  _cleanup_close_ int lock = agsx_record_lock(sb->statefd, sb->id, &err);
-  struct agsx_record r;
-  if (lock < 0 || agsx_record_read(sb->statefd, sb->id, &r, &err) < 0) {
+  {
+    _cleanup_close_ int lock = agsx_record_lock(sb->statefd, sb->id, &err);
+    struct agsx_record r;
+    if (lock < 0 || agsx_record_read(sb->statefd, sb->id, &r, &err) < 0) {
+      agsx_error_free(&err);
+      fill_record(f, &r);
+    }
+    r.status = AGSX_STATUS_EXITED;
+    free(r.stop_reason);
+    r.stop_reason = xstrdup(agsx_stop_reason_name(sb->reason));
+    r.exit_code = sb->exit_code;
+    r.ended = agsx_now_ns() / 1000000000LL;
+    if (agsx_record_write(sb->statefd, &r, &err) < 0)
+      agsx_warn("%s", err->msg);
     agsx_error_free(&err);
-    fill_record(f, &r);
+    agsx_record_clear(&r);
   }
-  r.status = AGSX_STATUS_EXITED;
-  free(r.stop_reason);
-  r.stop_reason = xstrdup(agsx_stop_reason_name(sb->reason));
-  r.exit_code = sb->exit_code;
-  r.ended = agsx_now_ns() / 1000000000LL;
-  if (agsx_record_write(sb->statefd, &r, &err) < 0)
-    agsx_warn("%s", err->msg);
-  agsx_error_free(&err);
-  agsx_record_clear(&r);
+  if (f->o->rm) {
+    agsx_state_await_waiters(sb->dirfd);
+    if (agsx_sandbox_remove_record(sb, &err) < 0)
+      agsx_warn("%s", err->msg);
+    agsx_error_free(&err);
+  }
 }
 
 static void print_json(struct sup *f, const char *error, int exit_code) {

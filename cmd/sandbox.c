@@ -5,6 +5,7 @@
 #include "network.h"
 #include "json.h"
 #include "state.h"
+#include "table.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -13,7 +14,7 @@
 #include <sys/syscall.h>
 
 struct sflags {
-  bool all, quiet, json, images, dry_run;
+  bool all, quiet, json, images, dry_run, no_trunc, force, no_stream;
   const char *signal, *timeout;
 };
 
@@ -25,6 +26,9 @@ static int on_sopt(void *data, int id, const char *arg) {
   case O_DRY_RUN: f->dry_run = true; break;
   case O_QUIET: f->quiet = true; break;
   case O_JSON: f->json = true; break;
+  case O_NO_TRUNC: f->no_trunc = true; break;
+  case O_FORCE: f->force = true; break;
+  case O_NO_STREAM: f->no_stream = true; break;
   case O_SIGNAL: f->signal = arg; break;
   case O_TIMEOUT: f->timeout = arg; break;
   }
@@ -55,45 +59,7 @@ static const struct agsx_reap_report reap_log = {warn_reap, NULL};
 /* ---- ls ------------------------------------------------------------------------------- */
 
 static const char *status_word(const struct agsx_record *r) {
-  return r->status == AGSX_STATUS_EXITED ? "exited" : r->status == AGSX_STATUS_RUNNING ? "running"
-                                                                                      : "created";
-}
-
-static void record_json(yajl_gen g, const struct agsx_record *r, int64_t now) {
-  yajl_gen_map_open(g);
-  agsx_json_kv_str(g, "id", r->id);
-  agsx_json_kv_str(g, "name", r->name);
-  agsx_json_kv_str(g, "image", r->image);
-  agsx_json_kv_str(g, "image_digest", r->image_digest);
-  agsx_json_kv_str(g, "status", status_word(r));
-  _cleanup_free_ char *created = agsx_format_rfc3339(r->created);
-  _cleanup_free_ char *deadline = agsx_format_rfc3339(r->deadline);
-  agsx_json_kv_str(g, "created", created);
-  agsx_json_kv_str(g, "deadline", deadline);
-  agsx_json_key(g, "time_left");
-  if (r->status == AGSX_STATUS_EXITED)
-    yajl_gen_null(g);
-  else
-    yajl_gen_integer(g, r->deadline > now ? r->deadline - now : 0);
-  agsx_json_kv_str(g, "stop_reason", r->stop_reason);
-  agsx_json_key(g, "exit_code");
-  if (r->status == AGSX_STATUS_EXITED)
-    yajl_gen_integer(g, r->exit_code);
-  else
-    yajl_gen_null(g);
-  agsx_json_kv_str(g, "network", r->network);
-  agsx_json_kv_str(g, "address", r->address);
-  agsx_json_key(g, "ports");
-  agsx_record_gen_ports(g, r->ports, r->n_ports);
-  agsx_json_kv_int(g, "pid", r->status == AGSX_STATUS_EXITED ? 0 : r->init.pid);
-  agsx_json_key(g, "limits");
-  yajl_gen_map_open(g);
-  agsx_json_kv_int(g, "memory", (int64_t)r->memory);
-  agsx_json_kv_int(g, "pids", (int64_t)r->pids);
-  agsx_json_kv_int(g, "disk", (int64_t)r->disk);
-  agsx_json_kv_int(g, "cpu_quota_us", (int64_t)r->cpu_quota_us);
-  yajl_gen_map_close(g);
-  yajl_gen_map_close(g);
+  return agsx_record_status_name(r->status);
 }
 
 /* Docker's PORTS column: 127.0.0.1:8080->80/tcp, [::1]:53->53/udp */
@@ -110,21 +76,26 @@ static char *ports_column(const struct agsx_record *r) {
   return s;
 }
 
-static void record_row(const struct agsx_record *r, int64_t now) {
+/* One row of the table: nothing is cut but the id (Docker's 12 hex digits,
+ * all 32 with --no-trunc). */
+static void record_row(struct agsx_table *t, const struct agsx_record *r, int64_t now,
+                       bool no_trunc) {
   _cleanup_free_ char *age = agsx_format_duration((uint64_t)(now > r->created ? now - r->created : 0));
-  char left[64];
+  _cleanup_free_ char *left = NULL;
   if (r->status == AGSX_STATUS_EXITED) {
-    snprintf(left, sizeof(left), "exited (%d) %s", r->exit_code,
-             r->stop_reason ? r->stop_reason : "");
+    left = xasprintf("exited (%d)%s%s", r->exit_code, r->stop_reason ? " " : "",
+                     r->stop_reason ? r->stop_reason : "");
   } else {
     _cleanup_free_ char *l =
         agsx_format_duration((uint64_t)(r->deadline > now ? r->deadline - now : 0));
-    snprintf(left, sizeof(left), "%s left", l);
+    left = xasprintf("%s left", l);
   }
   _cleanup_free_ char *ports = ports_column(r);
-  printf("%-12.12s  %-16.16s  %-20.20s  %-8s  %-9s  %-24s  %-9s  %-15s  %s\n", r->id,
-         r->name ? r->name : "", r->image ? r->image : "", status_word(r), age, left,
-         r->network ? r->network : "", r->address ? r->address : "-", ports);
+  char id[33];
+  snprintf(id, sizeof(id), "%.*s", no_trunc ? 32 : 12, r->id);
+  const char *cells[] = {id, r->name, r->image, status_word(r), age, left, r->network,
+                         r->address ? r->address : "-", ports};
+  agsx_table_add(t, cells);
 }
 
 /* Reads every record; a corrupt one is reported and removed. */
@@ -177,22 +148,26 @@ int agsx_cmd_ls(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
   int64_t now = agsx_now_ns() / 1000000000LL;
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
   yajl_gen_array_open(g);
-  if (!f.json && !f.quiet)
-    printf("%-12s  %-16s  %-20s  %-8s  %-9s  %-24s  %-9s  %-15s  %s\n", "ID", "NAME", "IMAGE",
-           "STATUS", "CREATED", "TIME LEFT", "NETWORK", "ADDRESS", "PORTS");
+  static const char *const header[] = {"ID",       "NAME",    "IMAGE",   "STATUS", "CREATED",
+                                       "TIME LEFT", "NETWORK", "ADDRESS", "PORTS"};
+  struct agsx_table t;
+  agsx_table_init(&t, AGSX_ARRAY_SIZE(header), header);
   for (size_t k = 0; k < n; k++) {
     if (!f.all && v[k].status == AGSX_STATUS_EXITED)
       continue;
     if (f.json)
-      record_json(g, &v[k], now);
+      agsx_record_gen(g, &v[k], now, false);
     else if (f.quiet)
-      printf("%.12s\n", v[k].id);
+      printf("%.*s\n", f.no_trunc ? 32 : 12, v[k].id);
     else
-      record_row(&v[k], now);
+      record_row(&t, &v[k], now, f.no_trunc);
   }
   yajl_gen_array_close(g);
   if (f.json)
     print_json(g);
+  else if (!f.quiet)
+    agsx_table_print(&t, stdout);
+  agsx_table_clear(&t);
   for (size_t k = 0; k < n; k++)
     agsx_record_clear(&v[k]);
   free(v);
@@ -374,6 +349,163 @@ int agsx_cmd_kill(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc
   for (size_t k = 0; k < n; k++)
     agsx_record_clear(&v[k]);
   free(v);
+  return rc;
+}
+
+/* ---- inspect, wait, rm --------------------------------------------------------------------
+ * Each takes SANDBOX... and goes on after one that fails (printed as
+ * `agsx: ...`), exiting 125 then, as kill does. */
+
+/* Opens the state directory for a command on SANDBOX...: without one, no
+ * sandbox exists (-1, after printing that the first is unknown). */
+static int open_state_for(struct agsx_ctx *ctx, const char *first) {
+  agsx_state_reap_all(ctx->state, true, &reap_log);
+  int fd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    agsx_failf("no such sandbox `%s`", first);
+  return fd;
+}
+
+int agsx_cmd_inspect(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  struct sflags f;
+  int i = sparse(ctx, cmd, argc, argv, &f);
+  if (i < 0)
+    return AGSX_EXIT_FAILURE;
+  if (i >= argc)
+    return agsx_failf("inspect: expected SANDBOX... (see agsx inspect --help)");
+  _cleanup_close_ int statefd = open_state_for(ctx, argv[i]);
+  if (statefd < 0)
+    return AGSX_EXIT_FAILURE;
+  int rc = 0;
+  int64_t now = agsx_now_ns() / 1000000000LL;
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(true);
+  yajl_gen_array_open(g);
+  for (; i < argc; i++) {
+    agsx_error_t err = NULL;
+    char id[33];
+    struct agsx_record r;
+    if (agsx_state_resolve(statefd, argv[i], id, &err) < 0 ||
+        agsx_record_read(statefd, id, &r, &err) < 0) {
+      rc = agsx_fail(&err);
+      continue;
+    }
+    agsx_record_gen(g, &r, now, true);
+    agsx_record_clear(&r);
+  }
+  yajl_gen_array_close(g);
+  print_json(g);
+  return rc;
+}
+
+int agsx_cmd_wait(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  struct sflags f;
+  int i = sparse(ctx, cmd, argc, argv, &f);
+  if (i < 0)
+    return AGSX_EXIT_FAILURE;
+  if (i >= argc)
+    return agsx_failf("wait: expected SANDBOX... (see agsx wait --help)");
+  _cleanup_close_ int statefd = open_state_for(ctx, argv[i]);
+  if (statefd < 0)
+    return AGSX_EXIT_FAILURE;
+  int rc = 0, last = 0;
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  yajl_gen_array_open(g);
+  /* One after the other, in order: the last one's code is the exit status. */
+  for (; i < argc; i++) {
+    agsx_error_t err = NULL;
+    char id[33];
+    struct agsx_record r;
+    if (agsx_state_resolve(statefd, argv[i], id, &err) < 0 ||
+        agsx_state_wait(statefd, id, -1, &r, &err) < 0) {
+      rc = agsx_fail(&err);
+      continue;
+    }
+    last = r.exit_code;
+    if (f.json) {
+      yajl_gen_map_open(g);
+      agsx_json_kv_str(g, "id", r.id);
+      agsx_json_kv_str(g, "name", r.name);
+      agsx_json_kv_int(g, "exit_code", r.exit_code);
+      agsx_json_kv_str(g, "stop_reason", r.stop_reason);
+      yajl_gen_map_close(g);
+    } else {
+      printf("%d\n", r.exit_code);
+      fflush(stdout);
+    }
+    agsx_record_clear(&r);
+  }
+  yajl_gen_array_close(g);
+  if (f.json)
+    print_json(g);
+  return rc ? rc : last;
+}
+
+/* rm -f of a running sandbox: stop it as kill does and wait for its end. */
+#define RM_STOP_TIMEOUT_MS 15000
+static int stop_for_rm(int statefd, const char *id, agsx_error_t *err) {
+  int fd = request_stop(statefd, id, err);
+  if (fd == -2) {
+    if (agsx_error_errno(err) != ESRCH)
+      return -1;
+    agsx_error_free(err); /* it ended meanwhile */
+  }
+  if (fd >= 0)
+    close(fd);
+  /* As long as kill waits: a supervisor that does not answer is not
+   * waited for until its deadline. */
+  struct agsx_record r;
+  if (agsx_state_wait(statefd, id, RM_STOP_TIMEOUT_MS, &r, err) < 0)
+    return -1;
+  agsx_record_clear(&r);
+  return 0;
+}
+
+int agsx_cmd_rm(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  struct sflags f;
+  int i = sparse(ctx, cmd, argc, argv, &f);
+  if (i < 0)
+    return AGSX_EXIT_FAILURE;
+  if (i >= argc)
+    return agsx_failf("rm: expected SANDBOX... (see agsx rm --help)");
+  _cleanup_close_ int statefd = open_state_for(ctx, argv[i]);
+  if (statefd < 0)
+    return AGSX_EXIT_FAILURE;
+  int rc = 0;
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  yajl_gen_array_open(g);
+  for (; i < argc; i++) {
+    agsx_error_t err = NULL;
+    char id[33];
+    if (agsx_state_resolve(statefd, argv[i], id, &err) < 0) {
+      rc = agsx_fail(&err);
+      continue;
+    }
+    int r = agsx_state_remove_ended(statefd, id, &err);
+    if (r < 0 && f.force && agsx_error_errno(&err) == EBUSY) {
+      agsx_error_free(&err);
+      r = stop_for_rm(statefd, id, &err);
+      /* A run --rm sandbox removes its record itself as it ends. */
+      if (r == 0 || agsx_error_errno(&err) == ENOENT) {
+        agsx_error_free(&err);
+        r = agsx_state_remove_ended(statefd, id, &err);
+        if (r < 0 && agsx_error_errno(&err) == ENOENT) {
+          agsx_error_free(&err);
+          r = 0;
+        }
+      }
+    }
+    if (r < 0) {
+      rc = agsx_fail(&err);
+      continue;
+    }
+    if (f.json)
+      agsx_json_str(g, id);
+    else
+      printf("%s\n", argv[i]);
+  }
+  yajl_gen_array_close(g);
+  if (f.json)
+    print_json(g);
   return rc;
 }
 

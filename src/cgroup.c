@@ -13,9 +13,13 @@
 #include <sys/vfs.h>
 #include <time.h>
 
-enum ctrl { CTRL_MEMORY, CTRL_CPU, CTRL_PIDS, CTRL_N };
-static const char *const ctrl_name[CTRL_N] = {"memory", "cpu", "pids"};
+enum ctrl { CTRL_MEMORY, CTRL_CPU, CTRL_PIDS, CTRL_CPUACCT, CTRL_N };
+static const char *const ctrl_name[CTRL_N] = {"memory", "cpu", "pids", "cpuacct"};
 #define BIT(c) (1u << (c))
+/* v1 hierarchies made for `agsx stats` even without a limit: CPU time and
+ * memory use. A convenience: one that cannot be made is skipped. (v2 has
+ * cpu.stat in every cgroup; memory is enabled there when available.) */
+#define ACCOUNTING (BIT(CTRL_CPUACCT) | BIT(CTRL_MEMORY))
 
 #define NSEC_PER_MSEC 1000000LL
 #define KILL_TIMEOUT_NS (2000 * NSEC_PER_MSEC)
@@ -382,9 +386,21 @@ static int create_v1(struct agsx_cgroup *cg, const struct layout *l, unsigned ne
                             ctrl_name[c], ctrl_name[c]);
     hier_get(cg, l->mnt[c], c);
   }
-  for (size_t i = 0; i < cg->n; i++)
-    if (hier_open_parent(cg, &cg->h[i], err) < 0 || hier_make_leaf(cg, &cg->h[i], err) < 0)
+  for (int c = 0; c < CTRL_N; c++)
+    if ((ACCOUNTING & BIT(c)) && !(need & BIT(c)) && l->mnt[c])
+      hier_get(cg, l->mnt[c], c);
+  for (size_t i = 0; i < cg->n; i++) {
+    struct hier *h = &cg->h[i];
+    if (hier_open_parent(cg, h, err) == 0 && hier_make_leaf(cg, h, err) == 0)
+      continue;
+    if (h->ctrls & need)
       return -1;
+    agsx_debug("cgroup `%s/%s`: no accounting in `%s`: %s", cg->parent, cg->name, h->mnt,
+               (*err)->msg);
+    agsx_error_free(err);
+    if (!h->owned)
+      agsx_closep(&h->parentfd); /* fd -1, not owned: every user skips it */
+  }
   return 0;
 }
 
@@ -422,7 +438,7 @@ static int check_available_v2(int rootfd, const char *root, unsigned need, agsx_
 static int create_v2(struct agsx_cgroup *cg, const struct layout *l, unsigned need,
                      agsx_error_t *err) {
   struct hier *h = hier_get(cg, l->root, CTRL_MEMORY);
-  h->ctrls = BIT(CTRL_MEMORY) | BIT(CTRL_CPU) | BIT(CTRL_PIDS);
+  h->ctrls = BIT(CTRL_MEMORY) | BIT(CTRL_CPU) | BIT(CTRL_PIDS) | BIT(CTRL_CPUACCT);
   _cleanup_close_ int rootfd = open(l->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (rootfd < 0)
     return agsx_error_set(err, errno, "open cgroup root `%s`", l->root);
@@ -430,6 +446,13 @@ static int create_v2(struct agsx_cgroup *cg, const struct layout *l, unsigned ne
       enable_controllers(rootfd, l->root, need, err) < 0 || hier_open_parent(cg, h, err) < 0 ||
       enable_controllers(h->parentfd, cg->parent, need, err) < 0)
     return -1;
+  /* Memory accounting for `agsx stats`, where the host has the controller. */
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (!(need & BIT(CTRL_MEMORY)) &&
+      check_available_v2(rootfd, l->root, BIT(CTRL_MEMORY), &e) == 0 &&
+      (enable_controllers(rootfd, l->root, BIT(CTRL_MEMORY), &e) < 0 ||
+       enable_controllers(h->parentfd, cg->parent, BIT(CTRL_MEMORY), &e) < 0))
+    agsx_debug("cgroup `%s/%s`: no memory accounting: %s", cg->parent, cg->name, e->msg);
   return hier_make_leaf(cg, h, err);
 }
 
@@ -613,6 +636,41 @@ int agsx_cgroup_stats(struct agsx_cgroup *cg, uint64_t *ret_mem, uint64_t *ret_p
     *ret_pids = read_u64(pfd, "pids.current");
     if (*ret_pids == 0 && cg->n > 0) /* no pids controller: count the processes */
       *ret_pids = count_lines(cg->h[0].fd, "cgroup.procs");
+  }
+  return 0;
+}
+
+/* Docker's memory usage: what the cgroup charges less the inactive page
+ * cache, which the kernel reclaims first. */
+static uint64_t memory_in_use(int fd, bool v2) {
+  uint64_t use = read_u64(fd, v2 ? "memory.current" : "memory.usage_in_bytes"), cache = 0;
+  _cleanup_free_ char *buf = NULL;
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (agsx_read_file_at(fd, "memory.stat", SMALL_FILE_MAX, &buf, NULL, &e) == 0)
+    kv_get(buf, v2 ? "inactive_file" : "total_inactive_file", &cache);
+  return cache < use ? use - cache : use;
+}
+
+int agsx_cgroup_usage(struct agsx_cgroup *cg, struct agsx_cgroup_usage *ret) {
+  memset(ret, 0, sizeof(*ret));
+  agsx_cgroup_stats(cg, NULL, &ret->pids);
+  int mfd = hier_fd(cg, CTRL_MEMORY), cfd = hier_fd(cg, CTRL_CPUACCT);
+  const char *mfile = cg->v2 ? "memory.current" : "memory.usage_in_bytes";
+  if (mfd >= 0 && faccessat(mfd, mfile, F_OK, 0) == 0) {
+    ret->has_memory = true;
+    ret->memory = memory_in_use(mfd, cg->v2);
+  }
+  _cleanup_free_ char *buf = NULL;
+  _cleanup_error_ agsx_error_t e = NULL;
+  uint64_t usec = 0;
+  if (cfd >= 0 && !cg->v2 && faccessat(cfd, "cpuacct.usage", F_OK, 0) == 0) {
+    ret->has_cpu = true;
+    ret->cpu_ns = read_u64(cfd, "cpuacct.usage");
+  } else if (cfd >= 0 && cg->v2 &&
+             agsx_read_file_at(cfd, "cpu.stat", SMALL_FILE_MAX, &buf, NULL, &e) == 0 &&
+             kv_get(buf, "usage_usec", &usec)) {
+    ret->has_cpu = true;
+    ret->cpu_ns = usec * 1000;
   }
   return 0;
 }

@@ -39,9 +39,12 @@ struct agsx_cgroup;
  * kernel has it; v2 memory sets memory.swap.max=0: no swap escape. A limit
  * that cannot be applied fails the call, naming the limit; whatever was
  * created is removed again. An existing cgroup fails with EEXIST and is left
- * alone. NAME must match [0-9a-f]{8,64}. On v1 without any limit nothing is
- * created (attach and destroy are then no-ops; the pid namespace still
- * bounds the sandbox's processes). */
+ * alone. NAME must match [0-9a-f]{8,64}. For `agsx stats`, v1 also gets
+ * cpuacct and memory directories without a limit, and v2 the memory
+ * controller where the host has it; these are best effort (skipped when
+ * they cannot be made). On v1 with no limit, no track and none of those
+ * controllers nothing is created (attach and destroy are then no-ops; the
+ * pid namespace still bounds the sandbox's processes). */
 int agsx_cgroup_create(const char *name, const struct agsx_cgroup_limits *lim,
                        struct agsx_cgroup **ret, agsx_error_t *err);
 /* Re-opens an existing sandbox cgroup in every hierarchy that has it (for
@@ -79,6 +82,14 @@ bool agsx_cgroup_oom_killed(struct agsx_cgroup *cg);
 /* Reads current usage: memory bytes and number of processes. What cannot be
  * read is reported as 0. Returns 0. */
 int agsx_cgroup_stats(struct agsx_cgroup *cg, uint64_t *ret_mem, uint64_t *ret_pids);
+/* What `agsx stats` shows: CPU time (v1 cpuacct.usage, v2 cpu.stat
+ * usage_usec), memory in use less the inactive page cache (as Docker counts
+ * it) and processes. has_* is false where the cgroup has no such file. */
+struct agsx_cgroup_usage {
+  uint64_t cpu_ns, memory, pids;
+  bool has_cpu, has_memory;
+};
+int agsx_cgroup_usage(struct agsx_cgroup *cg, struct agsx_cgroup_usage *ret);
 /* Kills every process in the cgroup (v2 cgroup.kill when present; otherwise
  * SIGKILL to each pid of cgroup.procs until empty, for at most ~2 s), then
  * removes the directories (rmdir retried briefly on EBUSY). Idempotent; safe

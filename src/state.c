@@ -4,6 +4,7 @@
 #include "state.h"
 
 #include "json.h"
+#include "userns.h"
 
 #include <ctype.h>
 #include <fcntl.h>
@@ -90,6 +91,84 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len) {
   agsx_json_kv_bool(g, "reported", r->reported);
   yajl_gen_map_close(g);
   return agsx_json_gen_steal(g, ret_len);
+}
+
+const char *agsx_record_status_name(enum agsx_status s) {
+  return (size_t)s < AGSX_ARRAY_SIZE(status_names) ? status_names[s] : "exited";
+}
+
+static void gen_time(yajl_gen g, const char *key, int64_t t) {
+  agsx_json_key(g, key);
+  if (t <= 0) {
+    yajl_gen_null(g);
+    return;
+  }
+  _cleanup_free_ char *s = agsx_format_rfc3339(t);
+  agsx_json_str(g, s);
+}
+
+static void gen_full(yajl_gen g, const struct agsx_record *r) {
+  bool ended = r->status == AGSX_STATUS_EXITED;
+  gen_time(g, "started", r->started);
+  gen_time(g, "ended", ended ? r->ended : 0);
+  agsx_json_kv_int(g, "timeout", (int64_t)r->timeout);
+  agsx_json_kv_int(g, "deadline_ns", r->deadline_ns);
+  gen_proc(g, "supervisor", &r->supervisor);
+  gen_proc(g, "init", &r->init);
+  agsx_json_key(g, "uid_range");
+  yajl_gen_map_open(g);
+  agsx_json_kv_int(g, "slot", r->slot);
+  agsx_json_kv_int(g, "base", r->uid_base);
+  agsx_json_kv_int(g, "size", AGSX_UID_RANGE);
+  yajl_gen_map_close(g);
+  gen_strv(g, "argv", r->argv);
+  gen_strv(g, "env", r->env);
+  agsx_json_kv_str(g, "user", r->user);
+  agsx_json_kv_str(g, "cwd", r->cwd);
+  agsx_json_kv_str(g, "hostname", r->hostname);
+  agsx_json_kv_str(g, "seccomp", r->seccomp);
+  agsx_json_kv_bool(g, "rm", r->rm);
+  agsx_json_kv_bool(g, "stop_requested", r->stop_request);
+}
+
+void agsx_record_gen(yajl_gen g, const struct agsx_record *r, int64_t now, bool full) {
+  bool ended = r->status == AGSX_STATUS_EXITED;
+  yajl_gen_map_open(g);
+  agsx_json_kv_str(g, "id", r->id);
+  agsx_json_kv_str(g, "name", r->name);
+  agsx_json_kv_str(g, "image", r->image);
+  agsx_json_kv_str(g, "image_digest", r->image_digest);
+  agsx_json_kv_str(g, "status", agsx_record_status_name(r->status));
+  _cleanup_free_ char *created = agsx_format_rfc3339(r->created);
+  _cleanup_free_ char *deadline = agsx_format_rfc3339(r->deadline);
+  agsx_json_kv_str(g, "created", created);
+  agsx_json_kv_str(g, "deadline", deadline);
+  agsx_json_key(g, "time_left");
+  if (ended)
+    yajl_gen_null(g);
+  else
+    yajl_gen_integer(g, r->deadline > now ? r->deadline - now : 0);
+  agsx_json_kv_str(g, "stop_reason", r->stop_reason);
+  agsx_json_key(g, "exit_code");
+  if (ended)
+    yajl_gen_integer(g, r->exit_code);
+  else
+    yajl_gen_null(g);
+  agsx_json_kv_str(g, "network", r->network);
+  agsx_json_kv_str(g, "address", r->address);
+  agsx_json_key(g, "ports");
+  agsx_record_gen_ports(g, r->ports, r->n_ports);
+  agsx_json_kv_int(g, "pid", ended ? 0 : r->init.pid);
+  agsx_json_key(g, "limits");
+  yajl_gen_map_open(g);
+  agsx_json_kv_int(g, "memory", (int64_t)r->memory);
+  agsx_json_kv_int(g, "pids", (int64_t)r->pids);
+  agsx_json_kv_int(g, "disk", (int64_t)r->disk);
+  agsx_json_kv_int(g, "cpu_quota_us", (int64_t)r->cpu_quota_us);
+  yajl_gen_map_close(g);
+  if (full)
+    gen_full(g, r);
+  yajl_gen_map_close(g);
 }
 
 /* "ports": [{"host_ip": "127.0.0.1", "host_port": 8080, "port": 80, "proto": "tcp"}] */
@@ -569,6 +648,160 @@ void agsx_state_reap_all(const char *state_dir, bool force, const struct agsx_re
       agsx_debug("reap `%.12s`: %s", *id, err->msg);
     agsx_error_free(&err);
   }
+}
+
+/* ---- waiting ----------------------------------------------------------------------------- */
+
+#include <poll.h>
+#include <sys/inotify.h>
+
+#define WAIT_POLL_MS 100       /* without pidfds, and while a record is being written */
+#define WAIT_MAX_SLEEP_MS 60000 /* re-read at least this often (clock changes, update) */
+
+static int removed_error(const char *id, agsx_error_t *err) {
+  return agsx_error_set_quiet(err, ENOENT,
+                              "sandbox `%.12s` is gone: its record was removed when it ended (run "
+                              "--rm) or by rm",
+                              id);
+}
+
+bool agsx_state_has_waiters(int dirfd) {
+  return dirfd >= 0 && faccessat(dirfd, "waiters", F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+void agsx_state_await_waiters(int dirfd) {
+  _cleanup_close_ int fd = openat(dirfd, "waiters", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  int64_t end = agsx_mono_ns() + AGSX_WAITERS_MS * 1000000LL;
+  while (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK &&
+         agsx_mono_ns() < end)
+    usleep(5000);
+}
+
+/* What a waiter holds while it waits (see the header): the directory, a
+ * shared lock of its waiters file, an inotify watch of it. */
+struct waiter {
+  int dir, lock, ino;
+};
+
+static void waiter_close(struct waiter *w) {
+  agsx_closep(&w->ino);
+  agsx_closep(&w->lock);
+  agsx_closep(&w->dir);
+}
+
+static void waiter_open(int statefd, const char *id, struct waiter *w) {
+  w->dir = openat(statefd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  w->lock = w->ino = -1;
+  if (w->dir < 0)
+    return;
+  w->lock = openat(w->dir, "waiters", O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  /* Not blocking: an exclusive holder is a supervisor about to remove. */
+  if (w->lock >= 0 && flock(w->lock, LOCK_SH | LOCK_NB) < 0)
+    agsx_closep(&w->lock);
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/self/fd/%d", w->dir);
+  w->ino = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  if (w->ino >= 0 &&
+      inotify_add_watch(w->ino, path, IN_MOVED_TO | IN_DELETE_SELF | IN_ONLYDIR) < 0)
+    agsx_closep(&w->ino);
+}
+
+/* Sleeps until the supervisor SUP ends, the record changes, or for at most
+ * MS. */
+static void sleep_on(const struct agsx_proc_ref *sup, const struct waiter *w, int64_t ms) {
+  _cleanup_close_ int fd = (int)syscall(SYS_pidfd_open, sup->pid, 0);
+  if (fd < 0) {
+    if (errno != ENOSYS)
+      return; /* gone already */
+    ms = ms < WAIT_POLL_MS ? ms : WAIT_POLL_MS;
+  } else if (!agsx_proc_ref_alive(sup)) {
+    return;
+  }
+  struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = w->ino, .events = POLLIN}};
+  int64_t end = agsx_mono_ns() + ms * 1000000LL;
+  for (;;) {
+    int left = (int)((end - agsx_mono_ns()) / 1000000LL);
+    int r = left > 0 ? poll(p, 2, left) : 0;
+    if (r < 0 && errno == EINTR)
+      continue;
+    break;
+  }
+  char buf[4096];
+  while (w->ino >= 0 && read(w->ino, buf, sizeof(buf)) > 0)
+    ;
+}
+
+int agsx_state_wait(int statefd, const char *id, int64_t timeout_ms, struct agsx_record *ret,
+                    agsx_error_t *err) {
+  _cleanup_(waiter_close) struct waiter w = {-1, -1, -1};
+  int64_t until = timeout_ms < 0 ? INT64_MAX : agsx_mono_ns() + timeout_ms * 1000000LL;
+  for (;;) {
+    if (agsx_mono_ns() >= until)
+      return agsx_error_set_quiet(err, ETIMEDOUT, "sandbox `%.12s` did not end in time", id);
+    _cleanup_free_ char *rec = xasprintf("%s/state.json", id);
+    struct stat st;
+    if (fstatat(statefd, rec, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+      if (errno != ENOENT || fstatat(statefd, id, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return removed_error(id, err);
+      usleep(WAIT_POLL_MS * 1000); /* being started: the record comes next */
+      continue;
+    }
+    /* Held before the record is read: no end can slip between the two. */
+    if (w.dir < 0)
+      waiter_open(statefd, id, &w);
+    struct agsx_record r;
+    if (agsx_record_read(statefd, id, &r, err) < 0) {
+      if (agsx_error_errno(err) != ENOENT)
+        return -1;
+      agsx_error_free(err);
+      return removed_error(id, err);
+    }
+    if (r.status == AGSX_STATUS_EXITED) {
+      *ret = r;
+      return 0;
+    }
+    int64_t now = agsx_now_ns() / 1000000000LL;
+    /* (a record without a deadline is never stuck: reap_one leaves it) */
+    int64_t wake = r.deadline > 0 ? r.deadline + AGSX_STUCK_GRACE_SEC + 1 : INT64_MAX / 2;
+    if (agsx_proc_ref_alive(&r.supervisor) && now < wake) {
+      int64_t ms = (wake - now) < WAIT_MAX_SLEEP_MS / 1000 ? (wake - now) * 1000 : WAIT_MAX_SLEEP_MS;
+      int64_t left = (until - agsx_mono_ns()) / 1000000LL + 1;
+      sleep_on(&r.supervisor, &w, ms < left ? ms : left);
+    }
+    agsx_record_clear(&r);
+    /* Ended, stuck past the deadline, or killed without a word: the record
+     * says so after this (a no-op while the supervisor does its job). */
+    if (agsx_state_reap_one(statefd, id, NULL, err) < 0) {
+      if (agsx_error_errno(err) != ENOENT)
+        return -1;
+      agsx_error_free(err);
+    }
+  }
+}
+
+int agsx_state_remove_ended(int statefd, const char *id, agsx_error_t *err) {
+  _cleanup_close_ int lock = agsx_record_lock(statefd, id, err);
+  if (lock < 0)
+    return -1;
+  struct agsx_record r;
+  if (agsx_record_read(statefd, id, &r, err) < 0)
+    return -1;
+  if (r.status != AGSX_STATUS_EXITED) {
+    agsx_record_clear(&r);
+    return agsx_error_set_quiet(err, EBUSY,
+                                "sandbox `%.12s` is running: stop it first (agsx kill), or use "
+                                "rm -f",
+                                id);
+  }
+  struct agsx_cgroup *cg = NULL;
+  agsx_error_t e = NULL;
+  if (agsx_cgroup_open(id, &cg, &e) == 0)
+    agsx_cgroup_destroy(cg, &e);
+  agsx_cgroup_free(cg);
+  agsx_error_free(&e);
+  int ret = agsx_record_remove(statefd, &r, err);
+  agsx_record_clear(&r);
+  return ret;
 }
 
 char **agsx_state_running_images(const char *state_dir) {

@@ -61,6 +61,15 @@ struct agsx_record {
 void agsx_record_clear(struct agsx_record *r);
 char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len);
 int agsx_record_from_json(const char *buf, size_t len, struct agsx_record *r, agsx_error_t *err);
+/* "created", "running" or "exited". */
+const char *agsx_record_status_name(enum agsx_status s);
+/* The public JSON object of a sandbox: `ls --json`'s fields (id, name,
+ * image, image_digest, status, created, deadline, time_left, stop_reason,
+ * exit_code, network, address, ports, pid, limits); with FULL, `inspect`'s
+ * too (started, ended, timeout, deadline_ns, supervisor and init with their
+ * start times, uid_range, argv, env, user, cwd, hostname, seccomp, rm,
+ * stop_requested). NOW is the time (seconds) time_left counts from. */
+void agsx_record_gen(yajl_gen g, const struct agsx_record *r, int64_t now, bool full);
 /* The value of a record's "ports" (also in `ls --json` and `port --json`). */
 void agsx_record_gen_ports(yajl_gen g, const struct agsx_port *v, size_t n);
 
@@ -121,5 +130,33 @@ int agsx_state_reap_one(int statefd, const char *id, const struct agsx_reap_repo
  * (STATE/.reaped is the stamp), so every agsx invocation can call it. */
 void agsx_state_reap_all(const char *state_dir, bool force, const struct agsx_reap_report *rep);
 #define AGSX_STUCK_GRACE_SEC 15
+
+/* ---- waiting for the end ----
+ * Blocks until sandbox ID has ended and fills RET with its final record.
+ * The supervisor writes the end into the record, then exits: this sleeps
+ * on its pidfd (checked against its start time) and on an inotify watch of
+ * the record directory, re-reading the record on each wake-up, and wakes
+ * at the deadline plus AGSX_STUCK_GRACE_SEC to reap a supervisor that is
+ * stuck or gone (agsx_state_reap_one). Only without pidfds (kernels before
+ * 5.3) does it poll, every 100 ms.
+ *
+ * `run --rm` removes the record at the end. So that its waiters still get
+ * the exit code, each holds a shared flock of STATE/<id>/waiters while it
+ * waits; a supervisor that finds that file writes the end record first and
+ * removes the record only once it gets the lock exclusively (see
+ * agsx_state_await_waiters). ENOENT when the record is gone anyway;
+ * ETIMEDOUT after TIMEOUT_MS (-1: no limit). */
+int agsx_state_wait(int statefd, const char *id, int64_t timeout_ms, struct agsx_record *ret,
+                    agsx_error_t *err);
+/* For a record about to be removed: true when someone waits for it (the
+ * waiters file exists; then write the end record first). */
+bool agsx_state_has_waiters(int dirfd);
+/* Waits until no waiter holds the waiters file of the record directory
+ * DIRFD (each lets go once it has read the end), at most AGSX_WAITERS_MS. */
+void agsx_state_await_waiters(int dirfd);
+#define AGSX_WAITERS_MS 2000
+/* Removes the record of the ended sandbox ID (and its name, and a cgroup a
+ * crash may have left); EBUSY when it is still running. */
+int agsx_state_remove_ended(int statefd, const char *id, agsx_error_t *err);
 
 #endif

@@ -94,7 +94,8 @@ function __agsx_sandbox_names
         string match -q -- '--state=*' $t; and set state (string replace -- --state= '' $t)
     end
     test -d "$state"; or return 0
-    command agsx --state "$state" --json ls 2>/dev/null | string match -ar '"(?:name|id)":"[^"]*"' | string replace -r '^"(?:name|id)":"(.*)"$' '$1'
+    # $argv: -a for ended sandboxes too
+    command agsx --state "$state" --json ls $argv 2>/dev/null | string match -ar '"(?:name|id)":"[^"]*"' | string replace -r '^"(?:name|id)":"(.*)"$' '$1'
 end
 
 # `agsx exec`: the index of SANDBOX in the command line so far (agsx is 1),
@@ -223,6 +224,10 @@ complete -c agsx -n '__agsx_cmd' -a exec -d 'Run a command in a running sandbox'
 complete -c agsx -n '__agsx_cmd' -a cp -d 'Copy files between a sandbox and the host'
 complete -c agsx -n '__agsx_cmd' -a ls -d 'List sandboxes'
 complete -c agsx -n '__agsx_cmd' -a kill -d 'Stop sandboxes or send them a signal'
+complete -c agsx -n '__agsx_cmd' -a inspect -d "Show sandboxes' full records as JSON"
+complete -c agsx -n '__agsx_cmd' -a wait -d 'Wait for sandboxes to end; print their exit codes'
+complete -c agsx -n '__agsx_cmd' -a rm -d "Remove ended sandboxes' records"
+complete -c agsx -n '__agsx_cmd' -a stats -d 'Show CPU, memory, pids, disk and network use'
 complete -c agsx -n '__agsx_cmd' -a update -d "Change a running sandbox's deadline"
 complete -c agsx -n '__agsx_cmd' -a port -d "List a sandbox's published ports"
 complete -c agsx -n '__agsx_cmd' -a gc -d 'Remove what ended sandboxes and crashes left behind'
@@ -297,8 +302,25 @@ complete -c agsx -n '__agsx_cmd exec' -n __agsx_exec_has_sandbox -a '(__agsx_exe
 # agsx ls
 complete -c agsx -n '__agsx_cmd ls' -s a -l all -d 'Also list ended sandboxes, with stop reason and exit code'
 complete -c agsx -n '__agsx_cmd ls' -s q -l quiet -d 'Print short ids only'
+complete -c agsx -n '__agsx_cmd ls' -l no-trunc -d 'Print full 32-digit ids'
 complete -c agsx -n '__agsx_cmd ls' -l json -d 'Print a JSON list'
 complete -c agsx -n '__agsx_cmd ls' -s h -l help -d 'Show this help'
+
+# agsx inspect, wait, rm, stats
+complete -c agsx -n '__agsx_cmd inspect' -l json -d 'Print JSON (the only format)'
+complete -c agsx -n '__agsx_cmd inspect' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd inspect' -a '(__agsx_sandbox_names -a)' -d Sandbox
+complete -c agsx -n '__agsx_cmd wait' -l json -d 'Print a JSON list of id, name, exit_code, stop_reason'
+complete -c agsx -n '__agsx_cmd wait' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd wait' -a '(__agsx_sandbox_names -a)' -d Sandbox
+complete -c agsx -n '__agsx_cmd rm' -s f -l force -d 'Stop running sandboxes first, then remove them'
+complete -c agsx -n '__agsx_cmd rm' -l json -d 'Print the removed ids as a JSON list'
+complete -c agsx -n '__agsx_cmd rm' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd rm' -a '(__agsx_sandbox_names -a)' -d Sandbox
+complete -c agsx -n '__agsx_cmd stats' -l no-stream -d 'Print one sample (over 1 s) and exit'
+complete -c agsx -n '__agsx_cmd stats' -l json -d 'Print a JSON list per sample'
+complete -c agsx -n '__agsx_cmd stats' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd stats' -a '(__agsx_sandbox_names)' -d Sandbox
 
 # agsx kill
 complete -c agsx -n '__agsx_cmd kill' -s s -l signal -x -a 'HUP INT QUIT KILL USR1 USR2 TERM CONT STOP ALRM WINCH' -d 'Only send SIGNAL (name or number) to the command'

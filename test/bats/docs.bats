@@ -247,6 +247,10 @@ EOF
 @test "docs: cp options" { doc_sets_agree cp; }
 @test "docs: ls options" { doc_sets_agree ls; }
 @test "docs: kill options" { doc_sets_agree kill; }
+@test "docs: inspect options" { doc_sets_agree inspect; }
+@test "docs: wait options" { doc_sets_agree wait; }
+@test "docs: rm options" { doc_sets_agree rm; }
+@test "docs: stats options" { doc_sets_agree stats; }
 @test "docs: update options" { doc_sets_agree update; }
 @test "docs: network create options" { doc_sets_agree "network create"; }
 @test "docs: network ls options" { doc_sets_agree "network ls"; }
@@ -259,7 +263,35 @@ EOF
 @test "docs: build options" { doc_sets_agree build; }
 
 @test "docs: every implemented command has an options test above" {
-  local tested=$'browser\nbuild\ncp\nexec\ngc\nimage inspect\nimage load\nimage ls\nimage pull\nimage push\nimage rm\nimage save\nimage tag\nkill\nload\nls\nnetwork create\nnetwork inspect\nnetwork ls\nnetwork rm\nport\npull\npush\nrun\nupdate'
+  local tested=$'browser
+build
+cp
+exec
+gc
+image inspect
+image load
+image ls
+image pull
+image push
+image rm
+image save
+image tag
+inspect
+kill
+load
+ls
+network create
+network inspect
+network ls
+network rm
+port
+pull
+push
+rm
+run
+stats
+update
+wait'
   run diff <(echo "$tested") <(help_commands -i | sort)
   echo "$output"
   [ "$status" -eq 0 ]

@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/vfs.h>
@@ -264,6 +265,53 @@ static void test_oom(void) {
   tap_is_int(sig, SIGKILL, "128 MiB in a 32 MiB cgroup: killed");
   tap_ok(agsx_cgroup_oom_killed(cg), "oom kill reported");
   tap_ok(agsx_cgroup_destroy(cg, &e) == 0 && gone_everywhere(name), "destroyed: %s", msg(e));
+}
+
+/* 200 ms of CPU time (not wall time: the machine may be busy), after
+ * touching 4 MiB (charged to the cgroup it is in by then). */
+static void spin(int rep) {
+  (void)rep;
+  size_t n = 4 * MIB;
+  char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    _exit(3);
+  memset(p, 1, n);
+  struct timespec ts;
+  do
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  while (ts.tv_sec == 0 && ts.tv_nsec < 200 * 1000000L);
+  pause();
+}
+
+/* `agsx stats`: CPU time and memory are accounted without any limit. */
+static void test_accounting(void) {
+  const char *name = "deadbeef0008";
+  struct agsx_cgroup_limits lim = {.pids = 20};
+  _cleanup_cgroup_ struct agsx_cgroup *cg = NULL;
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (!tap_ok(agsx_cgroup_create(name, &lim, &cg, &e) == 0, "create, pids limit only: %s", msg(e)))
+    return;
+  _cleanup_free_ char *acct = mnt_of("cpuacct");
+  tap_ok(leaf_exists("memory", name) && (acct == NULL || leaf_exists("cpuacct", name)),
+         "memory and cpuacct accounting directories without their limits");
+  int gofd, rep;
+  pid_t pid = spawn(spin, &gofd, &rep);
+  tap_ok(agsx_cgroup_attach(cg, pid, &e) == 0, "attach: %s", msg(e));
+  go(gofd);
+  struct agsx_cgroup_usage u;
+  for (int i = 0; i < 500; i++) {
+    agsx_cgroup_usage(cg, &u);
+    if (u.cpu_ns >= 190 * 1000000ull)
+      break;
+    usleep(10000);
+  }
+  close(rep);
+  tap_ok(u.has_cpu && u.cpu_ns >= 190 * 1000000ull && u.cpu_ns < 10 * 1000000000ull,
+         "CPU time of a 200 ms spin: %llu ns", (unsigned long long)u.cpu_ns);
+  tap_ok(u.has_memory && u.memory >= 4 * MIB && u.pids == 1, "memory %llu bytes, %llu pids",
+         (unsigned long long)u.memory, (unsigned long long)u.pids);
+  tap_ok(agsx_cgroup_destroy(cg, &e) == 0 && gone_everywhere(name), "destroyed: %s", msg(e));
+  tap_is_int(wait_sig(pid), SIGKILL, "the spinner was killed");
 }
 
 static void test_eexist(void) {
@@ -608,6 +656,7 @@ int main(void) {
     test_limits_attach_forkbomb_destroy();
     test_oom();
     test_eexist();
+    test_accounting();
     test_half_created();
     test_gc();
     struct agsx_cgroup_limits all = {.memory = 64 * MIB, .cpu_quota_us = 50000, .pids = 20};
