@@ -235,6 +235,22 @@ int agsx_open_beneath_nofollow(int dirfd, const char *path, int flags, mode_t mo
                           RESOLVE_NO_XDEV);
 }
 
+int agsx_check_regular(int fd, const char *what, agsx_error_t *err) {
+  if (fd < 0)
+    return agsx_error_set(err, errno, "open %s", what);
+  struct stat st;
+  if (fstat(fd, &st) < 0) {
+    int e = errno;
+    close(fd);
+    return agsx_error_set(err, e, "stat %s", what);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return agsx_error_set(err, 0, "%s is not a regular file", what);
+  }
+  return fd;
+}
+
 ssize_t agsx_read_all(int fd, void *buf, size_t len) {
   size_t done = 0;
   while (done < len) {

@@ -266,3 +266,21 @@ PY
   assert_success
   [ -z "$(ls -A "$ROOT/tmp")" ] || { echo "# left: $(ls -A "$ROOT/tmp")" >&3; false; }
 }
+
+@test "a FIFO in place of a layout's file is refused, never waited on" {
+  mkdir -p "$T/src" && echo x >"$T/src/f"
+  local blob
+  for what in index manifest; do
+    rm -rf "$T/fifo-$what"
+    "$FIXTURES/mkimage" --ref "hostile:fifo-$what" "$T/fifo-$what" "$T/src" >/dev/null
+    if [ $what = index ]; then
+      blob=$T/fifo-$what/index.json
+    else
+      blob=$T/fifo-$what/blobs/sha256/$(python3 -c 'import json,sys
+print(json.load(open(sys.argv[1]))["manifests"][0]["digest"][7:])' "$T/fifo-$what/index.json")
+    fi
+    rm "$blob" && mkfifo "$blob"
+    AX_TIMEOUT=20 run_ax image load "$T/fifo-$what"
+    assert_agsx_error "not a"
+  done
+}
