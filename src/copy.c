@@ -22,6 +22,7 @@
 
 #define BUF_SIZE (1u << 20)
 #define ZERO_BLOCK 4096u           /* a block of zeros read from a sandbox stays a hole */
+#define ZEROS_SIZE (16u << 20)     /* holes fed to the tar writer, in chunks of this */
 #define MAX_DEPTH 256              /* directory levels below SRC (3 fds each) */
 #define DEFAULT_MAX_BYTES ((uint64_t)64 << 30)
 #define DEFAULT_MAX_ENTRIES 1000000u
@@ -49,9 +50,11 @@ struct copier {
   bool in_new_dir;
   char **created;
   size_t n_created, cap_created;
+  char *zeros; /* ZEROS_SIZE, for tar holes; allocated on first use, never touched */
 };
 
 static void copier_clear(struct copier *c) {
+  free(c->zeros);
   for (size_t i = 0; i < c->n_created; i++)
     free(c->created[i]);
   free(c->created);
@@ -379,16 +382,125 @@ static int tar_fail(struct archive *a, const char *path, agsx_error_t *err) {
                         e > 0 ? ": " : "", e > 0 ? strerror(e) : "");
 }
 
-/* One tar entry; a regular file's data comes from IN, exactly st_size
- * bytes (libarchive pads a file that shrank while we read it). */
+/* The data extents of the first SIZE bytes of IN, for a sparse tar entry.
+ * A file with more extents than MAX_EXTENTS, or one whose only extent is
+ * all of it, gets none: its entry is a plain one. */
+struct extent {
+  off_t off, len;
+};
+
+#define MAX_EXTENTS 65536
+
+static int data_extents(int in, off_t size, struct extent **ret, size_t *ret_n, const char *path,
+                        agsx_error_t *err) {
+  _cleanup_free_ struct extent *v = NULL;
+  size_t n = 0, cap = 0;
+  *ret = NULL;
+  *ret_n = 0;
+  for (off_t off = 0; off < size;) {
+    off_t data = lseek(in, off, SEEK_DATA);
+    if (data < 0 && errno == ENXIO)
+      break;
+    off_t hole = data < 0 ? -1 : lseek(in, data, SEEK_HOLE);
+    if (hole < 0)
+      return agsx_error_set(err, errno, "`%s`: seek", path);
+    if (data >= size)
+      break;
+    if (n == MAX_EXTENTS)
+      return 0;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 16;
+      v = xrealloc(v, cap * sizeof(*v));
+    }
+    v[n++] = (struct extent){data, (hole < size ? hole : size) - data};
+    off = hole;
+  }
+  if (n == 1 && v[0].off == 0 && v[0].len == size)
+    return 0;
+  if (n == 0) { /* all hole: one empty extent at the end, as GNU tar writes it */
+    v = xmalloc(sizeof(*v));
+    v[n++] = (struct extent){size, 0};
+  }
+  *ret = steal_ptr(&v);
+  *ret_n = n;
+  return 0;
+}
+
+/* Feeds LEN bytes of a hole to the writer, which skips them in a sparse
+ * entry without reading them (the zero buffer is never touched). */
+static int tar_hole(struct copier *c, off_t len, const char *path, agsx_error_t *err) {
+  if (c->zeros == NULL)
+    c->zeros = xzalloc(ZEROS_SIZE);
+  for (; len > 0;) {
+    size_t n = len < (off_t)ZEROS_SIZE ? (size_t)len : ZEROS_SIZE;
+    if (archive_write_data(c->tar, c->zeros, n) < 0)
+      return tar_fail(c->tar, path, err);
+    len -= (off_t)n;
+  }
+  return 0;
+}
+
+/* [OFF, OFF+LEN) of IN into the stream; what the file lost meanwhile is
+ * written as zeros, so the entry keeps the size its header gave. */
+static int tar_data(struct copier *c, int in, off_t off, off_t len, const char *path,
+                    agsx_error_t *err) {
+  while (len > 0) {
+    size_t want = len < (off_t)BUF_SIZE ? (size_t)len : BUF_SIZE;
+    ssize_t n = pread(in, c->buf, want, off);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return agsx_error_set(err, errno, "`%s`: read", path);
+    if (n == 0) {
+      memset(c->buf, 0, want);
+      n = (ssize_t)want;
+    }
+    if (archive_write_data(c->tar, c->buf, (size_t)n) < 0)
+      return tar_fail(c->tar, path, err);
+    off += n;
+    len -= n;
+  }
+  return 0;
+}
+
+/* A regular file's data: its first ST_SIZE bytes (its size when opened),
+ * holes as a sparse entry (GNU.sparse 1.0 in pax headers, which GNU tar,
+ * bsdtar and Go's archive/tar read). Only the data counts towards the
+ * limit, and it is checked before the header: a stream cannot be taken
+ * back. */
+static int tar_file(struct copier *c, struct archive_entry *e, int in, const struct stat *st,
+                    const char *path, agsx_error_t *err) {
+  _cleanup_free_ struct extent *v = NULL;
+  size_t n = 0;
+  if (data_extents(in, st->st_size, &v, &n, path, err) < 0)
+    return -1;
+  uint64_t data = v ? 0 : (uint64_t)st->st_size;
+  for (size_t i = 0; i < n; i++) {
+    data += (uint64_t)v[i].len;
+    archive_entry_sparse_add_entry(e, v[i].off, v[i].len);
+  }
+  if (account_bytes(c, data, path, err) < 0)
+    return -1;
+  if (archive_write_header(c->tar, e) != ARCHIVE_OK)
+    return tar_fail(c->tar, path, err);
+  if (v == NULL)
+    return tar_data(c, in, 0, st->st_size, path, err);
+  off_t pos = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (tar_hole(c, v[i].off - pos, path, err) < 0 ||
+        tar_data(c, in, v[i].off, v[i].len, path, err) < 0)
+      return -1;
+    pos = v[i].off + v[i].len;
+  }
+  return tar_hole(c, st->st_size - pos, path, err);
+}
+
+/* One tar entry; a regular file's data comes from IN. */
 static int tar_entry(struct copier *c, const char *path, const struct stat *st, const char *link,
                      int in, agsx_error_t *err) {
   uid_t uid;
   gid_t gid;
   if (dest_ids(c, st, path, &uid, &gid, err) < 0)
-    return -1;
-  /* What the stream holds cannot be taken back: refuse before the header. */
-  if (S_ISREG(st->st_mode) && account_bytes(c, (uint64_t)st->st_size, path, err) < 0)
     return -1;
   _cleanup_(entry_freep) struct archive_entry *e = archive_entry_new();
   archive_entry_copy_pathname(e, path);
@@ -401,19 +513,11 @@ static int tar_entry(struct copier *c, const char *path, const struct stat *st, 
   archive_entry_set_size(e, S_ISREG(st->st_mode) ? st->st_size : 0);
   if (link)
     archive_entry_copy_symlink(e, link);
-  if (archive_write_header(c->tar, e) != ARCHIVE_OK)
+  if (S_ISREG(st->st_mode)) {
+    if (tar_file(c, e, in, st, path, err) < 0)
+      return -1;
+  } else if (archive_write_header(c->tar, e) != ARCHIVE_OK) {
     return tar_fail(c->tar, path, err);
-  for (int64_t left = S_ISREG(st->st_mode) ? st->st_size : 0; left > 0;) {
-    ssize_t n = read(in, c->buf, left < BUF_SIZE ? (size_t)left : BUF_SIZE);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      return agsx_error_set(err, errno, "`%s`: read", path);
-    if (n == 0)
-      break;
-    if (archive_write_data(c->tar, c->buf, (size_t)n) < 0)
-      return tar_fail(c->tar, path, err);
-    left -= n;
   }
   if (archive_write_finish_entry(c->tar) != ARCHIVE_OK)
     return tar_fail(c->tar, path, err);
@@ -1078,18 +1182,29 @@ static int walk_parent(struct extract *x, const char *path, bool create, const c
   return fcntl(x->cache_fd, F_DUPFD_CLOEXEC, 3);
 }
 
-static int extract_data(struct extract *x, int out, const char *path, agsx_error_t *err) {
+/* The entry's data blocks at their offsets: holes of a sparse entry stay
+ * holes in the sandbox, and only data counts towards the limit. */
+static int extract_data(struct extract *x, int out, la_int64_t size, const char *path,
+                        agsx_error_t *err) {
   for (;;) {
-    la_ssize_t n = archive_read_data(x->a, x->c->buf, BUF_SIZE);
-    if (n < 0)
+    const void *buf;
+    size_t len;
+    la_int64_t off;
+    int r = archive_read_data_block(x->a, &buf, &len, &off);
+    if (r == ARCHIVE_EOF)
+      break;
+    if (r < ARCHIVE_WARN)
       return agsx_error_set(err, 0, "`%s`: tar: %s", path, archive_error_string(x->a));
-    if (n == 0)
-      return 0;
-    if (account_bytes(x->c, (uint64_t)n, path, err) < 0)
+    if (off < 0 || off > size || (la_int64_t)len > size - off)
+      return agsx_error_set(err, EINVAL, "`%s`: tar: data beyond the entry's size", path);
+    if (account_bytes(x->c, len, path, err) < 0)
       return -1;
-    if (agsx_write_all(out, x->c->buf, (size_t)n) < 0)
-      return agsx_error_set(err, errno, "`%s`: write", path);
+    if (len > 0 && pwrite_all(out, buf, len, off) < 0)
+      return agsx_error_set(err, errno ? errno : EIO, "`%s`: write", path);
   }
+  if (ftruncate(out, size) < 0)
+    return agsx_error_set(err, errno, "`%s`: truncate", path);
+  return 0;
 }
 
 static int extract_hardlink(struct extract *x, int pfd, const char *name, const char *path,
@@ -1128,7 +1243,8 @@ static int extract_one(struct extract *x, struct archive_entry *e, const char *p
     _cleanup_close_ int fd = create_file(pfd, name, path, err);
     if (fd < 0)
       return -1;
-    if (extract_data(x, fd, path, err) < 0 || set_meta(x->c, fd, &st, path, err) < 0) {
+    if (extract_data(x, fd, archive_entry_size(e), path, err) < 0 ||
+        set_meta(x->c, fd, &st, path, err) < 0) {
       unlinkat(pfd, name, 0); /* never a partial file */
       return -1;
     }

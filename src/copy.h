@@ -25,7 +25,8 @@
  * either it fails, and a tree copy removes what it created (entries it
  * replaced keep their new, complete content). A tar stream written out
  * cannot be taken back: it stops before the entry that would pass the
- * limit (holes count there: the stream holds them as zeros). */
+ * limit. Tar streams keep holes too: sparse files are written as sparse pax
+ * entries (GNU.sparse 1.0) and extracted with their holes. */
 #ifndef AGSX_COPY_H
 #define AGSX_COPY_H
 

@@ -334,6 +334,24 @@ PY
   assert_success
   [ "$(stat -c %s "$R/tmp/sparse2")" -eq $(((1 << 40) + 5)) ]
   [ "$(du -k "$R/tmp/sparse2" | cut -f1)" -lt 1024 ]
+  # and as tar streams: sparse entries, small, holes again on extraction
+  ax exec box sh -c 'truncate -s 1073741824 /tmp/hole'
+  ax cp box:/tmp/sparse - >"$T/s.tar"
+  ax cp box:/tmp/hole - >"$T/h.tar"
+  [ "$(stat -c %s "$T/s.tar")" -lt $((1 << 20)) ] || { ls -l "$T/s.tar" >&3; false; }
+  [ "$(stat -c %s "$T/h.tar")" -lt $((1 << 20)) ] || { ls -l "$T/h.tar" >&3; false; }
+  mkdir "$T/x" && tar -C "$T/x" -xf "$T/s.tar" && tar -C "$T/x" -xf "$T/h.tar"
+  [ "$(stat -c %s "$T/x/sparse")" -eq $(((1 << 40) + 5)) ]
+  [ "$(du -k "$T/x/sparse" | cut -f1)" -lt 1024 ]
+  cmp "$T/sparse" "$T/x/sparse" -n $((1 << 20))
+  [ "$(tail -c 5 "$T/x/sparse")" = tail ]
+  [ "$(stat -c %s "$T/x/hole")" -eq $((1 << 30)) ]
+  [ "$(du -k "$T/x/hole" | cut -f1)" -lt 64 ]
+  ax exec box mkdir /tmp/in
+  tar -C "$T/x" --sparse -cf - sparse | ax cp - box:/tmp/in
+  [ "$(stat -c %s "$R/tmp/in/sparse")" -eq $(((1 << 40) + 5)) ]
+  [ "$(du -k "$R/tmp/in/sparse" | cut -f1)" -lt 1024 ]
+  [ "$(tail -c 5 "$R/tmp/in/sparse")" = tail ]
 }
 
 # cp_tar_out SRC: `agsx cp SRC -` into $T/out.tar, stderr into $T/err, the
