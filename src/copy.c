@@ -289,18 +289,24 @@ static int pwrite_all(int fd, const char *p, size_t n, off_t off) {
   return 0;
 }
 
+static size_t block_len(size_t n, size_t at) { return n - at < ZERO_BLOCK ? n - at : ZERO_BLOCK; }
+
 /* Writes N bytes read at OFF, leaving out the blocks of zeros when the
- * source is a sandbox: holes it punches while we copy stay holes here. */
+ * source is a sandbox: holes it punches while we copy stay holes here. Runs
+ * of other blocks go out in one write. */
 static int write_chunk(struct copier *c, int out, const char *buf, size_t n, off_t off,
                        const char *path, agsx_error_t *err) {
   for (size_t done = 0; done < n;) {
-    size_t len = n - done < ZERO_BLOCK ? n - done : ZERO_BLOCK;
-    if (c->from_sandbox && all_zero(buf + done, len)) {
-      done += len;
+    if (c->from_sandbox && all_zero(buf + done, block_len(n, done))) {
+      done += block_len(n, done);
       continue;
     }
-    if (!c->from_sandbox)
-      len = n - done;
+    size_t len = n - done;
+    if (c->from_sandbox) { /* up to the next block of zeros */
+      len = block_len(n, done);
+      while (done + len < n && !all_zero(buf + done + len, block_len(n, done + len)))
+        len += block_len(n, done + len);
+    }
     if (account_bytes(c, len, path, err) < 0)
       return -1;
     if (pwrite_all(out, buf + done, len, off + (off_t)done) < 0)
@@ -397,6 +403,8 @@ static int data_extents(int in, off_t size, struct extent **ret, size_t *ret_n, 
   size_t n = 0, cap = 0;
   *ret = NULL;
   *ret_n = 0;
+  if (size == 0)
+    return 0;
   for (off_t off = 0; off < size;) {
     off_t data = lseek(in, off, SEEK_DATA);
     if (data < 0 && errno == ENXIO)

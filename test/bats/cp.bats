@@ -334,6 +334,12 @@ PY
   assert_success
   [ "$(stat -c %s "$R/tmp/sparse2")" -eq $(((1 << 40) + 5)) ]
   [ "$(du -k "$R/tmp/sparse2" | cut -f1)" -lt 1024 ]
+  # zeros written as data in the sandbox do not take the host's disk either
+  ax exec box sh -c 'dd if=/dev/zero of=/tmp/zeros bs=1M count=32 2>/dev/null; echo end >>/tmp/zeros'
+  run_ax cp box:/tmp/zeros "$T/zeros"
+  assert_success
+  cmp "$R/tmp/zeros" "$T/zeros"
+  [ "$(du -k "$T/zeros" | cut -f1)" -lt 64 ] || { du -k "$T/zeros" >&3; false; }
   # and as tar streams: sparse entries, small, holes again on extraction
   ax exec box sh -c 'truncate -s 1073741824 /tmp/hole'
   ax cp box:/tmp/sparse - >"$T/s.tar"
