@@ -6,7 +6,9 @@
  * decompression-bomb guard. The unpacker then creates each entry itself,
  * never with archive_write_disk: the parent directory is resolved inside the
  * destination with openat2(RESOLVE_IN_ROOT), the final component is created
- * with *at() calls that do not follow symlinks. */
+ * with *at() calls that do not follow symlinks. lim->max_depth bounds both
+ * the components of a name and the levels of every directory made, counted
+ * on disk (see real_depth()). */
 #include "config.h"
 
 #include "layer.h"

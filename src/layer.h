@@ -23,9 +23,7 @@ struct agsx_layer_limits {
   uint64_t max_bytes;   /* uncompressed tar stream bytes */
   uint64_t max_entries; /* tar entries */
   size_t max_path;      /* bytes of one entry name */
-  size_t max_depth;     /* components of one entry name, and levels of any directory made below
-                         * the destination, counted on disk: entries that descend through the
-                         * layer's own symlinks cannot build deeper trees */
+  size_t max_depth;     /* components of one entry name */
 };
 
 /* Defaults: 64 GiB, 2,000,000 entries, 4096 bytes, 256 components. The
