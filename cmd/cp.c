@@ -65,7 +65,7 @@ int agsx_cmd_cp(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
   if ((ssb && strcmp(dst, "-") != 0 && *dst == '\0') || (dsb && *src == '\0'))
     return agsx_failf("cp: empty host path");
   agsx_error_t err = NULL;
-  struct agsx_copy_sandbox sb;
+  struct agsx_copy_sandbox sb = {.rootfd = -1};
   if (open_sandbox(ctx, ssb ? ssb : dsb, &sb, &err) < 0)
     return cp_fail(&err);
   /* The sandbox's root fd is ours to close, whatever happens below. */

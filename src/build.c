@@ -417,21 +417,37 @@ static char *resolve_dst(struct build *b, struct stage *st, const char *rel) {
   return cur;
 }
 
+/* A file of the stage's image, such as etc/passwd: absent is not an error
+ * (NULL, 0), anything but a regular file of at most AGSX_PASSWD_MAX bytes
+ * is. The image is untrusted: its etc/passwd may be a FIFO that would block
+ * the open forever, a device, or gigabytes. */
 static int read_from_layers(struct build *b, struct stage *st, const char *path, char **ret_buf,
-                            size_t *ret_len) {
+                            size_t *ret_len, agsx_error_t *err) {
   agsx_error_t e = NULL;
   _cleanup_close_ int fd = lookup_in_layers(b, st, path, NULL, &e);
-  agsx_error_free(&e);
   *ret_buf = NULL;
   *ret_len = 0;
-  if (fd < 0)
+  if (fd < 0 && agsx_error_errno(&e) == ENOENT) {
+    agsx_error_free(&e);
+    return 0;
+  }
+  if (fd < 0) {
+    *err = steal_ptr(&e);
     return -1;
+  }
+  _cleanup_free_ char *what = xasprintf("the image's `/%s`", path);
+  if (agsx_check_regular(fcntl(fd, F_DUPFD_CLOEXEC, 3), what, err) < 0)
+    return -1;
+  /* The O_PATH fd pins the inode just checked; reopen it for reading. */
   char proc[64];
   snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
-  _cleanup_close_ int rfd = open(proc, O_RDONLY | O_CLOEXEC);
+  _cleanup_close_ int rfd =
+      agsx_check_regular(open(proc, O_RDONLY | O_CLOEXEC | AGSX_O_UNTRUSTED), what, err);
   if (rfd < 0)
     return -1;
-  return agsx_read_fd(rfd, AGSX_PASSWD_MAX, ret_buf, ret_len, NULL);
+  if (agsx_read_fd(rfd, AGSX_PASSWD_MAX, ret_buf, ret_len, err) < 0)
+    return agsx_error_wrap(err, "%s", what);
+  return 0;
 }
 
 /* ---- writing layers ---------------------------------------------------------------------------- */
@@ -1462,10 +1478,10 @@ static int resolve_chown(struct build *b, struct copy *c, const char *spec, agsx
   size_t pwl = 0, grl = 0;
   if (expand_word(b, spec, &s, err) < 0)
     return -1;
-  read_from_layers(b, b->cur, "etc/passwd", &pw, &pwl);
-  read_from_layers(b, b->cur, "etc/group", &gr, &grl);
   struct agsx_user u;
-  if (agsx_user_resolve(s, pw, pwl, gr, grl, &u, err) < 0)
+  if (read_from_layers(b, b->cur, "etc/passwd", &pw, &pwl, err) < 0 ||
+      read_from_layers(b, b->cur, "etc/group", &gr, &grl, err) < 0 ||
+      agsx_user_resolve(s, pw, pwl, gr, grl, &u, err) < 0)
     return agsx_error_wrap(err, "Dockerfile:%u: --chown", b->in->line);
   c->uid = u.uid;
   c->gid = u.gid;
@@ -1516,9 +1532,11 @@ static void hash_entry(agsx_sha256 *h, const struct centry *e) {
 static int hash_content(agsx_sha256 *h, const struct centry *e, agsx_error_t *err) {
   if (!S_ISREG(e->st.st_mode))
     return 0;
-  _cleanup_close_ int fd = agsx_open_beneath_nofollow(e->rootfd, e->src, O_RDONLY, 0);
+  _cleanup_free_ char *what = xasprintf("`%s`", e->src);
+  _cleanup_close_ int fd = agsx_check_regular(
+      agsx_open_beneath_nofollow(e->rootfd, e->src, O_RDONLY | AGSX_O_UNTRUSTED, 0), what, err);
   if (fd < 0)
-    return agsx_error_set(err, errno, "open `%s`", e->src);
+    return -1;
   static char buf[1 << 16];
   for (;;) {
     ssize_t n = agsx_read_all(fd, buf, sizeof(buf));
@@ -1544,9 +1562,11 @@ static int write_copy_layer(struct build *b, struct copy *c, struct lw *w, agsx_
                         .size = e->st.st_size, .link = e->link, .fd = -1};
     _cleanup_close_ int fd = -1;
     if (S_ISREG(mode)) {
-      fd = agsx_open_beneath_nofollow(e->rootfd, e->src, O_RDONLY, 0);
+      _cleanup_free_ char *what = xasprintf("`%s`", e->src);
+      fd = agsx_check_regular(
+          agsx_open_beneath_nofollow(e->rootfd, e->src, O_RDONLY | AGSX_O_UNTRUSTED, 0), what, err);
       if (fd < 0)
-        return agsx_error_set(err, errno, "open `%s`", e->src);
+        return -1;
       le.fd = fd;
     } else if (!S_ISDIR(mode) && !S_ISLNK(mode)) {
       continue; /* devices, sockets, fifos are not copied */
@@ -1830,9 +1850,12 @@ static int upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int de
         }
       }
       if (!le.hardlink) {
-        fd = openat(dirfd, names[i], O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        _cleanup_free_ char *what = xasprintf("`%s`", path);
+        fd = agsx_check_regular(
+            openat(dirfd, names[i], O_RDONLY | O_NOFOLLOW | O_CLOEXEC | AGSX_O_UNTRUSTED), what,
+            err);
         if (fd < 0)
-          return agsx_error_set(err, errno, "open `%s`", path);
+          return -1;
         le.fd = fd;
       }
     } else if (!S_ISDIR(st.st_mode) && !S_ISFIFO(st.st_mode)) {

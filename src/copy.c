@@ -8,6 +8,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <linux/magic.h>
 #include <linux/openat2.h>
@@ -20,8 +21,11 @@
 #include <sys/syscall.h>
 
 #define BUF_SIZE (1u << 20)
+#define ZERO_BLOCK 4096u           /* a block of zeros read from a sandbox stays a hole */
+#define ZEROS_SIZE (16u << 20)     /* holes fed to the tar writer, in chunks of this */
 #define MAX_DEPTH 256              /* directory levels below SRC (3 fds each) */
-#define MAX_TAR_ENTRIES 1000000u   /* entries of one input tar stream */
+#define DEFAULT_MAX_BYTES ((uint64_t)64 << 30)
+#define DEFAULT_MAX_ENTRIES 1000000u
 #define ID_RANGE 65536u            /* ids a sandbox has */
 #define OVERFLOW_ID 65534u         /* the kernel's overflowuid */
 
@@ -38,16 +42,69 @@ struct copier {
   char *buf;
   struct archive *tar; /* the destination is this tar stream */
   unsigned depth;
-  bool have_pipe;
-  int pipe[2];         /* for splice(2), made on first use */
-  size_t pipe_size;
+  struct agsx_copy_limits lim;
+  uint64_t bytes, entries; /* written and visited so far */
+  /* What to remove when the copy fails: the entries it created in
+   * directories that existed before (paths from the destination's parent);
+   * what it made inside directories it created goes with them. */
+  bool in_new_dir;
+  char **created;
+  size_t n_created, cap_created;
+  char *zeros; /* ZEROS_SIZE, for tar holes; allocated on first use, never touched */
 };
 
 static void copier_clear(struct copier *c) {
-  if (c->have_pipe) {
-    close(c->pipe[0]);
-    close(c->pipe[1]);
-  }
+  free(c->zeros);
+  for (size_t i = 0; i < c->n_created; i++)
+    free(c->created[i]);
+  free(c->created);
+}
+
+void agsx_copy_limits_default(struct agsx_copy_limits *lim) {
+  *lim = (struct agsx_copy_limits){.max_bytes = DEFAULT_MAX_BYTES,
+                                   .max_entries = DEFAULT_MAX_ENTRIES};
+  const char *size = getenv("AGSX_CP_MAX_SIZE"), *entries = getenv("AGSX_CP_MAX_ENTRIES");
+  _cleanup_error_ agsx_error_t err = NULL;
+  uint64_t v;
+  if (size && *size && agsx_parse_size(size, &v, &err) < 0)
+    agsx_warn("ignoring AGSX_CP_MAX_SIZE: %s", err->msg);
+  else if (size && *size)
+    lim->max_bytes = v;
+  char *end = NULL;
+  errno = 0;
+  unsigned long long n = entries && *entries ? strtoull(entries, &end, 10) : 0;
+  if (entries && *entries && (errno || *end || n == 0 || *entries == '-'))
+    agsx_warn("ignoring AGSX_CP_MAX_ENTRIES: not a positive number: `%.40s`", entries);
+  else if (entries && *entries)
+    lim->max_entries = n;
+}
+
+static void copier_limits(struct copier *c, const struct agsx_copy_sandbox *sb) {
+  if (sb->limits)
+    c->lim = *sb->limits;
+  else
+    agsx_copy_limits_default(&c->lim);
+}
+
+/* N more bytes of data for the destination, within the copy's limit. */
+static int account_bytes(struct copier *c, uint64_t n, const char *path, agsx_error_t *err) {
+  if (n > c->lim.max_bytes - c->bytes)
+    return agsx_error_set(err, EFBIG,
+                          "`%s`: the copy would write more than its limit of %" PRIu64
+                          " bytes (AGSX_CP_MAX_SIZE)",
+                          path, c->lim.max_bytes);
+  c->bytes += n;
+  return 0;
+}
+
+static int account_entry(struct copier *c, const char *path, agsx_error_t *err) {
+  if (c->entries >= c->lim.max_entries)
+    return agsx_error_set(err, E2BIG,
+                          "`%s`: the copy has more than its limit of %" PRIu64
+                          " entries (AGSX_CP_MAX_ENTRIES)",
+                          path, c->lim.max_entries);
+  c->entries++;
+  return 0;
 }
 
 static void archive_freep(struct archive **a) {
@@ -191,10 +248,14 @@ static int create_link(int dfd, const char *name, const char *target, const char
 }
 
 /* Creates directory NAME (or reuses an existing one, never a symlink to
- * one) and returns it open. */
-static int make_dir(int dfd, const char *name, mode_t mode, const char *path, agsx_error_t *err) {
-  if (mkdirat(dfd, name, mode) < 0 && errno != EEXIST)
+ * one) and returns it open; *RET_CREATED (if not NULL) tells which. */
+static int make_dir(int dfd, const char *name, mode_t mode, const char *path, bool *ret_created,
+                    agsx_error_t *err) {
+  bool created = mkdirat(dfd, name, mode) == 0;
+  if (!created && errno != EEXIST)
     return agsx_error_set(err, errno, "`%s`: mkdir", path);
+  if (ret_created)
+    *ret_created = created;
   int fd = open_child(dfd, name, O_RDONLY | O_DIRECTORY, 0);
   if (fd < 0 && (errno == ELOOP || errno == ENOTDIR))
     return agsx_error_set(err, ENOTDIR, "cannot overwrite non-directory `%s` with a directory",
@@ -210,105 +271,113 @@ static bool fallback_errno(int e) {
   return e == EXDEV || e == EINVAL || e == ENOSYS || e == EOPNOTSUPP || e == EBADF || e == EPERM;
 }
 
-/* A sparse file is copied as one: sandbox code can make a 1 TiB file that
- * takes no space in its tmpfs and must not fill the host's disk with zeros.
- * Only the data extents (SEEK_DATA/SEEK_HOLE) are copied, by pread/pwrite. */
-static int copy_sparse(struct copier *c, int in, int out, off_t size, const char *path,
-                       agsx_error_t *err) {
-  for (off_t off = 0; off < size;) {
-    off_t data = lseek(in, off, SEEK_DATA);
-    if (data < 0 && errno == ENXIO)
-      break;
-    off_t hole = data < 0 ? -1 : lseek(in, data, SEEK_HOLE);
-    if (hole < 0)
-      return agsx_error_set(err, errno, "`%s`: seek", path);
-    for (off = data; off < hole;) {
-      size_t want = hole - off < (off_t)BUF_SIZE ? (size_t)(hole - off) : BUF_SIZE;
-      ssize_t n = pread(in, c->buf, want, off);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0) /* shrank meanwhile: the end is the truncate below */
-        break;
-      for (ssize_t done = 0; done < n;) {
-        ssize_t w = pwrite(out, c->buf + done, (size_t)(n - done), off + done);
-        if (w < 0 && errno != EINTR)
-          return agsx_error_set(err, errno, "`%s`: write", path);
-        done += w > 0 ? w : 0;
-      }
-      off += n;
-    }
-    off = hole;
+static bool all_zero(const char *p, size_t n) {
+  return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
+}
+
+static int pwrite_all(int fd, const char *p, size_t n, off_t off) {
+  while (n > 0) {
+    ssize_t w = pwrite(fd, p, n, off);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return -1;
+    p += w;
+    n -= (size_t)w;
+    off += w;
   }
-  if (ftruncate(out, size) < 0)
-    return agsx_error_set(err, errno, "`%s`: truncate", path);
   return 0;
 }
 
-/* splice(2) through a 1 MiB pipe: the source's page cache pages go to the
- * destination with one copy. Returns 1 at the end of IN, 0 when splice
- * cannot be used (nothing moved), -1 on errors. */
-static int splice_data(struct copier *c, int in, int out, const char *path, agsx_error_t *err) {
-  if (!c->have_pipe) {
-    if (pipe2(c->pipe, O_CLOEXEC) < 0)
-      return 0;
-    c->have_pipe = true;
-    int size = fcntl(c->pipe[1], F_SETPIPE_SZ, (int)BUF_SIZE);
-    c->pipe_size = size > 0 ? (size_t)size : 65536;
-  }
-  for (bool moved = false;;) {
-    ssize_t n = splice(in, NULL, c->pipe[1], NULL, c->pipe_size, SPLICE_F_MOVE);
-    if (n < 0 && errno == EINTR)
+static size_t block_len(size_t n, size_t at) { return n - at < ZERO_BLOCK ? n - at : ZERO_BLOCK; }
+
+/* Writes N bytes read at OFF, leaving out the blocks of zeros when the
+ * source is a sandbox: holes it punches while we copy stay holes here. Runs
+ * of other blocks go out in one write. */
+static int write_chunk(struct copier *c, int out, const char *buf, size_t n, off_t off,
+                       const char *path, agsx_error_t *err) {
+  for (size_t done = 0; done < n;) {
+    if (c->from_sandbox && all_zero(buf + done, block_len(n, done))) {
+      done += block_len(n, done);
       continue;
-    if (n < 0)
-      return !moved && fallback_errno(errno) ? 0 : agsx_error_set(err, errno, "`%s`: read", path);
-    if (n == 0)
-      return 1;
-    while (n > 0) {
-      ssize_t m = splice(c->pipe[0], NULL, out, NULL, (size_t)n, SPLICE_F_MOVE);
-      if (m < 0 && errno == EINTR)
-        continue;
-      if (m <= 0) /* data is in the pipe now: no falling back */
-        return agsx_error_set(err, m < 0 ? errno : EIO, "`%s`: write", path);
-      n -= m;
-      moved = true;
     }
+    size_t len = n - done;
+    if (c->from_sandbox) { /* up to the next block of zeros */
+      len = block_len(n, done);
+      while (done + len < n && !all_zero(buf + done + len, block_len(n, done + len)))
+        len += block_len(n, done + len);
+    }
+    if (account_bytes(c, len, path, err) < 0)
+      return -1;
+    if (pwrite_all(out, buf + done, len, off + (off_t)done) < 0)
+      return agsx_error_set(err, errno ? errno : EIO, "`%s`: write", path);
+    done += len;
   }
+  return 0;
 }
 
-/* copy_file_range(2) (in-kernel, same file system), else splice(2), else
- * read/write through the 1 MiB buffer. Measured into a sandbox's tmpfs:
- * splice 0.38 s/GiB, read/write 0.53, sendfile(2) 0.65 (its internal pipe
- * is small). The read loop always runs last: files of /proc report size 0,
- * and the first two may copy nothing from them. */
-static int copy_data(struct copier *c, int in, int out, const struct stat *st, const char *path,
-                     agsx_error_t *err) {
-  if (st->st_size > 0 && (off_t)st->st_blocks * 512 < st->st_size)
-    return copy_sparse(c, in, out, st->st_size, path, err);
-  for (;;) {
-    ssize_t n = copy_file_range(in, NULL, out, NULL, 1u << 30, 0);
-    if (n > 0)
+/* Copies [OFF, END) of IN to the same offsets of OUT. From the host,
+ * copy_file_range(2) first (in-kernel, same file system); else, and always
+ * from a sandbox, pread/pwrite through the 1 MiB buffer. A source that
+ * shrank meanwhile ends early: the final ftruncate sets the size. */
+static int copy_extent(struct copier *c, int in, int out, off_t off, off_t end, const char *path,
+                       agsx_error_t *err) {
+  while (!c->from_sandbox && off < end) {
+    size_t want = end - off < (off_t)1 << 30 ? (size_t)(end - off) : (size_t)1 << 30;
+    loff_t ioff = off, ooff = off;
+    if (account_bytes(c, want, path, err) < 0)
+      return -1;
+    ssize_t n = copy_file_range(in, &ioff, out, &ooff, want, 0);
+    c->bytes -= want - (n > 0 ? (size_t)n : 0);
+    if (n > 0) {
+      off += n;
       continue;
+    }
     if (n == 0)
-      break;
+      return 0;
     if (errno == EINTR)
       continue;
     if (!fallback_errno(errno))
       return agsx_error_set(err, errno, "`%s`: copy", path);
-    if (splice_data(c, in, out, path, err) < 0)
-      return -1;
     break;
   }
-  for (;;) {
-    ssize_t n = read(in, c->buf, BUF_SIZE);
+  while (off < end) {
+    size_t want = end - off < (off_t)BUF_SIZE ? (size_t)(end - off) : BUF_SIZE;
+    ssize_t n = pread(in, c->buf, want, off);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0)
       return agsx_error_set(err, errno, "`%s`: read", path);
     if (n == 0)
       return 0;
-    if (agsx_write_all(out, c->buf, (size_t)n) < 0)
-      return agsx_error_set(err, errno, "`%s`: write", path);
+    if (write_chunk(c, out, c->buf, (size_t)n, off, path, err) < 0)
+      return -1;
+    off += n;
   }
+  return 0;
+}
+
+/* Copies the first SIZE bytes of IN (its size when it was opened; what it
+ * grows to meanwhile is not copied), data extents only: a file sandbox code
+ * made sparse, 1 TiB large in no space, stays sparse and small. */
+static int copy_data(struct copier *c, int in, int out, off_t size, const char *path,
+                     agsx_error_t *err) {
+  for (off_t off = 0; off < size;) {
+    off_t data = lseek(in, off, SEEK_DATA);
+    if (data < 0 && errno == ENXIO) /* only a hole up to the end */
+      break;
+    off_t hole = data < 0 ? -1 : lseek(in, data, SEEK_HOLE);
+    if (hole < 0)
+      return agsx_error_set(err, errno, "`%s`: seek", path);
+    if (data >= size)
+      break;
+    if (copy_extent(c, in, out, data, hole < size ? hole : size, path, err) < 0)
+      return -1;
+    off = hole;
+  }
+  if (ftruncate(out, size) < 0)
+    return agsx_error_set(err, errno, "`%s`: truncate", path);
+  return 0;
 }
 
 /* ---- the tar destination ------------------------------------------------------------- */
@@ -319,8 +388,122 @@ static int tar_fail(struct archive *a, const char *path, agsx_error_t *err) {
                         e > 0 ? ": " : "", e > 0 ? strerror(e) : "");
 }
 
-/* One tar entry; a regular file's data comes from IN, exactly st_size
- * bytes (libarchive pads a file that shrank while we read it). */
+/* The data extents of the first SIZE bytes of IN, for a sparse tar entry.
+ * A file with more extents than MAX_EXTENTS, or one whose only extent is
+ * all of it, gets none: its entry is a plain one. */
+struct extent {
+  off_t off, len;
+};
+
+#define MAX_EXTENTS 65536
+
+static int data_extents(int in, off_t size, struct extent **ret, size_t *ret_n, const char *path,
+                        agsx_error_t *err) {
+  _cleanup_free_ struct extent *v = NULL;
+  size_t n = 0, cap = 0;
+  *ret = NULL;
+  *ret_n = 0;
+  if (size == 0)
+    return 0;
+  for (off_t off = 0; off < size;) {
+    off_t data = lseek(in, off, SEEK_DATA);
+    if (data < 0 && errno == ENXIO)
+      break;
+    off_t hole = data < 0 ? -1 : lseek(in, data, SEEK_HOLE);
+    if (hole < 0)
+      return agsx_error_set(err, errno, "`%s`: seek", path);
+    if (data >= size)
+      break;
+    if (n == MAX_EXTENTS)
+      return 0;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 16;
+      v = xrealloc(v, cap * sizeof(*v));
+    }
+    v[n++] = (struct extent){data, (hole < size ? hole : size) - data};
+    off = hole;
+  }
+  if (n == 1 && v[0].off == 0 && v[0].len == size)
+    return 0;
+  if (n == 0) { /* all hole: one empty extent at the end, as GNU tar writes it */
+    v = xmalloc(sizeof(*v));
+    v[n++] = (struct extent){size, 0};
+  }
+  *ret = steal_ptr(&v);
+  *ret_n = n;
+  return 0;
+}
+
+/* Feeds LEN bytes of a hole to the writer, which skips them in a sparse
+ * entry without reading them (the zero buffer is never touched). */
+static int tar_hole(struct copier *c, off_t len, const char *path, agsx_error_t *err) {
+  if (c->zeros == NULL)
+    c->zeros = xzalloc(ZEROS_SIZE);
+  for (; len > 0;) {
+    size_t n = len < (off_t)ZEROS_SIZE ? (size_t)len : ZEROS_SIZE;
+    if (archive_write_data(c->tar, c->zeros, n) < 0)
+      return tar_fail(c->tar, path, err);
+    len -= (off_t)n;
+  }
+  return 0;
+}
+
+/* [OFF, OFF+LEN) of IN into the stream; what the file lost meanwhile is
+ * written as zeros, so the entry keeps the size its header gave. */
+static int tar_data(struct copier *c, int in, off_t off, off_t len, const char *path,
+                    agsx_error_t *err) {
+  while (len > 0) {
+    size_t want = len < (off_t)BUF_SIZE ? (size_t)len : BUF_SIZE;
+    ssize_t n = pread(in, c->buf, want, off);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return agsx_error_set(err, errno, "`%s`: read", path);
+    if (n == 0) {
+      memset(c->buf, 0, want);
+      n = (ssize_t)want;
+    }
+    if (archive_write_data(c->tar, c->buf, (size_t)n) < 0)
+      return tar_fail(c->tar, path, err);
+    off += n;
+    len -= n;
+  }
+  return 0;
+}
+
+/* A regular file's data: its first ST_SIZE bytes (its size when opened),
+ * holes as a sparse entry (GNU.sparse 1.0 in pax headers, which GNU tar,
+ * bsdtar and Go's archive/tar read). Only the data counts towards the
+ * limit, and it is checked before the header: a stream cannot be taken
+ * back. */
+static int tar_file(struct copier *c, struct archive_entry *e, int in, const struct stat *st,
+                    const char *path, agsx_error_t *err) {
+  _cleanup_free_ struct extent *v = NULL;
+  size_t n = 0;
+  if (data_extents(in, st->st_size, &v, &n, path, err) < 0)
+    return -1;
+  uint64_t data = v ? 0 : (uint64_t)st->st_size;
+  for (size_t i = 0; i < n; i++) {
+    data += (uint64_t)v[i].len;
+    archive_entry_sparse_add_entry(e, v[i].off, v[i].len);
+  }
+  if (account_bytes(c, data, path, err) < 0)
+    return -1;
+  if (archive_write_header(c->tar, e) != ARCHIVE_OK)
+    return tar_fail(c->tar, path, err);
+  if (v == NULL)
+    return tar_data(c, in, 0, st->st_size, path, err);
+  off_t pos = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (tar_hole(c, v[i].off - pos, path, err) < 0 ||
+        tar_data(c, in, v[i].off, v[i].len, path, err) < 0)
+      return -1;
+    pos = v[i].off + v[i].len;
+  }
+  return tar_hole(c, st->st_size - pos, path, err);
+}
+
+/* One tar entry; a regular file's data comes from IN. */
 static int tar_entry(struct copier *c, const char *path, const struct stat *st, const char *link,
                      int in, agsx_error_t *err) {
   uid_t uid;
@@ -338,19 +521,11 @@ static int tar_entry(struct copier *c, const char *path, const struct stat *st, 
   archive_entry_set_size(e, S_ISREG(st->st_mode) ? st->st_size : 0);
   if (link)
     archive_entry_copy_symlink(e, link);
-  if (archive_write_header(c->tar, e) != ARCHIVE_OK)
+  if (S_ISREG(st->st_mode)) {
+    if (tar_file(c, e, in, st, path, err) < 0)
+      return -1;
+  } else if (archive_write_header(c->tar, e) != ARCHIVE_OK) {
     return tar_fail(c->tar, path, err);
-  for (int64_t left = S_ISREG(st->st_mode) ? st->st_size : 0; left > 0;) {
-    ssize_t n = read(in, c->buf, left < BUF_SIZE ? (size_t)left : BUF_SIZE);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      return agsx_error_set(err, errno, "`%s`: read", path);
-    if (n == 0)
-      break;
-    if (archive_write_data(c->tar, c->buf, (size_t)n) < 0)
-      return tar_fail(c->tar, path, err);
-    left -= n;
   }
   if (archive_write_finish_entry(c->tar) != ARCHIVE_OK)
     return tar_fail(c->tar, path, err);
@@ -373,6 +548,38 @@ __attribute__((weak)) void __archive_write_entry_filetype_unsupported(
 }
 
 /* ---- walking the source --------------------------------------------------------------- */
+
+/* Records PATH, about to be created by the copy, when it is new in a
+ * directory that existed before (the only entries a failure must remove). */
+static void journal_new(struct copier *c, int ddfd, const char *dname, const char *path) {
+  struct stat st;
+  if (c->tar || c->in_new_dir || fstatat(ddfd, dname, &st, AT_SYMLINK_NOFOLLOW) == 0)
+    return;
+  if (c->n_created == c->cap_created) {
+    c->cap_created = c->cap_created ? 2 * c->cap_created : 16;
+    c->created = xrealloc(c->created, c->cap_created * sizeof(*c->created));
+  }
+  c->created[c->n_created++] = xstrdup(path);
+}
+
+/* After a failure: removes what the journal names, below DFD, walking one
+ * component at a time without following symlinks. */
+static void journal_undo(struct copier *c, int dfd) {
+  for (size_t i = c->n_created; i-- > 0;) {
+    char *path = c->created[i], *slash = strrchr(path, '/');
+    _cleanup_close_ int pfd = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
+    if (slash) {
+      *slash = '\0';
+      agsx_closep(&pfd);
+      pfd = open_child(dfd, path, O_PATH | O_DIRECTORY, 0);
+      *slash = '/';
+    }
+    _cleanup_error_ agsx_error_t e = NULL;
+    if (pfd < 0 || agsx_rm_rf_at(pfd, slash ? slash + 1 : path, &e) < 0)
+      agsx_warn("cp: could not remove `%s` after the failure%s%s", path, e ? ": " : "",
+                e ? e->msg : "");
+  }
+}
 
 static int copy_node(struct copier *c, int sdfd, const char *sname, const struct stat *st,
                      int ddfd, const char *dname, const char *path, agsx_error_t *err);
@@ -424,10 +631,15 @@ static int copy_reg(struct copier *c, int sdfd, const char *sname, int ddfd, con
     return skip_kernel_fs(path);
   if (c->tar)
     return tar_entry(c, path, &st, NULL, in, err);
+  journal_new(c, ddfd, dname, path);
   _cleanup_close_ int out = create_file(ddfd, dname, path, err);
-  if (out < 0 || copy_data(c, in, out, &st, path, err) < 0)
+  if (out < 0)
     return -1;
-  return set_meta(c, out, &st, path, err);
+  if (copy_data(c, in, out, st.st_size, path, err) < 0 || set_meta(c, out, &st, path, err) < 0) {
+    unlinkat(ddfd, dname, 0); /* never a partial file, whatever it replaced */
+    return -1;
+  }
+  return 0;
 }
 
 static int copy_link(struct copier *c, int sdfd, const char *sname, const struct stat *st,
@@ -441,6 +653,7 @@ static int copy_link(struct copier *c, int sdfd, const char *sname, const struct
   target[n] = '\0';
   if (c->tar)
     return tar_entry(c, path, st, target, -1, err);
+  journal_new(c, ddfd, dname, path);
   if (create_link(ddfd, dname, target, path, err) < 0)
     return -1;
   return set_link_meta(c, ddfd, dname, st, path, err);
@@ -488,14 +701,19 @@ static int copy_dir(struct copier *c, int sdfd, const char *sname, int ddfd, con
   if (on_kernel_fs(c, in))
     return skip_kernel_fs(path);
   _cleanup_close_ int out = -1;
+  bool created = false, was_new = c->in_new_dir;
   if (c->tar) {
     if (tar_entry(c, path, &st, NULL, -1, err) < 0)
       return -1;
-  } else if ((out = make_dir(ddfd, dname, 0700, path, err)) < 0) {
-    return -1;
+  } else {
+    journal_new(c, ddfd, dname, path);
+    if ((out = make_dir(ddfd, dname, 0700, path, &created, err)) < 0)
+      return -1;
   }
   c->depth++;
+  c->in_new_dir = was_new || created;
   int r = copy_children(c, in, out, path, err);
+  c->in_new_dir = was_new;
   c->depth--;
   if (r < 0)
     return -1;
@@ -506,6 +724,8 @@ static int copy_dir(struct copier *c, int sdfd, const char *sname, int ddfd, con
 /* Copies SDFD/SNAME (lstat'ed as ST) to DDFD/DNAME, or to the tar as PATH. */
 static int copy_node(struct copier *c, int sdfd, const char *sname, const struct stat *st,
                      int ddfd, const char *dname, const char *path, agsx_error_t *err) {
+  if (account_entry(c, path, err) < 0)
+    return -1;
   switch (st->st_mode & S_IFMT) {
   case S_IFREG:
     return copy_reg(c, sdfd, sname, ddfd, dname, path, err);
@@ -769,6 +989,8 @@ static int copy_between(struct copier *c, const struct side *from, const char *s
   int r = resolve_dst(to, dst, &s, &d, err);
   if (r == 0) {
     r = copy_top(c, &s, d.pfd, d.name, err);
+    if (r < 0)
+      journal_undo(c, d.pfd);
     close(d.pfd);
     free(d.name);
   }
@@ -782,6 +1004,7 @@ int agsx_copy_in(const struct agsx_copy_sandbox *sb, const char *src, const char
   _cleanup_free_ char *buf = xmalloc(BUF_SIZE);
   _cleanup_(copier_clear) struct copier c = {.to_sandbox = true, .base = sb->uid_base,
                                              .flags = flags, .buf = buf};
+  copier_limits(&c, sb);
   int secbits;
   if (enter_sandbox_ids(sb->uid_base, &secbits, err) < 0)
     return -1;
@@ -796,6 +1019,7 @@ int agsx_copy_out(const struct agsx_copy_sandbox *sb, const char *src, const cha
   _cleanup_free_ char *buf = xmalloc(BUF_SIZE);
   _cleanup_(copier_clear) struct copier c = {.from_sandbox = true, .base = sb->uid_base,
                                              .flags = flags, .buf = buf};
+  copier_limits(&c, sb);
   return copy_between(&c, &sandbox, src, &host, dst, err);
 }
 
@@ -807,8 +1031,9 @@ int agsx_copy_out_tar(const struct agsx_copy_sandbox *sb, const char *src, int f
     return -1;
   _cleanup_free_ char *buf = xmalloc(BUF_SIZE);
   _cleanup_(archive_freep) struct archive *a = archive_write_new();
-  struct copier c = {.from_sandbox = true, .base = sb->uid_base, .flags = flags, .buf = buf,
-                     .tar = a};
+  _cleanup_(copier_clear) struct copier c = {.from_sandbox = true, .base = sb->uid_base,
+                                             .flags = flags, .buf = buf, .tar = a};
+  copier_limits(&c, sb);
   int r = 0;
   if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
       archive_write_open_fd(a, fd) != ARCHIVE_OK)
@@ -946,7 +1171,7 @@ static int walk_parent(struct extract *x, const char *path, bool create, const c
     int at = fd >= 0 ? fd : x->dirfd;
     int next = open_child(at, p, O_RDONLY | O_DIRECTORY, 0);
     if (next < 0 && errno == ENOENT && create)
-      next = make_dir(at, p, 0755, dir, err);
+      next = make_dir(at, p, 0755, dir, NULL, err);
     else if (next < 0)
       agsx_error_set(err, errno == ELOOP ? ENOTDIR : errno, "`%s`: not a directory", dir);
     if (end)
@@ -965,16 +1190,29 @@ static int walk_parent(struct extract *x, const char *path, bool create, const c
   return fcntl(x->cache_fd, F_DUPFD_CLOEXEC, 3);
 }
 
-static int extract_data(struct extract *x, int out, const char *path, agsx_error_t *err) {
+/* The entry's data blocks at their offsets: holes of a sparse entry stay
+ * holes in the sandbox, and only data counts towards the limit. */
+static int extract_data(struct extract *x, int out, la_int64_t size, const char *path,
+                        agsx_error_t *err) {
   for (;;) {
-    la_ssize_t n = archive_read_data(x->a, x->c->buf, BUF_SIZE);
-    if (n < 0)
+    const void *buf;
+    size_t len;
+    la_int64_t off;
+    int r = archive_read_data_block(x->a, &buf, &len, &off);
+    if (r == ARCHIVE_EOF)
+      break;
+    if (r < ARCHIVE_WARN)
       return agsx_error_set(err, 0, "`%s`: tar: %s", path, archive_error_string(x->a));
-    if (n == 0)
-      return 0;
-    if (agsx_write_all(out, x->c->buf, (size_t)n) < 0)
-      return agsx_error_set(err, errno, "`%s`: write", path);
+    if (off < 0 || off > size || (la_int64_t)len > size - off)
+      return agsx_error_set(err, EINVAL, "`%s`: tar: data beyond the entry's size", path);
+    if (account_bytes(x->c, len, path, err) < 0)
+      return -1;
+    if (len > 0 && pwrite_all(out, buf, len, off) < 0)
+      return agsx_error_set(err, errno ? errno : EIO, "`%s`: write", path);
   }
+  if (ftruncate(out, size) < 0)
+    return agsx_error_set(err, errno, "`%s`: truncate", path);
+  return 0;
 }
 
 static int extract_hardlink(struct extract *x, int pfd, const char *name, const char *path,
@@ -1011,13 +1249,18 @@ static int extract_one(struct extract *x, struct archive_entry *e, const char *p
   switch (archive_entry_filetype(e)) {
   case AE_IFREG: {
     _cleanup_close_ int fd = create_file(pfd, name, path, err);
-    if (fd < 0 || extract_data(x, fd, path, err) < 0 || set_meta(x->c, fd, &st, path, err) < 0)
+    if (fd < 0)
       return -1;
+    if (extract_data(x, fd, archive_entry_size(e), path, err) < 0 ||
+        set_meta(x->c, fd, &st, path, err) < 0) {
+      unlinkat(pfd, name, 0); /* never a partial file */
+      return -1;
+    }
     strset_add(&x->files, path);
     return 0;
   }
   case AE_IFDIR: {
-    _cleanup_close_ int fd = make_dir(pfd, name, 0700, path, err);
+    _cleanup_close_ int fd = make_dir(pfd, name, 0700, path, NULL, err);
     if (fd < 0)
       return -1;
     x->dirs = xrealloc(x->dirs, (x->ndirs + 1) * sizeof(*x->dirs));
@@ -1073,15 +1316,15 @@ static int finish_dirs(struct extract *x, agsx_error_t *err) {
 }
 
 static int extract_all(struct extract *x, agsx_error_t *err) {
-  for (unsigned n = 0;; n++) {
+  for (;;) {
     struct archive_entry *e;
     int r = archive_read_next_header(x->a, &e);
     if (r == ARCHIVE_EOF)
       return finish_dirs(x, err);
     if (r < ARCHIVE_WARN)
       return agsx_error_set(err, 0, "tar stream: %s", archive_error_string(x->a));
-    if (n >= MAX_TAR_ENTRIES)
-      return agsx_error_set(err, E2BIG, "tar stream: more than %u entries", MAX_TAR_ENTRIES);
+    if (account_entry(x->c, "tar stream", err) < 0)
+      return -1;
     if (extract_entry(x, e, err) < 0)
       return -1;
   }
@@ -1097,7 +1340,9 @@ int agsx_copy_in_tar(const struct agsx_copy_sandbox *sb, int fd, const char *dst
     return agsx_error_set(err, errno, "destination `/%s` (must be a directory)", dst);
   _cleanup_free_ char *buf = xmalloc(BUF_SIZE);
   _cleanup_(archive_read_freep) struct archive *a = archive_read_new();
-  struct copier c = {.to_sandbox = true, .base = sb->uid_base, .flags = flags, .buf = buf};
+  _cleanup_(copier_clear) struct copier c = {.to_sandbox = true, .base = sb->uid_base,
+                                             .flags = flags, .buf = buf};
+  copier_limits(&c, sb);
   struct extract x = {.c = &c, .a = a, .dirfd = dirfd, .cache_fd = -1};
   archive_read_support_format_tar(a);
   archive_read_support_filter_gzip(a);

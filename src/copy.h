@@ -14,7 +14,19 @@
  * Symlinks are copied as symlinks, both ways. SRC itself is followed only
  * with AGSX_COPY_FOLLOW (`-L`), and then inside the sandbox's root.
  * FIFOs, sockets and devices are skipped with a warning. Files copied out of
- * a sandbox lose their set-user-ID and set-group-ID bits. */
+ * a sandbox lose their set-user-ID and set-group-ID bits.
+ *
+ * Bounds: a file is copied up to the size it had when opened (fstat of the
+ * open fd), never further, so a file sandbox code keeps growing (sparse:
+ * costing the sandbox nothing) cannot fill the host. Holes stay holes: only
+ * data extents (SEEK_DATA/SEEK_HOLE) are read, blocks of zeros read from a
+ * sandbox are skipped, and the size is set with ftruncate. One copy writes
+ * at most max_bytes of data and visits at most max_entries entries; past
+ * either it fails, and a tree copy removes what it created (entries it
+ * replaced keep their new, complete content). A tar stream written out
+ * cannot be taken back: it stops before the entry that would pass the
+ * limit. Tar streams keep holes too: sparse files are written as sparse pax
+ * entries (GNU.sparse 1.0) and extracted with their holes. */
 #ifndef AGSX_COPY_H
 #define AGSX_COPY_H
 
@@ -33,9 +45,19 @@ enum {
   AGSX_COPY_FOLLOW = 1 << 1,
 };
 
+struct agsx_copy_limits {
+  uint64_t max_bytes;   /* data bytes written by one copy */
+  uint64_t max_entries; /* entries (files, directories, links) of one copy */
+};
+
+/* Defaults: 64 GiB and 1,000,000 entries; the environment variables
+ * AGSX_CP_MAX_SIZE (a size: "100m") and AGSX_CP_MAX_ENTRIES change them. */
+void agsx_copy_limits_default(struct agsx_copy_limits *lim);
+
 struct agsx_copy_sandbox {
   int rootfd;        /* /proc/PID/root of the init, O_PATH */
   uint32_t uid_base; /* host uid (and gid) of the sandbox's root */
+  const struct agsx_copy_limits *limits; /* NULL: agsx_copy_limits_default() */
 };
 
 /* Opens the root of the running sandbox REC (O_PATH|O_DIRECTORY). */

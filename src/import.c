@@ -202,7 +202,7 @@ out:
 /* ---- reading from the source ------------------------------------------------------------ */
 
 static int src_open(const struct source *src, const char *path, agsx_error_t *err) {
-  int fd = agsx_open_in_root(src->dirfd, path, O_RDONLY, 0);
+  int fd = agsx_open_in_root(src->dirfd, path, O_RDONLY | AGSX_O_UNTRUSTED, 0);
   if (fd < 0)
     return agsx_error_set(err, errno, "`%s`", path);
   struct stat st;

@@ -6,7 +6,9 @@
  * decompression-bomb guard. The unpacker then creates each entry itself,
  * never with archive_write_disk: the parent directory is resolved inside the
  * destination with openat2(RESOLVE_IN_ROOT), the final component is created
- * with *at() calls that do not follow symlinks. */
+ * with *at() calls that do not follow symlinks. lim->max_depth bounds both
+ * the components of a name and the levels of every directory made, counted
+ * on disk (see real_depth()). */
 #include "config.h"
 
 #include "layer.h"
@@ -380,6 +382,9 @@ struct unpacker {
    * consecutive entries mostly share a directory. */
   char *cached_parent;
   int cached_fd;
+  size_t cached_depth;
+  dev_t root_dev; /* the destination, where depths are counted from */
+  ino_t root_ino;
   struct dir_time *dirs;
   size_t n_dirs, cap_dirs;
 };
@@ -429,6 +434,47 @@ static int make_implicit_dir(int dirfd, const char *name, agsx_error_t *err) {
   return fd;
 }
 
+/* How many levels below the layer root the directory FD really is. The
+ * path string does not tell: entries may descend through the layer's own
+ * symlinks (`l -> d/d/d`, then `l/d/`, again and again), which builds trees
+ * thousands of levels deep from names of a few components. The walk goes up
+ * through ".." and stops past max_depth. */
+static int real_depth(struct unpacker *u, int fd, size_t *ret, agsx_error_t *err) {
+  _cleanup_close_ int cur = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  for (size_t depth = 0; cur >= 0; depth++) {
+    struct stat st;
+    if (fstat(cur, &st) < 0)
+      break;
+    if (st.st_dev == u->root_dev && st.st_ino == u->root_ino) {
+      *ret = depth;
+      return 0;
+    }
+    if (depth >= u->lim->max_depth)
+      return agsx_error_set(err, 0, "directory deeper than %zu levels below the layer root",
+                            u->lim->max_depth);
+    int up = openat(cur, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    agsx_closep(&cur);
+    cur = up;
+  }
+  return agsx_error_set(err, errno, "find the depth of a directory");
+}
+
+/* A directory made in a directory DEPTH levels down must stay within the
+ * limit. */
+static int check_depth(struct unpacker *u, size_t depth, agsx_error_t *err) {
+  if (depth + 1 > u->lim->max_depth)
+    return agsx_error_set(err, 0, "directory deeper than %zu levels below the layer root",
+                          u->lim->max_depth);
+  return 0;
+}
+
+static size_t path_depth(const char *path) {
+  size_t n = 1;
+  for (; *path; path++)
+    n += *path == '/';
+  return n;
+}
+
 static int parent_error(agsx_error_t *err, int errno_, const char *parent) {
   _cleanup_free_ char *q = quote(parent);
   if (errno_ != 0)
@@ -438,12 +484,16 @@ static int parent_error(agsx_error_t *err, int errno_, const char *parent) {
 
 /* Opens PARENT, creating missing directories one component at a time. Each
  * prefix is resolved from the destination root so that symlinks planted by
- * the layer are followed the same way everywhere, and only inside it. */
-static int make_parents(struct unpacker *u, const char *parent, agsx_error_t *err) {
+ * the layer are followed the same way everywhere, and only inside it. The
+ * depth of CUR is known from the first directory made on (SIZE_MAX: not
+ * yet, an existing prefix may lie anywhere). */
+static int make_parents(struct unpacker *u, const char *parent, size_t *ret_depth,
+                        agsx_error_t *err) {
   _cleanup_free_ char *prefix = xstrdup(parent);
   _cleanup_close_ int cur = agsx_open_in_root(u->destfd, ".", O_PATH | O_DIRECTORY, 0);
   if (cur < 0)
     return agsx_error_set(err, errno, "open layer root");
+  size_t depth = 0;
   for (char *p = prefix;;) {
     char *slash = strchr(p, '/');
     if (slash)
@@ -451,8 +501,14 @@ static int make_parents(struct unpacker *u, const char *parent, agsx_error_t *er
     int next = agsx_open_in_root(u->destfd, prefix, O_PATH | O_DIRECTORY, 0);
     if (next < 0 && errno != ENOENT)
       return parent_error(err, errno, prefix);
-    if (next < 0 && (next = make_implicit_dir(cur, p, err)) < 0)
-      return parent_error(err, 0, prefix);
+    if (next >= 0) {
+      depth = SIZE_MAX;
+    } else {
+      if ((depth == SIZE_MAX && real_depth(u, cur, &depth, err) < 0) ||
+          check_depth(u, depth, err) < 0 || (next = make_implicit_dir(cur, p, err)) < 0)
+        return parent_error(err, 0, prefix);
+      depth++;
+    }
     agsx_closep(&cur);
     cur = next;
     if (slash == NULL)
@@ -460,21 +516,41 @@ static int make_parents(struct unpacker *u, const char *parent, agsx_error_t *er
     *slash = '/';
     p = slash + 1;
   }
+  if (depth == SIZE_MAX && real_depth(u, cur, &depth, err) < 0)
+    return parent_error(err, 0, parent);
+  *ret_depth = depth;
   return steal_fd(&cur);
 }
 
-/* The directory that holds the entry, borrowed: valid until the next call. */
-static int open_parent(struct unpacker *u, const char *parent, agsx_error_t *err) {
-  if (*parent == '\0')
+/* The directory that holds the entry, borrowed: valid until the next call,
+ * and how deep it really is. A parent reached without a symlink is as deep
+ * as its name; one reached through symlinks is measured. */
+static int open_parent(struct unpacker *u, const char *parent, size_t *ret_depth,
+                       agsx_error_t *err) {
+  if (*parent == '\0') {
+    *ret_depth = 0;
     return u->destfd;
-  if (u->cached_parent != NULL && strcmp(u->cached_parent, parent) == 0)
+  }
+  if (u->cached_parent != NULL && strcmp(u->cached_parent, parent) == 0) {
+    *ret_depth = u->cached_depth;
     return u->cached_fd;
-  int fd = agsx_open_in_root(u->destfd, parent, O_PATH | O_DIRECTORY, 0);
-  if (fd < 0 && errno != ENOENT)
-    return parent_error(err, errno, parent);
-  if (fd < 0 && (fd = make_parents(u, parent, err)) < 0)
-    return -1;
+  }
+  size_t depth = path_depth(parent);
+  int fd = agsx_open_beneath_nofollow(u->destfd, parent, O_PATH | O_DIRECTORY, 0);
+  if (fd < 0) {
+    fd = agsx_open_in_root(u->destfd, parent, O_PATH | O_DIRECTORY, 0);
+    if (fd < 0 && errno != ENOENT)
+      return parent_error(err, errno, parent);
+    if (fd < 0) {
+      if ((fd = make_parents(u, parent, &depth, err)) < 0)
+        return -1;
+    } else if (real_depth(u, fd, &depth, err) < 0) {
+      close(fd);
+      return parent_error(err, 0, parent);
+    }
+  }
   cache_set(u, parent, fd);
+  u->cached_depth = *ret_depth = depth;
   return fd;
 }
 
@@ -688,8 +764,10 @@ static int make_file(struct unpacker *u, struct archive_entry *e, int dirfd, con
   return 0;
 }
 
-static int make_dir(struct unpacker *u, struct archive_entry *e, int dirfd, const char *parent,
-                    const char *name, agsx_error_t *err) {
+static int make_dir(struct unpacker *u, struct archive_entry *e, int dirfd, size_t depth,
+                    const char *parent, const char *name, agsx_error_t *err) {
+  if (check_depth(u, depth, err) < 0)
+    return -1;
   if (mkdirat(dirfd, name, 0700) < 0) {
     int r = errno == EEXIST ? clear_existing(u, dirfd, name, true, err)
                             : agsx_error_set(err, errno, "create directory");
@@ -837,7 +915,8 @@ static bool is_device(struct archive_entry *e) {
 
 static int make_entry(struct unpacker *u, struct archive_entry *e, const char *parent,
                       const char *name, agsx_error_t *err) {
-  int dirfd = open_parent(u, parent, err);
+  size_t depth = 0;
+  int dirfd = open_parent(u, parent, &depth, err);
   if (dirfd < 0)
     return -1;
   if (agsx_str_has_prefix(name, WHITEOUT_PREFIX))
@@ -849,7 +928,7 @@ static int make_entry(struct unpacker *u, struct archive_entry *e, const char *p
   case AE_IFREG:
     return make_file(u, e, dirfd, name, err);
   case AE_IFDIR:
-    return make_dir(u, e, dirfd, parent, name, err);
+    return make_dir(u, e, dirfd, depth, parent, name, err);
   case AE_IFLNK:
     return make_symlink(u, e, dirfd, name, err);
   case AE_IFIFO:
@@ -944,6 +1023,11 @@ static int unpack(struct source *src, enum agsx_compression comp, int destfd,
     return -1;
   _cleanup_(unpacker_done) struct unpacker u = {
       .destfd = destfd, .lim = lim, .src = src, .a = a, .cached_fd = -1};
+  struct stat root;
+  if (fstat(destfd, &root) < 0)
+    return agsx_error_set(err, errno, "stat layer root");
+  u.root_dev = root.st_dev;
+  u.root_ino = root.st_ino;
   if (read_entries(&u, err) < 0 || apply_dir_times(&u, err) < 0 || source_drain(src, err) < 0)
     return -1;
   agsx_sha256_final(src->hash, ret_diff_id);

@@ -207,7 +207,7 @@ int agsx_store_stage_blob_move(struct agsx_store *s, int workfd, int dirfd, cons
     return -1;
   if (agsx_store_has_blob(s, digest) || staged(workfd, "blobs", digest))
     return 0;
-  _cleanup_close_ int in = agsx_open_beneath_nofollow(dirfd, name, O_RDONLY, 0);
+  _cleanup_close_ int in = agsx_open_beneath_nofollow(dirfd, name, O_RDONLY | AGSX_O_UNTRUSTED, 0);
   if (in < 0)
     return agsx_error_set(err, errno, "open `%s`", name);
   struct stat st;

@@ -236,6 +236,22 @@ int agsx_open_beneath_nofollow(int dirfd, const char *path, int flags, mode_t mo
                           RESOLVE_NO_XDEV);
 }
 
+int agsx_check_regular(int fd, const char *what, agsx_error_t *err) {
+  if (fd < 0)
+    return agsx_error_set(err, errno, "open %s", what);
+  struct stat st;
+  if (fstat(fd, &st) < 0) {
+    int e = errno;
+    close(fd);
+    return agsx_error_set(err, e, "stat %s", what);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return agsx_error_set(err, 0, "%s is not a regular file", what);
+  }
+  return fd;
+}
+
 ssize_t agsx_read_all(int fd, void *buf, size_t len) {
   size_t done = 0;
   while (done < len) {
@@ -347,33 +363,135 @@ int agsx_mkdir_p(const char *path, mode_t mode, agsx_error_t *err) {
   return 0;
 }
 
-static int rm_rf_children(int dfd, agsx_error_t *err, int depth) {
-  if (depth > 4096)
-    return agsx_error_set(err, ELOOP, "directory tree too deep");
-  DIR *d = fdopendir(dfd);
-  if (d == NULL) {
-    close(dfd);
+/* Tree removal holds two fds whatever the depth: a layer that descends
+ * through its own symlinks, or sandbox code running `mkdir -p` in a loop,
+ * makes trees thousands of levels deep, and a walk holding one fd (and one
+ * stack frame) per level runs out of both and leaks the tree. The walk
+ * keeps, per level, only the directory's identity (st_dev, st_ino), its name
+ * and the names of the subdirectories still to remove; it goes down by
+ * opening a child without following symlinks and up through "..", which
+ * must be the very directory it came from (same st_dev and st_ino), so a
+ * directory moved meanwhile stops the removal instead of steering it. */
+struct rm_level {
+  dev_t dev;
+  ino_t ino;
+  char *name;    /* in the parent level; NULL at the top */
+  char **subdirs; /* still to remove, taken from the end */
+  size_t n, cap;
+};
+
+struct rm_walk {
+  struct rm_level *v;
+  size_t n, cap;
+};
+
+static void rm_level_clear(struct rm_level *l) {
+  free(l->name);
+  for (size_t i = 0; i < l->n; i++)
+    free(l->subdirs[i]);
+  free(l->subdirs);
+}
+
+static void rm_walk_clear(struct rm_walk *w) {
+  for (size_t i = 0; i < w->n; i++)
+    rm_level_clear(&w->v[i]);
+  free(w->v);
+}
+
+/* Unlinks everything in the directory FD but its subdirectories, which it
+ * records in L. The stream reads a duplicate: FD stays ours. */
+static int rm_scan(int fd, struct rm_level *l, agsx_error_t *err) {
+  int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  if (dup_fd < 0)
+    return agsx_error_set(err, errno, "duplicate directory fd");
+  _cleanup_dir_ DIR *dir = fdopendir(dup_fd);
+  if (dir == NULL) {
+    close(dup_fd);
     return agsx_error_set(err, errno, "fdopendir");
   }
-  _cleanup_dir_ DIR *dir = d;
   struct dirent *de;
   while ((errno = 0, de = readdir(dir)) != NULL) {
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
       continue;
-    if (unlinkat(dirfd(dir), de->d_name, 0) == 0 || errno == ENOENT)
+    if (unlinkat(fd, de->d_name, 0) == 0 || errno == ENOENT)
       continue;
     if (errno != EISDIR && errno != EPERM)
       return agsx_error_set(err, errno, "unlink `%s`", de->d_name);
-    int sub = openat(dirfd(dir), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (sub < 0)
-      return agsx_error_set(err, errno, "open `%s`", de->d_name);
-    if (rm_rf_children(sub, err, depth + 1) < 0)
-      return agsx_error_wrap(err, "`%s`", de->d_name);
-    if (unlinkat(dirfd(dir), de->d_name, AT_REMOVEDIR) < 0 && errno != ENOENT)
-      return agsx_error_set(err, errno, "rmdir `%s`", de->d_name);
+    if (l->n == l->cap) {
+      l->cap = l->cap ? 2 * l->cap : 8;
+      l->subdirs = xrealloc(l->subdirs, l->cap * sizeof(*l->subdirs));
+    }
+    l->subdirs[l->n++] = xstrdup(de->d_name);
   }
   if (errno != 0)
     return agsx_error_set(err, errno, "readdir");
+  return 0;
+}
+
+/* Enters subdirectory NAME of *FD: *FD becomes the child's. */
+static int rm_down(struct rm_walk *w, int *fd, char *name, agsx_error_t *err) {
+  _cleanup_free_ char *owned = name;
+  int sub = openat(*fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (sub < 0 && errno == ENOENT)
+    return 0;
+  if (sub < 0)
+    return agsx_error_set(err, errno, "open `%s`", name);
+  struct stat st;
+  if (fstat(sub, &st) < 0) {
+    close(sub);
+    return agsx_error_set(err, errno, "stat `%s`", name);
+  }
+  close(*fd);
+  *fd = sub;
+  if (w->n == w->cap) {
+    w->cap = 2 * w->cap;
+    w->v = xrealloc(w->v, w->cap * sizeof(*w->v));
+  }
+  w->v[w->n++] = (struct rm_level){.dev = st.st_dev, .ino = st.st_ino, .name = steal_ptr(&owned)};
+  return rm_scan(*fd, &w->v[w->n - 1], err);
+}
+
+/* Leaves the emptied top level for its parent and removes it there. */
+static int rm_up(struct rm_walk *w, int *fd, agsx_error_t *err) {
+  struct rm_level *l = &w->v[w->n - 1], *parent = &w->v[w->n - 2];
+  int up = openat(*fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (up < 0)
+    return agsx_error_set(err, errno, "open the parent of `%s`", l->name);
+  struct stat st;
+  if (fstat(up, &st) < 0) {
+    close(up);
+    return agsx_error_set(err, errno, "stat the parent of `%s`", l->name);
+  }
+  if (st.st_dev != parent->dev || st.st_ino != parent->ino) {
+    close(up);
+    return agsx_error_set(err, EXDEV, "`%s` moved during the removal", l->name);
+  }
+  close(*fd);
+  *fd = up;
+  if (unlinkat(*fd, l->name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+    return agsx_error_set(err, errno, "rmdir `%s`", l->name);
+  rm_level_clear(l);
+  w->n--;
+  return 0;
+}
+
+/* Empties the directory FD (ours: closed here) depth first, iteratively. */
+static int rm_rf_children(int fd, agsx_error_t *err) {
+  _cleanup_close_ int cur = fd;
+  _cleanup_(rm_walk_clear) struct rm_walk w = {.v = xzalloc(16 * sizeof(*w.v)), .n = 1, .cap = 16};
+  struct stat st;
+  if (fstat(cur, &st) < 0)
+    return agsx_error_set(err, errno, "stat");
+  w.v[0].dev = st.st_dev;
+  w.v[0].ino = st.st_ino;
+  if (rm_scan(cur, &w.v[0], err) < 0)
+    return -1;
+  while (w.n > 1 || w.v[0].n > 0) {
+    struct rm_level *l = &w.v[w.n - 1];
+    int r = l->n > 0 ? rm_down(&w, &cur, l->subdirs[--l->n], err) : rm_up(&w, &cur, err);
+    if (r < 0)
+      return agsx_error_wrap(err, "%zu levels down", w.n - 1);
+  }
   return 0;
 }
 
@@ -385,7 +503,7 @@ int agsx_rm_rf_at(int dirfd, const char *name, agsx_error_t *err) {
   int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0)
     return agsx_error_set(err, errno, "open `%s`", name);
-  if (rm_rf_children(fd, err, 0) < 0)
+  if (rm_rf_children(fd, err) < 0)
     return agsx_error_wrap(err, "remove `%s`", name);
   if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
     return agsx_error_set(err, errno, "rmdir `%s`", name);

@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -93,6 +94,14 @@ int agsx_openat2(int dirfd, const char *path, int flags, mode_t mode, uint64_t r
 int agsx_open_in_root(int rootfd, const char *path, int flags, mode_t mode);
 /* Like agsx_open_in_root but refuses any symlink on the way. */
 int agsx_open_beneath_nofollow(int dirfd, const char *path, int flags, mode_t mode);
+
+/* Files of untrusted trees (image layers and layouts, sandboxes) are opened
+ * with AGSX_O_UNTRUSTED added to O_RDONLY: a FIFO or device planted where a
+ * file was expected must not block the open (O_NONBLOCK) nor become our
+ * terminal (O_NOCTTY). agsx_check_regular then refuses (and closes) an fd
+ * that is not a regular file; it returns FD otherwise. */
+#define AGSX_O_UNTRUSTED (O_NONBLOCK | O_NOCTTY)
+int agsx_check_regular(int fd, const char *what, agsx_error_t *err);
 
 ssize_t agsx_read_all(int fd, void *buf, size_t len);   /* loops; 0 at EOF */
 int agsx_write_all(int fd, const void *buf, size_t len); /* loops; -1 on error */

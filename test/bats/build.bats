@@ -457,3 +457,31 @@ EOF2
   build
   assert_build_error "Dockerfile:2: no file in the build context matches"
 }
+
+# An image whose etc/passwd and etc/group are FIFOs: nothing would ever
+# write to them, so a blocking open hangs the build forever.
+fifo_passwd_image() {
+  python3 - "$T/fifo.tar" <<'PY'
+import sys, tarfile
+t = tarfile.open(sys.argv[1], "w", format=tarfile.PAX_FORMAT)
+d = tarfile.TarInfo("etc"); d.type = tarfile.DIRTYPE; d.mode = 0o755; t.addfile(d)
+for name in ("etc/passwd", "etc/group"):
+    f = tarfile.TarInfo(name); f.type = tarfile.FIFOTYPE; f.mode = 0o644; t.addfile(f)
+t.close()
+PY
+  "$FIXTURES/mkimage" --ref fifo:1 "$T/fifo" "$T/fifo.tar" >/dev/null
+  ax image load "$T/fifo" >/dev/null
+}
+
+@test "build: COPY --chown with a FIFO as the image's /etc/passwd fails, never hangs" {
+  fifo_passwd_image
+  echo hello >"$CTX/hello"
+  AX_TIMEOUT=30
+  local spec
+  for spec in agent 1000:1000; do
+    printf 'FROM fifo:1\nCOPY --chown=%s hello /x\n' "$spec" >"$CTX/Dockerfile"
+    build
+    assert_agsx_error "Dockerfile:2: --chown: the image's \`/etc/passwd\` is not a regular file"
+    [ -z "$(ls -A "$ROOT/tmp")" ] || { echo "# work dirs left: $(ls -A "$ROOT/tmp")" >&3; false; }
+  done
+}

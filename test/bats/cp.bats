@@ -291,3 +291,119 @@ PY
   [ -z "$(find "$T" -path "$T/out*" -name shadow)" ]
   [ -z "$(find "$T" -path "$T/out*" -type f -exec grep -l canary {} +)" ]
 }
+
+@test "a file growing during the copy out is copied at its size at open; holes stay holes" {
+  start_box --disk 512m
+  ax exec box sh -c 'dd if=/dev/urandom of=/tmp/grow bs=1M count=64 2>/dev/null
+    truncate -s 1099511627776 /tmp/sparse && echo tail >>/tmp/sparse
+    dd if=/dev/urandom of=/tmp/sparse bs=4k count=1 conv=notrunc 2>/dev/null'
+  # As soon as the copy has begun, the file grows by 1 GiB (sparse: it costs
+  # the sandbox nothing), in four steps.
+  python3 - "$R/tmp/grow" "$T/out" "$T/ready" <<'PY' &
+import os, sys, time
+src, dst, ready = sys.argv[1:]
+open(ready, "w").close()
+end = time.time() + 60
+while time.time() < end:
+    try:
+        if os.stat(dst).st_size > 0:
+            break
+    except FileNotFoundError:
+        pass
+size = os.stat(src).st_size
+for i in range(4):
+    os.truncate(src, size + (i + 1) * (256 << 20))
+    time.sleep(0.02)
+PY
+  local grower=$!
+  for _ in $(seq 100); do [ -e "$T/ready" ] && break; sleep 0.05; done
+  run_ax cp box:/tmp/grow "$T/out"
+  wait "$grower"
+  assert_success
+  [ "$(stat -c %s "$T/out")" -eq $((64 << 20)) ] || { ls -ls "$T/out" >&3; false; }
+  cmp -n $((64 << 20)) "$R/tmp/grow" "$T/out"
+  [ "$(du -k "$T/out" | cut -f1)" -lt $((66 << 10)) ]
+  # a sparse 1 TiB file comes out 1 TiB large in a few blocks, both ways
+  run_ax cp box:/tmp/sparse "$T/sparse"
+  assert_success
+  [ "$(stat -c %s "$T/sparse")" -eq $(((1 << 40) + 5)) ]
+  [ "$(du -k "$T/sparse" | cut -f1)" -lt 1024 ] || { du -k "$T/sparse" >&3; false; }
+  cmp <(head -c 4096 "$R/tmp/sparse") <(head -c 4096 "$T/sparse")
+  [ "$(tail -c 5 "$T/sparse")" = tail ]
+  run_ax cp "$T/sparse" box:/tmp/sparse2
+  assert_success
+  [ "$(stat -c %s "$R/tmp/sparse2")" -eq $(((1 << 40) + 5)) ]
+  [ "$(du -k "$R/tmp/sparse2" | cut -f1)" -lt 1024 ]
+  # zeros written as data in the sandbox do not take the host's disk either
+  ax exec box sh -c 'dd if=/dev/zero of=/tmp/zeros bs=1M count=32 2>/dev/null; echo end >>/tmp/zeros'
+  run_ax cp box:/tmp/zeros "$T/zeros"
+  assert_success
+  cmp "$R/tmp/zeros" "$T/zeros"
+  [ "$(du -k "$T/zeros" | cut -f1)" -lt 64 ] || { du -k "$T/zeros" >&3; false; }
+  # and as tar streams: sparse entries, small, holes again on extraction
+  ax exec box sh -c 'truncate -s 1073741824 /tmp/hole'
+  ax cp box:/tmp/sparse - >"$T/s.tar"
+  ax cp box:/tmp/hole - >"$T/h.tar"
+  [ "$(stat -c %s "$T/s.tar")" -lt $((1 << 20)) ] || { ls -l "$T/s.tar" >&3; false; }
+  [ "$(stat -c %s "$T/h.tar")" -lt $((1 << 20)) ] || { ls -l "$T/h.tar" >&3; false; }
+  mkdir "$T/x" && tar -C "$T/x" -xf "$T/s.tar" && tar -C "$T/x" -xf "$T/h.tar"
+  [ "$(stat -c %s "$T/x/sparse")" -eq $(((1 << 40) + 5)) ]
+  [ "$(du -k "$T/x/sparse" | cut -f1)" -lt 1024 ]
+  cmp "$T/sparse" "$T/x/sparse" -n $((1 << 20))
+  [ "$(tail -c 5 "$T/x/sparse")" = tail ]
+  [ "$(stat -c %s "$T/x/hole")" -eq $((1 << 30)) ]
+  [ "$(du -k "$T/x/hole" | cut -f1)" -lt 64 ]
+  ax exec box mkdir /tmp/in
+  tar -C "$T/x" --sparse -cf - sparse | ax cp - box:/tmp/in
+  [ "$(stat -c %s "$R/tmp/in/sparse")" -eq $(((1 << 40) + 5)) ]
+  [ "$(du -k "$R/tmp/in/sparse" | cut -f1)" -lt 1024 ]
+  [ "$(tail -c 5 "$R/tmp/in/sparse")" = tail ]
+}
+
+# cp_tar_out SRC: `agsx cp SRC -` into $T/out.tar, stderr into $T/err, the
+# exit status into $rc.
+cp_tar_out() {
+  rc=0
+  ax cp "$1" - >"$T/out.tar" 2>"$T/err" || rc=$?
+}
+
+@test "one copy is bounded in bytes and entries, both ways and as a tar; nothing partial stays" {
+  start_box -- 'mkdir -p /tmp/t/sub
+    for i in 1 2 3 4; do dd if=/dev/urandom of=/tmp/t/sub/f$i bs=512k count=1 2>/dev/null; done
+    for i in 1 2 3 4 5 6 7 8 9 10; do echo $i >/tmp/t/e$i; done'
+  for _ in $(seq 50); do [ -e "$R/tmp/t/e10" ] && break; sleep 0.1; done
+  export AGSX_CP_MAX_SIZE=1m
+  run_ax cp box:/tmp/t "$T/t"
+  assert_agsx_error "more than its limit of 1048576 bytes (AGSX_CP_MAX_SIZE)"
+  [ ! -e "$T/t" ] || { find "$T/t" >&3; false; }
+  # into an existing directory: what was there stays, nothing new does
+  mkdir "$T/ex" && echo keep >"$T/ex/keep"
+  run_ax cp box:/tmp/t/. "$T/ex"
+  assert_agsx_error "AGSX_CP_MAX_SIZE"
+  [ "$(ls -A "$T/ex")" = keep ] && [ "$(cat "$T/ex/keep")" = keep ]
+  # a tar stream stops before the file that would pass the limit
+  cp_tar_out box:/tmp/t
+  [ "$rc" -eq 125 ] && [ "$(wc -l <"$T/err")" -eq 1 ] && grep -q '^agsx: .*AGSX_CP_MAX_SIZE' "$T/err"
+  [ "$(stat -c %s "$T/out.tar")" -lt $(((1 << 20) + (64 << 10))) ]
+  # copying in is bounded the same way
+  mkdir -p "$T/in" && head -c 3M /dev/urandom >"$T/in/big"
+  for i in $(seq 10); do echo "$i" >"$T/in/s$i"; done
+  run_ax cp "$T/in" box:/tmp/in
+  assert_agsx_error "AGSX_CP_MAX_SIZE"
+  [ ! -e "$R/tmp/in" ]
+  unset AGSX_CP_MAX_SIZE
+  export AGSX_CP_MAX_ENTRIES=5
+  run_ax cp box:/tmp/t "$T/t"
+  assert_agsx_error "more than its limit of 5 entries (AGSX_CP_MAX_ENTRIES)"
+  [ ! -e "$T/t" ]
+  cp_tar_out box:/tmp/t
+  [ "$rc" -eq 125 ] && grep -q '^agsx: .*AGSX_CP_MAX_ENTRIES' "$T/err"
+  rc=0
+  tar -C "$T/in" -cf - . | ax cp - box:/tmp 2>"$T/err" || rc=$?
+  [ "$rc" -eq 125 ] && grep -q AGSX_CP_MAX_ENTRIES "$T/err"
+  unset AGSX_CP_MAX_ENTRIES
+  # within the limits, the same copies work
+  run_ax cp box:/tmp/t "$T/t"
+  assert_success
+  [ "$(ls "$T/t/sub" | wc -l)" -eq 4 ]
+}

@@ -223,3 +223,64 @@ names = os.listxattr(sys.argv[1])
 assert not any(n.startswith("user.overlay.") for n in names), names
 PY
 }
+
+@test "directories descending through the layer's own symlinks stop at the depth bound" {
+  # `l` always points at the deepest directory so far and `l/d/` makes one
+  # more level: 5000 real levels from names of two components. Targets are
+  # chained through l1, l2, ... to stay under the symlink target limit.
+  layer descend 'add("d", type=tarfile.DIRTYPE, mode=0o755)
+base, m, k = "d", 0, 0
+for i in range(5000):
+    if m == 1000:
+        k += 1
+        add("l%d" % k, type=tarfile.SYMTYPE, linkname=base + "/d" * m)
+        base, m = "l%d" % k, 0
+    add("l", type=tarfile.SYMTYPE, linkname=base + "/d" * m)
+    add("l/d", type=tarfile.DIRTYPE, mode=0o755)
+    m += 1'
+  refused descend "directory deeper than 256 levels below the layer root"
+  # nothing of the partial tree stays in the store (common_teardown checks
+  # its tmp too)
+  [ -z "$(ls -A "$ROOT/tmp")" ]
+}
+
+@test "gc removes a work directory thousands of levels deep" {
+  mkdir -p "$T/base" && echo base >"$T/base/f"
+  "$FIXTURES/mkimage" --ref base:1 "$T/baseimg" "$T/base" >/dev/null
+  ax image load "$T/baseimg" >/dev/null
+  # what a layer unpacked by an older agsx could leave: 5000 levels
+  python3 - "$ROOT/tmp/unpack-deadbeef0000" <<'PY'
+import os, sys
+os.mkdir(sys.argv[1])
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+for i in range(5000):
+    os.mkdir("d", dir_fd=fd)
+    if i % 1000 == 0:
+        os.close(os.open("f", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd))
+    nfd = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+    os.close(fd)
+    fd = nfd
+os.close(fd)
+PY
+  run_ax gc
+  assert_success
+  [ -z "$(ls -A "$ROOT/tmp")" ] || { echo "# left: $(ls -A "$ROOT/tmp")" >&3; false; }
+}
+
+@test "a FIFO in place of a layout's file is refused, never waited on" {
+  mkdir -p "$T/src" && echo x >"$T/src/f"
+  local blob
+  for what in index manifest; do
+    rm -rf "$T/fifo-$what"
+    "$FIXTURES/mkimage" --ref "hostile:fifo-$what" "$T/fifo-$what" "$T/src" >/dev/null
+    if [ $what = index ]; then
+      blob=$T/fifo-$what/index.json
+    else
+      blob=$T/fifo-$what/blobs/sha256/$(python3 -c 'import json,sys
+print(json.load(open(sys.argv[1]))["manifests"][0]["digest"][7:])' "$T/fifo-$what/index.json")
+    fi
+    rm "$blob" && mkfifo "$blob"
+    AX_TIMEOUT=20 run_ax image load "$T/fifo-$what"
+    assert_agsx_error "not a"
+  done
+}

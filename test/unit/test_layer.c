@@ -851,6 +851,48 @@ static void test_hostile_limits(void) {
   fx_done(&f);
 }
 
+/* Entries that descend through the layer's own symlink: `l` points at the
+ * deepest directory so far, `l/d/` makes one more level. LEVELS such steps
+ * build d/d/.../d LEVELS+1 deep from names of two components; LAST is the
+ * final entry's name under `l`. */
+static char *descending_tar(int levels, const char *last, mode_t last_mode, size_t *ret_len) {
+  struct tar t;
+  tar_begin(&t, 4 << 20, false);
+  tar_add(&t, (struct ent){.path = "d/", .mode = S_IFDIR | 0755});
+  _cleanup_free_ char *target = xmalloc(2 * (size_t)levels + 4);
+  strcpy(target, "d");
+  for (int i = 0; i < levels; i++) {
+    tar_add(&t, (struct ent){.path = "l", .mode = S_IFLNK | 0777, .link = target});
+    bool end = i == levels - 1;
+    tar_add(&t, (struct ent){.path = end ? last : "l/d/", .mode = end ? last_mode : S_IFDIR | 0755,
+                             .data = end && S_ISREG(last_mode) ? "x" : NULL});
+    strcat(target, "/d");
+  }
+  return tar_end(&t, ret_len);
+}
+
+static void test_hostile_depth(void) {
+  size_t len;
+  /* 300 real levels, every name two components long: refused at 256. */
+  _cleanup_free_ char *tar = descending_tar(300, "l/d/", S_IFDIR | 0755, &len);
+  hostile_refused("directories descending through their own symlink", tar, len, NULL,
+                  "directory deeper than 256 levels below the layer root");
+  /* The same with the last level an implicit parent of a file. */
+  _cleanup_free_ char *tar2 = descending_tar(256, "l/d/f", S_IFREG | 0644, &len);
+  hostile_refused("an implicit parent past the depth through a symlink", tar2, len, NULL,
+                  "directory deeper than 256 levels below the layer root");
+  /* Up to the limit, through the symlink or not, is fine. */
+  _cleanup_free_ char *ok = descending_tar(255, "l/d/f", S_IFREG | 0644, &len);
+  struct fx f;
+  fx_init(&f);
+  agsx_error_t err = NULL;
+  struct agsx_layer_limits lim = limits();
+  int r = unpack(&f, ok, len, AGSX_COMPRESSION_AUTO, &lim, NULL, &err);
+  tap_ok(r == 0, "256 real levels through a symlink: accepted: %s", err ? err->msg : "ok");
+  agsx_error_free(&err);
+  fx_done(&f);
+}
+
 static void test_hostile_whiteouts(void) {
   hostile("`.wh..wh.evil`", (struct ent[]){{.path = "a/.wh..wh.evil"}}, 1,
           "unknown whiteout metadata");
@@ -971,6 +1013,7 @@ int main(void) {
   test_devices();
   test_bombs();
   test_hostile_limits();
+  test_hostile_depth();
   test_hostile_whiteouts();
   test_no_fd_leak();
   return tap_done();

@@ -4,7 +4,9 @@
 #include "tap.h"
 #include "util.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 static void dur_ok(const char *s, uint64_t want) {
@@ -164,6 +166,46 @@ static void test_files(void) {
   close(dfd);
 }
 
+/* Removal must not hold one fd (or one stack frame) per level: a layer
+ * descending through its own symlinks, or sandbox code, can make trees far
+ * deeper than any fd limit. Removed here under a 32-fd limit. */
+static void test_rm_deep(void) {
+  char tmpl[] = "/tmp/agsx-test-rmdeep-XXXXXX";
+  tap_ok(mkdtemp(tmpl) != NULL, "mkdtemp");
+  int top = open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  bool built = mkdirat(top, "t", 0700) == 0;
+  int cur = openat(top, "t", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  for (int i = 0; built && i < 5000; i++) {
+    if (i % 500 == 0) { /* files, links and a side branch here and there */
+      close(openat(cur, "f", O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+      built = symlinkat("/etc", cur, "etc") == 0 && mkdirat(cur, "side", 0700) == 0 &&
+              mkdirat(cur, "side/x", 0700) == 0;
+    }
+    int next = mkdirat(cur, "d", 0700) == 0 ? openat(cur, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+                                            : -1;
+    close(cur);
+    cur = next;
+    built = built && cur >= 0;
+  }
+  close(cur);
+  tap_ok(built, "a 5000-level tree built");
+  struct rlimit old, low = {32, 32};
+  getrlimit(RLIMIT_NOFILE, &old);
+  low.rlim_max = old.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &low);
+  agsx_error_t err = NULL;
+  int r = agsx_rm_rf_at(top, "t", &err);
+  setrlimit(RLIMIT_NOFILE, &old);
+  tap_is_int(r, 0, "rm_rf removes a 5000-level tree under a 32-fd limit");
+  if (err)
+    printf("#   %s\n", err->msg);
+  agsx_error_free(&err);
+  tap_ok(faccessat(top, "t", F_OK, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT, "nothing left");
+  tap_ok(access("/etc/passwd", F_OK) == 0, "symlink targets untouched");
+  close(top);
+  rmdir(tmpl);
+}
+
 static void test_time(void) {
   int64_t t = 0;
   tap_ok(agsx_parse_rfc3339("2024-01-02T03:04:05Z", &t) == 0 && t == 1704164645, "rfc3339 Z");
@@ -181,6 +223,7 @@ int main(void) {
   test_paths();
   test_errors();
   test_files();
+  test_rm_deep();
   test_time();
   return tap_done();
 }
