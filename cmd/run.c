@@ -22,7 +22,7 @@
 #include <sys/timerfd.h>
 #include <termios.h>
 
-#define GRACE_SEC 2             /* SIGTERM → SIGKILL at the deadline */
+#define GRACE_SEC AGSX_STOP_GRACE_SEC /* SIGTERM → SIGKILL at the deadline */
 #define DEFAULT_TIMEOUT_SEC 300
 
 struct run_opts {
@@ -329,13 +329,15 @@ struct sup {
   struct agsx_sandbox *sb;
   struct agsx_net_attach *net;
   struct agsx_relay *relay; /* published ports, or NULL */
-  struct pollfd *pfd;       /* supervise()'s, grown with the relay */
+  struct agsx_relay *dns;   /* the DNS relay (public, vpc), or NULL */
+  struct pollfd *pfd;       /* supervise()'s, grown with the relays */
   size_t pfd_cap;
   int sigfd, timerfd;
   struct agsx_output out[2];
   bool detached, handed_off;
   struct agsx_term term;
   bool stopping, killed, recorded;
+  bool reload_pending; /* an update's record could not be read yet */
   enum agsx_stop_reason stop_reason;
   int64_t started, deadline; /* deadline: seconds, as recorded (rounded up) */
   int64_t deadline_ns;       /* the timer's: exact */
@@ -371,11 +373,16 @@ static void on_deadline(struct sup *f) {
   }
 }
 
-/* `agsx update` and `agsx kill` change the record, then signal us. */
+/* `agsx update` and `agsx kill` change the record, then signal us (see
+ * AGSX_SIG_CONTROL). Reading the record takes fds: when that fails the
+ * supervise loop tries again shortly. */
 static void on_control(struct sup *f) {
   agsx_error_t err = NULL;
   struct agsx_record r;
+  f->reload_pending = false;
   if (agsx_record_read(f->sb->statefd, f->sb->id, &r, &err) < 0) {
+    f->reload_pending = agsx_error_errno(&err) == EMFILE || agsx_error_errno(&err) == ENFILE ||
+                        agsx_error_errno(&err) == ENOMEM;
     agsx_error_free(&err);
     return;
   }
@@ -389,14 +396,17 @@ static void on_control(struct sup *f) {
   agsx_record_clear(&r);
 }
 
-#define SIG_CONTROL (SIGRTMIN)
+#define SIG_CONTROL AGSX_SIG_CONTROL
+#define RELOAD_RETRY_MS 100
 
 static void on_signal(struct sup *f) {
   struct signalfd_siginfo si;
   if (read(f->sigfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
     return;
   int sig = (int)si.ssi_signo;
-  if (sig == SIG_CONTROL)
+  if (sig == SIG_CONTROL && si.ssi_code == SI_QUEUE && si.ssi_int == AGSX_CONTROL_STOP)
+    begin_stop(f, AGSX_STOP_KILLED); /* no fd needed */
+  else if (sig == SIG_CONTROL)
     on_control(f);
   else if (sig == SIGWINCH)
     agsx_term_winsize(f->sb->pty_master);
@@ -406,7 +416,7 @@ static void on_signal(struct sup *f) {
     agsx_sandbox_signal(f->sb, sig);
 }
 
-/* The supervisor's fixed fds, then the relay's. */
+/* The supervisor's fixed fds, then the relays'. */
 enum { P_SYNC, P_SIG, P_TIMER, P_OUT, P_ERR, P_MASTER, P_STDIN, P_FIXED };
 
 static struct pollfd *poll_array(struct sup *f, size_t n) {
@@ -417,6 +427,26 @@ static struct pollfd *poll_array(struct sup *f, size_t n) {
   return f->pfd;
 }
 
+/* The earlier of two poll timeouts (-1: none). */
+static int min_timeout(int a, int b) { return a < 0 ? b : b < 0 ? a : a < b ? a : b; }
+
+/* The relays' share of the fds: the soft limit is raised as far as they
+ * could use (after the start: the sandbox keeps the caller's limits), and
+ * what is left after AGSX_RELAY_FD_RESERVE (the record, the teardown) is
+ * split, the DNS relay getting at most half when ports are published too,
+ * so neither can starve the other or the supervisor. */
+static void budget_relays(struct sup *f) {
+  size_t need_p = agsx_relay_fd_need(f->relay), need_d = agsx_relay_fd_need(f->dns);
+  agsx_relay_fd_limit_raise(need_p + need_d + AGSX_RELAY_FD_RESERVE);
+  size_t room = agsx_relay_fd_headroom(AGSX_RELAY_FD_RESERVE);
+  size_t d = f->relay ? room / 2 : room;
+  d = d < need_d ? d : need_d;
+  if (f->dns)
+    agsx_relay_set_fd_budget(f->dns, d);
+  if (f->relay)
+    agsx_relay_set_fd_budget(f->relay, room - d);
+}
+
 /* Runs until the command ends; returns 0 or -1 (err set). One poll loop
  * carries the command's events, signals, the deadline, output and the
  * published ports' relay: nothing in it blocks. */
@@ -425,7 +455,8 @@ static int supervise(struct sup *f, agsx_error_t *err) {
   int stdin_closed = !(f->o->interactive && sb->pty_master >= 0);
   int master_closed = sb->pty_master < 0;
   for (;;) {
-    struct pollfd *p = poll_array(f, P_FIXED + agsx_relay_nfds(f->relay));
+    struct pollfd *p =
+        poll_array(f, P_FIXED + agsx_relay_nfds(f->relay) + agsx_relay_nfds(f->dns));
     p[P_SYNC] = (struct pollfd){.fd = sb->sync, .events = POLLIN};
     p[P_SIG] = (struct pollfd){.fd = f->sigfd, .events = POLLIN};
     p[P_TIMER] = (struct pollfd){.fd = f->timerfd, .events = POLLIN};
@@ -434,12 +465,17 @@ static int supervise(struct sup *f, agsx_error_t *err) {
     p[P_MASTER] = (struct pollfd){.fd = master_closed ? -1 : sb->pty_master, .events = POLLIN};
     p[P_STDIN] = (struct pollfd){.fd = stdin_closed ? -1 : STDIN_FILENO, .events = POLLIN};
     size_t nr = agsx_relay_fill(f->relay, p + P_FIXED);
-    if (poll(p, P_FIXED + nr, agsx_relay_timeout_ms(f->relay)) < 0) {
+    size_t nd = agsx_relay_fill(f->dns, p + P_FIXED + nr);
+    int ms = min_timeout(agsx_relay_timeout_ms(f->relay), agsx_relay_timeout_ms(f->dns));
+    if (poll(p, P_FIXED + nr + nd, min_timeout(ms, f->reload_pending ? RELOAD_RETRY_MS : -1)) < 0) {
       if (errno == EINTR)
         continue;
       return agsx_error_set(err, errno, "poll");
     }
     agsx_relay_dispatch(f->relay, p + P_FIXED, nr);
+    agsx_relay_dispatch(f->dns, p + P_FIXED + nr, nd);
+    if (f->reload_pending)
+      on_control(f);
     if (p[P_SIG].revents)
       on_signal(f);
     if (p[P_TIMER].revents)
@@ -648,7 +684,7 @@ static int open_ports(struct sup *f, agsx_error_t *err) {
  * 127.0.0.53, and the sandbox needs no way to the host. */
 static int open_dns(void *data, int netns, agsx_error_t *err) {
   struct sup *f = data;
-  return agsx_net_dns_listen(&f->relay, netns, err);
+  return agsx_net_dns_listen(&f->dns, netns, err);
 }
 
 static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
@@ -674,6 +710,7 @@ static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
     return -1;
   if (f->relay && agsx_relay_set_connect_ns(f->relay, f->sb->netns, err) < 0)
     return -1;
+  budget_relays(f);
   if (write_start_record(f, err) < 0)
     return -1;
   f->recorded = true;
@@ -685,6 +722,8 @@ static int finish(struct sup *f, agsx_error_t *err) {
   /* The host ports are free as soon as the sandbox ends. */
   agsx_relay_free(f->relay);
   f->relay = NULL;
+  agsx_relay_free(f->dns);
+  f->dns = NULL;
   int code = f->sb ? f->sb->exit_code : 125;
   if (f->sb == NULL)
     return code;
@@ -708,6 +747,8 @@ static int finish(struct sup *f, agsx_error_t *err) {
 static void sup_clear(struct sup *f) {
   agsx_relay_free(f->relay);
   f->relay = NULL;
+  agsx_relay_free(f->dns);
+  f->dns = NULL;
   free(f->pfd);
   agsx_closep(&f->sigfd);
   agsx_closep(&f->timerfd);

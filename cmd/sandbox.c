@@ -176,17 +176,31 @@ int agsx_cmd_ls(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
 
 /* ---- kill ------------------------------------------------------------------------------- */
 
-static int signal_ref(const struct agsx_proc_ref *ref, int sig) {
-  int fd = (int)syscall(SYS_pidfd_open, ref->pid, 0);
-  if (fd < 0)
+/* SIG through PIDFD, with VALUE (SI_QUEUE: the supervisor's control
+ * protocol) unless it is 0. */
+static int pidfd_signal(int pidfd, int sig, int value) {
+  siginfo_t si;
+  memset(&si, 0, sizeof(si));
+  si.si_signo = sig;
+  si.si_code = SI_QUEUE;
+  si.si_pid = getpid();
+  si.si_uid = getuid();
+  si.si_value.sival_int = value;
+  return syscall(SYS_pidfd_send_signal, pidfd, sig, value ? &si : NULL, 0) < 0 ? -errno : 0;
+}
+
+/* SIG (and VALUE) to the process REF names: pidfd first, then the start
+ * time check (the pidfd pins the process, so a recycled pid is never
+ * signalled). */
+static int signal_ref_value(const struct agsx_proc_ref *ref, int sig, int value) {
+  _cleanup_close_ int fd = (int)syscall(SYS_pidfd_open, ref->pid, 0);
+  if (fd < 0 || !agsx_proc_ref_alive(ref))
     return -ESRCH;
-  int r = 0;
-  if (!agsx_proc_ref_alive(ref))
-    r = -ESRCH;
-  else if (syscall(SYS_pidfd_send_signal, fd, sig, NULL, 0) < 0)
-    r = -errno;
-  close(fd);
-  return r;
+  return pidfd_signal(fd, sig, value);
+}
+
+static int signal_ref(const struct agsx_proc_ref *ref, int sig) {
+  return signal_ref_value(ref, sig, 0);
 }
 
 static int parse_signal(const char *s) {
@@ -232,7 +246,7 @@ static int request_stop(int statefd, const char *id, agsx_error_t *err) {
   int fd = (int)syscall(SYS_pidfd_open, r.supervisor.pid, 0);
   bool alive = fd >= 0 && agsx_proc_ref_alive(&r.supervisor);
   agsx_record_clear(&r);
-  if (alive && syscall(SYS_pidfd_send_signal, fd, SIGRTMIN, NULL, 0) == 0)
+  if (alive && pidfd_signal(fd, AGSX_SIG_CONTROL, AGSX_CONTROL_STOP) == 0)
     return fd;
   if (fd >= 0)
     close(fd);
@@ -240,28 +254,83 @@ static int request_stop(int statefd, const char *id, agsx_error_t *err) {
   return agsx_state_reap_one(statefd, id, NULL, err) < 0 ? -2 : -1;
 }
 
-/* Waits for every supervisor in FDS to end (each stops its sandbox: SIGTERM,
- * grace, SIGKILL), all at once. */
-static int wait_stopped(int *fds, size_t n, agsx_error_t *err) {
-  int64_t deadline = agsx_mono_ns() + 15 * 1000000000LL;
-  size_t left = n;
+/* A stop under way: the supervisor's pidfd, the sandbox. */
+struct stopping {
+  int pidfd;
+  char id[33];
+};
+
+/* Waits until MS pass or every supervisor of V has ended (its pidfd is then
+ * set to -1 and closed); returns how many are left. */
+static size_t wait_supervisors(struct stopping *v, size_t n, int64_t ms) {
+  int64_t deadline = agsx_mono_ns() + ms * 1000000LL;
   struct pollfd *p = xzalloc((n + 1) * sizeof(*p));
-  for (size_t i = 0; i < n; i++)
-    p[i] = (struct pollfd){.fd = fds[i], .events = POLLIN};
-  while (left > 0) {
-    int64_t ms = (deadline - agsx_mono_ns()) / 1000000;
-    if (ms <= 0)
+  size_t left = 0;
+  for (;;) {
+    left = 0;
+    for (size_t i = 0; i < n; i++) {
+      p[i] = (struct pollfd){.fd = v[i].pidfd, .events = POLLIN};
+      left += v[i].pidfd >= 0;
+    }
+    int64_t wait_ms = (deadline - agsx_mono_ns()) / 1000000;
+    if (left == 0 || wait_ms <= 0)
       break;
-    int r = poll(p, n, (int)ms);
-    if (r < 0 && errno != EINTR)
+    if (poll(p, n, (int)wait_ms) < 0 && errno != EINTR)
       break;
     for (size_t i = 0; i < n; i++)
-      if (p[i].fd >= 0 && p[i].revents) {
-        p[i].fd = -1;
-        left--;
-      }
+      if (p[i].fd >= 0 && p[i].revents)
+        agsx_closep(&v[i].pidfd);
   }
   free(p);
+  return left;
+}
+
+/* The escalation of a stop nobody answers: its supervisor is stuck (stopped,
+ * out of resources). STAGE 0: SIGKILL to the sandbox's init, the end of its
+ * pid namespace (a live supervisor notices and tears down as usual).
+ * STAGE 1: SIGKILL to the supervisor, then the record is marked killed and
+ * the cgroup removed as for a crashed supervisor (gc removes its network
+ * lease). */
+static void escalate(int statefd, struct stopping *s, int stage) {
+  agsx_error_t err = NULL;
+  struct agsx_record r;
+  if (agsx_record_read(statefd, s->id, &r, &err) < 0) {
+    agsx_warn("sandbox %.12s: %s", s->id, err->msg);
+    agsx_error_free(&err);
+    return;
+  }
+  if (stage == 0) {
+    agsx_warn("sandbox %.12s: its supervisor does not answer: killing the sandbox", s->id);
+    signal_ref(&r.init, SIGKILL);
+  } else {
+    agsx_warn("sandbox %.12s: its supervisor is stuck: killing it", s->id);
+    pidfd_signal(s->pidfd, SIGKILL, 0);
+    if (wait_supervisors(s, 1, 2000) > 0)
+      goto out; /* unkillable for now (uninterruptible sleep): reported */
+    if (agsx_state_reap_one(statefd, s->id, &reap_log, &err) < 0) {
+      agsx_warn("sandbox %.12s: %s", s->id, err->msg);
+      agsx_error_free(&err);
+    }
+  }
+out:
+  agsx_record_clear(&r);
+}
+
+/* Waits for every supervisor in V to end (each stops its sandbox: SIGTERM,
+ * the grace, SIGKILL, the teardown), all at once, escalating for the ones
+ * that do not in a bounded time. */
+#define ANSWER_MS ((AGSX_STOP_GRACE_SEC + 2) * 1000) /* a stop and its teardown */
+#define STUCK_MS 5000                                  /* after the sandbox's SIGKILL */
+
+static int wait_stopped(int statefd, struct stopping *v, size_t n, agsx_error_t *err) {
+  for (int stage = 0; stage < 2; stage++) {
+    if (wait_supervisors(v, n, stage == 0 ? ANSWER_MS : STUCK_MS) == 0)
+      return 0;
+    for (size_t i = 0; i < n; i++)
+      if (v[i].pidfd >= 0)
+        escalate(statefd, &v[i], stage);
+  }
+  size_t left = wait_supervisors(v, n, 0);
   if (left)
     return agsx_error_set_quiet(err, ETIMEDOUT, "%zu sandbox(es) did not stop in time", left);
   return 0;
@@ -289,7 +358,7 @@ static int kill_targets(struct agsx_ctx *ctx, const struct sflags *f, char **nam
   if (f->signal && sig < 0)
     return agsx_failf("kill: unknown signal `%s`", f->signal);
   int rc = 0;
-  int *waitfds = xzalloc(((size_t)n + 1) * sizeof(int));
+  struct stopping *waits = xzalloc(((size_t)n + 1) * sizeof(*waits));
   size_t nwait = 0;
   for (int k = 0; k < n; k++) {
     agsx_error_t err = NULL;
@@ -310,16 +379,18 @@ static int kill_targets(struct agsx_ctx *ctx, const struct sflags *f, char **nam
       rc = agsx_fail(&err);
       continue;
     }
-    if (fd >= 0)
-      waitfds[nwait++] = fd;
+    if (fd >= 0) {
+      waits[nwait].pidfd = fd;
+      memcpy(waits[nwait++].id, id, sizeof(id));
+    }
     printf("%s\n", names[k]);
   }
   agsx_error_t err = NULL;
-  if (nwait && wait_stopped(waitfds, nwait, &err) < 0)
+  if (nwait && wait_stopped(statefd, waits, nwait, &err) < 0)
     rc = agsx_fail(&err);
   for (size_t k = 0; k < nwait; k++)
-    close(waitfds[k]);
-  free(waitfds);
+    agsx_closep(&waits[k].pidfd);
+  free(waits);
   (void)ctx;
   return rc;
 }
@@ -547,7 +618,7 @@ int agsx_cmd_update(struct agsx_ctx *ctx, const struct agsx_command *cmd, int ar
       return agsx_fail(&err);
     }
   }
-  int s = signal_ref(&r.supervisor, SIGRTMIN);
+  int s = signal_ref_value(&r.supervisor, AGSX_SIG_CONTROL, AGSX_CONTROL_RELOAD);
   _cleanup_free_ char *when = agsx_format_rfc3339(r.deadline);
   if (f.json) {
     _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);

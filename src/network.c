@@ -136,11 +136,19 @@ int agsx_net_dns_listen(struct agsx_relay **relay, int netns, agsx_error_t *err)
   agsx_sockaddr_from_ip("127.0.0.11", 53, &in);
   if (agsx_sockaddr_from_ip(upstream, 53, &target) < 0)
     return agsx_error_set_quiet(err, EINVAL, "dns: `%s` is not an IP address", upstream), -1;
-  if (*relay == NULL && (*relay = agsx_relay_new(err)) == NULL)
+  if (*relay != NULL)
+    return agsx_error_set(err, EEXIST, "the sandbox's DNS relay exists already");
+  struct agsx_relay *r = agsx_relay_new(err);
+  if (r == NULL)
     return -1;
-  if (agsx_relay_listen(*relay, AGSX_PROTO_UDP, netns, &in, -1, &target, NULL, err) < 0 ||
-      agsx_relay_listen(*relay, AGSX_PROTO_TCP, netns, &in, -1, &target, NULL, err) < 0)
+  agsx_relay_set_limits(r, AGSX_DNS_MAX_CONNS, AGSX_DNS_MAX_FLOWS, AGSX_DNS_UDP_IDLE_MS);
+  agsx_relay_set_tcp_timeouts(r, AGSX_DNS_TCP_IDLE_MS, AGSX_DNS_HALF_CLOSED_MS);
+  if (agsx_relay_listen(r, AGSX_PROTO_UDP, netns, &in, -1, &target, NULL, err) < 0 ||
+      agsx_relay_listen(r, AGSX_PROTO_TCP, netns, &in, -1, &target, NULL, err) < 0) {
+    agsx_relay_free(r);
     return agsx_error_wrap(err, "the sandbox's DNS relay");
+  }
+  *relay = r;
   return 0;
 }
 

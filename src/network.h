@@ -66,10 +66,18 @@ int agsx_net_dns_upstream(char **ret, agsx_error_t *err);
 /* The first "nameserver ADDR" of resolv.conf text (NULL if none). */
 char *agsx_resolv_conf_nameserver(const char *text, size_t len);
 
-/* Adds the DNS relay of a sandbox on a public or vpc network to *RELAY
- * (made if NULL): UDP and TCP 127.0.0.11:53 bound in NETNS, forwarded from
- * the caller's namespace to agsx_net_dns_upstream(). With no name server
- * known it warns and adds nothing. */
+/* Makes the DNS relay of a sandbox on a public or vpc network in *RELAY
+ * (which must be NULL: a relay of its own, so the sandbox's queries never
+ * share caps, fds or timeouts with published ports): UDP and TCP
+ * 127.0.0.11:53 bound in NETNS, forwarded from the caller's namespace to
+ * agsx_net_dns_upstream(), with the caps and timeouts of DNS (few TCP
+ * connections, short-lived flows and connections). With no name server
+ * known it warns and makes nothing. */
+#define AGSX_DNS_MAX_CONNS 64      /* TCP (truncated answers, zone transfers) */
+#define AGSX_DNS_MAX_FLOWS 256     /* UDP: one per query's source port */
+#define AGSX_DNS_UDP_IDLE_MS 5000  /* a resolver gives up after 5 s */
+#define AGSX_DNS_TCP_IDLE_MS 10000 /* RFC 7766 6.2.3: servers close idle ones after seconds */
+#define AGSX_DNS_HALF_CLOSED_MS 5000
 struct agsx_relay;
 int agsx_net_dns_listen(struct agsx_relay **relay, int netns, agsx_error_t *err);
 

@@ -5,12 +5,14 @@
 #include "relay.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/tcp.h>
 #include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/resource.h>
 
 /* ---- -p specs ------------------------------------------------------------------------------ */
 
@@ -210,6 +212,7 @@ struct conn {
   bool eof[2];     /* fd[i] has read EOF */
   bool shut[2];    /* SHUT_WR done on fd[i] */
   bool dead;
+  int64_t last_ms; /* a byte moved, an EOF, the connect began or ended */
   size_t off[2], len[2]; /* buf[i]: read from fd[i], to write to fd[1 - i] */
   char buf[2][AGSX_RELAY_BUF];
 };
@@ -236,6 +239,10 @@ struct agsx_relay {
   char *dgram; /* one UDP datagram */
   size_t max_conns, max_flows;
   int udp_idle_ms;
+  int tcp_idle_ms, half_closed_ms; /* 0: none */
+  size_t fds, fd_budget;           /* held by connections and flows; the most */
+  int64_t paused_until;            /* TCP listeners not polled before (ms) */
+  int backoff_ms;                  /* the next pause */
   struct agsx_relay_stats st;
 };
 
@@ -251,8 +258,81 @@ struct agsx_relay *agsx_relay_new(agsx_error_t *err) {
   r->max_conns = AGSX_RELAY_MAX_CONNS;
   r->max_flows = AGSX_RELAY_MAX_FLOWS;
   r->udp_idle_ms = AGSX_RELAY_UDP_IDLE_MS;
+  r->half_closed_ms = AGSX_RELAY_HALF_CLOSED_MS;
+  r->fd_budget = agsx_relay_fd_headroom(AGSX_RELAY_FD_RESERVE);
+  r->backoff_ms = AGSX_RELAY_BACKOFF_MIN_MS;
   return r;
 }
+
+void agsx_relay_set_tcp_timeouts(struct agsx_relay *r, int idle_ms, int half_closed_ms) {
+  r->tcp_idle_ms = idle_ms > 0 ? idle_ms : 0;
+  r->half_closed_ms = half_closed_ms > 0 ? half_closed_ms : 0;
+}
+
+/* ---- file descriptors ----------------------------------------------------------------------- */
+
+/* The fds open now; when /proc cannot tell, a guess on the safe side. */
+static size_t open_fds(void) {
+  int dfd = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0)
+    return 256;
+  _cleanup_dir_ DIR *d = fdopendir(dfd);
+  if (d == NULL) {
+    close(dfd);
+    return 256;
+  }
+  size_t n = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL)
+    if (de->d_name[0] != '.')
+      n++;
+  return n > 0 ? n - 1 : 0; /* less the directory's own */
+}
+
+#define FD_LIMIT_MAX ((size_t)1 << 20) /* fs.nr_open's default: no soft limit goes higher */
+
+static size_t soft_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+    return 1024;
+  return rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > FD_LIMIT_MAX ? FD_LIMIT_MAX
+                                                                    : (size_t)rl.rlim_cur;
+}
+
+size_t agsx_relay_fd_headroom(size_t reserve) {
+  size_t lim = soft_limit(), used = open_fds();
+  return lim > used + reserve ? lim - used - reserve : 0;
+}
+
+size_t agsx_relay_fd_need(const struct agsx_relay *r) {
+  return r ? 2 * r->max_conns + r->max_flows : 0;
+}
+
+void agsx_relay_set_fd_budget(struct agsx_relay *r, size_t fds) { r->fd_budget = fds; }
+
+size_t agsx_relay_fd_limit_raise(size_t want) {
+  struct rlimit rl;
+  size_t goal = open_fds() + want;
+  if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= goal)
+    return soft_limit();
+  rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < goal ? rl.rlim_max : goal;
+  setrlimit(RLIMIT_NOFILE, &rl); /* EPERM/EINVAL: the old limit stays, and is what we return */
+  return soft_limit();
+}
+
+/* accept() or socket() failed for want of fds or memory: the pending
+ * connection stays readable, so polling the listeners again at once would
+ * spin. Pause them, longer each time until one accept works. */
+static bool out_of_fds(int e) { return e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM; }
+
+static void back_off(struct agsx_relay *r) {
+  r->st.backoffs++;
+  r->paused_until = now_ms() + r->backoff_ms;
+  r->backoff_ms = r->backoff_ms * 2 > AGSX_RELAY_BACKOFF_MAX_MS ? AGSX_RELAY_BACKOFF_MAX_MS
+                                                                : r->backoff_ms * 2;
+}
+
+static bool paused(const struct agsx_relay *r) { return r->paused_until > now_ms(); }
 
 void agsx_relay_set_limits(struct agsx_relay *r, size_t max_conns, size_t max_flows,
                            int udp_idle_ms) {
@@ -367,8 +447,10 @@ int agsx_relay_set_connect_ns(struct agsx_relay *r, int ns, agsx_error_t *err) {
   return 0;
 }
 
-static void conn_close(struct conn *c, bool reset) {
+static void conn_close(struct agsx_relay *r, struct conn *c, bool reset) {
   for (int i = 0; i < 2; i++) {
+    if (c->fd[i] >= 0)
+      r->fds--;
     if (reset)
       reset_close(&c->fd[i]);
     else
@@ -377,17 +459,21 @@ static void conn_close(struct conn *c, bool reset) {
   c->dead = true;
 }
 
-static void flow_close(struct flow *f) { agsx_closep(&f->fd); }
+static void flow_close(struct agsx_relay *r, struct flow *f) {
+  if (f->fd >= 0)
+    r->fds--;
+  agsx_closep(&f->fd);
+}
 
 void agsx_relay_free(struct agsx_relay *r) {
   if (r == NULL)
     return;
   for (size_t i = 0; i < r->nc; i++) {
-    conn_close(r->conns[i], false);
+    conn_close(r, r->conns[i], false);
     free(r->conns[i]);
   }
   for (size_t i = 0; i < r->nf; i++) {
-    flow_close(r->flows[i]);
+    flow_close(r, r->flows[i]);
     free(r->flows[i]);
   }
   for (size_t i = 0; i < r->nl; i++)
@@ -402,40 +488,65 @@ void agsx_relay_free(struct agsx_relay *r) {
 
 /* ---- TCP ------------------------------------------------------------------------------------ */
 
-static void tcp_accept(struct agsx_relay *r, struct listener *l) {
-  for (int k = 0; k < 64; k++) {
-    int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0)
-      return; /* EAGAIN, or an aborted connection: nothing to do */
-    r->st.accepted++;
-    int inner = -1;
-    if (r->nc >= r->max_conns || l->connect_ns == AGSX_RELAY_NS_LATER ||
-        (inner = ns_socket(r, l->connect_ns, l->target.ss_family, SOCK_STREAM)) < 0) {
-      r->st.dropped++;
+/* Whether one more connection may be relayed: the cap, the fd budget,
+ * the connect namespace. Counts why not. */
+static bool conn_allowed(struct agsx_relay *r, const struct listener *l) {
+  if (r->nc >= r->max_conns || l->connect_ns == AGSX_RELAY_NS_LATER)
+    return false;
+  if (r->fds + 2 > r->fd_budget) {
+    r->st.over_budget++;
+    return false;
+  }
+  return true;
+}
+
+/* Relays accepted FD to L's target; FD is closed on failure. */
+static void conn_new(struct agsx_relay *r, struct listener *l, int fd) {
+  int inner = conn_allowed(r, l) ? ns_socket(r, l->connect_ns, l->target.ss_family, SOCK_STREAM)
+                                 : (errno = 0, -1);
+  if (inner < 0) {
+    if (out_of_fds(errno))
+      back_off(r);
+    r->st.dropped++;
+    reset_close(&fd);
+    return;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(inner, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  bool connecting = false;
+  if (connect(inner, (const struct sockaddr *)&l->target, sockaddr_len(&l->target)) < 0) {
+    if (errno != EINPROGRESS) {
+      r->st.refused++;
+      reset_close(&inner);
       reset_close(&fd);
-      continue;
+      return;
     }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    setsockopt(inner, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    bool connecting = false;
-    if (connect(inner, (const struct sockaddr *)&l->target, sockaddr_len(&l->target)) < 0) {
-      if (errno != EINPROGRESS) {
-        r->st.refused++;
-        reset_close(&inner);
-        reset_close(&fd);
-        continue;
-      }
-      connecting = true;
+    connecting = true;
+  }
+  struct conn *c = xmalloc(sizeof(*c));
+  memset(c, 0, offsetof(struct conn, buf));
+  c->l = l;
+  c->fd[0] = fd;
+  c->fd[1] = inner;
+  c->connecting = connecting;
+  c->last_ms = now_ms();
+  r->fds += 2;
+  r->conns = xrealloc(r->conns, (r->nc + 1) * sizeof(*r->conns));
+  r->conns[r->nc++] = c;
+}
+
+static void tcp_accept(struct agsx_relay *r, struct listener *l) {
+  for (int k = 0; k < 64 && !paused(r); k++) {
+    int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (out_of_fds(errno))
+        back_off(r);
+      return; /* EAGAIN, or an aborted connection: nothing to do */
     }
-    struct conn *c = xmalloc(sizeof(*c));
-    memset(c, 0, offsetof(struct conn, buf));
-    c->l = l;
-    c->fd[0] = fd;
-    c->fd[1] = inner;
-    c->connecting = connecting;
-    r->conns = xrealloc(r->conns, (r->nc + 1) * sizeof(*r->conns));
-    r->conns[r->nc++] = c;
+    r->st.accepted++;
+    r->backoff_ms = AGSX_RELAY_BACKOFF_MIN_MS;
+    conn_new(r, l, fd);
   }
 }
 
@@ -459,8 +570,10 @@ static int conn_pump(struct conn *c, int d, short rev) {
     if (n > 0) {
       c->off[d] = 0;
       c->len[d] = (size_t)n;
+      c->last_ms = now_ms();
     } else if (n == 0) {
       c->eof[d] = true;
+      c->last_ms = now_ms();
     } else if (errno != EAGAIN && errno != EINTR) {
       return -1;
     }
@@ -469,6 +582,8 @@ static int conn_pump(struct conn *c, int d, short rev) {
     ssize_t n = send(dst, c->buf[d] + c->off[d], c->len[d] - c->off[d], MSG_NOSIGNAL);
     if (n < 0 && errno != EAGAIN && errno != EINTR)
       return -1;
+    if (n > 0)
+      c->last_ms = now_ms();
     if (n > 0 && (c->off[d] += (size_t)n) == c->len[d])
       c->off[d] = c->len[d] = 0;
   }
@@ -491,20 +606,21 @@ static void conn_step(struct agsx_relay *r, struct conn *c, short rev0, short re
     if (e != 0) {
       /* Nothing listens inside: the client sees a reset, not a hang. */
       r->st.refused++;
-      conn_close(c, true);
+      conn_close(r, c, true);
       return;
     }
     c->connecting = false;
+    c->last_ms = now_ms();
     rev1 = 0;
   }
   short rev[2] = {rev0, rev1};
   for (int d = 0; d < 2; d++)
     if (conn_pump(c, d, rev[d]) < 0) {
-      conn_close(c, true);
+      conn_close(r, c, true);
       return;
     }
   if (c->shut[0] && c->shut[1])
-    conn_close(c, false);
+    conn_close(r, c, false);
 }
 
 /* ---- UDP ------------------------------------------------------------------------------------ */
@@ -525,8 +641,13 @@ static struct flow *flow_new(struct agsx_relay *r, struct listener *l,
       if (lru == SIZE_MAX || r->flows[i]->last_ms < r->flows[lru]->last_ms)
         lru = i;
     }
-  if (live >= r->max_flows && lru != SIZE_MAX)
-    flow_close(r->flows[lru]); /* collected at the end of the dispatch */
+  /* At the cap or the fd budget the least recently used flow goes. */
+  if ((live >= r->max_flows || r->fds + 1 > r->fd_budget) && lru != SIZE_MAX)
+    flow_close(r, r->flows[lru]); /* collected at the end of the dispatch */
+  if (r->fds + 1 > r->fd_budget) {
+    r->st.over_budget++;
+    return NULL;
+  }
   int fd = ns_socket(r, l->connect_ns, l->target.ss_family, SOCK_DGRAM);
   if (fd < 0)
     return NULL;
@@ -534,6 +655,7 @@ static struct flow *flow_new(struct agsx_relay *r, struct listener *l,
     close(fd);
     return NULL;
   }
+  r->fds++;
   struct flow *f = xzalloc(sizeof(*f));
   f->l = l;
   f->fd = fd;
@@ -574,7 +696,7 @@ static void udp_back(struct agsx_relay *r, struct flow *f) {
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR || errno == ECONNREFUSED)
         return;
-      flow_close(f);
+      flow_close(r, f);
       return;
     }
     f->last_ms = now_ms();
@@ -593,8 +715,11 @@ size_t agsx_relay_fill(struct agsx_relay *r, struct pollfd *p) {
   if (r == NULL)
     return 0;
   size_t n = 0;
-  for (size_t i = 0; i < r->nl; i++)
-    p[n++] = (struct pollfd){.fd = r->ls[i]->fd, .events = POLLIN};
+  bool pause = paused(r);
+  for (size_t i = 0; i < r->nl; i++) {
+    bool off = pause && r->ls[i]->proto == AGSX_PROTO_TCP;
+    p[n++] = (struct pollfd){.fd = off ? -1 : r->ls[i]->fd, .events = POLLIN};
+  }
   for (size_t i = 0; i < r->nc; i++)
     for (int k = 0; k < 2; k++) {
       short ev = conn_events(r->conns[i], k);
@@ -608,11 +733,29 @@ size_t agsx_relay_fill(struct agsx_relay *r, struct pollfd *p) {
   return n;
 }
 
-static void expire_flows(struct agsx_relay *r) {
+/* When C is due to be reset (INT64_MAX: never): a connect taking too
+ * long, a half-closed connection gone quiet, an idle one (if asked). */
+static int64_t conn_due(const struct agsx_relay *r, const struct conn *c) {
+  int64_t due = INT64_MAX;
+  if (c->connecting)
+    due = c->last_ms + AGSX_RELAY_CONNECT_MS;
+  if (r->half_closed_ms && (c->shut[0] || c->shut[1]) && c->last_ms + r->half_closed_ms < due)
+    due = c->last_ms + r->half_closed_ms;
+  if (r->tcp_idle_ms && c->last_ms + r->tcp_idle_ms < due)
+    due = c->last_ms + r->tcp_idle_ms;
+  return due;
+}
+
+static void expire(struct agsx_relay *r) {
   int64_t now = now_ms();
   for (size_t i = 0; i < r->nf; i++)
     if (r->flows[i]->fd >= 0 && now - r->flows[i]->last_ms >= r->udp_idle_ms)
-      flow_close(r->flows[i]);
+      flow_close(r, r->flows[i]);
+  for (size_t i = 0; i < r->nc; i++)
+    if (!r->conns[i]->dead && conn_due(r, r->conns[i]) <= now) {
+      r->st.timed_out++;
+      conn_close(r, r->conns[i], true);
+    }
 }
 
 /* Drops closed connections and flows (only between dispatches: the pollfd
@@ -656,13 +799,13 @@ void agsx_relay_dispatch(struct agsx_relay *r, const struct pollfd *p, size_t n)
   for (size_t i = 0; i < r->fill_nf; i++, k++)
     if (p[k].revents && r->flows[i]->fd >= 0 && p[k].fd == r->flows[i]->fd)
       udp_back(r, r->flows[i]);
-  expire_flows(r);
+  expire(r);
   compact(r);
   r->fill_nl = r->fill_nc = r->fill_nf = 0;
 }
 
 int agsx_relay_timeout_ms(const struct agsx_relay *r) {
-  if (r == NULL || r->nf == 0)
+  if (r == NULL)
     return -1;
   int64_t now = now_ms(), next = INT64_MAX;
   for (size_t i = 0; i < r->nf; i++) {
@@ -670,11 +813,24 @@ int agsx_relay_timeout_ms(const struct agsx_relay *r) {
     if (at < next)
       next = at;
   }
-  return next <= now ? 0 : (int)(next - now + 1);
+  for (size_t i = 0; i < r->nc; i++) {
+    int64_t at = conn_due(r, r->conns[i]);
+    if (at < next)
+      next = at;
+  }
+  if (r->paused_until > now && r->paused_until < next)
+    next = r->paused_until;
+  if (next == INT64_MAX)
+    return -1;
+  /* (a day at most: an int, and a wake-up costs nothing) */
+  return next <= now ? 0 : next - now >= 86400000 ? 86400000 : (int)(next - now + 1);
 }
 
 void agsx_relay_stats(const struct agsx_relay *r, struct agsx_relay_stats *ret) {
   *ret = r->st;
   ret->conns = r->nc;
   ret->flows = r->nf;
+  ret->fds = r->fds;
+  ret->fd_budget = r->fd_budget;
+  ret->backing_off = paused(r);
 }

@@ -882,6 +882,30 @@ assert r["truncated"] is False and isinstance(r["duration_ms"], int), r
   [ "$(sb_json "$id" exit_code)" = 137 ]
 }
 
+@test "kill: a supervisor that does not answer (stopped) is escalated past, in bounded time" {
+  local id sp ip cmdpid t0 dt
+  id=$(rund --name stuck --timeout 5m busybox sleep 4242)
+  sp=$(rec "$id" supervisor.pid)
+  ip=$(rec "$id" init.pid)
+  cmdpid=$(children_of "$ip" | head -1)
+  [ -n "$cmdpid" ] && alive "$cmdpid"
+  kill -STOP "$sp"
+  t0=$(now_ms)
+  run_ax kill stuck
+  dt=$(($(now_ms) - t0))
+  kill -CONT "$sp" 2>/dev/null || true
+  assert_success
+  assert_output_contains "does not answer"
+  [ "$dt" -lt 14000 ] || { echo "# kill took $dt ms" >&3; false; }
+  ! alive "$cmdpid" || { echo "# the command still runs" >&3; false; }
+  ! alive "$ip" || { echo "# the init still runs" >&3; false; }
+  ! alive "$sp" || { echo "# the stopped supervisor still runs" >&3; false; }
+  [ "$(sb_json "$id" status)" = exited ]
+  [ "$(sb_json "$id" stop_reason)" = killed ]
+  [ "$(sb_json "$id" exit_code)" = 137 ]
+  [ -z "$(lc_cgroups)" ] || { echo "# cgroups: $(lc_cgroups)" >&3; false; }
+}
+
 # ---- gc ----------------------------------------------------------------------
 
 @test "gc: ended records go, running ones stay; leftover cgroups; --dry-run; --json" {

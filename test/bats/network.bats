@@ -80,6 +80,7 @@ assert_net_clean() {
 }
 
 teardown() {
+  [ ! -f "$T/holder.pid" ] || kill "$(cat "$T/holder.pid")" 2>/dev/null || true
   nax kill --all >/dev/null 2>&1 || true
   nax gc >/dev/null 2>&1 || true
   local rc=0
@@ -411,4 +412,59 @@ print(s.makefile().readline().strip())"
   run_nax build -q --network internal "$T/ctx"
   assert_status 125
   [[ "$output" == *"Dockerfile:2: RUN failed with exit code 1"* ]] || { show_run; false; }
+}
+
+# ---- the supervisor's fds under a flood of relayed connections ----------------
+
+# The CPU time (clock ticks) process $1 has used: utime + stime.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# A command with a 1024 fd limit, soft and hard (run runs it in a subshell).
+fd_limit_1024() { ulimit -n 1024 && "$@"; }
+
+@test "network: 3000 TCP connections to the DNS relay: the supervisor neither spins nor ignores kill" {
+  # A TCP "name server" in the world that accepts every connection and holds it,
+  # so that the relay's connections stay open (the supervisor has 1024 fds).
+  nsenter -t "$WORLD" --net -- python3 -c '
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("198.18.0.2", 53)); s.listen(4096)
+print("ready", flush=True)
+held = []
+while True:
+    held.append(s.accept()[0])' >"$T/holder.out" 2>&1 3>&- &
+  echo $! >"$T/holder.pid"
+  local i
+  for i in $(seq 50); do grep -q ready "$T/holder.out" && break; sleep 0.1; done
+  grep -q ready "$T/holder.out" || { cat "$T/holder.out" >&3; false; }
+  # The supervisor (and the sandbox) get a 1024 fd limit, soft and hard.
+  run fd_limit_1024 nax run -d --name flood --network public --timeout 1m busybox \
+    sh -c 'probe hold 127.0.0.11 53 3000 8000 >/tmp/hold.out 2>&1'
+  assert_success
+  local id=$output sup
+  sup=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["supervisor"]["pid"])' \
+    "$STATE/$id/state.json")
+  for i in $(seq 150); do
+    nax exec flood grep -q established /tmp/hold.out 2>/dev/null && break
+    sleep 0.1
+  done
+  run nax exec flood cat /tmp/hold.out
+  [[ "$output" == "hold 127.0.0.11:53: "*" of 3000 established" ]] || { show_run; false; }
+  # No busy loop: at most 20% of a CPU over 2 s while the flood is held.
+  local c0 c1
+  c0=$(cpu_ticks "$sup")
+  sleep 2
+  c1=$(cpu_ticks "$sup")
+  [ $((c1 - c0)) -lt 40 ] || { echo "# the supervisor used $((c1 - c0)) ticks in 2 s" >&3; false; }
+  # Names still resolve (UDP flows need fds too).
+  run_nax exec flood probe resolve www.example.test
+  [ "$output" = "resolve www.example.test: 198.18.0.2" ] || { show_run; false; }
+  # kill is answered by the supervisor itself, at once (no escalation).
+  local t0=$(($(date +%s%N) / 1000000)) dt
+  run_nax kill flood
+  dt=$(($(date +%s%N) / 1000000 - t0))
+  assert_success
+  refute_output_contains "does not answer"
+  [ "$dt" -lt 4000 ] || { echo "# kill took $dt ms" >&3; false; }
+  run_nax ls -a --json
+  [[ "$output" == *'"stop_reason":"killed"'* ]] || { show_run; false; }
 }

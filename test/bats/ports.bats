@@ -446,3 +446,49 @@ wait_exited() {
   wait
   [ "$(cat "$T/idle3")" = $'open\neof' ]
 }
+
+@test "ports: 3000 connections to a published port with 1024 fds: no spin, update and kill answered" {
+  # The supervisor (and the sandbox) get a 1024 fd limit, soft and hard; the
+  # httpd inside keeps each connection open (it waits for a request).
+  id=$(ulimit -n 1024 && ax run -d --name flood --timeout 1m -p 80 $(httpd_args)) || false
+  echo "$id" >>"$T/ids"
+  local a sup
+  a=$(ax port flood 80)
+  run tcp wait "$a"
+  [ "$output" = up ]
+  sup=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["supervisor"]["pid"])' \
+    "$STATE/$id/state.json")
+  "$PROBE" hold "${a%:*}" "${a##*:}" 3000 5000 >"$T/hold.out" 2>&1 3>&- &
+  local i
+  for i in $(seq 100); do grep -q established "$T/hold.out" && break; sleep 0.1; done
+  grep -q established "$T/hold.out" || { cat "$T/hold.out" >&3; false; }
+  # No busy loop: at most 20% of a CPU over 2 s while the flood is held.
+  local c0 c1
+  c0=$(awk '{print $14 + $15}' "/proc/$sup/stat")
+  sleep 2
+  c1=$(awk '{print $14 + $15}' "/proc/$sup/stat")
+  [ $((c1 - c0)) -lt 40 ] || { echo "# the supervisor used $((c1 - c0)) ticks in 2 s" >&3; false; }
+  # An update is heard (it rereads the record: fds): the new deadline ends it.
+  local t0=$(($(date +%s%N) / 1000000)) dt
+  run_ax update --timeout 2s flood
+  assert_success
+  wait_exited flood || { echo "# still running 10 s after update --timeout 2s" >&3; false; }
+  dt=$(($(date +%s%N) / 1000000 - t0))
+  [ "$dt" -lt 8000 ] || { echo "# ended $dt ms after the update" >&3; false; }
+  run_ax ls -a --json
+  assert_output_contains '"stop_reason":"timeout"'
+  # And a stop, on a second flooded sandbox.
+  id=$(ulimit -n 1024 && ax run -d --name flood2 --timeout 1m -p 80 $(httpd_args)) || false
+  echo "$id" >>"$T/ids"
+  a=$(ax port flood2 80)
+  run tcp wait "$a"
+  "$PROBE" hold "${a%:*}" "${a##*:}" 3000 5000 >"$T/hold2.out" 2>&1 3>&- &
+  for i in $(seq 100); do grep -q established "$T/hold2.out" && break; sleep 0.1; done
+  t0=$(($(date +%s%N) / 1000000))
+  run_ax kill flood2
+  dt=$(($(date +%s%N) / 1000000 - t0))
+  assert_success
+  refute_output_contains "does not answer"
+  [ "$dt" -lt 4000 ] || { echo "# kill took $dt ms" >&3; false; }
+  kill $(jobs -p) 2>/dev/null || true
+}

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 /* ---- specs --------------------------------------------------------------------------------- */
@@ -370,9 +371,181 @@ static void test_relay(void) {
   waitpid(pid, NULL, 0);
 }
 
+/* ---- fds: the budget, the back-off, the timeouts ------------------------------------------
+ * In our own namespace, to a listener of ours (SRV) that accepts only when
+ * told: the relay's connects complete in its backlog. */
+
+static int local_listener(struct sockaddr_storage *ret) {
+  agsx_sockaddr_from_ip("127.0.0.1", 0, ret);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  socklen_t len = sizeof(*ret);
+  if (bind(fd, (struct sockaddr *)ret, sizeof(struct sockaddr_in)) < 0 || listen(fd, 128) < 0 ||
+      getsockname(fd, (struct sockaddr *)ret, &len) < 0)
+    abort();
+  return fd;
+}
+
+/* The client was reset (or closed) by the relay, driving it meanwhile. */
+static bool ended(struct agsx_relay *r, int fd) {
+  char c;
+  if (!pump(r, fd, POLLIN, 2000))
+    return false;
+  return recv(fd, &c, 1, 0) <= 0;
+}
+
+static void test_budget(void) {
+  agsx_error_t err = NULL;
+  struct sockaddr_storage t, l, bound;
+  int srv = local_listener(&t);
+  agsx_sockaddr_from_ip("127.0.0.1", 0, &l);
+  struct agsx_relay *r = agsx_relay_new(&err);
+  struct agsx_relay_stats st;
+  agsx_relay_stats(r, &st);
+  tap_ok(st.fd_budget > 0 && st.fd_budget + AGSX_RELAY_FD_RESERVE < 1000000,
+         "a new relay's fd budget comes from the fd limit (%zu)", st.fd_budget);
+  agsx_relay_listen(r, AGSX_PROTO_TCP, -1, &l, -1, &t, &bound, &err);
+  tap_ok(agsx_relay_fd_need(r) == 2 * AGSX_RELAY_MAX_CONNS + AGSX_RELAY_MAX_FLOWS, "fd need");
+  agsx_relay_set_fd_budget(r, 7); /* three connections (two fds each) */
+  int c[6];
+  for (int i = 0; i < 6; i++) {
+    c[i] = tcp_client(&bound);
+    pump(r, -1, 0, 60);
+  }
+  agsx_relay_stats(r, &st);
+  tap_ok(st.conns == 3 && st.fds == 6 && st.over_budget == 3,
+         "the budget holds: %zu connections, %zu fds, %llu over the budget", st.conns, st.fds,
+         (unsigned long long)st.over_budget);
+  tap_ok(ended(r, c[3]) && ended(r, c[4]) && ended(r, c[5]), "the ones over it are reset");
+  /* Closed by the clients, never answered: half-closed, reaped. */
+  agsx_relay_set_tcp_timeouts(r, 0, 100);
+  for (int i = 0; i < 6; i++)
+    close(c[i]);
+  pump(r, -1, 0, 400);
+  agsx_relay_stats(r, &st);
+  tap_ok(st.conns == 0 && st.fds == 0, "closed by the clients: nothing held (%zu)", st.fds);
+  /* UDP: no budget, no flow. */
+  struct agsx_relay *u = agsx_relay_new(&err);
+  struct sockaddr_storage ub;
+  agsx_relay_listen(u, AGSX_PROTO_UDP, -1, &l, -1, &t, &ub, &err);
+  agsx_relay_set_fd_budget(u, 0);
+  int uc = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  connect(uc, (struct sockaddr *)&ub, sizeof(struct sockaddr_in));
+  send(uc, "q", 1, 0);
+  pump(u, -1, 0, 60);
+  agsx_relay_stats(u, &st);
+  tap_ok(st.flows == 0 && st.over_budget == 1, "udp over the budget: dropped, no flow");
+  close(uc);
+  agsx_relay_free(u);
+  agsx_relay_free(r);
+  close(srv);
+}
+
+/* Accept failing with EMFILE leaves the connection pending: the relay must
+ * not poll its listener again at once (the old relay spun at 100% CPU). */
+static void test_backoff(void) {
+  agsx_error_t err = NULL;
+  struct sockaddr_storage t, l, bound;
+  int srv = local_listener(&t);
+  agsx_sockaddr_from_ip("127.0.0.1", 0, &l);
+  struct agsx_relay *r = agsx_relay_new(&err);
+  agsx_relay_listen(r, AGSX_PROTO_TCP, -1, &l, -1, &t, &bound, &err);
+  agsx_relay_set_fd_budget(r, 1000);
+  int c[4];
+  for (int i = 0; i < 4; i++)
+    c[i] = tcp_client(&bound);
+  struct pollfd *p = xzalloc(64 * sizeof(*p));
+  struct rlimit old, low;
+  getrlimit(RLIMIT_NOFILE, &old);
+  low = old;
+  low.rlim_cur = old.rlim_cur - agsx_relay_fd_headroom(0); /* the fds open now */
+  setrlimit(RLIMIT_NOFILE, &low);
+  /* The limit bounds fd numbers: fill the holes below it, and no fd is
+   * left (accept() fails with EMFILE). */
+  int holes[256], nholes = 0;
+  while (nholes < 256 && (holes[nholes] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+    nholes++;
+  int wakeups = 0;
+  int64_t end = agsx_mono_ns() / 1000000 + 500;
+  for (int64_t now; (now = agsx_mono_ns() / 1000000) < end; wakeups++) {
+    size_t n = agsx_relay_fill(r, p);
+    int ms = agsx_relay_timeout_ms(r);
+    poll(p, n, ms < 0 || ms > end - now ? (int)(end - now) : ms);
+    agsx_relay_dispatch(r, p, n);
+  }
+  struct agsx_relay_stats st;
+  agsx_relay_stats(r, &st);
+  tap_ok(st.backoffs >= 1 && wakeups < 20,
+         "out of fds: the relay backs off (%d wake-ups in 500 ms, %llu back-offs)", wakeups,
+         (unsigned long long)st.backoffs);
+  tap_ok(st.backing_off && st.accepted == 0, "and is still backing off, nothing accepted (%llu)",
+         (unsigned long long)st.accepted);
+  setrlimit(RLIMIT_NOFILE, &old);
+  while (nholes > 0)
+    close(holes[--nholes]);
+  pump(r, -1, 0, AGSX_RELAY_BACKOFF_MAX_MS + 200); /* the longest pause, then the accepts */
+  agsx_relay_stats(r, &st);
+  tap_ok(st.conns == 4 && !st.backing_off, "fds again: the pending connections are relayed (%zu)",
+         st.conns);
+  for (int i = 0; i < 4; i++)
+    close(c[i]);
+  free(p);
+  agsx_relay_free(r);
+  close(srv);
+}
+
+static void test_timeouts(void) {
+  agsx_error_t err = NULL;
+  struct sockaddr_storage t, l, bound;
+  int srv = local_listener(&t);
+  agsx_sockaddr_from_ip("127.0.0.1", 0, &l);
+  struct agsx_relay *r = agsx_relay_new(&err);
+  agsx_relay_listen(r, AGSX_PROTO_TCP, -1, &l, -1, &t, &bound, &err);
+  agsx_relay_set_tcp_timeouts(r, 400, 150);
+  /* Half-closed: the client ends its side, the server never answers. */
+  int c = tcp_client(&bound);
+  pump(r, -1, 0, 60);
+  int s = accept4(srv, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  shutdown(c, SHUT_WR);
+  char buf[8];
+  tap_ok(s >= 0 && pump(r, s, POLLIN, 1000) && recv(s, buf, sizeof(buf), 0) == 0,
+         "the half-close reaches the server");
+  int ms = agsx_relay_timeout_ms(r);
+  tap_ok(ms > 0 && ms <= 151, "a poll timeout for the half-closed connection (%d ms)", ms);
+  int64_t t0 = agsx_mono_ns();
+  tap_ok(ended(r, c), "half-closed and quiet: reset");
+  int64_t dt = (agsx_mono_ns() - t0) / 1000000;
+  struct agsx_relay_stats st;
+  agsx_relay_stats(r, &st);
+  tap_ok(st.timed_out == 1 && st.conns == 0 && dt >= 50 && dt < 1000,
+         "after the half-closed timeout (%lld ms)", (long long)dt);
+  close(c);
+  if (s >= 0)
+    close(s);
+  /* Idle: nothing moves at all. */
+  c = tcp_client(&bound);
+  pump(r, -1, 0, 60);
+  s = accept4(srv, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  send(c, "x", 1, 0);
+  tap_ok(s >= 0 && pump(r, s, POLLIN, 1000) && recv(s, buf, sizeof(buf), 0) == 1, "a byte through");
+  t0 = agsx_mono_ns();
+  tap_ok(ended(r, c), "then idle: reset");
+  dt = (agsx_mono_ns() - t0) / 1000000;
+  agsx_relay_stats(r, &st);
+  tap_ok(st.timed_out == 2 && dt >= 250 && dt < 1500, "after the idle timeout (%lld ms)",
+         (long long)dt);
+  close(c);
+  if (s >= 0)
+    close(s);
+  agsx_relay_free(r);
+  close(srv);
+}
+
 int main(void) {
   test_specs();
   test_record();
   test_relay();
+  test_budget();
+  test_backoff();
+  test_timeouts();
   return tap_done();
 }
