@@ -656,7 +656,9 @@ static int bridge_ensure(const struct agsx_network *n, int *ret_ifindex, agsx_er
         cmds = xasprintf("%sadd element " TABLE " public { \"%s\" }\n", old, n->bridge);
         free(old);
       }
-      if (agsx_nft_run(cmds, NULL, err) < 0) {
+      /* Members of a vpc reach each other through the host (isolated ports). */
+      if (agsx_nft_run(cmds, NULL, err) < 0 ||
+          (!n->public_ && agsx_net_bridge_route_ports(n->bridge, err) < 0)) {
         agsx_net_link_delete(n->bridge, NULL);
         return agsx_error_wrap(err, "network `%s`", n->name);
       }
@@ -678,6 +680,8 @@ static int bridge_ensure(const struct agsx_network *n, int *ret_ifindex, agsx_er
                                 agsx_cidr_format(&n->subnet, a)),
            -1;
   }
+  if (!n->public_ && agsx_net_bridge_route_ports(n->bridge, err) < 0)
+    return agsx_error_wrap(err, "network `%s`", n->name);
   *ret_ifindex = ifindex;
   return 0;
 }

@@ -15,6 +15,9 @@
  *     rules, denials first, then allowances, then the default — members of
  *     the same vpc reach each other, nothing else does. Stateful: replies
  *     pass. IPv6 is off on sandbox links and dropped on agsx bridges.
+ * Sandboxes' bridge ports are isolated (net.h): traffic between two
+ * sandboxes is routed by the host (vpc: proxy ARP), so the rules apply
+ * without br_netfilter.
  * A sandbox cannot send from another address: its network namespace is
  * owned by the host user namespace, so it has no CAP_NET_RAW or
  * CAP_NET_ADMIN there (no raw or packet sockets, no new addresses).
