@@ -103,6 +103,100 @@ teardown() {
   return $rc
 }
 
+@test "firewall: after nft flush ruleset a new public sandbox gets its rules back" {
+  run_nax run -d --name s1 --network public busybox sleep 60
+  assert_success
+  outer nft flush ruleset
+  run_nax run --rm --network public busybox sh -c '
+    probe http 198.19.0.1 8081 1000
+    probe http 169.254.169.254 80 1000
+    probe http 198.18.0.2 80'
+  assert_success
+  [ "${lines[0]}" = "http 198.19.0.1:8081: timeout" ] || { show_run; false; }
+  [ "${lines[1]}" = "http 169.254.169.254:80: timeout" ] || { show_run; false; }
+  [ "${lines[2]}" = "http 198.18.0.2:80: world" ] || { show_run; false; }
+  run outer nft list chain inet agsx forward
+  assert_success
+  [[ "$output" == *'agsx:end'* ]] || { echo "$output" >&3; false; }
+}
+
+@test "firewall: a running public sandbox is cut off when the rules go; ls and gc say so" {
+  run_nax run -d --name s1 --network public busybox sleep 60
+  assert_success
+  local veth
+  veth=$(veth_of s1)
+  outer ip link show "$veth" >/dev/null
+  run_nax exec s1 probe http 198.18.0.2 80
+  [ "$output" = "http 198.18.0.2:80: world" ] || { show_run; false; }
+  outer nft flush ruleset
+  wait_link_gone "$veth"
+  run_nax exec s1 probe http 198.19.0.1 8081 1000
+  [[ "$output" == "http 198.19.0.1:8081: "* && "$output" != *": host" ]] || { show_run; false; }
+  run_nax exec s1 sh -c 'ip -o link | wc -l'
+  [ "$output" = 1 ] || { show_run; false; } # lo only: eth0 went with the veth
+  # It runs on, offline, and says so.
+  run_nax ls
+  assert_success
+  [[ "$output" == *"s1"*"running"* ]] || { show_run; false; }
+  [[ "$output" == *"agsx: warning: sandbox "*" s1: cut off from network \`public\`"* ]] || { show_run; false; }
+  run_nax gc --dry-run
+  [[ "$output" == *"s1: cut off from network \`public\`"* ]] || { show_run; false; }
+}
+
+@test "firewall: ls warns while a public sandbox's rules are missing" {
+  run_nax run -d --name s1 --network public busybox sleep 60
+  assert_success
+  # The supervisor is stopped (not killed): nothing cuts s1 off meanwhile.
+  local sup
+  sup=$(sup_of s1)
+  kill -STOP "$sup"
+  outer nft delete table inet agsx
+  run_nax ls
+  kill -CONT "$sup"
+  [[ "$output" == *"s1: not protected on network \`public\`: the firewall table inet agsx is gone"* ]] || { show_run; false; }
+  wait_link_gone "$(veth_of s1)"
+}
+
+@test "firewall: a vpc member is cut off when its chains go, even if the table is back" {
+  run_nax network create team --subnet 198.19.20.0/24 --allow "out tcp/80 198.18.0.0/24"
+  assert_success
+  run_nax run -d --name a --network vpc:team busybox probe listen 8080
+  assert_success
+  wait_listen a 8080
+  local va aa sup
+  va=$(veth_of a)
+  aa=$(field_of a address)
+  sup=$(sup_of a)
+  run_nax exec a probe http 198.18.0.2 80
+  [ "$output" = "http 198.18.0.2:80: world" ] || { show_run; false; }
+  # Flushed, then made again by the next start before a's supervisor
+  # looks: a's chains are gone all the same, and without them a is shut.
+  kill -STOP "$sup"
+  outer nft flush ruleset
+  run_nax run --rm --network vpc:team busybox sh -c "probe connect $aa 8080 1000; probe http 198.18.0.2 80"
+  [ "${lines[0]}" = "connect $aa:8080: timeout" ] || { kill -CONT "$sup"; show_run; false; }
+  [ "${lines[1]}" = "http 198.18.0.2:80: world" ] || { kill -CONT "$sup"; show_run; false; }
+  run_nax exec a probe http 198.18.0.2 80 1000
+  kill -CONT "$sup"
+  [ "$output" = "http 198.18.0.2:80: timeout" ] || { show_run; false; }
+  wait_link_gone "$va"
+  run_nax ls
+  [[ "$output" == *"a: cut off from network \`team\`"* ]] || { show_run; false; }
+}
+
+@test "firewall: a table whose chains were flushed is made anew" {
+  run_nax run -d --name s1 --network public busybox sleep 60
+  assert_success
+  local veth
+  veth=$(veth_of s1)
+  outer nft flush chain inet agsx forward
+  wait_link_gone "$veth"
+  run_nax run --rm --network public busybox probe http 198.19.0.1 8081 1000
+  [ "$output" = "http 198.19.0.1:8081: timeout" ] || { show_run; false; }
+  run outer nft list chain inet agsx forward
+  [[ "$output" == *'agsx:end'* ]] || { echo "$output" >&3; false; }
+}
+
 @test "firewall: without br_netfilter public sandboxes still do not reach each other" {
   run_nax run -d --name s1 --network public busybox probe listen 8080
   assert_success
