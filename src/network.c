@@ -492,7 +492,7 @@ static const char base_rules[] =
     "  set public { type ifname; }\n"
     "  set subnets { type ipv4_addr; flags interval; }\n"
     "  set never { type ipv4_addr; flags interval; elements = { 0.0.0.0/8, 127.0.0.0/8, "
-    "169.254.0.0/16, 224.0.0.0/3 }; }\n"
+    "100.100.100.200, 169.254.0.0/16, 224.0.0.0/3 }; }\n"
     "  set private { type ipv4_addr; flags interval; elements = { 10.0.0.0/8, 100.64.0.0/10, "
     "172.16.0.0/12, 192.168.0.0/16 }; }\n"
     "  map egress { type ifname . ipv4_addr : verdict; }\n"
@@ -634,8 +634,12 @@ static int firewall_restore(const struct agsx_network *n, agsx_error_t *err) {
 static char *rule_match(const struct agsx_sg_rule *r) {
   char cidr[20], ports[24] = "";
   const char *dir = r->in ? "saddr" : "daddr";
+  /* The default peer of an allowance out is the internet, as on the public
+   * network: not the private ranges (the host's LAN), unless named. */
   _cleanup_free_ char *peer =
-      r->peer.prefix == 0 ? xstrdup("") : xasprintf("ip %s %s ", dir, agsx_cidr_format(&r->peer, cidr));
+      r->peer.prefix != 0    ? xasprintf("ip %s %s ", dir, agsx_cidr_format(&r->peer, cidr))
+      : (r->allow && !r->in) ? xstrdup("ip daddr != @private ")
+                             : xstrdup("");
   if (r->port_lo == r->port_hi && r->port_lo)
     snprintf(ports, sizeof(ports), " dport %u", r->port_lo);
   else if (r->port_lo)

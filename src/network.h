@@ -5,16 +5,17 @@
  * address leased from the subnet. Rules live in one nftables table,
  * `inet agsx`, that agsx alone writes:
  *   - nothing from a sandbox reaches the host itself (input);
- *   - nothing reaches 0/8, 127/8, 169.254/16 (metadata services) or
- *     multicast and broadcast;
+ *   - nothing reaches 0/8, 127/8, 169.254/16 and 100.100.100.200 (metadata
+ *     services) or multicast and broadcast;
  *   - public sandboxes reach the internet (masqueraded) but no other
  *     sandbox and no private range (10/8, 100.64/10, 172.16/12, 192.168/16);
  *     nothing new reaches them (published ports come through a relay);
  *   - each vpc member gets an egress and an ingress chain, reached through
  *     verdict maps keyed by bridge and address: its network's and its own
  *     rules, denials first, then allowances, then the default — members of
- *     the same vpc reach each other, nothing else does; a vpc sandbox
- *     with no chains sends nothing. Stateful: replies
+ *     the same vpc reach each other, nothing else does; an allowance out
+ *     to the default peer (0.0.0.0/0) skips the private ranges, as public
+ *     does; a vpc sandbox with no chains sends nothing. Stateful: replies
  *     pass. IPv6 is off on sandbox links and dropped on agsx bridges.
  * Sandboxes' bridge ports are isolated (net.h): traffic between two
  * sandboxes is routed by the host (vpc: proxy ARP), so the rules apply

@@ -226,3 +226,19 @@ teardown() {
   [ "${lines[0]}" = "connect $ab:8080: ok" ] || { show_run; false; }
   [ "${lines[1]}" = "connect $ab:8081: timeout" ] || { show_run; false; }
 }
+
+@test "firewall: vpc allowances out to the default peer do not open private ranges" {
+  run_nax network create team --subnet 198.19.22.0/24 --allow "out tcp/80"
+  assert_success
+  run_nax run -d --name m --network vpc:team busybox sleep 60
+  assert_success
+  local addr hex
+  addr=$(field_of m address)
+  hex=$(printf '%02x' ${addr//./ })
+  run outer nft list chain inet agsx "e_$hex"
+  assert_success
+  [[ "$output" == *'ip daddr != @private tcp dport 80 return'* ]] || { echo "$output" >&3; false; }
+  # The world is no private range: still reached.
+  run_nax run --rm --network vpc:team busybox probe http 198.18.0.2 80
+  [ "$output" = "http 198.18.0.2:80: world" ] || { show_run; false; }
+}
