@@ -165,12 +165,14 @@ static int cmp_created(const void *a, const void *b) {
 /* Running sandboxes on public and vpc networks that are cut off, or whose
  * firewall rules went (a host firewall reload), said on stderr. */
 static void warn_networks(struct agsx_ctx *ctx, const struct agsx_record *v, size_t n) {
+  struct agsx_net_check_memo memo = {0};
   for (size_t k = 0; k < n; k++) {
     if (v[k].status != AGSX_STATUS_RUNNING)
       continue;
     agsx_error_t err = NULL;
     _cleanup_free_ char *problem = NULL;
-    int r = agsx_net_sandbox_check(ctx->root, v[k].network, v[k].id, v[k].address, &problem, &err);
+    int r = agsx_net_sandbox_check(ctx->root, v[k].network, v[k].id, v[k].address, &memo,
+                                   &problem, &err);
     if (r < 0 && agsx_error_errno(&err) != EPERM) /* not root: not ours to check */
       agsx_warn("sandbox %.12s: check its network: %s", v[k].id, err->msg);
     else if (problem)
@@ -178,6 +180,7 @@ static void warn_networks(struct agsx_ctx *ctx, const struct agsx_record *v, siz
                 v[k].name ? v[k].name : "", problem);
     agsx_error_free(&err);
   }
+  agsx_net_check_memo_clear(&memo);
 }
 
 int agsx_cmd_ls(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {

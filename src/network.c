@@ -533,32 +533,6 @@ static const char base_rules[] =
  * and each supervisor watches the table's changes and cuts its sandbox
  * off when what protects it went (agsx_net_attach_watch). */
 
-/* The chains that protect N's sandboxes and, with MEMBER (a vpc member's
- * address), its own: each ends in END_MARK. */
-static size_t guard_chains(const struct agsx_network *n, uint32_t member, char ret[4][16]) {
-  snprintf(ret[0], 16, "input");
-  snprintf(ret[1], 16, "forward");
-  if (n->public_ || member == 0)
-    return 2;
-  snprintf(ret[2], 16, "e_%08x", member);
-  snprintf(ret[3], 16, "i_%08x", member);
-  return 4;
-}
-
-/* The set and map elements that lead N's (and MEMBER's) traffic to them. */
-static char *guard_elements(const struct agsx_network *n, uint32_t member) {
-  char ip[16];
-  _cleanup_free_ char *extra = NULL;
-  if (n->public_)
-    extra = xasprintf("get element " TABLE " public { \"%s\" }\n", n->bridge);
-  else if (member)
-    extra = xasprintf("get element " TABLE " egress { \"%s\" . %s }\nget element " TABLE
-                      " ingress { \"%s\" . %s }\n",
-                      n->bridge, agsx_ipv4_format(member, ip), n->bridge, ip);
-  return xasprintf("get element " TABLE " bridges { \"%s\" }\n%s", n->bridge,
-                   extra ? extra : "");
-}
-
 /* Does chain NAME end in END_MARK? (One chain a command: libnftables 1.0
  * fails a batch of several list commands.) */
 static bool chain_intact(const char *name) {
@@ -569,6 +543,45 @@ static bool chain_intact(const char *name) {
   return ok;
 }
 
+/* With MEMBER 0: are the base chains and N's bridge's set elements in
+ * place? Else: vpc member MEMBER's map entries and chains? */
+static bool guards_present(const struct agsx_network *n, uint32_t member) {
+  char ip[16], e_chain[16], i_chain[16];
+  _cleanup_free_ char *gets = NULL;
+  if (member == 0)
+    gets = n->public_ ? xasprintf("get element " TABLE " bridges { \"%s\" }\nget element " TABLE
+                                  " public { \"%s\" }\n",
+                                  n->bridge, n->bridge)
+                      : xasprintf("get element " TABLE " bridges { \"%s\" }\n", n->bridge);
+  else
+    gets = xasprintf("get element " TABLE " egress { \"%s\" . %s }\nget element " TABLE
+                     " ingress { \"%s\" . %s }\n",
+                     n->bridge, agsx_ipv4_format(member, ip), n->bridge, ip);
+  snprintf(e_chain, sizeof(e_chain), "e_%08x", member);
+  snprintf(i_chain, sizeof(i_chain), "i_%08x", member);
+  agsx_error_t e = NULL;
+  bool ok = agsx_nft_run(gets, NULL, &e) == 0;
+  agsx_error_free(&e);
+  return ok && chain_intact(member ? e_chain : "input") &&
+         chain_intact(member ? i_chain : "forward");
+}
+
+/* Why guards_present() said no; -1 (EPERM) when the ruleset is not ours to
+ * read (ls by another user): no verdict then. */
+static int why_missing(const char **ret_why, agsx_error_t *err) {
+  agsx_error_t e = NULL;
+  if (agsx_nft_run("list table " TABLE "\n", NULL, &e) == 0) {
+    *ret_why = "its rules in the firewall table inet agsx are gone (a host firewall reload?)";
+    return 0;
+  }
+  bool eperm = strstr(e->msg, "Operation not permitted") != NULL;
+  if (eperm)
+    agsx_error_set_quiet(err, EPERM, "%s", e->msg);
+  agsx_error_free(&e);
+  *ret_why = "the firewall table inet agsx is gone (a host firewall reload?)";
+  return eperm ? -1 : 0;
+}
+
 /* Are the rules protecting N's sandboxes (and member MEMBER, if not 0) in
  * place? *RET_WHY says what is missing when not. */
 static int firewall_intact(const struct agsx_network *n, uint32_t member, bool *ret_ok,
@@ -577,31 +590,8 @@ static int firewall_intact(const struct agsx_network *n, uint32_t member, bool *
   *ret_why = NULL;
   if (agsx_nft_load(err) < 0)
     return -1;
-  char chains[4][16];
-  size_t nc = guard_chains(n, member, chains);
-  _cleanup_free_ char *gets = guard_elements(n, member);
-  agsx_error_t e = NULL;
-  bool ok = agsx_nft_run(gets, NULL, &e) == 0;
-  agsx_error_free(&e);
-  for (size_t i = 0; ok && i < nc; i++)
-    ok = chain_intact(chains[i]);
-  if (ok) {
-    *ret_ok = true;
-    return 0;
-  }
-  if (agsx_nft_run("list table " TABLE "\n", NULL, &e) < 0) {
-    /* Not ours to look at (ls by another user): no verdict. */
-    if (strstr(e->msg, "Operation not permitted")) {
-      agsx_error_set_quiet(err, EPERM, "%s", e->msg);
-      agsx_error_free(&e);
-      return -1;
-    }
-    *ret_why = "the firewall table inet agsx is gone (a host firewall reload?)";
-  } else {
-    *ret_why = "its rules in the firewall table inet agsx are gone (a host firewall reload?)";
-  }
-  agsx_error_free(&e);
-  return 0;
+  *ret_ok = guards_present(n, 0) && (n->public_ || member == 0 || guards_present(n, member));
+  return *ret_ok ? 0 : why_missing(ret_why, err);
 }
 
 /* Puts back the table and N's membership; the caller holds the global lock.
@@ -903,8 +893,32 @@ int agsx_net_attach_watch(struct agsx_net_attach *a, char **ret_cut, agsx_error_
   return 0;
 }
 
+void agsx_net_check_memo_clear(struct agsx_net_check_memo *m) {
+  free(m->bridges);
+  memset(m, 0, sizeof(*m));
+}
+
+/* N's bridge's verdict, from MEMO or worked out (and kept there). */
+static int bridge_verdict(const struct agsx_network *n, struct agsx_net_check_memo *m,
+                          bool *ret_ok, const char **ret_why, agsx_error_t *err) {
+  for (size_t i = 0; i < m->n; i++)
+    if (strcmp(m->bridges[i].name, n->bridge) == 0) {
+      *ret_ok = m->bridges[i].ok;
+      *ret_why = m->bridges[i].why;
+      return 0;
+    }
+  if (firewall_intact(n, 0, ret_ok, ret_why, err) < 0)
+    return -1;
+  m->bridges = xrealloc(m->bridges, (m->n + 1) * sizeof(*m->bridges));
+  snprintf(m->bridges[m->n].name, sizeof(m->bridges[m->n].name), "%s", n->bridge);
+  m->bridges[m->n].ok = *ret_ok;
+  m->bridges[m->n++].why = *ret_why;
+  return 0;
+}
+
 int agsx_net_sandbox_check(const char *root, const char *network, const char *id,
-                           const char *address, char **ret_problem, agsx_error_t *err) {
+                           const char *address, struct agsx_net_check_memo *memo,
+                           char **ret_problem, agsx_error_t *err) {
   *ret_problem = NULL;
   enum agsx_net_mode mode;
   const char *name = NULL;
@@ -929,7 +943,10 @@ int agsx_net_sandbox_check(const char *root, const char *network, const char *id
                              n.name);
   else if (!n.public_ && (address == NULL || agsx_ipv4_parse(address, &addr, NULL) < 0))
     r = agsx_error_set_quiet(err, EINVAL, "no address recorded on network `%s`", n.name);
-  else if ((r = firewall_intact(&n, addr, &ok, &why, err)) == 0 && !ok)
+  else if ((r = bridge_verdict(&n, memo, &ok, &why, err)) == 0 && ok && addr &&
+           !guards_present(&n, addr))
+    r = why_missing(&why, err);
+  if (r == 0 && why)
     *ret_problem = xasprintf("not protected on network `%s`: %s", n.name, why);
   agsx_network_clear(&n);
   return r;

@@ -108,11 +108,24 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
  * (free it). Fails (-1) if it could not tell or could not cut: the caller
  * must stop the sandbox. */
 int agsx_net_attach_watch(struct agsx_net_attach *a, char **ret_cut, agsx_error_t *err);
+/* What agsx_net_sandbox_check learnt of each bridge, for the next sandbox
+ * on it (zeroed to start; one listing's worth, not to be kept). */
+struct agsx_net_check_memo {
+  struct {
+    char name[16];
+    bool ok;
+    const char *why;
+  } *bridges;
+  size_t n;
+};
+void agsx_net_check_memo_clear(struct agsx_net_check_memo *m);
 /* For ls and gc: the trouble of running sandbox ID, recorded on NETWORK
  * ("public", "vpc:NAME") with ADDRESS: cut off, or its rules missing.
- * *RET_PROBLEM is NULL when there is none (and for other networks). */
+ * *RET_PROBLEM is NULL when there is none (and for other networks). Fails
+ * with EPERM when the caller may not read the ruleset. */
 int agsx_net_sandbox_check(const char *root, const char *network, const char *id,
-                           const char *address, char **ret_problem, agsx_error_t *err);
+                           const char *address, struct agsx_net_check_memo *memo,
+                           char **ret_problem, agsx_error_t *err);
 /* Removes the sandbox's chains and frees its address (the veth pair went
  * with the namespace). Safe on a cleared attach. */
 void agsx_net_attach_end(struct agsx_net_attach *a);
