@@ -197,6 +197,22 @@ teardown() {
   [[ "$output" == *'agsx:end'* ]] || { echo "$output" >&3; false; }
 }
 
+@test "firewall: a build's RUN step whose rules go is stopped and fails" {
+  mkdir -p "$T/ctx"
+  printf 'FROM busybox\nRUN sleep 20\n' >"$T/ctx/Dockerfile"
+  nax build -q "$T/ctx" >"$T/build.out" 2>&1 &
+  local pid=$! i st=0
+  for i in $(seq 100); do
+    outer ip -o link show | grep -qE 'agsx[0-9a-f]{11}' && break
+    sleep 0.1
+  done
+  outer nft flush ruleset
+  wait "$pid" || st=$?
+  [ "$st" = 125 ] || { echo "# status $st: $(cat "$T/build.out")" >&3; false; }
+  grep -q 'Dockerfile:2: RUN: cut off from network `public`' "$T/build.out" ||
+    { cat "$T/build.out" >&3; false; }
+}
+
 @test "firewall: without br_netfilter public sandboxes still do not reach each other" {
   run_nax run -d --name s1 --network public busybox probe listen 8080
   assert_success
