@@ -416,8 +416,23 @@ static void on_signal(struct sup *f) {
     agsx_sandbox_signal(f->sb, sig);
 }
 
-/* The supervisor's fixed fds, then the relays'. */
-enum { P_SYNC, P_SIG, P_TIMER, P_OUT, P_ERR, P_MASTER, P_STDIN, P_FIXED };
+/* The ruleset changed: a sandbox whose rules went is cut off its network
+ * (fail closed); one that cannot be cut off is stopped. */
+static void on_firewall(struct sup *f) {
+  agsx_error_t err = NULL;
+  _cleanup_free_ char *cut = NULL;
+  if (agsx_net_attach_watch(f->net, &cut, &err) < 0) {
+    if (!f->detached)
+      agsx_warn("sandbox %.12s: %s: stopping it", f->sb->id, err->msg);
+    agsx_error_free(&err);
+    begin_stop(f, AGSX_STOP_ERROR);
+  } else if (cut && !f->detached) {
+    agsx_warn("sandbox %.12s: %s", f->sb->id, cut);
+  }
+}
+
+/* The supervisor's fixed fds, then the relay's. */
+enum { P_SYNC, P_SIG, P_TIMER, P_OUT, P_ERR, P_MASTER, P_STDIN, P_FIREWALL, P_FIXED };
 
 static struct pollfd *poll_array(struct sup *f, size_t n) {
   if (n > f->pfd_cap) {
@@ -464,6 +479,7 @@ static int supervise(struct sup *f, agsx_error_t *err) {
     p[P_ERR] = (struct pollfd){.fd = f->out[1].fd, .events = POLLIN};
     p[P_MASTER] = (struct pollfd){.fd = master_closed ? -1 : sb->pty_master, .events = POLLIN};
     p[P_STDIN] = (struct pollfd){.fd = stdin_closed ? -1 : STDIN_FILENO, .events = POLLIN};
+    p[P_FIREWALL] = (struct pollfd){.fd = f->net ? f->net->watch_fd : -1, .events = POLLIN};
     size_t nr = agsx_relay_fill(f->relay, p + P_FIXED);
     size_t nd = agsx_relay_fill(f->dns, p + P_FIXED + nr);
     int ms = min_timeout(agsx_relay_timeout_ms(f->relay), agsx_relay_timeout_ms(f->dns));
@@ -480,6 +496,8 @@ static int supervise(struct sup *f, agsx_error_t *err) {
       on_signal(f);
     if (p[P_TIMER].revents)
       on_deadline(f);
+    if (p[P_FIREWALL].revents)
+      on_firewall(f);
     for (int i = 0; i < 2; i++)
       if (p[P_OUT + i].revents)
         agsx_output_read(&f->out[i]);

@@ -133,6 +133,27 @@ static int cmp_created(const void *a, const void *b) {
   return x->created < y->created ? -1 : x->created > y->created ? 1 : strcmp(x->id, y->id);
 }
 
+/* Running sandboxes on public and vpc networks that are cut off, or whose
+ * firewall rules went (a host firewall reload), said on stderr. */
+static void warn_networks(struct agsx_ctx *ctx, const struct agsx_record *v, size_t n) {
+  struct agsx_net_check_memo memo = {0};
+  for (size_t k = 0; k < n; k++) {
+    if (v[k].status != AGSX_STATUS_RUNNING)
+      continue;
+    agsx_error_t err = NULL;
+    _cleanup_free_ char *problem = NULL;
+    int r = agsx_net_sandbox_check(ctx->root, v[k].network, v[k].id, v[k].address, &memo,
+                                   &problem, &err);
+    if (r < 0 && agsx_error_errno(&err) != EPERM) /* not root: not ours to check */
+      agsx_warn("sandbox %.12s: check its network: %s", v[k].id, err->msg);
+    else if (problem)
+      agsx_warn("sandbox %.12s%s%s: %s", v[k].id, v[k].name ? " " : "",
+                v[k].name ? v[k].name : "", problem);
+    agsx_error_free(&err);
+  }
+  agsx_net_check_memo_clear(&memo);
+}
+
 int agsx_cmd_ls(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
   struct sflags f;
   int i = sparse(ctx, cmd, argc, argv, &f);
@@ -168,6 +189,7 @@ int agsx_cmd_ls(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
   else if (!f.quiet)
     agsx_table_print(&t, stdout);
   agsx_table_clear(&t);
+  warn_networks(ctx, v, n);
   for (size_t k = 0; k < n; k++)
     agsx_record_clear(&v[k]);
   free(v);
@@ -762,6 +784,7 @@ int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
   /* Networks: leases and rules crashed sandboxes left, unused bridges. */
   if (agsx_net_gc(dry_run, gc_report, &o, &err) < 0)
     rc = agsx_fail(&err);
+  warn_networks(ctx, v, n);
   /* The store: work dirs of crashed imports; with --images, content that no
    * image and no running sandbox uses. */
   _cleanup_store_ struct agsx_store *s = NULL;

@@ -2041,20 +2041,33 @@ static int run_sandbox(struct build *b, char **argv, char **env, const char *net
   size_t tlen = 0;
   bool ended = r < 0, eof = false;
   bool stop = false;
+  _cleanup_free_ char *cut = NULL; /* why the firewall made the step fail */
   struct pollfd *p = NULL;
   while (!eof || !ended) {
-    /* The step's output, its end, a cancel, and the DNS relay. */
-    p = xrealloc(p, (3 + agsx_relay_nfds(rn.relay)) * sizeof(*p));
+    /* The step's output, its end, a cancel, the firewall's changes and the
+     * DNS relay. */
+    p = xrealloc(p, (4 + agsx_relay_nfds(rn.relay)) * sizeof(*p));
     p[0] = (struct pollfd){.fd = eof ? -1 : pipefd[0], .events = POLLIN};
     p[1] = (struct pollfd){.fd = ended ? -1 : sb->sync, .events = POLLIN};
     p[2] = (struct pollfd){.fd = stop ? -1 : b->o->cancel_fd, .events = POLLIN};
-    size_t nr = agsx_relay_fill(rn.relay, p + 3);
-    if (poll(p, 3 + nr, agsx_relay_timeout_ms(rn.relay)) < 0) {
+    p[3] = (struct pollfd){.fd = cut ? -1 : rn.att.watch_fd, .events = POLLIN};
+    size_t nr = agsx_relay_fill(rn.relay, p + 4);
+    if (poll(p, 4 + nr, agsx_relay_timeout_ms(rn.relay)) < 0) {
       if (errno == EINTR)
         continue;
       break;
     }
-    agsx_relay_dispatch(rn.relay, p + 3, nr);
+    agsx_relay_dispatch(rn.relay, p + 4, nr);
+    if (p[3].revents) {
+      /* A step whose rules went is cut off and stopped, and fails: its
+       * result would lack what it could not fetch. */
+      agsx_error_t e = NULL;
+      if (agsx_net_attach_watch(&rn.att, &cut, &e) < 0)
+        cut = xstrdup(e->msg);
+      if (cut)
+        agsx_sandbox_kill(sb);
+      agsx_error_free(&e);
+    }
     if (p[0].revents) {
       char buf[4096];
       ssize_t n = read(pipefd[0], buf, sizeof(buf));
@@ -2094,6 +2107,8 @@ static int run_sandbox(struct build *b, char **argv, char **env, const char *net
   run_net_end(&rn);
   if (stop)
     return agsx_error_set(err, 0, "Dockerfile:%u: RUN: the build was interrupted", b->in->line);
+  if (cut)
+    return agsx_error_set(err, 0, "Dockerfile:%u: RUN: %s", b->in->line, cut);
   if (sb->exit_code != 0 || !sb->exited) {
     _cleanup_free_ char *t = tail_lines(tail, tlen);
     return agsx_error_set(err, 0, "Dockerfile:%u: RUN failed with exit code %d%s%s", b->in->line,

@@ -161,6 +161,27 @@ static int write_sysctl(const char *path, const char *value) {
   return write(fd, value, strlen(value)) == (ssize_t)strlen(value) ? 0 : -1;
 }
 
+/* Makes IFNAME (in HOST's namespace, named: its index there is unknown
+ * here) an isolated bridge port: isolated ports forward no frame to each
+ * other, only to and from the bridge itself. Sandboxes on a bridge then
+ * reach each other only through the host's routing, where the inet rules
+ * always apply: frames bridged between ports would meet them only with
+ * br_netfilter loaded, which stock hosts without Docker lack. */
+static int isolate_port(struct nl_sock *host, const char *ifname, agsx_error_t *err) {
+  _cleanup_nlmsg_ struct nl_msg *m = link_msg(RTM_NEWLINK, 0, 0, false);
+  if (m == NULL || nla_put_string(m, IFLA_IFNAME, ifname) < 0)
+    return agsx_error_set(err, ENOMEM, "netlink message");
+  struct nlattr *info = nla_nest_start(m, IFLA_LINKINFO);
+  if (info == NULL || nla_put_string(m, IFLA_INFO_SLAVE_KIND, "bridge") < 0)
+    return agsx_error_set(err, ENOMEM, "netlink message");
+  struct nlattr *data = nla_nest_start(m, IFLA_INFO_SLAVE_DATA);
+  if (data == NULL || nla_put_u8(m, IFLA_BRPORT_ISOLATED, 1) < 0)
+    return agsx_error_set(err, ENOMEM, "netlink message");
+  nla_nest_end(m, data);
+  nla_nest_end(m, info);
+  return talk(host, m, "isolate the sandbox's bridge port", err);
+}
+
 /* Runs in the new namespace; HOST is a socket of the host's. */
 static int attach_link(struct nl_sock *host, int netns, const struct agsx_net_link *l,
                        agsx_error_t *err) {
@@ -189,7 +210,10 @@ static int attach_link(struct nl_sock *host, int netns, const struct agsx_net_li
   nla_nest_end(m, peer);
   nla_nest_end(m, data);
   nla_nest_end(m, info);
-  if (talk(host, m, "create the sandbox's veth pair", err) < 0)
+  /* Isolated before eth0 is up: until then the port has no carrier and
+   * forwards nothing. */
+  if (talk(host, m, "create the sandbox's veth pair", err) < 0 ||
+      isolate_port(host, l->host_ifname, err) < 0)
     return -1;
   _cleanup_nlsock_ struct nl_sock *in = NULL;
   if (connect_route(&in, err) < 0)
@@ -245,6 +269,16 @@ int agsx_net_bridge_create(const char *name, uint32_t gateway, uint8_t prefix, a
 fail:
   agsx_net_link_delete(name, NULL);
   return agsx_error_wrap(err, "bridge `%s`", name);
+}
+
+int agsx_net_bridge_route_ports(const char *name, agsx_error_t *err) {
+  _cleanup_free_ char *pvlan = xasprintf("/proc/sys/net/ipv4/conf/%s/proxy_arp_pvlan", name);
+  /* A proxied answer to a broadcast query waits up to 0.8 s by default,
+   * which every first packet between two members would pay. */
+  _cleanup_free_ char *delay = xasprintf("/proc/sys/net/ipv4/neigh/%s/proxy_delay", name);
+  if (write_sysctl(pvlan, "1\n") < 0 || write_sysctl(delay, "0\n") < 0)
+    return agsx_error_set(err, errno, "bridge `%s`: route between its ports", name);
+  return 0;
 }
 
 int agsx_net_link_delete(const char *name, agsx_error_t *err) {

@@ -47,10 +47,17 @@ int agsx_net_new_sysfs(agsx_error_t *err);
 int agsx_net_loopback_up(agsx_error_t *err);
 
 /* A bridge NAME in the current network namespace, up, with GATEWAY/PREFIX,
- * IPv6 off, and bridged IPv4 passed through the netfilter hooks (per
- * bridge, nf_call_iptables) so that rules see traffic between its ports.
+ * IPv6 off. Sandboxes' ports on it are isolated (they exchange no frame),
+ * so traffic between sandboxes is routed by the host, through the inet
+ * rules, whether br_netfilter is loaded or not; where it is, bridged IPv4
+ * is passed through the netfilter hooks too (per bridge nf_call_iptables).
  * Returns its ifindex. */
 int agsx_net_bridge_create(const char *name, uint32_t gateway, uint8_t prefix, agsx_error_t *err);
+/* Lets the sandboxes of bridge NAME (isolated ports) reach each other
+ * through the host: it answers their ARP queries for each other's
+ * addresses with its own (private VLAN proxy ARP, RFC 3069), at once.
+ * For vpc networks, whose members talk to each other. */
+int agsx_net_bridge_route_ports(const char *name, agsx_error_t *err);
 /* Deletes link NAME; 0 when it does not exist. */
 int agsx_net_link_delete(const char *name, agsx_error_t *err);
 /* Every IPv4 address of the current namespace with its prefix and link

@@ -489,6 +489,10 @@ static int lease(struct agsx_net_attach *a, int dir, const char *id, agsx_error_
 /* ---- rules ------------------------------------------------------------------------------------ */
 
 #define TABLE "inet agsx"
+/* The last rule of every chain that protects sandboxes carries it: a chain
+ * whose rules were flushed (by a host firewall reload) is told apart from
+ * an intact one by one listing. */
+#define END_MARK "comment \"agsx:end\""
 
 static const char base_rules[] =
     "table inet agsx {\n"
@@ -496,7 +500,7 @@ static const char base_rules[] =
     "  set public { type ifname; }\n"
     "  set subnets { type ipv4_addr; flags interval; }\n"
     "  set never { type ipv4_addr; flags interval; elements = { 0.0.0.0/8, 127.0.0.0/8, "
-    "169.254.0.0/16, 224.0.0.0/3 }; }\n"
+    "100.100.100.200, 169.254.0.0/16, 224.0.0.0/3 }; }\n"
     "  set private { type ipv4_addr; flags interval; elements = { 10.0.0.0/8, 100.64.0.0/10, "
     "172.16.0.0/12, 192.168.0.0/16 }; }\n"
     "  map egress { type ifname . ipv4_addr : verdict; }\n"
@@ -504,7 +508,7 @@ static const char base_rules[] =
     "  chain input {\n"
     "    type filter hook input priority filter - 5; policy accept;\n"
     "    iifname @bridges ct state established,related accept\n"
-    "    iifname @bridges drop\n"
+    "    iifname @bridges drop " END_MARK "\n"
     "  }\n"
     "  chain forward {\n"
     "    type filter hook forward priority filter - 5; policy accept;\n"
@@ -515,10 +519,12 @@ static const char base_rules[] =
     "    iifname @bridges ct state invalid drop\n"
     "    oifname @bridges ct state invalid drop\n"
     "    iifname @bridges ip daddr @never drop\n"
+    /* A vpc sandbox without its chains (lost, or not made yet) sends nothing. */
+    "    iifname @bridges iifname != @public iifname . ip saddr != @egress drop\n"
     "    iifname . ip saddr vmap @egress\n"
     "    oifname . ip daddr vmap @ingress\n"
     "    oifname @bridges drop\n"
-    "    iifname @public ip daddr @private drop\n"
+    "    iifname @public ip daddr @private drop " END_MARK "\n"
     "  }\n"
     "  chain postrouting {\n"
     "    type nat hook postrouting priority srcnat; policy accept;\n"
@@ -526,20 +532,112 @@ static const char base_rules[] =
     "  }\n"
     "}\n";
 
-static int ensure_table(agsx_error_t *err) {
+/* ---- keeping the rules in place --------------------------------------------------------------
+ * A host firewall reload (`nft flush ruleset`: Debian's nftables.service,
+ * firewalld, configuration management) removes the table while bridges
+ * and forwarding stay: sandboxes would be attached, and stay, with no
+ * rules. So every start checks the table, its base chains and the
+ * bridge's membership, and puts them back (a damaged table is made anew);
+ * and each supervisor watches the table's changes and cuts its sandbox
+ * off when what protects it went (agsx_net_attach_watch). */
+
+/* Does chain NAME end in END_MARK? (One chain a command: libnftables 1.0
+ * fails a batch of several list commands.) */
+static bool chain_intact(const char *name) {
+  _cleanup_free_ char *cmd = xasprintf("list chain " TABLE " %s\n", name), *out = NULL;
   agsx_error_t e = NULL;
-  if (agsx_nft_run("list table " TABLE "\n", NULL, &e) == 0)
-    return 0;
+  bool ok = agsx_nft_run(cmd, &out, &e) == 0 && strstr(out, "agsx:end");
   agsx_error_free(&e);
-  return agsx_nft_run(base_rules, NULL, err);
+  return ok;
+}
+
+/* With MEMBER 0: are the base chains and N's bridge's set elements in
+ * place? Else: vpc member MEMBER's map entries and chains? */
+static bool guards_present(const struct agsx_network *n, uint32_t member) {
+  char ip[16], e_chain[16], i_chain[16];
+  _cleanup_free_ char *gets = NULL;
+  if (member == 0)
+    gets = n->public_ ? xasprintf("get element " TABLE " bridges { \"%s\" }\nget element " TABLE
+                                  " public { \"%s\" }\n",
+                                  n->bridge, n->bridge)
+                      : xasprintf("get element " TABLE " bridges { \"%s\" }\n", n->bridge);
+  else
+    gets = xasprintf("get element " TABLE " egress { \"%s\" . %s }\nget element " TABLE
+                     " ingress { \"%s\" . %s }\n",
+                     n->bridge, agsx_ipv4_format(member, ip), n->bridge, ip);
+  snprintf(e_chain, sizeof(e_chain), "e_%08x", member);
+  snprintf(i_chain, sizeof(i_chain), "i_%08x", member);
+  agsx_error_t e = NULL;
+  bool ok = agsx_nft_run(gets, NULL, &e) == 0;
+  agsx_error_free(&e);
+  return ok && chain_intact(member ? e_chain : "input") &&
+         chain_intact(member ? i_chain : "forward");
+}
+
+/* Why guards_present() said no; -1 (EPERM) when the ruleset is not ours to
+ * read (ls by another user): no verdict then. */
+static int why_missing(const char **ret_why, agsx_error_t *err) {
+  agsx_error_t e = NULL;
+  if (agsx_nft_run("list table " TABLE "\n", NULL, &e) == 0) {
+    *ret_why = "its rules in the firewall table inet agsx are gone (a host firewall reload?)";
+    return 0;
+  }
+  bool eperm = strstr(e->msg, "Operation not permitted") != NULL;
+  if (eperm)
+    agsx_error_set_quiet(err, EPERM, "%s", e->msg);
+  agsx_error_free(&e);
+  *ret_why = "the firewall table inet agsx is gone (a host firewall reload?)";
+  return eperm ? -1 : 0;
+}
+
+/* Are the rules protecting N's sandboxes (and member MEMBER, if not 0) in
+ * place? *RET_WHY says what is missing when not. */
+static int firewall_intact(const struct agsx_network *n, uint32_t member, bool *ret_ok,
+                           const char **ret_why, agsx_error_t *err) {
+  *ret_ok = false;
+  *ret_why = NULL;
+  if (agsx_nft_load(err) < 0)
+    return -1;
+  *ret_ok = guards_present(n, 0) && (n->public_ || member == 0 || guards_present(n, member));
+  return *ret_ok ? 0 : why_missing(ret_why, err);
+}
+
+/* Puts back the table and N's membership; the caller holds the global lock.
+ * A table whose base chains lost their rules is made anew: the sandboxes
+ * it held lost their protection with them and are cut off by their
+ * supervisors. */
+static int firewall_restore(const struct agsx_network *n, agsx_error_t *err) {
+  bool ok;
+  const char *why;
+  if (firewall_intact(n, 0, &ok, &why, err) < 0)
+    return -1;
+  if (ok)
+    return 0;
+  bool base = chain_intact("input") && chain_intact("forward");
+  char sub[20];
+  /* (add then delete: a delete alone fails on a missing table) */
+  _cleanup_free_ char *cmds = xasprintf(
+      "%s%sadd element " TABLE " bridges { \"%s\" }\nadd element " TABLE " subnets { %s }\n",
+      base ? "" : "add table " TABLE "\ndelete table " TABLE "\n", base ? "" : base_rules,
+      n->bridge, agsx_cidr_format(&n->subnet, sub));
+  if (n->public_) {
+    char *old = cmds;
+    cmds = xasprintf("%sadd element " TABLE " public { \"%s\" }\n", old, n->bridge);
+    free(old);
+  }
+  return agsx_nft_run(cmds, NULL, err);
 }
 
 /* The match of a rule's peer, protocol and ports. */
 static char *rule_match(const struct agsx_sg_rule *r) {
   char cidr[20], ports[24] = "";
   const char *dir = r->in ? "saddr" : "daddr";
+  /* The default peer of an allowance out is the internet, as on the public
+   * network: not the private ranges (the host's LAN), unless named. */
   _cleanup_free_ char *peer =
-      r->peer.prefix == 0 ? xstrdup("") : xasprintf("ip %s %s ", dir, agsx_cidr_format(&r->peer, cidr));
+      r->peer.prefix != 0    ? xasprintf("ip %s %s ", dir, agsx_cidr_format(&r->peer, cidr))
+      : (r->allow && !r->in) ? xstrdup("ip daddr != @private ")
+                             : xstrdup("");
   if (r->port_lo == r->port_hi && r->port_lo)
     snprintf(ports, sizeof(ports), " dport %u", r->port_lo);
   else if (r->port_lo)
@@ -576,8 +674,9 @@ static void chain_rules(char **buf, const char *chain, bool in, const struct ags
       }
   }
   char *old = *buf;
-  *buf = xasprintf("%sadd rule " TABLE " %s %s \"%s\" ip %s %s %s\nadd rule " TABLE " %s drop\n", old,
-                   chain, in ? "iifname" : "oifname", n->bridge, in ? "saddr" : "daddr",
+  *buf = xasprintf("%sadd rule " TABLE " %s %s \"%s\" ip %s %s %s\nadd rule " TABLE
+                   " %s drop " END_MARK "\n",
+                   old, chain, in ? "iifname" : "oifname", n->bridge, in ? "saddr" : "daddr",
                    agsx_cidr_format(&n->subnet, sub), in ? "accept" : "return", chain);
   free(old);
 }
@@ -642,37 +741,20 @@ static int enable_forwarding(agsx_error_t *err) {
   return 0;
 }
 
-static int bridge_ensure(const struct agsx_network *n, int *ret_ifindex, agsx_error_t *err) {
+/* Makes bridge N->bridge if missing. The caller holds the global lock. */
+static int bridge_make(const struct agsx_network *n, int *ret_ifindex, agsx_error_t *err) {
+  if (enable_forwarding(err) < 0)
+    return -1;
+  int ifindex = agsx_net_bridge_create(n->bridge, n->gateway, n->subnet.prefix, err);
+  if (ifindex < 0)
+    return -1;
+  *ret_ifindex = ifindex;
+  return 0;
+}
+
+/* An existing bridge: made by us for this subnet? */
+static int bridge_check(const struct agsx_network *n, agsx_error_t *err) {
   char a[20], b[20];
-  int ifindex = (int)if_nametoindex(n->bridge);
-  if (ifindex == 0) {
-    _cleanup_close_ int lock = global_lock(err);
-    if (lock < 0)
-      return -1;
-    ifindex = (int)if_nametoindex(n->bridge);
-    if (ifindex == 0) {
-      if (ensure_table(err) < 0 || enable_forwarding(err) < 0)
-        return agsx_error_wrap(err, "network `%s`", n->name);
-      ifindex = agsx_net_bridge_create(n->bridge, n->gateway, n->subnet.prefix, err);
-      if (ifindex < 0)
-        return agsx_error_wrap(err, "network `%s`", n->name);
-      _cleanup_free_ char *cmds = xasprintf(
-          "add element " TABLE " bridges { \"%s\" }\n%sadd element " TABLE " subnets { %s }\n",
-          n->bridge, "", agsx_cidr_format(&n->subnet, a));
-      if (n->public_) {
-        char *old = cmds;
-        cmds = xasprintf("%sadd element " TABLE " public { \"%s\" }\n", old, n->bridge);
-        free(old);
-      }
-      if (agsx_nft_run(cmds, NULL, err) < 0) {
-        agsx_net_link_delete(n->bridge, NULL);
-        return agsx_error_wrap(err, "network `%s`", n->name);
-      }
-      *ret_ifindex = ifindex;
-      return 0;
-    }
-  }
-  /* It exists: made by us for this subnet? */
   uint32_t addr;
   uint8_t prefix;
   if (agsx_net_link_ipv4(n->bridge, &addr, &prefix, err) < 0)
@@ -686,6 +768,33 @@ static int bridge_ensure(const struct agsx_network *n, int *ret_ifindex, agsx_er
                                 agsx_cidr_format(&n->subnet, a)),
            -1;
   }
+  return 0;
+}
+
+/* The bridge, with its rules in place (checked at every start: see
+ * "keeping the rules in place"). */
+static int bridge_ensure(const struct agsx_network *n, int *ret_ifindex, agsx_error_t *err) {
+  int ifindex = (int)if_nametoindex(n->bridge);
+  bool ok = false;
+  const char *why;
+  if (ifindex && (bridge_check(n, err) < 0 || firewall_intact(n, 0, &ok, &why, err) < 0))
+    return -1;
+  if (ifindex == 0 || !ok) {
+    _cleanup_close_ int lock = global_lock(err);
+    if (lock < 0)
+      return -1;
+    int now = (int)if_nametoindex(n->bridge);
+    if (now && !ifindex && bridge_check(n, err) < 0) /* made meanwhile */
+      return -1;
+    if (firewall_restore(n, err) < 0)
+      return agsx_error_wrap(err, "network `%s`: restore its firewall rules", n->name);
+    if (now == 0 && bridge_make(n, &now, err) < 0)
+      return agsx_error_wrap(err, "network `%s`", n->name);
+    ifindex = now;
+  }
+  /* Members of a vpc reach each other through the host (isolated ports). */
+  if (!n->public_ && agsx_net_bridge_route_ports(n->bridge, err) < 0)
+    return agsx_error_wrap(err, "network `%s`", n->name);
   *ret_ifindex = ifindex;
   return 0;
 }
@@ -696,7 +805,9 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
                           const struct agsx_sg_rule *rules, size_t n_rules, const char *id,
                           struct agsx_net_attach *a, agsx_error_t *err) {
   a->lease_fd = -1;
+  a->watch_fd = -1;
   a->chains = false;
+  a->cut = false;
   int r = mode == AGSX_NET_PUBLIC ? agsx_network_public(&a->net, err)
                                   : agsx_network_load(root, name, &a->net, err);
   if (r < 0)
@@ -706,7 +817,9 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
                                 "--allow, --deny and --rules are for vpc networks (the public "
                                 "network's rules are fixed)"),
            -1;
-  _cleanup_close_ int dir = lease_dir(a->net.bridge, true, err);
+  /* Listening before the rules are checked: no removal goes unheard. */
+  _cleanup_close_ int watch = agsx_nft_watch_open(err);
+  _cleanup_close_ int dir = watch < 0 ? -1 : lease_dir(a->net.bridge, true, err);
   if (dir < 0)
     return -1;
   /* Shared: gc takes it exclusively to remove a bridge no lease holds. */
@@ -719,6 +832,7 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
     agsx_net_attach_end(a);
     return -1;
   }
+  a->watch_fd = steal_fd(&watch);
   struct agsx_net_link *l = &a->link;
   snprintf(a->id, sizeof(a->id), "%s", id);
   snprintf(l->host_ifname, sizeof(l->host_ifname), "agsx%.11s", id);
@@ -737,6 +851,7 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
 
 void agsx_net_attach_disown(struct agsx_net_attach *a) {
   agsx_closep(&a->lease_fd);
+  agsx_closep(&a->watch_fd);
   a->chains = false;
   agsx_network_clear(&a->net);
 }
@@ -745,7 +860,8 @@ void agsx_net_attach_end(struct agsx_net_attach *a) {
   if (a->chains) {
     agsx_error_t err = NULL;
     _cleanup_free_ char *cmds = member_delete_cmds(a->net.bridge, a->addr);
-    if (agsx_nft_run(cmds, NULL, &err) < 0)
+    /* (cut off: they may be gone already) */
+    if (agsx_nft_run(cmds, NULL, &err) < 0 && !a->cut)
       agsx_warn("network `%s`: remove the rules of %08x: %s", a->net.name, a->addr, err->msg);
     agsx_error_free(&err);
     a->chains = false;
@@ -759,7 +875,89 @@ void agsx_net_attach_end(struct agsx_net_attach *a) {
   } else if (a->lease_fd >= 0 && ftruncate(a->lease_fd, 0) < 0) {
   }
   agsx_closep(&a->lease_fd);
+  agsx_closep(&a->watch_fd);
   agsx_network_clear(&a->net);
+}
+
+int agsx_net_attach_watch(struct agsx_net_attach *a, char **ret_cut, agsx_error_t *err) {
+  *ret_cut = NULL;
+  bool removed, ok;
+  const char *why;
+  if (agsx_nft_watch_read(a->watch_fd, "agsx", &removed) < 0)
+    return agsx_error_set(err, errno, "network `%s`: watch the firewall rules", a->net.name);
+  if (!removed || a->cut)
+    return 0;
+  /* Twice before the cut: a healthy sandbox is never cut off on a fluke. */
+  uint32_t member = a->net.public_ ? 0 : a->addr;
+  if (firewall_intact(&a->net, member, &ok, &why, err) < 0 ||
+      (!ok && firewall_intact(&a->net, member, &ok, &why, err) < 0))
+    return agsx_error_wrap(err, "network `%s`: check the firewall rules", a->net.name);
+  if (ok)
+    return 0;
+  if (agsx_net_link_delete(a->link.host_ifname, err) < 0)
+    return agsx_error_wrap(err, "network `%s`: %s; cut the sandbox off", a->net.name, why);
+  a->cut = true;
+  *ret_cut = xasprintf("cut off from network `%s`: %s", a->net.name, why);
+  return 0;
+}
+
+void agsx_net_check_memo_clear(struct agsx_net_check_memo *m) {
+  free(m->bridges);
+  memset(m, 0, sizeof(*m));
+}
+
+/* N's bridge's verdict, from MEMO or worked out (and kept there). */
+static int bridge_verdict(const struct agsx_network *n, struct agsx_net_check_memo *m,
+                          bool *ret_ok, const char **ret_why, agsx_error_t *err) {
+  for (size_t i = 0; i < m->n; i++)
+    if (strcmp(m->bridges[i].name, n->bridge) == 0) {
+      *ret_ok = m->bridges[i].ok;
+      *ret_why = m->bridges[i].why;
+      return 0;
+    }
+  if (firewall_intact(n, 0, ret_ok, ret_why, err) < 0)
+    return -1;
+  m->bridges = xrealloc(m->bridges, (m->n + 1) * sizeof(*m->bridges));
+  snprintf(m->bridges[m->n].name, sizeof(m->bridges[m->n].name), "%s", n->bridge);
+  m->bridges[m->n].ok = *ret_ok;
+  m->bridges[m->n++].why = *ret_why;
+  return 0;
+}
+
+int agsx_net_sandbox_check(const char *root, const char *network, const char *id,
+                           const char *address, struct agsx_net_check_memo *memo,
+                           char **ret_problem, agsx_error_t *err) {
+  *ret_problem = NULL;
+  enum agsx_net_mode mode;
+  const char *name = NULL;
+  agsx_error_t perr = NULL;
+  if (network == NULL || agsx_net_mode_parse(network, &mode, &name, &perr) < 0 ||
+      mode == AGSX_NET_INTERNAL) {
+    agsx_error_free(&perr);
+    return 0;
+  }
+  struct agsx_network n;
+  if ((mode == AGSX_NET_PUBLIC ? agsx_network_public(&n, err)
+                               : agsx_network_load(root, name, &n, err)) < 0)
+    return -1;
+  char veth[16];
+  snprintf(veth, sizeof(veth), "agsx%.11s", id);
+  uint32_t addr = 0;
+  bool ok = true;
+  const char *why = NULL;
+  int r = 0;
+  if (if_nametoindex(veth) == 0)
+    *ret_problem = xasprintf("cut off from network `%s` (its firewall rules went): restart it",
+                             n.name);
+  else if (!n.public_ && (address == NULL || agsx_ipv4_parse(address, &addr, NULL) < 0))
+    r = agsx_error_set_quiet(err, EINVAL, "no address recorded on network `%s`", n.name);
+  else if ((r = bridge_verdict(&n, memo, &ok, &why, err)) == 0 && ok && addr &&
+           !guards_present(&n, addr))
+    r = why_missing(&why, err);
+  if (r == 0 && why)
+    *ret_problem = xasprintf("not protected on network `%s`: %s", n.name, why);
+  agsx_network_clear(&n);
+  return r;
 }
 
 /* ---- removal and gc --------------------------------------------------------------------------- */

@@ -5,16 +5,23 @@
  * address leased from the subnet. Rules live in one nftables table,
  * `inet agsx`, that agsx alone writes:
  *   - nothing from a sandbox reaches the host itself (input);
- *   - nothing reaches 0/8, 127/8, 169.254/16 (metadata services) or
- *     multicast and broadcast;
+ *   - nothing reaches 0/8, 127/8, 169.254/16 and 100.100.100.200 (metadata
+ *     services) or multicast and broadcast;
  *   - public sandboxes reach the internet (masqueraded) but no other
  *     sandbox and no private range (10/8, 100.64/10, 172.16/12, 192.168/16);
  *     nothing new reaches them (published ports come through a relay);
  *   - each vpc member gets an egress and an ingress chain, reached through
  *     verdict maps keyed by bridge and address: its network's and its own
  *     rules, denials first, then allowances, then the default — members of
- *     the same vpc reach each other, nothing else does. Stateful: replies
+ *     the same vpc reach each other, nothing else does; an allowance out
+ *     to the default peer (0.0.0.0/0) skips the private ranges, as public
+ *     does; a vpc sandbox with no chains sends nothing. Stateful: replies
  *     pass. IPv6 is off on sandbox links and dropped on agsx bridges.
+ * Sandboxes' bridge ports are isolated (net.h): traffic between two
+ * sandboxes is routed by the host (vpc: proxy ARP), so the rules apply
+ * without br_netfilter. The rules fail closed: every start checks and
+ * restores them, and each supervisor cuts its sandbox off when they go
+ * (agsx_net_attach_watch).
  * A sandbox cannot send from another address: its network namespace is
  * owned by the host user namespace, so it has no CAP_NET_RAW or
  * CAP_NET_ADMIN there (no raw or packet sockets, no new addresses).
@@ -87,10 +94,12 @@ struct agsx_net_attach {
   int lease_fd;
   uint32_t addr;
   bool chains; /* vpc: its chains are in the ruleset */
+  bool cut;    /* cut off: its rules went (agsx_net_attach_watch) */
+  int watch_fd; /* hears changes to the ruleset */
   char id[33]; /* the sandbox's */
   struct agsx_net_link link;
 };
-#define AGSX_NET_ATTACH_INIT {.lease_fd = -1}
+#define AGSX_NET_ATTACH_INIT {.lease_fd = -1, .watch_fd = -1}
 
 /* Leases an address on network MODE/NAME for sandbox ID, makes sure the
  * bridge and the base rules exist and, on a vpc, adds the sandbox's chains
@@ -98,6 +107,33 @@ struct agsx_net_attach {
 int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char *name,
                           const struct agsx_sg_rule *rules, size_t n_rules, const char *id,
                           struct agsx_net_attach *a, agsx_error_t *err);
+/* For the supervisor's poll loop, when A->watch_fd is readable: if the
+ * ruleset lost what protects the sandbox (the table, its base chains, the
+ * bridge's membership or, on a vpc, the sandbox's chains), cuts the
+ * sandbox off its network: the host end of its veth pair is deleted, so
+ * its eth0 goes and nothing more passes; the sandbox runs on, offline
+ * (restart it once the host's firewall is back). *RET_CUT then says why
+ * (free it). Fails (-1) if it could not tell or could not cut: the caller
+ * must stop the sandbox. */
+int agsx_net_attach_watch(struct agsx_net_attach *a, char **ret_cut, agsx_error_t *err);
+/* What agsx_net_sandbox_check learnt of each bridge, for the next sandbox
+ * on it (zeroed to start; one listing's worth, not to be kept). */
+struct agsx_net_check_memo {
+  struct {
+    char name[16];
+    bool ok;
+    const char *why;
+  } *bridges;
+  size_t n;
+};
+void agsx_net_check_memo_clear(struct agsx_net_check_memo *m);
+/* For ls and gc: the trouble of running sandbox ID, recorded on NETWORK
+ * ("public", "vpc:NAME") with ADDRESS: cut off, or its rules missing.
+ * *RET_PROBLEM is NULL when there is none (and for other networks). Fails
+ * with EPERM when the caller may not read the ruleset. */
+int agsx_net_sandbox_check(const char *root, const char *network, const char *id,
+                           const char *address, struct agsx_net_check_memo *memo,
+                           char **ret_problem, agsx_error_t *err);
 /* Removes the sandbox's chains and frees its address (the veth pair went
  * with the namespace). Safe on a cleared attach. */
 void agsx_net_attach_end(struct agsx_net_attach *a);

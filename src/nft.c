@@ -21,7 +21,7 @@ static struct {
   int (*run_cmd)(struct nft_ctx *nft, const char *buf);
 } lib;
 
-static int load(agsx_error_t *err) {
+int agsx_nft_load(agsx_error_t *err) {
   if (lib.dl)
     return 0;
   void *dl = dlopen("libnftables.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -63,7 +63,7 @@ static char *first_error(const char *e) {
 int agsx_nft_run(const char *cmds, char **ret_out, agsx_error_t *err) {
   if (ret_out)
     *ret_out = NULL;
-  if (load(err) < 0)
+  if (agsx_nft_load(err) < 0)
     return -1;
   struct nft_ctx *ctx = lib.ctx_new(NFT_CTX_DEFAULT);
   if (ctx == NULL)
@@ -80,4 +80,96 @@ int agsx_nft_run(const char *cmds, char **ret_out, agsx_error_t *err) {
   }
   lib.ctx_free(ctx);
   return r != 0 ? -1 : 0;
+}
+
+/* ---- changes to the ruleset ------------------------------------------------------------------- */
+
+/* Plain netlink, not libnftables: this is a multicast listener, and it
+ * only reads each message's type and table name. */
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netlink.h>
+#include <sys/socket.h>
+
+int agsx_nft_watch_open(agsx_error_t *err) {
+  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_NETFILTER);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "watch the nftables ruleset: netlink socket");
+  struct sockaddr_nl sa = {.nl_family = AF_NETLINK, .nl_groups = 1u << (NFNLGRP_NFTABLES - 1)};
+  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+    int e = errno;
+    close(fd);
+    return agsx_error_set(err, e, "watch the nftables ruleset");
+  }
+  return fd;
+}
+
+/* Does message H remove something from table inet TABLE? Every removal's
+ * first attribute (NFTA_TABLE_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_TABLE,
+ * NFTA_SET_TABLE, NFTA_SET_ELEM_LIST_TABLE) is its table's name. */
+static bool removes_from(const struct nlmsghdr *h, const char *table) {
+  if (NFNL_SUBSYS_ID(h->nlmsg_type) != NFNL_SUBSYS_NFTABLES)
+    return false;
+  switch (NFNL_MSG_TYPE(h->nlmsg_type)) {
+  case NFT_MSG_DELTABLE:
+  case NFT_MSG_DELCHAIN:
+  case NFT_MSG_DELRULE:
+  case NFT_MSG_DELSET:
+  case NFT_MSG_DELSETELEM:
+    break;
+  default:
+    return false;
+  }
+  if (h->nlmsg_len < NLMSG_LENGTH(sizeof(struct nfgenmsg)))
+    return false;
+  const struct nfgenmsg *g = NLMSG_DATA(h);
+  if (g->nfgen_family != NFPROTO_INET)
+    return false;
+  size_t off = NLMSG_LENGTH(NLMSG_ALIGN(sizeof(*g))), end = h->nlmsg_len;
+  while (off + NLA_HDRLEN <= end) {
+    const struct nlattr *a = (const struct nlattr *)((const char *)h + off);
+    if (a->nla_len < NLA_HDRLEN || off + a->nla_len > end)
+      return false;
+    if ((a->nla_type & NLA_TYPE_MASK) == 1) {
+      size_t n = a->nla_len - NLA_HDRLEN;
+      const char *name = (const char *)a + NLA_HDRLEN;
+      return strnlen(name, n) == strlen(table) && memcmp(name, table, strlen(table)) == 0;
+    }
+    off += NLA_ALIGN(a->nla_len);
+  }
+  return false;
+}
+
+#define WATCH_MAX_READS 256
+
+int agsx_nft_watch_read(int fd, const char *table, bool *ret_removed) {
+  *ret_removed = false;
+  union {
+    char b[32768];
+    struct nlmsghdr align;
+  } u;
+  for (int i = 0; i < WATCH_MAX_READS; i++) {
+    ssize_t n = recv(fd, u.b, sizeof(u.b), MSG_DONTWAIT | MSG_TRUNC);
+    if (n < 0 && errno == EINTR)
+      continue;
+    /* Lost (ENOBUFS) or cut (longer than the buffer) messages could have
+     * been removals. */
+    if ((n < 0 && errno == ENOBUFS) || n > (ssize_t)sizeof(u.b)) {
+      *ret_removed = true;
+      continue;
+    }
+    if (n <= 0)
+      return n < 0 && errno != EAGAIN ? -1 : 0;
+    for (size_t off = 0; off + sizeof(struct nlmsghdr) <= (size_t)n;) {
+      const struct nlmsghdr *h = (const struct nlmsghdr *)(u.b + off);
+      if (h->nlmsg_len < sizeof(*h) || off + h->nlmsg_len > (size_t)n)
+        break;
+      if (removes_from(h, table))
+        *ret_removed = true;
+      off += NLMSG_ALIGN(h->nlmsg_len);
+    }
+  }
+  *ret_removed = true; /* still more: look anyway */
+  return 0;
 }
