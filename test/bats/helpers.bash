@@ -4,6 +4,32 @@
 # `ax ARGS` runs agsx on them under `timeout`. `run_ax` is bats' `run` of
 # the same, printing the command line, status and output when a later
 # assertion fails. teardown checks that the test leaked nothing.
+#
+# Parallel files. test/run-tests runs each bats file as its own bats
+# process; a file whose header has the line
+#   # test-runner: parallel
+# runs at the same time as other such files (and as the unit tests and the
+# fuzzers), a file without it runs while no other bats file runs. A new file
+# is serial until someone checks it against these rules and adds the line:
+#   - every path it writes is under $T, $BATS_FILE_TMPDIR or a cache that
+#     takes a lock (test/fixtures/debian-rootfs); named network namespaces,
+#     /run paths and fixed names carry $$ or live in the test's own mount
+#     namespace;
+#   - anything with bridges, NAT or nftables runs in its own outer namespace
+#     (test/fixtures/networld), never the host's ruleset or links;
+#   - a server listens on a port the kernel picked (bind to port 0), or
+#     inside a sandbox or namespace of the test's own, never a fixed host port;
+#   - it looks only at processes, cgroups and records it can tell are its own
+#     (its $T or $STATE in the command line, the ids it started), never "any
+#     sandbox cgroup" or "any process in the uid range"; pgrep patterns name
+#     $T or a string no other file uses;
+#   - it removes nothing host-wide that another file may be using: `agsx gc`
+#     with AGSX_GC_MIN_AGE=0 (which removes every empty sandbox cgroup, also
+#     another file's sandbox being started) and host-wide cgroup listings run
+#     after private_cgroup_parent;
+#   - it changes no host setting (sysctls, the cgroup mount, modules) and
+#     installs nothing; timing bounds leave room for a loaded machine.
+# The same file never runs beside itself (under two builds) at once.
 
 AGSX=${AGSX:-$BATS_TEST_DIRNAME/../../build/agsx}
 AGSX_SRCDIR=${AGSX_SRCDIR:-$(cd "$BATS_TEST_DIRNAME/../.." && pwd)}
@@ -19,6 +45,7 @@ common_setup() {
 
 common_teardown() {
   local leaks=""
+  leaks+=$(remove_private_cgroup_parent)
   if [ -d "$ROOT/tmp" ] && [ -n "$(ls -A "$ROOT/tmp" 2>/dev/null)" ]; then
     leaks+="work dirs left in the store: $(ls -A "$ROOT/tmp"); "
   fi
@@ -30,6 +57,36 @@ common_teardown() {
     echo "# leaked: $leaks" >&3
     return 1
   fi
+}
+
+# Sandbox cgroups live in a parent directory of each cgroup hierarchy:
+# `agsx`, shared by every agsx on the host, or $AGSX_CGROUP_PARENT.
+cgroup_parent() { echo "${AGSX_CGROUP_PARENT:-agsx}"; }
+
+# private_cgroup_parent: the sandboxes this test starts from now on (and
+# `agsx gc`) use a parent of their own, so that the test can list or
+# collect "every sandbox cgroup" without seeing another file's. Called in a
+# test or in setup (not setup_file: common_teardown removes the parent after
+# each test, naming any cgroup still in it as a leak).
+private_cgroup_parent() {
+  export AGSX_CGROUP_PARENT
+  AGSX_CGROUP_PARENT=agsx-bats-$BASHPID-$RANDOM
+}
+
+# Removes the test's private cgroup parent; prints what was left in it.
+remove_private_cgroup_parent() {
+  local p=${AGSX_CGROUP_PARENT:-} d c left=""
+  [[ "$p" == agsx-bats-* ]] || return 0
+  for d in /sys/fs/cgroup/*/"$p" /sys/fs/cgroup/"$p"; do
+    [ -d "$d" ] || continue
+    for c in "$d"/*/; do
+      [ -d "$c" ] || continue
+      left+="$c "
+      rmdir "$c" 2>/dev/null || true
+    done
+    rmdir "$d" 2>/dev/null || true
+  done
+  [ -z "$left" ] || echo "cgroups left under $p: $left; "
 }
 
 # Tests never pull implicitly from a registry they did not start: a

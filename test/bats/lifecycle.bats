@@ -8,6 +8,8 @@
 # `agsx kill --all` + `agsx gc`, then asserts that nothing of the test's
 # sandboxes remains: no process in a sandbox uid range (>= 0x70000000) of
 # one of the test's sandboxes, no supervisor, no $STATE/<id>, no cgroup.
+# The tests that run `gc` with AGSX_GC_MIN_AGE=0 (which collects every
+# empty sandbox cgroup on the host) use a private cgroup parent.
 
 load helpers
 
@@ -69,9 +71,9 @@ lc_ids() { sort -u "$T/ids" 2>/dev/null; }
 # whose command line names our state dir.
 lc_processes() {
   lc_ids >"$T/ids.sorted"
-  python3 - "$STATE" "$T/ids.sorted" "$UID_BASE" <<'PY'
+  python3 - "$STATE" "$T/ids.sorted" "$UID_BASE" "$(cgroup_parent)" <<'PY'
 import os, sys
-state, idfile, base = sys.argv[1], sys.argv[2], int(sys.argv[3])
+state, idfile, base, parent = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 ids = set(open(idfile).read().split())
 me = os.getpid()
 for p in os.listdir('/proc'):
@@ -85,7 +87,7 @@ for p in os.listdir('/proc'):
     except Exception:
         continue
     ours_cmd = ('--state ' + state + ' ') in cmd
-    ours_cg = any(('/agsx/' + i) in cg for i in ids)
+    ours_cg = any(('/' + parent + '/' + i) in cg for i in ids)
     if ours_cmd or (uid >= base and ours_cg):
         print(p, uid, cmd[:100].strip())
 PY
@@ -93,9 +95,10 @@ PY
 
 # Cgroup directories of our sandboxes still on the host.
 lc_cgroups() {
-  local id
+  local id p
+  p=$(cgroup_parent)
   for id in $(lc_ids); do
-    ls -d /sys/fs/cgroup/*/agsx/"$id" /sys/fs/cgroup/agsx/"$id" 2>/dev/null || true
+    ls -d /sys/fs/cgroup/*/"$p/$id" /sys/fs/cgroup/"$p/$id" 2>/dev/null || true
   done
 }
 
@@ -599,6 +602,7 @@ assert all(s["status"] == "running" for s in l), l
 
 @test "crash leftovers: gc removes a record dir without a record and a dangling name" {
   local a id=0123456789abcdef0123456789abcdef
+  private_cgroup_parent
   a=$(rund --name dn busybox true)
   sleep 0.5
   echo junk >"$STATE/$a/state.json"
@@ -910,13 +914,14 @@ assert r["truncated"] is False and isinstance(r["duration_ms"], int), r
 
 @test "gc: ended records go, running ones stay; leftover cgroups; --dry-run; --json" {
   local a b fake
+  private_cgroup_parent
   a=$(rund busybox true)
   b=$(rund busybox sleep 600)
   sleep 0.5
   fake=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
   echo "$fake" >>"$T/ids"
-  local cg=/sys/fs/cgroup/pids/agsx
-  [ -d "$cg" ] || cg=/sys/fs/cgroup/agsx
+  local cg=/sys/fs/cgroup/pids/$AGSX_CGROUP_PARENT
+  [ -d "$cg" ] || cg=/sys/fs/cgroup/$AGSX_CGROUP_PARENT
   mkdir "$cg/$fake"
   # empty cgroups younger than AGSX_GC_MIN_AGE may be starting sandboxes
   export AGSX_GC_MIN_AGE=0

@@ -6,6 +6,9 @@
 #
 # Every test has its own store ($ROOT, the busybox image loaded in setup) and
 # state dir ($STATE); teardown asserts that the test leaked nothing.
+# Each test's sandbox cgroups go under a private parent, so that "every
+# cgroup created during the test" means this test's, also while other files
+# run in parallel.
 
 load helpers
 
@@ -35,6 +38,7 @@ END
 setup() {
   common_setup
   AX_TIMEOUT=30
+  private_cgroup_parent
   CG_BEFORE=$(cgroup_dirs)
   ax image load "$BB" >/dev/null
 }
@@ -50,7 +54,9 @@ teardown() {
 
 # The sandbox cgroup directories on the host (v1 hierarchies and v2).
 cgroup_dirs() {
-  ls -d /sys/fs/cgroup/*/agsx/*/ /sys/fs/cgroup/agsx/*/ 2>/dev/null | sort
+  local p
+  p=$(cgroup_parent)
+  ls -d /sys/fs/cgroup/*/"$p"/*/ /sys/fs/cgroup/"$p"/*/ 2>/dev/null | sort
 }
 
 # Host uid bases of the ranges this test's state dir handed out: a slot's
@@ -160,7 +166,7 @@ reap_leftovers() {
   for d in "$STATE"/*/; do
     id=$(basename "$d")
     case $id in slots | cache | '*') continue ;; esac
-    rmdir /sys/fs/cgroup/*/agsx/"$id" /sys/fs/cgroup/agsx/"$id" 2>/dev/null || true
+    rmdir /sys/fs/cgroup/*/"$(cgroup_parent)/$id" /sys/fs/cgroup/"$(cgroup_parent)/$id" 2>/dev/null || true
     rm -rf "$d"
   done
 }
@@ -487,7 +493,7 @@ null ok
   for i in $(seq 100); do [ -s "$T/out" ] && break; sleep 0.05; done
   id12=$(head -1 "$T/out")
   [[ "$id12" =~ ^[0-9a-f]{12}$ ]] || { cat "$T/out" >&3; false; }
-  dirs=$(ls -d /sys/fs/cgroup/cpu/agsx/"$id12"*/)
+  dirs=$(ls -d /sys/fs/cgroup/cpu/"$(cgroup_parent)/$id12"*/)
   [ "$(echo "$dirs" | wc -l)" -eq 1 ]
   local quota period
   quota=$(cat "${dirs}cpu.cfs_quota_us")
@@ -930,7 +936,7 @@ END
   local left
   left=$(leftover_state)
   if [ -n "$left" ]; then
-    echo "# left after gc: state dirs $(echo $left); cgroups: $(cd /sys/fs/cgroup && ls -d */agsx/$left 2>/dev/null | tr '\n' ' ')" >&3
+    echo "# left after gc: state dirs $(echo $left); cgroups: $(cd /sys/fs/cgroup && ls -d */"$(cgroup_parent)"/$left 2>/dev/null | tr '\n' ' ')" >&3
     reap_leftovers
     false
   fi
