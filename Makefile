@@ -6,7 +6,9 @@
 #
 #   make            build ./build/agsx
 #   make demo       install missing Debian packages, build, run the demo
-#   make check      build (plain + ASan/UBSan + libFuzzer) and run every test
+#   make check      build (plain + ASan/UBSan + libFuzzer) and run every test,
+#                   TEST_JOBS suites at once (default: the number of CPUs),
+#                   each fuzz target for CHECK_FUZZ_SECONDS (default 2)
 #   make fuzz       run each fuzz target for FUZZ_SECONDS (default 60)
 #   make bench      run the benchmarks in bench/
 #   make install    install from ./build (PREFIX via CONFIGURE_FLAGS)
@@ -17,7 +19,9 @@ BASAN := $(top)/build-asan
 BFUZZ := $(top)/build-fuzz
 CONFIGURE_FLAGS ?=
 FUZZ_SECONDS ?= 60
+CHECK_FUZZ_SECONDS ?= 2
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+TEST_JOBS ?= $(JOBS)
 
 .PHONY: all deps demo check check-quick fuzz bench install clean distclean
 
@@ -50,12 +54,13 @@ check: $(B)/Makefile $(BASAN)/Makefile $(BFUZZ)/Makefile
 	@$(MAKE) --no-print-directory -C $(B) -j$(JOBS) check-build
 	@$(MAKE) --no-print-directory -C $(BASAN) -j$(JOBS) check-build
 	@$(MAKE) --no-print-directory -C $(BFUZZ) -j$(JOBS) all
-	@$(top)/test/run-tests --fuzz $(BFUZZ) $(B) $(BASAN)
+	@FUZZ_SECONDS=$(CHECK_FUZZ_SECONDS) $(top)/test/run-tests --jobs $(TEST_JOBS) \
+	  --fuzz $(BFUZZ) $(B) $(BASAN)
 
 # Only the plain build, for a quick edit-test loop.
 check-quick: $(B)/Makefile
 	@$(MAKE) --no-print-directory -C $(B) -j$(JOBS) check-build
-	@$(top)/test/run-tests $(B)
+	@$(top)/test/run-tests --jobs $(TEST_JOBS) $(B)
 
 fuzz: $(BFUZZ)/Makefile
 	@$(MAKE) --no-print-directory -C $(BFUZZ) -j$(JOBS) all

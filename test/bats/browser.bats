@@ -1,4 +1,5 @@
 #!/usr/bin/env bats
+# test-runner: parallel
 # agsx browser: headless Chromium (Debian's package, through the host image)
 # in a detached sandbox, driven by playwright-core and puppeteer-core from
 # the npm registry over the published DevTools endpoint.

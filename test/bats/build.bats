@@ -1,4 +1,5 @@
 #!/usr/bin/env bats
+# test-runner: parallel
 # agsx build: every Dockerfile instruction, multi-stage builds, COPY --from a
 # stage and an image, the seed scenario (a runtime image on Debian with a
 # daemon binary from another image, a package installed with dpkg, a user),

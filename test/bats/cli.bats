@@ -1,4 +1,5 @@
 #!/usr/bin/env bats
+# test-runner: parallel
 # The CLI skeleton: help, version, global options, errors, unimplemented
 # commands.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bats
+# test-runner: parallel
 # agsx cp: files and trees both ways with modes, times and ownership, tar
 # streams, Docker's destination rules, a 200 MB file, errors, and the
 # symlink attacks of sandbox code (links to /, /etc, ../../.., swapped

@@ -1,4 +1,5 @@
 #!/usr/bin/env bats
+# test-runner: parallel
 # The docs agree with the CLI: for every implemented command, the long options
 # of `agsx CMD --help` (driven by the option tables of cmd/agsx.c) are exactly
 # those of its man page section and of the bash, zsh and fish completions.

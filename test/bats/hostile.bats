@@ -1,4 +1,5 @@
 #!/usr/bin/env bats
+# test-runner: parallel
 # Hostile layers through `agsx image load`: every case either is refused
 # (exit 125, nothing added to the store) or is neutralised inside the layer
 # directory; nothing outside the store is ever created or changed.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bats
+# test-runner: parallel
 # agsx image load / ls / rm / inspect and gc --images: formats, naming,
 # platforms, verification, atomicity, concurrency, interoperability.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bats
+# test-runner: parallel
 # Long-lived sandboxes (issue 4): run -d and its supervisor, deadlines and
 # update, records under --state (atomic, locked, names unique, corrupt ones
 # cleaned), ls, exec (the sandbox's very restrictions), kill and gc.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bats
+# test-runner: parallel
 # Network modes end to end: internal, public and vpc, with their rules.
 #
 # Everything runs inside an outer network+mount namespace made by

@@ -1,4 +1,5 @@
 #!/usr/bin/env bats
+# test-runner: parallel
 # Published ports (agsx run -p, agsx port): a host-side relay run by the
 # sandbox's supervisor connects each client from inside the sandbox's network
 # namespace to 127.0.0.1:PORT. Everything stays on loopback: servers in

@@ -1,4 +1,5 @@
 #!/usr/bin/env bats
+# test-runner: parallel
 # agsx pull / image pull against a real registry (Debian's docker-registry)
 # on loopback, started per test with its storage in $T; a small front proxy
 # (test/fixtures/registry) adds the bearer-token flow, cuts connections and

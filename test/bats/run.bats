@@ -1,4 +1,5 @@
 #!/usr/bin/env bats
+# test-runner: parallel
 # agsx run: isolation (user namespace and uid ranges, capabilities, no_new_privs,
 # seccomp, /proc, /sys, /dev, fds, hostname), the internal network, limits
 # (memory, pids, disk, cpu), exit codes, --json, --timeout, image config,
