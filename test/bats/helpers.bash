@@ -28,8 +28,13 @@
 #     another file's sandbox being started) and host-wide cgroup listings run
 #     after private_cgroup_parent;
 #   - it changes no host setting (sysctls, the cgroup mount, modules) and
-#     installs nothing; timing bounds leave room for a loaded machine.
+#     installs nothing (browser.bats' one-time `apt-get install chromium`
+#     aside: no other file runs apt); timing bounds leave room for a loaded
+#     machine.
 # The same file never runs beside itself (under two builds) at once.
+# Speed: host-wide lists grow with uptime (/run/agsx-uid-ranges keeps a file
+# per range ever used); scan them with awk or python, not a shell loop, which
+# bats' DEBUG trap makes cost a fraction of a millisecond per command.
 
 AGSX=${AGSX:-$BATS_TEST_DIRNAME/../../build/agsx}
 AGSX_SRCDIR=${AGSX_SRCDIR:-$(cd "$BATS_TEST_DIRNAME/../.." && pwd)}
