@@ -1,4 +1,5 @@
 #!/usr/bin/env bats
+# test-runner: parallel
 # cgroup v2 for real: this machine's cgroup2 mount (/sys/fs/cgroup/unified:
 # no controllers, but real cgroup.procs, cgroup.kill and cgroup.freeze) as
 # agsx's v2 root, so that membership and kill are exercised on the kernel's

@@ -1,4 +1,5 @@
 #!/usr/bin/env bats
+# test-runner: parallel
 # The commands Docker users and scripts reach for (issue 11 items 9 and 10):
 # ls that never cuts a name or an image, inspect, wait, rm and stats.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bats
+# test-runner: parallel
 # Paths the sandbox controls must not lead out of it (the runc
 # CVE-2024-21626 class). Sandbox code replaces a directory agsx will enter
 # (the recorded working directory, an `exec -w` path, a PATH entry, a

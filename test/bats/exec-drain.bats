@@ -1,4 +1,5 @@
 #!/usr/bin/env bats
+# test-runner: parallel
 # agsx exec --json when the command leaves a background process holding its
 # stdout/stderr: exec returns once the command ended and its output went
 # quiet (bounded), without spinning, with signals and --timeout live.

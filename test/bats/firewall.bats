@@ -1,4 +1,5 @@
 #!/usr/bin/env bats
+# test-runner: parallel
 # The firewall of public and vpc networks fails closed: after a host
 # firewall reload (`nft flush ruleset`) new sandboxes get their rules back,
 # running ones are cut off and ls/gc say so; and isolation between
