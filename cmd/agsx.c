@@ -2,7 +2,7 @@
 #include "config.h"
 
 #include "cmd.h"
-#include "state.h"
+#include "state/state.h"
 
 #include <string.h>
 

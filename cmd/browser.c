@@ -10,11 +10,11 @@
  * isolation replaces it: see man agsx-browser(1). */
 #include "config.h"
 
-#include "cdp.h"
+#include "sandbox/cdp.h"
 #include "cmd.h"
-#include "json.h"
-#include "relay.h"
-#include "state.h"
+#include "util/json.h"
+#include "net/relay.h"
+#include "state/state.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

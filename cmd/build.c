@@ -1,9 +1,9 @@
-/* agsx build: an image from a Dockerfile (see src/build.h). */
+/* agsx build: an image from a Dockerfile (see src/image/build/build.h). */
 #include "config.h"
 
-#include "build.h"
+#include "image/build/build.h"
 #include "cmd.h"
-#include "registry.h"
+#include "image/registry/registry.h"
 
 #include <signal.h>
 #include <string.h>

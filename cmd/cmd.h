@@ -4,7 +4,7 @@
 #ifndef AGSX_CMD_H
 #define AGSX_CMD_H
 
-#include "util.h"
+#include "util/util.h"
 
 #include <signal.h>
 

@@ -3,8 +3,8 @@
 #include "config.h"
 
 #include "cmd.h"
-#include "copy.h"
-#include "state.h"
+#include "sandbox/copy.h"
+#include "state/state.h"
 
 #include <fcntl.h>
 #include <string.h>

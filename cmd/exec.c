@@ -2,9 +2,9 @@
 #include "config.h"
 
 #include "cmd.h"
-#include "exec.h"
+#include "sandbox/exec.h"
 #include "io.h"
-#include "state.h"
+#include "state/state.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -2,10 +2,10 @@
 #include "config.h"
 
 #include "cmd.h"
-#include "export.h"
-#include "import.h"
-#include "state.h"
-#include "store.h"
+#include "image/export.h"
+#include "image/import.h"
+#include "state/state.h"
+#include "image/store.h"
 
 #include <string.h>
 #include <time.h>

@@ -2,7 +2,7 @@
 #include "config.h"
 
 #include "io.h"
-#include "json.h"
+#include "util/json.h"
 
 #include <string.h>
 #include <sys/ioctl.h>

@@ -2,7 +2,7 @@
 #ifndef AGSX_CMD_IO_H
 #define AGSX_CMD_IO_H
 
-#include "util.h"
+#include "util/util.h"
 
 #include <termios.h>
 

@@ -2,8 +2,8 @@
 #include "config.h"
 
 #include "cmd.h"
-#include "json.h"
-#include "network.h"
+#include "util/json.h"
+#include "net/network.h"
 
 #include <fcntl.h>
 #include <string.h>

@@ -3,9 +3,9 @@
 #include "config.h"
 
 #include "cmd.h"
-#include "json.h"
-#include "relay.h"
-#include "state.h"
+#include "util/json.h"
+#include "net/relay.h"
+#include "state/state.h"
 
 #include <fcntl.h>
 #include <string.h>

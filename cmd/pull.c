@@ -2,8 +2,8 @@
 #include "config.h"
 
 #include "cmd.h"
-#include "json.h"
-#include "registry.h"
+#include "util/json.h"
+#include "image/registry/registry.h"
 
 #include <string.h>
 

@@ -3,13 +3,13 @@
 
 #include "cmd.h"
 #include "io.h"
-#include "net.h"
-#include "network.h"
-#include "registry.h"
-#include "relay.h"
-#include "sandbox.h"
-#include "state.h"
-#include "store.h"
+#include "net/net.h"
+#include "net/network.h"
+#include "image/registry/registry.h"
+#include "net/relay.h"
+#include "sandbox/sandbox.h"
+#include "state/state.h"
+#include "image/store.h"
 
 #include <ctype.h>
 #include <fcntl.h>

@@ -2,9 +2,9 @@
 #include "config.h"
 
 #include "cmd.h"
-#include "network.h"
-#include "json.h"
-#include "state.h"
+#include "net/network.h"
+#include "util/json.h"
+#include "state/state.h"
 #include "table.h"
 
 #include <fcntl.h>
@@ -661,8 +661,8 @@ int agsx_cmd_update(struct agsx_ctx *ctx, const struct agsx_command *cmd, int ar
 
 /* ---- gc ---------------------------------------------------------------------------------- */
 
-#include "cgroup.h"
-#include "store.h"
+#include "sandbox/cgroup.h"
+#include "image/store.h"
 
 #include <sys/stat.h>
 

@@ -2,9 +2,9 @@
 #include "config.h"
 
 #include "cmd.h"
-#include "json.h"
-#include "state.h"
-#include "stats.h"
+#include "util/json.h"
+#include "state/state.h"
+#include "sandbox/stats.h"
 #include "table.h"
 
 #include <fcntl.h>

@@ -3,7 +3,7 @@
 
 #include "table.h"
 
-#include "util.h"
+#include "util/util.h"
 
 #include <string.h>
 

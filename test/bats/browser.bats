@@ -41,7 +41,7 @@ teardown() {
 # Chromium on the host (for the host image), installed if we may.
 need_chromium() {
   # Chromium's start-up dominates these tests; agsx's part (cmd/browser.c,
-  # src/cdp.c) is unit-tested and fuzzed under the sanitizers.
+  # src/sandbox/cdp.c) is unit-tested and fuzzed under the sanitizers.
   heavy
   if ! command -v chromium >/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

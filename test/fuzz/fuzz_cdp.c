@@ -2,7 +2,7 @@
  * a sandboxed (hostile) browser. The first byte says whether it is at EOF. */
 #include "config.h"
 
-#include "cdp.h"
+#include "sandbox/cdp.h"
 #include "fuzz.h"
 
 #include <string.h>

@@ -2,7 +2,7 @@
  * instruction's arguments with a few variables set. */
 #include "config.h"
 
-#include "dockerfile.h"
+#include "image/build/dockerfile.h"
 #include "fuzz.h"
 
 #include <string.h>

@@ -2,7 +2,7 @@
  * after a NUL, paths to match (one a line). */
 #include "config.h"
 
-#include "dockerignore.h"
+#include "image/build/dockerignore.h"
 #include "fuzz.h"
 
 #include <string.h>

@@ -4,7 +4,7 @@
 #include "config.h"
 
 #include "fuzz.h"
-#include "image.h"
+#include "image/image.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)

@@ -5,7 +5,7 @@
 #include "config.h"
 
 #include "fuzz.h"
-#include "layer.h"
+#include "image/layer.h"
 
 #include <fcntl.h>
 #include <string.h>

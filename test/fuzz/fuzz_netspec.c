@@ -3,10 +3,10 @@
  * must format to text that parses back to the same rule. */
 #include "config.h"
 
-#include "conf.h"
+#include "util/conf.h"
 #include "fuzz.h"
-#include "netspec.h"
-#include "network.h"
+#include "net/netspec.h"
+#include "net/network.h"
 
 #include <string.h>
 

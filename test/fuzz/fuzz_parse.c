@@ -3,8 +3,8 @@
 #include "config.h"
 
 #include "fuzz.h"
-#include "image.h"
-#include "util.h"
+#include "image/image.h"
+#include "util/util.h"
 
 #include <string.h>
 

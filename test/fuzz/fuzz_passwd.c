@@ -3,7 +3,7 @@
 #include "config.h"
 
 #include "fuzz.h"
-#include "passwd.h"
+#include "sandbox/passwd.h"
 
 #include <string.h>
 

@@ -4,7 +4,7 @@
 #include "config.h"
 
 #include "fuzz.h"
-#include "relay.h"
+#include "net/relay.h"
 
 #include <string.h>
 

@@ -5,8 +5,8 @@
 #include "config.h"
 
 #include "fuzz.h"
-#include "image.h"
-#include "registry.h"
+#include "image/image.h"
+#include "image/registry/registry.h"
 
 #include <string.h>
 

@@ -3,7 +3,7 @@
 #include "config.h"
 
 #include "fuzz.h"
-#include "seccomp.h"
+#include "sandbox/seccomp.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > AGSX_SECCOMP_JSON_MAX + 1)

@@ -4,7 +4,7 @@
 #include "config.h"
 
 #include "fuzz.h"
-#include "util.h"
+#include "util/util.h"
 
 #include <fcntl.h>
 #include <string.h>

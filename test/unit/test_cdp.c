@@ -1,7 +1,7 @@
 /* Unit tests: the DevTools /json/version answer read by `agsx browser`. */
 #include "config.h"
 
-#include "cdp.h"
+#include "sandbox/cdp.h"
 #include "tap.h"
 
 #include <string.h>

@@ -5,9 +5,9 @@
  * fresh cgroup2 mount in a private mount namespace. */
 #include "config.h"
 
-#include "cgroup.h"
+#include "sandbox/cgroup.h"
 #include "tap.h"
-#include "util.h"
+#include "util/util.h"
 
 #include <fcntl.h>
 #include <linux/magic.h>

@@ -1,7 +1,7 @@
 /* Unit tests: sha256 and digest strings. */
 #include "config.h"
 
-#include "digest.h"
+#include "util/digest.h"
 #include "tap.h"
 
 int main(void) {

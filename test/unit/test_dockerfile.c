@@ -1,8 +1,8 @@
 /* Unit tests: Dockerfile parsing, word processing and .dockerignore. */
 #include "config.h"
 
-#include "dockerfile.h"
-#include "dockerignore.h"
+#include "image/build/dockerfile.h"
+#include "image/build/dockerignore.h"
 #include "tap.h"
 
 static int parse(const char *text, struct agsx_dockerfile *df, agsx_error_t *err) {

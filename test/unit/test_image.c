@@ -1,7 +1,7 @@
 /* Unit tests: manifest, index and config parsing; references. */
 #include "config.h"
 
-#include "image.h"
+#include "image/image.h"
 #include "tap.h"
 
 #define D1 "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"

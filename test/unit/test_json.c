@@ -1,7 +1,7 @@
 /* Unit tests: json helpers (bounds, accessors, generation). */
 #include "config.h"
 
-#include "json.h"
+#include "util/json.h"
 #include "tap.h"
 
 int main(void) {

@@ -6,10 +6,10 @@
  * Runs as root (chown, mknod, trusted.* xattrs). */
 #include "config.h"
 
-#include "digest.h"
-#include "layer.h"
+#include "util/digest.h"
+#include "image/layer.h"
 #include "tap.h"
-#include "util.h"
+#include "util/util.h"
 
 #include <archive.h>
 #include <archive_entry.h>

@@ -2,9 +2,9 @@
  * and agsx.conf parsing. */
 #include "config.h"
 
-#include "conf.h"
-#include "netspec.h"
-#include "network.h"
+#include "util/conf.h"
+#include "net/netspec.h"
+#include "net/network.h"
 #include "tap.h"
 
 #include <string.h>

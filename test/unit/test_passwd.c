@@ -1,7 +1,7 @@
 /* Unit tests: USER[:GROUP] resolution from passwd/group text. */
 #include "config.h"
 
-#include "passwd.h"
+#include "sandbox/passwd.h"
 #include "tap.h"
 
 static const char pw[] = "root:x:0:0:root:/root:/bin/sh\n"

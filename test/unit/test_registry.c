@@ -2,8 +2,8 @@
  * Docker config.json credentials) and reference splitting. */
 #include "config.h"
 
-#include "image.h"
-#include "registry.h"
+#include "image/image.h"
+#include "image/registry/registry.h"
 #include "tap.h"
 
 static void challenge_ok(const char *h, const char *scheme, const char *realm,

@@ -2,9 +2,9 @@
  * between the test's network namespace and one it makes (loopback only). */
 #include "config.h"
 
-#include "relay.h"
-#include "net.h"
-#include "state.h"
+#include "net/relay.h"
+#include "net/net.h"
+#include "state/state.h"
 #include "tap.h"
 
 #include <arpa/inet.h>

@@ -4,7 +4,7 @@
  * differently (or succeed): EPERM then proves the filter, not the kernel. */
 #include "config.h"
 
-#include "seccomp.h"
+#include "sandbox/seccomp.h"
 #include "tap.h"
 
 #include <fcntl.h>

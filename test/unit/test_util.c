@@ -2,7 +2,7 @@
 #include "config.h"
 
 #include "tap.h"
-#include "util.h"
+#include "util/util.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,0 +1,47 @@
+/* agsx — build: building a linux/amd64 OCI image into the store from a
+ * Dockerfile and a context directory (`agsx build`).
+ *
+ * Stages run in order. RUN runs in an agsx sandbox (same isolation as any
+ * sandbox) whose overlay upper directory the init hands back when the
+ * command ends; that directory becomes the layer (overlay whiteouts →
+ * `.wh.` entries, opaque directories → `.wh..wh..opq`, host ids shifted
+ * back into the image's). COPY and ADD write their layer straight from the
+ * context (resolved beneath it) or from another stage's or image's layers.
+ * Layers are staged in one work directory and committed with the image at
+ * the end: a failed build leaves nothing. A cache (ROOT/cache/<key>) maps
+ * (parent, instruction after substitution, context content, args) to a
+ * layer already in the store. */
+#ifndef AGSX_BUILD_H
+#define AGSX_BUILD_H
+
+#include "image/store.h"
+
+struct agsx_build_opts {
+  const char *context;    /* the context directory */
+  const char *dockerfile; /* NULL: CONTEXT/Dockerfile */
+  char **tags;            /* normalised references, NULL-terminated (may be empty) */
+  char **build_args;      /* "K=V", or "K" (the caller's environment) */
+  const char *network;    /* internal | public | vpc:NAME */
+  bool no_cache;
+  const char *state_dir;  /* sandbox state, for RUN */
+  const char *root;       /* the store's root: vpc network definitions, for RUN */
+  const char *pull;       /* FROM images: missing, always, never; NULL: $AGSX_PULL or missing */
+  int cancel_fd;          /* readable (a signalfd) when the build must stop, or -1 */
+  /* Called with each step ("Step 2/5: RUN ...") and RUN's output lines. */
+  void (*progress)(const char *text, size_t len, void *data);
+  void *data;
+};
+
+struct agsx_build_result {
+  char digest[AGSX_DIGEST_LEN]; /* the image's manifest */
+  size_t new_layers, cached_layers;
+};
+
+int agsx_build(struct agsx_store *s, const struct agsx_build_opts *o, struct agsx_build_result *ret,
+               agsx_error_t *err);
+
+/* FROM an image the store does not have: pulled, unless the pull policy
+ * is never. */
+int agsx_build_missing_image(const struct agsx_build_opts *o, const char *name, agsx_error_t *err);
+
+#endif

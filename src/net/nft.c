@@ -1,0 +1,175 @@
+/* agsx — nftables through a dlopen()ed libnftables. */
+#include "config.h"
+
+#include "net/nft.h"
+
+#include <dlfcn.h>
+#include <string.h>
+
+/* The few entry points used, with the types of <nftables/libnftables.h>
+ * (a stable ABI: libnftables.so.1). */
+struct nft_ctx;
+#define NFT_CTX_DEFAULT 0
+static struct {
+  void *dl;
+  struct nft_ctx *(*ctx_new)(uint32_t flags);
+  void (*ctx_free)(struct nft_ctx *ctx);
+  int (*buffer_output)(struct nft_ctx *ctx);
+  int (*buffer_error)(struct nft_ctx *ctx);
+  const char *(*get_output)(struct nft_ctx *ctx);
+  const char *(*get_error)(struct nft_ctx *ctx);
+  int (*run_cmd)(struct nft_ctx *nft, const char *buf);
+} lib;
+
+int agsx_nft_load(agsx_error_t *err) {
+  if (lib.dl)
+    return 0;
+  void *dl = dlopen("libnftables.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (dl == NULL)
+    return agsx_error_set(err, 0, "this network needs libnftables (apt-get install libnftables1): %s",
+                          dlerror());
+  struct {
+    const char *name;
+    void **fn;
+  } syms[] = {
+      {"nft_ctx_new", (void **)&lib.ctx_new},
+      {"nft_ctx_free", (void **)&lib.ctx_free},
+      {"nft_ctx_buffer_output", (void **)&lib.buffer_output},
+      {"nft_ctx_buffer_error", (void **)&lib.buffer_error},
+      {"nft_ctx_get_output_buffer", (void **)&lib.get_output},
+      {"nft_ctx_get_error_buffer", (void **)&lib.get_error},
+      {"nft_run_cmd_from_buffer", (void **)&lib.run_cmd},
+  };
+  for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+    *syms[i].fn = dlsym(dl, syms[i].name);
+    if (*syms[i].fn == NULL) {
+      dlclose(dl);
+      return agsx_error_set(err, 0, "libnftables lacks %s", syms[i].name);
+    }
+  }
+  lib.dl = dl;
+  return 0;
+}
+
+/* The first line of nft's error text, without the "Error: " prefix. */
+static char *first_error(const char *e) {
+  if (e == NULL || *e == '\0')
+    return xstrdup("unknown error");
+  const char *p = strstr(e, "Error: ");
+  p = p ? p + 7 : e;
+  return xstrndup(p, strcspn(p, "\n"));
+}
+
+int agsx_nft_run(const char *cmds, char **ret_out, agsx_error_t *err) {
+  if (ret_out)
+    *ret_out = NULL;
+  if (agsx_nft_load(err) < 0)
+    return -1;
+  struct nft_ctx *ctx = lib.ctx_new(NFT_CTX_DEFAULT);
+  if (ctx == NULL)
+    return agsx_error_set(err, ENOMEM, "nftables context");
+  lib.buffer_output(ctx);
+  lib.buffer_error(ctx);
+  int r = lib.run_cmd(ctx, cmds);
+  if (r != 0) {
+    _cleanup_free_ char *e = first_error(lib.get_error(ctx));
+    agsx_error_set(err, 0, "nftables: %s", e);
+  } else if (ret_out) {
+    const char *o = lib.get_output(ctx);
+    *ret_out = xstrdup(o ? o : "");
+  }
+  lib.ctx_free(ctx);
+  return r != 0 ? -1 : 0;
+}
+
+/* ---- changes to the ruleset ------------------------------------------------------------------- */
+
+/* Plain netlink, not libnftables: this is a multicast listener, and it
+ * only reads each message's type and table name. */
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netlink.h>
+#include <sys/socket.h>
+
+int agsx_nft_watch_open(agsx_error_t *err) {
+  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_NETFILTER);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "watch the nftables ruleset: netlink socket");
+  struct sockaddr_nl sa = {.nl_family = AF_NETLINK, .nl_groups = 1u << (NFNLGRP_NFTABLES - 1)};
+  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+    int e = errno;
+    close(fd);
+    return agsx_error_set(err, e, "watch the nftables ruleset");
+  }
+  return fd;
+}
+
+/* Does message H remove something from table inet TABLE? Every removal's
+ * first attribute (NFTA_TABLE_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_TABLE,
+ * NFTA_SET_TABLE, NFTA_SET_ELEM_LIST_TABLE) is its table's name. */
+static bool removes_from(const struct nlmsghdr *h, const char *table) {
+  if (NFNL_SUBSYS_ID(h->nlmsg_type) != NFNL_SUBSYS_NFTABLES)
+    return false;
+  switch (NFNL_MSG_TYPE(h->nlmsg_type)) {
+  case NFT_MSG_DELTABLE:
+  case NFT_MSG_DELCHAIN:
+  case NFT_MSG_DELRULE:
+  case NFT_MSG_DELSET:
+  case NFT_MSG_DELSETELEM:
+    break;
+  default:
+    return false;
+  }
+  if (h->nlmsg_len < NLMSG_LENGTH(sizeof(struct nfgenmsg)))
+    return false;
+  const struct nfgenmsg *g = NLMSG_DATA(h);
+  if (g->nfgen_family != NFPROTO_INET)
+    return false;
+  size_t off = NLMSG_LENGTH(NLMSG_ALIGN(sizeof(*g))), end = h->nlmsg_len;
+  while (off + NLA_HDRLEN <= end) {
+    const struct nlattr *a = (const struct nlattr *)((const char *)h + off);
+    if (a->nla_len < NLA_HDRLEN || off + a->nla_len > end)
+      return false;
+    if ((a->nla_type & NLA_TYPE_MASK) == 1) {
+      size_t n = a->nla_len - NLA_HDRLEN;
+      const char *name = (const char *)a + NLA_HDRLEN;
+      return strnlen(name, n) == strlen(table) && memcmp(name, table, strlen(table)) == 0;
+    }
+    off += NLA_ALIGN(a->nla_len);
+  }
+  return false;
+}
+
+#define WATCH_MAX_READS 256
+
+int agsx_nft_watch_read(int fd, const char *table, bool *ret_removed) {
+  *ret_removed = false;
+  union {
+    char b[32768];
+    struct nlmsghdr align;
+  } u;
+  for (int i = 0; i < WATCH_MAX_READS; i++) {
+    ssize_t n = recv(fd, u.b, sizeof(u.b), MSG_DONTWAIT | MSG_TRUNC);
+    if (n < 0 && errno == EINTR)
+      continue;
+    /* Lost (ENOBUFS) or cut (longer than the buffer) messages could have
+     * been removals. */
+    if ((n < 0 && errno == ENOBUFS) || n > (ssize_t)sizeof(u.b)) {
+      *ret_removed = true;
+      continue;
+    }
+    if (n <= 0)
+      return n < 0 && errno != EAGAIN ? -1 : 0;
+    for (size_t off = 0; off + sizeof(struct nlmsghdr) <= (size_t)n;) {
+      const struct nlmsghdr *h = (const struct nlmsghdr *)(u.b + off);
+      if (h->nlmsg_len < sizeof(*h) || off + h->nlmsg_len > (size_t)n)
+        break;
+      if (removes_from(h, table))
+        *ret_removed = true;
+      off += NLMSG_ALIGN(h->nlmsg_len);
+    }
+  }
+  *ret_removed = true; /* still more: look anyway */
+  return 0;
+}

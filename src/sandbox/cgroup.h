@@ -1,0 +1,115 @@
+/* agsx — cgroup: per-sandbox control groups on cgroup v1 and v2.
+ *
+ * A sandbox's cgroup is "<parent>/<name>" in each hierarchy its limits need,
+ * where <parent> is "agsx" (AGSX_CGROUP_PARENT overrides it, for tests) and
+ * <name> is the sandbox id. The mode is detected from the cgroup root,
+ * /sys/fs/cgroup (AGSX_CGROUP_ROOT overrides it): cgroup2 there means v2,
+ * anything else means v1 with one mount per controller, found in
+ * /proc/self/mountinfo (only mounts under AGSX_CGROUP_ROOT when it is set). */
+#ifndef AGSX_CGROUP_H
+#define AGSX_CGROUP_H
+
+#include "util/util.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define AGSX_CGROUP_DEFAULT_ROOT "/sys/fs/cgroup"
+#define AGSX_CGROUP_DEFAULT_PARENT "agsx"
+#define AGSX_CGROUP_CPU_PERIOD_US 100000 /* --cpus N → quota = N * period */
+
+struct agsx_cgroup_limits {
+  uint64_t memory;        /* bytes; 0 = none */
+  uint64_t cpu_quota_us;  /* 0 = none */
+  uint64_t cpu_period_us; /* 0 = AGSX_CGROUP_CPU_PERIOD_US */
+  uint64_t pids;          /* 0 = none */
+  /* Create the cgroup even without a limit (v1: in the pids hierarchy, or
+   * the first of memory and cpu that is mounted), only so that a process
+   * tree can be found and killed as one (exec --timeout). */
+  bool track;
+};
+
+struct agsx_cgroup;
+
+/* Creates "<parent>/<name>" in only the hierarchies the limits need (v1:
+ * memory, cpu and pids each only when its limit is set; v2: one directory,
+ * the needed controllers enabled in <parent>/cgroup.subtree_control) and
+ * writes the limits. v1 memory sets memory.memsw.limit_in_bytes too when the
+ * kernel has it; v2 memory sets memory.swap.max=0: no swap escape. A limit
+ * that cannot be applied fails the call, naming the limit; whatever was
+ * created is removed again. An existing cgroup fails with EEXIST and is left
+ * alone. NAME must match [0-9a-f]{8,64}. For `agsx stats`, v1 also gets
+ * cpuacct and memory directories without a limit, and v2 the memory
+ * controller where the host has it; these are best effort (skipped when
+ * they cannot be made). On v1 with no limit, no track and none of those
+ * controllers nothing is created (attach and destroy are then no-ops; the
+ * pid namespace still bounds the sandbox's processes). */
+int agsx_cgroup_create(const char *name, const struct agsx_cgroup_limits *lim,
+                       struct agsx_cgroup **ret, agsx_error_t *err);
+/* Re-opens an existing sandbox cgroup in every hierarchy that has it (for
+ * exec, ls, kill and gc). ENOENT when no hierarchy has it. */
+int agsx_cgroup_open(const char *name, struct agsx_cgroup **ret, agsx_error_t *err);
+/* Creates a child cgroup NAME of CG in each of its hierarchies (limits are
+ * inherited: they apply to the whole subtree). For `exec`: its process tree
+ * can be killed as one. Destroying the child leaves CG alone. */
+int agsx_cgroup_create_sub(struct agsx_cgroup *cg, const char *name, struct agsx_cgroup **ret,
+                           agsx_error_t *err);
+/* Moves PID into the cgroup, in every hierarchy it has. */
+int agsx_cgroup_attach(struct agsx_cgroup *cg, pid_t pid, agsx_error_t *err);
+/* v2: an O_DIRECTORY fd of the leaf for clone3(CLONE_INTO_CGROUP), owned by
+ * CG. v1: -1. */
+int agsx_cgroup_fd(struct agsx_cgroup *cg);
+/* Seconds since the cgroup's directory was created (or last changed). */
+int64_t agsx_cgroup_age(struct agsx_cgroup *cg);
+/* v1: opens the `tasks` file of each hierarchy of CG for writing, into FDS
+ * (at most MAX); returns how many (0 on v2). A single-threaded process that
+ * writes "0" (itself) to `tasks` migrates without taking the global
+ * threadgroup lock, whose RCU grace period makes a cgroup.procs write of
+ * another pid cost 5–25 ms on v1: the sandbox init moves itself this way. */
+int agsx_cgroup_self_attach_fds(struct agsx_cgroup *cg, int *fds, size_t max, agsx_error_t *err);
+/* The files through which a forked child joins CG before it runs anything:
+ * v1 the `tasks` of each hierarchy (as above), v2 the leaf's cgroup.procs.
+ * Returns how many fds are in FDS. */
+int agsx_cgroup_join_fds(struct agsx_cgroup *cg, int *fds, size_t max, agsx_error_t *err);
+/* Moves the calling (single-threaded) process through FDS. Returns -errno. */
+int agsx_cgroup_self_attach(const int *fds, size_t n);
+void agsx_cgroup_close_fds(int *fds, size_t n);
+/* True when the memory controller OOM-killed a process of this cgroup
+ * (v2: memory.events oom_kill; v1: memory.oom_control oom_kill, under_oom on
+ * kernels older than 4.13). False without a memory hierarchy. */
+bool agsx_cgroup_oom_killed(struct agsx_cgroup *cg);
+/* Reads current usage: memory bytes and number of processes. What cannot be
+ * read is reported as 0. Returns 0. */
+int agsx_cgroup_stats(struct agsx_cgroup *cg, uint64_t *ret_mem, uint64_t *ret_pids);
+/* What `agsx stats` shows: CPU time (v1 cpuacct.usage, v2 cpu.stat
+ * usage_usec), memory in use less the inactive page cache (as Docker counts
+ * it) and processes. has_* is false where the cgroup has no such file. */
+struct agsx_cgroup_usage {
+  uint64_t cpu_ns, memory, pids;
+  bool has_cpu, has_memory;
+};
+int agsx_cgroup_usage(struct agsx_cgroup *cg, struct agsx_cgroup_usage *ret);
+/* Kills every process in the cgroup (v2 cgroup.kill when present; otherwise
+ * SIGKILL to each pid of cgroup.procs until empty, for at most ~2 s), then
+ * removes the directories (rmdir retried briefly on EBUSY). Idempotent; safe
+ * on a half-created cgroup. The parent directory stays. */
+int agsx_cgroup_destroy(struct agsx_cgroup *cg, agsx_error_t *err);
+/* Closes the fds and frees CG; does not remove anything. NULL is fine. */
+void agsx_cgroup_free(struct agsx_cgroup *cg);
+void agsx_cgroup_freep(struct agsx_cgroup **cg);
+#define _cleanup_cgroup_ _cleanup_(agsx_cgroup_freep)
+
+/* Destroys every leftover "<parent>/<name>" (in any hierarchy agsx uses) for
+ * which KEEP(name, data) returns false, reporting each one through
+ * REPORT("cgroup `<parent>/<name>`", data) — also with DRY_RUN, which removes
+ * nothing. Entries that are not sandbox ids are left alone. Keeps going after
+ * a failure; returns -1 with the first error. */
+int agsx_cgroup_gc(bool (*keep)(const char *name, void *data),
+                   void (*report)(const char *what, void *data), void *data, bool dry_run,
+                   agsx_error_t *err);
+
+/* True when NAME is a valid cgroup name for a sandbox: [0-9a-f]{8,64}. */
+bool agsx_cgroup_name_is_valid(const char *name);
+
+#endif

@@ -1,0 +1,514 @@
+/* agsx — sandbox launch, parent side. See sandbox.h for the sequence. */
+#include "config.h"
+
+#include "util/conf.h"
+
+#include "net/net.h"
+#include "state/state.h"
+#include "sandbox/sandbox-internal.h"
+
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+
+const char *agsx_stop_reason_name(enum agsx_stop_reason r) {
+  static const char *const names[] = {"", "exit", "timeout", "killed", "oom", "error"};
+  return r < AGSX_ARRAY_SIZE(names) ? names[r] : "";
+}
+
+void agsx_sandbox_new_id(char out[AGSX_ID_HEX + 1]) {
+  static const char hex[] = "0123456789abcdef";
+  unsigned char b[AGSX_ID_HEX / 2];
+  if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
+    abort();
+  for (size_t i = 0; i < sizeof(b); i++) {
+    out[2 * i] = hex[b[i] >> 4];
+    out[2 * i + 1] = hex[b[i] & 15];
+  }
+  out[AGSX_ID_HEX] = '\0';
+}
+
+static void phase(struct agsx_sandbox *sb, const char *name, int64_t *t0) {
+  int64_t now = agsx_mono_ns();
+  if (sb->timing.n < AGSX_MAX_PHASES) {
+    sb->timing.name[sb->timing.n] = name;
+    sb->timing.ns[sb->timing.n++] = now - *t0;
+  }
+  *t0 = now;
+}
+
+/* ---- messages ------------------------------------------------------------------ */
+
+int agsx_msg_send(int sock, const struct agsx_msg *m, const int *fds, size_t nfds) {
+  union {
+    char buf[CMSG_SPACE(sizeof(int) * AGSX_MSG_MAX_FDS)];
+    struct cmsghdr align;
+  } u;
+  struct iovec iov = {.iov_base = (void *)m, .iov_len = sizeof(*m)};
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+  if (nfds > AGSX_MSG_MAX_FDS)
+    return -E2BIG;
+  if (nfds) {
+    memset(u.buf, 0, sizeof(u.buf));
+    mh.msg_control = u.buf;
+    mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+    memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
+  }
+  ssize_t n;
+  do
+    n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  return n == (ssize_t)sizeof(*m) ? 0 : -errno;
+}
+
+ssize_t agsx_msg_recv(int sock, struct agsx_msg *m, int *fds, size_t maxfds, size_t *ret_nfds) {
+  union {
+    char buf[CMSG_SPACE(sizeof(int) * AGSX_MSG_MAX_FDS)];
+    struct cmsghdr align;
+  } u;
+  struct iovec iov = {.iov_base = m, .iov_len = sizeof(*m)};
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                      .msg_controllen = sizeof(u.buf)};
+  ssize_t n;
+  do
+    n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  size_t got = 0;
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); n >= 0 && cm; cm = CMSG_NXTHDR(&mh, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+      continue;
+    size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    int *in = (int *)CMSG_DATA(cm);
+    for (size_t i = 0; i < k; i++) {
+      if (got < maxfds)
+        fds[got++] = in[i];
+      else
+        close(in[i]);
+    }
+  }
+  if (ret_nfds)
+    *ret_nfds = got;
+  if (n > 0 && n != (ssize_t)sizeof(*m))
+    return -EBADMSG;
+  m->text[sizeof(m->text) - 1] = '\0';
+  return n;
+}
+
+/* ---- parent-side steps ------------------------------------------------------------ */
+
+static int make_state_dir(struct agsx_sandbox *sb, const struct agsx_sandbox_config *cfg,
+                          agsx_error_t *err) {
+  sb->statefd = agsx_state_open(cfg->state_dir, true, err);
+  if (sb->statefd < 0)
+    return -1;
+  if (mkdirat(sb->statefd, sb->id, 0700) < 0)
+    return agsx_error_set(err, errno, "create `%s/%s`", cfg->state_dir, sb->id);
+  sb->dirfd = openat(sb->statefd, sb->id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (sb->dirfd < 0)
+    return agsx_error_set(err, errno, "open `%s/%s`", cfg->state_dir, sb->id);
+  /* The name is claimed once the record directory exists, so a racing
+   * claim never takes it for a stale one. */
+  if (cfg->name) {
+    if (agsx_name_claim(sb->statefd, cfg->name, sb->id, err) < 0)
+      return -1;
+    sb->name = xstrdup(cfg->name);
+  }
+  return 0;
+}
+
+static pid_t do_clone3(uint64_t flags, int cgroupfd, int *ret_pidfd) {
+  struct clone_args args = {
+      .flags = flags | CLONE_PIDFD,
+      .pidfd = (uint64_t)(uintptr_t)ret_pidfd,
+      .exit_signal = SIGCHLD,
+  };
+  if (cgroupfd >= 0) {
+    args.flags |= CLONE_INTO_CGROUP;
+    args.cgroup = (uint64_t)cgroupfd;
+  }
+  return (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+}
+
+/* The command's process tree lives in these namespaces, created together
+ * with C. The network namespace is not among them: P made it beforehand. */
+#define SANDBOX_NS_FLAGS (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS)
+
+static int spawn_init(struct agsx_sandbox *sb, const struct agsx_sandbox_config *cfg, int netns,
+                      int sysfs, struct agsx_child_ctx *child, agsx_error_t *err) {
+  int sp[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
+    return agsx_error_set(err, errno, "socketpair");
+  int hostns = -1;
+  if (netns >= 0) {
+    /* Made ahead by a helper: join it for the clone only. */
+    hostns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (hostns < 0 || setns(netns, CLONE_NEWNET) < 0) {
+      agsx_closep(&hostns);
+      close(sp[0]);
+      close(sp[1]);
+      return agsx_error_set(err, errno, "enter the sandbox's network namespace");
+    }
+    sb->sysfs = fcntl(sysfs, F_DUPFD_CLOEXEC, 3);
+    sb->netns = fcntl(netns, F_DUPFD_CLOEXEC, 3);
+  } else {
+    if (agsx_net_enter_new(&hostns, err) < 0) {
+      close(sp[0]);
+      close(sp[1]);
+      return -1;
+    }
+    /* A sysfs of the sandbox's own network namespace (its /sys/class/net
+     * shows only lo), mounted while we are in it; the init attaches it. */
+    sb->sysfs = agsx_net_new_sysfs(err);
+    sb->netns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  }
+  if (sb->sysfs < 0 || sb->netns < 0) {
+    agsx_net_leave(hostns);
+    close(sp[0]);
+    close(sp[1]);
+    return agsx_error_set(err, errno, "sandbox sysfs");
+  }
+  int cgfd = sb->cg ? agsx_cgroup_fd(sb->cg) : -1;
+  pid_t pid = do_clone3(SANDBOX_NS_FLAGS, cgfd, &sb->pidfd);
+  if (pid == 0) {
+    close(sp[0]);
+    child->sync = sp[1];
+    agsx_child_main(child);
+  }
+  int saved = errno;
+  int back = agsx_net_leave(hostns);
+  close(sp[1]);
+  if (pid < 0) {
+    close(sp[0]);
+    return agsx_error_set(err, saved, "clone3");
+  }
+  sb->init_pid = pid;
+  sb->sync = sp[0];
+  if (back < 0)
+    return agsx_error_set(err, errno, "return to the host network namespace");
+  return 0;
+}
+
+/* Idmapped, read-only clones of the layer directories: on-disk ids 0–65535
+ * appear as the sandbox's own, nothing is copied or chowned per sandbox. */
+static int idmapped_layer(const char *path, int usernsfd, bool idmap, agsx_error_t *err) {
+  _cleanup_close_ int fd = open_tree(AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "open_tree `%s`", path);
+  struct mount_attr attr = {
+      .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID,
+  };
+  if (idmap) {
+    attr.attr_set |= MOUNT_ATTR_IDMAP;
+    attr.userns_fd = (uint64_t)usernsfd;
+  }
+  if (mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0) {
+    if (errno == EINVAL || errno == EOPNOTSUPP)
+      return agsx_error_set(err, errno,
+                            "idmapped mount of `%s` (agsx needs idmapped mounts: Linux >= 5.19 "
+                            "on a filesystem that supports them)",
+                            path);
+    return agsx_error_set(err, errno, "mount_setattr `%s`", path);
+  }
+  return steal_fd(&fd);
+}
+
+static int bind_source(const struct agsx_bind *b, agsx_error_t *err) {
+  _cleanup_close_ int fd =
+      open_tree(AT_FDCWD, b->src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "volume `%s`", b->src);
+  struct mount_attr attr = {.attr_set = MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID};
+  if (b->ro)
+    attr.attr_set |= MOUNT_ATTR_RDONLY;
+  if (mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0)
+    return agsx_error_set(err, errno, "volume `%s`", b->src);
+  return steal_fd(&fd);
+}
+
+static int send_go(struct agsx_sandbox *sb, const struct agsx_sandbox_config *cfg,
+                   agsx_error_t *err) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/ns/user", sb->init_pid);
+  _cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
+  if (userns < 0)
+    return agsx_error_set(err, errno, "open `%s`", path);
+  /* Layers, volumes and the sysfs travel in one message (see
+   * AGSX_MSG_MAX_FDS); more would overflow it. */
+  if (cfg->n_layers + cfg->n_binds + 1 > AGSX_MSG_MAX_FDS)
+    return agsx_error_set(err, E2BIG,
+                          "%zu layers and %zu volumes: a sandbox takes at most %d together",
+                          cfg->n_layers, cfg->n_binds, AGSX_MSG_MAX_FDS - 1);
+  int fds[AGSX_MSG_MAX_FDS];
+  size_t n = 0;
+  int r = 0;
+  for (size_t i = 0; r == 0 && i < cfg->n_layers; i++)
+    if ((fds[n] = idmapped_layer(cfg->layers[i], userns, true, err)) < 0)
+      r = -1;
+    else
+      n++;
+  for (size_t i = 0; r == 0 && i < cfg->n_binds; i++)
+    if ((fds[n] = bind_source(&cfg->binds[i], err)) < 0)
+      r = -1;
+    else
+      n++;
+  if (r == 0)
+    fds[n++] = fcntl(sb->sysfs, F_DUPFD_CLOEXEC, 3);
+  struct agsx_msg m = {.type = AGSX_MSG_GO};
+  if (r == 0 && (r = agsx_msg_send(sb->sync, &m, fds, n)) < 0)
+    agsx_error_set(err, -r, "send to the sandbox init");
+  for (size_t i = 0; i < n; i++)
+    close(fds[i]);
+  return r < 0 ? -1 : 0;
+}
+
+/* Waits for READY or ERROR from the init. */
+static int wait_ready(struct agsx_sandbox *sb, agsx_error_t *err) {
+  struct agsx_msg m;
+  int fd = -1;
+  size_t nfds = 0;
+  ssize_t n = agsx_msg_recv(sb->sync, &m, &fd, 1, &nfds);
+  if (n == 0)
+    return agsx_error_set(err, 0, "the sandbox init died during setup");
+  if (n < 0)
+    return agsx_error_set(err, (int)-n, "read from the sandbox init");
+  if (m.type == AGSX_MSG_READY) {
+    if (nfds == 1)
+      sb->pty_master = fd;
+    memcpy(sb->child_ns, m.phase_ns, sizeof(sb->child_ns));
+    return 0;
+  }
+  if (nfds == 1)
+    close(fd);
+  if (m.type == AGSX_MSG_ERROR) {
+    sb->exit_code = m.code;
+    sb->exited = true; /* the outcome is known: the init's death adds nothing */
+    /* The text already ends with the errno's message. */
+    return agsx_error_set_quiet(err, m.err, "%s", m.text);
+  }
+  return agsx_error_set(err, 0, "unexpected message %d from the sandbox init", m.type);
+}
+
+int agsx_sandbox_default_pids(uint64_t *ret, agsx_error_t *err) {
+  _cleanup_free_ char *v = NULL;
+  *ret = AGSX_DEFAULT_PIDS;
+  if (agsx_conf_get("default-pids", "AGSX_DEFAULT_PIDS", &v, err) < 0)
+    return -1;
+  if (v == NULL)
+    return 0;
+  if (strcmp(v, "none") == 0 || strcmp(v, "0") == 0) {
+    *ret = 0;
+    return 0;
+  }
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (errno || end == v || *end || n > 4194304 || v[0] == '-')
+    return agsx_error_set(err, EINVAL, "invalid default-pids `%s` (none, or 1 to 4194304)", v);
+  *ret = n;
+  return 0;
+}
+
+int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbox **ret,
+                       agsx_error_t *err) {
+  struct agsx_sandbox *sb = xzalloc(sizeof(*sb));
+  sb->pidfd = sb->sync = sb->pty_master = sb->statefd = sb->dirfd = sb->ids.lockfd = -1;
+  sb->sysfs = sb->netns = sb->upperfd = -1;
+  sb->init_pid = -1;
+  sb->exit_code = 125;
+  memcpy(sb->id, cfg->id, sizeof(sb->id));
+  *ret = sb;
+  int64_t t0 = agsx_mono_ns();
+  if (make_state_dir(sb, cfg, err) < 0 ||
+      agsx_userns_reserve(sb->statefd, &sb->ids, err) < 0)
+    return -1;
+  phase(sb, "state+ids", &t0);
+  if (agsx_cgroup_create(sb->id, &cfg->limits, &sb->cg, err) < 0)
+    return agsx_error_wrap(err, "cgroup");
+  phase(sb, "cgroup", &t0);
+  struct agsx_child_ctx child = {
+      .cfg = cfg, .pty_master = -1, .pty_slave = -1, .rootfd = -1, .stagefd = -1, .upperfd = -1};
+  /* The sandbox's tmpfs is mounted over its record directory, in its own
+   * mount namespace only: no directory of its own to create and remove. */
+  snprintf(child.stage, sizeof(child.stage), "%s/%s", cfg->state_dir, sb->id);
+  /* The network namespace a helper has been making meanwhile. */
+  _cleanup_close_ int netns = -1, sysfs = -1;
+  if (cfg->netns >= 0) {
+    netns = fcntl(cfg->netns, F_DUPFD_CLOEXEC, 3);
+    sysfs = fcntl(cfg->sysfs, F_DUPFD_CLOEXEC, 3);
+  } else if (cfg->netns_job && agsx_net_collect(cfg->netns_job, &netns, &sysfs, err) < 0) {
+    return -1;
+  }
+  phase(sb, "netns wait", &t0);
+  int nfd = agsx_cgroup_self_attach_fds(sb->cg, child.cgroup_fds, 8, err);
+  if (nfd < 0)
+    return -1;
+  child.n_cgroup_fds = (size_t)nfd;
+  int r = spawn_init(sb, cfg, netns, sysfs, &child, err);
+  agsx_cgroup_close_fds(child.cgroup_fds, child.n_cgroup_fds);
+  if (r < 0)
+    return -1;
+  phase(sb, "netns+clone", &t0);
+  if (cfg->on_netns && cfg->on_netns(cfg->on_netns_data, sb->netns, err) < 0)
+    return -1;
+  if (agsx_userns_write_maps(sb->init_pid, sb->ids.base, err) < 0)
+    return -1;
+  phase(sb, "idmaps", &t0);
+
+  if (send_go(sb, cfg, err) < 0)
+    return -1;
+  phase(sb, "idmap", &t0);
+  if (wait_ready(sb, err) < 0)
+    return -1;
+  /* The init's own steps, on the same monotonic clock. */
+  static const char *const names[] = {"go", "userns+cgroupns", "rootfs", "env", "exec"};
+  int64_t prev = t0;
+  for (size_t i = 0; i < 5 && sb->child_ns[i]; i++) {
+    int64_t at = sb->child_ns[i];
+    if (i > 0)
+      phase(sb, names[i], &prev), sb->timing.ns[sb->timing.n - 1] = at - sb->child_ns[i - 1];
+  }
+  phase(sb, "ready", &t0);
+  (void)prev;
+  return 0;
+}
+
+/* ---- running ----------------------------------------------------------------------- */
+
+int agsx_sandbox_handle_event(struct agsx_sandbox *sb, agsx_error_t *err) {
+  struct agsx_msg m;
+  int fd = -1;
+  size_t nfds = 0;
+  if (sb->sync < 0)
+    return 1;
+  ssize_t n = agsx_msg_recv(sb->sync, &m, &fd, 1, &nfds);
+  if (nfds && n > 0 && m.type == AGSX_MSG_EXIT && sb->upperfd < 0)
+    sb->upperfd = fd;
+  else if (nfds)
+    close(fd);
+  if (n < 0)
+    return agsx_error_set(err, (int)-n, "read from the sandbox init");
+  if (n == 0) {
+    /* The init is gone without a word: killed (timeout, oom, agsx kill). */
+    agsx_closep(&sb->sync);
+    return 1;
+  }
+  if (m.type != AGSX_MSG_EXIT)
+    return 0;
+  if (WIFEXITED(m.status)) {
+    sb->exit_code = WEXITSTATUS(m.status);
+  } else if (WIFSIGNALED(m.status)) {
+    sb->term_signal = WTERMSIG(m.status);
+    sb->exit_code = 128 + sb->term_signal;
+  }
+  sb->reason = AGSX_STOP_EXIT;
+  sb->exited = true;
+  return 1;
+}
+
+int agsx_sandbox_signal(struct agsx_sandbox *sb, int sig) {
+  if (sb->pidfd < 0)
+    return -ESRCH;
+  if (syscall(SYS_pidfd_send_signal, sb->pidfd, sig, NULL, 0) < 0)
+    return -errno;
+  return 0;
+}
+
+void agsx_sandbox_kill(struct agsx_sandbox *sb) {
+  /* SIGKILL to a pid namespace's init takes every process in it along. */
+  agsx_sandbox_signal(sb, SIGKILL);
+}
+
+static void reap_init(struct agsx_sandbox *sb) {
+  if (sb->init_pid <= 0)
+    return;
+  int status;
+  pid_t r;
+  do
+    r = waitpid(sb->init_pid, &status, 0);
+  while (r < 0 && errno == EINTR);
+  if (r == sb->init_pid && !sb->exited) {
+    /* No EXIT message: the init itself was killed. */
+    if (WIFSIGNALED(status)) {
+      sb->term_signal = WTERMSIG(status);
+      sb->exit_code = 128 + sb->term_signal;
+    } else if (WIFEXITED(status) && sb->exit_code == 125) {
+      sb->exit_code = WEXITSTATUS(status);
+    }
+  }
+  sb->init_pid = -1;
+}
+
+int agsx_sandbox_destroy(struct agsx_sandbox *sb, agsx_error_t *err) {
+  if (sb == NULL)
+    return 0;
+  if (sb->init_pid > 0) {
+    agsx_sandbox_kill(sb);
+    reap_init(sb);
+  }
+  int r = 0;
+  if (sb->cg) {
+    if (sb->reason != AGSX_STOP_TIMEOUT && sb->reason != AGSX_STOP_KILLED &&
+        agsx_cgroup_oom_killed(sb->cg))
+      sb->reason = AGSX_STOP_OOM;
+    r = agsx_cgroup_destroy(sb->cg, err);
+  }
+  /* Hierarchies the sandbox had no limit in, where an exec made its cgroup
+   * to track its commands (v1 without limits). */
+  _cleanup_cgroup_ struct agsx_cgroup *more = NULL;
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (r == 0 && agsx_cgroup_open(sb->id, &more, &e) == 0)
+    r = agsx_cgroup_destroy(more, err);
+  /* Killed from outside (agsx kill -s KILL, the OOM killer checked above). */
+  if (sb->reason == AGSX_STOP_NONE && !sb->exited && sb->term_signal == SIGKILL)
+    sb->reason = AGSX_STOP_KILLED;
+  if (sb->reason == AGSX_STOP_NONE)
+    sb->reason = AGSX_STOP_ERROR;
+  /* The sandbox's mounts lived in its own mount namespace and died with
+   * it. The record stays until the caller removes it
+   * (agsx_sandbox_remove_record). */
+  agsx_userns_release(&sb->ids);
+  return r;
+}
+
+int agsx_sandbox_remove_record(struct agsx_sandbox *sb, agsx_error_t *err) {
+  if (sb->statefd < 0)
+    return 0;
+  if (sb->name)
+    agsx_name_release(sb->statefd, sb->name, sb->id);
+  agsx_closep(&sb->dirfd);
+  return agsx_rm_rf_at(sb->statefd, sb->id, err);
+}
+
+void agsx_sandbox_free(struct agsx_sandbox *sb) {
+  if (sb == NULL)
+    return;
+  free(sb->name);
+  agsx_closep(&sb->pidfd);
+  agsx_closep(&sb->sysfs);
+  agsx_closep(&sb->netns);
+  agsx_closep(&sb->sync);
+  agsx_closep(&sb->pty_master);
+  agsx_closep(&sb->statefd);
+  agsx_closep(&sb->dirfd);
+  agsx_closep(&sb->upperfd);
+  agsx_userns_release(&sb->ids);
+  agsx_cgroup_free(sb->cg);
+  free(sb);
+}

@@ -1,0 +1,84 @@
+/* agsx — uid range reservation and id maps. */
+#include "config.h"
+
+#include "sandbox/userns.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+
+/* Uid ranges are a host-wide resource: the slot locks live in one place
+ * whatever --state says, so sandboxes of different state directories never
+ * share a range. */
+static int open_slots(int statefd, agsx_error_t *err) {
+  (void)statefd;
+  if (agsx_mkdir_p(AGSX_SLOTS_DIR, 0700, err) < 0)
+    return agsx_error_wrap(err, "uid range locks");
+  int fd = open(AGSX_SLOTS_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "open `%s`", AGSX_SLOTS_DIR);
+  return fd;
+}
+
+static int try_slot(int slotsfd, unsigned slot, struct agsx_idrange *ret, agsx_error_t *err) {
+  char name[16];
+  snprintf(name, sizeof(name), "%u", slot);
+  _cleanup_close_ int fd = openat(slotsfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "open slot `%s`", name);
+  if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+    if (errno == EWOULDBLOCK)
+      return 0;
+    return agsx_error_set(err, errno, "lock slot `%s`", name);
+  }
+  ret->slot = slot;
+  ret->base = AGSX_UID_BASE + slot * AGSX_UID_RANGE;
+  ret->lockfd = steal_fd(&fd);
+  return 1;
+}
+
+int agsx_userns_reserve(int statefd, struct agsx_idrange *ret, agsx_error_t *err) {
+  _cleanup_close_ int slots = open_slots(statefd, err);
+  if (slots < 0)
+    return -1;
+  /* From a random slot: with a thousand sandboxes running, scanning from
+   * slot 0 would open and try the lock of every busy slot first. */
+  unsigned start = (unsigned)(((uint64_t)agsx_now_ns() / 1000) % AGSX_UID_SLOTS);
+  for (unsigned i = 0; i < AGSX_UID_SLOTS; i++) {
+    int r = try_slot(slots, (start + i) % AGSX_UID_SLOTS, ret, err);
+    if (r != 0)
+      return r < 0 ? -1 : 0;
+  }
+  return agsx_error_set(err, EAGAIN, "all %u uid ranges are in use", AGSX_UID_SLOTS);
+}
+
+int agsx_userns_reserve_slot(int statefd, unsigned slot, struct agsx_idrange *ret,
+                             agsx_error_t *err) {
+  _cleanup_close_ int slots = open_slots(statefd, err);
+  if (slots < 0)
+    return -1;
+  int r = try_slot(slots, slot, ret, err);
+  if (r == 0)
+    return agsx_error_set(err, EBUSY, "uid range %u is in use", slot);
+  return r < 0 ? -1 : 0;
+}
+
+void agsx_userns_release(struct agsx_idrange *r) { agsx_closep(&r->lockfd); }
+
+static int write_map(pid_t pid, const char *file, uid_t base, agsx_error_t *err) {
+  char path[64], line[64];
+  snprintf(path, sizeof(path), "/proc/%d/%s", pid, file);
+  int n = snprintf(line, sizeof(line), "0 %u %u\n", base, AGSX_UID_RANGE);
+  _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || write(fd, line, (size_t)n) != n)
+    return agsx_error_set(err, errno, "write `%s`", path);
+  return 0;
+}
+
+int agsx_userns_write_maps(pid_t pid, uid_t base, agsx_error_t *err) {
+  if (write_map(pid, "gid_map", base, err) < 0 || write_map(pid, "uid_map", base, err) < 0)
+    return -1;
+  return 0;
+}

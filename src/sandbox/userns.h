@@ -1,0 +1,37 @@
+/* agsx — userns: per-sandbox host uid/gid ranges and id maps.
+ *
+ * Each sandbox maps its ids 0–65535 onto a host range of its own:
+ * AGSX_UID_BASE + slot * 65536. A slot is owned by whoever holds the flock
+ * on AGSX_SLOTS_DIR/<slot> (host-wide, whatever --state is): the lock dies
+ * with its holder, so a crash frees
+ * the slot and two sandboxes can never share a range. The ranges sit above
+ * systemd's container range (0x80000–0x6fffffff) and never include host
+ * root. */
+#ifndef AGSX_USERNS_H
+#define AGSX_USERNS_H
+
+#include "util/util.h"
+
+#define AGSX_UID_BASE 0x70000000u
+#define AGSX_UID_RANGE 65536u
+#define AGSX_UID_SLOTS 4095u
+#define AGSX_SLOTS_DIR "/run/agsx-uid-ranges"
+
+struct agsx_idrange {
+  unsigned slot;
+  uid_t base; /* host id of sandbox id 0 */
+  int lockfd; /* held for the sandbox's life */
+};
+
+/* Takes the first free slot under STATEDIR/slots. */
+int agsx_userns_reserve(int statefd, struct agsx_idrange *ret, agsx_error_t *err);
+/* Takes a given slot (for a supervisor re-taking its own); EBUSY if held. */
+int agsx_userns_reserve_slot(int statefd, unsigned slot, struct agsx_idrange *ret,
+                             agsx_error_t *err);
+void agsx_userns_release(struct agsx_idrange *r);
+/* Writes uid_map and gid_map of PID: "0 BASE 65536". setgroups stays
+ * allowed: the maps are written by host root and hold no host group the
+ * sandbox could drop to escape a negative ACL. */
+int agsx_userns_write_maps(pid_t pid, uid_t base, agsx_error_t *err);
+
+#endif
