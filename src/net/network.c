@@ -777,14 +777,23 @@ static int bridge_ensure(const struct agsx_network *n, int *ret_ifindex, agsx_er
   int ifindex = (int)if_nametoindex(n->bridge);
   bool ok = false;
   const char *why;
-  if (ifindex && (bridge_check(n, err) < 0 || firewall_intact(n, 0, &ok, &why, err) < 0))
-    return -1;
+  /* Without the lock first. A bridge another agsx is still making (under
+   * the global lock) has no address yet and fails the check: then look
+   * again under the lock, once its maker is done. */
+  bool checked = false;
+  if (ifindex) {
+    checked = bridge_check(n, err) == 0;
+    if (!checked)
+      agsx_error_free(err);
+    else if (firewall_intact(n, 0, &ok, &why, err) < 0)
+      return -1;
+  }
   if (ifindex == 0 || !ok) {
     _cleanup_close_ int lock = global_lock(err);
     if (lock < 0)
       return -1;
     int now = (int)if_nametoindex(n->bridge);
-    if (now && !ifindex && bridge_check(n, err) < 0) /* made meanwhile */
+    if (now && !checked && bridge_check(n, err) < 0) /* made meanwhile, or being made */
       return -1;
     if (firewall_restore(n, err) < 0)
       return agsx_error_wrap(err, "network `%s`: restore its firewall rules", n->name);
