@@ -112,10 +112,13 @@ char *clean_abs(const char *path);
 char *in_image_path(struct stage *st, const char *path);
 int open_layer(struct build *b, const char *diff_id, agsx_error_t *err);
 bool is_whiteout(const struct stat *st);
-int lookup_in_layers_x(struct build *b, struct stage *st, const char *path, bool follow, int *ret_layerfd, agsx_error_t *err);
-int lookup_in_layers(struct build *b, struct stage *st, const char *path, int *ret_layerfd, agsx_error_t *err);
+int lookup_in_layers_x(struct build *b, struct stage *st, const char *path, bool follow,
+                       int *ret_layerfd, agsx_error_t *err);
+int lookup_in_layers(struct build *b, struct stage *st, const char *path, int *ret_layerfd,
+                     agsx_error_t *err);
 char *resolve_dst(struct build *b, struct stage *st, const char *rel);
-int read_from_layers(struct build *b, struct stage *st, const char *path, char **ret_buf, size_t *ret_len, agsx_error_t *err);
+int read_from_layers(struct build *b, struct stage *st, const char *path, char **ret_buf,
+                     size_t *ret_len, agsx_error_t *err);
 struct stage *find_stage(struct build *b, const char *name);
 int from_image(struct build *b, struct stage *st, const char *name, agsx_error_t *err);
 
@@ -123,7 +126,8 @@ int from_image(struct build *b, struct stage *st, const char *name, agsx_error_t
 void lw_free(struct lw *w);
 int lw_open(struct build *b, struct lw *w, agsx_error_t *err);
 int lw_add(struct lw *w, const struct lentry *e, agsx_error_t *err);
-int lw_commit(struct build *b, struct lw *w, struct stage *st, const char *created_by, char ret_key_record[256], agsx_error_t *err);
+int lw_commit(struct build *b, struct lw *w, struct stage *st, const char *created_by,
+              char ret_key_record[256], agsx_error_t *err);
 
 /* cache.c */
 bool cache_hit(struct build *b, struct stage *st, const char *created_by);
