@@ -79,8 +79,10 @@ struct lw {
   int fd;
   int64_t size;
   unsigned char out[1 << 16];
+  char *in; /* LW_IN_SIZE: file contents on their way into the tar */
   int error;
 };
+#define LW_IN_SIZE (1 << 16)
 
 struct lentry {
   const char *path; /* in the layer, relative */

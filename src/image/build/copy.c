@@ -95,6 +95,8 @@ static int extract_into(struct build *b, struct copy *c, const char *src, const 
     r = agsx_error_set(err, 0, "`%s`: %s", src, archive_error_string(a));
   struct archive_entry *ae;
   size_t count = 0;
+  const size_t size = 1 << 16;
+  _cleanup_free_ char *buf = xmalloc(size);
   while (r == 0) {
     int h = archive_read_next_header(a, &ae);
     if (h == ARCHIVE_EOF)
@@ -143,9 +145,8 @@ static int extract_into(struct build *b, struct copy *c, const char *src, const 
     archive_entry_free(out);
     if (r < 0 || hl || type != AE_IFREG)
       continue;
-    static char buf[1 << 16];
     for (;;) {
-      la_ssize_t n = archive_read_data(a, buf, sizeof(buf));
+      la_ssize_t n = archive_read_data(a, buf, size);
       if (n == 0)
         break;
       if (n < 0) {
@@ -519,9 +520,10 @@ static int hash_content(agsx_sha256 *h, const struct centry *e, agsx_error_t *er
       agsx_open_beneath_nofollow(e->rootfd, e->src, O_RDONLY | AGSX_O_UNTRUSTED, 0), what, err);
   if (fd < 0)
     return -1;
-  static char buf[1 << 16];
+  const size_t size = 1 << 16;
+  _cleanup_free_ char *buf = xmalloc(size);
   for (;;) {
-    ssize_t n = agsx_read_all(fd, buf, sizeof(buf));
+    ssize_t n = agsx_read_all(fd, buf, size);
     if (n < 0)
       return agsx_error_set(err, errno, "read `%s`", e->src);
     if (n == 0)

@@ -59,6 +59,7 @@ void lw_free(struct lw *w) {
   agsx_sha256_free(w->diff);
   agsx_sha256_free(w->blob);
   agsx_closep(&w->fd);
+  free(w->in);
   memset(w, 0, sizeof(*w));
   w->fd = -1;
 }
@@ -77,6 +78,7 @@ int lw_open(struct build *b, struct lw *w, agsx_error_t *err) {
   if (deflateInit2(&w->z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
     return agsx_error_set(err, 0, "zlib: deflateInit2 failed");
   w->z_ok = true;
+  w->in = xmalloc(LW_IN_SIZE);
   w->diff = agsx_sha256_new();
   w->blob = agsx_sha256_new();
   w->a = archive_write_new();
@@ -117,10 +119,10 @@ int lw_add(struct lw *w, const struct lentry *e, agsx_error_t *err) {
                           archive_error_string(w->a));
   if (!S_ISREG(e->mode) || e->hardlink || e->fd < 0)
     return 0;
-  static char buf[1 << 16];
+  char *buf = w->in;
   int64_t left = e->size;
   while (left > 0) {
-    ssize_t n = read(e->fd, buf, left < (int64_t)sizeof(buf) ? (size_t)left : sizeof(buf));
+    ssize_t n = read(e->fd, buf, left < (int64_t)LW_IN_SIZE ? (size_t)left : LW_IN_SIZE);
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0)
