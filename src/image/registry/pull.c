@@ -224,11 +224,18 @@ static int finish_blob(struct pull *p, struct xfer *x, CURLcode c, agsx_error_t 
   return 0;
 }
 
-static const struct agsx_manifest *sort_ctx;
+/* An index into the manifest's layers with its digest beside it, so the
+ * comparison needs no context (qsort has none; a static one would be
+ * shared by concurrent pulls in one process). */
+struct layer_ref {
+  const char *digest;
+  size_t i;
+};
+
 static int cmp_layer_digest(const void *a, const void *b) {
-  size_t x = *(const size_t *)a, y = *(const size_t *)b;
-  int c = strcmp(sort_ctx->layers[x].digest, sort_ctx->layers[y].digest);
-  return c ? c : (x > y) - (x < y);
+  const struct layer_ref *x = a, *y = b;
+  int c = strcmp(x->digest, y->digest);
+  return c ? c : (x->i > y->i) - (x->i < y->i);
 }
 
 /* Downloads the blobs of LAYERS not yet in the store into partial/, up to
@@ -245,16 +252,15 @@ static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_
   p->prog.layers_total = n;
   /* Partial files are locked in digest order, so two pulls sharing layers
    * in different orders cannot wait on each other. */
-  size_t *order = xmalloc((n + 1) * sizeof(*order));
+  struct layer_ref *order = xmalloc((n + 1) * sizeof(*order));
   for (size_t i = 0; i < n; i++)
-    order[i] = i;
-  sort_ctx = mf;
+    order[i] = (struct layer_ref){mf->layers[i].digest, i};
   qsort(order, n, sizeof(*order), cmp_layer_digest);
   int rc = 0;
   for (size_t k = 0; k < n && rc == 0; k++) {
-    size_t i = order[k];
+    size_t i = order[k].i;
     const struct agsx_descriptor *d = &mf->layers[i];
-    bool dup = k > 0 && strcmp(mf->layers[order[k - 1]].digest, d->digest) == 0;
+    bool dup = k > 0 && strcmp(order[k - 1].digest, d->digest) == 0;
     if (dup || agsx_store_has_blob(p->store, d->digest)) {
       p->prog.layers_skipped++;
       p->prog.layers_done++;
