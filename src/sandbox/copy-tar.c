@@ -3,6 +3,8 @@
 #include "config.h"
 
 #include "sandbox/copy-internal.h"
+
+#include "image/tarentry.h"
 #include "state/state.h"
 
 #include <archive.h>
@@ -249,6 +251,7 @@ struct dirmeta {
 struct extract {
   struct copier *c;
   struct archive *a;
+  struct agsx_tar_reader rd;
   int dirfd;       /* DST */
   char *cache_dir; /* the parent directory walked to last, and its fd */
   int cache_fd;
@@ -258,6 +261,7 @@ struct extract {
 };
 
 static void extract_clear(struct extract *x) {
+  agsx_tar_reader_clear(&x->rd);
   free(x->cache_dir);
   if (x->cache_fd >= 0)
     close(x->cache_fd);
@@ -267,29 +271,15 @@ static void extract_clear(struct extract *x) {
   free(x->dirs);
 }
 
-/* "./a//b/" → "a/b"; "" for the top; refuses absolute paths and "..". */
-static char *clean_tar_path(const char *raw, agsx_error_t *err) {
-  if (raw == NULL || raw[0] == '/' || strlen(raw) >= PATH_MAX) {
-    agsx_error_set(err, EINVAL, "tar entry `%.200s`: absolute or too long path", raw ? raw : "");
-    return NULL;
-  }
-  _cleanup_free_ char *copy = xstrdup(raw);
-  size_t cap = strlen(raw) + 1, len = 0;
-  char *out = xzalloc(cap), *save = NULL;
-  size_t depth = 0;
-  for (char *t = strtok_r(copy, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
-    if (strcmp(t, ".") == 0)
-      continue;
-    if (strcmp(t, "..") == 0 || ++depth > MAX_DEPTH) {
-      agsx_error_set(err, EINVAL, "tar entry `%.200s`: `..` or too deep", raw);
-      free(out);
-      return NULL;
-    }
-    /* OUT never outgrows RAW: it is RAW without "." components. */
-    len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? "/" : "", t);
-  }
-  return out;
-}
+/* The shared tar-entry policy (tarentry.h): the sandbox names every
+ * path itself, so an absolute name is refused rather than re-rooted; "a//b"
+ * and "a/./b" are read as "a/b", as tar does. */
+static const struct agsx_tarentry_policy cp_policy = {
+    .max_path = PATH_MAX - 1,
+    .max_depth = MAX_DEPTH,
+    .refuse_absolute = true,
+    .collapse = true,
+};
 
 /* Returns (owned) the directory PATH's last component is in, walking from
  * DST one component at a time, never through a symlink; with CREATE,
@@ -357,10 +347,7 @@ static int extract_data(struct extract *x, int out, la_int64_t size, const char 
 }
 
 static int extract_hardlink(struct extract *x, int pfd, const char *name, const char *path,
-                            const char *raw_target, agsx_error_t *err) {
-  _cleanup_free_ char *target = clean_tar_path(raw_target, err);
-  if (target == NULL)
-    return -1;
+                            const char *target, agsx_error_t *err) {
   if (!strset_has(&x->files, target))
     return agsx_error_set(err, EPERM, "`%s`: hard link to `%.200s`, not a file of this stream",
                           path, target);
@@ -382,8 +369,10 @@ static int extract_hardlink(struct extract *x, int pfd, const char *name, const 
   return agsx_error_set(err, EEXIST, "`%s`: keeps reappearing", path);
 }
 
-static int extract_one(struct extract *x, struct archive_entry *e, const char *path, int pfd,
+static int extract_one(struct extract *x, const struct agsx_tarentry *t, int pfd,
                        const char *name, agsx_error_t *err) {
+  struct archive_entry *e = t->ae;
+  const char *path = t->path;
   struct stat st = *archive_entry_stat(e);
   if (!archive_entry_atime_is_set(e))
     st.st_atim = st.st_mtim;
@@ -409,10 +398,7 @@ static int extract_one(struct extract *x, struct archive_entry *e, const char *p
     return 0;
   }
   case AE_IFLNK: {
-    const char *target = archive_entry_symlink(e);
-    if (target == NULL || *target == '\0' || strlen(target) >= PATH_MAX)
-      return agsx_error_set(err, EINVAL, "`%s`: bad symlink target", path);
-    if (create_link(pfd, name, target, path, err) < 0)
+    if (create_link(pfd, name, t->symlink, path, err) < 0)
       return -1;
     return set_link_meta(x->c, pfd, name, &st, path, err);
   }
@@ -422,20 +408,16 @@ static int extract_one(struct extract *x, struct archive_entry *e, const char *p
   }
 }
 
-static int extract_entry(struct extract *x, struct archive_entry *e, agsx_error_t *err) {
-  _cleanup_free_ char *path = clean_tar_path(archive_entry_pathname(e), err);
-  if (path == NULL)
-    return -1;
-  if (*path == '\0') /* "./": DST itself, left as it is */
+static int extract_entry(struct extract *x, const struct agsx_tarentry *t, agsx_error_t *err) {
+  if (*t->path == '\0') /* "./": DST itself, left as it is */
     return 0;
   const char *name;
-  _cleanup_close_ int pfd = walk_parent(x, path, true, &name, err);
+  _cleanup_close_ int pfd = walk_parent(x, t->path, true, &name, err);
   if (pfd < 0)
     return -1;
-  const char *hard = archive_entry_hardlink(e);
-  if (hard)
-    return extract_hardlink(x, pfd, name, path, hard, err);
-  return extract_one(x, e, path, pfd, name, err);
+  if (t->kind == AGSX_TAR_HARDLINK)
+    return extract_hardlink(x, pfd, name, t->path, t->hardlink, err);
+  return extract_one(x, t, pfd, name, err);
 }
 
 /* Directories get their mode and times last: extracting into them changed
@@ -457,16 +439,17 @@ static int finish_dirs(struct extract *x, agsx_error_t *err) {
 }
 
 static int extract_all(struct extract *x, agsx_error_t *err) {
+  x->rd = (struct agsx_tar_reader){.a = x->a, .policy = &cp_policy, .what = "tar entry"};
   for (;;) {
-    struct archive_entry *e;
-    int r = archive_read_next_header(x->a, &e);
-    if (r == ARCHIVE_EOF)
+    struct agsx_tarentry *t;
+    int r = agsx_tar_reader_next(&x->rd, &t, err);
+    if (r == 0)
       return finish_dirs(x, err);
-    if (r < ARCHIVE_WARN)
-      return agsx_error_set(err, 0, "tar stream: %s", archive_error_string(x->a));
+    if (r < 0)
+      return x->rd.read_failed ? agsx_error_wrap(err, "tar stream") : -1;
     if (account_entry(x->c, "tar stream", err) < 0)
       return -1;
-    if (extract_entry(x, e, err) < 0)
+    if (extract_entry(x, t, err) < 0)
       return -1;
   }
 }
