@@ -5,6 +5,8 @@
 
 #include "image/build/build-internal.h"
 
+#include "image/tarentry.h"
+
 #include "sandbox/passwd.h"
 #include "util/json.h"
 
@@ -80,8 +82,62 @@ static bool is_archive(int fd) {
   return r;
 }
 
-/* Writes the entries of archive SRC (in the context) under DST. Names are
- * cleaned and kept beneath DST; devices are skipped. */
+/* The shared tar-entry policy (tarentry.h) for ADD's archives: names are
+ * read inside DST ("/x" is DST/x, "a//./b" is a/b, as Docker does), ".."
+ * is refused. */
+static void add_policy(struct agsx_tarentry_policy *ret) {
+  agsx_tarentry_policy_default(ret);
+  ret->max_entries = MAX_COPY_ENTRIES;
+  ret->collapse = true;
+}
+
+/* Writes the entry T of an archive (read from A) under DST. Devices and
+ * sockets are skipped. */
+static int extract_entry(struct copy *c, struct archive *a, const struct agsx_tarentry *t,
+                         const char *src, const char *dst, struct lw *w, char *buf, size_t size,
+                         agsx_error_t *err) {
+  struct archive_entry *ae = t->ae;
+  if (*t->path == '\0' || t->kind == AGSX_TAR_DEVICE || t->kind == AGSX_TAR_OTHER)
+    return 0;
+  _cleanup_free_ char *path = *dst ? xasprintf("%s/%s", dst, t->path) : xstrdup(t->path);
+  mode_t type = archive_entry_filetype(ae);
+  bool hl = t->kind == AGSX_TAR_HARDLINK;
+  _cleanup_free_ char *hpath = NULL;
+  if (hl)
+    hpath = *dst ? xasprintf("%s/%s", dst, t->hardlink) : xstrdup(t->hardlink);
+  mode_t mode = (type ? type : AE_IFREG) | (archive_entry_perm(ae) & 07777);
+  if (c->has_chmod && type != AE_IFLNK)
+    mode = (mode & S_IFMT) | c->chmod_bits;
+  struct archive_entry *out = archive_entry_new();
+  archive_entry_set_pathname(out, path);
+  archive_entry_set_mode(out, hl ? (AE_IFREG | (mode & 07777)) : mode);
+  archive_entry_set_uid(out, c->has_chown ? c->uid : (uid_t)archive_entry_uid(ae));
+  archive_entry_set_gid(out, c->has_chown ? c->gid : (gid_t)archive_entry_gid(ae));
+  archive_entry_set_mtime(out, archive_entry_mtime(ae), 0);
+  if (hl)
+    archive_entry_set_hardlink(out, hpath);
+  else if (t->kind == AGSX_TAR_SYMLINK)
+    archive_entry_set_symlink(out, t->symlink);
+  if (!hl && type == AE_IFREG)
+    archive_entry_set_size(out, archive_entry_size(ae));
+  int r = 0;
+  if (archive_write_header(w->a, out) != ARCHIVE_OK)
+    r = agsx_error_set(err, 0, "write `%s`: %s", path, archive_error_string(w->a));
+  archive_entry_free(out);
+  if (r < 0 || hl || type != AE_IFREG)
+    return r;
+  for (;;) {
+    la_ssize_t n = archive_read_data(a, buf, size);
+    if (n == 0)
+      return 0;
+    if (n < 0)
+      return agsx_error_set(err, 0, "`%s`: %s", src, archive_error_string(a));
+    if (archive_write_data(w->a, buf, (size_t)n) != n)
+      return agsx_error_set(err, 0, "write `%s`: %s", path, archive_error_string(w->a));
+  }
+}
+
+/* Writes the entries of archive SRC (in the context) under DST. */
 static int extract_into(struct build *b, struct copy *c, const char *src, const char *dst,
                         struct lw *w, agsx_error_t *err) {
   _cleanup_close_ int fd = agsx_open_beneath_nofollow(b->ctxfd, src, O_RDONLY, 0);
@@ -93,72 +149,21 @@ static int extract_into(struct build *b, struct copy *c, const char *src, const 
   int r = 0;
   if (archive_read_open_fd(a, fd, 1 << 16) != ARCHIVE_OK)
     r = agsx_error_set(err, 0, "`%s`: %s", src, archive_error_string(a));
-  struct archive_entry *ae;
-  size_t count = 0;
+  struct agsx_tarentry_policy policy;
+  add_policy(&policy);
+  struct agsx_tar_reader rd = {.a = a, .policy = &policy, .what = "archive entry"};
   const size_t size = 1 << 16;
   _cleanup_free_ char *buf = xmalloc(size);
   while (r == 0) {
-    int h = archive_read_next_header(a, &ae);
-    if (h == ARCHIVE_EOF)
+    struct agsx_tarentry *t;
+    int n = agsx_tar_reader_next(&rd, &t, err);
+    if (n < 0)
+      r = agsx_error_wrap(err, "`%s`", src);
+    if (n <= 0)
       break;
-    if (h != ARCHIVE_OK && h != ARCHIVE_WARN) {
-      r = agsx_error_set(err, 0, "`%s`: %s", src, archive_error_string(a));
-      break;
-    }
-    if (++count > MAX_COPY_ENTRIES) {
-      r = agsx_error_set(err, 0, "`%s`: more than %d entries", src, MAX_COPY_ENTRIES);
-      break;
-    }
-    const char *name = archive_entry_pathname(ae);
-    _cleanup_free_ char *abs = xasprintf("/%s", name ? name : "");
-    _cleanup_free_ char *clean = clean_abs(abs);
-    if (*clean == '\0')
-      continue;
-    _cleanup_free_ char *path = *dst ? xasprintf("%s/%s", dst, clean) : xstrdup(clean);
-    mode_t type = archive_entry_filetype(ae);
-    const char *hl = archive_entry_hardlink(ae);
-    _cleanup_free_ char *hpath = NULL;
-    if (hl) {
-      _cleanup_free_ char *habs = xasprintf("/%s", hl);
-      _cleanup_free_ char *hclean = clean_abs(habs);
-      hpath = *dst ? xasprintf("%s/%s", dst, hclean) : xstrdup(hclean);
-    }
-    if (!hl && type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK && type != AE_IFIFO)
-      continue;
-    mode_t mode = (type ? type : AE_IFREG) | (archive_entry_perm(ae) & 07777);
-    if (c->has_chmod && type != AE_IFLNK)
-      mode = (mode & S_IFMT) | c->chmod_bits;
-    struct archive_entry *out = archive_entry_new();
-    archive_entry_set_pathname(out, path);
-    archive_entry_set_mode(out, hl ? (AE_IFREG | (mode & 07777)) : mode);
-    archive_entry_set_uid(out, c->has_chown ? c->uid : (uid_t)archive_entry_uid(ae));
-    archive_entry_set_gid(out, c->has_chown ? c->gid : (gid_t)archive_entry_gid(ae));
-    archive_entry_set_mtime(out, archive_entry_mtime(ae), 0);
-    if (hl)
-      archive_entry_set_hardlink(out, hpath);
-    else if (type == AE_IFLNK)
-      archive_entry_set_symlink(out, archive_entry_symlink(ae));
-    if (!hl && type == AE_IFREG)
-      archive_entry_set_size(out, archive_entry_size(ae));
-    if (archive_write_header(w->a, out) != ARCHIVE_OK)
-      r = agsx_error_set(err, 0, "write `%s`: %s", path, archive_error_string(w->a));
-    archive_entry_free(out);
-    if (r < 0 || hl || type != AE_IFREG)
-      continue;
-    for (;;) {
-      la_ssize_t n = archive_read_data(a, buf, size);
-      if (n == 0)
-        break;
-      if (n < 0) {
-        r = agsx_error_set(err, 0, "`%s`: %s", src, archive_error_string(a));
-        break;
-      }
-      if (archive_write_data(w->a, buf, (size_t)n) != n) {
-        r = agsx_error_set(err, 0, "write `%s`: %s", path, archive_error_string(w->a));
-        break;
-      }
-    }
+    r = extract_entry(c, a, t, src, dst, w, buf, size, err);
   }
+  agsx_tar_reader_clear(&rd);
   archive_read_free(a);
   return r;
 }
