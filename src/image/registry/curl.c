@@ -12,10 +12,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <dlfcn.h>
+#include <pthread.h>
 
+/* Filled once, then only read: a pull or push that got 0 from curl_load
+ * sees the whole table (the lock orders the loading before it). */
 struct registry_curl cu;
 
-int curl_load(agsx_error_t *err) {
+static int load(agsx_error_t *err) {
   if (cu.handle)
     return 0;
   const char *lib = getenv("AGSX_LIBCURL") ? getenv("AGSX_LIBCURL") : "libcurl.so.4";
@@ -54,4 +57,14 @@ int curl_load(agsx_error_t *err) {
   }
   cu.handle = h;
   return 0;
+}
+
+/* Pulls may run on several threads of one process (the API server): one
+ * loads libcurl, the others wait for it. */
+int curl_load(agsx_error_t *err) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_lock(&lock);
+  int r = load(err);
+  pthread_mutex_unlock(&lock);
+  return r;
 }
