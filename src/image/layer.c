@@ -13,6 +13,8 @@
 
 #include "image/layer.h"
 
+#include "image/tarentry.h"
+
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
@@ -34,7 +36,6 @@
 #define WHITEOUT_PREFIX ".wh."
 #define WHITEOUT_META_PREFIX ".wh..wh."
 #define WHITEOUT_OPAQUE ".wh..wh..opq"
-#define QUOTE_MAX 256
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define SPACE_CHECK_EVERY ((uint64_t)4 << 20)
@@ -55,23 +56,6 @@ void agsx_layer_limits_default(struct agsx_layer_limits *lim) {
     agsx_warn("ignoring AGSX_MAX_LAYER_SIZE: %s", err->msg);
   else
     lim->max_bytes = bytes;
-}
-
-/* Entry names go into error messages that end up on a terminal: a hostile
- * name could carry escape sequences or be kilobytes long. */
-static char *quote(const char *s) {
-  size_t cap = QUOTE_MAX * 4 + 4, n = 0;
-  char *out = xmalloc(cap);
-  size_t i;
-  for (i = 0; s[i] != '\0' && i < QUOTE_MAX; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c < 0x20 || c == 0x7f || c == '\\')
-      n += (size_t)snprintf(out + n, cap - n, "\\x%02x", c);
-    else
-      out[n++] = (char)c;
-  }
-  snprintf(out + n, cap - n, "%s", s[i] != '\0' ? "..." : "");
-  return out;
 }
 
 /* ---- source: decompression, hashing, counting ------------------------------------------- */
@@ -318,50 +302,13 @@ static int source_drain(struct source *s, agsx_error_t *err) {
 
 /* ---- names ------------------------------------------------------------------------------ */
 
-static const char *entry_string(const char *mbs, const char *utf8) { return mbs ? mbs : utf8; }
-
-/* Why agsx_path_is_clean() refused PATH, for the error message. */
-static int refuse_path(const char *path, const struct agsx_layer_limits *lim, agsx_error_t *err) {
-  if (strlen(path) > lim->max_path)
-    return agsx_error_set(err, 0, "name longer than %zu bytes", lim->max_path);
-  if (path[0] == '/')
-    return agsx_error_set(err, 0, "absolute path");
-  size_t depth = 0;
-  for (const char *p = path; *p != '\0'; p += *p == '/') {
-    size_t n = strcspn(p, "/");
-    if (n == 2 && p[0] == '.' && p[1] == '.')
-      return agsx_error_set(err, 0, "path contains `..`");
-    if (n > NAME_MAX)
-      return agsx_error_set(err, 0, "component longer than %d bytes", NAME_MAX);
-    if (++depth > lim->max_depth)
-      return agsx_error_set(err, 0, "path deeper than %zu components", lim->max_depth);
-    p += n;
-  }
-  return agsx_error_set(err, 0, "invalid path (empty or `.` component)");
-}
-
-/* RAW with leading "/" and "./" and trailing slashes removed; "" is the layer
- * root. ".." and names beyond the limits are refused. */
-static int clean_name(const char *raw, const struct agsx_layer_limits *lim, char **ret,
-                      agsx_error_t *err) {
-  if (raw == NULL)
-    return agsx_error_set(err, 0, "name cannot be decoded");
-  if (strlen(raw) > lim->max_path)
-    return agsx_error_set(err, 0, "name longer than %zu bytes", lim->max_path);
-  /* Leading "/" and "./" name the layer root, as in tar and containerd:
-   * "/etc/x" is neutralised to "etc/x" inside the layer. */
-  while (raw[0] == '/' || (raw[0] == '.' && raw[1] == '/'))
-    raw += raw[0] == '/' ? 1 : 2;
-  if (strcmp(raw, ".") == 0)
-    raw = "";
-  _cleanup_free_ char *p = xstrdup(raw);
-  size_t n = strlen(p);
-  while (n > 1 && p[n - 1] == '/')
-    p[--n] = '\0';
-  if (n > 0 && !agsx_path_is_clean(p, lim->max_path, lim->max_depth))
-    return refuse_path(p, lim, err);
-  *ret = steal_ptr(&p);
-  return 0;
+/* The shared tar-entry policy (tarentry.h) in its strict form, within LIM:
+ * a layer's names are exactly what overlayfs will show. */
+static void layer_policy(const struct agsx_layer_limits *lim, struct agsx_tarentry_policy *ret) {
+  agsx_tarentry_policy_default(ret);
+  ret->max_path = lim->max_path;
+  ret->max_depth = lim->max_depth;
+  ret->max_entries = lim->max_entries;
 }
 
 /* ---- unpacker --------------------------------------------------------------------------- */
@@ -377,7 +324,8 @@ struct unpacker {
   const struct agsx_layer_limits *lim;
   struct source *src;
   struct archive *a;
-  uint64_t entries;
+  struct agsx_tarentry_policy policy;
+  struct agsx_tar_reader rd;
   /* The parent of the previous entry, reused while nothing was removed:
    * consecutive entries mostly share a directory. */
   char *cached_parent;
@@ -390,6 +338,7 @@ struct unpacker {
 };
 
 static void unpacker_done(struct unpacker *u) {
+  agsx_tar_reader_clear(&u->rd);
   free(u->cached_parent);
   agsx_closep(&u->cached_fd);
   for (size_t i = 0; i < u->n_dirs; i++)
@@ -476,7 +425,7 @@ static size_t path_depth(const char *path) {
 }
 
 static int parent_error(agsx_error_t *err, int errno_, const char *parent) {
-  _cleanup_free_ char *q = quote(parent);
+  _cleanup_free_ char *q = agsx_tarentry_quote(parent);
   if (errno_ != 0)
     agsx_error_set(err, errno_, "open directory");
   return agsx_error_wrap(err, "parent `%s`", q);
@@ -602,7 +551,7 @@ static int apply_xattrs(int fd, struct archive_entry *e, agsx_error_t *err) {
   if (archive_entry_xattr_reset(e) == 0)
     return 0;
   while (archive_entry_xattr_next(e, &name, &value, &size) == ARCHIVE_OK) {
-    _cleanup_free_ char *q = quote(name);
+    _cleanup_free_ char *q = agsx_tarentry_quote(name);
     if (!xattr_allowed(name)) {
       agsx_debug("layer entry: skipping xattr `%s`", q);
       continue;
@@ -679,7 +628,7 @@ static int apply_dir_times(struct unpacker *u, agsx_error_t *err) {
     if (fd < 0 && (errno == ENOENT || errno == ENOTDIR || errno == ELOOP))
       continue;
     if (fd < 0 || futimens(fd, d->ts) < 0) {
-      _cleanup_free_ char *q = quote(d->path);
+      _cleanup_free_ char *q = agsx_tarentry_quote(d->path);
       return agsx_error_set(err, errno, "set times of directory `%s`", q);
     }
   }
@@ -833,16 +782,11 @@ static int do_whiteout(int dirfd, const char *name, const void *arg) {
 
 /* Symlink targets are stored verbatim: they only matter when followed, and
  * every resolution here stays inside the destination. */
-static int make_symlink(struct unpacker *u, struct archive_entry *e, int dirfd, const char *name,
-                        agsx_error_t *err) {
-  const char *target = entry_string(archive_entry_symlink(e), archive_entry_symlink_utf8(e));
-  if (target == NULL || *target == '\0')
-    return agsx_error_set(err, 0, "symlink without a target");
-  if (strlen(target) > u->lim->max_path)
-    return agsx_error_set(err, 0, "symlink target longer than %zu bytes", u->lim->max_path);
-  if (create_at(u, dirfd, name, do_symlink, target, "symlink", err) < 0)
+static int make_symlink(struct unpacker *u, const struct agsx_tarentry *t, int dirfd,
+                        const char *name, agsx_error_t *err) {
+  if (create_at(u, dirfd, name, do_symlink, t->symlink, "symlink", err) < 0)
     return -1;
-  return apply_meta_at(dirfd, name, e, err);
+  return apply_meta_at(dirfd, name, t->ae, err);
 }
 
 static int make_fifo(struct unpacker *u, struct archive_entry *e, int dirfd, const char *name,
@@ -857,16 +801,12 @@ static int make_fifo(struct unpacker *u, struct archive_entry *e, int dirfd, con
   return 0;
 }
 
-/* The target is resolved inside the destination and not followed at its
- * last component, so a link can only ever share an inode of this layer. */
-static int make_hardlink(struct unpacker *u, const char *raw_target, int dirfd, const char *name,
+/* The target (cleaned by the policy, never the root) is resolved inside
+ * the destination and not followed at its last component, so a link can
+ * only ever share an inode of this layer. */
+static int make_hardlink(struct unpacker *u, const char *target, int dirfd, const char *name,
                          agsx_error_t *err) {
-  _cleanup_free_ char *target = NULL;
-  if (clean_name(raw_target, u->lim, &target, err) < 0)
-    return agsx_error_wrap(err, "hardlink target");
-  if (*target == '\0')
-    return agsx_error_set(err, 0, "hardlink target is the layer root");
-  _cleanup_free_ char *q = quote(target);
+  _cleanup_free_ char *q = agsx_tarentry_quote(target);
   _cleanup_close_ int fd = agsx_open_in_root(u->destfd, target, O_PATH | O_NOFOLLOW, 0);
   if (fd < 0)
     return agsx_error_set(err, errno, "hardlink target `%s`", q);
@@ -907,30 +847,24 @@ static int make_whiteout(struct unpacker *u, int dirfd, const char *name, agsx_e
   return 0;
 }
 
-static bool is_device(struct archive_entry *e) {
-  mode_t type = archive_entry_filetype(e);
-  return archive_entry_hardlink(e) == NULL &&
-         (type == AE_IFCHR || type == AE_IFBLK || type == AE_IFSOCK);
-}
-
-static int make_entry(struct unpacker *u, struct archive_entry *e, const char *parent,
+static int make_entry(struct unpacker *u, const struct agsx_tarentry *t, const char *parent,
                       const char *name, agsx_error_t *err) {
+  struct archive_entry *e = t->ae;
   size_t depth = 0;
   int dirfd = open_parent(u, parent, &depth, err);
   if (dirfd < 0)
     return -1;
   if (agsx_str_has_prefix(name, WHITEOUT_PREFIX))
     return make_whiteout(u, dirfd, name, err);
-  const char *hardlink = entry_string(archive_entry_hardlink(e), archive_entry_hardlink_utf8(e));
-  if (hardlink != NULL)
-    return make_hardlink(u, hardlink, dirfd, name, err);
+  if (t->kind == AGSX_TAR_HARDLINK)
+    return make_hardlink(u, t->hardlink, dirfd, name, err);
   switch (archive_entry_filetype(e)) {
   case AE_IFREG:
     return make_file(u, e, dirfd, name, err);
   case AE_IFDIR:
     return make_dir(u, e, dirfd, depth, parent, name, err);
   case AE_IFLNK:
-    return make_symlink(u, e, dirfd, name, err);
+    return make_symlink(u, t, dirfd, name, err);
   case AE_IFIFO:
     return make_fifo(u, e, dirfd, name, err);
   default:
@@ -939,42 +873,41 @@ static int make_entry(struct unpacker *u, struct archive_entry *e, const char *p
   }
 }
 
-static int unpack_entry(struct unpacker *u, struct archive_entry *e, const char *path,
-                        agsx_error_t *err) {
-  _cleanup_free_ char *clean = NULL;
-  if (clean_name(path, u->lim, &clean, err) < 0)
-    return -1;
+static int unpack_entry(struct unpacker *u, const struct agsx_tarentry *t, agsx_error_t *err) {
+  char *clean = t->path;
   if (*clean == '\0')
-    return make_root(u, e, err);
+    return make_root(u, t->ae, err);
   const char *base = strrchr(clean, '/');
   base = base ? base + 1 : clean;
   /* The sandbox gets a minimal /dev of its own; a layer's nodes are not
    * needed and could hand out raw devices. */
-  if (is_device(e) && !agsx_str_has_prefix(base, WHITEOUT_PREFIX)) {
-    _cleanup_free_ char *q = quote(path);
+  if (t->kind == AGSX_TAR_DEVICE && !agsx_str_has_prefix(base, WHITEOUT_PREFIX)) {
+    _cleanup_free_ char *q = agsx_tarentry_quote(t->raw);
     agsx_warn("layer entry `%s`: skipping device node", q);
     return 0;
   }
   char *slash = strrchr(clean, '/');
   if (slash == NULL)
-    return make_entry(u, e, "", clean, err);
+    return make_entry(u, t, "", clean, err);
   *slash = '\0';
-  return make_entry(u, e, clean, slash + 1, err);
+  return make_entry(u, t, clean, slash + 1, err);
 }
 
 static int read_entries(struct unpacker *u, agsx_error_t *err) {
-  struct archive_entry *e;
+  layer_policy(u->lim, &u->policy);
+  u->rd = (struct agsx_tar_reader){
+      .a = u->a, .policy = &u->policy, .what = "layer entry", .root = "layer root"};
   for (;;) {
-    int r = archive_read_next_header(u->a, &e);
-    if (r == ARCHIVE_EOF)
-      return 0;
-    if (r != ARCHIVE_OK && r != ARCHIVE_WARN)
+    struct agsx_tarentry *t;
+    int r = agsx_tar_reader_next(&u->rd, &t, err);
+    if (r < 0 && u->rd.read_failed) {
+      agsx_error_free(err);
       return archive_failure(u, err);
-    if (++u->entries > u->lim->max_entries)
-      return agsx_error_set(err, 0, "layer has more than %" PRIu64 " entries", u->lim->max_entries);
-    const char *path = entry_string(archive_entry_pathname(e), archive_entry_pathname_utf8(e));
-    if (unpack_entry(u, e, path, err) < 0) {
-      _cleanup_free_ char *q = quote(path ? path : "?");
+    }
+    if (r <= 0)
+      return r;
+    if (unpack_entry(u, t, err) < 0) {
+      _cleanup_free_ char *q = agsx_tarentry_quote(t->raw);
       return agsx_error_wrap(err, "layer entry `%s`", q);
     }
   }

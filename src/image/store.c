@@ -839,7 +839,7 @@ static int sweep(int dirfd, const struct strset *keep, bool dry_run, const char 
 }
 
 /* Build cache records (ROOT/cache/<key>: "diff_id\ndigest\nsize\n", see
- * build.c) whose layer blob no image keeps go with the blob. */
+ * build/cache.c) whose layer blob no image keeps go with the blob. */
 static int sweep_cache(struct agsx_store *s, const struct strset *blobs, bool dry_run,
                        void (*report)(const char *, void *), void *data, agsx_error_t *err) {
   _cleanup_close_ int dfd = openat(s->rootfd, "cache", O_RDONLY | O_DIRECTORY | O_NOFOLLOW |

@@ -2,7 +2,7 @@
  * for the rules that keep a hostile sandbox from steering a copy). */
 #include "config.h"
 
-#include "sandbox/copy.h"
+#include "sandbox/copy-internal.h"
 #include "state/state.h"
 
 #include <archive.h>
@@ -19,41 +19,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
-
-#define BUF_SIZE (1u << 20)
-#define ZERO_BLOCK 4096u           /* a block of zeros read from a sandbox stays a hole */
-#define ZEROS_SIZE (16u << 20)     /* holes fed to the tar writer, in chunks of this */
-#define MAX_DEPTH 256              /* directory levels below SRC (3 fds each) */
-#define DEFAULT_MAX_BYTES ((uint64_t)64 << 30)
-#define DEFAULT_MAX_ENTRIES 1000000u
-#define ID_RANGE 65536u            /* ids a sandbox has */
-#define OVERFLOW_ID 65534u         /* the kernel's overflowuid */
-
-/* Component-wise opening below DFD: no symlink, no magic link, no "..". */
-#define RESOLVE_CHILD (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
-/* Opening a path inside the sandbox: its symlinks resolve in its root. */
-#define RESOLVE_SANDBOX (RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
-
-struct copier {
-  bool to_sandbox;     /* the destination is the sandbox: ownership, fsuid */
-  bool from_sandbox;   /* the source is the sandbox: strip set-id bits */
-  uint32_t base;
-  unsigned flags;
-  char *buf;
-  struct archive *tar; /* the destination is this tar stream */
-  unsigned depth;
-  struct agsx_copy_limits lim;
-  uint64_t bytes, entries; /* written and visited so far */
-  /* What to remove when the copy fails: the entries it created in
-   * directories that existed before (paths from the destination's parent);
-   * what it made inside directories it created goes with them. */
-  bool in_new_dir;
-  char **created;
-  size_t n_created, cap_created;
-  char *zeros; /* ZEROS_SIZE, for tar holes; allocated on first use, never touched */
-};
-
-static void copier_clear(struct copier *c) {
+void copier_clear(struct copier *c) {
   free(c->zeros);
   for (size_t i = 0; i < c->n_created; i++)
     free(c->created[i]);
@@ -79,7 +45,7 @@ void agsx_copy_limits_default(struct agsx_copy_limits *lim) {
     lim->max_entries = n;
 }
 
-static void copier_limits(struct copier *c, const struct agsx_copy_sandbox *sb) {
+void copier_limits(struct copier *c, const struct agsx_copy_sandbox *sb) {
   if (sb->limits)
     c->lim = *sb->limits;
   else
@@ -87,7 +53,7 @@ static void copier_limits(struct copier *c, const struct agsx_copy_sandbox *sb) 
 }
 
 /* N more bytes of data for the destination, within the copy's limit. */
-static int account_bytes(struct copier *c, uint64_t n, const char *path, agsx_error_t *err) {
+int account_bytes(struct copier *c, uint64_t n, const char *path, agsx_error_t *err) {
   if (n > c->lim.max_bytes - c->bytes)
     return agsx_error_set(err, EFBIG,
                           "`%s`: the copy would write more than its limit of %" PRIu64
@@ -97,7 +63,7 @@ static int account_bytes(struct copier *c, uint64_t n, const char *path, agsx_er
   return 0;
 }
 
-static int account_entry(struct copier *c, const char *path, agsx_error_t *err) {
+int account_entry(struct copier *c, const char *path, agsx_error_t *err) {
   if (c->entries >= c->lim.max_entries)
     return agsx_error_set(err, E2BIG,
                           "`%s`: the copy has more than its limit of %" PRIu64
@@ -112,17 +78,17 @@ static void archive_freep(struct archive **a) {
     archive_write_free(*a);
 }
 
-static void archive_read_freep(struct archive **a) {
+void archive_read_freep(struct archive **a) {
   if (*a)
     archive_read_free(*a);
 }
 
-static void entry_freep(struct archive_entry **e) {
+void entry_freep(struct archive_entry **e) {
   if (*e)
     archive_entry_free(*e);
 }
 
-static int open_child(int dfd, const char *name, int flags, mode_t mode) {
+int open_child(int dfd, const char *name, int flags, mode_t mode) {
   return agsx_openat2(dfd, name, flags | O_NOFOLLOW | O_NOCTTY, mode, RESOLVE_CHILD);
 }
 
@@ -139,8 +105,8 @@ static bool changed_errno(int e) {
 /* ---- ownership, modes, times ------------------------------------------------------------ */
 
 /* The uid and gid an entry with source ST gets; (uid_t)-1 keeps the caller. */
-static int dest_ids(const struct copier *c, const struct stat *st, const char *path, uid_t *ret_uid,
-                    gid_t *ret_gid, agsx_error_t *err) {
+int dest_ids(const struct copier *c, const struct stat *st, const char *path, uid_t *ret_uid,
+             gid_t *ret_gid, agsx_error_t *err) {
   bool keep = c->flags & AGSX_COPY_ARCHIVE;
   if (c->to_sandbox) {
     if (keep && (st->st_uid >= ID_RANGE || st->st_gid >= ID_RANGE))
@@ -167,15 +133,15 @@ static int dest_ids(const struct copier *c, const struct stat *st, const char *p
 
 /* Sandbox code can make its root own a set-user-ID file; copied out it
  * would be a set-user-ID root file on the host. */
-static mode_t dest_mode(const struct copier *c, const struct stat *st) {
+mode_t dest_mode(const struct copier *c, const struct stat *st) {
   mode_t m = st->st_mode & 07777;
   if (c->from_sandbox && !S_ISDIR(st->st_mode))
     m &= ~(mode_t)(S_ISUID | S_ISGID);
   return m;
 }
 
-static int set_meta(const struct copier *c, int fd, const struct stat *st, const char *path,
-                    agsx_error_t *err) {
+int set_meta(const struct copier *c, int fd, const struct stat *st, const char *path,
+             agsx_error_t *err) {
   uid_t uid;
   gid_t gid;
   if (dest_ids(c, st, path, &uid, &gid, err) < 0)
@@ -191,8 +157,8 @@ static int set_meta(const struct copier *c, int fd, const struct stat *st, const
   return 0;
 }
 
-static int set_link_meta(const struct copier *c, int dfd, const char *name, const struct stat *st,
-                         const char *path, agsx_error_t *err) {
+int set_link_meta(const struct copier *c, int dfd, const char *name, const struct stat *st,
+                  const char *path, agsx_error_t *err) {
   uid_t uid;
   gid_t gid;
   if (dest_ids(c, st, path, &uid, &gid, err) < 0)
@@ -207,7 +173,7 @@ static int set_link_meta(const struct copier *c, int dfd, const char *name, cons
 
 /* ---- creating entries (host or sandbox side) -------------------------------------------- */
 
-static int remove_nondir(int dfd, const char *name, const char *path, agsx_error_t *err) {
+int remove_nondir(int dfd, const char *name, const char *path, agsx_error_t *err) {
   struct stat st;
   if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
     return errno == ENOENT ? 0 : agsx_error_set(err, errno, "`%s`", path);
@@ -221,7 +187,7 @@ static int remove_nondir(int dfd, const char *name, const char *path, agsx_error
 
 /* O_EXCL never follows a symlink, even one planted between the unlink and
  * the create; then we unlink again, a few times. */
-static int create_file(int dfd, const char *name, const char *path, agsx_error_t *err) {
+int create_file(int dfd, const char *name, const char *path, agsx_error_t *err) {
   for (int i = 0; i < 8; i++) {
     if (remove_nondir(dfd, name, path, err) < 0)
       return -1;
@@ -234,8 +200,8 @@ static int create_file(int dfd, const char *name, const char *path, agsx_error_t
   return agsx_error_set(err, EEXIST, "`%s`: keeps reappearing", path);
 }
 
-static int create_link(int dfd, const char *name, const char *target, const char *path,
-                       agsx_error_t *err) {
+int create_link(int dfd, const char *name, const char *target, const char *path,
+                agsx_error_t *err) {
   for (int i = 0; i < 8; i++) {
     if (remove_nondir(dfd, name, path, err) < 0)
       return -1;
@@ -249,8 +215,8 @@ static int create_link(int dfd, const char *name, const char *target, const char
 
 /* Creates directory NAME (or reuses an existing one, never a symlink to
  * one) and returns it open; *RET_CREATED (if not NULL) tells which. */
-static int make_dir(int dfd, const char *name, mode_t mode, const char *path, bool *ret_created,
-                    agsx_error_t *err) {
+int make_dir(int dfd, const char *name, mode_t mode, const char *path, bool *ret_created,
+             agsx_error_t *err) {
   bool created = mkdirat(dfd, name, mode) == 0;
   if (!created && errno != EEXIST)
     return agsx_error_set(err, errno, "`%s`: mkdir", path);
@@ -275,7 +241,7 @@ static bool all_zero(const char *p, size_t n) {
   return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
 }
 
-static int pwrite_all(int fd, const char *p, size_t n, off_t off) {
+int pwrite_all(int fd, const char *p, size_t n, off_t off) {
   while (n > 0) {
     ssize_t w = pwrite(fd, p, n, off);
     if (w < 0 && errno == EINTR)
@@ -380,173 +346,6 @@ static int copy_data(struct copier *c, int in, int out, off_t size, const char *
   return 0;
 }
 
-/* ---- the tar destination ------------------------------------------------------------- */
-
-static int tar_fail(struct archive *a, const char *path, agsx_error_t *err) {
-  int e = archive_errno(a);
-  return agsx_error_set(err, 0, "`%s`: tar: %s%s%s", path, archive_error_string(a),
-                        e > 0 ? ": " : "", e > 0 ? strerror(e) : "");
-}
-
-/* The data extents of the first SIZE bytes of IN, for a sparse tar entry.
- * A file with more extents than MAX_EXTENTS, or one whose only extent is
- * all of it, gets none: its entry is a plain one. */
-struct extent {
-  off_t off, len;
-};
-
-#define MAX_EXTENTS 65536
-
-static int data_extents(int in, off_t size, struct extent **ret, size_t *ret_n, const char *path,
-                        agsx_error_t *err) {
-  _cleanup_free_ struct extent *v = NULL;
-  size_t n = 0, cap = 0;
-  *ret = NULL;
-  *ret_n = 0;
-  if (size == 0)
-    return 0;
-  for (off_t off = 0; off < size;) {
-    off_t data = lseek(in, off, SEEK_DATA);
-    if (data < 0 && errno == ENXIO)
-      break;
-    off_t hole = data < 0 ? -1 : lseek(in, data, SEEK_HOLE);
-    if (hole < 0)
-      return agsx_error_set(err, errno, "`%s`: seek", path);
-    if (data >= size)
-      break;
-    if (n == MAX_EXTENTS)
-      return 0;
-    if (n == cap) {
-      cap = cap ? 2 * cap : 16;
-      v = xrealloc(v, cap * sizeof(*v));
-    }
-    v[n++] = (struct extent){data, (hole < size ? hole : size) - data};
-    off = hole;
-  }
-  if (n == 1 && v[0].off == 0 && v[0].len == size)
-    return 0;
-  if (n == 0) { /* all hole: one empty extent at the end, as GNU tar writes it */
-    v = xmalloc(sizeof(*v));
-    v[n++] = (struct extent){size, 0};
-  }
-  *ret = steal_ptr(&v);
-  *ret_n = n;
-  return 0;
-}
-
-/* Feeds LEN bytes of a hole to the writer, which skips them in a sparse
- * entry without reading them (the zero buffer is never touched). */
-static int tar_hole(struct copier *c, off_t len, const char *path, agsx_error_t *err) {
-  if (c->zeros == NULL)
-    c->zeros = xzalloc(ZEROS_SIZE);
-  for (; len > 0;) {
-    size_t n = len < (off_t)ZEROS_SIZE ? (size_t)len : ZEROS_SIZE;
-    if (archive_write_data(c->tar, c->zeros, n) < 0)
-      return tar_fail(c->tar, path, err);
-    len -= (off_t)n;
-  }
-  return 0;
-}
-
-/* [OFF, OFF+LEN) of IN into the stream; what the file lost meanwhile is
- * written as zeros, so the entry keeps the size its header gave. */
-static int tar_data(struct copier *c, int in, off_t off, off_t len, const char *path,
-                    agsx_error_t *err) {
-  while (len > 0) {
-    size_t want = len < (off_t)BUF_SIZE ? (size_t)len : BUF_SIZE;
-    ssize_t n = pread(in, c->buf, want, off);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      return agsx_error_set(err, errno, "`%s`: read", path);
-    if (n == 0) {
-      memset(c->buf, 0, want);
-      n = (ssize_t)want;
-    }
-    if (archive_write_data(c->tar, c->buf, (size_t)n) < 0)
-      return tar_fail(c->tar, path, err);
-    off += n;
-    len -= n;
-  }
-  return 0;
-}
-
-/* A regular file's data: its first ST_SIZE bytes (its size when opened),
- * holes as a sparse entry (GNU.sparse 1.0 in pax headers, which GNU tar,
- * bsdtar and Go's archive/tar read). Only the data counts towards the
- * limit, and it is checked before the header: a stream cannot be taken
- * back. */
-static int tar_file(struct copier *c, struct archive_entry *e, int in, const struct stat *st,
-                    const char *path, agsx_error_t *err) {
-  _cleanup_free_ struct extent *v = NULL;
-  size_t n = 0;
-  if (data_extents(in, st->st_size, &v, &n, path, err) < 0)
-    return -1;
-  uint64_t data = v ? 0 : (uint64_t)st->st_size;
-  for (size_t i = 0; i < n; i++) {
-    data += (uint64_t)v[i].len;
-    archive_entry_sparse_add_entry(e, v[i].off, v[i].len);
-  }
-  if (account_bytes(c, data, path, err) < 0)
-    return -1;
-  if (archive_write_header(c->tar, e) != ARCHIVE_OK)
-    return tar_fail(c->tar, path, err);
-  if (v == NULL)
-    return tar_data(c, in, 0, st->st_size, path, err);
-  off_t pos = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (tar_hole(c, v[i].off - pos, path, err) < 0 ||
-        tar_data(c, in, v[i].off, v[i].len, path, err) < 0)
-      return -1;
-    pos = v[i].off + v[i].len;
-  }
-  return tar_hole(c, st->st_size - pos, path, err);
-}
-
-/* One tar entry; a regular file's data comes from IN. */
-static int tar_entry(struct copier *c, const char *path, const struct stat *st, const char *link,
-                     int in, agsx_error_t *err) {
-  uid_t uid;
-  gid_t gid;
-  if (dest_ids(c, st, path, &uid, &gid, err) < 0)
-    return -1;
-  _cleanup_(entry_freep) struct archive_entry *e = archive_entry_new();
-  archive_entry_copy_pathname(e, path);
-  archive_entry_set_filetype(e, st->st_mode & S_IFMT);
-  archive_entry_set_perm(e, dest_mode(c, st));
-  archive_entry_set_uid(e, uid);
-  archive_entry_set_gid(e, gid);
-  archive_entry_set_mtime(e, st->st_mtim.tv_sec, st->st_mtim.tv_nsec);
-  archive_entry_set_atime(e, st->st_atim.tv_sec, st->st_atim.tv_nsec);
-  archive_entry_set_size(e, S_ISREG(st->st_mode) ? st->st_size : 0);
-  if (link)
-    archive_entry_copy_symlink(e, link);
-  if (S_ISREG(st->st_mode)) {
-    if (tar_file(c, e, in, st, path, err) < 0)
-      return -1;
-  } else if (archive_write_header(c->tar, e) != ARCHIVE_OK) {
-    return tar_fail(c->tar, path, err);
-  }
-  if (archive_write_finish_entry(c->tar) != ARCHIVE_OK)
-    return tar_fail(c->tar, path, err);
-  return 0;
-}
-
-/* The static libarchive's pax writer calls this helper, defined in
- * archive_write_set_format.o, the by-code format table: linking that object
- * pulls in every writer (7zip, xar) and with them bzip2, libxml2, ICU and
- * nettle, megabytes agsx does not use. A weak copy here satisfies the call;
- * if anything links the table itself, its strong definition wins. Only
- * regular files, directories and symlinks reach the writer, which pax
- * supports, so it is never called in practice. */
-void __archive_write_entry_filetype_unsupported(struct archive *a, struct archive_entry *entry,
-                                                const char *format);
-__attribute__((weak)) void __archive_write_entry_filetype_unsupported(
-    struct archive *a, struct archive_entry *entry, const char *format) {
-  archive_set_error(a, EINVAL, "%s: %s format cannot archive this (mode=0%o)",
-                    archive_entry_pathname(entry), format, (unsigned)archive_entry_mode(entry));
-}
-
 /* ---- walking the source --------------------------------------------------------------- */
 
 /* Records PATH, about to be created by the copy, when it is new in a
@@ -584,7 +383,7 @@ static void journal_undo(struct copier *c, int dfd) {
 static int copy_node(struct copier *c, int sdfd, const char *sname, const struct stat *st,
                      int ddfd, const char *dname, const char *path, agsx_error_t *err);
 
-static int skip_changed(const char *path) {
+int skip_changed(const char *path) {
   agsx_warn("cp: `%s` changed during the copy: skipped", path);
   return 0;
 }
@@ -741,12 +540,7 @@ static int copy_node(struct copier *c, int sdfd, const char *sname, const struct
 
 /* ---- resolving SRC and DST ------------------------------------------------------------ */
 
-/* A path on one side: inside the sandbox (ROOTFD >= 0) or on the host. */
-struct side {
-  int rootfd;
-};
-
-static int open_path(const struct side *s, const char *path, int flags) {
+int open_path(const struct side *s, const char *path, int flags) {
   if (s->rootfd >= 0)
     return agsx_openat2(s->rootfd, path, flags, 0, RESOLVE_SANDBOX);
   return openat(AT_FDCWD, path, flags | O_CLOEXEC);
@@ -940,7 +734,7 @@ static int copy_top(struct copier *c, const struct src *s, int dfd, const char *
  * capabilities across the change (CAP_CHOWN for -a, CAP_DAC_OVERRIDE for
  * directories of the sandbox's other users). One thread: nothing else runs
  * with these ids. */
-static int enter_sandbox_ids(uint32_t base, int *ret_secbits, agsx_error_t *err) {
+int enter_sandbox_ids(uint32_t base, int *ret_secbits, agsx_error_t *err) {
   int old = prctl(PR_GET_SECUREBITS);
   if (old < 0 || prctl(PR_SET_SECUREBITS, old | SECBIT_NO_SETUID_FIXUP) < 0)
     return agsx_error_set(err, errno, "keep capabilities while acting as the sandbox's root");
@@ -953,7 +747,7 @@ static int enter_sandbox_ids(uint32_t base, int *ret_secbits, agsx_error_t *err)
   return 0;
 }
 
-static void leave_sandbox_ids(int secbits) {
+void leave_sandbox_ids(int secbits) {
   setfsuid(0);
   setfsgid(0);
   prctl(PR_SET_SECUREBITS, secbits);
@@ -1043,316 +837,5 @@ int agsx_copy_out_tar(const struct agsx_copy_sandbox *sb, const char *src, int f
   if (r == 0 && archive_write_close(a) != ARCHIVE_OK)
     r = tar_fail(a, "-", err);
   src_clear(&s);
-  return r;
-}
-
-/* ---- extracting a tar stream into the sandbox ------------------------------------------ */
-
-/* The regular files a stream extracted: the only allowed hard link targets. */
-struct strset {
-  char **v;
-  size_t n, cap;
-};
-
-static uint64_t str_hash(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
-static bool strset_has(const struct strset *s, const char *k) {
-  if (s->cap == 0)
-    return false;
-  for (size_t i = str_hash(k) & (s->cap - 1); s->v[i]; i = (i + 1) & (s->cap - 1))
-    if (strcmp(s->v[i], k) == 0)
-      return true;
-  return false;
-}
-
-static void strset_put(char **v, size_t cap, char *k) {
-  size_t i = str_hash(k) & (cap - 1);
-  while (v[i])
-    i = (i + 1) & (cap - 1);
-  v[i] = k;
-}
-
-static void strset_add(struct strset *s, const char *k) {
-  if (strset_has(s, k))
-    return;
-  if (2 * (s->n + 1) > s->cap) {
-    size_t cap = s->cap ? 2 * s->cap : 64;
-    char **v = xzalloc(cap * sizeof(*v));
-    for (size_t i = 0; i < s->cap; i++)
-      if (s->v[i])
-        strset_put(v, cap, s->v[i]);
-    free(s->v);
-    s->v = v;
-    s->cap = cap;
-  }
-  strset_put(s->v, s->cap, xstrdup(k));
-  s->n++;
-}
-
-static void strset_clear(struct strset *s) {
-  for (size_t i = 0; i < s->cap; i++)
-    free(s->v[i]);
-  free(s->v);
-}
-
-struct dirmeta {
-  char *path;
-  struct stat st;
-};
-
-struct extract {
-  struct copier *c;
-  struct archive *a;
-  int dirfd;       /* DST */
-  char *cache_dir; /* the parent directory walked to last, and its fd */
-  int cache_fd;
-  struct strset files;
-  struct dirmeta *dirs; /* metadata set at the end, deepest first */
-  size_t ndirs;
-};
-
-static void extract_clear(struct extract *x) {
-  free(x->cache_dir);
-  if (x->cache_fd >= 0)
-    close(x->cache_fd);
-  strset_clear(&x->files);
-  for (size_t i = 0; i < x->ndirs; i++)
-    free(x->dirs[i].path);
-  free(x->dirs);
-}
-
-/* "./a//b/" → "a/b"; "" for the top; refuses absolute paths and "..". */
-static char *clean_tar_path(const char *raw, agsx_error_t *err) {
-  if (raw == NULL || raw[0] == '/' || strlen(raw) >= PATH_MAX) {
-    agsx_error_set(err, EINVAL, "tar entry `%.200s`: absolute or too long path", raw ? raw : "");
-    return NULL;
-  }
-  _cleanup_free_ char *copy = xstrdup(raw);
-  size_t cap = strlen(raw) + 1, len = 0;
-  char *out = xzalloc(cap), *save = NULL;
-  size_t depth = 0;
-  for (char *t = strtok_r(copy, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
-    if (strcmp(t, ".") == 0)
-      continue;
-    if (strcmp(t, "..") == 0 || ++depth > MAX_DEPTH) {
-      agsx_error_set(err, EINVAL, "tar entry `%.200s`: `..` or too deep", raw);
-      free(out);
-      return NULL;
-    }
-    /* OUT never outgrows RAW: it is RAW without "." components. */
-    len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? "/" : "", t);
-  }
-  return out;
-}
-
-/* Returns (owned) the directory PATH's last component is in, walking from
- * DST one component at a time, never through a symlink; with CREATE,
- * missing directories are made (0755, the sandbox's root's). */
-static int walk_parent(struct extract *x, const char *path, bool create, const char **ret_name,
-                       agsx_error_t *err) {
-  const char *slash = strrchr(path, '/');
-  *ret_name = slash ? slash + 1 : path;
-  size_t dlen = slash ? (size_t)(slash - path) : 0;
-  if (dlen == 0)
-    return fcntl(x->dirfd, F_DUPFD_CLOEXEC, 3);
-  if (x->cache_dir && strlen(x->cache_dir) == dlen && strncmp(x->cache_dir, path, dlen) == 0)
-    return fcntl(x->cache_fd, F_DUPFD_CLOEXEC, 3);
-  _cleanup_free_ char *dir = xstrndup(path, dlen);
-  _cleanup_close_ int fd = -1;
-  for (char *p = dir, *end; p; p = end ? end + 1 : NULL) {
-    end = strchr(p, '/');
-    if (end)
-      *end = '\0';
-    int at = fd >= 0 ? fd : x->dirfd;
-    int next = open_child(at, p, O_RDONLY | O_DIRECTORY, 0);
-    if (next < 0 && errno == ENOENT && create)
-      next = make_dir(at, p, 0755, dir, NULL, err);
-    else if (next < 0)
-      agsx_error_set(err, errno == ELOOP ? ENOTDIR : errno, "`%s`: not a directory", dir);
-    if (end)
-      *end = '/';
-    if (next < 0)
-      return -1;
-    if (fd >= 0)
-      close(fd);
-    fd = next;
-  }
-  free(x->cache_dir);
-  if (x->cache_fd >= 0)
-    close(x->cache_fd);
-  x->cache_dir = steal_ptr(&dir);
-  x->cache_fd = steal_fd(&fd);
-  return fcntl(x->cache_fd, F_DUPFD_CLOEXEC, 3);
-}
-
-/* The entry's data blocks at their offsets: holes of a sparse entry stay
- * holes in the sandbox, and only data counts towards the limit. */
-static int extract_data(struct extract *x, int out, la_int64_t size, const char *path,
-                        agsx_error_t *err) {
-  for (;;) {
-    const void *buf;
-    size_t len;
-    la_int64_t off;
-    int r = archive_read_data_block(x->a, &buf, &len, &off);
-    if (r == ARCHIVE_EOF)
-      break;
-    if (r < ARCHIVE_WARN)
-      return agsx_error_set(err, 0, "`%s`: tar: %s", path, archive_error_string(x->a));
-    if (off < 0 || off > size || (la_int64_t)len > size - off)
-      return agsx_error_set(err, EINVAL, "`%s`: tar: data beyond the entry's size", path);
-    if (account_bytes(x->c, len, path, err) < 0)
-      return -1;
-    if (len > 0 && pwrite_all(out, buf, len, off) < 0)
-      return agsx_error_set(err, errno ? errno : EIO, "`%s`: write", path);
-  }
-  if (ftruncate(out, size) < 0)
-    return agsx_error_set(err, errno, "`%s`: truncate", path);
-  return 0;
-}
-
-static int extract_hardlink(struct extract *x, int pfd, const char *name, const char *path,
-                            const char *raw_target, agsx_error_t *err) {
-  _cleanup_free_ char *target = clean_tar_path(raw_target, err);
-  if (target == NULL)
-    return -1;
-  if (!strset_has(&x->files, target))
-    return agsx_error_set(err, EPERM, "`%s`: hard link to `%.200s`, not a file of this stream",
-                          path, target);
-  const char *tname;
-  _cleanup_close_ int tfd = walk_parent(x, target, false, &tname, err);
-  if (tfd < 0)
-    return agsx_error_wrap(err, "`%s`: hard link target", path);
-  for (int i = 0; i < 8; i++) {
-    if (remove_nondir(pfd, name, path, err) < 0)
-      return -1;
-    /* flags 0: a symlink swapped in for the target is linked, not followed */
-    if (linkat(tfd, tname, pfd, name, 0) == 0) {
-      strset_add(&x->files, path);
-      return 0;
-    }
-    if (errno != EEXIST)
-      return agsx_error_set(err, errno, "`%s`: hard link to `%s`", path, target);
-  }
-  return agsx_error_set(err, EEXIST, "`%s`: keeps reappearing", path);
-}
-
-static int extract_one(struct extract *x, struct archive_entry *e, const char *path, int pfd,
-                       const char *name, agsx_error_t *err) {
-  struct stat st = *archive_entry_stat(e);
-  if (!archive_entry_atime_is_set(e))
-    st.st_atim = st.st_mtim;
-  switch (archive_entry_filetype(e)) {
-  case AE_IFREG: {
-    _cleanup_close_ int fd = create_file(pfd, name, path, err);
-    if (fd < 0)
-      return -1;
-    if (extract_data(x, fd, archive_entry_size(e), path, err) < 0 ||
-        set_meta(x->c, fd, &st, path, err) < 0) {
-      unlinkat(pfd, name, 0); /* never a partial file */
-      return -1;
-    }
-    strset_add(&x->files, path);
-    return 0;
-  }
-  case AE_IFDIR: {
-    _cleanup_close_ int fd = make_dir(pfd, name, 0700, path, NULL, err);
-    if (fd < 0)
-      return -1;
-    x->dirs = xrealloc(x->dirs, (x->ndirs + 1) * sizeof(*x->dirs));
-    x->dirs[x->ndirs++] = (struct dirmeta){xstrdup(path), st};
-    return 0;
-  }
-  case AE_IFLNK: {
-    const char *target = archive_entry_symlink(e);
-    if (target == NULL || *target == '\0' || strlen(target) >= PATH_MAX)
-      return agsx_error_set(err, EINVAL, "`%s`: bad symlink target", path);
-    if (create_link(pfd, name, target, path, err) < 0)
-      return -1;
-    return set_link_meta(x->c, pfd, name, &st, path, err);
-  }
-  default:
-    agsx_warn("cp: `%s` is not a regular file, directory or symlink: skipped", path);
-    return 0;
-  }
-}
-
-static int extract_entry(struct extract *x, struct archive_entry *e, agsx_error_t *err) {
-  _cleanup_free_ char *path = clean_tar_path(archive_entry_pathname(e), err);
-  if (path == NULL)
-    return -1;
-  if (*path == '\0') /* "./": DST itself, left as it is */
-    return 0;
-  const char *name;
-  _cleanup_close_ int pfd = walk_parent(x, path, true, &name, err);
-  if (pfd < 0)
-    return -1;
-  const char *hard = archive_entry_hardlink(e);
-  if (hard)
-    return extract_hardlink(x, pfd, name, path, hard, err);
-  return extract_one(x, e, path, pfd, name, err);
-}
-
-/* Directories get their mode and times last: extracting into them changed
- * their mtime, and a read-only mode must not stop later entries. */
-static int finish_dirs(struct extract *x, agsx_error_t *err) {
-  for (size_t i = x->ndirs; i-- > 0;) {
-    const char *name, *path = x->dirs[i].path;
-    _cleanup_close_ int pfd = walk_parent(x, path, false, &name, err);
-    _cleanup_close_ int fd = pfd < 0 ? -1 : open_child(pfd, name, O_RDONLY | O_DIRECTORY, 0);
-    if (fd < 0) {
-      agsx_error_free(err);
-      skip_changed(path);
-      continue;
-    }
-    if (set_meta(x->c, fd, &x->dirs[i].st, path, err) < 0)
-      return -1;
-  }
-  return 0;
-}
-
-static int extract_all(struct extract *x, agsx_error_t *err) {
-  for (;;) {
-    struct archive_entry *e;
-    int r = archive_read_next_header(x->a, &e);
-    if (r == ARCHIVE_EOF)
-      return finish_dirs(x, err);
-    if (r < ARCHIVE_WARN)
-      return agsx_error_set(err, 0, "tar stream: %s", archive_error_string(x->a));
-    if (account_entry(x->c, "tar stream", err) < 0)
-      return -1;
-    if (extract_entry(x, e, err) < 0)
-      return -1;
-  }
-}
-
-int agsx_copy_in_tar(const struct agsx_copy_sandbox *sb, int fd, const char *dst, unsigned flags,
-                     agsx_error_t *err) {
-  const struct side sandbox = {sb->rootfd};
-  while (*dst == '/')
-    dst++;
-  _cleanup_close_ int dirfd = open_path(&sandbox, *dst ? dst : ".", O_PATH | O_DIRECTORY);
-  if (dirfd < 0)
-    return agsx_error_set(err, errno, "destination `/%s` (must be a directory)", dst);
-  _cleanup_free_ char *buf = xmalloc(BUF_SIZE);
-  _cleanup_(archive_read_freep) struct archive *a = archive_read_new();
-  _cleanup_(copier_clear) struct copier c = {.to_sandbox = true, .base = sb->uid_base,
-                                             .flags = flags, .buf = buf};
-  copier_limits(&c, sb);
-  struct extract x = {.c = &c, .a = a, .dirfd = dirfd, .cache_fd = -1};
-  archive_read_support_format_tar(a);
-  archive_read_support_filter_gzip(a);
-  if (archive_read_open_fd(a, fd, BUF_SIZE) != ARCHIVE_OK)
-    return agsx_error_set(err, 0, "tar stream: %s", archive_error_string(a));
-  int secbits;
-  if (enter_sandbox_ids(sb->uid_base, &secbits, err) < 0)
-    return -1;
-  int r = extract_all(&x, err);
-  leave_sandbox_ids(secbits);
-  extract_clear(&x);
   return r;
 }

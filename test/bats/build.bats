@@ -486,3 +486,29 @@ PY
     [ -z "$(ls -A "$ROOT/tmp")" ] || { echo "# work dirs left: $(ls -A "$ROOT/tmp")" >&3; false; }
   done
 }
+
+# ADD used to resolve `..` in an archive's names lexically ("../../x" became
+# DST/x); it now follows the one tar-entry policy of layers and `cp -`
+# (src/image/tarentry.h), which refuses `..` as an escape attempt, as
+# Docker does. Absolute names still land inside DST.
+@test "build: ADD of a local archive refuses \`..\` names, keeps absolute ones inside DST" {
+  python3 - "$CTX" <<'PY'
+import io, sys, tarfile
+ctx = sys.argv[1]
+def mk(name, *paths):
+    with tarfile.open(f"{ctx}/{name}", "w") as tf:
+        for p in paths:
+            ti = tarfile.TarInfo(p); ti.size = 5; tf.addfile(ti, io.BytesIO(b"evil\n"))
+mk("dotdot.tar", "ok", "a/../../escaped")
+mk("abs.tar", "/etc/abs", "./dir//./f")
+PY
+  printf 'FROM busybox\nADD dotdot.tar /opt/x\n' >"$CTX/Dockerfile"
+  build
+  assert_build_error 'Dockerfile:2: `dotdot.tar`: archive entry `a/../../escaped`: path contains `..`'
+  printf 'FROM busybox\nADD abs.tar /opt/x\n' >"$CTX/Dockerfile"
+  build -t add-abs:1
+  assert_success
+  run_ax run --rm add-abs:1 cat /opt/x/etc/abs /opt/x/dir/f
+  assert_success
+  [ "$output" = $'evil\nevil' ]
+}
