@@ -354,6 +354,8 @@ static int group_help(const char *group, FILE *out) {
 
 int main(int argc, char **argv) {
   agsx_proc_title_init(argc, argv);
+  /* The library's messages go where the CLI's own go: "agsx: ..." on fd 2. */
+  agsx_log_set_sink(agsx_log_sink_stderr, NULL);
   struct agsx_ctx ctx = {
       .root = getenv("AGSX_ROOT") ? getenv("AGSX_ROOT") : "/var/lib/agsx",
       .state = getenv("AGSX_STATE") ? getenv("AGSX_STATE") : "/run/agsx",

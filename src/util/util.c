@@ -180,6 +180,13 @@ bool agsx_str_has_suffix(const char *s, const char *suffix) {
 /* ---- logging -------------------------------------------------------------------- */
 
 enum agsx_log_level agsx_log_level = AGSX_LOG_WARNING;
+static agsx_log_sink_fn log_sink = agsx_log_sink_stderr;
+static void *log_sink_data;
+
+void agsx_log_set_sink(agsx_log_sink_fn fn, void *data) {
+  log_sink = fn ? fn : agsx_log_sink_stderr;
+  log_sink_data = fn ? data : NULL;
+}
 
 int agsx_log_level_parse(const char *s, enum agsx_log_level *ret) {
   static const char *const names[] = {"error", "warning", "info", "debug"};
@@ -195,8 +202,16 @@ int agsx_log_level_parse(const char *s, enum agsx_log_level *ret) {
   return -1;
 }
 
-void agsx_log(enum agsx_log_level level, const char *fmt, ...) {
+void agsx_log_sink_stderr(enum agsx_log_level level, const char *msg, void *data) {
   static const char *const prefix[] = {"error: ", "warning: ", "", "debug: "};
+  (void)data;
+  int saved = errno;
+  /* One write per line so concurrent agsx processes do not interleave. */
+  dprintf(STDERR_FILENO, "agsx: %s%s\n", prefix[level], msg);
+  errno = saved;
+}
+
+void agsx_log(enum agsx_log_level level, const char *fmt, ...) {
   if (level > agsx_log_level)
     return;
   int saved = errno;
@@ -205,8 +220,7 @@ void agsx_log(enum agsx_log_level level, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(buf, sizeof(buf), fmt, ap);
   va_end(ap);
-  /* One write per line so concurrent agsx processes do not interleave. */
-  dprintf(STDERR_FILENO, "agsx: %s%s\n", prefix[level], buf);
+  log_sink(level, buf, log_sink_data);
   errno = saved;
 }
 

@@ -77,9 +77,19 @@ bool agsx_str_has_prefix(const char *s, const char *prefix);
 bool agsx_str_has_suffix(const char *s, const char *suffix);
 
 /* ---- logging --------------------------------------------------------------
- * The library never prints to the user; it logs through a sink that cmd/
- * installs (stderr with the "agsx: " prefix by default). */
+ * The library never prints to the user; it logs through a sink that the
+ * front end installs. A sink gets each message that passes the level,
+ * formatted, without prefix or newline, and must keep errno. The sink and
+ * the level are the front end's settings, made once at start-up (before any
+ * thread): a server installs its own sink instead of reading fd 2. */
 enum agsx_log_level { AGSX_LOG_ERROR, AGSX_LOG_WARNING, AGSX_LOG_INFO, AGSX_LOG_DEBUG };
+typedef void (*agsx_log_sink_fn)(enum agsx_log_level level, const char *msg, void *data);
+/* Installs FN with its DATA; NULL restores the default, agsx_log_sink_stderr. */
+void agsx_log_set_sink(agsx_log_sink_fn fn, void *data);
+/* The default sink: "agsx: [error: |warning: |debug: ]MSG\n" on fd 2, in one
+ * write so that concurrent agsx processes do not interleave. */
+void agsx_log_sink_stderr(enum agsx_log_level level, const char *msg, void *data);
+/* Messages above it are dropped before they are formatted (default: warning). */
 extern enum agsx_log_level agsx_log_level;
 int agsx_log_level_parse(const char *s, enum agsx_log_level *ret);
 void agsx_log(enum agsx_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -217,6 +217,59 @@ static void test_time(void) {
   free(s);
 }
 
+/* ---- the log sink ---- */
+
+struct captured {
+  int n;
+  enum agsx_log_level level;
+  char msg[128];
+};
+
+static void capture(enum agsx_log_level level, const char *msg, void *data) {
+  struct captured *c = data;
+  c->n++;
+  c->level = level;
+  snprintf(c->msg, sizeof(c->msg), "%s", msg);
+  errno = EBADF; /* agsx_log keeps errno whatever the sink does */
+}
+
+/* What the default sink writes to fd 2 for one warning. */
+static void default_sink_output(char *buf, size_t len) {
+  int p[2];
+  buf[0] = '\0';
+  if (pipe2(p, O_CLOEXEC) < 0)
+    return;
+  int saved = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+  dup2(p[1], STDERR_FILENO);
+  agsx_warn("disk %d%% full", 93);
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  close(p[1]);
+  ssize_t n = agsx_read_all(p[0], buf, len - 1);
+  buf[n > 0 ? n : 0] = '\0';
+  close(p[0]);
+}
+
+static void test_log_sink(void) {
+  enum agsx_log_level saved = agsx_log_level;
+  agsx_log_level = AGSX_LOG_WARNING;
+  struct captured c = {0};
+  agsx_log_set_sink(capture, &c);
+  errno = ENOENT;
+  agsx_warn("layer `%s` skipped", "a");
+  tap_ok(c.n == 1 && c.level == AGSX_LOG_WARNING, "the installed sink gets a warning");
+  tap_is_str(c.msg, "layer `a` skipped", "the sink gets the formatted message, no prefix");
+  tap_is_int(errno, ENOENT, "agsx_log keeps errno");
+  agsx_debug("not shown");
+  tap_is_int(c.n, 1, "messages above the level never reach the sink");
+  agsx_log_set_sink(NULL, NULL);
+  char out[256];
+  default_sink_output(out, sizeof(out));
+  tap_is_str(out, "agsx: warning: disk 93% full\n", "NULL restores the default sink on fd 2");
+  tap_is_int(c.n, 1, "the old sink is no longer called");
+  agsx_log_level = saved;
+}
+
 int main(void) {
   test_durations();
   test_sizes();
@@ -225,5 +278,6 @@ int main(void) {
   test_files();
   test_rm_deep();
   test_time();
+  test_log_sink();
   return tap_done();
 }
