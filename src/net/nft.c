@@ -7,7 +7,9 @@
 #include <string.h>
 
 /* The few entry points used, with the types of <nftables/libnftables.h>
- * (a stable ABI: libnftables.so.1). */
+ * (a stable ABI: libnftables.so.1). Process-wide but load-once: set by the
+ * first successful agsx_nft_load and read-only after, so nothing in it goes
+ * stale in a long-lived process (a threaded server loads it at start-up). */
 struct nft_ctx;
 #define NFT_CTX_DEFAULT 0
 static struct {

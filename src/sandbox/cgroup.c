@@ -37,9 +37,6 @@ struct layout {
   char *mnt[CTRL_N]; /* v1: mount point of each controller or NULL; v2: the root */
 };
 
-/* Detected once per process (per root: tests switch roots with AGSX_CGROUP_ROOT). */
-static struct layout *layout_cache;
-
 static void layout_free(struct layout *l) {
   if (l == NULL)
     return;
@@ -48,6 +45,12 @@ static void layout_free(struct layout *l) {
     free(l->mnt[c]);
   free(l);
 }
+
+static void layout_freep(struct layout **l) {
+  layout_free(*l);
+  *l = NULL;
+}
+#define _cleanup_layout_ _cleanup_(layout_freep)
 
 /* True when WORD is one of the items of LIST, separated by commas or white space. */
 static bool list_has(const char *list, const char *word) {
@@ -117,30 +120,26 @@ static int layout_scan_v1(struct layout *l, bool restrict_to_root, agsx_error_t 
   return 0;
 }
 
-static int layout_get(const struct layout **ret, agsx_error_t *err) {
+/* Detected for each call, not cached: a statfs on v2, one mountinfo read on
+ * v1, and a long-lived process (the API server) sees the machine's mounts
+ * and AGSX_CGROUP_ROOT (tests switch roots with it) as they are now. */
+static int layout_get(struct layout **ret, agsx_error_t *err) {
   const char *env = getenv("AGSX_CGROUP_ROOT");
   const char *root = env && *env ? env : AGSX_CGROUP_DEFAULT_ROOT;
-  if (layout_cache && strcmp(layout_cache->root, root) == 0) {
-    *ret = layout_cache;
-    return 0;
-  }
   struct statfs sfs;
   if (statfs(root, &sfs) < 0)
     return agsx_error_set(err, errno, "statfs cgroup root `%s`", root);
-  struct layout *l = xzalloc(sizeof(*l));
+  _cleanup_layout_ struct layout *l = xzalloc(sizeof(*l));
   l->root = xstrdup(root);
   l->v2 = sfs.f_type == CGROUP2_SUPER_MAGIC;
   for (int c = 0; c < CTRL_N && l->v2; c++)
     l->mnt[c] = xstrdup(root);
   /* v1 controllers may live anywhere (/cgroup/memory on old systems); only a
    * root given explicitly limits the search to the mounts below it. */
-  if (!l->v2 && layout_scan_v1(l, env && *env, err) < 0) {
-    layout_free(l);
+  if (!l->v2 && layout_scan_v1(l, env && *env, err) < 0)
     return -1;
-  }
   agsx_debug("cgroup %s at `%s`", l->v2 ? "v2" : "v1", root);
-  layout_free(layout_cache);
-  *ret = layout_cache = l;
+  *ret = steal_ptr(&l);
   return 0;
 }
 
@@ -460,7 +459,7 @@ int agsx_cgroup_create(const char *name, const struct agsx_cgroup_limits *lim,
                        struct agsx_cgroup **ret, agsx_error_t *err) {
   if (!agsx_cgroup_name_is_valid(name))
     return agsx_error_set(err, EINVAL, "invalid cgroup name `%s`", name);
-  const struct layout *l = NULL;
+  _cleanup_layout_ struct layout *l = NULL;
   const char *parent = NULL;
   if (layout_get(&l, err) < 0 || parent_get(&parent, err) < 0)
     return agsx_error_wrap(err, "create cgroup `%s`", name);
@@ -483,7 +482,7 @@ int agsx_cgroup_create(const char *name, const struct agsx_cgroup_limits *lim,
 int agsx_cgroup_open(const char *name, struct agsx_cgroup **ret, agsx_error_t *err) {
   if (!agsx_cgroup_name_is_valid(name))
     return agsx_error_set(err, EINVAL, "invalid cgroup name `%s`", name);
-  const struct layout *l = NULL;
+  _cleanup_layout_ struct layout *l = NULL;
   const char *parent = NULL;
   if (layout_get(&l, err) < 0 || parent_get(&parent, err) < 0)
     return agsx_error_wrap(err, "open cgroup `%s`", name);
@@ -793,7 +792,7 @@ static int gc_one(const char *name, agsx_error_t *err) {
 int agsx_cgroup_gc(bool (*keep)(const char *name, void *data),
                    void (*report)(const char *what, void *data), void *data, bool dry_run,
                    agsx_error_t *err) {
-  const struct layout *l = NULL;
+  _cleanup_layout_ struct layout *l = NULL;
   const char *parent = NULL;
   if (layout_get(&l, err) < 0 || parent_get(&parent, err) < 0)
     return agsx_error_wrap(err, "gc cgroups");

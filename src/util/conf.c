@@ -27,6 +27,7 @@ static char *trim(char *s) {
 int agsx_conf_parse(const char *text, size_t len, const char *what, const char *key,
                       char **ret, agsx_error_t *err) {
   *ret = NULL;
+  _cleanup_free_ char *value = NULL; /* *RET stays NULL on failure */
   if (memchr(text, '\0', len))
     return agsx_error_set_quiet(err, EINVAL, "%s: a NUL byte in a text file", what), -1;
   size_t line = 0;
@@ -49,17 +50,17 @@ int agsx_conf_parse(const char *text, size_t len, const char *what, const char *
     if (!key_is_valid(k, strlen(k)))
       return agsx_error_set_quiet(err, EINVAL, "%s:%zu: invalid key `%s`", what, line, k), -1;
     if (strcmp(k, key) == 0) {
-      free(*ret);
-      *ret = xstrdup(v); /* the last one wins, as in most config files */
+      free(value);
+      value = xstrdup(v); /* the last one wins, as in most config files */
     }
   }
+  *ret = steal_ptr(&value);
   return 0;
 }
 
-static char *file_text;
-static size_t file_len;
-static bool file_read;
-
+/* The file is read for each call, not cached: it is small, read a handful
+ * of times per command, and a long-lived process (the API server) sees its
+ * edits without a reset. */
 int agsx_conf_get(const char *key, const char *env, char **ret, agsx_error_t *err) {
   *ret = NULL;
   const char *e = env ? getenv(env) : NULL;
@@ -70,15 +71,12 @@ int agsx_conf_get(const char *key, const char *env, char **ret, agsx_error_t *er
   const char *path = getenv("AGSX_CONFIG");
   if (path == NULL || *path == '\0')
     path = AGSX_CONFIG_PATH;
-  if (!file_read) {
-    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0 && errno != ENOENT)
-      return agsx_error_set(err, errno, "open `%s`", path);
-    if (fd >= 0 && agsx_read_fd(fd, 1 << 20, &file_text, &file_len, err) < 0)
-      return agsx_error_wrap(err, "read `%s`", path);
-    file_read = true;
-  }
-  if (file_text == NULL)
-    return 0;
-  return agsx_conf_parse(file_text, file_len, path, key, ret, err);
+  _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0)
+    return errno == ENOENT ? 0 : agsx_error_set(err, errno, "open `%s`", path);
+  _cleanup_free_ char *text = NULL;
+  size_t len = 0;
+  if (agsx_read_fd(fd, 1 << 20, &text, &len, err) < 0)
+    return agsx_error_wrap(err, "read `%s`", path);
+  return agsx_conf_parse(text, len, path, key, ret, err);
 }

@@ -21,11 +21,13 @@
 #define AGSX_DEFAULT_PUBLIC_BRIDGE "agsx0"
 
 /* The value of KEY: the environment variable ENV if set and not empty,
- * else the file's, else NULL. The file is read once. A malformed file is
- * an error (with its line), not silently ignored. */
+ * else the file's, else NULL. The file is read at each call (nothing is
+ * cached). A malformed file is an error (with its line), not silently
+ * ignored. On failure *RET is NULL. */
 int agsx_conf_get(const char *key, const char *env, char **ret, agsx_error_t *err);
 
-/* Parses TEXT (for tests and fuzzing): the value of KEY or NULL. */
+/* Parses TEXT (for tests and fuzzing): the value of KEY or NULL. The whole
+ * text is checked; on failure *RET is NULL. */
 int agsx_conf_parse(const char *text, size_t len, const char *what, const char *key,
                       char **ret, agsx_error_t *err);
 

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "tap.h"
+#include "util/conf.h"
 #include "util/util.h"
 
 #include <errno.h>
@@ -217,6 +218,45 @@ static void test_time(void) {
   free(s);
 }
 
+/* ---- the configuration file: read at each call, nothing cached ---- */
+
+static char *conf_value(const char *key) {
+  char *v = NULL;
+  agsx_error_t err = NULL;
+  if (agsx_conf_get(key, NULL, &v, &err) < 0)
+    v = xasprintf("error: %s", err->msg);
+  agsx_error_free(&err);
+  return v;
+}
+
+static void test_conf(void) {
+  char path[] = "/tmp/agsx-test-conf-XXXXXX";
+  int fd = mkostemp(path, O_CLOEXEC);
+  tap_ok(fd >= 0, "mkostemp");
+  setenv("AGSX_CONFIG", path, 1);
+  agsx_write_all(fd, "dns = 192.0.2.1\n", 16);
+  char *v = conf_value("dns");
+  tap_is_str(v, "192.0.2.1", "conf: the file's value");
+  free(v);
+  tap_ok(ftruncate(fd, 0) == 0 && pwrite(fd, "dns = 192.0.2.2\n", 16, 0) == 16, "conf: edit");
+  v = conf_value("dns");
+  tap_is_str(v, "192.0.2.2", "conf: an edit is seen by the next call");
+  free(v);
+  unlink(path);
+  v = conf_value("dns");
+  tap_ok(v == NULL, "conf: no file, no value");
+  free(v);
+  unsetenv("AGSX_CONFIG");
+  close(fd);
+  char *r = (char *)"x";
+  agsx_error_t err = NULL;
+  const char text[] = "dns = 192.0.2.3\nnot a setting\n";
+  int rc = agsx_conf_parse(text, sizeof(text) - 1, "t", "dns", &r, &err);
+  tap_ok(rc < 0 && r == NULL && err, "conf: a bad line after the key fails with no value: %s",
+         err ? err->msg : "accepted");
+  agsx_error_free(&err);
+}
+
 /* ---- the log sink ---- */
 
 struct captured {
@@ -279,5 +319,6 @@ int main(void) {
   test_rm_deep();
   test_time();
   test_log_sink();
+  test_conf();
   return tap_done();
 }
