@@ -282,13 +282,9 @@ static int commit_dir(int workfd, const char *sub, int destfd, agsx_error_t *err
   _cleanup_close_ int dfd = openat(workfd, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dfd < 0)
     return errno == ENOENT ? 0 : agsx_error_set(err, errno, "open work `%s`", sub);
-  int dup = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
-  _cleanup_dir_ DIR *d = dup >= 0 ? fdopendir(dup) : NULL;
-  if (d == NULL) {
-    if (dup >= 0)
-      close(dup);
+  _cleanup_dir_ DIR *d = agsx_dir_stream(dfd);
+  if (d == NULL)
     return agsx_error_set(err, errno, "read work `%s`", sub);
-  }
   struct dirent *de;
   while ((de = readdir(d)) != NULL) {
     if (de->d_name[0] == '.')
@@ -396,13 +392,9 @@ static bool stale_new(int dirfd, const char *name) {
 }
 
 int agsx_store_clean_tmp(struct agsx_store *s, agsx_error_t *err) {
-  _cleanup_close_ int dfd = openat(s->tmpfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0)
-    return agsx_error_set(err, errno, "open store tmp");
-  _cleanup_dir_ DIR *d = fdopendir(dfd);
+  _cleanup_dir_ DIR *d = agsx_dir_stream(s->tmpfd);
   if (d == NULL)
     return agsx_error_set(err, errno, "open store tmp");
-  dfd = -1;
   struct dirent *de;
   while ((de = readdir(d)) != NULL) {
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
@@ -820,11 +812,9 @@ static void mark_manifest(struct agsx_store *s, const char *digest, struct strse
 
 static int sweep(int dirfd, const struct strset *keep, bool dry_run, const char *kind,
                  void (*report)(const char *, void *), void *data, agsx_error_t *err) {
-  _cleanup_close_ int dfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  _cleanup_dir_ DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+  _cleanup_dir_ DIR *d = agsx_dir_stream(dirfd);
   if (d == NULL)
     return agsx_error_set(err, errno, "open %s directory", kind);
-  dfd = -1;
   struct dirent *de;
   while ((de = readdir(d)) != NULL) {
     if (de->d_name[0] == '.' || strset_has(keep, de->d_name))
@@ -846,13 +836,9 @@ static int sweep_cache(struct agsx_store *s, const struct strset *blobs, bool dr
                                                            O_CLOEXEC);
   if (dfd < 0)
     return errno == ENOENT ? 0 : agsx_error_set(err, errno, "open the build cache");
-  int dup = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
-  _cleanup_dir_ DIR *d = dup >= 0 ? fdopendir(dup) : NULL;
-  if (d == NULL) {
-    if (dup >= 0)
-      close(dup);
+  _cleanup_dir_ DIR *d = agsx_dir_stream(dfd);
+  if (d == NULL)
     return agsx_error_set(err, errno, "read the build cache");
-  }
   struct dirent *de;
   while ((de = readdir(d)) != NULL) {
     if (de->d_name[0] == '.')
@@ -882,13 +868,9 @@ static int sweep_partial(struct agsx_store *s, bool dry_run, void (*report)(cons
       openat(s->rootfd, "partial", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dfd < 0)
     return errno == ENOENT ? 0 : agsx_error_set(err, errno, "open partial downloads");
-  int dup = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
-  _cleanup_dir_ DIR *d = dup >= 0 ? fdopendir(dup) : NULL;
-  if (d == NULL) {
-    if (dup >= 0)
-      close(dup);
+  _cleanup_dir_ DIR *d = agsx_dir_stream(dfd);
+  if (d == NULL)
     return agsx_error_set(err, errno, "read partial downloads");
-  }
   struct dirent *de;
   while ((de = readdir(d)) != NULL) {
     if (de->d_name[0] == '.')

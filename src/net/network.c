@@ -26,15 +26,6 @@ void agsx_network_clear(struct agsx_network *n) {
   memset(n, 0, sizeof(*n));
 }
 
-/* A DIR stream over a CLOEXEC duplicate of DIR (closed if it fails). */
-static DIR *dir_stream(int dir) {
-  int fd = fcntl(dir, F_DUPFD_CLOEXEC, 3);
-  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-  if (d == NULL && fd >= 0)
-    close(fd);
-  return d;
-}
-
 static bool ifname_is_valid(const char *s) {
   size_t n = strlen(s);
   if (n == 0 || n > 15 || s[0] == '.')
@@ -267,7 +258,7 @@ int agsx_network_list(const char *root, struct agsx_network **ret, size_t *ret_n
   _cleanup_close_ int dir = networks_dir(root, false, err);
   if (dir < 0)
     return *err ? -1 : 0;
-  _cleanup_dir_ DIR *d = dir_stream(dir);
+  _cleanup_dir_ DIR *d = agsx_dir_stream(dir);
   if (d == NULL)
     return agsx_error_set(err, errno, "list networks");
   struct dirent *e;
@@ -410,7 +401,7 @@ int agsx_network_users(const struct agsx_network *n) {
   _cleanup_close_ int dir = lease_dir(n->bridge, false, NULL);
   if (dir < 0)
     return 0;
-  _cleanup_dir_ DIR *d = dir_stream(dir);
+  _cleanup_dir_ DIR *d = agsx_dir_stream(dir);
   if (d == NULL)
     return 0;
   int users = 0;
@@ -975,7 +966,7 @@ int agsx_net_sandbox_check(const char *root, const char *network, const char *id
  * lease directory's lock exclusively and saw no lease held. */
 static int bridge_remove(const char *bridge, int dir, bool dry_run,
                          void (*report)(const char *, void *), void *data, agsx_error_t *err) {
-  _cleanup_dir_ DIR *d = dir_stream(dir);
+  _cleanup_dir_ DIR *d = agsx_dir_stream(dir);
   if (d == NULL)
     return agsx_error_set(err, errno, "list leases");
   struct dirent *e;
@@ -1038,7 +1029,7 @@ static int lock_idle(const char *bridge, int *ret_lock, int *ret_users, agsx_err
   _cleanup_close_ int lock = agsx_lock_at(dir, ".lock", true, err);
   if (lock < 0)
     return -1;
-  _cleanup_dir_ DIR *d = dir_stream(dir);
+  _cleanup_dir_ DIR *d = agsx_dir_stream(dir);
   if (d == NULL)
     return agsx_error_set(err, errno, "list leases");
   struct dirent *e;
@@ -1125,7 +1116,7 @@ int agsx_net_gc(bool dry_run, void (*report)(const char *what, void *data), void
     }
     if (dir < 0) { /* in use: only the stale leases go */
       _cleanup_close_ int ldir = lease_dir(e->d_name, false, NULL);
-      _cleanup_dir_ DIR *ld = ldir >= 0 ? dir_stream(ldir) : NULL;
+      _cleanup_dir_ DIR *ld = ldir >= 0 ? agsx_dir_stream(ldir) : NULL;
       struct dirent *le;
       while (ld && (le = readdir(ld))) {
         if (!is_lease_name(le->d_name))

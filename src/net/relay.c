@@ -273,14 +273,9 @@ void agsx_relay_set_tcp_timeouts(struct agsx_relay *r, int idle_ms, int half_clo
 
 /* The fds open now; when /proc cannot tell, a guess on the safe side. */
 static size_t open_fds(void) {
-  int dfd = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0)
+  _cleanup_dir_ DIR *d = opendir("/proc/self/fd"); /* O_CLOEXEC */
+  if (d == NULL)
     return 256;
-  _cleanup_dir_ DIR *d = fdopendir(dfd);
-  if (d == NULL) {
-    close(dfd);
-    return 256;
-  }
   size_t n = 0;
   struct dirent *de;
   while ((de = readdir(d)) != NULL)

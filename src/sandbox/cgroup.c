@@ -215,15 +215,6 @@ static int open_dir_at(int dfd, const char *name) {
   return openat(dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 }
 
-/* A DIR stream over DFD that leaves DFD open; NULL on failure. */
-static DIR *opendir_fd(int dfd) {
-  _cleanup_close_ int fd = open_dir_at(dfd, ".");
-  DIR *d = fd < 0 ? NULL : fdopendir(fd);
-  if (d)
-    steal_fd(&fd);
-  return d;
-}
-
 /* ---- the cgroup object --------------------------------------------------------------------- */
 
 struct hier {
@@ -695,7 +686,7 @@ static void kill_tree(int dfd, int depth, bool *any) {
   }
   if (depth >= TREE_DEPTH_MAX)
     return;
-  _cleanup_dir_ DIR *d = opendir_fd(dfd);
+  _cleanup_dir_ DIR *d = agsx_dir_stream(dfd);
   for (struct dirent *de; d && (de = readdir(d));) {
     if (de->d_type != DT_DIR || de->d_name[0] == '.')
       continue;
@@ -731,7 +722,7 @@ static int kill_all(struct agsx_cgroup *cg, agsx_error_t *err) {
  * control files (which rmdir ignores) and child cgroups. */
 static int rmdir_tree(int dfd, const char *name, int depth) {
   _cleanup_close_ int fd = depth < TREE_DEPTH_MAX ? open_dir_at(dfd, name) : -1;
-  _cleanup_dir_ DIR *d = fd < 0 ? NULL : opendir_fd(fd);
+  _cleanup_dir_ DIR *d = fd < 0 ? NULL : agsx_dir_stream(fd);
   for (struct dirent *de; d && (de = readdir(d));)
     if (de->d_type == DT_DIR && de->d_name[0] != '.')
       rmdir_tree(fd, de->d_name, depth + 1);
@@ -767,7 +758,7 @@ int agsx_cgroup_destroy(struct agsx_cgroup *cg, agsx_error_t *err) {
  * ------------------------------------------------------------------------------------------ */
 
 static void collect_names(int pfd, char ***names, size_t *n) {
-  _cleanup_dir_ DIR *d = opendir_fd(pfd);
+  _cleanup_dir_ DIR *d = agsx_dir_stream(pfd);
   for (struct dirent *de; d && (de = readdir(d));) {
     if (de->d_type != DT_DIR || !agsx_cgroup_name_is_valid(de->d_name))
       continue;

@@ -377,6 +377,21 @@ int agsx_mkdir_p(const char *path, mode_t mode, agsx_error_t *err) {
   return 0;
 }
 
+DIR *agsx_dir_stream(int dirfd) {
+  int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
+  if (fd < 0)
+    return NULL;
+  DIR *d = fdopendir(fd);
+  if (d == NULL) {
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return NULL;
+  }
+  rewinddir(d);
+  return d;
+}
+
 /* Tree removal holds two fds whatever the depth: a layer that descends
  * through its own symlinks, or sandbox code running `mkdir -p` in a loop,
  * makes trees thousands of levels deep, and a walk holding one fd (and one
@@ -415,14 +430,9 @@ static void rm_walk_clear(struct rm_walk *w) {
 /* Unlinks everything in the directory FD but its subdirectories, which it
  * records in L. The stream reads a duplicate: FD stays ours. */
 static int rm_scan(int fd, struct rm_level *l, agsx_error_t *err) {
-  int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-  if (dup_fd < 0)
-    return agsx_error_set(err, errno, "duplicate directory fd");
-  _cleanup_dir_ DIR *dir = fdopendir(dup_fd);
-  if (dir == NULL) {
-    close(dup_fd);
-    return agsx_error_set(err, errno, "fdopendir");
-  }
+  _cleanup_dir_ DIR *dir = agsx_dir_stream(fd);
+  if (dir == NULL)
+    return agsx_error_set(err, errno, "read directory");
   struct dirent *de;
   while ((errno = 0, de = readdir(dir)) != NULL) {
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)

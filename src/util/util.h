@@ -132,6 +132,12 @@ int agsx_rm_rf_at(int dirfd, const char *name, agsx_error_t *err);
 int agsx_mkdtemp_at(int dirfd, const char *prefix, mode_t mode, char **ret_name, agsx_error_t *err);
 /* Takes an flock on DIRFD/NAME (created 0600) and returns the lock fd. */
 int agsx_lock_at(int dirfd, const char *name, bool exclusive, agsx_error_t *err);
+/* A directory stream over a CLOEXEC duplicate of DIRFD, rewound to the first
+ * entry. DIRFD stays open and the caller's (closedir closes the duplicate
+ * only), for the *at() calls on the entries. The two share one offset: do
+ * not read DIRFD's entries otherwise meanwhile. NULL with errno on failure,
+ * with nothing left open. */
+DIR *agsx_dir_stream(int dirfd);
 /* Marks every fd >= FROM close-on-exec (close_range(CLOEXEC) or /proc walk). */
 int agsx_cloexec_from(int from);
 /* Closes every fd from 3 up except the N fds of KEEP (negative entries are

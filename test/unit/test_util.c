@@ -257,6 +257,43 @@ static void test_conf(void) {
   agsx_error_free(&err);
 }
 
+/* ---- directory streams over duplicates ---- */
+
+static int lowest_free_fd(void) {
+  int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  close(fd);
+  return fd;
+}
+
+static void test_dir_stream(void) {
+  char tmpl[] = "/tmp/agsx-test-dirstream-XXXXXX";
+  tap_ok(mkdtemp(tmpl) != NULL, "dir stream: mkdtemp");
+  int dfd = open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  close(openat(dfd, "a", O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+  close(openat(dfd, "b", O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+  for (int round = 0; round < 2; round++) {
+    DIR *d = agsx_dir_stream(dfd);
+    int n = 0;
+    for (struct dirent *de; d && (de = readdir(d));)
+      n += de->d_name[0] != '.';
+    tap_is_int(n, 2, "dir stream: every entry, from the first (round %d)", round);
+    tap_ok(d && dirfd(d) != dfd && (fcntl(dirfd(d), F_GETFD) & FD_CLOEXEC),
+           "dir stream: reads a CLOEXEC duplicate");
+    if (d)
+      closedir(d);
+    tap_ok(fcntl(dfd, F_GETFD) >= 0, "dir stream: the caller's fd stays open");
+  }
+  int file = openat(dfd, "a", O_RDONLY | O_CLOEXEC);
+  int before = lowest_free_fd();
+  errno = 0;
+  DIR *d = agsx_dir_stream(file);
+  tap_ok(d == NULL && errno == ENOTDIR, "dir stream: a file is refused (%s)", strerror(errno));
+  tap_is_int(lowest_free_fd(), before, "dir stream: nothing leaks on failure");
+  close(file);
+  agsx_rm_rf_at(AT_FDCWD, tmpl, NULL);
+  close(dfd);
+}
+
 /* ---- the log sink ---- */
 
 struct captured {
@@ -320,5 +357,6 @@ int main(void) {
   test_time();
   test_log_sink();
   test_conf();
+  test_dir_stream();
   return tap_done();
 }
