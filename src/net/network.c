@@ -1018,14 +1018,18 @@ static int bridge_remove(const char *bridge, int dir, bool dry_run,
   return 0;
 }
 
-/* BRIDGE's lease directory, locked exclusively, if no lease is held:
- * returns the directory fd and *RET_LOCK; -1 (no error) when in use. */
-static int lock_idle(const char *bridge, int *ret_lock, int *ret_users, agsx_error_t *err) {
-  *ret_lock = -1;
+/* Locks BRIDGE's lease directory exclusively if no lease in it is held.
+ * Returns 1 when idle, with the directory in *RET_DIR and its lock in
+ * *RET_LOCK (the caller's); 0 when not: there is no lease directory
+ * (*RET_USERS 0) or *RET_USERS sandboxes hold leases; -1 on error. */
+static int lock_idle(const char *bridge, int *ret_dir, int *ret_lock, int *ret_users,
+                     agsx_error_t *err) {
+  *ret_dir = *ret_lock = -1;
   *ret_users = 0;
-  _cleanup_close_ int dir = lease_dir(bridge, false, err);
+  _cleanup_free_ char *path = xasprintf("%s/%s", AGSX_NET_RUN_DIR, bridge);
+  _cleanup_close_ int dir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0)
-    return *err ? -1 : -2; /* -2: no directory */
+    return errno == ENOENT ? 0 : agsx_error_set(err, errno, "open `%s`", path);
   _cleanup_close_ int lock = agsx_lock_at(dir, ".lock", true, err);
   if (lock < 0)
     return -1;
@@ -1037,9 +1041,10 @@ static int lock_idle(const char *bridge, int *ret_lock, int *ret_users, agsx_err
     if (is_lease_name(e->d_name) && lease_held(dir, e->d_name))
       (*ret_users)++;
   if (*ret_users)
-    return -3;
+    return 0;
+  *ret_dir = steal_fd(&dir);
   *ret_lock = steal_fd(&lock);
-  return steal_fd(&dir);
+  return 1;
 }
 
 static int remove_loaded(const char *root, const struct agsx_network *n, agsx_error_t *err) {
@@ -1050,15 +1055,14 @@ static int remove_loaded(const char *root, const struct agsx_network *n, agsx_er
   if (nlock < 0)
     return -1;
   int users = 0;
-  _cleanup_close_ int lock = -1;
-  _cleanup_close_ int dir = lock_idle(n->bridge, &lock, &users, err);
-  if (dir == -3)
-    return agsx_error_set_quiet(err, EBUSY, "network `%s` is in use by %d sandbox%s", n->name,
-                                users, users == 1 ? "" : "es"),
-           -1;
-  if (dir == -1)
+  _cleanup_close_ int lock = -1, dir = -1;
+  int idle = lock_idle(n->bridge, &dir, &lock, &users, err);
+  if (idle < 0)
     return -1;
-  if (dir >= 0) {
+  if (users > 0)
+    return agsx_error_set_quiet(err, EBUSY, "network `%s` is in use by %d sandbox%s", n->name,
+                                users, users == 1 ? "" : "es");
+  if (idle) {
     _cleanup_close_ int glock = global_lock(err);
     if (glock < 0 || bridge_remove(n->bridge, dir, false, NULL, NULL, err) < 0)
       return -1;
@@ -1092,6 +1096,17 @@ static bool any_bridge(void) {
   return false;
 }
 
+/* gc goes on after a failure: the first one becomes *ERR, later ones are
+ * warnings. Takes *E; returns -1. */
+static int keep_first_error(agsx_error_t *err, agsx_error_t *e) {
+  if (err && *err == NULL)
+    *err = steal_ptr(e);
+  else
+    agsx_warn("%s", (*e)->msg);
+  agsx_error_free(e);
+  return -1;
+}
+
 int agsx_net_gc(bool dry_run, void (*report)(const char *what, void *data), void *data,
                 agsx_error_t *err) {
   _cleanup_dir_ DIR *d = opendir(AGSX_NET_RUN_DIR);
@@ -1105,16 +1120,15 @@ int agsx_net_gc(bool dry_run, void (*report)(const char *what, void *data), void
   while ((e = readdir(d))) {
     if (e->d_name[0] == '.' || !ifname_is_valid(e->d_name))
       continue;
-    int lock, users;
+    int dir, lock, users;
     agsx_error_t lerr = NULL;
-    int dir = lock_idle(e->d_name, &lock, &users, &lerr);
-    if (dir == -1) {
-      agsx_warn("gc: network bridge `%s`: %s", e->d_name, lerr->msg);
-      agsx_error_free(&lerr);
-      r = -1;
+    int idle = lock_idle(e->d_name, &dir, &lock, &users, &lerr);
+    if (idle < 0) {
+      agsx_error_wrap(&lerr, "gc: network bridge `%s`", e->d_name);
+      r = keep_first_error(err, &lerr);
       continue;
     }
-    if (dir < 0) { /* in use: only the stale leases go */
+    if (!idle) { /* in use: only the stale leases go */
       _cleanup_close_ int ldir = lease_dir(e->d_name, false, NULL);
       _cleanup_dir_ DIR *ld = ldir >= 0 ? agsx_dir_stream(ldir) : NULL;
       struct dirent *le;
@@ -1146,9 +1160,8 @@ int agsx_net_gc(bool dry_run, void (*report)(const char *what, void *data), void
       continue;
     }
     if (bridge_remove(e->d_name, dir, dry_run, report, data, &lerr) < 0) {
-      agsx_warn("gc: %s", lerr->msg);
-      agsx_error_free(&lerr);
-      r = -1;
+      agsx_error_wrap(&lerr, "gc");
+      r = keep_first_error(err, &lerr);
     }
     close(dir);
     close(lock);

@@ -141,7 +141,9 @@ void agsx_net_attach_end(struct agsx_net_attach *a);
 void agsx_net_attach_disown(struct agsx_net_attach *a);
 
 /* Removes what crashed sandboxes left (stale leases and their chains) and
- * bridges no sandbox uses; the table when no bridge is left. */
+ * bridges no sandbox uses; the table when no bridge is left. A bridge that
+ * cannot be checked or removed does not stop the others: the first failure
+ * is *ERR (later ones are logged as warnings) and -1 is returned. */
 int agsx_net_gc(bool dry_run, void (*report)(const char *what, void *data), void *data,
                 agsx_error_t *err);
 

@@ -370,6 +370,16 @@ for p in (9000, 9001):
   assert_success
 }
 
+@test "network: gc that cannot check a bridge says which and why (never \"unknown error\")" {
+  # A file where a bridge's lease directory belongs (networld's private
+  # /run/agsx-net): gc goes on, then fails with that one reason.
+  outer touch /run/agsx-net/agsxbroken0
+  run_nax gc
+  outer rm -f /run/agsx-net/agsxbroken0
+  assert_agsx_error "gc: network bridge \`agsxbroken0\`: open \`/run/agsx-net/agsxbroken0\`: Not a directory"
+  refute_output_contains "unknown error"
+}
+
 @test "network: 20 public sandboxes at once, then nothing left" {
   heavy
   local i pids=()
