@@ -22,9 +22,9 @@ static const char *header_end(const char *buf, size_t len) {
   return NULL;
 }
 
-/* The Content-Length header among HDR[0..LEN) (after the status line);
- * -1 when absent, -2 when malformed. */
-static long long content_length(const char *hdr, size_t len) {
+/* The Content-Length header among HDR[0..LEN) (after the status line):
+ * 1 with its value in *RET, 0 when absent, -1 when malformed. */
+static int content_length(const char *hdr, size_t len, long long *ret) {
   static const char name[] = "content-length:";
   const char *p = hdr, *end = hdr + len;
   while (p < end) {
@@ -39,16 +39,19 @@ static long long content_length(const char *hdr, size_t len) {
       int digits = 0;
       for (; q < next && isdigit((unsigned char)*q); q++, digits++) {
         if (digits >= 9)
-          return -2;
+          return -1;
         v = v * 10 + (*q - '0');
       }
       while (q < next && (*q == '\r' || *q == '\n' || *q == ' '))
         q++;
-      return digits && q == next ? v : -2;
+      if (!digits || q != next)
+        return -1;
+      *ret = v;
+      return 1;
     }
     p = next;
   }
-  return -1;
+  return 0;
 }
 
 /* "ws://HOST[:PORT]/devtools/browser/ID" -> "/devtools/browser/ID". */
@@ -112,10 +115,11 @@ int agsx_cdp_parse_version(const char *buf, size_t len, bool eof, struct agsx_cd
     return agsx_error_set(err, 0, "DevTools /json/version: HTTP status %.3s", buf + 9);
   const char *body = he + 4;
   size_t have = (size_t)(buf + len - body);
-  long long cl = content_length(buf, (size_t)(he + 2 - buf));
-  if (cl == -2)
+  long long cl = 0;
+  int has_cl = content_length(buf, (size_t)(he + 2 - buf), &cl);
+  if (has_cl < 0)
     return agsx_error_set(err, 0, "DevTools answer: invalid Content-Length");
-  if (cl >= 0) {
+  if (has_cl) {
     if ((size_t)cl > have)
       return eof ? agsx_error_set(err, 0, "DevTools answer: truncated body") : 0;
     have = (size_t)cl;
