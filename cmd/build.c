@@ -15,13 +15,6 @@ struct build_cli {
   bool no_cache, quiet;
 };
 
-static void strv_push(char ***v, const char *s) {
-  size_t n = agsx_strv_len(*v);
-  *v = xrealloc(*v, (n + 2) * sizeof(char *));
-  (*v)[n] = xstrdup(s);
-  (*v)[n + 1] = NULL;
-}
-
 static int on_build_opt(void *data, int id, const char *v) {
   struct build_cli *o = data;
   agsx_error_t err = NULL;
@@ -30,7 +23,7 @@ static int on_build_opt(void *data, int id, const char *v) {
     char *ref = agsx_image_ref_normalize(v, &err);
     if (ref == NULL)
       return agsx_failf("build: invalid tag `%s`: %s", v, err->msg), agsx_error_free(&err), -1;
-    strv_push(&o->tags, ref);
+    agsx_strv_push(&o->tags, ref);
     free(ref);
     return 0;
   }
@@ -38,7 +31,7 @@ static int on_build_opt(void *data, int id, const char *v) {
   case O_BUILD_ARG:
     if (*v == '\0' || *v == '=')
       return agsx_failf("build: invalid --build-arg `%s` (KEY=VALUE)", v), -1;
-    strv_push(&o->args, v);
+    agsx_strv_push(&o->args, v);
     return 0;
   case O_NETWORK:
     if (strcmp(v, "internal") != 0 && strcmp(v, "public") != 0 &&

@@ -743,43 +743,13 @@ int agsx_store_remove(struct agsx_store *s, const char *name, agsx_error_t *err)
 
 /* ---- garbage collection ---------------------------------------------------------------- */
 
-struct strset {
-  char **v;
-  size_t n, cap;
-};
-
-static void strset_add(struct strset *set, const char *s) {
-  for (size_t i = 0; i < set->n; i++)
-    if (strcmp(set->v[i], s) == 0)
-      return;
-  if (set->n == set->cap) {
-    set->cap = set->cap ? set->cap * 2 : 64;
-    set->v = xrealloc(set->v, set->cap * sizeof(char *));
-  }
-  set->v[set->n++] = xstrdup(s);
-}
-
-static bool strset_has(const struct strset *set, const char *s) {
-  for (size_t i = 0; i < set->n; i++)
-    if (strcmp(set->v[i], s) == 0)
-      return true;
-  return false;
-}
-
-static void strset_clear(struct strset *set) {
-  for (size_t i = 0; i < set->n; i++)
-    free(set->v[i]);
-  free(set->v);
-  memset(set, 0, sizeof(*set));
-}
-
 /* Marks the blobs (by hex) and layers (by diff_id hex) a manifest needs. A
  * blob that cannot be read keeps what is known and is reported. */
-static void mark_manifest(struct agsx_store *s, const char *digest, struct strset *blobs,
-                          struct strset *layers, int depth) {
+static void mark_manifest(struct agsx_store *s, const char *digest, struct agsx_strset *blobs,
+                          struct agsx_strset *layers, int depth) {
   if (depth > 4 || agsx_digest_validate(digest, NULL) < 0)
     return;
-  strset_add(blobs, agsx_digest_hex(digest));
+  agsx_strset_add(blobs, agsx_digest_hex(digest));
   _cleanup_free_ char *buf = NULL;
   size_t len;
   agsx_error_t err = NULL;
@@ -791,15 +761,15 @@ static void mark_manifest(struct agsx_store *s, const char *digest, struct strse
   struct agsx_manifest m;
   struct agsx_index ix;
   if (agsx_manifest_parse(buf, len, &m, NULL) == 0) {
-    strset_add(blobs, agsx_digest_hex(m.config.digest));
+    agsx_strset_add(blobs, agsx_digest_hex(m.config.digest));
     for (size_t i = 0; i < m.n_layers; i++)
-      strset_add(blobs, agsx_digest_hex(m.layers[i].digest));
+      agsx_strset_add(blobs, agsx_digest_hex(m.layers[i].digest));
     _cleanup_free_ char *cbuf = NULL;
     struct agsx_image_config c;
     if (agsx_store_read_blob(s, m.config.digest, AGSX_IMAGE_JSON_MAX, &cbuf, &len, NULL) == 0 &&
         agsx_image_config_parse(cbuf, len, &c, NULL) == 0) {
       for (size_t i = 0; i < c.n_diff_ids; i++)
-        strset_add(layers, agsx_digest_hex(c.diff_ids[i]));
+        agsx_strset_add(layers, agsx_digest_hex(c.diff_ids[i]));
       agsx_image_config_clear(&c);
     }
     agsx_manifest_clear(&m);
@@ -810,14 +780,14 @@ static void mark_manifest(struct agsx_store *s, const char *digest, struct strse
   }
 }
 
-static int sweep(int dirfd, const struct strset *keep, bool dry_run, const char *kind,
+static int sweep(int dirfd, const struct agsx_strset *keep, bool dry_run, const char *kind,
                  void (*report)(const char *, void *), void *data, agsx_error_t *err) {
   _cleanup_dir_ DIR *d = agsx_dir_stream(dirfd);
   if (d == NULL)
     return agsx_error_set(err, errno, "open %s directory", kind);
   struct dirent *de;
   while ((de = readdir(d)) != NULL) {
-    if (de->d_name[0] == '.' || strset_has(keep, de->d_name))
+    if (de->d_name[0] == '.' || agsx_strset_has(keep, de->d_name))
       continue;
     _cleanup_free_ char *what = xasprintf("%s sha256:%s", kind, de->d_name);
     if (report)
@@ -830,7 +800,7 @@ static int sweep(int dirfd, const struct strset *keep, bool dry_run, const char 
 
 /* Build cache records (ROOT/cache/<key>: "diff_id\ndigest\nsize\n", see
  * build/cache.c) whose layer blob no image keeps go with the blob. */
-static int sweep_cache(struct agsx_store *s, const struct strset *blobs, bool dry_run,
+static int sweep_cache(struct agsx_store *s, const struct agsx_strset *blobs, bool dry_run,
                        void (*report)(const char *, void *), void *data, agsx_error_t *err) {
   _cleanup_close_ int dfd = openat(s->rootfd, "cache", O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
                                                            O_CLOEXEC);
@@ -848,7 +818,7 @@ static int sweep_cache(struct agsx_store *s, const struct strset *blobs, bool dr
     char diff[AGSX_DIGEST_LEN], dig[AGSX_DIGEST_LEN];
     bool used = agsx_read_file_at(dfd, de->d_name, 512, &buf, &len, NULL) == 0 &&
                 sscanf(buf, "%71s\n%71s", diff, dig) == 2 &&
-                agsx_digest_validate(dig, NULL) == 0 && strset_has(blobs, agsx_digest_hex(dig));
+                agsx_digest_validate(dig, NULL) == 0 && agsx_strset_has(blobs, agsx_digest_hex(dig));
     if (used)
       continue;
     _cleanup_free_ char *what = xasprintf("build cache %s", de->d_name);
@@ -888,7 +858,7 @@ static int sweep_partial(struct agsx_store *s, bool dry_run, void (*report)(cons
 }
 
 /* Records of verified blobs go with their blob (not reported: bookkeeping). */
-static int sweep_verified(struct agsx_store *s, const struct strset *blobs, bool dry_run,
+static int sweep_verified(struct agsx_store *s, const struct agsx_strset *blobs, bool dry_run,
                           agsx_error_t *err) {
   _cleanup_close_ int dfd =
       openat(s->rootfd, "verified", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -910,7 +880,7 @@ int agsx_store_gc(struct agsx_store *s, char *const *keep, bool dry_run,
   size_t n = 0;
   if (agsx_store_list(s, &v, &n, err) < 0)
     return -1;
-  struct strset blobs = {0}, layers = {0};
+  struct agsx_strset blobs = {0}, layers = {0};
   for (size_t i = 0; i < n; i++)
     mark_manifest(s, v[i].manifest.digest, &blobs, &layers, 0);
   for (size_t i = 0; keep && keep[i]; i++)
@@ -925,8 +895,8 @@ int agsx_store_gc(struct agsx_store *s, char *const *keep, bool dry_run,
     r = sweep_partial(s, dry_run, report, data, err);
   if (r == 0)
     r = sweep_verified(s, &blobs, dry_run, err);
-  strset_clear(&blobs);
-  strset_clear(&layers);
+  agsx_strset_clear(&blobs);
+  agsx_strset_clear(&layers);
   return r;
 }
 

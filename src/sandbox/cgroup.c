@@ -757,20 +757,11 @@ int agsx_cgroup_destroy(struct agsx_cgroup *cg, agsx_error_t *err) {
 /* ---- gc
  * ------------------------------------------------------------------------------------------ */
 
-static void collect_names(int pfd, char ***names, size_t *n) {
+static void collect_names(int pfd, struct agsx_strset *names) {
   _cleanup_dir_ DIR *d = agsx_dir_stream(pfd);
-  for (struct dirent *de; d && (de = readdir(d));) {
-    if (de->d_type != DT_DIR || !agsx_cgroup_name_is_valid(de->d_name))
-      continue;
-    bool seen = false;
-    for (size_t i = 0; i < *n && !seen; i++)
-      seen = strcmp((*names)[i], de->d_name) == 0;
-    if (seen)
-      continue;
-    *names = xrealloc(*names, (*n + 2) * sizeof(char *));
-    (*names)[(*n)++] = xstrdup(de->d_name);
-    (*names)[*n] = NULL;
-  }
+  for (struct dirent *de; d && (de = readdir(d));)
+    if (de->d_type == DT_DIR && agsx_cgroup_name_is_valid(de->d_name))
+      agsx_strset_add(names, de->d_name);
 }
 
 static int gc_one(const char *name, agsx_error_t *err) {
@@ -787,24 +778,24 @@ int agsx_cgroup_gc(bool (*keep)(const char *name, void *data),
   const char *parent = NULL;
   if (layout_get(&l, err) < 0 || parent_get(&parent, err) < 0)
     return agsx_error_wrap(err, "gc cgroups");
-  _cleanup_strv_ char **names = NULL;
-  size_t n = 0;
+  _cleanup_strset_ struct agsx_strset names = {0};
   for (int c = 0; c < CTRL_N; c++) {
     _cleanup_close_ int root = l->mnt[c] ? open(l->mnt[c], O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
     _cleanup_close_ int pfd = root < 0 ? -1 : open_dir_at(root, parent);
     if (pfd >= 0)
-      collect_names(pfd, &names, &n);
+      collect_names(pfd, &names);
   }
   int r = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (keep && keep(names[i], data))
+  for (size_t i = 0; i < names.n; i++) {
+    const char *name = names.v[i];
+    if (keep && keep(name, data))
       continue;
     if (report) {
-      _cleanup_free_ char *what = xasprintf("cgroup `%s/%s`", parent, names[i]);
+      _cleanup_free_ char *what = xasprintf("cgroup `%s/%s`", parent, name);
       report(what, data);
     }
     _cleanup_error_ agsx_error_t e = NULL;
-    if (!dry_run && gc_one(names[i], &e) < 0) {
+    if (!dry_run && gc_one(name, &e) < 0) {
       r = -1;
       if (err && *err == NULL)
         *err = steal_ptr(&e);

@@ -123,6 +123,64 @@ size_t agsx_strv_len(char *const *v) {
   return n;
 }
 
+void agsx_strv_push(char ***v, const char *s) {
+  size_t n = agsx_strv_len(*v);
+  *v = xrealloc(*v, (n + 2) * sizeof(char *));
+  (*v)[n] = xstrdup(s);
+  (*v)[n + 1] = NULL;
+}
+
+bool agsx_strv_contains(char *const *v, const char *s) {
+  for (size_t i = 0; v && v[i]; i++)
+    if (strcmp(v[i], s) == 0)
+      return true;
+  return false;
+}
+
+static uint64_t str_hash(const char *s) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+/* The slot of S in SET: its member's, or the free one where it would go. */
+static size_t strset_slot(const struct agsx_strset *set, const char *s) {
+  size_t i = str_hash(s) & (set->cap - 1);
+  while (set->slots[i] && strcmp(set->v[set->slots[i] - 1], s) != 0)
+    i = (i + 1) & (set->cap - 1);
+  return i;
+}
+
+bool agsx_strset_has(const struct agsx_strset *set, const char *s) {
+  return set->cap > 0 && set->slots[strset_slot(set, s)] != 0;
+}
+
+bool agsx_strset_add(struct agsx_strset *set, const char *s) {
+  if (agsx_strset_has(set, s))
+    return false;
+  if (2 * (set->n + 1) > set->cap) { /* at most half full */
+    free(set->slots);
+    set->cap = set->cap ? 2 * set->cap : 16;
+    set->slots = xzalloc(set->cap * sizeof(*set->slots));
+    for (size_t k = 0; k < set->n; k++)
+      set->slots[strset_slot(set, set->v[k])] = k + 1;
+    /* Room for cap / 2 members and the NULL: V grows with the slots. */
+    set->v = xrealloc(set->v, (set->cap / 2 + 1) * sizeof(char *));
+  }
+  set->v[set->n] = xstrdup(s);
+  set->v[set->n + 1] = NULL;
+  set->n++;
+  set->slots[strset_slot(set, s)] = set->n;
+  return true;
+}
+
+void agsx_strset_clear(struct agsx_strset *set) {
+  agsx_strv_free(set->v);
+  free(set->slots);
+  *set = (struct agsx_strset){0};
+}
+
 /* ---- memory and strings ------------------------------------------------------ */
 
 void *xmalloc(size_t n) {

@@ -50,6 +50,7 @@ void agsx_strvfreep(char ***v);
 #define _cleanup_fclose_ _cleanup_(agsx_fclosep)
 #define _cleanup_dir_ _cleanup_(agsx_closedirp)
 #define _cleanup_strv_ _cleanup_(agsx_strvfreep)
+#define _cleanup_strset_ _cleanup_(agsx_strset_clear)
 #define _cleanup_error_ _cleanup_(agsx_error_free)
 
 static inline int steal_fd(int *fd) {
@@ -71,8 +72,28 @@ void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* String vectors: NULL-terminated arrays of owned strings; NULL is empty. */
 void agsx_strv_free(char **v);
 size_t agsx_strv_len(char *const *v);
+/* Appends a copy of S to *V (which may be NULL). */
+void agsx_strv_push(char ***v, const char *s);
+bool agsx_strv_contains(char *const *v, const char *s);
+
+/* A set of strings that keeps the order they came in: V[0..N) are the
+ * members, NULL-terminated (a string vector the set owns; NULL when empty).
+ * Lookups hash, so a set of a hundred thousand paths stays fast. Zeroed is
+ * empty; agsx_strset_clear frees it and leaves it empty. */
+struct agsx_strset {
+  char **v;
+  size_t n;
+  size_t *slots; /* open addressing: 1 + the member's index in V; 0 free */
+  size_t cap;    /* number of slots, a power of two */
+};
+/* Adds a copy of S; false when it was a member already. */
+bool agsx_strset_add(struct agsx_strset *set, const char *s);
+bool agsx_strset_has(const struct agsx_strset *set, const char *s);
+void agsx_strset_clear(struct agsx_strset *set);
 bool agsx_str_has_prefix(const char *s, const char *prefix);
 bool agsx_str_has_suffix(const char *s, const char *suffix);
 

@@ -294,6 +294,38 @@ static void test_dir_stream(void) {
   close(dfd);
 }
 
+/* ---- string vectors and sets ---- */
+
+static void test_strv_strset(void) {
+  _cleanup_strv_ char **v = NULL;
+  tap_ok(!agsx_strv_contains(v, "a") && agsx_strv_len(v) == 0, "strv: NULL is empty");
+  agsx_strv_push(&v, "a");
+  agsx_strv_push(&v, "b");
+  tap_ok(agsx_strv_len(v) == 2 && strcmp(v[0], "a") == 0 && strcmp(v[1], "b") == 0 && !v[2],
+         "strv: push appends copies, NULL-terminated");
+  tap_ok(agsx_strv_contains(v, "b") && !agsx_strv_contains(v, "c"), "strv: contains");
+  _cleanup_strset_ struct agsx_strset set = {0};
+  tap_ok(!agsx_strset_has(&set, "x") && set.v == NULL, "strset: zeroed is empty");
+  bool fresh = true, dup = false, all = true;
+  for (int i = 0; i < 5000; i++) {
+    char k[16];
+    snprintf(k, sizeof(k), "k%d", i);
+    fresh &= agsx_strset_add(&set, k);
+    dup |= agsx_strset_add(&set, k);
+  }
+  tap_ok(fresh && !dup && set.n == 5000, "strset: add says new once per member");
+  for (int i = 0; i < 5000 && all; i++) {
+    char k[16];
+    snprintf(k, sizeof(k), "k%d", i);
+    all = agsx_strset_has(&set, k) && strcmp(set.v[i], k) == 0;
+  }
+  tap_ok(all && set.v[5000] == NULL, "strset: members in insertion order, NULL-terminated");
+  tap_ok(!agsx_strset_has(&set, "k5000") && !agsx_strset_has(&set, ""), "strset: non-members");
+  agsx_strset_clear(&set);
+  tap_ok(set.n == 0 && !agsx_strset_has(&set, "k1") && agsx_strset_add(&set, "k1"),
+         "strset: clear empties it, and it can be used again");
+}
+
 /* ---- the log sink ---- */
 
 struct captured {
@@ -358,5 +390,6 @@ int main(void) {
   test_log_sink();
   test_conf();
   test_dir_stream();
+  test_strv_strset();
   return tap_done();
 }
