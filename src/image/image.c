@@ -290,6 +290,17 @@ int agsx_image_config_parse(const char *buf, size_t len, struct agsx_image_confi
   return 0;
 }
 
+bool agsx_platform_is_supported(const char *os, const char *architecture) {
+  return os && architecture && strcmp(os, "linux") == 0 && strcmp(architecture, "amd64") == 0;
+}
+
+int agsx_image_config_check_platform(const struct agsx_image_config *c, agsx_error_t *err) {
+  if (!agsx_platform_is_supported(c->os, c->architecture))
+    return agsx_error_set(err, 0, "image is for %s/%s: agsx runs only " AGSX_PLATFORM " images",
+                          c->os ? c->os : "?", c->architecture ? c->architecture : "?");
+  return 0;
+}
+
 int agsx_index_select_platform(const struct agsx_index *ix, agsx_error_t *err) {
   char seen[512] = "";
   size_t n = 0;
@@ -301,8 +312,7 @@ int agsx_index_select_platform(const struct agsx_index *ix, agsx_error_t *err) {
      * its config is checked for linux/amd64 afterwards. */
     if (d->os == NULL && d->architecture == NULL && ix->n_manifests == 1)
       return (int)i;
-    if (d->os && d->architecture && strcmp(d->os, "linux") == 0 &&
-        strcmp(d->architecture, "amd64") == 0)
+    if (agsx_platform_is_supported(d->os, d->architecture))
       return (int)i;
     if (n < sizeof(seen) - 64)
       n += (size_t)snprintf(seen + n, sizeof(seen) - n, "%s%.20s/%.20s", n ? ", " : "",

@@ -75,6 +75,14 @@ int agsx_layer_media_type_compression(const char *mt, enum agsx_compression *ret
 bool agsx_media_type_is_index(const char *mt);
 bool agsx_media_type_is_manifest(const char *mt);
 
+/* The one platform agsx runs and builds: linux/amd64. True for it only
+ * (NULL is not it). */
+#define AGSX_PLATFORM "linux/amd64"
+bool agsx_platform_is_supported(const char *os, const char *architecture);
+/* Refuses a config for another platform: "image is for OS/ARCH: agsx runs
+ * only linux/amd64 images". */
+int agsx_image_config_check_platform(const struct agsx_image_config *c, agsx_error_t *err);
+
 /* Picks the linux/amd64 manifest of an index; a clear error naming the
  * platforms it has when there is none. Returns the index into ix->manifests. */
 int agsx_index_select_platform(const struct agsx_index *ix, agsx_error_t *err);

@@ -248,15 +248,6 @@ static int stage_src_blob(struct import *im, const char *path, const char *diges
   return agsx_store_stage_blob_fd(im->store, im->workfd, fd, digest, size, err);
 }
 
-/* ---- checks shared by both formats --------------------------------------------------------- */
-
-static int check_platform(const struct agsx_image_config *c, agsx_error_t *err) {
-  if (strcmp(c->os, "linux") != 0 || strcmp(c->architecture, "amd64") != 0)
-    return agsx_error_set(err, 0, "image is for %s/%s: agsx runs only linux/amd64 images", c->os,
-                          c->architecture);
-  return 0;
-}
-
 /* Stages the config and layers of a parsed manifest and unpacks each layer. */
 static int stage_image(struct import *im, const struct agsx_manifest *m, agsx_error_t *err) {
   _cleanup_free_ char *cpath = blob_path(m->config.digest);
@@ -270,7 +261,7 @@ static int stage_image(struct import *im, const struct agsx_manifest *m, agsx_er
   struct agsx_image_config c;
   if (agsx_image_config_parse(cbuf, clen, &c, err) < 0)
     return -1;
-  int r = check_platform(&c, err);
+  int r = agsx_image_config_check_platform(&c, err);
   if (r == 0 && c.n_diff_ids != m->n_layers)
     r = agsx_error_set(err, 0, "the manifest has %zu layers but the config %zu diff_ids",
                        m->n_layers, c.n_diff_ids);
@@ -347,8 +338,7 @@ static int oci_nested_index(struct import *im, const struct agsx_descriptor *d, 
 
 static int oci_manifest(struct import *im, const struct agsx_descriptor *d, const char *ref,
                         agsx_error_t *err) {
-  if (d->os && d->architecture &&
-      (strcmp(d->os, "linux") != 0 || strcmp(d->architecture, "amd64") != 0))
+  if (d->os && d->architecture && !agsx_platform_is_supported(d->os, d->architecture))
     return agsx_error_set(err, 0, "image is for %s/%s: agsx runs only linux/amd64 images", d->os,
                           d->architecture);
   _cleanup_free_ char *buf = NULL;
@@ -475,7 +465,7 @@ static int docker_image(struct import *im, yajl_val entry, agsx_error_t *err) {
   yajl_gen_map_open(g);
   agsx_json_kv_int(g, "schemaVersion", 2);
   agsx_json_kv_str(g, "mediaType", AGSX_MT_OCI_MANIFEST);
-  int r = check_platform(&c, err);
+  int r = agsx_image_config_check_platform(&c, err);
   if (r == 0)
     r = agsx_store_stage_blob_mem(im->store, im->workfd, cbuf, clen, cdigest, err);
   if (r == 0) {

@@ -156,10 +156,28 @@ static void test_refs(void) {
   ref_bad("-busybox");
 }
 
+static void test_platform(void) {
+  tap_ok(agsx_platform_is_supported("linux", "amd64"), "platform: linux/amd64");
+  tap_ok(!agsx_platform_is_supported("linux", "arm64") && !agsx_platform_is_supported("windows", "amd64") &&
+             !agsx_platform_is_supported(NULL, "amd64") && !agsx_platform_is_supported("linux", NULL),
+         "platform: nothing else, NULL included");
+  struct agsx_image_config c = {.os = (char *)"linux", .architecture = (char *)"arm64"};
+  agsx_error_t err = NULL;
+  int r = agsx_image_config_check_platform(&c, &err);
+  tap_ok(r < 0 && err, "platform: a linux/arm64 config is refused");
+  tap_is_str(err ? err->msg : NULL, "image is for linux/arm64: agsx runs only linux/amd64 images",
+             "platform: the refusal names both platforms");
+  agsx_error_free(&err);
+  c.architecture = (char *)"amd64";
+  tap_ok(agsx_image_config_check_platform(&c, &err) == 0 && err == NULL,
+         "platform: a linux/amd64 config passes");
+}
+
 int main(void) {
   test_manifest();
   test_index();
   test_config();
   test_refs();
+  test_platform();
   return tap_done();
 }
