@@ -4,13 +4,12 @@
 #include "sandbox/stats.h"
 
 #include "sandbox/cgroup.h"
+#include "sandbox/proc.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <string.h>
 #include <sys/statfs.h>
-#include <sys/syscall.h>
 
 #define NET_DEV_MAX                                                            \
   (1u << 20) /* a line per interface: the sandbox can make many */
@@ -52,17 +51,11 @@ int agsx_stats_parse_net_dev(const char *buf, uint64_t *ret_rx,
 
 /* /proc/<init> of R, proven to be its init (see the header). */
 static int open_init_proc(const struct agsx_record *r, agsx_error_t *err) {
-  _cleanup_close_ int pidfd = (int)syscall(SYS_pidfd_open, r->init.pid, 0);
-  if (pidfd < 0 || !agsx_proc_ref_alive(&r->init))
+  int fd = agsx_proc_ref_open(&r->init, "", O_RDONLY | O_DIRECTORY);
+  if (fd < 0)
     return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running",
                                 r->id);
-  char path[64];
-  snprintf(path, sizeof(path), "/proc/%d", (int)r->init.pid);
-  _cleanup_close_ int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0 || syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) < 0)
-    return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running",
-                                r->id);
-  return steal_fd(&fd);
+  return fd;
 }
 
 static void sample_proc(int procfd, struct agsx_stats *s) {

@@ -899,6 +899,19 @@ int agsx_parse_rfc3339(const char *s, int64_t *ret_sec) {
   return 0;
 }
 
+/* ---- processes ------------------------------------------------------------------------------ */
+
+#include <sys/wait.h>
+
+int agsx_wait_status_exit_code(int status, int *ret_signal) {
+  int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  if (ret_signal)
+    *ret_signal = sig;
+  if (WIFEXITED(status))
+    return WEXITSTATUS(status);
+  return sig ? 128 + sig : -1;
+}
+
 /* ---- process title ------------------------------------------------------------------------ */
 
 #include <sys/prctl.h>

@@ -194,6 +194,11 @@ char *agsx_format_rfc3339(int64_t sec);
 /* Parses RFC 3339 (with optional fraction and offset) to seconds. */
 int agsx_parse_rfc3339(const char *s, int64_t *ret_sec);
 
+/* Docker's exit code for a wait(2) status: the process's own code, or
+ * 128 + N after a death by signal N (N in *RET_SIGNAL, else 0 there; may be
+ * NULL). -1 when the status is no end (stopped or continued). */
+int agsx_wait_status_exit_code(int status, int *ret_signal);
+
 /* The process title: the sandbox init overwrites agsx's command line (which
  * names host paths) with its own title, as seen in the sandbox's /proc. */
 void agsx_proc_title_init(int argc, char **argv);

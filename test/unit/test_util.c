@@ -2,13 +2,16 @@
 #include "config.h"
 
 #include "tap.h"
+#include "sandbox/proc.h"
 #include "util/conf.h"
 #include "util/util.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 static void dur_ok(const char *s, uint64_t want) {
   uint64_t v = 0;
@@ -326,6 +329,59 @@ static void test_strv_strset(void) {
          "strset: clear empties it, and it can be used again");
 }
 
+/* ---- processes: wait status, pidfds proven by start time ---- */
+
+static int child_status(int how) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (how == 0)
+      _exit(3);
+    signal(SIGKILL, SIG_DFL);
+    raise(SIGKILL);
+    _exit(1);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    ;
+  return status;
+}
+
+static void test_processes(void) {
+  int sig = -1;
+  tap_is_int(agsx_wait_status_exit_code(child_status(0), &sig), 3, "wait status: exit 3 is 3");
+  tap_is_int(sig, 0, "wait status: no signal");
+  tap_is_int(agsx_wait_status_exit_code(child_status(1), &sig), 137, "wait status: SIGKILL is 137");
+  tap_is_int(sig, SIGKILL, "wait status: the signal");
+  tap_is_int(agsx_wait_status_exit_code(0x137f, NULL), -1, "wait status: stopped is no end");
+
+  struct agsx_proc_ref self;
+  tap_ok(agsx_proc_ref_self(&self) == 0, "proc ref: self");
+  int fd = agsx_proc_ref_pidfd(&self);
+  tap_ok(fd >= 0 && (fcntl(fd, F_GETFD) & FD_CLOEXEC), "proc ref: a CLOEXEC pidfd for self");
+  if (fd >= 0)
+    close(fd);
+  struct agsx_proc_ref other = {self.pid, self.start_time + 1};
+  errno = 0;
+  tap_ok(agsx_proc_ref_pidfd(&other) < 0 && errno == ESRCH,
+         "proc ref: the same pid with another start time is refused (ESRCH)");
+  errno = 0;
+  tap_ok(agsx_proc_ref_open(&other, "", O_RDONLY | O_DIRECTORY) < 0 && errno == ESRCH,
+         "proc ref: nor is its /proc opened");
+  fd = agsx_proc_ref_open(&self, "stat", O_RDONLY);
+  char buf[64] = "";
+  tap_ok(fd >= 0 && read(fd, buf, sizeof(buf) - 1) > 0 && atoi(buf) == (int)self.pid,
+         "proc ref: /proc/PID/stat of self, proven");
+  if (fd >= 0)
+    close(fd);
+  pid_t dead = fork();
+  if (dead == 0)
+    _exit(0);
+  struct agsx_proc_ref gone = {dead, agsx_proc_start_time(dead)};
+  waitpid(dead, NULL, 0);
+  errno = 0;
+  tap_ok(agsx_proc_ref_pidfd(&gone) < 0 && errno == ESRCH, "proc ref: a reaped process is gone");
+}
+
 /* ---- the log sink ---- */
 
 struct captured {
@@ -391,5 +447,6 @@ int main(void) {
   test_conf();
   test_dir_stream();
   test_strv_strset();
+  test_processes();
   return tap_done();
 }

@@ -1,0 +1,26 @@
+/* agsx — proc: the processes a state record names (struct agsx_proc_ref:
+ * a pid and its start time), pinned before they are used.
+ *
+ * A pid alone can be recycled at any moment. The rule: open a pidfd first
+ * (it pins the process: the pid cannot be reused while we hold it), then
+ * compare the start time (which proves the pinned process is the one the
+ * record names). Anything read through /proc/PID is proven again after the
+ * open: the pidfd pins the process but /proc/PID is by number, and the
+ * number is only ours while the process is not reaped. */
+#ifndef AGSX_PROC_H
+#define AGSX_PROC_H
+
+#include "state/state.h"
+#include "util/util.h"
+
+/* A pidfd (close-on-exec, as every pidfd) for REF's process, proven to be
+ * it. -1 with errno: ESRCH when it is gone or the pid is another process's
+ * now; pidfd_open's errno otherwise (ENOSYS before Linux 5.3). */
+int agsx_proc_ref_pidfd(const struct agsx_proc_ref *ref);
+
+/* Opens /proc/PID/SUB (SUB "" is /proc/PID itself) with FLAGS (O_CLOEXEC
+ * is added) for REF's process, proven before and after the open. -1 with
+ * errno (ESRCH as above, or the open's). */
+int agsx_proc_ref_open(const struct agsx_proc_ref *ref, const char *sub, int flags);
+
+#endif
