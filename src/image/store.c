@@ -818,7 +818,8 @@ static int sweep_cache(struct agsx_store *s, const struct agsx_strset *blobs, bo
     char diff[AGSX_DIGEST_LEN], dig[AGSX_DIGEST_LEN];
     bool used = agsx_read_file_at(dfd, de->d_name, 512, &buf, &len, NULL) == 0 &&
                 sscanf(buf, "%71s\n%71s", diff, dig) == 2 &&
-                agsx_digest_validate(dig, NULL) == 0 && agsx_strset_has(blobs, agsx_digest_hex(dig));
+                agsx_digest_validate(dig, NULL) == 0 &&
+                agsx_strset_has(blobs, agsx_digest_hex(dig));
     if (used)
       continue;
     _cleanup_free_ char *what = xasprintf("build cache %s", de->d_name);

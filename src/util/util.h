@@ -16,9 +16,15 @@
 #include <unistd.h>
 
 /* ---- errors -------------------------------------------------------------
- * A function that can fail returns < 0 (or NULL) and fills *err. Callers add
+ * A function that can fail returns < 0 (or NULL) and fills *err: every
+ * failure path sets it (the CLI has no message to invent). Callers add
  * context on the way up with agsx_error_wrap(); the CLI prints the final
- * message once. */
+ * message once. A question with three answers returns -1 (failed), 0 or 1,
+ * the values in out parameters: no other negative sentinels.
+ * Ownership on failure: out parameters (ret_*) then hold nothing to free
+ * or close (they are untouched, or reset to NULL, 0 or -1); what a caller
+ * passes in (fds, buffers, objects) stays the caller's, failure or not,
+ * unless a comment says the function takes it (agsx_check_regular). */
 typedef struct agsx_error_s {
   int errno_; /* 0 when the failure has no errno */
   char *msg;

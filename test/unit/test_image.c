@@ -158,8 +158,10 @@ static void test_refs(void) {
 
 static void test_platform(void) {
   tap_ok(agsx_platform_is_supported("linux", "amd64"), "platform: linux/amd64");
-  tap_ok(!agsx_platform_is_supported("linux", "arm64") && !agsx_platform_is_supported("windows", "amd64") &&
-             !agsx_platform_is_supported(NULL, "amd64") && !agsx_platform_is_supported("linux", NULL),
+  tap_ok(!agsx_platform_is_supported("linux", "arm64") &&
+             !agsx_platform_is_supported("windows", "amd64") &&
+             !agsx_platform_is_supported(NULL, "amd64") &&
+             !agsx_platform_is_supported("linux", NULL),
          "platform: nothing else, NULL included");
   struct agsx_image_config c = {.os = (char *)"linux", .architecture = (char *)"arm64"};
   agsx_error_t err = NULL;
