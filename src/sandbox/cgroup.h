@@ -5,7 +5,8 @@
  * <name> is the sandbox id. The mode is detected from the cgroup root,
  * /sys/fs/cgroup (AGSX_CGROUP_ROOT overrides it): cgroup2 there means v2,
  * anything else means v1 with one mount per controller, found in
- * /proc/self/mountinfo (only mounts under AGSX_CGROUP_ROOT when it is set). */
+ * /proc/self/mountinfo (only mounts under AGSX_CGROUP_ROOT when it is set).
+ * Detected at each call, nothing cached. */
 #ifndef AGSX_CGROUP_H
 #define AGSX_CGROUP_H
 
