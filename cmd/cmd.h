@@ -112,16 +112,4 @@ int agsx_cmd_port(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_pull_quietly(struct agsx_ctx *ctx, const char *image, agsx_error_t *err);
 int agsx_cmd_not_yet(struct agsx_ctx *, const struct agsx_command *, int, char **);
 
-/* ---- the supervisor's control protocol ----
- * `agsx kill` and `agsx update` change the record, then send the
- * supervisor AGSX_SIG_CONTROL (pidfd, checked against the record's start
- * time) with a value (SI_QUEUE) that says what: a stop needs no fd, so a
- * supervisor whose fds are all taken still obeys it; an update makes it
- * reread the record (retried until it can). A plain signal (no value)
- * rereads the record. A stop takes AGSX_STOP_GRACE_SEC (SIGTERM, then
- * SIGKILL) plus the teardown; `agsx kill` escalates after that. */
-#define AGSX_SIG_CONTROL (SIGRTMIN)
-enum { AGSX_CONTROL_RELOAD = 1, AGSX_CONTROL_STOP = 2 };
-#define AGSX_STOP_GRACE_SEC 2
-
 #endif

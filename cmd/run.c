@@ -7,6 +7,7 @@
 #include "net/network.h"
 #include "image/registry/registry.h"
 #include "net/relay.h"
+#include "sandbox/control.h"
 #include "sandbox/sandbox.h"
 #include "state/state.h"
 #include "image/store.h"
@@ -378,22 +379,18 @@ static void on_deadline(struct sup *f) {
  * supervise loop tries again shortly. */
 static void on_control(struct sup *f) {
   agsx_error_t err = NULL;
-  struct agsx_record r;
-  f->reload_pending = false;
-  if (agsx_record_read(f->sb->statefd, f->sb->id, &r, &err) < 0) {
-    f->reload_pending = agsx_error_errno(&err) == EMFILE || agsx_error_errno(&err) == ENFILE ||
-                        agsx_error_errno(&err) == ENOMEM;
+  struct agsx_control_req req;
+  if (agsx_control_read(f->sb->statefd, f->sb->id, &req, &f->reload_pending, &err) < 0) {
     agsx_error_free(&err);
     return;
   }
-  if (r.stop_request)
+  if (req.stop)
     begin_stop(f, AGSX_STOP_KILLED);
-  else if (!f->stopping && r.deadline != f->deadline) {
-    f->deadline = r.deadline;
-    f->deadline_ns = r.deadline_ns ? r.deadline_ns : r.deadline * 1000000000LL;
+  else if (!f->stopping && req.deadline != f->deadline) {
+    f->deadline = req.deadline;
+    f->deadline_ns = req.deadline_ns;
     arm_deadline(f);
   }
-  agsx_record_clear(&r);
 }
 
 #define SIG_CONTROL AGSX_SIG_CONTROL
@@ -404,9 +401,10 @@ static void on_signal(struct sup *f) {
   if (read(f->sigfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
     return;
   int sig = (int)si.ssi_signo;
-  if (sig == SIG_CONTROL && si.ssi_code == SI_QUEUE && si.ssi_int == AGSX_CONTROL_STOP)
+  enum agsx_control c = agsx_control_decode(&si);
+  if (c == AGSX_CONTROL_STOP)
     begin_stop(f, AGSX_STOP_KILLED); /* no fd needed */
-  else if (sig == SIG_CONTROL)
+  else if (c == AGSX_CONTROL_RELOAD)
     on_control(f);
   else if (sig == SIGWINCH)
     agsx_term_winsize(f->sb->pty_master);
