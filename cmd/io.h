@@ -15,15 +15,7 @@ void agsx_term_raw(struct agsx_term *t);
 void agsx_term_restore(struct agsx_term *t);
 void agsx_term_winsize(int master);
 
-/* The --json result of run and exec. */
-struct agsx_result {
-  int exit_code;
-  const struct agsx_output *out; /* [2]: stdout, stderr */
-  int64_t duration_ms;
-  const char *stop_reason;
-  int signal; /* 0: none */
-  const char *id, *name, *error;
-};
+/* Prints R's document (agsx_result_json) and a newline on stdout. */
 void agsx_print_result(const struct agsx_result *r);
 
 #endif

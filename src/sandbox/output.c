@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "sandbox/output.h"
+#include "util/json.h"
 
 #include <string.h>
 
@@ -59,4 +60,30 @@ void agsx_copy_fd(int from, int to, int *closed) {
   }
   if (agsx_write_all(to, buf, (size_t)n) < 0)
     *closed = 1;
+}
+
+char *agsx_result_json(const struct agsx_result *r, size_t *ret_len) {
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  yajl_gen_map_open(g);
+  agsx_json_kv_int(g, "exit_code", r->exit_code);
+  static const char *const names[] = {"stdout", "stderr"};
+  for (int i = 0; i < 2; i++) {
+    agsx_json_key(g, names[i]);
+    agsx_json_bytes(g, r->out[i].buf ? r->out[i].buf : "", r->out[i].len);
+  }
+  agsx_json_kv_int(g, "duration_ms", r->duration_ms);
+  agsx_json_kv_str(g, "stop_reason", r->stop_reason);
+  agsx_json_kv_bool(g, "truncated", r->out[0].truncated || r->out[1].truncated);
+  agsx_json_kv_bool(g, "stdout_truncated", r->out[0].truncated);
+  agsx_json_kv_bool(g, "stderr_truncated", r->out[1].truncated);
+  agsx_json_key(g, "signal");
+  if (r->signal)
+    yajl_gen_integer(g, r->signal);
+  else
+    yajl_gen_null(g);
+  agsx_json_kv_str(g, "id", r->id);
+  agsx_json_kv_str(g, "name", r->name);
+  agsx_json_kv_str(g, "error", r->error);
+  yajl_gen_map_close(g);
+  return agsx_json_gen_steal(g, ret_len);
 }

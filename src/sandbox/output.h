@@ -23,4 +23,17 @@ void agsx_output_clear(struct agsx_output *o);
 /* Copies one read's worth from FROM to TO; sets *CLOSED at EOF or error. */
 void agsx_copy_fd(int from, int to, int *closed);
 
+/* The --json result of run and exec: the one definition of that document,
+ * so every front end emits the same bytes. */
+struct agsx_result {
+  int exit_code;
+  const struct agsx_output *out; /* [2]: stdout, stderr */
+  int64_t duration_ms;
+  const char *stop_reason;
+  int signal; /* 0: none */
+  const char *id, *name, *error;
+};
+/* The document, without a trailing newline; the caller frees it. */
+char *agsx_result_json(const struct agsx_result *r, size_t *ret_len);
+
 #endif
