@@ -14,6 +14,7 @@
 #include "cmd.h"
 #include "util/json.h"
 #include "net/relay.h"
+#include "sandbox/lifecycle.h"
 #include "state/state.h"
 
 #include <arpa/inet.h>

@@ -71,10 +71,7 @@ int agsx_failf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * run's options and the sandbox always starts detached; its id and the
  * supervisor's pid (a child of the caller) go to RET instead of stdout.
  * Returns 0, or 125 after printing the error. */
-struct agsx_run_started {
-  char id[33];
-  pid_t supervisor;
-};
+struct agsx_run_started; /* sandbox/lifecycle.h */
 int agsx_run_detached(struct agsx_ctx *ctx, int argc, char **argv, struct agsx_run_started *ret);
 
 /* Commands. */
