@@ -67,13 +67,6 @@ int agsx_fail(agsx_error_t *err);
 /* Prints "agsx: ..." and returns 125. */
 int agsx_failf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* `agsx run -d` for other commands: ARGV (ARGV[0] "run") is parsed with
- * run's options and the sandbox always starts detached; its id and the
- * supervisor's pid (a child of the caller) go to RET instead of stdout.
- * Returns 0, or 125 after printing the error. */
-struct agsx_run_started; /* sandbox/lifecycle.h */
-int agsx_run_detached(struct agsx_ctx *ctx, int argc, char **argv, struct agsx_run_started *ret);
-
 /* Commands. */
 int agsx_cmd_image_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_image_load(struct agsx_ctx *, const struct agsx_command *, int, char **);

@@ -251,17 +251,12 @@ static int run_foreground(struct agsx_lifecycle *lc, const struct run_opts *o, i
   return code;
 }
 
-/* run -d: prints the id once the command runs (or hands it to RET). */
-static int run_detached(struct agsx_lifecycle *lc, const struct run_opts *o,
-                        struct agsx_run_started *ret) {
+/* run -d: prints the id once the command runs. */
+static int run_detached(struct agsx_lifecycle *lc, const struct run_opts *o) {
   agsx_error_t err = NULL;
   struct agsx_run_started st;
   if (agsx_lifecycle_detach(lc, &st, &err) < 0)
     return agsx_fail(&err);
-  if (ret) {
-    *ret = st;
-    return 0;
-  }
   if (o->json) {
     _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
     yajl_gen_map_open(g);
@@ -288,12 +283,9 @@ static void run_opts_clear(struct run_opts *o) {
   free(o->ports);
 }
 
-/* STARTED: called by another command (agsx browser), which gets the id
- * instead of printing it and always runs detached. */
-static int run_main(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv,
-                    struct agsx_run_started *started) {
+int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
   int64_t t0 = agsx_mono_ns();
-  struct run_opts o = {.json = ctx->json, .detach = started != NULL};
+  struct run_opts o = {.json = ctx->json};
   int i = agsx_parse_options(cmd, argc, argv, on_run_opt, &o);
   int code = AGSX_EXIT_FAILURE;
   if (i < 0)
@@ -332,17 +324,9 @@ static int run_main(struct agsx_ctx *ctx, const struct agsx_command *cmd, int ar
     code = agsx_fail(&err);
     goto done;
   }
-  code = o.detach ? run_detached(lc, &o, started) : run_foreground(lc, &o, t0);
+  code = o.detach ? run_detached(lc, &o) : run_foreground(lc, &o, t0);
   agsx_lifecycle_free(lc);
 done:
   run_opts_clear(&o);
   return code;
-}
-
-int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
-  return run_main(ctx, cmd, argc, argv, NULL);
-}
-
-int agsx_run_detached(struct agsx_ctx *ctx, int argc, char **argv, struct agsx_run_started *ret) {
-  return run_main(ctx, agsx_command_find("run"), argc, argv, ret);
 }
