@@ -44,7 +44,7 @@ bool agsx_hostname_is_valid(const char *v) {
 }
 
 int agsx_run_spec_check(const struct agsx_run_spec *o, agsx_error_t *err) {
-  if (o->image == NULL || *o->image == '\0')
+  if ((o->image == NULL || *o->image == '\0') && o->layers == NULL)
     return agsx_error_set(err, 0, "no image given");
   if (o->name && !agsx_name_is_valid(o->name))
     return agsx_error_set(err, 0, "invalid name `%s`: letters, digits and _.- (at most 64, "
@@ -101,6 +101,11 @@ struct prepared {
 
 static int prepare_image(const struct agsx_run_spec *o, const char *image, const char *pull,
                          struct prepared *p, struct agsx_sandbox_config *cfg, agsx_error_t *err) {
+  if (o->layers) {
+    cfg->layers = o->layers;
+    cfg->n_layers = o->n_layers;
+    return 0;
+  }
   if (strcmp(image, "host") == 0) {
     cfg->host_image = true;
     return 0;
@@ -169,6 +174,7 @@ static int build_config(const struct agsx_run_spec *o, char **cmd, struct prepar
   }
   cfg->timing = o->timing;
   cfg->name = o->name;
+  cfg->keep_upper = o->keep_upper;
   return 0;
 }
 
@@ -190,11 +196,10 @@ static int prepare_seccomp(const struct agsx_run_spec *o, struct prepared *p,
   return 0;
 }
 
-/* ---- the foreground: terminal, output, deadline, signals ------------------------------------ */
-
 /* ---- supervision: the deadline, stop requests, the record -------------------------------------
- * The caller of a foreground run supervises its sandbox; `run -d` forks a
- * detached supervisor that does the same without a terminal. */
+ * The caller of a foreground run supervises its sandbox; a detached one
+ * (agsx_lifecycle_detach) is a forked supervisor that does the same
+ * without a terminal. */
 
 struct sup {
   const struct agsx_run_spec *o;
@@ -206,10 +211,12 @@ struct sup {
   struct agsx_relay *dns;   /* the DNS relay (public, vpc), or NULL */
   struct pollfd *pfd;       /* supervise()'s, grown with the relays */
   size_t pfd_cap;
-  int sigfd, timerfd;
+  int sigfd, timerfd, devnull;
   struct agsx_output out[2];
   bool detached, handed_off;
   int64_t teardown_ns;
+  bool cancelled;
+  char *cut; /* cut_kills: why the firewall cut the sandbox off */
   bool stopping, killed, recorded;
   bool reload_pending; /* an update's record could not be read yet */
   enum agsx_stop_reason stop_reason;
@@ -299,6 +306,16 @@ static void on_signal(struct sup *f) {
 static void on_firewall(struct sup *f) {
   agsx_error_t err = NULL;
   _cleanup_free_ char *cut = NULL;
+  if (f->o->cut_kills) {
+    /* A build step whose rules went is cut off and stopped, and fails: its
+     * result would lack what it could not fetch. */
+    if (agsx_net_attach_watch(f->net, &f->cut, &err) < 0)
+      f->cut = xstrdup(err->msg);
+    if (f->cut)
+      agsx_sandbox_kill(f->sb);
+    agsx_error_free(&err);
+    return;
+  }
   if (agsx_net_attach_watch(f->net, &cut, &err) < 0) {
     if (!f->detached)
       agsx_warn("sandbox %.12s: %s: stopping it", f->sb->id, err->msg);
@@ -310,7 +327,32 @@ static void on_firewall(struct sup *f) {
 }
 
 /* The supervisor's fixed fds, then the relay's. */
-enum { P_SYNC, P_SIG, P_TIMER, P_OUT, P_ERR, P_MASTER, P_STDIN, P_FIREWALL, P_FIXED };
+enum { P_SYNC, P_SIG, P_TIMER, P_OUT, P_ERR, P_MASTER, P_STDIN, P_FIREWALL, P_CANCEL, P_FIXED };
+
+/* ON_OUTPUT's stream: what is there now; false at EOF (the fd closed). */
+static bool stream_read(struct sup *f) {
+  char buf[65536];
+  ssize_t n = read(f->out[0].fd, buf, sizeof(buf));
+  if (n < 0 && (errno == EINTR || errno == EAGAIN))
+    return true;
+  if (n <= 0) {
+    agsx_closep(&f->out[0].fd);
+    return false;
+  }
+  f->o->on_output(f->o->output_data, buf, (size_t)n);
+  return true;
+}
+
+/* The stream after the end: background processes may hold the pipe, so
+ * the sandbox is killed (they die with its init) and the pipe read to EOF. */
+static void stream_drain(struct sup *f) {
+  agsx_sandbox_kill(f->sb);
+  while (f->out[0].fd >= 0) {
+    struct pollfd p = {.fd = f->out[0].fd, .events = POLLIN};
+    if (poll(&p, 1, 5000) <= 0 || !stream_read(f))
+      break;
+  }
+}
 
 static struct pollfd *poll_array(struct sup *f, size_t n) {
   if (n > f->pfd_cap) {
@@ -357,7 +399,10 @@ static int supervise(struct sup *f, agsx_error_t *err) {
     p[P_ERR] = (struct pollfd){.fd = f->out[1].fd, .events = POLLIN};
     p[P_MASTER] = (struct pollfd){.fd = master_closed ? -1 : sb->pty_master, .events = POLLIN};
     p[P_STDIN] = (struct pollfd){.fd = stdin_closed ? -1 : STDIN_FILENO, .events = POLLIN};
-    p[P_FIREWALL] = (struct pollfd){.fd = f->net ? f->net->watch_fd : -1, .events = POLLIN};
+    p[P_FIREWALL] =
+        (struct pollfd){.fd = f->net && !f->cut ? f->net->watch_fd : -1, .events = POLLIN};
+    p[P_CANCEL] = (struct pollfd){.fd = f->o->cancel_fd && !f->cancelled ? *f->o->cancel_fd : -1,
+                                  .events = POLLIN};
     size_t nr = agsx_relay_fill(f->relay, p + P_FIXED);
     size_t nd = agsx_relay_fill(f->dns, p + P_FIXED + nr);
     int ms = min_timeout(agsx_relay_timeout_ms(f->relay), agsx_relay_timeout_ms(f->dns));
@@ -376,7 +421,13 @@ static int supervise(struct sup *f, agsx_error_t *err) {
       on_deadline(f);
     if (p[P_FIREWALL].revents)
       on_firewall(f);
-    for (int i = 0; i < 2; i++)
+    if (p[P_CANCEL].revents) {
+      f->cancelled = true;
+      agsx_sandbox_kill(sb);
+    }
+    if (f->o->on_output && p[P_OUT].revents)
+      stream_read(f);
+    for (int i = 0; i < 2 && !f->o->on_output; i++)
       if (p[P_OUT + i].revents)
         agsx_output_read(&f->out[i]);
     if (p[P_MASTER].revents)
@@ -392,7 +443,9 @@ static int supervise(struct sup *f, agsx_error_t *err) {
     }
   }
   /* Drain what the command wrote before it ended. */
-  for (int i = 0; i < 2; i++)
+  if (f->o->on_output)
+    stream_drain(f);
+  for (int i = 0; i < 2 && !f->o->on_output; i++)
     agsx_output_drain(&f->out[i]);
   while (!master_closed) {
     struct pollfd p = {.fd = sb->pty_master, .events = POLLIN};
@@ -409,10 +462,12 @@ static int setup_signals(struct sup *f, agsx_error_t *err) {
   int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIG_CONTROL};
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(sigs); i++)
     sigaddset(&set, sigs[i]);
-  sigprocmask(SIG_BLOCK, &set, NULL);
-  f->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (!f->o->no_signals) {
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    f->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  }
   f->timerfd = timerfd_create(CLOCK_REALTIME, TFD_CLOEXEC | TFD_NONBLOCK);
-  if (f->sigfd < 0 || f->timerfd < 0)
+  if ((!f->o->no_signals && f->sigfd < 0) || f->timerfd < 0)
     return agsx_error_set(err, errno, "signalfd/timerfd");
   return 0;
 }
@@ -422,12 +477,21 @@ static int setup_signals(struct sup *f, agsx_error_t *err) {
 static int setup_stdio(struct sup *f, int pipes[2][2], agsx_error_t *err) {
   struct agsx_sandbox_config *cfg = f->cfg;
   f->out[0].fd = f->out[1].fd = -1;
-  int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+  int devnull = f->devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (devnull < 0)
     return agsx_error_set(err, errno, "open /dev/null");
   cfg->stdio[0] = f->o->interactive && !f->detached ? STDIN_FILENO : devnull;
   cfg->stdio[1] = f->detached ? devnull : STDOUT_FILENO;
   cfg->stdio[2] = f->detached ? devnull : STDERR_FILENO;
+  if (f->o->on_output && !f->detached) {
+    /* One stream, in the order the command wrote it. */
+    if (pipe2(pipes[0], O_CLOEXEC) < 0)
+      return agsx_error_set(err, errno, "pipe");
+    cfg->stdio[1] = cfg->stdio[2] = pipes[0][1];
+    f->out[0].fd = pipes[0][0];
+    fcntl(pipes[0][0], F_SETFL, O_NONBLOCK);
+    return 0;
+  }
   if (!f->o->capture || f->detached)
     return 0;
   for (int i = 0; i < 2; i++) {
@@ -567,7 +631,8 @@ static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
   f->deadline = (f->deadline_ns + 500000000LL) / 1000000000LL;
   if (setup_signals(f, err) < 0 || setup_stdio(f, pipes, err) < 0 || open_ports(f, err) < 0)
     return -1;
-  arm_deadline(f);
+  if (!f->o->no_timeout)
+    arm_deadline(f);
   f->cfg->state_dir = f->o->state;
   if (f->net) {
     f->cfg->on_netns = open_dns;
@@ -585,6 +650,8 @@ static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
   if (f->relay && agsx_relay_set_connect_ns(f->relay, f->sb->netns, err) < 0)
     return -1;
   budget_relays(f);
+  if (f->o->ephemeral)
+    return 0; /* no record: removed at the end (write_end_record) */
   if (write_start_record(f, err) < 0)
     return -1;
   f->recorded = true;
@@ -625,6 +692,9 @@ static void sup_clear(struct sup *f) {
   free(f->pfd);
   agsx_closep(&f->sigfd);
   agsx_closep(&f->timerfd);
+  agsx_closep(&f->devnull);
+  free(f->cut);
+  f->cut = NULL;
   for (int i = 0; i < 2; i++)
     agsx_output_clear(&f->out[i]);
   agsx_sandbox_free(f->sb);
@@ -695,6 +765,7 @@ int agsx_lifecycle_create(const struct agsx_run_spec *spec, struct agsx_lifecycl
   lc->net = (struct agsx_net_attach)AGSX_NET_ATTACH_INIT;
   bool linked = mode != AGSX_NET_INTERNAL;
   lc->f = (struct sup){.o = &lc->spec, .p = &lc->p, .cfg = &lc->cfg, .sigfd = -1, .timerfd = -1,
+                       .devnull = -1,
                        .started = lc->spec.t0, .out = {{.fd = -1}, {.fd = -1}},
                        .net = linked ? &lc->net : NULL};
   /* On public and vpc networks an address is leased first (see net.h). */
@@ -806,3 +877,7 @@ char *agsx_lifecycle_result_json(const struct agsx_lifecycle *lc, int exit_code,
   };
   return agsx_result_json(&r, ret_len);
 }
+
+bool agsx_lifecycle_cancelled(const struct agsx_lifecycle *lc) { return lc->f.cancelled; }
+
+const char *agsx_lifecycle_cut(const struct agsx_lifecycle *lc) { return lc->f.cut; }

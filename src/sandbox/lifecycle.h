@@ -54,6 +54,18 @@ struct agsx_run_spec {
    * stdout and stderr captured for the result document (capture). */
   bool interactive, tty, capture;
   int64_t t0; /* the front end's start (agsx_mono_ns) for durations; 0: now */
+  /* Build's RUN: the root from these layers (lowest first) instead of
+   * IMAGE's (which only names it then), the upper directory handed back
+   * (agsx_lifecycle_sandbox()->upperfd after the run), no state record, no
+   * deadline, the caller's signals left alone, stdout and stderr merged
+   * and streamed to ON_OUTPUT, a readable *CANCEL_FD kills the sandbox, and
+   * a firewall that cuts the sandbox off kills it too (agsx_lifecycle_cut). */
+  char **layers;
+  size_t n_layers;
+  bool keep_upper, ephemeral, no_timeout, no_signals, cut_kills;
+  const int *cancel_fd;
+  void (*on_output)(void *data, const char *buf, size_t len);
+  void *output_data;
 };
 
 /* Refuses what would harm the sandbox or the host whoever the caller is:
@@ -92,6 +104,9 @@ int agsx_lifecycle_detach(struct agsx_lifecycle *lc, struct agsx_run_started *re
 const struct agsx_sandbox *agsx_lifecycle_sandbox(const struct agsx_lifecycle *lc);
 int64_t agsx_lifecycle_prepare_ns(const struct agsx_lifecycle *lc);
 int64_t agsx_lifecycle_teardown_ns(const struct agsx_lifecycle *lc);
+/* Whether *CANCEL_FD stopped the run; why the firewall cut it off, or NULL. */
+bool agsx_lifecycle_cancelled(const struct agsx_lifecycle *lc);
+const char *agsx_lifecycle_cut(const struct agsx_lifecycle *lc);
 /* The run's --json document (see agsx_result_json) for EXIT_CODE and ERROR. */
 char *agsx_lifecycle_result_json(const struct agsx_lifecycle *lc, int exit_code, const char *error,
                                  size_t *ret_len);
