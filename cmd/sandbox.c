@@ -98,36 +98,6 @@ static void record_row(struct agsx_table *t, const struct agsx_record *r, int64_
   agsx_table_add(t, cells);
 }
 
-/* Reads every record; a corrupt one is reported and removed. */
-static size_t load_records(int statefd, struct agsx_record **ret) {
-  agsx_error_t err = NULL;
-  _cleanup_strv_ char **ids = NULL;
-  *ret = NULL;
-  if (agsx_state_list(statefd, &ids, &err) < 0) {
-    agsx_warn("%s", err->msg);
-    agsx_error_free(&err);
-    return 0;
-  }
-  size_t n = 0, cap = agsx_strv_len(ids) + 1;
-  struct agsx_record *v = xzalloc(cap * sizeof(*v));
-  for (char **id = ids; *id; id++) {
-    _cleanup_free_ char *path = xasprintf("%s/state.json", *id);
-    if (faccessat(statefd, path, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
-      continue; /* still starting */
-    if (agsx_record_read(statefd, *id, &v[n], &err) == 0) {
-      n++;
-      continue;
-    }
-    agsx_warn("sandbox %.12s: corrupt record: sandbox stopped and record removed: %s", *id,
-              err->msg);
-    agsx_error_free(&err);
-    agsx_state_remove_corrupt(statefd, *id, &err);
-    agsx_error_free(&err);
-  }
-  *ret = v;
-  return n;
-}
-
 static int cmp_created(const void *a, const void *b) {
   const struct agsx_record *x = a, *y = b;
   return x->created < y->created ? -1 : x->created > y->created ? 1 : strcmp(x->id, y->id);
@@ -164,7 +134,7 @@ int agsx_cmd_ls(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
   agsx_state_reap_all(ctx->state, true, &reap_log);
   _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   struct agsx_record *v = NULL;
-  size_t n = statefd >= 0 ? load_records(statefd, &v) : 0;
+  size_t n = statefd >= 0 ? agsx_state_load(statefd, &v) : 0;
   qsort(v, n, sizeof(*v), cmp_created);
   int64_t now = agsx_now_ns() / 1000000000LL;
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
@@ -290,7 +260,7 @@ int agsx_cmd_kill(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc
   if (!f.all)
     return kill_targets(ctx, &f, argv + i, argc - i, statefd);
   struct agsx_record *v = NULL;
-  size_t n = load_records(statefd, &v);
+  size_t n = agsx_state_load(statefd, &v);
   char **names = xzalloc((n + 1) * sizeof(char *));
   int m = 0;
   for (size_t k = 0; k < n; k++)
@@ -527,13 +497,6 @@ static void gc_report(const char *what, void *data) {
 /* How old an unfinished record directory or an empty cgroup must be before
  * gc takes it for a crash's leftover rather than a sandbox being started
  * (AGSX_GC_MIN_AGE seconds, default 60; tests set 0). */
-static int64_t gc_min_age(void) {
-  const char *v = getenv("AGSX_GC_MIN_AGE");
-  char *end;
-  long n = v ? strtol(v, &end, 10) : -1;
-  return v && *v && *end == '\0' && n >= 0 ? n : 60;
-}
-
 /* A cgroup is a leftover when no process lives in it. One with processes
  * may be a sandbox of another state directory: never ours to kill. */
 static bool keep_cgroup(const char *name, void *data) {
@@ -552,42 +515,7 @@ static bool keep_cgroup(const char *name, void *data) {
   agsx_cgroup_free(cg);
   agsx_error_free(&err);
   /* A young empty one may be a sandbox being started right now. */
-  return pids > 0 || age < gc_min_age();
-}
-
-/* Ended records, and record directories that never got a record (a start
- * that crashed) once they are a minute old. */
-static void gc_records(int statefd, struct agsx_record *v, size_t n, struct gc_out *o) {
-  agsx_error_t err = NULL;
-  for (size_t k = 0; k < n; k++) {
-    if (v[k].status != AGSX_STATUS_EXITED)
-      continue;
-    _cleanup_free_ char *what = xasprintf("sandbox %.12s%s%s (%s)", v[k].id, v[k].name ? " " : "",
-                                          v[k].name ? v[k].name : "",
-                                          v[k].stop_reason ? v[k].stop_reason : "exited");
-    gc_report(what, o);
-    if (!o->dry_run && agsx_record_remove(statefd, &v[k], &err) < 0) {
-      agsx_warn("%s", err->msg);
-      agsx_error_free(&err);
-    }
-  }
-  _cleanup_strv_ char **ids = NULL;
-  if (agsx_state_list(statefd, &ids, &err) < 0) {
-    agsx_error_free(&err);
-    return;
-  }
-  int64_t now = agsx_now_ns() / 1000000000LL;
-  for (char **id = ids; *id; id++) {
-    _cleanup_free_ char *rec = xasprintf("%s/state.json", *id);
-    struct stat st;
-    if (faccessat(statefd, rec, F_OK, AT_SYMLINK_NOFOLLOW) == 0 ||
-        fstatat(statefd, *id, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_mtime > now - gc_min_age())
-      continue;
-    _cleanup_free_ char *what = xasprintf("unfinished sandbox directory %.12s", *id);
-    gc_report(what, o);
-    if (!o->dry_run && agsx_rm_rf_at(statefd, *id, &err) < 0)
-      agsx_error_free(&err);
-  }
+  return pids > 0 || age < agsx_state_gc_min_age();
 }
 
 int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
@@ -607,7 +535,7 @@ int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
     agsx_state_reap_all(ctx->state, true, &reap_log);
   _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   struct agsx_record *v = NULL;
-  size_t n = statefd >= 0 ? load_records(statefd, &v) : 0;
+  size_t n = statefd >= 0 ? agsx_state_load(statefd, &v) : 0;
   char **running = xzalloc((n + 1) * sizeof(char *));
   char **digests = xzalloc((n + 1) * sizeof(char *));
   size_t nr = 0, nd = 0;
@@ -619,7 +547,7 @@ int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
     }
   o.running = running;
   if (statefd >= 0) {
-    gc_records(statefd, v, n, &o);
+    agsx_state_gc_records(statefd, v, n, dry_run, gc_report, &o);
     agsx_state_prune_names(statefd, gc_report, &o, dry_run);
   }
   int rc = 0;
