@@ -1,8 +1,8 @@
 /* agsx browser: headless Chromium in a detached sandbox, its DevTools
- * endpoint published on a host port. The sandbox is started by run's own
- * detached machinery (agsx_run_detached), so it is an ordinary sandbox for
- * ls, exec, kill, update and gc; this command only chooses the command line
- * and waits until the endpoint answers.
+ * endpoint published on a host port. The sandbox is started through the
+ * lifecycle library, detached, as `run -d` starts one (agsx_lifecycle_*), so
+ * it is an ordinary sandbox for ls, exec, kill, update and gc; this command
+ * only fills the spec and waits until the endpoint answers.
  *
  * Chromium's own sandbox cannot work inside ours (it needs new user or pid
  * namespaces, which our seccomp filter denies, or a setuid helper, which
@@ -13,7 +13,9 @@
 #include "sandbox/cdp.h"
 #include "cmd.h"
 #include "util/json.h"
+#include "net/netspec.h"
 #include "net/relay.h"
+#include "sandbox/lifecycle.h"
 #include "state/state.h"
 
 #include <arpa/inet.h>
@@ -28,7 +30,7 @@
 #define CDP_PORT_STR "9222"
 #define READY_WAIT_SEC 30     /* start-up bound (or the lifetime, if shorter) */
 #define PROBE_IO_MS 2000      /* one probe's connect/read bound */
-#define DEFAULT_MEMORY "2g"
+#define DEFAULT_MEMORY (2ull << 30) /* 2g */
 #define DEFAULT_USER "1000:1000"
 #define MAX_EXTRA_FLAGS 64
 
@@ -36,7 +38,7 @@ struct bopts {
   const char *name, *network, *timeout, *memory, *image, *user;
   char *publish; /* run's -p spec: [IP:]HOSTPORT:9222 */
   bool json;
-  uint64_t timeout_sec;
+  uint64_t timeout_sec, memory_bytes;
 };
 
 /* -p [IP:]HOSTPORT becomes run's -p [IP:]HOSTPORT:9222 (HOSTPORT 0: a free
@@ -70,7 +72,15 @@ static int on_bopt(void *data, int id, const char *v) {
                         "starting with a letter or digit)", v), -1;
     o->name = v;
     return 0;
-  case O_NETWORK: o->network = v; return 0;
+  case O_NETWORK: {
+    enum agsx_net_mode mode;
+    const char *name;
+    /* (worded as when this command re-parsed a run command line) */
+    if (agsx_net_mode_parse(v, &mode, &name, &err) < 0)
+      return agsx_failf("run: %s", err->msg), agsx_error_free(&err), -1;
+    o->network = v;
+    return 0;
+  }
   case O_TIMEOUT:
     if (agsx_parse_duration(v, &o->timeout_sec, &err) < 0)
       return agsx_failf("browser: --timeout: %s", err->msg), agsx_error_free(&err), -1;
@@ -82,6 +92,7 @@ static int on_bopt(void *data, int id, const char *v) {
     if (n < (64u << 20))
       return agsx_failf("browser: --memory `%s`: Chromium needs at least 64m", v), -1;
     o->memory = v;
+    o->memory_bytes = n;
     return 0;
   case O_IMAGE: o->image = v; return 0;
   case O_USER: o->user = v; return 0;
@@ -91,7 +102,7 @@ static int on_bopt(void *data, int id, const char *v) {
   return 0;
 }
 
-/* ---- the command line of `run` ------------------------------------------------------------- */
+/* ---- the sandbox: Chromium's command line and the spec ----------------------------------- */
 
 struct argvb {
   char *v[128 + MAX_EXTRA_FLAGS];
@@ -114,21 +125,7 @@ static void argvb_clear(struct argvb *b) {
       free(b->v[i]);
 }
 
-static void build_run_argv(const struct bopts *o, char **extra, int n_extra, struct argvb *b) {
-  add(b, "run");
-  if (o->name)
-    add(b, "--name"), add(b, o->name);
-  add(b, "--timeout"), add(b, o->timeout ? o->timeout : "5m");
-  add(b, "--memory"), add(b, o->memory ? o->memory : DEFAULT_MEMORY);
-  if (o->network)
-    add(b, "--network"), add(b, o->network);
-  /* Default: a free port of 127.0.0.1, picked when the relay binds. */
-  add(b, "--publish"), add(b, o->publish ? o->publish : "127.0.0.1:0:" CDP_PORT_STR);
-  add(b, "--user"), add(b, o->user ? o->user : DEFAULT_USER);
-  /* HOME and the profile in the sandbox's /tmp (its writable tmpfs). */
-  add(b, "-e"), add(b, "HOME=/tmp");
-  add(b, "-w"), add(b, "/tmp");
-  add(b, o->image ? o->image : "host");
+static void build_command(char **extra, int n_extra, struct argvb *b) {
   add(b, "chromium");
   static const char *const flags[] = {
       "--headless=new",
@@ -151,6 +148,39 @@ static void build_run_argv(const struct bopts *o, char **extra, int n_extra, str
     add(b, extra[i]);
   add(b, "about:blank");
   b->v[b->n] = NULL;
+}
+
+static int pull_image(void *data, const char *image, agsx_error_t *err) {
+  return agsx_cmd_pull_quietly(data, image, err);
+}
+
+/* Starts the sandbox detached: its id and supervisor go to ST. Returns 0,
+ * or 125 after printing the error. */
+static int start_sandbox(struct agsx_ctx *ctx, const struct bopts *o, char **extra, int n_extra,
+                         struct agsx_run_started *st) {
+  agsx_error_t err = NULL;
+  struct argvb b = {0};
+  build_command(extra, n_extra, &b);
+  /* Default: a free port of 127.0.0.1, picked when the relay binds. */
+  struct agsx_port port;
+  char *env[] = {(char *)"HOME=/tmp", NULL}; /* HOME and the profile in its writable /tmp */
+  struct agsx_run_spec spec = {
+      .root = ctx->root, .state = ctx->state, .image = o->image ? o->image : "host",
+      .cmd = b.v, .pull_image = pull_image, .pull_data = ctx, .env = env,
+      .user = o->user ? o->user : DEFAULT_USER, .workdir = "/tmp", .name = o->name,
+      .network = o->network, .ports = &port, .n_ports = 1,
+      .timeout = o->timeout ? o->timeout_sec : AGSX_DEFAULT_TIMEOUT_SEC,
+      .memory = o->memory ? o->memory_bytes : DEFAULT_MEMORY,
+  };
+  struct agsx_lifecycle *lc = NULL;
+  int r = agsx_port_parse(o->publish ? o->publish : "127.0.0.1:0:" CDP_PORT_STR, &port, &err);
+  if (r == 0)
+    r = agsx_lifecycle_create(&spec, &lc, &err);
+  if (r == 0)
+    r = agsx_lifecycle_detach(lc, st, &err);
+  agsx_lifecycle_free(lc);
+  argvb_clear(&b);
+  return r < 0 ? agsx_fail(&err) : 0;
 }
 
 /* ---- waiting for the endpoint ------------------------------------------------------------- */
@@ -346,16 +376,13 @@ int agsx_cmd_browser(struct agsx_ctx *ctx, const struct agsx_command *cmd, int a
     agsx_failf("browser: at most %d Chromium flags", MAX_EXTRA_FLAGS);
     goto out;
   }
-  struct argvb b = {0};
-  build_run_argv(&o, argv + i, argc - i, &b);
   /* ^C while waiting still cleans up (the supervisor has its own session). */
   struct sigaction sa = {.sa_handler = on_interrupt};
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGHUP, &sa, NULL);
   struct agsx_run_started st = {0};
-  code = agsx_run_detached(ctx, b.n, b.v, &st);
-  argvb_clear(&b);
+  code = start_sandbox(ctx, &o, argv + i, argc - i, &st);
   if (code == 0)
     code = await_browser(ctx, &o, &st);
 out:

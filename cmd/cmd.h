@@ -67,16 +67,6 @@ int agsx_fail(agsx_error_t *err);
 /* Prints "agsx: ..." and returns 125. */
 int agsx_failf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* `agsx run -d` for other commands: ARGV (ARGV[0] "run") is parsed with
- * run's options and the sandbox always starts detached; its id and the
- * supervisor's pid (a child of the caller) go to RET instead of stdout.
- * Returns 0, or 125 after printing the error. */
-struct agsx_run_started {
-  char id[33];
-  pid_t supervisor;
-};
-int agsx_run_detached(struct agsx_ctx *ctx, int argc, char **argv, struct agsx_run_started *ret);
-
 /* Commands. */
 int agsx_cmd_image_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_image_load(struct agsx_ctx *, const struct agsx_command *, int, char **);
@@ -111,17 +101,5 @@ int agsx_cmd_port(struct agsx_ctx *, const struct agsx_command *, int, char **);
 /* Pulls IMAGE for run (a line on stderr, progress on a terminal). */
 int agsx_cmd_pull_quietly(struct agsx_ctx *ctx, const char *image, agsx_error_t *err);
 int agsx_cmd_not_yet(struct agsx_ctx *, const struct agsx_command *, int, char **);
-
-/* ---- the supervisor's control protocol ----
- * `agsx kill` and `agsx update` change the record, then send the
- * supervisor AGSX_SIG_CONTROL (pidfd, checked against the record's start
- * time) with a value (SI_QUEUE) that says what: a stop needs no fd, so a
- * supervisor whose fds are all taken still obeys it; an update makes it
- * reread the record (retried until it can). A plain signal (no value)
- * rereads the record. A stop takes AGSX_STOP_GRACE_SEC (SIGTERM, then
- * SIGKILL) plus the teardown; `agsx kill` escalates after that. */
-#define AGSX_SIG_CONTROL (SIGRTMIN)
-enum { AGSX_CONTROL_RELOAD = 1, AGSX_CONTROL_STOP = 2 };
-#define AGSX_STOP_GRACE_SEC 2
 
 #endif

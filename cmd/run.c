@@ -1,29 +1,20 @@
-/* agsx run: a command in a new sandbox, in the foreground. */
+/* agsx run: a command in a new sandbox, in the foreground or detached.
+ * Options become an agsx_run_spec; the lifecycle (src/sandbox/lifecycle.h)
+ * does the rest. Here: the terminal, timing lines, the documents printed,
+ * the exit code. */
 #include "config.h"
 
 #include "cmd.h"
 #include "io.h"
-#include "net/net.h"
-#include "net/network.h"
 #include "image/registry/registry.h"
+#include "net/netspec.h"
 #include "net/relay.h"
-#include "sandbox/sandbox.h"
+#include "sandbox/lifecycle.h"
 #include "state/state.h"
-#include "image/store.h"
+#include "util/json.h"
 
-#include <ctype.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
 #include <string.h>
-#include <sys/ioctl.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
-#include <sys/timerfd.h>
-#include <termios.h>
-
-#define GRACE_SEC AGSX_STOP_GRACE_SEC /* SIGTERM → SIGKILL at the deadline */
-#define DEFAULT_TIMEOUT_SEC 300
 
 struct run_opts {
   bool rm, interactive, tty, json, read_only, timing, detach;
@@ -157,11 +148,7 @@ static int on_run_opt(void *data, int id, const char *v) {
     o->workdir = v;
     return 0;
   case O_HOSTNAME:
-    /* RFC 1123 labels: letters, digits and inner hyphens. */
-    for (const char *q = v; *q; q++)
-      if (!(isalnum((unsigned char)*q) || *q == '-' || *q == '.'))
-        return agsx_failf("run: invalid hostname `%s`", v), -1;
-    if (*v == '\0' || *v == '-' || *v == '.' || strlen(v) > 64)
+    if (!agsx_hostname_is_valid(v))
       return agsx_failf("run: invalid hostname `%s`", v), -1;
     o->hostname = v;
     return 0;
@@ -203,468 +190,10 @@ static int on_run_opt(void *data, int id, const char *v) {
   return 0;
 }
 
-/* ---- the image and the sandbox configuration --------------------------------------------- */
+/* ---- the foreground: terminal, timing, the result ---------------------------------------- */
 
-static char **strv_concat(char **a, char **b) {
-  size_t na = agsx_strv_len(a), nb = agsx_strv_len(b);
-  char **v = xzalloc((na + nb + 1) * sizeof(char *));
-  for (size_t i = 0; i < na; i++)
-    v[i] = xstrdup(a[i]);
-  for (size_t i = 0; i < nb; i++)
-    v[na + i] = xstrdup(b[i]);
-  return v;
-}
-
-struct prepared {
-  const char *image_name;
-  struct agsx_store *store;
-  struct agsx_image_info info;
-  char **argv, **env;
-  struct agsx_seccomp_bpf bpf;
-  char hostname[65];
-};
-
-static int prepare_image(struct agsx_ctx *ctx, const char *image, const char *pull,
-                         struct prepared *p, struct agsx_sandbox_config *cfg, agsx_error_t *err) {
-  if (strcmp(image, "host") == 0) {
-    cfg->host_image = true;
-    return 0;
-  }
-  enum agsx_pull_policy policy;
-  if (pull ? agsx_pull_policy_parse(pull, &policy, err) : agsx_pull_policy_default(&policy, err))
-    return -1;
-  if (policy == AGSX_PULL_ALWAYS && agsx_cmd_pull_quietly(ctx, image, err) < 0)
-    return -1;
-  int r = agsx_store_open(ctx->root, false, &p->store, err);
-  if (r == 0)
-    r = agsx_store_prepare_image(p->store, image, &p->info, err);
-  if (r < 0 && agsx_error_errno(err) == ENOENT) {
-    /* Not here: pulled like Docker's `run` does, unless told not to. */
-    agsx_error_free(err);
-    if (policy == AGSX_PULL_NEVER)
-      return agsx_error_set_quiet(err, ENOENT, "image `%s` not found (and --pull never)", image);
-    if (agsx_cmd_pull_quietly(ctx, image, err) < 0)
-      return -1;
-    agsx_store_free(p->store);
-    p->store = NULL;
-    r = agsx_store_open(ctx->root, false, &p->store, err);
-    if (r == 0)
-      r = agsx_store_prepare_image(p->store, image, &p->info, err);
-  }
-  if (r < 0)
-    return -1;
-  cfg->layers = p->info.layer_paths;
-  cfg->n_layers = p->info.n_layers;
-  return 0;
-}
-
-static int build_config(struct run_opts *o, char **cmd, struct prepared *p,
-                        struct agsx_sandbox_config *cfg, agsx_error_t *err) {
-  const struct agsx_image_config *ic = &p->info.config;
-  char **tail = agsx_strv_len(cmd) ? cmd : ic->cmd;
-  p->argv = strv_concat(ic->entrypoint, tail);
-  if (cfg->host_image && agsx_strv_len(p->argv) == 0)
-    p->argv = strv_concat((char *[]){"/bin/sh", NULL}, NULL);
-  if (agsx_strv_len(p->argv) == 0)
-    return agsx_error_set(err, 0, "no command given and the image has no Cmd or Entrypoint");
-  p->env = strv_concat(ic->env, o->env);
-  cfg->argv = p->argv;
-  cfg->env = p->env;
-  cfg->cwd = o->workdir ? o->workdir : (ic->working_dir && *ic->working_dir ? ic->working_dir : "/");
-  cfg->user = o->user ? o->user : ic->user;
-  if (o->hostname && strlen(o->hostname) > 64)
-    return agsx_error_set(err, 0, "hostname `%s` is longer than 64 characters", o->hostname);
-  snprintf(p->hostname, sizeof(p->hostname), "%s",
-           o->hostname ? o->hostname : (o->name ? o->name : cfg->id));
-  if (!o->hostname && !o->name)
-    p->hostname[12] = '\0';
-  cfg->hostname = p->hostname;
-  cfg->read_only = o->read_only;
-  cfg->disk = o->disk ? o->disk : AGSX_DEFAULT_DISK;
-  cfg->binds = o->binds;
-  cfg->n_binds = o->n_binds;
-  cfg->tty = o->tty;
-  cfg->limits.memory = o->memory;
-  cfg->limits.pids = o->pids;
-  if (o->pids == 0 && agsx_sandbox_default_pids(&cfg->limits.pids, err) < 0)
-    return -1;
-  if (o->cpus > 0) {
-    cfg->limits.cpu_period_us = AGSX_CGROUP_CPU_PERIOD_US;
-    cfg->limits.cpu_quota_us = (uint64_t)(o->cpus * AGSX_CGROUP_CPU_PERIOD_US);
-  }
-  cfg->timing = o->timing;
-  cfg->name = o->name;
-  return 0;
-}
-
-static int prepare_seccomp(struct agsx_ctx *ctx, struct run_opts *o, struct prepared *p,
-                           struct agsx_sandbox_config *cfg, agsx_error_t *err) {
-  if (o->seccomp && strcmp(o->seccomp, "unconfined") == 0)
-    return 0;
-  _cleanup_free_ char *json = NULL;
-  size_t len = 0;
-  if (o->seccomp &&
-      agsx_read_file_at(AT_FDCWD, o->seccomp, AGSX_SECCOMP_JSON_MAX, &json, &len, err) < 0)
-    return agsx_error_wrap(err, "seccomp profile");
-  /* (compile errors already name the profile) */
-  _cleanup_free_ char *cache = xasprintf("%s/cache", ctx->state);
-  if (agsx_mkdir_p(ctx->state, 0711, err) < 0 ||
-      agsx_seccomp_load_cached(cache, json, len, &p->bpf, err) < 0)
-    return -1;
-  cfg->seccomp = &p->bpf;
-  return 0;
-}
-
-/* ---- the foreground: terminal, output, deadline, signals ------------------------------------ */
-
-/* ---- supervision: the deadline, stop requests, the record -------------------------------------
- * The caller of a foreground run supervises its sandbox; `run -d` forks a
- * detached supervisor that does the same without a terminal. */
-
-struct sup {
-  struct agsx_ctx *ctx;
-  struct run_opts *o;
-  struct prepared *p;
-  struct agsx_sandbox_config *cfg;
-  struct agsx_sandbox *sb;
-  struct agsx_net_attach *net;
-  struct agsx_relay *relay; /* published ports, or NULL */
-  struct agsx_relay *dns;   /* the DNS relay (public, vpc), or NULL */
-  struct pollfd *pfd;       /* supervise()'s, grown with the relays */
-  size_t pfd_cap;
-  int sigfd, timerfd;
-  struct agsx_output out[2];
-  bool detached, handed_off;
-  struct agsx_term term;
-  bool stopping, killed, recorded;
-  bool reload_pending; /* an update's record could not be read yet */
-  enum agsx_stop_reason stop_reason;
-  int64_t started, deadline; /* deadline: seconds, as recorded (rounded up) */
-  int64_t deadline_ns;       /* the timer's: exact */
-};
-
-static void arm_deadline(struct sup *f) {
-  int64_t ns = f->deadline_ns > 0 ? f->deadline_ns : 1;
-  struct itimerspec its = {
-      .it_value = {.tv_sec = (time_t)(ns / 1000000000LL), .tv_nsec = (long)(ns % 1000000000LL)}};
-  timerfd_settime(f->timerfd, TFD_TIMER_ABSTIME, &its, NULL);
-}
-
-/* SIGTERM to every process of the sandbox, then a short grace. */
-static void begin_stop(struct sup *f, enum agsx_stop_reason reason) {
-  if (f->stopping)
-    return;
-  f->stopping = true;
-  f->stop_reason = reason;
-  agsx_sandbox_signal(f->sb, SIGTERM);
-  struct itimerspec its = {.it_value = {.tv_sec = GRACE_SEC}};
-  timerfd_settime(f->timerfd, 0, &its, NULL);
-}
-
-static void on_deadline(struct sup *f) {
-  uint64_t ticks;
-  if (read(f->timerfd, &ticks, sizeof(ticks)) < 0)
-    return;
-  if (!f->stopping) {
-    begin_stop(f, AGSX_STOP_TIMEOUT);
-  } else if (!f->killed) {
-    f->killed = true;
-    agsx_sandbox_kill(f->sb);
-  }
-}
-
-/* `agsx update` and `agsx kill` change the record, then signal us (see
- * AGSX_SIG_CONTROL). Reading the record takes fds: when that fails the
- * supervise loop tries again shortly. */
-static void on_control(struct sup *f) {
-  agsx_error_t err = NULL;
-  struct agsx_record r;
-  f->reload_pending = false;
-  if (agsx_record_read(f->sb->statefd, f->sb->id, &r, &err) < 0) {
-    f->reload_pending = agsx_error_errno(&err) == EMFILE || agsx_error_errno(&err) == ENFILE ||
-                        agsx_error_errno(&err) == ENOMEM;
-    agsx_error_free(&err);
-    return;
-  }
-  if (r.stop_request)
-    begin_stop(f, AGSX_STOP_KILLED);
-  else if (!f->stopping && r.deadline != f->deadline) {
-    f->deadline = r.deadline;
-    f->deadline_ns = r.deadline_ns ? r.deadline_ns : r.deadline * 1000000000LL;
-    arm_deadline(f);
-  }
-  agsx_record_clear(&r);
-}
-
-#define SIG_CONTROL AGSX_SIG_CONTROL
-#define RELOAD_RETRY_MS 100
-
-static void on_signal(struct sup *f) {
-  struct signalfd_siginfo si;
-  if (read(f->sigfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
-    return;
-  int sig = (int)si.ssi_signo;
-  if (sig == SIG_CONTROL && si.ssi_code == SI_QUEUE && si.ssi_int == AGSX_CONTROL_STOP)
-    begin_stop(f, AGSX_STOP_KILLED); /* no fd needed */
-  else if (sig == SIG_CONTROL)
-    on_control(f);
-  else if (sig == SIGWINCH)
-    agsx_term_winsize(f->sb->pty_master);
-  else if (f->detached && sig == SIGTERM)
-    begin_stop(f, AGSX_STOP_KILLED);
-  else if (!f->detached)
-    agsx_sandbox_signal(f->sb, sig);
-}
-
-/* The ruleset changed: a sandbox whose rules went is cut off its network
- * (fail closed); one that cannot be cut off is stopped. */
-static void on_firewall(struct sup *f) {
-  agsx_error_t err = NULL;
-  _cleanup_free_ char *cut = NULL;
-  if (agsx_net_attach_watch(f->net, &cut, &err) < 0) {
-    if (!f->detached)
-      agsx_warn("sandbox %.12s: %s: stopping it", f->sb->id, err->msg);
-    agsx_error_free(&err);
-    begin_stop(f, AGSX_STOP_ERROR);
-  } else if (cut && !f->detached) {
-    agsx_warn("sandbox %.12s: %s", f->sb->id, cut);
-  }
-}
-
-/* The supervisor's fixed fds, then the relay's. */
-enum { P_SYNC, P_SIG, P_TIMER, P_OUT, P_ERR, P_MASTER, P_STDIN, P_FIREWALL, P_FIXED };
-
-static struct pollfd *poll_array(struct sup *f, size_t n) {
-  if (n > f->pfd_cap) {
-    f->pfd_cap = n + n / 2;
-    f->pfd = xrealloc(f->pfd, f->pfd_cap * sizeof(*f->pfd));
-  }
-  return f->pfd;
-}
-
-/* The earlier of two poll timeouts (-1: none). */
-static int min_timeout(int a, int b) { return a < 0 ? b : b < 0 ? a : a < b ? a : b; }
-
-/* The relays' share of the fds: the soft limit is raised as far as they
- * could use (after the start: the sandbox keeps the caller's limits), and
- * what is left after AGSX_RELAY_FD_RESERVE (the record, the teardown) is
- * split, the DNS relay getting at most half when ports are published too,
- * so neither can starve the other or the supervisor. */
-static void budget_relays(struct sup *f) {
-  size_t need_p = agsx_relay_fd_need(f->relay), need_d = agsx_relay_fd_need(f->dns);
-  agsx_relay_fd_limit_raise(need_p + need_d + AGSX_RELAY_FD_RESERVE);
-  size_t room = agsx_relay_fd_headroom(AGSX_RELAY_FD_RESERVE);
-  size_t d = f->relay ? room / 2 : room;
-  d = d < need_d ? d : need_d;
-  if (f->dns)
-    agsx_relay_set_fd_budget(f->dns, d);
-  if (f->relay)
-    agsx_relay_set_fd_budget(f->relay, room - d);
-}
-
-/* Runs until the command ends; returns 0 or -1 (err set). One poll loop
- * carries the command's events, signals, the deadline, output and the
- * published ports' relay: nothing in it blocks. */
-static int supervise(struct sup *f, agsx_error_t *err) {
-  struct agsx_sandbox *sb = f->sb;
-  int stdin_closed = !(f->o->interactive && sb->pty_master >= 0);
-  int master_closed = sb->pty_master < 0;
-  for (;;) {
-    struct pollfd *p =
-        poll_array(f, P_FIXED + agsx_relay_nfds(f->relay) + agsx_relay_nfds(f->dns));
-    p[P_SYNC] = (struct pollfd){.fd = sb->sync, .events = POLLIN};
-    p[P_SIG] = (struct pollfd){.fd = f->sigfd, .events = POLLIN};
-    p[P_TIMER] = (struct pollfd){.fd = f->timerfd, .events = POLLIN};
-    p[P_OUT] = (struct pollfd){.fd = f->out[0].fd, .events = POLLIN};
-    p[P_ERR] = (struct pollfd){.fd = f->out[1].fd, .events = POLLIN};
-    p[P_MASTER] = (struct pollfd){.fd = master_closed ? -1 : sb->pty_master, .events = POLLIN};
-    p[P_STDIN] = (struct pollfd){.fd = stdin_closed ? -1 : STDIN_FILENO, .events = POLLIN};
-    p[P_FIREWALL] = (struct pollfd){.fd = f->net ? f->net->watch_fd : -1, .events = POLLIN};
-    size_t nr = agsx_relay_fill(f->relay, p + P_FIXED);
-    size_t nd = agsx_relay_fill(f->dns, p + P_FIXED + nr);
-    int ms = min_timeout(agsx_relay_timeout_ms(f->relay), agsx_relay_timeout_ms(f->dns));
-    if (poll(p, P_FIXED + nr + nd, min_timeout(ms, f->reload_pending ? RELOAD_RETRY_MS : -1)) < 0) {
-      if (errno == EINTR)
-        continue;
-      return agsx_error_set(err, errno, "poll");
-    }
-    agsx_relay_dispatch(f->relay, p + P_FIXED, nr);
-    agsx_relay_dispatch(f->dns, p + P_FIXED + nr, nd);
-    if (f->reload_pending)
-      on_control(f);
-    if (p[P_SIG].revents)
-      on_signal(f);
-    if (p[P_TIMER].revents)
-      on_deadline(f);
-    if (p[P_FIREWALL].revents)
-      on_firewall(f);
-    for (int i = 0; i < 2; i++)
-      if (p[P_OUT + i].revents)
-        agsx_output_read(&f->out[i]);
-    if (p[P_MASTER].revents)
-      agsx_copy_fd(sb->pty_master, STDOUT_FILENO, &master_closed);
-    if (p[P_STDIN].revents)
-      agsx_copy_fd(STDIN_FILENO, sb->pty_master, &stdin_closed);
-    if (p[P_SYNC].revents) {
-      int r = agsx_sandbox_handle_event(sb, err);
-      if (r < 0)
-        return -1;
-      if (r == 1)
-        break;
-    }
-  }
-  /* Drain what the command wrote before it ended. */
-  for (int i = 0; i < 2; i++)
-    agsx_output_drain(&f->out[i]);
-  while (!master_closed) {
-    struct pollfd p = {.fd = sb->pty_master, .events = POLLIN};
-    if (poll(&p, 1, 50) <= 0)
-      break;
-    agsx_copy_fd(sb->pty_master, STDOUT_FILENO, &master_closed);
-  }
-  return 0;
-}
-
-static int setup_signals(struct sup *f, agsx_error_t *err) {
-  sigset_t set;
-  sigemptyset(&set);
-  int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIG_CONTROL};
-  for (size_t i = 0; i < AGSX_ARRAY_SIZE(sigs); i++)
-    sigaddset(&set, sigs[i]);
-  sigprocmask(SIG_BLOCK, &set, NULL);
-  f->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-  f->timerfd = timerfd_create(CLOCK_REALTIME, TFD_CLOEXEC | TFD_NONBLOCK);
-  if (f->sigfd < 0 || f->timerfd < 0)
-    return agsx_error_set(err, errno, "signalfd/timerfd");
-  return 0;
-}
-
-/* The command's stdio: the caller's (stdin only with -i), pipes with --json,
- * /dev/null when detached. */
-static int setup_stdio(struct sup *f, int pipes[2][2], agsx_error_t *err) {
-  struct agsx_sandbox_config *cfg = f->cfg;
-  f->out[0].fd = f->out[1].fd = -1;
-  int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (devnull < 0)
-    return agsx_error_set(err, errno, "open /dev/null");
-  cfg->stdio[0] = f->o->interactive && !f->detached ? STDIN_FILENO : devnull;
-  cfg->stdio[1] = f->detached ? devnull : STDOUT_FILENO;
-  cfg->stdio[2] = f->detached ? devnull : STDERR_FILENO;
-  if (!f->o->json || f->detached)
-    return 0;
-  for (int i = 0; i < 2; i++) {
-    if (pipe2(pipes[i], O_CLOEXEC) < 0)
-      return agsx_error_set(err, errno, "pipe");
-    cfg->stdio[1 + i] = pipes[i][1];
-    f->out[i].fd = pipes[i][0];
-    fcntl(pipes[i][0], F_SETFL, O_NONBLOCK);
-  }
-  return 0;
-}
-
-static void fill_record(struct sup *f, struct agsx_record *r) {
-  const struct agsx_sandbox_config *cfg = f->cfg;
-  memset(r, 0, sizeof(*r));
-  memcpy(r->id, f->sb->id, sizeof(r->id));
-  r->name = f->o->name ? xstrdup(f->o->name) : NULL;
-  r->image = xstrdup(f->p->image_name);
-  r->image_digest = cfg->host_image ? NULL : xstrdup(f->p->info.img.manifest.digest);
-  r->status = AGSX_STATUS_RUNNING;
-  r->exit_code = -1;
-  r->created = r->started = agsx_now_ns() / 1000000000LL;
-  r->timeout = f->o->timeout ? f->o->timeout : DEFAULT_TIMEOUT_SEC;
-  r->deadline = f->deadline;
-  r->deadline_ns = f->deadline_ns;
-  agsx_proc_ref_self(&r->supervisor);
-  r->init.pid = f->sb->init_pid;
-  r->init.start_time = agsx_proc_start_time(f->sb->init_pid);
-  r->network = xstrdup(f->o->network ? f->o->network : "internal");
-  if (f->net && f->net->addr) {
-    char a[16];
-    r->address = xstrdup(agsx_ipv4_format(f->net->addr, a));
-  }
-  if (f->o->n_ports) {
-    r->ports = xmalloc(f->o->n_ports * sizeof(*r->ports));
-    memcpy(r->ports, f->o->ports, f->o->n_ports * sizeof(*r->ports));
-    r->n_ports = f->o->n_ports;
-  }
-  r->memory = cfg->limits.memory;
-  r->pids = cfg->limits.pids;
-  r->disk = cfg->disk;
-  r->cpu_quota_us = cfg->limits.cpu_quota_us;
-  r->slot = f->sb->ids.slot;
-  r->uid_base = f->sb->ids.base;
-  r->argv = strv_concat(cfg->argv, NULL);
-  r->env = strv_concat(cfg->env, NULL);
-  r->user = cfg->user ? xstrdup(cfg->user) : NULL;
-  r->cwd = xstrdup(cfg->cwd);
-  r->hostname = xstrdup(cfg->hostname);
-  r->seccomp = xstrdup(f->o->seccomp ? f->o->seccomp : "default");
-  r->rm = f->o->rm;
-}
-
-static int write_start_record(struct sup *f, agsx_error_t *err) {
-  struct agsx_record r;
-  fill_record(f, &r);
-  _cleanup_close_ int lock = agsx_record_lock(f->sb->statefd, f->sb->id, err);
-  int ret = lock < 0 ? -1 : agsx_record_write(f->sb->statefd, &r, err);
-  agsx_record_clear(&r);
-  return ret;
-}
-
-/* The end, in the record (or the record removed with --rm). */
-static void write_end_record(struct sup *f) {
-  agsx_error_t err = NULL;
-  struct agsx_sandbox *sb = f->sb;
-  if (sb->statefd < 0)
-    return;
-  /* A sandbox that never started has no record: the caller got the error.
-   * With --rm the record goes at once, unless `agsx wait` waits for it: it
-   * gets the end first (see agsx_state_wait). */
-  if (!f->recorded || (f->o->rm && !agsx_state_has_waiters(sb->dirfd))) {
-    if (agsx_sandbox_remove_record(sb, &err) < 0)
-      agsx_warn("%s", err->msg);
-    agsx_error_free(&err);
-    return;
-  }
-  {
-    _cleanup_close_ int lock = agsx_record_lock(sb->statefd, sb->id, &err);
-    struct agsx_record r;
-    if (lock < 0 || agsx_record_read(sb->statefd, sb->id, &r, &err) < 0) {
-      agsx_error_free(&err);
-      fill_record(f, &r);
-    }
-    r.status = AGSX_STATUS_EXITED;
-    free(r.stop_reason);
-    r.stop_reason = xstrdup(agsx_stop_reason_name(sb->reason));
-    r.exit_code = sb->exit_code;
-    r.ended = agsx_now_ns() / 1000000000LL;
-    if (agsx_record_write(sb->statefd, &r, &err) < 0)
-      agsx_warn("%s", err->msg);
-    agsx_error_free(&err);
-    agsx_record_clear(&r);
-  }
-  if (f->o->rm) {
-    agsx_state_await_waiters(sb->dirfd);
-    if (agsx_sandbox_remove_record(sb, &err) < 0)
-      agsx_warn("%s", err->msg);
-    agsx_error_free(&err);
-  }
-}
-
-static void print_json(struct sup *f, const char *error, int exit_code) {
-  struct agsx_sandbox *sb = f->sb;
-  struct agsx_result r = {
-      .exit_code = exit_code,
-      .out = f->out,
-      .duration_ms = (agsx_mono_ns() - f->started) / 1000000,
-      .stop_reason = sb ? agsx_stop_reason_name(sb->reason) : "error",
-      .signal = sb ? sb->term_signal : 0,
-      .id = sb ? sb->id : NULL,
-      .name = f->o->name,
-      .error = error,
-  };
-  agsx_print_result(&r);
+static int pull_image(void *data, const char *image, agsx_error_t *err) {
+  return agsx_cmd_pull_quietly(data, image, err);
 }
 
 static void print_timing(const struct agsx_sandbox *sb, int64_t prep_ns, int64_t total_ns) {
@@ -674,214 +203,73 @@ static void print_timing(const struct agsx_sandbox *sb, int64_t prep_ns, int64_t
   fprintf(stderr, ", total %.3f ms\n", (double)total_ns / 1e6);
 }
 
-/* Binds the published ports on the host before the sandbox exists: a port
- * in use refuses the start with nothing made. Connections wait in the
- * listen queue until the supervisor's loop runs. */
-static int open_ports(struct sup *f, agsx_error_t *err) {
-  if (f->o->n_ports == 0)
-    return 0;
-  f->relay = agsx_relay_new(err);
-  if (f->relay == NULL)
-    return -1;
-  for (size_t i = 0; i < f->o->n_ports; i++) {
-    struct agsx_port *p = &f->o->ports[i];
-    struct sockaddr_storage target;
-    agsx_sockaddr_from_ip("127.0.0.1", p->port, &target);
-    if (agsx_relay_listen(f->relay, p->proto, -1, &p->host, AGSX_RELAY_NS_LATER, &target,
-                          &p->host, err) < 0)
-      return -1;
-  }
-  return 0;
+struct foreground {
+  const struct run_opts *o;
+  int64_t t0;
+  struct agsx_term term;
+};
+
+static void on_started(void *data, struct agsx_lifecycle *lc) {
+  struct foreground *g = data;
+  if (g->o->timing)
+    print_timing(agsx_lifecycle_sandbox(lc), agsx_lifecycle_prepare_ns(lc), agsx_mono_ns() - g->t0);
+  /* Raw only with -i: without it ^C must stay a signal to agsx, which
+   * forwards it (as Docker does). */
+  if (g->o->tty && g->o->interactive)
+    agsx_term_raw(&g->term);
 }
 
-/* Starts the sandbox and writes its record. READY_FD (detached) gets the id
- * or the error once the command runs. */
-/* Public and vpc sandboxes resolve names through 127.0.0.11:53 in their
- * own namespace, relayed by the supervisor to the host's name server from
- * the host's namespace: it works when the host's resolver listens on
- * 127.0.0.53, and the sandbox needs no way to the host. */
-static int open_dns(void *data, int netns, agsx_error_t *err) {
-  struct sup *f = data;
-  return agsx_net_dns_listen(&f->dns, netns, err);
+static void on_ended(void *data, struct agsx_lifecycle *lc) {
+  struct foreground *g = data;
+  (void)lc;
+  agsx_term_restore(&g->term);
 }
 
-static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
-  f->deadline_ns = agsx_now_ns() +
-                   (int64_t)(f->o->timeout ? f->o->timeout : DEFAULT_TIMEOUT_SEC) * 1000000000LL;
-  f->deadline = (f->deadline_ns + 500000000LL) / 1000000000LL;
-  if (setup_signals(f, err) < 0 || setup_stdio(f, pipes, err) < 0 || open_ports(f, err) < 0)
-    return -1;
-  arm_deadline(f);
-  f->cfg->state_dir = f->ctx->state;
-  if (f->net) {
-    f->cfg->on_netns = open_dns;
-    f->cfg->on_netns_data = f;
-  }
-  /* The terminal's size is set before the command starts: a command that
-   * asks at once must not see 0x0. */
-  if (f->o->tty && ioctl(STDIN_FILENO, TIOCGWINSZ, &f->cfg->winsize) == 0)
-    f->cfg->has_winsize = true;
-  int r = agsx_sandbox_start(f->cfg, &f->sb, err);
-  for (int i = 0; i < 2; i++)
-    agsx_closep(&pipes[i][1]);
-  if (r < 0)
-    return -1;
-  if (f->relay && agsx_relay_set_connect_ns(f->relay, f->sb->netns, err) < 0)
-    return -1;
-  budget_relays(f);
-  if (write_start_record(f, err) < 0)
-    return -1;
-  f->recorded = true;
-  return 0;
-}
-
-/* Tears down; returns the exit code for the caller. */
-static int finish(struct sup *f, agsx_error_t *err) {
-  /* The host ports are free as soon as the sandbox ends. */
-  agsx_relay_free(f->relay);
-  f->relay = NULL;
-  agsx_relay_free(f->dns);
-  f->dns = NULL;
-  int code = f->sb ? f->sb->exit_code : 125;
-  if (f->sb == NULL)
-    return code;
-  if (f->stopping)
-    f->sb->reason = f->stop_reason;
-  int64_t td = agsx_mono_ns();
-  agsx_error_t derr = NULL;
-  if (agsx_sandbox_destroy(f->sb, &derr) < 0 && *err == NULL)
-    *err = derr;
-  else
-    agsx_error_free(&derr);
-  /* The namespace, and the veth with it, went with the sandbox. */
-  if (f->net)
-    agsx_net_attach_end(f->net);
-  write_end_record(f);
-  if (f->o->timing && !f->detached)
-    dprintf(STDERR_FILENO, "agsx: timing: teardown %.3f ms\n", (double)(agsx_mono_ns() - td) / 1e6);
-  return *err ? (f->sb->exited ? f->sb->exit_code : 125) : f->sb->exit_code;
-}
-
-static void sup_clear(struct sup *f) {
-  agsx_relay_free(f->relay);
-  f->relay = NULL;
-  agsx_relay_free(f->dns);
-  f->dns = NULL;
-  free(f->pfd);
-  agsx_closep(&f->sigfd);
-  agsx_closep(&f->timerfd);
-  for (int i = 0; i < 2; i++)
-    agsx_output_clear(&f->out[i]);
-  agsx_sandbox_free(f->sb);
-}
-
-static int run_foreground(struct sup *f, int64_t t0) {
+static int run_foreground(struct agsx_lifecycle *lc, const struct run_opts *o, int64_t t0) {
   agsx_error_t err = NULL;
-  int pipes[2][2] = {{-1, -1}, {-1, -1}};
-  int64_t prep = agsx_mono_ns() - t0;
-  if (start(f, pipes, &err) == 0) {
-    if (f->o->timing)
-      print_timing(f->sb, prep, agsx_mono_ns() - t0);
-    /* Raw only with -i: without it ^C must stay a signal to agsx, which
-     * forwards it (as Docker does). */
-    if (f->o->tty && f->o->interactive)
-      agsx_term_raw(&f->term);
-    supervise(f, &err);
-  }
-  agsx_term_restore(&f->term);
-  int code = finish(f, &err);
-  if (f->sb && f->sb->reason == AGSX_STOP_OOM && !f->o->json)
-    dprintf(STDERR_FILENO, "agsx: sandbox %.12s: out of memory: killed\n", f->sb->id);
-  if (f->sb && f->sb->reason == AGSX_STOP_TIMEOUT && !f->o->json)
-    dprintf(STDERR_FILENO, "agsx: sandbox %.12s: deadline reached: stopped\n", f->sb->id);
-  if (f->o->json)
-    print_json(f, err ? err->msg : NULL, code);
-  else if (err)
+  struct foreground g = {.o = o, .t0 = t0};
+  struct agsx_run_hooks hooks = {on_started, on_ended, &g};
+  int code = agsx_lifecycle_run(lc, &hooks, &err);
+  const struct agsx_sandbox *sb = agsx_lifecycle_sandbox(lc);
+  if (sb && o->timing)
+    dprintf(STDERR_FILENO, "agsx: timing: teardown %.3f ms\n",
+            (double)agsx_lifecycle_teardown_ns(lc) / 1e6);
+  if (sb && sb->reason == AGSX_STOP_OOM && !o->json)
+    dprintf(STDERR_FILENO, "agsx: sandbox %.12s: out of memory: killed\n", sb->id);
+  if (sb && sb->reason == AGSX_STOP_TIMEOUT && !o->json)
+    dprintf(STDERR_FILENO, "agsx: sandbox %.12s: deadline reached: stopped\n", sb->id);
+  if (o->json) {
+    size_t len;
+    _cleanup_free_ char *s = agsx_lifecycle_result_json(lc, code, err ? err->msg : NULL, &len);
+    fwrite(s, 1, len, stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+  } else if (err) {
     agsx_failf("%s", err->msg);
+  }
   agsx_error_free(&err);
-  sup_clear(f);
   return code;
 }
 
-/* run -d: the supervisor detaches into its own session and reports back
- * through a pipe once the command runs (or why it could not start). */
-static _Noreturn void detached_supervisor(struct sup *f, int report) {
+/* run -d: prints the id once the command runs. */
+static int run_detached(struct agsx_lifecycle *lc, const struct run_opts *o) {
   agsx_error_t err = NULL;
-  int pipes[2][2] = {{-1, -1}, {-1, -1}};
-  setsid();
-  int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (devnull >= 0)
-    for (int i = 0; i < 3; i++)
-      dup2(devnull, i);
-  int r = start(f, pipes, &err);
-  struct agsx_msg_small {
-    int ok;
-    char text[1024];
-  } m = {.ok = r == 0};
-  snprintf(m.text, sizeof(m.text), "%s", r == 0 ? f->sb->id : err->msg);
-  if (write(report, &m, sizeof(m)) < 0) {
-  }
-  close(report);
-  if (r == 0)
-    supervise(f, &err);
-  finish(f, &err);
-  agsx_error_free(&err);
-  sup_clear(f);
-  _exit(0);
-}
-
-static int run_detached(struct sup *f, struct agsx_run_started *ret) {
-  int pfd[2];
-  if (pipe2(pfd, O_CLOEXEC) < 0)
-    return agsx_failf("pipe: %s", strerror(errno));
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid < 0)
-    return agsx_failf("fork the supervisor: %s", strerror(errno));
-  if (pid == 0) {
-    close(pfd[0]);
-    f->detached = true;
-    detached_supervisor(f, pfd[1]);
-  }
-  close(pfd[1]);
-  f->handed_off = true;
-  struct {
-    int ok;
-    char text[1024];
-  } m = {0};
-  ssize_t n = agsx_read_all(pfd[0], &m, sizeof(m));
-  close(pfd[0]);
-  if (n != (ssize_t)sizeof(m))
-    return agsx_failf("the sandbox supervisor died during start-up");
-  m.text[sizeof(m.text) - 1] = '\0';
-  if (!m.ok)
-    return agsx_failf("%s", m.text);
-  if (ret) {
-    snprintf(ret->id, sizeof(ret->id), "%.32s", m.text);
-    ret->supervisor = pid;
-    return 0;
-  }
-  if (f->o->json) {
+  struct agsx_run_started st;
+  if (agsx_lifecycle_detach(lc, &st, &err) < 0)
+    return agsx_fail(&err);
+  if (o->json) {
     _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
     yajl_gen_map_open(g);
-    agsx_json_kv_str(g, "id", m.text);
-    agsx_json_kv_str(g, "name", f->o->name);
+    agsx_json_kv_str(g, "id", st.id);
+    agsx_json_kv_str(g, "name", o->name);
     yajl_gen_map_close(g);
     size_t len;
     _cleanup_free_ char *s = agsx_json_gen_steal(g, &len);
     printf("%s\n", s);
   } else {
-    printf("%s\n", m.text);
+    printf("%s\n", st.id);
   }
   return 0;
-}
-
-static void prepared_clear(struct prepared *p) {
-  agsx_store_free(p->store);
-  agsx_image_info_clear(&p->info);
-  agsx_strv_free(p->argv);
-  agsx_strv_free(p->env);
-  agsx_seccomp_bpf_clear(&p->bpf);
 }
 
 static void run_opts_clear(struct run_opts *o) {
@@ -895,12 +283,9 @@ static void run_opts_clear(struct run_opts *o) {
   free(o->ports);
 }
 
-/* STARTED: called by another command (agsx browser), which gets the id
- * instead of printing it and always runs detached. */
-static int run_main(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv,
-                    struct agsx_run_started *started) {
+int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
   int64_t t0 = agsx_mono_ns();
-  struct run_opts o = {.json = ctx->json, .detach = started != NULL};
+  struct run_opts o = {.json = ctx->json};
   int i = agsx_parse_options(cmd, argc, argv, on_run_opt, &o);
   int code = AGSX_EXIT_FAILURE;
   if (i < 0)
@@ -917,54 +302,31 @@ static int run_main(struct agsx_ctx *ctx, const struct agsx_command *cmd, int ar
     agsx_failf("run: --detach runs without a terminal or stdin (use agsx exec -it later)");
     goto done;
   }
-  struct prepared p = {.image_name = argv[i]};
-  struct agsx_sandbox_config cfg = {.netns = -1, .sysfs = -1};
-  agsx_sandbox_new_id(cfg.id);
-  agsx_error_t err = NULL;
-  /* The network namespace is made by a helper meanwhile (see net.h); on
-   * public and vpc networks an address is leased for it first. */
-  struct agsx_netns_job job = {-1, -1};
-  struct agsx_net_attach net = AGSX_NET_ATTACH_INIT;
-  bool linked = o.net_mode != AGSX_NET_INTERNAL;
-  if (!linked && o.n_rules > 0) {
+  if (o.net_mode == AGSX_NET_INTERNAL && o.n_rules > 0) {
     agsx_failf("run: --allow, --deny and --rules are for vpc networks");
-    prepared_clear(&p);
     goto done;
   }
-  if ((linked && agsx_net_attach_begin(ctx->root, o.net_mode, o.net_name, o.rules, o.n_rules,
-                                       cfg.id, &net, &err) < 0) ||
-      agsx_net_prepare(&job, linked ? &net.link : NULL, &err) < 0 ||
-      prepare_image(ctx, argv[i], o.pull, &p, &cfg, &err) < 0 ||
-      build_config(&o, argv + i + 1, &p, &cfg, &err) < 0 ||
-      prepare_seccomp(ctx, &o, &p, &cfg, &err) < 0) {
-    agsx_net_job_cancel(&job);
+  struct agsx_run_spec spec = {
+      .root = ctx->root, .state = ctx->state, .image = argv[i], .cmd = argv + i + 1,
+      .pull = o.pull, .pull_image = pull_image, .pull_data = ctx,
+      .env = o.env, .user = o.user, .workdir = o.workdir, .hostname = o.hostname,
+      .name = o.name, .seccomp = o.seccomp, .binds = o.binds, .n_binds = o.n_binds,
+      .network = o.network, .rules = o.rules, .n_rules = o.n_rules,
+      .ports = o.ports, .n_ports = o.n_ports,
+      .timeout = o.timeout, .memory = o.memory, .pids = o.pids, .disk = o.disk, .cpus = o.cpus,
+      .read_only = o.read_only, .rm = o.rm, .timing = o.timing,
+      .interactive = o.interactive && !o.detach, .tty = o.tty, .capture = o.json && !o.detach,
+      .t0 = t0,
+  };
+  struct agsx_lifecycle *lc = NULL;
+  agsx_error_t err = NULL;
+  if (agsx_lifecycle_create(&spec, &lc, &err) < 0) {
     code = agsx_fail(&err);
-    agsx_net_attach_end(&net);
-  } else {
-    /* Collected by the sandbox's start, right before it is needed. */
-    cfg.netns_job = &job;
-    cfg.address = net.addr;
-    struct sup f = {.ctx = ctx, .o = &o, .p = &p, .cfg = &cfg, .sigfd = -1, .timerfd = -1,
-                    .started = t0, .out = {{.fd = -1}, {.fd = -1}}, .net = linked ? &net : NULL};
-    code = o.detach ? run_detached(&f, started) : run_foreground(&f, t0);
-    if (f.handed_off)
-      agsx_net_attach_disown(&net); /* the supervisor has it */
-    else
-      agsx_net_attach_end(&net);
+    goto done;
   }
-  agsx_net_job_cancel(&job);
-  prepared_clear(&p);
-  agsx_closep(&cfg.netns);
-  agsx_closep(&cfg.sysfs);
+  code = o.detach ? run_detached(lc, &o) : run_foreground(lc, &o, t0);
+  agsx_lifecycle_free(lc);
 done:
   run_opts_clear(&o);
   return code;
-}
-
-int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
-  return run_main(ctx, cmd, argc, argv, NULL);
-}
-
-int agsx_run_detached(struct agsx_ctx *ctx, int argc, char **argv, struct agsx_run_started *ret) {
-  return run_main(ctx, agsx_command_find("run"), argc, argv, ret);
 }

@@ -3,6 +3,7 @@
 
 #include "cmd.h"
 #include "net/network.h"
+#include "sandbox/control.h"
 #include "util/json.h"
 #include "state/state.h"
 #include "table.h"
@@ -11,7 +12,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/syscall.h>
 
 struct sflags {
   bool all, quiet, json, images, dry_run, no_trunc, force, no_stream;
@@ -98,36 +98,6 @@ static void record_row(struct agsx_table *t, const struct agsx_record *r, int64_
   agsx_table_add(t, cells);
 }
 
-/* Reads every record; a corrupt one is reported and removed. */
-static size_t load_records(int statefd, struct agsx_record **ret) {
-  agsx_error_t err = NULL;
-  _cleanup_strv_ char **ids = NULL;
-  *ret = NULL;
-  if (agsx_state_list(statefd, &ids, &err) < 0) {
-    agsx_warn("%s", err->msg);
-    agsx_error_free(&err);
-    return 0;
-  }
-  size_t n = 0, cap = agsx_strv_len(ids) + 1;
-  struct agsx_record *v = xzalloc(cap * sizeof(*v));
-  for (char **id = ids; *id; id++) {
-    _cleanup_free_ char *path = xasprintf("%s/state.json", *id);
-    if (faccessat(statefd, path, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
-      continue; /* still starting */
-    if (agsx_record_read(statefd, *id, &v[n], &err) == 0) {
-      n++;
-      continue;
-    }
-    agsx_warn("sandbox %.12s: corrupt record: sandbox stopped and record removed: %s", *id,
-              err->msg);
-    agsx_error_free(&err);
-    agsx_state_remove_corrupt(statefd, *id, &err);
-    agsx_error_free(&err);
-  }
-  *ret = v;
-  return n;
-}
-
 static int cmp_created(const void *a, const void *b) {
   const struct agsx_record *x = a, *y = b;
   return x->created < y->created ? -1 : x->created > y->created ? 1 : strcmp(x->id, y->id);
@@ -164,7 +134,7 @@ int agsx_cmd_ls(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
   agsx_state_reap_all(ctx->state, true, &reap_log);
   _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   struct agsx_record *v = NULL;
-  size_t n = statefd >= 0 ? load_records(statefd, &v) : 0;
+  size_t n = statefd >= 0 ? agsx_state_load(statefd, &v) : 0;
   qsort(v, n, sizeof(*v), cmp_created);
   int64_t now = agsx_now_ns() / 1000000000LL;
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
@@ -198,33 +168,6 @@ int agsx_cmd_ls(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
 
 /* ---- kill ------------------------------------------------------------------------------- */
 
-/* SIG through PIDFD, with VALUE (SI_QUEUE: the supervisor's control
- * protocol) unless it is 0. */
-static int pidfd_signal(int pidfd, int sig, int value) {
-  siginfo_t si;
-  memset(&si, 0, sizeof(si));
-  si.si_signo = sig;
-  si.si_code = SI_QUEUE;
-  si.si_pid = getpid();
-  si.si_uid = getuid();
-  si.si_value.sival_int = value;
-  return syscall(SYS_pidfd_send_signal, pidfd, sig, value ? &si : NULL, 0) < 0 ? -errno : 0;
-}
-
-/* SIG (and VALUE) to the process REF names: pidfd first, then the start
- * time check (the pidfd pins the process, so a recycled pid is never
- * signalled). */
-static int signal_ref_value(const struct agsx_proc_ref *ref, int sig, int value) {
-  _cleanup_close_ int fd = (int)syscall(SYS_pidfd_open, ref->pid, 0);
-  if (fd < 0 || !agsx_proc_ref_alive(ref))
-    return -ESRCH;
-  return pidfd_signal(fd, sig, value);
-}
-
-static int signal_ref(const struct agsx_proc_ref *ref, int sig) {
-  return signal_ref_value(ref, sig, 0);
-}
-
 static int parse_signal(const char *s) {
   static const struct {
     const char *name;
@@ -244,120 +187,6 @@ static int parse_signal(const char *s) {
   return -1;
 }
 
-/* Asks the supervisor to stop the sandbox; returns a pidfd of the
- * supervisor to wait on, or -1 when there is nothing to wait for. */
-static int request_stop(int statefd, const char *id, agsx_error_t *err) {
-  struct agsx_record r;
-  {
-    _cleanup_close_ int lock = agsx_record_lock(statefd, id, err);
-    if (lock < 0 || agsx_record_read(statefd, id, &r, err) < 0)
-      return -2;
-    if (r.status == AGSX_STATUS_EXITED) {
-      int code = r.exit_code;
-      agsx_record_clear(&r);
-      return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running (exited with %d)",
-                                  id, code),
-             -2;
-    }
-    r.stop_request = true;
-    if (agsx_record_write(statefd, &r, err) < 0) {
-      agsx_record_clear(&r);
-      return -2;
-    }
-  }
-  int fd = (int)syscall(SYS_pidfd_open, r.supervisor.pid, 0);
-  bool alive = fd >= 0 && agsx_proc_ref_alive(&r.supervisor);
-  agsx_record_clear(&r);
-  if (alive && pidfd_signal(fd, AGSX_SIG_CONTROL, AGSX_CONTROL_STOP) == 0)
-    return fd;
-  if (fd >= 0)
-    close(fd);
-  /* The supervisor is gone: reap it ourselves. */
-  return agsx_state_reap_one(statefd, id, NULL, err) < 0 ? -2 : -1;
-}
-
-/* A stop under way: the supervisor's pidfd, the sandbox. */
-struct stopping {
-  int pidfd;
-  char id[33];
-};
-
-/* Waits until MS pass or every supervisor of V has ended (its pidfd is then
- * set to -1 and closed); returns how many are left. */
-static size_t wait_supervisors(struct stopping *v, size_t n, int64_t ms) {
-  int64_t deadline = agsx_mono_ns() + ms * 1000000LL;
-  struct pollfd *p = xzalloc((n + 1) * sizeof(*p));
-  size_t left = 0;
-  for (;;) {
-    left = 0;
-    for (size_t i = 0; i < n; i++) {
-      p[i] = (struct pollfd){.fd = v[i].pidfd, .events = POLLIN};
-      left += v[i].pidfd >= 0;
-    }
-    int64_t wait_ms = (deadline - agsx_mono_ns()) / 1000000;
-    if (left == 0 || wait_ms <= 0)
-      break;
-    if (poll(p, n, (int)wait_ms) < 0 && errno != EINTR)
-      break;
-    for (size_t i = 0; i < n; i++)
-      if (p[i].fd >= 0 && p[i].revents)
-        agsx_closep(&v[i].pidfd);
-  }
-  free(p);
-  return left;
-}
-
-/* The escalation of a stop nobody answers: its supervisor is stuck (stopped,
- * out of resources). STAGE 0: SIGKILL to the sandbox's init, the end of its
- * pid namespace (a live supervisor notices and tears down as usual).
- * STAGE 1: SIGKILL to the supervisor, then the record is marked killed and
- * the cgroup removed as for a crashed supervisor (gc removes its network
- * lease). */
-static void escalate(int statefd, struct stopping *s, int stage) {
-  agsx_error_t err = NULL;
-  struct agsx_record r;
-  if (agsx_record_read(statefd, s->id, &r, &err) < 0) {
-    agsx_warn("sandbox %.12s: %s", s->id, err->msg);
-    agsx_error_free(&err);
-    return;
-  }
-  if (stage == 0) {
-    agsx_warn("sandbox %.12s: its supervisor does not answer: killing the sandbox", s->id);
-    signal_ref(&r.init, SIGKILL);
-  } else {
-    agsx_warn("sandbox %.12s: its supervisor is stuck: killing it", s->id);
-    pidfd_signal(s->pidfd, SIGKILL, 0);
-    if (wait_supervisors(s, 1, 2000) > 0)
-      goto out; /* unkillable for now (uninterruptible sleep): reported */
-    if (agsx_state_reap_one(statefd, s->id, &reap_log, &err) < 0) {
-      agsx_warn("sandbox %.12s: %s", s->id, err->msg);
-      agsx_error_free(&err);
-    }
-  }
-out:
-  agsx_record_clear(&r);
-}
-
-/* Waits for every supervisor in V to end (each stops its sandbox: SIGTERM,
- * the grace, SIGKILL, the teardown), all at once, escalating for the ones
- * that do not in a bounded time. */
-#define ANSWER_MS ((AGSX_STOP_GRACE_SEC + 2) * 1000) /* a stop and its teardown */
-#define STUCK_MS 5000                                  /* after the sandbox's SIGKILL */
-
-static int wait_stopped(int statefd, struct stopping *v, size_t n, agsx_error_t *err) {
-  for (int stage = 0; stage < 2; stage++) {
-    if (wait_supervisors(v, n, stage == 0 ? ANSWER_MS : STUCK_MS) == 0)
-      return 0;
-    for (size_t i = 0; i < n; i++)
-      if (v[i].pidfd >= 0)
-        escalate(statefd, &v[i], stage);
-  }
-  size_t left = wait_supervisors(v, n, 0);
-  if (left)
-    return agsx_error_set_quiet(err, ETIMEDOUT, "%zu sandbox(es) did not stop in time", left);
-  return 0;
-}
-
 static int signal_one(int statefd, const char *id, int sig, agsx_error_t *err) {
   struct agsx_record r;
   if (agsx_record_read(statefd, id, &r, err) < 0)
@@ -368,7 +197,7 @@ static int signal_one(int statefd, const char *id, int sig, agsx_error_t *err) {
                                r.exit_code);
   /* To the init: it forwards the signal to the command (SIGKILL, which it
    * cannot catch, ends the whole sandbox). */
-  else if (signal_ref(&r.init, sig) < 0)
+  else if (agsx_proc_ref_signal(&r.init, sig, 0) < 0)
     ret = agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running", id);
   agsx_record_clear(&r);
   return ret;
@@ -380,7 +209,7 @@ static int kill_targets(struct agsx_ctx *ctx, const struct sflags *f, char **nam
   if (f->signal && sig < 0)
     return agsx_failf("kill: unknown signal `%s`", f->signal);
   int rc = 0;
-  struct stopping *waits = xzalloc(((size_t)n + 1) * sizeof(*waits));
+  struct agsx_stopping *waits = xzalloc(((size_t)n + 1) * sizeof(*waits));
   size_t nwait = 0;
   for (int k = 0; k < n; k++) {
     agsx_error_t err = NULL;
@@ -396,8 +225,8 @@ static int kill_targets(struct agsx_ctx *ctx, const struct sflags *f, char **nam
         printf("%s\n", names[k]);
       continue;
     }
-    int fd = request_stop(statefd, id, &err);
-    if (fd == -2) {
+    int fd;
+    if (agsx_control_request_stop(statefd, id, &fd, &err) < 0) {
       rc = agsx_fail(&err);
       continue;
     }
@@ -408,7 +237,7 @@ static int kill_targets(struct agsx_ctx *ctx, const struct sflags *f, char **nam
     printf("%s\n", names[k]);
   }
   agsx_error_t err = NULL;
-  if (nwait && wait_stopped(statefd, waits, nwait, &err) < 0)
+  if (nwait && agsx_control_wait_stopped(statefd, waits, nwait, &reap_log, &err) < 0)
     rc = agsx_fail(&err);
   for (size_t k = 0; k < nwait; k++)
     agsx_closep(&waits[k].pidfd);
@@ -431,7 +260,7 @@ int agsx_cmd_kill(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc
   if (!f.all)
     return kill_targets(ctx, &f, argv + i, argc - i, statefd);
   struct agsx_record *v = NULL;
-  size_t n = load_records(statefd, &v);
+  size_t n = agsx_state_load(statefd, &v);
   char **names = xzalloc((n + 1) * sizeof(char *));
   int m = 0;
   for (size_t k = 0; k < n; k++)
@@ -536,8 +365,8 @@ int agsx_cmd_wait(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc
 /* rm -f of a running sandbox: stop it as kill does and wait for its end. */
 #define RM_STOP_TIMEOUT_MS 15000
 static int stop_for_rm(int statefd, const char *id, agsx_error_t *err) {
-  int fd = request_stop(statefd, id, err);
-  if (fd == -2) {
+  int fd;
+  if (agsx_control_request_stop(statefd, id, &fd, err) < 0) {
     if (agsx_error_errno(err) != ESRCH)
       return -1;
     agsx_error_free(err); /* it ended meanwhile */
@@ -623,24 +452,9 @@ int agsx_cmd_update(struct agsx_ctx *ctx, const struct agsx_command *cmd, int ar
   if (agsx_state_resolve(statefd, argv[i], id, &err) < 0)
     return agsx_fail(&err);
   struct agsx_record r;
-  {
-    _cleanup_close_ int lock = agsx_record_lock(statefd, id, &err);
-    if (lock < 0 || agsx_record_read(statefd, id, &r, &err) < 0)
-      return agsx_fail(&err);
-    if (r.status == AGSX_STATUS_EXITED) {
-      agsx_record_clear(&r);
-      return agsx_failf("sandbox `%s` is not running", argv[i]);
-    }
-    /* The new deadline counts from now, and the 24 h maximum applies. */
-    r.deadline_ns = agsx_now_ns() + (int64_t)sec * 1000000000LL;
-    r.deadline = (r.deadline_ns + 500000000LL) / 1000000000LL;
-    r.timeout = sec;
-    if (agsx_record_write(statefd, &r, &err) < 0) {
-      agsx_record_clear(&r);
-      return agsx_fail(&err);
-    }
-  }
-  int s = signal_ref_value(&r.supervisor, AGSX_SIG_CONTROL, AGSX_CONTROL_RELOAD);
+  bool gone;
+  if (agsx_control_set_timeout(statefd, id, argv[i], sec, &r, &gone, &err) < 0)
+    return agsx_fail(&err);
   _cleanup_free_ char *when = agsx_format_rfc3339(r.deadline);
   if (f.json) {
     _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
@@ -654,7 +468,7 @@ int agsx_cmd_update(struct agsx_ctx *ctx, const struct agsx_command *cmd, int ar
     printf("%s\n", argv[i]);
   }
   agsx_record_clear(&r);
-  if (s < 0)
+  if (gone)
     return agsx_failf("sandbox `%s`: its supervisor is gone", argv[i]);
   return 0;
 }
@@ -683,13 +497,6 @@ static void gc_report(const char *what, void *data) {
 /* How old an unfinished record directory or an empty cgroup must be before
  * gc takes it for a crash's leftover rather than a sandbox being started
  * (AGSX_GC_MIN_AGE seconds, default 60; tests set 0). */
-static int64_t gc_min_age(void) {
-  const char *v = getenv("AGSX_GC_MIN_AGE");
-  char *end;
-  long n = v ? strtol(v, &end, 10) : -1;
-  return v && *v && *end == '\0' && n >= 0 ? n : 60;
-}
-
 /* A cgroup is a leftover when no process lives in it. One with processes
  * may be a sandbox of another state directory: never ours to kill. */
 static bool keep_cgroup(const char *name, void *data) {
@@ -708,42 +515,7 @@ static bool keep_cgroup(const char *name, void *data) {
   agsx_cgroup_free(cg);
   agsx_error_free(&err);
   /* A young empty one may be a sandbox being started right now. */
-  return pids > 0 || age < gc_min_age();
-}
-
-/* Ended records, and record directories that never got a record (a start
- * that crashed) once they are a minute old. */
-static void gc_records(int statefd, struct agsx_record *v, size_t n, struct gc_out *o) {
-  agsx_error_t err = NULL;
-  for (size_t k = 0; k < n; k++) {
-    if (v[k].status != AGSX_STATUS_EXITED)
-      continue;
-    _cleanup_free_ char *what = xasprintf("sandbox %.12s%s%s (%s)", v[k].id, v[k].name ? " " : "",
-                                          v[k].name ? v[k].name : "",
-                                          v[k].stop_reason ? v[k].stop_reason : "exited");
-    gc_report(what, o);
-    if (!o->dry_run && agsx_record_remove(statefd, &v[k], &err) < 0) {
-      agsx_warn("%s", err->msg);
-      agsx_error_free(&err);
-    }
-  }
-  _cleanup_strv_ char **ids = NULL;
-  if (agsx_state_list(statefd, &ids, &err) < 0) {
-    agsx_error_free(&err);
-    return;
-  }
-  int64_t now = agsx_now_ns() / 1000000000LL;
-  for (char **id = ids; *id; id++) {
-    _cleanup_free_ char *rec = xasprintf("%s/state.json", *id);
-    struct stat st;
-    if (faccessat(statefd, rec, F_OK, AT_SYMLINK_NOFOLLOW) == 0 ||
-        fstatat(statefd, *id, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_mtime > now - gc_min_age())
-      continue;
-    _cleanup_free_ char *what = xasprintf("unfinished sandbox directory %.12s", *id);
-    gc_report(what, o);
-    if (!o->dry_run && agsx_rm_rf_at(statefd, *id, &err) < 0)
-      agsx_error_free(&err);
-  }
+  return pids > 0 || age < agsx_state_gc_min_age();
 }
 
 int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
@@ -763,7 +535,7 @@ int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
     agsx_state_reap_all(ctx->state, true, &reap_log);
   _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   struct agsx_record *v = NULL;
-  size_t n = statefd >= 0 ? load_records(statefd, &v) : 0;
+  size_t n = statefd >= 0 ? agsx_state_load(statefd, &v) : 0;
   char **running = xzalloc((n + 1) * sizeof(char *));
   char **digests = xzalloc((n + 1) * sizeof(char *));
   size_t nr = 0, nd = 0;
@@ -775,7 +547,7 @@ int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
     }
   o.running = running;
   if (statefd >= 0) {
-    gc_records(statefd, v, n, &o);
+    agsx_state_gc_records(statefd, v, n, dry_run, gc_report, &o);
     agsx_state_prune_names(statefd, gc_report, &o, dry_run);
   }
   int rc = 0;

@@ -868,3 +868,78 @@ void agsx_state_prune_names(int statefd, void (*report_fn)(const char *what, voi
       unlinkat(dir, de->d_name, 0);
   }
 }
+
+/* ---- listing and gc policy ---------------------------------------------------------------- */
+
+/* Reads every record; a corrupt one is reported and removed. */
+size_t agsx_state_load(int statefd, struct agsx_record **ret) {
+  agsx_error_t err = NULL;
+  _cleanup_strv_ char **ids = NULL;
+  *ret = NULL;
+  if (agsx_state_list(statefd, &ids, &err) < 0) {
+    agsx_warn("%s", err->msg);
+    agsx_error_free(&err);
+    return 0;
+  }
+  size_t n = 0, cap = agsx_strv_len(ids) + 1;
+  struct agsx_record *v = xzalloc(cap * sizeof(*v));
+  for (char **id = ids; *id; id++) {
+    _cleanup_free_ char *path = xasprintf("%s/state.json", *id);
+    if (faccessat(statefd, path, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
+      continue; /* still starting */
+    if (agsx_record_read(statefd, *id, &v[n], &err) == 0) {
+      n++;
+      continue;
+    }
+    agsx_warn("sandbox %.12s: corrupt record: sandbox stopped and record removed: %s", *id,
+              err->msg);
+    agsx_error_free(&err);
+    agsx_state_remove_corrupt(statefd, *id, &err);
+    agsx_error_free(&err);
+  }
+  *ret = v;
+  return n;
+}
+
+int64_t agsx_state_gc_min_age(void) {
+  const char *v = getenv("AGSX_GC_MIN_AGE");
+  char *end;
+  long n = v ? strtol(v, &end, 10) : -1;
+  return v && *v && *end == '\0' && n >= 0 ? n : 60;
+}
+
+/* Ended records, and record directories that never got a record (a start
+ * that crashed) once they are a minute old. */
+void agsx_state_gc_records(int statefd, const struct agsx_record *v, size_t n, bool dry_run,
+                           void (*on_item)(const char *what, void *data), void *data) {
+  agsx_error_t err = NULL;
+  for (size_t k = 0; k < n; k++) {
+    if (v[k].status != AGSX_STATUS_EXITED)
+      continue;
+    _cleanup_free_ char *what = xasprintf("sandbox %.12s%s%s (%s)", v[k].id, v[k].name ? " " : "",
+                                          v[k].name ? v[k].name : "",
+                                          v[k].stop_reason ? v[k].stop_reason : "exited");
+    on_item(what, data);
+    if (!dry_run && agsx_record_remove(statefd, &v[k], &err) < 0) {
+      agsx_warn("%s", err->msg);
+      agsx_error_free(&err);
+    }
+  }
+  _cleanup_strv_ char **ids = NULL;
+  if (agsx_state_list(statefd, &ids, &err) < 0) {
+    agsx_error_free(&err);
+    return;
+  }
+  int64_t now = agsx_now_ns() / 1000000000LL;
+  for (char **id = ids; *id; id++) {
+    _cleanup_free_ char *rec = xasprintf("%s/state.json", *id);
+    struct stat st;
+    if (faccessat(statefd, rec, F_OK, AT_SYMLINK_NOFOLLOW) == 0 ||
+        fstatat(statefd, *id, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_mtime > now - agsx_state_gc_min_age())
+      continue;
+    _cleanup_free_ char *what = xasprintf("unfinished sandbox directory %.12s", *id);
+    on_item(what, data);
+    if (!dry_run && agsx_rm_rf_at(statefd, *id, &err) < 0)
+      agsx_error_free(&err);
+  }
+}

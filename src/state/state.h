@@ -107,6 +107,18 @@ void agsx_state_prune_names(int statefd, void (*report)(const char *what, void *
 
 /* Lists the ids of every record directory (valid or not). */
 int agsx_state_list(int statefd, char ***ret_ids, agsx_error_t *err);
+/* Reads every record into *RET (the caller clears each and frees the
+ * array); one still starting is skipped, a corrupt one reported, its
+ * sandbox stopped and its record removed. Returns how many. */
+size_t agsx_state_load(int statefd, struct agsx_record **ret);
+/* gc's grace for what may still be starting: AGSX_GC_MIN_AGE seconds,
+ * default 60. */
+int64_t agsx_state_gc_min_age(void);
+/* gc's policy for records: removes the ended ones of V and record
+ * directories that never got a record (a start that crashed) once older
+ * than the grace, REPORT naming each (only naming them with DRY_RUN). */
+void agsx_state_gc_records(int statefd, const struct agsx_record *v, size_t n, bool dry_run,
+                           void (*report)(const char *what, void *data), void *data);
 
 /* The start time of PID, 0 when it does not exist. */
 uint64_t agsx_proc_start_time(pid_t pid);

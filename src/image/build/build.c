@@ -9,6 +9,7 @@
 #include "net/network.h"
 #include "image/registry/registry.h"
 #include "net/relay.h"
+#include "sandbox/lifecycle.h"
 #include "sandbox/passwd.h"
 #include "sandbox/sandbox.h"
 #include "sandbox/seccomp.h"
@@ -864,17 +865,6 @@ static int upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int de
   return 0;
 }
 
-static int prepare_seccomp(struct build *b, agsx_error_t *err) {
-  if (b->have_bpf)
-    return 0;
-  _cleanup_free_ char *cache = xasprintf("%s/cache", b->o->state_dir);
-  if (agsx_mkdir_p(b->o->state_dir, 0711, err) < 0 ||
-      agsx_seccomp_load_cached(cache, NULL, 0, &b->bpf, err) < 0)
-    return -1;
-  b->have_bpf = true;
-  return 0;
-}
-
 /* The network of this RUN: `RUN --network=none` is internal, `default`
  * the build's --network; `host` is never given to a sandbox. */
 static int run_network_mode(struct build *b, const char **ret, agsx_error_t *err) {
@@ -898,48 +888,6 @@ static int run_network(struct build *b, const char *mode, agsx_error_t *err) {
   if (agsx_net_mode_parse(mode, &m, &name, err) < 0)
     return agsx_error_wrap(err, "Dockerfile:%u: RUN", b->in->line);
   return 0;
-}
-
-/* RUN on a public or vpc network: an address, the link made ahead by the
- * netns helper, and the DNS relay the build's loop serves. */
-struct run_net {
-  struct agsx_net_attach att;
-  struct agsx_netns_job job;
-  struct agsx_relay *relay;
-  bool linked;
-};
-
-static int run_net_dns(void *data, int netns, agsx_error_t *err) {
-  struct run_net *n = data;
-  return agsx_net_dns_listen(&n->relay, netns, err);
-}
-
-static int run_net_begin(struct build *b, const char *mode, struct agsx_sandbox_config *cfg,
-                         struct run_net *n, agsx_error_t *err) {
-  enum agsx_net_mode m;
-  const char *name;
-  if (agsx_net_mode_parse(mode, &m, &name, err) < 0)
-    return -1;
-  n->linked = m != AGSX_NET_INTERNAL;
-  if (n->linked) {
-    if (agsx_net_attach_begin(b->o->root ? b->o->root : "/var/lib/agsx", m, name, NULL, 0, cfg->id,
-                              &n->att, err) < 0)
-      return agsx_error_wrap(err, "Dockerfile:%u: RUN", b->in->line);
-    cfg->address = n->att.addr;
-    cfg->on_netns = run_net_dns;
-    cfg->on_netns_data = n;
-  }
-  if (agsx_net_prepare(&n->job, n->linked ? &n->att.link : NULL, err) < 0)
-    return agsx_error_wrap(err, "Dockerfile:%u: RUN", b->in->line);
-  cfg->netns_job = &n->job;
-  return 0;
-}
-
-static void run_net_end(struct run_net *n) {
-  agsx_net_job_cancel(&n->job);
-  agsx_relay_free(n->relay);
-  n->relay = NULL;
-  agsx_net_attach_end(&n->att);
 }
 
 static void keep_tail(char *tail, size_t *len, const char *buf, size_t n) {
@@ -976,125 +924,59 @@ static char *tail_lines(const char *tail, size_t len) {
   return s;
 }
 
+/* The step's output: the tail kept for the error message, the rest shown. */
+struct run_out {
+  struct build *b;
+  char tail[TAIL_MAX];
+  size_t tlen;
+};
+
+static void run_output(void *data, const char *buf, size_t n) {
+  struct run_out *o = data;
+  keep_tail(o->tail, &o->tlen, buf, n);
+  if (o->b->o->progress)
+    o->b->o->progress(buf, n, o->b->o->data);
+}
+
+/* Runs the step in a sandbox of the lifecycle library (network, DNS relay,
+ * firewall watch, seccomp as for `agsx run`), on the stage's layers, its
+ * upper directory handed back in *RET_LC's sandbox. */
 static int run_sandbox(struct build *b, char **argv, char **env, const char *net,
-                       struct agsx_sandbox **ret_sb, agsx_error_t *err) {
+                       struct agsx_lifecycle **ret_lc, agsx_error_t *err) {
   struct stage *st = b->cur;
-  struct agsx_sandbox_config cfg = {.netns = -1, .sysfs = -1, .keep_upper = true};
-  agsx_sandbox_new_id(cfg.id);
-  char **paths = xzalloc((st->n_layers + 1) * sizeof(char *));
+  _cleanup_strv_ char **paths = xzalloc((st->n_layers + 1) * sizeof(char *));
   for (size_t i = 0; i < st->n_layers; i++)
     paths[i] = layer_path(b, st->layers[i].diff_id);
-  cfg.layers = paths;
-  cfg.n_layers = st->n_layers;
-  cfg.hostname = "buildkitsandbox";
-  cfg.disk = 8ull << 30;
-  cfg.argv = argv;
-  cfg.env = env;
-  cfg.cwd = st->workdir ? st->workdir : "/";
-  cfg.user = st->user;
-  cfg.seccomp = &b->bpf;
-  cfg.state_dir = b->o->state_dir;
-  int pipefd[2];
-  int r = -1;
-  if (agsx_sandbox_default_pids(&cfg.limits.pids, err) < 0) {
-    agsx_strv_free(paths);
-    return -1;
-  }
-  struct run_net rn = {.att = AGSX_NET_ATTACH_INIT, .job = {-1, -1}};
-  if (run_net_begin(b, net, &cfg, &rn, err) < 0) {
-    run_net_end(&rn);
-    agsx_strv_free(paths);
-    return -1;
-  }
-  if (pipe2(pipefd, O_CLOEXEC) < 0) {
-    run_net_end(&rn);
-    agsx_strv_free(paths);
-    return agsx_error_set(err, errno, "pipe");
-  }
-  _cleanup_close_ int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  cfg.stdio[0] = devnull;
-  cfg.stdio[1] = cfg.stdio[2] = pipefd[1];
-  struct agsx_sandbox *sb = NULL;
-  r = agsx_sandbox_start(&cfg, &sb, err);
-  close(pipefd[1]);
-  *ret_sb = sb;
-  char tail[TAIL_MAX];
-  size_t tlen = 0;
-  bool ended = r < 0, eof = false;
-  bool stop = false;
-  _cleanup_free_ char *cut = NULL; /* why the firewall made the step fail */
-  struct pollfd *p = NULL;
-  while (!eof || !ended) {
-    /* The step's output, its end, a cancel, the firewall's changes and the
-     * DNS relay. */
-    p = xrealloc(p, (4 + agsx_relay_nfds(rn.relay)) * sizeof(*p));
-    p[0] = (struct pollfd){.fd = eof ? -1 : pipefd[0], .events = POLLIN};
-    p[1] = (struct pollfd){.fd = ended ? -1 : sb->sync, .events = POLLIN};
-    p[2] = (struct pollfd){.fd = stop ? -1 : b->o->cancel_fd, .events = POLLIN};
-    p[3] = (struct pollfd){.fd = cut ? -1 : rn.att.watch_fd, .events = POLLIN};
-    size_t nr = agsx_relay_fill(rn.relay, p + 4);
-    if (poll(p, 4 + nr, agsx_relay_timeout_ms(rn.relay)) < 0) {
-      if (errno == EINTR)
-        continue;
-      break;
-    }
-    agsx_relay_dispatch(rn.relay, p + 4, nr);
-    if (p[3].revents) {
-      /* A step whose rules went is cut off and stopped, and fails: its
-       * result would lack what it could not fetch. */
-      agsx_error_t e = NULL;
-      if (agsx_net_attach_watch(&rn.att, &cut, &e) < 0)
-        cut = xstrdup(e->msg);
-      if (cut)
-        agsx_sandbox_kill(sb);
-      agsx_error_free(&e);
-    }
-    if (p[0].revents) {
-      char buf[4096];
-      ssize_t n = read(pipefd[0], buf, sizeof(buf));
-      if (n <= 0)
-        eof = true;
-      else {
-        keep_tail(tail, &tlen, buf, (size_t)n);
-        if (b->o->progress)
-          b->o->progress(buf, (size_t)n, b->o->data);
-      }
-    }
-    if (p[2].revents) {
-      stop = true;
-      agsx_sandbox_kill(sb);
-    }
-    if (p[1].revents) {
-      agsx_error_t e = NULL;
-      int h = agsx_sandbox_handle_event(sb, &e);
-      agsx_error_free(&e);
-      if (h != 0) {
-        ended = true;
-        /* Background processes may hold the pipe: they die with the init. */
-        agsx_sandbox_kill(sb);
-      }
-    }
-  }
-  free(p);
-  close(pipefd[0]);
-  agsx_strv_free(paths);
-  if (r < 0) {
-    run_net_end(&rn);
+  struct run_out *out = xzalloc(sizeof(*out));
+  out->b = b;
+  struct agsx_run_spec spec = {
+      .root = b->o->root ? b->o->root : "/var/lib/agsx", .state = b->o->state_dir,
+      .layers = paths, .n_layers = st->n_layers, .cmd = argv, .env = env, .user = st->user,
+      .workdir = st->workdir, .hostname = "buildkitsandbox", .network = net,
+      .disk = 8ull << 30, .keep_upper = true, .ephemeral = true, .no_timeout = true,
+      .no_signals = true, .cut_kills = true, .on_output = run_output, .output_data = out,
+      .cancel_fd = b->o->cancel_fd >= 0 ? &b->o->cancel_fd : NULL,
+  };
+  struct agsx_lifecycle *lc = NULL;
+  int r = agsx_lifecycle_create(&spec, &lc, err);
+  if (r == 0)
+    agsx_lifecycle_run(lc, NULL, err);
+  *ret_lc = lc;
+  const struct agsx_sandbox *sb = lc ? agsx_lifecycle_sandbox(lc) : NULL;
+  if (sb == NULL) {
+    free(out);
     return agsx_error_wrap(err, "Dockerfile:%u: RUN", b->in->line);
   }
-  agsx_error_t derr = NULL;
-  agsx_sandbox_destroy(sb, &derr);
-  agsx_error_free(&derr);
-  run_net_end(&rn);
-  if (stop)
+  agsx_error_free(err); /* the teardown's: the step's result is what counts */
+  _cleanup_free_ char *t = tail_lines(out->tail, out->tlen);
+  free(out);
+  if (agsx_lifecycle_cancelled(lc))
     return agsx_error_set(err, 0, "Dockerfile:%u: RUN: the build was interrupted", b->in->line);
-  if (cut)
-    return agsx_error_set(err, 0, "Dockerfile:%u: RUN: %s", b->in->line, cut);
-  if (sb->exit_code != 0 || !sb->exited) {
-    _cleanup_free_ char *t = tail_lines(tail, tlen);
+  if (agsx_lifecycle_cut(lc))
+    return agsx_error_set(err, 0, "Dockerfile:%u: RUN: %s", b->in->line, agsx_lifecycle_cut(lc));
+  if (sb->exit_code != 0 || !sb->exited)
     return agsx_error_set(err, 0, "Dockerfile:%u: RUN failed with exit code %d%s%s", b->in->line,
                           sb->exit_code, *t ? ": " : "", t);
-  }
   return 0;
 }
 
@@ -1133,10 +1015,11 @@ static int do_run(struct build *b, agsx_error_t *err) {
   _cleanup_free_ char *created = xasprintf("RUN %s", in->json ? in->args : in->args);
   if (cache_hit(b, st, created))
     return 0;
-  if (run_network(b, net, err) < 0 || prepare_seccomp(b, err) < 0)
+  if (run_network(b, net, err) < 0)
     return -1;
-  struct agsx_sandbox *sb = NULL;
-  int r = run_sandbox(b, argv, env, net, &sb, err);
+  struct agsx_lifecycle *lc = NULL;
+  int r = run_sandbox(b, argv, env, net, &lc, err);
+  const struct agsx_sandbox *sb = lc ? agsx_lifecycle_sandbox(lc) : NULL;
   if (r == 0 && (sb == NULL || sb->upperfd < 0))
     r = agsx_error_set(err, 0, "Dockerfile:%u: RUN: the sandbox did not hand back its changes",
                        in->line);
@@ -1156,14 +1039,7 @@ static int do_run(struct build *b, agsx_error_t *err) {
       cache_later(b, st->chain, record);
   }
   lw_free(&lw);
-  if (sb) {
-    agsx_error_t e = NULL;
-    agsx_sandbox_destroy(sb, &e);
-    agsx_error_free(&e);
-    agsx_sandbox_remove_record(sb, &e);
-    agsx_error_free(&e);
-    agsx_sandbox_free(sb);
-  }
+  agsx_lifecycle_free(lc);
   return r;
 }
 

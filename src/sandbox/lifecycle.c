@@ -1,0 +1,883 @@
+/* agsx — sandbox: the lifecycle, from a spec to the end (see lifecycle.h).
+ *
+ * Data flow: agsx_lifecycle_create (spec checked, id, network lease and
+ * namespace job, image, configuration, seccomp) → start (signals, stdio,
+ * published ports bound, the deadline armed, agsx_sandbox_start, the relays
+ * pointed into the namespace, the start record) → supervise (one poll loop)
+ * → finish (relays closed, agsx_sandbox_destroy, the network lease ended,
+ * the end record). A foreground run does it in the caller; a detached one
+ * in a forked supervisor in its own session. */
+#include "config.h"
+
+#include "sandbox/lifecycle.h"
+#include "image/registry/registry.h"
+#include "image/store.h"
+#include "net/net.h"
+#include "net/network.h"
+#include "net/relay.h"
+#include "sandbox/control.h"
+#include "sandbox/seccomp.h"
+#include "sandbox/cgroup.h"
+#include "state/state.h"
+#include "util/json.h"
+
+#include <ctype.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+
+#define GRACE_SEC AGSX_STOP_GRACE_SEC /* SIGTERM → SIGKILL at the deadline */
+
+/* ---- the spec ----------------------------------------------------------------------------- */
+
+bool agsx_hostname_is_valid(const char *v) {
+  /* RFC 1123 labels: letters, digits and inner hyphens. */
+  for (const char *q = v; *q; q++)
+    if (!(isalnum((unsigned char)*q) || *q == '-' || *q == '.'))
+      return false;
+  return !(*v == '\0' || *v == '-' || *v == '.' || strlen(v) > 64);
+}
+
+int agsx_run_spec_check(const struct agsx_run_spec *o, agsx_error_t *err) {
+  if ((o->image == NULL || *o->image == '\0') && o->layers == NULL)
+    return agsx_error_set(err, 0, "no image given");
+  if (o->name && !agsx_name_is_valid(o->name))
+    return agsx_error_set(err, 0, "invalid name `%s`: letters, digits and _.- (at most 64, "
+                                  "starting with a letter or digit)", o->name);
+  if (o->hostname && !agsx_hostname_is_valid(o->hostname))
+    return agsx_error_set(err, 0, "invalid hostname `%s`", o->hostname);
+  if (o->workdir && o->workdir[0] != '/')
+    return agsx_error_set(err, 0, "working directory `%s` must be absolute", o->workdir);
+  if (o->n_binds > AGSX_MAX_BINDS)
+    return agsx_error_set(err, 0, "at most %d volumes", AGSX_MAX_BINDS);
+  for (size_t i = 0; i < o->n_binds; i++) {
+    const struct agsx_bind *b = &o->binds[i];
+    if (b->src[0] != '/' || b->dst[0] != '/' || !agsx_path_is_clean(b->dst + 1, 4096, 64))
+      return agsx_error_set(err, 0, "volume `%s:%s`: both paths must be absolute and clean",
+                            b->src, b->dst);
+  }
+  if (o->n_ports > AGSX_MAX_PORTS)
+    return agsx_error_set(err, 0, "at most %d published ports", AGSX_MAX_PORTS);
+  if (agsx_ports_check(o->ports, o->n_ports, err) < 0)
+    return -1;
+  if (o->timeout > AGSX_DURATION_MAX_SEC)
+    return agsx_error_set(err, 0, "a timeout of at most 24h");
+  if (o->tty && o->capture)
+    return agsx_error_set(err, 0, "a terminal and captured output do not go together");
+  enum agsx_net_mode mode;
+  const char *net_name;
+  if (agsx_net_mode_parse(o->network ? o->network : "internal", &mode, &net_name, err) < 0)
+    return -1;
+  if (mode == AGSX_NET_INTERNAL && o->n_rules > 0)
+    return agsx_error_set(err, 0, "--allow, --deny and --rules are for vpc networks");
+  return 0;
+}
+
+/* ---- the image and the sandbox configuration --------------------------------------------- */
+
+static char **strv_concat(char **a, char **b) {
+  size_t na = agsx_strv_len(a), nb = agsx_strv_len(b);
+  char **v = xzalloc((na + nb + 1) * sizeof(char *));
+  for (size_t i = 0; i < na; i++)
+    v[i] = xstrdup(a[i]);
+  for (size_t i = 0; i < nb; i++)
+    v[na + i] = xstrdup(b[i]);
+  return v;
+}
+
+struct prepared {
+  const char *image_name;
+  struct agsx_store *store;
+  struct agsx_image_info info;
+  char **argv, **env;
+  struct agsx_seccomp_bpf bpf;
+  char hostname[65];
+};
+
+static int prepare_image(const struct agsx_run_spec *o, const char *image, const char *pull,
+                         struct prepared *p, struct agsx_sandbox_config *cfg, agsx_error_t *err) {
+  if (o->layers) {
+    cfg->layers = o->layers;
+    cfg->n_layers = o->n_layers;
+    return 0;
+  }
+  if (strcmp(image, "host") == 0) {
+    cfg->host_image = true;
+    return 0;
+  }
+  enum agsx_pull_policy policy;
+  if (pull ? agsx_pull_policy_parse(pull, &policy, err) : agsx_pull_policy_default(&policy, err))
+    return -1;
+  if (policy == AGSX_PULL_ALWAYS && o->pull_image(o->pull_data, image, err) < 0)
+    return -1;
+  int r = agsx_store_open(o->root, false, &p->store, err);
+  if (r == 0)
+    r = agsx_store_prepare_image(p->store, image, &p->info, err);
+  if (r < 0 && agsx_error_errno(err) == ENOENT) {
+    /* Not here: pulled like Docker's `run` does, unless told not to. */
+    agsx_error_free(err);
+    if (policy == AGSX_PULL_NEVER)
+      return agsx_error_set_quiet(err, ENOENT, "image `%s` not found (and --pull never)", image);
+    if (o->pull_image(o->pull_data, image, err) < 0)
+      return -1;
+    agsx_store_free(p->store);
+    p->store = NULL;
+    r = agsx_store_open(o->root, false, &p->store, err);
+    if (r == 0)
+      r = agsx_store_prepare_image(p->store, image, &p->info, err);
+  }
+  if (r < 0)
+    return -1;
+  cfg->layers = p->info.layer_paths;
+  cfg->n_layers = p->info.n_layers;
+  return 0;
+}
+
+static int build_config(const struct agsx_run_spec *o, char **cmd, struct prepared *p,
+                        struct agsx_sandbox_config *cfg, agsx_error_t *err) {
+  const struct agsx_image_config *ic = &p->info.config;
+  char **tail = agsx_strv_len(cmd) ? cmd : ic->cmd;
+  p->argv = strv_concat(ic->entrypoint, tail);
+  if (cfg->host_image && agsx_strv_len(p->argv) == 0)
+    p->argv = strv_concat((char *[]){"/bin/sh", NULL}, NULL);
+  if (agsx_strv_len(p->argv) == 0)
+    return agsx_error_set(err, 0, "no command given and the image has no Cmd or Entrypoint");
+  p->env = strv_concat(ic->env, o->env);
+  cfg->argv = p->argv;
+  cfg->env = p->env;
+  cfg->cwd = o->workdir ? o->workdir : (ic->working_dir && *ic->working_dir ? ic->working_dir : "/");
+  cfg->user = o->user ? o->user : ic->user;
+  if (o->hostname && strlen(o->hostname) > 64)
+    return agsx_error_set(err, 0, "hostname `%s` is longer than 64 characters", o->hostname);
+  snprintf(p->hostname, sizeof(p->hostname), "%s",
+           o->hostname ? o->hostname : (o->name ? o->name : cfg->id));
+  if (!o->hostname && !o->name)
+    p->hostname[12] = '\0';
+  cfg->hostname = p->hostname;
+  cfg->read_only = o->read_only;
+  cfg->disk = o->disk ? o->disk : AGSX_DEFAULT_DISK;
+  cfg->binds = o->binds;
+  cfg->n_binds = o->n_binds;
+  cfg->tty = o->tty;
+  cfg->limits.memory = o->memory;
+  cfg->limits.pids = o->pids;
+  if (o->pids == 0 && agsx_sandbox_default_pids(&cfg->limits.pids, err) < 0)
+    return -1;
+  if (o->cpus > 0) {
+    cfg->limits.cpu_period_us = AGSX_CGROUP_CPU_PERIOD_US;
+    cfg->limits.cpu_quota_us = (uint64_t)(o->cpus * AGSX_CGROUP_CPU_PERIOD_US);
+  }
+  cfg->timing = o->timing;
+  cfg->name = o->name;
+  cfg->keep_upper = o->keep_upper;
+  return 0;
+}
+
+static int prepare_seccomp(const struct agsx_run_spec *o, struct prepared *p,
+                           struct agsx_sandbox_config *cfg, agsx_error_t *err) {
+  if (o->seccomp && strcmp(o->seccomp, "unconfined") == 0)
+    return 0;
+  _cleanup_free_ char *json = NULL;
+  size_t len = 0;
+  if (o->seccomp &&
+      agsx_read_file_at(AT_FDCWD, o->seccomp, AGSX_SECCOMP_JSON_MAX, &json, &len, err) < 0)
+    return agsx_error_wrap(err, "seccomp profile");
+  /* (compile errors already name the profile) */
+  _cleanup_free_ char *cache = xasprintf("%s/cache", o->state);
+  if (agsx_mkdir_p(o->state, 0711, err) < 0 ||
+      agsx_seccomp_load_cached(cache, json, len, &p->bpf, err) < 0)
+    return -1;
+  cfg->seccomp = &p->bpf;
+  return 0;
+}
+
+/* ---- supervision: the deadline, stop requests, the record -------------------------------------
+ * The caller of a foreground run supervises its sandbox; a detached one
+ * (agsx_lifecycle_detach) is a forked supervisor that does the same
+ * without a terminal. */
+
+struct sup {
+  const struct agsx_run_spec *o;
+  struct prepared *p;
+  struct agsx_sandbox_config *cfg;
+  struct agsx_sandbox *sb;
+  struct agsx_net_attach *net;
+  struct agsx_relay *relay; /* published ports, or NULL */
+  struct agsx_relay *dns;   /* the DNS relay (public, vpc), or NULL */
+  struct pollfd *pfd;       /* supervise()'s, grown with the relays */
+  size_t pfd_cap;
+  int sigfd, timerfd, devnull;
+  struct agsx_output out[2];
+  bool detached, handed_off;
+  int64_t teardown_ns;
+  bool cancelled;
+  char *cut; /* cut_kills: why the firewall cut the sandbox off */
+  bool stopping, killed, recorded;
+  bool reload_pending; /* an update's record could not be read yet */
+  enum agsx_stop_reason stop_reason;
+  int64_t started, deadline; /* deadline: seconds, as recorded (rounded up) */
+  int64_t deadline_ns;       /* the timer's: exact */
+};
+
+static void arm_deadline(struct sup *f) {
+  int64_t ns = f->deadline_ns > 0 ? f->deadline_ns : 1;
+  struct itimerspec its = {
+      .it_value = {.tv_sec = (time_t)(ns / 1000000000LL), .tv_nsec = (long)(ns % 1000000000LL)}};
+  timerfd_settime(f->timerfd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+/* SIGTERM to every process of the sandbox, then a short grace. */
+static void begin_stop(struct sup *f, enum agsx_stop_reason reason) {
+  if (f->stopping)
+    return;
+  f->stopping = true;
+  f->stop_reason = reason;
+  agsx_sandbox_signal(f->sb, SIGTERM);
+  struct itimerspec its = {.it_value = {.tv_sec = GRACE_SEC}};
+  timerfd_settime(f->timerfd, 0, &its, NULL);
+}
+
+static void on_deadline(struct sup *f) {
+  uint64_t ticks;
+  if (read(f->timerfd, &ticks, sizeof(ticks)) < 0)
+    return;
+  if (!f->stopping) {
+    begin_stop(f, AGSX_STOP_TIMEOUT);
+  } else if (!f->killed) {
+    f->killed = true;
+    agsx_sandbox_kill(f->sb);
+  }
+}
+
+/* `agsx update` and `agsx kill` change the record, then signal us (see
+ * AGSX_SIG_CONTROL). Reading the record takes fds: when that fails the
+ * supervise loop tries again shortly. */
+static void on_control(struct sup *f) {
+  agsx_error_t err = NULL;
+  struct agsx_control_req req;
+  if (agsx_control_read(f->sb->statefd, f->sb->id, &req, &f->reload_pending, &err) < 0) {
+    agsx_error_free(&err);
+    return;
+  }
+  if (req.stop)
+    begin_stop(f, AGSX_STOP_KILLED);
+  else if (!f->stopping && req.deadline != f->deadline) {
+    f->deadline = req.deadline;
+    f->deadline_ns = req.deadline_ns;
+    arm_deadline(f);
+  }
+}
+
+#define SIG_CONTROL AGSX_SIG_CONTROL
+#define RELOAD_RETRY_MS 100
+
+/* The caller's terminal size to the sandbox's pty (SIGWINCH). */
+static void copy_winsize(int master) {
+  struct winsize ws;
+  if (master >= 0 && ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0)
+    ioctl(master, TIOCSWINSZ, &ws);
+}
+
+static void on_signal(struct sup *f) {
+  struct signalfd_siginfo si;
+  if (read(f->sigfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
+    return;
+  int sig = (int)si.ssi_signo;
+  enum agsx_control c = agsx_control_decode(&si);
+  if (c == AGSX_CONTROL_STOP)
+    begin_stop(f, AGSX_STOP_KILLED); /* no fd needed */
+  else if (c == AGSX_CONTROL_RELOAD)
+    on_control(f);
+  else if (sig == SIGWINCH)
+    copy_winsize(f->sb->pty_master);
+  else if (f->detached && sig == SIGTERM)
+    begin_stop(f, AGSX_STOP_KILLED);
+  else if (!f->detached)
+    agsx_sandbox_signal(f->sb, sig);
+}
+
+/* The ruleset changed: a sandbox whose rules went is cut off its network
+ * (fail closed); one that cannot be cut off is stopped. */
+static void on_firewall(struct sup *f) {
+  agsx_error_t err = NULL;
+  _cleanup_free_ char *cut = NULL;
+  if (f->o->cut_kills) {
+    /* A build step whose rules went is cut off and stopped, and fails: its
+     * result would lack what it could not fetch. */
+    if (agsx_net_attach_watch(f->net, &f->cut, &err) < 0)
+      f->cut = xstrdup(err->msg);
+    if (f->cut)
+      agsx_sandbox_kill(f->sb);
+    agsx_error_free(&err);
+    return;
+  }
+  if (agsx_net_attach_watch(f->net, &cut, &err) < 0) {
+    if (!f->detached)
+      agsx_warn("sandbox %.12s: %s: stopping it", f->sb->id, err->msg);
+    agsx_error_free(&err);
+    begin_stop(f, AGSX_STOP_ERROR);
+  } else if (cut && !f->detached) {
+    agsx_warn("sandbox %.12s: %s", f->sb->id, cut);
+  }
+}
+
+/* The supervisor's fixed fds, then the relay's. */
+enum { P_SYNC, P_SIG, P_TIMER, P_OUT, P_ERR, P_MASTER, P_STDIN, P_FIREWALL, P_CANCEL, P_FIXED };
+
+/* ON_OUTPUT's stream: what is there now; false at EOF (the fd closed). */
+static bool stream_read(struct sup *f) {
+  char buf[65536];
+  ssize_t n = read(f->out[0].fd, buf, sizeof(buf));
+  if (n < 0 && (errno == EINTR || errno == EAGAIN))
+    return true;
+  if (n <= 0) {
+    agsx_closep(&f->out[0].fd);
+    return false;
+  }
+  f->o->on_output(f->o->output_data, buf, (size_t)n);
+  return true;
+}
+
+/* The stream after the end: background processes may hold the pipe, so
+ * the sandbox is killed (they die with its init) and the pipe read to EOF. */
+static void stream_drain(struct sup *f) {
+  agsx_sandbox_kill(f->sb);
+  while (f->out[0].fd >= 0) {
+    struct pollfd p = {.fd = f->out[0].fd, .events = POLLIN};
+    if (poll(&p, 1, 5000) <= 0 || !stream_read(f))
+      break;
+  }
+}
+
+static struct pollfd *poll_array(struct sup *f, size_t n) {
+  if (n > f->pfd_cap) {
+    f->pfd_cap = n + n / 2;
+    f->pfd = xrealloc(f->pfd, f->pfd_cap * sizeof(*f->pfd));
+  }
+  return f->pfd;
+}
+
+/* The earlier of two poll timeouts (-1: none). */
+static int min_timeout(int a, int b) { return a < 0 ? b : b < 0 ? a : a < b ? a : b; }
+
+/* The relays' share of the fds: the soft limit is raised as far as they
+ * could use (after the start: the sandbox keeps the caller's limits), and
+ * what is left after AGSX_RELAY_FD_RESERVE (the record, the teardown) is
+ * split, the DNS relay getting at most half when ports are published too,
+ * so neither can starve the other or the supervisor. */
+static void budget_relays(struct sup *f) {
+  size_t need_p = agsx_relay_fd_need(f->relay), need_d = agsx_relay_fd_need(f->dns);
+  agsx_relay_fd_limit_raise(need_p + need_d + AGSX_RELAY_FD_RESERVE);
+  size_t room = agsx_relay_fd_headroom(AGSX_RELAY_FD_RESERVE);
+  size_t d = f->relay ? room / 2 : room;
+  d = d < need_d ? d : need_d;
+  if (f->dns)
+    agsx_relay_set_fd_budget(f->dns, d);
+  if (f->relay)
+    agsx_relay_set_fd_budget(f->relay, room - d);
+}
+
+/* Runs until the command ends; returns 0 or -1 (err set). One poll loop
+ * carries the command's events, signals, the deadline, output and the
+ * published ports' relay: nothing in it blocks. */
+static int supervise(struct sup *f, agsx_error_t *err) {
+  struct agsx_sandbox *sb = f->sb;
+  int stdin_closed = !(f->o->interactive && sb->pty_master >= 0);
+  int master_closed = sb->pty_master < 0;
+  for (;;) {
+    struct pollfd *p =
+        poll_array(f, P_FIXED + agsx_relay_nfds(f->relay) + agsx_relay_nfds(f->dns));
+    p[P_SYNC] = (struct pollfd){.fd = sb->sync, .events = POLLIN};
+    p[P_SIG] = (struct pollfd){.fd = f->sigfd, .events = POLLIN};
+    p[P_TIMER] = (struct pollfd){.fd = f->timerfd, .events = POLLIN};
+    p[P_OUT] = (struct pollfd){.fd = f->out[0].fd, .events = POLLIN};
+    p[P_ERR] = (struct pollfd){.fd = f->out[1].fd, .events = POLLIN};
+    p[P_MASTER] = (struct pollfd){.fd = master_closed ? -1 : sb->pty_master, .events = POLLIN};
+    p[P_STDIN] = (struct pollfd){.fd = stdin_closed ? -1 : STDIN_FILENO, .events = POLLIN};
+    p[P_FIREWALL] =
+        (struct pollfd){.fd = f->net && !f->cut ? f->net->watch_fd : -1, .events = POLLIN};
+    p[P_CANCEL] = (struct pollfd){.fd = f->o->cancel_fd && !f->cancelled ? *f->o->cancel_fd : -1,
+                                  .events = POLLIN};
+    size_t nr = agsx_relay_fill(f->relay, p + P_FIXED);
+    size_t nd = agsx_relay_fill(f->dns, p + P_FIXED + nr);
+    int ms = min_timeout(agsx_relay_timeout_ms(f->relay), agsx_relay_timeout_ms(f->dns));
+    if (poll(p, P_FIXED + nr + nd, min_timeout(ms, f->reload_pending ? RELOAD_RETRY_MS : -1)) < 0) {
+      if (errno == EINTR)
+        continue;
+      return agsx_error_set(err, errno, "poll");
+    }
+    agsx_relay_dispatch(f->relay, p + P_FIXED, nr);
+    agsx_relay_dispatch(f->dns, p + P_FIXED + nr, nd);
+    if (f->reload_pending)
+      on_control(f);
+    if (p[P_SIG].revents)
+      on_signal(f);
+    if (p[P_TIMER].revents)
+      on_deadline(f);
+    if (p[P_FIREWALL].revents)
+      on_firewall(f);
+    if (p[P_CANCEL].revents) {
+      f->cancelled = true;
+      agsx_sandbox_kill(sb);
+    }
+    if (f->o->on_output && p[P_OUT].revents)
+      stream_read(f);
+    for (int i = 0; i < 2 && !f->o->on_output; i++)
+      if (p[P_OUT + i].revents)
+        agsx_output_read(&f->out[i]);
+    if (p[P_MASTER].revents)
+      agsx_copy_fd(sb->pty_master, STDOUT_FILENO, &master_closed);
+    if (p[P_STDIN].revents)
+      agsx_copy_fd(STDIN_FILENO, sb->pty_master, &stdin_closed);
+    if (p[P_SYNC].revents) {
+      int r = agsx_sandbox_handle_event(sb, err);
+      if (r < 0)
+        return -1;
+      if (r == 1)
+        break;
+    }
+  }
+  /* Drain what the command wrote before it ended. */
+  if (f->o->on_output)
+    stream_drain(f);
+  for (int i = 0; i < 2 && !f->o->on_output; i++)
+    agsx_output_drain(&f->out[i]);
+  while (!master_closed) {
+    struct pollfd p = {.fd = sb->pty_master, .events = POLLIN};
+    if (poll(&p, 1, 50) <= 0)
+      break;
+    agsx_copy_fd(sb->pty_master, STDOUT_FILENO, &master_closed);
+  }
+  return 0;
+}
+
+static int setup_signals(struct sup *f, agsx_error_t *err) {
+  sigset_t set;
+  sigemptyset(&set);
+  int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIG_CONTROL};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(sigs); i++)
+    sigaddset(&set, sigs[i]);
+  if (!f->o->no_signals) {
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    f->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  }
+  f->timerfd = timerfd_create(CLOCK_REALTIME, TFD_CLOEXEC | TFD_NONBLOCK);
+  if ((!f->o->no_signals && f->sigfd < 0) || f->timerfd < 0)
+    return agsx_error_set(err, errno, "signalfd/timerfd");
+  return 0;
+}
+
+/* The command's stdio: the caller's (stdin only with -i), pipes with --json,
+ * /dev/null when detached. */
+static int setup_stdio(struct sup *f, int pipes[2][2], agsx_error_t *err) {
+  struct agsx_sandbox_config *cfg = f->cfg;
+  f->out[0].fd = f->out[1].fd = -1;
+  int devnull = f->devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull < 0)
+    return agsx_error_set(err, errno, "open /dev/null");
+  cfg->stdio[0] = f->o->interactive && !f->detached ? STDIN_FILENO : devnull;
+  cfg->stdio[1] = f->detached ? devnull : STDOUT_FILENO;
+  cfg->stdio[2] = f->detached ? devnull : STDERR_FILENO;
+  if (f->o->on_output && !f->detached) {
+    /* One stream, in the order the command wrote it. */
+    if (pipe2(pipes[0], O_CLOEXEC) < 0)
+      return agsx_error_set(err, errno, "pipe");
+    cfg->stdio[1] = cfg->stdio[2] = pipes[0][1];
+    f->out[0].fd = pipes[0][0];
+    fcntl(pipes[0][0], F_SETFL, O_NONBLOCK);
+    return 0;
+  }
+  if (!f->o->capture || f->detached)
+    return 0;
+  for (int i = 0; i < 2; i++) {
+    if (pipe2(pipes[i], O_CLOEXEC) < 0)
+      return agsx_error_set(err, errno, "pipe");
+    cfg->stdio[1 + i] = pipes[i][1];
+    f->out[i].fd = pipes[i][0];
+    fcntl(pipes[i][0], F_SETFL, O_NONBLOCK);
+  }
+  return 0;
+}
+
+static void fill_record(struct sup *f, struct agsx_record *r) {
+  const struct agsx_sandbox_config *cfg = f->cfg;
+  memset(r, 0, sizeof(*r));
+  memcpy(r->id, f->sb->id, sizeof(r->id));
+  r->name = f->o->name ? xstrdup(f->o->name) : NULL;
+  r->image = xstrdup(f->p->image_name);
+  r->image_digest = cfg->host_image ? NULL : xstrdup(f->p->info.img.manifest.digest);
+  r->status = AGSX_STATUS_RUNNING;
+  r->exit_code = -1;
+  r->created = r->started = agsx_now_ns() / 1000000000LL;
+  r->timeout = f->o->timeout ? f->o->timeout : AGSX_DEFAULT_TIMEOUT_SEC;
+  r->deadline = f->deadline;
+  r->deadline_ns = f->deadline_ns;
+  agsx_proc_ref_self(&r->supervisor);
+  r->init.pid = f->sb->init_pid;
+  r->init.start_time = agsx_proc_start_time(f->sb->init_pid);
+  r->network = xstrdup(f->o->network ? f->o->network : "internal");
+  if (f->net && f->net->addr) {
+    char a[16];
+    r->address = xstrdup(agsx_ipv4_format(f->net->addr, a));
+  }
+  if (f->o->n_ports) {
+    r->ports = xmalloc(f->o->n_ports * sizeof(*r->ports));
+    memcpy(r->ports, f->o->ports, f->o->n_ports * sizeof(*r->ports));
+    r->n_ports = f->o->n_ports;
+  }
+  r->memory = cfg->limits.memory;
+  r->pids = cfg->limits.pids;
+  r->disk = cfg->disk;
+  r->cpu_quota_us = cfg->limits.cpu_quota_us;
+  r->slot = f->sb->ids.slot;
+  r->uid_base = f->sb->ids.base;
+  r->argv = strv_concat(cfg->argv, NULL);
+  r->env = strv_concat(cfg->env, NULL);
+  r->user = cfg->user ? xstrdup(cfg->user) : NULL;
+  r->cwd = xstrdup(cfg->cwd);
+  r->hostname = xstrdup(cfg->hostname);
+  r->seccomp = xstrdup(f->o->seccomp ? f->o->seccomp : "default");
+  r->rm = f->o->rm;
+}
+
+static int write_start_record(struct sup *f, agsx_error_t *err) {
+  struct agsx_record r;
+  fill_record(f, &r);
+  _cleanup_close_ int lock = agsx_record_lock(f->sb->statefd, f->sb->id, err);
+  int ret = lock < 0 ? -1 : agsx_record_write(f->sb->statefd, &r, err);
+  agsx_record_clear(&r);
+  return ret;
+}
+
+/* The end, in the record (or the record removed with --rm). */
+static void write_end_record(struct sup *f) {
+  agsx_error_t err = NULL;
+  struct agsx_sandbox *sb = f->sb;
+  if (sb->statefd < 0)
+    return;
+  /* A sandbox that never started has no record: the caller got the error.
+   * With --rm the record goes at once, unless `agsx wait` waits for it: it
+   * gets the end first (see agsx_state_wait). */
+  if (!f->recorded || (f->o->rm && !agsx_state_has_waiters(sb->dirfd))) {
+    if (agsx_sandbox_remove_record(sb, &err) < 0)
+      agsx_warn("%s", err->msg);
+    agsx_error_free(&err);
+    return;
+  }
+  {
+    _cleanup_close_ int lock = agsx_record_lock(sb->statefd, sb->id, &err);
+    struct agsx_record r;
+    if (lock < 0 || agsx_record_read(sb->statefd, sb->id, &r, &err) < 0) {
+      agsx_error_free(&err);
+      fill_record(f, &r);
+    }
+    r.status = AGSX_STATUS_EXITED;
+    free(r.stop_reason);
+    r.stop_reason = xstrdup(agsx_stop_reason_name(sb->reason));
+    r.exit_code = sb->exit_code;
+    r.ended = agsx_now_ns() / 1000000000LL;
+    if (agsx_record_write(sb->statefd, &r, &err) < 0)
+      agsx_warn("%s", err->msg);
+    agsx_error_free(&err);
+    agsx_record_clear(&r);
+  }
+  if (f->o->rm) {
+    agsx_state_await_waiters(sb->dirfd);
+    if (agsx_sandbox_remove_record(sb, &err) < 0)
+      agsx_warn("%s", err->msg);
+    agsx_error_free(&err);
+  }
+}
+
+/* Binds the published ports on the host before the sandbox exists: a port
+ * in use refuses the start with nothing made. Connections wait in the
+ * listen queue until the supervisor's loop runs. */
+static int open_ports(struct sup *f, agsx_error_t *err) {
+  if (f->o->n_ports == 0)
+    return 0;
+  f->relay = agsx_relay_new(err);
+  if (f->relay == NULL)
+    return -1;
+  for (size_t i = 0; i < f->o->n_ports; i++) {
+    struct agsx_port *p = &f->o->ports[i];
+    struct sockaddr_storage target;
+    agsx_sockaddr_from_ip("127.0.0.1", p->port, &target);
+    if (agsx_relay_listen(f->relay, p->proto, -1, &p->host, AGSX_RELAY_NS_LATER, &target,
+                          &p->host, err) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+/* Starts the sandbox and writes its record. READY_FD (detached) gets the id
+ * or the error once the command runs. */
+/* Public and vpc sandboxes resolve names through 127.0.0.11:53 in their
+ * own namespace, relayed by the supervisor to the host's name server from
+ * the host's namespace: it works when the host's resolver listens on
+ * 127.0.0.53, and the sandbox needs no way to the host. */
+static int open_dns(void *data, int netns, agsx_error_t *err) {
+  struct sup *f = data;
+  return agsx_net_dns_listen(&f->dns, netns, err);
+}
+
+static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
+  f->deadline_ns = agsx_now_ns() +
+                   (int64_t)(f->o->timeout ? f->o->timeout : AGSX_DEFAULT_TIMEOUT_SEC) * 1000000000LL;
+  f->deadline = (f->deadline_ns + 500000000LL) / 1000000000LL;
+  if (setup_signals(f, err) < 0 || setup_stdio(f, pipes, err) < 0 || open_ports(f, err) < 0)
+    return -1;
+  if (!f->o->no_timeout)
+    arm_deadline(f);
+  f->cfg->state_dir = f->o->state;
+  if (f->net) {
+    f->cfg->on_netns = open_dns;
+    f->cfg->on_netns_data = f;
+  }
+  /* The terminal's size is set before the command starts: a command that
+   * asks at once must not see 0x0. */
+  if (f->o->tty && ioctl(STDIN_FILENO, TIOCGWINSZ, &f->cfg->winsize) == 0)
+    f->cfg->has_winsize = true;
+  int r = agsx_sandbox_start(f->cfg, &f->sb, err);
+  for (int i = 0; i < 2; i++)
+    agsx_closep(&pipes[i][1]);
+  if (r < 0)
+    return -1;
+  if (f->relay && agsx_relay_set_connect_ns(f->relay, f->sb->netns, err) < 0)
+    return -1;
+  budget_relays(f);
+  if (f->o->ephemeral)
+    return 0; /* no record: removed at the end (write_end_record) */
+  if (write_start_record(f, err) < 0)
+    return -1;
+  f->recorded = true;
+  return 0;
+}
+
+/* Tears down; returns the exit code for the caller. */
+static int finish(struct sup *f, agsx_error_t *err) {
+  /* The host ports are free as soon as the sandbox ends. */
+  agsx_relay_free(f->relay);
+  f->relay = NULL;
+  agsx_relay_free(f->dns);
+  f->dns = NULL;
+  int code = f->sb ? f->sb->exit_code : 125;
+  if (f->sb == NULL)
+    return code;
+  if (f->stopping)
+    f->sb->reason = f->stop_reason;
+  int64_t td = agsx_mono_ns();
+  agsx_error_t derr = NULL;
+  if (agsx_sandbox_destroy(f->sb, &derr) < 0 && *err == NULL)
+    *err = derr;
+  else
+    agsx_error_free(&derr);
+  /* The namespace, and the veth with it, went with the sandbox. */
+  if (f->net)
+    agsx_net_attach_end(f->net);
+  write_end_record(f);
+  f->teardown_ns = agsx_mono_ns() - td;
+  return *err ? (f->sb->exited ? f->sb->exit_code : 125) : f->sb->exit_code;
+}
+
+static void sup_clear(struct sup *f) {
+  agsx_relay_free(f->relay);
+  f->relay = NULL;
+  agsx_relay_free(f->dns);
+  f->dns = NULL;
+  free(f->pfd);
+  agsx_closep(&f->sigfd);
+  agsx_closep(&f->timerfd);
+  agsx_closep(&f->devnull);
+  free(f->cut);
+  f->cut = NULL;
+  for (int i = 0; i < 2; i++)
+    agsx_output_clear(&f->out[i]);
+  agsx_sandbox_free(f->sb);
+}
+
+/* run -d: the supervisor detaches into its own session and reports back
+ * through a pipe once the command runs (or why it could not start). */
+static _Noreturn void detached_supervisor(struct sup *f, int report) {
+  agsx_error_t err = NULL;
+  int pipes[2][2] = {{-1, -1}, {-1, -1}};
+  setsid();
+  int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull >= 0)
+    for (int i = 0; i < 3; i++)
+      dup2(devnull, i);
+  int r = start(f, pipes, &err);
+  struct agsx_msg_small {
+    int ok;
+    char text[1024];
+  } m = {.ok = r == 0};
+  snprintf(m.text, sizeof(m.text), "%s", r == 0 ? f->sb->id : err->msg);
+  if (write(report, &m, sizeof(m)) < 0) {
+  }
+  close(report);
+  if (r == 0)
+    supervise(f, &err);
+  finish(f, &err);
+  agsx_error_free(&err);
+  sup_clear(f);
+  _exit(0);
+}
+
+static void prepared_clear(struct prepared *p) {
+  agsx_store_free(p->store);
+  agsx_image_info_clear(&p->info);
+  agsx_strv_free(p->argv);
+  agsx_strv_free(p->env);
+  agsx_seccomp_bpf_clear(&p->bpf);
+}
+
+/* ---- the API ------------------------------------------------------------------------------ */
+
+struct agsx_lifecycle {
+  struct agsx_run_spec spec;
+  struct prepared p;
+  struct agsx_sandbox_config cfg;
+  struct agsx_netns_job job; /* the network namespace, made by a helper meanwhile */
+  struct agsx_net_attach net;
+  struct sup f;
+  int64_t prepare_ns;
+};
+
+int agsx_lifecycle_create(const struct agsx_run_spec *spec, struct agsx_lifecycle **ret,
+                          agsx_error_t *err) {
+  enum agsx_net_mode mode;
+  const char *net_name;
+  if (agsx_run_spec_check(spec, err) < 0 ||
+      agsx_net_mode_parse(spec->network ? spec->network : "internal", &mode, &net_name, err) < 0)
+    return -1;
+  struct agsx_lifecycle *lc = xzalloc(sizeof(*lc));
+  lc->spec = *spec;
+  if (lc->spec.t0 == 0)
+    lc->spec.t0 = agsx_mono_ns();
+  lc->p.image_name = spec->image;
+  lc->cfg.netns = lc->cfg.sysfs = -1;
+  agsx_sandbox_new_id(lc->cfg.id);
+  lc->job = (struct agsx_netns_job){-1, -1};
+  lc->net = (struct agsx_net_attach)AGSX_NET_ATTACH_INIT;
+  bool linked = mode != AGSX_NET_INTERNAL;
+  lc->f = (struct sup){.o = &lc->spec, .p = &lc->p, .cfg = &lc->cfg, .sigfd = -1, .timerfd = -1,
+                       .devnull = -1,
+                       .started = lc->spec.t0, .out = {{.fd = -1}, {.fd = -1}},
+                       .net = linked ? &lc->net : NULL};
+  /* On public and vpc networks an address is leased first (see net.h). */
+  if ((linked && agsx_net_attach_begin(spec->root, mode, net_name, spec->rules, spec->n_rules,
+                                       lc->cfg.id, &lc->net, err) < 0) ||
+      agsx_net_prepare(&lc->job, linked ? &lc->net.link : NULL, err) < 0 ||
+      prepare_image(&lc->spec, spec->image, spec->pull, &lc->p, &lc->cfg, err) < 0 ||
+      build_config(&lc->spec, spec->cmd, &lc->p, &lc->cfg, err) < 0 ||
+      prepare_seccomp(&lc->spec, &lc->p, &lc->cfg, err) < 0) {
+    agsx_net_job_cancel(&lc->job);
+    agsx_lifecycle_free(lc);
+    return -1;
+  }
+  /* Collected by the sandbox's start, right before it is needed. */
+  lc->cfg.netns_job = &lc->job;
+  lc->cfg.address = lc->net.addr;
+  *ret = lc;
+  return 0;
+}
+
+void agsx_lifecycle_free(struct agsx_lifecycle *lc) {
+  if (lc == NULL)
+    return;
+  sup_clear(&lc->f);
+  if (lc->f.handed_off)
+    agsx_net_attach_disown(&lc->net); /* the supervisor has it */
+  else
+    agsx_net_attach_end(&lc->net);
+  agsx_net_job_cancel(&lc->job);
+  prepared_clear(&lc->p);
+  agsx_closep(&lc->cfg.netns);
+  agsx_closep(&lc->cfg.sysfs);
+  free(lc);
+}
+
+int agsx_lifecycle_run(struct agsx_lifecycle *lc, const struct agsx_run_hooks *hooks,
+                       agsx_error_t *err) {
+  struct sup *f = &lc->f;
+  int pipes[2][2] = {{-1, -1}, {-1, -1}};
+  lc->prepare_ns = agsx_mono_ns() - lc->spec.t0;
+  if (start(f, pipes, err) == 0) {
+    if (hooks && hooks->started)
+      hooks->started(hooks->data, lc);
+    supervise(f, err);
+  }
+  if (hooks && hooks->ended)
+    hooks->ended(hooks->data, lc);
+  return finish(f, err);
+}
+
+int agsx_lifecycle_detach(struct agsx_lifecycle *lc, struct agsx_run_started *ret,
+                          agsx_error_t *err) {
+  struct sup *f = &lc->f;
+  int pfd[2];
+  if (pipe2(pfd, O_CLOEXEC) < 0)
+    return agsx_error_set(err, errno, "pipe");
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    close(pfd[0]);
+    close(pfd[1]);
+    return agsx_error_set(err, e, "fork the supervisor");
+  }
+  if (pid == 0) {
+    close(pfd[0]);
+    f->detached = true;
+    detached_supervisor(f, pfd[1]);
+  }
+  close(pfd[1]);
+  f->handed_off = true;
+  struct {
+    int ok;
+    char text[1024];
+  } m = {0};
+  ssize_t n = agsx_read_all(pfd[0], &m, sizeof(m));
+  close(pfd[0]);
+  if (n != (ssize_t)sizeof(m))
+    return agsx_error_set(err, 0, "the sandbox supervisor died during start-up");
+  m.text[sizeof(m.text) - 1] = '\0';
+  if (!m.ok)
+    return agsx_error_set(err, 0, "%s", m.text);
+  snprintf(ret->id, sizeof(ret->id), "%.32s", m.text);
+  ret->supervisor = pid;
+  return 0;
+}
+
+const struct agsx_sandbox *agsx_lifecycle_sandbox(const struct agsx_lifecycle *lc) {
+  return lc->f.sb;
+}
+
+int64_t agsx_lifecycle_prepare_ns(const struct agsx_lifecycle *lc) { return lc->prepare_ns; }
+
+int64_t agsx_lifecycle_teardown_ns(const struct agsx_lifecycle *lc) { return lc->f.teardown_ns; }
+
+char *agsx_lifecycle_result_json(const struct agsx_lifecycle *lc, int exit_code, const char *error,
+                                 size_t *ret_len) {
+  const struct sup *f = &lc->f;
+  const struct agsx_sandbox *sb = f->sb;
+  struct agsx_result r = {
+      .exit_code = exit_code,
+      .out = f->out,
+      .duration_ms = (agsx_mono_ns() - f->started) / 1000000,
+      .stop_reason = sb ? agsx_stop_reason_name(sb->reason) : "error",
+      .signal = sb ? sb->term_signal : 0,
+      .id = sb ? sb->id : NULL,
+      .name = f->o->name,
+      .error = error,
+  };
+  return agsx_result_json(&r, ret_len);
+}
+
+bool agsx_lifecycle_cancelled(const struct agsx_lifecycle *lc) { return lc->f.cancelled; }
+
+const char *agsx_lifecycle_cut(const struct agsx_lifecycle *lc) { return lc->f.cut; }

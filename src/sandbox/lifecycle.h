@@ -1,0 +1,114 @@
+/* agsx — sandbox: the lifecycle of a sandbox, from a spec to its end.
+ *
+ *   agsx_lifecycle_create   spec → checked spec, id, network lease and
+ *                           namespace (made meanwhile by a helper), image
+ *                           resolved (pulled through the front end's hook),
+ *                           sandbox configuration, seccomp program
+ *   agsx_lifecycle_run      foreground: start, supervise, tear down, with the
+ *                           caller's stdio (or captured: the --json document)
+ *   agsx_lifecycle_detach   a detached supervisor (its own session) that does
+ *                           the same; returns once the command runs
+ *
+ * The supervisor is one poll loop of components that fill and dispatch: the
+ * sandbox's sync socket, signals (the control protocol, control.h), the
+ * deadline timer, captured output, the pty, the firewall watch, the
+ * published ports' relay and the DNS relay. It writes the state record as
+ * the sandbox starts and ends (with `rm`, removes it). Every front end (run,
+ * browser, build's RUN, the API server) goes through these calls. */
+#ifndef AGSX_SANDBOX_LIFECYCLE_H
+#define AGSX_SANDBOX_LIFECYCLE_H
+
+#include "net/relay.h"
+#include "sandbox/output.h"
+#include "sandbox/sandbox.h"
+#include "util/util.h"
+
+#define AGSX_DEFAULT_TIMEOUT_SEC 300
+
+struct agsx_sg_rule;
+
+/* What to run. Strings are borrowed for the lifecycle's life. */
+struct agsx_run_spec {
+  const char *root, *state; /* the image store, the state directory */
+  const char *image;        /* a reference, or "host" */
+  char **cmd;               /* NULL or empty: the image's Cmd (after its Entrypoint) */
+  const char *pull;         /* a pull policy, or NULL: $AGSX_PULL, else missing */
+  /* Pulls IMAGE when the policy says so (the front end shows progress). */
+  int (*pull_image)(void *data, const char *image, agsx_error_t *err);
+  void *pull_data;
+  char **env; /* KEY=VALUE, after the image's */
+  const char *user, *workdir, *hostname, *name;
+  const char *seccomp; /* a profile file, "unconfined", or NULL: the default */
+  struct agsx_bind *binds;
+  size_t n_binds;
+  const char *network; /* internal (NULL), public or vpc:NAME */
+  const struct agsx_sg_rule *rules; /* vpc only */
+  size_t n_rules;
+  struct agsx_port *ports; /* published; the host ports are filled in as bound */
+  size_t n_ports;
+  uint64_t timeout; /* seconds; 0: AGSX_DEFAULT_TIMEOUT_SEC */
+  uint64_t memory, pids, disk; /* 0: the defaults */
+  double cpus;                 /* 0: no limit */
+  bool read_only, rm, timing;
+  /* Foreground stdio: the caller's stdin (interactive), a pty (tty), or
+   * stdout and stderr captured for the result document (capture). */
+  bool interactive, tty, capture;
+  int64_t t0; /* the front end's start (agsx_mono_ns) for durations; 0: now */
+  /* Build's RUN: the root from these layers (lowest first) instead of
+   * IMAGE's (which only names it then), the upper directory handed back
+   * (agsx_lifecycle_sandbox()->upperfd after the run), no state record, no
+   * deadline, the caller's signals left alone, stdout and stderr merged
+   * and streamed to ON_OUTPUT, a readable *CANCEL_FD kills the sandbox, and
+   * a firewall that cuts the sandbox off kills it too (agsx_lifecycle_cut). */
+  char **layers;
+  size_t n_layers;
+  bool keep_upper, ephemeral, no_timeout, no_signals, cut_kills;
+  const int *cancel_fd;
+  void (*on_output)(void *data, const char *buf, size_t len);
+  void *output_data;
+};
+
+/* Refuses what would harm the sandbox or the host whoever the caller is:
+ * names, hostnames, volume and working-directory paths, combinations. */
+int agsx_run_spec_check(const struct agsx_run_spec *spec, agsx_error_t *err);
+/* An RFC 1123 hostname of at most 64 characters. */
+bool agsx_hostname_is_valid(const char *name);
+
+struct agsx_lifecycle;
+int agsx_lifecycle_create(const struct agsx_run_spec *spec, struct agsx_lifecycle **ret,
+                          agsx_error_t *err);
+void agsx_lifecycle_free(struct agsx_lifecycle *lc);
+
+/* Called in the foreground supervisor: STARTED once the command runs,
+ * ENDED when it has ended, before the teardown. */
+struct agsx_run_hooks {
+  void (*started)(void *data, struct agsx_lifecycle *lc);
+  void (*ended)(void *data, struct agsx_lifecycle *lc);
+  void *data;
+};
+/* Runs the sandbox in the foreground until it ends and tears it down.
+ * Returns its exit code (125 when it could not start); ERR is set when agsx
+ * failed, also after a start (the code is then the command's if it ended). */
+int agsx_lifecycle_run(struct agsx_lifecycle *lc, const struct agsx_run_hooks *hooks,
+                       agsx_error_t *err);
+
+/* A detached sandbox: its id and its supervisor (a child of the caller). */
+struct agsx_run_started {
+  char id[33];
+  pid_t supervisor;
+};
+int agsx_lifecycle_detach(struct agsx_lifecycle *lc, struct agsx_run_started *ret,
+                          agsx_error_t *err);
+
+/* The sandbox (NULL before it started) and what the run measured. */
+const struct agsx_sandbox *agsx_lifecycle_sandbox(const struct agsx_lifecycle *lc);
+int64_t agsx_lifecycle_prepare_ns(const struct agsx_lifecycle *lc);
+int64_t agsx_lifecycle_teardown_ns(const struct agsx_lifecycle *lc);
+/* Whether *CANCEL_FD stopped the run; why the firewall cut it off, or NULL. */
+bool agsx_lifecycle_cancelled(const struct agsx_lifecycle *lc);
+const char *agsx_lifecycle_cut(const struct agsx_lifecycle *lc);
+/* The run's --json document (see agsx_result_json) for EXIT_CODE and ERROR. */
+char *agsx_lifecycle_result_json(const struct agsx_lifecycle *lc, int exit_code, const char *error,
+                                 size_t *ret_len);
+
+#endif
