@@ -67,7 +67,7 @@ demo: all
 
 # One run over every build; test/run-tests prints the one summary line.
 # The source format is checked first: it takes seconds.
-check: $(B)/Makefile $(BASAN)/Makefile $(BFUZZ)/Makefile
+check: format-check $(B)/Makefile $(BASAN)/Makefile $(BFUZZ)/Makefile
 	@$(MAKE) --no-print-directory -C $(B) -j$(JOBS) check-build
 	@$(MAKE) --no-print-directory -C $(BASAN) -j$(JOBS) check-build
 	@$(MAKE) --no-print-directory -C $(BFUZZ) -j$(JOBS) all
