@@ -10,20 +10,26 @@
 #                   TEST_JOBS suites at once (default: the number of CPUs),
 #                   each fuzz target for CHECK_FUZZ_SECONDS (default 2)
 #   make fuzz       run each fuzz target for FUZZ_SECONDS (default 60)
+#   make format-check  list the C files that differ from .clang-format (make
+#                   check runs it first); make format rewrites them
 #   make bench      run the benchmarks in bench/
 #   make install    install from ./build (PREFIX via CONFIGURE_FLAGS)
+#
+# CONFIGURE_FLAGS go to every build's configure (CI: --enable-werror); a
+# build directory is configured again when they change.
 SHELL := /bin/bash
 top := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
 B := $(top)/build
 BASAN := $(top)/build-asan
 BFUZZ := $(top)/build-fuzz
 CONFIGURE_FLAGS ?=
+export CONFIGURE_FLAGS
 FUZZ_SECONDS ?= 60
 CHECK_FUZZ_SECONDS ?= 2
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 TEST_JOBS ?= $(JOBS)
 
-.PHONY: all deps demo check check-quick fuzz bench install clean distclean
+.PHONY: all deps demo check check-quick format-check format fuzz bench install clean distclean FORCE
 
 all: $(B)/Makefile
 	@$(MAKE) --no-print-directory -C $(B) -j$(JOBS)
@@ -32,25 +38,36 @@ deps:
 	@$(top)/scripts/deps.sh
 
 # The packages first: on a fresh machine autoreconf itself is missing.
-$(top)/configure: $(top)/configure.ac $(top)/Makefile.am
+$(top)/configure: $(top)/configure.ac $(top)/Makefile.am $(top)/test/fuzz/targets.am $(wildcard $(top)/m4/*.m4)
 	@$(top)/scripts/deps.sh
 	cd $(top) && autoreconf -fi >/dev/null
 
-$(B)/Makefile: $(top)/configure
+# The fuzz targets' automake lines, from FUZZ_TARGETS in Makefile.am
+# (rewritten only when they change, so this does not force autoreconf).
+$(top)/test/fuzz/targets.am: FORCE
+	@$(top)/scripts/gen-fuzz-am
+
+# The flags each build directory was configured with: a change of
+# CONFIGURE_FLAGS configures it again.
+$(B)/.configure-flags $(BASAN)/.configure-flags $(BFUZZ)/.configure-flags: FORCE
+	@mkdir -p $(@D); printf '%s\n' "$$CONFIGURE_FLAGS" | cmp -s - $@ || printf '%s\n' "$$CONFIGURE_FLAGS" >$@
+
+$(B)/Makefile: $(top)/configure $(B)/.configure-flags
 	@$(top)/scripts/deps.sh
-	mkdir -p $(B) && cd $(B) && $(top)/configure --quiet $(CONFIGURE_FLAGS)
+	cd $(B) && $(top)/configure --quiet $(CONFIGURE_FLAGS)
 
-$(BASAN)/Makefile: $(top)/configure
-	mkdir -p $(BASAN) && cd $(BASAN) && $(top)/configure --quiet --enable-sanitizers $(CONFIGURE_FLAGS)
+$(BASAN)/Makefile: $(top)/configure $(BASAN)/.configure-flags
+	cd $(BASAN) && $(top)/configure --quiet --enable-sanitizers $(CONFIGURE_FLAGS)
 
-$(BFUZZ)/Makefile: $(top)/configure
-	mkdir -p $(BFUZZ) && cd $(BFUZZ) && CC=clang $(top)/configure --quiet --enable-fuzzing $(CONFIGURE_FLAGS)
+$(BFUZZ)/Makefile: $(top)/configure $(BFUZZ)/.configure-flags
+	cd $(BFUZZ) && CC=clang $(top)/configure --quiet --enable-fuzzing $(CONFIGURE_FLAGS)
 
 demo: all
 	@$(top)/scripts/demo.sh $(B)
 
 # One run over every build; test/run-tests prints the one summary line.
-check: $(B)/Makefile $(BASAN)/Makefile $(BFUZZ)/Makefile
+# The source format is checked first: it takes seconds.
+check: format-check $(B)/Makefile $(BASAN)/Makefile $(BFUZZ)/Makefile
 	@$(MAKE) --no-print-directory -C $(B) -j$(JOBS) check-build
 	@$(MAKE) --no-print-directory -C $(BASAN) -j$(JOBS) check-build
 	@$(MAKE) --no-print-directory -C $(BFUZZ) -j$(JOBS) all
@@ -61,6 +78,14 @@ check: $(B)/Makefile $(BASAN)/Makefile $(BFUZZ)/Makefile
 check-quick: $(B)/Makefile
 	@$(MAKE) --no-print-directory -C $(B) -j$(JOBS) check-build
 	@$(top)/test/run-tests --jobs $(TEST_JOBS) $(B)
+
+format-check:
+	@$(top)/scripts/deps.sh
+	@$(top)/scripts/gen-fuzz-am --check
+	@$(top)/scripts/format-check
+
+format:
+	@$(top)/scripts/format-check --fix
 
 fuzz: $(BFUZZ)/Makefile
 	@$(MAKE) --no-print-directory -C $(BFUZZ) -j$(JOBS) all

@@ -9,13 +9,16 @@ pkgs=(autoconf automake libtool pkg-config make gcc libc6-dev
       libarchive-dev libssl-dev libzstd-dev libcurl4-openssl-dev)
 # run time: public and vpc networks load libnftables with dlopen()
 pkgs+=(libnftables1)
-# pull: libcurl is dlopen()ed at pull time
-pkgs+=(libcurl4)
-# tests and fixtures: bats, busybox-static and a static libc for the probe,
-# skopeo/umoci for interoperability, debootstrap for the Python rootfs,
-# clang with libFuzzer and the sanitizer runtimes
-pkgs+=(bats busybox-static skopeo umoci debootstrap clang libclang-rt-14-dev
-       python3 xz-utils zstd docker-registry apache2-utils openssl)
+# pull: libcurl is dlopen()ed at pull time; HTTPS registries need the CAs
+pkgs+=(libcurl4 ca-certificates)
+# demo, tests and fixtures: bats, busybox-static (file tells it is static)
+# and a static libc for the probe, python3, skopeo/umoci for
+# interoperability, debootstrap for the Python rootfs, clang with libFuzzer
+# and the sanitizer runtimes, clang-format for `make format-check`, a
+# registry with htpasswd and openssl for pull.bats, curl for ports.bats and
+# browser.bats, pgrep/ps (procps), man for docs.bats
+pkgs+=(bats busybox-static file skopeo umoci debootstrap clang libclang-rt-14-dev clang-format
+       python3 xz-utils zstd docker-registry apache2-utils openssl curl procps man-db)
 # network tests build their namespaces with ip, nsenter and unshare, and
 # inspect agsx's rules with nft
 pkgs+=(iproute2 util-linux nftables)

@@ -9,31 +9,18 @@
 # Node clients when npm cannot reach its registry. Clients reach the browser
 # through the published port on the host's loopback, as users do.
 #
-# teardown stops and collects everything, then asserts that nothing of the
-# test's sandboxes remains: processes, cgroups, records, mounts.
+# The default teardown of helpers.bash stops and collects everything, then
+# asserts that nothing of the test's sandboxes remains: processes, cgroups,
+# records, mounts.
 
 load helpers
 
 bats_require_minimum_version 1.5.0
 
-UID_BASE=$((0x70000000))
-
 setup() {
   common_setup
   AX_TIMEOUT=90
   mkdir -p "$STATE"
-}
-
-teardown() {
-  local rc=0
-  bx_note_ids
-  run ax kill --all
-  [ "$status" -eq 0 ] || { echo "# teardown: kill --all failed: $output" >&3; rc=1; }
-  run ax gc
-  [ "$status" -eq 0 ] || { echo "# teardown: gc failed: $output" >&3; rc=1; }
-  bx_assert_no_leaks || rc=1
-  common_teardown || rc=1
-  return $rc
 }
 
 # ---- helpers -----------------------------------------------------------
@@ -90,67 +77,6 @@ for s in json.load(sys.stdin):
 # client CMD...: a client on the host, bounded.
 client() {
   timeout 60 "$@"
-}
-
-bx_note_ids() {
-  [ -d "$STATE" ] || return 0
-  ls "$STATE" 2>/dev/null | grep -xE '[0-9a-f]{32}' >>"$T/ids" || true
-}
-
-bx_ids() { sort -u "$T/ids" 2>/dev/null; }
-
-# Processes left of our sandboxes: in a sandbox uid range and one of our
-# cgroups, or naming our state dir (a supervisor).
-bx_processes() {
-  bx_ids >"$T/ids.sorted"
-  python3 - "$STATE" "$T/ids.sorted" "$UID_BASE" <<'PY'
-import os, sys
-state, idfile, base = sys.argv[1], sys.argv[2], int(sys.argv[3])
-ids = set(open(idfile).read().split())
-me = os.getpid()
-for p in os.listdir('/proc'):
-    if not p.isdigit() or int(p) == me:
-        continue
-    try:
-        st = open(f'/proc/{p}/status').read()
-        uid = int([l for l in st.splitlines() if l.startswith('Uid:')][0].split()[1])
-        cmd = open(f'/proc/{p}/cmdline', 'rb').read().replace(b'\0', b' ').decode(errors='replace')
-        cg = open(f'/proc/{p}/cgroup').read()
-    except Exception:
-        continue
-    if ('--state ' + state + ' ') in cmd or (uid >= base and any(('/agsx/' + i) in cg for i in ids)):
-        print(p, uid, cmd[:100].strip())
-PY
-}
-
-bx_cgroups() {
-  local id
-  for id in $(bx_ids); do
-    ls -d /sys/fs/cgroup/*/agsx/"$id" /sys/fs/cgroup/agsx/"$id" 2>/dev/null || true
-  done
-}
-
-bx_assert_no_leaks() {
-  local i procs cgs state leaks=""
-  for i in $(seq 50); do
-    procs=$(bx_processes)
-    cgs=$(bx_cgroups)
-    [ -z "$procs$cgs" ] && break
-    sleep 0.1
-  done
-  state=$(ls "$STATE" 2>/dev/null | grep -vx -e slots -e cache -e names || true)
-  state+=$(ls "$STATE/names" 2>/dev/null || true)
-  [ -z "$procs" ] || leaks+="processes: $(echo "$procs" | tr '\n' ';'); "
-  [ -z "$cgs" ] || leaks+="cgroups: $(echo $cgs); "
-  [ -z "$state" ] || leaks+="state: $(echo $state); "
-  if grep -qF -e "$STATE" -e "$ROOT" /proc/self/mountinfo; then
-    leaks+="mounts under $STATE; "
-  fi
-  [ -z "$leaks" ] && return 0
-  echo "# leaked: $leaks" >&3
-  local pid
-  for pid in $(echo "$procs" | awk '{print $1}'); do kill -9 "$pid" 2>/dev/null || true; done
-  return 1
 }
 
 # The memory cgroup directory of sandbox $1 (v1 or v2).
@@ -300,7 +226,7 @@ s = [s for s in json.load(sys.stdin) if s["id"] == sys.argv[1]][0]
 assert s["status"] == "exited" and s["stop_reason"] == "timeout", s' "$ID" <<<"$output" ||
     { show_run; false; }
   [ ! -d "/proc/$pid" ]
-  [ -z "$(bx_processes)" ] && [ -z "$(bx_cgroups)" ]
+  [ -z "$(sandbox_processes)" ] && [ -z "$(sandbox_cgroups)" ]
 }
 
 # bats test_tags=browser
@@ -358,9 +284,9 @@ EOF
   run --separate-stderr ax browser --timeout 3s -- --remote-debugging-port=9333
   [ "$status" -eq 125 ] || { show_run; false; }
   [[ $stderr == "agsx: browser: "* ]] || { show_run; false; }
-  bx_note_ids
+  note_sandbox_ids
   [ -z "$(ls "$STATE" | grep -vx -e slots -e cache -e names)" ]
-  [ -z "$(bx_processes)" ] && [ -z "$(bx_cgroups)" ]
+  [ -z "$(sandbox_processes)" ] && [ -z "$(sandbox_cgroups)" ]
 }
 
 # bats test_tags=browser
@@ -373,14 +299,14 @@ EOF
     ls "$STATE" 2>/dev/null | grep -qxE '[0-9a-f]{32}' && break
     sleep 0.1
   done
-  bx_note_ids
+  note_sandbox_ids
   sleep 0.5
   kill -INT "$pid"
   wait "$pid" || rc=$?
   [ "$rc" -eq 125 ] || { echo "# status $rc: $(cat "$T/err")" >&3; false; }
   grep -q "^agsx: browser: interrupted" "$T/err"
   [ -z "$(ls "$STATE" | grep -vx -e slots -e cache -e names)" ]
-  [ -z "$(bx_processes)" ] && [ -z "$(bx_cgroups)" ]
+  [ -z "$(sandbox_processes)" ] && [ -z "$(sandbox_cgroups)" ]
 }
 
 # ---- networks ------------------------------------------------------------

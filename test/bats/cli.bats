@@ -6,8 +6,6 @@
 load helpers
 
 setup() { common_setup; }
-teardown() { common_teardown; }
-
 @test "agsx --help lists every command of the design" {
   run_ax --help
   assert_success

@@ -4,9 +4,10 @@
 # ls that never cuts a name or an image, inspect, wait, rm and stats.
 #
 # Every test has its own store ($ROOT, the busybox image loaded in setup)
-# and state dir ($STATE). teardown stops and collects everything with
-# `agsx kill --all` + `agsx gc`, then checks that nothing of the test's
-# sandboxes is left: no record, no name, no cgroup, no mount.
+# and state dir ($STATE). The default teardown of helpers.bash stops and
+# collects everything with `agsx kill --all` + `agsx gc`, then checks that
+# nothing of the test's sandboxes is left: no process, record, name, cgroup
+# or mount.
 
 load helpers
 
@@ -23,16 +24,6 @@ setup() {
   ax image load "$BB" >/dev/null
 }
 
-teardown() {
-  local rc=0
-  note_ids
-  ax kill --all >/dev/null 2>&1 || true
-  ax gc >/dev/null 2>&1 || rc=1
-  assert_nothing_left || rc=1
-  common_teardown || rc=1
-  return $rc
-}
-
 # ---- helpers -----------------------------------------------------------
 
 # rund ARGS...: `agsx run -d ARGS...`, prints the id and remembers it.
@@ -43,41 +34,12 @@ rund() {
   echo "$id"
 }
 
-note_ids() {
-  [ -d "$STATE" ] || return 0
-  ls "$STATE" 2>/dev/null | grep -xE '[0-9a-f]{32}' >>"$T/ids" || true
-}
-
 # Cgroup directories of the test's sandboxes still on the host.
 cgroups_of() {
   local id
   for id in "$@"; do
     ls -d /sys/fs/cgroup/*/agsx/"$id" /sys/fs/cgroup/agsx/"$id" 2>/dev/null || true
   done
-}
-
-# Records, names, cgroups and mounts the test's sandboxes left.
-leftovers() {
-  local ids
-  ids=$(sort -u "$T/ids" 2>/dev/null)
-  if [ -d "$STATE" ]; then
-    ls "$STATE" 2>/dev/null | grep -vx -e slots -e cache -e names | sed 's/^/state: /' || true
-    ls "$STATE/names" 2>/dev/null | sed 's/^/name: /' || true
-  fi
-  # shellcheck disable=SC2086 # one id a word
-  cgroups_of $ids | sed 's/^/cgroup: /'
-  grep -F -e "$STATE" /proc/self/mountinfo | sed 's/^/mount: /' || true
-}
-
-assert_nothing_left() {
-  local i left
-  for i in $(seq 30); do
-    left=$(leftovers)
-    [ -z "$left" ] && return 0
-    sleep 0.1
-  done
-  echo "# left behind: $(echo "$left" | tr '\n' ';')" >&3
-  return 1
 }
 
 # py CODE ARGS...: runs python3 CODE on $output (as stdin), for JSON checks.

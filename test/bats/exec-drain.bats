@@ -21,15 +21,6 @@ setup() {
   assert_success
 }
 
-teardown() {
-  ax kill --all >/dev/null 2>&1 || true
-  for _ in $(seq 50); do
-    [ -z "$(ax ls -q 2>/dev/null)" ] && break
-    sleep 0.1
-  done
-  common_teardown
-}
-
 json_field() { python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
 
 # CPU ticks (user+system) a process used.

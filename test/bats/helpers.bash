@@ -3,7 +3,9 @@
 # Each test gets a private store and state dir under $T (a fresh temp dir);
 # `ax ARGS` runs agsx on them under `timeout`. `run_ax` is bats' `run` of
 # the same, printing the command line, status and output when a later
-# assertion fails. teardown checks that the test leaked nothing.
+# assertion fails. The default teardown (below; a file may define its own
+# and call sandbox_teardown or common_teardown from it) stops and collects
+# the test's sandboxes and checks that the test leaked nothing.
 #
 # Parallel files. test/run-tests runs each bats file as its own bats
 # process; a file whose header has the line
@@ -63,6 +65,124 @@ common_teardown() {
     return 1
   fi
 }
+
+# ---- the default teardown: nothing of the test's sandboxes remains --------
+#
+# teardown stops and collects everything with `agsx kill --all` + `agsx gc`,
+# then asserts that nothing of the test's sandboxes remains: no process in a
+# sandbox uid range (>= UID_BASE) in one of the test's sandboxes' cgroups and
+# no process at all (a supervisor, a background agsx) whose command line names
+# the test's $STATE; no cgroup of theirs, no $STATE/<id> or name, no mount
+# under $STATE or $ROOT, no work dir in the store (common_teardown). What
+# leaked is named, then removed by force so that later tests start clean.
+# The test's sandboxes are the records in $STATE at teardown plus every id
+# written to $T/ids (note an id there when the test removes its record).
+# Only what can be told to be the test's own is looked at, as the parallel
+# rules above ask.
+
+UID_BASE=$((0x70000000))
+
+# Remembers the ids of every sandbox record now in $STATE.
+note_sandbox_ids() {
+  [ -d "$STATE" ] || return 0
+  ls "$STATE" 2>/dev/null | grep -xE '[0-9a-f]{32}' >>"$T/ids" || true
+}
+
+sandbox_ids() { sort -u "$T/ids" 2>/dev/null; }
+
+# Processes left of the test's sandboxes, one "pid uid cmdline" a line.
+sandbox_processes() {
+  sandbox_ids >"$T/ids.sorted"
+  python3 - "$STATE" "$T/ids.sorted" "$UID_BASE" "$(cgroup_parent)" <<'PY'
+import os, sys
+state, idfile, base, parent = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+ids = set(open(idfile).read().split())
+me = os.getpid()
+for p in os.listdir('/proc'):
+    if not p.isdigit() or int(p) == me:
+        continue
+    try:
+        st = open(f'/proc/{p}/status').read()
+        uid = int([l for l in st.splitlines() if l.startswith('Uid:')][0].split()[1])
+        cmd = open(f'/proc/{p}/cmdline', 'rb').read().replace(b'\0', b' ').decode(errors='replace')
+        cg = open(f'/proc/{p}/cgroup').read()
+    except Exception:
+        continue
+    ours_cmd = ('--state ' + state + ' ') in cmd
+    ours_cg = any(('/' + parent + '/' + i) in cg for i in ids)
+    if ours_cmd or (uid >= base and ours_cg):
+        print(p, uid, cmd[:100].strip())
+PY
+}
+
+# Cgroup directories of the test's sandboxes still on the host.
+sandbox_cgroups() {
+  local id p
+  p=$(cgroup_parent)
+  for id in $(sandbox_ids); do
+    ls -d /sys/fs/cgroup/*/"$p/$id" /sys/fs/cgroup/"$p/$id" 2>/dev/null || true
+  done
+}
+
+# Per-sandbox state dirs and names left in $STATE.
+sandbox_state_left() {
+  [ -d "$STATE" ] || return 0
+  ls "$STATE" 2>/dev/null | grep -vx -e slots -e cache -e names || true
+  ls "$STATE/names" 2>/dev/null | sed 's/^/names\//' || true
+}
+
+# Waits up to 5 s for the test's processes and cgroups to go, then names
+# whatever is left and removes it by force.
+assert_no_sandbox_leaks() {
+  local i procs cgs state leaks=""
+  for i in $(seq 50); do
+    procs=$(sandbox_processes)
+    cgs=$(sandbox_cgroups)
+    [ -z "$procs$cgs" ] && break
+    sleep 0.1
+  done
+  state=$(sandbox_state_left)
+  [ -z "$procs" ] || leaks+="processes (pid uid cmd): $(echo "$procs" | tr '\n' ';'); "
+  [ -z "$cgs" ] || leaks+="cgroups: $(echo $cgs); "
+  [ -z "$state" ] || leaks+="state: $(echo $state); "
+  if grep -qF -e "$STATE" -e "$ROOT" /proc/self/mountinfo; then
+    leaks+="mounts: $(grep -F -e "$STATE" -e "$ROOT" /proc/self/mountinfo | head -3 | tr '\n' ';'); "
+  fi
+  [ -z "$leaks" ] && return 0
+  echo "# leaked after kill --all + gc: $leaks" >&3
+  local pid m
+  for pid in $(echo "$procs" | awk '{print $1}'); do kill -9 "$pid" 2>/dev/null || true; done
+  sleep 0.3
+  for i in $cgs; do rmdir "$i" 2>/dev/null || true; done
+  grep -F -e "$STATE" -e "$ROOT" /proc/self/mountinfo | awk '{print $5}' | sort -r |
+    while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  return 1
+}
+
+# kill --all + gc, the leak check, then common_teardown. A test that never
+# made $STATE started no sandbox: only common_teardown runs.
+sandbox_teardown() {
+  local rc=0
+  [ -n "${T:-}" ] || return 0 # setup did not run common_setup
+  if [ -d "$STATE" ]; then
+    note_sandbox_ids
+    run ax kill --all
+    if [ "$status" -ne 0 ]; then
+      echo "# teardown: agsx kill --all failed ($status): $output" >&3
+      rc=1
+    fi
+    run ax gc
+    if [ "$status" -ne 0 ]; then
+      echo "# teardown: agsx gc failed ($status): $output" >&3
+      rc=1
+    fi
+    assert_no_sandbox_leaks || rc=1
+  fi
+  common_teardown || rc=1
+  return $rc
+}
+
+teardown() { sandbox_teardown; }
 
 # Sandbox cgroups live in a parent directory of each cgroup hierarchy:
 # `agsx`, shared by every agsx on the host, or $AGSX_CGROUP_PARENT.

@@ -5,18 +5,16 @@
 # cleaned), ls, exec (the sandbox's very restrictions), kill and gc.
 #
 # Every test has its own store ($ROOT, the busybox image loaded in setup) and
-# state dir ($STATE). teardown stops and collects everything with
-# `agsx kill --all` + `agsx gc`, then asserts that nothing of the test's
-# sandboxes remains: no process in a sandbox uid range (>= 0x70000000) of
-# one of the test's sandboxes, no supervisor, no $STATE/<id>, no cgroup.
+# state dir ($STATE). The default teardown of helpers.bash stops and
+# collects everything with `agsx kill --all` + `agsx gc`, then asserts that
+# nothing of the test's sandboxes remains (processes, supervisors, records,
+# cgroups, mounts).
 # The tests that run `gc` with AGSX_GC_MIN_AGE=0 (which collects every
 # empty sandbox cgroup on the host) use a private cgroup parent.
 
 load helpers
 
 bats_require_minimum_version 1.5.0
-
-UID_BASE=$((0x70000000))
 
 setup_file() {
   export BB="$BATS_FILE_TMPDIR/bb"
@@ -29,24 +27,6 @@ setup() {
   ax image load "$BB" >/dev/null
 }
 
-teardown() {
-  local rc=0
-  lc_note_ids
-  run ax kill --all
-  if [ "$status" -ne 0 ]; then
-    echo "# teardown: agsx kill --all failed ($status): $output" >&3
-    rc=1
-  fi
-  run ax gc
-  if [ "$status" -ne 0 ]; then
-    echo "# teardown: agsx gc failed ($status): $output" >&3
-    rc=1
-  fi
-  lc_assert_no_leaks || rc=1
-  common_teardown || rc=1
-  return $rc
-}
-
 # ---- helpers -----------------------------------------------------------
 
 # rund ARGS...: `agsx run -d ARGS...`, prints the id and remembers it for the
@@ -56,85 +36,6 @@ rund() {
   id=$(ax run -d "$@") || return
   echo "$id" >>"$T/ids"
   echo "$id"
-}
-
-# Remembers the ids of every sandbox record now in $STATE.
-lc_note_ids() {
-  [ -d "$STATE" ] || return 0
-  ls "$STATE" 2>/dev/null | grep -xE '[0-9a-f]{32}' >>"$T/ids" || true
-}
-
-lc_ids() { sort -u "$T/ids" 2>/dev/null; }
-
-# Processes left of this test's sandboxes (pid uid cmdline): those in a
-# sandbox uid range that are in one of our sandboxes' cgroups or run agsx on
-# our state dir, and any process at all (a supervisor, a background agsx)
-# whose command line names our state dir.
-lc_processes() {
-  lc_ids >"$T/ids.sorted"
-  python3 - "$STATE" "$T/ids.sorted" "$UID_BASE" "$(cgroup_parent)" <<'PY'
-import os, sys
-state, idfile, base, parent = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-ids = set(open(idfile).read().split())
-me = os.getpid()
-for p in os.listdir('/proc'):
-    if not p.isdigit() or int(p) == me:
-        continue
-    try:
-        st = open(f'/proc/{p}/status').read()
-        uid = int([l for l in st.splitlines() if l.startswith('Uid:')][0].split()[1])
-        cmd = open(f'/proc/{p}/cmdline', 'rb').read().replace(b'\0', b' ').decode(errors='replace')
-        cg = open(f'/proc/{p}/cgroup').read()
-    except Exception:
-        continue
-    ours_cmd = ('--state ' + state + ' ') in cmd
-    ours_cg = any(('/' + parent + '/' + i) in cg for i in ids)
-    if ours_cmd or (uid >= base and ours_cg):
-        print(p, uid, cmd[:100].strip())
-PY
-}
-
-# Cgroup directories of our sandboxes still on the host.
-lc_cgroups() {
-  local id p
-  p=$(cgroup_parent)
-  for id in $(lc_ids); do
-    ls -d /sys/fs/cgroup/*/"$p/$id" /sys/fs/cgroup/"$p/$id" 2>/dev/null || true
-  done
-}
-
-# Per-sandbox state dirs and names left after `kill --all` + `gc`.
-lc_state_left() {
-  [ -d "$STATE" ] || return 0
-  ls "$STATE" 2>/dev/null | grep -vx -e slots -e cache -e names || true
-  ls "$STATE/names" 2>/dev/null | sed 's/^/names\//' || true
-}
-
-lc_assert_no_leaks() {
-  local i procs cgs state leaks=""
-  for i in $(seq 30); do
-    procs=$(lc_processes)
-    cgs=$(lc_cgroups)
-    [ -z "$procs$cgs" ] && break
-    sleep 0.1
-  done
-  state=$(lc_state_left)
-  [ -z "$procs" ] || leaks+="processes (pid uid cmd): $(echo "$procs" | tr '\n' ';'); "
-  [ -z "$cgs" ] || leaks+="cgroups: $(echo $cgs); "
-  [ -z "$state" ] || leaks+="state: $(echo $state); "
-  if grep -qF -e "$STATE" -e "$ROOT" /proc/self/mountinfo; then
-    leaks+="mounts: $(grep -F -e "$STATE" -e "$ROOT" /proc/self/mountinfo | head -3 | tr '\n' ';'); "
-  fi
-  [ -z "$leaks" ] && return 0
-  echo "# leaked after kill --all + gc: $leaks" >&3
-  # Clean up by force what we started, so that later tests start clean.
-  local pid
-  for pid in $(echo "$procs" | awk '{print $1}'); do kill -9 "$pid" 2>/dev/null || true; done
-  sleep 0.3
-  for i in $cgs; do rmdir "$i" 2>/dev/null || true; done
-  grep -F -e "$STATE" -e "$ROOT" /proc/self/mountinfo | awk '{print $5}' | sort -r |
-    while read -r m; do umount -l "$m" 2>/dev/null || true; done
-  return 1
 }
 
 # sb_json ID FIELD: a field of the sandbox's `agsx ls -a --json` entry
@@ -363,7 +264,7 @@ assert abs(dl - (time.time() + 60)) < 5, (dl, time.time())
   assert_output_contains "${id:0:12}"
   [ ! -e "$STATE/$id" ]
   [ ! -e "$STATE/names/sk" ]
-  [ -z "$(lc_cgroups)" ] || { echo "# cgroups: $(lc_cgroups)" >&3; false; }
+  [ -z "$(sandbox_cgroups)" ] || { echo "# cgroups: $(sandbox_cgroups)" >&3; false; }
 }
 
 @test "a 3 s lifetime expires while nobody runs agsx: timeout, 143" {
@@ -378,7 +279,7 @@ assert abs(dl - (time.time() + 60)) < 5, (dl, time.time())
   ! alive "$cmdpid" || { echo "# the command still runs 6 s later" >&3; false; }
   ! alive "$ip" || { echo "# the init still runs 6 s later" >&3; false; }
   ! alive "$sp" || { echo "# the supervisor still runs 6 s later" >&3; false; }
-  [ -z "$(lc_cgroups)" ] || { echo "# cgroups left by the supervisor: $(lc_cgroups)" >&3; false; }
+  [ -z "$(sandbox_cgroups)" ] || { echo "# cgroups left by the supervisor: $(sandbox_cgroups)" >&3; false; }
   [ "$(rec "$id" status)" = exited ]
   [ "$(sb_json "$id" stop_reason)" = timeout ]
   [ "$(sb_json "$id" exit_code)" = 143 ]
@@ -446,7 +347,7 @@ assert abs(dl - (time.time() + 60)) < 5, (dl, time.time())
   [ "$bad" -eq 0 ] || { echo "# $bad of 50 failed" >&3; false; }
   [ ! -s "$T/corrupt.log" ] || { echo "# corrupt records seen: $(head -5 "$T/corrupt.log")" >&3; false; }
   all_records_parse
-  [ -z "$(lc_state_left)" ] || { echo "# left: $(lc_state_left)" >&3; false; }
+  [ -z "$(sandbox_state_left)" ] || { echo "# left: $(sandbox_state_left)" >&3; false; }
   run_ax ls -a -q
   assert_success
   [ -z "$output" ] || { show_run; false; }
@@ -908,7 +809,7 @@ assert r["truncated"] is False and isinstance(r["duration_ms"], int), r
   [ "$(sb_json "$id" status)" = exited ]
   [ "$(sb_json "$id" stop_reason)" = killed ]
   [ "$(sb_json "$id" exit_code)" = 137 ]
-  [ -z "$(lc_cgroups)" ] || { echo "# cgroups: $(lc_cgroups)" >&3; false; }
+  [ -z "$(sandbox_cgroups)" ] || { echo "# cgroups: $(sandbox_cgroups)" >&3; false; }
 }
 
 # ---- gc ----------------------------------------------------------------------
