@@ -50,67 +50,6 @@ static void phase(struct agsx_sandbox *sb, const char *name, int64_t *t0) {
   *t0 = now;
 }
 
-/* ---- messages ------------------------------------------------------------------ */
-
-int agsx_msg_send(int sock, const struct agsx_msg *m, const int *fds, size_t nfds) {
-  union {
-    char buf[CMSG_SPACE(sizeof(int) * AGSX_MSG_MAX_FDS)];
-    struct cmsghdr align;
-  } u;
-  struct iovec iov = {.iov_base = (void *)m, .iov_len = sizeof(*m)};
-  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-  if (nfds > AGSX_MSG_MAX_FDS)
-    return -E2BIG;
-  if (nfds) {
-    memset(u.buf, 0, sizeof(u.buf));
-    mh.msg_control = u.buf;
-    mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-    memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
-  }
-  ssize_t n;
-  do
-    n = sendmsg(sock, &mh, MSG_NOSIGNAL);
-  while (n < 0 && errno == EINTR);
-  return n == (ssize_t)sizeof(*m) ? 0 : -errno;
-}
-
-ssize_t agsx_msg_recv(int sock, struct agsx_msg *m, int *fds, size_t maxfds, size_t *ret_nfds) {
-  union {
-    char buf[CMSG_SPACE(sizeof(int) * AGSX_MSG_MAX_FDS)];
-    struct cmsghdr align;
-  } u;
-  struct iovec iov = {.iov_base = m, .iov_len = sizeof(*m)};
-  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                      .msg_controllen = sizeof(u.buf)};
-  ssize_t n;
-  do
-    n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-  while (n < 0 && errno == EINTR);
-  size_t got = 0;
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); n >= 0 && cm; cm = CMSG_NXTHDR(&mh, cm)) {
-    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-      continue;
-    size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    int *in = (int *)CMSG_DATA(cm);
-    for (size_t i = 0; i < k; i++) {
-      if (got < maxfds)
-        fds[got++] = in[i];
-      else
-        close(in[i]);
-    }
-  }
-  if (ret_nfds)
-    *ret_nfds = got;
-  if (n > 0 && n != (ssize_t)sizeof(*m))
-    return -EBADMSG;
-  m->text[sizeof(m->text) - 1] = '\0';
-  return n;
-}
-
 /* ---- parent-side steps ------------------------------------------------------------ */
 
 static int make_state_dir(struct agsx_sandbox *sb, const struct agsx_sandbox_config *cfg,

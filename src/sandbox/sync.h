@@ -1,0 +1,39 @@
+/* agsx — sync: the messages between a sandbox's parent and its init, and
+ * between `exec` and its child: one fixed-size struct per SOCK_SEQPACKET
+ * message, fds in SCM_RIGHTS. Used by sandbox.c (the parent), init.c (the
+ * init), exec.c and procexec.c (an error before exec). */
+#ifndef AGSX_SYNC_H
+#define AGSX_SYNC_H
+
+#include "util/util.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+enum agsx_msg_type {
+  AGSX_MSG_GO = 1, /* P→C: maps written, cgroup joined; fds: layers, then binds */
+  AGSX_MSG_READY,  /* C→P: the command was exec'd; fd: pty master with -t */
+  AGSX_MSG_ERROR,  /* C→P: setup or exec failed; code = 125/126/127, text */
+  AGSX_MSG_EXIT,   /* C→P: the command ended; status = its wait status */
+};
+
+/* One SCM_RIGHTS message carries at most 253 fds (SCM_MAX_FD): the layers,
+ * the volumes and the sysfs of a sandbox must fit in the GO message. */
+#define AGSX_MSG_MAX_FDS 250
+
+#define AGSX_CHILD_PHASES 6
+struct agsx_msg {
+  int type;
+  int code;
+  int status;
+  int err;
+  int64_t phase_ns[AGSX_CHILD_PHASES]; /* READY: monotonic times of the init's steps */
+  char text[1024];
+};
+
+int agsx_msg_send(int sock, const struct agsx_msg *m, const int *fds, size_t nfds);
+/* Receives one message and up to MAXFDS fds (CLOEXEC). 0 on EOF. */
+ssize_t agsx_msg_recv(int sock, struct agsx_msg *m, int *fds, size_t maxfds, size_t *ret_nfds);
+
+#endif
