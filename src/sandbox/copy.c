@@ -460,14 +460,9 @@ static int copy_link(struct copier *c, int sdfd, const char *sname, const struct
 
 /* Copies the entries of the open directory IN into OUT (or the tar). */
 static int copy_children(struct copier *c, int in, int out, const char *path, agsx_error_t *err) {
-  int dup_fd = fcntl(in, F_DUPFD_CLOEXEC, 3);
-  if (dup_fd < 0)
-    return agsx_error_set(err, errno, "`%s`", path);
-  _cleanup_dir_ DIR *d = fdopendir(dup_fd);
-  if (d == NULL) {
-    close(dup_fd);
+  _cleanup_dir_ DIR *d = agsx_dir_stream(in);
+  if (d == NULL)
     return agsx_error_set(err, errno, "`%s`: opendir", path);
-  }
   for (;;) {
     errno = 0;
     struct dirent *de = readdir(d);

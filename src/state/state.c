@@ -444,14 +444,9 @@ void agsx_name_release(int statefd, const char *name, const char *id) {
 /* ---- lookup ------------------------------------------------------------------------------------ */
 
 int agsx_state_list(int statefd, char ***ret_ids, agsx_error_t *err) {
-  int dup = fcntl(statefd, F_DUPFD_CLOEXEC, 3);
-  _cleanup_dir_ DIR *d = dup >= 0 ? fdopendir(dup) : NULL;
-  if (d == NULL) {
-    if (dup >= 0)
-      close(dup);
+  _cleanup_dir_ DIR *d = agsx_dir_stream(statefd);
+  if (d == NULL)
     return agsx_error_set(err, errno, "read the state directory");
-  }
-  rewinddir(d);
   size_t n = 0, cap = 16;
   char **ids = xzalloc(cap * sizeof(char *));
   struct dirent *de;
@@ -847,7 +842,7 @@ int agsx_state_remove_corrupt(int statefd, const char *id, agsx_error_t *err) {
 void agsx_state_prune_names(int statefd, void (*report_fn)(const char *what, void *data), void *data,
                             bool dry_run) {
   _cleanup_close_ int dir = openat(statefd, "names", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  _cleanup_dir_ DIR *d = dir >= 0 ? fdopendir(fcntl(dir, F_DUPFD_CLOEXEC, 3)) : NULL;
+  _cleanup_dir_ DIR *d = dir >= 0 ? agsx_dir_stream(dir) : NULL;
   struct dirent *de;
   while (d && (de = readdir(d)) != NULL) {
     if (de->d_name[0] == '.')

@@ -224,10 +224,9 @@ int list_dir(int dirfd, const char *path, char ***ret, agsx_error_t *err) {
                                  : openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0)
     return agsx_error_set(err, errno, "open `%s`", path);
-  _cleanup_dir_ DIR *d = fdopendir(fd);
+  _cleanup_dir_ DIR *d = agsx_dir_stream(fd);
   if (d == NULL)
     return agsx_error_set(err, errno, "read `%s`", path);
-  fd = -1;
   char **v = xzalloc(sizeof(char *));
   size_t n = 0;
   struct dirent *de;

@@ -507,13 +507,9 @@ void agsx_pull_result_clear(struct agsx_pull_result *r) {
  * one has it locked). */
 #define PARTIAL_MAX_AGE_SEC (7 * 86400)
 static void clean_partials(int dirfd) {
-  int dup = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
-  _cleanup_dir_ DIR *d = dup >= 0 ? fdopendir(dup) : NULL;
-  if (d == NULL) {
-    if (dup >= 0)
-      close(dup);
+  _cleanup_dir_ DIR *d = agsx_dir_stream(dirfd);
+  if (d == NULL)
     return;
-  }
   time_t now = time(NULL);
   struct dirent *de;
   while ((de = readdir(d)) != NULL) {
