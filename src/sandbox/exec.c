@@ -257,12 +257,12 @@ void agsx_exec_reap(struct agsx_exec *e) {
     r = waitpid(e->pid, &status, 0);
   while (r < 0 && errno == EINTR);
   if (r == e->pid) {
-    if (WIFEXITED(status))
-      e->exit_code = WEXITSTATUS(status);
-    else if (WIFSIGNALED(status)) {
-      e->term_signal = WTERMSIG(status);
-      e->exit_code = 128 + e->term_signal;
-    }
+    int sig;
+    int code = agsx_wait_status_exit_code(status, &sig);
+    if (code >= 0)
+      e->exit_code = code;
+    if (sig)
+      e->term_signal = sig;
   }
   e->pid = -1;
 }
