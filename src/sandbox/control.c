@@ -28,10 +28,9 @@ int agsx_control_request_stop(int statefd, const char *id, int *ret_pidfd, agsx_
       return -1;
     }
   }
-  int fd = (int)syscall(SYS_pidfd_open, r.supervisor.pid, 0);
-  bool alive = fd >= 0 && agsx_proc_ref_alive(&r.supervisor);
+  int fd = agsx_proc_ref_pidfd(&r.supervisor);
   agsx_record_clear(&r);
-  if (alive && agsx_pidfd_signal(fd, AGSX_SIG_CONTROL, AGSX_CONTROL_STOP) == 0) {
+  if (fd >= 0 && agsx_pidfd_signal(fd, AGSX_SIG_CONTROL, AGSX_CONTROL_STOP) == 0) {
     *ret_pidfd = fd;
     return 0;
   }

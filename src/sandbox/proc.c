@@ -57,8 +57,8 @@ int agsx_pidfd_signal(int pidfd, int sig, int value) {
 }
 
 int agsx_proc_ref_signal(const struct agsx_proc_ref *ref, int sig, int value) {
-  _cleanup_close_ int fd = (int)syscall(SYS_pidfd_open, ref->pid, 0);
-  if (fd < 0 || !agsx_proc_ref_alive(ref))
+  _cleanup_close_ int fd = agsx_proc_ref_pidfd(ref);
+  if (fd < 0)
     return -ESRCH;
   return agsx_pidfd_signal(fd, sig, value);
 }

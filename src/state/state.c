@@ -551,20 +551,15 @@ int agsx_proc_ref_self(struct agsx_proc_ref *ret) {
 /* ---- reaping ----------------------------------------------------------------------------------- */
 
 #include "sandbox/cgroup.h"
+#include "sandbox/proc.h"
 
 #include <signal.h>
-#include <sys/syscall.h>
 #include <utime.h>
 
 static void kill_ref(const struct agsx_proc_ref *ref) {
-  /* pidfd first, then the start time check: the pidfd pins the process,
-   * so the signal cannot reach a recycled pid. */
-  int fd = (int)syscall(SYS_pidfd_open, ref->pid, 0);
-  if (fd < 0)
-    return;
-  if (agsx_proc_ref_alive(ref))
-    syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
-  close(fd);
+  /* pidfd first, then the start time check (proc.h): the signal cannot
+   * reach a recycled pid. */
+  agsx_proc_ref_signal(ref, SIGKILL, 0);
 }
 
 static void report(const struct agsx_reap_report *rep, const char *id, const char *what) {
@@ -704,13 +699,11 @@ static void waiter_open(int statefd, const char *id, struct waiter *w) {
 /* Sleeps until the supervisor SUP ends, the record changes, or for at most
  * MS. */
 static void sleep_on(const struct agsx_proc_ref *sup, const struct waiter *w, int64_t ms) {
-  _cleanup_close_ int fd = (int)syscall(SYS_pidfd_open, sup->pid, 0);
+  _cleanup_close_ int fd = agsx_proc_ref_pidfd(sup);
   if (fd < 0) {
     if (errno != ENOSYS)
       return; /* gone already */
     ms = ms < WAIT_POLL_MS ? ms : WAIT_POLL_MS;
-  } else if (!agsx_proc_ref_alive(sup)) {
-    return;
   }
   struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = w->ino, .events = POLLIN}};
   int64_t end = agsx_mono_ns() + ms * 1000000LL;

@@ -380,6 +380,24 @@ static void test_processes(void) {
   waitpid(dead, NULL, 0);
   errno = 0;
   tap_ok(agsx_proc_ref_pidfd(&gone) < 0 && errno == ESRCH, "proc ref: a reaped process is gone");
+  tap_is_int(agsx_proc_ref_signal(&gone, SIGKILL, 0), -ESRCH, "proc ref: no signal to it");
+
+  pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  struct agsx_proc_ref live = {child, 0};
+  for (int k = 0; k < 1000 && live.start_time == 0; k++)
+    live.start_time = agsx_proc_start_time(child);
+  struct agsx_proc_ref recycled = {child, live.start_time + 1};
+  tap_is_int(agsx_proc_ref_signal(&recycled, SIGKILL, 0), -ESRCH,
+             "proc ref: no signal to the same pid with another start time");
+  tap_is_int(agsx_proc_ref_signal(&live, SIGKILL, 0), 0, "proc ref: a signal to the live one");
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+    ;
+  tap_ok(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "proc ref: it got SIGKILL");
 }
 
 /* ---- the log sink ---- */
