@@ -530,9 +530,9 @@ int from_image(struct build *b, struct stage *st, const char *name, agsx_error_t
   }
   r = 0;
   const struct agsx_image_config *c = &info.config;
-  if (strcmp(c->os, "linux") != 0 || strcmp(c->architecture, "amd64") != 0)
-    r = agsx_error_set(err, 0, "image `%s` is for %s/%s: agsx builds only linux/amd64 images",
-                       name, c->os, c->architecture);
+  if (!agsx_platform_is_supported(c->os, c->architecture))
+    r = agsx_error_set(err, 0, "image `%s` is for %s/%s: agsx builds only " AGSX_PLATFORM " images",
+                       name, c->os ? c->os : "?", c->architecture ? c->architecture : "?");
   st->layers = xzalloc((info.manifest.n_layers + 1) * sizeof(*st->layers));
   for (size_t i = 0; r == 0 && i < info.manifest.n_layers; i++) {
     struct blayer *l = &st->layers[st->n_layers++];
@@ -1109,8 +1109,8 @@ int agsx_build(struct agsx_store *s, const struct agsx_build_opts *o, struct ags
   struct build b = {.s = s, .o = o, .workfd = -1, .ctxfd = -1, .cachefd = -1, .res = ret};
   /* Docker's automatic platform arguments, global scope. */
   static const char *const platform_args[][2] = {
-      {"BUILDPLATFORM", "linux/amd64"}, {"BUILDOS", "linux"}, {"BUILDARCH", "amd64"},
-      {"TARGETPLATFORM", "linux/amd64"}, {"TARGETOS", "linux"}, {"TARGETARCH", "amd64"}};
+      {"BUILDPLATFORM", AGSX_PLATFORM}, {"BUILDOS", "linux"}, {"BUILDARCH", "amd64"},
+      {"TARGETPLATFORM", AGSX_PLATFORM}, {"TARGETOS", "linux"}, {"TARGETARCH", "amd64"}};
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(platform_args); i++) {
     kv_set(&b.meta, platform_args[i][0], platform_args[i][1]);
     strv_add(&b.meta_decl, platform_args[i][0]);
