@@ -130,6 +130,16 @@ void agsx_strv_push(char ***v, const char *s) {
   (*v)[n + 1] = NULL;
 }
 
+char **agsx_strv_concat(char *const *a, char *const *b) {
+  size_t na = agsx_strv_len(a), nb = agsx_strv_len(b);
+  char **v = xzalloc((na + nb + 1) * sizeof(char *));
+  for (size_t i = 0; i < na; i++)
+    v[i] = xstrdup(a[i]);
+  for (size_t i = 0; i < nb; i++)
+    v[na + i] = xstrdup(b[i]);
+  return v;
+}
+
 bool agsx_strv_contains(char *const *v, const char *s) {
   for (size_t i = 0; v && v[i]; i++)
     if (strcmp(v[i], s) == 0)

@@ -85,6 +85,10 @@ size_t agsx_strv_len(char *const *v);
 /* Appends a copy of S to *V (which may be NULL). */
 void agsx_strv_push(char ***v, const char *s);
 bool agsx_strv_contains(char *const *v, const char *s);
+/* A new vector: copies of A's strings, then B's (either may be NULL).
+ * Never NULL itself (an empty vector is one NULL): a copy of V is
+ * agsx_strv_concat(V, NULL). */
+char **agsx_strv_concat(char *const *a, char *const *b);
 
 /* A set of strings that keeps the order they came in: V[0..N) are the
  * members, NULL-terminated (a string vector the set owns; NULL when empty).
