@@ -922,6 +922,16 @@ int agsx_wait_status_exit_code(int status, int *ret_signal) {
   return sig ? 128 + sig : -1;
 }
 
+/* ---- terminals -------------------------------------------------------------------------------- */
+
+#include <sys/ioctl.h>
+
+void agsx_term_winsize(int master) {
+  struct winsize ws;
+  if (master >= 0 && ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0)
+    ioctl(master, TIOCSWINSZ, &ws);
+}
+
 /* ---- process title ------------------------------------------------------------------------ */
 
 #include <sys/prctl.h>

@@ -209,6 +209,10 @@ int agsx_parse_rfc3339(const char *s, int64_t *ret_sec);
  * NULL). -1 when the status is no end (stopped or continued). */
 int agsx_wait_status_exit_code(int status, int *ret_signal);
 
+/* The caller's terminal size (stdin's) to the pty MASTER (SIGWINCH);
+ * nothing when either is no terminal or MASTER is -1. */
+void agsx_term_winsize(int master);
+
 /* The process title: the sandbox init overwrites agsx's command line (which
  * names host paths) with its own title, as seen in the sandbox's /proc. */
 void agsx_proc_title_init(int argc, char **argv);
