@@ -266,13 +266,6 @@ static void on_control(struct sup *f) {
 #define SIG_CONTROL AGSX_SIG_CONTROL
 #define RELOAD_RETRY_MS 100
 
-/* The caller's terminal size to the sandbox's pty (SIGWINCH). */
-static void copy_winsize(int master) {
-  struct winsize ws;
-  if (master >= 0 && ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0)
-    ioctl(master, TIOCSWINSZ, &ws);
-}
-
 static void on_signal(struct sup *f) {
   struct signalfd_siginfo si;
   if (read(f->sigfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
@@ -284,7 +277,7 @@ static void on_signal(struct sup *f) {
   else if (c == AGSX_CONTROL_RELOAD)
     on_control(f);
   else if (sig == SIGWINCH)
-    copy_winsize(f->sb->pty_master);
+    agsx_term_winsize(f->sb->pty_master);
   else if (f->detached && sig == SIGTERM)
     begin_stop(f, AGSX_STOP_KILLED);
   else if (!f->detached)
