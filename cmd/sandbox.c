@@ -304,10 +304,8 @@ int agsx_cmd_inspect(struct agsx_ctx *ctx, const struct agsx_command *cmd, int a
   yajl_gen_array_open(g);
   for (; i < argc; i++) {
     agsx_error_t err = NULL;
-    char id[33];
     struct agsx_record r;
-    if (agsx_state_resolve(statefd, argv[i], id, &err) < 0 ||
-        agsx_record_read(statefd, id, &r, &err) < 0) {
+    if (agsx_state_lookup_at(statefd, argv[i], &r, &err) < 0) {
       rc = agsx_fail(&err);
       continue;
     }

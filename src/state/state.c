@@ -505,6 +505,22 @@ int agsx_state_resolve(int statefd, const char *sandbox, char ret_id[33], agsx_e
   return agsx_error_set_quiet(err, ENOENT, "no such sandbox `%.80s`", sandbox);
 }
 
+int agsx_state_lookup_at(int statefd, const char *sandbox, struct agsx_record *ret,
+                         agsx_error_t *err) {
+  char id[33];
+  if (statefd < 0)
+    return agsx_error_set_quiet(err, ENOENT, "no such sandbox `%s`", sandbox);
+  if (agsx_state_resolve(statefd, sandbox, id, err) < 0)
+    return -1;
+  return agsx_record_read(statefd, id, ret, err);
+}
+
+int agsx_state_lookup(const char *state_dir, const char *sandbox, struct agsx_record *ret,
+                      agsx_error_t *err) {
+  _cleanup_close_ int statefd = open(state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  return agsx_state_lookup_at(statefd, sandbox, ret, err);
+}
+
 /* ---- processes ---------------------------------------------------------------------------------- */
 
 uint64_t agsx_proc_start_time(pid_t pid) {

@@ -92,6 +92,13 @@ bool agsx_name_is_valid(const char *name);
 /* Resolves SANDBOX (an id, a unique id prefix of at least 4 hex digits, or
  * a name) to an id. */
 int agsx_state_resolve(int statefd, const char *sandbox, char ret_id[33], agsx_error_t *err);
+/* Reads the record of SANDBOX (resolved as above) into *RET, to be cleared
+ * with agsx_record_clear. ENOENT "no such sandbox" also when the state
+ * directory does not exist (STATEFD -1 for _at: no sandbox was ever made). */
+int agsx_state_lookup(const char *state_dir, const char *sandbox, struct agsx_record *ret,
+                      agsx_error_t *err);
+int agsx_state_lookup_at(int statefd, const char *sandbox, struct agsx_record *ret,
+                         agsx_error_t *err);
 
 /* The manifest digests of the images of running sandboxes (NULL-terminated),
  * for the store's gc: their layers stay while they run. */
