@@ -947,3 +947,42 @@ void agsx_state_gc_records(int statefd, const struct agsx_record *v, size_t n, b
       agsx_error_free(&err);
   }
 }
+
+/* A cgroup is a leftover when no process lives in it. One with processes
+ * may be a sandbox of another state directory: never ours to kill. */
+struct cgroup_gc {
+  char *const *running;
+  void (*on_item)(const char *what, void *data);
+  void *data;
+};
+
+static bool keep_cgroup(const char *name, void *data) {
+  char *const *running = ((struct cgroup_gc *)data)->running;
+  for (char *const *r = running; r && *r; r++)
+    if (strcmp(*r, name) == 0)
+      return true;
+  struct agsx_cgroup *cg = NULL;
+  agsx_error_t err = NULL;
+  uint64_t mem = 0, pids = 0;
+  int64_t age = 0;
+  if (agsx_cgroup_open(name, &cg, &err) == 0) {
+    agsx_cgroup_stats(cg, &mem, &pids);
+    age = agsx_cgroup_age(cg);
+  }
+  agsx_cgroup_free(cg);
+  agsx_error_free(&err);
+  /* A young empty one may be a sandbox being started right now. */
+  return pids > 0 || age < agsx_state_gc_min_age();
+}
+
+static void cgroup_item(const char *what, void *data) {
+  struct cgroup_gc *g = data;
+  g->on_item(what, g->data);
+}
+
+int agsx_state_gc_cgroups(char *const *running, bool dry_run,
+                          void (*on_item)(const char *what, void *data), void *data,
+                          agsx_error_t *err) {
+  struct cgroup_gc g = {running, on_item, data};
+  return agsx_cgroup_gc(keep_cgroup, cgroup_item, &g, dry_run, err);
+}

@@ -126,6 +126,13 @@ int64_t agsx_state_gc_min_age(void);
  * than the grace, REPORT naming each (only naming them with DRY_RUN). */
 void agsx_state_gc_records(int statefd, const struct agsx_record *v, size_t n, bool dry_run,
                            void (*report)(const char *what, void *data), void *data);
+/* gc's policy for cgroups (agsx_cgroup_gc): keeps those of RUNNING (ids of
+ * this state directory's running sandboxes), any with a process in it (it
+ * may be another state directory's) and young empty ones (a start under
+ * way); REPORT names each removed. */
+int agsx_state_gc_cgroups(char *const *running, bool dry_run,
+                          void (*report)(const char *what, void *data), void *data,
+                          agsx_error_t *err);
 
 /* The start time of PID, 0 when it does not exist. */
 uint64_t agsx_proc_start_time(pid_t pid);
