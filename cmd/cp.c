@@ -31,14 +31,8 @@ static char *sandbox_part(const char *arg, const char **ret_path) {
 
 static int open_sandbox(struct agsx_ctx *ctx, const char *name, struct agsx_copy_sandbox *ret,
                         agsx_error_t *err) {
-  _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  char id[33];
-  if (statefd < 0)
-    return agsx_error_set_quiet(err, ENOENT, "no such sandbox `%s`", name);
-  if (agsx_state_resolve(statefd, name, id, err) < 0)
-    return -1;
   struct agsx_record rec;
-  if (agsx_record_read(statefd, id, &rec, err) < 0)
+  if (agsx_state_lookup(ctx->state, name, &rec, err) < 0)
     return -1;
   ret->uid_base = rec.uid_base;
   ret->rootfd = agsx_copy_open_root(&rec, err);

@@ -252,13 +252,8 @@ static int exec_in(struct agsx_ctx *ctx, struct exec_opts *o, int argc, char **a
   if (o->tty && o->json)
     return agsx_failf("exec: --tty and --json do not go together");
   agsx_error_t err = NULL;
-  _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  char id[33];
   struct agsx_record rec;
-  if (statefd < 0)
-    return agsx_failf("no such sandbox `%s`", argv[i]);
-  if (agsx_state_resolve(statefd, argv[i], id, &err) < 0 ||
-      agsx_record_read(statefd, id, &rec, &err) < 0)
+  if (agsx_state_lookup(ctx->state, argv[i], &rec, &err) < 0)
     return agsx_fail(&err);
   int code;
   if (rec.status == AGSX_STATUS_EXITED || !agsx_proc_ref_alive(&rec.supervisor))

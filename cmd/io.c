@@ -4,13 +4,6 @@
 #include "io.h"
 
 #include <string.h>
-#include <sys/ioctl.h>
-
-void agsx_term_winsize(int master) {
-  struct winsize ws;
-  if (master >= 0 && ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0)
-    ioctl(master, TIOCSWINSZ, &ws);
-}
 
 void agsx_term_raw(struct agsx_term *t) {
   if (!isatty(STDIN_FILENO) || tcgetattr(STDIN_FILENO, &t->saved) < 0)

@@ -13,7 +13,6 @@ struct agsx_term {
 };
 void agsx_term_raw(struct agsx_term *t);
 void agsx_term_restore(struct agsx_term *t);
-void agsx_term_winsize(int master);
 
 /* Prints R's document (agsx_result_json) and a newline on stdout. */
 void agsx_print_result(const struct agsx_result *r);

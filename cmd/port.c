@@ -74,14 +74,8 @@ int agsx_cmd_port(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc
   if (filter && parse_filter(argv[i + 1], &port, &proto) < 0)
     return agsx_failf("port: invalid port `%s` (PORT[/tcp|udp], 1 to 65535)", argv[i + 1]);
   agsx_error_t err = NULL;
-  _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  char id[33];
-  if (statefd < 0)
-    return agsx_failf("no such sandbox `%s`", argv[i]);
-  if (agsx_state_resolve(statefd, argv[i], id, &err) < 0)
-    return agsx_fail(&err);
   struct agsx_record r;
-  if (agsx_record_read(statefd, id, &r, &err) < 0)
+  if (agsx_state_lookup(ctx->state, argv[i], &r, &err) < 0)
     return agsx_fail(&err);
   int code;
   if (r.status == AGSX_STATUS_EXITED)

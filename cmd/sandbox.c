@@ -304,10 +304,8 @@ int agsx_cmd_inspect(struct agsx_ctx *ctx, const struct agsx_command *cmd, int a
   yajl_gen_array_open(g);
   for (; i < argc; i++) {
     agsx_error_t err = NULL;
-    char id[33];
     struct agsx_record r;
-    if (agsx_state_resolve(statefd, argv[i], id, &err) < 0 ||
-        agsx_record_read(statefd, id, &r, &err) < 0) {
+    if (agsx_state_lookup_at(statefd, argv[i], &r, &err) < 0) {
       rc = agsx_fail(&err);
       continue;
     }
@@ -475,7 +473,6 @@ int agsx_cmd_update(struct agsx_ctx *ctx, const struct agsx_command *cmd, int ar
 
 /* ---- gc ---------------------------------------------------------------------------------- */
 
-#include "sandbox/cgroup.h"
 #include "image/store.h"
 
 #include <sys/stat.h>
@@ -483,7 +480,6 @@ int agsx_cmd_update(struct agsx_ctx *ctx, const struct agsx_command *cmd, int ar
 struct gc_out {
   bool dry_run, json;
   yajl_gen g;
-  char **running; /* ids of this state directory's running sandboxes */
 };
 
 static void gc_report(const char *what, void *data) {
@@ -492,30 +488,6 @@ static void gc_report(const char *what, void *data) {
     agsx_json_str(o->g, what);
   else
     printf("%s%s\n", o->dry_run ? "would remove " : "removed ", what);
-}
-
-/* How old an unfinished record directory or an empty cgroup must be before
- * gc takes it for a crash's leftover rather than a sandbox being started
- * (AGSX_GC_MIN_AGE seconds, default 60; tests set 0). */
-/* A cgroup is a leftover when no process lives in it. One with processes
- * may be a sandbox of another state directory: never ours to kill. */
-static bool keep_cgroup(const char *name, void *data) {
-  char **running = ((struct gc_out *)data)->running;
-  for (char **r = running; r && *r; r++)
-    if (strcmp(*r, name) == 0)
-      return true;
-  struct agsx_cgroup *cg = NULL;
-  agsx_error_t err = NULL;
-  uint64_t mem = 0, pids = 0;
-  int64_t age = 0;
-  if (agsx_cgroup_open(name, &cg, &err) == 0) {
-    agsx_cgroup_stats(cg, &mem, &pids);
-    age = agsx_cgroup_age(cg);
-  }
-  agsx_cgroup_free(cg);
-  agsx_error_free(&err);
-  /* A young empty one may be a sandbox being started right now. */
-  return pids > 0 || age < agsx_state_gc_min_age();
 }
 
 int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
@@ -527,7 +499,7 @@ int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
     return agsx_failf("gc: unexpected argument `%s`", argv[i]);
   bool images = f.images, dry_run = f.dry_run;
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
-  struct gc_out o = {dry_run, f.json, g, NULL};
+  struct gc_out o = {dry_run, f.json, g};
   yajl_gen_array_open(g);
   agsx_error_t err = NULL;
   /* Sandboxes: reap the dead, remove ended records and crash leftovers. */
@@ -545,13 +517,12 @@ int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
       if (v[k].image_digest)
         digests[nd++] = xstrdup(v[k].image_digest);
     }
-  o.running = running;
   if (statefd >= 0) {
     agsx_state_gc_records(statefd, v, n, dry_run, gc_report, &o);
     agsx_state_prune_names(statefd, gc_report, &o, dry_run);
   }
   int rc = 0;
-  if (agsx_cgroup_gc(keep_cgroup, gc_report, &o, dry_run, &err) < 0)
+  if (agsx_state_gc_cgroups(running, dry_run, gc_report, &o, &err) < 0)
     rc = agsx_fail(&err);
   /* Networks: leases and rules crashed sandboxes left, unused bridges. */
   if (agsx_net_gc(dry_run, gc_report, &o, &err) < 0)

@@ -318,7 +318,7 @@ int agsx_index_select_platform(const struct agsx_index *ix, agsx_error_t *err) {
       n += (size_t)snprintf(seen + n, sizeof(seen) - n, "%s%.20s/%.20s", n ? ", " : "",
                             d->os ? d->os : "?", d->architecture ? d->architecture : "?");
   }
-  return agsx_error_set(err, 0, "no linux/amd64 image in the index (it has: %s)",
+  return agsx_error_set(err, 0, "no " AGSX_PLATFORM " image in the index (it has: %s)",
                         n ? seen : "no image manifests");
 }
 

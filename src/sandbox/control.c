@@ -9,24 +9,6 @@
 
 /* ---- client side ---- */
 
-int agsx_pidfd_signal(int pidfd, int sig, int value) {
-  siginfo_t si;
-  memset(&si, 0, sizeof(si));
-  si.si_signo = sig;
-  si.si_code = SI_QUEUE;
-  si.si_pid = getpid();
-  si.si_uid = getuid();
-  si.si_value.sival_int = value;
-  return syscall(SYS_pidfd_send_signal, pidfd, sig, value ? &si : NULL, 0) < 0 ? -errno : 0;
-}
-
-int agsx_proc_ref_signal(const struct agsx_proc_ref *ref, int sig, int value) {
-  _cleanup_close_ int fd = (int)syscall(SYS_pidfd_open, ref->pid, 0);
-  if (fd < 0 || !agsx_proc_ref_alive(ref))
-    return -ESRCH;
-  return agsx_pidfd_signal(fd, sig, value);
-}
-
 int agsx_control_request_stop(int statefd, const char *id, int *ret_pidfd, agsx_error_t *err) {
   struct agsx_record r;
   *ret_pidfd = -1;
@@ -46,10 +28,9 @@ int agsx_control_request_stop(int statefd, const char *id, int *ret_pidfd, agsx_
       return -1;
     }
   }
-  int fd = (int)syscall(SYS_pidfd_open, r.supervisor.pid, 0);
-  bool alive = fd >= 0 && agsx_proc_ref_alive(&r.supervisor);
+  int fd = agsx_proc_ref_pidfd(&r.supervisor);
   agsx_record_clear(&r);
-  if (alive && agsx_pidfd_signal(fd, AGSX_SIG_CONTROL, AGSX_CONTROL_STOP) == 0) {
+  if (fd >= 0 && agsx_pidfd_signal(fd, AGSX_SIG_CONTROL, AGSX_CONTROL_STOP) == 0) {
     *ret_pidfd = fd;
     return 0;
   }

@@ -16,6 +16,7 @@
 #ifndef AGSX_SANDBOX_CONTROL_H
 #define AGSX_SANDBOX_CONTROL_H
 
+#include "sandbox/proc.h"
 #include "state/state.h"
 #include "util/util.h"
 
@@ -27,14 +28,6 @@ enum agsx_control { AGSX_CONTROL_NONE = 0, AGSX_CONTROL_RELOAD = 1, AGSX_CONTROL
 #define AGSX_STOP_GRACE_SEC 2
 
 /* ---- client side ---- */
-
-/* SIG through PIDFD, with VALUE (SI_QUEUE) unless it is 0. Returns 0 or
- * -errno. */
-int agsx_pidfd_signal(int pidfd, int sig, int value);
-/* SIG (and VALUE) to the process REF names: pidfd first, then the start
- * time check (the pidfd pins the process, so a recycled pid is never
- * signalled). Returns 0 or -errno (-ESRCH: gone). */
-int agsx_proc_ref_signal(const struct agsx_proc_ref *ref, int sig, int value);
 
 /* Asks the supervisor of sandbox ID to stop it (records the request, then
  * AGSX_CONTROL_STOP). *RET_PIDFD: the supervisor's pidfd to wait on, or -1

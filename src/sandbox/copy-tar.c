@@ -191,58 +191,6 @@ __attribute__((weak)) void __archive_write_entry_filetype_unsupported(
 
 /* ---- extracting a tar stream into the sandbox ------------------------------------------ */
 
-/* The regular files a stream extracted: the only allowed hard link targets. */
-struct strset {
-  char **v;
-  size_t n, cap;
-};
-
-static uint64_t str_hash(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
-static bool strset_has(const struct strset *s, const char *k) {
-  if (s->cap == 0)
-    return false;
-  for (size_t i = str_hash(k) & (s->cap - 1); s->v[i]; i = (i + 1) & (s->cap - 1))
-    if (strcmp(s->v[i], k) == 0)
-      return true;
-  return false;
-}
-
-static void strset_put(char **v, size_t cap, char *k) {
-  size_t i = str_hash(k) & (cap - 1);
-  while (v[i])
-    i = (i + 1) & (cap - 1);
-  v[i] = k;
-}
-
-static void strset_add(struct strset *s, const char *k) {
-  if (strset_has(s, k))
-    return;
-  if (2 * (s->n + 1) > s->cap) {
-    size_t cap = s->cap ? 2 * s->cap : 64;
-    char **v = xzalloc(cap * sizeof(*v));
-    for (size_t i = 0; i < s->cap; i++)
-      if (s->v[i])
-        strset_put(v, cap, s->v[i]);
-    free(s->v);
-    s->v = v;
-    s->cap = cap;
-  }
-  strset_put(s->v, s->cap, xstrdup(k));
-  s->n++;
-}
-
-static void strset_clear(struct strset *s) {
-  for (size_t i = 0; i < s->cap; i++)
-    free(s->v[i]);
-  free(s->v);
-}
-
 struct dirmeta {
   char *path;
   struct stat st;
@@ -255,7 +203,7 @@ struct extract {
   int dirfd;       /* DST */
   char *cache_dir; /* the parent directory walked to last, and its fd */
   int cache_fd;
-  struct strset files;
+  struct agsx_strset files; /* the regular files extracted: the only hard link targets */
   struct dirmeta *dirs; /* metadata set at the end, deepest first */
   size_t ndirs;
 };
@@ -265,7 +213,7 @@ static void extract_clear(struct extract *x) {
   free(x->cache_dir);
   if (x->cache_fd >= 0)
     close(x->cache_fd);
-  strset_clear(&x->files);
+  agsx_strset_clear(&x->files);
   for (size_t i = 0; i < x->ndirs; i++)
     free(x->dirs[i].path);
   free(x->dirs);
@@ -348,7 +296,7 @@ static int extract_data(struct extract *x, int out, la_int64_t size, const char 
 
 static int extract_hardlink(struct extract *x, int pfd, const char *name, const char *path,
                             const char *target, agsx_error_t *err) {
-  if (!strset_has(&x->files, target))
+  if (!agsx_strset_has(&x->files, target))
     return agsx_error_set(err, EPERM, "`%s`: hard link to `%.200s`, not a file of this stream",
                           path, target);
   const char *tname;
@@ -360,7 +308,7 @@ static int extract_hardlink(struct extract *x, int pfd, const char *name, const 
       return -1;
     /* flags 0: a symlink swapped in for the target is linked, not followed */
     if (linkat(tfd, tname, pfd, name, 0) == 0) {
-      strset_add(&x->files, path);
+      agsx_strset_add(&x->files, path);
       return 0;
     }
     if (errno != EEXIST)
@@ -386,7 +334,7 @@ static int extract_one(struct extract *x, const struct agsx_tarentry *t, int pfd
       unlinkat(pfd, name, 0); /* never a partial file */
       return -1;
     }
-    strset_add(&x->files, path);
+    agsx_strset_add(&x->files, path);
     return 0;
   }
   case AE_IFDIR: {

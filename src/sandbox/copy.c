@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "sandbox/copy-internal.h"
+#include "sandbox/proc.h"
 #include "state/state.h"
 
 #include <archive.h>
@@ -18,7 +19,6 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <sys/syscall.h>
 void copier_clear(struct copier *c) {
   free(c->zeros);
   for (size_t i = 0; i < c->n_created; i++)
@@ -460,14 +460,9 @@ static int copy_link(struct copier *c, int sdfd, const char *sname, const struct
 
 /* Copies the entries of the open directory IN into OUT (or the tar). */
 static int copy_children(struct copier *c, int in, int out, const char *path, agsx_error_t *err) {
-  int dup_fd = fcntl(in, F_DUPFD_CLOEXEC, 3);
-  if (dup_fd < 0)
-    return agsx_error_set(err, errno, "`%s`", path);
-  _cleanup_dir_ DIR *d = fdopendir(dup_fd);
-  if (d == NULL) {
-    close(dup_fd);
+  _cleanup_dir_ DIR *d = agsx_dir_stream(in);
+  if (d == NULL)
     return agsx_error_set(err, errno, "`%s`: opendir", path);
-  }
   for (;;) {
     errno = 0;
     struct dirent *de = readdir(d);
@@ -758,20 +753,13 @@ void leave_sandbox_ids(int secbits) {
 int agsx_copy_open_root(const struct agsx_record *rec, agsx_error_t *err) {
   if (rec->status != AGSX_STATUS_RUNNING)
     return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running", rec->id);
-  /* The pidfd pins the process, the start time proves it is the init. The
-   * pid number, though, is only ours while the process is not reaped: the
-   * signal 0 after the open proves that /proc/PID was still the init. */
-  _cleanup_close_ int pidfd = (int)syscall(SYS_pidfd_open, rec->init.pid, 0);
-  if (pidfd < 0 || !agsx_proc_ref_alive(&rec->init))
+  /* Proven to be the init's before and after the open (see proc.h). */
+  int fd = agsx_proc_ref_open(&rec->init, "root", O_PATH | O_DIRECTORY);
+  if (fd < 0 && errno == ESRCH)
     return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running", rec->id);
-  char path[64];
-  snprintf(path, sizeof(path), "/proc/%d/root", rec->init.pid);
-  _cleanup_close_ int fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0)
     return agsx_error_set(err, errno, "sandbox `%.12s`: open its root", rec->id);
-  if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) < 0)
-    return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running", rec->id);
-  return steal_fd(&fd);
+  return fd;
 }
 
 static int copy_between(struct copier *c, const struct side *from, const char *src,

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "sandbox/exec.h"
+#include "sandbox/proc.h"
 #include "sandbox/sandbox-internal.h"
 
 #include <fcntl.h>
@@ -124,13 +125,9 @@ static _Noreturn void child(const struct agsx_record *rec, const struct agsx_exe
 }
 
 static int open_init(const struct agsx_record *rec, agsx_error_t *err) {
-  int fd = (int)syscall(SYS_pidfd_open, rec->init.pid, 0);
-  /* The start time is checked after the pidfd pins the process. */
-  if (fd < 0 || !agsx_proc_ref_alive(&rec->init)) {
-    if (fd >= 0)
-      close(fd);
+  int fd = agsx_proc_ref_pidfd(&rec->init);
+  if (fd < 0)
     return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running", rec->id);
-  }
   return fd;
 }
 
@@ -257,12 +254,12 @@ void agsx_exec_reap(struct agsx_exec *e) {
     r = waitpid(e->pid, &status, 0);
   while (r < 0 && errno == EINTR);
   if (r == e->pid) {
-    if (WIFEXITED(status))
-      e->exit_code = WEXITSTATUS(status);
-    else if (WIFSIGNALED(status)) {
-      e->term_signal = WTERMSIG(status);
-      e->exit_code = 128 + e->term_signal;
-    }
+    int sig;
+    int code = agsx_wait_status_exit_code(status, &sig);
+    if (code >= 0)
+      e->exit_code = code;
+    if (sig)
+      e->term_signal = sig;
   }
   e->pid = -1;
 }

@@ -80,16 +80,6 @@ int agsx_run_spec_check(const struct agsx_run_spec *o, agsx_error_t *err) {
 
 /* ---- the image and the sandbox configuration --------------------------------------------- */
 
-static char **strv_concat(char **a, char **b) {
-  size_t na = agsx_strv_len(a), nb = agsx_strv_len(b);
-  char **v = xzalloc((na + nb + 1) * sizeof(char *));
-  for (size_t i = 0; i < na; i++)
-    v[i] = xstrdup(a[i]);
-  for (size_t i = 0; i < nb; i++)
-    v[na + i] = xstrdup(b[i]);
-  return v;
-}
-
 struct prepared {
   const char *image_name;
   struct agsx_store *store;
@@ -142,12 +132,12 @@ static int build_config(const struct agsx_run_spec *o, char **cmd, struct prepar
                         struct agsx_sandbox_config *cfg, agsx_error_t *err) {
   const struct agsx_image_config *ic = &p->info.config;
   char **tail = agsx_strv_len(cmd) ? cmd : ic->cmd;
-  p->argv = strv_concat(ic->entrypoint, tail);
+  p->argv = agsx_strv_concat(ic->entrypoint, tail);
   if (cfg->host_image && agsx_strv_len(p->argv) == 0)
-    p->argv = strv_concat((char *[]){"/bin/sh", NULL}, NULL);
+    p->argv = agsx_strv_concat((char *[]){"/bin/sh", NULL}, NULL);
   if (agsx_strv_len(p->argv) == 0)
     return agsx_error_set(err, 0, "no command given and the image has no Cmd or Entrypoint");
-  p->env = strv_concat(ic->env, o->env);
+  p->env = agsx_strv_concat(ic->env, o->env);
   cfg->argv = p->argv;
   cfg->env = p->env;
   cfg->cwd = o->workdir ? o->workdir : (ic->working_dir && *ic->working_dir ? ic->working_dir : "/");
@@ -276,13 +266,6 @@ static void on_control(struct sup *f) {
 #define SIG_CONTROL AGSX_SIG_CONTROL
 #define RELOAD_RETRY_MS 100
 
-/* The caller's terminal size to the sandbox's pty (SIGWINCH). */
-static void copy_winsize(int master) {
-  struct winsize ws;
-  if (master >= 0 && ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0)
-    ioctl(master, TIOCSWINSZ, &ws);
-}
-
 static void on_signal(struct sup *f) {
   struct signalfd_siginfo si;
   if (read(f->sigfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
@@ -294,7 +277,7 @@ static void on_signal(struct sup *f) {
   else if (c == AGSX_CONTROL_RELOAD)
     on_control(f);
   else if (sig == SIGWINCH)
-    copy_winsize(f->sb->pty_master);
+    agsx_term_winsize(f->sb->pty_master);
   else if (f->detached && sig == SIGTERM)
     begin_stop(f, AGSX_STOP_KILLED);
   else if (!f->detached)
@@ -536,8 +519,8 @@ static void fill_record(struct sup *f, struct agsx_record *r) {
   r->cpu_quota_us = cfg->limits.cpu_quota_us;
   r->slot = f->sb->ids.slot;
   r->uid_base = f->sb->ids.base;
-  r->argv = strv_concat(cfg->argv, NULL);
-  r->env = strv_concat(cfg->env, NULL);
+  r->argv = agsx_strv_concat(cfg->argv, NULL);
+  r->env = agsx_strv_concat(cfg->env, NULL);
   r->user = cfg->user ? xstrdup(cfg->user) : NULL;
   r->cwd = xstrdup(cfg->cwd);
   r->hostname = xstrdup(cfg->hostname);

@@ -5,6 +5,7 @@
 
 #include <limits.h>
 #include <signal.h>
+#include <string.h>
 #include <sys/syscall.h>
 
 int agsx_proc_ref_pidfd(const struct agsx_proc_ref *ref) {
@@ -42,4 +43,22 @@ int agsx_proc_ref_open(const struct agsx_proc_ref *ref, const char *sub, int fla
     return -1;
   }
   return steal_fd(&fd);
+}
+
+int agsx_pidfd_signal(int pidfd, int sig, int value) {
+  siginfo_t si;
+  memset(&si, 0, sizeof(si));
+  si.si_signo = sig;
+  si.si_code = SI_QUEUE;
+  si.si_pid = getpid();
+  si.si_uid = getuid();
+  si.si_value.sival_int = value;
+  return syscall(SYS_pidfd_send_signal, pidfd, sig, value ? &si : NULL, 0) < 0 ? -errno : 0;
+}
+
+int agsx_proc_ref_signal(const struct agsx_proc_ref *ref, int sig, int value) {
+  _cleanup_close_ int fd = agsx_proc_ref_pidfd(ref);
+  if (fd < 0)
+    return -ESRCH;
+  return agsx_pidfd_signal(fd, sig, value);
 }

@@ -23,4 +23,12 @@ int agsx_proc_ref_pidfd(const struct agsx_proc_ref *ref);
  * errno (ESRCH as above, or the open's). */
 int agsx_proc_ref_open(const struct agsx_proc_ref *ref, const char *sub, int flags);
 
+/* SIG through PIDFD, with VALUE (SI_QUEUE) unless it is 0. Returns 0 or
+ * -errno. */
+int agsx_pidfd_signal(int pidfd, int sig, int value);
+/* SIG (and VALUE) to the process REF names: pidfd first, then the start
+ * time check (the pidfd pins the process, so a recycled pid is never
+ * signalled). Returns 0 or -errno (-ESRCH: gone). */
+int agsx_proc_ref_signal(const struct agsx_proc_ref *ref, int sig, int value);
+
 #endif

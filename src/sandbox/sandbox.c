@@ -350,12 +350,12 @@ int agsx_sandbox_handle_event(struct agsx_sandbox *sb, agsx_error_t *err) {
   }
   if (m.type != AGSX_MSG_EXIT)
     return 0;
-  if (WIFEXITED(m.status)) {
-    sb->exit_code = WEXITSTATUS(m.status);
-  } else if (WIFSIGNALED(m.status)) {
-    sb->term_signal = WTERMSIG(m.status);
-    sb->exit_code = 128 + sb->term_signal;
-  }
+  int sig;
+  int code = agsx_wait_status_exit_code(m.status, &sig);
+  if (code >= 0)
+    sb->exit_code = code;
+  if (sig)
+    sb->term_signal = sig;
   sb->reason = AGSX_STOP_EXIT;
   sb->exited = true;
   return 1;
@@ -384,11 +384,13 @@ static void reap_init(struct agsx_sandbox *sb) {
   while (r < 0 && errno == EINTR);
   if (r == sb->init_pid && !sb->exited) {
     /* No EXIT message: the init itself was killed. */
-    if (WIFSIGNALED(status)) {
-      sb->term_signal = WTERMSIG(status);
-      sb->exit_code = 128 + sb->term_signal;
-    } else if (WIFEXITED(status) && sb->exit_code == 125) {
-      sb->exit_code = WEXITSTATUS(status);
+    int sig;
+    int code = agsx_wait_status_exit_code(status, &sig);
+    if (sig) {
+      sb->term_signal = sig;
+      sb->exit_code = code;
+    } else if (code >= 0 && sb->exit_code == 125) {
+      sb->exit_code = code;
     }
   }
   sb->init_pid = -1;

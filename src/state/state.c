@@ -444,14 +444,9 @@ void agsx_name_release(int statefd, const char *name, const char *id) {
 /* ---- lookup ------------------------------------------------------------------------------------ */
 
 int agsx_state_list(int statefd, char ***ret_ids, agsx_error_t *err) {
-  int dup = fcntl(statefd, F_DUPFD_CLOEXEC, 3);
-  _cleanup_dir_ DIR *d = dup >= 0 ? fdopendir(dup) : NULL;
-  if (d == NULL) {
-    if (dup >= 0)
-      close(dup);
+  _cleanup_dir_ DIR *d = agsx_dir_stream(statefd);
+  if (d == NULL)
     return agsx_error_set(err, errno, "read the state directory");
-  }
-  rewinddir(d);
   size_t n = 0, cap = 16;
   char **ids = xzalloc(cap * sizeof(char *));
   struct dirent *de;
@@ -510,6 +505,22 @@ int agsx_state_resolve(int statefd, const char *sandbox, char ret_id[33], agsx_e
   return agsx_error_set_quiet(err, ENOENT, "no such sandbox `%.80s`", sandbox);
 }
 
+int agsx_state_lookup_at(int statefd, const char *sandbox, struct agsx_record *ret,
+                         agsx_error_t *err) {
+  char id[33];
+  if (statefd < 0)
+    return agsx_error_set_quiet(err, ENOENT, "no such sandbox `%s`", sandbox);
+  if (agsx_state_resolve(statefd, sandbox, id, err) < 0)
+    return -1;
+  return agsx_record_read(statefd, id, ret, err);
+}
+
+int agsx_state_lookup(const char *state_dir, const char *sandbox, struct agsx_record *ret,
+                      agsx_error_t *err) {
+  _cleanup_close_ int statefd = open(state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  return agsx_state_lookup_at(statefd, sandbox, ret, err);
+}
+
 /* ---- processes ---------------------------------------------------------------------------------- */
 
 uint64_t agsx_proc_start_time(pid_t pid) {
@@ -556,20 +567,15 @@ int agsx_proc_ref_self(struct agsx_proc_ref *ret) {
 /* ---- reaping ----------------------------------------------------------------------------------- */
 
 #include "sandbox/cgroup.h"
+#include "sandbox/proc.h"
 
 #include <signal.h>
-#include <sys/syscall.h>
 #include <utime.h>
 
 static void kill_ref(const struct agsx_proc_ref *ref) {
-  /* pidfd first, then the start time check: the pidfd pins the process,
-   * so the signal cannot reach a recycled pid. */
-  int fd = (int)syscall(SYS_pidfd_open, ref->pid, 0);
-  if (fd < 0)
-    return;
-  if (agsx_proc_ref_alive(ref))
-    syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
-  close(fd);
+  /* pidfd first, then the start time check (proc.h): the signal cannot
+   * reach a recycled pid. */
+  agsx_proc_ref_signal(ref, SIGKILL, 0);
 }
 
 static void report(const struct agsx_reap_report *rep, const char *id, const char *what) {
@@ -709,13 +715,11 @@ static void waiter_open(int statefd, const char *id, struct waiter *w) {
 /* Sleeps until the supervisor SUP ends, the record changes, or for at most
  * MS. */
 static void sleep_on(const struct agsx_proc_ref *sup, const struct waiter *w, int64_t ms) {
-  _cleanup_close_ int fd = (int)syscall(SYS_pidfd_open, sup->pid, 0);
+  _cleanup_close_ int fd = agsx_proc_ref_pidfd(sup);
   if (fd < 0) {
     if (errno != ENOSYS)
       return; /* gone already */
     ms = ms < WAIT_POLL_MS ? ms : WAIT_POLL_MS;
-  } else if (!agsx_proc_ref_alive(sup)) {
-    return;
   }
   struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = w->ino, .events = POLLIN}};
   int64_t end = agsx_mono_ns() + ms * 1000000LL;
@@ -847,7 +851,7 @@ int agsx_state_remove_corrupt(int statefd, const char *id, agsx_error_t *err) {
 void agsx_state_prune_names(int statefd, void (*report_fn)(const char *what, void *data), void *data,
                             bool dry_run) {
   _cleanup_close_ int dir = openat(statefd, "names", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  _cleanup_dir_ DIR *d = dir >= 0 ? fdopendir(fcntl(dir, F_DUPFD_CLOEXEC, 3)) : NULL;
+  _cleanup_dir_ DIR *d = dir >= 0 ? agsx_dir_stream(dir) : NULL;
   struct dirent *de;
   while (d && (de = readdir(d)) != NULL) {
     if (de->d_name[0] == '.')
@@ -942,4 +946,43 @@ void agsx_state_gc_records(int statefd, const struct agsx_record *v, size_t n, b
     if (!dry_run && agsx_rm_rf_at(statefd, *id, &err) < 0)
       agsx_error_free(&err);
   }
+}
+
+/* A cgroup is a leftover when no process lives in it. One with processes
+ * may be a sandbox of another state directory: never ours to kill. */
+struct cgroup_gc {
+  char *const *running;
+  void (*on_item)(const char *what, void *data);
+  void *data;
+};
+
+static bool keep_cgroup(const char *name, void *data) {
+  char *const *running = ((struct cgroup_gc *)data)->running;
+  for (char *const *r = running; r && *r; r++)
+    if (strcmp(*r, name) == 0)
+      return true;
+  struct agsx_cgroup *cg = NULL;
+  agsx_error_t err = NULL;
+  uint64_t mem = 0, pids = 0;
+  int64_t age = 0;
+  if (agsx_cgroup_open(name, &cg, &err) == 0) {
+    agsx_cgroup_stats(cg, &mem, &pids);
+    age = agsx_cgroup_age(cg);
+  }
+  agsx_cgroup_free(cg);
+  agsx_error_free(&err);
+  /* A young empty one may be a sandbox being started right now. */
+  return pids > 0 || age < agsx_state_gc_min_age();
+}
+
+static void cgroup_item(const char *what, void *data) {
+  struct cgroup_gc *g = data;
+  g->on_item(what, g->data);
+}
+
+int agsx_state_gc_cgroups(char *const *running, bool dry_run,
+                          void (*on_item)(const char *what, void *data), void *data,
+                          agsx_error_t *err) {
+  struct cgroup_gc g = {running, on_item, data};
+  return agsx_cgroup_gc(keep_cgroup, cgroup_item, &g, dry_run, err);
 }

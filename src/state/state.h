@@ -92,6 +92,13 @@ bool agsx_name_is_valid(const char *name);
 /* Resolves SANDBOX (an id, a unique id prefix of at least 4 hex digits, or
  * a name) to an id. */
 int agsx_state_resolve(int statefd, const char *sandbox, char ret_id[33], agsx_error_t *err);
+/* Reads the record of SANDBOX (resolved as above) into *RET, to be cleared
+ * with agsx_record_clear. ENOENT "no such sandbox" also when the state
+ * directory does not exist (STATEFD -1 for _at: no sandbox was ever made). */
+int agsx_state_lookup(const char *state_dir, const char *sandbox, struct agsx_record *ret,
+                      agsx_error_t *err);
+int agsx_state_lookup_at(int statefd, const char *sandbox, struct agsx_record *ret,
+                         agsx_error_t *err);
 
 /* The manifest digests of the images of running sandboxes (NULL-terminated),
  * for the store's gc: their layers stay while they run. */
@@ -119,6 +126,13 @@ int64_t agsx_state_gc_min_age(void);
  * than the grace, REPORT naming each (only naming them with DRY_RUN). */
 void agsx_state_gc_records(int statefd, const struct agsx_record *v, size_t n, bool dry_run,
                            void (*report)(const char *what, void *data), void *data);
+/* gc's policy for cgroups (agsx_cgroup_gc): keeps those of RUNNING (ids of
+ * this state directory's running sandboxes), any with a process in it (it
+ * may be another state directory's) and young empty ones (a start under
+ * way); REPORT names each removed. */
+int agsx_state_gc_cgroups(char *const *running, bool dry_run,
+                          void (*report)(const char *what, void *data), void *data,
+                          agsx_error_t *err);
 
 /* The start time of PID, 0 when it does not exist. */
 uint64_t agsx_proc_start_time(pid_t pid);

@@ -130,6 +130,16 @@ void agsx_strv_push(char ***v, const char *s) {
   (*v)[n + 1] = NULL;
 }
 
+char **agsx_strv_concat(char *const *a, char *const *b) {
+  size_t na = agsx_strv_len(a), nb = agsx_strv_len(b);
+  char **v = xzalloc((na + nb + 1) * sizeof(char *));
+  for (size_t i = 0; i < na; i++)
+    v[i] = xstrdup(a[i]);
+  for (size_t i = 0; i < nb; i++)
+    v[na + i] = xstrdup(b[i]);
+  return v;
+}
+
 bool agsx_strv_contains(char *const *v, const char *s) {
   for (size_t i = 0; v && v[i]; i++)
     if (strcmp(v[i], s) == 0)
@@ -910,6 +920,16 @@ int agsx_wait_status_exit_code(int status, int *ret_signal) {
   if (WIFEXITED(status))
     return WEXITSTATUS(status);
   return sig ? 128 + sig : -1;
+}
+
+/* ---- terminals -------------------------------------------------------------------------------- */
+
+#include <sys/ioctl.h>
+
+void agsx_term_winsize(int master) {
+  struct winsize ws;
+  if (master >= 0 && ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0)
+    ioctl(master, TIOCSWINSZ, &ws);
 }
 
 /* ---- process title ------------------------------------------------------------------------ */

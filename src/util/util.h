@@ -85,6 +85,10 @@ size_t agsx_strv_len(char *const *v);
 /* Appends a copy of S to *V (which may be NULL). */
 void agsx_strv_push(char ***v, const char *s);
 bool agsx_strv_contains(char *const *v, const char *s);
+/* A new vector: copies of A's strings, then B's (either may be NULL).
+ * Never NULL itself (an empty vector is one NULL): a copy of V is
+ * agsx_strv_concat(V, NULL). */
+char **agsx_strv_concat(char *const *a, char *const *b);
 
 /* A set of strings that keeps the order they came in: V[0..N) are the
  * members, NULL-terminated (a string vector the set owns; NULL when empty).
@@ -204,6 +208,10 @@ int agsx_parse_rfc3339(const char *s, int64_t *ret_sec);
  * 128 + N after a death by signal N (N in *RET_SIGNAL, else 0 there; may be
  * NULL). -1 when the status is no end (stopped or continued). */
 int agsx_wait_status_exit_code(int status, int *ret_signal);
+
+/* The caller's terminal size (stdin's) to the pty MASTER (SIGWINCH);
+ * nothing when either is no terminal or MASTER is -1. */
+void agsx_term_winsize(int master);
 
 /* The process title: the sandbox init overwrites agsx's command line (which
  * names host paths) with its own title, as seen in the sandbox's /proc. */

@@ -307,6 +307,14 @@ static void test_strv_strset(void) {
   tap_ok(agsx_strv_len(v) == 2 && strcmp(v[0], "a") == 0 && strcmp(v[1], "b") == 0 && !v[2],
          "strv: push appends copies, NULL-terminated");
   tap_ok(agsx_strv_contains(v, "b") && !agsx_strv_contains(v, "c"), "strv: contains");
+  _cleanup_strv_ char **none = agsx_strv_concat(NULL, NULL);
+  tap_ok(none && none[0] == NULL, "strv: concat of nothing is an empty vector, not NULL");
+  _cleanup_strv_ char **both = agsx_strv_concat(v, (char *[]){"c", NULL});
+  tap_ok(agsx_strv_len(both) == 3 && strcmp(both[0], "a") == 0 && strcmp(both[2], "c") == 0 &&
+             both[0] != v[0],
+         "strv: concat copies A then B");
+  _cleanup_strv_ char **copy = agsx_strv_concat(NULL, v);
+  tap_ok(agsx_strv_len(copy) == 2 && strcmp(copy[1], "b") == 0, "strv: concat with NULL copies");
   _cleanup_strset_ struct agsx_strset set = {0};
   tap_ok(!agsx_strset_has(&set, "x") && set.v == NULL, "strset: zeroed is empty");
   bool fresh = true, dup = false, all = true;
@@ -380,6 +388,24 @@ static void test_processes(void) {
   waitpid(dead, NULL, 0);
   errno = 0;
   tap_ok(agsx_proc_ref_pidfd(&gone) < 0 && errno == ESRCH, "proc ref: a reaped process is gone");
+  tap_is_int(agsx_proc_ref_signal(&gone, SIGKILL, 0), -ESRCH, "proc ref: no signal to it");
+
+  pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  struct agsx_proc_ref live = {child, 0};
+  for (int k = 0; k < 1000 && live.start_time == 0; k++)
+    live.start_time = agsx_proc_start_time(child);
+  struct agsx_proc_ref recycled = {child, live.start_time + 1};
+  tap_is_int(agsx_proc_ref_signal(&recycled, SIGKILL, 0), -ESRCH,
+             "proc ref: no signal to the same pid with another start time");
+  tap_is_int(agsx_proc_ref_signal(&live, SIGKILL, 0), 0, "proc ref: a signal to the live one");
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+    ;
+  tap_ok(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "proc ref: it got SIGKILL");
 }
 
 /* ---- the log sink ---- */

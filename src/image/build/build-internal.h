@@ -22,13 +22,6 @@
 #define MAX_COPY_ENTRIES 200000
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-/* A set of strings (open addressing): paths already taken from an upper
- * layer, and whiteouts. */
-struct sset {
-  char **slot;
-  size_t cap, n;
-};
-
 struct blayer {
   char diff_id[AGSX_DIGEST_LEN];
   char digest[AGSX_DIGEST_LEN];
@@ -97,11 +90,6 @@ struct lentry {
 };
 
 /* build.c */
-void strv_add(char ***v, const char *s);
-char **strv_dup(char *const *v);
-bool sset_has(const struct sset *set, const char *s);
-void sset_add(struct sset *set, const char *s);
-void sset_clear(struct sset *set);
 void stage_clear(struct stage *st);
 int line_err(struct build *b, agsx_error_t *err);
 void progress(struct build *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -33,20 +33,6 @@
 
 /* ---- small string lists ------------------------------------------------------------------ */
 
-void strv_add(char ***v, const char *s) {
-  size_t n = agsx_strv_len(*v);
-  *v = xrealloc(*v, (n + 2) * sizeof(char *));
-  (*v)[n] = xstrdup(s);
-  (*v)[n + 1] = NULL;
-}
-
-char **strv_dup(char *const *v) {
-  char **r = xzalloc(sizeof(char *));
-  for (size_t i = 0; v && v[i]; i++)
-    strv_add(&r, v[i]);
-  return r;
-}
-
 /* Sets KEY=VALUE in a list of "K=V" strings, replacing an earlier KEY. */
 static void kv_set(char ***v, const char *key, const char *value) {
   size_t kl = strlen(key);
@@ -57,7 +43,7 @@ static void kv_set(char ***v, const char *key, const char *value) {
       (*v)[i] = steal_ptr(&e);
       return;
     }
-  strv_add(v, e);
+  agsx_strv_push(v, e);
 }
 
 static const char *kv_get(char *const *v, const char *key) {
@@ -66,62 +52,6 @@ static const char *kv_get(char *const *v, const char *key) {
     if (strncmp(v[i], key, kl) == 0 && v[i][kl] == '=')
       return v[i] + kl + 1;
   return NULL;
-}
-
-static bool strv_has(char *const *v, const char *s) {
-  for (size_t i = 0; v && v[i]; i++)
-    if (strcmp(v[i], s) == 0)
-      return true;
-  return false;
-}
-
-static size_t shash(const char *s) {
-  size_t h = 1469598103934665603ull;
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
-bool sset_has(const struct sset *set, const char *s) {
-  if (set->cap == 0)
-    return false;
-  for (size_t i = shash(s) & (set->cap - 1);; i = (i + 1) & (set->cap - 1)) {
-    if (set->slot[i] == NULL)
-      return false;
-    if (strcmp(set->slot[i], s) == 0)
-      return true;
-  }
-}
-
-void sset_add(struct sset *set, const char *s) {
-  if (sset_has(set, s))
-    return;
-  if ((set->n + 1) * 2 > set->cap) {
-    struct sset bigger = {.cap = set->cap ? set->cap * 2 : 256};
-    bigger.slot = xzalloc(bigger.cap * sizeof(char *));
-    for (size_t i = 0; i < set->cap; i++)
-      if (set->slot[i]) {
-        size_t k = shash(set->slot[i]) & (bigger.cap - 1);
-        while (bigger.slot[k])
-          k = (k + 1) & (bigger.cap - 1);
-        bigger.slot[k] = set->slot[i];
-      }
-    free(set->slot);
-    bigger.n = set->n;
-    *set = bigger;
-  }
-  size_t k = shash(s) & (set->cap - 1);
-  while (set->slot[k])
-    k = (k + 1) & (set->cap - 1);
-  set->slot[k] = xstrdup(s);
-  set->n++;
-}
-
-void sset_clear(struct sset *set) {
-  for (size_t i = 0; i < set->cap; i++)
-    free(set->slot[i]);
-  free(set->slot);
-  memset(set, 0, sizeof(*set));
 }
 
 /* ---- stages ---------------------------------------------------------------------------------- */
@@ -223,7 +153,7 @@ void chain(struct stage *st, const char *what, size_t len) {
 
 void history(struct stage *st, const char *created_by, bool empty) {
   _cleanup_free_ char *e = xasprintf("%c%s", empty ? '1' : '0', created_by);
-  strv_add(&st->history, e);
+  agsx_strv_push(&st->history, e);
 }
 
 /* ---- paths ------------------------------------------------------------------------------------ */
@@ -444,14 +374,14 @@ static void copy_stage(struct stage *dst, const struct stage *src) {
     dst->layers[i].media_type = xstrdup(src->layers[i].media_type);
   }
   dst->n_layers = src->n_layers;
-  dst->env = strv_dup(src->env);
-  dst->cmd = src->cmd ? strv_dup(src->cmd) : NULL;
-  dst->entrypoint = src->entrypoint ? strv_dup(src->entrypoint) : NULL;
-  dst->shell = src->shell ? strv_dup(src->shell) : NULL;
-  dst->labels = strv_dup(src->labels);
-  dst->ports = strv_dup(src->ports);
-  dst->volumes = strv_dup(src->volumes);
-  dst->history = strv_dup(src->history);
+  dst->env = agsx_strv_concat(src->env, NULL);
+  dst->cmd = src->cmd ? agsx_strv_concat(src->cmd, NULL) : NULL;
+  dst->entrypoint = src->entrypoint ? agsx_strv_concat(src->entrypoint, NULL) : NULL;
+  dst->shell = src->shell ? agsx_strv_concat(src->shell, NULL) : NULL;
+  dst->labels = agsx_strv_concat(src->labels, NULL);
+  dst->ports = agsx_strv_concat(src->ports, NULL);
+  dst->volumes = agsx_strv_concat(src->volumes, NULL);
+  dst->history = agsx_strv_concat(src->history, NULL);
   dst->user = src->user ? xstrdup(src->user) : NULL;
   dst->workdir = src->workdir ? xstrdup(src->workdir) : NULL;
   dst->stopsignal = src->stopsignal ? xstrdup(src->stopsignal) : NULL;
@@ -470,7 +400,7 @@ static void copy_stage(struct stage *dst, const struct stage *src) {
 static char **json_keys(yajl_val obj) {
   char **v = xzalloc(sizeof(char *));
   for (size_t i = 0; obj && YAJL_IS_OBJECT(obj) && i < obj->u.object.len; i++)
-    strv_add(&v, obj->u.object.keys[i]);
+    agsx_strv_push(&v, obj->u.object.keys[i]);
   return v;
 }
 
@@ -496,7 +426,7 @@ static int load_raw_config(struct build *b, struct stage *st, const char *digest
   yajl_val shell = agsx_json_get_array(c, "Shell");
   for (size_t i = 0; shell && i < shell->u.array.len; i++)
     if (YAJL_IS_STRING(shell->u.array.values[i]))
-      strv_add(&st->shell, shell->u.array.values[i]->u.string);
+      agsx_strv_push(&st->shell, shell->u.array.values[i]->u.string);
   yajl_val h = agsx_json_get_array(root, "history");
   if (h) {
     /* Keep it: steal the array out of the tree. */
@@ -530,9 +460,9 @@ int from_image(struct build *b, struct stage *st, const char *name, agsx_error_t
   }
   r = 0;
   const struct agsx_image_config *c = &info.config;
-  if (strcmp(c->os, "linux") != 0 || strcmp(c->architecture, "amd64") != 0)
-    r = agsx_error_set(err, 0, "image `%s` is for %s/%s: agsx builds only linux/amd64 images",
-                       name, c->os, c->architecture);
+  if (!agsx_platform_is_supported(c->os, c->architecture))
+    r = agsx_error_set(err, 0, "image `%s` is for %s/%s: agsx builds only " AGSX_PLATFORM " images",
+                       name, c->os ? c->os : "?", c->architecture ? c->architecture : "?");
   st->layers = xzalloc((info.manifest.n_layers + 1) * sizeof(*st->layers));
   for (size_t i = 0; r == 0 && i < info.manifest.n_layers; i++) {
     struct blayer *l = &st->layers[st->n_layers++];
@@ -542,9 +472,9 @@ int from_image(struct build *b, struct stage *st, const char *name, agsx_error_t
     l->media_type = xstrdup(info.manifest.layers[i].media_type);
   }
   if (r == 0) {
-    st->env = strv_dup(c->env);
-    st->cmd = c->cmd ? strv_dup(c->cmd) : NULL;
-    st->entrypoint = c->entrypoint ? strv_dup(c->entrypoint) : NULL;
+    st->env = agsx_strv_concat(c->env, NULL);
+    st->cmd = c->cmd ? agsx_strv_concat(c->cmd, NULL) : NULL;
+    st->entrypoint = c->entrypoint ? agsx_strv_concat(c->entrypoint, NULL) : NULL;
     st->user = c->user && *c->user ? xstrdup(c->user) : NULL;
     st->workdir = c->working_dir && *c->working_dir ? xstrdup(c->working_dir) : NULL;
     st->stopsignal = c->stop_signal ? xstrdup(c->stop_signal) : NULL;
@@ -656,13 +586,13 @@ static int do_arg(struct build *b, bool meta, agsx_error_t *err) {
       return agsx_error_set(err, 0, "Dockerfile:%u: ARG needs a name", b->in->line);
     const char *given = build_arg(b, name);
     const char *val = given ? given : eq ? eq + 1 : NULL;
-    if (!meta && val == NULL && strv_has(b->meta_decl, name))
+    if (!meta && val == NULL && agsx_strv_contains(b->meta_decl, name))
       val = kv_get(b->meta, name);
-    if (given && !strv_has(b->used_args, name))
-      strv_add(&b->used_args, name);
+    if (given && !agsx_strv_contains(b->used_args, name))
+      agsx_strv_push(&b->used_args, name);
     if (meta) {
-      if (!strv_has(b->meta_decl, name))
-        strv_add(&b->meta_decl, name);
+      if (!agsx_strv_contains(b->meta_decl, name))
+        agsx_strv_push(&b->meta_decl, name);
       if (val)
         kv_set(&b->meta, name, val);
     } else if (val) {
@@ -678,12 +608,12 @@ static int do_arg(struct build *b, bool meta, agsx_error_t *err) {
 
 static int json_or_shell(struct build *b, char ***ret) {
   if (b->in->json) {
-    *ret = strv_dup(b->in->argv);
+    *ret = agsx_strv_concat(b->in->argv, NULL);
     return 0;
   }
   char **sh = b->cur->shell ? b->cur->shell : (char *[]){"/bin/sh", "-c", NULL};
-  *ret = strv_dup(sh);
-  strv_add(ret, b->in->args);
+  *ret = agsx_strv_concat(sh, NULL);
+  agsx_strv_push(ret, b->in->args);
   return 0;
 }
 
@@ -713,7 +643,7 @@ static int do_meta(struct build *b, agsx_error_t *err) {
     return 0;
   case AGSX_DF_SHELL:
     agsx_strv_free(st->shell);
-    st->shell = strv_dup(in->argv);
+    st->shell = agsx_strv_concat(in->argv, NULL);
     return 0;
   case AGSX_DF_USER:
     if (expand_word(b, in->args, &one, err) < 0)
@@ -739,13 +669,13 @@ static int do_meta(struct build *b, agsx_error_t *err) {
   case AGSX_DF_VOLUME: {
     _cleanup_strv_ char **w = NULL;
     if (in->json)
-      w = strv_dup(in->argv);
+      w = agsx_strv_concat(in->argv, NULL);
     else if (expand_words(b, in->args, &w, err) < 0)
       return -1;
     for (size_t i = 0; w[i]; i++) {
       if (in->cmd == AGSX_DF_VOLUME) {
-        if (!strv_has(st->volumes, w[i]))
-          strv_add(&st->volumes, w[i]);
+        if (!agsx_strv_contains(st->volumes, w[i]))
+          agsx_strv_push(&st->volumes, w[i]);
         continue;
       }
       _cleanup_free_ char *p = strchr(w[i], '/') ? xstrdup(w[i]) : xasprintf("%s/tcp", w[i]);
@@ -754,8 +684,8 @@ static int do_meta(struct build *b, agsx_error_t *err) {
       if (end == p || port == 0 || port > 65535 ||
           (strcmp(end, "/tcp") != 0 && strcmp(end, "/udp") != 0 && strcmp(end, "/sctp") != 0))
         return agsx_error_set(err, 0, "Dockerfile:%u: invalid port `%s`", in->line, w[i]);
-      if (!strv_has(st->ports, p))
-        strv_add(&st->ports, p);
+      if (!agsx_strv_contains(st->ports, p))
+        agsx_strv_push(&st->ports, p);
     }
     return 0;
   }
@@ -986,7 +916,7 @@ static int do_run(struct build *b, agsx_error_t *err) {
   _cleanup_strv_ char **argv = NULL;
   json_or_shell(b, &argv);
   /* ARGs go to the environment, under ENV (which wins). */
-  _cleanup_strv_ char **env = strv_dup(st->args);
+  _cleanup_strv_ char **env = agsx_strv_concat(st->args, NULL);
   for (size_t i = 0; st->env && st->env[i]; i++) {
     char *eq = strchr(st->env[i], '=');
     if (eq) {
@@ -1109,11 +1039,11 @@ int agsx_build(struct agsx_store *s, const struct agsx_build_opts *o, struct ags
   struct build b = {.s = s, .o = o, .workfd = -1, .ctxfd = -1, .cachefd = -1, .res = ret};
   /* Docker's automatic platform arguments, global scope. */
   static const char *const platform_args[][2] = {
-      {"BUILDPLATFORM", "linux/amd64"}, {"BUILDOS", "linux"}, {"BUILDARCH", "amd64"},
-      {"TARGETPLATFORM", "linux/amd64"}, {"TARGETOS", "linux"}, {"TARGETARCH", "amd64"}};
+      {"BUILDPLATFORM", AGSX_PLATFORM}, {"BUILDOS", "linux"}, {"BUILDARCH", "amd64"},
+      {"TARGETPLATFORM", AGSX_PLATFORM}, {"TARGETOS", "linux"}, {"TARGETARCH", "amd64"}};
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(platform_args); i++) {
     kv_set(&b.meta, platform_args[i][0], platform_args[i][1]);
-    strv_add(&b.meta_decl, platform_args[i][0]);
+    agsx_strv_push(&b.meta_decl, platform_args[i][0]);
   }
   int r = read_inputs(&b, err);
   if (r == 0) {
@@ -1135,7 +1065,7 @@ int agsx_build(struct agsx_store *s, const struct agsx_build_opts *o, struct ags
     r = write_image(&b, b.cur, err);
   for (size_t i = 0; o->build_args && o->build_args[i] && r == 0; i++) {
     _cleanup_free_ char *k = xstrndup(o->build_args[i], strcspn(o->build_args[i], "="));
-    if (!strv_has(b.used_args, k))
+    if (!agsx_strv_contains(b.used_args, k))
       agsx_warn("build argument `%s` was not consumed by any ARG", k);
   }
   for (size_t i = 0; i < b.n_stages; i++)

@@ -53,8 +53,8 @@ bool cache_hit(struct build *b, struct stage *st, const char *created_by) {
 }
 
 void cache_later(struct build *b, const char *key, const char *record) {
-  strv_add(&b->pending_cache, agsx_digest_hex(key));
-  strv_add(&b->pending_cache, record);
+  agsx_strv_push(&b->pending_cache, agsx_digest_hex(key));
+  agsx_strv_push(&b->pending_cache, record);
 }
 
 void cache_write_all(struct build *b) {

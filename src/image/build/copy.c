@@ -42,13 +42,13 @@ struct copy {
   bool has_chmod, has_chown;
   uid_t uid;
   gid_t gid;
-  struct sset entries; /* destinations of the entries */
-  struct sset emitted; /* parent directories written (per pass) */
+  struct agsx_strset entries; /* destinations of the entries */
+  struct agsx_strset emitted; /* parent directories written (per pass) */
 };
 
 static void copy_clear(struct copy *c) {
-  sset_clear(&c->entries);
-  sset_clear(&c->emitted);
+  agsx_strset_clear(&c->entries);
+  agsx_strset_clear(&c->emitted);
   for (size_t i = 0; i < c->n; i++) {
     free(c->v[i].dst);
     free(c->v[i].src);
@@ -176,7 +176,7 @@ static int add_entry(struct copy *c, const char *dst, int rootfd, const char *sr
   struct centry *e = &c->v[c->n++];
   memset(e, 0, sizeof(*e));
   e->dst = xstrdup(dst);
-  sset_add(&c->entries, dst);
+  agsx_strset_add(&c->entries, dst);
   e->rootfd = rootfd;
   e->src = xstrdup(src);
   e->st = *st;
@@ -224,17 +224,16 @@ int list_dir(int dirfd, const char *path, char ***ret, agsx_error_t *err) {
                                  : openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0)
     return agsx_error_set(err, errno, "open `%s`", path);
-  _cleanup_dir_ DIR *d = fdopendir(fd);
+  _cleanup_dir_ DIR *d = agsx_dir_stream(fd);
   if (d == NULL)
     return agsx_error_set(err, errno, "read `%s`", path);
-  fd = -1;
   char **v = xzalloc(sizeof(char *));
   size_t n = 0;
   struct dirent *de;
   while ((de = readdir(d)) != NULL) {
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
       continue;
-    strv_add(&v, de->d_name);
+    agsx_strv_push(&v, de->d_name);
     n++;
   }
   qsort(v, n, sizeof(char *), cmp_name);
@@ -282,10 +281,10 @@ static bool getxattr_at_opaque(int lfd, const char *path, char v[4]) {
 }
 
 /* Whether PATH or one of its parents was whited out by an upper layer. */
-static bool whited(const struct sset *wh, const char *path) {
+static bool whited(const struct agsx_strset *wh, const char *path) {
   _cleanup_free_ char *p = xstrdup(path);
   for (;;) {
-    if (sset_has(wh, p))
+    if (agsx_strset_has(wh, p))
       return true;
     char *slash = strrchr(p, '/');
     if (slash == NULL)
@@ -295,19 +294,20 @@ static bool whited(const struct sset *wh, const char *path) {
 }
 
 /* One layer's part of a merged directory: entries no upper layer had. */
-static int walk_layer(struct copy *c, int lfd, const char *src, const char *dst, struct sset *seen,
-                      struct sset *wh, struct sset *next_wh, agsx_error_t *err) {
+static int walk_layer(struct copy *c, int lfd, const char *src, const char *dst,
+                      struct agsx_strset *seen, struct agsx_strset *wh, struct agsx_strset *next_wh,
+                      agsx_error_t *err) {
   struct stat st;
   if (lstat_beneath(lfd, src, &st) < 0)
     return agsx_error_set(err, errno, "`%s`", src);
   if (whited(wh, dst))
     return 0;
   if (is_whiteout(&st)) {
-    sset_add(next_wh, dst);
+    agsx_strset_add(next_wh, dst);
     return 0;
   }
-  if (!sset_has(seen, dst)) {
-    sset_add(seen, dst);
+  if (!agsx_strset_has(seen, dst)) {
+    agsx_strset_add(seen, dst);
     if (add_entry(c, dst, lfd, src, &st, err) < 0)
       return -1;
   }
@@ -333,7 +333,7 @@ static int cmp_centry(const void *a, const void *b) {
  * ones winning, whiteouts hiding what is below them. */
 static int walk_merged(struct build *b, struct copy *c, struct stage *from, const char *real,
                        const char *dst, agsx_error_t *err) {
-  struct sset seen = {0}, wh = {0};
+  struct agsx_strset seen = {0}, wh = {0};
   size_t first = c->n;
   int r = 0;
   for (size_t i = from->n_layers; r == 0 && i-- > 0;) {
@@ -349,18 +349,17 @@ static int walk_merged(struct build *b, struct copy *c, struct stage *from, cons
       continue; /* not in this layer */
     if (!S_ISDIR(st.st_mode))
       break; /* a file or a whiteout hides the directory below */
-    struct sset next = {0};
+    struct agsx_strset next = {0};
     r = walk_layer(c, lfd, real, dst, &seen, &wh, &next, err);
-    for (size_t k = 0; k < next.cap; k++)
-      if (next.slot[k])
-        sset_add(&wh, next.slot[k]);
-    sset_clear(&next);
+    for (size_t k = 0; k < next.n; k++)
+      agsx_strset_add(&wh, next.v[k]);
+    agsx_strset_clear(&next);
     char v[4];
     if (getxattr_at_opaque(lfd, real, v))
       break;
   }
-  sset_clear(&seen);
-  sset_clear(&wh);
+  agsx_strset_clear(&seen);
+  agsx_strset_clear(&wh);
   qsort(c->v + first, c->n - first, sizeof(*c->v), cmp_centry);
   return r;
 }
@@ -395,7 +394,7 @@ static int glob_context(struct build *b, const char *dir, const char *pattern, c
     _cleanup_free_ char *p = *dir ? xasprintf("%s/%s", dir, comp) : xstrdup(comp);
     struct stat st;
     if (rest == NULL)
-      return lstat_beneath(b->ctxfd, p, &st) == 0 ? (strv_add(ret, p), 0) : 0;
+      return lstat_beneath(b->ctxfd, p, &st) == 0 ? (agsx_strv_push(ret, p), 0) : 0;
     return lstat_beneath(b->ctxfd, p, &st) == 0 && S_ISDIR(st.st_mode)
                ? glob_context(b, p, rest, ret, depth + 1, err)
                : 0;
@@ -413,7 +412,7 @@ static int glob_context(struct build *b, const char *dir, const char *pattern, c
     if (agsx_dockerignore_excluded(&b->ignore, p))
       continue;
     if (rest == NULL)
-      strv_add(ret, p);
+      agsx_strv_push(ret, p);
     else if (glob_context(b, p, rest, ret, depth + 1, err) < 0)
       return -1;
   }
@@ -441,7 +440,7 @@ static int context_sources(struct build *b, const char *src, char ***ret, agsx_e
   }
   *ret = xzalloc(sizeof(char *));
   if (!has_glob(clean)) {
-    strv_add(ret, clean);
+    agsx_strv_push(ret, clean);
     return 0;
   }
   return glob_context(b, "", clean, ret, 0, err);
@@ -485,11 +484,11 @@ static void parent_entries(struct build *b, struct copy *c, const char *dst, str
   _cleanup_free_ char *p = xstrdup(dst);
   for (char *s = strchr(p, '/'); s; s = strchr(s + 1, '/')) {
     *s = '\0';
-    if (*p == '\0' || sset_has(&c->entries, p) || sset_has(&c->emitted, p)) {
+    if (*p == '\0' || agsx_strset_has(&c->entries, p) || agsx_strset_has(&c->emitted, p)) {
       *s = '/';
       continue;
     }
-    sset_add(&c->emitted, p);
+    agsx_strset_add(&c->emitted, p);
     struct stat st = {.st_mode = S_IFDIR | 0755};
     agsx_error_t e = NULL;
     _cleanup_close_ int fd = lookup_in_layers_x(b, b->cur, p, false, NULL, &e);
@@ -571,7 +570,7 @@ int do_copy(struct build *b, agsx_error_t *err) {
   struct stage *st = b->cur;
   _cleanup_strv_ char **w = NULL;
   if (in->json)
-    w = strv_dup(in->argv);
+    w = agsx_strv_concat(in->argv, NULL);
   else if (expand_words(b, in->args, &w, err) < 0)
     return -1;
   size_t n = agsx_strv_len(w);
@@ -693,8 +692,8 @@ int do_copy(struct build *b, agsx_error_t *err) {
         snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
         _cleanup_close_ int rfd = open(proc, O_RDONLY | O_CLOEXEC);
         if (rfd >= 0 && is_archive(rfd)) {
-          strv_add(&c.archives, real);
-          strv_add(&c.archives, dst_rel);
+          agsx_strv_push(&c.archives, real);
+          agsx_strv_push(&c.archives, dst_rel);
           struct centry ae = {.dst = (char *)"", .rootfd = b->ctxfd, .src = real, .st = sb};
           hash_entry(h, &ae);
           if (hash_content(h, &ae, err) < 0) {
@@ -730,7 +729,7 @@ int do_copy(struct build *b, agsx_error_t *err) {
     _cleanup_free_ char *ad = xasprintf("%s/", c.archives[i + 1]);
     parent_entries(b, &c, ad, NULL, h, err);
   }
-  sset_clear(&c.emitted);
+  agsx_strset_clear(&c.emitted);
   char own[96]; /* no cleanup variable here: the gotos above jump past it */
   snprintf(own, sizeof(own), "O %d %u %u %d %o", c.has_chown, c.uid, c.gid, c.has_chmod,
            c.chmod_bits);

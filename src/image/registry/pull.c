@@ -362,13 +362,6 @@ static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_
   return rc;
 }
 
-static int check_platform(const struct agsx_image_config *c, agsx_error_t *err) {
-  if (strcmp(c->os, "linux") != 0 || strcmp(c->architecture, "amd64") != 0)
-    return agsx_error_set(err, 0, "image is for %s/%s: agsx runs only linux/amd64 images", c->os,
-                          c->architecture);
-  return 0;
-}
-
 /* Unpacks each layer, checking its diff_id. */
 static int stage_layers(struct pull *p, const struct agsx_manifest *mf,
                         const struct agsx_image_config *c, agsx_error_t *err) {
@@ -415,7 +408,7 @@ static int pull_image(struct pull *p, const char *mbuf, size_t mlen, agsx_error_
   if (rc == 0 && (rc = agsx_image_config_parse(cbuf, clen, &c, err)) == 0)
     have_c = true;
   if (rc == 0)
-    rc = check_platform(&c, err);
+    rc = agsx_image_config_check_platform(&c, err);
   if (rc == 0 && c.n_diff_ids != mf.n_layers)
     rc = agsx_error_set(err, 0, "the manifest has %zu layers but the config %zu diff_ids",
                         mf.n_layers, c.n_diff_ids);
@@ -507,13 +500,9 @@ void agsx_pull_result_clear(struct agsx_pull_result *r) {
  * one has it locked). */
 #define PARTIAL_MAX_AGE_SEC (7 * 86400)
 static void clean_partials(int dirfd) {
-  int dup = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
-  _cleanup_dir_ DIR *d = dup >= 0 ? fdopendir(dup) : NULL;
-  if (d == NULL) {
-    if (dup >= 0)
-      close(dup);
+  _cleanup_dir_ DIR *d = agsx_dir_stream(dirfd);
+  if (d == NULL)
     return;
-  }
   time_t now = time(NULL);
   struct dirent *de;
   while ((de = readdir(d)) != NULL) {
