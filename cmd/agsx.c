@@ -16,7 +16,6 @@ const struct agsx_option agsx_global_options[] = {
     {0},
 };
 
-
 static const struct agsx_option image_ls_opts[] = {
     {"quiet", 'q', NULL, "Print image ids only", O_QUIET},
     {"digests", 0, NULL, "Show full manifest digests", O_DIGESTS},
@@ -195,10 +194,11 @@ static const struct agsx_option build_opts[] = {
 
 static const struct agsx_option browser_opts[] = {
     {"name", 0, "NAME", "Name the sandbox (unique; usable wherever an id is)", O_NAME},
-    {"network", 0, "MODE", "Network mode, as for run (default internal: loopback only)",
-     O_NETWORK},
-    {"publish", 'p', "[IP:]HOSTPORT", "Host address of the DevTools endpoint (default "
-     "127.0.0.1 and a free port)", O_PUBLISH},
+    {"network", 0, "MODE", "Network mode, as for run (default internal: loopback only)", O_NETWORK},
+    {"publish", 'p', "[IP:]HOSTPORT",
+     "Host address of the DevTools endpoint (default "
+     "127.0.0.1 and a free port)",
+     O_PUBLISH},
     {"timeout", 0, "DURATION", "Lifetime: 300s, 5m, 1h30m (default 5m, at most 24h)", O_TIMEOUT},
     {"memory", 0, "SIZE", "Memory limit of the whole browser (default 2g)", O_MEMORY},
     {"image", 0, "IMAGE", "Image with Chromium (default: host, the host's Chromium)", O_IMAGE},
@@ -225,8 +225,8 @@ const struct agsx_command agsx_commands[] = {
     {"wait", "SANDBOX...", "Wait for sandboxes to end; print their exit codes", wait_opts,
      agsx_cmd_wait, NULL},
     {"rm", "[OPTIONS] SANDBOX...", "Remove ended sandboxes' records", rm_opts, agsx_cmd_rm, NULL},
-    {"stats", "[OPTIONS] [SANDBOX...]", "Show CPU, memory, pids, disk and network use",
-     stats_opts, agsx_cmd_stats, NULL},
+    {"stats", "[OPTIONS] [SANDBOX...]", "Show CPU, memory, pids, disk and network use", stats_opts,
+     agsx_cmd_stats, NULL},
     {"update", "--timeout DURATION SANDBOX", "Change a running sandbox's deadline", update_opts,
      agsx_cmd_update, NULL},
     {"port", "SANDBOX [PORT[/PROTO]]", "List a sandbox's published ports", none, agsx_cmd_port,
@@ -236,8 +236,8 @@ const struct agsx_command agsx_commands[] = {
     {"browser", "[OPTIONS] [-- CHROMIUM-FLAG...]",
      "Start headless Chromium in a sandbox; print its DevTools WebSocket URL", browser_opts,
      agsx_cmd_browser, NULL},
-    {"build", "[OPTIONS] CONTEXT", "Build an image from a Dockerfile", build_opts,
-     agsx_cmd_build, NULL},
+    {"build", "[OPTIONS] CONTEXT", "Build an image from a Dockerfile", build_opts, agsx_cmd_build,
+     NULL},
     {"image ls", "[OPTIONS]", "List images", image_ls_opts, agsx_cmd_image_ls, NULL},
     {"image load", "[OPTIONS] PATH|-",
      "Load images from an OCI layout, an oci-archive or a docker-archive", image_load_opts,
@@ -247,8 +247,8 @@ const struct agsx_command agsx_commands[] = {
      agsx_cmd_image_inspect, NULL},
     {"image pull", "[OPTIONS] REF", "Pull an image from a registry", image_pull_opts,
      agsx_cmd_image_pull, NULL},
-    {"image tag", "SOURCE TARGET", "Give an image another name", image_tag_opts,
-     agsx_cmd_image_tag, NULL},
+    {"image tag", "SOURCE TARGET", "Give an image another name", image_tag_opts, agsx_cmd_image_tag,
+     NULL},
     {"image save", "[OPTIONS] IMAGE...", "Write images to an oci-archive or a docker-archive",
      image_save_opts, agsx_cmd_image_save, NULL},
     {"image push", "[OPTIONS] IMAGE [[REGISTRY/]REPO[:TAG]]", "Push an image to a registry",
@@ -259,8 +259,8 @@ const struct agsx_command agsx_commands[] = {
      agsx_cmd_image_pull, "image pull"},
     {"push", "[OPTIONS] IMAGE [[REGISTRY/]REPO[:TAG]]", "Push an image (alias of image push)",
      image_push_opts, agsx_cmd_image_push, "image push"},
-    {"network create", "[OPTIONS] --subnet CIDR NAME", "Create a vpc network",
-     network_create_opts, agsx_cmd_network_create, NULL},
+    {"network create", "[OPTIONS] --subnet CIDR NAME", "Create a vpc network", network_create_opts,
+     agsx_cmd_network_create, NULL},
     {"network ls", "[OPTIONS]", "List networks", network_ls_opts, agsx_cmd_network_ls, NULL},
     {"network rm", "NAME...", "Remove vpc networks no sandbox uses", none, agsx_cmd_network_rm,
      NULL},
@@ -371,8 +371,8 @@ int main(int argc, char **argv) {
   const struct agsx_command *c = lookup(argc - i, argv + i, &words);
   if (c == NULL && (strcmp(argv[i], "image") == 0 || strcmp(argv[i], "network") == 0)) {
     const char *group = argv[i];
-    bool help = i + 1 >= argc || strcmp(argv[i + 1], "--help") == 0 ||
-                strcmp(argv[i + 1], "-h") == 0;
+    bool help =
+        i + 1 >= argc || strcmp(argv[i + 1], "--help") == 0 || strcmp(argv[i + 1], "-h") == 0;
     group_help(group, help ? stdout : stderr);
     if (help && i + 1 < argc)
       return 0;

@@ -26,10 +26,10 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
-#define CDP_PORT 9222         /* inside the sandbox, on its loopback only */
+#define CDP_PORT 9222 /* inside the sandbox, on its loopback only */
 #define CDP_PORT_STR "9222"
-#define READY_WAIT_SEC 30     /* start-up bound (or the lifetime, if shorter) */
-#define PROBE_IO_MS 2000      /* one probe's connect/read bound */
+#define READY_WAIT_SEC 30           /* start-up bound (or the lifetime, if shorter) */
+#define PROBE_IO_MS 2000            /* one probe's connect/read bound */
 #define DEFAULT_MEMORY (2ull << 30) /* 2g */
 #define DEFAULT_USER "1000:1000"
 #define MAX_EXTRA_FLAGS 64
@@ -69,7 +69,9 @@ static int on_bopt(void *data, int id, const char *v) {
   case O_NAME:
     if (!agsx_name_is_valid(v))
       return agsx_failf("browser: invalid name `%s`: letters, digits and _.- (at most 64, "
-                        "starting with a letter or digit)", v), -1;
+                        "starting with a letter or digit)",
+                        v),
+             -1;
     o->name = v;
     return 0;
   case O_NETWORK: {
@@ -110,9 +112,7 @@ struct argvb {
   int n;
 };
 
-static void add(struct argvb *b, const char *s) {
-  b->v[b->n++] = (char *)s;
-}
+static void add(struct argvb *b, const char *s) { b->v[b->n++] = (char *)s; }
 
 static void addf(struct argvb *b, char *s) {
   b->owned[b->n] = true;
@@ -165,10 +165,19 @@ static int start_sandbox(struct agsx_ctx *ctx, const struct bopts *o, char **ext
   struct agsx_port port;
   char *env[] = {(char *)"HOME=/tmp", NULL}; /* HOME and the profile in its writable /tmp */
   struct agsx_run_spec spec = {
-      .root = ctx->root, .state = ctx->state, .image = o->image ? o->image : "host",
-      .cmd = b.v, .pull_image = pull_image, .pull_data = ctx, .env = env,
-      .user = o->user ? o->user : DEFAULT_USER, .workdir = "/tmp", .name = o->name,
-      .network = o->network, .ports = &port, .n_ports = 1,
+      .root = ctx->root,
+      .state = ctx->state,
+      .image = o->image ? o->image : "host",
+      .cmd = b.v,
+      .pull_image = pull_image,
+      .pull_data = ctx,
+      .env = env,
+      .user = o->user ? o->user : DEFAULT_USER,
+      .workdir = "/tmp",
+      .name = o->name,
+      .network = o->network,
+      .ports = &port,
+      .n_ports = 1,
       .timeout = o->timeout ? o->timeout_sec : AGSX_DEFAULT_TIMEOUT_SEC,
       .memory = o->memory ? o->memory_bytes : DEFAULT_MEMORY,
   };
@@ -186,15 +195,13 @@ static int start_sandbox(struct agsx_ctx *ctx, const struct bopts *o, char **ext
 /* ---- waiting for the endpoint ------------------------------------------------------------- */
 
 static volatile sig_atomic_t interrupted;
-static void on_interrupt(int sig) {
-  interrupted = sig;
-}
+static void on_interrupt(int sig) { interrupted = sig; }
 
 /* A TCP socket connected to A (the published port, on the host). */
 static int dial(const struct sockaddr_storage *a, agsx_error_t *err) {
   _cleanup_close_ int s = socket(a->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  socklen_t alen = a->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-                                            : sizeof(struct sockaddr_in);
+  socklen_t alen =
+      a->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
   if (s < 0)
     return agsx_error_set(err, errno, "socket");
   if (connect(s, (const struct sockaddr *)a, alen) < 0 && errno != EINPROGRESS)
@@ -217,7 +224,8 @@ static int probe(const struct sockaddr_storage *a, const char *hostport,
   if (s < 0)
     return -1;
   _cleanup_free_ char *req = xasprintf("GET /json/version HTTP/1.1\r\nHost: %s\r\n"
-                                       "Connection: close\r\n\r\n", hostport);
+                                       "Connection: close\r\n\r\n",
+                                       hostport);
   if (send(s, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req))
     return agsx_error_set(err, errno, "send");
   _cleanup_free_ char *buf = xzalloc(AGSX_CDP_RESPONSE_MAX + 1);
@@ -273,15 +281,16 @@ static int published_addr(struct agsx_ctx *ctx, const char *id, struct sockaddr_
 static int wait_ready(const struct bopts *o, struct agsx_run_started *st,
                       const struct sockaddr_storage *a, const char *hostport,
                       struct agsx_cdp_version *ret, agsx_error_t *err) {
-  uint64_t bound = o->timeout_sec && o->timeout_sec < READY_WAIT_SEC ? o->timeout_sec
-                                                                     : READY_WAIT_SEC;
+  uint64_t bound =
+      o->timeout_sec && o->timeout_sec < READY_WAIT_SEC ? o->timeout_sec : READY_WAIT_SEC;
   int64_t until = agsx_mono_ns() + (int64_t)bound * 1000000000LL;
   _cleanup_error_ agsx_error_t last = NULL;
   while (!interrupted) {
     if (waitpid(st->supervisor, NULL, WNOHANG) == st->supervisor) {
       st->supervisor = 0; /* reaped: its pid may be reused */
-      return agsx_error_set(err, 0, "the browser exited during start-up (try `agsx run` with "
-                                    "the same image and `chromium --headless=new`)");
+      return agsx_error_set(err, 0,
+                            "the browser exited during start-up (try `agsx run` with "
+                            "the same image and `chromium --headless=new`)");
     }
     agsx_error_free(&last);
     if (probe(a, hostport, ret, &last) == 0)
@@ -341,8 +350,7 @@ static void print_started(const struct bopts *o, const struct agsx_run_started *
 }
 
 /* After the start: the published address, the wait, the output. */
-static int await_browser(struct agsx_ctx *ctx, const struct bopts *o,
-                         struct agsx_run_started *st) {
+static int await_browser(struct agsx_ctx *ctx, const struct bopts *o, struct agsx_run_started *st) {
   agsx_error_t err = NULL;
   struct agsx_cdp_version v = {0};
   struct sockaddr_storage a;

@@ -87,9 +87,16 @@ int agsx_cmd_build(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
   sigaddset(&set, SIGHUP);
   sigprocmask(SIG_BLOCK, &set, NULL);
   sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-  struct agsx_build_opts bo = {.cancel_fd = sigfd,.context = argv[i], .dockerfile = o.file, .tags = o.tags,
-                               .build_args = o.args, .network = o.network,
-                               .no_cache = o.no_cache, .state_dir = ctx->state, .root = ctx->root, .pull = o.pull,
+  struct agsx_build_opts bo = {.cancel_fd = sigfd,
+                               .context = argv[i],
+                               .dockerfile = o.file,
+                               .tags = o.tags,
+                               .build_args = o.args,
+                               .network = o.network,
+                               .no_cache = o.no_cache,
+                               .state_dir = ctx->state,
+                               .root = ctx->root,
+                               .pull = o.pull,
                                .progress = o.quiet ? NULL : show};
   struct agsx_build_result res;
   if (agsx_build(s, &bo, &res, &err) < 0) {
@@ -97,8 +104,8 @@ int agsx_cmd_build(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
     goto done;
   }
   if (ctx->json)
-    printf("{\"id\":\"%s\",\"new_layers\":%zu,\"cached_layers\":%zu}\n", res.digest,
-           res.new_layers, res.cached_layers);
+    printf("{\"id\":\"%s\",\"new_layers\":%zu,\"cached_layers\":%zu}\n", res.digest, res.new_layers,
+           res.cached_layers);
   else
     printf("%s\n", res.digest);
   code = 0;

@@ -19,15 +19,15 @@ struct agsx_ctx {
 
 struct agsx_option {
   const char *long_name;
-  char short_name;  /* 0: none */
-  const char *arg;  /* NULL: a flag; else the argument's name ("DIR") */
+  char short_name; /* 0: none */
+  const char *arg; /* NULL: a flag; else the argument's name ("DIR") */
   const char *help;
-  int id;           /* passed to the command's handler */
+  int id; /* passed to the command's handler */
 };
 
 struct agsx_command {
-  const char *name;     /* "run", "image load" */
-  const char *usage;    /* "[OPTIONS] IMAGE [CMD...]" */
+  const char *name;  /* "run", "image load" */
+  const char *usage; /* "[OPTIONS] IMAGE [CMD...]" */
   const char *summary;
   const struct agsx_option *options; /* ends with a zeroed entry; NULL: none */
   int (*run)(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv);
@@ -36,15 +36,53 @@ struct agsx_command {
 
 /* Option ids shared by the tables in cmd/agsx.c and their handlers. */
 enum {
-  O_TAG = 1, O_QUIET, O_DIGESTS, O_DRY_RUN, O_IMAGES, O_JSON,
-  O_RM, O_INTERACTIVE, O_TTY, O_READ_ONLY, O_TIMING, O_USER, O_WORKDIR, O_HOSTNAME, O_NETWORK,
-  O_SECURITY_OPT, O_ENV, O_VOLUME, O_TIMEOUT, O_MEMORY, O_DISK, O_PIDS, O_CPUS,
-  O_DETACH, O_NAME, O_ALL, O_SIGNAL, O_ARCHIVE, O_FOLLOW_LINK, O_PUBLISH, O_INSECURE, O_AUTHFILE,
-  O_ALLOW, O_DENY, O_RULES, O_SUBNET,
-  O_FILE, O_BUILD_ARG, O_NO_CACHE, O_PLATFORM, O_PULL,
+  O_TAG = 1,
+  O_QUIET,
+  O_DIGESTS,
+  O_DRY_RUN,
+  O_IMAGES,
+  O_JSON,
+  O_RM,
+  O_INTERACTIVE,
+  O_TTY,
+  O_READ_ONLY,
+  O_TIMING,
+  O_USER,
+  O_WORKDIR,
+  O_HOSTNAME,
+  O_NETWORK,
+  O_SECURITY_OPT,
+  O_ENV,
+  O_VOLUME,
+  O_TIMEOUT,
+  O_MEMORY,
+  O_DISK,
+  O_PIDS,
+  O_CPUS,
+  O_DETACH,
+  O_NAME,
+  O_ALL,
+  O_SIGNAL,
+  O_ARCHIVE,
+  O_FOLLOW_LINK,
+  O_PUBLISH,
+  O_INSECURE,
+  O_AUTHFILE,
+  O_ALLOW,
+  O_DENY,
+  O_RULES,
+  O_SUBNET,
+  O_FILE,
+  O_BUILD_ARG,
+  O_NO_CACHE,
+  O_PLATFORM,
+  O_PULL,
   O_IMAGE,
-  O_OUTPUT, O_FORMAT,
-  O_NO_TRUNC, O_FORCE, O_NO_STREAM,
+  O_OUTPUT,
+  O_FORMAT,
+  O_NO_TRUNC,
+  O_FORCE,
+  O_NO_STREAM,
 };
 
 /* The table, in cmd/agsx.c. */

@@ -224,7 +224,9 @@ out:
         .exit_code = code,
         .out = l.out,
         .duration_ms = (agsx_mono_ns() - t0) / 1000000,
-        .stop_reason = err ? "error" : l.timed_out ? "timeout" : "exit",
+        .stop_reason = err           ? "error"
+                       : l.timed_out ? "timeout"
+                                     : "exit",
         .signal = l.e && !err ? l.e->term_signal : 0,
         .id = rec->id,
         .name = rec->name,

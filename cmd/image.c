@@ -350,7 +350,6 @@ int agsx_cmd_image_inspect(struct agsx_ctx *ctx, const struct agsx_command *cmd,
   return 0;
 }
 
-
 /* Opens an existing store for reading content out: no store, no image. */
 static int open_existing(struct agsx_ctx *ctx, const char *image, struct agsx_store **ret) {
   agsx_error_t err = NULL;

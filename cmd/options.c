@@ -53,8 +53,9 @@ static int parse_long(const struct agsx_command *cmd, int argc, char **argv, int
     help_exit(cmd);
   const struct agsx_option *o = find_long(cmd->options, name, len);
   if (o == NULL)
-    return agsx_failf("%s: unknown option `--%.*s` (see agsx %s --help)", cmd->name, (int)len,
-                      name, cmd->name), -1;
+    return agsx_failf("%s: unknown option `--%.*s` (see agsx %s --help)", cmd->name, (int)len, name,
+                      cmd->name),
+           -1;
   if (o->arg == NULL) {
     if (eq)
       return agsx_failf("%s: option `--%s` takes no value", cmd->name, o->long_name), -1;

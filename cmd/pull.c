@@ -32,8 +32,7 @@ static void progress(const struct agsx_pull_progress *p, void *data) {
   if (p->layers_skipped)
     fprintf(stderr, " (%zu already present)", p->layers_skipped);
   if (p->bytes_total > 0)
-    fprintf(stderr, "  %s / %s (%d%%)", done, total,
-            (int)(p->bytes_done * 100 / p->bytes_total));
+    fprintf(stderr, "  %s / %s (%d%%)", done, total, (int)(p->bytes_done * 100 / p->bytes_total));
   fflush(stderr);
 }
 

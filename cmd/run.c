@@ -27,7 +27,7 @@ struct run_opts {
   const char *net_name;
   struct agsx_sg_rule *rules;
   size_t n_rules;
-  const char *pull; /* --pull POLICY, or NULL: $AGSX_PULL / missing */
+  const char *pull;        /* --pull POLICY, or NULL: $AGSX_PULL / missing */
   struct agsx_port *ports; /* -p; host ports as bound once started */
   size_t n_ports;
   uint64_t timeout, memory, pids, disk;
@@ -120,7 +120,8 @@ static int parse_size_opt(const char *flag, const char *v, uint64_t min, uint64_
     return agsx_failf("run: %s: %s", flag, err->msg), agsx_error_free(&err), -1;
   if (*ret < min)
     return agsx_failf("run: %s `%s` is below the minimum of %llu bytes", flag, v,
-                      (unsigned long long)min), -1;
+                      (unsigned long long)min),
+           -1;
   return 0;
 }
 
@@ -133,7 +134,9 @@ static int on_run_opt(void *data, int id, const char *v) {
   case O_NAME:
     if (!agsx_name_is_valid(v))
       return agsx_failf("run: invalid name `%s`: letters, digits and _.- (at most 64, starting "
-                        "with a letter or digit)", v), -1;
+                        "with a letter or digit)",
+                        v),
+             -1;
     o->name = v;
     return 0;
   case O_INTERACTIVE: o->interactive = true; return 0;
@@ -307,15 +310,37 @@ int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
     goto done;
   }
   struct agsx_run_spec spec = {
-      .root = ctx->root, .state = ctx->state, .image = argv[i], .cmd = argv + i + 1,
-      .pull = o.pull, .pull_image = pull_image, .pull_data = ctx,
-      .env = o.env, .user = o.user, .workdir = o.workdir, .hostname = o.hostname,
-      .name = o.name, .seccomp = o.seccomp, .binds = o.binds, .n_binds = o.n_binds,
-      .network = o.network, .rules = o.rules, .n_rules = o.n_rules,
-      .ports = o.ports, .n_ports = o.n_ports,
-      .timeout = o.timeout, .memory = o.memory, .pids = o.pids, .disk = o.disk, .cpus = o.cpus,
-      .read_only = o.read_only, .rm = o.rm, .timing = o.timing,
-      .interactive = o.interactive && !o.detach, .tty = o.tty, .capture = o.json && !o.detach,
+      .root = ctx->root,
+      .state = ctx->state,
+      .image = argv[i],
+      .cmd = argv + i + 1,
+      .pull = o.pull,
+      .pull_image = pull_image,
+      .pull_data = ctx,
+      .env = o.env,
+      .user = o.user,
+      .workdir = o.workdir,
+      .hostname = o.hostname,
+      .name = o.name,
+      .seccomp = o.seccomp,
+      .binds = o.binds,
+      .n_binds = o.n_binds,
+      .network = o.network,
+      .rules = o.rules,
+      .n_rules = o.n_rules,
+      .ports = o.ports,
+      .n_ports = o.n_ports,
+      .timeout = o.timeout,
+      .memory = o.memory,
+      .pids = o.pids,
+      .disk = o.disk,
+      .cpus = o.cpus,
+      .read_only = o.read_only,
+      .rm = o.rm,
+      .timing = o.timing,
+      .interactive = o.interactive && !o.detach,
+      .tty = o.tty,
+      .capture = o.json && !o.detach,
       .t0 = t0,
   };
   struct agsx_lifecycle *lc = NULL;

@@ -80,7 +80,8 @@ static char *ports_column(const struct agsx_record *r) {
  * all 32 with --no-trunc). */
 static void record_row(struct agsx_table *t, const struct agsx_record *r, int64_t now,
                        bool no_trunc) {
-  _cleanup_free_ char *age = agsx_format_duration((uint64_t)(now > r->created ? now - r->created : 0));
+  _cleanup_free_ char *age =
+      agsx_format_duration((uint64_t)(now > r->created ? now - r->created : 0));
   _cleanup_free_ char *left = NULL;
   if (r->status == AGSX_STATUS_EXITED) {
     left = xasprintf("exited (%d)%s%s", r->exit_code, r->stop_reason ? " " : "",
@@ -93,8 +94,9 @@ static void record_row(struct agsx_table *t, const struct agsx_record *r, int64_
   _cleanup_free_ char *ports = ports_column(r);
   char id[33];
   snprintf(id, sizeof(id), "%.*s", no_trunc ? 32 : 12, r->id);
-  const char *cells[] = {id, r->name, r->image, status_word(r), age, left, r->network,
-                         r->address ? r->address : "-", ports};
+  const char *cells[] = {id,   r->name, r->image,   status_word(r),
+                         age,  left,    r->network, r->address ? r->address : "-",
+                         ports};
   agsx_table_add(t, cells);
 }
 
@@ -112,13 +114,13 @@ static void warn_networks(struct agsx_ctx *ctx, const struct agsx_record *v, siz
       continue;
     agsx_error_t err = NULL;
     _cleanup_free_ char *problem = NULL;
-    int r = agsx_net_sandbox_check(ctx->root, v[k].network, v[k].id, v[k].address, &memo,
-                                   &problem, &err);
+    int r = agsx_net_sandbox_check(ctx->root, v[k].network, v[k].id, v[k].address, &memo, &problem,
+                                   &err);
     if (r < 0 && agsx_error_errno(&err) != EPERM) /* not root: not ours to check */
       agsx_warn("sandbox %.12s: check its network: %s", v[k].id, err->msg);
     else if (problem)
-      agsx_warn("sandbox %.12s%s%s: %s", v[k].id, v[k].name ? " " : "",
-                v[k].name ? v[k].name : "", problem);
+      agsx_warn("sandbox %.12s%s%s: %s", v[k].id, v[k].name ? " " : "", v[k].name ? v[k].name : "",
+                problem);
     agsx_error_free(&err);
   }
   agsx_net_check_memo_clear(&memo);
@@ -139,7 +141,7 @@ int agsx_cmd_ls(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
   int64_t now = agsx_now_ns() / 1000000000LL;
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
   yajl_gen_array_open(g);
-  static const char *const header[] = {"ID",       "NAME",    "IMAGE",   "STATUS", "CREATED",
+  static const char *const header[] = {"ID",        "NAME",    "IMAGE",   "STATUS", "CREATED",
                                        "TIME LEFT", "NETWORK", "ADDRESS", "PORTS"};
   struct agsx_table t;
   agsx_table_init(&t, AGSX_ARRAY_SIZE(header), header);
@@ -172,8 +174,8 @@ static int parse_signal(const char *s) {
   static const struct {
     const char *name;
     int sig;
-  } sigs[] = {{"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"KILL", SIGKILL},
-              {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTERM}, {"CONT", SIGCONT},
+  } sigs[] = {{"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT},  {"KILL", SIGKILL},
+              {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTERM},  {"CONT", SIGCONT},
               {"STOP", SIGSTOP}, {"ALRM", SIGALRM}, {"WINCH", SIGWINCH}};
   if (strncasecmp(s, "SIG", 3) == 0)
     s += 3;

@@ -88,20 +88,17 @@ static const struct entry *find(const struct frame *f, const char *id) {
 
 static double cpu_percent(const struct entry *e, const struct frame *prev) {
   const struct entry *p = find(prev, e->id);
-  return p && p->running && e->running ? agsx_stats_cpu_percent(&p->s, &e->s)
-                                       : -1;
+  return p && p->running && e->running ? agsx_stats_cpu_percent(&p->s, &e->s) : -1;
 }
 
 static char *pair(bool known, uint64_t a, uint64_t b, bool b_known) {
   if (!known)
     return xstrdup("-");
-  _cleanup_free_ char *x = agsx_format_size(a),
-                      *y = b_known ? agsx_format_size(b) : NULL;
+  _cleanup_free_ char *x = agsx_format_size(a), *y = b_known ? agsx_format_size(b) : NULL;
   return xasprintf("%s / %s", x, y ? y : "-");
 }
 
-static void row(struct agsx_table *t, const struct entry *e,
-                const struct frame *prev) {
+static void row(struct agsx_table *t, const struct entry *e, const struct frame *prev) {
   const struct agsx_stats *s = &e->s;
   double cpu = cpu_percent(e, prev);
   char id[13], cpus[32] = "-", memp[32] = "-", pids[32] = "-";
@@ -109,18 +106,14 @@ static void row(struct agsx_table *t, const struct entry *e,
   if (cpu >= 0)
     snprintf(cpus, sizeof(cpus), "%.2f%%", cpu);
   if (e->running && s->has_memory && s->memory_limit)
-    snprintf(memp, sizeof(memp), "%.2f%%",
-             100.0 * (double)s->memory / (double)s->memory_limit);
+    snprintf(memp, sizeof(memp), "%.2f%%", 100.0 * (double)s->memory / (double)s->memory_limit);
   if (e->running)
     snprintf(pids, sizeof(pids), "%llu", (unsigned long long)s->pids);
-  _cleanup_free_ char *mem = pair(e->running && s->has_memory, s->memory,
-                                  s->memory_limit, s->memory_limit > 0);
-  _cleanup_free_ char *disk =
-      pair(e->running && s->has_disk, s->disk_used, s->disk_size, true);
-  _cleanup_free_ char *net =
-      pair(e->running && s->has_net, s->rx_bytes, s->tx_bytes, true);
-  const char *cells[] = {
-      id, e->name ? e->name : "", cpus, mem, memp, pids, disk, net};
+  _cleanup_free_ char *mem =
+      pair(e->running && s->has_memory, s->memory, s->memory_limit, s->memory_limit > 0);
+  _cleanup_free_ char *disk = pair(e->running && s->has_disk, s->disk_used, s->disk_size, true);
+  _cleanup_free_ char *net = pair(e->running && s->has_net, s->rx_bytes, s->tx_bytes, true);
+  const char *cells[] = {id, e->name ? e->name : "", cpus, mem, memp, pids, disk, net};
   agsx_table_add(t, cells);
 }
 
@@ -141,8 +134,7 @@ static void kv_pct(yajl_gen g, const char *key, double v) {
     yajl_gen_null(g);
 }
 
-static void entry_json(yajl_gen g, const struct entry *e,
-                       const struct frame *prev) {
+static void entry_json(yajl_gen g, const struct entry *e, const struct frame *prev) {
   const struct agsx_stats *s = &e->s;
   bool r = e->running;
   yajl_gen_map_open(g);
@@ -154,9 +146,8 @@ static void entry_json(yajl_gen g, const struct entry *e,
   kv_u64(g, "memory", r && s->has_memory, s->memory);
   kv_u64(g, "memory_limit", r && s->memory_limit, s->memory_limit);
   kv_pct(g, "memory_percent",
-         r && s->has_memory && s->memory_limit
-             ? 100.0 * (double)s->memory / (double)s->memory_limit
-             : -1);
+         r && s->has_memory && s->memory_limit ? 100.0 * (double)s->memory / (double)s->memory_limit
+                                               : -1);
   kv_u64(g, "pids", r, s->pids);
   kv_u64(g, "pids_limit", r && s->pids_limit, s->pids_limit);
   kv_u64(g, "disk_used", r && s->has_disk, s->disk_used);
@@ -166,8 +157,7 @@ static void entry_json(yajl_gen g, const struct entry *e,
   yajl_gen_map_close(g);
 }
 
-static void print_frame(const struct frame *cur, const struct frame *prev,
-                        bool json, bool redraw) {
+static void print_frame(const struct frame *cur, const struct frame *prev, bool json, bool redraw) {
   if (json) {
     _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
     yajl_gen_array_open(g);
@@ -179,9 +169,8 @@ static void print_frame(const struct frame *cur, const struct frame *prev,
     fwrite(s, 1, len, stdout);
     fputc('\n', stdout);
   } else {
-    static const char *const header[] = {
-        "ID",    "NAME", "CPU %", "MEM USAGE / LIMIT",
-        "MEM %", "PIDS", "DISK",  "NET RX / TX"};
+    static const char *const header[] = {"ID",    "NAME", "CPU %", "MEM USAGE / LIMIT",
+                                         "MEM %", "PIDS", "DISK",  "NET RX / TX"};
     struct agsx_table t;
     agsx_table_init(&t, AGSX_ARRAY_SIZE(header), header);
     for (size_t i = 0; i < cur->n; i++)
@@ -228,15 +217,13 @@ static int resolve_all(int statefd, char **names, int n, char ***ret) {
   return 0;
 }
 
-int agsx_cmd_stats(struct agsx_ctx *ctx, const struct agsx_command *cmd,
-                   int argc, char **argv) {
+int agsx_cmd_stats(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
   struct stats_opts o = {.json = ctx->json};
   int i = agsx_parse_options(cmd, argc, argv, on_stats_opt, &o);
   if (i < 0)
     return AGSX_EXIT_FAILURE;
   agsx_state_reap_all(ctx->state, true, NULL);
-  _cleanup_close_ int statefd =
-      open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   _cleanup_strv_ char **ids = NULL;
   if (i < argc && resolve_all(statefd, argv + i, argc - i, &ids) != 0)
     return AGSX_EXIT_FAILURE;

@@ -7,8 +7,7 @@
 
 #include <string.h>
 
-void agsx_table_init(struct agsx_table *t, size_t ncols,
-                     const char *const *header) {
+void agsx_table_init(struct agsx_table *t, size_t ncols, const char *const *header) {
   memset(t, 0, sizeof(*t));
   t->ncols = ncols;
   agsx_table_add(t, header);

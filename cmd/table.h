@@ -12,8 +12,7 @@ struct agsx_table {
 };
 
 /* Starts a table with the header's NCOLS column titles. */
-void agsx_table_init(struct agsx_table *t, size_t ncols,
-                     const char *const *header);
+void agsx_table_init(struct agsx_table *t, size_t ncols, const char *const *header);
 /* Adds a row of NCOLS cells (copied; NULL prints as empty). */
 void agsx_table_add(struct agsx_table *t, const char *const *cells);
 /* Prints every row, each column as wide as its widest cell plus two

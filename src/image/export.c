@@ -53,8 +53,7 @@ int agsx_export_format_parse(const char *s, enum agsx_export_format *ret, agsx_e
   else if (strcmp(s, "docker-archive") == 0)
     *ret = AGSX_EXPORT_DOCKER_ARCHIVE;
   else
-    return agsx_error_set(err, 0, "unknown archive format `%s` (oci-archive or docker-archive)",
-                          s);
+    return agsx_error_set(err, 0, "unknown archive format `%s` (oci-archive or docker-archive)", s);
   return 0;
 }
 
@@ -450,8 +449,8 @@ static int publish(int fd, const char *name, int dirfd, const char *base, agsx_e
 }
 
 static int write_out(struct agsx_store *s, char *const *names, size_t n,
-                     enum agsx_export_format format, int dirfd, const char *base,
-                     const char *path, agsx_error_t *err) {
+                     enum agsx_export_format format, int dirfd, const char *base, const char *path,
+                     agsx_error_t *err) {
   _cleanup_free_ char *name = NULL;
   _cleanup_close_ int fd = open_out(dirfd, base, &name, err);
   if (fd < 0)

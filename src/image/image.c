@@ -171,8 +171,7 @@ int agsx_manifest_parse(const char *buf, size_t len, struct agsx_manifest *ret, 
     goto fail_wrap_config;
   if (strcmp(m.config.media_type, AGSX_MT_OCI_CONFIG) != 0 &&
       strcmp(m.config.media_type, AGSX_MT_DOCKER_CONFIG) != 0) {
-    agsx_error_set(err, 0, "manifest: unsupported config media type `%.100s`",
-                   m.config.media_type);
+    agsx_error_set(err, 0, "manifest: unsupported config media type `%.100s`", m.config.media_type);
     goto fail;
   }
   yajl_val layers = agsx_json_get_array(root, "layers");
@@ -220,8 +219,8 @@ int agsx_index_parse(const char *buf, size_t len, struct agsx_index *ret, agsx_e
   if (list == NULL)
     return agsx_error_set(err, 0, "index: missing `manifests` array");
   if (list->u.array.len > AGSX_IMAGE_MAX_MANIFESTS)
-    return agsx_error_set(err, 0, "index: %zu manifests is over the limit of %d",
-                          list->u.array.len, AGSX_IMAGE_MAX_MANIFESTS);
+    return agsx_error_set(err, 0, "index: %zu manifests is over the limit of %d", list->u.array.len,
+                          AGSX_IMAGE_MAX_MANIFESTS);
   struct agsx_index ix = {.manifests = xzalloc(list->u.array.len * sizeof(*ix.manifests))};
   for (size_t i = 0; i < list->u.array.len; i++) {
     if (agsx_descriptor_parse(list->u.array.values[i], &ix.manifests[i], err) < 0) {
@@ -264,7 +263,8 @@ static int parse_config_body(yajl_val root, struct agsx_image_config *c, agsx_er
     return 0;
   if (!YAJL_IS_OBJECT(cfg))
     return agsx_error_set(err, 0, "field `config` is not an object");
-  if (opt_strv(cfg, "Env", &c->env, err) < 0 || opt_strv(cfg, "Entrypoint", &c->entrypoint, err) < 0 ||
+  if (opt_strv(cfg, "Env", &c->env, err) < 0 ||
+      opt_strv(cfg, "Entrypoint", &c->entrypoint, err) < 0 ||
       opt_strv(cfg, "Cmd", &c->cmd, err) < 0 ||
       opt_string(cfg, "WorkingDir", &c->working_dir, err) < 0 ||
       opt_string(cfg, "User", &c->user, err) < 0 ||
@@ -410,8 +410,9 @@ char *agsx_image_ref_normalize(const char *ref, agsx_error_t *err) {
   for (;;) {
     const char *s = strchr(p, '/');
     size_t n = s ? (size_t)(s - p) : strlen(p);
-    bool is_host = first && s != NULL && (memchr(p, '.', n) || memchr(p, ':', n) ||
-                                          (n == 9 && strncmp(p, "localhost", 9) == 0));
+    bool is_host =
+        first && s != NULL &&
+        (memchr(p, '.', n) || memchr(p, ':', n) || (n == 9 && strncmp(p, "localhost", 9) == 0));
     if (!(is_host ? valid_host(p, n) : valid_component(p, n))) {
       agsx_error_set(err, 0,
                      "invalid image reference `%s`: names are lowercase letters, digits and "

@@ -31,8 +31,8 @@ struct agsx_descriptor {
   char digest[AGSX_DIGEST_LEN];
   int64_t size;
   char *os, *architecture, *variant; /* platform, index entries only */
-  char *ref_name;                     /* org.opencontainers.image.ref.name */
-  char *image_name;                   /* io.containerd.image.name */
+  char *ref_name;                    /* org.opencontainers.image.ref.name */
+  char *image_name;                  /* io.containerd.image.name */
 };
 
 struct agsx_manifest {
@@ -49,7 +49,7 @@ struct agsx_index {
 
 struct agsx_image_config {
   char *os, *architecture, *variant;
-  char *created; /* RFC 3339 or NULL */
+  char *created;   /* RFC 3339 or NULL */
   char **diff_ids; /* validated digests */
   size_t n_diff_ids;
   char **env, **entrypoint, **cmd; /* NULL-terminated, may be NULL */

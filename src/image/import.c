@@ -168,8 +168,8 @@ static int extract_archive(const char *path, int fd, int rootfd, struct agsx_sto
   archive_read_support_filter_xz(a);
   archive_read_support_filter_zstd(a);
   int r = -1;
-  int opened = fd >= 0 ? archive_read_open_fd(a, fd, 1 << 20)
-                       : archive_read_open_filename(a, path, 1 << 20);
+  int opened =
+      fd >= 0 ? archive_read_open_fd(a, fd, 1 << 20) : archive_read_open_filename(a, path, 1 << 20);
   if (opened != ARCHIVE_OK) {
     agsx_error_set(err, 0, "not a valid tar archive: %s", archive_error_string(a));
     goto out;
@@ -275,7 +275,8 @@ static int stage_image(struct import *im, const struct agsx_manifest *m, agsx_er
   return r;
 }
 
-static void add_pending(struct import *im, const char *ref, const struct agsx_descriptor *manifest) {
+static void add_pending(struct import *im, const char *ref,
+                        const struct agsx_descriptor *manifest) {
   im->imgs = xrealloc(im->imgs, (im->n_imgs + 1) * sizeof(*im->imgs));
   struct pending *p = &im->imgs[im->n_imgs++];
   memset(p, 0, sizeof(*p));
@@ -307,8 +308,8 @@ static int stage_json_blob(struct import *im, const struct agsx_descriptor *d, c
   _cleanup_free_ char *path = blob_path(d->digest);
   if (stage_src_blob(im, path, d->digest, d->size, err) < 0)
     return -1;
-  return agsx_store_read_staged_blob(im->store, im->workfd, d->digest, AGSX_IMAGE_JSON_MAX,
-                                     ret_buf, ret_len, err);
+  return agsx_store_read_staged_blob(im->store, im->workfd, d->digest, AGSX_IMAGE_JSON_MAX, ret_buf,
+                                     ret_len, err);
 }
 
 static int oci_manifest(struct import *im, const struct agsx_descriptor *d, const char *ref,
@@ -488,7 +489,8 @@ static int docker_image(struct import *im, yajl_val entry, agsx_error_t *err) {
   size_t ntags = tags && YAJL_IS_ARRAY(tags) ? tags->u.array.len : 0;
   for (size_t i = 0; i < ntags; i++) {
     yajl_val t = tags->u.array.values[i];
-    _cleanup_free_ char *ref = YAJL_IS_STRING(t) ? agsx_image_ref_normalize(t->u.string, err) : NULL;
+    _cleanup_free_ char *ref =
+        YAJL_IS_STRING(t) ? agsx_image_ref_normalize(t->u.string, err) : NULL;
     if (ref == NULL)
       return agsx_error_set(err, 0, "manifest.json: invalid RepoTags entry");
     add_pending(im, ref, &md);

@@ -11,8 +11,8 @@
 #include "image/store.h"
 
 struct agsx_loaded_image {
-  char *ref;                       /* name given, or NULL */
-  char digest[AGSX_DIGEST_LEN];    /* manifest digest in the store */
+  char *ref;                    /* name given, or NULL */
+  char digest[AGSX_DIGEST_LEN]; /* manifest digest in the store */
 };
 
 struct agsx_import_opts {

@@ -222,17 +222,11 @@ static ssize_t source_next(struct source *s, const void **ret) {
   if (s->err != NULL)
     return -1;
   switch (s->comp) {
-  case AGSX_COMPRESSION_GZIP:
-    n = read_gzip(s, ret);
-    break;
+  case AGSX_COMPRESSION_GZIP: n = read_gzip(s, ret); break;
 #ifdef HAVE_ZSTD
-  case AGSX_COMPRESSION_ZSTD:
-    n = read_zstd(s, ret);
-    break;
+  case AGSX_COMPRESSION_ZSTD: n = read_zstd(s, ret); break;
 #endif
-  default:
-    n = read_plain(s, ret);
-    break;
+  default: n = read_plain(s, ret); break;
   }
   if (n > 0 && account(s, *ret, (size_t)n) < 0)
     return -1;
@@ -859,14 +853,10 @@ static int make_entry(struct unpacker *u, const struct agsx_tarentry *t, const c
   if (t->kind == AGSX_TAR_HARDLINK)
     return make_hardlink(u, t->hardlink, dirfd, name, err);
   switch (archive_entry_filetype(e)) {
-  case AE_IFREG:
-    return make_file(u, e, dirfd, name, err);
-  case AE_IFDIR:
-    return make_dir(u, e, dirfd, depth, parent, name, err);
-  case AE_IFLNK:
-    return make_symlink(u, t, dirfd, name, err);
-  case AE_IFIFO:
-    return make_fifo(u, e, dirfd, name, err);
+  case AE_IFREG: return make_file(u, e, dirfd, name, err);
+  case AE_IFDIR: return make_dir(u, e, dirfd, depth, parent, name, err);
+  case AE_IFLNK: return make_symlink(u, t, dirfd, name, err);
+  case AE_IFIFO: return make_fifo(u, e, dirfd, name, err);
   default:
     return agsx_error_set(err, 0, "unsupported entry type 0%o",
                           (unsigned)archive_entry_filetype(e));

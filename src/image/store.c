@@ -154,9 +154,8 @@ static int copy_verify(int in, int out, const char *digest, int64_t size, agsx_e
       break;
     total += (uint64_t)n;
     if (size >= 0 && total > (uint64_t)size)
-      return agsx_error_set(err, 0,
-                            "blob `%s` is larger than its descriptor says (%" PRId64 " bytes)",
-                            digest, size);
+      return agsx_error_set(
+          err, 0, "blob `%s` is larger than its descriptor says (%" PRId64 " bytes)", digest, size);
     agsx_sha256_update(h, buf, (size_t)n);
     if (out >= 0 && agsx_write_all(out, buf, (size_t)n) < 0)
       return agsx_error_set(err, errno, "write blob `%s`", digest);
@@ -230,8 +229,7 @@ int agsx_store_stage_blob_mem(struct agsx_store *s, int workfd, const void *buf,
   agsx_sha256_buf(buf, len, ret_digest);
   if (agsx_store_has_blob(s, ret_digest) || staged(workfd, "blobs", ret_digest))
     return 0;
-  if (agsx_store_charge(s, len, ret_digest, err) < 0 ||
-      agsx_store_check_space(s, len, err) < 0)
+  if (agsx_store_charge(s, len, ret_digest, err) < 0 || agsx_store_check_space(s, len, err) < 0)
     return -1;
   _cleanup_close_ int dir = open_stage_dir(workfd, "blobs", err);
   if (dir < 0)
@@ -358,7 +356,8 @@ static int size_setting(const char *key, const char *env, uint64_t *ret, agsx_er
   return 0;
 }
 
-int agsx_store_mkwork(struct agsx_store *s, const char *prefix, char **ret_name, agsx_error_t *err) {
+int agsx_store_mkwork(struct agsx_store *s, const char *prefix, char **ret_name,
+                      agsx_error_t *err) {
   s->budget_max = AGSX_DEFAULT_MAX_IMAGE_SIZE;
   s->reserve = AGSX_DEFAULT_STORE_RESERVE;
   s->budget_used = 0;
@@ -434,12 +433,11 @@ static char *verified_record(const char *diff_id, enum agsx_compression comp) {
 
 static bool blob_verified(struct agsx_store *s, const char *blob, enum agsx_compression comp,
                           const char *diff_id) {
-  _cleanup_close_ int dir = openat(s->rootfd, "verified", O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-                                                              O_CLOEXEC);
+  _cleanup_close_ int dir =
+      openat(s->rootfd, "verified", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   _cleanup_free_ char *buf = NULL, *want = verified_record(diff_id, comp);
   size_t len;
-  return dir >= 0 &&
-         agsx_read_file_at(dir, agsx_digest_hex(blob), 256, &buf, &len, NULL) == 0 &&
+  return dir >= 0 && agsx_read_file_at(dir, agsx_digest_hex(blob), 256, &buf, &len, NULL) == 0 &&
          len == strlen(want) && memcmp(buf, want, len) == 0;
 }
 
@@ -641,7 +639,8 @@ static void gen_descriptor(yajl_gen g, const char *ref, const struct agsx_descri
 typedef bool (*keep_fn)(yajl_val entry, const void *data);
 
 static int rewrite_index(struct agsx_store *s, keep_fn keep, const void *data, const char *add_ref,
-                         const struct agsx_descriptor *add, size_t *ret_removed, agsx_error_t *err) {
+                         const struct agsx_descriptor *add, size_t *ret_removed,
+                         agsx_error_t *err) {
   _cleanup_close_ int lock = agsx_lock_at(s->rootfd, ".index.lock", true, err);
   if (lock < 0)
     return -1;
@@ -802,8 +801,8 @@ static int sweep(int dirfd, const struct agsx_strset *keep, bool dry_run, const 
  * build/cache.c) whose layer blob no image keeps go with the blob. */
 static int sweep_cache(struct agsx_store *s, const struct agsx_strset *blobs, bool dry_run,
                        void (*report)(const char *, void *), void *data, agsx_error_t *err) {
-  _cleanup_close_ int dfd = openat(s->rootfd, "cache", O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-                                                           O_CLOEXEC);
+  _cleanup_close_ int dfd =
+      openat(s->rootfd, "cache", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dfd < 0)
     return errno == ENOENT ? 0 : agsx_error_set(err, errno, "open the build cache");
   _cleanup_dir_ DIR *d = agsx_dir_stream(dfd);
@@ -817,8 +816,7 @@ static int sweep_cache(struct agsx_store *s, const struct agsx_strset *blobs, bo
     size_t len;
     char diff[AGSX_DIGEST_LEN], dig[AGSX_DIGEST_LEN];
     bool used = agsx_read_file_at(dfd, de->d_name, 512, &buf, &len, NULL) == 0 &&
-                sscanf(buf, "%71s\n%71s", diff, dig) == 2 &&
-                agsx_digest_validate(dig, NULL) == 0 &&
+                sscanf(buf, "%71s\n%71s", diff, dig) == 2 && agsx_digest_validate(dig, NULL) == 0 &&
                 agsx_strset_has(blobs, agsx_digest_hex(dig));
     if (used)
       continue;
@@ -846,7 +844,8 @@ static int sweep_partial(struct agsx_store *s, bool dry_run, void (*report)(cons
   while ((de = readdir(d)) != NULL) {
     if (de->d_name[0] == '.')
       continue;
-    _cleanup_close_ int fd = openat(dfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    _cleanup_close_ int fd =
+        openat(dfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0)
       continue; /* a pull is resuming it */
     _cleanup_free_ char *what = xasprintf("partial download %s", de->d_name);

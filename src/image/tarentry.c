@@ -104,20 +104,14 @@ static enum agsx_tarentry_kind kind_of(struct archive_entry *e, bool hardlink) {
   if (hardlink)
     return AGSX_TAR_HARDLINK;
   switch (archive_entry_filetype(e)) {
-  case AE_IFREG:
-    return AGSX_TAR_FILE;
-  case AE_IFDIR:
-    return AGSX_TAR_DIR;
-  case AE_IFLNK:
-    return AGSX_TAR_SYMLINK;
-  case AE_IFIFO:
-    return AGSX_TAR_FIFO;
+  case AE_IFREG: return AGSX_TAR_FILE;
+  case AE_IFDIR: return AGSX_TAR_DIR;
+  case AE_IFLNK: return AGSX_TAR_SYMLINK;
+  case AE_IFIFO: return AGSX_TAR_FIFO;
   case AE_IFCHR:
   case AE_IFBLK:
-  case AE_IFSOCK:
-    return AGSX_TAR_DEVICE;
-  default:
-    return AGSX_TAR_OTHER;
+  case AE_IFSOCK: return AGSX_TAR_DEVICE;
+  default: return AGSX_TAR_OTHER;
   }
 }
 
@@ -146,8 +140,7 @@ static void entry_clear(struct agsx_tarentry *t) {
   *t = (struct agsx_tarentry){0};
 }
 
-int agsx_tar_reader_next(struct agsx_tar_reader *r, struct agsx_tarentry **ret,
-                         agsx_error_t *err) {
+int agsx_tar_reader_next(struct agsx_tar_reader *r, struct agsx_tarentry **ret, agsx_error_t *err) {
   entry_clear(&r->cur);
   r->read_failed = false;
   struct archive_entry *e;

@@ -67,10 +67,10 @@ enum agsx_tarentry_kind {
 /* The entry the reader stands on. Valid until the next call. */
 struct agsx_tarentry {
   struct archive_entry *ae;
-  const char *raw;      /* the name as in the stream */
-  char *path;           /* cleaned; "" is the root */
-  char *hardlink;       /* cleaned target of a hard link, else NULL */
-  const char *symlink;  /* target of a symlink (checked), else NULL */
+  const char *raw;     /* the name as in the stream */
+  char *path;          /* cleaned; "" is the root */
+  char *hardlink;      /* cleaned target of a hard link, else NULL */
+  const char *symlink; /* target of a symlink (checked), else NULL */
   enum agsx_tarentry_kind kind;
 };
 
@@ -90,8 +90,7 @@ struct agsx_tar_reader {
  * Returns 1 with *RET set, 0 at the end of the stream, < 0 on error: a
  * read failure ("read tar: ...", R->read_failed set), too many entries, or
  * a refused name, target or link ("WHAT `NAME`: ..."). */
-int agsx_tar_reader_next(struct agsx_tar_reader *r, struct agsx_tarentry **ret,
-                         agsx_error_t *err);
+int agsx_tar_reader_next(struct agsx_tar_reader *r, struct agsx_tarentry **ret, agsx_error_t *err);
 
 void agsx_tar_reader_clear(struct agsx_tar_reader *r);
 

@@ -132,8 +132,10 @@ static int add_addr(struct nl_sock *sk, int ifindex, uint32_t addr, uint8_t pref
                     agsx_error_t *err) {
   _cleanup_nlmsg_ struct nl_msg *m =
       nlmsg_alloc_simple(RTM_NEWADDR, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL);
-  struct ifaddrmsg ifa = {.ifa_family = AF_INET, .ifa_prefixlen = prefix,
-                          .ifa_scope = RT_SCOPE_UNIVERSE, .ifa_index = (unsigned)ifindex};
+  struct ifaddrmsg ifa = {.ifa_family = AF_INET,
+                          .ifa_prefixlen = prefix,
+                          .ifa_scope = RT_SCOPE_UNIVERSE,
+                          .ifa_index = (unsigned)ifindex};
   uint32_t a = htonl(addr), brd = htonl(addr | ~agsx_cidr_mask(prefix));
   if (m == NULL || nlmsg_append(m, &ifa, sizeof(ifa), NLMSG_ALIGNTO) < 0 ||
       nla_put_u32(m, IFA_LOCAL, a) < 0 || nla_put_u32(m, IFA_ADDRESS, a) < 0 ||
@@ -145,11 +147,14 @@ static int add_addr(struct nl_sock *sk, int ifindex, uint32_t addr, uint8_t pref
 static int add_default_route(struct nl_sock *sk, int ifindex, uint32_t gateway, agsx_error_t *err) {
   _cleanup_nlmsg_ struct nl_msg *m =
       nlmsg_alloc_simple(RTM_NEWROUTE, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL);
-  struct rtmsg rt = {.rtm_family = AF_INET, .rtm_table = RT_TABLE_MAIN,
-                     .rtm_protocol = RTPROT_BOOT, .rtm_scope = RT_SCOPE_UNIVERSE,
+  struct rtmsg rt = {.rtm_family = AF_INET,
+                     .rtm_table = RT_TABLE_MAIN,
+                     .rtm_protocol = RTPROT_BOOT,
+                     .rtm_scope = RT_SCOPE_UNIVERSE,
                      .rtm_type = RTN_UNICAST};
   if (m == NULL || nlmsg_append(m, &rt, sizeof(rt), NLMSG_ALIGNTO) < 0 ||
-      nla_put_u32(m, RTA_GATEWAY, htonl(gateway)) < 0 || nla_put_u32(m, RTA_OIF, (uint32_t)ifindex) < 0)
+      nla_put_u32(m, RTA_GATEWAY, htonl(gateway)) < 0 ||
+      nla_put_u32(m, RTA_OIF, (uint32_t)ifindex) < 0)
     return agsx_error_set(err, ENOMEM, "netlink message");
   return talk(sk, m, "add the default route", err);
 }
@@ -188,8 +193,7 @@ static int attach_link(struct nl_sock *host, int netns, const struct agsx_net_li
   /* eth0 is born without IPv6: the rules cover IPv4 only. */
   if (write_sysctl("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1\n") < 0 && errno != ENOENT)
     return agsx_error_set(err, errno, "disable IPv6");
-  _cleanup_nlmsg_ struct nl_msg *m =
-      link_msg(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, 0, true);
+  _cleanup_nlmsg_ struct nl_msg *m = link_msg(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, 0, true);
   if (m == NULL || nla_put_string(m, IFLA_IFNAME, l->host_ifname) < 0 ||
       nla_put_u32(m, IFLA_MASTER, (uint32_t)l->bridge_ifindex) < 0)
     return agsx_error_set(err, ENOMEM, "netlink message");
@@ -204,7 +208,8 @@ static int attach_link(struct nl_sock *host, int netns, const struct agsx_net_li
   if (hdr == NULL)
     return agsx_error_set(err, ENOMEM, "netlink message");
   memcpy(hdr, &pifi, sizeof(pifi));
-  if (nla_put_string(m, IFLA_IFNAME, "eth0") < 0 || nla_put_u32(m, IFLA_NET_NS_FD, (uint32_t)netns) < 0 ||
+  if (nla_put_string(m, IFLA_IFNAME, "eth0") < 0 ||
+      nla_put_u32(m, IFLA_NET_NS_FD, (uint32_t)netns) < 0 ||
       nla_put(m, IFLA_ADDRESS, 6, l->mac) < 0)
     return agsx_error_set(err, ENOMEM, "netlink message");
   nla_nest_end(m, peer);
@@ -337,8 +342,9 @@ int agsx_net_link_ipv4(const char *ifname, uint32_t *ret_addr, uint8_t *ret_pref
   struct ifreq ifr = {0};
   snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname);
   if (ioctl(fd, SIOCGIFADDR, &ifr) < 0)
-    return errno == EADDRNOTAVAIL || errno == ENODEV ? 0
-                                                     : agsx_error_set(err, errno, "address of `%s`", ifname);
+    return errno == EADDRNOTAVAIL || errno == ENODEV
+               ? 0
+               : agsx_error_set(err, errno, "address of `%s`", ifname);
   struct sockaddr_in sin;
   memcpy(&sin, &ifr.ifr_addr, sizeof(sin));
   uint32_t addr = ntohl(sin.sin_addr.s_addr);
@@ -395,8 +401,8 @@ static _Noreturn void netns_helper(int sock, const struct agsx_net_link *link) {
   memset(u.buf, 0, sizeof(u.buf));
   char ok = 0;
   struct iovec iov = {&ok, 1};
-  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                      .msg_controllen = sizeof(u.buf)};
+  struct msghdr mh = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
   struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
   cm->cmsg_level = SOL_SOCKET;
   cm->cmsg_type = SCM_RIGHTS;
@@ -435,8 +441,8 @@ int agsx_net_collect(struct agsx_netns_job *job, int *ret_netns, int *ret_sysfs,
   } u;
   char msg[512];
   struct iovec iov = {msg, sizeof(msg) - 1};
-  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                      .msg_controllen = sizeof(u.buf)};
+  struct msghdr mh = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
   ssize_t n;
   do
     n = recvmsg(job->sock, &mh, MSG_CMSG_CLOEXEC);

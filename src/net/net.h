@@ -37,8 +37,7 @@ struct agsx_net_link {
 /* LINK may be NULL (internal: only lo). */
 int agsx_net_prepare(struct agsx_netns_job *job, const struct agsx_net_link *link,
                      agsx_error_t *err);
-int agsx_net_collect(struct agsx_netns_job *job, int *ret_netns, int *ret_sysfs,
-                     agsx_error_t *err);
+int agsx_net_collect(struct agsx_netns_job *job, int *ret_netns, int *ret_sysfs, agsx_error_t *err);
 void agsx_net_job_cancel(struct agsx_netns_job *job);
 /* A read-only sysfs of the current network namespace, as a detached mount. */
 int agsx_net_new_sysfs(agsx_error_t *err);

@@ -74,8 +74,9 @@ int agsx_cidr_parse(const char *s, bool host_ok, bool bare_ok, struct agsx_cidr 
   ret->addr = host_ok ? a : a & agsx_cidr_mask(ret->prefix);
   if (!host_ok && ret->addr != a) {
     char buf[20];
-    return agsx_error_set_quiet(err, EINVAL, "invalid CIDR `%s`: host bits are set (did you mean %s?)",
-                                s, agsx_cidr_format(ret, buf)),
+    return agsx_error_set_quiet(err, EINVAL,
+                                "invalid CIDR `%s`: host bits are set (did you mean %s?)", s,
+                                agsx_cidr_format(ret, buf)),
            -1;
   }
   return 0;
@@ -98,9 +99,7 @@ bool agsx_cidr_overlaps(const struct agsx_cidr *a, const struct agsx_cidr *b) {
   return (a->addr & m) == (b->addr & m);
 }
 
-uint64_t agsx_cidr_size(const struct agsx_cidr *c) {
-  return (uint64_t)1 << (32 - c->prefix);
-}
+uint64_t agsx_cidr_size(const struct agsx_cidr *c) { return (uint64_t)1 << (32 - c->prefix); }
 
 bool agsx_network_name_is_valid(const char *name) {
   static const char *const reserved[] = {"internal", "public", "host", "none", "vpc"};
@@ -167,8 +166,11 @@ static int parse_proto(const char *s, struct agsx_sg_rule *r) {
   static const struct {
     const char *name;
     uint8_t proto;
-  } protos[] = {{"tcp", AGSX_SG_TCP}, {"udp", AGSX_SG_UDP}, {"icmp", AGSX_SG_ICMP},
-                {"all", AGSX_SG_ALL}, {"any", AGSX_SG_ALL}};
+  } protos[] = {{"tcp", AGSX_SG_TCP},
+                {"udp", AGSX_SG_UDP},
+                {"icmp", AGSX_SG_ICMP},
+                {"all", AGSX_SG_ALL},
+                {"any", AGSX_SG_ALL}};
   for (size_t i = 0; i < sizeof(protos) / sizeof(protos[0]); i++)
     if (strcmp(s, protos[i].name) == 0) {
       r->proto = protos[i].proto;
@@ -253,14 +255,14 @@ char *agsx_sg_rule_format(const struct agsx_sg_rule *r) {
   const char *proto = r->proto == AGSX_SG_TCP    ? "tcp"
                       : r->proto == AGSX_SG_UDP  ? "udp"
                       : r->proto == AGSX_SG_ICMP ? "icmp"
-                                                    : "all";
+                                                 : "all";
   char ports[16] = "", cidr[20];
   if (r->port_lo && r->port_lo == r->port_hi)
     snprintf(ports, sizeof(ports), "/%u", r->port_lo);
   else if (r->port_lo)
     snprintf(ports, sizeof(ports), "/%u-%u", r->port_lo, r->port_hi);
-  return xasprintf("%s %s %s%s %s", r->allow ? "allow" : "deny", r->in ? "in" : "out", proto,
-                   ports, agsx_cidr_format(&r->peer, cidr));
+  return xasprintf("%s %s %s%s %s", r->allow ? "allow" : "deny", r->in ? "in" : "out", proto, ports,
+                   agsx_cidr_format(&r->peer, cidr));
 }
 
 int agsx_sg_rules_append(struct agsx_sg_rule **rules, size_t *n, const struct agsx_sg_rule *r,

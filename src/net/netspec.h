@@ -48,8 +48,8 @@ int agsx_net_mode_parse(const char *s, enum agsx_net_mode *ret, const char **ret
 enum { AGSX_SG_ALL = 0, AGSX_SG_ICMP = 1, AGSX_SG_TCP = 6, AGSX_SG_UDP = 17 };
 struct agsx_sg_rule {
   bool allow;
-  bool in;        /* ingress (traffic to the sandbox) or egress */
-  uint8_t proto;  /* AGSX_SG_* */
+  bool in;                   /* ingress (traffic to the sandbox) or egress */
+  uint8_t proto;             /* AGSX_SG_* */
   uint16_t port_lo, port_hi; /* 0 = every port */
   struct agsx_cidr peer;
 };

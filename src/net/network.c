@@ -79,7 +79,8 @@ char *agsx_resolv_conf_nameserver(const char *text, size_t len) {
     size_t end = nl ? (size_t)(nl - text) : len;
     _cleanup_free_ char *l = xstrndup(text + i, end - i);
     i = end + 1;
-    char *save = NULL, *k = strtok_r(l, " \t\r", &save), *v = k ? strtok_r(NULL, " \t\r", &save) : NULL;
+    char *save = NULL, *k = strtok_r(l, " \t\r", &save),
+         *v = k ? strtok_r(NULL, " \t\r", &save) : NULL;
     if (k && v && strcmp(k, "nameserver") == 0) {
       v[strcspn(v, "%")] = '\0'; /* a zone index is no use to the relay */
       if (is_ip_literal(v))
@@ -191,7 +192,8 @@ static int from_json(const char *buf, size_t len, const char *name, struct agsx_
   if (v == NULL)
     return -1;
   const char *jname = agsx_json_get_string(v, "name"), *id = agsx_json_get_string(v, "id"),
-             *subnet = agsx_json_get_string(v, "subnet"), *bridge = agsx_json_get_string(v, "bridge");
+             *subnet = agsx_json_get_string(v, "subnet"),
+             *bridge = agsx_json_get_string(v, "bridge");
   if (jname == NULL || strcmp(jname, name) != 0 || id == NULL || strlen(id) != 16 ||
       subnet == NULL || bridge == NULL || !ifname_is_valid(bridge))
     return agsx_error_set_quiet(err, EINVAL, "malformed network definition"), -1;
@@ -471,8 +473,8 @@ static int lease(struct agsx_net_attach *a, int dir, const char *id, agsx_error_
       return 0;
     }
   char buf[20];
-  return agsx_error_set_quiet(err, ENOSPC, "network `%s` has no free address (subnet %s, %" PRIu64
-                              " in use)",
+  return agsx_error_set_quiet(err, ENOSPC,
+                              "network `%s` has no free address (subnet %s, %" PRIu64 " in use)",
                               n->name, agsx_cidr_format(&n->subnet, buf), count),
          -1;
 }
@@ -625,10 +627,10 @@ static char *rule_match(const struct agsx_sg_rule *r) {
   const char *dir = r->in ? "saddr" : "daddr";
   /* The default peer of an allowance out is the internet, as on the public
    * network: not the private ranges (the host's LAN), unless named. */
-  _cleanup_free_ char *peer =
-      r->peer.prefix != 0    ? xasprintf("ip %s %s ", dir, agsx_cidr_format(&r->peer, cidr))
-      : (r->allow && !r->in) ? xstrdup("ip daddr != @private ")
-                             : xstrdup("");
+  _cleanup_free_ char *peer = r->peer.prefix != 0
+                                  ? xasprintf("ip %s %s ", dir, agsx_cidr_format(&r->peer, cidr))
+                              : (r->allow && !r->in) ? xstrdup("ip daddr != @private ")
+                                                     : xstrdup("");
   if (r->port_lo == r->port_hi && r->port_lo)
     snprintf(ports, sizeof(ports), " dport %u", r->port_lo);
   else if (r->port_lo)
@@ -638,10 +640,8 @@ static char *rule_match(const struct agsx_sg_rule *r) {
     return *ports ? xasprintf("%stcp%s", peer, ports) : xasprintf("%smeta l4proto tcp", peer);
   case AGSX_SG_UDP:
     return *ports ? xasprintf("%sudp%s", peer, ports) : xasprintf("%smeta l4proto udp", peer);
-  case AGSX_SG_ICMP:
-    return xasprintf("%smeta l4proto icmp", peer);
-  default:
-    return xasprintf("%smeta nfproto ipv4", peer);
+  case AGSX_SG_ICMP: return xasprintf("%smeta l4proto icmp", peer);
+  default: return xasprintf("%smeta nfproto ipv4", peer);
   }
 }
 
@@ -907,8 +907,8 @@ void agsx_net_check_memo_clear(struct agsx_net_check_memo *m) {
 }
 
 /* N's bridge's verdict, from MEMO or worked out (and kept there). */
-static int bridge_verdict(const struct agsx_network *n, struct agsx_net_check_memo *m,
-                          bool *ret_ok, const char **ret_why, agsx_error_t *err) {
+static int bridge_verdict(const struct agsx_network *n, struct agsx_net_check_memo *m, bool *ret_ok,
+                          const char **ret_why, agsx_error_t *err) {
   for (size_t i = 0; i < m->n; i++)
     if (strcmp(m->bridges[i].name, n->bridge) == 0) {
       *ret_ok = m->bridges[i].ok;
@@ -947,8 +947,8 @@ int agsx_net_sandbox_check(const char *root, const char *network, const char *id
   const char *why = NULL;
   int r = 0;
   if (if_nametoindex(veth) == 0)
-    *ret_problem = xasprintf("cut off from network `%s` (its firewall rules went): restart it",
-                             n.name);
+    *ret_problem =
+        xasprintf("cut off from network `%s` (its firewall rules went): restart it", n.name);
   else if (!n.public_ && (address == NULL || agsx_ipv4_parse(address, &addr, NULL) < 0))
     r = agsx_error_set_quiet(err, EINVAL, "no address recorded on network `%s`", n.name);
   else if ((r = bridge_verdict(&n, memo, &ok, &why, err)) == 0 && ok && addr &&

@@ -93,13 +93,14 @@ struct agsx_net_attach {
   struct agsx_network net;
   int lease_fd;
   uint32_t addr;
-  bool chains; /* vpc: its chains are in the ruleset */
-  bool cut;    /* cut off: its rules went (agsx_net_attach_watch) */
+  bool chains;  /* vpc: its chains are in the ruleset */
+  bool cut;     /* cut off: its rules went (agsx_net_attach_watch) */
   int watch_fd; /* hears changes to the ruleset */
-  char id[33]; /* the sandbox's */
+  char id[33];  /* the sandbox's */
   struct agsx_net_link link;
 };
-#define AGSX_NET_ATTACH_INIT {.lease_fd = -1, .watch_fd = -1}
+#define AGSX_NET_ATTACH_INIT                                                                       \
+  { .lease_fd = -1, .watch_fd = -1 }
 
 /* Leases an address on network MODE/NAME for sandbox ID, makes sure the
  * bridge and the base rules exist and, on a vpc, adds the sandbox's chains
@@ -123,7 +124,7 @@ struct agsx_net_check_memo {
     char name[16];
     bool ok;
     const char *why;
-  } *bridges;
+  } * bridges;
   size_t n;
 };
 void agsx_net_check_memo_clear(struct agsx_net_check_memo *m);

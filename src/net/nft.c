@@ -28,8 +28,8 @@ int agsx_nft_load(agsx_error_t *err) {
     return 0;
   void *dl = dlopen("libnftables.so.1", RTLD_NOW | RTLD_LOCAL);
   if (dl == NULL)
-    return agsx_error_set(err, 0, "this network needs libnftables (apt-get install libnftables1): %s",
-                          dlerror());
+    return agsx_error_set(
+        err, 0, "this network needs libnftables (apt-get install libnftables1): %s", dlerror());
   struct {
     const char *name;
     void **fn;
@@ -118,10 +118,8 @@ static bool removes_from(const struct nlmsghdr *h, const char *table) {
   case NFT_MSG_DELCHAIN:
   case NFT_MSG_DELRULE:
   case NFT_MSG_DELSET:
-  case NFT_MSG_DELSETELEM:
-    break;
-  default:
-    return false;
+  case NFT_MSG_DELSETELEM: break;
+  default: return false;
   }
   if (h->nlmsg_len < NLMSG_LENGTH(sizeof(struct nfgenmsg)))
     return false;

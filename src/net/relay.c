@@ -75,8 +75,9 @@ static socklen_t sockaddr_len(const struct sockaddr_storage *ss) {
 }
 
 char *agsx_sockaddr_ip(const struct sockaddr_storage *ss, char *buf, size_t len) {
-  const void *a = ss->ss_family == AF_INET6 ? (const void *)&((const struct sockaddr_in6 *)ss)->sin6_addr
-                                            : (const void *)&((const struct sockaddr_in *)ss)->sin_addr;
+  const void *a = ss->ss_family == AF_INET6
+                      ? (const void *)&((const struct sockaddr_in6 *)ss)->sin6_addr
+                      : (const void *)&((const struct sockaddr_in *)ss)->sin_addr;
   if (inet_ntop(ss->ss_family, a, buf, (socklen_t)len) == NULL)
     snprintf(buf, len, "?");
   return buf;
@@ -145,27 +146,32 @@ int agsx_port_parse(const char *spec, struct agsx_port *ret, agsx_error_t *err) 
   if (rest == NULL)
     return agsx_error_set_quiet(err, EINVAL,
                                 "invalid port spec `%s` (want [IP:]HOSTPORT:PORT[/tcp|udp], IPv6 "
-                                "addresses in brackets)", spec);
+                                "addresses in brackets)",
+                                spec);
   const char *colon = strchr(rest, ':');
   if (ip[0] && colon == NULL) /* after an IP: HOSTPORT:PORT, HOSTPORT maybe empty */
-    return agsx_error_set_quiet(err, EINVAL, "invalid port spec `%s` (want IP:HOSTPORT:PORT or "
-                                "IP::PORT)", spec);
+    return agsx_error_set_quiet(err, EINVAL,
+                                "invalid port spec `%s` (want IP:HOSTPORT:PORT or "
+                                "IP::PORT)",
+                                spec);
   uint16_t hostport = 0;
   const char *inner = colon ? colon + 1 : rest;
   /* HOSTPORT may be empty (IP::PORT) only after an IP. */
-  if (colon && !(colon == rest && ip[0]) && parse_port(rest, (size_t)(colon - rest), true, &hostport) < 0)
-    return agsx_error_set_quiet(err, EINVAL, "invalid port spec `%s`: host port `%.*s` (0 to 65535)",
-                                spec, (int)(colon - rest), rest);
+  if (colon && !(colon == rest && ip[0]) &&
+      parse_port(rest, (size_t)(colon - rest), true, &hostport) < 0)
+    return agsx_error_set_quiet(err, EINVAL,
+                                "invalid port spec `%s`: host port `%.*s` (0 to 65535)", spec,
+                                (int)(colon - rest), rest);
   if (parse_port(inner, strlen(inner), false, &ret->port) < 0)
-    return agsx_error_set_quiet(err, EINVAL, "invalid port spec `%s`: sandbox port `%s` (1 to 65535)",
-                                spec, inner);
+    return agsx_error_set_quiet(
+        err, EINVAL, "invalid port spec `%s`: sandbox port `%s` (1 to 65535)", spec, inner);
   if (agsx_sockaddr_from_ip(ip[0] ? ip : "127.0.0.1", hostport, &ret->host) < 0)
     return agsx_error_set_quiet(err, EINVAL, "invalid port spec `%s`: `%s` is not an IP address",
                                 spec, ip);
   /* The brackets and the family agree: no "[1.2.3.4]", no bare "::1". */
   if ((spec[0] == '[') != (ret->host.ss_family == AF_INET6))
-    return agsx_error_set_quiet(err, EINVAL,
-                                "invalid port spec `%s`: IPv6 addresses (only) go in brackets", spec);
+    return agsx_error_set_quiet(
+        err, EINVAL, "invalid port spec `%s`: IPv6 addresses (only) go in brackets", spec);
   return 0;
 }
 
@@ -212,7 +218,7 @@ struct conn {
   bool eof[2];     /* fd[i] has read EOF */
   bool shut[2];    /* SHUT_WR done on fd[i] */
   bool dead;
-  int64_t last_ms; /* a byte moved, an EOF, the connect began or ended */
+  int64_t last_ms;       /* a byte moved, an EOF, the connect began or ended */
   size_t off[2], len[2]; /* buf[i]: read from fd[i], to write to fd[1 - i] */
   char buf[2][AGSX_RELAY_BUF];
 };
@@ -226,7 +232,7 @@ struct flow {
 };
 
 struct agsx_relay {
-  int home; /* the namespace we return to after socket() */
+  int home;  /* the namespace we return to after socket() */
   bool lost; /* could not return: no more sockets */
   struct listener **ls;
   size_t nl;
@@ -323,8 +329,8 @@ static bool out_of_fds(int e) { return e == EMFILE || e == ENFILE || e == ENOBUF
 static void back_off(struct agsx_relay *r) {
   r->st.backoffs++;
   r->paused_until = now_ms() + r->backoff_ms;
-  r->backoff_ms = r->backoff_ms * 2 > AGSX_RELAY_BACKOFF_MAX_MS ? AGSX_RELAY_BACKOFF_MAX_MS
-                                                                : r->backoff_ms * 2;
+  r->backoff_ms =
+      r->backoff_ms * 2 > AGSX_RELAY_BACKOFF_MAX_MS ? AGSX_RELAY_BACKOFF_MAX_MS : r->backoff_ms * 2;
 }
 
 static bool paused(const struct agsx_relay *r) { return r->paused_until > now_ms(); }
@@ -702,9 +708,7 @@ static void udp_back(struct agsx_relay *r, struct flow *f) {
 
 /* ---- polling -------------------------------------------------------------------------------- */
 
-size_t agsx_relay_nfds(const struct agsx_relay *r) {
-  return r ? r->nl + 2 * r->nc + r->nf : 0;
-}
+size_t agsx_relay_nfds(const struct agsx_relay *r) { return r ? r->nl + 2 * r->nc + r->nf : 0; }
 
 size_t agsx_relay_fill(struct agsx_relay *r, struct pollfd *p) {
   if (r == NULL)

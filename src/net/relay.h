@@ -54,7 +54,7 @@
 #define AGSX_RELAY_FD_RESERVE 64 /* left to the rest of the process */
 #define AGSX_RELAY_BACKOFF_MIN_MS 50
 #define AGSX_RELAY_BACKOFF_MAX_MS 2000
-#define AGSX_RELAY_NS_LATER (-2)   /* connect side: set by agsx_relay_set_connect_ns */
+#define AGSX_RELAY_NS_LATER (-2) /* connect side: set by agsx_relay_set_connect_ns */
 
 enum agsx_proto { AGSX_PROTO_TCP, AGSX_PROTO_UDP };
 
@@ -63,7 +63,7 @@ enum agsx_proto { AGSX_PROTO_TCP, AGSX_PROTO_UDP };
  * IPv6 addresses in brackets ([::1]:8080:80). The host IP defaults to
  * 127.0.0.1; HOSTPORT 0 (or none) picks a free port. */
 #define AGSX_PORTSPEC_MAX 128 /* longest spec accepted */
-#define AGSX_MAX_PORTS 64      /* -p options per sandbox */
+#define AGSX_MAX_PORTS 64     /* -p options per sandbox */
 
 struct agsx_port {
   struct sockaddr_storage host; /* IP and port (0 until bound, when asked for) */

@@ -19,8 +19,8 @@ int agsx_control_request_stop(int statefd, const char *id, int *ret_pidfd, agsx_
     if (r.status == AGSX_STATUS_EXITED) {
       int code = r.exit_code;
       agsx_record_clear(&r);
-      return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running (exited with %d)",
-                                  id, code);
+      return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running (exited with %d)", id,
+                                  code);
     }
     r.stop_request = true;
     if (agsx_record_write(statefd, &r, err) < 0) {
@@ -98,7 +98,7 @@ out:
 }
 
 #define ANSWER_MS ((AGSX_STOP_GRACE_SEC + 2) * 1000) /* a stop and its teardown */
-#define STUCK_MS 5000                                  /* after the sandbox's SIGKILL */
+#define STUCK_MS 5000                                /* after the sandbox's SIGKILL */
 
 int agsx_control_wait_stopped(int statefd, struct agsx_stopping *v, size_t n,
                               const struct agsx_reap_report *rep, agsx_error_t *err) {

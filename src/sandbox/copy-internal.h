@@ -13,13 +13,13 @@
 #include <sys/stat.h>
 
 #define BUF_SIZE (1u << 20)
-#define ZERO_BLOCK 4096u           /* a block of zeros read from a sandbox stays a hole */
-#define ZEROS_SIZE (16u << 20)     /* holes fed to the tar writer, in chunks of this */
-#define MAX_DEPTH 256              /* directory levels below SRC (3 fds each) */
+#define ZERO_BLOCK 4096u       /* a block of zeros read from a sandbox stays a hole */
+#define ZEROS_SIZE (16u << 20) /* holes fed to the tar writer, in chunks of this */
+#define MAX_DEPTH 256          /* directory levels below SRC (3 fds each) */
 #define DEFAULT_MAX_BYTES ((uint64_t)64 << 30)
 #define DEFAULT_MAX_ENTRIES 1000000u
-#define ID_RANGE 65536u            /* ids a sandbox has */
-#define OVERFLOW_ID 65534u         /* the kernel's overflowuid */
+#define ID_RANGE 65536u    /* ids a sandbox has */
+#define OVERFLOW_ID 65534u /* the kernel's overflowuid */
 
 /* Component-wise opening below DFD: no symlink, no magic link, no "..". */
 #define RESOLVE_CHILD (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
@@ -27,8 +27,8 @@
 #define RESOLVE_SANDBOX (RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
 
 struct copier {
-  bool to_sandbox;     /* the destination is the sandbox: ownership, fsuid */
-  bool from_sandbox;   /* the source is the sandbox: strip set-id bits */
+  bool to_sandbox;   /* the destination is the sandbox: ownership, fsuid */
+  bool from_sandbox; /* the source is the sandbox: strip set-id bits */
   uint32_t base;
   unsigned flags;
   char *buf;

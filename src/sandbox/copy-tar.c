@@ -146,8 +146,8 @@ static int tar_file(struct copier *c, struct archive_entry *e, int in, const str
 }
 
 /* One tar entry; a regular file's data comes from IN. */
-int tar_entry(struct copier *c, const char *path, const struct stat *st, const char *link,
-              int in, agsx_error_t *err) {
+int tar_entry(struct copier *c, const char *path, const struct stat *st, const char *link, int in,
+              agsx_error_t *err) {
   uid_t uid;
   gid_t gid;
   if (dest_ids(c, st, path, &uid, &gid, err) < 0)
@@ -183,8 +183,9 @@ int tar_entry(struct copier *c, const char *path, const struct stat *st, const c
  * supports, so it is never called in practice. */
 void __archive_write_entry_filetype_unsupported(struct archive *a, struct archive_entry *entry,
                                                 const char *format);
-__attribute__((weak)) void __archive_write_entry_filetype_unsupported(
-    struct archive *a, struct archive_entry *entry, const char *format) {
+__attribute__((weak)) void __archive_write_entry_filetype_unsupported(struct archive *a,
+                                                                      struct archive_entry *entry,
+                                                                      const char *format) {
   archive_set_error(a, EINVAL, "%s: %s format cannot archive this (mode=0%o)",
                     archive_entry_pathname(entry), format, (unsigned)archive_entry_mode(entry));
 }
@@ -204,7 +205,7 @@ struct extract {
   char *cache_dir; /* the parent directory walked to last, and its fd */
   int cache_fd;
   struct agsx_strset files; /* the regular files extracted: the only hard link targets */
-  struct dirmeta *dirs; /* metadata set at the end, deepest first */
+  struct dirmeta *dirs;     /* metadata set at the end, deepest first */
   size_t ndirs;
 };
 
@@ -317,8 +318,8 @@ static int extract_hardlink(struct extract *x, int pfd, const char *name, const 
   return agsx_error_set(err, EEXIST, "`%s`: keeps reappearing", path);
 }
 
-static int extract_one(struct extract *x, const struct agsx_tarentry *t, int pfd,
-                       const char *name, agsx_error_t *err) {
+static int extract_one(struct extract *x, const struct agsx_tarentry *t, int pfd, const char *name,
+                       agsx_error_t *err) {
   struct archive_entry *e = t->ae;
   const char *path = t->path;
   struct stat st = *archive_entry_stat(e);
@@ -412,8 +413,8 @@ int agsx_copy_in_tar(const struct agsx_copy_sandbox *sb, int fd, const char *dst
     return agsx_error_set(err, errno, "destination `/%s` (must be a directory)", dst);
   _cleanup_free_ char *buf = xmalloc(BUF_SIZE);
   _cleanup_(archive_read_freep) struct archive *a = archive_read_new();
-  _cleanup_(copier_clear) struct copier c = {.to_sandbox = true, .base = sb->uid_base,
-                                             .flags = flags, .buf = buf};
+  _cleanup_(copier_clear) struct copier c = {
+      .to_sandbox = true, .base = sb->uid_base, .flags = flags, .buf = buf};
   copier_limits(&c, sb);
   struct extract x = {.c = &c, .a = a, .dirfd = dirfd, .cache_fd = -1};
   archive_read_support_format_tar(a);

@@ -27,8 +27,8 @@ void copier_clear(struct copier *c) {
 }
 
 void agsx_copy_limits_default(struct agsx_copy_limits *lim) {
-  *lim = (struct agsx_copy_limits){.max_bytes = DEFAULT_MAX_BYTES,
-                                   .max_entries = DEFAULT_MAX_ENTRIES};
+  *lim =
+      (struct agsx_copy_limits){.max_bytes = DEFAULT_MAX_BYTES, .max_entries = DEFAULT_MAX_ENTRIES};
   const char *size = getenv("AGSX_CP_MAX_SIZE"), *entries = getenv("AGSX_CP_MAX_ENTRIES");
   _cleanup_error_ agsx_error_t err = NULL;
   uint64_t v;
@@ -380,8 +380,8 @@ static void journal_undo(struct copier *c, int dfd) {
   }
 }
 
-static int copy_node(struct copier *c, int sdfd, const char *sname, const struct stat *st,
-                     int ddfd, const char *dname, const char *path, agsx_error_t *err);
+static int copy_node(struct copier *c, int sdfd, const char *sname, const struct stat *st, int ddfd,
+                     const char *dname, const char *path, agsx_error_t *err);
 
 int skip_changed(const char *path) {
   agsx_warn("cp: `%s` changed during the copy: skipped", path);
@@ -394,10 +394,10 @@ int skip_changed(const char *path) {
  * can also bind-mount them anywhere in its tree). Nothing is written into
  * them either: entries are always created afresh, never opened for writing. */
 static bool on_kernel_fs(const struct copier *c, int fd) {
-  static const long magics[] = {PROC_SUPER_MAGIC, SYSFS_MAGIC,      CGROUP_SUPER_MAGIC,
+  static const long magics[] = {PROC_SUPER_MAGIC,    SYSFS_MAGIC,   CGROUP_SUPER_MAGIC,
                                 CGROUP2_SUPER_MAGIC, DEBUGFS_MAGIC, TRACEFS_MAGIC,
-                                SECURITYFS_MAGIC, BPF_FS_MAGIC,    DEVPTS_SUPER_MAGIC,
-                                EFIVARFS_MAGIC,   NSFS_MAGIC,      0x62656570 /* configfs */};
+                                SECURITYFS_MAGIC,    BPF_FS_MAGIC,  DEVPTS_SUPER_MAGIC,
+                                EFIVARFS_MAGIC,      NSFS_MAGIC,    0x62656570 /* configfs */};
   struct statfs sf;
   if (!c->from_sandbox)
     return false;
@@ -441,8 +441,8 @@ static int copy_reg(struct copier *c, int sdfd, const char *sname, int ddfd, con
   return 0;
 }
 
-static int copy_link(struct copier *c, int sdfd, const char *sname, const struct stat *st,
-                     int ddfd, const char *dname, const char *path, agsx_error_t *err) {
+static int copy_link(struct copier *c, int sdfd, const char *sname, const struct stat *st, int ddfd,
+                     const char *dname, const char *path, agsx_error_t *err) {
   char target[PATH_MAX];
   ssize_t n = readlinkat(sdfd, sname, target, sizeof(target));
   if (n < 0)
@@ -516,17 +516,14 @@ static int copy_dir(struct copier *c, int sdfd, const char *sname, int ddfd, con
 }
 
 /* Copies SDFD/SNAME (lstat'ed as ST) to DDFD/DNAME, or to the tar as PATH. */
-static int copy_node(struct copier *c, int sdfd, const char *sname, const struct stat *st,
-                     int ddfd, const char *dname, const char *path, agsx_error_t *err) {
+static int copy_node(struct copier *c, int sdfd, const char *sname, const struct stat *st, int ddfd,
+                     const char *dname, const char *path, agsx_error_t *err) {
   if (account_entry(c, path, err) < 0)
     return -1;
   switch (st->st_mode & S_IFMT) {
-  case S_IFREG:
-    return copy_reg(c, sdfd, sname, ddfd, dname, path, err);
-  case S_IFDIR:
-    return copy_dir(c, sdfd, sname, ddfd, dname, path, err);
-  case S_IFLNK:
-    return copy_link(c, sdfd, sname, st, ddfd, dname, path, err);
+  case S_IFREG: return copy_reg(c, sdfd, sname, ddfd, dname, path, err);
+  case S_IFDIR: return copy_dir(c, sdfd, sname, ddfd, dname, path, err);
+  case S_IFLNK: return copy_link(c, sdfd, sname, st, ddfd, dname, path, err);
   default:
     agsx_warn("cp: `%s` is not a regular file, directory or symlink: skipped", path);
     return 0;
@@ -555,7 +552,8 @@ static void split_clear(struct split *p) {
 }
 
 /* Splits PATH; a sandbox path is relative to the sandbox's root. */
-static int split_path(const struct side *s, const char *path, struct split *ret, agsx_error_t *err) {
+static int split_path(const struct side *s, const char *path, struct split *ret,
+                      agsx_error_t *err) {
   _cleanup_free_ char *p = xstrdup(path);
   if (s->rootfd >= 0) {
     const char *q = p;
@@ -592,9 +590,9 @@ static int split_path(const struct side *s, const char *path, struct split *ret,
 }
 
 struct src {
-  int pfd;           /* the directory SNAME is in */
-  char *sname;       /* "." for a directory's contents */
-  char *dname;       /* the name the copy gets; NULL: SRC's contents */
+  int pfd;     /* the directory SNAME is in */
+  char *sname; /* "." for a directory's contents */
+  char *dname; /* the name the copy gets; NULL: SRC's contents */
   struct stat st;
 };
 
@@ -606,14 +604,14 @@ static void src_clear(struct src *s) {
 }
 
 /* One resolution of PATH, not following a symlink at its end. */
-static int resolve_once(const struct side *side, const char *path, struct src *ret,
-                        char **ret_dir, agsx_error_t *err) {
+static int resolve_once(const struct side *side, const char *path, struct src *ret, char **ret_dir,
+                        agsx_error_t *err) {
   struct split p;
   if (split_path(side, path, &p, err) < 0)
     return -1;
   *ret = (struct src){.pfd = -1};
   if (p.contents || p.slash) { /* SRC/ and SRC/. name a directory, followed */
-    _cleanup_free_ char *full = strcmp(p.base, ".") == 0 ? xstrdup(p.dir)
+    _cleanup_free_ char *full = strcmp(p.base, ".") == 0  ? xstrdup(p.dir)
                                 : strcmp(p.dir, ".") == 0 ? xstrdup(p.base)
                                                           : xasprintf("%s/%s", p.dir, p.base);
     ret->pfd = open_path(side, full, O_PATH | O_DIRECTORY);
@@ -784,8 +782,8 @@ int agsx_copy_in(const struct agsx_copy_sandbox *sb, const char *src, const char
                  unsigned flags, agsx_error_t *err) {
   const struct side host = {-1}, sandbox = {sb->rootfd};
   _cleanup_free_ char *buf = xmalloc(BUF_SIZE);
-  _cleanup_(copier_clear) struct copier c = {.to_sandbox = true, .base = sb->uid_base,
-                                             .flags = flags, .buf = buf};
+  _cleanup_(copier_clear) struct copier c = {
+      .to_sandbox = true, .base = sb->uid_base, .flags = flags, .buf = buf};
   copier_limits(&c, sb);
   int secbits;
   if (enter_sandbox_ids(sb->uid_base, &secbits, err) < 0)
@@ -799,8 +797,8 @@ int agsx_copy_out(const struct agsx_copy_sandbox *sb, const char *src, const cha
                   unsigned flags, agsx_error_t *err) {
   const struct side host = {-1}, sandbox = {sb->rootfd};
   _cleanup_free_ char *buf = xmalloc(BUF_SIZE);
-  _cleanup_(copier_clear) struct copier c = {.from_sandbox = true, .base = sb->uid_base,
-                                             .flags = flags, .buf = buf};
+  _cleanup_(copier_clear) struct copier c = {
+      .from_sandbox = true, .base = sb->uid_base, .flags = flags, .buf = buf};
   copier_limits(&c, sb);
   return copy_between(&c, &sandbox, src, &host, dst, err);
 }
@@ -813,8 +811,8 @@ int agsx_copy_out_tar(const struct agsx_copy_sandbox *sb, const char *src, int f
     return -1;
   _cleanup_free_ char *buf = xmalloc(BUF_SIZE);
   _cleanup_(archive_freep) struct archive *a = archive_write_new();
-  _cleanup_(copier_clear) struct copier c = {.from_sandbox = true, .base = sb->uid_base,
-                                             .flags = flags, .buf = buf, .tar = a};
+  _cleanup_(copier_clear) struct copier c = {
+      .from_sandbox = true, .base = sb->uid_base, .flags = flags, .buf = buf, .tar = a};
   copier_limits(&c, sb);
   int r = 0;
   if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||

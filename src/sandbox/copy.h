@@ -55,8 +55,8 @@ struct agsx_copy_limits {
 void agsx_copy_limits_default(struct agsx_copy_limits *lim);
 
 struct agsx_copy_sandbox {
-  int rootfd;        /* /proc/PID/root of the init, O_PATH */
-  uint32_t uid_base; /* host uid (and gid) of the sandbox's root */
+  int rootfd;                            /* /proc/PID/root of the init, O_PATH */
+  uint32_t uid_base;                     /* host uid (and gid) of the sandbox's root */
   const struct agsx_copy_limits *limits; /* NULL: agsx_copy_limits_default() */
 };
 

@@ -15,8 +15,8 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
-#define JOIN_NS (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET | \
-                 CLONE_NEWCGROUP)
+#define JOIN_NS                                                                                    \
+  (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWCGROUP)
 
 static _Noreturn void fail(int sock, int code, agsx_error_t *err) {
   struct agsx_msg m = {.type = AGSX_MSG_ERROR, .code = code, .err = (*err)->errno_};
@@ -104,8 +104,8 @@ static _Noreturn void child(const struct agsx_record *rec, const struct agsx_exe
   if (agsx_child_read_user(cfg->user ? cfg->user : rec->user, &user, &err) < 0)
     fail(sock, 125, &err);
   _cleanup_strv_ char **base = merge_env(rec->env, cfg->env);
-  char **env = agsx_child_build_env(base, rec->hostname ? rec->hostname : "sandbox", &user,
-                                    cfg->tty);
+  char **env =
+      agsx_child_build_env(base, rec->hostname ? rec->hostname : "sandbox", &user, cfg->tty);
   int master = -1, slave = -1;
   if (cfg->tty && agsx_child_open_pty(&master, &slave, &err) < 0)
     fail(sock, 125, &err);

@@ -16,7 +16,7 @@
 
 struct agsx_exec_config {
   char **argv;
-  char **env; /* added to the sandbox's environment; later entries win */
+  char **env;             /* added to the sandbox's environment; later entries win */
   const char *cwd, *user; /* NULL: the sandbox's */
   bool tty;
   int stdio[3];

@@ -22,12 +22,12 @@
 #include <termios.h>
 
 _Noreturn void agsx_child_fail(struct agsx_child_ctx *c, int code, agsx_error_t *err) {
-  struct agsx_msg m = {.type = AGSX_MSG_ERROR, .code = code, .err = err && *err ? (*err)->errno_ : 0};
+  struct agsx_msg m = {
+      .type = AGSX_MSG_ERROR, .code = code, .err = err && *err ? (*err)->errno_ : 0};
   snprintf(m.text, sizeof(m.text), "%s", err && *err ? (*err)->msg : "sandbox setup failed");
   agsx_msg_send(c->sync, &m, NULL, 0);
   _exit(code);
 }
-
 
 /* X: runs in the child of the init; never returns. */
 static _Noreturn void run_command(struct agsx_child_ctx *c, int errpipe) {
@@ -72,18 +72,14 @@ static int become_root(agsx_error_t *err) {
   return 0;
 }
 
-
 /* The user, from the sandbox's own /etc (read after pivot_root: inside). */
 static int resolve_user(struct agsx_child_ctx *c, agsx_error_t *err) {
   return agsx_child_read_user(c->cfg->user, &c->user, err);
 }
 
-
 static void build_env(struct agsx_child_ctx *c) {
   c->env = agsx_child_build_env(c->cfg->env, c->cfg->hostname, &c->user, c->cfg->tty);
 }
-
-
 
 static int open_pty(struct agsx_child_ctx *c, agsx_error_t *err) {
   if (agsx_child_open_pty(&c->pty_master, &c->pty_slave, err) < 0)
@@ -124,8 +120,8 @@ static _Noreturn void init_loop(struct agsx_child_ctx *c, pid_t cmd, int sfd) {
   }
 }
 
-static const int forwarded[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
-                                SIGWINCH, SIGCONT, SIGTSTP, SIGALRM};
+static const int forwarded[] = {SIGCHLD, SIGTERM,  SIGINT,  SIGHUP,  SIGQUIT, SIGUSR1,
+                                SIGUSR2, SIGWINCH, SIGCONT, SIGTSTP, SIGALRM};
 
 _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
   agsx_error_t err = NULL;

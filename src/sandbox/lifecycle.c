@@ -47,8 +47,10 @@ int agsx_run_spec_check(const struct agsx_run_spec *o, agsx_error_t *err) {
   if ((o->image == NULL || *o->image == '\0') && o->layers == NULL)
     return agsx_error_set(err, 0, "no image given");
   if (o->name && !agsx_name_is_valid(o->name))
-    return agsx_error_set(err, 0, "invalid name `%s`: letters, digits and _.- (at most 64, "
-                                  "starting with a letter or digit)", o->name);
+    return agsx_error_set(err, 0,
+                          "invalid name `%s`: letters, digits and _.- (at most 64, "
+                          "starting with a letter or digit)",
+                          o->name);
   if (o->hostname && !agsx_hostname_is_valid(o->hostname))
     return agsx_error_set(err, 0, "invalid hostname `%s`", o->hostname);
   if (o->workdir && o->workdir[0] != '/')
@@ -58,8 +60,8 @@ int agsx_run_spec_check(const struct agsx_run_spec *o, agsx_error_t *err) {
   for (size_t i = 0; i < o->n_binds; i++) {
     const struct agsx_bind *b = &o->binds[i];
     if (b->src[0] != '/' || b->dst[0] != '/' || !agsx_path_is_clean(b->dst + 1, 4096, 64))
-      return agsx_error_set(err, 0, "volume `%s:%s`: both paths must be absolute and clean",
-                            b->src, b->dst);
+      return agsx_error_set(err, 0, "volume `%s:%s`: both paths must be absolute and clean", b->src,
+                            b->dst);
   }
   if (o->n_ports > AGSX_MAX_PORTS)
     return agsx_error_set(err, 0, "at most %d published ports", AGSX_MAX_PORTS);
@@ -140,7 +142,8 @@ static int build_config(const struct agsx_run_spec *o, char **cmd, struct prepar
   p->env = agsx_strv_concat(ic->env, o->env);
   cfg->argv = p->argv;
   cfg->env = p->env;
-  cfg->cwd = o->workdir ? o->workdir : (ic->working_dir && *ic->working_dir ? ic->working_dir : "/");
+  cfg->cwd =
+      o->workdir ? o->workdir : (ic->working_dir && *ic->working_dir ? ic->working_dir : "/");
   cfg->user = o->user ? o->user : ic->user;
   if (o->hostname && strlen(o->hostname) > 64)
     return agsx_error_set(err, 0, "hostname `%s` is longer than 64 characters", o->hostname);
@@ -373,8 +376,7 @@ static int supervise(struct sup *f, agsx_error_t *err) {
   int stdin_closed = !(f->o->interactive && sb->pty_master >= 0);
   int master_closed = sb->pty_master < 0;
   for (;;) {
-    struct pollfd *p =
-        poll_array(f, P_FIXED + agsx_relay_nfds(f->relay) + agsx_relay_nfds(f->dns));
+    struct pollfd *p = poll_array(f, P_FIXED + agsx_relay_nfds(f->relay) + agsx_relay_nfds(f->dns));
     p[P_SYNC] = (struct pollfd){.fd = sb->sync, .events = POLLIN};
     p[P_SIG] = (struct pollfd){.fd = f->sigfd, .events = POLLIN};
     p[P_TIMER] = (struct pollfd){.fd = f->timerfd, .events = POLLIN};
@@ -590,8 +592,8 @@ static int open_ports(struct sup *f, agsx_error_t *err) {
     struct agsx_port *p = &f->o->ports[i];
     struct sockaddr_storage target;
     agsx_sockaddr_from_ip("127.0.0.1", p->port, &target);
-    if (agsx_relay_listen(f->relay, p->proto, -1, &p->host, AGSX_RELAY_NS_LATER, &target,
-                          &p->host, err) < 0)
+    if (agsx_relay_listen(f->relay, p->proto, -1, &p->host, AGSX_RELAY_NS_LATER, &target, &p->host,
+                          err) < 0)
       return -1;
   }
   return 0;
@@ -609,8 +611,9 @@ static int open_dns(void *data, int netns, agsx_error_t *err) {
 }
 
 static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
-  f->deadline_ns = agsx_now_ns() +
-                   (int64_t)(f->o->timeout ? f->o->timeout : AGSX_DEFAULT_TIMEOUT_SEC) * 1000000000LL;
+  f->deadline_ns =
+      agsx_now_ns() +
+      (int64_t)(f->o->timeout ? f->o->timeout : AGSX_DEFAULT_TIMEOUT_SEC) * 1000000000LL;
   f->deadline = (f->deadline_ns + 500000000LL) / 1000000000LL;
   if (setup_signals(f, err) < 0 || setup_stdio(f, pipes, err) < 0 || open_ports(f, err) < 0)
     return -1;
@@ -747,9 +750,14 @@ int agsx_lifecycle_create(const struct agsx_run_spec *spec, struct agsx_lifecycl
   lc->job = (struct agsx_netns_job){-1, -1};
   lc->net = (struct agsx_net_attach)AGSX_NET_ATTACH_INIT;
   bool linked = mode != AGSX_NET_INTERNAL;
-  lc->f = (struct sup){.o = &lc->spec, .p = &lc->p, .cfg = &lc->cfg, .sigfd = -1, .timerfd = -1,
+  lc->f = (struct sup){.o = &lc->spec,
+                       .p = &lc->p,
+                       .cfg = &lc->cfg,
+                       .sigfd = -1,
+                       .timerfd = -1,
                        .devnull = -1,
-                       .started = lc->spec.t0, .out = {{.fd = -1}, {.fd = -1}},
+                       .started = lc->spec.t0,
+                       .out = {{.fd = -1}, {.fd = -1}},
                        .net = linked ? &lc->net : NULL};
   /* On public and vpc networks an address is leased first (see net.h). */
   if ((linked && agsx_net_attach_begin(spec->root, mode, net_name, spec->rules, spec->n_rules,

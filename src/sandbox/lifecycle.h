@@ -41,12 +41,12 @@ struct agsx_run_spec {
   const char *seccomp; /* a profile file, "unconfined", or NULL: the default */
   struct agsx_bind *binds;
   size_t n_binds;
-  const char *network; /* internal (NULL), public or vpc:NAME */
+  const char *network;              /* internal (NULL), public or vpc:NAME */
   const struct agsx_sg_rule *rules; /* vpc only */
   size_t n_rules;
   struct agsx_port *ports; /* published; the host ports are filled in as bound */
   size_t n_ports;
-  uint64_t timeout; /* seconds; 0: AGSX_DEFAULT_TIMEOUT_SEC */
+  uint64_t timeout;            /* seconds; 0: AGSX_DEFAULT_TIMEOUT_SEC */
   uint64_t memory, pids, disk; /* 0: the defaults */
   double cpus;                 /* 0: no limit */
   bool read_only, rm, timing;

@@ -30,9 +30,7 @@ static ssize_t output_read(struct agsx_output *o) {
   return n;
 }
 
-void agsx_output_read(struct agsx_output *o) {
-  output_read(o);
-}
+void agsx_output_read(struct agsx_output *o) { output_read(o); }
 
 bool agsx_output_drain(struct agsx_output *o) {
   /* What is there now: a pipe another process still holds open gives

@@ -80,8 +80,8 @@ static bool pw_match(char **f, size_t n, void *data) {
 }
 
 struct gr_query {
-  const char *name;     /* group name to find, or */
-  const char *member;   /* user name whose groups we collect */
+  const char *name;   /* group name to find, or */
+  const char *member; /* user name whose groups we collect */
   unsigned gid;
   struct agsx_user *u;
   bool found;

@@ -76,9 +76,7 @@ static const char *env_get(char **env, const char *key) {
  * the sandbox and the command's own stdio. */
 #define RESOLVE_SANDBOX (RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
 
-static int open_root(void) {
-  return open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
-}
+static int open_root(void) { return open("/", O_PATH | O_DIRECTORY | O_CLOEXEC); }
 
 /* Opens PATH (absolute: under ROOT; relative: from the cwd, which is under
  * ROOT) with no magic link on the way. */
@@ -294,7 +292,8 @@ char **agsx_child_build_env(char **in, const char *hostname, const struct agsx_u
 
 int agsx_child_open_pty(int *ret_master, int *ret_slave, agsx_error_t *err) {
   _cleanup_close_ int root = open_root();
-  *ret_master = root < 0 ? -1 : agsx_openat2(root, "/dev/ptmx", O_RDWR | O_NOCTTY, 0, RESOLVE_SANDBOX);
+  *ret_master =
+      root < 0 ? -1 : agsx_openat2(root, "/dev/ptmx", O_RDWR | O_NOCTTY, 0, RESOLVE_SANDBOX);
   if (*ret_master < 0)
     return agsx_error_set(err, errno, "open /dev/ptmx");
   int unlock = 0;

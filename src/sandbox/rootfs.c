@@ -40,8 +40,7 @@ static int fs_new(const char *type, const char *const *opts, unsigned attrs, ags
     char log[256];
     ssize_t n = read(fs, log, sizeof(log) - 1);
     log[n > 0 ? n : 0] = '\0';
-    return agsx_error_set(err, errno, "create %s%s%s", type, n > 0 ? ": " : "",
-                          n > 0 ? log : "");
+    return agsx_error_set(err, errno, "create %s%s%s", type, n > 0 ? ": " : "", n > 0 ? log : "");
   }
   int m = fsmount(fs, FSMOUNT_CLOEXEC, attrs);
   if (m < 0)
@@ -107,9 +106,9 @@ static int bind_clone(int dirfd, const char *path, unsigned attrs, bool recursiv
 
 static int write_in_root(int rootfd, const char *path, const char *data, mode_t mode,
                          agsx_error_t *err) {
-  _cleanup_close_ int fd = agsx_openat2(rootfd, path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW,
-                                        mode, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS |
-                                                  RESOLVE_NO_XDEV);
+  _cleanup_close_ int fd =
+      agsx_openat2(rootfd, path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, mode,
+                   RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV);
   if (fd < 0)
     return agsx_error_set(err, errno, "write `%s`", path);
   if (agsx_write_all(fd, data, strlen(data)) < 0)
@@ -156,8 +155,8 @@ static int overlay_root(struct agsx_child_ctx *c, int t, agsx_error_t *err) {
       return agsx_error_set(err, errno, "mkdir");
     snprintf(lower, cap, "empty");
   }
-  const char *opts[] = {"lowerdir", lower, "upperdir", "upper", "workdir", "work",
-                        "userxattr", NULL, NULL};
+  const char *opts[] = {"lowerdir", lower,       "upperdir", "upper", "workdir",
+                        "work",     "userxattr", NULL,       NULL};
   unsigned attrs = MOUNT_ATTR_NODEV;
   _cleanup_close_ int ovl = fs_new("overlay", opts, attrs, err);
   if (ovl < 0)
@@ -178,10 +177,32 @@ static int overlay_root(struct agsx_child_ctx *c, int t, agsx_error_t *err) {
  * /root are fresh. No /home, /var, /run, no shadow, no ssh keys. */
 static const char *const host_dirs[] = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"};
 static const char *const host_etc[] = {
-    "alternatives", "ssl", "ca-certificates", "ca-certificates.conf", "ld.so.cache", "ld.so.conf",
-    "ld.so.conf.d", "localtime", "mime.types", "fonts", "os-release", "debian_version",
-    "python3", "python3.11", "xdg", "chromium", "chromium.d", "nsswitch.conf", "protocols",
-    "services", "gai.conf", "timezone", "login.defs", "profile", "bash.bashrc", "inputrc",
+    "alternatives",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "mime.types",
+    "fonts",
+    "os-release",
+    "debian_version",
+    "python3",
+    "python3.11",
+    "xdg",
+    "chromium",
+    "chromium.d",
+    "nsswitch.conf",
+    "protocols",
+    "services",
+    "gai.conf",
+    "timezone",
+    "login.defs",
+    "profile",
+    "bash.bashrc",
+    "inputrc",
 };
 
 static int host_link_or_bind(int root, int hostfd, const char *name, bool in_etc,
@@ -208,8 +229,8 @@ static int host_link_or_bind(int root, int hostfd, const char *name, bool in_etc
     if (f < 0)
       return agsx_error_set(err, errno, "create `%s`", dst);
   }
-  _cleanup_close_ int m = bind_clone(hostfd, name, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV |
-                                                       MOUNT_ATTR_NOSUID, true, err);
+  _cleanup_close_ int m =
+      bind_clone(hostfd, name, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID, true, err);
   if (m < 0)
     return -1;
   if (move_mount(m, "", root, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
@@ -262,8 +283,7 @@ static int host_root(struct agsx_child_ctx *c, int t, agsx_error_t *err) {
   if (home < 0 || move_mount(tmp, "", root, "tmp", MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
       move_mount(home, "", root, "root", MOVE_MOUNT_F_EMPTY_PATH) < 0)
     return agsx_error_set(err, errno, "mount /tmp and /root");
-  if (mkdirat(t, "root", 0755) < 0 ||
-      move_mount(root, "", t, "root", MOVE_MOUNT_F_EMPTY_PATH) < 0)
+  if (mkdirat(t, "root", 0755) < 0 || move_mount(root, "", t, "root", MOVE_MOUNT_F_EMPTY_PATH) < 0)
     return agsx_error_set(err, errno, "attach the root filesystem");
   return steal_fd(&root);
 }
@@ -296,23 +316,34 @@ static int etc_files(struct agsx_child_ctx *c, int root, agsx_error_t *err) {
 
 /* Docker's masked and read-only paths. */
 static const char *const masked[] = {
-    "/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
-    "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
-    "/proc/scsi", "/proc/sysrq-trigger", "/sys/firmware", "/sys/devices/virtual/powercap",
-    "/sys/kernel/security", "/sys/kernel/debug",
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/interrupts",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/proc/sysrq-trigger",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+    "/sys/kernel/security",
+    "/sys/kernel/debug",
 };
 static const char *const readonly[] = {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys"};
 
 static int mask_path(int root, const char *path, int devnull, int emptydir, agsx_error_t *err) {
-  _cleanup_close_ int fd = agsx_openat2(root, path, O_PATH | O_NOFOLLOW, 0,
-                                        RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS);
+  _cleanup_close_ int fd =
+      agsx_openat2(root, path, O_PATH | O_NOFOLLOW, 0, RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS);
   if (fd < 0)
     return 0; /* nothing to mask */
   struct stat st;
   if (fstat(fd, &st) < 0)
     return agsx_error_set(err, errno, "mask `%s`", path);
-  _cleanup_close_ int m = bind_clone(S_ISDIR(st.st_mode) ? emptydir : devnull, "",
-                                     MOUNT_ATTR_RDONLY, false, err);
+  _cleanup_close_ int m =
+      bind_clone(S_ISDIR(st.st_mode) ? emptydir : devnull, "", MOUNT_ATTR_RDONLY, false, err);
   if (m < 0)
     return -1;
   if (move_mount(m, "", fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
@@ -321,13 +352,13 @@ static int mask_path(int root, const char *path, int devnull, int emptydir, agsx
 }
 
 static int readonly_path(int root, const char *path, agsx_error_t *err) {
-  _cleanup_close_ int fd = agsx_openat2(root, path, O_PATH | O_NOFOLLOW, 0,
-                                        RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS);
+  _cleanup_close_ int fd =
+      agsx_openat2(root, path, O_PATH | O_NOFOLLOW, 0, RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS);
   if (fd < 0)
     return 0;
-  _cleanup_close_ int m = bind_clone(fd, "", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
-                                                 MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
-                                     true, err);
+  _cleanup_close_ int m = bind_clone(
+      fd, "", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, true,
+      err);
   if (m < 0)
     return -1;
   if (move_mount(m, "", fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
@@ -369,15 +400,14 @@ static int mount_dev(int root, agsx_error_t *err) {
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(devices); i++) {
     _cleanup_free_ char *host = xasprintf("/dev/%s", devices[i]);
     _cleanup_close_ int f = openat(dev, devices[i], O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
-    _cleanup_close_ int m = f >= 0 ? bind_clone(AT_FDCWD, host, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
-                                                false, err)
-                                   : -1;
+    _cleanup_close_ int m =
+        f >= 0 ? bind_clone(AT_FDCWD, host, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false, err) : -1;
     if (m < 0 || move_mount(m, "", dev, devices[i], MOVE_MOUNT_F_EMPTY_PATH) < 0)
       return agsx_error_set(err, errno, "/dev/%s", devices[i]);
   }
-  static const char *const links[][2] = {{"/proc/self/fd", "fd"},     {"/proc/self/fd/0", "stdin"},
-                                         {"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"},
-                                         {"pts/ptmx", "ptmx"},          {"/proc/kcore", "core"}};
+  static const char *const links[][2] = {
+      {"/proc/self/fd", "fd"},       {"/proc/self/fd/0", "stdin"}, {"/proc/self/fd/1", "stdout"},
+      {"/proc/self/fd/2", "stderr"}, {"pts/ptmx", "ptmx"},         {"/proc/kcore", "core"}};
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(links) - 1; i++)
     if (symlinkat(links[i][0], dev, links[i][1]) < 0)
       return agsx_error_set(err, errno, "/dev/%s", links[i][1]);
@@ -387,12 +417,14 @@ static int mount_dev(int root, agsx_error_t *err) {
   const char *popts[] = {"newinstance", NULL, "ptmxmode", "0666", "mode", "0620", "gid", "5", NULL};
   _cleanup_close_ int pts = fs_new("devpts", popts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, err);
   const char *sopts[] = {"size", "65536k", "mode", "1777", NULL};
-  _cleanup_close_ int shm = pts >= 0 ? fs_new("tmpfs", sopts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-                                                                  MOUNT_ATTR_NOEXEC, err)
-                                     : -1;
-  _cleanup_close_ int mq = shm >= 0 ? fs_new("mqueue", NULL, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-                                                                 MOUNT_ATTR_NOEXEC, err)
-                                    : -1;
+  _cleanup_close_ int shm =
+      pts >= 0
+          ? fs_new("tmpfs", sopts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, err)
+          : -1;
+  _cleanup_close_ int mq =
+      shm >= 0
+          ? fs_new("mqueue", NULL, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, err)
+          : -1;
   if (mq < 0)
     return -1;
   if (move_mount(pts, "", dev, "pts", MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
@@ -426,8 +458,8 @@ static int mount_binds(struct agsx_child_ctx *c, int root, agsx_error_t *err) {
       _cleanup_close_ int p = dir_in_root(root, *parent ? parent : "/", true, false, err);
       if (p < 0)
         return agsx_error_wrap(err, "volume `%s`", dst);
-      _cleanup_close_ int f = openat(p, slash + 1, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC,
-                                     0644);
+      _cleanup_close_ int f =
+          openat(p, slash + 1, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
       if (f < 0 || move_mount(fd, "", p, slash + 1, MOVE_MOUNT_F_EMPTY_PATH) < 0)
         return agsx_error_set(err, errno, "volume `%s`", dst);
       continue;

@@ -14,8 +14,8 @@
 struct agsx_child_ctx {
   const struct agsx_sandbox_config *cfg;
   int sync;
-  char stage[PATH_MAX]; /* STATE/<id>/mnt: where the sandbox's tmpfs goes */
-  int stagefd;          /* opened while still host root (0700 directories) */
+  char stage[PATH_MAX];      /* STATE/<id>/mnt: where the sandbox's tmpfs goes */
+  int stagefd;               /* opened while still host root (0700 directories) */
   int fds[AGSX_MSG_MAX_FDS]; /* from GO: idmapped layers, then binds */
   size_t nfds;
   int rootfd; /* the new root, before pivot_root */

@@ -274,8 +274,7 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
   memcpy(sb->id, cfg->id, sizeof(sb->id));
   *ret = sb;
   int64_t t0 = agsx_mono_ns();
-  if (make_state_dir(sb, cfg, err) < 0 ||
-      agsx_userns_reserve(sb->statefd, &sb->ids, err) < 0)
+  if (make_state_dir(sb, cfg, err) < 0 || agsx_userns_reserve(sb->statefd, &sb->ids, err) < 0)
     return -1;
   phase(sb, "state+ids", &t0);
   if (agsx_cgroup_create(sb->id, &cfg->limits, &sb->cg, err) < 0)

@@ -61,17 +61,17 @@ struct agsx_sandbox_config {
   bool tty;
   bool has_winsize;
   struct winsize winsize; /* with tty: the terminal's size at start */
-  int stdio[3]; /* the command's stdin/out/err when !tty */
+  int stdio[3];           /* the command's stdin/out/err when !tty */
   /* limits and security */
   struct agsx_cgroup_limits limits;
   const struct agsx_seccomp_bpf *seccomp;
   /* host side */
   const char *state_dir;
-  uint32_t address;  /* on public and vpc networks: eth0's, for /etc/hosts; 0: none */
+  uint32_t address; /* on public and vpc networks: eth0's, for /etc/hosts; 0: none */
   int netns, sysfs; /* prepared ahead (agsx_net_prepare), or -1: made here */
   struct agsx_netns_job *netns_job; /* or still being prepared: collected
                                        right before the clone */
-  bool timing; /* record per-phase times */
+  bool timing;                      /* record per-phase times */
   /* Called with the sandbox's network namespace before its command starts
    * (the DNS relay binds in it then); a failure refuses the start. */
   int (*on_netns)(void *data, int netns, agsx_error_t *err);
@@ -103,13 +103,13 @@ struct agsx_sandbox {
   char id[AGSX_ID_HEX + 1];
   char *name;
   pid_t init_pid;
-  int pidfd;       /* of the init */
-  int sync;        /* socket to the init */
-  int pty_master;  /* -t: the terminal's master side, else -1 */
-  int sysfs;       /* a detached sysfs of the sandbox's network namespace */
-  int netns;       /* the sandbox's network namespace (published ports) */
-  int statefd;     /* STATE */
-  int dirfd;       /* STATE/<id> */
+  int pidfd;      /* of the init */
+  int sync;       /* socket to the init */
+  int pty_master; /* -t: the terminal's master side, else -1 */
+  int sysfs;      /* a detached sysfs of the sandbox's network namespace */
+  int netns;      /* the sandbox's network namespace (published ports) */
+  int statefd;    /* STATE */
+  int dirfd;      /* STATE/<id> */
   struct agsx_cgroup *cg;
   struct agsx_idrange ids;
   struct agsx_timing timing;

@@ -368,7 +368,6 @@ int agsx_seccomp_compile_default(struct agsx_seccomp_bpf *ret, agsx_error_t *err
 
 /* ---- JSON profiles ------------------------------------------------------------ */
 
-
 static int get_errno_ret(yajl_val obj, const char *key, int fallback, int *ret, agsx_error_t *err) {
   yajl_val v = agsx_json_get(obj, key);
   if (v == NULL || YAJL_IS_NULL(v)) {
@@ -559,22 +558,14 @@ static int check_flags(yajl_val root, agsx_error_t *err) {
 
 static const char *native_goarch(void) {
   switch (seccomp_arch_native()) {
-  case SCMP_ARCH_X86_64:
-    return "amd64";
-  case SCMP_ARCH_X86:
-    return "386";
-  case SCMP_ARCH_AARCH64:
-    return "arm64";
-  case SCMP_ARCH_ARM:
-    return "arm";
-  case SCMP_ARCH_PPC64LE:
-    return "ppc64le";
-  case SCMP_ARCH_S390X:
-    return "s390x";
-  case SCMP_ARCH_RISCV64:
-    return "riscv64";
-  default:
-    return "";
+  case SCMP_ARCH_X86_64: return "amd64";
+  case SCMP_ARCH_X86: return "386";
+  case SCMP_ARCH_AARCH64: return "arm64";
+  case SCMP_ARCH_ARM: return "arm";
+  case SCMP_ARCH_PPC64LE: return "ppc64le";
+  case SCMP_ARCH_S390X: return "s390x";
+  case SCMP_ARCH_RISCV64: return "riscv64";
+  default: return "";
   }
 }
 
@@ -613,8 +604,7 @@ static int filter_matches(yajl_val f, bool includes, bool *ret, agsx_error_t *er
     all = all && in, any = any || in;
   }
   for (size_t i = 0; caps && i < caps->u.array.len; i++) {
-    bool granted =
-        agsx_cap_name_is_default(caps->u.array.values[i]->u.string);
+    bool granted = agsx_cap_name_is_default(caps->u.array.values[i]->u.string);
     all = all && granted, any = any || granted;
   }
   const char *min = agsx_json_get_string(f, "minKernel");

@@ -11,11 +11,9 @@
 #include <string.h>
 #include <sys/statfs.h>
 
-#define NET_DEV_MAX                                                            \
-  (1u << 20) /* a line per interface: the sandbox can make many */
+#define NET_DEV_MAX (1u << 20) /* a line per interface: the sandbox can make many */
 
-int agsx_stats_parse_net_dev(const char *buf, uint64_t *ret_rx,
-                             uint64_t *ret_tx) {
+int agsx_stats_parse_net_dev(const char *buf, uint64_t *ret_rx, uint64_t *ret_tx) {
   uint64_t rx = 0, tx = 0;
   int n = 0;
   /* "  eth0: RXBYTES packets errs drop fifo frame compressed multicast
@@ -53,20 +51,17 @@ int agsx_stats_parse_net_dev(const char *buf, uint64_t *ret_rx,
 static int open_init_proc(const struct agsx_record *r, agsx_error_t *err) {
   int fd = agsx_proc_ref_open(&r->init, "", O_RDONLY | O_DIRECTORY);
   if (fd < 0)
-    return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running",
-                                r->id);
+    return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running", r->id);
   return fd;
 }
 
 static void sample_proc(int procfd, struct agsx_stats *s) {
   struct statfs sfs;
-  _cleanup_close_ int root =
-      openat(procfd, "root", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  _cleanup_close_ int root = openat(procfd, "root", O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (root >= 0 && fstatfs(root, &sfs) == 0) {
     s->has_disk = true;
     s->disk_size = (uint64_t)sfs.f_blocks * (uint64_t)sfs.f_bsize;
-    s->disk_used =
-        (uint64_t)(sfs.f_blocks - sfs.f_bfree) * (uint64_t)sfs.f_bsize;
+    s->disk_used = (uint64_t)(sfs.f_blocks - sfs.f_bfree) * (uint64_t)sfs.f_bsize;
   }
   _cleanup_free_ char *buf = NULL;
   _cleanup_error_ agsx_error_t e = NULL;
@@ -76,12 +71,10 @@ static void sample_proc(int procfd, struct agsx_stats *s) {
   }
 }
 
-int agsx_stats_sample(const struct agsx_record *r, struct agsx_stats *ret,
-                      agsx_error_t *err) {
+int agsx_stats_sample(const struct agsx_record *r, struct agsx_stats *ret, agsx_error_t *err) {
   memset(ret, 0, sizeof(*ret));
   if (r->status != AGSX_STATUS_RUNNING)
-    return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running",
-                                r->id);
+    return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running", r->id);
   _cleanup_close_ int procfd = open_init_proc(r, err);
   if (procfd < 0)
     return -1;
@@ -103,11 +96,9 @@ int agsx_stats_sample(const struct agsx_record *r, struct agsx_stats *ret,
   return 0;
 }
 
-double agsx_stats_cpu_percent(const struct agsx_stats *before,
-                              const struct agsx_stats *after) {
+double agsx_stats_cpu_percent(const struct agsx_stats *before, const struct agsx_stats *after) {
   if (!before->has_cpu || !after->has_cpu || after->at_ns <= before->at_ns ||
       after->cpu_ns < before->cpu_ns)
     return -1;
-  return 100.0 * (double)(after->cpu_ns - before->cpu_ns) /
-         (double)(after->at_ns - before->at_ns);
+  return 100.0 * (double)(after->cpu_ns - before->cpu_ns) / (double)(after->at_ns - before->at_ns);
 }

@@ -26,15 +26,12 @@ struct agsx_stats {
 };
 
 /* Samples the running sandbox of record R. ESRCH when it is not running. */
-int agsx_stats_sample(const struct agsx_record *r, struct agsx_stats *ret,
-                      agsx_error_t *err);
+int agsx_stats_sample(const struct agsx_record *r, struct agsx_stats *ret, agsx_error_t *err);
 /* CPU use between two samples of one sandbox, in percent of one CPU (200
  * is two CPUs busy, as in `docker stats`); -1 when unknown. */
-double agsx_stats_cpu_percent(const struct agsx_stats *before,
-                              const struct agsx_stats *after);
+double agsx_stats_cpu_percent(const struct agsx_stats *before, const struct agsx_stats *after);
 /* Sums the byte counters of /proc/net/dev's text BUF, lo excepted. Returns
  * the number of interfaces counted. */
-int agsx_stats_parse_net_dev(const char *buf, uint64_t *ret_rx,
-                             uint64_t *ret_tx);
+int agsx_stats_parse_net_dev(const char *buf, uint64_t *ret_rx, uint64_t *ret_tx);
 
 #endif

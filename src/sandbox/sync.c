@@ -40,8 +40,8 @@ ssize_t agsx_msg_recv(int sock, struct agsx_msg *m, int *fds, size_t maxfds, siz
     struct cmsghdr align;
   } u;
   struct iovec iov = {.iov_base = m, .iov_len = sizeof(*m)};
-  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                      .msg_controllen = sizeof(u.buf)};
+  struct msghdr mh = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
   ssize_t n;
   do
     n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);

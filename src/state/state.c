@@ -492,9 +492,8 @@ int agsx_state_resolve(int statefd, const char *sandbox, char ret_id[33], agsx_e
     for (char **i = ids; *i; i++)
       if (strncmp(*i, sandbox, plen) == 0) {
         if (found)
-          return agsx_error_set_quiet(err, EINVAL,
-                                      "sandbox `%s` is ambiguous: more than one id starts with it",
-                                      sandbox);
+          return agsx_error_set_quiet(
+              err, EINVAL, "sandbox `%s` is ambiguous: more than one id starts with it", sandbox);
         found = *i;
       }
     if (found) {
@@ -661,7 +660,7 @@ void agsx_state_reap_all(const char *state_dir, bool force, const struct agsx_re
 #include <poll.h>
 #include <sys/inotify.h>
 
-#define WAIT_POLL_MS 100       /* without pidfds, and while a record is being written */
+#define WAIT_POLL_MS 100        /* without pidfds, and while a record is being written */
 #define WAIT_MAX_SLEEP_MS 60000 /* re-read at least this often (clock changes, update) */
 
 static int removed_error(const char *id, agsx_error_t *err) {
@@ -707,8 +706,7 @@ static void waiter_open(int statefd, const char *id, struct waiter *w) {
   char path[64];
   snprintf(path, sizeof(path), "/proc/self/fd/%d", w->dir);
   w->ino = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-  if (w->ino >= 0 &&
-      inotify_add_watch(w->ino, path, IN_MOVED_TO | IN_DELETE_SELF | IN_ONLYDIR) < 0)
+  if (w->ino >= 0 && inotify_add_watch(w->ino, path, IN_MOVED_TO | IN_DELETE_SELF | IN_ONLYDIR) < 0)
     agsx_closep(&w->ino);
 }
 
@@ -768,7 +766,8 @@ int agsx_state_wait(int statefd, const char *id, int64_t timeout_ms, struct agsx
     /* (a record without a deadline is never stuck: reap_one leaves it) */
     int64_t wake = r.deadline > 0 ? r.deadline + AGSX_STUCK_GRACE_SEC + 1 : INT64_MAX / 2;
     if (agsx_proc_ref_alive(&r.supervisor) && now < wake) {
-      int64_t ms = (wake - now) < WAIT_MAX_SLEEP_MS / 1000 ? (wake - now) * 1000 : WAIT_MAX_SLEEP_MS;
+      int64_t ms =
+          (wake - now) < WAIT_MAX_SLEEP_MS / 1000 ? (wake - now) * 1000 : WAIT_MAX_SLEEP_MS;
       int64_t left = (until - agsx_mono_ns()) / 1000000LL + 1;
       sleep_on(&r.supervisor, &w, ms < left ? ms : left);
     }
@@ -848,9 +847,10 @@ int agsx_state_remove_corrupt(int statefd, const char *id, agsx_error_t *err) {
   return r;
 }
 
-void agsx_state_prune_names(int statefd, void (*report_fn)(const char *what, void *data), void *data,
-                            bool dry_run) {
-  _cleanup_close_ int dir = openat(statefd, "names", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+void agsx_state_prune_names(int statefd, void (*report_fn)(const char *what, void *data),
+                            void *data, bool dry_run) {
+  _cleanup_close_ int dir =
+      openat(statefd, "names", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   _cleanup_dir_ DIR *d = dir >= 0 ? agsx_dir_stream(dir) : NULL;
   struct dirent *de;
   while (d && (de = readdir(d)) != NULL) {
@@ -920,9 +920,9 @@ void agsx_state_gc_records(int statefd, const struct agsx_record *v, size_t n, b
   for (size_t k = 0; k < n; k++) {
     if (v[k].status != AGSX_STATUS_EXITED)
       continue;
-    _cleanup_free_ char *what = xasprintf("sandbox %.12s%s%s (%s)", v[k].id, v[k].name ? " " : "",
-                                          v[k].name ? v[k].name : "",
-                                          v[k].stop_reason ? v[k].stop_reason : "exited");
+    _cleanup_free_ char *what =
+        xasprintf("sandbox %.12s%s%s (%s)", v[k].id, v[k].name ? " " : "",
+                  v[k].name ? v[k].name : "", v[k].stop_reason ? v[k].stop_reason : "exited");
     on_item(what, data);
     if (!dry_run && agsx_record_remove(statefd, &v[k], &err) < 0) {
       agsx_warn("%s", err->msg);
@@ -939,7 +939,8 @@ void agsx_state_gc_records(int statefd, const struct agsx_record *v, size_t n, b
     _cleanup_free_ char *rec = xasprintf("%s/state.json", *id);
     struct stat st;
     if (faccessat(statefd, rec, F_OK, AT_SYMLINK_NOFOLLOW) == 0 ||
-        fstatat(statefd, *id, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_mtime > now - agsx_state_gc_min_age())
+        fstatat(statefd, *id, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+        st.st_mtime > now - agsx_state_gc_min_age())
       continue;
     _cleanup_free_ char *what = xasprintf("unfinished sandbox directory %.12s", *id);
     on_item(what, data);

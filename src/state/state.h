@@ -37,8 +37,8 @@ struct agsx_record {
   char *name;
   char *image, *image_digest;
   enum agsx_status status;
-  char *stop_reason; /* exit, timeout, killed, oom, error */
-  int exit_code;     /* -1 while running */
+  char *stop_reason;               /* exit, timeout, killed, oom, error */
+  int exit_code;                   /* -1 while running */
   int64_t created, started, ended; /* seconds since the epoch; 0 = not yet */
   int64_t deadline;                /* seconds since the epoch */
   int64_t deadline_ns;             /* the same, exact (0 in old records) */
@@ -52,10 +52,10 @@ struct agsx_record {
   uint32_t uid_base;
   char **argv, **env;
   char *user, *cwd, *hostname;
-  char *seccomp; /* "default", "unconfined" or the path of the profile used */
-  bool rm;       /* remove the record when the sandbox ends */
+  char *seccomp;     /* "default", "unconfined" or the path of the profile used */
+  bool rm;           /* remove the record when the sandbox ends */
   bool stop_request; /* `agsx kill` asked the supervisor to stop it */
-  bool reported; /* an ended sandbox's end was shown by ls -a or waited for */
+  bool reported;     /* an ended sandbox's end was shown by ls -a or waited for */
 };
 
 void agsx_record_clear(struct agsx_record *r);

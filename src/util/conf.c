@@ -24,8 +24,8 @@ static char *trim(char *s) {
   return s;
 }
 
-int agsx_conf_parse(const char *text, size_t len, const char *what, const char *key,
-                      char **ret, agsx_error_t *err) {
+int agsx_conf_parse(const char *text, size_t len, const char *what, const char *key, char **ret,
+                    agsx_error_t *err) {
   *ret = NULL;
   _cleanup_free_ char *value = NULL; /* *RET stays NULL on failure */
   if (memchr(text, '\0', len))

@@ -28,7 +28,7 @@ int agsx_conf_get(const char *key, const char *env, char **ret, agsx_error_t *er
 
 /* Parses TEXT (for tests and fuzzing): the value of KEY or NULL. The whole
  * text is checked; on failure *RET is NULL. */
-int agsx_conf_parse(const char *text, size_t len, const char *what, const char *key,
-                      char **ret, agsx_error_t *err);
+int agsx_conf_parse(const char *text, size_t len, const char *what, const char *key, char **ret,
+                    agsx_error_t *err);
 
 #endif

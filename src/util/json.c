@@ -121,7 +121,10 @@ void agsx_json_key(yajl_gen g, const char *key) { agsx_json_str(g, key); }
 static size_t utf8_len(const unsigned char *p, size_t n) {
   if (p[0] < 0x80)
     return 1;
-  size_t len = p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc2 && p[0] < 0xe0 ? 2 : 0;
+  size_t len = p[0] >= 0xf0 && p[0] <= 0xf4  ? 4
+               : p[0] >= 0xe0                ? 3
+               : p[0] >= 0xc2 && p[0] < 0xe0 ? 2
+                                             : 0;
   if (len == 0 || len > n)
     return 0;
   for (size_t i = 1; i < len; i++)

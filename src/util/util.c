@@ -472,7 +472,7 @@ DIR *agsx_dir_stream(int dirfd) {
 struct rm_level {
   dev_t dev;
   ino_t ino;
-  char *name;    /* in the parent level; NULL at the top */
+  char *name;     /* in the parent level; NULL at the top */
   char **subdirs; /* still to remove, taken from the end */
   size_t n, cap;
 };
@@ -655,8 +655,9 @@ static void close_span(unsigned from, unsigned to) {
   if (syscall(SYS_close_range, from, to, 0) == 0)
     return;
   struct rlimit rl;
-  unsigned lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 1u << 20 ? (unsigned)rl.rlim_cur
-                                                                              : 1u << 20;
+  unsigned lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 1u << 20
+                     ? (unsigned)rl.rlim_cur
+                     : 1u << 20;
   for (unsigned fd = from; fd <= to && fd < lim; fd++)
     close((int)fd);
 }
@@ -818,8 +819,8 @@ int agsx_parse_size(const char *s, uint64_t *ret_bytes, agsx_error_t *err) {
     const char *suffix;
     int shift;
   } units[] = {
-      {"", 0},    {"b", 0},    {"k", 10},   {"kb", 10},  {"kib", 10}, {"m", 20},   {"mb", 20},
-      {"mib", 20}, {"g", 30},   {"gb", 30},  {"gib", 30}, {"t", 40},   {"tb", 40},  {"tib", 40},
+      {"", 0},     {"b", 0},  {"k", 10},  {"kb", 10},  {"kib", 10}, {"m", 20},  {"mb", 20},
+      {"mib", 20}, {"g", 30}, {"gb", 30}, {"gib", 30}, {"t", 40},   {"tb", 40}, {"tib", 40},
   };
   char unit[8];
   size_t ul = strlen(p);
@@ -898,7 +899,8 @@ int agsx_parse_rfc3339(const char *s, int64_t *ret_sec) {
     if (!isdigit((unsigned char)p[1]) || !isdigit((unsigned char)p[2]) || p[3] != ':' ||
         !isdigit((unsigned char)p[4]) || !isdigit((unsigned char)p[5]))
       return -1;
-    off = sign * (((p[1] - '0') * 10 + (p[2] - '0')) * 3600L + ((p[4] - '0') * 10 + (p[5] - '0')) * 60L);
+    off = sign *
+          (((p[1] - '0') * 10 + (p[2] - '0')) * 3600L + ((p[4] - '0') * 10 + (p[5] - '0')) * 60L);
     p += 6;
   } else {
     return -1;

@@ -28,7 +28,7 @@
 typedef struct agsx_error_s {
   int errno_; /* 0 when the failure has no errno */
   char *msg;
-} *agsx_error_t;
+} * agsx_error_t;
 
 /* Sets *err (if err is not NULL and *err is still empty) and returns -1.
  * With errno_ != 0, ": strerror(errno_)" is appended. */
@@ -123,7 +123,8 @@ void agsx_log_sink_stderr(enum agsx_log_level level, const char *msg, void *data
 /* Messages above it are dropped before they are formatted (default: warning). */
 extern enum agsx_log_level agsx_log_level;
 int agsx_log_level_parse(const char *s, enum agsx_log_level *ret);
-void agsx_log(enum agsx_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void agsx_log(enum agsx_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 #define agsx_warn(...) agsx_log(AGSX_LOG_WARNING, __VA_ARGS__)
 #define agsx_info(...) agsx_log(AGSX_LOG_INFO, __VA_ARGS__)
 #define agsx_debug(...) agsx_log(AGSX_LOG_DEBUG, __VA_ARGS__)
@@ -144,7 +145,7 @@ int agsx_open_beneath_nofollow(int dirfd, const char *path, int flags, mode_t mo
 #define AGSX_O_UNTRUSTED (O_NONBLOCK | O_NOCTTY)
 int agsx_check_regular(int fd, const char *what, agsx_error_t *err);
 
-ssize_t agsx_read_all(int fd, void *buf, size_t len);   /* loops; 0 at EOF */
+ssize_t agsx_read_all(int fd, void *buf, size_t len);    /* loops; 0 at EOF */
 int agsx_write_all(int fd, const void *buf, size_t len); /* loops; -1 on error */
 /* Reads a whole file at (dirfd, path) of at most MAX bytes. The buffer is
  * NUL-terminated; files larger than MAX fail with EFBIG. */

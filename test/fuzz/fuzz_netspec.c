@@ -22,8 +22,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *s = xstrndup((const char *)data, size);
   agsx_error_t err = NULL;
   struct agsx_cidr c;
-  if (agsx_cidr_parse(s, false, true, &c, &err) == 0 && (c.prefix > 32 ||
-                                                        (c.addr & ~agsx_cidr_mask(c.prefix))))
+  if (agsx_cidr_parse(s, false, true, &c, &err) == 0 &&
+      (c.prefix > 32 || (c.addr & ~agsx_cidr_mask(c.prefix))))
     __builtin_trap();
   agsx_error_free(&err);
   enum agsx_net_mode m;

@@ -18,8 +18,8 @@ static void good(const char *what, const char *resp, bool eof) {
   struct agsx_cdp_version v;
   agsx_error_t err = NULL;
   int r = parse(resp, eof, &v, &err);
-  tap_ok(r == 1 && v.ws_path && strcmp(v.ws_path, "/devtools/browser/2969-ab") == 0 &&
-             v.browser && strcmp(v.browser, "Chrome/156.0.8078.114") == 0,
+  tap_ok(r == 1 && v.ws_path && strcmp(v.ws_path, "/devtools/browser/2969-ab") == 0 && v.browser &&
+             strcmp(v.browser, "Chrome/156.0.8078.114") == 0,
          "%s: parsed (%s)", what, err ? err->msg : "");
   agsx_cdp_version_clear(&v);
   agsx_error_free(&err);
@@ -44,8 +44,10 @@ static void bad(const char *what, const char *resp, bool eof, const char *why) {
 
 int main(void) {
   char ok[1024], s[1024];
-  snprintf(ok, sizeof(ok), "HTTP/1.1 200 OK\r\nContent-Length:%zu\r\nContent-Type: "
-           "application/json\r\n\r\n%s", strlen(body), body);
+  snprintf(ok, sizeof(ok),
+           "HTTP/1.1 200 OK\r\nContent-Length:%zu\r\nContent-Type: "
+           "application/json\r\n\r\n%s",
+           strlen(body), body);
   good("with Content-Length", ok, false);
   snprintf(s, sizeof(s), "HTTP/1.1 200 OK\r\ncontent-length: %zu \r\n\r\n%sJUNK", strlen(body),
            body);
@@ -67,9 +69,13 @@ int main(void) {
   bad("not JSON", "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n{x}", false, "/json/version");
   bad("array", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]", false, "not a JSON object");
   bad("no url", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", false, "no webSocketDebuggerUrl");
-  const char *urls[] = {"http://127.0.0.1/devtools/browser/x", "ws://h/devtools/page/x",
-                        "ws://h/devtools/browser/", "ws://h/devtools/browser/a/../b",
-                        "ws://h/devtools/browser/a\\u0001b", "ws://h/devtools/browser/a b", "ws://h",
+  const char *urls[] = {"http://127.0.0.1/devtools/browser/x",
+                        "ws://h/devtools/page/x",
+                        "ws://h/devtools/browser/",
+                        "ws://h/devtools/browser/a/../b",
+                        "ws://h/devtools/browser/a\\u0001b",
+                        "ws://h/devtools/browser/a b",
+                        "ws://h",
                         "ws://h/devtools/browser/"
                         "0123456789012345678901234567890123456789012345678901234567890123456789"};
   for (size_t i = 0; i < sizeof(urls) / sizeof(urls[0]); i++) {
@@ -84,8 +90,9 @@ int main(void) {
            "\"webSocketDebuggerUrl\":\"ws://h:1/devtools/browser/ab\"}");
   struct agsx_cdp_version v;
   agsx_error_t err = NULL;
-  tap_ok(parse(s, true, &v, &err) == 1 && v.browser == NULL && strcmp(v.ws_path,
-         "/devtools/browser/ab") == 0, "control characters in Browser: dropped");
+  tap_ok(parse(s, true, &v, &err) == 1 && v.browser == NULL &&
+             strcmp(v.ws_path, "/devtools/browser/ab") == 0,
+         "control characters in Browser: dropped");
   agsx_cdp_version_clear(&v);
   agsx_error_free(&err);
   return tap_done();

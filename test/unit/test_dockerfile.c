@@ -226,7 +226,8 @@ static void test_dockerignore(void) {
   ignored("a/**/b", "a/b", true);
   ignored("a/**/b", "a/x/y/b", true);
   ignored("a/**/b", "a/x/y/c", false);
-  ignored("**/**/**/**/**/**/**/**/**/**/**/**/**/**/z", "a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p/q", false);
+  ignored("**/**/**/**/**/**/**/**/**/**/**/**/**/**/z", "a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p/q",
+          false);
 }
 
 int main(void) {

@@ -25,12 +25,12 @@ static void manifest_bad(const char *doc, const char *why) {
 static void test_manifest(void) {
   struct agsx_manifest m;
   agsx_error_t err = NULL;
-  const char *ok = "{\"schemaVersion\":2,\"mediaType\":\"" AGSX_MT_OCI_MANIFEST "\","
-                   "\"config\":{\"mediaType\":\"" AGSX_MT_OCI_CONFIG "\",\"digest\":\"" D1
-                   "\",\"size\":2},"
-                   "\"layers\":[{\"mediaType\":\"" AGSX_MT_OCI_LAYER_GZIP "\",\"digest\":\"" D2
-                   "\",\"size\":100},{\"mediaType\":\"" AGSX_MT_DOCKER_LAYER_GZIP
-                   "\",\"digest\":\"" D1 "\",\"size\":0}]}";
+  const char *ok =
+      "{\"schemaVersion\":2,\"mediaType\":\"" AGSX_MT_OCI_MANIFEST "\","
+      "\"config\":{\"mediaType\":\"" AGSX_MT_OCI_CONFIG "\",\"digest\":\"" D1 "\",\"size\":2},"
+      "\"layers\":[{\"mediaType\":\"" AGSX_MT_OCI_LAYER_GZIP "\",\"digest\":\"" D2
+      "\",\"size\":100},{\"mediaType\":\"" AGSX_MT_DOCKER_LAYER_GZIP "\",\"digest\":\"" D1
+      "\",\"size\":0}]}";
   tap_is_int(manifest(ok, &m, &err), 0, "OCI manifest parses");
   tap_is_int(m.n_layers, 2, "two layers");
   tap_is_str(m.layers[0].digest, D2, "layer digest");

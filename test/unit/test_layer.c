@@ -864,7 +864,8 @@ static char *descending_tar(int levels, const char *last, mode_t last_mode, size
   for (int i = 0; i < levels; i++) {
     tar_add(&t, (struct ent){.path = "l", .mode = S_IFLNK | 0777, .link = target});
     bool end = i == levels - 1;
-    tar_add(&t, (struct ent){.path = end ? last : "l/d/", .mode = end ? last_mode : S_IFDIR | 0755,
+    tar_add(&t, (struct ent){.path = end ? last : "l/d/",
+                             .mode = end ? last_mode : S_IFDIR | 0755,
                              .data = end && S_ISREG(last_mode) ? "x" : NULL});
     strcat(target, "/d");
   }

@@ -6,8 +6,8 @@
 #include "image/registry/registry.h"
 #include "tap.h"
 
-static void challenge_ok(const char *h, const char *scheme, const char *realm,
-                         const char *service, const char *scope) {
+static void challenge_ok(const char *h, const char *scheme, const char *realm, const char *service,
+                         const char *scope) {
   struct agsx_auth_challenge c;
   agsx_error_t err = NULL;
   int r = agsx_registry_parse_challenge(h, strlen(h), &c, &err);
@@ -83,8 +83,8 @@ static void test_token(void) {
   token("{\"token\":", NULL, "token response");
 }
 
-static void auths(const char *doc, const char *domain, int want, const char *user,
-                  const char *pass, const char *why) {
+static void auths(const char *doc, const char *domain, int want, const char *user, const char *pass,
+                  const char *why) {
   char *u = NULL, *p = NULL;
   agsx_error_t err = NULL;
   int r = agsx_registry_parse_auths(doc, strlen(doc), domain, &u, &p, &err);
@@ -152,8 +152,7 @@ static void ref(const char *in, const char *domain, const char *path, const char
 static void test_refs(void) {
   ref("python:3.12", "docker.io", "library/python", "3.12", NULL, "python:3.12");
   ref("user/x", "docker.io", "user/x", "latest", NULL, "user/x:latest");
-  ref("docker.io/library/python:3.12", "docker.io", "library/python", "3.12", NULL,
-      "python:3.12");
+  ref("docker.io/library/python:3.12", "docker.io", "library/python", "3.12", NULL, "python:3.12");
   ref("docker.io/busybox", "docker.io", "library/busybox", "latest", NULL, "busybox:latest");
   ref("index.docker.io/user/x:1", "docker.io", "user/x", "1", NULL, "user/x:1");
   ref("docker.io/library/a/b", "docker.io", "library/a/b", "latest", NULL, "library/a/b:latest");
@@ -219,8 +218,8 @@ static void location_ok(const char *base, const char *loc, const char *want) {
 static void location_bad(const char *loc, const char *why) {
   char *u = NULL;
   agsx_error_t err = NULL;
-  int r = agsx_registry_resolve_location("http://127.0.0.1:5000/v2/x/blobs/uploads/", loc, &u,
-                                         &err);
+  int r =
+      agsx_registry_resolve_location("http://127.0.0.1:5000/v2/x/blobs/uploads/", loc, &u, &err);
   tap_ok(r < 0 && err && strstr(err->msg, why), "Location %s refused (%s): %s", loc, why,
          err ? err->msg : u);
   free(u);

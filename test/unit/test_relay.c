@@ -104,8 +104,8 @@ static void test_specs(void) {
   tap_ok(agsx_ports_check(v, 3, &err) == 0, "two free host ports: fine");
   agsx_port_parse("8080:81", &v[2], NULL);
   int r = agsx_ports_check(v, 3, &err);
-  tap_ok(r < 0 && strstr(err->msg, "127.0.0.1:8080/tcp is published twice"), "a host port twice: %s",
-         err ? err->msg : "accepted");
+  tap_ok(r < 0 && strstr(err->msg, "127.0.0.1:8080/tcp is published twice"),
+         "a host port twice: %s", err ? err->msg : "accepted");
   agsx_error_free(&err);
   agsx_port_parse("[::1]:8080:81", &v[2], NULL);
   tap_ok(agsx_ports_check(v, 3, &err) == 0, "same port on another address: fine");
@@ -139,13 +139,14 @@ static void test_record(void) {
              back.ports == NULL,
          "an old record without ports: none");
   agsx_record_clear(&back);
-  const char *bad = "{\"id\":\"0123456789abcdef0123456789abcdef\",\"status\":\"running\",\"ports\":["
-                    "{\"host_ip\":\"x\",\"host_port\":1,\"port\":2,\"proto\":\"tcp\"},"
-                    "{\"host_ip\":\"127.0.0.1\",\"host_port\":70000,\"port\":2,\"proto\":\"tcp\"},"
-                    "{\"host_ip\":\"127.0.0.1\",\"host_port\":1,\"port\":0,\"proto\":\"tcp\"},"
-                    "{\"host_ip\":\"127.0.0.1\",\"host_port\":1,\"port\":2,\"proto\":\"sctp\"},"
-                    "7, null, [],"
-                    "{\"host_ip\":\"127.0.0.1\",\"host_port\":1,\"port\":2,\"proto\":\"udp\"}]}";
+  const char *bad =
+      "{\"id\":\"0123456789abcdef0123456789abcdef\",\"status\":\"running\",\"ports\":["
+      "{\"host_ip\":\"x\",\"host_port\":1,\"port\":2,\"proto\":\"tcp\"},"
+      "{\"host_ip\":\"127.0.0.1\",\"host_port\":70000,\"port\":2,\"proto\":\"tcp\"},"
+      "{\"host_ip\":\"127.0.0.1\",\"host_port\":1,\"port\":0,\"proto\":\"tcp\"},"
+      "{\"host_ip\":\"127.0.0.1\",\"host_port\":1,\"port\":2,\"proto\":\"sctp\"},"
+      "7, null, [],"
+      "{\"host_ip\":\"127.0.0.1\",\"host_port\":1,\"port\":2,\"proto\":\"udp\"}]}";
   tap_ok(agsx_record_from_json(bad, strlen(bad), &back, &err) == 0, "malformed ports: record ok");
   tap_is_int(back.n_ports, 1, "only the valid port kept");
   agsx_record_clear(&back);

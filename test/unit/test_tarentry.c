@@ -171,8 +171,10 @@ static void test_reader(void) {
       {.path = "b", .mode = S_IFBLK | 0644},
   };
   int r = read_all(all, 6, &p, kinds, sizeof(kinds), &err);
-  tap_ok(r == 0 && strcmp(kinds, "fdshpb") == 0, "kinds: file, dir, symlink, hardlink, fifo, "
-                                                 "device (%s)", kinds);
+  tap_ok(r == 0 && strcmp(kinds, "fdshpb") == 0,
+         "kinds: file, dir, symlink, hardlink, fifo, "
+         "device (%s)",
+         kinds);
   agsx_error_free(&err);
 
   p.max_entries = 3;

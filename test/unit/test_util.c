@@ -185,8 +185,8 @@ static void test_rm_deep(void) {
       built = symlinkat("/etc", cur, "etc") == 0 && mkdirat(cur, "side", 0700) == 0 &&
               mkdirat(cur, "side/x", 0700) == 0;
     }
-    int next = mkdirat(cur, "d", 0700) == 0 ? openat(cur, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-                                            : -1;
+    int next =
+        mkdirat(cur, "d", 0700) == 0 ? openat(cur, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
     close(cur);
     cur = next;
     built = built && cur >= 0;

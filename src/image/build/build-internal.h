@@ -35,9 +35,9 @@ struct stage {
   size_t n_layers;
   char **env, **cmd, **entrypoint, **shell, **labels, **ports, **volumes;
   char *user, *workdir, *stopsignal;
-  char **args;     /* ARGs declared in this stage, "K=V" */
+  char **args; /* ARGs declared in this stage, "K=V" */
   yajl_val base_history;
-  char **history;  /* created_by of our steps, "0"/"1" empty_layer prefix */
+  char **history;              /* created_by of our steps, "0"/"1" empty_layer prefix */
   char chain[AGSX_DIGEST_LEN]; /* cache key of the state so far */
 };
 

@@ -61,8 +61,8 @@ void stage_clear(struct stage *st) {
   for (size_t i = 0; i < st->n_layers; i++)
     free(st->layers[i].media_type);
   free(st->layers);
-  char **lists[] = {st->env, st->cmd, st->entrypoint, st->shell, st->labels, st->ports,
-                    st->volumes, st->args, st->history};
+  char **lists[] = {st->env,   st->cmd,     st->entrypoint, st->shell,  st->labels,
+                    st->ports, st->volumes, st->args,       st->history};
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(lists); i++)
     agsx_strv_free(lists[i]);
   free(st->user);
@@ -189,9 +189,8 @@ char *clean_abs(const char *path) {
 /* Joins PATH to the working directory when relative; returns a clean
  * relative path (from /). */
 char *in_image_path(struct stage *st, const char *path) {
-  _cleanup_free_ char *abs = path[0] == '/' ? xstrdup(path)
-                                            : xasprintf("%s/%s", st->workdir ? st->workdir : "/",
-                                                        path);
+  _cleanup_free_ char *abs =
+      path[0] == '/' ? xstrdup(path) : xasprintf("%s/%s", st->workdir ? st->workdir : "/", path);
   return clean_abs(abs);
 }
 
@@ -277,9 +276,9 @@ char *resolve_dst(struct build *b, struct stage *st, const char *rel) {
         char *slash = strrchr(prefix, '/');
         if (slash)
           *slash = '\0';
-        _cleanup_free_ char *joined = t[0] == '/' ? xasprintf("%s%s", t, cur + end)
-                                                  : xasprintf("/%s/%s%s", slash ? prefix : "", t,
-                                                              cur + end);
+        _cleanup_free_ char *joined =
+            t[0] == '/' ? xasprintf("%s%s", t, cur + end)
+                        : xasprintf("/%s/%s%s", slash ? prefix : "", t, cur + end);
         free(cur);
         cur = clean_abs(joined);
         changed = true;
@@ -622,18 +621,11 @@ static int do_meta(struct build *b, agsx_error_t *err) {
   const struct agsx_df_instr *in = b->in;
   _cleanup_free_ char *one = NULL;
   switch (in->cmd) {
-  case AGSX_DF_ENV:
-    return do_env_label(b, &st->env, true, err);
-  case AGSX_DF_LABEL:
-    return do_env_label(b, &st->labels, false, err);
-  case AGSX_DF_MAINTAINER:
-    kv_set(&st->labels, "maintainer", in->args);
-    return 0;
-  case AGSX_DF_ARG:
-    return do_arg(b, false, err);
-  case AGSX_DF_CMD:
-    agsx_strv_free(st->cmd);
-    return json_or_shell(b, &st->cmd);
+  case AGSX_DF_ENV: return do_env_label(b, &st->env, true, err);
+  case AGSX_DF_LABEL: return do_env_label(b, &st->labels, false, err);
+  case AGSX_DF_MAINTAINER: kv_set(&st->labels, "maintainer", in->args); return 0;
+  case AGSX_DF_ARG: return do_arg(b, false, err);
+  case AGSX_DF_CMD: agsx_strv_free(st->cmd); return json_or_shell(b, &st->cmd);
   case AGSX_DF_ENTRYPOINT:
     agsx_strv_free(st->entrypoint);
     json_or_shell(b, &st->entrypoint);
@@ -689,8 +681,7 @@ static int do_meta(struct build *b, agsx_error_t *err) {
     }
     return 0;
   }
-  default:
-    return agsx_error_set(err, 0, "Dockerfile:%u: internal error", in->line);
+  default: return agsx_error_set(err, 0, "Dockerfile:%u: internal error", in->line);
   }
 }
 
@@ -711,7 +702,7 @@ struct upper_walk {
     dev_t dev;
     ino_t ino;
     char *path;
-  } *links;
+  } * links;
   size_t n_links;
 };
 
@@ -735,9 +726,13 @@ static int upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int de
     struct stat st;
     if (fstatat(dirfd, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
       return agsx_error_set(err, errno, "`%s`", path);
-    struct lentry le = {.path = path, .mode = st.st_mode, .uid = shift(st.st_uid, u->base),
-                        .gid = shift(st.st_gid, u->base), .mtime = st.st_mtime,
-                        .size = st.st_size, .fd = -1};
+    struct lentry le = {.path = path,
+                        .mode = st.st_mode,
+                        .uid = shift(st.st_uid, u->base),
+                        .gid = shift(st.st_gid, u->base),
+                        .mtime = st.st_mtime,
+                        .size = st.st_size,
+                        .fd = -1};
     _cleanup_free_ char *wh = NULL, *target = NULL;
     _cleanup_close_ int fd = -1;
     if (is_whiteout(&st)) {
@@ -777,8 +772,8 @@ static int upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int de
       return -1;
     if (!S_ISDIR(st.st_mode))
       continue;
-    _cleanup_close_ int sub = openat(dirfd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-                                                         O_CLOEXEC);
+    _cleanup_close_ int sub =
+        openat(dirfd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (sub < 0)
       return agsx_error_set(err, errno, "open `%s`", path);
     char v[8];
@@ -806,7 +801,8 @@ static int run_network_mode(struct build *b, const char **ret, agsx_error_t *err
     *ret = "internal";
     return 0;
   }
-  return agsx_error_set(err, 0, "Dockerfile:%u: RUN --network=%s is not supported (none or default)",
+  return agsx_error_set(err, 0,
+                        "Dockerfile:%u: RUN --network=%s is not supported (none or default)",
                         b->in->line, flag);
 }
 
@@ -880,11 +876,24 @@ static int run_sandbox(struct build *b, char **argv, char **env, const char *net
   struct run_out *out = xzalloc(sizeof(*out));
   out->b = b;
   struct agsx_run_spec spec = {
-      .root = b->o->root ? b->o->root : "/var/lib/agsx", .state = b->o->state_dir,
-      .layers = paths, .n_layers = st->n_layers, .cmd = argv, .env = env, .user = st->user,
-      .workdir = st->workdir, .hostname = "buildkitsandbox", .network = net,
-      .disk = 8ull << 30, .keep_upper = true, .ephemeral = true, .no_timeout = true,
-      .no_signals = true, .cut_kills = true, .on_output = run_output, .output_data = out,
+      .root = b->o->root ? b->o->root : "/var/lib/agsx",
+      .state = b->o->state_dir,
+      .layers = paths,
+      .n_layers = st->n_layers,
+      .cmd = argv,
+      .env = env,
+      .user = st->user,
+      .workdir = st->workdir,
+      .hostname = "buildkitsandbox",
+      .network = net,
+      .disk = 8ull << 30,
+      .keep_upper = true,
+      .ephemeral = true,
+      .no_timeout = true,
+      .no_signals = true,
+      .cut_kills = true,
+      .on_output = run_output,
+      .output_data = out,
       .cancel_fd = b->o->cancel_fd >= 0 ? &b->o->cancel_fd : NULL,
   };
   struct agsx_lifecycle *lc = NULL;
@@ -935,8 +944,8 @@ static int do_run(struct build *b, agsx_error_t *err) {
   const char *net;
   if (run_network_mode(b, &net, err) < 0)
     return -1;
-  _cleanup_free_ char *ctx = xasprintf("U %s W %s N %s", st->user ? st->user : "",
-                                       st->workdir ? st->workdir : "", net);
+  _cleanup_free_ char *ctx =
+      xasprintf("U %s W %s N %s", st->user ? st->user : "", st->workdir ? st->workdir : "", net);
   agsx_sha256_update(h, ctx, strlen(ctx));
   char key[AGSX_DIGEST_LEN];
   agsx_sha256_final(h, key);
@@ -1003,13 +1012,10 @@ static int step(struct build *b, agsx_error_t *err) {
   if (b->cur == NULL && in->cmd != AGSX_DF_FROM)
     return do_arg(b, true, err);
   switch (in->cmd) {
-  case AGSX_DF_FROM:
-    return do_from(b, err);
-  case AGSX_DF_RUN:
-    return do_run(b, err);
+  case AGSX_DF_FROM: return do_from(b, err);
+  case AGSX_DF_RUN: return do_run(b, err);
   case AGSX_DF_COPY:
-  case AGSX_DF_ADD:
-    return do_copy(b, err);
+  case AGSX_DF_ADD: return do_copy(b, err);
   default: {
     banner(b);
     if (do_meta(b, err) < 0)
@@ -1039,7 +1045,7 @@ int agsx_build(struct agsx_store *s, const struct agsx_build_opts *o, struct ags
   struct build b = {.s = s, .o = o, .workfd = -1, .ctxfd = -1, .cachefd = -1, .res = ret};
   /* Docker's automatic platform arguments, global scope. */
   static const char *const platform_args[][2] = {
-      {"BUILDPLATFORM", AGSX_PLATFORM}, {"BUILDOS", "linux"}, {"BUILDARCH", "amd64"},
+      {"BUILDPLATFORM", AGSX_PLATFORM},  {"BUILDOS", "linux"},  {"BUILDARCH", "amd64"},
       {"TARGETPLATFORM", AGSX_PLATFORM}, {"TARGETOS", "linux"}, {"TARGETARCH", "amd64"}};
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(platform_args); i++) {
     kv_set(&b.meta, platform_args[i][0], platform_args[i][1]);

@@ -23,10 +23,10 @@ struct agsx_build_opts {
   char **build_args;      /* "K=V", or "K" (the caller's environment) */
   const char *network;    /* internal | public | vpc:NAME */
   bool no_cache;
-  const char *state_dir;  /* sandbox state, for RUN */
-  const char *root;       /* the store's root: vpc network definitions, for RUN */
-  const char *pull;       /* FROM images: missing, always, never; NULL: $AGSX_PULL or missing */
-  int cancel_fd;          /* readable (a signalfd) when the build must stop, or -1 */
+  const char *state_dir; /* sandbox state, for RUN */
+  const char *root;      /* the store's root: vpc network definitions, for RUN */
+  const char *pull;      /* FROM images: missing, always, never; NULL: $AGSX_PULL or missing */
+  int cancel_fd;         /* readable (a signalfd) when the build must stop, or -1 */
   /* Called with each step ("Step 2/5: RUN ...") and RUN's output lines. */
   void (*progress)(const char *text, size_t len, void *data);
   void *data;

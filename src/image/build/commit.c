@@ -84,8 +84,8 @@ static char *gen_config(struct stage *st, const char *created, size_t *ret_len) 
   yajl_gen_map_close(g);
   agsx_json_key(g, "history");
   yajl_gen_array_open(g);
-  for (size_t i = 0; st->base_history && YAJL_IS_ARRAY(st->base_history) &&
-                     i < st->base_history->u.array.len;
+  for (size_t i = 0;
+       st->base_history && YAJL_IS_ARRAY(st->base_history) && i < st->base_history->u.array.len;
        i++)
     agsx_json_value(g, st->base_history->u.array.values[i]);
   for (size_t i = 0; st->history && st->history[i]; i++) {

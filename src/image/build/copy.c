@@ -25,9 +25,9 @@
 /* ---- COPY and ADD ------------------------------------------------------------------------------- */
 
 struct centry {
-  char *dst;   /* path in the layer */
-  int rootfd;  /* borrowed: the context or a layer */
-  char *src;   /* real path under rootfd ("" = rootfd itself) */
+  char *dst;  /* path in the layer */
+  int rootfd; /* borrowed: the context or a layer */
+  char *src;  /* real path under rootfd ("" = rootfd itself) */
   struct stat st;
   char *link;
 };
@@ -220,8 +220,9 @@ static int cmp_name(const void *a, const void *b) {
 
 /* Sorted names of a directory. */
 int list_dir(int dirfd, const char *path, char ***ret, agsx_error_t *err) {
-  _cleanup_close_ int fd = *path ? agsx_open_beneath_nofollow(dirfd, path, O_RDONLY | O_DIRECTORY, 0)
-                                 : openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  _cleanup_close_ int fd = *path
+                               ? agsx_open_beneath_nofollow(dirfd, path, O_RDONLY | O_DIRECTORY, 0)
+                               : openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0)
     return agsx_error_set(err, errno, "open `%s`", path);
   _cleanup_dir_ DIR *d = agsx_dir_stream(fd);
@@ -497,8 +498,12 @@ static void parent_entries(struct build *b, struct copy *c, const char *dst, str
       fstat(fd, &st);
     if (!S_ISDIR(st.st_mode))
       st.st_mode = S_IFDIR | 0755, st.st_uid = st.st_gid = 0;
-    struct lentry le = {.path = p, .mode = st.st_mode, .uid = st.st_uid, .gid = st.st_gid,
-                        .mtime = st.st_mtime, .fd = -1};
+    struct lentry le = {.path = p,
+                        .mode = st.st_mode,
+                        .uid = st.st_uid,
+                        .gid = st.st_gid,
+                        .mtime = st.st_mtime,
+                        .fd = -1};
     if (h) {
       _cleanup_free_ char *d = xasprintf("P %s %o %u %u\n", p, st.st_mode, st.st_uid, st.st_gid);
       agsx_sha256_update(h, d, strlen(d));
@@ -510,9 +515,9 @@ static void parent_entries(struct build *b, struct copy *c, const char *dst, str
 }
 
 static void hash_entry(agsx_sha256 *h, const struct centry *e) {
-  _cleanup_free_ char *d = xasprintf("E %s %o %u %u %lld %lld %s\n", e->dst, e->st.st_mode,
-                                     e->st.st_uid, e->st.st_gid, (long long)e->st.st_size,
-                                     (long long)e->st.st_mtime, e->link ? e->link : "");
+  _cleanup_free_ char *d =
+      xasprintf("E %s %o %u %u %lld %lld %s\n", e->dst, e->st.st_mode, e->st.st_uid, e->st.st_gid,
+                (long long)e->st.st_size, (long long)e->st.st_mtime, e->link ? e->link : "");
   agsx_sha256_update(h, d, strlen(d));
 }
 
@@ -545,9 +550,14 @@ static int write_copy_layer(struct build *b, struct copy *c, struct lw *w, agsx_
     mode_t mode = e->st.st_mode;
     if (c->has_chmod && !S_ISLNK(mode))
       mode = (mode & S_IFMT) | c->chmod_bits;
-    struct lentry le = {.path = e->dst, .mode = mode, .uid = c->has_chown ? c->uid : 0,
-                        .gid = c->has_chown ? c->gid : 0, .mtime = e->st.st_mtime,
-                        .size = e->st.st_size, .link = e->link, .fd = -1};
+    struct lentry le = {.path = e->dst,
+                        .mode = mode,
+                        .uid = c->has_chown ? c->uid : 0,
+                        .gid = c->has_chown ? c->gid : 0,
+                        .mtime = e->st.st_mtime,
+                        .size = e->st.st_size,
+                        .link = e->link,
+                        .fd = -1};
     _cleanup_close_ int fd = -1;
     if (S_ISREG(mode)) {
       _cleanup_free_ char *what = xasprintf("`%s`", e->src);
@@ -625,8 +635,10 @@ int do_copy(struct build *b, agsx_error_t *err) {
   }
   for (size_t i = 0; i + 1 < n; i++) {
     if (in->cmd == AGSX_DF_ADD && (strstr(w[i], "://") || agsx_str_has_prefix(w[i], "git@"))) {
-      agsx_error_set(err, 0, "Dockerfile:%u: ADD of a URL (`%s`) is not supported; download it "
-                     "in a RUN step or into the context", in->line, w[i]);
+      agsx_error_set(err, 0,
+                     "Dockerfile:%u: ADD of a URL (`%s`) is not supported; download it "
+                     "in a RUN step or into the context",
+                     in->line, w[i]);
       goto out;
     }
     if (src_stage) {
@@ -644,11 +656,11 @@ int do_copy(struct build *b, agsx_error_t *err) {
       fstat(fd, &sb);
       const char *base = strrchr(rel, '/') ? strrchr(rel, '/') + 1 : rel;
       _cleanup_free_ char *d = S_ISDIR(sb.st_mode) ? xstrdup(dst_rel)
-                               : dst_dir ? (*dst_rel ? xasprintf("%s/%s", dst_rel, base) : xstrdup(base))
-                                         : xstrdup(dst_rel);
-      if (real == NULL ||
-          (S_ISDIR(sb.st_mode) ? walk_merged(b, &c, src_stage, real, d, err)
-                               : walk(b, &c, lfd, real, d, false, true, err)) < 0) {
+                               : dst_dir
+                                   ? (*dst_rel ? xasprintf("%s/%s", dst_rel, base) : xstrdup(base))
+                                   : xstrdup(dst_rel);
+      if (real == NULL || (S_ISDIR(sb.st_mode) ? walk_merged(b, &c, src_stage, real, d, err)
+                                               : walk(b, &c, lfd, real, d, false, true, err)) < 0) {
         if (real == NULL)
           agsx_error_set(err, 0, "`%s`: cannot resolve", w[i]);
         line_err(b, err);
@@ -681,8 +693,10 @@ int do_copy(struct build *b, agsx_error_t *err) {
         goto out;
       }
       if (*real && agsx_dockerignore_excluded(&b->ignore, real)) {
-        agsx_error_set(err, 0, "Dockerfile:%u: `%s` not found in the build context (excluded by "
-                       ".dockerignore)", in->line, srcs[k]);
+        agsx_error_set(err, 0,
+                       "Dockerfile:%u: `%s` not found in the build context (excluded by "
+                       ".dockerignore)",
+                       in->line, srcs[k]);
         goto out;
       }
       struct stat sb;
@@ -707,8 +721,9 @@ int do_copy(struct build *b, agsx_error_t *err) {
        * content (Docker). */
       const char *base = strrchr(srcs[k], '/') ? strrchr(srcs[k], '/') + 1 : srcs[k];
       _cleanup_free_ char *d = S_ISDIR(sb.st_mode) ? xstrdup(dst_rel)
-                               : dst_dir ? (*dst_rel ? xasprintf("%s/%s", dst_rel, base) : xstrdup(base))
-                                         : xstrdup(dst_rel);
+                               : dst_dir
+                                   ? (*dst_rel ? xasprintf("%s/%s", dst_rel, base) : xstrdup(base))
+                                   : xstrdup(dst_rel);
       if (walk(b, &c, b->ctxfd, real, d, true, false, err) < 0) {
         line_err(b, err);
         goto out;

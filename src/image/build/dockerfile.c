@@ -215,8 +215,8 @@ static int parse_flags(struct agsx_df_instr *in, const char *allowed, const char
     f->name = steal_ptr(&name);
     f->value = eq ? xstrndup(eq + 1, (size_t)(end - eq - 1)) : NULL;
     if (f->value == NULL && strcmp(f->name, "link") != 0)
-      return agsx_error_set(err, 0, "Dockerfile:%u: flag --%s needs a value (--%s=VALUE)",
-                            in->line, f->name, f->name);
+      return agsx_error_set(err, 0, "Dockerfile:%u: flag --%s needs a value (--%s=VALUE)", in->line,
+                            f->name, f->name);
     p = end;
     while (*p == ' ' || *p == '\t')
       p++;
@@ -284,8 +284,8 @@ static int parse_instruction(const char *line, unsigned lineno, struct agsx_df_i
       return agsx_error_set(err, 0, "Dockerfile:%u: HEALTHCHECK is not supported", lineno);
     if (kl == 6 && strncasecmp(p, "ONBUILD", 6) == 0)
       return agsx_error_set(err, 0, "Dockerfile:%u: ONBUILD is not supported", lineno);
-    return agsx_error_set(err, 0, "Dockerfile:%u: unknown instruction \"%.*s\"", lineno,
-                          (int)show, p);
+    return agsx_error_set(err, 0, "Dockerfile:%u: unknown instruction \"%.*s\"", lineno, (int)show,
+                          p);
   }
   in->cmd = keywords[k].cmd;
   const char *rest = p + kl;
@@ -303,8 +303,8 @@ static int parse_instruction(const char *line, unsigned lineno, struct agsx_df_i
   if (json_allowed(in->cmd) && in->args[0] == '[') {
     agsx_error_t jerr = NULL;
     if (parse_json(in, &jerr) < 0) {
-      agsx_error_set(err, 0, "Dockerfile:%u: %s: invalid JSON array: %s", lineno,
-                     keywords[k].name, jerr ? jerr->msg : "?");
+      agsx_error_set(err, 0, "Dockerfile:%u: %s: invalid JSON array: %s", lineno, keywords[k].name,
+                     jerr ? jerr->msg : "?");
       agsx_error_free(&jerr);
       return -1;
     }
@@ -314,8 +314,7 @@ static int parse_instruction(const char *line, unsigned lineno, struct agsx_df_i
                           lineno);
   bool empty = in->json ? in->argc == 0 : in->args[0] == '\0';
   if (empty && in->cmd != AGSX_DF_CMD && in->cmd != AGSX_DF_ENTRYPOINT)
-    return agsx_error_set(err, 0, "Dockerfile:%u: %s needs an argument", lineno,
-                          keywords[k].name);
+    return agsx_error_set(err, 0, "Dockerfile:%u: %s needs an argument", lineno, keywords[k].name);
   return 0;
 }
 

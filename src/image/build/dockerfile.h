@@ -46,10 +46,10 @@ struct agsx_df_instr {
   char *text;    /* "COPY --from=a /x /y": keyword, flags and arguments, continuations joined */
   struct agsx_df_flag *flags;
   size_t n_flags;
-  bool json;    /* exec (JSON array) form: argv holds the strings */
-  char **argv;  /* NULL-terminated, json form only */
+  bool json;   /* exec (JSON array) form: argv holds the strings */
+  char **argv; /* NULL-terminated, json form only */
   size_t argc;
-  char *args;   /* the arguments after the flags, as written (shell form) */
+  char *args; /* the arguments after the flags, as written (shell form) */
 };
 
 struct agsx_dockerfile {

@@ -30,15 +30,24 @@ static int load(agsx_error_t *err) {
     size_t off;
   } syms[] = {
 #define S(f, n) {"curl_" n, offsetof(__typeof__(cu), f)}
-      S(global_init, "global_init"),     S(easy_init, "easy_init"),
-      S(easy_setopt, "easy_setopt"),     S(easy_perform, "easy_perform"),
-      S(easy_getinfo, "easy_getinfo"),   S(easy_cleanup, "easy_cleanup"),
-      S(easy_strerror, "easy_strerror"), S(easy_escape, "easy_escape"),
-      S(free, "free"),                   S(slist_append, "slist_append"),
-      S(slist_free_all, "slist_free_all"), S(multi_init, "multi_init"),
-      S(multi_add_handle, "multi_add_handle"), S(multi_remove_handle, "multi_remove_handle"),
-      S(multi_perform, "multi_perform"), S(multi_poll, "multi_poll"),
-      S(multi_info_read, "multi_info_read"), S(multi_cleanup, "multi_cleanup"),
+      S(global_init, "global_init"),
+      S(easy_init, "easy_init"),
+      S(easy_setopt, "easy_setopt"),
+      S(easy_perform, "easy_perform"),
+      S(easy_getinfo, "easy_getinfo"),
+      S(easy_cleanup, "easy_cleanup"),
+      S(easy_strerror, "easy_strerror"),
+      S(easy_escape, "easy_escape"),
+      S(free, "free"),
+      S(slist_append, "slist_append"),
+      S(slist_free_all, "slist_free_all"),
+      S(multi_init, "multi_init"),
+      S(multi_add_handle, "multi_add_handle"),
+      S(multi_remove_handle, "multi_remove_handle"),
+      S(multi_perform, "multi_perform"),
+      S(multi_poll, "multi_poll"),
+      S(multi_info_read, "multi_info_read"),
+      S(multi_cleanup, "multi_cleanup"),
       S(multi_strerror, "multi_strerror"),
 #undef S
   };

@@ -18,13 +18,13 @@
 /* ---- manifests ------------------------------------------------------------------------------- */
 
 #define ACCEPT_MANIFESTS                                                                           \
-  AGSX_MT_OCI_INDEX ", " AGSX_MT_OCI_MANIFEST ", " AGSX_MT_DOCKER_LIST                             \
-                    ", " AGSX_MT_DOCKER_MANIFEST
+  AGSX_MT_OCI_INDEX ", " AGSX_MT_OCI_MANIFEST ", " AGSX_MT_DOCKER_LIST ","                         \
+                    " " AGSX_MT_DOCKER_MANIFEST
 
 /* Fetches manifest REFERENCE (tag or digest), verified against EXPECT
  * (digest, or NULL for a tag) and SIZE (< 0: unknown). */
-static int get_manifest(struct registry *r, const char *reference, const char *expect,
-                        int64_t size, char **ret_buf, size_t *ret_len, char **ret_mt,
+static int get_manifest(struct registry *r, const char *reference, const char *expect, int64_t size,
+                        char **ret_buf, size_t *ret_len, char **ret_mt,
                         char ret_digest[AGSX_DIGEST_LEN], agsx_error_t *err) {
   _cleanup_free_ char *path = xasprintf("/v2/%s/manifests/%s", r->path, reference);
   struct xfer x;
@@ -156,8 +156,8 @@ static int open_partial(struct pull *p, const struct agsx_descriptor *d, int64_t
  * the next pull fetches it afresh. */
 static int verify_blob(struct pull *p, const struct agsx_descriptor *d, agsx_error_t *err) {
   const char *hex = agsx_digest_hex(d->digest);
-  if (agsx_store_stage_blob_move(p->store, p->workfd, p->partialfd, hex, d->digest, d->size,
-                                 err) == 0)
+  if (agsx_store_stage_blob_move(p->store, p->workfd, p->partialfd, hex, d->digest, d->size, err) ==
+      0)
     return 0;
   unlinkat(p->partialfd, hex, 0);
   return -1;
@@ -296,8 +296,8 @@ static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_
   free(order);
   /* What is still to come must fit, with the reserve kept free. */
   if (rc == 0)
-    rc = agsx_store_check_space(p->store, (uint64_t)(p->prog.bytes_total - p->prog.bytes_done),
-                                err);
+    rc =
+        agsx_store_check_space(p->store, (uint64_t)(p->prog.bytes_total - p->prog.bytes_done), err);
   CURLM *m = rc == 0 ? cu.multi_init() : NULL;
   size_t next = 0, running_n = 0;
   while (rc == 0 && (next < ntodo || running_n > 0)) {
@@ -373,8 +373,7 @@ static int stage_layers(struct pull *p, const struct agsx_manifest *mf,
 
 /* The sizes the manifest declares are refused before anything is
  * downloaded when they exceed the image budget (each, and together). */
-static int check_declared_sizes(struct pull *p, const struct agsx_manifest *mf,
-                                agsx_error_t *err) {
+static int check_declared_sizes(struct pull *p, const struct agsx_manifest *mf, agsx_error_t *err) {
   uint64_t max = p->store->budget_max, total = (uint64_t)mf->config.size;
   for (size_t i = 0; i < mf->n_layers; i++) {
     uint64_t sz = (uint64_t)mf->layers[i].size;
@@ -399,10 +398,10 @@ static int pull_image(struct pull *p, const char *mbuf, size_t mlen, agsx_error_
   struct agsx_image_config c = {0};
   bool have_c = false;
   char cdigest[AGSX_DIGEST_LEN], mdigest[AGSX_DIGEST_LEN];
-  int rc = agsx_store_has_blob(p->store, mf.config.digest)
-               ? agsx_store_read_blob(p->store, mf.config.digest, AGSX_IMAGE_JSON_MAX, &cbuf,
-                                      &clen, err)
-               : get_small_blob(&p->reg, &mf.config, &cbuf, &clen, err);
+  int rc =
+      agsx_store_has_blob(p->store, mf.config.digest)
+          ? agsx_store_read_blob(p->store, mf.config.digest, AGSX_IMAGE_JSON_MAX, &cbuf, &clen, err)
+          : get_small_blob(&p->reg, &mf.config, &cbuf, &clen, err);
   if (rc < 0)
     agsx_error_wrap(err, "config");
   if (rc == 0 && (rc = agsx_image_config_parse(cbuf, clen, &c, err)) == 0)
@@ -478,7 +477,8 @@ int agsx_pull_policy_parse(const char *s, enum agsx_pull_policy *ret, agsx_error
       *ret = (enum agsx_pull_policy)i;
       return 0;
     }
-  return agsx_error_set_quiet(err, EINVAL, "invalid pull policy `%s` (missing, always or never)", s),
+  return agsx_error_set_quiet(err, EINVAL, "invalid pull policy `%s` (missing, always or never)",
+                              s),
          -1;
 }
 
@@ -507,8 +507,7 @@ static void clean_partials(int dirfd) {
   struct dirent *de;
   while ((de = readdir(d)) != NULL) {
     struct stat st;
-    if (de->d_name[0] == '.' ||
-        fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+    if (de->d_name[0] == '.' || fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
         now - st.st_mtime < PARTIAL_MAX_AGE_SEC)
       continue;
     _cleanup_close_ int fd =
@@ -528,8 +527,8 @@ static int do_pull(struct pull *p, const struct agsx_image_ref *ref, struct agsx
     return -1;
   if (mkdirat(p->store->rootfd, PARTIAL_DIR, 0700) < 0 && errno != EEXIST)
     return agsx_error_set(err, errno, "create `%s`", PARTIAL_DIR);
-  p->partialfd = openat(p->store->rootfd, PARTIAL_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-                                                            O_CLOEXEC);
+  p->partialfd =
+      openat(p->store->rootfd, PARTIAL_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (p->partialfd < 0)
     return agsx_error_set(err, errno, "open `%s`", PARTIAL_DIR);
   clean_partials(p->partialfd);

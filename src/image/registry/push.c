@@ -142,8 +142,7 @@ static int put_manifest(struct registry *r, const char *tag, const char *mt, con
 static int read_local_manifest(struct agsx_store *s, const struct agsx_store_image *img,
                                char **ret_buf, size_t *ret_len, char **ret_mt,
                                struct agsx_manifest *ret_m, agsx_error_t *err) {
-  if (agsx_store_read_blob(s, img->manifest.digest, AGSX_IMAGE_JSON_MAX, ret_buf, ret_len, err) <
-      0)
+  if (agsx_store_read_blob(s, img->manifest.digest, AGSX_IMAGE_JSON_MAX, ret_buf, ret_len, err) < 0)
     return -1;
   _cleanup_json_ yajl_val v = agsx_json_parse(*ret_buf, *ret_len, AGSX_IMAGE_JSON_MAX, err);
   if (v == NULL)
@@ -152,8 +151,7 @@ static int read_local_manifest(struct agsx_store *s, const struct agsx_store_ima
   if (mt == NULL)
     mt = img->manifest.media_type;
   if (mt == NULL || !agsx_media_type_is_manifest(mt))
-    return agsx_error_set(err, 0, "manifest media type `%.100s` cannot be pushed",
-                          mt ? mt : "");
+    return agsx_error_set(err, 0, "manifest media type `%.100s` cannot be pushed", mt ? mt : "");
   if (agsx_manifest_parse(*ret_buf, *ret_len, ret_m, err) < 0)
     return -1;
   *ret_mt = xstrdup(mt);
@@ -181,8 +179,8 @@ static int do_push(struct registry *reg, struct agsx_store *s, const struct agsx
   return rc;
 }
 
-int agsx_push(const char *root, const char *image, const char *dest,
-              const struct agsx_push_opts *o, struct agsx_push_result *ret, agsx_error_t *err) {
+int agsx_push(const char *root, const char *image, const char *dest, const struct agsx_push_opts *o,
+              struct agsx_push_result *ret, agsx_error_t *err) {
   memset(ret, 0, sizeof(*ret));
   _cleanup_store_ struct agsx_store *s = NULL;
   struct agsx_store_image img = {0};

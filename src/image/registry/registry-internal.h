@@ -52,14 +52,14 @@ int curl_load(agsx_error_t *err);
 /* ---- one registry, over HTTP ----------------------------------------------------------------- */
 
 struct registry {
-  char *domain;    /* as named in the reference: "docker.io", "host:5000" */
-  char *host;      /* API host[:port]: "registry-1.docker.io" */
-  char *path;      /* repository: "library/busybox" */
+  char *domain; /* as named in the reference: "docker.io", "host:5000" */
+  char *host;   /* API host[:port]: "registry-1.docker.io" */
+  char *path;   /* repository: "library/busybox" */
   const char *scheme;
-  bool insecure;   /* http allowed, TLS unverified */
-  char *cafile;    /* certs.d/HOST/ca.crt */
+  bool insecure; /* http allowed, TLS unverified */
+  char *cafile;  /* certs.d/HOST/ca.crt */
   char *user, *password;
-  char *authz;     /* "Authorization: ..." header, once known */
+  char *authz; /* "Authorization: ..." header, once known */
   bool tried_auth;
   const char *actions; /* token scope: "pull", or "pull,push" */
 };
@@ -71,8 +71,8 @@ struct req {
   const char *accept, *content_type;
   const char *body; /* memory body of BODY_LEN bytes */
   size_t body_len;
-  int body_fd; /* >= 0: a file body of BODY_LEN bytes instead */
-  size_t max;  /* response body bound */
+  int body_fd;         /* >= 0: a file body of BODY_LEN bytes instead */
+  size_t max;          /* response body bound */
   bool no_credentials; /* the URL is not the registry's (an upload Location) */
 };
 
@@ -128,8 +128,8 @@ int xfer_redirect(struct xfer *x, agsx_error_t *err);
 int xfer_begin(struct xfer *x, const char *url, bool foreign, agsx_error_t *err);
 int api_req(struct registry *r, const char *url, const struct req *q, struct xfer *x,
             agsx_error_t *err);
-int api_get(struct registry *r, const char *path, const char *accept, size_t max,
-            struct xfer *x, agsx_error_t *err);
+int api_get(struct registry *r, const char *path, const char *accept, size_t max, struct xfer *x,
+            agsx_error_t *err);
 int ping(struct registry *r, agsx_error_t *err);
 
 #endif

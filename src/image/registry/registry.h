@@ -19,11 +19,11 @@
 #include "util/util.h"
 
 /* Bounds on registry responses. */
-#define AGSX_REGISTRY_TOKEN_MAX (1u << 20)      /* token response */
-#define AGSX_REGISTRY_AUTHFILE_MAX (1u << 20)   /* config.json */
-#define AGSX_REGISTRY_CHALLENGE_MAX 4096        /* WWW-Authenticate */
-#define AGSX_REGISTRY_PARALLEL 4                /* concurrent layer downloads */
-#define AGSX_REGISTRY_ORIGIN_MAX 300            /* "https://" host ":" port */
+#define AGSX_REGISTRY_TOKEN_MAX (1u << 20)    /* token response */
+#define AGSX_REGISTRY_AUTHFILE_MAX (1u << 20) /* config.json */
+#define AGSX_REGISTRY_CHALLENGE_MAX 4096      /* WWW-Authenticate */
+#define AGSX_REGISTRY_PARALLEL 4              /* concurrent layer downloads */
+#define AGSX_REGISTRY_ORIGIN_MAX 300          /* "https://" host ":" port */
 
 /* Progress of a pull, reported a few times a second while layers download
  * (and once at the end). */
@@ -45,8 +45,8 @@ struct agsx_pull_opts {
 };
 
 struct agsx_pull_result {
-  char *name;   /* fully qualified: "docker.io/library/busybox:latest" */
-  char *ref;    /* the store's name for it: "busybox:latest" */
+  char *name;                            /* fully qualified: "docker.io/library/busybox:latest" */
+  char *ref;                             /* the store's name for it: "busybox:latest" */
   char digest[AGSX_DIGEST_LEN];          /* what the registry resolved REF to (index or manifest) */
   char manifest_digest[AGSX_DIGEST_LEN]; /* the linux/amd64 manifest: the image's id in the store */
 };
@@ -89,8 +89,8 @@ void agsx_push_result_clear(struct agsx_push_result *r);
  * type, byte for byte (the digest stays the image's id). Authentication
  * (token scope pull,push), TLS, insecure registries and credentials are
  * those of pull. Errors: "push `IMAGE`: ...". */
-int agsx_push(const char *root, const char *image, const char *dest,
-              const struct agsx_push_opts *o, struct agsx_push_result *ret, agsx_error_t *err);
+int agsx_push(const char *root, const char *image, const char *dest, const struct agsx_push_opts *o,
+              struct agsx_push_result *ret, agsx_error_t *err);
 
 /* ---- parsers of untrusted input, exposed for tests and fuzzing ---- */
 

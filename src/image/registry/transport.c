@@ -428,8 +428,8 @@ static int request(struct registry *r, const char *url, const struct req *q, str
   memset(x, 0, sizeof(*x));
   x->fd = -1;
   x->max = q->max;
-  bool follow = q->method == NULL || strcmp(q->method, "GET") == 0 ||
-                strcmp(q->method, "HEAD") == 0;
+  bool follow =
+      q->method == NULL || strcmp(q->method, "GET") == 0 || strcmp(q->method, "HEAD") == 0;
   int rc = xfer_begin(x, url, q->no_credentials, err);
   while (rc == 0) {
     if (xfer_setup(x, r, q->accept, err) < 0) {
@@ -489,8 +489,8 @@ static int authenticate(struct registry *r, const char *ch, agsx_error_t *err) {
     else
       r->authz = xasprintf("Authorization: Basic %s", basic);
   } else if (strcmp(c.scheme, "bearer") == 0) {
-    if (c.realm == NULL || !(agsx_str_has_prefix(c.realm, "https://") ||
-                             agsx_str_has_prefix(c.realm, "http://"))) {
+    if (c.realm == NULL ||
+        !(agsx_str_has_prefix(c.realm, "https://") || agsx_str_has_prefix(c.realm, "http://"))) {
       rc = agsx_error_set(err, 0, "bearer challenge without an http(s) realm");
     } else if (agsx_str_has_prefix(c.realm, "http://") && strcmp(r->scheme, "https") == 0) {
       rc = agsx_error_set(err, 0, "refusing a plain http token realm for an https registry");
@@ -567,8 +567,8 @@ int api_req(struct registry *r, const char *url, const struct req *q, struct xfe
 }
 
 /* GET a registry API path. */
-int api_get(struct registry *r, const char *path, const char *accept, size_t max,
-            struct xfer *x, agsx_error_t *err) {
+int api_get(struct registry *r, const char *path, const char *accept, size_t max, struct xfer *x,
+            agsx_error_t *err) {
   _cleanup_free_ char *url = xasprintf("%s://%s%s", r->scheme, r->host, path);
   struct req q = {.accept = accept, .max = max, .body_fd = -1};
   return api_req(r, url, &q, x, err);
@@ -608,8 +608,7 @@ int setup_registry(struct registry *reg, const struct agsx_image_ref *ref,
                    const struct agsx_pull_opts *o, agsx_error_t *err) {
   reg->domain = xstrdup(ref->domain);
   reg->path = xstrdup(ref->path);
-  reg->host = xstrdup(strcmp(ref->domain, "docker.io") == 0 ? "registry-1.docker.io"
-                                                            : ref->domain);
+  reg->host = xstrdup(strcmp(ref->domain, "docker.io") == 0 ? "registry-1.docker.io" : ref->domain);
   reg->insecure = (o && o->insecure) || host_is_loopback(reg->host) ||
                   host_listed(reg->domain, getenv("AGSX_INSECURE_REGISTRIES"));
   find_cafile(reg);
