@@ -352,7 +352,9 @@ opts_from_zsh_body() {
   command -v man >/dev/null || skip "man is not installed"
   local f err n=0
   for f in "$SRC"/man/*.1; do
-    err=$(MANWIDTH=80 man --warnings -l "$f" 2>&1 >/dev/null)
+    # LC_ALL=C: under a UTF-8 locale groff passes stray control bytes
+    # (a literal form feed for \f) without a word; a fresh machine has no locale
+    err=$(LC_ALL=C MANWIDTH=80 man --warnings -l "$f" 2>&1 >/dev/null)
     if [ -n "$err" ]; then
       echo "$f:"; echo "$err"; n=1
     fi
