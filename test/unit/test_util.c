@@ -237,13 +237,13 @@ static void test_conf(void) {
   int fd = mkostemp(path, O_CLOEXEC);
   tap_ok(fd >= 0, "mkostemp");
   setenv("AGSX_CONFIG", path, 1);
-  agsx_write_all(fd, "dns = 192.0.2.1\n", 16);
+  agsx_write_all(fd, "dns = 198.18.0.53\n", 18);
   char *v = conf_value("dns");
-  tap_is_str(v, "192.0.2.1", "conf: the file's value");
+  tap_is_str(v, "198.18.0.53", "conf: the file's value");
   free(v);
-  tap_ok(ftruncate(fd, 0) == 0 && pwrite(fd, "dns = 192.0.2.2\n", 16, 0) == 16, "conf: edit");
+  tap_ok(ftruncate(fd, 0) == 0 && pwrite(fd, "dns = 198.18.0.54\n", 18, 0) == 18, "conf: edit");
   v = conf_value("dns");
-  tap_is_str(v, "192.0.2.2", "conf: an edit is seen by the next call");
+  tap_is_str(v, "198.18.0.54", "conf: an edit is seen by the next call");
   free(v);
   unlink(path);
   v = conf_value("dns");
