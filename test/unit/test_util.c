@@ -253,7 +253,7 @@ static void test_conf(void) {
   close(fd);
   char *r = (char *)"x";
   agsx_error_t err = NULL;
-  const char text[] = "dns = 192.0.2.3\nnot a setting\n";
+  const char text[] = "dns = 198.18.0.55\nnot a setting\n";
   int rc = agsx_conf_parse(text, sizeof(text) - 1, "t", "dns", &r, &err);
   tap_ok(rc < 0 && r == NULL && err, "conf: a bad line after the key fails with no value: %s",
          err ? err->msg : "accepted");
