@@ -83,6 +83,9 @@ enum {
   O_NO_TRUNC,
   O_FORCE,
   O_NO_STREAM,
+  O_FOLLOW,
+  O_TAIL,
+  O_TIMESTAMPS,
 };
 
 /* The table, in cmd/agsx.c. */
@@ -122,6 +125,7 @@ int agsx_cmd_kill(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_update(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_inspect(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_wait(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_logs(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_stats(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_build(struct agsx_ctx *, const struct agsx_command *, int, char **);
