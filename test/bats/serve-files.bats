@@ -208,10 +208,15 @@ field() { # field KEY: KEY's value from the JSON object in $output
   run_ax exec box sh -c 'echo 1 >/tmp/w/a; mkdir /tmp/w/sub; sleep 0.5; echo 2 >/tmp/w/sub/b;
     chmod 600 /tmp/w/sub/b; mv /tmp/w/a /tmp/w/c; rm /tmp/w/sub/b'
   assert_success
+  fs - write /tmp/w/sub/up.txt <<<"uploaded"
+  assert_success
   wait $wpid || true
+  # an upload shows as envd's write in place would, its temp file never
+  ! grep -E 'agsx-upload|#' "$T/events"
   for e in "EVENT_TYPE_CREATE a" "EVENT_TYPE_WRITE a" "EVENT_TYPE_CREATE sub" \
     "EVENT_TYPE_CREATE sub/b" "EVENT_TYPE_WRITE sub/b" "EVENT_TYPE_CHMOD sub/b" \
-    "EVENT_TYPE_RENAME a" "EVENT_TYPE_CREATE c" "EVENT_TYPE_REMOVE sub/b"; do
+    "EVENT_TYPE_RENAME a" "EVENT_TYPE_CREATE c" "EVENT_TYPE_REMOVE sub/b" \
+    "EVENT_TYPE_CREATE sub/up.txt" "EVENT_TYPE_WRITE sub/up.txt"; do
     grep -qx "$e" "$T/events" || { echo "# no '$e' in:" >&3; cat "$T/events" >&3; false; }
   done
   run timeout 10 "$DRIVE" "$STATE" box - watch /tmp/secret 0 1
