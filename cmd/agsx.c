@@ -73,6 +73,7 @@ static const struct agsx_option gc_opts[] = {
 static const struct agsx_option run_opts[] = {
     {"detach", 'd', NULL, "Start in the background; print the id once the command runs", O_DETACH},
     {"name", 0, "NAME", "Name the sandbox (unique; usable wherever an id is)", O_NAME},
+    {"label", 'l', "KEY=VALUE", "Set a label (repeatable; shown by ls and inspect)", O_LABEL},
     {"rm", 0, NULL, "Remove the sandbox's record when it ends", O_RM},
     {"interactive", 'i', NULL, "Keep stdin open and pass it to the command", O_INTERACTIVE},
     {"tty", 't', NULL, "Give the command a terminal", O_TTY},
@@ -124,6 +125,8 @@ static const struct agsx_option ls_opts[] = {
     {"all", 'a', NULL, "Also list ended sandboxes, with stop reason and exit code", O_ALL},
     {"quiet", 'q', NULL, "Print short ids only", O_QUIET},
     {"no-trunc", 0, NULL, "Print full 32-digit ids (names and images are never cut)", O_NO_TRUNC},
+    {"filter", 'f', "label=KEY[=VALUE]",
+     "Only sandboxes with this label (repeatable: all must match)", O_FILTER},
     {"json", 0, NULL, "Print a JSON list (see agsx-ls(1))", O_JSON},
     {0},
 };

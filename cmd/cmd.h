@@ -83,6 +83,8 @@ enum {
   O_NO_TRUNC,
   O_FORCE,
   O_NO_STREAM,
+  O_LABEL,
+  O_FILTER,
 };
 
 /* The table, in cmd/agsx.c. */

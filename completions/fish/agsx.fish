@@ -166,7 +166,7 @@ function __agsx_run_image_index
     set i (math $i + 1)
     while test $i -le $n
         switch $tokens[$i]
-            case --name -e --env -w --workdir -u --user --hostname --timeout --network --allow --deny --rules -p --publish --memory --cpus --pids --disk -v --volume --security-opt --pull
+            case --name -l --label -e --env -w --workdir -u --user --hostname --timeout --network --allow --deny --rules -p --publish --memory --cpus --pids --disk -v --volume --security-opt --pull
                 set i (math $i + 2)
                 continue
             case '-*'
@@ -260,6 +260,7 @@ complete -c agsx -n '__agsx_cmd network' -s h -l help -d 'Show this help'
 # agsx run: options until IMAGE, then IMAGE, then a command line.
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s d -l detach -d 'Start in the background; print the id once the command runs'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l name -x -d 'Name the sandbox (unique; usable wherever an id is)'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s l -l label -x -d 'Set a label KEY=VALUE (repeatable)'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l rm -d "Remove the sandbox's record when it ends"
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s i -l interactive -d 'Keep stdin open and pass it to the command'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s t -l tty -d 'Give the command a terminal'
@@ -303,6 +304,7 @@ complete -c agsx -n '__agsx_cmd exec' -n __agsx_exec_has_sandbox -a '(__agsx_exe
 complete -c agsx -n '__agsx_cmd ls' -s a -l all -d 'Also list ended sandboxes, with stop reason and exit code'
 complete -c agsx -n '__agsx_cmd ls' -s q -l quiet -d 'Print short ids only'
 complete -c agsx -n '__agsx_cmd ls' -l no-trunc -d 'Print full 32-digit ids'
+complete -c agsx -n '__agsx_cmd ls' -s f -l filter -x -d 'Only sandboxes with a label: label=KEY[=VALUE]'
 complete -c agsx -n '__agsx_cmd ls' -l json -d 'Print a JSON list'
 complete -c agsx -n '__agsx_cmd ls' -s h -l help -d 'Show this help'
 
