@@ -51,6 +51,10 @@ struct agsx_run_spec {
   uint64_t memory, pids, disk; /* 0: the defaults */
   double cpus;                 /* 0: no limit */
   bool read_only, rm, timing;
+  /* No command: the sandbox's init only reaps until the sandbox is stopped
+   * or reaches its deadline; its processes come through processes.h (API
+   * sandboxes, whose images may have no shell). Detached only. */
+  bool idle;
   /* Foreground stdio: the caller's stdin (interactive), a pty (tty), or
    * stdout and stderr captured for the result document (capture). */
   bool interactive, tty, capture;
