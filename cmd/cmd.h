@@ -140,6 +140,8 @@ int agsx_cmd_browser(struct agsx_ctx *, const struct agsx_command *, int, char *
 int agsx_cmd_port(struct agsx_ctx *, const struct agsx_command *, int, char **);
 /* Pulls IMAGE for run (a line on stderr, progress on a terminal). */
 int agsx_cmd_pull_quietly(struct agsx_ctx *ctx, const char *image, agsx_error_t *err);
+int agsx_cmd_pause(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_unpause(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_not_yet(struct agsx_ctx *, const struct agsx_command *, int, char **);
 
 #endif

@@ -68,9 +68,7 @@ static const struct agsx_reap_report reap_log = {warn_reap, NULL};
 
 /* ---- ls ------------------------------------------------------------------------------- */
 
-static const char *status_word(const struct agsx_record *r) {
-  return agsx_record_status_name(r->status);
-}
+static const char *status_word(const struct agsx_record *r) { return agsx_record_status(r); }
 
 /* Docker's PORTS column: 127.0.0.1:8080->80/tcp, [::1]:53->53/udp */
 static char *ports_column(const struct agsx_record *r) {

@@ -230,6 +230,8 @@ complete -c agsx -n '__agsx_cmd' -a rm -d "Remove ended sandboxes' records"
 complete -c agsx -n '__agsx_cmd' -a stats -d 'Show CPU, memory, pids, disk and network use'
 complete -c agsx -n '__agsx_cmd' -a update -d "Change a running sandbox's deadline"
 complete -c agsx -n '__agsx_cmd' -a port -d "List a sandbox's published ports"
+complete -c agsx -n '__agsx_cmd' -a pause -d 'Freeze every process of running sandboxes'
+complete -c agsx -n '__agsx_cmd' -a unpause -d 'Resume paused sandboxes'
 complete -c agsx -n '__agsx_cmd' -a gc -d 'Remove what ended sandboxes and crashes left behind'
 complete -c agsx -n '__agsx_cmd' -a browser -d 'Start headless Chromium in a sandbox; print its DevTools WebSocket URL'
 complete -c agsx -n '__agsx_cmd' -a build -d 'Build an image from a Dockerfile'
@@ -335,6 +337,12 @@ complete -c agsx -n '__agsx_cmd update' -l timeout -x -d 'New lifetime, counted 
 complete -c agsx -n '__agsx_cmd update' -l json -d 'Print the new deadline as JSON'
 complete -c agsx -n '__agsx_cmd update' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd update' -a '(__agsx_sandbox_names)' -d Sandbox
+
+# agsx pause, unpause
+complete -c agsx -n '__agsx_cmd pause' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd pause' -a '(__agsx_sandbox_names)' -d Sandbox
+complete -c agsx -n '__agsx_cmd unpause' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd unpause' -a '(__agsx_sandbox_names)' -d Sandbox
 
 # agsx port
 complete -c agsx -n '__agsx_cmd port' -s h -l help -d 'Show this help'

@@ -91,10 +91,24 @@ struct agsx_cgroup_usage {
   bool has_cpu, has_memory;
 };
 int agsx_cgroup_usage(struct agsx_cgroup *cg, struct agsx_cgroup_usage *ret);
+/* Pauses every process of the cgroup and of the cgroups below (its exec
+ * cgroups) and returns once all are frozen (at most ~5 s, else EBUSY and
+ * thawed again). v2: cgroup.freeze. v1: the freezer hierarchy's cgroup is
+ * made now (not at create: sandboxes never paused pay nothing for it) and
+ * the processes found in the other hierarchies are moved in, until none is
+ * left out; ENOTSUP without a freezer mount, ENOENT when the sandbox has no
+ * other hierarchy to find them in. */
+int agsx_cgroup_freeze(struct agsx_cgroup *cg, agsx_error_t *err);
+/* Thaws it (nothing to do when never frozen). */
+int agsx_cgroup_thaw(struct agsx_cgroup *cg, agsx_error_t *err);
+void agsx_cgroup_thaw_quiet(struct agsx_cgroup *cg);
+/* True while frozen or freezing. */
+bool agsx_cgroup_frozen(struct agsx_cgroup *cg);
 /* Kills every process in the cgroup (v2 cgroup.kill when present; otherwise
  * SIGKILL to each pid of cgroup.procs until empty, for at most ~2 s), then
  * removes the directories (rmdir retried briefly on EBUSY). Idempotent; safe
- * on a half-created cgroup. The parent directory stays. */
+ * on a half-created cgroup. A frozen cgroup is thawed after the first
+ * SIGKILL, so that nothing is left frozen. The parent directory stays. */
 int agsx_cgroup_destroy(struct agsx_cgroup *cg, agsx_error_t *err);
 /* Closes the fds and frees CG; does not remove anything. NULL is fine. */
 void agsx_cgroup_free(struct agsx_cgroup *cg);

@@ -360,11 +360,24 @@ int agsx_sandbox_handle_event(struct agsx_sandbox *sb, agsx_error_t *err) {
   return 1;
 }
 
+/* A paused sandbox (sandbox/freeze.h) that is stopped must not stay frozen:
+ * after SIGTERM (the deadline, agsx kill) or SIGKILL it is thawed, so the
+ * signal takes effect. Its cgroup is looked up afresh: on v1 the freezer
+ * cgroup is made by the pause, after the start. */
+static void thaw_for_stop(struct agsx_sandbox *sb) {
+  _cleanup_cgroup_ struct agsx_cgroup *cg = NULL;
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (agsx_cgroup_open(sb->id, &cg, &e) == 0 && agsx_cgroup_frozen(cg))
+    agsx_cgroup_thaw_quiet(cg);
+}
+
 int agsx_sandbox_signal(struct agsx_sandbox *sb, int sig) {
   if (sb->pidfd < 0)
     return -ESRCH;
   if (syscall(SYS_pidfd_send_signal, sb->pidfd, sig, NULL, 0) < 0)
     return -errno;
+  if (sig == SIGTERM || sig == SIGKILL)
+    thaw_for_stop(sb);
   return 0;
 }
 

@@ -104,6 +104,8 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len) {
   agsx_json_kv_bool(g, "rm", r->rm);
   agsx_json_kv_bool(g, "stop_request", r->stop_request);
   agsx_json_kv_bool(g, "reported", r->reported);
+  agsx_json_kv_bool(g, "paused", r->paused);
+  agsx_json_kv_int(g, "paused_at", r->paused_at);
   gen_labels(g, r->labels);
   yajl_gen_map_close(g);
   return agsx_json_gen_steal(g, ret_len);
@@ -111,6 +113,11 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len) {
 
 const char *agsx_record_status_name(enum agsx_status s) {
   return (size_t)s < AGSX_ARRAY_SIZE(status_names) ? status_names[s] : "exited";
+}
+
+const char *agsx_record_status(const struct agsx_record *r) {
+  return r->status == AGSX_STATUS_RUNNING && r->paused ? "paused"
+                                                       : agsx_record_status_name(r->status);
 }
 
 static void gen_time(yajl_gen g, const char *key, int64_t t) {
@@ -145,6 +152,7 @@ static void gen_full(yajl_gen g, const struct agsx_record *r) {
   agsx_json_kv_str(g, "seccomp", r->seccomp);
   agsx_json_kv_bool(g, "rm", r->rm);
   agsx_json_kv_bool(g, "stop_requested", r->stop_request);
+  gen_time(g, "paused_at", r->status == AGSX_STATUS_RUNNING && r->paused ? r->paused_at : 0);
 }
 
 void agsx_record_gen(yajl_gen g, const struct agsx_record *r, int64_t now, bool full) {
@@ -154,7 +162,8 @@ void agsx_record_gen(yajl_gen g, const struct agsx_record *r, int64_t now, bool 
   agsx_json_kv_str(g, "name", r->name);
   agsx_json_kv_str(g, "image", r->image);
   agsx_json_kv_str(g, "image_digest", r->image_digest);
-  agsx_json_kv_str(g, "status", agsx_record_status_name(r->status));
+  agsx_json_kv_str(g, "status", agsx_record_status(r));
+  agsx_json_kv_bool(g, "paused", r->status == AGSX_STATUS_RUNNING && r->paused);
   _cleanup_free_ char *created = agsx_format_rfc3339(r->created);
   _cleanup_free_ char *deadline = agsx_format_rfc3339(r->deadline);
   agsx_json_kv_str(g, "created", created);
@@ -330,6 +339,9 @@ int agsx_record_from_json(const char *buf, size_t len, struct agsx_record *r, ag
   r->stop_request = b && YAJL_IS_TRUE(b);
   b = agsx_json_get(v, "reported");
   r->reported = b && YAJL_IS_TRUE(b);
+  b = agsx_json_get(v, "paused");
+  r->paused = b && YAJL_IS_TRUE(b);
+  r->paused_at = opt_int(v, "paused_at");
   return 0;
 }
 

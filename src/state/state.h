@@ -57,6 +57,8 @@ struct agsx_record {
   bool rm;           /* remove the record when the sandbox ends */
   bool stop_request; /* `agsx kill` asked the supervisor to stop it */
   bool reported;     /* an ended sandbox's end was shown by ls -a or waited for */
+  bool paused;       /* frozen by agsx pause (sandbox/freeze.h); only while running */
+  int64_t paused_at; /* seconds since the epoch, while paused */
 };
 
 void agsx_record_clear(struct agsx_record *r);
@@ -64,8 +66,11 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len);
 int agsx_record_from_json(const char *buf, size_t len, struct agsx_record *r, agsx_error_t *err);
 /* "created", "running" or "exited". */
 const char *agsx_record_status_name(enum agsx_status s);
+/* What ls and inspect show: the status name, or "paused" for a running
+ * sandbox that is paused. */
+const char *agsx_record_status(const struct agsx_record *r);
 /* The public JSON object of a sandbox: `ls --json`'s fields (id, name,
- * image, image_digest, status, created, deadline, time_left, stop_reason,
+ * image, image_digest, status (paused too), paused, created, deadline, time_left, stop_reason,
  * exit_code, network, address, ports, pid, limits); with FULL, `inspect`'s
  * too (started, ended, timeout, deadline_ns, supervisor and init with their
  * start times, uid_range, argv, env, user, cwd, hostname, seccomp, rm,
