@@ -87,6 +87,11 @@ struct agsx_fs_ctx;
  * is not in the image's /etc/passwd, ESRCH when REC is not running. */
 int agsx_fs_open(const struct agsx_record *rec, const struct agsx_fs_opts *opts,
                  struct agsx_fs_ctx **ret, agsx_error_t *err);
+/* The same over the tree at ROOTFD (taken: closed by the context, on
+ * failure too), whose host ids are UID_BASE + the sandbox's: for tests and
+ * for trees that are no running sandbox's. */
+int agsx_fs_open_root(int rootfd, uint32_t uid_base, const char *sandbox_id,
+                      const struct agsx_fs_opts *opts, struct agsx_fs_ctx **ret, agsx_error_t *err);
 void agsx_fs_close(struct agsx_fs_ctx *c);
 void agsx_fs_closep(struct agsx_fs_ctx **c);
 #define _cleanup_fs_ctx_ _cleanup_(agsx_fs_closep)
@@ -114,11 +119,12 @@ struct agsx_fs_entry {
   char *path;             /* absolute, as the sandbox sees it */
   enum agsx_fs_type type; /* a symlink's: its target's (as envd) */
   uint64_t size;          /* the entry's own (lstat) */
-  uint32_t mode;          /* st_mode of the entry itself: type and permission bits */
+  uint32_t mode;          /* permission bits as envd reports them: a symlink's target's */
+  uint32_t st_mode;       /* the entry's own st_mode (lstat): for "permissions" */
   char *owner, *group;    /* names from the sandbox's /etc/passwd and /etc/group, else the number */
   int64_t mtime_sec;
   long mtime_nsec;
-  char *symlink_target; /* NULL unless the entry is a symlink: readlink's text */
+  char *symlink_target; /* NULL unless the entry is a symlink: where it leads, absolute */
 };
 void agsx_fs_entry_clear(struct agsx_fs_entry *e);
 void agsx_fs_entries_free(struct agsx_fs_entry *v, size_t n);
@@ -126,8 +132,9 @@ void agsx_fs_entries_free(struct agsx_fs_entry *v, size_t n);
  * "size":"12","mode":420,"permissions":"-rw-r--r--","owner","group",
  * "modifiedTime":"2026-12-01T13:22:00.123456789Z","symlinkTarget"?}. */
 void agsx_fs_entry_gen(yajl_gen g, const struct agsx_fs_entry *e);
-/* Go's FileMode.String() of MODE (an st_mode) into BUF (at least 12 bytes):
- * "-rw-r--r--", "drwxr-xr-x", "Lrwxrwxrwx", "urwxr-xr-x" for set-uid... */
+/* Go's FileMode.String() of MODE (an st_mode) into BUF: "-rw-r--r--",
+ * "drwxr-xr-x", "Lrwxrwxrwx", "dtrwxrwxrwx" (sticky), "urwxr-xr-x" (set-uid),
+ * "Dcrw-rw-rw-" (a character device), "prw-r--r--" (a FIFO). */
 void agsx_fs_mode_string(uint32_t mode, char buf[static 16]);
 
 /* ---- operations (envd's Filesystem service) ---- */
@@ -174,13 +181,14 @@ int agsx_fs_upload_commit(struct agsx_fs_upload *u, struct agsx_fs_entry *ret, a
 /* Frees U; an upload not committed is thrown away. */
 void agsx_fs_upload_free(struct agsx_fs_upload *u);
 
-/* A whole POST /files body: multipart/form-data (every part with a
- * filename is a file; its destination is QUERY_PATH when given, else the
- * part's raw filename, resolved as above) or, for any other content type,
- * the raw body to QUERY_PATH (required then). GZIP: the body is
- * gzip-encoded (Content-Encoding: gzip; octet-stream only). The same
- * destination twice is invalid_argument (400), as envd. Files are
- * committed as their part ends; a failure leaves the ones before it. */
+/* A whole POST /files body, as envd takes it: any multipart type (every part
+ * named `file` is a file, other parts are skipped; its destination is
+ * QUERY_PATH when given, else the part's raw filename, resolved as above)
+ * or application/octet-stream (the raw body to QUERY_PATH, required then);
+ * other content types are invalid_argument. GZIP: the body is
+ * gzip-encoded (Content-Encoding: gzip). The same destination twice is
+ * invalid_argument (400), as envd. Files are committed as their part ends;
+ * a failure leaves the ones before it. */
 struct agsx_fs_receive;
 int agsx_fs_receive_open(struct agsx_fs_ctx *c, const char *content_type, const char *query_path,
                          bool gzip, struct agsx_fs_receive **ret, agsx_error_t *err);
@@ -220,7 +228,7 @@ int agsx_fs_signature_check(const char *path, const char *operation, const char 
  * below it, present or created later (up to AGSX_FS_WATCH_MAX_DIRS).
  * inotify_add_watch only ever sees /proc/self/fd/N of a directory opened
  * safely inside the root. Events: IN_CREATE, IN_MOVED_TO → CREATE;
- * IN_MODIFY, IN_CLOSE_WRITE → WRITE; IN_DELETE, IN_DELETE_SELF → REMOVE;
+ * IN_MODIFY → WRITE; IN_DELETE, IN_DELETE_SELF → REMOVE;
  * IN_MOVED_FROM, IN_MOVE_SELF → RENAME; IN_ATTRIB → CHMOD; names are
  * relative to PATH ("a.txt", "sub/b.txt"). The watcher never blocks: the
  * server polls its fd (or the registry's) and calls agsx_fs_watch_dispatch,

@@ -74,6 +74,12 @@ int pwrite_all(int fd, const char *p, size_t n, off_t off);
 int skip_changed(const char *path);
 int open_path(const struct side *s, const char *path, int flags);
 int enter_sandbox_ids(uint32_t base, int *ret_secbits, agsx_error_t *err);
+/* The same for host ids UID and GID (a sandbox user's base + uid). */
+int enter_sandbox_user(uint32_t uid, uint32_t gid, int *ret_secbits, agsx_error_t *err);
+/* A file system of the kernel's (proc, sysfs, cgroup, ...): what host root
+ * sees there is more than the sandbox's root may. True when FD's cannot be
+ * told. */
+bool on_kernel_fs_fd(int fd);
 void leave_sandbox_ids(int secbits);
 
 /* copy-tar.c */

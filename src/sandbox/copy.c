@@ -393,20 +393,22 @@ int skip_changed(const char *path) {
  * would give the caller what the sandbox itself cannot read (sandbox code
  * can also bind-mount them anywhere in its tree). Nothing is written into
  * them either: entries are always created afresh, never opened for writing. */
-static bool on_kernel_fs(const struct copier *c, int fd) {
+bool on_kernel_fs_fd(int fd) {
   static const long magics[] = {PROC_SUPER_MAGIC,    SYSFS_MAGIC,   CGROUP_SUPER_MAGIC,
                                 CGROUP2_SUPER_MAGIC, DEBUGFS_MAGIC, TRACEFS_MAGIC,
                                 SECURITYFS_MAGIC,    BPF_FS_MAGIC,  DEVPTS_SUPER_MAGIC,
                                 EFIVARFS_MAGIC,      NSFS_MAGIC,    0x62656570 /* configfs */};
   struct statfs sf;
-  if (!c->from_sandbox)
-    return false;
   if (fstatfs(fd, &sf) < 0)
     return true;
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(magics); i++)
     if ((long)sf.f_type == magics[i])
       return true;
   return false;
+}
+
+static bool on_kernel_fs(const struct copier *c, int fd) {
+  return c->from_sandbox && on_kernel_fs_fd(fd);
 }
 
 static int skip_kernel_fs(const char *path) {
@@ -727,17 +729,23 @@ static int copy_top(struct copier *c, const struct src *s, int dfd, const char *
  * capabilities across the change (CAP_CHOWN for -a, CAP_DAC_OVERRIDE for
  * directories of the sandbox's other users). One thread: nothing else runs
  * with these ids. */
-int enter_sandbox_ids(uint32_t base, int *ret_secbits, agsx_error_t *err) {
+int enter_sandbox_user(uint32_t uid, uint32_t gid, int *ret_secbits, agsx_error_t *err) {
   int old = prctl(PR_GET_SECUREBITS);
   if (old < 0 || prctl(PR_SET_SECUREBITS, old | SECBIT_NO_SETUID_FIXUP) < 0)
-    return agsx_error_set(err, errno, "keep capabilities while acting as the sandbox's root");
-  setfsgid(base);
-  setfsuid(base);
-  *ret_secbits = old;
+    return agsx_error_set(err, errno, "keep capabilities while acting as a sandbox user");
+  setfsgid(gid);
+  setfsuid(uid);
   /* setfsuid reports no error: it returns the previous id. Ask again. */
-  if ((uint32_t)setfsuid((uid_t)-1) != base || (uint32_t)setfsgid((gid_t)-1) != base)
-    return agsx_error_set(err, EPERM, "act as the sandbox's root (uid %u)", base);
+  if ((uint32_t)setfsuid((uid_t)-1) != uid || (uint32_t)setfsgid((gid_t)-1) != gid) {
+    leave_sandbox_ids(old);
+    return agsx_error_set(err, EPERM, "act as the sandbox's uid %u", uid);
+  }
+  *ret_secbits = old;
   return 0;
+}
+
+int enter_sandbox_ids(uint32_t base, int *ret_secbits, agsx_error_t *err) {
+  return enter_sandbox_user(base, base, ret_secbits, err);
 }
 
 void leave_sandbox_ids(int secbits) {
