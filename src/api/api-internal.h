@@ -39,6 +39,7 @@ struct req {
   struct agsx_record rec;
   bool has_rec;
   /* POST /files, streamed to the sandbox as it arrives */
+  struct agsx_fs_ctx *fs;
   struct agsx_fs_receive *recv;
   bool upload;
   int upload_status;
@@ -60,7 +61,9 @@ struct stream {
   char id[33];
   uint32_t pid;
   struct agsx_log_reader *log;
-  bool started_here; /* Start: the deadline is the process's own timeout */
+  bool started_here;          /* Start: the deadline is the process's own timeout */
+  const char *keepalive_json; /* the service's keepalive message */
+  int64_t next_check_ns;      /* when to check the sandbox still runs */
   /* the watcher (WatchDir) */
   struct agsx_fs_watch *watch;
 };
@@ -68,6 +71,8 @@ struct stream {
 /* ---- responses (server.c) ---- */
 const char *agsx_req_header(struct req *r, const char *name);
 const char *agsx_req_query(struct req *r, const char *name);
+/* Queues RESP (and drops our reference), logging the request at debug level. */
+void agsx_respond_queue(struct req *r, unsigned status, struct MHD_Response *resp);
 void agsx_respond(struct req *r, unsigned status, const char *ctype, const char *body, size_t len);
 void agsx_respond_json(struct req *r, unsigned status, yajl_gen g);
 /* {"code": STATUS, "message": MSG}, the control plane's and envd REST's error. */
@@ -94,8 +99,11 @@ int agsx_api_upload_begin(struct req *r); /* envd.c: POST /files, 0 or -1 (answe
 void agsx_api_upload_data(struct req *r, const char *buf, size_t len);
 void agsx_api_upload_finish(struct req *r);
 void agsx_api_req_free_parts(struct req *r);                 /* envd.c */
-int agsx_api_envd_init(struct server *s, agsx_error_t *err); /* envd.c: the watcher registry */
+int agsx_api_envd_init(struct server *s, agsx_error_t *err); /* files.c: the watcher registry */
 void agsx_api_envd_fini(struct server *s);
+void agsx_api_envd_tick(struct server *s); /* each turn of the loop */
+/* The sandbox ID was killed: its polling watchers go. */
+void agsx_api_envd_drop_sandbox(struct server *s, const char *id);
 
 /* ---- envd (envd.c) ---- */
 /* The 502 of a sandbox that is not running (E2B's proxy's words). */

@@ -374,6 +374,7 @@ static void kill_sandbox(struct req *r, const char *e2b_id) {
       agsx_respond_error(r, 500, "kill: %s", err->msg);
     agsx_error_free(&err);
   } else {
+    agsx_api_envd_drop_sandbox(r->s, rec.id);
     agsx_respond(r, 204, NULL, "", 0);
   }
   if (pidfd >= 0)
@@ -638,9 +639,7 @@ static void list(struct req *r, bool v2) {
   agsx_mhd.add_response_header(resp, "Content-Type", "application/json");
   if (more)
     agsx_mhd.add_response_header(resp, "X-Next-Token", more);
-  agsx_mhd.queue_response(r->c, 200, resp);
-  agsx_mhd.destroy_response(resp);
-  r->answered = true;
+  agsx_respond_queue(r, 200, resp);
 }
 
 /* ---- routing ------------------------------------------------------------------------------ */

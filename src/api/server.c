@@ -70,11 +70,13 @@ const char *agsx_req_query(struct req *r, const char *name) {
   return agsx_mhd.lookup_connection_value(r->c, MHD_GET_ARGUMENT_KIND, name);
 }
 
-static void queue(struct req *r, unsigned status, struct MHD_Response *resp) {
+void agsx_respond_queue(struct req *r, unsigned status, struct MHD_Response *resp) {
   if (resp == NULL) {
     agsx_warn("serve: out of memory for a response");
     return;
   }
+  agsx_debug("serve: %s %s%s%s: %u", r->method, r->path, r->envd ? " for " : "",
+             r->envd ? r->e2b_id : "", status);
   if (agsx_mhd.queue_response(r->c, status, resp) != MHD_YES)
     agsx_debug("serve: %s %s: the response could not be queued", r->method, r->path);
   agsx_mhd.destroy_response(resp);
@@ -88,7 +90,7 @@ void agsx_respond(struct req *r, unsigned status, const char *ctype, const char 
       agsx_mhd.create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
   if (resp && ctype)
     agsx_mhd.add_response_header(resp, "Content-Type", ctype);
-  queue(r, status, resp);
+  agsx_respond_queue(r, status, resp);
 }
 
 void agsx_respond_json(struct req *r, unsigned status, yajl_gen g) {
@@ -141,6 +143,8 @@ struct stream *agsx_stream_new(struct server *s, struct MHD_Connection *c) {
   st->pollfd = -1;
   st->last_ns = agsx_mono_ns();
   st->keepalive_ns = 90 * 1000000000LL; /* envd's default */
+  st->keepalive_json = "{\"event\":{\"keepalive\":{}}}";
+  st->next_check_ns = st->last_ns + 1000000000LL;
   return st;
 }
 
@@ -231,7 +235,7 @@ void agsx_respond_stream(struct req *r, struct stream *st) {
     return;
   }
   agsx_mhd.add_response_header(resp, "Content-Type", "application/connect+json");
-  queue(r, 200, resp);
+  agsx_respond_queue(r, 200, resp);
 }
 
 static void pump_streams(struct server *s) {
@@ -240,7 +244,21 @@ static void pump_streams(struct server *s) {
     if (!st->ended) {
       agsx_api_stream_pump(st, now);
       if (!st->ended && st->keepalive_ns > 0 && now - st->last_ns >= st->keepalive_ns)
-        agsx_stream_event(st, "{\"event\":{\"keepalive\":{}}}");
+        agsx_stream_event(st, st->keepalive_json);
+      /* A sandbox killed meanwhile ends its streams (its processes' logs
+       * may never get their end record). */
+      if (!st->ended && now >= st->next_check_ns) {
+        st->next_check_ns = now + 1000000000LL;
+        struct agsx_record rec;
+        agsx_error_t err = NULL;
+        if (agsx_api_find_sandbox(s, st->id, &rec, &err) < 0) {
+          agsx_error_free(&err);
+          agsx_api_stream_pump(st, now); /* what the log still has */
+          agsx_stream_end(st, AGSX_CONNECT_UNAVAILABLE, "the sandbox is not running");
+        } else {
+          agsx_record_clear(&rec);
+        }
+      }
     }
     if (st->suspended && (st->out.len > st->off || st->ended)) {
       st->suspended = false;
@@ -451,6 +469,7 @@ static void loop(struct server *s) {
       if (evs[i].data.ptr == &s->sigfd)
         on_signals(s);
     reap_children();
+    agsx_api_envd_tick(s);
     pump_streams(s);
     agsx_mhd.run(s->d);
   }

@@ -39,8 +39,8 @@ free_port() {
 serve_start() {
   PORT=$(free_port)
   U=http://127.0.0.1:$PORT
-  "$AGSX" --root "$ROOT" --state "$STATE" serve --listen "127.0.0.1:$PORT" --api-key "$KEY" \
-    --template bb=bb "$@" >"$T/serve.log" 2>&1 &
+  "$AGSX" --root "$ROOT" --state "$STATE" --log-level debug serve --listen "127.0.0.1:$PORT" \
+    --api-key "$KEY" --template bb=bb "$@" >>"$T/serve.log" 2>&1 &
   SRV_PID=$!
   local i
   for i in $(seq 100); do
@@ -92,6 +92,16 @@ create() { # prints the sandbox id
 status_of() { tail -1 <<<"$1"; }
 body_of() { head -n -1 <<<"$1"; }
 
+wait_no_sandboxes() {
+  local i
+  for i in $(seq 100); do
+    [ -z "$(ax ls -q)" ] && return 0
+    sleep 0.1
+  done
+  ax ls >&3
+  return 1
+}
+
 wait_gone() { # the sandbox's record goes (the supervisor removed it)
   local i
   for i in $(seq 100); do
@@ -99,6 +109,27 @@ wait_gone() { # the sandbox's record goes (the supervisor removed it)
     sleep 0.1
   done
   return 1
+}
+
+# node SCRIPT with the SDK of $1 (latest or v250) pointed at the server.
+sdk() {
+  local which=$1 script=$2
+  shift 2
+  local mods=$NODE_LATEST
+  [ "$which" = v250 ] && mods=$NODE_V250
+  [ -n "$mods" ] || skip "the npm e2b SDK is not installed (npm or its registry unreachable)"
+  E2B_SDK=$mods E2B_API_URL=$U E2B_SANDBOX_URL=$U E2B_API_KEY=$KEY E2B_TEMPLATE=${E2B_TEMPLATE:-bb} \
+    timeout --kill-after=5 "${SDK_TIMEOUT:-120}" node "$AGSX_SRCDIR/test/serve/$script" "$@"
+}
+
+run_sdk() {
+  run sdk "$@"
+  if [ "$status" -ne 0 ] || [ "${lines[${#lines[@]}-1]}" != ok ]; then
+    echo "# node $2 ($1): status $status" >&3
+    printf '%s\n' "$output" | sed 's/^/#   /' >&3
+    sed 's/^/# serve: /' "$T/serve.log" | tail -30 >&3
+    return 1
+  fi
 }
 
 @test "serve: a wrong or missing API key gets 401 in the SDK's shape" {
@@ -203,7 +234,7 @@ wait_gone() { # the sandbox's record goes (the supervisor removed it)
   [ "$status" -eq 52 ] || [ "$status" -eq 56 ] # empty reply, or reset
   run api GET /v2/sandboxes
   [ "$(status_of "$output")" = 200 ]
-  [ -z "$(ax ls -q)" ]
+  wait_no_sandboxes
 }
 
 @test "serve: envd routes: 502 for unknown or killed sandboxes, 401 without the token" {
@@ -269,4 +300,19 @@ wait_gone() { # the sandbox's record goes (the supervisor removed it)
   run_ax run --label "k=$(printf 'a\tb')" bb true
   assert_agsx_error "control characters"
   ax kill "$id" >/dev/null
+}
+
+@test "serve: SDK (latest): the control plane: create, getInfo, list by metadata, setTimeout, metrics, connect, kill, a wrong key" {
+  serve_start
+  run_sdk latest control.mjs
+  grep -q 'POST /v2/sandboxes: 201' "$T/serve.log"
+  wait_no_sandboxes
+}
+
+@test "serve: SDK 2.50.x creates through the v1 route" {
+  serve_start
+  run_sdk v250 control.mjs
+  grep -q 'POST /sandboxes: 201' "$T/serve.log"
+  ! grep -q 'POST /v2/sandboxes:' "$T/serve.log"
+  wait_no_sandboxes
 }
