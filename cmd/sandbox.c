@@ -16,6 +16,7 @@
 struct sflags {
   bool all, quiet, json, images, dry_run, no_trunc, force, no_stream;
   const char *signal, *timeout;
+  char **filters; /* ls --filter label=...: the KEY[=VALUE] parts */
 };
 
 static int on_sopt(void *data, int id, const char *arg) {
@@ -31,6 +32,15 @@ static int on_sopt(void *data, int id, const char *arg) {
   case O_NO_STREAM: f->no_stream = true; break;
   case O_SIGNAL: f->signal = arg; break;
   case O_TIMEOUT: f->timeout = arg; break;
+  case O_FILTER: {
+    if (!agsx_str_has_prefix(arg, "label=") || arg[6] == '\0' || arg[6] == '=')
+      return agsx_failf("ls: unknown filter `%s` (want label=KEY or label=KEY=VALUE)", arg), -1;
+    size_t n = agsx_strv_len(f->filters);
+    f->filters = xrealloc(f->filters, (n + 2) * sizeof(char *));
+    f->filters[n] = xstrdup(arg + 6);
+    f->filters[n + 1] = NULL;
+    break;
+  }
   }
   return 0;
 }
@@ -127,6 +137,7 @@ static void warn_networks(struct agsx_ctx *ctx, const struct agsx_record *v, siz
 int agsx_cmd_ls(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
   struct sflags f;
   int i = sparse(ctx, cmd, argc, argv, &f);
+  _cleanup_strv_ char **filters = f.filters;
   if (i < 0)
     return AGSX_EXIT_FAILURE;
   if (i < argc)
@@ -145,6 +156,11 @@ int agsx_cmd_ls(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
   agsx_table_init(&t, AGSX_ARRAY_SIZE(header), header);
   for (size_t k = 0; k < n; k++) {
     if (!f.all && v[k].status == AGSX_STATUS_EXITED)
+      continue;
+    bool match = true;
+    for (size_t j = 0; filters && filters[j] && match; j++)
+      match = agsx_labels_match(v[k].labels, filters[j]);
+    if (!match)
       continue;
     if (f.json)
       agsx_record_gen(g, &v[k], now, false);

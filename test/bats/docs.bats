@@ -262,6 +262,7 @@ EOF
 @test "docs: pause options" { doc_sets_agree pause; }
 @test "docs: unpause options" { doc_sets_agree unpause; }
 @test "docs: browser options" { doc_sets_agree browser; }
+@test "docs: serve options" { doc_sets_agree serve; }
 
 @test "docs: build options" { doc_sets_agree build; }
 
@@ -293,6 +294,7 @@ pull
 push
 rm
 run
+serve
 stats
 unpause
 update
