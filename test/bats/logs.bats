@@ -141,3 +141,22 @@ start_sh() {
   assert_success
   [ "$output" = $'/dev/null\ndone' ] || { show_run; return 1; }
 }
+
+@test "logs -f: ends when the supervisor is killed (no end record)" {
+  start_sh 'echo up; sleep 300'
+  sleep 0.5
+  local sup
+  sup=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["supervisor"]["pid"])' "$STATE/$id/state.json")
+  ax logs -f "$id" >"$T/out" 2>&1 &
+  local lp=$!
+  sleep 0.5
+  kill -9 "$sup"
+  local i
+  for i in $(seq 1 50); do
+    kill -0 "$lp" 2>/dev/null || break
+    sleep 0.1
+  done
+  ! kill -0 "$lp" 2>/dev/null || { kill "$lp"; echo "# logs -f still runs" >&3; return 1; }
+  wait "$lp"
+  [ "$(cat "$T/out")" = up ]
+}
