@@ -59,7 +59,7 @@ void agsx_fs_event_clear(struct agsx_fs_event *e) {
 
 void agsx_fs_event_gen(yajl_gen g, const struct agsx_fs_event *e) {
   yajl_gen_map_open(g);
-  agsx_json_kv_str(g, "name", e->name ? e->name : "");
+  fs_gen_text(g, "name", e->name);
   agsx_json_kv_str(g, "type", agsx_fs_event_type_name(e->type));
   if (e->has_entry) {
     agsx_json_key(g, "entry");
