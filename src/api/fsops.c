@@ -218,7 +218,7 @@ char *fs_clean(const char *path, agsx_error_t *err) {
     return NULL;
   }
   char *out = xmalloc(n + 2);
-  size_t o = 0;
+  size_t o = 0, depth = 0;
   const char *p = path;
   while (*p) {
     while (*p == '/')
@@ -232,9 +232,17 @@ char *fs_clean(const char *path, agsx_error_t *err) {
     } else if (l == 2 && p[0] == '.' && p[1] == '.') {
       while (o > 0 && out[o - 1] != '/')
         o--;
-      if (o > 0)
+      if (o > 0) {
         o--; /* the slash before the dropped component */
+        depth--;
+      }
     } else {
+      if (++depth > AGSX_FS_PATH_DEPTH) {
+        free(out);
+        agsx_error_set_quiet(err, ENAMETOOLONG, "path has more than %u components",
+                             AGSX_FS_PATH_DEPTH);
+        return NULL;
+      }
       out[o++] = '/';
       memcpy(out + o, p, l);
       o += l;

@@ -42,6 +42,7 @@ struct agsx_record;
 #define AGSX_FS_LIST_MAX_DEPTH 64u       /* ListDir: larger depths are clamped */
 #define AGSX_FS_REMOVE_MAX_ENTRIES 1000000u
 #define AGSX_FS_PATH_MAX 4096u       /* a request path, in bytes */
+#define AGSX_FS_PATH_DEPTH 256u      /* and in components */
 #define AGSX_FS_WATCH_MAX_DIRS 8192u /* inotify watches of one recursive watcher */
 #define AGSX_FS_WATCH_QUEUE 4096u    /* events queued per watcher before overflow */
 
@@ -103,7 +104,8 @@ const char *agsx_fs_home(const struct agsx_fs_ctx *c);
 
 /* The absolute, lexically clean sandbox path PATH names for this context's
  * user ("" → workdir, "~/x" → home/x, "x" → home/x; "." and ".." folded,
- * never above "/"). EINVAL for a path with a NUL or over AGSX_FS_PATH_MAX. */
+ * never above "/"). ENAMETOOLONG over AGSX_FS_PATH_MAX bytes or
+ * AGSX_FS_PATH_DEPTH components. */
 char *agsx_fs_path(const struct agsx_fs_ctx *c, const char *path, agsx_error_t *err);
 
 /* ---- entries (envd's EntryInfo) ---- */

@@ -174,6 +174,12 @@ static void test_paths(void) {
   char *p = agsx_fs_path(c, "~root/x", &err);
   fails(p ? 0 : -1, &err, AGSX_FS_INVALID_ARGUMENT, "user-specific", "`~root/x` is refused");
   free(p);
+  char deep[2048] = "";
+  for (int i = 0; i < 300; i++)
+    strcat(deep, "/d");
+  p = agsx_fs_path(c, deep, &err);
+  fails(p ? 0 : -1, &err, AGSX_FS_INVALID_ARGUMENT, "components", "a path of 300 components");
+  free(p);
   agsx_fs_close(c);
   c = ctx_for("agent", "/srv");
   p = c ? agsx_fs_path(c, "", &err) : NULL;
