@@ -366,6 +366,11 @@ int fs_ensure_dirs(const struct agsx_fs_ctx *c, const char *abs, agsx_error_t *e
         return agsx_error_set_quiet(err, EACCES, "cannot create %s on a kernel filesystem", prefix);
       if (mkdirat(cur, name, 0755) < 0 && errno != EEXIST)
         return agsx_error_set(err, errno, "failed to create directory %s", prefix);
+      /* the user's group even below a set-group-ID directory, as envd's chown */
+      if (fchownat(cur, name, c->uid_base + c->uid, c->uid_base + c->gid, AT_SYMLINK_NOFOLLOW) <
+              0 &&
+          errno != ENOENT)
+        return agsx_error_set(err, errno, "failed to chown directory %s", prefix);
     }
   }
   return steal_fd(&cur);

@@ -140,6 +140,9 @@ static int upload_create(struct agsx_fs_upload *u, agsx_error_t *err) {
       return agsx_error_set(err, e, "not enough inodes available for %s", u->abs);
     return agsx_error_set(err, e, "error opening file %s", u->abs);
   }
+  /* the user's group even below a set-group-ID directory, as envd's chown */
+  if (fchown(u->fd, u->c->uid_base + u->c->uid, u->c->uid_base + u->c->gid) < 0)
+    return agsx_error_set(err, errno, "error changing file ownership of %s", u->abs);
   if (fchmod(u->fd, u->mode) < 0)
     return agsx_error_set(err, errno, "error setting the mode of %s", u->abs);
   return 0;

@@ -316,6 +316,8 @@ static void test_list(struct agsx_fs_ctx *c) {
   agsx_fs_entries_free(v, n);
 }
 
+static int write_all(struct agsx_fs_ctx *c, const char *path, const char *data, agsx_error_t *err);
+
 static void test_mkdir_move_remove(struct agsx_fs_ctx *c) {
   struct agsx_fs_entry e;
   agsx_error_t err = NULL;
@@ -331,6 +333,17 @@ static void test_mkdir_move_remove(struct agsx_fs_ctx *c) {
   fails(r, &err, AGSX_FS_INVALID_ARGUMENT, "not a directory", "mkdir over a file");
   r = agsx_fs_mkdir(c, "~/hello.txt/sub", &e, &err);
   fails(r, &err, AGSX_FS_INVALID_ARGUMENT, "path is a file", "mkdir below a file");
+  dir("home/user/sgid", 0);
+  char sg[512];
+  snprintf(sg, sizeof(sg), "%s/home/user/sgid", root);
+  must(chmod(sg, 02777) == 0, "chmod");
+  r = agsx_fs_mkdir(c, "~/sgid/d", &e, &err);
+  st = stat_of("home/user/sgid/d");
+  tap_ok(r == 0 && st.st_gid == BASE + 1000, "below a set-group-ID directory: the user's group");
+  agsx_fs_entry_clear(&e);
+  r = write_all(c, "~/sgid/f", "x", &err);
+  st = stat_of("home/user/sgid/f");
+  tap_ok(r == 0 && st.st_gid == BASE + 1000 && st.st_uid == BASE + 1000, "an upload there too");
   link_("/tmp", "home/user/tmp-link");
   r = agsx_fs_mkdir(c, "~/tmp-link/made", &e, &err);
   tap_ok(r == 0 && exists("tmp/made"), "mkdir through a symlink stays in the root");
