@@ -110,7 +110,7 @@ static int upload_target(struct agsx_fs_upload *u, agsx_error_t *err) {
     } else {
       u->mode = st.st_mode & 0777; /* never a set-id bit from an upload */
     }
-    if (on_kernel_fs_fd(pfd))
+    if (agsx_copy_on_kernel_fs_fd(pfd))
       return agsx_error_set_quiet(err, EACCES, "cannot write %s: on a kernel filesystem", cur);
     free(u->abs);
     u->abs = steal_ptr(&cur);
@@ -128,7 +128,7 @@ static int upload_create(struct agsx_fs_upload *u, agsx_error_t *err) {
        i++) {
     free(u->tmpname);
     u->tmpname = upload_temp_name();
-    u->fd = open_child(u->pfd, u->tmpname, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    u->fd = agsx_copy_open_child(u->pfd, u->tmpname, O_WRONLY | O_CREAT | O_EXCL, 0600);
     if (u->fd < 0 && errno == EEXIST)
       errno = EINVAL; /* try another name */
   }

@@ -151,7 +151,7 @@ static int add_tree(struct agsx_fs_watch *w, int fd, const char *rel, unsigned d
       continue;
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
       continue;
-    _cleanup_close_ int sub = open_child(fd, de->d_name, O_RDONLY | O_DIRECTORY, 0);
+    _cleanup_close_ int sub = agsx_copy_open_child(fd, de->d_name, O_RDONLY | O_DIRECTORY, 0);
     if (sub < 0)
       continue;
     _cleanup_free_ char *r = rel_join(rel, de->d_name);
