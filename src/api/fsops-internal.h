@@ -13,6 +13,7 @@
 struct agsx_fs_ctx {
   unsigned refs; /* the request's, and each watcher's */
   int rootfd;    /* /proc/PID/root of the sandbox's init, O_PATH */
+  int pidfd;     /* of the sandbox's init (-1 for agsx_fs_open_root): its end */
   uint32_t uid_base;
   char sandbox_id[33];
   char *user, *home, *workdir; /* workdir NULL: home */

@@ -7,6 +7,7 @@
 #include "api/fsops-internal.h"
 #include "sandbox/copy.h"
 #include "sandbox/passwd.h"
+#include "sandbox/proc.h"
 #include "state/state.h"
 
 #include <inttypes.h>
@@ -151,6 +152,7 @@ int agsx_fs_open_root(int rootfd, uint32_t uid_base, const char *sandbox_id,
   _cleanup_fs_ctx_ struct agsx_fs_ctx *c = xzalloc(sizeof(*c));
   c->refs = 1;
   c->rootfd = rootfd;
+  c->pidfd = -1;
   c->uid_base = uid_base;
   snprintf(c->sandbox_id, sizeof(c->sandbox_id), "%s", sandbox_id ? sandbox_id : "");
   read_etc(c, "/etc/passwd", &c->passwd, &c->passwd_len);
@@ -172,10 +174,19 @@ int agsx_fs_open_root(int rootfd, uint32_t uid_base, const char *sandbox_id,
 
 int agsx_fs_open(const struct agsx_record *rec, const struct agsx_fs_opts *opts,
                  struct agsx_fs_ctx **ret, agsx_error_t *err) {
+  _cleanup_close_ int pidfd =
+      rec->status == AGSX_STATUS_RUNNING ? agsx_proc_ref_pidfd(&rec->init) : -1;
+  if (pidfd < 0 && (rec->status != AGSX_STATUS_RUNNING || errno == ESRCH))
+    return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running", rec->id);
+  if (pidfd < 0)
+    return agsx_error_set(err, errno, "sandbox `%.12s`: pidfd of its init", rec->id);
   int rootfd = agsx_copy_open_root(rec, err);
   if (rootfd < 0)
     return -1;
-  return agsx_fs_open_root(rootfd, rec->uid_base, rec->id, opts, ret, err);
+  if (agsx_fs_open_root(rootfd, rec->uid_base, rec->id, opts, ret, err) < 0)
+    return -1;
+  (*ret)->pidfd = steal_fd(&pidfd);
+  return 0;
 }
 
 struct agsx_fs_ctx *fs_ctx_ref(struct agsx_fs_ctx *c) {
@@ -188,6 +199,8 @@ void agsx_fs_close(struct agsx_fs_ctx *c) {
     return;
   if (c->rootfd >= 0)
     close(c->rootfd);
+  if (c->pidfd >= 0)
+    close(c->pidfd);
   free(c->passwd);
   free(c->group);
   free(c->user);

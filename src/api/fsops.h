@@ -242,7 +242,10 @@ int agsx_fs_signature_check(const char *path, const char *operation, const char 
  * AGSX_FS_WATCH_QUEUE events (or the kernel's queue overflowing) the
  * watcher is marked overflowed and agsx_fs_watch_next() fails with ENOBUFS
  * (resource_exhausted, "events were lost"). The watcher keeps its own
- * reference to the sandbox's root, so it outlives the request's context. */
+ * reference to the sandbox's root, so it outlives the request's context;
+ * that reference pins the sandbox's mounts, so a watcher ends with its
+ * sandbox: agsx_fs_watch_next() fails with ESRCH (unavailable) once the
+ * sandbox's init is gone, and the registry drops such watchers. */
 enum agsx_fs_event_type {
   AGSX_FS_EVENT_CREATE = 1,
   AGSX_FS_EVENT_WRITE,
@@ -273,13 +276,15 @@ struct agsx_fs_watch;
 int agsx_fs_watch_open(struct agsx_fs_ctx *c, const char *path, unsigned flags,
                        struct agsx_fs_watch **ret, agsx_error_t *err);
 void agsx_fs_watch_free(struct agsx_fs_watch *w);
-/* The inotify fd (non-blocking, CLOEXEC): readable when events wait. */
+/* An epoll fd (CLOEXEC) over the inotify fd and the sandbox's init's
+ * pidfd: readable when events wait or the sandbox ended. */
 int agsx_fs_watch_fd(const struct agsx_fs_watch *w);
 /* Reads what the kernel has for W into its queue (never blocks). */
 void agsx_fs_watch_dispatch(struct agsx_fs_watch *w);
 /* The next queued event into *RET (agsx_fs_event_clear it): 1, or 0 when
- * none is queued; -1 with ENOBUFS after an overflow, or ENOENT once the
- * watched directory itself is gone (after its REMOVE event was returned). */
+ * none is queued; -1 with ENOBUFS after an overflow, ENOENT once the
+ * watched directory itself is gone (after its REMOVE event was returned),
+ * ESRCH once the sandbox ended. */
 int agsx_fs_watch_next(struct agsx_fs_watch *w, struct agsx_fs_event *ret, agsx_error_t *err);
 
 /* The polling watchers of one server process (CreateWatcher,

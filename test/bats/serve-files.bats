@@ -232,9 +232,16 @@ field() { # field KEY: KEY's value from the JSON object in $output
   [ "$status" = 1 ] && [[ $output == invalid_argument:* ]]
 }
 
-@test "fsops: a sandbox that is not running is unavailable" {
+@test "fsops: a sandbox that is not running is unavailable; its watchers end with it" {
   start_box
+  timeout 60 "$DRIVE" "$STATE" box - watch /tmp 1 30 >"$T/events" 2>&1 &
+  local wpid=$! i t0
+  for i in $(seq 50); do grep -q start "$T/events" && break; sleep 0.1; done
+  t0=$(date +%s)
   ax kill box >/dev/null
+  wait $wpid && false
+  [ $(($(date +%s) - t0)) -lt 15 ] # not at the end of its 30 s
+  grep -q '^unavailable: sandbox .* is not running' "$T/events" || { cat "$T/events" >&3; false; }
   for i in $(seq 50); do ax ls -q | grep -q . || break; sleep 0.1; done
   fs - stat /
   [ "$status" = 1 ]
@@ -284,6 +291,7 @@ serve_stop() {
 run_sdk() { # run_sdk SCRIPT: the scenario with the latest SDK; its last line must be "ok"
   local script=$1
   run env E2B_SDK=$NODE_LATEST E2B_API_URL=$U E2B_SANDBOX_URL=$U E2B_API_KEY=$KEY E2B_TEMPLATE=bb \
+    AGSX="$AGSX" AGSX_ROOT="$ROOT" AGSX_STATE="$STATE" \
     timeout --kill-after=5 "${SDK_TIMEOUT:-120}" node "$AGSX_SRCDIR/test/serve/$script"
   if [ "$status" -ne 0 ] || [ "${lines[${#lines[@]}-1]}" != ok ]; then
     echo "# node $script: status $status" >&3

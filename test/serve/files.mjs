@@ -3,9 +3,25 @@
 // makeDir true/false, rename, remove, exists on a missing path, getInfo,
 // a user's ownership, errors in the SDK's classes, and symlinks planted by
 // sandbox code (to /, /etc, ../../..) that resolve inside the sandbox.
+import { execFileSync } from 'node:child_process';
 import { Sandbox, e2b, assert, eq, rejects, main, cleanup, TEMPLATE } from './lib.mjs';
 
 const { FileNotFoundError, NotFoundError, InvalidArgumentError } = e2b;
+
+
+// Sandbox code, through the SDK's commands; before the server has its
+// process service, through `agsx exec` (an API sandbox is an ordinary one).
+async function sh(sbx, cmd) {
+  try {
+    const r = await sbx.commands.run(cmd);
+    return r.stdout;
+  } catch (e) {
+    if (!/not available in this build|unimplemented/i.test(String(e && e.message)) || !process.env.AGSX)
+      throw e;
+    const args = ['--root', process.env.AGSX_ROOT, '--state', process.env.AGSX_STATE];
+    return execFileSync(process.env.AGSX, [...args, 'exec', sbx.sandboxId, 'sh', '-c', cmd]).toString();
+  }
+}
 
 await main(async () => {
   const sbx = await Sandbox.create(TEMPLATE, { timeoutMs: 120000 });
@@ -83,15 +99,14 @@ await main(async () => {
   eq([ai.owner, ai.group], ['agent', 'agent'], 'the file is that user\'s');
 
   // symlinks planted by sandbox code
-  const plant = await sbx.commands.run(
+  await sh(sbx,
     'ln -s / /tmp/rootlink && ln -s /etc /tmp/etclink && ln -s ../../../../../../etc /tmp/up && echo sandbox-only >/etc/agsx-marker');
-  eq(plant.exitCode, 0, 'links planted');
   const pw = await f.read('/tmp/rootlink/etc/passwd');
   assert(pw.includes('agent:x:1000'), 'a link to / reads the sandbox\'s /etc/passwd');
   eq(await f.read('/tmp/up/agsx-marker'), 'sandbox-only\n', '../../.. stays inside the sandbox');
   await rejects(() => f.read('/tmp/etclink/shadow'), FileNotFoundError, 'no host /etc/shadow');
   await f.write('/tmp/etclink/written-through-link', 'w');
-  eq((await sbx.commands.run('cat /etc/written-through-link')).stdout, 'w', 'a write through a link lands inside');
+  eq(await sh(sbx, 'cat /etc/written-through-link'), 'w', 'a write through a link lands inside');
   const li = await f.getInfo('/tmp/etclink');
   eq([li.type, li.symlinkTarget], ['dir', '/etc'], 'a symlink\'s entry: its target\'s type and path');
   eq((await f.list('/tmp/rootlink')).some((e) => e.name === 'boot'), false, 'a link to / lists the sandbox\'s /');
