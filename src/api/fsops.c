@@ -7,6 +7,7 @@
 #include "api/fsops-internal.h"
 #include "sandbox/copy.h"
 #include "sandbox/passwd.h"
+#include "sandbox/proc.h"
 #include "state/state.h"
 
 #include <inttypes.h>
@@ -98,18 +99,15 @@ int fs_pass_error(agsx_error_t *err, agsx_error_t *from) {
 /* ---- context -------------------------------------------------------------------------- */
 
 /* The image's /etc/passwd or /etc/group, read inside the root; absent,
- * unreadable or not a regular file is empty (a FIFO planted there must not
- * block: O_NONBLOCK). */
-static void read_etc(int rootfd, const char *path, char **ret, size_t *ret_len) {
+ * unreadable or not a regular file is empty (a FIFO or a device planted
+ * there is never opened). */
+static void read_etc(struct agsx_fs_ctx *c, const char *path, char **ret, size_t *ret_len) {
   *ret = NULL;
   *ret_len = 0;
-  _cleanup_close_ int fd =
-      agsx_openat2(rootfd, path, O_RDONLY | AGSX_O_UNTRUSTED, 0, RESOLVE_SANDBOX);
   struct stat st;
-  if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || agsx_copy_on_kernel_fs_fd(fd))
-    return;
   _cleanup_error_ agsx_error_t e = NULL;
-  if (agsx_read_fd(fd, AGSX_PASSWD_MAX, ret, ret_len, &e) < 0) {
+  _cleanup_close_ int fd = fs_open_regular(c, path, &st, &e);
+  if (fd < 0 || agsx_read_fd(fd, AGSX_PASSWD_MAX, ret, ret_len, &e) < 0) {
     *ret = NULL;
     *ret_len = 0;
   }
@@ -154,10 +152,11 @@ int agsx_fs_open_root(int rootfd, uint32_t uid_base, const char *sandbox_id,
   _cleanup_fs_ctx_ struct agsx_fs_ctx *c = xzalloc(sizeof(*c));
   c->refs = 1;
   c->rootfd = rootfd;
+  c->pidfd = -1;
   c->uid_base = uid_base;
   snprintf(c->sandbox_id, sizeof(c->sandbox_id), "%s", sandbox_id ? sandbox_id : "");
-  read_etc(rootfd, "/etc/passwd", &c->passwd, &c->passwd_len);
-  read_etc(rootfd, "/etc/group", &c->group, &c->group_len);
+  read_etc(c, "/etc/passwd", &c->passwd, &c->passwd_len);
+  read_etc(c, "/etc/group", &c->group, &c->group_len);
   const char *name = opts->user && *opts->user ? opts->user : opts->default_user;
   if (name == NULL || *name == '\0')
     name = has_user(c, "user") ? "user" : "root";
@@ -175,10 +174,19 @@ int agsx_fs_open_root(int rootfd, uint32_t uid_base, const char *sandbox_id,
 
 int agsx_fs_open(const struct agsx_record *rec, const struct agsx_fs_opts *opts,
                  struct agsx_fs_ctx **ret, agsx_error_t *err) {
+  _cleanup_close_ int pidfd =
+      rec->status == AGSX_STATUS_RUNNING ? agsx_proc_ref_pidfd(&rec->init) : -1;
+  if (pidfd < 0 && (rec->status != AGSX_STATUS_RUNNING || errno == ESRCH))
+    return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running", rec->id);
+  if (pidfd < 0)
+    return agsx_error_set(err, errno, "sandbox `%.12s`: pidfd of its init", rec->id);
   int rootfd = agsx_copy_open_root(rec, err);
   if (rootfd < 0)
     return -1;
-  return agsx_fs_open_root(rootfd, rec->uid_base, rec->id, opts, ret, err);
+  if (agsx_fs_open_root(rootfd, rec->uid_base, rec->id, opts, ret, err) < 0)
+    return -1;
+  (*ret)->pidfd = steal_fd(&pidfd);
+  return 0;
 }
 
 struct agsx_fs_ctx *fs_ctx_ref(struct agsx_fs_ctx *c) {
@@ -191,6 +199,8 @@ void agsx_fs_close(struct agsx_fs_ctx *c) {
     return;
   if (c->rootfd >= 0)
     close(c->rootfd);
+  if (c->pidfd >= 0)
+    close(c->pidfd);
   free(c->passwd);
   free(c->group);
   free(c->user);
@@ -221,7 +231,7 @@ char *fs_clean(const char *path, agsx_error_t *err) {
     return NULL;
   }
   char *out = xmalloc(n + 2);
-  size_t o = 0;
+  size_t o = 0, depth = 0;
   const char *p = path;
   while (*p) {
     while (*p == '/')
@@ -235,9 +245,17 @@ char *fs_clean(const char *path, agsx_error_t *err) {
     } else if (l == 2 && p[0] == '.' && p[1] == '.') {
       while (o > 0 && out[o - 1] != '/')
         o--;
-      if (o > 0)
+      if (o > 0) {
         o--; /* the slash before the dropped component */
+        depth--;
+      }
     } else {
+      if (++depth > AGSX_FS_PATH_DEPTH) {
+        free(out);
+        agsx_error_set_quiet(err, ENAMETOOLONG, "path has more than %u components",
+                             AGSX_FS_PATH_DEPTH);
+        return NULL;
+      }
       out[o++] = '/';
       memcpy(out + o, p, l);
       o += l;
@@ -304,6 +322,32 @@ int fs_open(const struct agsx_fs_ctx *c, const char *abs, int flags) {
   return agsx_openat2(c->rootfd, abs, flags, 0, RESOLVE_SANDBOX);
 }
 
+int fs_open_regular(const struct agsx_fs_ctx *c, const char *abs, struct stat *ret_st,
+                    agsx_error_t *err) {
+  _cleanup_close_ int pfd = fs_open(c, abs, O_PATH);
+  struct stat st, st2;
+  if (pfd < 0 || fstat(pfd, &st) < 0)
+    return agsx_error_set(err, errno == ENOTDIR ? ENOENT : errno, "open %s", abs);
+  if (S_ISDIR(st.st_mode))
+    return agsx_error_set_quiet(err, EISDIR, "path '%s' is a directory", abs);
+  if (!S_ISREG(st.st_mode))
+    return agsx_error_set_quiet(err, EINVAL, "path '%s' is not a regular file", abs);
+  if (agsx_copy_on_kernel_fs_fd(pfd))
+    return agsx_error_set_quiet(err, EACCES, "path '%s' is on a kernel filesystem", abs);
+  int fd = fs_open(c, abs, O_RDONLY | AGSX_O_UNTRUSTED);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "open %s", abs);
+  if (fstat(fd, &st2) < 0 || st2.st_dev != st.st_dev || st2.st_ino != st.st_ino) {
+    close(fd);
+    return agsx_error_set_quiet(err, EAGAIN, "path '%s' changed while it was opened", abs);
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl >= 0)
+    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  *ret_st = st2;
+  return fd;
+}
+
 /* mkdir -p of the absolute clean PATH as the context's user (the caller
  * has entered its ids): each existing prefix is opened inside the root
  * (symlinks followed there, as envd's os.Stat), each missing one created
@@ -335,6 +379,11 @@ int fs_ensure_dirs(const struct agsx_fs_ctx *c, const char *abs, agsx_error_t *e
         return agsx_error_set_quiet(err, EACCES, "cannot create %s on a kernel filesystem", prefix);
       if (mkdirat(cur, name, 0755) < 0 && errno != EEXIST)
         return agsx_error_set(err, errno, "failed to create directory %s", prefix);
+      /* the user's group even below a set-group-ID directory, as envd's chown */
+      if (fchownat(cur, name, c->uid_base + c->uid, c->uid_base + c->gid, AT_SYMLINK_NOFOLLOW) <
+              0 &&
+          errno != ENOENT)
+        return agsx_error_set(err, errno, "failed to chown directory %s", prefix);
     }
   }
   return steal_fd(&cur);
@@ -517,11 +566,18 @@ static void gen_time(yajl_gen g, int64_t sec, long nsec) {
   agsx_json_str(g, s);
 }
 
+/* Sandbox names are bytes: invalid UTF-8 becomes U+FFFD, so the document
+ * stays JSON that protobuf-es parses. */
+void fs_gen_text(yajl_gen g, const char *key, const char *s) {
+  agsx_json_key(g, key);
+  agsx_json_bytes(g, s ? s : "", s ? strlen(s) : 0);
+}
+
 void agsx_fs_entry_gen(yajl_gen g, const struct agsx_fs_entry *e) {
   yajl_gen_map_open(g);
-  agsx_json_kv_str(g, "name", e->name ? e->name : "");
+  fs_gen_text(g, "name", e->name);
   agsx_json_kv_str(g, "type", type_name(e->type));
-  agsx_json_kv_str(g, "path", e->path ? e->path : "");
+  fs_gen_text(g, "path", e->path);
   if (e->st_mode != 0) { /* a full entry, not an upload's path/name/type */
     char size[24], perm[16];
     snprintf(size, sizeof(size), "%" PRIu64, e->size);
@@ -529,13 +585,13 @@ void agsx_fs_entry_gen(yajl_gen g, const struct agsx_fs_entry *e) {
     agsx_json_kv_int(g, "mode", e->mode);
     mode_string(e->st_mode, perm);
     agsx_json_kv_str(g, "permissions", perm);
-    agsx_json_kv_str(g, "owner", e->owner ? e->owner : "");
-    agsx_json_kv_str(g, "group", e->group ? e->group : "");
+    fs_gen_text(g, "owner", e->owner);
+    fs_gen_text(g, "group", e->group);
     agsx_json_key(g, "modifiedTime");
     gen_time(g, e->mtime_sec, e->mtime_nsec);
   }
   if (e->symlink_target)
-    agsx_json_kv_str(g, "symlinkTarget", e->symlink_target);
+    fs_gen_text(g, "symlinkTarget", e->symlink_target);
   yajl_gen_map_close(g);
 }
 

@@ -14,7 +14,14 @@ bats_require_minimum_version 1.5.0
 setup_file() {
   export BB="$BATS_FILE_TMPDIR/bb"
   "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
+  export NODE_LATEST=
+  if command -v node >/dev/null && [ -f "$AGSX_SRCDIR/test/serve/lib.mjs" ] &&
+    mods=$("$AGSX_SRCDIR/test/serve/npm-install" 2>/dev/null); then
+    NODE_LATEST=$(echo "$mods" | sed -n 1p)
+  fi
 }
+
+KEY=e2b_0123456789abcdef0123456789abcdef01234567
 
 DRIVE=${AGSX_BUILDDIR:-$(dirname "$AGSX")}/test/fixtures/fsops-drive
 
@@ -28,10 +35,12 @@ setup() {
   CANARY=/tmp/agsx-fs-canary-$$-$BATS_TEST_NUMBER
   echo canary >"$CANARY"
   HOST_SUMS=$(host_sums)
+  SRV_PID=
 }
 
 teardown() {
   local rc=0
+  serve_stop || rc=1
   ax kill box >/dev/null 2>&1 || true
   if [ "$(host_sums)" != "$HOST_SUMS" ]; then
     echo "# a host file changed" >&3
@@ -223,11 +232,90 @@ field() { # field KEY: KEY's value from the JSON object in $output
   [ "$status" = 1 ] && [[ $output == invalid_argument:* ]]
 }
 
-@test "fsops: a sandbox that is not running is unavailable" {
+@test "fsops: a sandbox that is not running is unavailable; its watchers end with it" {
   start_box
+  timeout 60 "$DRIVE" "$STATE" box - watch /tmp 1 30 >"$T/events" 2>&1 &
+  local wpid=$! i t0
+  for i in $(seq 50); do grep -q start "$T/events" && break; sleep 0.1; done
+  t0=$(date +%s)
   ax kill box >/dev/null
+  wait $wpid && false
+  [ $(($(date +%s) - t0)) -lt 15 ] # not at the end of its 30 s
+  grep -q '^unavailable: sandbox .* is not running' "$T/events" || { cat "$T/events" >&3; false; }
   for i in $(seq 50); do ax ls -q | grep -q . || break; sleep 0.1; done
   fs - stat /
   [ "$status" = 1 ]
   [[ $output == unavailable:* || $output == not_found:*"no such sandbox"* ]]
+}
+
+# ---- through the SDK and agsx serve (the helpers of serve.bats) ----
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+serve_start() {
+  [ -n "$NODE_LATEST" ] || skip "the npm e2b SDK or test/serve/lib.mjs is missing"
+  "$AGSX" serve --help >/dev/null 2>&1 || skip "agsx serve is not built yet"
+  ax image load --tag bb "$BB" >/dev/null
+  PORT=$(free_port)
+  U=http://127.0.0.1:$PORT
+  "$AGSX" --root "$ROOT" --state "$STATE" serve --listen "127.0.0.1:$PORT" --api-key "$KEY" \
+    --template bb=bb "$@" >"$T/serve.log" 2>&1 &
+  SRV_PID=$!
+  local i
+  for i in $(seq 100); do
+    curl -s -o /dev/null "$U/" && break
+    kill -0 "$SRV_PID" 2>/dev/null || { cat "$T/serve.log" >&3; return 1; }
+    sleep 0.05
+  done
+  SRV_FDS=$(ls /proc/$SRV_PID/fd | wc -l)
+}
+
+serve_stop() {
+  [ -n "${SRV_PID:-}" ] || return 0
+  local fds rc=0
+  sleep 0.2
+  fds=$(ls /proc/$SRV_PID/fd 2>/dev/null | wc -l)
+  if [ "$fds" -gt "$SRV_FDS" ]; then
+    echo "# the server holds $fds fds, $SRV_FDS after its start:" >&3
+    ls -l /proc/$SRV_PID/fd >&3
+    rc=1
+  fi
+  kill "$SRV_PID" 2>/dev/null || true
+  wait "$SRV_PID" 2>/dev/null || true
+  SRV_PID=
+  return $rc
+}
+
+run_sdk() { # run_sdk SCRIPT: the scenario with the latest SDK; its last line must be "ok"
+  local script=$1
+  run env E2B_SDK=$NODE_LATEST E2B_API_URL=$U E2B_SANDBOX_URL=$U E2B_API_KEY=$KEY E2B_TEMPLATE=bb \
+    AGSX="$AGSX" AGSX_ROOT="$ROOT" AGSX_STATE="$STATE" \
+    timeout --kill-after=5 "${SDK_TIMEOUT:-120}" node "$AGSX_SRCDIR/test/serve/$script"
+  if [ "$status" -ne 0 ] || [ "${lines[${#lines[@]}-1]}" != ok ]; then
+    echo "# node $script: status $status" >&3
+    printf '%s\n' "$output" | sed 's/^/#   /' >&3
+    sed 's/^/# serve: /' "$T/serve.log" | tail -30 >&3
+    return 1
+  fi
+}
+
+@test "sdk files: every files call; planted links resolve inside the sandbox" {
+  serve_start
+  run_sdk files.mjs
+}
+
+@test "sdk files: 50 MiB up and down by hash, multipart and streamed; the server stays small" {
+  serve_start
+  SDK_TIMEOUT=300 run_sdk files-big.mjs
+  printf '%s\n' "$output" | grep '^#' >&3 || true
+  hwm=$(awk '/^VmHWM/ {print $2}' /proc/$SRV_PID/status)
+  echo "# server VmHWM: $hwm KiB" >&3
+  [ "$hwm" -lt $((32 * 1024)) ]
+}
+
+@test "sdk files: watchDir events, recursive and not" {
+  serve_start
+  run_sdk files-watch.mjs
 }
