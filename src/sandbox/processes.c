@@ -594,7 +594,10 @@ static int proc_start(struct agsx_procs *ps, const struct agsx_process_spec *s, 
     proc_free(p);
     return -1;
   }
+  struct winsize ws = {.ws_row = (unsigned short)(s->rows ? s->rows : 24),
+                       .ws_col = (unsigned short)(s->cols ? s->cols : 80)};
   struct agsx_exec_config cfg = {.argv = s->argv,
+                                 .winsize = s->pty ? &ws : NULL,
                                  .env = s->env,
                                  .cwd = s->cwd,
                                  .user = s->user,
@@ -618,9 +621,6 @@ static int proc_start(struct agsx_procs *ps, const struct agsx_process_spec *s, 
     p->out[0] = p->in = p->e->pty_master;
     p->e->pty_master = -1;
     fcntl(p->in, F_SETFL, O_NONBLOCK);
-    struct winsize ws = {.ws_row = (unsigned short)(s->rows ? s->rows : 24),
-                         .ws_col = (unsigned short)(s->cols ? s->cols : 80)};
-    ioctl(p->in, TIOCSWINSZ, &ws);
   }
   p->info.pid = ns_pid(p->e->pid);
   info_from_spec(&p->info, s);
@@ -652,23 +652,27 @@ static struct proc *find(struct agsx_procs *ps, uint32_t pid) {
   return NULL;
 }
 
-/* Writes what is pending to stdin; closes it when asked and done. */
-static void flush_input(struct proc *p) {
+/* Writes what is pending to stdin; closes it when asked and done. False
+ * when the reader is gone (EPIPE: stdin is closed then). */
+static bool flush_input(struct proc *p) {
   while (p->pend_len > 0 && p->in >= 0) {
     ssize_t n = write(p->in, p->pend, p->pend_len);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && errno == EAGAIN)
-      return;
+      return true;
     if (n <= 0) {
-      p->pend_len = 0; /* the reader is gone */
-      break;
+      p->pend_len = 0;
+      if (!p->info.pty)
+        agsx_closep(&p->in);
+      return false;
     }
     memmove(p->pend, p->pend + n, p->pend_len - (size_t)n);
     p->pend_len -= (size_t)n;
   }
   if (p->close_in && p->pend_len == 0 && p->in >= 0 && !p->info.pty)
     agsx_closep(&p->in);
+  return true;
 }
 
 static int op_input(struct proc *p, const struct agsx_control_msg *m, agsx_error_t *err) {
@@ -684,7 +688,8 @@ static int op_input(struct proc *p, const struct agsx_control_msg *m, agsx_error
   p->pend = xrealloc(p->pend, p->pend_len + m->len + 1);
   memcpy(p->pend + p->pend_len, m->data, m->len);
   p->pend_len += m->len;
-  flush_input(p);
+  if (!flush_input(p))
+    return agsx_error_set(err, EPIPE, "process %u closed its stdin", p->info.pid);
   return 0;
 }
 

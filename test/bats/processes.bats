@@ -93,6 +93,20 @@ wait_ended() {
   [ "$(px log "$id" "$p" 2>/dev/null)" = done ]
 }
 
+@test "processes: input to a process that closed its stdin: EPIPE, the supervisor lives on" {
+  idle
+  local p
+  p=$(px start --stdin "$id" sh -c 'exec 0<&-; sleep 1; echo alive')
+  sleep 0.3
+  run px input "$id" "$p" 'into the void\n'
+  [ "$status" -eq 1 ] && [[ "$output" == *EPIPE* ]] || { show_run; return 1; }
+  wait_ended "$p"
+  [ "$(px log "$id" "$p" 2>/dev/null)" = alive ]
+  p=$(px start "$id" echo still-here)
+  wait_ended "$p"
+  [ "$(px log "$id" "$p" 2>/dev/null)" = still-here ]
+}
+
 @test "processes: a pty: controlling tty, size, input, resize" {
   idle
   local p
