@@ -582,29 +582,23 @@ static void info_from_spec(struct agsx_process_info *i, const struct agsx_proces
   i->started_ns = agsx_now_ns();
 }
 
-static int proc_start(struct agsx_procs *ps, const struct agsx_process_spec *s, uint32_t *ret_pid,
-                      int *ret_code, agsx_error_t *err) {
-  *ret_code = 125;
-  if (ps->n >= AGSX_PROCESS_MAX)
-    return agsx_error_set(err, EAGAIN, "at most %d processes at once", AGSX_PROCESS_MAX);
-  struct proc *p = xzalloc(sizeof(*p));
-  p->out[0] = p->out[1] = p->in = p->dirfd = -1;
+/* Forks and execs it (agsx_exec_start, with the record as it is now: a
+ * paused sandbox is refused there); P then holds its pipes or pty master. */
+static int proc_exec(struct agsx_procs *ps, const struct agsx_process_spec *s, struct proc *p,
+                     int *ret_code, agsx_error_t *err) {
   int child[3];
-  if (open_stdio(s, p, child, err) < 0) {
-    proc_free(p);
+  if (open_stdio(s, p, child, err) < 0)
     return -1;
-  }
   struct winsize ws = {.ws_row = (unsigned short)(s->rows ? s->rows : 24),
                        .ws_col = (unsigned short)(s->cols ? s->cols : 80)};
   struct agsx_exec_config cfg = {.argv = s->argv,
-                                 .winsize = s->pty ? &ws : NULL,
                                  .env = s->env,
                                  .cwd = s->cwd,
                                  .user = s->user,
                                  .tty = s->pty,
                                  .stdio = {child[0], child[1], child[2]},
-                                 .seccomp = ps->seccomp};
-  /* The record as it is now: a paused sandbox is refused (exec.c). */
+                                 .seccomp = ps->seccomp,
+                                 .winsize = s->pty ? &ws : NULL};
   struct agsx_record rec;
   int r = agsx_record_read(ps->statefd, ps->rec.id, &rec, err);
   if (r == 0) {
@@ -613,14 +607,26 @@ static int proc_start(struct agsx_procs *ps, const struct agsx_process_spec *s, 
   }
   for (int i = 0; i < 3; i++)
     agsx_closep(&child[i]);
-  if (r < 0) {
-    proc_free(p);
+  if (r < 0)
     return -1;
-  }
   if (s->pty) {
     p->out[0] = p->in = p->e->pty_master;
     p->e->pty_master = -1;
     fcntl(p->in, F_SETFL, O_NONBLOCK);
+  }
+  return 0;
+}
+
+static int proc_start(struct agsx_procs *ps, const struct agsx_process_spec *s, uint32_t *ret_pid,
+                      int *ret_code, agsx_error_t *err) {
+  *ret_code = 125;
+  if (ps->n >= AGSX_PROCESS_MAX)
+    return agsx_error_set(err, EAGAIN, "at most %d processes at once", AGSX_PROCESS_MAX);
+  struct proc *p = xzalloc(sizeof(*p));
+  p->out[0] = p->out[1] = p->in = p->dirfd = -1;
+  if (proc_exec(ps, s, p, ret_code, err) < 0) {
+    proc_free(p);
+    return -1;
   }
   p->info.pid = ns_pid(p->e->pid);
   info_from_spec(&p->info, s);
