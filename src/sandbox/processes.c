@@ -467,14 +467,17 @@ int agsx_procs_new(int statefd, int dirfd, const struct agsx_record *rec,
   return 0;
 }
 
-static void proc_write_info(struct agsx_procs *ps, struct proc *p) {
+/* Written whole and renamed into place, without agsx_write_file_atomic's
+ * fsyncs: the state directory does not outlive a reboot, and a start or an
+ * end must not wait for a disk (twice per process). */
+static void proc_write_info(struct proc *p) {
   size_t len;
   _cleanup_free_ char *json = info_to_json(&p->info, &len);
-  agsx_error_t err = NULL;
-  if (agsx_write_file_atomic(p->dirfd, CONFIG_JSON, json, len, 0600, &err) < 0)
-    agsx_warn("process %u: %s", p->info.pid, err->msg);
-  agsx_error_free(&err);
-  (void)ps;
+  _cleanup_close_ int fd = openat(p->dirfd, CONFIG_JSON ".tmp",
+                                  O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0 || agsx_write_all(fd, json, len) < 0 ||
+      renameat(p->dirfd, CONFIG_JSON ".tmp", p->dirfd, CONFIG_JSON) < 0)
+    agsx_warn("process %u: write its record: %s", p->info.pid, strerror(errno));
 }
 
 static void proc_free(struct proc *p) {
@@ -566,7 +569,7 @@ static int proc_record(struct agsx_procs *ps, struct proc *p, agsx_error_t *err)
     return agsx_error_set(err, errno, "process directory");
   if (agsx_log_writer_open(p->dirfd, "log", ps->cap, &p->log, err) < 0)
     return -1;
-  proc_write_info(ps, p);
+  proc_write_info(p);
   return 0;
 }
 
@@ -868,7 +871,7 @@ static void proc_end(struct agsx_procs *ps, struct proc *p, const char *why) {
   if (agsx_log_end(p->log, p->info.exit_code, p->info.term_signal, error, &err) < 0)
     agsx_warn("process %u: %s", p->info.pid, err->msg);
   agsx_error_free(&err);
-  proc_write_info(ps, p);
+  proc_write_info(p);
   prune_ended(ps, p->info.pid);
 }
 

@@ -301,3 +301,22 @@ END
   wait_ended "$p"
   [ "$(px log "$id" "$p" 2>/dev/null)" = still-answering ]
 }
+
+@test "processes: a killed supervisor's processes read as ended (137), new ones are refused" {
+  local out sup p
+  out=$(px create --idle busybox)
+  id=${out%% *}
+  sup=${out##* }
+  echo "$id" >>"$T/ids"
+  p=$(px start "$id" sleep 300)
+  kill -9 "$sup"
+  local i
+  for i in $(seq 1 50); do
+    kill -0 "$sup" 2>/dev/null || break
+    sleep 0.1
+  done
+  [[ "$(px get "$id" "$p")" == "$p ended 137 9 - sleep 300" ]] || { px get "$id" "$p" >&3; return 1; }
+  [ -z "$(px list "$id")" ]
+  run px start "$id" true
+  [ "$status" -ne 0 ] && [[ "$output" == *ESRCH* ]] || { show_run; return 1; }
+}
