@@ -320,3 +320,27 @@ END
   run px start "$id" true
   [ "$status" -ne 0 ] && [[ "$output" == *ESRCH* ]] || { show_run; return 1; }
 }
+
+@test "a caller SIGKILLed with its whole process group leaves the sandbox and its processes running" {
+  setsid "$PROCS" --root "$ROOT" --state "$STATE" create --idle --linger busybox >"$T/created" &
+  local caller=$! i
+  for i in $(seq 1 100); do
+    [ -s "$T/created" ] && break
+    sleep 0.1
+  done
+  id=$(cut -d' ' -f1 "$T/created")
+  echo "$id" >>"$T/ids"
+  local p
+  p=$(px start "$id" sleep 300)
+  # As a server's unit stop or a terminal's hangup would: every process
+  # of the caller's group at once.
+  kill -9 -- "-$caller"
+  wait "$caller" 2>/dev/null || true
+  sleep 0.5
+  [[ "$(ax ls -q)" == *"${id:0:12}"* ]] || { ax ls >&3; return 1; }
+  [[ "$(px get "$id" "$p")" == "$p running "* ]]
+  local q
+  q=$(px start "$id" echo after)
+  wait_ended "$q"
+  [ "$(px log "$id" "$q" 2>/dev/null)" = after ]
+}
