@@ -111,6 +111,8 @@ static const struct agsx_option exec_opts[] = {
     {"workdir", 'w', "DIR", "Working directory (default: the sandbox's)", O_WORKDIR},
     {"user", 'u', "USER[:GROUP]", "Run as this user (default: the sandbox's)", O_USER},
     {"timeout", 0, "DURATION", "Kill the command's whole process tree after DURATION", O_TIMEOUT},
+    {"detach", 'd', NULL, "Run it in the background, owned by the sandbox; print its pid",
+     O_DETACH},
     {0},
 };
 
@@ -151,6 +153,7 @@ static const struct agsx_option logs_opts[] = {
     {"follow", 'f', NULL, "Follow the log until the sandbox ends", O_FOLLOW},
     {"tail", 'n', "N", "Only the last N lines (default: all)", O_TAIL},
     {"timestamps", 't', NULL, "Prefix each line with its time (RFC 3339, UTC)", O_TIMESTAMPS},
+    {"exec", 0, "PID", "The output of the process `agsx exec -d` started as PID instead", O_EXEC},
     {0},
 };
 

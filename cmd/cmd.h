@@ -94,6 +94,7 @@ enum {
   O_FOLLOW,
   O_TAIL,
   O_TIMESTAMPS,
+  O_EXEC,
 };
 
 /* The table, in cmd/agsx.c. */

@@ -508,6 +508,9 @@ static _Noreturn void detached_supervisor(struct sup *f, int report) {
   if (devnull >= 0)
     for (int i = 0; i < 3; i++)
       dup2(devnull, i);
+  /* It writes to its processes' stdin pipes: a reader gone is EPIPE, not
+   * its death (the command's dispositions are reset before exec). */
+  signal(SIGPIPE, SIG_IGN);
   int r = start(f, pipes, &err);
   struct report m = {.ok = r == 0};
   agsx_proc_ref_self(&m.supervisor);
