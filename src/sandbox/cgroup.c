@@ -326,13 +326,6 @@ static bool hier_has(struct agsx_cgroup *cg, const char *mnt, enum ctrl c) {
   return false;
 }
 
-bool agsx_cgroup_is_created(const struct agsx_cgroup *cg) {
-  for (size_t i = 0; cg && i < cg->n; i++)
-    if (cg->h[i].fd >= 0)
-      return true;
-  return false;
-}
-
 /* The leaf fd that carries controller C, or -1. v2 has one directory for all. */
 static int hier_fd(struct agsx_cgroup *cg, enum ctrl c) {
   for (size_t i = 0; i < cg->n; i++)
