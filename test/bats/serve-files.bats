@@ -417,3 +417,25 @@ print(urllib.parse.quote(v, safe=""))' "$1" "$2" "$TOK" "${@:3}"
   [ "${lines[1]}" = 200 ]
   sbx_kill
 }
+
+@test "curl files: a client that goes away mid-upload leaves the old file and no temp" {
+  serve_start
+  sbx_create
+  run ax exec "$SID" sh -c 'echo old >/tmp/keep'
+  head -c $((64 << 20)) /dev/zero >"$T/big"
+  curl -s "${EH[@]}" -H "X-Access-Token: $TOK" -H 'Content-Type: application/octet-stream' \
+    --limit-rate 4M --data-binary @"$T/big" "$U/files?path=/tmp/keep" >/dev/null &
+  local cpid=$! i
+  sleep 1.5
+  kill $cpid
+  wait $cpid || true
+  for i in $(seq 50); do
+    [ "$(ls /proc/$SRV_PID/fd | wc -l)" -le "$SRV_FDS" ] && break
+    sleep 0.1
+  done
+  run ax exec "$SID" cat /tmp/keep
+  [ "$output" = old ]
+  run ax exec "$SID" ls -a /tmp
+  [[ $output != *agsx-upload* ]]
+  sbx_kill
+}
