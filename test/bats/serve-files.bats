@@ -43,6 +43,7 @@ teardown() {
   local rc=0
   serve_stop || rc=1
   ax kill box >/dev/null 2>&1 || true
+  ax kill hbox >/dev/null 2>&1 || true
   if [ "$(host_sums)" != "$HOST_SUMS" ]; then
     echo "# a host file changed" >&3
     rc=1
@@ -77,7 +78,7 @@ fs() {
   local user=$1
   shift
   AX_CMD="fsops-drive $user $*"
-  run timeout 60 "$DRIVE" "$STATE" box "$user" "$@"
+  run timeout 60 "$DRIVE" "$STATE" "${BOX:-box}" "$user" "$@"
 }
 
 field() { # field KEY: KEY's value from the JSON object in $output
@@ -167,6 +168,37 @@ field() { # field KEY: KEY's value from the JSON object in $output
   [ "$status" = 1 ]
   fs - read /proc/kallsyms
   [ "$status" = 1 ] && [[ $output == permission_denied:*"kernel filesystem"* ]]
+}
+
+@test "fsops: host files in a sandbox (a host image, a volume) get no host root privileges" {
+  mkdir -p "$T/vol/ro" "$T/vol/open"
+  echo secret >"$T/vol/secret" && chmod 0600 "$T/vol/secret"
+  echo public >"$T/vol/public" && chmod 0644 "$T/vol/public"
+  chmod 0755 "$T/vol" && chmod 1777 "$T/vol/open"
+  ax run -d --name hbox --timeout 10m -v "$T/vol:/vol" host sleep 600 >/dev/null
+  BOX=hbox
+  fs - read /vol/secret
+  [ "$status" = 1 ] && [[ $output == "permission_denied: permission denied: /vol/secret" ]]
+  fs - read /vol/public
+  assert_success
+  [ "$output" = public ]
+  fs - write /vol/new <<<"x"
+  [ "$status" = 1 ] && [[ $output == permission_denied:* ]]
+  fs - rm /vol/public
+  [ "$status" = 1 ] && [[ $output == permission_denied:* ]]
+  fs - mv /vol/public /tmp/stolen
+  [ "$status" = 1 ] && [[ $output == permission_denied:* ]]
+  [ -e "$T/vol/public" ] && [ ! -e "$T/vol/new" ]
+  fs - write /vol/open/mine <<<"ours"
+  assert_success
+  [ "$(cat "$T/vol/open/mine")" = ours ]
+  fs - read /usr/bin/env
+  assert_success
+  if [ -d /etc/ssl/private ] && [ "$(stat -c %a /etc/ssl/private | cut -c3)" -lt 4 ]; then
+    fs - list /etc/ssl/private 1 # the host's private keys: the sandbox may not list them
+    [ "$status" = 1 ] && [[ $output == permission_denied:* ]]
+  fi
+  ax kill hbox >/dev/null
 }
 
 @test "fsops: a 50 MiB upload is streamed, read back the same, in little memory" {
