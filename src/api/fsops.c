@@ -322,6 +322,41 @@ int fs_open(const struct agsx_fs_ctx *c, const char *abs, int flags) {
   return agsx_openat2(c->rootfd, abs, flags, 0, RESOLVE_SANDBOX);
 }
 
+static bool mapped(const struct agsx_fs_ctx *c, unsigned id) {
+  return id >= c->uid_base && id - c->uid_base < 65536;
+}
+
+bool fs_sandbox_may(const struct agsx_fs_ctx *c, const struct stat *st, int mask) {
+  if (mapped(c, st->st_uid) && mapped(c, st->st_gid))
+    return true;
+  mode_t other = st->st_mode & 07;
+  return !((mask & R_OK) && !(other & 04)) && !((mask & W_OK) && !(other & 02)) &&
+         !((mask & X_OK) && !(other & 01));
+}
+
+int fs_check_may(const struct agsx_fs_ctx *c, int fd, int mask, const char *path,
+                 agsx_error_t *err) {
+  struct stat st;
+  if (fstat(fd, &st) < 0)
+    return agsx_error_set(err, errno, "stat %s", path);
+  if (!fs_sandbox_may(c, &st, mask))
+    return agsx_error_set_quiet(err, EACCES, "permission denied: %s", path);
+  return 0;
+}
+
+int fs_check_unlink(const struct agsx_fs_ctx *c, int dfd, const char *name, const char *path,
+                    agsx_error_t *err) {
+  struct stat dst, st;
+  if (fstat(dfd, &dst) < 0)
+    return agsx_error_set(err, errno, "stat the directory of %s", path);
+  if (!fs_sandbox_may(c, &dst, W_OK | X_OK))
+    return agsx_error_set_quiet(err, EACCES, "permission denied: %s", path);
+  if ((dst.st_mode & S_ISVTX) && fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+      !mapped(c, st.st_uid) && !mapped(c, dst.st_uid))
+    return agsx_error_set_quiet(err, EACCES, "permission denied: %s", path);
+  return 0;
+}
+
 int fs_open_regular(const struct agsx_fs_ctx *c, const char *abs, struct stat *ret_st,
                     agsx_error_t *err) {
   _cleanup_close_ int pfd = fs_open(c, abs, O_PATH);
@@ -334,6 +369,8 @@ int fs_open_regular(const struct agsx_fs_ctx *c, const char *abs, struct stat *r
     return agsx_error_set_quiet(err, EINVAL, "path '%s' is not a regular file", abs);
   if (agsx_copy_on_kernel_fs_fd(pfd))
     return agsx_error_set_quiet(err, EACCES, "path '%s' is on a kernel filesystem", abs);
+  if (!fs_sandbox_may(c, &st, R_OK))
+    return agsx_error_set_quiet(err, EACCES, "permission denied: %s", abs);
   int fd = fs_open(c, abs, O_RDONLY | AGSX_O_UNTRUSTED);
   if (fd < 0)
     return agsx_error_set(err, errno, "open %s", abs);
@@ -377,6 +414,8 @@ int fs_ensure_dirs(const struct agsx_fs_ctx *c, const char *abs, agsx_error_t *e
         return agsx_error_set(err, errno, "failed to stat directory %s", prefix);
       if (agsx_copy_on_kernel_fs_fd(cur))
         return agsx_error_set_quiet(err, EACCES, "cannot create %s on a kernel filesystem", prefix);
+      if (fs_check_may(c, cur, W_OK | X_OK, prefix, err) < 0)
+        return -1;
       if (mkdirat(cur, name, 0755) < 0 && errno != EEXIST)
         return agsx_error_set(err, errno, "failed to create directory %s", prefix);
       /* the user's group even below a set-group-ID directory, as envd's chown */
@@ -680,6 +719,8 @@ static int list_dir(struct lister *l, int fd, const char *path, unsigned level, 
     fs_fill_entry(l->c, child, &st, &l->v[l->n++]);
     if (!S_ISDIR(st.st_mode) || level + 1 >= l->depth)
       continue;
+    if (!fs_sandbox_may(l->c, &st, R_OK | X_OK))
+      continue; /* a host directory the sandbox may not read: listed, not entered */
     _cleanup_close_ int sub = agsx_copy_open_child(fd, names[i], O_RDONLY | O_DIRECTORY, 0);
     if (sub < 0)
       continue; /* vanished or swapped for a symlink: not followed */
@@ -708,6 +749,8 @@ int agsx_fs_list(struct agsx_fs_ctx *c, const char *path, unsigned depth,
     return agsx_error_set_quiet(err, ENOENT, "directory not found: %s", abs);
   if (fd < 0)
     return agsx_error_set(err, errno, "error opening directory %s", abs);
+  if (fs_check_may(c, fd, R_OK | X_OK, abs, err) < 0)
+    return -1;
   struct lister l = {.c = c, .depth = depth};
   if (list_dir(&l, fd, abs, 0, err) < 0) {
     agsx_fs_entries_free(l.v, l.n);
@@ -776,6 +819,8 @@ int agsx_fs_move(struct agsx_fs_ctx *c, const char *src, const char *dst, struct
     return -1;
   if (agsx_copy_on_kernel_fs_fd(sfd))
     return agsx_error_set_quiet(err, EACCES, "cannot move %s: on a kernel filesystem", from);
+  if (fs_check_unlink(c, sfd, sbase, from, err) < 0)
+    return -1;
   int secbits;
   if (fs_enter(c, &secbits, err) < 0)
     return -1;
@@ -783,6 +828,8 @@ int agsx_fs_move(struct agsx_fs_ctx *c, const char *src, const char *dst, struct
   int r = dfd < 0 ? -1 : 0, e = 0;
   if (r == 0 && agsx_copy_on_kernel_fs_fd(dfd))
     r = agsx_error_set_quiet(err, EACCES, "cannot move to %s: on a kernel filesystem", to);
+  if (r == 0)
+    r = fs_check_unlink(c, dfd, dbase, to, err);
   if (r == 0 && renameat(sfd, sbase, dfd, dbase) < 0) {
     e = errno;
     r = -1;
@@ -810,6 +857,11 @@ int agsx_fs_remove(struct agsx_fs_ctx *c, const char *path, agsx_error_t *err) {
     return agsx_fs_code(&perr) == AGSX_FS_NOT_FOUND ? 0 : fs_pass_error(err, &perr);
   if (agsx_copy_on_kernel_fs_fd(pfd))
     return agsx_error_set_quiet(err, EACCES, "cannot remove %s: on a kernel filesystem", abs);
+  struct stat st;
+  if (fstatat(pfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT)
+    return 0;
+  if (fs_check_unlink(c, pfd, base, abs, err) < 0)
+    return -1;
   if (agsx_rm_rf_at(pfd, base, err) < 0)
     return agsx_error_wrap(err, "error removing file or directory %s", abs);
   return 0;

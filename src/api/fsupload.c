@@ -112,6 +112,8 @@ static int upload_target(struct agsx_fs_upload *u, agsx_error_t *err) {
     }
     if (agsx_copy_on_kernel_fs_fd(pfd))
       return agsx_error_set_quiet(err, EACCES, "cannot write %s: on a kernel filesystem", cur);
+    if (fs_check_unlink(u->c, pfd, base, cur, err) < 0)
+      return -1;
     free(u->abs);
     u->abs = steal_ptr(&cur);
     u->base = steal_ptr(&base);

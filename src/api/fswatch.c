@@ -177,8 +177,9 @@ static int add_tree(struct agsx_fs_watch *w, int fd, const char *rel, unsigned d
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
       continue;
     _cleanup_close_ int sub = agsx_copy_open_child(fd, de->d_name, O_RDONLY | O_DIRECTORY, 0);
-    if (sub < 0)
-      continue;
+    struct stat st;
+    if (sub < 0 || fstat(sub, &st) < 0 || !fs_sandbox_may(w->c, &st, R_OK | X_OK))
+      continue; /* a host directory the sandbox may not read is not watched */
     _cleanup_free_ char *r = rel_join(rel, de->d_name);
     if (add_dir(w, sub, r, err) < 0 || add_tree(w, sub, r, depth + 1, err) < 0)
       return -1;
@@ -205,6 +206,8 @@ int agsx_fs_watch_open(struct agsx_fs_ctx *c, const char *path, unsigned flags,
     return agsx_error_set_quiet(err, ENOENT, "path %s not found", w->abs);
   if (fd < 0)
     return agsx_error_set(err, errno, "error statting path %s", w->abs);
+  if (fs_check_may(c, fd, R_OK | X_OK, w->abs, err) < 0)
+    return -1;
   w->ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (w->ifd < 0)
     return agsx_error_set(err, errno, "error creating watcher");
@@ -243,7 +246,8 @@ static void push(struct agsx_fs_watch *w, const char *name, enum agsx_fs_event_t
 static void watch_new_dir(struct agsx_fs_watch *w, const char *rel) {
   _cleanup_free_ char *abs = xasprintf("%s/%s", strcmp(w->abs, "/") ? w->abs : "", rel);
   _cleanup_close_ int fd = fs_open(w->c, abs, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
-  if (fd < 0)
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) < 0 || !fs_sandbox_may(w->c, &st, R_OK | X_OK))
     return;
   _cleanup_error_ agsx_error_t err = NULL;
   if (add_dir(w, fd, rel, &err) < 0 || add_tree(w, fd, rel, 0, &err) < 0) {

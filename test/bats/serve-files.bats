@@ -3,8 +3,9 @@
 # envd's filesystem half (api/fsops.h) on running sandboxes: through the
 # test driver test/fixtures/fsops-drive (the library, no HTTP), and through
 # the unmodified npm `e2b` SDK's `files` calls against `agsx serve`
-# (test/serve/files.mjs; those tests skip while the server or the SDK is
-# missing). Symlinks planted by sandbox code (to /, /etc, ../../..) must
+# (test/serve/files*.mjs; those tests skip while the server or the SDK is
+# missing), and curl for what the JS SDK does not send (gzip bodies,
+# signed URLs, the polling watchers of the Python SDK). Symlinks planted by sandbox code (to /, /etc, ../../..) must
 # resolve inside the sandbox: no host file may be read or change.
 
 load helpers
@@ -42,6 +43,7 @@ teardown() {
   local rc=0
   serve_stop || rc=1
   ax kill box >/dev/null 2>&1 || true
+  ax kill hbox >/dev/null 2>&1 || true
   if [ "$(host_sums)" != "$HOST_SUMS" ]; then
     echo "# a host file changed" >&3
     rc=1
@@ -76,7 +78,7 @@ fs() {
   local user=$1
   shift
   AX_CMD="fsops-drive $user $*"
-  run timeout 60 "$DRIVE" "$STATE" box "$user" "$@"
+  run timeout 60 "$DRIVE" "$STATE" "${BOX:-box}" "$user" "$@"
 }
 
 field() { # field KEY: KEY's value from the JSON object in $output
@@ -166,6 +168,37 @@ field() { # field KEY: KEY's value from the JSON object in $output
   [ "$status" = 1 ]
   fs - read /proc/kallsyms
   [ "$status" = 1 ] && [[ $output == permission_denied:*"kernel filesystem"* ]]
+}
+
+@test "fsops: host files in a sandbox (a host image, a volume) get no host root privileges" {
+  mkdir -p "$T/vol/ro" "$T/vol/open"
+  echo secret >"$T/vol/secret" && chmod 0600 "$T/vol/secret"
+  echo public >"$T/vol/public" && chmod 0644 "$T/vol/public"
+  chmod 0755 "$T/vol" && chmod 1777 "$T/vol/open"
+  ax run -d --name hbox --timeout 10m -v "$T/vol:/vol" host sleep 600 >/dev/null
+  BOX=hbox
+  fs - read /vol/secret
+  [ "$status" = 1 ] && [[ $output == "permission_denied: permission denied: /vol/secret" ]]
+  fs - read /vol/public
+  assert_success
+  [ "$output" = public ]
+  fs - write /vol/new <<<"x"
+  [ "$status" = 1 ] && [[ $output == permission_denied:* ]]
+  fs - rm /vol/public
+  [ "$status" = 1 ] && [[ $output == permission_denied:* ]]
+  fs - mv /vol/public /tmp/stolen
+  [ "$status" = 1 ] && [[ $output == permission_denied:* ]]
+  [ -e "$T/vol/public" ] && [ ! -e "$T/vol/new" ]
+  fs - write /vol/open/mine <<<"ours"
+  assert_success
+  [ "$(cat "$T/vol/open/mine")" = ours ]
+  fs - read /usr/bin/env
+  assert_success
+  if [ -d /etc/ssl/private ] && [ "$(stat -c %a /etc/ssl/private | cut -c3)" -lt 4 ]; then
+    fs - list /etc/ssl/private 1 # the host's private keys: the sandbox may not list them
+    [ "$status" = 1 ] && [[ $output == permission_denied:* ]]
+  fi
+  ax kill hbox >/dev/null
 }
 
 @test "fsops: a 50 MiB upload is streamed, read back the same, in little memory" {
@@ -318,4 +351,123 @@ run_sdk() { # run_sdk SCRIPT: the scenario with the latest SDK; its last line mu
 @test "sdk files: watchDir events, recursive and not" {
   serve_start
   run_sdk files-watch.mjs
+}
+
+# ---- curl: the edges of /files and the polling watchers ----
+
+# sbx_create: a sandbox through the API; $SID, $TOK, $EH (its envd headers)
+sbx_create() {
+  local out
+  out=$(curl -s -X POST -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
+    --data-binary '{"templateID":"bb","timeout":120}' "$U/v2/sandboxes")
+  SID=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["sandboxID"])' "$out")
+  TOK=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["envdAccessToken"])' "$out")
+  EH=(-H "E2b-Sandbox-Id: $SID" -H "E2b-Sandbox-Port: 49983")
+}
+
+sbx_kill() { curl -s -X DELETE -H "X-API-KEY: $KEY" "$U/sandboxes/$SID" >/dev/null; }
+
+rpc() { # rpc METHOD JSON: a unary Connect call of the Filesystem service
+  curl -s "${EH[@]}" -H "X-Access-Token: $TOK" -H 'Content-Type: application/json' \
+    -H 'Connect-Protocol-Version: 1' --data-binary "$2" -w '\n%{http_code}' \
+    "$U/filesystem.Filesystem/$1"
+}
+
+sig() { # sig PATH OP [EXPIRATION]: envd's v1 signature for the default user, URL-encoded
+  python3 -c 'import base64,hashlib,sys,urllib.parse
+p,op,tok=sys.argv[1:4]; s=":".join([p,op,"",tok]+sys.argv[4:])
+v="v1_"+base64.b64encode(hashlib.sha256(s.encode()).digest()).decode().rstrip("=")
+print(urllib.parse.quote(v, safe=""))' "$1" "$2" "$TOK" "${@:3}"
+}
+
+@test "curl files: gzip and raw bodies, duplicates, 404 and 400 bodies, signed URLs, users" {
+  serve_start
+  sbx_create
+  printf 'zipped\n' | gzip -c >"$T/z.gz"
+  run curl -s "${EH[@]}" -H "X-Access-Token: $TOK" -H 'Content-Type: application/octet-stream' \
+    -H 'Content-Encoding: gzip' --data-binary @"$T/z.gz" -w '\n%{http_code}' "$U/files?path=/tmp/z.txt"
+  [ "${lines[1]}" = 200 ] && [ "${lines[0]}" = '[{"path":"/tmp/z.txt","name":"z.txt","type":"file"}]' ]
+  run ax exec "$SID" cat /tmp/z.txt
+  [ "$output" = zipped ]
+  run curl -s "${EH[@]}" -H "X-Access-Token: $TOK" -F 'file=@/etc/hostname;filename=/tmp/d' \
+    -F 'file=@/etc/hostname;filename=/tmp/./d' -w '\n%{http_code}' "$U/files"
+  [ "${lines[1]}" = 400 ] && [[ ${lines[0]} == *"multiple files to the same path '/tmp/d'"* ]]
+  run curl -s "${EH[@]}" -H "X-Access-Token: $TOK" -w '\n%{http_code}' "$U/files?path=/nope"
+  [ "${lines[1]}" = 404 ] && [ "${lines[0]}" = '{"code":404,"message":"path '"'/nope'"' does not exist"}' ]
+  run curl -s "${EH[@]}" -H "X-Access-Token: $TOK" -w '\n%{http_code}' "$U/files?path=/tmp"
+  [ "${lines[1]}" = 400 ] && [[ ${lines[0]} == *"is a directory"* ]]
+  run curl -s "${EH[@]}" -H "X-Access-Token: $TOK" -w '\n%{http_code}' "$U/files?path=/tmp/z.txt&username=nobody-here"
+  [ "${lines[1]}" = 401 ]
+  # signed URLs instead of the token: valid, wrong, expired
+  run curl -s "${EH[@]}" -w '\n%{http_code}' "$U/files?path=/tmp/z.txt&signature=$(sig /tmp/z.txt read)"
+  [ "${lines[1]}" = 200 ] && [ "${lines[0]}" = zipped ]
+  run curl -s "${EH[@]}" -w '\n%{http_code}' "$U/files?path=/tmp/z.txt&signature=$(sig /tmp/z.txt write)"
+  [ "${lines[1]}" = 401 ] && [[ ${lines[0]} == *"invalid signature"* ]]
+  exp=$(($(date +%s) - 10))
+  run curl -s "${EH[@]}" -w '\n%{http_code}' \
+    "$U/files?path=/tmp/z.txt&signature=$(sig /tmp/z.txt read $exp)&signature_expiration=$exp"
+  [ "${lines[1]}" = 401 ] && [[ ${lines[0]} == *"already expired"* ]]
+  run curl -s "${EH[@]}" -F 'file=@/etc/hostname' -w '\n%{http_code}' \
+    "$U/files?path=/tmp/signed&signature=$(sig /tmp/signed write)"
+  [ "${lines[1]}" = 200 ]
+  # a user's upload is the user's
+  run curl -s "${EH[@]}" -H "X-Access-Token: $TOK" -F 'file=@/etc/hostname;filename=mine' \
+    -w '\n%{http_code}' "$U/files?username=agent"
+  [ "${lines[1]}" = 200 ] && [[ ${lines[0]} == *'"path":"/home/agent/mine"'* ]]
+  run ax exec "$SID" stat -c %U /home/agent/mine
+  [ "$output" = agent ]
+  sbx_kill
+}
+
+@test "curl files: the polling watchers of the Python SDK (CreateWatcher, GetWatcherEvents, RemoveWatcher)" {
+  serve_start
+  sbx_create
+  run rpc MakeDir '{"path":"/tmp/pw/sub"}'
+  [ "${lines[1]}" = 200 ]
+  run rpc CreateWatcher '{"path":"/tmp/pw","recursive":true}'
+  [ "${lines[1]}" = 200 ]
+  wid=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["watcherId"])' "${lines[0]}")
+  [[ $wid =~ ^[0-9a-f]{32}$ ]]
+  run ax exec "$SID" sh -c 'echo 1 >/tmp/pw/a; echo 2 >/tmp/pw/sub/b; rm /tmp/pw/a'
+  sleep 0.3
+  run rpc GetWatcherEvents "{\"watcherId\":\"$wid\"}"
+  [ "${lines[1]}" = 200 ]
+  got=$(python3 -c 'import json,sys; print(" ".join(e["type"][11:]+":"+e["name"] for e in json.loads(sys.argv[1])["events"]))' "${lines[0]}")
+  for e in CREATE:a WRITE:a CREATE:sub/b REMOVE:a; do
+    [[ " $got " == *" $e "* ]] || { echo "# no $e in: $got" >&3; false; }
+  done
+  run rpc GetWatcherEvents "{\"watcherId\":\"$wid\"}"
+  [ "${lines[1]}" = 200 ] && [ "${lines[0]}" = '{"events":[]}' -o "${lines[0]}" = '{}' ]
+  run rpc RemoveWatcher "{\"watcherId\":\"$wid\"}"
+  [ "${lines[1]}" = 200 ]
+  run rpc GetWatcherEvents "{\"watcherId\":\"$wid\"}"
+  [ "${lines[1]}" = 404 ] && [[ ${lines[0]} == *'"code":"not_found"'* ]]
+  run rpc CreateWatcher '{"path":"/tmp/pw/sub/nothing"}'
+  [ "${lines[1]}" = 404 ]
+  # a watcher of a killed sandbox goes with it
+  run rpc CreateWatcher '{"path":"/tmp/pw"}'
+  [ "${lines[1]}" = 200 ]
+  sbx_kill
+}
+
+@test "curl files: a client that goes away mid-upload leaves the old file and no temp" {
+  serve_start
+  sbx_create
+  run ax exec "$SID" sh -c 'echo old >/tmp/keep'
+  head -c $((64 << 20)) /dev/zero >"$T/big"
+  curl -s "${EH[@]}" -H "X-Access-Token: $TOK" -H 'Content-Type: application/octet-stream' \
+    --limit-rate 4M --data-binary @"$T/big" "$U/files?path=/tmp/keep" >/dev/null &
+  local cpid=$! i
+  sleep 1.5
+  kill $cpid
+  wait $cpid || true
+  for i in $(seq 50); do
+    [ "$(ls /proc/$SRV_PID/fd | wc -l)" -le "$SRV_FDS" ] && break
+    sleep 0.1
+  done
+  run ax exec "$SID" cat /tmp/keep
+  [ "$output" = old ]
+  run ax exec "$SID" ls -a /tmp
+  [[ $output != *agsx-upload* ]]
+  sbx_kill
 }

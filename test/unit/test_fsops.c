@@ -504,6 +504,64 @@ static void test_download(struct agsx_fs_ctx *c) {
   agsx_error_free(&err);
 }
 
+/* Files of the host in the tree (owner 0: outside the sandbox's ids, as a
+ * host image's /usr or /etc/ssl): only what "other" may, never host root's
+ * privileges. */
+static void host_owned(const char *rel, mode_t mode, bool is_dir) {
+  char p[512];
+  snprintf(p, sizeof(p), "%s/%s", root, rel);
+  if (is_dir)
+    must(mkdir(p, mode) == 0 || errno == EEXIST, p);
+  else
+    close(open(p, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode));
+  must(chown(p, 0, 0) == 0 && chmod(p, mode) == 0, p);
+}
+
+static void test_host_files(struct agsx_fs_ctx *c) {
+  host_owned("hostdir", 0755, true);
+  host_owned("hostdir/secret", 0600, false);
+  host_owned("hostdir/pub", 0644, false);
+  host_owned("hostpriv", 0700, true);
+  host_owned("hostopen", 01777, true);
+  host_owned("hostopen/theirs", 0644, false);
+  int fd = -1;
+  uint64_t size;
+  agsx_error_t err = NULL;
+  int r = agsx_fs_download_open(c, "/hostdir/secret", &fd, &size, NULL, &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, "permission denied", "a host file of mode 0600");
+  r = agsx_fs_download_open(c, "/hostdir/pub", &fd, &size, NULL, &err);
+  tap_ok(r == 0, "a host file of mode 0644 reads");
+  if (r == 0)
+    close(fd);
+  struct agsx_fs_entry *v = NULL, e;
+  size_t n = 0;
+  r = agsx_fs_list(c, "/hostdir", 1, &v, &n, &err);
+  tap_ok(r == 0 && n == 2, "a host directory of mode 0755 lists");
+  agsx_fs_entries_free(v, n);
+  r = agsx_fs_list(c, "/hostpriv", 1, &v, &n, &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "a host directory of mode 0700 does not");
+  r = agsx_fs_watch_open(c, "/hostpriv", 0, &(struct agsx_fs_watch *){NULL}, &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "nor is it watched");
+  r = write_all(c, "/hostdir/new", "x", &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "no upload into a host directory of 0755");
+  tap_ok(!exists("hostdir/new"), "and nothing is left there");
+  r = write_all(c, "/hostdir/pub", "x", &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "nor over a host file there");
+  r = agsx_fs_mkdir(c, "/hostdir/sub/deeper", &e, &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "no mkdir there");
+  r = agsx_fs_remove(c, "/hostdir/pub", &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "no remove there");
+  r = agsx_fs_move(c, "/hostdir/pub", "/tmp/stolen", &e, &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "no move out of there");
+  tap_ok(exists("hostdir/pub") && !exists("tmp/stolen"), "the host files stay");
+  r = write_all(c, "/hostopen/mine", "x", &err);
+  tap_ok(r == 0, "an upload into a host directory of 1777 is allowed");
+  r = agsx_fs_remove(c, "/hostopen/mine", &err);
+  tap_ok(r == 0, "and removing the sandbox's own file there");
+  r = agsx_fs_remove(c, "/hostopen/theirs", &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "but not a host file in that sticky directory");
+}
+
 static void multipart_body(char *out, size_t n, const char *f1, const char *f2) {
   snprintf(out, n,
            "--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s\"\r\n\r\n"
@@ -747,6 +805,7 @@ int main(void) {
   test_mkdir_move_remove(c);
   test_upload(c);
   test_download(c);
+  test_host_files(c);
   test_receive(c);
   test_signature();
   test_watch(c);
