@@ -11,7 +11,6 @@
 #include "net/relay.h"
 #include "sandbox/lifecycle.h"
 #include "state/state.h"
-#include "util/json.h"
 
 #include <string.h>
 #include <sys/stat.h>
@@ -271,13 +270,8 @@ static int run_detached(struct agsx_lifecycle *lc, const struct run_opts *o) {
   if (agsx_lifecycle_detach(lc, &st, &err) < 0)
     return agsx_fail(&err);
   if (o->json) {
-    _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
-    yajl_gen_map_open(g);
-    agsx_json_kv_str(g, "id", st.id);
-    agsx_json_kv_str(g, "name", o->name);
-    yajl_gen_map_close(g);
     size_t len;
-    _cleanup_free_ char *s = agsx_json_gen_steal(g, &len);
+    _cleanup_free_ char *s = agsx_started_json(st.id, o->name, &len);
     printf("%s\n", s);
   } else {
     printf("%s\n", st.id);

@@ -35,6 +35,8 @@ int fs_open(const struct agsx_fs_ctx *c, const char *abs, int flags);
 int fs_ensure_dirs(const struct agsx_fs_ctx *c, const char *abs, agsx_error_t *err);
 void fs_fill_entry(const struct agsx_fs_ctx *c, const char *abs, const struct stat *st,
                    struct agsx_fs_entry *e);
+/* NAME is an upload's temporary file (hidden from watchers). */
+bool fs_is_upload_temp(const char *name);
 int fs_stat_abs(const struct agsx_fs_ctx *c, const char *abs, struct agsx_fs_entry *ret,
                 agsx_error_t *err);
 

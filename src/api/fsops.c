@@ -106,7 +106,7 @@ static void read_etc(int rootfd, const char *path, char **ret, size_t *ret_len) 
   _cleanup_close_ int fd =
       agsx_openat2(rootfd, path, O_RDONLY | AGSX_O_UNTRUSTED, 0, RESOLVE_SANDBOX);
   struct stat st;
-  if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || on_kernel_fs_fd(fd))
+  if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || agsx_copy_on_kernel_fs_fd(fd))
     return;
   _cleanup_error_ agsx_error_t e = NULL;
   if (agsx_read_fd(fd, AGSX_PASSWD_MAX, ret, ret_len, &e) < 0) {
@@ -295,10 +295,10 @@ static char *join_path(const char *dir, const char *name) {
 /* ---- ids and resolution --------------------------------------------------------------- */
 
 int fs_enter(const struct agsx_fs_ctx *c, int *ret_secbits, agsx_error_t *err) {
-  return enter_sandbox_user(c->uid_base + c->uid, c->uid_base + c->gid, ret_secbits, err);
+  return agsx_copy_enter_sandbox_user(c->uid_base + c->uid, c->uid_base + c->gid, ret_secbits, err);
 }
 
-void fs_leave(int secbits) { leave_sandbox_ids(secbits); }
+void fs_leave(int secbits) { agsx_copy_leave_sandbox_ids(secbits); }
 
 int fs_open(const struct agsx_fs_ctx *c, const char *abs, int flags) {
   return agsx_openat2(c->rootfd, abs, flags, 0, RESOLVE_SANDBOX);
@@ -331,7 +331,7 @@ int fs_ensure_dirs(const struct agsx_fs_ctx *c, const char *abs, agsx_error_t *e
         return agsx_error_set_quiet(err, ENOTDIR, "path is a file: %s", prefix);
       if (errno != ENOENT || tries >= 3)
         return agsx_error_set(err, errno, "failed to stat directory %s", prefix);
-      if (on_kernel_fs_fd(cur))
+      if (agsx_copy_on_kernel_fs_fd(cur))
         return agsx_error_set_quiet(err, EACCES, "cannot create %s on a kernel filesystem", prefix);
       if (mkdirat(cur, name, 0755) < 0 && errno != EEXIST)
         return agsx_error_set(err, errno, "failed to create directory %s", prefix);
@@ -624,7 +624,7 @@ static int list_dir(struct lister *l, int fd, const char *path, unsigned level, 
     fs_fill_entry(l->c, child, &st, &l->v[l->n++]);
     if (!S_ISDIR(st.st_mode) || level + 1 >= l->depth)
       continue;
-    _cleanup_close_ int sub = open_child(fd, names[i], O_RDONLY | O_DIRECTORY, 0);
+    _cleanup_close_ int sub = agsx_copy_open_child(fd, names[i], O_RDONLY | O_DIRECTORY, 0);
     if (sub < 0)
       continue; /* vanished or swapped for a symlink: not followed */
     if (list_dir(l, sub, child, level + 1, err) < 0)
@@ -718,14 +718,14 @@ int agsx_fs_move(struct agsx_fs_ctx *c, const char *src, const char *dst, struct
     return fs_pass_error(err, &perr);
   if (fs_split(to, &dparent, &dbase, err) < 0)
     return -1;
-  if (on_kernel_fs_fd(sfd))
+  if (agsx_copy_on_kernel_fs_fd(sfd))
     return agsx_error_set_quiet(err, EACCES, "cannot move %s: on a kernel filesystem", from);
   int secbits;
   if (fs_enter(c, &secbits, err) < 0)
     return -1;
   _cleanup_close_ int dfd = fs_ensure_dirs(c, dparent, err);
   int r = dfd < 0 ? -1 : 0, e = 0;
-  if (r == 0 && on_kernel_fs_fd(dfd))
+  if (r == 0 && agsx_copy_on_kernel_fs_fd(dfd))
     r = agsx_error_set_quiet(err, EACCES, "cannot move to %s: on a kernel filesystem", to);
   if (r == 0 && renameat(sfd, sbase, dfd, dbase) < 0) {
     e = errno;
@@ -752,7 +752,7 @@ int agsx_fs_remove(struct agsx_fs_ctx *c, const char *path, agsx_error_t *err) {
   _cleanup_close_ int pfd = open_parent(c, abs, &base, &perr);
   if (pfd < 0) /* a missing path (or parent) is no error, as os.RemoveAll */
     return agsx_fs_code(&perr) == AGSX_FS_NOT_FOUND ? 0 : fs_pass_error(err, &perr);
-  if (on_kernel_fs_fd(pfd))
+  if (agsx_copy_on_kernel_fs_fd(pfd))
     return agsx_error_set_quiet(err, EACCES, "cannot remove %s: on a kernel filesystem", abs);
   if (agsx_rm_rf_at(pfd, base, err) < 0)
     return agsx_error_wrap(err, "error removing file or directory %s", abs);

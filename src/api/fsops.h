@@ -168,7 +168,8 @@ int agsx_fs_remove(struct agsx_fs_ctx *c, const char *path, agsx_error_t *err);
  * and agsx_fs_upload_commit() renames it over PATH. So a failed or aborted
  * upload leaves no half file and the old content stays — unlike envd, which
  * truncates in place; the price is that an upload replaces the inode (hard
- * links to the old file keep the old content). A symlink at PATH is
+ * links to the old file keep the old content) and inotify users in the
+ * sandbox see the temp's name (agsx's own watchers hide it). A symlink at PATH is
  * followed (inside the root), as envd's open would. Parents are created,
  * owned by the user; the file is the user's, mode 0644 or the mode of the
  * file it replaces. ENOSPC/EDQUOT map to resource_exhausted (REST 507). */
@@ -230,7 +231,10 @@ int agsx_fs_signature_check(const char *path, const char *operation, const char 
  * safely inside the root. Events: IN_CREATE, IN_MOVED_TO → CREATE;
  * IN_MODIFY → WRITE; IN_DELETE, IN_DELETE_SELF → REMOVE;
  * IN_MOVED_FROM, IN_MOVE_SELF → RENAME; IN_ATTRIB → CHMOD; names are
- * relative to PATH ("a.txt", "sub/b.txt"). The watcher never blocks: the
+ * relative to PATH ("a.txt", "sub/b.txt"). An upload's temporary file is
+ * not shown; its rename into place is CREATE then WRITE of the file, what
+ * envd's write in place shows (for a file that existed too: envd would
+ * show WRITE only). The watcher never blocks: the
  * server polls its fd (or the registry's) and calls agsx_fs_watch_dispatch,
  * which moves kernel events into a bounded queue; past
  * AGSX_FS_WATCH_QUEUE events (or the kernel's queue overflowing) the

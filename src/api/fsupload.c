@@ -49,15 +49,26 @@ static void upload_freep(struct agsx_fs_upload **u) {
   *u = NULL;
 }
 
-static char *random_name(const char *prefix) {
+#define UPLOAD_PREFIX ".agsx-upload-"
+
+/* UPLOAD_PREFIX and 16 hex digits. */
+static char *upload_temp_name(void) {
   static const char hex[] = "0123456789abcdef";
-  uint64_t r = (uint64_t)agsx_mono_ns() * 6364136223846793005ULL ^ (uint64_t)getpid();
+  static uint64_t seq;
+  uint64_t r = ((uint64_t)agsx_mono_ns() ^ ((uint64_t)getpid() << 40)) + ++seq;
+  r *= 6364136223846793005ULL;
   char s[17];
-  for (int i = 0; i < 16; i++) {
+  for (int i = 0; i < 16; i++)
     s[i] = hex[(r >> (4 * i)) & 15];
-  }
   s[16] = '\0';
-  return xasprintf("%s%s", prefix, s);
+  return xasprintf("%s%s", UPLOAD_PREFIX, s);
+}
+
+bool fs_is_upload_temp(const char *name) {
+  size_t n = strlen(UPLOAD_PREFIX);
+  if (strncmp(name, UPLOAD_PREFIX, n) != 0 || strlen(name + n) != 16)
+    return false;
+  return strspn(name + n, "0123456789abcdef") == 16;
 }
 
 /* Finds where ABS's data goes: its directory (created as the user) and the
@@ -99,7 +110,7 @@ static int upload_target(struct agsx_fs_upload *u, agsx_error_t *err) {
     } else {
       u->mode = st.st_mode & 0777; /* never a set-id bit from an upload */
     }
-    if (on_kernel_fs_fd(pfd))
+    if (agsx_copy_on_kernel_fs_fd(pfd))
       return agsx_error_set_quiet(err, EACCES, "cannot write %s: on a kernel filesystem", cur);
     free(u->abs);
     u->abs = steal_ptr(&cur);
@@ -116,8 +127,8 @@ static int upload_create(struct agsx_fs_upload *u, agsx_error_t *err) {
   for (int i = 0; u->fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) && i < 8;
        i++) {
     free(u->tmpname);
-    u->tmpname = random_name(".agsx-upload-");
-    u->fd = open_child(u->pfd, u->tmpname, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    u->tmpname = upload_temp_name();
+    u->fd = agsx_copy_open_child(u->pfd, u->tmpname, O_WRONLY | O_CREAT | O_EXCL, 0600);
     if (u->fd < 0 && errno == EEXIST)
       errno = EINVAL; /* try another name */
   }
@@ -169,7 +180,7 @@ int agsx_fs_upload_write(struct agsx_fs_upload *u, const void *buf, size_t len, 
  * which the server has), to rename it over the target. */
 static int link_tmpfile(struct agsx_fs_upload *u, agsx_error_t *err) {
   for (int i = 0; i < 8; i++) {
-    _cleanup_free_ char *name = random_name(".agsx-upload-");
+    _cleanup_free_ char *name = upload_temp_name();
     if (linkat(u->fd, "", u->pfd, name, AT_EMPTY_PATH) == 0) {
       u->tmpname = steal_ptr(&name);
       return 0;
@@ -413,7 +424,7 @@ int agsx_fs_download_open(struct agsx_fs_ctx *c, const char *path, int *ret_fd, 
     return agsx_error_set_quiet(err, EISDIR, "path '%s' is a directory", abs);
   if (!S_ISREG(st.st_mode))
     return agsx_error_set_quiet(err, EINVAL, "path '%s' is not a regular file", abs);
-  if (on_kernel_fs_fd(fd))
+  if (agsx_copy_on_kernel_fs_fd(fd))
     return agsx_error_set_quiet(err, EACCES, "path '%s' is on a kernel filesystem", abs);
   int fl = fcntl(fd, F_GETFL);
   if (fl >= 0)

@@ -35,6 +35,7 @@ struct agsx_fs_watch {
   struct agsx_fs_event *q; /* a ring of AGSX_FS_WATCH_QUEUE */
   size_t qhead, qlen;
   bool overflow, gone;
+  uint32_t upload_cookie; /* an upload's temp file moved away: its rename into place */
 };
 
 const char *agsx_fs_event_type_name(enum agsx_fs_event_type t) {
@@ -150,7 +151,7 @@ static int add_tree(struct agsx_fs_watch *w, int fd, const char *rel, unsigned d
       continue;
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
       continue;
-    _cleanup_close_ int sub = open_child(fd, de->d_name, O_RDONLY | O_DIRECTORY, 0);
+    _cleanup_close_ int sub = agsx_copy_open_child(fd, de->d_name, O_RDONLY | O_DIRECTORY, 0);
     if (sub < 0)
       continue;
     _cleanup_free_ char *r = rel_join(rel, de->d_name);
@@ -224,6 +225,17 @@ static void watch_new_dir(struct agsx_fs_watch *w, const char *rel) {
   }
 }
 
+/* An unnamed (O_TMPFILE) file's events carry the name "#INODE"; one that
+ * names no entry is an upload's data, not to be shown. */
+static bool tmpfile_name(const struct agsx_fs_watch *w, const char *rel) {
+  const char *base = strrchr(rel, '/') ? strrchr(rel, '/') + 1 : rel;
+  if (base[0] != '#' || base[1] == '\0' || strspn(base + 1, "0123456789") != strlen(base + 1))
+    return false;
+  _cleanup_free_ char *abs = xasprintf("%s/%s", strcmp(w->abs, "/") ? w->abs : "", rel);
+  _cleanup_close_ int fd = fs_open(w->c, abs, O_PATH | O_NOFOLLOW);
+  return fd < 0 && errno == ENOENT;
+}
+
 static void handle(struct agsx_fs_watch *w, const struct inotify_event *ev) {
   if (ev->mask & IN_Q_OVERFLOW) {
     w->overflow = true;
@@ -246,6 +258,19 @@ static void handle(struct agsx_fs_watch *w, const struct inotify_event *ev) {
     return;
   }
   _cleanup_free_ char *name = self ? xstrdup(".") : rel_join(d->rel, ev->name);
+  if (!self && (fs_is_upload_temp(ev->name) || tmpfile_name(w, name))) {
+    /* An upload's temp: only its rename into place shows. */
+    if (ev->mask & IN_MOVED_FROM)
+      w->upload_cookie = ev->cookie;
+    return;
+  }
+  if ((ev->mask & IN_MOVED_TO) && ev->cookie && ev->cookie == w->upload_cookie) {
+    /* An upload put in place: what envd's write in place shows. */
+    w->upload_cookie = 0;
+    push(w, name, AGSX_FS_EVENT_CREATE);
+    push(w, name, AGSX_FS_EVENT_WRITE);
+    return;
+  }
   if (ev->mask & (IN_CREATE | IN_MOVED_TO))
     push(w, name, AGSX_FS_EVENT_CREATE);
   if (ev->mask & (IN_MOVED_FROM | IN_MOVE_SELF))

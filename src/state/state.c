@@ -626,7 +626,7 @@ int agsx_state_lookup_at(int statefd, const char *sandbox, struct agsx_record *r
                          agsx_error_t *err) {
   char id[33];
   if (statefd < 0)
-    return agsx_error_set_quiet(err, ENOENT, "no such sandbox `%s`", sandbox);
+    return agsx_error_set_quiet(err, ENOENT, "no such sandbox `%.80s`", sandbox);
   if (agsx_state_resolve(statefd, sandbox, id, err) < 0)
     return -1;
   return agsx_record_read(statefd, id, ret, err);
