@@ -6,9 +6,9 @@
 #include "api/api-internal.h"
 #include "api/auth.h"
 #include "api/body.h"
+#include "api/spawn.h"
 #include "sandbox/control.h"
 #include "sandbox/freeze.h"
-#include "sandbox/lifecycle.h"
 #include "sandbox/stats.h"
 
 #include <string.h>
@@ -198,63 +198,36 @@ static void create(struct req *r) {
     agsx_error_free(&err);
     return;
   }
-  const char *tmpl = c.template_id;
-  _cleanup_strv_ char **labels = agsx_strv_concat(c.metadata, NULL);
-  agsx_labels_set(&labels, LABEL_TEMPLATE, tmpl);
-  agsx_labels_set(&labels, LABEL_INTERNET, c.internet ? "true" : "false");
-  if (agsx_labels_check(labels, &err) < 0) {
-    agsx_respond_error(r, 400, "metadata: %s", err->msg);
-    agsx_error_free(&err);
-    agsx_api_create_clear(&c);
-    return;
-  }
-  bool internet = c.internet;
-  int64_t timeout = c.timeout;
-  char **env = c.env;
   const struct agsx_api_config *cfg = r->s->cfg;
-  /* TRANSITIONAL until the lifecycle's idle sandboxes land (procs): a
-   * shell that waits. */
-  static char *wait_cmd[] = {"/bin/sh", "-c", "while :; do sleep 86400; done", NULL};
-  struct agsx_run_spec spec = {
-      .cmd = wait_cmd,
+  _cleanup_strv_ char **labels = agsx_strv_concat(c.metadata, NULL);
+  agsx_labels_set(&labels, LABEL_TEMPLATE, c.template_id);
+  agsx_labels_set(&labels, LABEL_INTERNET, c.internet ? "true" : "false");
+  char id[33];
+  struct agsx_record rec;
+  struct agsx_spawn_req q = {
       .root = cfg->root,
       .state = cfg->state,
-      .image = template_image(cfg, tmpl),
-      .pull = "never",
-      .env = env,
+      .image = template_image(cfg, c.template_id),
+      .env = c.env,
       .labels = labels,
       .network =
-          internet && cfg->network && strcmp(cfg->network, "internal") != 0 ? cfg->network : NULL,
-      .timeout = (uint64_t)(timeout ? timeout : AGSX_API_TIMEOUT_DEFAULT),
-      .rm = true,
-      .idle = true,
+          c.internet && cfg->network && strcmp(cfg->network, "internal") != 0 ? cfg->network : NULL,
+      .timeout = (uint64_t)(c.timeout ? c.timeout : AGSX_API_TIMEOUT_DEFAULT),
   };
-  struct agsx_lifecycle *lc = NULL;
-  int rc = agsx_lifecycle_create(&spec, &lc, &err);
-  struct agsx_run_started st;
-  if (rc < 0) {
-    agsx_respond_error(r, 400, "template `%s`: %s", tmpl, err->msg);
-    agsx_error_free(&err);
-    agsx_api_create_clear(&c);
-    return;
-  }
-  rc = agsx_lifecycle_detach(lc, &st, &err);
-  agsx_lifecycle_free(lc);
-  if (rc < 0) {
+  if (agsx_labels_check(labels, &err) < 0)
+    agsx_respond_error(r, 400, "metadata: %s", err->msg);
+  else if (agsx_spawn(&r->s->spawner, &q, id, &status, &err) < 0 && status == 400)
+    agsx_respond_error(r, 400, "template `%s`: %s", c.template_id, err->msg);
+  else if (err)
     agsx_respond_error(r, 500, "start the sandbox: %s", err->msg);
-    agsx_error_free(&err);
-    agsx_api_create_clear(&c);
-    return;
-  }
-  struct agsx_record rec;
-  if (agsx_record_read(r->s->statefd, st.id, &rec, &err) < 0) {
+  else if (agsx_record_read(r->s->statefd, id, &rec, &err) < 0)
     agsx_respond_error(r, 500, "read the new sandbox's record: %s", err->msg);
-    agsx_error_free(&err);
-  } else {
-    agsx_info("serve: created sandbox %.20s (template %s, image %s)", st.id, tmpl, spec.image);
+  else {
+    agsx_info("serve: created sandbox %.20s (template %s, image %s)", id, c.template_id, q.image);
     respond_sandbox(r, 201, &rec, SHAPE_SANDBOX);
     agsx_record_clear(&rec);
   }
+  agsx_error_free(&err);
   agsx_api_create_clear(&c);
 }
 

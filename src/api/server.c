@@ -373,11 +373,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 /* ---- the loop ----------------------------------------------------------------------------- */
 
-static void reap_children(void) {
-  /* Supervisors (agsx_lifecycle_detach) are our children until we go;
-   * the lifecycle's own helpers are waited for inside its calls. */
-  while (waitpid(-1, NULL, WNOHANG) > 0)
-    ;
+static void reap_children(struct server *s) {
+  /* Our one child is the spawner (supervisors are its children). */
+  if (s->spawner.pid > 0 && waitpid(s->spawner.pid, NULL, WNOHANG) == s->spawner.pid) {
+    agsx_warn("serve: the spawner died; sandboxes can no longer be created");
+    s->spawner.pid = 0;
+  }
 }
 
 static int listen_socket(const struct agsx_api_config *cfg, agsx_error_t *err) {
@@ -468,7 +469,7 @@ static void loop(struct server *s) {
     for (int i = 0; i < n; i++)
       if (evs[i].data.ptr == &s->sigfd)
         on_signals(s);
-    reap_children();
+    reap_children(s);
     agsx_api_envd_tick(s);
     pump_streams(s);
     agsx_mhd.run(s->d);
@@ -478,7 +479,7 @@ static void loop(struct server *s) {
 int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err) {
   if (agsx_mhd_load(err) < 0)
     return -1;
-  struct server s = {.cfg = cfg, .epfd = -1, .sigfd = -1, .statefd = -1};
+  struct server s = {.cfg = cfg, .epfd = -1, .sigfd = -1, .statefd = -1, .spawner = {-1, 0}};
   int ret = -1;
   _cleanup_close_ int lfd = -1;
   bool created = false;
@@ -492,6 +493,9 @@ int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err) {
                                &created, err) < 0) {
     goto out;
   }
+  /* First, while this process has no fd worth keeping from a supervisor. */
+  if (agsx_spawner_start(&s.spawner, err) < 0)
+    goto out;
   s.statefd = agsx_state_open(cfg->state, true, err);
   if (s.statefd < 0)
     goto out;
@@ -526,6 +530,7 @@ out:
   if (s.d)
     agsx_mhd.stop_daemon(s.d); /* frees the streams through their responses */
   agsx_api_envd_fini(&s);
+  agsx_spawner_stop(&s.spawner);
   if (s.sigfd >= 0)
     close(s.sigfd);
   if (s.epfd >= 0)

@@ -316,3 +316,27 @@ run_sdk() {
   ! grep -q 'POST /v2/sandboxes:' "$T/serve.log"
   wait_no_sandboxes
 }
+
+@test "serve: SIGKILL and restart on the same port: sandboxes and tokens are found again" {
+  serve_start
+  id=$(create)
+  tok=$(api POST "/v2/sandboxes/$id/connect" '{}' | head -1 |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["envdAccessToken"])')
+  kill -9 "$SRV_PID"
+  wait "$SRV_PID" 2>/dev/null || true
+  SRV_PID=
+  # its supervisors hold no fd of the server's: the port is free at once
+  local port=$PORT
+  "$AGSX" --root "$ROOT" --state "$STATE" serve --listen "127.0.0.1:$port" --api-key "$KEY" \
+    --template bb=bb >>"$T/serve.log" 2>&1 &
+  SRV_PID=$!
+  for i in $(seq 100); do curl -s -o /dev/null "$U/" && break; sleep 0.05; done
+  SRV_FDS=$(ls /proc/$SRV_PID/fd | wc -l)
+  run api GET "/sandboxes/$id"
+  [ "$(status_of "$output")" = 200 ] || { cat "$T/serve.log" >&3; false; }
+  run curl -s -w '%{http_code}' -H "E2b-Sandbox-Id: $id" -H "X-Access-Token: $tok" \
+    -H 'Content-Type: application/json' -d '{"path":"/"}' "$U/filesystem.Filesystem/Stat"
+  [[ $output == *'"name":"/"'*200 ]]
+  api DELETE "/sandboxes/$id" >/dev/null
+  wait_gone "$id"
+}
