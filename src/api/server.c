@@ -441,8 +441,8 @@ static int start_daemon(struct server *s, int lfd, agsx_error_t *err) {
       flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
       MHD_OPTION_LISTEN_SOCKET, lfd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)AGSX_API_MAX_CONNECTIONS,
-      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-      (size_t)(128 * 1024), MHD_OPTION_END);
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)AGSX_API_IDLE_SEC,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024), MHD_OPTION_END);
   if (s->d == NULL)
     return agsx_error_set(err, 0, "libmicrohttpd did not start");
   const union MHD_DaemonInfo *info = agsx_mhd.get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD);

@@ -122,6 +122,14 @@ sdk() {
     timeout --kill-after=5 "${SDK_TIMEOUT:-120}" node "$AGSX_SRCDIR/test/serve/$script" "$@"
 }
 
+# TRANSITIONAL: until the process API (procs) is merged, the build answers
+# every process RPC with ENOSYS (src/api/processes-pending.c).
+needs_processes() {
+  if grep -q 'processes-pending' "$AGSX_SRCDIR/Makefile.am"; then
+    skip "the process API (sandbox/processes.c, branch procs) is not merged yet"
+  fi
+}
+
 run_sdk() {
   run sdk "$@"
   if [ "$status" -ne 0 ] || [ "${lines[${#lines[@]}-1]}" != ok ]; then
@@ -337,6 +345,92 @@ run_sdk() {
   run curl -s -w '%{http_code}' -H "E2b-Sandbox-Id: $id" -H "X-Access-Token: $tok" \
     -H 'Content-Type: application/json' -d '{"path":"/"}' "$U/filesystem.Filesystem/Stat"
   [[ $output == *'"name":"/"'*200 ]]
+  api DELETE "/sandboxes/$id" >/dev/null
+  wait_gone "$id"
+}
+
+@test "serve: SDK: commands.run: output, exit codes, envs, cwd, user, streaming, timeout" {
+  needs_processes
+  serve_start
+  run_sdk latest commands.mjs
+  wait_no_sandboxes
+}
+
+@test "serve: SDK: a background command (list, connect, stdin, kill) and a PTY" {
+  needs_processes
+  serve_start
+  run_sdk latest background.mjs
+  wait_no_sandboxes
+}
+
+@test "serve: SDK: pause and connect keep a process's state; setTimeout, then the deadline; a second process" {
+  needs_processes
+  serve_start
+  run_sdk latest lifetime.mjs
+  wait_no_sandboxes
+}
+
+@test "serve: SDK: SIGKILL the server mid-work, restart it: the same client carries on" {
+  needs_processes
+  [ -n "$NODE_LATEST" ] || skip "the npm e2b SDK is not installed"
+  serve_start
+  coproc CLIENT { E2B_SDK=$NODE_LATEST E2B_API_URL=$U E2B_SANDBOX_URL=$U E2B_API_KEY=$KEY \
+    E2B_TEMPLATE=bb timeout 120 node "$AGSX_SRCDIR/test/serve/restart.mjs" 2>&1; }
+  read -r -t 60 line <&"${CLIENT[0]}"
+  [[ $line == "id "* ]] || { echo "# client: $line" >&3; false; }
+  kill -9 "$SRV_PID"
+  wait "$SRV_PID" 2>/dev/null || true
+  SRV_PID=
+  sleep 1 # the background command writes on while no server runs
+  local port=$PORT
+  "$AGSX" --root "$ROOT" --state "$STATE" --log-level debug serve --listen "127.0.0.1:$port" \
+    --api-key "$KEY" --template bb=bb >>"$T/serve.log" 2>&1 &
+  SRV_PID=$!
+  for i in $(seq 100); do curl -s -o /dev/null "$U/" && break; sleep 0.05; done
+  SRV_FDS=$(ls /proc/$SRV_PID/fd | wc -l)
+  echo go >&"${CLIENT[1]}"
+  out=$(cat <&"${CLIENT[0]}")
+  wait "$CLIENT_PID" || true
+  [[ $out == *ok ]] || { echo "# client: $out" >&3; sed 's/^/# serve: /' "$T/serve.log" | tail -20 >&3; false; }
+  wait_no_sandboxes
+}
+
+@test "serve: 200 parallel requests and clients that go away mid-request" {
+  serve_start
+  id=$(create)
+  python3 - "$PORT" "$KEY" "$id" <<'PY'
+import socket, sys, threading, http.client
+port, key, sid = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+res = []
+def one(i):
+    c = http.client.HTTPConnection('127.0.0.1', port, timeout=60)
+    if i % 2:
+        c.request('GET', '/v2/sandboxes', headers={'X-API-KEY': key})
+    else:
+        c.request('GET', '/health', headers={'E2b-Sandbox-Id': sid})
+    r = c.getresponse(); r.read()
+    res.append(r.status)
+    c.close()
+ts = [threading.Thread(target=one, args=(i,)) for i in range(200)]
+for t in ts: t.start()
+for t in ts: t.join()
+assert len(res) == 200 and set(res) <= {200, 204}, res
+# half a request, then gone; a body announced and never sent
+import time
+for n in range(20):
+    s = socket.create_connection(('127.0.0.1', port))
+    s.sendall(b'POST /v2/sandboxes HTTP/1.1\r\nHost: x\r\nX-API-KEY: ' + key.encode() +
+              b'\r\nContent-Length: 1000\r\n\r\n{"templ')
+    time.sleep(0.02)
+    s.close()
+    s = socket.create_connection(('127.0.0.1', port))
+    s.sendall(b'GET /v2/sand')
+    time.sleep(0.02)
+    s.close()
+print('ok')
+PY
+  run api GET /v2/sandboxes
+  [ "$(status_of "$output")" = 200 ]
   api DELETE "/sandboxes/$id" >/dev/null
   wait_gone "$id"
 }
