@@ -55,14 +55,10 @@ static void handle(int fd, const char *buf, size_t len) {
   _cleanup_strv_ char **env = get_strv(v, "env"), **labels = get_strv(v, "labels");
   int64_t timeout = 0;
   agsx_json_get_int64(v, "timeout", &timeout);
-  /* TRANSITIONAL until the lifecycle's idle sandboxes land (procs): a
-   * shell that waits. */
-  static char *wait_cmd[] = {"/bin/sh", "-c", "while :; do sleep 86400; done", NULL};
   struct agsx_run_spec spec = {
       .root = agsx_json_get_string(v, "root"),
       .state = agsx_json_get_string(v, "state"),
       .image = agsx_json_get_string(v, "image"),
-      .cmd = wait_cmd,
       .pull = "never",
       .env = env,
       .labels = labels,

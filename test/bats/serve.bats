@@ -122,14 +122,6 @@ sdk() {
     timeout --kill-after=5 "${SDK_TIMEOUT:-120}" node "$AGSX_SRCDIR/test/serve/$script" "$@"
 }
 
-# TRANSITIONAL: until the process API (procs) is merged, the build answers
-# every process RPC with ENOSYS (src/api/processes-pending.c).
-needs_processes() {
-  if grep -q 'processes-pending' "$AGSX_SRCDIR/Makefile.am"; then
-    skip "the process API (sandbox/processes.c, branch procs) is not merged yet"
-  fi
-}
-
 run_sdk() {
   run sdk "$@"
   if [ "$status" -ne 0 ] || [ "${lines[${#lines[@]}-1]}" != ok ]; then
@@ -350,28 +342,24 @@ run_sdk() {
 }
 
 @test "serve: SDK: commands.run: output, exit codes, envs, cwd, user, streaming, timeout" {
-  needs_processes
   serve_start
   run_sdk latest commands.mjs
   wait_no_sandboxes
 }
 
 @test "serve: SDK: a background command (list, connect, stdin, kill) and a PTY" {
-  needs_processes
   serve_start
   run_sdk latest background.mjs
   wait_no_sandboxes
 }
 
 @test "serve: SDK: pause and connect keep a process's state; setTimeout, then the deadline; a second process" {
-  needs_processes
   serve_start
   run_sdk latest lifetime.mjs
   wait_no_sandboxes
 }
 
 @test "serve: SDK: SIGKILL the server mid-work, restart it: the same client carries on" {
-  needs_processes
   [ -n "$NODE_LATEST" ] || skip "the npm e2b SDK is not installed"
   serve_start
   coproc CLIENT { E2B_SDK=$NODE_LATEST E2B_API_URL=$U E2B_SANDBOX_URL=$U E2B_API_KEY=$KEY \

@@ -1,10 +1,10 @@
 // commands.run through the SDK: stdout, stderr, exit codes and CommandExitError,
 // envs (the sandbox's envVars and the command's), cwd, user root, onStdout
 // streaming, a command timeout -> TimeoutError.
-import { Sandbox, CommandExitError, TimeoutError, assert, eq, rejects, main, cleanup, TEMPLATE } from './lib.mjs';
+import { Sandbox, CommandExitError, TimeoutError, assert, eq, rejects, main, cleanup, TEMPLATE, sleep } from './lib.mjs';
 
 await main(async () => {
-  const sbx = await Sandbox.create(TEMPLATE, { timeoutMs: 120000, envVars: { SBX_VAR: 'from-create' } });
+  const sbx = await Sandbox.create(TEMPLATE, { timeoutMs: 120000, envs: { SBX_VAR: 'from-create' } });
   cleanup.push(sbx);
   let r = await sbx.commands.run('echo out; echo err >&2');
   eq(r.stdout, 'out\n', 'stdout');
@@ -35,8 +35,13 @@ await main(async () => {
   await rejects(() => sbx.commands.run('sleep 30', { timeoutMs: 1500 }), TimeoutError, 'timeout');
   assert(Date.now() - t0 < 10000, 'the timeout ended it in time');
   // the process was killed with its deadline (the supervisor enforces it)
-  const left = (await sbx.commands.list()).filter((p) => p.args.join(' ').includes('sleep 30'));
-  eq(left.length, 0, 'no process left after the timeout');
+  let left = [];
+  for (let i = 0; i < 30; i++) {
+    left = (await sbx.commands.list()).filter((p) => p.args.join(' ').includes('sleep 30'));
+    if (left.length === 0) break;
+    await sleep(100);
+  }
+  eq(left.length, 0, 'no process left soon after the timeout');
 
   // big output is kept whole
   r = await sbx.commands.run('seq 1 100000');
