@@ -352,7 +352,10 @@ static void process_start(struct req *r) {
   struct agsx_api_start q;
   if (agsx_api_start_parse(msg, len, &q, &err) < 0)
     return unary_error(r, &err);
-  _cleanup_free_ char *uname = NULL;
+  /* Every owning local before the first goto: a jump past a cleanup
+   * variable's initialisation would free garbage at the end. */
+  _cleanup_free_ char *uname = NULL, *home = NULL, *user = NULL, *logname = NULL, *cwd = NULL;
+  _cleanup_strv_ char **argv = NULL, **env = NULL;
   struct envd_user u = {0};
   if (!request_user(r, true, &uname))
     goto out;
@@ -360,21 +363,19 @@ static void process_start(struct req *r) {
     unary_error(r, &err);
     goto out;
   }
-  _cleanup_strv_ char **argv = NULL, **env = NULL;
   /* The SDK runs everything through /bin/bash; images without bash get
    * /bin/sh, which takes the same -l, -i and -c. */
   agsx_strv_push(&argv, strcmp(q.cmd, "/bin/bash") == 0 && !u.has_bash ? "/bin/sh" : q.cmd);
   for (size_t i = 0; q.args && q.args[i]; i++)
     agsx_strv_push(&argv, q.args[i]);
-  _cleanup_free_ char *home = xasprintf("HOME=%s", u.home);
-  _cleanup_free_ char *user = xasprintf("USER=%s", u.name);
-  _cleanup_free_ char *logname = xasprintf("LOGNAME=%s", u.name);
+  home = xasprintf("HOME=%s", u.home);
+  user = xasprintf("USER=%s", u.name);
+  logname = xasprintf("LOGNAME=%s", u.name);
   agsx_strv_push(&env, home);
   agsx_strv_push(&env, user);
   agsx_strv_push(&env, logname);
   for (size_t i = 0; q.envs && q.envs[i]; i++)
     agsx_strv_push(&env, q.envs[i]);
-  _cleanup_free_ char *cwd = NULL;
   if (q.cwd)
     cwd = q.cwd[0] == '/'   ? xstrdup(q.cwd)
           : q.cwd[0] == '~' ? xasprintf("%s%s", u.home, q.cwd + 1)

@@ -422,3 +422,103 @@ PY
   api DELETE "/sandboxes/$id" >/dev/null
   wait_gone "$id"
 }
+
+# A sandbox through curl, and its envd token: sets ID and TOK.
+create_with_token() {
+  local out
+  out=$(api POST /v2/sandboxes "${1:-{\"templateID\":\"bb\",\"timeout\":60}}" | head -1)
+  ID=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["sandboxID"])' "$out")
+  TOK=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["envdAccessToken"])' "$out")
+}
+
+rpc() { python3 "$AGSX_SRCDIR/test/serve/connect.py" "$PORT" "$ID" "$TOK" "$@"; }
+
+@test "serve: Start streams start, data, end, then the end-stream frame; exitCode omitted when 0" {
+  serve_start
+  create_with_token
+  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/bash","args":["-l","-c","echo hi"]},"stdin":false}'
+  [ "${lines[0]}" = '0 {"event":{"start":{"pid":'"$(echo "${lines[0]}" | grep -o '"pid":[0-9]*' | cut -d: -f2)"'}}}' ]
+  [ "${lines[1]}" = 'stdout: hi' ]
+  [ "${lines[2]}" = '0 {"event":{"end":{"exited":true,"status":"exit status 0"}}}' ]
+  [ "${lines[3]}" = '2 {}' ]
+  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","kill -9 $$"]}}'
+  [[ ${lines[1]} == '0 {"event":{"end":{"exitCode":-1,"exited":false,"status":"signal: killed","error":"signal: killed"}}}' ]]
+  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","exit 3"]}}'
+  [[ ${lines[1]} == '0 {"event":{"end":{"exitCode":3,"exited":true,"status":"exit status 3","error":"exit status 3"}}}' ]]
+  # Connect-Timeout-Ms: the process's lifetime and the stream's deadline
+  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","sleep 30"]}}' Connect-Timeout-Ms=800
+  [[ ${lines[-1]} == '2 {"error":{"code":"deadline_exceeded",'* ]]
+  # keepalives per Keepalive-Ping-Interval (seconds)
+  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","sleep 2.5; echo late"]}}' Keepalive-Ping-Interval=1
+  [[ $output == *'{"event":{"keepalive":{}}}'*'stdout: late'* ]]
+  # errors: unknown pid, stdin to nothing, bad input, no such command
+  run rpc unary process.Process/SendSignal '{"process":{"pid":99999},"signal":"SIGNAL_SIGKILL"}'
+  [[ $output == '404 {"code":"not_found",'* ]]
+  run rpc unary process.Process/List '{"bogus":'
+  [[ $output == '400 {"code":"invalid_argument",'* ]]
+  run rpc stream process.Process/Connect '{"process":{"pid":99999}}'
+  [[ ${lines[-1]} == '2 {"error":{"code":"not_found",'* ]]
+  run rpc stream process.Process/Start '{"process":{"cmd":"/no/such/cmd"}}'
+  [[ ${lines[-1]} == '2 {"error":'* ]]
+  run rpc unary process.Process/StreamInput '{}'
+  [[ $output == '501 {"code":"unimplemented",'* ]]
+  run rpc unary process.Process/List '{}' Content-Type=application/proto
+  [[ $output == 415* ]]
+  # an unknown user is refused; a known one is used
+  run rpc unary process.Process/List '{}' 'Authorization=Basic bm9ib2R5eDo='
+  [[ $output == 200* ]]
+  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","id -un"]}}' 'Authorization=Basic YWdlbnQ6'
+  [ "${lines[1]}" = 'stdout: agent' ]
+  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","id -un"]}}' 'Authorization=Basic bm9ib2R5eDo='
+  [[ $output == 'HTTP 401 {"code":"unauthenticated","message":"invalid username: '* ]]
+  api DELETE "/sandboxes/$ID" >/dev/null
+  wait_gone "$ID"
+}
+
+@test "serve: a client that goes away mid-stream: the process runs on, the server keeps no fd" {
+  serve_start
+  create_with_token
+  run rpc abort process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","while :; do echo x; sleep 0.2; done"]},"stdin":false}' Keepalive-Ping-Interval=1 Connect-Timeout-Ms=0
+  pid=$(echo "$output" | grep -o '"pid":[0-9]*' | cut -d: -f2)
+  [ -n "$pid" ]
+  sleep 2.5 # a keepalive or the output finds the connection gone
+  run rpc unary process.Process/List '{}'
+  [[ $output == *"\"pid\":$pid"* ]]
+  run rpc unary process.Process/SendSignal "{\"process\":{\"pid\":$pid},\"signal\":\"SIGNAL_SIGKILL\"}"
+  [[ $output == '200 {}' ]]
+  api DELETE "/sandboxes/$ID" >/dev/null
+  wait_gone "$ID"
+}
+
+@test "serve: a sandbox killed during a stream ends it; its envd routes answer 502" {
+  serve_start
+  create_with_token
+  rpc stream process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","echo up; sleep 60"]}}' >"$T/frames" &
+  local client=$!
+  for i in $(seq 50); do grep -q 'stdout: up' "$T/frames" && break; sleep 0.1; done
+  api DELETE "/sandboxes/$ID" >/dev/null
+  for i in $(seq 100); do kill -0 $client 2>/dev/null || break; sleep 0.1; done
+  ! kill -0 $client 2>/dev/null
+  wait $client
+  tail -1 "$T/frames" | grep -q '^2 '
+  run rpc unary process.Process/List '{}'
+  [[ $output == '502 {"sandboxId":'* ]]
+  wait_gone "$ID"
+}
+
+@test "serve: the network: internal by default and without internet access; the server's --network otherwise" {
+  serve_start --network vpc:nosuchnet
+  run api POST /v2/sandboxes '{"templateID":"bb","allow_internet_access":false}'
+  [ "$(status_of "$output")" = 201 ]
+  run api POST /v2/sandboxes '{"templateID":"bb"}'
+  [ "$(status_of "$output")" = 400 ]
+  [[ $output == *nosuchnet* ]]
+  serve_stop
+  serve_start
+  run api POST /v2/sandboxes '{"templateID":"bb"}'
+  [ "$(status_of "$output")" = 201 ]
+  run ax ls --json
+  [ "$(echo "$output" | python3 -c 'import json,sys; print(sorted(set(s["network"] for s in json.load(sys.stdin))))')" = "['internal']" ]
+  for id in $(ax ls -q --no-trunc); do api DELETE "/sandboxes/${id:0:20}" >/dev/null; done
+  wait_no_sandboxes
+}
