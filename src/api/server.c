@@ -476,6 +476,30 @@ static void loop(struct server *s) {
   }
 }
 
+/* A clean stop: every stream gets its end-stream frame (unavailable: the
+ * SDK retries elsewhere or reports the sandbox unreachable) and is resumed,
+ * for libmicrohttpd refuses to stop with suspended connections. */
+static void drain(struct server *s) {
+  for (struct stream *st = s->streams; st; st = st->next) {
+    agsx_stream_end(st, AGSX_CONNECT_UNAVAILABLE, "the server is stopping");
+    if (st->suspended) {
+      st->suspended = false;
+      agsx_mhd.resume_connection(st->c);
+    }
+  }
+  int64_t until = agsx_mono_ns() + 2000000000LL;
+  while (s->streams && agsx_mono_ns() < until) {
+    struct epoll_event ev[8];
+    epoll_wait(s->epfd, ev, AGSX_ARRAY_SIZE(ev), 50);
+    agsx_mhd.run(s->d);
+    for (struct stream *st = s->streams; st; st = st->next)
+      if (st->suspended) {
+        st->suspended = false;
+        agsx_mhd.resume_connection(st->c);
+      }
+  }
+}
+
 int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err) {
   if (agsx_mhd_load(err) < 0)
     return -1;
@@ -525,6 +549,7 @@ int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err) {
     cfg->ready(cfg->ready_data, cfg->listen ? cfg->listen : AGSX_API_DEFAULT_LISTEN, note);
   }
   loop(&s);
+  drain(&s);
   ret = 0;
 out:
   if (s.d)

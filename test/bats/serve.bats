@@ -542,3 +542,21 @@ rpc() { python3 "$AGSX_SRCDIR/test/serve/connect.py" "$PORT" "$ID" "$TOK" "$@"; 
   api DELETE "/sandboxes/$ID" >/dev/null
   wait_gone "$ID"
 }
+
+@test "serve: SIGTERM with streams open: each ends with unavailable, the server exits 0, the process runs on" {
+  serve_start
+  create_with_token
+  rpc stream process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","echo a; sleep 60"]}}' >"$T/frames" &
+  local client=$!
+  for i in $(seq 50); do grep -q 'stdout: a' "$T/frames" && break; sleep 0.1; done
+  kill "$SRV_PID"
+  wait "$SRV_PID"
+  SRV_PID=
+  wait $client
+  [ "$(tail -1 "$T/frames")" = '2 {"error":{"code":"unavailable","message":"the server is stopping"}}' ]
+  serve_start
+  run rpc unary process.Process/List '{}'
+  [[ $output == 200*'"sleep 60"'* ]] || [[ $output == 200*'sleep 60'* ]]
+  api DELETE "/sandboxes/$ID" >/dev/null
+  wait_gone "$ID"
+}
