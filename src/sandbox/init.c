@@ -189,6 +189,7 @@ _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
   }
   if (cmd == 0) {
     close(ep[0]);
+    agsx_closep(&c->tmpfsfd); /* the command resolves its paths holding nothing above its root */
     run_command(c, ep[1]);
   }
   close(ep[1]);
@@ -212,7 +213,14 @@ _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
   c->phase_ns[4] = agsx_mono_ns();
   struct agsx_msg ready = {.type = AGSX_MSG_READY};
   memcpy(ready.phase_ns, c->phase_ns, sizeof(ready.phase_ns));
-  agsx_msg_send(c->sync, &ready, &c->pty_master, c->pty_master >= 0 ? 1 : 0);
+  int fds[2];
+  size_t nfds = 0;
+  if (c->pty_master >= 0)
+    fds[nfds++] = c->pty_master, ready.code |= AGSX_READY_PTY;
+  if (c->tmpfsfd >= 0)
+    fds[nfds++] = c->tmpfsfd, ready.code |= AGSX_READY_TMPFS;
+  agsx_msg_send(c->sync, &ready, fds, nfds);
   agsx_closep(&c->pty_master);
+  agsx_closep(&c->tmpfsfd);
   init_loop(c, cmd, sfd);
 }

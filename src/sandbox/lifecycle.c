@@ -18,12 +18,14 @@
 #include "sandbox/control.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/cgroup.h"
+#include "sandbox/snapshot.h"
 #include "state/state.h"
 #include "util/json.h"
 
 #include <ctype.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -89,7 +91,28 @@ struct prepared {
   char **argv, **env;
   struct agsx_seccomp_bpf bpf;
   char hostname[65];
+  char **layers; /* the image's and spec->extra_layers, when there are extra ones */
 };
+
+/* A fork's layers (sandbox/snapshot.h) go above the image's. */
+static int extra_layers(const struct agsx_run_spec *o, struct prepared *p,
+                        struct agsx_sandbox_config *cfg, agsx_error_t *err) {
+  size_t n = agsx_strv_len(o->extra_layers);
+  if (n == 0)
+    return 0;
+  if (cfg->n_layers + n > AGSX_IMAGE_MAX_LAYERS)
+    return agsx_error_set(err, 0, "more than %d layers", AGSX_IMAGE_MAX_LAYERS);
+  p->layers = agsx_strv_concat(cfg->layers, NULL);
+  for (size_t i = 0; i < n; i++) {
+    if (!agsx_snapshot_layer_id_is_valid(o->extra_layers[i]))
+      return agsx_error_set(err, EINVAL, "invalid layer id `%s`", o->extra_layers[i]);
+    _cleanup_free_ char *path = xasprintf("%s/layers/%s", o->state, o->extra_layers[i]);
+    agsx_strv_push(&p->layers, path);
+  }
+  cfg->layers = p->layers;
+  cfg->n_layers += n;
+  return 0;
+}
 
 static int prepare_image(const struct agsx_run_spec *o, const char *image, const char *pull,
                          struct prepared *p, struct agsx_sandbox_config *cfg, agsx_error_t *err) {
@@ -127,14 +150,14 @@ static int prepare_image(const struct agsx_run_spec *o, const char *image, const
     return -1;
   cfg->layers = p->info.layer_paths;
   cfg->n_layers = p->info.n_layers;
-  return 0;
+  return extra_layers(o, p, cfg, err);
 }
 
 static int build_config(const struct agsx_run_spec *o, char **cmd, struct prepared *p,
                         struct agsx_sandbox_config *cfg, agsx_error_t *err) {
   const struct agsx_image_config *ic = &p->info.config;
   char **tail = agsx_strv_len(cmd) ? cmd : ic->cmd;
-  p->argv = agsx_strv_concat(ic->entrypoint, tail);
+  p->argv = o->argv ? agsx_strv_concat(o->argv, NULL) : agsx_strv_concat(ic->entrypoint, tail);
   if (cfg->host_image && agsx_strv_len(p->argv) == 0)
     p->argv = agsx_strv_concat((char *[]){"/bin/sh", NULL}, NULL);
   if (agsx_strv_len(p->argv) == 0)
@@ -212,6 +235,7 @@ struct sup {
   char *cut; /* cut_kills: why the firewall cut the sandbox off */
   bool stopping, killed, recorded;
   bool reload_pending; /* an update's record could not be read yet */
+  int64_t restart_seq; /* the last rollback done (on_restart) */
   enum agsx_stop_reason stop_reason;
   int64_t started, deadline; /* deadline: seconds, as recorded (rounded up) */
   int64_t deadline_ns;       /* the timer's: exact */
@@ -247,6 +271,8 @@ static void on_deadline(struct sup *f) {
   }
 }
 
+static void on_restart(struct sup *f, int64_t seq);
+
 /* `agsx update` and `agsx kill` change the record, then signal us (see
  * AGSX_SIG_CONTROL). Reading the record takes fds: when that fails the
  * supervise loop tries again shortly. */
@@ -259,7 +285,9 @@ static void on_control(struct sup *f) {
   }
   if (req.stop)
     begin_stop(f, AGSX_STOP_KILLED);
-  else if (!f->stopping && req.deadline != f->deadline) {
+  else if (!f->stopping && req.restart_seq > f->restart_seq)
+    on_restart(f, req.restart_seq);
+  if (!req.stop && !f->stopping && req.deadline != f->deadline) {
     f->deadline = req.deadline;
     f->deadline_ns = req.deadline_ns;
     arm_deadline(f);
@@ -376,6 +404,7 @@ static int supervise(struct sup *f, agsx_error_t *err) {
   int stdin_closed = !(f->o->interactive && sb->pty_master >= 0);
   int master_closed = sb->pty_master < 0;
   for (;;) {
+    sb = f->sb; /* a rollback restarts the sandbox (on_restart) */
     struct pollfd *p = poll_array(f, P_FIXED + agsx_relay_nfds(f->relay) + agsx_relay_nfds(f->dns));
     p[P_SYNC] = (struct pollfd){.fd = sb->sync, .events = POLLIN};
     p[P_SIG] = (struct pollfd){.fd = f->sigfd, .events = POLLIN};
@@ -528,6 +557,8 @@ static void fill_record(struct sup *f, struct agsx_record *r) {
   r->hostname = xstrdup(cfg->hostname);
   r->seccomp = xstrdup(f->o->seccomp ? f->o->seccomp : "default");
   r->rm = f->o->rm;
+  r->tmpfs_fd = f->sb->tmpfsfd; /* sandbox/snapshot.h */
+  r->layers = agsx_strv_concat(f->o->extra_layers, NULL);
 }
 
 static int write_start_record(struct sup *f, agsx_error_t *err) {
@@ -718,6 +749,7 @@ static void prepared_clear(struct prepared *p) {
   agsx_image_info_clear(&p->info);
   agsx_strv_free(p->argv);
   agsx_strv_free(p->env);
+  agsx_strv_free(p->layers);
   agsx_seccomp_bpf_clear(&p->bpf);
 }
 
@@ -872,3 +904,106 @@ char *agsx_lifecycle_result_json(const struct agsx_lifecycle *lc, int exit_code,
 bool agsx_lifecycle_cancelled(const struct agsx_lifecycle *lc) { return lc->f.cancelled; }
 
 const char *agsx_lifecycle_cut(const struct agsx_lifecycle *lc) { return lc->f.cut; }
+
+/* ---- rollback: the sandbox restarted on a snapshot (sandbox/snapshot.h) ---------------------
+ * The client records the snapshot's layers and a request number, then
+ * signals a reload. The old sandbox is killed and destroyed (its snapshots
+ * kept), and the same configuration starts again on the image's layers
+ * plus the snapshot's, with an empty writable layer, in the same network
+ * namespace (address, veth, published ports and DNS relay stay), under the
+ * same id, name and deadline. The answer goes in the record. */
+
+static int restart(struct sup *f, char *const *layers, agsx_error_t *err) {
+  if (!f->detached || f->o->tty || f->o->capture || f->o->on_output || f->o->ephemeral ||
+      f->o->interactive || f->cfg->host_image)
+    return agsx_error_set(err, ENOTSUP,
+                          "rollback restarts detached sandboxes only (agsx run -d, an image)");
+  struct prepared *p = f->p;
+  struct agsx_sandbox_config *cfg = f->cfg;
+  _cleanup_strv_ char **paths = agsx_strv_concat(p->info.layer_paths, NULL);
+  for (size_t i = 0; layers && layers[i]; i++) {
+    if (!agsx_snapshot_layer_id_is_valid(layers[i]))
+      return agsx_error_set(err, EINVAL, "invalid layer id `%s`", layers[i]);
+    _cleanup_free_ char *path = xasprintf("%s/layers/%s", f->o->state, layers[i]);
+    agsx_strv_push(&paths, path);
+  }
+  agsx_closep(&cfg->netns);
+  agsx_closep(&cfg->sysfs);
+  cfg->netns = fcntl(f->sb->netns, F_DUPFD_CLOEXEC, 3);
+  if (cfg->netns < 0)
+    return agsx_error_set(err, errno, "keep the network namespace");
+  /* The old sysfs mount went with the old mount namespace: a new one of
+   * the same network namespace (the supervisor has no threads). */
+  _cleanup_close_ int host = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (host < 0 || setns(cfg->netns, CLONE_NEWNET) < 0)
+    return agsx_error_set(err, errno, "enter the sandbox's network namespace");
+  cfg->sysfs = agsx_net_new_sysfs(err);
+  if (setns(host, CLONE_NEWNET) < 0)
+    abort(); /* never go on in the sandbox's namespace */
+  if (cfg->sysfs < 0)
+    return -1;
+  cfg->netns_job = NULL;
+  cfg->on_netns = NULL; /* the DNS relay is bound in it already */
+  cfg->restart = true;
+  struct agsx_sandbox *old = f->sb;
+  old->keep_snapshots = true;
+  agsx_sandbox_kill(old);
+  _cleanup_error_ agsx_error_t derr = NULL;
+  if (agsx_sandbox_destroy(old, &derr) < 0)
+    agsx_warn("sandbox %.12s: rollback: %s", old->id, derr->msg);
+  agsx_strv_free(p->layers);
+  p->layers = steal_ptr(&paths);
+  cfg->layers = p->layers;
+  cfg->n_layers = agsx_strv_len(p->layers);
+  struct agsx_sandbox *sb = NULL;
+  int r = agsx_sandbox_start(cfg, &sb, err);
+  if (r < 0) {
+    /* Nothing runs any more: the sandbox ends (as after its command). */
+    agsx_sandbox_free(sb);
+    f->sb = old;
+    return -1;
+  }
+  f->sb = sb;
+  agsx_sandbox_free(old);
+  return 0;
+}
+
+static void on_restart(struct sup *f, int64_t seq) {
+  f->restart_seq = seq;
+  agsx_error_t err = NULL;
+  struct agsx_record r;
+  _cleanup_strv_ char **layers = NULL;
+  {
+    _cleanup_close_ int lock = agsx_record_lock(f->sb->statefd, f->sb->id, &err);
+    if (lock >= 0 && agsx_record_read(f->sb->statefd, f->sb->id, &r, &err) == 0) {
+      layers = steal_ptr(&r.restart_layers);
+      agsx_record_clear(&r);
+    }
+  }
+  int rc = err ? -1 : restart(f, layers, &err);
+  int statefd = f->sb->statefd;
+  _cleanup_error_ agsx_error_t rerr = NULL;
+  _cleanup_close_ int lock = agsx_record_lock(statefd, f->sb->id, &rerr);
+  if (lock >= 0 && agsx_record_read(statefd, f->sb->id, &r, &rerr) == 0) {
+    r.restarted_seq = seq;
+    free(r.restart_error);
+    r.restart_error = rc < 0 ? xstrdup(err ? err->msg : "restart failed") : NULL;
+    if (rc == 0) {
+      agsx_strv_free(r.layers);
+      r.layers = steal_ptr(&layers);
+      r.init.pid = f->sb->init_pid;
+      r.init.start_time = agsx_proc_start_time(f->sb->init_pid);
+      r.tmpfs_fd = f->sb->tmpfsfd;
+      r.slot = f->sb->ids.slot;
+      r.uid_base = f->sb->ids.base;
+      r.paused = false;
+      r.paused_at = 0;
+    }
+    _cleanup_error_ agsx_error_t werr = NULL;
+    agsx_record_write(statefd, &r, &werr);
+    agsx_record_clear(&r);
+  }
+  if (rc < 0)
+    begin_stop(f, AGSX_STOP_ERROR);
+  agsx_error_free(&err);
+}

@@ -112,6 +112,21 @@ int read_from_layers(struct build *b, struct stage *st, const char *path, char *
 struct stage *find_stage(struct build *b, const char *name);
 int from_image(struct build *b, struct stage *st, const char *name, agsx_error_t *err);
 
+/* build.c: an overlay upper directory (or a layer directory in its form:
+ * sandbox/snapshot.h) into the layer W writes, ids shifted back by BASE. */
+struct upper_walk {
+  struct build *b;
+  struct lw *w;
+  uid_t base;
+  struct {
+    dev_t dev;
+    ino_t ino;
+    char *path;
+  } * links;
+  size_t n_links;
+};
+int upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int depth, agsx_error_t *err);
+
 /* writer.c */
 void lw_free(struct lw *w);
 int lw_open(struct build *b, struct lw *w, agsx_error_t *err);

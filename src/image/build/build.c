@@ -694,26 +694,13 @@ static bool agsx_made(const char *path) {
          strcmp(path, "etc/resolv.conf") == 0;
 }
 
-struct upper_walk {
-  struct build *b;
-  struct lw *w;
-  uid_t base;
-  struct {
-    dev_t dev;
-    ino_t ino;
-    char *path;
-  } * links;
-  size_t n_links;
-};
-
 static uid_t shift(uid_t id, uid_t base) {
   return id >= base && id - base < AGSX_UID_RANGE ? id - base : 0;
 }
 
 /* Walks the upper directory DIRFD (on the sandbox's tmpfs, never through a
  * symlink) into the layer. */
-static int upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int depth,
-                     agsx_error_t *err) {
+int upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int depth, agsx_error_t *err) {
   if (depth > 256)
     return agsx_error_set(err, 0, "RUN made a tree deeper than 256 levels");
   _cleanup_strv_ char **names = NULL;

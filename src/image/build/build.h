@@ -40,6 +40,22 @@ struct agsx_build_result {
 int agsx_build(struct agsx_store *s, const struct agsx_build_opts *o, struct agsx_build_result *ret,
                agsx_error_t *err);
 
+/* agsx commit (sandbox/snapshot.h): IMAGE (a reference or digest in the
+ * store) plus LAYER_DIRS (directories in overlay's form, lowest first, ids
+ * in the image's range) as a new image, each directory a gzip layer
+ * written as RUN's are (whiteouts, opaque directories, agsx's /etc files
+ * left out), the image's configuration kept, history CREATED_BY; tagged
+ * TAGS (none: an unnamed image). Staged in a work directory and committed
+ * in one step: an interrupted commit leaves no image. */
+struct agsx_commit_opts {
+  const char *image;
+  char *const *layer_dirs;
+  char **tags;
+  const char *created_by;
+};
+int agsx_build_commit(struct agsx_store *s, const struct agsx_commit_opts *o,
+                      char ret_digest[AGSX_DIGEST_LEN], agsx_error_t *err);
+
 /* FROM an image the store does not have: pulled, unless the pull policy
  * is never. */
 int agsx_build_missing_image(const struct agsx_build_opts *o, const char *name, agsx_error_t *err);
