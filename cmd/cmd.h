@@ -85,6 +85,14 @@ enum {
   O_NO_STREAM,
   O_SNAPSHOT,
   O_COUNT,
+  O_LABEL,
+  O_FILTER,
+  O_LISTEN,
+  O_LISTEN_PUBLIC,
+  O_API_KEY,
+  O_API_KEY_FILE,
+  O_TEMPLATE,
+  O_DEFAULT_USER,
 };
 
 /* The table, in cmd/agsx.c. */
@@ -128,6 +136,7 @@ int agsx_cmd_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_stats(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_build(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_gc(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_serve(struct agsx_ctx *, const struct agsx_command *, int, char **);
 /* --allow RULE, --deny RULE and --rules FILE (run and network create). */
 struct agsx_sg_rule;
 int agsx_cmd_parse_rule_opt(int id, const char *v, struct agsx_sg_rule **rules, size_t *n,

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <linux/magic.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -123,12 +124,17 @@ static int layout_scan_v1(struct layout *l, bool restrict_to_root, agsx_error_t 
   return 0;
 }
 
-/* Detected for each call, not cached: a statfs on v2, one mountinfo read on
- * v1, and a long-lived process (the API server) sees the machine's mounts
- * and AGSX_CGROUP_ROOT (tests switch roots with it) as they are now. */
-static int layout_get(struct layout **ret, agsx_error_t *err) {
-  const char *env = getenv("AGSX_CGROUP_ROOT");
-  const char *root = env && *env ? env : AGSX_CGROUP_DEFAULT_ROOT;
+static struct layout *layout_dup(const struct layout *src) {
+  struct layout *l = xzalloc(sizeof(*l));
+  l->root = xstrdup(src->root);
+  l->v2 = src->v2;
+  for (int c = 0; c < CTRL_N; c++)
+    l->mnt[c] = src->mnt[c] ? xstrdup(src->mnt[c]) : NULL;
+  return l;
+}
+
+static int layout_detect(const char *root, bool restrict_to_root, struct layout **ret,
+                         agsx_error_t *err) {
   struct statfs sfs;
   if (statfs(root, &sfs) < 0)
     return agsx_error_set(err, errno, "statfs cgroup root `%s`", root);
@@ -139,11 +145,45 @@ static int layout_get(struct layout **ret, agsx_error_t *err) {
     l->mnt[c] = xstrdup(root);
   /* v1 controllers may live anywhere (/cgroup/memory on old systems); only a
    * root given explicitly limits the search to the mounts below it. */
-  if (!l->v2 && layout_scan_v1(l, env && *env, err) < 0)
+  if (!l->v2 && layout_scan_v1(l, restrict_to_root, err) < 0)
     return -1;
   agsx_debug("cgroup %s at `%s`", l->v2 ? "v2" : "v1", root);
   *ret = steal_ptr(&l);
   return 0;
+}
+
+/* The layout of the last root asked for, detected once (a statfs, and a
+ * mountinfo read on v1: ~50 us, twice per sandbox otherwise). Paths only, no
+ * fds: a cached fd would be inherited by every sandbox init. A root change
+ * (AGSX_CGROUP_ROOT: tests switch roots) detects again; agsx_cgroup_reset
+ * forgets it (a long-lived process after a remount). Callers get a copy. */
+static pthread_mutex_t layout_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct layout *layout_cache;
+
+void agsx_cgroup_reset(void) {
+  pthread_mutex_lock(&layout_lock);
+  layout_free(layout_cache);
+  layout_cache = NULL;
+  pthread_mutex_unlock(&layout_lock);
+}
+
+static int layout_get(struct layout **ret, agsx_error_t *err) {
+  const char *env = getenv("AGSX_CGROUP_ROOT");
+  const char *root = env && *env ? env : AGSX_CGROUP_DEFAULT_ROOT;
+  int r = 0;
+  pthread_mutex_lock(&layout_lock);
+  if (layout_cache == NULL || strcmp(layout_cache->root, root) != 0) {
+    struct layout *l = NULL;
+    r = layout_detect(root, env && *env, &l, err);
+    if (r == 0) {
+      layout_free(layout_cache);
+      layout_cache = l;
+    }
+  }
+  if (r == 0)
+    *ret = layout_dup(layout_cache);
+  pthread_mutex_unlock(&layout_lock);
+  return r;
 }
 
 /* The directory inside each hierarchy that holds the sandbox cgroups. */
@@ -278,6 +318,24 @@ static struct hier *hier_get(struct agsx_cgroup *cg, const char *mnt, enum ctrl 
   return h;
 }
 
+/* True when CG already has the hierarchy mounted at MNT (then noting that it
+ * carries C too). */
+static bool hier_has(struct agsx_cgroup *cg, const char *mnt, enum ctrl c) {
+  for (size_t i = 0; i < cg->n; i++)
+    if (strcmp(cg->h[i].mnt, mnt) == 0) {
+      cg->h[i].ctrls |= BIT(c);
+      return true;
+    }
+  return false;
+}
+
+bool agsx_cgroup_is_created(const struct agsx_cgroup *cg) {
+  for (size_t i = 0; cg && i < cg->n; i++)
+    if (cg->h[i].fd >= 0)
+      return true;
+  return false;
+}
+
 /* The leaf fd that carries controller C, or -1. v2 has one directory for all. */
 static int hier_fd(struct agsx_cgroup *cg, enum ctrl c) {
   for (size_t i = 0; i < cg->n; i++)
@@ -302,14 +360,18 @@ static unsigned needed_ctrls(const struct agsx_cgroup_limits *lim, const struct 
   return BIT(CTRL_PIDS); /* none mounted: create_v1 says so */
 }
 
-/* mkdir <mnt>/<parent> (racing agsx processes are fine) and open it. */
+/* Opens <mnt>/<parent>, making it first if it is missing (racing agsx
+ * processes are fine). The mount point comes from mountinfo (or the root
+ * agsx was given), not from a sandbox: one path open, and in the usual case
+ * (the parent exists) one syscall. */
 static int hier_open_parent(struct agsx_cgroup *cg, struct hier *h, agsx_error_t *err) {
-  _cleanup_close_ int root = open(h->mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (root < 0)
-    return agsx_error_set(err, errno, "open cgroup mount `%s`", h->mnt);
-  if (mkdirat(root, cg->parent, 0755) < 0 && errno != EEXIST)
-    return agsx_error_set(err, errno, "mkdir `%s` in `%s`", cg->parent, h->mnt);
-  h->parentfd = open_dir_at(root, cg->parent);
+  _cleanup_free_ char *path = xasprintf("%s/%s", h->mnt, cg->parent);
+  h->parentfd = open_dir_at(AT_FDCWD, path);
+  if (h->parentfd < 0 && errno == ENOENT) {
+    if (mkdir(path, 0755) < 0 && errno != EEXIST)
+      return agsx_error_set(err, errno, "mkdir `%s` in `%s`", cg->parent, h->mnt);
+    h->parentfd = open_dir_at(AT_FDCWD, path);
+  }
   if (h->parentfd < 0)
     return agsx_error_set(err, errno, "open `%s` in `%s`", cg->parent, h->mnt);
   return 0;
@@ -482,16 +544,16 @@ int agsx_cgroup_open(const char *name, struct agsx_cgroup **ret, agsx_error_t *e
     return agsx_error_wrap(err, "open cgroup `%s`", name);
   _cleanup_cgroup_ struct agsx_cgroup *cg = cg_new(l->v2, parent, name);
   for (int c = 0; c < CTRL_N; c++) {
-    if (l->mnt[c] == NULL)
-      continue;
-    _cleanup_close_ int root = open(l->mnt[c], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    _cleanup_close_ int pfd = root < 0 ? -1 : open_dir_at(root, parent);
-    _cleanup_close_ int fd = pfd < 0 ? -1 : open_dir_at(pfd, name);
-    if (fd < 0)
+    if (l->mnt[c] == NULL || hier_has(cg, l->mnt[c], c))
+      continue; /* controllers mounted together: already looked there */
+    /* The leaf first: where it is missing (most hierarchies) one syscall. */
+    _cleanup_free_ char *leaf = xasprintf("%s/%s/%s", l->mnt[c], parent, name);
+    _cleanup_close_ int fd = open_dir_at(AT_FDCWD, leaf);
+    _cleanup_free_ char *up = fd < 0 ? NULL : xasprintf("%s/%s", l->mnt[c], parent);
+    _cleanup_close_ int pfd = fd < 0 ? -1 : open_dir_at(AT_FDCWD, up);
+    if (pfd < 0)
       continue;
     struct hier *h = hier_get(cg, l->mnt[c], c);
-    if (h->fd >= 0)
-      continue; /* controllers mounted together: already have it */
     h->parentfd = steal_fd(&pfd);
     h->fd = steal_fd(&fd);
     h->owned = true;
@@ -853,6 +915,16 @@ bool agsx_cgroup_frozen(struct agsx_cgroup *cg) {
 /* ---- destruction -------------------------------------------------------------------------------
  */
 
+/* False when the cgroup directory DFD certainly has no child cgroup: kernfs
+ * (cgroup v1 and v2) and tmpfs count a directory's links as 2 + its
+ * subdirectories. Saves listing the ~30 control files of a leaf, twice per
+ * hierarchy at each teardown. A file system that reports another count
+ * (1: "not counted") is listed. */
+static bool may_have_children(int dfd) {
+  struct stat st;
+  return fstat(dfd, &st) < 0 || st.st_nlink != 2;
+}
+
 /* SIGKILLs every process listed in DFD/cgroup.procs and in the cgroups below
  * (cgroup.procs does not list descendants). Sets *any when it found one.
  * A pid can be recycled between the read and the kill; v2's cgroup.kill has
@@ -869,7 +941,7 @@ static void kill_tree(int dfd, int depth, bool *any) {
         *any = true;
     }
   }
-  if (depth >= TREE_DEPTH_MAX)
+  if (depth >= TREE_DEPTH_MAX || !may_have_children(dfd))
     return;
   _cleanup_dir_ DIR *d = agsx_dir_stream(dfd);
   for (struct dirent *de; d && (de = readdir(d));) {
@@ -906,8 +978,14 @@ static int kill_all(struct agsx_cgroup *cg, agsx_error_t *err) {
 /* rmdir DFD/NAME after the cgroups below it; a cgroup directory holds only
  * control files (which rmdir ignores) and child cgroups. */
 static int rmdir_tree(int dfd, const char *name, int depth) {
+  if (unlinkat(dfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
+    return 0; /* no child cgroups: the usual case, one syscall */
+  /* cgroupfs says EBUSY for child cgroups (and for tasks still exiting), a
+   * plain directory ENOTEMPTY. */
+  if (errno != EBUSY && errno != ENOTEMPTY && errno != EEXIST)
+    return -1;
   _cleanup_close_ int fd = depth < TREE_DEPTH_MAX ? open_dir_at(dfd, name) : -1;
-  _cleanup_dir_ DIR *d = fd < 0 ? NULL : agsx_dir_stream(fd);
+  _cleanup_dir_ DIR *d = fd < 0 || !may_have_children(fd) ? NULL : agsx_dir_stream(fd);
   for (struct dirent *de; d && (de = readdir(d));)
     if (de->d_type == DT_DIR && de->d_name[0] != '.')
       rmdir_tree(fd, de->d_name, depth + 1);

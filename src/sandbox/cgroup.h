@@ -6,7 +6,8 @@
  * /sys/fs/cgroup (AGSX_CGROUP_ROOT overrides it): cgroup2 there means v2,
  * anything else means v1 with one mount per controller, found in
  * /proc/self/mountinfo (only mounts under AGSX_CGROUP_ROOT when it is set).
- * Detected at each call, nothing cached. */
+ * The layout is detected once per process and root (paths only, no fds)
+ * and cached until agsx_cgroup_reset(). */
 #ifndef AGSX_CGROUP_H
 #define AGSX_CGROUP_H
 
@@ -123,6 +124,13 @@ void agsx_cgroup_freep(struct agsx_cgroup **cg);
 int agsx_cgroup_gc(bool (*keep)(const char *name, void *data),
                    void (*report)(const char *what, void *data), void *data, bool dry_run,
                    agsx_error_t *err);
+
+/* Forgets the cached layout: the next call detects it again (a long-lived
+ * process after cgroup mounts changed). Thread-safe. */
+void agsx_cgroup_reset(void);
+
+/* True when CG has a directory in at least one hierarchy. */
+bool agsx_cgroup_is_created(const struct agsx_cgroup *cg);
 
 /* True when NAME is a valid cgroup name for a sandbox: [0-9a-f]{8,64}. */
 bool agsx_cgroup_name_is_valid(const char *name);

@@ -36,7 +36,8 @@ struct agsx_run_spec {
   /* Pulls IMAGE when the policy says so (the front end shows progress). */
   int (*pull_image)(void *data, const char *image, agsx_error_t *err);
   void *pull_data;
-  char **env; /* KEY=VALUE, after the image's */
+  char **env;    /* KEY=VALUE, after the image's */
+  char **labels; /* KEY=VALUE, into the record (agsx_labels_check) */
   const char *user, *workdir, *hostname, *name;
   const char *seccomp; /* a profile file, "unconfined", or NULL: the default */
   struct agsx_bind *binds;
@@ -50,6 +51,10 @@ struct agsx_run_spec {
   uint64_t memory, pids, disk; /* 0: the defaults */
   double cpus;                 /* 0: no limit */
   bool read_only, rm, timing;
+  /* No command: the sandbox's init only reaps until the sandbox is stopped
+   * or reaches its deadline; its processes come through processes.h (API
+   * sandboxes, whose images may have no shell). Detached only. */
+  bool idle;
   /* Foreground stdio: the caller's stdin (interactive), a pty (tty), or
    * stdout and stderr captured for the result document (capture). */
   bool interactive, tty, capture;

@@ -427,17 +427,18 @@ int agsx_sandbox_destroy(struct agsx_sandbox *sb, agsx_error_t *err) {
     reap_init(sb);
   }
   int r = 0;
+  bool had_cgroup = agsx_cgroup_is_created(sb->cg);
   if (sb->cg) {
     if (sb->reason != AGSX_STOP_TIMEOUT && sb->reason != AGSX_STOP_KILLED &&
         agsx_cgroup_oom_killed(sb->cg))
       sb->reason = AGSX_STOP_OOM;
     r = agsx_cgroup_destroy(sb->cg, err);
   }
-  /* Hierarchies the sandbox had no limit in, where an exec made its cgroup
-   * to track its commands (v1 without limits). */
+  /* A sandbox with no cgroup at all (v1 without limits or accounting):
+   * an exec made one to track its commands. (With one, exec uses it.) */
   _cleanup_cgroup_ struct agsx_cgroup *more = NULL;
   _cleanup_error_ agsx_error_t e = NULL;
-  if (r == 0 && agsx_cgroup_open(sb->id, &more, &e) == 0)
+  if (r == 0 && !had_cgroup && agsx_cgroup_open(sb->id, &more, &e) == 0)
     r = agsx_cgroup_destroy(more, err);
   /* Killed from outside (agsx kill -s KILL, the OOM killer checked above). */
   if (sb->reason == AGSX_STOP_NONE && !sb->exited && sb->term_signal == SIGKILL)

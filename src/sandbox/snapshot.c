@@ -852,6 +852,7 @@ static int fork_one(const struct agsx_fork_opts *o, const struct agsx_capture *c
       .disk = r->disk,
       .cpus = cpus,
       .extra_layers = c->layers,
+      .labels = r->labels,
   };
   struct agsx_lifecycle *lc = NULL;
   struct agsx_run_started st;

@@ -269,6 +269,7 @@ EOF
 @test "docs: rollback options" { doc_sets_agree rollback; }
 @test "docs: unpause options" { doc_sets_agree unpause; }
 @test "docs: browser options" { doc_sets_agree browser; }
+@test "docs: serve options" { doc_sets_agree serve; }
 
 @test "docs: build options" { doc_sets_agree build; }
 
@@ -303,6 +304,7 @@ push
 rm
 rollback
 run
+serve
 snapshot
 snapshot ls
 snapshot rm

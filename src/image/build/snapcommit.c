@@ -13,17 +13,17 @@ static int one_layer(struct build *b, struct stage *st, const char *dir, const c
   if (fd < 0)
     return agsx_error_set(err, errno, "open layer `%s`", dir);
   struct lw lw = {.fd = -1};
-  int r = lw_open(b, &lw, err);
+  int r = agsx_lw_open(b, &lw, err);
   if (r == 0) {
     struct upper_walk u = {.b = b, .w = &lw, .base = 0};
-    r = upper_dir(&u, fd, "", 0, err);
+    r = agsx_build_upper_dir(&u, fd, "", 0, err);
     for (size_t i = 0; i < u.n_links; i++)
       free(u.links[i].path);
     free(u.links);
   }
   if (r == 0)
-    r = lw_commit(b, &lw, st, created_by, NULL, err);
-  lw_free(&lw);
+    r = agsx_lw_commit(b, &lw, st, created_by, NULL, err);
+  agsx_lw_free(&lw);
   return r;
 }
 
@@ -38,14 +38,14 @@ int agsx_build_commit(struct agsx_store *s, const struct agsx_commit_opts *o,
   if (agsx_store_clean_tmp(s, &cerr) < 0)
     agsx_warn("%s", cerr->msg);
   b.workfd = agsx_store_mkwork(s, "commit", &b.work, err);
-  int r = b.workfd < 0 ? -1 : from_image(&b, &st, o->image, err);
+  int r = b.workfd < 0 ? -1 : agsx_build_from_image(&b, &st, o->image, err);
   for (size_t i = 0; r == 0 && o->layer_dirs && o->layer_dirs[i]; i++)
     r = one_layer(&b, &st, o->layer_dirs[i], o->created_by, err);
   if (r == 0)
-    r = write_image(&b, &st, err);
+    r = agsx_build_write_image(&b, &st, err);
   if (r == 0)
     memcpy(ret_digest, res.digest, AGSX_DIGEST_LEN);
-  stage_clear(&st);
+  agsx_build_stage_clear(&st);
   agsx_closep(&b.workfd);
   agsx_error_free(&cerr);
   if (b.work && agsx_rm_rf_at(s->tmpfd, b.work, &cerr) < 0)
