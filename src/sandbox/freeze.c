@@ -28,8 +28,15 @@ static int lock_running(int statefd, const char *id, struct agsx_record *r, int 
   return 0;
 }
 
-int agsx_sandbox_set_frozen(const char *id, bool freeze, agsx_error_t *err) {
+int agsx_sandbox_set_frozen(int statefd, const char *id, bool freeze, agsx_error_t *err) {
   _cleanup_cgroup_ struct agsx_cgroup *cg = NULL;
+  if (freeze) {
+    _cleanup_free_ char *mark = xasprintf("%s/" AGSX_FROZEN_MARK, id);
+    _cleanup_close_ int fd =
+        openat(statefd, mark, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+      return agsx_error_set(err, errno, "mark sandbox `%.12s` frozen", id);
+  }
   if (agsx_cgroup_open(id, &cg, err) < 0) {
     if (agsx_error_errno(err) == ENOENT)
       agsx_error_wrap(err, "the sandbox has no cgroup (started without limits on cgroup v1)");
@@ -48,7 +55,7 @@ static int change(int statefd, const char *id, bool pause, agsx_error_t *err) {
   if (r.paused == pause)
     ret = agsx_error_set_quiet(err, EALREADY, "sandbox `%.12s` is %s", id,
                                pause ? "paused already" : "not paused");
-  else if (agsx_sandbox_set_frozen(id, pause, err) < 0)
+  else if (agsx_sandbox_set_frozen(statefd, id, pause, err) < 0)
     ret = agsx_error_wrap(err, "%s sandbox `%.12s`", pause ? "pause" : "unpause", id);
   if (ret == 0) {
     r.paused = pause;
@@ -56,7 +63,7 @@ static int change(int statefd, const char *id, bool pause, agsx_error_t *err) {
     if (agsx_record_write(statefd, &r, err) < 0) {
       /* The record is what everyone goes by: undo. */
       _cleanup_error_ agsx_error_t e = NULL;
-      agsx_sandbox_set_frozen(id, !pause, &e);
+      agsx_sandbox_set_frozen(statefd, id, !pause, &e);
       ret = -1;
     }
   }

@@ -25,8 +25,12 @@ int agsx_sandbox_pause(int statefd, const char *id, agsx_error_t *err);
 /* Thaws it. ESRCH: not running; EALREADY: not paused. */
 int agsx_sandbox_unpause(int statefd, const char *id, agsx_error_t *err);
 
-/* Freezes (FREEZE) or thaws sandbox ID's cgroup, record untouched. */
-int agsx_sandbox_set_frozen(const char *id, bool freeze, agsx_error_t *err);
+/* Freezes (FREEZE) or thaws sandbox ID's cgroup, record untouched. A
+ * first freeze leaves STATE/<id>/AGSX_FROZEN_MARK, by which the sandbox's
+ * stop and end know to thaw it and to remove its v1 freezer cgroup
+ * (sandboxes never paused pay nothing for either). */
+#define AGSX_FROZEN_MARK "frozen"
+int agsx_sandbox_set_frozen(int statefd, const char *id, bool freeze, agsx_error_t *err);
 /* True while ID's cgroup is frozen. */
 bool agsx_sandbox_is_frozen(const char *id);
 /* Takes STATE/<id>/changes.lock (exclusive, blocking): pause, unpause,

@@ -6,6 +6,7 @@
 #include "net/net.h"
 #include "state/state.h"
 #include "sandbox/sandbox-internal.h"
+#include "sandbox/freeze.h"
 #include "sandbox/snapshot.h"
 
 #include <fcntl.h>
@@ -375,10 +376,14 @@ int agsx_sandbox_handle_event(struct agsx_sandbox *sb, agsx_error_t *err) {
  * after SIGTERM (the deadline, agsx kill) or SIGKILL it is thawed, so the
  * signal takes effect. Its cgroup is looked up afresh: on v1 the freezer
  * cgroup is made by the pause, after the start. */
+static bool was_frozen(struct agsx_sandbox *sb) {
+  return sb->dirfd >= 0 && faccessat(sb->dirfd, AGSX_FROZEN_MARK, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
 static void thaw_for_stop(struct agsx_sandbox *sb) {
   _cleanup_cgroup_ struct agsx_cgroup *cg = NULL;
   _cleanup_error_ agsx_error_t e = NULL;
-  if (agsx_cgroup_open(sb->id, &cg, &e) == 0 && agsx_cgroup_frozen(cg))
+  if (was_frozen(sb) && agsx_cgroup_open(sb->id, &cg, &e) == 0 && agsx_cgroup_frozen(cg))
     agsx_cgroup_thaw_quiet(cg);
 }
 
@@ -438,7 +443,8 @@ int agsx_sandbox_destroy(struct agsx_sandbox *sb, agsx_error_t *err) {
    * an exec made one to track its commands. (With one, exec uses it.) */
   _cleanup_cgroup_ struct agsx_cgroup *more = NULL;
   _cleanup_error_ agsx_error_t e = NULL;
-  if (r == 0 && !had_cgroup && agsx_cgroup_open(sb->id, &more, &e) == 0)
+  /* Or one a pause made (the v1 freezer's, sandbox/freeze.h). */
+  if (r == 0 && (!had_cgroup || was_frozen(sb)) && agsx_cgroup_open(sb->id, &more, &e) == 0)
     r = agsx_cgroup_destroy(more, err);
   /* Killed from outside (agsx kill -s KILL, the OOM killer checked above). */
   if (sb->reason == AGSX_STOP_NONE && !sb->exited && sb->term_signal == SIGKILL)

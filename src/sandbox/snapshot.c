@@ -18,6 +18,7 @@
 #include <linux/openat2.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -146,7 +147,19 @@ static int copy_data(struct copy *c, int src, int dst, off_t size, const char *p
     off_t hole = data < 0 ? -1 : lseek(src, data, SEEK_HOLE);
     if (hole < 0)
       return agsx_error_set(err, errno, "read `%s`", path);
-    for (off = data; off < hole;) {
+    /* In the kernel first (no copy through our memory), else by hand. */
+    off = data;
+    if (lseek(dst, data, SEEK_SET) == data)
+      while (off < hole) {
+        ssize_t k = sendfile(dst, src, &off,
+                             (size_t)(hole - off) < (1u << 30) ? (size_t)(hole - off) : (1u << 30));
+        if (k < 0 && errno == EINTR)
+          continue;
+        if (k <= 0)
+          break;
+        c->bytes += (uint64_t)k;
+      }
+    while (off < hole) {
       size_t want = hole - off < COPY_BUF ? (size_t)(hole - off) : COPY_BUF;
       ssize_t r = pread(src, c->buf, want, off);
       if (r < 0 && errno == EINTR)
@@ -427,9 +440,9 @@ static int capture_locked(int statefd, const char *id, struct agsx_capture *c, a
   if (upper < 0)
     return agsx_error_set(err, errno, "sandbox `%.12s`: open its upper directory", id);
   bool froze = !c->rec.paused;
-  int64_t t0 = agsx_mono_ns();
+  int64_t t0 = 0;
   if (froze && (mark_frozen_by(statefd, id, true, &c->rec, err) < 0 ||
-                agsx_sandbox_set_frozen(id, true, err) < 0)) {
+                (t0 = agsx_mono_ns(), agsx_sandbox_set_frozen(statefd, id, true, err)) < 0)) {
     _cleanup_error_ agsx_error_t e = NULL;
     mark_frozen_by(statefd, id, false, NULL, &e);
     return -1;
@@ -440,11 +453,11 @@ static int capture_locked(int statefd, const char *id, struct agsx_capture *c, a
   bool ok = r == 0 && stayed_frozen(statefd, id);
   if (froze) {
     _cleanup_error_ agsx_error_t e = NULL;
-    if (agsx_sandbox_set_frozen(id, false, &e) < 0)
+    if (agsx_sandbox_set_frozen(statefd, id, false, &e) < 0)
       agsx_warn("thaw sandbox `%.12s`: %s", id, e->msg);
+    c->frozen_ns = agsx_mono_ns() - t0;
     agsx_error_free(&e);
     mark_frozen_by(statefd, id, false, NULL, &e);
-    c->frozen_ns = agsx_mono_ns() - t0;
   }
   if (r < 0)
     return agsx_error_wrap(err, "sandbox `%.12s`: copy its writable layer", id);
@@ -491,7 +504,7 @@ void agsx_snapshot_thaw_orphan(int statefd, const char *id) {
   _cleanup_close_ int changes = agsx_sandbox_lock_changes(statefd, id, &e);
   if (changes < 0)
     return;
-  if (!paused && agsx_sandbox_set_frozen(id, false, &e) < 0)
+  if (!paused && agsx_sandbox_set_frozen(statefd, id, false, &e) < 0)
     agsx_warn("thaw sandbox `%.12s`: %s", id, e->msg);
   agsx_error_free(&e);
   mark_frozen_by(statefd, id, false, NULL, &e);
@@ -853,6 +866,7 @@ static int fork_one(const struct agsx_fork_opts *o, const struct agsx_capture *c
       .cpus = cpus,
       .extra_layers = c->layers,
       .labels = r->labels,
+      .rm = r->rm,
   };
   struct agsx_lifecycle *lc = NULL;
   struct agsx_run_started st;

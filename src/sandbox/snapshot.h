@@ -106,7 +106,7 @@ int agsx_snapshot_rollback(int statefd, const char *id, const char *name, agsx_e
  * captured one under each fork's own writable layer), with its image,
  * command (or CMD), environment, user, working directory, limits, network
  * mode and seccomp profile, each with its own id, uid range, address and
- * deadline (TIMEOUT, 0: the source's lifetime). Published ports and
+ * deadline (TIMEOUT, 0: the source's lifetime), its labels and --rm. Published ports and
  * volumes are not copied. NAME names a single fork, NAME-1... several. A
  * paused source is copied as it is and stays paused. */
 #define AGSX_FORK_MAX 64
