@@ -533,11 +533,12 @@ int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
         digests[nd++] = xstrdup(v[k].image_digest);
     }
   if (statefd >= 0) {
+    /* Layers of forks, rollbacks and snapshots nobody uses any more, and
+     * copies a killed agsx left (sandbox/snapshot.h); before the records
+     * go, which tell the layers ended sandboxes used. */
+    agsx_snapshot_layers_gc(statefd, dry_run, gc_report, &o);
     agsx_state_gc_records(statefd, v, n, dry_run, gc_report, &o);
     agsx_state_prune_names(statefd, gc_report, &o, dry_run);
-    /* Layers of forks, rollbacks and snapshots nobody uses any more, and
-     * copies a killed agsx left (sandbox/snapshot.h). */
-    agsx_snapshot_layers_gc(statefd, dry_run, gc_report, &o);
   }
   int rc = 0;
   if (agsx_state_gc_cgroups(running, dry_run, gc_report, &o, &err) < 0)

@@ -969,7 +969,9 @@ void agsx_snapshot_layers_gc(int statefd, bool dry_run,
     return;
   /* A capture publishes its layer, then the record or snapshot naming it:
    * younger layers than the grace are left alone. */
-  _cleanup_strset_ struct agsx_strset used = {0};
+  /* Layers only ended sandboxes name were in use and are done with: no
+   * grace for them. */
+  _cleanup_strset_ struct agsx_strset used = {0}, done = {0};
   _cleanup_strv_ char **ids = NULL;
   _cleanup_error_ agsx_error_t e = NULL;
   if (agsx_state_list(statefd, &ids, &e) < 0)
@@ -987,6 +989,8 @@ void agsx_snapshot_layers_gc(int statefd, bool dry_run,
         for (size_t k = 0; k < n; k++)
           add_all(&used, v[k].layers);
       agsx_snapshot_list_free(v, n);
+    } else {
+      add_all(&done, r.layers);
     }
     agsx_record_clear(&r);
   }
@@ -998,7 +1002,8 @@ void agsx_snapshot_layers_gc(int statefd, bool dry_run,
     struct stat st;
     /* ctime: the copy sets the layer root's mtime to the upper's. */
     if (!agsx_snapshot_layer_id_is_valid(lid) || agsx_strset_has(&used, lid) ||
-        fstatat(layers, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || now - st.st_ctime < grace)
+        fstatat(layers, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+        (now - st.st_ctime < grace && !agsx_strset_has(&done, lid)))
       continue;
     if (report) {
       _cleanup_free_ char *what =
