@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "cmd.h"
+#include "sandbox/snapshot.h"
 #include "net/network.h"
 #include "sandbox/control.h"
 #include "util/json.h"
@@ -538,6 +539,10 @@ int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
         digests[nd++] = xstrdup(v[k].image_digest);
     }
   if (statefd >= 0) {
+    /* Layers of forks, rollbacks and snapshots nobody uses any more, and
+     * copies a killed agsx left (sandbox/snapshot.h); before the records
+     * go, which tell the layers ended sandboxes used. */
+    agsx_snapshot_layers_gc(statefd, dry_run, gc_report, &o);
     agsx_state_gc_records(statefd, v, n, dry_run, gc_report, &o);
     agsx_state_prune_names(statefd, gc_report, &o, dry_run);
   }
