@@ -125,7 +125,7 @@ static int prepare_image(const struct agsx_run_spec *o, const char *image, const
   }
   if (strcmp(image, "host") == 0) {
     cfg->host_image = true;
-    return 0;
+    return extra_layers(o, p, cfg, err); /* a fork's: under /tmp and /root */
   }
   enum agsx_pull_policy policy;
   if (pull ? agsx_pull_policy_parse(pull, &policy, err) : agsx_pull_policy_default(&policy, err))
@@ -918,9 +918,8 @@ const char *agsx_lifecycle_cut(const struct agsx_lifecycle *lc) { return lc->f.c
 
 static int restart(struct sup *f, char *const *layers, agsx_error_t *err) {
   if (!f->detached || f->o->tty || f->o->capture || f->o->on_output || f->o->ephemeral ||
-      f->o->interactive || f->cfg->host_image)
-    return agsx_error_set(err, ENOTSUP,
-                          "rollback restarts detached sandboxes only (agsx run -d, an image)");
+      f->o->interactive)
+    return agsx_error_set(err, ENOTSUP, "rollback restarts detached sandboxes only (agsx run -d)");
   struct prepared *p = f->p;
   struct agsx_sandbox_config *cfg = f->cfg;
   _cleanup_strv_ char **paths = agsx_strv_concat(p->info.layer_paths, NULL);
