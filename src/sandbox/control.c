@@ -163,6 +163,7 @@ int agsx_control_read(int statefd, const char *id, struct agsx_control_req *ret,
   ret->stop = r.stop_request;
   ret->deadline = r.deadline;
   ret->deadline_ns = r.deadline_ns ? r.deadline_ns : r.deadline * 1000000000LL;
+  ret->restart_seq = r.restart_seq;
   agsx_record_clear(&r);
   return 0;
 }
