@@ -675,6 +675,14 @@ static void close_callers_fds(struct agsx_lifecycle *lc, int report) {
 static _Noreturn void detach_child(struct agsx_lifecycle *lc, int report) {
   agsx_log_set_sink(NULL, NULL); /* the caller's sink may write to its fds */
   close_callers_fds(lc, report);
+  /* Nor its signal state: a server that ignores SIGCHLD would have the
+   * kernel reap the sandbox's init before we read its status. */
+  for (int sig = 1; sig < NSIG; sig++)
+    if (sig != SIGKILL && sig != SIGSTOP)
+      signal(sig, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
   if (setsid() < 0)
     _exit(125);
   pid_t pid = fork();
