@@ -11,7 +11,6 @@
 #include "image/build/dockerignore.h"
 #include "image/image.h"
 #include "image/store.h"
-#include "sandbox/seccomp.h"
 #include "util/digest.h"
 
 #include <archive.h>
@@ -57,8 +56,6 @@ struct build {
   size_t n_stages;
   struct stage *cur;
   const struct agsx_df_instr *in;
-  struct agsx_seccomp_bpf bpf;
-  bool have_bpf;
   /* cache records to write once the layers are committed */
   char **pending_cache; /* "keyhex\0record" pairs stored as two entries */
   struct agsx_build_result *res;

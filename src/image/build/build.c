@@ -12,7 +12,6 @@
 #include "sandbox/lifecycle.h"
 #include "sandbox/passwd.h"
 #include "sandbox/sandbox.h"
-#include "sandbox/seccomp.h"
 
 #include <archive.h>
 #include <ctype.h>
@@ -1082,8 +1081,6 @@ int agsx_build(struct agsx_store *s, const struct agsx_build_opts *o, struct ags
   agsx_strv_free(b.meta_decl);
   agsx_strv_free(b.used_args);
   agsx_strv_free(b.pending_cache);
-  if (b.have_bpf)
-    agsx_seccomp_bpf_clear(&b.bpf);
   agsx_closep(&b.ctxfd);
   agsx_closep(&b.cachefd);
   agsx_closep(&b.workfd);
