@@ -51,7 +51,7 @@ teardown() {
   [ "$(cat "$CANARY")" = canary ] || rc=1
   [ ! -e "/tmp/agsx-fs-evil-$$" ] || { echo "# /tmp/agsx-fs-evil-$$ written on the host" >&3; rc=1; }
   rm -f "$CANARY" "/tmp/agsx-fs-evil-$$"
-  common_teardown || rc=1
+  sandbox_teardown || rc=1
   return $rc
 }
 
