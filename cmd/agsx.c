@@ -111,6 +111,8 @@ static const struct agsx_option exec_opts[] = {
     {"workdir", 'w', "DIR", "Working directory (default: the sandbox's)", O_WORKDIR},
     {"user", 'u', "USER[:GROUP]", "Run as this user (default: the sandbox's)", O_USER},
     {"timeout", 0, "DURATION", "Kill the command's whole process tree after DURATION", O_TIMEOUT},
+    {"detach", 'd', NULL, "Run it in the background, owned by the sandbox; print its pid",
+     O_DETACH},
     {0},
 };
 
@@ -151,6 +153,7 @@ static const struct agsx_option logs_opts[] = {
     {"follow", 'f', NULL, "Follow the log until the sandbox ends", O_FOLLOW},
     {"tail", 'n', "N", "Only the last N lines (default: all)", O_TAIL},
     {"timestamps", 't', NULL, "Prefix each line with its time (RFC 3339, UTC)", O_TIMESTAMPS},
+    {"exec", 0, "PID", "The output of the process `agsx exec -d` started as PID instead", O_EXEC},
     {0},
 };
 
@@ -217,6 +220,33 @@ static const struct agsx_option browser_opts[] = {
     {0},
 };
 
+static const struct agsx_option snapshot_opts[] = {
+    {"json", 0, NULL, "Print the snapshot as JSON (with how long the sandbox was frozen)", O_JSON},
+    {0},
+};
+
+static const struct agsx_option snapshot_ls_opts[] = {
+    {"quiet", 'q', NULL, "Print snapshot names only", O_QUIET},
+    {"json", 0, NULL, "Print a JSON list (see agsx-snapshot(1))", O_JSON},
+    {0},
+};
+
+static const struct agsx_option commit_opts[] = {
+    {"snapshot", 0, "NAME", "Commit this snapshot of the sandbox instead of its current state",
+     O_SNAPSHOT},
+    {"quiet", 'q', NULL, "Print only the image id (not how long the sandbox was frozen)", O_QUIET},
+    {"json", 0, NULL, "Print id, sandbox, image, frozen_ms, duration_ms as JSON", O_JSON},
+    {0},
+};
+
+static const struct agsx_option fork_opts[] = {
+    {"name", 0, "NAME", "Name the fork (with -n: NAME-1, NAME-2, ...)", O_NAME},
+    {"count", 'n', "COUNT", "Start COUNT forks (default 1, at most 64)", O_COUNT},
+    {"timeout", 0, "DURATION", "Lifetime of each fork (default: the source's)", O_TIMEOUT},
+    {"json", 0, NULL, "Print a JSON list of the forks (id, name, address)", O_JSON},
+    {0},
+};
+
 static const struct agsx_option serve_opts[] = {
     {"listen", 0, "ADDR:PORT",
      "Listen here (default 127.0.0.1:3000; loopback unless --listen-public)", O_LISTEN},
@@ -266,6 +296,19 @@ const struct agsx_command agsx_commands[] = {
     {"pause", "SANDBOX...", "Freeze every process of running sandboxes", none, agsx_cmd_pause,
      NULL},
     {"unpause", "SANDBOX...", "Resume paused sandboxes", none, agsx_cmd_unpause, NULL},
+    {"commit", "[OPTIONS] SANDBOX [IMAGE[:TAG]]", "Make an image of a sandbox's filesystem",
+     commit_opts, agsx_cmd_commit, NULL},
+    {"fork", "[OPTIONS] SANDBOX [CMD [ARG...]]",
+     "Start new sandboxes from a running sandbox's current filesystem", fork_opts, agsx_cmd_fork,
+     NULL},
+    {"snapshot", "[OPTIONS] SANDBOX [NAME]", "Record a running sandbox's filesystem", snapshot_opts,
+     agsx_cmd_snapshot, NULL},
+    {"snapshot ls", "[OPTIONS] [SANDBOX]", "List the snapshots of running sandboxes",
+     snapshot_ls_opts, agsx_cmd_snapshot_ls, NULL},
+    {"snapshot rm", "SANDBOX NAME...", "Remove snapshots", none, agsx_cmd_snapshot_rm, NULL},
+    {"rollback", "SANDBOX NAME",
+     "Restart a sandbox's command on the filesystem of one of its snapshots", none,
+     agsx_cmd_rollback, NULL},
     {"port", "SANDBOX [PORT[/PROTO]]", "List a sandbox's published ports", none, agsx_cmd_port,
      NULL},
     {"gc", "[OPTIONS]", "Remove what ended sandboxes and crashes left behind", gc_opts, agsx_cmd_gc,

@@ -83,6 +83,8 @@ enum {
   O_NO_TRUNC,
   O_FORCE,
   O_NO_STREAM,
+  O_SNAPSHOT,
+  O_COUNT,
   O_LABEL,
   O_FILTER,
   O_LISTEN,
@@ -94,6 +96,7 @@ enum {
   O_FOLLOW,
   O_TAIL,
   O_TIMESTAMPS,
+  O_EXEC,
 };
 
 /* The table, in cmd/agsx.c. */
@@ -153,6 +156,15 @@ int agsx_cmd_port(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_pull_quietly(struct agsx_ctx *ctx, const char *image, agsx_error_t *err);
 int agsx_cmd_pause(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_unpause(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_snapshot(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_snapshot_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_snapshot_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_rollback(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_commit(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_fork(struct agsx_ctx *, const struct agsx_command *, int, char **);
+/* Blocks SIGINT, SIGTERM and SIGHUP (old mask in *OLD) while a sandbox is
+ * frozen for our copy (cmd/commit.c). */
+void agsx_cmd_block_stop_signals(sigset_t *old);
 int agsx_cmd_not_yet(struct agsx_ctx *, const struct agsx_command *, int, char **);
 
 #endif

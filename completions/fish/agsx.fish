@@ -32,6 +32,9 @@ function __agsx_command
             string match -q -- '-*' $t; and continue
             set cmd $cmd $t
             break
+        else if test "$cmd" = snapshot; and contains -- $t ls rm
+            set cmd $cmd $t
+            break
         else
             break
         end
@@ -233,6 +236,10 @@ complete -c agsx -n '__agsx_cmd' -a update -d "Change a running sandbox's deadli
 complete -c agsx -n '__agsx_cmd' -a port -d "List a sandbox's published ports"
 complete -c agsx -n '__agsx_cmd' -a pause -d 'Freeze every process of running sandboxes'
 complete -c agsx -n '__agsx_cmd' -a unpause -d 'Resume paused sandboxes'
+complete -c agsx -n '__agsx_cmd' -a commit -d "Make an image of a sandbox's filesystem"
+complete -c agsx -n '__agsx_cmd' -a snapshot -d "Record a running sandbox's filesystem"
+complete -c agsx -n '__agsx_cmd' -a rollback -d 'Restart a sandbox on one of its snapshots'
+complete -c agsx -n '__agsx_cmd' -a fork -d "Start new sandboxes from a running sandbox's filesystem"
 complete -c agsx -n '__agsx_cmd' -a gc -d 'Remove what ended sandboxes and crashes left behind'
 complete -c agsx -n '__agsx_cmd' -a browser -d 'Start headless Chromium in a sandbox; print its DevTools WebSocket URL'
 complete -c agsx -n '__agsx_cmd' -a serve -d 'Serve the E2B-compatible HTTP API (SDKs run unmodified)'
@@ -300,6 +307,7 @@ complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s e -l e
 complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s w -l workdir -x -d "Working directory (default: the sandbox's)"
 complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s u -l user -x -d "Run as this user (default: the sandbox's)"
 complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -l timeout -x -d "Kill the command's whole process tree after DURATION"
+complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s d -l detach -d 'Run it in the background, owned by the sandbox; print its pid'
 complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -a '(__agsx_sandbox_names)' -d Sandbox
 complete -c agsx -n '__agsx_cmd exec' -n __agsx_exec_has_sandbox -a '(__agsx_exec_command)'
@@ -322,6 +330,7 @@ complete -c agsx -n '__agsx_cmd wait' -a '(__agsx_sandbox_names -a)' -d Sandbox
 complete -c agsx -n '__agsx_cmd logs' -s f -l follow -d 'Follow the log until the sandbox ends'
 complete -c agsx -n '__agsx_cmd logs' -s n -l tail -r -d 'Only the last N lines'
 complete -c agsx -n '__agsx_cmd logs' -s t -l timestamps -d 'Prefix each line with its time'
+complete -c agsx -n '__agsx_cmd logs' -l exec -x -d 'The output of the process agsx exec -d started as PID'
 complete -c agsx -n '__agsx_cmd logs' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd logs' -a '(__agsx_sandbox_names -a)' -d Sandbox
 complete -c agsx -n '__agsx_cmd rm' -s f -l force -d 'Stop running sandboxes first, then remove them'
@@ -350,6 +359,36 @@ complete -c agsx -n '__agsx_cmd pause' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd pause' -a '(__agsx_sandbox_names)' -d Sandbox
 complete -c agsx -n '__agsx_cmd unpause' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd unpause' -a '(__agsx_sandbox_names)' -d Sandbox
+
+# agsx commit
+complete -c agsx -n '__agsx_cmd commit' -l snapshot -x -d 'Commit this snapshot of the sandbox instead of its current state'
+complete -c agsx -n '__agsx_cmd commit' -s q -l quiet -d 'Print only the image id'
+complete -c agsx -n '__agsx_cmd commit' -l json -d 'Print id, sandbox, image, frozen_ms, duration_ms as JSON'
+complete -c agsx -n '__agsx_cmd commit' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd commit' -a '(__agsx_sandbox_names)' -d Sandbox
+
+# agsx fork
+complete -c agsx -n '__agsx_cmd fork' -l name -x -d 'Name the fork (with -n: NAME-1, NAME-2, ...)'
+complete -c agsx -n '__agsx_cmd fork' -s n -l count -x -d 'Start COUNT forks (1-64)'
+complete -c agsx -n '__agsx_cmd fork' -l timeout -x -d 'Lifetime of each fork'
+complete -c agsx -n '__agsx_cmd fork' -l json -d 'Print a JSON list of the forks'
+complete -c agsx -n '__agsx_cmd fork' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd fork' -a '(__agsx_sandbox_names)' -d Sandbox
+
+# agsx snapshot, snapshot ls, snapshot rm, rollback
+complete -c agsx -n '__agsx_cmd snapshot' -a ls -d 'List the snapshots of running sandboxes'
+complete -c agsx -n '__agsx_cmd snapshot' -a rm -d 'Remove snapshots'
+complete -c agsx -n '__agsx_cmd snapshot' -l json -d 'Print the snapshot as JSON'
+complete -c agsx -n '__agsx_cmd snapshot' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd snapshot' -a '(__agsx_sandbox_names)' -d Sandbox
+complete -c agsx -n '__agsx_cmd snapshot ls' -s q -l quiet -d 'Print snapshot names only'
+complete -c agsx -n '__agsx_cmd snapshot ls' -l json -d 'Print a JSON list'
+complete -c agsx -n '__agsx_cmd snapshot ls' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd snapshot ls' -a '(__agsx_sandbox_names)' -d Sandbox
+complete -c agsx -n '__agsx_cmd snapshot rm' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd snapshot rm' -a '(__agsx_sandbox_names)' -d Sandbox
+complete -c agsx -n '__agsx_cmd rollback' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd rollback' -a '(__agsx_sandbox_names)' -d Sandbox
 
 # agsx port
 complete -c agsx -n '__agsx_cmd port' -s h -l help -d 'Show this help'

@@ -121,6 +121,23 @@ static _Noreturn void init_loop(struct agsx_child_ctx *c, pid_t cmd, int sfd) {
   }
 }
 
+/* READY, with the pty's master and the sandbox's tmpfs (agsx commit,
+ * snapshot and fork take it from the supervisor), which the init then
+ * lets go of. */
+static void send_ready(struct agsx_child_ctx *c) {
+  struct agsx_msg ready = {.type = AGSX_MSG_READY};
+  memcpy(ready.phase_ns, c->phase_ns, sizeof(ready.phase_ns));
+  int fds[2];
+  size_t nfds = 0;
+  if (c->pty_master >= 0)
+    fds[nfds++] = c->pty_master, ready.code |= AGSX_READY_PTY;
+  if (c->tmpfsfd >= 0)
+    fds[nfds++] = c->tmpfsfd, ready.code |= AGSX_READY_TMPFS;
+  agsx_msg_send(c->sync, &ready, fds, nfds);
+  agsx_closep(&c->pty_master);
+  agsx_closep(&c->tmpfsfd);
+}
+
 /* An idle sandbox's init: no command; a stop signal goes to every process,
  * and the init ends once none is left (a grace the supervisor bounds). */
 static _Noreturn void idle_loop(struct agsx_child_ctx *c, int sfd) {
@@ -150,9 +167,7 @@ static _Noreturn void start_idle(struct agsx_child_ctx *c, int ep[2], int sfd) {
   close(ep[0]);
   close(ep[1]);
   agsx_proc_title_set("agsx-init");
-  struct agsx_msg ready = {.type = AGSX_MSG_READY};
-  memcpy(ready.phase_ns, c->phase_ns, sizeof(ready.phase_ns));
-  agsx_msg_send(c->sync, &ready, NULL, 0);
+  send_ready(c);
   idle_loop(c, sfd);
 }
 
@@ -246,6 +261,7 @@ static pid_t start_command(struct agsx_child_ctx *c, int ep[2]) {
   }
   if (cmd == 0) {
     close(ep[0]);
+    agsx_closep(&c->tmpfsfd); /* the command resolves its paths holding nothing above its root */
     run_command(c, ep[1]);
   }
   close(ep[1]);
@@ -267,10 +283,7 @@ static pid_t start_command(struct agsx_child_ctx *c, int ep[2]) {
   }
   close(ep[0]);
   c->phase_ns[4] = agsx_mono_ns();
-  struct agsx_msg ready = {.type = AGSX_MSG_READY};
-  memcpy(ready.phase_ns, c->phase_ns, sizeof(ready.phase_ns));
-  agsx_msg_send(c->sync, &ready, &c->pty_master, c->pty_master >= 0 ? 1 : 0);
-  agsx_closep(&c->pty_master);
+  send_ready(c);
   return cmd;
 }
 

@@ -20,6 +20,7 @@
 #include "sandbox/control.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/cgroup.h"
+#include "sandbox/snapshot.h"
 #include "state/state.h"
 #include "util/json.h"
 
@@ -87,6 +88,26 @@ int agsx_run_spec_check(const struct agsx_run_spec *o, agsx_error_t *err) {
 
 /* ---- the image and the sandbox configuration --------------------------------------------- */
 
+/* A fork's layers (sandbox/snapshot.h) go above the image's. */
+static int extra_layers(const struct agsx_run_spec *o, struct prepared *p,
+                        struct agsx_sandbox_config *cfg, agsx_error_t *err) {
+  size_t n = agsx_strv_len(o->extra_layers);
+  if (n == 0)
+    return 0;
+  if (cfg->n_layers + n > AGSX_IMAGE_MAX_LAYERS)
+    return agsx_error_set(err, 0, "more than %d layers", AGSX_IMAGE_MAX_LAYERS);
+  p->layers = agsx_strv_concat(cfg->layers, NULL);
+  for (size_t i = 0; i < n; i++) {
+    if (!agsx_snapshot_layer_id_is_valid(o->extra_layers[i]))
+      return agsx_error_set(err, EINVAL, "invalid layer id `%s`", o->extra_layers[i]);
+    _cleanup_free_ char *path = xasprintf("%s/layers/%s", o->state, o->extra_layers[i]);
+    agsx_strv_push(&p->layers, path);
+  }
+  cfg->layers = p->layers;
+  cfg->n_layers += n;
+  return 0;
+}
+
 static int prepare_image(const struct agsx_run_spec *o, const char *image, const char *pull,
                          struct prepared *p, struct agsx_sandbox_config *cfg, agsx_error_t *err) {
   if (o->layers) {
@@ -123,14 +144,14 @@ static int prepare_image(const struct agsx_run_spec *o, const char *image, const
     return -1;
   cfg->layers = p->info.layer_paths;
   cfg->n_layers = p->info.n_layers;
-  return 0;
+  return extra_layers(o, p, cfg, err);
 }
 
 static int build_config(const struct agsx_run_spec *o, char **cmd, struct prepared *p,
                         struct agsx_sandbox_config *cfg, agsx_error_t *err) {
   const struct agsx_image_config *ic = &p->info.config;
   char **tail = agsx_strv_len(cmd) ? cmd : ic->cmd;
-  p->argv = agsx_strv_concat(ic->entrypoint, tail);
+  p->argv = o->argv ? agsx_strv_concat(o->argv, NULL) : agsx_strv_concat(ic->entrypoint, tail);
   if (o->idle) {
     agsx_strv_free(p->argv);
     p->argv = agsx_strv_concat(NULL, NULL); /* (recorded as no command) */
@@ -277,6 +298,8 @@ static void fill_record(struct sup *f, struct agsx_record *r) {
   r->hostname = xstrdup(cfg->hostname);
   r->seccomp = xstrdup(f->o->seccomp ? f->o->seccomp : "default");
   r->rm = f->o->rm;
+  r->tmpfs_fd = f->sb->tmpfsfd; /* sandbox/snapshot.h */
+  r->layers = agsx_strv_concat(f->o->extra_layers, NULL);
   r->labels = f->o->labels ? agsx_strv_concat(f->o->labels, NULL) : NULL;
 }
 
@@ -508,6 +531,9 @@ static _Noreturn void detached_supervisor(struct sup *f, int report) {
   if (devnull >= 0)
     for (int i = 0; i < 3; i++)
       dup2(devnull, i);
+  /* It writes to its processes' stdin pipes: a reader gone is EPIPE, not
+   * its death (the command's dispositions are reset before exec). */
+  signal(SIGPIPE, SIG_IGN);
   int r = start(f, pipes, &err);
   struct report m = {.ok = r == 0};
   agsx_proc_ref_self(&m.supervisor);
@@ -528,6 +554,7 @@ static void prepared_clear(struct prepared *p) {
   agsx_image_info_clear(&p->info);
   agsx_strv_free(p->argv);
   agsx_strv_free(p->env);
+  agsx_strv_free(p->layers);
   agsx_seccomp_bpf_clear(&p->bpf);
 }
 

@@ -76,6 +76,11 @@ struct agsx_run_spec {
   const int *cancel_fd;
   void (*on_output)(void *data, const char *buf, size_t len);
   void *output_data;
+  /* agsx fork (sandbox/snapshot.h): layers of the state directory
+   * (STATE/layers/<id>, lowest first) above the image's, and the whole
+   * command line (the image's Entrypoint included) instead of CMD. */
+  char *const *extra_layers;
+  char *const *argv;
 };
 
 /* Refuses what would harm the sandbox or the host whoever the caller is:

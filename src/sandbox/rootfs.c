@@ -493,6 +493,11 @@ int agsx_child_rootfs(struct agsx_child_ctx *c, agsx_error_t *err) {
   _cleanup_close_ int t = stage_tmpfs(c, err);
   if (t < 0)
     return -1;
+  /* For the supervisor: commit, snapshot and fork read the upper directory
+   * through it (sandbox/snapshot.h). The command never has it: CLOEXEC, and
+   * closed once sent with READY. */
+  if (!c->cfg->host_image && (c->tmpfsfd = fcntl(t, F_DUPFD_CLOEXEC, 3)) < 0)
+    return agsx_error_set(err, errno, "keep the sandbox tmpfs");
   _cleanup_close_ int root = c->cfg->host_image ? host_root(c, t, err) : overlay_root(c, t, err);
   if (root < 0)
     return -1;

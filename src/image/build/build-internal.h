@@ -110,6 +110,22 @@ int agsx_build_read_from_layers(struct build *b, struct stage *st, const char *p
 struct stage *agsx_build_find_stage(struct build *b, const char *name);
 int agsx_build_from_image(struct build *b, struct stage *st, const char *name, agsx_error_t *err);
 
+/* build.c: an overlay upper directory (or a layer directory in its form:
+ * sandbox/snapshot.h) into the layer W writes, ids shifted back by BASE. */
+struct upper_walk {
+  struct build *b;
+  struct lw *w;
+  uid_t base;
+  struct {
+    dev_t dev;
+    ino_t ino;
+    char *path;
+  } * links;
+  size_t n_links;
+};
+int agsx_build_upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int depth,
+                         agsx_error_t *err);
+
 /* writer.c */
 void agsx_lw_free(struct lw *w);
 int agsx_lw_open(struct build *b, struct lw *w, agsx_error_t *err);

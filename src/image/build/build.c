@@ -693,26 +693,14 @@ static bool agsx_made(const char *path) {
          strcmp(path, "etc/resolv.conf") == 0;
 }
 
-struct upper_walk {
-  struct build *b;
-  struct lw *w;
-  uid_t base;
-  struct {
-    dev_t dev;
-    ino_t ino;
-    char *path;
-  } * links;
-  size_t n_links;
-};
-
 static uid_t shift(uid_t id, uid_t base) {
   return id >= base && id - base < AGSX_UID_RANGE ? id - base : 0;
 }
 
 /* Walks the upper directory DIRFD (on the sandbox's tmpfs, never through a
  * symlink) into the layer. */
-static int upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int depth,
-                     agsx_error_t *err) {
+int agsx_build_upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int depth,
+                         agsx_error_t *err) {
   if (depth > 256)
     return agsx_error_set(err, 0, "RUN made a tree deeper than 256 levels");
   _cleanup_strv_ char **names = NULL;
@@ -783,7 +771,7 @@ static int upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int de
       if (agsx_lw_add(u->w, &oe, err) < 0)
         return -1;
     }
-    if (upper_dir(u, sub, path, depth + 1, err) < 0)
+    if (agsx_build_upper_dir(u, sub, path, depth + 1, err) < 0)
       return -1;
   }
   return 0;
@@ -967,7 +955,7 @@ static int do_run(struct build *b, agsx_error_t *err) {
     agsx_build_line_err(b, err);
   if (r == 0) {
     struct upper_walk u = {.b = b, .w = &lw, .base = sb->ids.base};
-    r = upper_dir(&u, sb->upperfd, "", 0, err);
+    r = agsx_build_upper_dir(&u, sb->upperfd, "", 0, err);
     for (size_t i = 0; i < u.n_links; i++)
       free(u.links[i].path);
     free(u.links);
