@@ -7,7 +7,6 @@ import { Sandbox, e2b, assert, eq, rejects, main, cleanup, TEMPLATE } from './li
 
 const { FileNotFoundError, NotFoundError, InvalidArgumentError } = e2b;
 
-
 // Sandbox code, through the SDK's commands.
 async function sh(sbx, cmd) {
   const r = await sbx.commands.run(cmd);
