@@ -558,6 +558,8 @@ rpc() { python3 "$AGSX_SRCDIR/test/serve/connect.py" "$PORT" "$ID" "$TOK" "$@"; 
   [[ $output == 200*'"sleep 60"'* ]] || [[ $output == 200*'sleep 60'* ]]
   api DELETE "/sandboxes/$ID" >/dev/null
   wait_gone "$ID"
+}
+
 @test "serve: fork, createSnapshot, listSnapshots over curl; a snapshot is a template" {
   serve_start
   id=$(create)
