@@ -486,8 +486,10 @@ static char *id_name(const struct agsx_fs_ctx *c, unsigned id, bool group) {
 }
 
 /* Where the symlink at ABS leads, lexically, symlinks of the way replaced
- * by their text (as Go's EvalSymlinks) — for display only: every open
- * still goes through openat2 in the root. ABS itself when it cannot be
+ * by their text (as Go's EvalSymlinks): for display, and for
+ * fs_check_search, which is therefore best effort against sandbox code
+ * swapping a symlink meanwhile (the file's own permission is checked on
+ * the inode opened). Every open still goes through openat2 in the root. ABS itself when it cannot be
  * told (a loop, a missing component is kept as is). */
 static char *link_destination(const struct agsx_fs_ctx *c, const char *abs) {
   _cleanup_free_ char *rest = xstrdup(abs), *done = xstrdup("/");
