@@ -51,7 +51,7 @@ teardown() {
   [ "$(cat "$CANARY")" = canary ] || rc=1
   [ ! -e "/tmp/agsx-fs-evil-$$" ] || { echo "# /tmp/agsx-fs-evil-$$ written on the host" >&3; rc=1; }
   rm -f "$CANARY" "/tmp/agsx-fs-evil-$$"
-  common_teardown || rc=1
+  sandbox_teardown || rc=1
   return $rc
 }
 
@@ -324,7 +324,6 @@ serve_stop() {
 run_sdk() { # run_sdk SCRIPT: the scenario with the latest SDK; its last line must be "ok"
   local script=$1
   run env E2B_SDK=$NODE_LATEST E2B_API_URL=$U E2B_SANDBOX_URL=$U E2B_API_KEY=$KEY E2B_TEMPLATE=bb \
-    AGSX="$AGSX" AGSX_ROOT="$ROOT" AGSX_STATE="$STATE" \
     timeout --kill-after=5 "${SDK_TIMEOUT:-120}" node "$AGSX_SRCDIR/test/serve/$script"
   if [ "$status" -ne 0 ] || [ "${lines[${#lines[@]}-1]}" != ok ]; then
     echo "# node $script: status $status" >&3
