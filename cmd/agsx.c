@@ -73,6 +73,7 @@ static const struct agsx_option gc_opts[] = {
 static const struct agsx_option run_opts[] = {
     {"detach", 'd', NULL, "Start in the background; print the id once the command runs", O_DETACH},
     {"name", 0, "NAME", "Name the sandbox (unique; usable wherever an id is)", O_NAME},
+    {"label", 'l', "KEY=VALUE", "Set a label (repeatable; shown by ls and inspect)", O_LABEL},
     {"rm", 0, NULL, "Remove the sandbox's record when it ends", O_RM},
     {"interactive", 'i', NULL, "Keep stdin open and pass it to the command", O_INTERACTIVE},
     {"tty", 't', NULL, "Give the command a terminal", O_TTY},
@@ -124,6 +125,8 @@ static const struct agsx_option ls_opts[] = {
     {"all", 'a', NULL, "Also list ended sandboxes, with stop reason and exit code", O_ALL},
     {"quiet", 'q', NULL, "Print short ids only", O_QUIET},
     {"no-trunc", 0, NULL, "Print full 32-digit ids (names and images are never cut)", O_NO_TRUNC},
+    {"filter", 'f', "label=KEY[=VALUE]",
+     "Only sandboxes with this label (repeatable: all must match)", O_FILTER},
     {"json", 0, NULL, "Print a JSON list (see agsx-ls(1))", O_JSON},
     {0},
 };
@@ -207,6 +210,28 @@ static const struct agsx_option browser_opts[] = {
     {0},
 };
 
+static const struct agsx_option serve_opts[] = {
+    {"listen", 0, "ADDR:PORT",
+     "Listen here (default 127.0.0.1:3000; loopback unless --listen-public)", O_LISTEN},
+    {"listen-public", 0, NULL,
+     "Allow a non-loopback --listen: whoever reaches it with the key runs code here",
+     O_LISTEN_PUBLIC},
+    {"api-key", 0, "KEY", "The API key (default $AGSX_API_KEY, else the key file's)", O_API_KEY},
+    {"api-key-file", 0, "FILE", "Read (or generate) the key here (default /etc/agsx/api-key)",
+     O_API_KEY_FILE},
+    {"network", 0, "MODE",
+     "Network of sandboxes allowed internet access: internal (default), "
+     "public or vpc:NAME",
+     O_NETWORK},
+    {"template", 0, "NAME=IMAGE",
+     "Map a templateID to an image (repeatable; base and "
+     "code-interpreter-v1 default to host)",
+     O_TEMPLATE},
+    {"default-user", 0, "USER",
+     "envd's default user (default: user if the image has it, else root)", O_DEFAULT_USER},
+    {0},
+};
+
 static const struct agsx_option none[] = {{0}};
 
 /* Commands of DESIGN.md §3 that later work fills in say so and exit 125. */
@@ -229,6 +254,9 @@ const struct agsx_command agsx_commands[] = {
      agsx_cmd_stats, NULL},
     {"update", "--timeout DURATION SANDBOX", "Change a running sandbox's deadline", update_opts,
      agsx_cmd_update, NULL},
+    {"pause", "SANDBOX...", "Freeze every process of running sandboxes", none, agsx_cmd_pause,
+     NULL},
+    {"unpause", "SANDBOX...", "Resume paused sandboxes", none, agsx_cmd_unpause, NULL},
     {"port", "SANDBOX [PORT[/PROTO]]", "List a sandbox's published ports", none, agsx_cmd_port,
      NULL},
     {"gc", "[OPTIONS]", "Remove what ended sandboxes and crashes left behind", gc_opts, agsx_cmd_gc,
@@ -238,6 +266,8 @@ const struct agsx_command agsx_commands[] = {
      agsx_cmd_browser, NULL},
     {"build", "[OPTIONS] CONTEXT", "Build an image from a Dockerfile", build_opts, agsx_cmd_build,
      NULL},
+    {"serve", "[OPTIONS]", "Serve the E2B-compatible HTTP API (SDKs run unmodified)", serve_opts,
+     agsx_cmd_serve, NULL},
     {"image ls", "[OPTIONS]", "List images", image_ls_opts, agsx_cmd_image_ls, NULL},
     {"image load", "[OPTIONS] PATH|-",
      "Load images from an OCI layout, an oci-archive or a docker-archive", image_load_opts,

@@ -83,6 +83,14 @@ enum {
   O_NO_TRUNC,
   O_FORCE,
   O_NO_STREAM,
+  O_LABEL,
+  O_FILTER,
+  O_LISTEN,
+  O_LISTEN_PUBLIC,
+  O_API_KEY,
+  O_API_KEY_FILE,
+  O_TEMPLATE,
+  O_DEFAULT_USER,
 };
 
 /* The table, in cmd/agsx.c. */
@@ -126,6 +134,7 @@ int agsx_cmd_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_stats(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_build(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_gc(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_serve(struct agsx_ctx *, const struct agsx_command *, int, char **);
 /* --allow RULE, --deny RULE and --rules FILE (run and network create). */
 struct agsx_sg_rule;
 int agsx_cmd_parse_rule_opt(int id, const char *v, struct agsx_sg_rule **rules, size_t *n,
@@ -138,6 +147,8 @@ int agsx_cmd_browser(struct agsx_ctx *, const struct agsx_command *, int, char *
 int agsx_cmd_port(struct agsx_ctx *, const struct agsx_command *, int, char **);
 /* Pulls IMAGE for run (a line on stderr, progress on a terminal). */
 int agsx_cmd_pull_quietly(struct agsx_ctx *ctx, const char *image, agsx_error_t *err);
+int agsx_cmd_pause(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_unpause(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_not_yet(struct agsx_ctx *, const struct agsx_command *, int, char **);
 
 #endif

@@ -166,7 +166,7 @@ function __agsx_run_image_index
     set i (math $i + 1)
     while test $i -le $n
         switch $tokens[$i]
-            case --name -e --env -w --workdir -u --user --hostname --timeout --network --allow --deny --rules -p --publish --memory --cpus --pids --disk -v --volume --security-opt --pull
+            case --name -l --label -e --env -w --workdir -u --user --hostname --timeout --network --allow --deny --rules -p --publish --memory --cpus --pids --disk -v --volume --security-opt --pull
                 set i (math $i + 2)
                 continue
             case '-*'
@@ -230,8 +230,11 @@ complete -c agsx -n '__agsx_cmd' -a rm -d "Remove ended sandboxes' records"
 complete -c agsx -n '__agsx_cmd' -a stats -d 'Show CPU, memory, pids, disk and network use'
 complete -c agsx -n '__agsx_cmd' -a update -d "Change a running sandbox's deadline"
 complete -c agsx -n '__agsx_cmd' -a port -d "List a sandbox's published ports"
+complete -c agsx -n '__agsx_cmd' -a pause -d 'Freeze every process of running sandboxes'
+complete -c agsx -n '__agsx_cmd' -a unpause -d 'Resume paused sandboxes'
 complete -c agsx -n '__agsx_cmd' -a gc -d 'Remove what ended sandboxes and crashes left behind'
 complete -c agsx -n '__agsx_cmd' -a browser -d 'Start headless Chromium in a sandbox; print its DevTools WebSocket URL'
+complete -c agsx -n '__agsx_cmd' -a serve -d 'Serve the E2B-compatible HTTP API (SDKs run unmodified)'
 complete -c agsx -n '__agsx_cmd' -a build -d 'Build an image from a Dockerfile'
 complete -c agsx -n '__agsx_cmd' -a image -d 'Manage images'
 complete -c agsx -n '__agsx_cmd' -a load -d 'Load images (alias of image load)'
@@ -260,6 +263,7 @@ complete -c agsx -n '__agsx_cmd network' -s h -l help -d 'Show this help'
 # agsx run: options until IMAGE, then IMAGE, then a command line.
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s d -l detach -d 'Start in the background; print the id once the command runs'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l name -x -d 'Name the sandbox (unique; usable wherever an id is)'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s l -l label -x -d 'Set a label KEY=VALUE (repeatable)'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l rm -d "Remove the sandbox's record when it ends"
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s i -l interactive -d 'Keep stdin open and pass it to the command'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s t -l tty -d 'Give the command a terminal'
@@ -303,6 +307,7 @@ complete -c agsx -n '__agsx_cmd exec' -n __agsx_exec_has_sandbox -a '(__agsx_exe
 complete -c agsx -n '__agsx_cmd ls' -s a -l all -d 'Also list ended sandboxes, with stop reason and exit code'
 complete -c agsx -n '__agsx_cmd ls' -s q -l quiet -d 'Print short ids only'
 complete -c agsx -n '__agsx_cmd ls' -l no-trunc -d 'Print full 32-digit ids'
+complete -c agsx -n '__agsx_cmd ls' -s f -l filter -x -d 'Only sandboxes with a label: label=KEY[=VALUE]'
 complete -c agsx -n '__agsx_cmd ls' -l json -d 'Print a JSON list'
 complete -c agsx -n '__agsx_cmd ls' -s h -l help -d 'Show this help'
 
@@ -334,9 +339,25 @@ complete -c agsx -n '__agsx_cmd update' -l json -d 'Print the new deadline as JS
 complete -c agsx -n '__agsx_cmd update' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd update' -a '(__agsx_sandbox_names)' -d Sandbox
 
+# agsx pause, unpause
+complete -c agsx -n '__agsx_cmd pause' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd pause' -a '(__agsx_sandbox_names)' -d Sandbox
+complete -c agsx -n '__agsx_cmd unpause' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd unpause' -a '(__agsx_sandbox_names)' -d Sandbox
+
 # agsx port
 complete -c agsx -n '__agsx_cmd port' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd port' -a '(__agsx_sandbox_names)' -d Sandbox
+
+# agsx serve
+complete -c agsx -n '__agsx_cmd serve' -l listen -x -d 'Listen here (default 127.0.0.1:3000)'
+complete -c agsx -n '__agsx_cmd serve' -l listen-public -d 'Allow a non-loopback --listen (risky)'
+complete -c agsx -n '__agsx_cmd serve' -l api-key -x -d 'The API key (default $AGSX_API_KEY, else the key file)'
+complete -c agsx -n '__agsx_cmd serve' -l api-key-file -r -F -d 'Read (or generate) the key here'
+complete -c agsx -n '__agsx_cmd serve' -l network -x -a 'internal public' -d 'Network of sandboxes allowed internet access'
+complete -c agsx -n '__agsx_cmd serve' -l template -x -d 'Map a templateID to an image: NAME=IMAGE'
+complete -c agsx -n '__agsx_cmd serve' -l default-user -x -d "envd's default user"
+complete -c agsx -n '__agsx_cmd serve' -s h -l help -d 'Show this help'
 
 # agsx browser
 complete -c agsx -n '__agsx_cmd browser' -l name -x -d 'Name the sandbox (unique; usable wherever an id is)'

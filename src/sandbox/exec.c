@@ -198,6 +198,10 @@ int agsx_exec_start(const struct agsx_record *rec, const struct agsx_exec_config
   *ret_code = 125;
   if (rec->status == AGSX_STATUS_EXITED)
     return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running", rec->id);
+  /* Its processes are frozen: the command would hang until unpause. */
+  if (rec->paused)
+    return agsx_error_set_quiet(err, EAGAIN, "sandbox `%.12s` is paused (agsx unpause it first)",
+                                rec->id);
   _cleanup_close_ int initfd = open_init(rec, err);
   if (initfd < 0)
     return -1;

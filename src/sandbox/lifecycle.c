@@ -53,6 +53,8 @@ int agsx_run_spec_check(const struct agsx_run_spec *o, agsx_error_t *err) {
                           o->name);
   if (o->hostname && !agsx_hostname_is_valid(o->hostname))
     return agsx_error_set(err, 0, "invalid hostname `%s`", o->hostname);
+  if (agsx_labels_check(o->labels, err) < 0)
+    return -1;
   if (o->workdir && o->workdir[0] != '/')
     return agsx_error_set(err, 0, "working directory `%s` must be absolute", o->workdir);
   if (o->n_binds > AGSX_MAX_BINDS)
@@ -528,6 +530,7 @@ static void fill_record(struct sup *f, struct agsx_record *r) {
   r->hostname = xstrdup(cfg->hostname);
   r->seccomp = xstrdup(f->o->seccomp ? f->o->seccomp : "default");
   r->rm = f->o->rm;
+  r->labels = f->o->labels ? agsx_strv_concat(f->o->labels, NULL) : NULL;
 }
 
 static int write_start_record(struct sup *f, agsx_error_t *err) {

@@ -36,7 +36,8 @@ struct agsx_run_spec {
   /* Pulls IMAGE when the policy says so (the front end shows progress). */
   int (*pull_image)(void *data, const char *image, agsx_error_t *err);
   void *pull_data;
-  char **env; /* KEY=VALUE, after the image's */
+  char **env;    /* KEY=VALUE, after the image's */
+  char **labels; /* KEY=VALUE, into the record (agsx_labels_check) */
   const char *user, *workdir, *hostname, *name;
   const char *seccomp; /* a profile file, "unconfined", or NULL: the default */
   struct agsx_bind *binds;

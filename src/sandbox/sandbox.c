@@ -360,11 +360,24 @@ int agsx_sandbox_handle_event(struct agsx_sandbox *sb, agsx_error_t *err) {
   return 1;
 }
 
+/* A paused sandbox (sandbox/freeze.h) that is stopped must not stay frozen:
+ * after SIGTERM (the deadline, agsx kill) or SIGKILL it is thawed, so the
+ * signal takes effect. Its cgroup is looked up afresh: on v1 the freezer
+ * cgroup is made by the pause, after the start. */
+static void thaw_for_stop(struct agsx_sandbox *sb) {
+  _cleanup_cgroup_ struct agsx_cgroup *cg = NULL;
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (agsx_cgroup_open(sb->id, &cg, &e) == 0 && agsx_cgroup_frozen(cg))
+    agsx_cgroup_thaw_quiet(cg);
+}
+
 int agsx_sandbox_signal(struct agsx_sandbox *sb, int sig) {
   if (sb->pidfd < 0)
     return -ESRCH;
   if (syscall(SYS_pidfd_send_signal, sb->pidfd, sig, NULL, 0) < 0)
     return -errno;
+  if (sig == SIGTERM || sig == SIGKILL)
+    thaw_for_stop(sb);
   return 0;
 }
 
@@ -403,17 +416,18 @@ int agsx_sandbox_destroy(struct agsx_sandbox *sb, agsx_error_t *err) {
     reap_init(sb);
   }
   int r = 0;
+  bool had_cgroup = agsx_cgroup_is_created(sb->cg);
   if (sb->cg) {
     if (sb->reason != AGSX_STOP_TIMEOUT && sb->reason != AGSX_STOP_KILLED &&
         agsx_cgroup_oom_killed(sb->cg))
       sb->reason = AGSX_STOP_OOM;
     r = agsx_cgroup_destroy(sb->cg, err);
   }
-  /* Hierarchies the sandbox had no limit in, where an exec made its cgroup
-   * to track its commands (v1 without limits). */
+  /* A sandbox with no cgroup at all (v1 without limits or accounting):
+   * an exec made one to track its commands. (With one, exec uses it.) */
   _cleanup_cgroup_ struct agsx_cgroup *more = NULL;
   _cleanup_error_ agsx_error_t e = NULL;
-  if (r == 0 && agsx_cgroup_open(sb->id, &more, &e) == 0)
+  if (r == 0 && !had_cgroup && agsx_cgroup_open(sb->id, &more, &e) == 0)
     r = agsx_cgroup_destroy(more, err);
   /* Killed from outside (agsx kill -s KILL, the OOM killer checked above). */
   if (sb->reason == AGSX_STOP_NONE && !sb->exited && sb->term_signal == SIGKILL)

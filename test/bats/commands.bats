@@ -137,6 +137,15 @@ for k, v in short.items():
 
 # ---- wait --------------------------------------------------------------
 
+@test "run -d --json: the library's {id, name} document, name null without --name" {
+  run_ax run -d --json --name dj busybox sleep 30
+  assert_status 0
+  [[ "$output" =~ ^\{\"id\":\"[0-9a-f]{32}\",\"name\":\"dj\"\}$ ]] || { show_run; false; }
+  run_ax run -d --json busybox sleep 30
+  assert_status 0
+  [[ "$output" =~ ^\{\"id\":\"[0-9a-f]{32}\",\"name\":null\}$ ]] || { show_run; false; }
+}
+
 @test "wait: joins run -d, an ended sandbox and one at its deadline; prints each code, exits with the last" {
   local a b c t0 t1
   a=$(rund busybox sh -c 'sleep 1; exit 3')

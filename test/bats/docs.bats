@@ -259,7 +259,10 @@ EOF
 @test "docs: network inspect options" { doc_sets_agree "network inspect"; }
 
 @test "docs: port options" { doc_sets_agree port; }
+@test "docs: pause options" { doc_sets_agree pause; }
+@test "docs: unpause options" { doc_sets_agree unpause; }
 @test "docs: browser options" { doc_sets_agree browser; }
+@test "docs: serve options" { doc_sets_agree serve; }
 
 @test "docs: build options" { doc_sets_agree build; }
 
@@ -285,12 +288,15 @@ network create
 network inspect
 network ls
 network rm
+pause
 port
 pull
 push
 rm
 run
+serve
 stats
+unpause
 update
 wait'
   run diff <(echo "$tested") <(help_commands -i | sort)

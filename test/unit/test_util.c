@@ -221,7 +221,7 @@ static void test_time(void) {
   free(s);
 }
 
-/* ---- the configuration file: read at each call, nothing cached ---- */
+/* ---- the configuration file: cached per path until agsx_conf_reset ---- */
 
 static char *conf_value(const char *key) {
   char *v = NULL;
@@ -243,13 +243,32 @@ static void test_conf(void) {
   free(v);
   tap_ok(ftruncate(fd, 0) == 0 && pwrite(fd, "dns = 198.18.0.54\n", 18, 0) == 18, "conf: edit");
   v = conf_value("dns");
-  tap_is_str(v, "198.18.0.54", "conf: an edit is seen by the next call");
+  tap_is_str(v, "198.18.0.53", "conf: cached, an edit is not seen without a reset");
+  free(v);
+  agsx_conf_reset();
+  v = conf_value("dns");
+  tap_is_str(v, "198.18.0.54", "conf: an edit is seen after agsx_conf_reset");
   free(v);
   unlink(path);
+  agsx_conf_reset();
   v = conf_value("dns");
   tap_ok(v == NULL, "conf: no file, no value");
   free(v);
+  int fd2 = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  tap_ok(fd2 >= 0 && agsx_write_all(fd2, "dns = 198.18.0.56\n", 18) == 0, "conf: the file again");
+  v = conf_value("dns");
+  tap_ok(v == NULL, "conf: a missing file is cached too");
+  free(v);
+  agsx_conf_reset();
+  v = conf_value("dns");
+  tap_is_str(v, "198.18.0.56", "conf: and read after a reset");
+  free(v);
+  close(fd2);
+  unlink(path);
   unsetenv("AGSX_CONFIG");
+  v = conf_value("dns");
+  tap_ok(v == NULL || strcmp(v, "198.18.0.53") != 0, "conf: another path is read, not the cache");
+  free(v);
   close(fd);
   char *r = (char *)"x";
   agsx_error_t err = NULL;

@@ -28,7 +28,7 @@ static int get_manifest(struct registry *r, const char *reference, const char *e
                         char ret_digest[AGSX_DIGEST_LEN], agsx_error_t *err) {
   _cleanup_free_ char *path = xasprintf("/v2/%s/manifests/%s", r->path, reference);
   struct xfer x;
-  int st = api_get(r, path, ACCEPT_MANIFESTS, AGSX_IMAGE_JSON_MAX, &x, err);
+  int st = agsx_registry_api_get(r, path, ACCEPT_MANIFESTS, AGSX_IMAGE_JSON_MAX, &x, err);
   if (st < 0)
     return -1;
   int rc = 0;
@@ -39,7 +39,7 @@ static int get_manifest(struct registry *r, const char *reference, const char *e
   else if (x.buf == NULL)
     rc = agsx_error_set(err, 0, "manifest `%s`: empty response", reference);
   if (rc < 0) {
-    xfer_clear(&x);
+    agsx_registry_xfer_clear(&x);
     return -1;
   }
   agsx_sha256_buf(x.buf, x.len, ret_digest);
@@ -64,7 +64,7 @@ static int get_manifest(struct registry *r, const char *reference, const char *e
     *ret_len = x.len;
     *ret_buf = steal_ptr(&x.buf);
   }
-  xfer_clear(&x);
+  agsx_registry_xfer_clear(&x);
   return rc;
 }
 
@@ -77,7 +77,7 @@ static int get_small_blob(struct registry *r, const struct agsx_descriptor *d, c
                           (long long)d->size);
   _cleanup_free_ char *path = xasprintf("/v2/%s/blobs/%s", r->path, d->digest);
   struct xfer x;
-  int st = api_get(r, path, NULL, AGSX_IMAGE_JSON_MAX, &x, err);
+  int st = agsx_registry_api_get(r, path, NULL, AGSX_IMAGE_JSON_MAX, &x, err);
   if (st < 0)
     return -1;
   int rc = 0;
@@ -92,7 +92,7 @@ static int get_small_blob(struct registry *r, const struct agsx_descriptor *d, c
     *ret_buf = x.buf ? steal_ptr(&x.buf) : xstrdup("");
     *ret_len = x.len;
   }
-  xfer_clear(&x);
+  agsx_registry_xfer_clear(&x);
   return rc;
 }
 
@@ -164,20 +164,20 @@ static int verify_blob(struct pull *p, const struct agsx_descriptor *d, agsx_err
 }
 
 static int launch_blob(struct pull *p, CURLM *m, struct xfer *x, agsx_error_t *err) {
-  if (xfer_setup(x, &p->reg, NULL, err) < 0)
+  if (agsx_registry_xfer_setup(x, &p->reg, NULL, err) < 0)
     return -1;
-  cu.easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_data_file);
-  cu.easy_setopt(x->h, CURLOPT_WRITEDATA, x);
-  cu.easy_setopt(x->h, CURLOPT_PRIVATE, x);
+  agsx_curl.easy_setopt(x->h, CURLOPT_WRITEFUNCTION, agsx_registry_on_data_file);
+  agsx_curl.easy_setopt(x->h, CURLOPT_WRITEDATA, x);
+  agsx_curl.easy_setopt(x->h, CURLOPT_PRIVATE, x);
   if (x->offset > 0) {
     char range[64];
     snprintf(range, sizeof(range), "%lld-", (long long)x->offset);
-    cu.easy_setopt(x->h, CURLOPT_RANGE, range);
+    agsx_curl.easy_setopt(x->h, CURLOPT_RANGE, range);
     agsx_debug("resuming blob %s at byte %lld", x->desc->digest, (long long)x->offset);
   }
-  CURLMcode mc = cu.multi_add_handle(m, x->h);
+  CURLMcode mc = agsx_curl.multi_add_handle(m, x->h);
   if (mc != CURLM_OK)
-    return agsx_error_set(err, 0, "curl: %s", cu.multi_strerror(mc));
+    return agsx_error_set(err, 0, "curl: %s", agsx_curl.multi_strerror(mc));
   return 0;
 }
 
@@ -185,7 +185,7 @@ static int start_blob(struct pull *p, CURLM *m, struct xfer *x, const struct ags
                       agsx_error_t *err) {
   _cleanup_free_ char *url =
       xasprintf("%s://%s/v2/%s/blobs/%s", p->reg.scheme, p->reg.host, p->reg.path, d->digest);
-  if (xfer_begin(x, url, false, err) < 0)
+  if (agsx_registry_xfer_begin(x, url, false, err) < 0)
     return -1;
   return launch_blob(p, m, x, err);
 }
@@ -209,13 +209,13 @@ static int finish_blob(struct pull *p, struct xfer *x, CURLcode c, agsx_error_t 
   if (x->bad_status || (c == CURLE_OK && !x->started)) {
     long code = x->status;
     if (code == 0)
-      cu.easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
+      agsx_curl.easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
     /* An empty body is right only when nothing was missing. */
     bool complete = x->offset == x->size && (code == 200 || code == 206 || code == 416);
     if (!complete)
       return agsx_error_set(err, 0, "blob `%s`: HTTP %ld", dg, code);
   } else if (c != CURLE_OK) {
-    return curl_error(x, c, err);
+    return agsx_registry_curl_error(x, c, err);
   }
   if (x->offset != x->size)
     return agsx_error_set(err, 0, "blob `%s`: the registry sent %lld of %lld bytes", dg,
@@ -298,7 +298,7 @@ static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_
   if (rc == 0)
     rc =
         agsx_store_check_space(p->store, (uint64_t)(p->prog.bytes_total - p->prog.bytes_done), err);
-  CURLM *m = rc == 0 ? cu.multi_init() : NULL;
+  CURLM *m = rc == 0 ? agsx_curl.multi_init() : NULL;
   size_t next = 0, running_n = 0;
   while (rc == 0 && (next < ntodo || running_n > 0)) {
     while (next < ntodo && running_n < AGSX_REGISTRY_PARALLEL && rc == 0) {
@@ -309,25 +309,25 @@ static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_
     if (rc < 0)
       break;
     int still;
-    CURLMcode mc = cu.multi_perform(m, &still);
+    CURLMcode mc = agsx_curl.multi_perform(m, &still);
     if (mc == CURLM_OK)
-      mc = cu.multi_poll(m, NULL, 0, 200, NULL);
+      mc = agsx_curl.multi_poll(m, NULL, 0, 200, NULL);
     if (mc != CURLM_OK) {
-      rc = agsx_error_set(err, 0, "curl: %s", cu.multi_strerror(mc));
+      rc = agsx_error_set(err, 0, "curl: %s", agsx_curl.multi_strerror(mc));
       break;
     }
     CURLMsg *msg;
     int left;
-    while (rc == 0 && (msg = cu.multi_info_read(m, &left)) != NULL) {
+    while (rc == 0 && (msg = agsx_curl.multi_info_read(m, &left)) != NULL) {
       if (msg->msg != CURLMSG_DONE)
         continue;
       struct xfer *x = NULL;
-      cu.easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+      agsx_curl.easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
       CURLcode c = msg->data.result;
-      cu.multi_remove_handle(m, x->h);
-      int rd = c == CURLE_OK && !x->started ? xfer_redirect(x, err) : 0;
+      agsx_curl.multi_remove_handle(m, x->h);
+      int rd = c == CURLE_OK && !x->started ? agsx_registry_xfer_redirect(x, err) : 0;
       if (rd > 0) {
-        xfer_reset_hop(x);
+        agsx_registry_xfer_reset_hop(x);
         rc = launch_blob(p, m, x, err);
         continue;
       }
@@ -348,11 +348,11 @@ static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_
   if (m) {
     for (size_t i = 0; i < n; i++)
       if (xs[i].h)
-        cu.multi_remove_handle(m, xs[i].h);
-    cu.multi_cleanup(m);
+        agsx_curl.multi_remove_handle(m, xs[i].h);
+    agsx_curl.multi_cleanup(m);
   }
   for (size_t i = 0; i < n; i++) {
-    xfer_clear(&xs[i]);
+    agsx_registry_xfer_clear(&xs[i]);
     agsx_closep(&xs[i].fd);
   }
   if (rc == 0)
@@ -519,7 +519,7 @@ static void clean_partials(int dirfd) {
 
 static int do_pull(struct pull *p, const struct agsx_image_ref *ref, struct agsx_pull_result *res,
                    agsx_error_t *err) {
-  if (ping(&p->reg, err) < 0)
+  if (agsx_registry_ping(&p->reg, err) < 0)
     return -1;
   _cleanup_free_ char *mbuf = NULL, *mt = NULL;
   size_t mlen;
@@ -558,9 +558,9 @@ int agsx_pull(const char *root, const char *refstr, const struct agsx_pull_opts 
   if (agsx_image_ref_parse(refstr, &ref, err) < 0)
     return -1;
   struct pull p = {.o = o, .workfd = -1, .partialfd = -1};
-  int rc = curl_load(err);
+  int rc = agsx_curl_load(err);
   if (rc == 0)
-    rc = setup_registry(&p.reg, &ref, o, err);
+    rc = agsx_registry_setup(&p.reg, &ref, o, err);
   if (rc == 0)
     rc = agsx_store_open(root, true, &p.store, err);
   if (rc == 0) {
@@ -581,7 +581,7 @@ int agsx_pull(const char *root, const char *refstr, const struct agsx_pull_opts 
   agsx_closep(&p.workfd);
   agsx_closep(&p.partialfd);
   agsx_store_free(p.store);
-  registry_clear(&p.reg);
+  agsx_registry_clear(&p.reg);
   agsx_image_ref_clear(&ref);
   return rc;
 }
