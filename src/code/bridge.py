@@ -38,6 +38,12 @@ RESULT_MAX = 16 << 20       # one result item's JSON
 INTERRUPT_GRACE = 5.0       # seconds an interrupted cell gets before the kernel is restarted
 DEFAULT_OUTPUT_MAX = 32 << 20
 
+# Whatever the starter blocked or ignored, interrupts must reach the kernel
+# (it inherits this mask) and SIGTERM must stop us.
+signal.pthread_sigmask(signal.SIG_SETMASK, [])
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
 _out_lock = threading.Lock()
 _stdout_fd = os.dup(1)
 os.set_inheritable(_stdout_fd, False)
