@@ -147,6 +147,13 @@ static const struct agsx_option wait_opts[] = {
     {0},
 };
 
+static const struct agsx_option logs_opts[] = {
+    {"follow", 'f', NULL, "Follow the log until the sandbox ends", O_FOLLOW},
+    {"tail", 'n', "N", "Only the last N lines (default: all)", O_TAIL},
+    {"timestamps", 't', NULL, "Prefix each line with its time (RFC 3339, UTC)", O_TIMESTAMPS},
+    {0},
+};
+
 static const struct agsx_option rm_opts[] = {
     {"force", 'f', NULL, "Stop running sandboxes first (as kill does), then remove them", O_FORCE},
     {"json", 0, NULL, "Print the removed ids as a JSON list", O_JSON},
@@ -249,6 +256,8 @@ const struct agsx_command agsx_commands[] = {
      agsx_cmd_inspect, NULL},
     {"wait", "SANDBOX...", "Wait for sandboxes to end; print their exit codes", wait_opts,
      agsx_cmd_wait, NULL},
+    {"logs", "[OPTIONS] SANDBOX", "Show a detached sandbox's output", logs_opts, agsx_cmd_logs,
+     NULL},
     {"rm", "[OPTIONS] SANDBOX...", "Remove ended sandboxes' records", rm_opts, agsx_cmd_rm, NULL},
     {"stats", "[OPTIONS] [SANDBOX...]", "Show CPU, memory, pids, disk and network use", stats_opts,
      agsx_cmd_stats, NULL},

@@ -91,6 +91,9 @@ enum {
   O_API_KEY_FILE,
   O_TEMPLATE,
   O_DEFAULT_USER,
+  O_FOLLOW,
+  O_TAIL,
+  O_TIMESTAMPS,
 };
 
 /* The table, in cmd/agsx.c. */
@@ -130,6 +133,7 @@ int agsx_cmd_kill(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_update(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_inspect(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_wait(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_logs(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_stats(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_build(struct agsx_ctx *, const struct agsx_command *, int, char **);

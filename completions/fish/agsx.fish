@@ -226,6 +226,7 @@ complete -c agsx -n '__agsx_cmd' -a ls -d 'List sandboxes'
 complete -c agsx -n '__agsx_cmd' -a kill -d 'Stop sandboxes or send them a signal'
 complete -c agsx -n '__agsx_cmd' -a inspect -d "Show sandboxes' full records as JSON"
 complete -c agsx -n '__agsx_cmd' -a wait -d 'Wait for sandboxes to end; print their exit codes'
+complete -c agsx -n '__agsx_cmd' -a logs -d "Show a detached sandbox's output"
 complete -c agsx -n '__agsx_cmd' -a rm -d "Remove ended sandboxes' records"
 complete -c agsx -n '__agsx_cmd' -a stats -d 'Show CPU, memory, pids, disk and network use'
 complete -c agsx -n '__agsx_cmd' -a update -d "Change a running sandbox's deadline"
@@ -319,6 +320,11 @@ complete -c agsx -n '__agsx_cmd inspect' -a '(__agsx_sandbox_names -a)' -d Sandb
 complete -c agsx -n '__agsx_cmd wait' -l json -d 'Print a JSON list of id, name, exit_code, stop_reason'
 complete -c agsx -n '__agsx_cmd wait' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd wait' -a '(__agsx_sandbox_names -a)' -d Sandbox
+complete -c agsx -n '__agsx_cmd logs' -s f -l follow -d 'Follow the log until the sandbox ends'
+complete -c agsx -n '__agsx_cmd logs' -s n -l tail -r -d 'Only the last N lines'
+complete -c agsx -n '__agsx_cmd logs' -s t -l timestamps -d 'Prefix each line with its time'
+complete -c agsx -n '__agsx_cmd logs' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd logs' -a '(__agsx_sandbox_names -a)' -d Sandbox
 complete -c agsx -n '__agsx_cmd rm' -s f -l force -d 'Stop running sandboxes first, then remove them'
 complete -c agsx -n '__agsx_cmd rm' -l json -d 'Print the removed ids as a JSON list'
 complete -c agsx -n '__agsx_cmd rm' -s h -l help -d 'Show this help'

@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <limits.h>
 #include <linux/openat2.h>
 #include <linux/capability.h>
@@ -120,6 +121,30 @@ static _Noreturn void init_loop(struct agsx_child_ctx *c, pid_t cmd, int sfd) {
   }
 }
 
+/* An idle sandbox's init: no command; a stop signal goes to every process,
+ * and the init ends once none is left (a grace the supervisor bounds). */
+static _Noreturn void idle_loop(struct agsx_child_ctx *c, int sfd) {
+  int stop = 0;
+  for (;;) {
+    struct pollfd p = {.fd = sfd, .events = POLLIN};
+    if (poll(&p, 1, stop ? 50 : -1) < 0 && errno != EINTR)
+      _exit(125);
+    struct signalfd_siginfo si;
+    if (p.revents && read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+      int sig = (int)si.ssi_signo;
+      if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT) {
+        stop = stop ? stop : sig;
+        kill(-1, sig);
+      }
+    }
+    while (waitpid(-1, NULL, WNOHANG) > 0) {
+    }
+    /* kill(-1, 0) reaches every process of the namespace but us. */
+    if (stop && kill(-1, 0) < 0 && errno == ESRCH)
+      report_exit(c, stop); /* a wait status: killed by STOP */
+  }
+}
+
 static const int forwarded[] = {SIGCHLD, SIGTERM,  SIGINT,  SIGHUP,  SIGQUIT, SIGUSR1,
                                 SIGUSR2, SIGWINCH, SIGCONT, SIGTSTP, SIGALRM};
 
@@ -182,6 +207,15 @@ _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
     agsx_child_fail(c, 125, &err);
   }
   c->phase_ns[3] = agsx_mono_ns();
+  if (cfg->idle) {
+    close(ep[0]);
+    close(ep[1]);
+    agsx_proc_title_set("agsx-init");
+    struct agsx_msg ready = {.type = AGSX_MSG_READY};
+    memcpy(ready.phase_ns, c->phase_ns, sizeof(ready.phase_ns));
+    agsx_msg_send(c->sync, &ready, NULL, 0);
+    idle_loop(c, sfd);
+  }
   pid_t cmd = fork();
   if (cmd < 0) {
     agsx_error_set(&err, errno, "fork the command");

@@ -6,21 +6,26 @@
  *                           sandbox configuration, seccomp program
  *   agsx_lifecycle_run      foreground: start, supervise, tear down, with the
  *                           caller's stdio (or captured: the --json document)
- *   agsx_lifecycle_detach   a detached supervisor (its own session) that does
- *                           the same; returns once the command runs
+ *   agsx_lifecycle_detach   a detached supervisor (a grandchild in its own
+ *                           session, holding none of the caller's fds) that
+ *                           does the same; returns once the command runs
  *
- * The supervisor is one poll loop of components that fill and dispatch: the
- * sandbox's sync socket, signals (the control protocol, control.h), the
- * deadline timer, captured output, the pty, the firewall watch, the
- * published ports' relay and the DNS relay. It writes the state record as
- * the sandbox starts and ends (with `rm`, removes it). Every front end (run,
- * browser, build's RUN, the API server) goes through these calls. */
+ * The supervisor is one poll loop of components that fill and dispatch
+ * (supervisor.h): the sandbox's sync socket, signals (the control protocol,
+ * control.h), the deadline timer, captured output, the pty, the firewall
+ * watch, the published ports' relay and the DNS relay; detached, also the
+ * sandbox's log (STATE/<id>/log: the command's stdout and stderr, the
+ * supervisor's warnings) and the control socket with the processes it
+ * owns (processes.h). It writes the state record as the sandbox starts and
+ * ends (with `rm`, removes it). Every front end (run, browser, build's
+ * RUN, the API server) goes through these calls. */
 #ifndef AGSX_SANDBOX_LIFECYCLE_H
 #define AGSX_SANDBOX_LIFECYCLE_H
 
 #include "net/relay.h"
 #include "sandbox/output.h"
 #include "sandbox/sandbox.h"
+#include "state/state.h"
 #include "util/util.h"
 
 #define AGSX_DEFAULT_TIMEOUT_SEC 300
@@ -97,10 +102,14 @@ struct agsx_run_hooks {
 int agsx_lifecycle_run(struct agsx_lifecycle *lc, const struct agsx_run_hooks *hooks,
                        agsx_error_t *err);
 
-/* A detached sandbox: its id and its supervisor (a child of the caller). */
+/* A detached sandbox: its id and its supervisor, which is NOT a child of
+ * the caller (a grandchild in its own session, holding none of the
+ * caller's fds: a server never reaps supervisors, and a killed server
+ * leaves them running). SUPERVISOR_REF proves it (proc.h). */
 struct agsx_run_started {
   char id[33];
   pid_t supervisor;
+  struct agsx_proc_ref supervisor_ref;
 };
 int agsx_lifecycle_detach(struct agsx_lifecycle *lc, struct agsx_run_started *ret,
                           agsx_error_t *err);

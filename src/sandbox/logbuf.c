@@ -12,6 +12,7 @@
 #include "config.h"
 
 #include "sandbox/logbuf.h"
+#include "util/conf.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -544,4 +545,18 @@ void agsx_log_reader_free(struct agsx_log_reader *r) {
   agsx_closep(&r->dirfd);
   free(r->buf);
   free(r);
+}
+
+int agsx_log_cap_conf(uint64_t *ret, agsx_error_t *err) {
+  _cleanup_free_ char *v = NULL;
+  *ret = AGSX_LOG_DEFAULT_CAP;
+  if (agsx_conf_get("log-size", "AGSX_LOG_SIZE", &v, err) < 0)
+    return -1;
+  if (v == NULL)
+    return 0;
+  if (agsx_parse_size(v, ret, err) < 0)
+    return agsx_error_wrap(err, "log-size");
+  if (*ret < AGSX_LOG_CAP_MIN || *ret > AGSX_LOG_CAP_MAX)
+    return agsx_error_set(err, EINVAL, "invalid log-size `%s` (64k to 1g)", v);
+  return 0;
 }

@@ -30,6 +30,7 @@
 #define AGSX_LOG_REC_MAX (64u << 10)    /* payload bytes per record; longer writes are split */
 #define AGSX_LOG_CAP_MIN (64u << 10)    /* smaller caps are raised to this */
 #define AGSX_LOG_DEFAULT_CAP (8u << 20) /* agsx.conf `log-size` */
+#define AGSX_LOG_CAP_MAX (1u << 30)     /* and larger ones refused (log-size) */
 #define AGSX_LOG_ERROR_MAX 4096         /* bytes of an end record's error text */
 
 enum agsx_log_kind {
@@ -52,6 +53,9 @@ int agsx_log_write(struct agsx_log_writer *w, enum agsx_log_kind kind, const voi
 int agsx_log_end(struct agsx_log_writer *w, int exit_code, int term_signal, const char *error,
                  agsx_error_t *err);
 void agsx_log_writer_free(struct agsx_log_writer *w);
+/* The cap of sandbox and process logs: agsx.conf `log-size` (env
+ * AGSX_LOG_SIZE; 64k to 1g), else AGSX_LOG_DEFAULT_CAP. */
+int agsx_log_cap_conf(uint64_t *ret, agsx_error_t *err);
 
 struct agsx_log_rec {
   enum agsx_log_kind kind;

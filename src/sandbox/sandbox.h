@@ -80,6 +80,10 @@ struct agsx_sandbox_config {
    * sandbox's tmpfs) over with its EXIT message, as sb->upperfd, so the
    * caller can turn what the command changed into a layer. */
   bool keep_upper;
+  /* No command (argv unused): the init only reaps until it is told to stop
+   * (SIGTERM, SIGINT, SIGHUP, SIGQUIT: every process gets it, and the init
+   * ends, "killed by" it, once none is left) or killed. */
+  bool idle;
 };
 
 enum agsx_stop_reason {

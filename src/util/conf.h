@@ -10,6 +10,7 @@
  *   default-pids = 4096
  *   max-image-size = 64g     (store.h: the image budget)
  *   store-reserve = 1g       (store.h: free space kept)
+ *   log-size = 8m            (logbuf.h: the cap of sandbox and process logs)
  */
 #ifndef AGSX_CONF_H
 #define AGSX_CONF_H

@@ -250,6 +250,7 @@ EOF
 @test "docs: kill options" { doc_sets_agree kill; }
 @test "docs: inspect options" { doc_sets_agree inspect; }
 @test "docs: wait options" { doc_sets_agree wait; }
+@test "docs: logs options" { doc_sets_agree logs; }
 @test "docs: rm options" { doc_sets_agree rm; }
 @test "docs: stats options" { doc_sets_agree stats; }
 @test "docs: update options" { doc_sets_agree update; }
@@ -285,6 +286,7 @@ image tag
 inspect
 kill
 load
+logs
 ls
 network create
 network inspect

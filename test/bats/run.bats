@@ -142,15 +142,16 @@ assert_no_leaks() {
 }
 
 # Per-sandbox state dirs that are more than the record of an ended sandbox
-# (a record, `state.json` + `lock`, stays without --rm; its status must not
-# be a live one).
+# (a record, `state.json` + `lock`, stays without --rm, with a detached
+# sandbox's `log` and its processes' `procs` (agsx logs); its status must
+# not be a live one).
 leftover_state() {
   local d id extra
   [ -d "$STATE" ] || return 0
   for d in "$STATE"/*/; do
     id=$(basename "$d")
     case $id in slots | cache | '*') continue ;; esac
-    extra=$(ls -A "$d" | grep -vx -e state.json -e lock || true)
+    extra=$(ls -A "$d" | grep -vx -e state.json -e lock -e log -e procs || true)
     if [ -n "$extra" ] || [ ! -f "$d/state.json" ] ||
       grep -qE '"status": *"(created|running)"' "$d/state.json"; then
       echo "$id"
@@ -980,11 +981,14 @@ END
   id=$(ax run -d -p 127.0.0.1::80 busybox sleep 30)
   pid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["init"]["pid"])' "$STATE/$id/state.json")
   fds=$(for f in /proc/$pid/fd/*; do readlink "$f"; done | sort)
-  # stdio, the sync socket and the init's own signalfd; nothing else.
-  if printf '%s\n' "$fds" | grep -vE '^(/dev/null|socket:\[[0-9]+\]|anon_inode:\[signalfd\])$'; then
+  # stdio (stdin /dev/null, stdout and stderr the pipes into the sandbox's
+  # log), the sync socket and the init's own signalfd; nothing else.
+  if printf '%s\n' "$fds" | grep -vE '^(/dev/null|pipe:\[[0-9]+\]|socket:\[[0-9]+\]|anon_inode:\[signalfd\])$'; then
     echo "# unexpected fds of the init: $(echo $fds)" >&3
     false
   fi
   [ "$(printf '%s\n' "$fds" | grep -c '^socket:')" -eq 1 ]
+  [ "$(printf '%s\n' "$fds" | grep -c '^pipe:')" -eq 2 ]
+  [[ "$(readlink /proc/$pid/fd/1)" == pipe:* && "$(readlink /proc/$pid/fd/2)" == pipe:* ]]
   ax kill "$id" >/dev/null
 }
