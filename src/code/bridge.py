@@ -168,6 +168,27 @@ c.InteractiveShell.colors = "NoColor"
 c.PlainTextFormatter.max_seq_length = 0
 """
 
+# The kernel's command: ipykernel, with its fd-level capture (output of
+# subprocesses and C code, os.write(1, ...)) decoding as UTF-8 with
+# replacement: ipykernel 6.17's watcher thread dies at the first invalid byte
+# and then drops all fd output.
+LAUNCHER = r'''
+import codecs, os, sys
+import ipykernel.iostream as _io
+def _watch(self):
+    dec = codecs.getincrementaldecoder("utf-8")("replace")
+    try:
+        bts = os.read(self._fid, 65536)
+        while bts and self._should_watch:
+            self.write(dec.decode(bts))
+            bts = os.read(self._fid, 65536)
+    except Exception:
+        self._exc = sys.exc_info()
+_io.OutStream._watch_pipe_fd = _watch
+from ipykernel import kernelapp
+kernelapp.launch_new_instance()
+'''
+
 STARTUP = r'''
 def _agsx_formatters():
     import sys
@@ -219,17 +240,34 @@ class PythonKernel:
         os.environ["IPYTHONDIR"] = os.path.join(base, "ipython")
         os.environ.setdefault("MPLCONFIGDIR", os.path.join(base, "matplotlib"))
         os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+        # Debian's matplotlib looks for /etc/matplotlibrc only, which an image
+        # made of the host's /usr (agsx's host image) lacks: name its own.
+        if "MATPLOTLIBRC" not in os.environ and not os.path.exists("/etc/matplotlibrc"):
+            import importlib.util
+            spec = importlib.util.find_spec("matplotlib")
+            for d in ["/usr/share/matplotlib/mpl-data"] + (
+                    [os.path.join(os.path.dirname(spec.origin), "mpl-data")] if spec and spec.origin else []):
+                if os.path.exists(os.path.join(d, "matplotlibrc")):
+                    os.environ["MATPLOTLIBRC"] = os.path.join(d, "matplotlibrc")
+                    break
         prof = os.path.join(base, "ipython", "profile_default")
         os.makedirs(os.path.join(prof, "startup"))
         with open(os.path.join(prof, "ipython_kernel_config.py"), "w") as f:
             f.write(KERNEL_CONFIG)
         with open(os.path.join(prof, "startup", "00-agsx.py"), "w") as f:
             f.write(STARTUP)
+        spec = os.path.join(base, "jupyter", "kernels", "agsx-python3")
+        os.makedirs(spec)
+        with open(os.path.join(spec, "kernel.json"), "w") as f:
+            json.dump({"argv": [sys.executable, "-c", LAUNCHER, "-f", "{connection_file}"],
+                       "display_name": "Python 3 (agsx)", "language": "python",
+                       "interrupt_mode": "signal"}, f)
+        os.environ["JUPYTER_PATH"] = os.path.join(base, "jupyter")
 
     def start(self):
         from jupyter_client import KernelManager
         self.stop()
-        km = KernelManager(kernel_name="python3", transport="ipc")
+        km = KernelManager(kernel_name="agsx-python3", transport="ipc")
         km.ip = os.path.join(os.environ["JUPYTER_RUNTIME_DIR"], "kernel")
         os.makedirs(os.environ["JUPYTER_RUNTIME_DIR"], exist_ok=True)
         km.start_kernel(cwd=self.cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

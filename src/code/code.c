@@ -366,7 +366,7 @@ struct agsx_code_exec {
   bool skipping;       /* the rest of a line that was too long or partly lost */
   int64_t deadline_ns; /* monotonic; 0: none */
   uint64_t timeout_ms, output_max, output;
-  bool ended;
+  bool ended, more;
   struct agsx_code_exec_result res;
 };
 
@@ -609,9 +609,16 @@ static int feed(struct agsx_code_exec *e, const char *d, size_t n, agsx_code_ite
   return 0;
 }
 
-int agsx_code_exec_dispatch(struct agsx_code_exec *e, agsx_code_item_fn fn, void *data,
-                            agsx_error_t *err) {
-  while (!e->ended) {
+bool agsx_code_exec_more(const struct agsx_code_exec *e) { return e->more; }
+
+int agsx_code_exec_dispatch(struct agsx_code_exec *e, size_t max_records, agsx_code_item_fn fn,
+                            void *data, agsx_error_t *err) {
+  e->more = false;
+  for (size_t n = 0; !e->ended; n++) {
+    if (max_records && n >= max_records) {
+      e->more = true;
+      return 0;
+    }
     struct agsx_log_rec rec;
     int r = agsx_log_next(e->r, &rec, err);
     if (r < 0)
@@ -652,7 +659,7 @@ int agsx_code_run(int statefd, const char *sandbox, const struct agsx_code_conte
   if (agsx_code_exec_start(statefd, sandbox, c, spec, &e, err) < 0)
     return -1;
   int r;
-  while ((r = agsx_code_exec_dispatch(e, fn, data, err)) == 0) {
+  while ((r = agsx_code_exec_dispatch(e, 0, fn, data, err)) == 0) {
     struct pollfd p[2] = {{.fd = agsx_code_exec_fd(e), .events = POLLIN},
                           {.fd = cancel_fd, .events = POLLIN}};
     if (poll(p, 2, agsx_code_exec_timeout_ms(e)) < 0 && errno != EINTR) {

@@ -132,10 +132,15 @@ int agsx_code_exec_start(int statefd, const char *sandbox, const struct agsx_cod
                          agsx_error_t *err);
 int agsx_code_exec_fd(const struct agsx_code_exec *e);
 int agsx_code_exec_timeout_ms(const struct agsx_code_exec *e); /* -1: none */
-/* Reads what is there, calling FN per item. 1: the execution ended (see
- * agsx_code_exec_result); 0: more to come; -1: failed (ERR). */
-int agsx_code_exec_dispatch(struct agsx_code_exec *e, agsx_code_item_fn fn, void *data,
-                            agsx_error_t *err);
+/* Reads what is there (at most MAX_RECORDS log records, 0: no limit, so a
+ * server can bound what one turn buffers), calling FN per item. 1: the
+ * execution ended (see agsx_code_exec_result); 0: more to come (poll, or
+ * call again at once when the budget ran out: agsx_code_exec_more); -1:
+ * failed (ERR). */
+int agsx_code_exec_dispatch(struct agsx_code_exec *e, size_t max_records, agsx_code_item_fn fn,
+                            void *data, agsx_error_t *err);
+/* The last dispatch stopped at its budget with records left. */
+bool agsx_code_exec_more(const struct agsx_code_exec *e);
 /* Interrupts the cell (the kernel and its state survive); the execution
  * has ended for its caller. */
 int agsx_code_exec_cancel(struct agsx_code_exec *e, agsx_error_t *err);
