@@ -100,11 +100,17 @@ static void record_row(struct agsx_table *t, const struct agsx_record *r, int64_
     left = xasprintf("%s left", l);
   }
   _cleanup_free_ char *ports = ports_column(r);
+  _cleanup_free_ char *labels = xstrdup("");
+  for (size_t i = 0; r->labels && r->labels[i]; i++) {
+    char *l = xasprintf("%s%s%s", labels, i ? "," : "", r->labels[i]);
+    free(labels);
+    labels = l;
+  }
   char id[33];
   snprintf(id, sizeof(id), "%.*s", no_trunc ? 32 : 12, r->id);
-  const char *cells[] = {id,   r->name, r->image,   status_word(r),
-                         age,  left,    r->network, r->address ? r->address : "-",
-                         ports};
+  const char *cells[] = {id,    r->name, r->image,   status_word(r),
+                         age,   left,    r->network, r->address ? r->address : "-",
+                         ports, labels};
   agsx_table_add(t, cells);
 }
 
@@ -151,7 +157,7 @@ int agsx_cmd_ls(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
   yajl_gen_array_open(g);
   static const char *const header[] = {"ID",        "NAME",    "IMAGE",   "STATUS", "CREATED",
-                                       "TIME LEFT", "NETWORK", "ADDRESS", "PORTS"};
+                                       "TIME LEFT", "NETWORK", "ADDRESS", "PORTS",  "LABELS"};
   struct agsx_table t;
   agsx_table_init(&t, AGSX_ARRAY_SIZE(header), header);
   for (size_t k = 0; k < n; k++) {

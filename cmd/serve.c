@@ -68,6 +68,7 @@ int agsx_cmd_serve(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
   int rc = AGSX_EXIT_FAILURE;
   _cleanup_free_ char *c_listen = NULL, *c_net = NULL, *c_user = NULL, *c_base = NULL, *c_ci = NULL,
                       *c_key = NULL;
+  _cleanup_strv_ char **templates = NULL; /* before any goto: freed at the end */
   int i = agsx_parse_options(cmd, argc, argv, on_serve_opt, &o);
   if (i < 0)
     goto out;
@@ -87,7 +88,6 @@ int agsx_cmd_serve(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
   if (conf_default("serve-template-base", NULL, &base, &c_base) < 0 ||
       conf_default("serve-template-code-interpreter", NULL, &ci, &c_ci) < 0)
     goto out;
-  _cleanup_strv_ char **templates = NULL;
   if (base) {
     _cleanup_free_ char *t = xasprintf("base=%s", base);
     agsx_strv_push(&templates, t);

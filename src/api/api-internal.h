@@ -3,6 +3,7 @@
 #define AGSX_API_INTERNAL_H
 
 #include "api/mhd.h"
+#include "api/spawn.h"
 #include "api/server.h"
 #include "api/wire.h"
 #include "state/state.h"
@@ -21,6 +22,7 @@ struct server {
   struct stream *streams;
   size_t n_streams;
   struct agsx_fs_watchers *watchers;
+  struct agsx_spawner spawner;
   bool stopping;
 };
 

@@ -10,6 +10,7 @@
 
 #include "api/api-internal.h"
 #include "api/auth.h"
+#include "api/body.h"
 #include "api/files.h"
 #include "sandbox/copy.h"
 #include "sandbox/passwd.h"
@@ -347,114 +348,83 @@ static bool parse_connect_body(struct req *r, yajl_val *ret) {
   return true;
 }
 
-static bool strv_from_json(yajl_val a, char ***ret, size_t max) {
-  if (a == NULL || YAJL_IS_NULL(a))
-    return true;
-  if (!YAJL_IS_ARRAY(a) || a->u.array.len > max)
-    return false;
-  for (size_t i = 0; i < a->u.array.len; i++) {
-    if (!YAJL_IS_STRING(a->u.array.values[i]))
-      return false;
-    agsx_strv_push(ret, YAJL_GET_STRING(a->u.array.values[i]));
-  }
-  return true;
-}
-
 static void process_start(struct req *r) {
-  _cleanup_json_ yajl_val body = NULL;
-  if (!parse_connect_body(r, &body))
-    return;
-  yajl_val p = agsx_json_get(body, "process");
-  const char *cmd = YAJL_IS_OBJECT(p) ? agsx_json_get_string(p, "cmd") : NULL;
-  if (cmd == NULL || *cmd == '\0')
-    return agsx_respond_connect_error(r, AGSX_CONNECT_INVALID_ARGUMENT, "process.cmd is required");
-  _cleanup_free_ char *uname = NULL;
-  if (!request_user(r, true, &uname))
-    return;
-  struct envd_user u;
+  const char *msg;
+  size_t len;
   agsx_error_t err = NULL;
-  if (resolve_user(r->s, &r->rec, uname, &u, &err) < 0)
+  if (agsx_connect_envelope(r->body.p ? r->body.p : "", r->body.len, &msg, &len, &err) < 0)
     return unary_error(r, &err);
+  struct agsx_api_start q;
+  if (agsx_api_start_parse(msg, len, &q, &err) < 0)
+    return unary_error(r, &err);
+  /* Every owning local before the first goto: a jump past a cleanup
+   * variable's initialisation would free garbage at the end. */
+  _cleanup_free_ char *uname = NULL, *home = NULL, *user = NULL, *logname = NULL, *cwd = NULL;
   _cleanup_strv_ char **argv = NULL, **env = NULL;
+  struct envd_user u = {0};
+  if (!request_user(r, true, &uname))
+    goto out;
+  if (resolve_user(r->s, &r->rec, uname, &u, &err) < 0) {
+    unary_error(r, &err);
+    goto out;
+  }
   /* The SDK runs everything through /bin/bash; images without bash get
    * /bin/sh, which takes the same -l, -i and -c. */
-  agsx_strv_push(&argv, strcmp(cmd, "/bin/bash") == 0 && !u.has_bash ? "/bin/sh" : cmd);
-  if (!strv_from_json(agsx_json_get(p, "args"), &argv, 4096)) {
-    envd_user_clear(&u);
-    return agsx_respond_connect_error(r, AGSX_CONNECT_INVALID_ARGUMENT,
-                                      "process.args must be strings");
-  }
-  _cleanup_free_ char *home = xasprintf("HOME=%s", u.home);
-  _cleanup_free_ char *user = xasprintf("USER=%s", u.name);
-  _cleanup_free_ char *logname = xasprintf("LOGNAME=%s", u.name);
+  agsx_strv_push(&argv, strcmp(q.cmd, "/bin/bash") == 0 && !u.has_bash ? "/bin/sh" : q.cmd);
+  for (size_t i = 0; q.args && q.args[i]; i++)
+    agsx_strv_push(&argv, q.args[i]);
+  home = xasprintf("HOME=%s", u.home);
+  user = xasprintf("USER=%s", u.name);
+  logname = xasprintf("LOGNAME=%s", u.name);
   agsx_strv_push(&env, home);
   agsx_strv_push(&env, user);
   agsx_strv_push(&env, logname);
-  yajl_val envs = agsx_json_get(p, "envs");
-  if (YAJL_IS_OBJECT(envs))
-    for (size_t i = 0; i < envs->u.object.len && i < 4096; i++) {
-      yajl_val v = envs->u.object.values[i];
-      const char *k = envs->u.object.keys[i];
-      if (!YAJL_IS_STRING(v) || *k == '\0' || strchr(k, '=')) {
-        envd_user_clear(&u);
-        return agsx_respond_connect_error(r, AGSX_CONNECT_INVALID_ARGUMENT,
-                                          "process.envs: invalid variable `%.64s`", k);
-      }
-      _cleanup_free_ char *kv = xasprintf("%s=%s", k, YAJL_GET_STRING(v));
-      agsx_strv_push(&env, kv);
-    }
-  const char *cwd = agsx_json_get_string(p, "cwd");
-  _cleanup_free_ char *cwd_abs = NULL;
-  if (cwd && *cwd)
-    cwd_abs = cwd[0] == '/'   ? xstrdup(cwd)
-              : cwd[0] == '~' ? xasprintf("%s%s", u.home, cwd + 1)
-                              : xasprintf("%s/%s", u.home, cwd);
-  yajl_val pty = agsx_json_get(body, "pty");
-  yajl_val size = YAJL_IS_OBJECT(pty) ? agsx_json_get(pty, "size") : NULL;
-  int64_t cols = 80, rows = 24;
-  if (YAJL_IS_OBJECT(size)) {
-    agsx_json_get_int64(size, "cols", &cols);
-    agsx_json_get_int64(size, "rows", &rows);
-  }
-  yajl_val in = agsx_json_get(body, "stdin");
+  for (size_t i = 0; q.envs && q.envs[i]; i++)
+    agsx_strv_push(&env, q.envs[i]);
+  if (q.cwd)
+    cwd = q.cwd[0] == '/'   ? xstrdup(q.cwd)
+          : q.cwd[0] == '~' ? xasprintf("%s%s", u.home, q.cwd + 1)
+                            : xasprintf("%s/%s", u.home, q.cwd);
   struct stream *st = process_stream(r);
   int64_t to = header_ms(r, "Connect-Timeout-Ms");
   struct agsx_process_spec spec = {
       .argv = argv,
       .env = env,
-      .cwd = cwd_abs ? cwd_abs : u.home,
+      .cwd = cwd ? cwd : u.home,
       .user = u.name,
-      .tag = agsx_json_get_string(body, "tag"),
-      .pty = YAJL_IS_OBJECT(pty),
-      .cols = cols > 0 && cols < 10000 ? (unsigned)cols : 80,
-      .rows = rows > 0 && rows < 10000 ? (unsigned)rows : 24,
-      .stdin_open = in == NULL || YAJL_IS_NULL(in) || YAJL_IS_TRUE(in) || YAJL_IS_OBJECT(pty),
+      .tag = q.tag,
+      .pty = q.pty,
+      .cols = q.cols,
+      .rows = q.rows,
+      .stdin_open = q.stdin_open,
       .timeout_ms = (uint64_t)to,
   };
   struct agsx_process_info info = {0};
   int code = 0;
   st->started_here = true;
   if (agsx_process_start(r->s->statefd, r->rec.id, &spec, &info, &code, &err) < 0) {
-    envd_user_clear(&u);
     int e = agsx_error_errno(&err);
     if (e == ESRCH) {
       agsx_stream_free(st);
       agsx_error_free(&err);
-      return agsx_api_respond_gone(r);
+      agsx_api_respond_gone(r);
+      goto out;
     }
     enum agsx_connect_code c = code == 126 || code == 127 ? AGSX_CONNECT_INVALID_ARGUMENT
                                : e == EAGAIN              ? AGSX_CONNECT_UNAVAILABLE
                                                           : agsx_connect_code_of_errno(e);
-    _cleanup_free_ char *msg = xasprintf("error starting process: %s", err->msg);
+    _cleanup_free_ char *m = xasprintf("error starting process: %s", err->msg);
     agsx_error_free(&err);
-    agsx_stream_end(st, c, msg);
+    agsx_stream_end(st, c, m);
     agsx_respond_stream(r, st);
-    return;
+    goto out;
   }
-  envd_user_clear(&u);
   uint32_t pid = info.pid;
   agsx_process_info_clear(&info);
   follow(r, st, pid);
+out:
+  envd_user_clear(&u);
+  agsx_api_start_clear(&q);
 }
 
 static void process_connect(struct req *r) {

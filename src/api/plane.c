@@ -5,9 +5,10 @@
 
 #include "api/api-internal.h"
 #include "api/auth.h"
+#include "api/body.h"
+#include "api/spawn.h"
 #include "sandbox/control.h"
 #include "sandbox/freeze.h"
-#include "sandbox/lifecycle.h"
 #include "sandbox/stats.h"
 
 #include <string.h>
@@ -188,163 +189,46 @@ static const char *template_image(const struct agsx_api_config *cfg, const char 
   return tmpl;
 }
 
-/* Object fields of strings into KEY=VALUE strings; false after answering 400. */
-static bool string_map(struct req *r, yajl_val body, const char *field, char ***ret) {
-  yajl_val m = agsx_json_get(body, field);
-  if (is_null(m))
-    return true;
-  if (!YAJL_IS_OBJECT(m)) {
-    agsx_respond_error(r, 400, "%s must be an object of strings", field);
-    return false;
-  }
-  for (size_t i = 0; i < m->u.object.len; i++) {
-    yajl_val v = m->u.object.values[i];
-    const char *k = m->u.object.keys[i];
-    if (!YAJL_IS_STRING(v) || *k == '\0' || strchr(k, '=')) {
-      agsx_respond_error(r, 400, "%s: `%.64s` must be a non-empty key without '=' and a string",
-                         field, k);
-      return false;
-    }
-    _cleanup_free_ char *kv = xasprintf("%s=%s", k, YAJL_GET_STRING(v));
-    agsx_strv_push(ret, kv);
-  }
-  return true;
-}
-
-/* What the server does not do is refused (501), never ignored. */
-static bool refuse_unsupported(struct req *r, yajl_val body) {
-  static const struct {
-    const char *field, *what;
-  } no[] = {{"mcp", "MCP gateways"}, {"volumeMounts", "volume mounts"}, {"iam", "IAM tokens"}};
-  for (size_t i = 0; i < AGSX_ARRAY_SIZE(no); i++) {
-    yajl_val v = agsx_json_get(body, no[i].field);
-    if (is_null(v) || (YAJL_IS_ARRAY(v) && v->u.array.len == 0) ||
-        (YAJL_IS_OBJECT(v) && v->u.object.len == 0))
-      continue;
-    agsx_respond_error(r, 501, "agsx: %s are not supported", no[i].what);
-    return false;
-  }
-  yajl_val ap = agsx_json_get(body, "autoPause");
-  if (ap && YAJL_IS_TRUE(ap)) {
-    agsx_respond_error(r, 501, "agsx: pausing on timeout is not supported (sandboxes are killed)");
-    return false;
-  }
-  yajl_val ar = agsx_json_get(body, "autoResume");
-  yajl_val en = YAJL_IS_OBJECT(ar) ? agsx_json_get(ar, "enabled") : NULL;
-  if (en && YAJL_IS_TRUE(en)) {
-    agsx_respond_error(r, 501, "agsx: auto-resume is not supported");
-    return false;
-  }
-  yajl_val net = agsx_json_get(body, "network");
-  if (YAJL_IS_OBJECT(net))
-    for (size_t i = 0; i < net->u.object.len; i++) {
-      const char *k = net->u.object.keys[i];
-      yajl_val v = net->u.object.values[i];
-      bool empty = is_null(v) || (YAJL_IS_ARRAY(v) && v->u.array.len == 0) ||
-                   (YAJL_IS_OBJECT(v) && v->u.object.len == 0) ||
-                   (YAJL_IS_STRING(v) && *YAJL_GET_STRING(v) == '\0') ||
-                   (strcmp(k, "allowPublicTraffic") == 0 && YAJL_IS_TRUE(v));
-      if (!empty) {
-        agsx_respond_error(r, 501, "agsx: network.%s is not supported", k);
-        return false;
-      }
-    }
-  return true;
-}
-
 static void create(struct req *r) {
-  static const char *const known[] = {"templateID",   "timeout",
-                                      "metadata",     "envVars",
-                                      "secure",       "allow_internet_access",
-                                      "autoPause",    "autoPauseMemory",
-                                      "autoResume",   "network",
-                                      "mcp",          "iam",
-                                      "volumeMounts", NULL};
-  _cleanup_json_ yajl_val body = agsx_api_parse_body(r, false);
-  if (body == NULL)
-    return;
-  const char *bad = unknown_key(body, known);
-  if (bad) {
-    agsx_respond_error(r, 400, "unknown field `%.64s`", bad);
-    return;
-  }
-  if (!refuse_unsupported(r, body))
-    return;
-  yajl_val t = agsx_json_get(body, "templateID");
-  const char *tmpl = "base";
-  if (!is_null(t)) {
-    if (!YAJL_IS_STRING(t) || *t->u.string == '\0' || strlen(t->u.string) > 256) {
-      agsx_respond_error(r, 400, "templateID must be a non-empty string");
-      return;
-    }
-    tmpl = t->u.string;
-  }
-  int64_t timeout = body_timeout(r, body, false);
-  if (timeout < 0)
-    return;
-  yajl_val inet = agsx_json_get(body, "allow_internet_access");
-  if (!is_null(inet) && !YAJL_IS_TRUE(inet) && !YAJL_IS_FALSE(inet)) {
-    agsx_respond_error(r, 400, "allow_internet_access must be a boolean");
-    return;
-  }
-  bool internet = !(inet && YAJL_IS_FALSE(inet));
-  _cleanup_strv_ char **env = NULL, **labels = NULL;
-  if (!string_map(r, body, "envVars", &env) || !string_map(r, body, "metadata", &labels))
-    return;
-  for (size_t i = 0; labels && labels[i]; i++)
-    if (agsx_str_has_prefix(labels[i], LABEL_PREFIX)) {
-      agsx_respond_error(r, 400, "metadata keys starting with `e2b.` are reserved");
-      return;
-    }
-  agsx_labels_set(&labels, LABEL_TEMPLATE, tmpl);
-  agsx_labels_set(&labels, LABEL_INTERNET, internet ? "true" : "false");
+  struct agsx_api_create c;
+  int status;
   agsx_error_t err = NULL;
-  if (agsx_labels_check(labels, &err) < 0) {
-    agsx_respond_error(r, 400, "metadata: %s", err->msg);
+  if (agsx_api_create_parse(r->body.p, r->body.len, &c, &status, &err) < 0) {
+    agsx_respond_error(r, (unsigned)status, "%s", err->msg);
     agsx_error_free(&err);
     return;
   }
   const struct agsx_api_config *cfg = r->s->cfg;
-  /* TRANSITIONAL until the lifecycle's idle sandboxes land (procs): a
-   * shell that waits. */
-  static char *wait_cmd[] = {"/bin/sh", "-c", "while :; do sleep 86400; done", NULL};
-  struct agsx_run_spec spec = {
-      .cmd = wait_cmd,
+  _cleanup_strv_ char **labels = agsx_strv_concat(c.metadata, NULL);
+  agsx_labels_set(&labels, LABEL_TEMPLATE, c.template_id);
+  agsx_labels_set(&labels, LABEL_INTERNET, c.internet ? "true" : "false");
+  char id[33];
+  struct agsx_record rec;
+  struct agsx_spawn_req q = {
       .root = cfg->root,
       .state = cfg->state,
-      .image = template_image(cfg, tmpl),
-      .pull = "never",
-      .env = env,
+      .image = template_image(cfg, c.template_id),
+      .env = c.env,
       .labels = labels,
       .network =
-          internet && cfg->network && strcmp(cfg->network, "internal") != 0 ? cfg->network : NULL,
-      .timeout = (uint64_t)(timeout ? timeout : AGSX_API_TIMEOUT_DEFAULT),
-      .rm = true,
-      .idle = true,
+          c.internet && cfg->network && strcmp(cfg->network, "internal") != 0 ? cfg->network : NULL,
+      .timeout = (uint64_t)(c.timeout ? c.timeout : AGSX_API_TIMEOUT_DEFAULT),
   };
-  struct agsx_lifecycle *lc = NULL;
-  if (agsx_lifecycle_create(&spec, &lc, &err) < 0) {
-    agsx_respond_error(r, 400, "template `%s`: %s", tmpl, err->msg);
-    agsx_error_free(&err);
-    return;
-  }
-  struct agsx_run_started st;
-  int rc = agsx_lifecycle_detach(lc, &st, &err);
-  agsx_lifecycle_free(lc);
-  if (rc < 0) {
+  if (agsx_labels_check(labels, &err) < 0)
+    agsx_respond_error(r, 400, "metadata: %s", err->msg);
+  else if (agsx_spawn(&r->s->spawner, &q, id, &status, &err) < 0 && status == 400)
+    agsx_respond_error(r, 400, "template `%s`: %s", c.template_id, err->msg);
+  else if (err)
     agsx_respond_error(r, 500, "start the sandbox: %s", err->msg);
-    agsx_error_free(&err);
-    return;
-  }
-  struct agsx_record rec;
-  if (agsx_record_read(r->s->statefd, st.id, &rec, &err) < 0) {
+  else if (agsx_record_read(r->s->statefd, id, &rec, &err) < 0)
     agsx_respond_error(r, 500, "read the new sandbox's record: %s", err->msg);
-    agsx_error_free(&err);
-    return;
+  else {
+    agsx_info("serve: created sandbox %.20s (template %s, image %s)", id, c.template_id, q.image);
+    respond_sandbox(r, 201, &rec, SHAPE_SANDBOX);
+    agsx_record_clear(&rec);
   }
-  agsx_info("serve: created sandbox %.20s (template %s, image %s)", st.id, tmpl, spec.image);
-  respond_sandbox(r, 201, &rec, SHAPE_SANDBOX);
-  agsx_record_clear(&rec);
+  agsx_error_free(&err);
+  agsx_api_create_clear(&c);
 }
 
 /* ---- one sandbox ------------------------------------------------------------------------- */

@@ -373,11 +373,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 /* ---- the loop ----------------------------------------------------------------------------- */
 
-static void reap_children(void) {
-  /* Supervisors (agsx_lifecycle_detach) are our children until we go;
-   * the lifecycle's own helpers are waited for inside its calls. */
-  while (waitpid(-1, NULL, WNOHANG) > 0)
-    ;
+static void reap_children(struct server *s) {
+  /* Our one child is the spawner (supervisors are its children). */
+  if (s->spawner.pid > 0 && waitpid(s->spawner.pid, NULL, WNOHANG) == s->spawner.pid) {
+    agsx_warn("serve: the spawner died; sandboxes can no longer be created");
+    s->spawner.pid = 0;
+  }
 }
 
 static int listen_socket(const struct agsx_api_config *cfg, agsx_error_t *err) {
@@ -440,8 +441,8 @@ static int start_daemon(struct server *s, int lfd, agsx_error_t *err) {
       flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
       MHD_OPTION_LISTEN_SOCKET, lfd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)AGSX_API_MAX_CONNECTIONS,
-      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-      (size_t)(128 * 1024), MHD_OPTION_END);
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)AGSX_API_IDLE_SEC,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024), MHD_OPTION_END);
   if (s->d == NULL)
     return agsx_error_set(err, 0, "libmicrohttpd did not start");
   const union MHD_DaemonInfo *info = agsx_mhd.get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD);
@@ -468,17 +469,41 @@ static void loop(struct server *s) {
     for (int i = 0; i < n; i++)
       if (evs[i].data.ptr == &s->sigfd)
         on_signals(s);
-    reap_children();
+    reap_children(s);
     agsx_api_envd_tick(s);
     pump_streams(s);
     agsx_mhd.run(s->d);
   }
 }
 
+/* A clean stop: every stream gets its end-stream frame (unavailable: the
+ * SDK retries elsewhere or reports the sandbox unreachable) and is resumed,
+ * for libmicrohttpd refuses to stop with suspended connections. */
+static void drain(struct server *s) {
+  for (struct stream *st = s->streams; st; st = st->next) {
+    agsx_stream_end(st, AGSX_CONNECT_UNAVAILABLE, "the server is stopping");
+    if (st->suspended) {
+      st->suspended = false;
+      agsx_mhd.resume_connection(st->c);
+    }
+  }
+  int64_t until = agsx_mono_ns() + 2000000000LL;
+  while (s->streams && agsx_mono_ns() < until) {
+    struct epoll_event ev[8];
+    epoll_wait(s->epfd, ev, AGSX_ARRAY_SIZE(ev), 50);
+    agsx_mhd.run(s->d);
+    for (struct stream *st = s->streams; st; st = st->next)
+      if (st->suspended) {
+        st->suspended = false;
+        agsx_mhd.resume_connection(st->c);
+      }
+  }
+}
+
 int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err) {
   if (agsx_mhd_load(err) < 0)
     return -1;
-  struct server s = {.cfg = cfg, .epfd = -1, .sigfd = -1, .statefd = -1};
+  struct server s = {.cfg = cfg, .epfd = -1, .sigfd = -1, .statefd = -1, .spawner = {-1, 0}};
   int ret = -1;
   _cleanup_close_ int lfd = -1;
   bool created = false;
@@ -492,6 +517,9 @@ int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err) {
                                &created, err) < 0) {
     goto out;
   }
+  /* First, while this process has no fd worth keeping from a supervisor. */
+  if (agsx_spawner_start(&s.spawner, err) < 0)
+    goto out;
   s.statefd = agsx_state_open(cfg->state, true, err);
   if (s.statefd < 0)
     goto out;
@@ -521,11 +549,13 @@ int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err) {
     cfg->ready(cfg->ready_data, cfg->listen ? cfg->listen : AGSX_API_DEFAULT_LISTEN, note);
   }
   loop(&s);
+  drain(&s);
   ret = 0;
 out:
   if (s.d)
     agsx_mhd.stop_daemon(s.d); /* frees the streams through their responses */
   agsx_api_envd_fini(&s);
+  agsx_spawner_stop(&s.spawner);
   if (s.sigfd >= 0)
     close(s.sigfd);
   if (s.epfd >= 0)

@@ -17,6 +17,10 @@
 #define AGSX_API_DEFAULT_LISTEN "127.0.0.1:3000"
 #define AGSX_API_BODY_MAX (1u << 20) /* JSON and Connect request bodies */
 #define AGSX_API_MAX_CONNECTIONS 1024
+/* An idle connection is closed after this; so is one whose client sent a
+ * partial request and closed at once (libmicrohttpd reads it in one go and
+ * sees the end only at its timeout). */
+#define AGSX_API_IDLE_SEC 30
 #define AGSX_API_TIMEOUT_MAX 86400 /* seconds, a sandbox's lifetime (DESIGN.md: 24 h) */
 #define AGSX_API_TIMEOUT_DEFAULT 300
 #define AGSX_ENVD_VERSION "0.5.7" /* the envd features of e2b-protocol.md §3.6 served */

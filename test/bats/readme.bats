@@ -27,6 +27,7 @@ declare -gA SKIP=(
   ['agsx image push tool:1 localhost:5000/team/tool:1   # IMAGE and a destination']='needs a registry: pull.bats runs a local one'
   ['agsx run --network public host curl -sI https://example.org']='needs the internet and host bridges and nftables: network.bats and firewall.bats run these in a namespace of their own'
   ['AGSX=$PWD/build/agsx PROBE=$PWD/build/test/fixtures/probe AGSX_SRCDIR=$PWD bats test/bats/run.bats']='runs a whole bats file: make check does'
+  ['agsx serve &                                  # generates /etc/agsx/api-key on first start']='a server for the npm SDK: serve.bats starts one on a free port and runs the SDK against it'
 )
 
 # README text -> what runs instead, and why.

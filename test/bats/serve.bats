@@ -316,3 +316,247 @@ run_sdk() {
   ! grep -q 'POST /v2/sandboxes:' "$T/serve.log"
   wait_no_sandboxes
 }
+
+@test "serve: SIGKILL and restart on the same port: sandboxes and tokens are found again" {
+  serve_start
+  id=$(create)
+  tok=$(api POST "/v2/sandboxes/$id/connect" '{}' | head -1 |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["envdAccessToken"])')
+  kill -9 "$SRV_PID"
+  wait "$SRV_PID" 2>/dev/null || true
+  SRV_PID=
+  # its supervisors hold no fd of the server's: the port is free at once
+  local port=$PORT
+  "$AGSX" --root "$ROOT" --state "$STATE" serve --listen "127.0.0.1:$port" --api-key "$KEY" \
+    --template bb=bb >>"$T/serve.log" 2>&1 &
+  SRV_PID=$!
+  for i in $(seq 100); do curl -s -o /dev/null "$U/" && break; sleep 0.05; done
+  SRV_FDS=$(ls /proc/$SRV_PID/fd | wc -l)
+  run api GET "/sandboxes/$id"
+  [ "$(status_of "$output")" = 200 ] || { cat "$T/serve.log" >&3; false; }
+  run curl -s -w '%{http_code}' -H "E2b-Sandbox-Id: $id" -H "X-Access-Token: $tok" \
+    -H 'Content-Type: application/json' -d '{"path":"/"}' "$U/filesystem.Filesystem/Stat"
+  [[ $output == *'"name":"/"'*200 ]]
+  api DELETE "/sandboxes/$id" >/dev/null
+  wait_gone "$id"
+}
+
+@test "serve: SDK: commands.run: output, exit codes, envs, cwd, user, streaming, timeout" {
+  serve_start
+  run_sdk latest commands.mjs
+  wait_no_sandboxes
+}
+
+@test "serve: SDK: a background command (list, connect, stdin, kill) and a PTY" {
+  serve_start
+  run_sdk latest background.mjs
+  wait_no_sandboxes
+}
+
+@test "serve: SDK: pause and connect keep a process's state; setTimeout, then the deadline; a second process" {
+  serve_start
+  run_sdk latest lifetime.mjs
+  wait_no_sandboxes
+}
+
+@test "serve: SDK: SIGKILL the server mid-work, restart it: the same client carries on" {
+  [ -n "$NODE_LATEST" ] || skip "the npm e2b SDK is not installed"
+  serve_start
+  coproc CLIENT { E2B_SDK=$NODE_LATEST E2B_API_URL=$U E2B_SANDBOX_URL=$U E2B_API_KEY=$KEY \
+    E2B_TEMPLATE=bb timeout 120 node "$AGSX_SRCDIR/test/serve/restart.mjs" 2>&1; }
+  read -r -t 60 line <&"${CLIENT[0]}"
+  [[ $line == "id "* ]] || { echo "# client: $line" >&3; false; }
+  kill -9 "$SRV_PID"
+  wait "$SRV_PID" 2>/dev/null || true
+  SRV_PID=
+  sleep 1 # the background command writes on while no server runs
+  local port=$PORT
+  "$AGSX" --root "$ROOT" --state "$STATE" --log-level debug serve --listen "127.0.0.1:$port" \
+    --api-key "$KEY" --template bb=bb >>"$T/serve.log" 2>&1 &
+  SRV_PID=$!
+  for i in $(seq 100); do curl -s -o /dev/null "$U/" && break; sleep 0.05; done
+  SRV_FDS=$(ls /proc/$SRV_PID/fd | wc -l)
+  echo go >&"${CLIENT[1]}"
+  out=$(cat <&"${CLIENT[0]}")
+  wait "$CLIENT_PID" || true
+  [[ $out == *ok ]] || { echo "# client: $out" >&3; sed 's/^/# serve: /' "$T/serve.log" | tail -20 >&3; false; }
+  wait_no_sandboxes
+}
+
+@test "serve: 200 parallel requests and clients that go away mid-request" {
+  serve_start
+  id=$(create)
+  python3 - "$PORT" "$KEY" "$id" <<'PY'
+import socket, sys, threading, http.client
+port, key, sid = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+res = []
+def one(i):
+    c = http.client.HTTPConnection('127.0.0.1', port, timeout=60)
+    if i % 2:
+        c.request('GET', '/v2/sandboxes', headers={'X-API-KEY': key})
+    else:
+        c.request('GET', '/health', headers={'E2b-Sandbox-Id': sid})
+    r = c.getresponse(); r.read()
+    res.append(r.status)
+    c.close()
+ts = [threading.Thread(target=one, args=(i,)) for i in range(200)]
+for t in ts: t.start()
+for t in ts: t.join()
+assert len(res) == 200 and set(res) <= {200, 204}, res
+# half a request, then gone; a body announced and never sent
+import time
+for n in range(20):
+    s = socket.create_connection(('127.0.0.1', port))
+    s.sendall(b'POST /v2/sandboxes HTTP/1.1\r\nHost: x\r\nX-API-KEY: ' + key.encode() +
+              b'\r\nContent-Length: 1000\r\n\r\n{"templ')
+    time.sleep(0.02)
+    s.close()
+    s = socket.create_connection(('127.0.0.1', port))
+    s.sendall(b'GET /v2/sand')
+    time.sleep(0.02)
+    s.close()
+print('ok')
+PY
+  run api GET /v2/sandboxes
+  [ "$(status_of "$output")" = 200 ]
+  api DELETE "/sandboxes/$id" >/dev/null
+  wait_gone "$id"
+}
+
+# A sandbox through curl, and its envd token: sets ID and TOK.
+create_with_token() {
+  local out
+  out=$(api POST /v2/sandboxes "${1:-{\"templateID\":\"bb\",\"timeout\":60}}" | head -1)
+  ID=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["sandboxID"])' "$out")
+  TOK=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["envdAccessToken"])' "$out")
+}
+
+rpc() { python3 "$AGSX_SRCDIR/test/serve/connect.py" "$PORT" "$ID" "$TOK" "$@"; }
+
+@test "serve: Start streams start, data, end, then the end-stream frame; exitCode omitted when 0" {
+  serve_start
+  create_with_token
+  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/bash","args":["-l","-c","echo hi"]},"stdin":false}'
+  [ "${lines[0]}" = '0 {"event":{"start":{"pid":'"$(echo "${lines[0]}" | grep -o '"pid":[0-9]*' | cut -d: -f2)"'}}}' ]
+  [ "${lines[1]}" = 'stdout: hi' ]
+  [ "${lines[2]}" = '0 {"event":{"end":{"exited":true,"status":"exit status 0"}}}' ]
+  [ "${lines[3]}" = '2 {}' ]
+  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","kill -9 $$"]}}'
+  [[ ${lines[1]} == '0 {"event":{"end":{"exitCode":-1,"exited":false,"status":"signal: killed","error":"signal: killed"}}}' ]]
+  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","exit 3"]}}'
+  [[ ${lines[1]} == '0 {"event":{"end":{"exitCode":3,"exited":true,"status":"exit status 3","error":"exit status 3"}}}' ]]
+  # Connect-Timeout-Ms: the process's lifetime and the stream's deadline
+  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","sleep 30"]}}' Connect-Timeout-Ms=800
+  [[ ${lines[-1]} == '2 {"error":{"code":"deadline_exceeded",'* ]]
+  # keepalives per Keepalive-Ping-Interval (seconds)
+  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","sleep 2.5; echo late"]}}' Keepalive-Ping-Interval=1
+  [[ $output == *'{"event":{"keepalive":{}}}'*'stdout: late'* ]]
+  # errors: unknown pid, stdin to nothing, bad input, no such command
+  run rpc unary process.Process/SendSignal '{"process":{"pid":99999},"signal":"SIGNAL_SIGKILL"}'
+  [[ $output == '404 {"code":"not_found",'* ]]
+  run rpc unary process.Process/List '{"bogus":'
+  [[ $output == '400 {"code":"invalid_argument",'* ]]
+  run rpc stream process.Process/Connect '{"process":{"pid":99999}}'
+  [[ ${lines[-1]} == '2 {"error":{"code":"not_found",'* ]]
+  run rpc stream process.Process/Start '{"process":{"cmd":"/no/such/cmd"}}'
+  [[ ${lines[-1]} == '2 {"error":'* ]]
+  run rpc unary process.Process/StreamInput '{}'
+  [[ $output == '501 {"code":"unimplemented",'* ]]
+  run rpc unary process.Process/List '{}' Content-Type=application/proto
+  [[ $output == 415* ]]
+  # an unknown user is refused; a known one is used
+  run rpc unary process.Process/List '{}' 'Authorization=Basic bm9ib2R5eDo='
+  [[ $output == 200* ]]
+  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","id -un"]}}' 'Authorization=Basic YWdlbnQ6'
+  [ "${lines[1]}" = 'stdout: agent' ]
+  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","id -un"]}}' 'Authorization=Basic bm9ib2R5eDo='
+  [[ $output == 'HTTP 401 {"code":"unauthenticated","message":"invalid username: '* ]]
+  api DELETE "/sandboxes/$ID" >/dev/null
+  wait_gone "$ID"
+}
+
+@test "serve: a client that goes away mid-stream: the process runs on, the server keeps no fd" {
+  serve_start
+  create_with_token
+  run rpc abort process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","while :; do echo x; sleep 0.2; done"]},"stdin":false}' Keepalive-Ping-Interval=1 Connect-Timeout-Ms=0
+  pid=$(echo "$output" | grep -o '"pid":[0-9]*' | cut -d: -f2)
+  [ -n "$pid" ]
+  sleep 2.5 # a keepalive or the output finds the connection gone
+  run rpc unary process.Process/List '{}'
+  [[ $output == *"\"pid\":$pid"* ]]
+  run rpc unary process.Process/SendSignal "{\"process\":{\"pid\":$pid},\"signal\":\"SIGNAL_SIGKILL\"}"
+  [[ $output == '200 {}' ]]
+  api DELETE "/sandboxes/$ID" >/dev/null
+  wait_gone "$ID"
+}
+
+@test "serve: a sandbox killed during a stream ends it; its envd routes answer 502" {
+  serve_start
+  create_with_token
+  rpc stream process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","echo up; sleep 60"]}}' >"$T/frames" &
+  local client=$!
+  for i in $(seq 50); do grep -q 'stdout: up' "$T/frames" && break; sleep 0.1; done
+  api DELETE "/sandboxes/$ID" >/dev/null
+  for i in $(seq 100); do kill -0 $client 2>/dev/null || break; sleep 0.1; done
+  ! kill -0 $client 2>/dev/null
+  wait $client
+  tail -1 "$T/frames" | grep -q '^2 '
+  run rpc unary process.Process/List '{}'
+  [[ $output == '502 {"sandboxId":'* ]]
+  wait_gone "$ID"
+}
+
+@test "serve: the network: internal by default and without internet access; the server's --network otherwise" {
+  serve_start --network vpc:nosuchnet
+  run api POST /v2/sandboxes '{"templateID":"bb","allow_internet_access":false}'
+  [ "$(status_of "$output")" = 201 ]
+  run api POST /v2/sandboxes '{"templateID":"bb"}'
+  [ "$(status_of "$output")" = 400 ]
+  [[ $output == *nosuchnet* ]]
+  serve_stop
+  serve_start
+  run api POST /v2/sandboxes '{"templateID":"bb"}'
+  [ "$(status_of "$output")" = 201 ]
+  run ax ls --json
+  [ "$(echo "$output" | python3 -c 'import json,sys; print(sorted(set(s["network"] for s in json.load(sys.stdin))))')" = "['internal']" ]
+  for id in $(ax ls -q --no-trunc); do api DELETE "/sandboxes/${id:0:20}" >/dev/null; done
+  wait_no_sandboxes
+}
+
+@test "serve: the default user: root without a user account, or --default-user; HOME and cwd its home" {
+  serve_start
+  create_with_token
+  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/bash","args":["-l","-c","id -un; pwd; echo $HOME"]}}'
+  [ "${lines[1]}" = 'stdout: root' ] || { echo "$output" >&3; false; }
+  [[ $output == *$'\n/root\n/root'* ]]
+  api DELETE "/sandboxes/$ID" >/dev/null
+  wait_gone "$ID"
+  serve_stop
+  serve_start --default-user agent
+  create_with_token
+  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/bash","args":["-l","-c","id -un; pwd"]}}'
+  [[ $output == *'stdout: agent'* && $output == *'/home/agent'* ]] || { echo "$output" >&3; false; }
+  # the SDK's user:'root' overrides it
+  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","id -u"]}}' 'Authorization=Basic cm9vdDo='
+  [ "${lines[1]}" = 'stdout: 0' ]
+  api DELETE "/sandboxes/$ID" >/dev/null
+  wait_gone "$ID"
+}
+
+@test "serve: SIGTERM with streams open: each ends with unavailable, the server exits 0, the process runs on" {
+  serve_start
+  create_with_token
+  rpc stream process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","echo a; sleep 60"]}}' >"$T/frames" &
+  local client=$!
+  for i in $(seq 50); do grep -q 'stdout: a' "$T/frames" && break; sleep 0.1; done
+  kill "$SRV_PID"
+  wait "$SRV_PID"
+  SRV_PID=
+  wait $client
+  [ "$(tail -1 "$T/frames")" = '2 {"error":{"code":"unavailable","message":"the server is stopping"}}' ]
+  serve_start
+  run rpc unary process.Process/List '{}'
+  [[ $output == 200*'"sleep 60"'* ]] || [[ $output == 200*'sleep 60'* ]]
+  api DELETE "/sandboxes/$ID" >/dev/null
+  wait_gone "$ID"
+}
