@@ -12,6 +12,10 @@ bats_require_minimum_version 1.5.0
 setup_file() {
   /usr/bin/python3 -c 'import ipykernel, jupyter_client, numpy, pandas, matplotlib' 2>/dev/null ||
     export CODE_SKIP="python3-ipykernel, jupyter-client, numpy, pandas or matplotlib missing"
+  export SDK=
+  if command -v node >/dev/null && SDK=$("$AGSX_SRCDIR/test/code/npm-install" 2>/dev/null); then
+    export SDK
+  fi
 }
 
 setup() {
@@ -23,6 +27,40 @@ setup() {
 }
 
 jq_() { jq -e "$@"; }
+
+teardown() {
+  local rc=0
+  if [ -n "${SRV_PID:-}" ]; then
+    kill "$SRV_PID" 2>/dev/null || true
+    wait "$SRV_PID" 2>/dev/null || true
+  fi
+  sandbox_teardown || rc=1
+  return $rc
+}
+
+KEY=e2b_0123456789abcdef0123456789abcdef01234567
+
+# agsx serve on a free loopback port, for the SDK.
+serve_start() {
+  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  U=http://127.0.0.1:$PORT
+  "$AGSX" --root "$ROOT" --state "$STATE" serve --listen "127.0.0.1:$PORT" --api-key "$KEY" \
+    "$@" >>"$T/serve.log" 2>&1 &
+  SRV_PID=$!
+  local i
+  for i in $(seq 100); do
+    curl -s -o /dev/null "$U/" && return 0
+    kill -0 "$SRV_PID" 2>/dev/null || break
+    sleep 0.05
+  done
+  cat "$T/serve.log" >&3
+  return 1
+}
+
+run_sdk() {
+  E2B_SDK=$SDK E2B_API_URL=$U E2B_SANDBOX_URL=$U E2B_API_KEY=$KEY \
+    timeout 300 node "$AGSX_SRCDIR/test/code/sdk.mjs" "$@"
+}
 
 @test "code: state across cells, 1+1 -> 2, stdout then the main result" {
   run_ax code lab 'x = 41; print("hello")'
@@ -280,4 +318,57 @@ for i in range(50): sys.stdout.write("x" * 100000 + "\n")'
   run_ax wait lab
   run_ax code lab '1'
   assert_agsx_error "not running"
+}
+
+@test "code: the unmodified @e2b/code-interpreter SDK through agsx serve (port 49999)" {
+  [ -n "$SDK" ] || skip "npm @e2b/code-interpreter not installable"
+  serve_start
+  run run_sdk
+  echo "$output"
+  [ "$status" = 0 ] || { cat "$T/serve.log" >&3; false; }
+  for s in state plot dataframe error stream bash contexts timeout network; do
+    [[ "$output" == *"ok $s "* ]]
+  done
+}
+
+@test "code: port 49999 over HTTP: NDJSON lines, statuses, unknown contexts" {
+  serve_start
+  local c id tok
+  c=$(curl -s -X POST -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
+    -d '{"templateID":"code-interpreter-v1","timeout":120}' "$U/sandboxes")
+  id=$(echo "$c" | jq -r .sandboxID)
+  tok=$(echo "$c" | jq -r .envdAccessToken)
+  local h=(-H "E2b-Sandbox-Id: $id" -H "E2b-Sandbox-Port: 49999" -H 'Content-Type: application/json')
+  [ "$(curl -s "${h[@]}" "$U/health")" = '"OK"' ]
+  curl -sN "${h[@]}" -H "X-Access-Token: $tok" -d '{"code":"print(\"h\u00e9\")\n1+1"}' \
+    "$U/execute" >"$T/out"
+  cat "$T/out"
+  # ASCII only, no blank line, end_of_execution last.
+  ! LC_ALL=C grep -q '[^ -~]' "$T/out"
+  ! grep -q '^$' "$T/out"
+  [ "$(tail -1 "$T/out")" = '{"type":"end_of_execution"}' ]
+  grep -qx '{"type":"stdout","text":"h\\u00e9\\n","timestamp":"[^"]*"}' "$T/out"
+  grep -qx '{"type":"result","text":"2","extra":{},"is_main_result":true}' "$T/out"
+  # Statuses: no token 401, both context and language 400, unknown context 404, no kernel 500.
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -d '{"code":"1"}' "$U/execute")" = 401 ]
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -H "X-Access-Token: $tok" \
+    -d '{"code":"1","context_id":"x","language":"python"}' "$U/execute")" = 400 ]
+  run curl -s -w ' %{http_code}' "${h[@]}" -H "X-Access-Token: $tok" \
+    -d '{"code":"1","context_id":"0123456789abcdef0123456789abcdef"}' "$U/execute"
+  [ "$output" = "Context 0123456789abcdef0123456789abcdef not found 404" ]
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -H "X-Access-Token: $tok" \
+    -d '{"code":"1","language":"r"}' "$U/execute")" = 500 ]
+  [ "$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "${h[@]}" "$U/contexts/nope")" = 404 ]
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -d 'junk' "$U/contexts")" = 400 ]
+  # A silent cell gets keepalives; a client that goes away interrupts it.
+  curl -sN -m 7 "${h[@]}" -H "X-Access-Token: $tok" \
+    -d '{"code":"import time\nmark = 1\ntime.sleep(300)"}' "$U/execute" >"$T/ka" || true
+  grep -qx '{"type":"keepalive"}' "$T/ka"
+  local t0=$SECONDS
+  curl -sN -m 30 "${h[@]}" -H "X-Access-Token: $tok" -d '{"code":"mark + 1"}' "$U/execute" >"$T/after"
+  grep -q '"text":"2"' "$T/after"
+  [ $((SECONDS - t0)) -lt 15 ]
+  # A sandbox that is gone: 502.
+  curl -s -X DELETE -H "X-API-KEY: $KEY" "$U/sandboxes/$id" >/dev/null
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" "$U/health")" = 502 ]
 }
