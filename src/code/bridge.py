@@ -1,7 +1,7 @@
 # agsx code bridge: one code context inside a sandbox.
 #
 # Started by src/code/code.c through the sandbox's supervisor (processes.h)
-# as `python3 -I -c LOADER agsx-code-bridge LANGUAGE`, with this source in
+# as `python3 -I -c LOADER LANGUAGE` (python, bash, javascript), with this source in
 # the environment variable AGSX_CODE_BRIDGE (removed before anything else
 # runs, so kernels and user code do not inherit it).
 #
@@ -529,6 +529,177 @@ class BashShell:
                 buf = buf[cut:]
 
 
+
+# ---- javascript: one node process, a persistent vm context ------------------------
+
+NODE_DRIVER = r"""
+'use strict';
+const vm = require('vm'), util = require('util'), fs = require('fs'), readline = require('readline');
+const CTL = Number(process.env.AGSX_CODE_CTL_FD);
+delete process.env.AGSX_CODE_CTL_FD;
+const send = (o) => fs.writeSync(CTL, JSON.stringify(o) + '\n');
+const sandbox = { require, process, Buffer, setTimeout, clearTimeout, setInterval, clearInterval,
+  setImmediate, clearImmediate, URL, TextEncoder, TextDecoder, fetch: globalThis.fetch,
+  console };
+sandbox.globalThis = sandbox;
+const ctx = vm.createContext(sandbox);
+const show = (v) => typeof v === 'string' ? v : util.inspect(v, { depth: 4 });
+async function run(code) {
+  let v;
+  try {
+    try {
+      v = vm.runInContext(code, ctx, { filename: 'cell.js', breakOnSigint: true });
+    } catch (e) {
+      // Errors of the context come from its own realm: no instanceof.
+      if (!e || e.name !== 'SyntaxError' || !/await/.test(e.message)) throw e;
+      v = await vm.runInContext('(async () => {\n' + code + '\n})()', ctx,
+        { filename: 'cell.js', breakOnSigint: true });
+    }
+    if (v && typeof v.then === 'function') v = await v;
+    if (v !== undefined) send({ type: 'result', text: show(v) });
+  } catch (e) {
+    const obj = e !== null && typeof e === 'object';
+    send({ type: 'error', name: obj && e.name ? String(e.name) : 'Error',
+      value: obj && 'message' in e ? String(e.message) : String(e),
+      traceback: obj && e.stack ? String(e.stack) : String(e) });
+  }
+}
+const rl = readline.createInterface({ input: process.stdin });
+let chain = Promise.resolve();
+rl.on('line', (l) => {
+  chain = chain.then(async () => { await run(JSON.parse(l).code); send({ type: 'done' }); });
+});
+process.on('SIGINT', () => {});
+send({ type: 'ready' });
+"""
+
+
+class NodeKernel:
+    def __init__(self, cwd):
+        self.cwd = cwd
+        self.p = None
+        self.count = 0
+
+    def start(self):
+        import shutil
+        self.stop()
+        node = shutil.which("node") or shutil.which("nodejs")
+        if node is None:
+            raise RuntimeError("no kernel for language javascript: node is not installed in the sandbox")
+        r, w = os.pipe()
+        env = dict(os.environ, AGSX_CODE_CTL_FD=str(w))
+        self.p = subprocess.Popen([node, "-e", NODE_DRIVER], cwd=self.cwd, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                  pass_fds=(w,), start_new_session=True)
+        os.close(w)
+        self.ctl = os.fdopen(r, "rb", buffering=0)
+        self.count = 0
+        self.ctlbuf = b""
+        msg = self.read_ctl(30)
+        if msg is None or msg.get("type") != "ready":
+            raise RuntimeError("node did not start")
+
+    def read_ctl(self, timeout):
+        import select
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.ctlbuf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            r, _, _ = select.select([self.ctl], [], [], left)
+            if r:
+                d = os.read(self.ctl.fileno(), 65536)
+                if not d:
+                    return None
+                self.ctlbuf += d
+        line, self.ctlbuf = self.ctlbuf.split(b"\n", 1)
+        return json.loads(line)
+
+    def stop(self):
+        if self.p is not None:
+            try:
+                os.killpg(self.p.pid, signal.SIGKILL)
+            except Exception:
+                pass
+            self.p.wait()
+            for f in (self.p.stdin, self.p.stdout, self.p.stderr, self.ctl):
+                try:
+                    f.close()
+                except Exception:
+                    pass
+            self.p = None
+
+    def alive(self):
+        return self.p is not None and self.p.poll() is None
+
+    def interrupt(self):
+        if self.alive():
+            try:
+                os.kill(self.p.pid, signal.SIGINT)
+            except Exception:
+                pass
+
+    def restart(self):
+        self.start()
+
+    def execute(self, ex):
+        import select
+        if not self.alive():
+            self.start()
+        self.count += 1
+        emit({"id": ex.id, "type": "number_of_executions", "execution_count": self.count})
+        env = "".join("process.env[%s] = %s;\n" % (json.dumps(str(k)), json.dumps(str(v)))
+                      for k, v in (ex.env or {}).items())
+        try:
+            self.p.stdin.write((json.dumps({"code": env + ex.code}) + "\n").encode())
+            self.p.stdin.flush()
+        except OSError:
+            pass
+        outs = {self.p.stdout.fileno(): "stdout", self.p.stderr.fileno(): "stderr"}
+        interrupted_at = None
+        done = False
+        while not done:
+            if ex.cancelled.is_set() and interrupted_at is None:
+                interrupted_at = time.monotonic()
+                self.interrupt()
+            if interrupted_at is not None and time.monotonic() - interrupted_at > INTERRUPT_GRACE:
+                self.start()
+                ex.error("KernelRestarted", "The cell did not stop when interrupted: node was restarted, its state is gone")
+                return
+            r, _, _ = select.select(list(outs) + [self.ctl.fileno()], [], [], 0.2)
+            for fd in r:
+                if fd in outs:
+                    d = os.read(fd, 65536)
+                    if d:
+                        ex.stream(outs[fd], d.decode("utf-8", "replace"))
+                    continue
+                d = os.read(fd, 65536)
+                if not d:
+                    ex.error("DeadKernelError", "node ended; it is restarted on the next execution")
+                    self.stop()
+                    return
+                self.ctlbuf += d
+                while b"\n" in self.ctlbuf:
+                    line, self.ctlbuf = self.ctlbuf.split(b"\n", 1)
+                    m = json.loads(line)
+                    if m.get("type") == "done":
+                        done = True
+                    elif m.get("type") == "result":
+                        emit(result_item(ex.id, {"text/plain": m.get("text", "")}, True))
+                    elif m.get("type") == "error":
+                        ex.error(m.get("name", ""), m.get("value", ""), m.get("traceback", ""))
+            if not r and not self.alive():
+                ex.error("DeadKernelError", "node ended; it is restarted on the next execution")
+                self.stop()
+                return
+        # What the cell wrote before it ended is in the pipes already.
+        for fd, name in outs.items():
+            while select.select([fd], [], [], 0)[0]:
+                d = os.read(fd, 65536)
+                if not d:
+                    break
+                ex.stream(name, d.decode("utf-8", "replace"))
+
 # ---- the request loop ---------------------------------------------------------
 
 requests = queue.Queue()
@@ -585,6 +756,8 @@ def main():
         kernel = PythonKernel(cwd)
     elif LANGUAGE == "bash":
         kernel = BashShell(cwd)
+    elif LANGUAGE == "javascript":
+        kernel = NodeKernel(cwd)
     else:
         emit({"id": "", "type": "fatal", "error": "no kernel for language %s" % LANGUAGE})
         return 2

@@ -40,7 +40,8 @@ void agsx_code_context_list_free(struct agsx_code_context *v, size_t n);
 
 /* E2B's normalisation: NULL or "" -> python, lower case, trimmed, js ->
  * javascript, ts -> typescript. ENOTSUP (with "no kernel for language X")
- * for a language agsx has no kernel for: python and bash are supported. */
+ * for a language agsx has no kernel for: python, bash and javascript (node,
+ * when the image has it) are supported. */
 int agsx_code_language(const char *in, char **ret, agsx_error_t *err);
 
 /* Starts a context of LANGUAGE with working directory CWD (NULL: the

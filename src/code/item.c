@@ -265,7 +265,7 @@ int agsx_code_item_parse(const char *line, size_t len, const char *rid, struct a
   return 1;
 }
 
-static const char *const languages[] = {"python", "bash"};
+static const char *const languages[] = {"python", "bash", "javascript"};
 
 int agsx_code_language(const char *in, char **ret, agsx_error_t *err) {
   if (in == NULL)
@@ -291,6 +291,6 @@ int agsx_code_language(const char *in, char **ret, agsx_error_t *err) {
   for (const char *p = norm; *p; p++)
     if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_' && *p != '+')
       return agsx_error_set_quiet(err, EINVAL, "invalid language");
-  return agsx_error_set_quiet(err, ENOTSUP,
-                              "no kernel for language `%s` (agsx has python and bash)", norm);
+  return agsx_error_set_quiet(
+      err, ENOTSUP, "no kernel for language `%s` (agsx has python, bash and javascript)", norm);
 }

@@ -144,6 +144,23 @@ print("second")' | while IFS= read -r l; do echo "$(date +%s%N) $l"; done >"$T/l
   echo "$output" | jq_ 'map(.language) == ["bash"]' >/dev/null
 }
 
+@test "code: a javascript context (node in the image): state, await, errors, interrupts" {
+  command -v node >/dev/null || skip "no node on the host"
+  run_ax code -l js lab 'let n = 20; const f = (x) => x * 2; console.log("hi")'
+  assert_success
+  [ "$output" = hi ] || { show_run; false; }
+  run_ax code -l javascript lab 'f(n) + 2'
+  assert_success
+  [ "$output" = 42 ] || { show_run; false; }
+  run_ax code --json -l js lab 'await new Promise((r) => setTimeout(r, 100)); null.x'
+  assert_status 1
+  echo "$output" | jq_ '.error.name == "TypeError" and (.error.traceback | test("cell.js"))' >/dev/null
+  run_ax code --json --timeout 2s -l js lab 'while (true) {}'
+  assert_status 124
+  run_ax code -l js lab 'n'
+  [ "$output" = 20 ] || { show_run; false; }
+}
+
 @test "code: contexts are created, listed, restarted (state gone) and removed" {
   local c
   run_ax code --create -w /tmp lab
@@ -304,8 +321,8 @@ for i in range(50): sys.stdout.write("x" * 100000 + "\n")'
   assert_agsx_error "do not go together"
   run_ax code -c 0123456789abcdef0123456789abcdef lab 'x'
   assert_agsx_error "Context 0123456789abcdef0123456789abcdef not found"
-  run_ax code -l javascript lab '1'
-  assert_agsx_error "no kernel for language \`javascript\`"
+  run_ax code -l r lab '1'
+  assert_agsx_error "no kernel for language \`r\`"
   run_ax code -l 'r;rm' lab '1'
   assert_agsx_error "invalid language"
   run_ax code nosuchsandbox '1'
@@ -326,7 +343,7 @@ for i in range(50): sys.stdout.write("x" * 100000 + "\n")'
   run run_sdk
   echo "$output"
   [ "$status" = 0 ] || { cat "$T/serve.log" >&3; false; }
-  for s in state plot dataframe error stream bash contexts timeout network; do
+  for s in state plot dataframe error stream bash contexts javascript timeout network; do
     [[ "$output" == *"ok $s "* ]]
   done
 }

@@ -80,7 +80,14 @@ const scenarios = {
     await sbx.removeCodeContext(c);
     await rejects(() => sbx.runCode('1', { context: c }), 'NotFoundError', 'removed: 404');
     assert(!(await sbx.listCodeContexts()).some((x) => x.id === c.id), 'not listed');
-    await rejects(() => sbx.runCode('1', { language: 'javascript' }), 'SandboxError', 'no js kernel');
+    await rejects(() => sbx.runCode('1', { language: 'r' }), 'SandboxError', 'no R kernel');
+  },
+  async javascript(sbx) {
+    await sbx.runCode('let n = 20; console.log("js")', { language: 'js' });
+    const e = await sbx.runCode('n * 2 + 2', { language: 'js' });
+    eq(e.text, '42', 'js state and value');
+    const f = await sbx.runCode('await new Promise((r) => setTimeout(r, 50)); null.x', { language: 'js' });
+    eq(f.error.name, 'TypeError', 'js error');
   },
   async timeout(sbx) {
     await sbx.runCode('kept = "yes"');

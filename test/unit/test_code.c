@@ -88,9 +88,12 @@ static void test_language(void) {
   free(l);
   tap_ok(agsx_code_language(" Bash ", &l, &err) == 0 && strcmp(l, "bash") == 0, "Bash -> bash");
   free(l);
-  tap_ok(agsx_code_language("js", &l, &err) < 0 && agsx_error_errno(&err) == ENOTSUP &&
-             strstr(err->msg, "javascript"),
-         "js -> javascript, refused: %s", err ? err->msg : "");
+  tap_ok(agsx_code_language("js", &l, &err) == 0 && strcmp(l, "javascript") == 0,
+         "js -> javascript");
+  free(l);
+  tap_ok(agsx_code_language("ts", &l, &err) < 0 && agsx_error_errno(&err) == ENOTSUP &&
+             strstr(err->msg, "typescript"),
+         "ts -> typescript, refused: %s", err ? err->msg : "");
   agsx_error_free(&err);
   tap_ok(agsx_code_language("a b", &l, &err) < 0 && agsx_error_errno(&err) == EINVAL,
          "junk refused");
