@@ -243,6 +243,7 @@ complete -c agsx -n '__agsx_cmd' -a fork -d "Start new sandboxes from a running 
 complete -c agsx -n '__agsx_cmd' -a gc -d 'Remove what ended sandboxes and crashes left behind'
 complete -c agsx -n '__agsx_cmd' -a browser -d 'Start headless Chromium in a sandbox; print its DevTools WebSocket URL'
 complete -c agsx -n '__agsx_cmd' -a serve -d 'Serve the E2B-compatible HTTP API (SDKs run unmodified)'
+complete -c agsx -n '__agsx_cmd' -a code -d "Run code in a sandbox's stateful code context (Python, bash)"
 complete -c agsx -n '__agsx_cmd' -a build -d 'Build an image from a Dockerfile'
 complete -c agsx -n '__agsx_cmd' -a image -d 'Manage images'
 complete -c agsx -n '__agsx_cmd' -a load -d 'Load images (alias of image load)'
@@ -403,6 +404,23 @@ complete -c agsx -n '__agsx_cmd serve' -l network -x -a 'internal public' -d 'Ne
 complete -c agsx -n '__agsx_cmd serve' -l template -x -d 'Map a templateID to an image: NAME=IMAGE'
 complete -c agsx -n '__agsx_cmd serve' -l default-user -x -d "envd's default user"
 complete -c agsx -n '__agsx_cmd serve' -s h -l help -d 'Show this help'
+
+# agsx code
+complete -c agsx -n '__agsx_cmd code' -s c -l context -x -d 'Run in context ID (an id or a unique prefix)'
+complete -c agsx -n '__agsx_cmd code' -s l -l language -x -a 'python bash javascript' -d "Use LANG's default context"
+complete -c agsx -n '__agsx_cmd code' -l json -d 'Print the whole execution as one JSON document'
+complete -c agsx -n '__agsx_cmd code' -l save -x -a '(__fish_complete_directories)' -d 'Write image results as files into DIR'
+complete -c agsx -n '__agsx_cmd code' -l timeout -x -d 'Interrupt the cell after DURATION'
+complete -c agsx -n '__agsx_cmd code' -s e -l env -x -d 'Set an environment variable for this execution only'
+complete -c agsx -n '__agsx_cmd code' -l output-limit -x -d 'Keep at most SIZE of stdout+stderr'
+complete -c agsx -n '__agsx_cmd code' -l list -d "List the sandbox's contexts"
+complete -c agsx -n '__agsx_cmd code' -l create -d 'Create a context; print its id'
+complete -c agsx -n '__agsx_cmd code' -s w -l workdir -x -d 'Working directory of a context made with --create'
+complete -c agsx -n '__agsx_cmd code' -l restart -d "Restart the --context's kernel: fresh state"
+complete -c agsx -n '__agsx_cmd code' -l rm -d 'Remove the --context'
+complete -c agsx -n '__agsx_cmd code' -s q -l quiet -d 'With --list: print ids only'
+complete -c agsx -n '__agsx_cmd code' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd code' -a '(__agsx_sandbox_names)' -d Sandbox
 
 # agsx browser
 complete -c agsx -n '__agsx_cmd browser' -l name -x -d 'Name the sandbox (unique; usable wherever an id is)'

@@ -271,12 +271,14 @@ EOF
 @test "docs: unpause options" { doc_sets_agree unpause; }
 @test "docs: browser options" { doc_sets_agree browser; }
 @test "docs: serve options" { doc_sets_agree serve; }
+@test "docs: code options" { doc_sets_agree code; }
 
 @test "docs: build options" { doc_sets_agree build; }
 
 @test "docs: every implemented command has an options test above" {
   local tested=$'browser
 build
+code
 commit
 cp
 exec
