@@ -87,6 +87,13 @@ static const struct agsx_option run_opts[] = {
      O_ALLOW},
     {"deny", 0, "RULE", "vpc: deny traffic, e.g. \"in tcp/22\"", O_DENY},
     {"rules", 0, "FILE", "vpc: read allow/deny rules from FILE, one per line", O_RULES},
+    {"egress-allow", 0, "RULE",
+     "public, vpc: allow egress only to these: NAME, *.NAME, CIDR, with :PORT (see agsx-run(1))",
+     O_EGRESS_ALLOW},
+    {"egress-deny", 0, "RULE", "public, vpc: deny egress to NAME, *.NAME or CIDR[:PORT]",
+     O_EGRESS_DENY},
+    {"egress-rules", 0, "FILE", "Read egress allow/deny rules from FILE, one per line",
+     O_EGRESS_RULES},
     {"publish", 'p', "[IP:]HOSTPORT:PORT",
      "Publish PORT[/udp] on the host (IP: 127.0.0.1; PORT alone: a free port)", O_PUBLISH},
     {"memory", 0, "SIZE", "Memory limit (e.g. 512m); the sandbox is killed beyond it", O_MEMORY},
@@ -158,6 +165,12 @@ static const struct agsx_option stats_opts[] = {
 
 static const struct agsx_option update_opts[] = {
     {"timeout", 0, "DURATION", "New lifetime, counted from now (at most 24h)", O_TIMEOUT},
+    {"egress-allow", 0, "RULE",
+     "New egress rules: allow NAME, *.NAME or CIDR[:PORT] (replaces all)", O_EGRESS_ALLOW},
+    {"egress-deny", 0, "RULE", "New egress rules: deny NAME, *.NAME or CIDR[:PORT]", O_EGRESS_DENY},
+    {"egress-rules", 0, "FILE", "New egress rules from FILE, one per line", O_EGRESS_RULES},
+    {"egress-clear", 0, NULL, "Remove every egress rule (the network's default egress again)",
+     O_EGRESS_CLEAR},
     {"json", 0, NULL, "Print the new deadline as JSON", O_JSON},
     {0},
 };
@@ -185,6 +198,12 @@ static const struct agsx_option build_opts[] = {
      O_BUILD_ARG},
     {"network", 0, "MODE", "Network of RUN steps: internal, public (default) or vpc:NAME",
      O_NETWORK},
+    {"egress-allow", 0, "RULE", "RUN steps may reach only these: NAME, *.NAME, CIDR[:PORT]",
+     O_EGRESS_ALLOW},
+    {"egress-deny", 0, "RULE", "RUN steps may not reach NAME, *.NAME or CIDR[:PORT]",
+     O_EGRESS_DENY},
+    {"egress-rules", 0, "FILE", "Read RUN steps' egress rules from FILE, one per line",
+     O_EGRESS_RULES},
     {"no-cache", 0, NULL, "Do not use the build cache", O_NO_CACHE},
     {"pull", 0, "POLICY", "Pull FROM images: missing (default), always or never", O_PULL},
     {"platform", 0, "PLATFORM", "Target platform: only linux/amd64", O_PLATFORM},
@@ -204,6 +223,11 @@ static const struct agsx_option browser_opts[] = {
     {"image", 0, "IMAGE", "Image with Chromium (default: host, the host's Chromium)", O_IMAGE},
     {"user", 'u', "USER[:GROUP]", "Run Chromium as this user (default 1000:1000)", O_USER},
     {"json", 0, NULL, "Print id, ws_url, http_url... as JSON (see agsx-browser(1))", O_JSON},
+    {0},
+};
+
+static const struct agsx_option netlog_opts[] = {
+    {"json", 0, NULL, "Print the log as JSON (see agsx-netlog(1))", O_JSON},
     {0},
 };
 
@@ -227,8 +251,10 @@ const struct agsx_command agsx_commands[] = {
     {"rm", "[OPTIONS] SANDBOX...", "Remove ended sandboxes' records", rm_opts, agsx_cmd_rm, NULL},
     {"stats", "[OPTIONS] [SANDBOX...]", "Show CPU, memory, pids, disk and network use", stats_opts,
      agsx_cmd_stats, NULL},
-    {"update", "--timeout DURATION SANDBOX", "Change a running sandbox's deadline", update_opts,
-     agsx_cmd_update, NULL},
+    {"update", "[--timeout DURATION] [--egress-… RULE] SANDBOX",
+     "Change a running sandbox's deadline or egress rules", update_opts, agsx_cmd_update, NULL},
+    {"netlog", "[--json] SANDBOX", "Show what a sandbox's egress rules blocked", netlog_opts,
+     agsx_cmd_netlog, NULL},
     {"port", "SANDBOX [PORT[/PROTO]]", "List a sandbox's published ports", none, agsx_cmd_port,
      NULL},
     {"gc", "[OPTIONS]", "Remove what ended sandboxes and crashes left behind", gc_opts, agsx_cmd_gc,

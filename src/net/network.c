@@ -4,6 +4,9 @@
 #include "net/network.h"
 #include "util/conf.h"
 #include "util/json.h"
+#include "net/conntrack.h"
+#include "net/dnsfilter.h"
+#include "net/egress.h"
 #include "net/nft.h"
 #include "net/relay.h"
 
@@ -116,7 +119,8 @@ int agsx_net_dns_upstream(char **ret, agsx_error_t *err) {
   return 0;
 }
 
-int agsx_net_dns_listen(struct agsx_relay **relay, int netns, agsx_error_t *err) {
+int agsx_net_dns_listen(struct agsx_relay **relay, int netns, const struct agsx_net_attach *a,
+                        const char *state_dir, agsx_error_t *err) {
   _cleanup_free_ char *upstream = NULL;
   agsx_error_t uerr = NULL;
   if (agsx_net_dns_upstream(&upstream, &uerr) < 0) {
@@ -133,6 +137,16 @@ int agsx_net_dns_listen(struct agsx_relay **relay, int netns, agsx_error_t *err)
   struct agsx_relay *r = agsx_relay_new(err);
   if (r == NULL)
     return -1;
+  /* Every linked sandbox's relay filters: rules may come with an update. */
+  if (a) {
+    struct agsx_dns_filter *df = agsx_dns_filter_new(
+        a->egress, a->addr, a->net.public_ ? NULL : &a->net.subnet, state_dir, a->id, err);
+    if (df == NULL) {
+      agsx_relay_free(r);
+      return agsx_error_wrap(err, "the sandbox's DNS relay");
+    }
+    agsx_relay_set_filter(r, df);
+  }
   agsx_relay_set_limits(r, AGSX_DNS_MAX_CONNS, AGSX_DNS_MAX_FLOWS, AGSX_DNS_UDP_IDLE_MS);
   agsx_relay_set_tcp_timeouts(r, AGSX_DNS_TCP_IDLE_MS, AGSX_DNS_HALF_CLOSED_MS);
   if (agsx_relay_listen(r, AGSX_PROTO_UDP, netns, &in, -1, &target, NULL, err) < 0 ||
@@ -462,7 +476,8 @@ static int lease(struct agsx_net_attach *a, int dir, const char *id, agsx_error_
         close(fd);
         continue;
       }
-      _cleanup_free_ char *text = xasprintf("%s\n%s\n", id, n->public_ ? "public" : "vpc");
+      _cleanup_free_ char *text = xasprintf("%s\n%s\n%s", id, n->public_ ? "public" : "vpc",
+                                            a->egress_on ? "egress\n" : "");
       if (ftruncate(fd, 0) < 0 || pwrite(fd, text, strlen(text), 0) != (ssize_t)strlen(text)) {
         int e = errno;
         close(fd);
@@ -498,6 +513,8 @@ static const char base_rules[] =
     "172.16.0.0/12, 192.168.0.0/16 }; }\n"
     "  map egress { type ifname . ipv4_addr : verdict; }\n"
     "  map ingress { type ifname . ipv4_addr : verdict; }\n"
+    /* Sandboxes with egress rules, by address (egress.h). */
+    "  map xmap { type ipv4_addr : verdict; }\n"
     "  chain input {\n"
     "    type filter hook input priority filter - 5; policy accept;\n"
     "    iifname @bridges ct state established,related accept\n"
@@ -507,6 +524,8 @@ static const char base_rules[] =
     "    type filter hook forward priority filter - 5; policy accept;\n"
     "    iifname @bridges meta nfproto ipv6 drop\n"
     "    oifname @bridges meta nfproto ipv6 drop\n"
+    /* Before established flows pass: a live update cuts them (egress.h). */
+    "    iifname @bridges ip saddr vmap @xmap\n"
     "    iifname @bridges ct state established,related accept\n"
     "    oifname @bridges ct state established,related accept\n"
     "    iifname @bridges ct state invalid drop\n"
@@ -709,6 +728,37 @@ static int add_member(struct agsx_net_attach *a, const struct agsx_sg_rule *rule
   return 0;
 }
 
+/* The sandbox's egress chain and sets (egress.h), when it has rules: in
+ * place before its veth exists, so nothing leaves unfiltered. */
+static int add_egress(struct agsx_net_attach *a, agsx_error_t *err) {
+  if (!a->egress_on)
+    return 0;
+  _cleanup_free_ char *cmds =
+      agsx_egress_nft_cmds(a->egress, a->addr, a->net.public_ ? NULL : &a->net.subnet, true);
+  if (agsx_nft_run(cmds, NULL, err) < 0)
+    return agsx_error_wrap(err, "egress rules");
+  a->egress_chains = true;
+  return 0;
+}
+
+/* What a lease file says a crashed holder left: vpc chains, egress chains. */
+static void lease_leftovers(const char *bridge, const char *text, uint32_t addr, bool dry_run) {
+  if (dry_run || text == NULL)
+    return;
+  _cleanup_free_ char *cmds = NULL;
+  if (strstr(text, "\nvpc\n"))
+    cmds = member_delete_cmds(bridge, addr);
+  agsx_error_t nerr = NULL;
+  if (cmds)
+    agsx_nft_run(cmds, NULL, &nerr); /* gone already when the sandbox ended cleanly */
+  agsx_error_free(&nerr);
+  if (strstr(text, "\negress\n")) { /* (also when an update gave it rules) */
+    _cleanup_free_ char *x = agsx_egress_nft_delete_cmds(addr);
+    agsx_nft_run(x, NULL, &nerr);
+    agsx_error_free(&nerr);
+  }
+}
+
 /* ---- bridges ---------------------------------------------------------------------------------- */
 
 static int global_lock(agsx_error_t *err) {
@@ -808,6 +858,8 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
   a->watch_fd = -1;
   a->chains = false;
   a->cut = false;
+  a->egress_on = a->egress && a->egress->n > 0;
+  a->egress_chains = false;
   int r = mode == AGSX_NET_PUBLIC ? agsx_network_public(&a->net, err)
                                   : agsx_network_load(root, name, &a->net, err);
   if (r < 0)
@@ -828,7 +880,7 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
     return -1;
   int ifindex = 0;
   if (bridge_ensure(&a->net, &ifindex, err) < 0 ||
-      (!a->net.public_ && add_member(a, rules, n_rules, err) < 0)) {
+      (!a->net.public_ && add_member(a, rules, n_rules, err) < 0) || add_egress(a, err) < 0) {
     agsx_net_attach_end(a);
     return -1;
   }
@@ -850,13 +902,30 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
 }
 
 void agsx_net_attach_disown(struct agsx_net_attach *a) {
+  a->egress_chains = false;
   agsx_closep(&a->lease_fd);
   agsx_closep(&a->watch_fd);
   a->chains = false;
   agsx_network_clear(&a->net);
 }
 
+/* Did an update give the sandbox egress rules (agsx_net_egress_update)? */
+static bool lease_says_egress(int fd) {
+  char buf[128] = "";
+  ssize_t n = fd >= 0 ? pread(fd, buf, sizeof(buf) - 1, 0) : -1;
+  return n > 0 && strstr(buf, "\negress\n") != NULL;
+}
+
 void agsx_net_attach_end(struct agsx_net_attach *a) {
+  if (a->egress_chains || lease_says_egress(a->lease_fd)) {
+    agsx_error_t err = NULL;
+    _cleanup_free_ char *cmds = agsx_egress_nft_delete_cmds(a->addr);
+    if (agsx_nft_run(cmds, NULL, &err) < 0 && !a->cut && a->egress_chains)
+      agsx_warn("network `%s`: remove the egress rules of %08x: %s", a->net.name, a->addr,
+                err->msg);
+    agsx_error_free(&err);
+    a->egress_chains = false;
+  }
   if (a->chains) {
     agsx_error_t err = NULL;
     _cleanup_free_ char *cmds = member_delete_cmds(a->net.bridge, a->addr);
@@ -978,15 +1047,9 @@ static int bridge_remove(const char *bridge, int dir, bool dry_run,
     agsx_error_t rerr = NULL;
     agsx_read_file_at(dir, e->d_name, 4096, &text, &len, &rerr);
     agsx_error_free(&rerr);
-    if (text && strstr(text, "\nvpc\n")) {
-      uint32_t addr;
-      if (agsx_ipv4_parse(e->d_name, &addr, NULL) == 0 && !dry_run) {
-        _cleanup_free_ char *cmds = member_delete_cmds(bridge, addr);
-        agsx_error_t nerr = NULL;
-        agsx_nft_run(cmds, NULL, &nerr); /* gone already when the sandbox ended cleanly */
-        agsx_error_free(&nerr);
-      }
-    }
+    uint32_t addr;
+    if (agsx_ipv4_parse(e->d_name, &addr, NULL) == 0)
+      lease_leftovers(bridge, text, addr, dry_run);
     if (!dry_run)
       unlinkat(dir, e->d_name, 0);
   }
@@ -1142,17 +1205,13 @@ int agsx_net_gc(bool dry_run, void (*report)(const char *what, void *data), void
         size_t len = 0;
         agsx_read_fd(fd, 4096, &text, &len, NULL);
         uint32_t addr;
-        if (text && strstr(text, "\nvpc\n") && agsx_ipv4_parse(le->d_name, &addr, NULL) == 0) {
+        if (text && (strstr(text, "\nvpc\n") || strstr(text, "\negress\n")) &&
+            agsx_ipv4_parse(le->d_name, &addr, NULL) == 0) {
           if (report) {
             _cleanup_free_ char *what = xasprintf("rules of %s on %s", le->d_name, e->d_name);
             report(what, data);
           }
-          if (!dry_run) {
-            _cleanup_free_ char *cmds = member_delete_cmds(e->d_name, addr);
-            agsx_error_t nerr = NULL;
-            agsx_nft_run(cmds, NULL, &nerr);
-            agsx_error_free(&nerr);
-          }
+          lease_leftovers(e->d_name, text, addr, dry_run);
         }
         if (!dry_run && ftruncate(fd, 0) < 0) {
         }
@@ -1179,5 +1238,188 @@ int agsx_net_gc(bool dry_run, void (*report)(const char *what, void *data), void
     }
     agsx_error_free(&nerr);
   }
+  return r;
+}
+
+/* ---- live egress updates ---------------------------------------------------------------------- */
+
+struct learnt_set {
+  struct {
+    uint32_t addr;
+    uint16_t port; /* 0: the address set */
+    char *name;    /* the comment: the name it was learnt for */
+  } * v;
+  size_t n;
+};
+
+static void learnt_clear(struct learnt_set *l) {
+  for (size_t i = 0; i < l->n; i++)
+    free(l->v[i].name);
+  free(l->v);
+  memset(l, 0, sizeof(*l));
+}
+
+/* The elements of set xa_ADDR or xp_ADDR (PORTS), from nft's JSON. */
+static int learnt_list(uint32_t addr, bool ports, struct learnt_set *l, agsx_error_t *err) {
+  _cleanup_free_ char *cmd = xasprintf("list set " TABLE " %s_%08x\n", ports ? "xp" : "xa", addr),
+                      *out = NULL;
+  if (agsx_nft_run_json(cmd, &out, err) < 0)
+    return -1;
+  _cleanup_json_ yajl_val v = agsx_json_parse(out, strlen(out), 64 << 20, err);
+  if (v == NULL)
+    return -1;
+  yajl_val list = agsx_json_get_array(v, "nftables");
+  for (size_t i = 0; list && i < list->u.array.len; i++) {
+    yajl_val set = agsx_json_get_object(list->u.array.values[i], "set");
+    yajl_val elems = set ? agsx_json_get_array(set, "elem") : NULL;
+    for (size_t k = 0; elems && k < elems->u.array.len; k++) {
+      yajl_val e = agsx_json_get_object(elems->u.array.values[k], "elem");
+      yajl_val val = e ? agsx_json_get(e, "val") : NULL;
+      const char *ip = YAJL_IS_STRING(val) ? YAJL_GET_STRING(val) : NULL;
+      int64_t port = 0;
+      yajl_val cc = val && YAJL_IS_OBJECT(val) ? agsx_json_get_array(val, "concat") : NULL;
+      if (cc && cc->u.array.len == 2 && YAJL_IS_STRING(cc->u.array.values[0]) &&
+          YAJL_IS_INTEGER(cc->u.array.values[1])) {
+        ip = YAJL_GET_STRING(cc->u.array.values[0]);
+        port = YAJL_GET_INTEGER(cc->u.array.values[1]);
+      }
+      uint32_t a;
+      if (ip == NULL || agsx_ipv4_parse(ip, &a, NULL) < 0 || port < 0 || port > 65535)
+        continue;
+      const char *c = agsx_json_get_string(e, "comment");
+      l->v = xrealloc(l->v, (l->n + 1) * sizeof(*l->v));
+      l->v[l->n].addr = a;
+      l->v[l->n].port = (uint16_t)port;
+      l->v[l->n++].name = xstrdup(c ? c : "");
+    }
+  }
+  return 0;
+}
+
+/* Is learnt element K still allowed by E? (A truncated name is not.) */
+static bool learnt_allowed(const struct agsx_egress *e, const char *name, uint16_t port) {
+  bool any;
+  uint16_t ports[16];
+  size_t n = 0;
+  if (name[0] == '~' || name[0] == '\0' ||
+      !agsx_egress_name_allowed(e, name, &any, ports, 16, &n) || !agsx_egress_has_allow(e))
+    return false;
+  if (port == 0)
+    return any;
+  for (size_t i = 0; i < n; i++)
+    if (ports[i] == port)
+      return true;
+  return false;
+}
+
+struct keep_ctx {
+  const struct agsx_egress *e;
+  const struct agsx_network *net;
+  struct learnt_set *l; /* what stays */
+};
+
+static bool keep_flow(void *data, const struct agsx_ct_flow *f) {
+  const struct keep_ctx *k = data;
+  bool tcpudp = f->proto == 6 || f->proto == 17, denied;
+  bool allowed = agsx_egress_cidr_allowed(k->e, f->dst, tcpudp ? f->dport : 0, &denied);
+  if (denied)
+    return false;
+  if (!agsx_egress_has_allow(k->e) || allowed ||
+      (!k->net->public_ && agsx_cidr_contains(&k->net->subnet, f->dst)))
+    return true;
+  for (size_t i = 0; i < k->l->n; i++)
+    if (k->l->v[i].addr == f->dst &&
+        (k->l->v[i].port == 0 || (tcpudp && k->l->v[i].port == f->dport)))
+      return true;
+  return false;
+}
+
+/* Marks the lease: its egress objects go with it (agsx_net_attach_end, gc). */
+static void lease_mark_egress(const struct agsx_network *n, uint32_t addr, const char *id) {
+  char ip[16];
+  _cleanup_free_ char *path =
+      xasprintf("%s/%s/%s", AGSX_NET_RUN_DIR, n->bridge, agsx_ipv4_format(addr, ip));
+  _cleanup_close_ int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  char buf[128] = "";
+  ssize_t len = fd >= 0 ? pread(fd, buf, sizeof(buf) - 1, 0) : -1;
+  if (len < 33 || strncmp(buf, id, 32) != 0 || strstr(buf, "\negress\n"))
+    return;
+  if (pwrite(fd, "egress\n", 7, len) != 7) {
+  }
+}
+
+int agsx_net_egress_update(const char *root, const char *state_dir, const char *id,
+                           const char *network, const char *address, const struct agsx_egress *e,
+                           size_t *ret_cut, agsx_error_t *err) {
+  *ret_cut = 0;
+  enum agsx_net_mode mode;
+  const char *name = NULL;
+  uint32_t addr;
+  if (network == NULL || agsx_net_mode_parse(network, &mode, &name, err) < 0 ||
+      mode == AGSX_NET_INTERNAL)
+    return agsx_error_set_quiet(err, EINVAL,
+                                "egress rules are for sandboxes on the public or a vpc network"),
+           -1;
+  if (address == NULL || agsx_ipv4_parse(address, &addr, err) < 0)
+    return agsx_error_set_quiet(err, EINVAL, "the sandbox has no address recorded"), -1;
+  struct agsx_network n;
+  if ((mode == AGSX_NET_PUBLIC ? agsx_network_public(&n, err)
+                               : agsx_network_load(root, name, &n, err)) < 0)
+    return -1;
+  _cleanup_free_ char *dpath = xasprintf("%s/%s", state_dir, id);
+  _cleanup_close_ int dir = open(dpath, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int r = -1;
+  struct learnt_set old = {0}, keep = {0};
+  _cleanup_free_ char *cmds = NULL, *json = agsx_egress_to_json(e);
+  _cleanup_close_ int lock = dir < 0 ? -1 : agsx_lock_at(dir, "egress.lock", true, err);
+  if (dir < 0)
+    agsx_error_set(err, errno, "open `%s`", dpath);
+  if (lock < 0)
+    goto out;
+  /* The relay reads the rules from here: first, so that no name the new
+   * rules deny gets addresses after the sets are cleaned. */
+  if (agsx_write_file_atomic(dir, "egress.json", json, strlen(json), 0600, err) < 0)
+    goto out;
+  _cleanup_free_ char *probe = xasprintf("list chain " TABLE " x_%08x\n", addr);
+  agsx_error_t perr = NULL;
+  bool exists = agsx_nft_run(probe, NULL, &perr) == 0;
+  agsx_error_free(&perr);
+  if (e->n == 0) {
+    cmds = exists ? agsx_egress_nft_delete_cmds(addr) : NULL;
+  } else {
+    if (exists &&
+        (learnt_list(addr, false, &old, err) < 0 || learnt_list(addr, true, &old, err) < 0))
+      goto out;
+    cmds = agsx_egress_nft_cmds(e, addr, n.public_ ? NULL : &n.subnet, !exists);
+    for (size_t i = 0; i < old.n; i++) {
+      char ip[16];
+      agsx_ipv4_format(old.v[i].addr, ip);
+      if (learnt_allowed(e, old.v[i].name, old.v[i].port)) {
+        keep.v = xrealloc(keep.v, (keep.n + 1) * sizeof(*keep.v));
+        keep.v[keep.n] = old.v[i];
+        keep.v[keep.n++].name = NULL;
+        continue;
+      }
+      char *prev = cmds;
+      if (old.v[i].port)
+        cmds = xasprintf("%sdelete element " TABLE " xp_%08x { %s . %u }\n", prev, addr, ip,
+                         old.v[i].port);
+      else
+        cmds = xasprintf("%sdelete element " TABLE " xa_%08x { %s }\n", prev, addr, ip);
+      free(prev);
+    }
+  }
+  if (cmds && agsx_nft_run(cmds, NULL, err) < 0) {
+    agsx_error_wrap(err, "egress rules");
+    goto out;
+  }
+  if (e->n)
+    lease_mark_egress(&n, addr, id);
+  struct keep_ctx k = {e, &n, &keep};
+  r = e->n == 0 ? 0 : agsx_conntrack_cut(addr, false, keep_flow, &k, ret_cut, err);
+out:
+  learnt_clear(&old);
+  learnt_clear(&keep);
+  agsx_network_clear(&n);
   return r;
 }

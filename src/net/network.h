@@ -85,18 +85,25 @@ char *agsx_resolv_conf_nameserver(const char *text, size_t len);
 #define AGSX_DNS_UDP_IDLE_MS 5000  /* a resolver gives up after 5 s */
 #define AGSX_DNS_TCP_IDLE_MS 10000 /* RFC 7766 6.2.3: servers close idle ones after seconds */
 #define AGSX_DNS_HALF_CLOSED_MS 5000
+/* With egress rules on A (NULL: none), the relay filters (dnsfilter.h),
+ * keeping its log and reading live updates under STATE_DIR/ID. */
 struct agsx_relay;
-int agsx_net_dns_listen(struct agsx_relay **relay, int netns, agsx_error_t *err);
+struct agsx_net_attach;
+int agsx_net_dns_listen(struct agsx_relay **relay, int netns, const struct agsx_net_attach *a,
+                        const char *state_dir, agsx_error_t *err);
 
 /* One sandbox on a network. */
 struct agsx_net_attach {
   struct agsx_network net;
   int lease_fd;
   uint32_t addr;
-  bool chains;  /* vpc: its chains are in the ruleset */
-  bool cut;     /* cut off: its rules went (agsx_net_attach_watch) */
-  int watch_fd; /* hears changes to the ruleset */
-  char id[33];  /* the sandbox's */
+  bool chains; /* vpc: its chains are in the ruleset */
+  bool cut;    /* cut off: its rules went (agsx_net_attach_watch) */
+  /* Egress rules (net/egress.h), set before agsx_net_attach_begin, borrowed. */
+  const struct agsx_egress *egress;
+  bool egress_on, egress_chains; /* it has some; its chain and sets are in place */
+  int watch_fd;                  /* hears changes to the ruleset */
+  char id[33];                   /* the sandbox's */
   struct agsx_net_link link;
 };
 #define AGSX_NET_ATTACH_INIT                                                                       \
@@ -140,6 +147,17 @@ int agsx_net_sandbox_check(const char *root, const char *network, const char *id
 void agsx_net_attach_end(struct agsx_net_attach *a);
 /* Lets go of A in a process that handed it to another (run -d's parent). */
 void agsx_net_attach_disown(struct agsx_net_attach *a);
+
+/* Replaces the egress rules (net/egress.h) of running sandbox ID, recorded
+ * on NETWORK at ADDRESS with its state under STATE_DIR, by E (none: the
+ * network's default egress again), live: STATE_DIR/ID/egress.json for its
+ * DNS relay, then one nft transaction (its chain rebuilt, the addresses
+ * learnt for names E no longer allows removed), then its tracked
+ * connections that E refuses are cut (conntrack.h; *RET_CUT of them). */
+struct agsx_egress;
+int agsx_net_egress_update(const char *root, const char *state_dir, const char *id,
+                           const char *network, const char *address, const struct agsx_egress *e,
+                           size_t *ret_cut, agsx_error_t *err);
 
 /* Removes what crashed sandboxes left (stale leases and their chains) and
  * bridges no sandbox uses; the table when no bridge is left. A bridge that

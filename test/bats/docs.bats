@@ -253,6 +253,7 @@ EOF
 @test "docs: rm options" { doc_sets_agree rm; }
 @test "docs: stats options" { doc_sets_agree stats; }
 @test "docs: update options" { doc_sets_agree update; }
+@test "docs: netlog options" { doc_sets_agree netlog; }
 @test "docs: network create options" { doc_sets_agree "network create"; }
 @test "docs: network ls options" { doc_sets_agree "network ls"; }
 @test "docs: network rm options" { doc_sets_agree "network rm"; }
@@ -281,6 +282,7 @@ inspect
 kill
 load
 ls
+netlog
 network create
 network inspect
 network ls
