@@ -185,6 +185,16 @@ static const struct agsx_option network_create_opts[] = {
     {0},
 };
 
+static const struct agsx_option network_update_opts[] = {
+    {"allow", 0, "RULE", "Allow traffic, e.g. \"out tcp/443 0.0.0.0/0\" (replaces every rule)",
+     O_ALLOW},
+    {"deny", 0, "RULE", "Deny traffic, e.g. \"in tcp/22\"", O_DENY},
+    {"rules", 0, "FILE", "Read allow/deny rules from FILE, one per line (/dev/null: none)",
+     O_RULES},
+    {"json", 0, NULL, "Print the network as JSON, with what the update touched", O_JSON},
+    {0},
+};
+
 static const struct agsx_option network_ls_opts[] = {
     {"quiet", 'q', NULL, "Print names only", O_QUIET},
     {"json", 0, NULL, "Print a JSON list", O_JSON},
@@ -287,6 +297,8 @@ const struct agsx_command agsx_commands[] = {
      image_push_opts, agsx_cmd_image_push, "image push"},
     {"network create", "[OPTIONS] --subnet CIDR NAME", "Create a vpc network", network_create_opts,
      agsx_cmd_network_create, NULL},
+    {"network update", "[OPTIONS] NAME", "Replace a vpc network's rules, live", network_update_opts,
+     agsx_cmd_network_update, NULL},
     {"network ls", "[OPTIONS]", "List networks", network_ls_opts, agsx_cmd_network_ls, NULL},
     {"network rm", "NAME...", "Remove vpc networks no sandbox uses", none, agsx_cmd_network_rm,
      NULL},

@@ -253,6 +253,7 @@ complete -c agsx -n '__agsx_cmd image' -s h -l help -d 'Show this help'
 
 # agsx network
 complete -c agsx -n '__agsx_cmd network' -a create -d 'Create a vpc network'
+complete -c agsx -n '__agsx_cmd network' -a update -d "Replace a vpc network's rules, live"
 complete -c agsx -n '__agsx_cmd network' -a ls -d 'List networks'
 complete -c agsx -n '__agsx_cmd network' -a rm -d 'Remove vpc networks no sandbox uses'
 complete -c agsx -n '__agsx_cmd network' -a inspect -d 'Show networks as JSON'
@@ -412,6 +413,14 @@ complete -c agsx -n '__agsx_cmd network create' -l deny -x -d 'Deny traffic, e.g
 complete -c agsx -n '__agsx_cmd network create' -l rules -r -F -d 'Read allow/deny rules from FILE, one per line'
 complete -c agsx -n '__agsx_cmd network create' -l json -d 'Print the new network as JSON'
 complete -c agsx -n '__agsx_cmd network create' -s h -l help -d 'Show this help'
+
+# agsx network update
+complete -c agsx -n '__agsx_cmd network update' -l allow -x -d 'Allow traffic (replaces every rule)'
+complete -c agsx -n '__agsx_cmd network update' -l deny -x -d 'Deny traffic, e.g. "in tcp/22"'
+complete -c agsx -n '__agsx_cmd network update' -l rules -r -F -d 'Read allow/deny rules from FILE, one per line'
+complete -c agsx -n '__agsx_cmd network update' -l json -d 'Print the network as JSON'
+complete -c agsx -n '__agsx_cmd network update' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd network update' -a '(__agsx_vpc_names)' -d Network
 
 # agsx network ls
 complete -c agsx -n '__agsx_cmd network ls' -s q -l quiet -d 'Print names only'

@@ -515,14 +515,13 @@ static void comment_of(const char *name, char *buf, size_t len) {
 static void add_elem(struct agsx_dns_filter *f, const char *set, const char *key, int64_t ttl) {
   char comment[128];
   comment_of(f->name, comment, sizeof(comment));
-  /* add, delete, add: the element exists afterwards with this timeout
-   * whether or not it did before (a plain add keeps an old timeout). */
+  /* A plain add: Linux 6.10 and later refresh an existing element's
+   * timeout this way. (Not add, delete, add in one transaction: the set's
+   * garbage collector may later take the new element with the old one.)
+   * Before 6.10 an existing element keeps its first expiry. */
   char *old = f->cmds;
-  f->cmds = xasprintf("%sadd element inet agsx %s_%08x { %s timeout %llds comment \"%s\" }\n"
-                      "delete element inet agsx %s_%08x { %s }\n"
-                      "add element inet agsx %s_%08x { %s timeout %llds comment \"%s\" }\n",
-                      old ? old : "", set, f->addr, key, (long long)ttl, comment, set, f->addr, key,
-                      set, f->addr, key, (long long)ttl, comment);
+  f->cmds = xasprintf("%sadd element inet agsx %s_%08x { %s timeout %llds comment \"%s\" }\n",
+                      old ? old : "", set, f->addr, key, (long long)ttl, comment);
   free(old);
 }
 

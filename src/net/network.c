@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 
 #define NET_JSON_MAX (256 * 1024)
+#define LEASE_MAX (64 * 1024) /* id, kind, and up to AGSX_MAX_SG_RULES rules */
 
 void agsx_network_clear(struct agsx_network *n) {
   free(n->name);
@@ -449,7 +450,24 @@ static bool previous_still_there(int fd) {
 /* Takes a free address, from a random place in the subnet so that an
  * address just freed is not handed out again at once; one whose last
  * holder's veth still exists is taken only when nothing else is free. */
-static int lease(struct agsx_net_attach *a, int dir, const char *id, agsx_error_t *err) {
+/* A lease file: the holder's id, its network kind, "egress" when it has
+ * egress rules, then "sg RULE" for each of a vpc member's own rules (for
+ * agsx_network_update). */
+static char *lease_text(const struct agsx_net_attach *a, const char *id,
+                        const struct agsx_sg_rule *rules, size_t n_rules) {
+  char *t = xasprintf("%s\n%s\n%s", id, a->net.public_ ? "public" : "vpc",
+                      a->egress_on ? "egress\n" : "");
+  for (size_t i = 0; i < n_rules; i++) {
+    _cleanup_free_ char *r = agsx_sg_rule_format(&rules[i]);
+    char *old = t;
+    t = xasprintf("%ssg %s\n", old, r);
+    free(old);
+  }
+  return t;
+}
+
+static int lease(struct agsx_net_attach *a, int dir, const char *id,
+                 const struct agsx_sg_rule *rules, size_t n_rules, agsx_error_t *err) {
   const struct agsx_network *n = &a->net;
   uint64_t size = agsx_cidr_size(&n->subnet);
   uint64_t first = 2, count = size - 3; /* network, gateway and broadcast excluded */
@@ -476,8 +494,7 @@ static int lease(struct agsx_net_attach *a, int dir, const char *id, agsx_error_
         close(fd);
         continue;
       }
-      _cleanup_free_ char *text = xasprintf("%s\n%s\n%s", id, n->public_ ? "public" : "vpc",
-                                            a->egress_on ? "egress\n" : "");
+      _cleanup_free_ char *text = lease_text(a, id, rules, n_rules);
       if (ftruncate(fd, 0) < 0 || pwrite(fd, text, strlen(text), 0) != (ssize_t)strlen(text)) {
         int e = errno;
         close(fd);
@@ -851,6 +868,24 @@ static int bridge_ensure(const struct agsx_network *n, int *ret_ifindex, agsx_er
 
 /* ---- attach ----------------------------------------------------------------------------------- */
 
+/* A vpc's rules again, under its lease directory's lock: agsx_network_update
+ * changes them under that lock, exclusively, so a member made meanwhile
+ * gets the new ones. */
+static int reload_rules(const char *root, struct agsx_net_attach *a, agsx_error_t *err) {
+  if (a->net.public_)
+    return 0;
+  struct agsx_network now;
+  if (agsx_network_load(root, a->net.name, &now, err) < 0) {
+    agsx_net_attach_end(a);
+    return -1;
+  }
+  free(a->net.rules);
+  a->net.rules = steal_ptr(&now.rules);
+  a->net.n_rules = now.n_rules;
+  agsx_network_clear(&now);
+  return 0;
+}
+
 int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char *name,
                           const struct agsx_sg_rule *rules, size_t n_rules, const char *id,
                           struct agsx_net_attach *a, agsx_error_t *err) {
@@ -876,7 +911,7 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
     return -1;
   /* Shared: gc takes it exclusively to remove a bridge no lease holds. */
   _cleanup_close_ int lock = agsx_lock_at(dir, ".lock", false, err);
-  if (lock < 0 || lease(a, dir, id, err) < 0)
+  if (lock < 0 || lease(a, dir, id, rules, n_rules, err) < 0 || reload_rules(root, a, err) < 0)
     return -1;
   int ifindex = 0;
   if (bridge_ensure(&a->net, &ifindex, err) < 0 ||
@@ -911,9 +946,11 @@ void agsx_net_attach_disown(struct agsx_net_attach *a) {
 
 /* Did an update give the sandbox egress rules (agsx_net_egress_update)? */
 static bool lease_says_egress(int fd) {
-  char buf[128] = "";
-  ssize_t n = fd >= 0 ? pread(fd, buf, sizeof(buf) - 1, 0) : -1;
-  return n > 0 && strstr(buf, "\negress\n") != NULL;
+  _cleanup_free_ char *text = NULL;
+  size_t len;
+  if (fd < 0 || lseek(fd, 0, SEEK_SET) < 0 || agsx_read_fd(fd, LEASE_MAX, &text, &len, NULL) < 0)
+    return false;
+  return strstr(text, "\negress\n") != NULL;
 }
 
 void agsx_net_attach_end(struct agsx_net_attach *a) {
@@ -1045,7 +1082,7 @@ static int bridge_remove(const char *bridge, int dir, bool dry_run,
     _cleanup_free_ char *text = NULL;
     size_t len = 0;
     agsx_error_t rerr = NULL;
-    agsx_read_file_at(dir, e->d_name, 4096, &text, &len, &rerr);
+    agsx_read_file_at(dir, e->d_name, LEASE_MAX, &text, &len, &rerr);
     agsx_error_free(&rerr);
     uint32_t addr;
     if (agsx_ipv4_parse(e->d_name, &addr, NULL) == 0)
@@ -1203,7 +1240,7 @@ int agsx_net_gc(bool dry_run, void (*report)(const char *what, void *data), void
           continue;
         _cleanup_free_ char *text = NULL;
         size_t len = 0;
-        agsx_read_fd(fd, 4096, &text, &len, NULL);
+        agsx_read_fd(fd, LEASE_MAX, &text, &len, NULL);
         uint32_t addr;
         if (text && (strstr(text, "\nvpc\n") || strstr(text, "\negress\n")) &&
             agsx_ipv4_parse(le->d_name, &addr, NULL) == 0) {
@@ -1340,11 +1377,12 @@ static void lease_mark_egress(const struct agsx_network *n, uint32_t addr, const
   _cleanup_free_ char *path =
       xasprintf("%s/%s/%s", AGSX_NET_RUN_DIR, n->bridge, agsx_ipv4_format(addr, ip));
   _cleanup_close_ int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-  char buf[128] = "";
-  ssize_t len = fd >= 0 ? pread(fd, buf, sizeof(buf) - 1, 0) : -1;
-  if (len < 33 || strncmp(buf, id, 32) != 0 || strstr(buf, "\negress\n"))
+  _cleanup_free_ char *text = NULL;
+  size_t len = 0;
+  if (fd < 0 || agsx_read_fd(fd, LEASE_MAX, &text, &len, NULL) < 0 || len < 33 ||
+      strncmp(text, id, 32) != 0 || strstr(text, "\negress\n"))
     return;
-  if (pwrite(fd, "egress\n", 7, len) != 7) {
+  if (pwrite(fd, "egress\n", 7, (off_t)len) != 7) {
   }
 }
 
@@ -1420,6 +1458,161 @@ int agsx_net_egress_update(const char *root, const char *state_dir, const char *
 out:
   learnt_clear(&old);
   learnt_clear(&keep);
+  agsx_network_clear(&n);
+  return r;
+}
+
+/* ---- live security-group updates -------------------------------------------------------------- */
+
+struct member {
+  uint32_t addr;
+  struct agsx_sg_rule *rules; /* its own (the lease's "sg" lines) */
+  size_t n_rules;
+};
+
+/* The running members of N's bridge (held leases of vpc sandboxes). */
+static int members_of(const struct agsx_network *n, int dir, struct member **ret, size_t *ret_n,
+                      agsx_error_t *err) {
+  *ret = NULL;
+  *ret_n = 0;
+  _cleanup_dir_ DIR *d = agsx_dir_stream(dir);
+  if (d == NULL)
+    return agsx_error_set(err, errno, "list the leases of network `%s`", n->name);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    uint32_t addr;
+    if (!is_lease_name(e->d_name) || !lease_held(dir, e->d_name) ||
+        agsx_ipv4_parse(e->d_name, &addr, NULL) < 0)
+      continue;
+    _cleanup_free_ char *text = NULL;
+    size_t len;
+    agsx_error_t rerr = NULL;
+    if (agsx_read_file_at(dir, e->d_name, LEASE_MAX, &text, &len, &rerr) < 0 ||
+        !strstr(text, "\nvpc\n")) {
+      agsx_error_free(&rerr);
+      continue;
+    }
+    struct member m = {.addr = addr};
+    for (char *l = strstr(text, "\nsg "); l; l = strstr(l + 1, "\nsg ")) {
+      char *end = strchr(l + 4, '\n');
+      _cleanup_free_ char *line = end ? xstrndup(l + 4, (size_t)(end - l - 4)) : xstrdup(l + 4);
+      struct agsx_sg_rule r;
+      if (agsx_sg_rule_parse_line(line, &r, NULL) == 0)
+        agsx_sg_rules_append(&m.rules, &m.n_rules, &r, NULL);
+    }
+    *ret = xrealloc(*ret, (*ret_n + 1) * sizeof(**ret));
+    (*ret)[(*ret_n)++] = m;
+  }
+  return 0;
+}
+
+static bool private_addr(uint32_t a) {
+  static const struct agsx_cidr priv[] = {
+      {0x0a000000, 8}, {0x64400000, 10}, {0xac100000, 12}, {0xc0a80000, 16}};
+  for (size_t i = 0; i < 4; i++)
+    if (agsx_cidr_contains(&priv[i], a))
+      return true;
+  return false;
+}
+
+/* rule_match(), for one flow: PEER is the remote end. */
+static bool rule_hits(const struct agsx_sg_rule *r, uint8_t proto, uint16_t port, uint32_t peer) {
+  if (r->peer.prefix != 0 ? !agsx_cidr_contains(&r->peer, peer)
+                          : (r->allow && !r->in && private_addr(peer)))
+    return false;
+  if (r->proto != AGSX_SG_ALL && r->proto != proto)
+    return false;
+  if (r->port_lo && (proto != AGSX_SG_TCP && proto != AGSX_SG_UDP))
+    return false;
+  return !r->port_lo || (port >= r->port_lo && port <= r->port_hi);
+}
+
+/* The verdict of a member's chain (chain_rules()) on a new flow. */
+static bool sg_allows(const struct agsx_network *n, const struct member *m, bool in, uint8_t proto,
+                      uint16_t port, uint32_t peer) {
+  const struct agsx_sg_rule *sets[2] = {n->rules, m->rules};
+  const size_t counts[2] = {n->n_rules, m->n_rules};
+  for (int pass = 0; pass < 2; pass++)
+    for (int s = 0; s < 2; s++)
+      for (size_t i = 0; i < counts[s]; i++) {
+        const struct agsx_sg_rule *r = &sets[s][i];
+        if (r->allow == (pass == 1) && r->in == in && rule_hits(r, proto, port, peer))
+          return r->allow;
+      }
+  return agsx_cidr_contains(&n->subnet, peer);
+}
+
+struct sg_keep {
+  const struct agsx_network *n;
+  const struct member *m;
+  bool in;
+};
+
+static bool sg_keep_flow(void *data, const struct agsx_ct_flow *f) {
+  const struct sg_keep *k = data;
+  return sg_allows(k->n, k->m, k->in, f->proto, f->dport, k->in ? f->src : f->dst);
+}
+
+int agsx_network_update(const char *root, const char *name, const struct agsx_sg_rule *rules,
+                        size_t n_rules, size_t *ret_members, size_t *ret_cut, agsx_error_t *err) {
+  *ret_members = *ret_cut = 0;
+  struct agsx_network n;
+  if (agsx_network_load(root, name, &n, err) < 0)
+    return -1;
+  struct member *ms = NULL;
+  size_t nm = 0;
+  int r = -1;
+  _cleanup_free_ char *cmds = NULL, *json = NULL, *file = xasprintf("%s.json", n.name);
+  _cleanup_close_ int netdir = networks_dir(root, true, err);
+  _cleanup_close_ int nlock = netdir < 0 ? -1 : agsx_lock_at(netdir, ".lock", true, err);
+  _cleanup_close_ int dir = nlock < 0 ? -1 : lease_dir(n.bridge, true, err);
+  /* Exclusive: no member joins with the old rules meanwhile (reload_rules). */
+  _cleanup_close_ int lock = dir < 0 ? -1 : agsx_lock_at(dir, ".lock", true, err);
+  if (lock < 0)
+    goto out;
+  free(n.rules);
+  n.rules = NULL;
+  n.n_rules = 0;
+  for (size_t i = 0; i < n_rules; i++)
+    if (agsx_sg_rules_append(&n.rules, &n.n_rules, &rules[i], err) < 0)
+      goto out;
+  json = agsx_network_to_json(&n, false);
+  if (members_of(&n, dir, &ms, &nm, err) < 0)
+    goto out;
+  for (size_t i = 0; i < nm; i++) {
+    char e[16], in[16];
+    snprintf(e, sizeof(e), "e_%08x", ms[i].addr);
+    snprintf(in, sizeof(in), "i_%08x", ms[i].addr);
+    const struct agsx_sg_rule *sets[2] = {n.rules, ms[i].rules};
+    const size_t counts[2] = {n.n_rules, ms[i].n_rules};
+    char *old = cmds;
+    cmds =
+        xasprintf("%sflush chain " TABLE " %s\nflush chain " TABLE " %s\n", old ? old : "", e, in);
+    free(old);
+    chain_rules(&cmds, e, false, &n, sets, counts);
+    chain_rules(&cmds, in, true, &n, sets, counts);
+  }
+  /* The definition first: a sandbox started from now on gets the new rules. */
+  if (agsx_write_file_atomic(netdir, file, json, strlen(json), 0600, err) < 0)
+    goto out;
+  if (cmds && agsx_nft_run(cmds, NULL, err) < 0) {
+    agsx_error_wrap(err, "network `%s`: apply the rules to its %zu sandbox%s", n.name, nm,
+                    nm == 1 ? "" : "es");
+    goto out;
+  }
+  *ret_members = nm;
+  r = 0;
+  for (size_t i = 0; i < nm && r == 0; i++)
+    for (int in = 0; in < 2 && r == 0; in++) {
+      struct sg_keep k = {&n, &ms[i], in == 1};
+      size_t cut = 0;
+      r = agsx_conntrack_cut(ms[i].addr, in == 1, sg_keep_flow, &k, &cut, err);
+      *ret_cut += cut;
+    }
+out:
+  for (size_t i = 0; i < nm; i++)
+    free(ms[i].rules);
+  free(ms);
   agsx_network_clear(&n);
   return r;
 }

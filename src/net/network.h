@@ -62,6 +62,13 @@ int agsx_network_list(const char *root, struct agsx_network **ret, size_t *ret_n
                       agsx_error_t *err);
 /* Removes vpc NAME, its bridge and its rules; refused while a sandbox uses it. */
 int agsx_network_remove(const char *root, const char *name, agsx_error_t *err);
+/* Replaces the rules of vpc NAME by RULES, live: the definition, then one
+ * nft transaction rewriting the chains of every running member (with its
+ * own rules kept), then the members' tracked connections the new rules
+ * refuse are cut (conntrack.h). *RET_MEMBERS: sandboxes updated; *RET_CUT:
+ * connections cut. */
+int agsx_network_update(const char *root, const char *name, const struct agsx_sg_rule *rules,
+                        size_t n_rules, size_t *ret_members, size_t *ret_cut, agsx_error_t *err);
 /* Sandboxes on a network now (leases held). */
 int agsx_network_users(const struct agsx_network *n);
 char *agsx_network_to_json(const struct agsx_network *n, bool with_users);

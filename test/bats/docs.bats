@@ -255,6 +255,7 @@ EOF
 @test "docs: update options" { doc_sets_agree update; }
 @test "docs: netlog options" { doc_sets_agree netlog; }
 @test "docs: network create options" { doc_sets_agree "network create"; }
+@test "docs: network update options" { doc_sets_agree "network update"; }
 @test "docs: network ls options" { doc_sets_agree "network ls"; }
 @test "docs: network rm options" { doc_sets_agree "network rm"; }
 @test "docs: network inspect options" { doc_sets_agree "network inspect"; }
@@ -287,6 +288,7 @@ network create
 network inspect
 network ls
 network rm
+network update
 port
 pull
 push

@@ -232,3 +232,49 @@ assert q[0]["first"] and q[0]["last"], q'
   run_nax run --rm --network public --egress-rules "$BATS_TEST_TMPDIR/rules" busybox true
   assert_agsx_error "rules:2"
 }
+
+@test "egress: vpc members take egress rules; network update changes a security group live" {
+  run_nax network create --subnet 198.19.8.0/24 --allow "out tcp/80 198.18.0.0/24" ev
+  assert_success
+  run_nax run -d --name v1 --network vpc:ev --egress-allow allowed.egress.test busybox sleep 300
+  assert_success
+  run fetch v1 allowed.egress.test 80
+  assert_output_contains "http 198.18.0.10:80: 198.18.0.10:80"
+  run nax exec v1 probe http 198.18.0.16 80 2000
+  assert_output_contains "failed"
+  # the security group does not allow :443 yet (it drops: a timeout)
+  run nax exec v1 probe http 198.18.0.10 443 1000
+  refute_output_contains "http 198.18.0.10:443: 198.18.0.10"
+  # a connection held open on :80, cut by the update (a security group
+  # drops: it stalls; PROBE_RST: no socket lingers once it is killed)
+  nax exec --timeout 8s -e PROBE_RST=1 v1 probe hold 198.18.0.10 80 1 </dev/null >/dev/null 2>&1 3>&- &
+  local held=$!
+  sleep 1
+  outer grep -q 'ESTABLISHED src=198.19.8.[0-9]* dst=198.18.0.10 sport=[0-9]* dport=80 ' \
+    /proc/net/nf_conntrack
+  run_nax --json network update --allow "out tcp/443 198.18.0.0/24" ev
+  assert_success
+  assert_output_contains '"rules":["allow out tcp/443 198.18.0.0/24"]'
+  assert_output_contains '"updated_sandboxes":1'
+  [[ $output =~ \"connections_cut\":[1-9] ]]
+  run outer grep -q 'ESTABLISHED src=198.19.8.[0-9]* dst=198.18.0.10 sport=[0-9]* dport=80 ' \
+    /proc/net/nf_conntrack
+  [ "$status" -ne 0 ]
+  run nax exec v1 probe http 198.18.0.10 443 2000
+  assert_output_contains "http 198.18.0.10:443: 198.18.0.10:443"
+  run nax exec v1 probe http 198.18.0.10 80 1000
+  refute_output_contains "http 198.18.0.10:80: 198.18.0.10"
+  run_nax network update ev
+  assert_agsx_error "expected --allow"
+  # :80 again, from a rules file
+  printf 'allow out tcp/80 198.18.0.0/24\nallow out tcp/443 198.18.0.0/24\n' >"$BATS_TEST_TMPDIR/sg"
+  run_nax network update --rules "$BATS_TEST_TMPDIR/sg" ev
+  assert_success
+  run nax exec v1 probe http 198.18.0.10 80 2000
+  assert_output_contains "http 198.18.0.10:80: 198.18.0.10:80"
+  wait "$held" || true
+  nax kill v1 >/dev/null
+  nax wait v1 >/dev/null || true
+  run_nax network rm ev
+  assert_success
+}
