@@ -32,9 +32,11 @@ int agsx_egress_name_canon(const char *name, size_t len, char *buf) {
   for (size_t i = 0; i < len; i++) {
     unsigned char c = (unsigned char)name[i];
     if (c == '.') {
-      if (label == 0)
+      if (label == 0 || name[i - 1] == '-')
         return -1;
       label = 0;
+    } else if (c == '-' && label == 0) {
+      return -1; /* no label starts (or ends) with a hyphen */
     } else if (isalnum(c) || c == '-' || c == '_') {
       if (++label > 63)
         return -1;
@@ -43,7 +45,7 @@ int agsx_egress_name_canon(const char *name, size_t len, char *buf) {
     }
     buf[i] = (char)tolower(c);
   }
-  if (label == 0)
+  if (label == 0 || name[len - 1] == '-')
     return -1;
   buf[len] = '\0';
   return 0;
@@ -118,8 +120,7 @@ int agsx_egress_rule_parse(const char *s, bool allow, struct agsx_egress_rule *r
     s += 2;
     len -= 2;
   }
-  if (memchr(s, '*', len) || agsx_egress_name_canon(s, len, ret->name) < 0 ||
-      (len > 0 && s[len - 1] == '.'))
+  if (memchr(s, '*', len) || agsx_egress_name_canon(s, len, ret->name) < 0)
     return agsx_error_set_quiet(err, EINVAL,
                                 "invalid egress rule `%s` (a name: letters, digits, `-`, `_` and "
                                 "dots; a wildcard only as a leading `*.`)",
