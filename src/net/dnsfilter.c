@@ -223,7 +223,7 @@ static int nflog_send(int fd, uint16_t group, uint8_t cmd, bool mode) {
   return ((struct nlmsgerr *)NLMSG_DATA(&r.h))->error;
 }
 
-static int nflog_open(int *ret_group) {
+int agsx_dns_filter_nflog_open(int *ret_group) {
   *ret_group = -1;
   int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_NETFILTER);
   if (fd < 0)
@@ -256,7 +256,7 @@ static int activate(struct agsx_dns_filter *f, agsx_error_t *err) {
   if (f->active)
     return 0;
   f->active = true;
-  f->nflog = nflog_open(&f->st.log_group);
+  f->nflog = agsx_dns_filter_nflog_open(&f->st.log_group);
   if (f->nflog < 0) {
     agsx_warn("egress: refused connections are not logged (no free nflog group)");
     return 0;
@@ -267,7 +267,8 @@ static int activate(struct agsx_dns_filter *f, agsx_error_t *err) {
 
 struct agsx_dns_filter *agsx_dns_filter_new(const struct agsx_egress *e, uint32_t addr,
                                             const struct agsx_cidr *subnet, const char *state_dir,
-                                            const char *id, agsx_error_t *err) {
+                                            const char *id, int nflog, int log_group,
+                                            agsx_error_t *err) {
   struct agsx_dns_filter *f = xzalloc(sizeof(*f));
   if (e && e->n) {
     f->e.rules = xmalloc(e->n * sizeof(*e->rules));
@@ -288,6 +289,13 @@ struct agsx_dns_filter *agsx_dns_filter_new(const struct agsx_egress *e, uint32_
     f->ttl_max = f->ttl_min;
   f->flushed_ms = mono_ms();
   f->st.log_group = -1;
+  if (nflog >= 0 && log_group >= 0) { /* made with the chain already */
+    f->nflog = nflog;
+    f->st.log_group = log_group;
+    f->active = true;
+  } else if (nflog >= 0) {
+    close(nflog);
+  }
   if (f->e.n && activate(f, err) < 0) {
     agsx_dns_filter_free(f);
     return NULL;
@@ -482,10 +490,13 @@ enum agsx_dns_verdict agsx_dns_filter_query(struct agsx_dns_filter *f, char *msg
   return AGSX_DNS_REPLY;
 }
 
-static bool cached(struct agsx_dns_filter *f, uint32_t addr, uint16_t port, int64_t until) {
+/* Is ADDR (PORT) in the sets for at least half of TTL_MS more? If not it is
+ * (re)written, and remembered as good until UNTIL. */
+static bool cached(struct agsx_dns_filter *f, uint32_t addr, uint16_t port, int64_t ttl_ms,
+                   int64_t until) {
   for (size_t i = 0; i < f->ncache; i++)
     if (f->cache[i].addr == addr && f->cache[i].port == port) {
-      if (f->cache[i].until_ms >= until)
+      if (f->cache[i].until_ms - f->now_ms >= ttl_ms / 2)
         return true;
       f->cache[i].until_ms = until;
       return false;
@@ -513,15 +524,14 @@ static void comment_of(const char *name, char *buf, size_t len) {
 }
 
 static void add_elem(struct agsx_dns_filter *f, const char *set, const char *key, int64_t ttl) {
-  char comment[128];
+  char comment[128], me[16];
   comment_of(f->name, comment, sizeof(comment));
+  agsx_ipv4_format(f->addr, me);
   /* A plain add: Linux 6.10 and later refresh an existing element's
-   * timeout this way. (Not add, delete, add in one transaction: the set's
-   * garbage collector may later take the new element with the old one.)
-   * Before 6.10 an existing element keeps its first expiry. */
+   * timeout this way (before, an existing element keeps its first expiry). */
   char *old = f->cmds;
-  f->cmds = xasprintf("%sadd element inet agsx %s_%08x { %s timeout %llds comment \"%s\" }\n",
-                      old ? old : "", set, f->addr, key, (long long)ttl, comment);
+  f->cmds = xasprintf("%sadd element inet agsx %s { %s . %s timeout %llds comment \"%s\" }\n",
+                      old ? old : "", set, me, key, (long long)ttl, comment);
   free(old);
 }
 
@@ -532,10 +542,10 @@ static void on_a(void *data, uint32_t addr, uint32_t ttl) {
   int64_t until = f->now_ms + t * 1000 - 2000;
   char ip[16], key[32];
   agsx_ipv4_format(addr, ip);
-  if (f->any && !cached(f, addr, 0, until))
+  if (f->any && !cached(f, addr, 0, t * 1000, until))
     add_elem(f, "xa", ip, t);
   for (size_t i = 0; i < f->nports; i++)
-    if (!cached(f, addr, f->ports[i], until)) {
+    if (!cached(f, addr, f->ports[i], t * 1000, until)) {
       snprintf(key, sizeof(key), "%s . %u", ip, f->ports[i]);
       add_elem(f, "xp", key, t);
     }

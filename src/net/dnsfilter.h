@@ -7,8 +7,9 @@
  * the A records of an allowed name's answer section (CNAME targets
  * included) go into the sandbox's sets with their TTL, bounded, in one nft
  * transaction, before the answer is released; when that fails the client
- * gets SERVFAIL (the connect would fail anyway). An address already in the
- * sets for longer than the new TTL is not written again (no nft call).
+ * gets SERVFAIL (the connect would fail anyway). An address written with
+ * more than half its TTL left is not written again (no nft call): a
+ * client's repeated lookups cost no transaction.
  *
  * The blocked log: denied queries (name, type) and refused connections
  * (address, port, protocol, read from the nflog group of the sandbox's
@@ -34,12 +35,17 @@
 struct agsx_dns_filter;
 
 /* For sandbox ID at ADDR with rules E (copied), its vpc SUBNET (or NULL),
- * its state under STATE_DIR (NULL: no log, no live updates). Binds an nflog
- * group for the refused connections and points the refusing chain at it
- * (without one, connections are still refused, only not logged). */
+ * its state under STATE_DIR (NULL: no log, no live updates). NFLOG (taken
+ * over) is the socket bound to LOG_GROUP, the group the refusing chain was
+ * made with (agsx_dns_filter_nflog_open), or -1: then, with rules, the
+ * filter binds one and points the chain at it (without one, connections
+ * are still refused, only not logged). */
 struct agsx_dns_filter *agsx_dns_filter_new(const struct agsx_egress *e, uint32_t addr,
                                             const struct agsx_cidr *subnet, const char *state_dir,
-                                            const char *id, agsx_error_t *err);
+                                            const char *id, int nflog, int log_group,
+                                            agsx_error_t *err);
+/* A non-blocking nflog socket bound to a free group (*RET_GROUP), or -1. */
+int agsx_dns_filter_nflog_open(int *ret_group);
 void agsx_dns_filter_free(struct agsx_dns_filter *f);
 
 enum agsx_dns_verdict { AGSX_DNS_PASS, AGSX_DNS_REPLY, AGSX_DNS_DROP };

@@ -345,18 +345,14 @@ char *agsx_egress_nft_log_cmds(uint32_t addr, int log_group) {
 }
 
 char *agsx_egress_nft_cmds(const struct agsx_egress *e, uint32_t addr,
-                           const struct agsx_cidr *subnet, bool fresh) {
+                           const struct agsx_cidr *subnet, bool fresh, int log_group) {
   char *c = NULL, m[96], ip[16];
   agsx_ipv4_format(addr, ip);
   append(&c,
-         "add chain " TABLE " x_%08x\nflush chain " TABLE " x_%08x\nadd chain " TABLE " xl_%08x\n"
-         "add set " TABLE " xa_%08x { type ipv4_addr; flags timeout; }\n"
-         "add set " TABLE " xp_%08x { type ipv4_addr . inet_service; flags timeout; }\n",
-         addr, addr, addr, addr, addr);
-  if (fresh) {
-    append(&c, "flush set " TABLE " xa_%08x\nflush set " TABLE " xp_%08x\n", addr, addr);
-    xl_rules(&c, addr, -1);
-  }
+         "add chain " TABLE " x_%08x\nflush chain " TABLE " x_%08x\nadd chain " TABLE " xl_%08x\n",
+         addr, addr, addr);
+  if (fresh)
+    xl_rules(&c, addr, log_group);
   for (size_t i = 0; i < e->n; i++)
     if (!e->rules[i].allow && e->rules[i].kind == AGSX_EGRESS_CIDR) {
       cidr_match(m, sizeof(m), &e->rules[i]);
@@ -375,11 +371,13 @@ char *agsx_egress_nft_cmds(const struct agsx_egress *e, uint32_t addr,
       cidr_match(m, sizeof(m), &e->rules[i]);
       append(&c, "add rule " TABLE " x_%08x %s return\n", addr, m);
     }
+  /* The learnt addresses: shared sets keyed by the sandbox's address, so
+   * that a start adds no set (libnftables' cache grows with every set). */
   append(&c,
-         "add rule " TABLE " x_%08x ip daddr @xa_%08x return\n"
-         "add rule " TABLE
-         " x_%08x meta l4proto { tcp, udp } ip daddr . th dport @xp_%08x return\n",
-         addr, addr, addr, addr);
+         "add rule " TABLE " x_%08x ip saddr . ip daddr @xa return\n"
+         "add rule " TABLE " x_%08x meta l4proto { tcp, udp } ip saddr . ip daddr . th dport @xp "
+         "return\n",
+         addr, addr);
   if (agsx_egress_has_allow(e))
     append(&c, "add rule " TABLE " x_%08x goto xl_%08x\n", addr, addr);
   append(&c, "add element " TABLE " xmap { %s : jump x_%08x }\n", ip, addr);
@@ -391,8 +389,93 @@ char *agsx_egress_nft_delete_cmds(uint32_t addr) {
   agsx_ipv4_format(addr, ip);
   return xasprintf("delete element " TABLE " xmap { %s }\n"
                    "delete chain " TABLE " x_%08x\n"
-                   "delete chain " TABLE " xl_%08x\n"
-                   "delete set " TABLE " xa_%08x\n"
-                   "delete set " TABLE " xp_%08x\n",
-                   ip, addr, addr, addr, addr);
+                   "delete chain " TABLE " xl_%08x\n",
+                   ip, addr, addr);
+}
+
+/* ---- the learnt addresses ------------------------------------------------------------------- */
+
+#include "net/nft.h"
+
+void agsx_egress_learnt_clear(struct agsx_egress_learnt *l) {
+  for (size_t i = 0; i < l->n; i++)
+    free(l->v[i].name);
+  free(l->v);
+  memset(l, 0, sizeof(*l));
+}
+
+/* The elements of xa or xp (PORTS) whose first key is SANDBOX, from nft's JSON. */
+static int learnt_add(uint32_t sandbox, bool ports, struct agsx_egress_learnt *l,
+                      agsx_error_t *err) {
+  _cleanup_free_ char *out = NULL;
+  if (agsx_nft_run_json(ports ? "list set " TABLE " xp\n" : "list set " TABLE " xa\n", &out, err) <
+      0)
+    return -1;
+  _cleanup_json_ yajl_val v = agsx_json_parse(out, strlen(out), 256 << 20, err);
+  if (v == NULL)
+    return -1;
+  yajl_val list = agsx_json_get_array(v, "nftables");
+  for (size_t i = 0; list && i < list->u.array.len; i++) {
+    yajl_val set = agsx_json_get_object(list->u.array.values[i], "set");
+    yajl_val elems = set ? agsx_json_get_array(set, "elem") : NULL;
+    for (size_t k = 0; elems && k < elems->u.array.len; k++) {
+      yajl_val e = agsx_json_get_object(elems->u.array.values[k], "elem");
+      yajl_val val = e ? agsx_json_get(e, "val") : NULL;
+      yajl_val cc = val && YAJL_IS_OBJECT(val) ? agsx_json_get_array(val, "concat") : NULL;
+      size_t want = ports ? 3 : 2;
+      if (cc == NULL || cc->u.array.len != want || !YAJL_IS_STRING(cc->u.array.values[0]) ||
+          !YAJL_IS_STRING(cc->u.array.values[1]) ||
+          (ports && !YAJL_IS_INTEGER(cc->u.array.values[2])))
+        continue;
+      uint32_t s, a;
+      int64_t port = ports ? YAJL_GET_INTEGER(cc->u.array.values[2]) : 0;
+      if (agsx_ipv4_parse(YAJL_GET_STRING(cc->u.array.values[0]), &s, NULL) < 0 || s != sandbox ||
+          agsx_ipv4_parse(YAJL_GET_STRING(cc->u.array.values[1]), &a, NULL) < 0 || port < 0 ||
+          port > 65535)
+        continue;
+      const char *c = agsx_json_get_string(e, "comment");
+      l->v = xrealloc(l->v, (l->n + 1) * sizeof(*l->v));
+      l->v[l->n].addr = a;
+      l->v[l->n].port = (uint16_t)port;
+      l->v[l->n++].name = xstrdup(c ? c : "");
+    }
+  }
+  return 0;
+}
+
+int agsx_egress_learnt_list(uint32_t sandbox, struct agsx_egress_learnt *l, agsx_error_t *err) {
+  memset(l, 0, sizeof(*l));
+  if (learnt_add(sandbox, false, l, err) < 0 || learnt_add(sandbox, true, l, err) < 0) {
+    agsx_egress_learnt_clear(l);
+    return -1;
+  }
+  return 0;
+}
+
+void agsx_egress_learnt_delete_cmd(char **cmds, uint32_t sandbox,
+                                   const struct agsx_egress_learnt *l, size_t k) {
+  char s[16], a[16];
+  agsx_ipv4_format(sandbox, s);
+  agsx_ipv4_format(l->v[k].addr, a);
+  if (l->v[k].port)
+    append(cmds, "delete element " TABLE " xp { %s . %s . %u }\n", s, a, l->v[k].port);
+  else
+    append(cmds, "delete element " TABLE " xa { %s . %s }\n", s, a);
+}
+
+int agsx_egress_forget_cmds(uint32_t addr, char **cmds, agsx_error_t *err) {
+  struct agsx_egress_learnt l;
+  if (agsx_egress_learnt_list(addr, &l, err) < 0)
+    return -1;
+  for (size_t i = 0; i < l.n; i++)
+    agsx_egress_learnt_delete_cmd(cmds, addr, &l, i);
+  agsx_egress_learnt_clear(&l);
+  return 0;
+}
+
+int agsx_egress_forget(uint32_t addr, agsx_error_t *err) {
+  _cleanup_free_ char *cmds = NULL;
+  if (agsx_egress_forget_cmds(addr, &cmds, err) < 0)
+    return -1;
+  return cmds ? agsx_nft_run(cmds, NULL, err) : 0;
 }

@@ -22,7 +22,7 @@
  *   established, related                 → on to the network's rules
  *   DNS/DoT elsewhere                    → refused
  *   allowed CIDRs, own vpc subnet        → on
- *   @xa_ADDR (address), @xp_ADDR (address . port), learnt from DNS → on
+ *   @xa (sandbox . address), @xp (sandbox . address . port): learnt → on
  *   the rest (with an allow-list)        → refused (logged, rate-limited)
  * "Refused" is a TCP reset or an ICMP administratively-prohibited, so
  * tools fail at once rather than time out. The relay adds an answer's
@@ -98,12 +98,32 @@ bool agsx_egress_cidr_allowed(const struct agsx_egress *e, uint32_t addr, uint16
  * it into the forward chain. SUBNET: its vpc's (reachable), or NULL. FRESH
  * (a start): the learnt sets are emptied and the refusing chain xl_ADDR
  * made anew (what a crashed sandbox with the address left goes); else (a
- * live update) both are kept. */
+ * live update) both are kept. LOG_GROUP: the nflog group refused
+ * packets go to (FRESH only; -1: none). */
 char *agsx_egress_nft_cmds(const struct agsx_egress *e, uint32_t addr,
-                           const struct agsx_cidr *subnet, bool fresh);
+                           const struct agsx_cidr *subnet, bool fresh, int log_group);
 /* Rewrites xl_ADDR to log to nflog group LOG_GROUP (-1: none), rate-limited. */
 char *agsx_egress_nft_log_cmds(uint32_t addr, int log_group);
-/* The commands that remove them. */
+/* The commands that remove them (not the learnt elements: agsx_egress_forget). */
 char *agsx_egress_nft_delete_cmds(uint32_t addr);
+
+/* The addresses learnt for sandbox ADDR, from the shared sets xa and xp. */
+struct agsx_egress_learnt {
+  struct {
+    uint32_t addr;
+    uint16_t port; /* 0: any port (xa) */
+    char *name;    /* the element's comment: the name it was learnt for */
+  } * v;
+  size_t n;
+};
+void agsx_egress_learnt_clear(struct agsx_egress_learnt *l);
+int agsx_egress_learnt_list(uint32_t sandbox, struct agsx_egress_learnt *l, agsx_error_t *err);
+/* The command that deletes element K of L (learnt by SANDBOX), appended to *CMDS. */
+void agsx_egress_learnt_delete_cmd(char **cmds, uint32_t sandbox,
+                                   const struct agsx_egress_learnt *l, size_t k);
+/* Deletes every address learnt for sandbox ADDR (its end, a crashed holder's). */
+int agsx_egress_forget(uint32_t addr, agsx_error_t *err);
+/* The same as commands appended to *CMDS, for a transaction of the caller's. */
+int agsx_egress_forget_cmds(uint32_t addr, char **cmds, agsx_error_t *err);
 
 #endif

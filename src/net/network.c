@@ -20,6 +20,7 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #define NET_JSON_MAX (256 * 1024)
 #define LEASE_MAX (64 * 1024) /* id, kind, and up to AGSX_MAX_SG_RULES rules */
@@ -120,8 +121,10 @@ int agsx_net_dns_upstream(char **ret, agsx_error_t *err) {
   return 0;
 }
 
-int agsx_net_dns_listen(struct agsx_relay **relay, int netns, const struct agsx_net_attach *a,
+int agsx_net_dns_listen(struct agsx_relay **relay, int netns, struct agsx_net_attach *a,
                         const char *state_dir, agsx_error_t *err) {
+  if (a && agsx_net_egress_wait(a, err) < 0)
+    return -1;
   _cleanup_free_ char *upstream = NULL;
   agsx_error_t uerr = NULL;
   if (agsx_net_dns_upstream(&upstream, &uerr) < 0) {
@@ -140,8 +143,10 @@ int agsx_net_dns_listen(struct agsx_relay **relay, int netns, const struct agsx_
     return -1;
   /* Every linked sandbox's relay filters: rules may come with an update. */
   if (a) {
-    struct agsx_dns_filter *df = agsx_dns_filter_new(
-        a->egress, a->addr, a->net.public_ ? NULL : &a->net.subnet, state_dir, a->id, err);
+    int nflog = a->nflog_fd >= 0 ? fcntl(a->nflog_fd, F_DUPFD_CLOEXEC, 3) : -1;
+    struct agsx_dns_filter *df =
+        agsx_dns_filter_new(a->egress, a->addr, a->net.public_ ? NULL : &a->net.subnet, state_dir,
+                            a->id, nflog, nflog >= 0 ? a->nflog_group : -1, err);
     if (df == NULL) {
       agsx_relay_free(r);
       return agsx_error_wrap(err, "the sandbox's DNS relay");
@@ -494,6 +499,11 @@ static int lease(struct agsx_net_attach *a, int dir, const char *id,
         close(fd);
         continue;
       }
+      /* A holder with egress rules that did not end cleanly left what it
+       * learnt: the new one must not inherit it (add_egress). */
+      char prev[128] = "";
+      if (pread(fd, prev, sizeof(prev) - 1, 0) > 0 && strstr(prev, "\negress\n"))
+        a->stale_learnt = true;
       _cleanup_free_ char *text = lease_text(a, id, rules, n_rules);
       if (ftruncate(fd, 0) < 0 || pwrite(fd, text, strlen(text), 0) != (ssize_t)strlen(text)) {
         int e = errno;
@@ -532,6 +542,8 @@ static const char base_rules[] =
     "  map ingress { type ifname . ipv4_addr : verdict; }\n"
     /* Sandboxes with egress rules, by address (egress.h). */
     "  map xmap { type ipv4_addr : verdict; }\n"
+    "  set xa { type ipv4_addr . ipv4_addr; flags timeout; }\n"
+    "  set xp { type ipv4_addr . ipv4_addr . inet_service; flags timeout; }\n"
     "  chain input {\n"
     "    type filter hook input priority filter - 5; policy accept;\n"
     "    iifname @bridges ct state established,related accept\n"
@@ -747,14 +759,70 @@ static int add_member(struct agsx_net_attach *a, const struct agsx_sg_rule *rule
 
 /* The sandbox's egress chain and sets (egress.h), when it has rules: in
  * place before its veth exists, so nothing leaves unfiltered. */
+/* The egress transaction runs in a grandchild, meanwhile: libnftables
+ * takes milliseconds (its cache, the commit) that the rest of the start
+ * (image, configuration, seccomp, the namespace) overlaps. Its result comes
+ * back through A->egress_pipe ("" or the error), which agsx_net_egress_wait
+ * reads before the sandbox's command can run (the DNS relay's set-up), so
+ * nothing leaves unfiltered. A double fork: the detached supervisor, which
+ * reads the result, is not its parent. */
 static int add_egress(struct agsx_net_attach *a, agsx_error_t *err) {
   if (!a->egress_on)
     return 0;
-  _cleanup_free_ char *cmds =
-      agsx_egress_nft_cmds(a->egress, a->addr, a->net.public_ ? NULL : &a->net.subnet, true);
-  if (agsx_nft_run(cmds, NULL, err) < 0)
+  /* The log's nflog group is bound here, so that one transaction makes
+   * everything (the supervisor's relay takes the socket over). */
+  a->nflog_fd = agsx_dns_filter_nflog_open(&a->nflog_group);
+  if (a->stale_learnt && agsx_egress_forget(a->addr, err) < 0)
+    return agsx_error_wrap(err, "egress rules: what a crashed sandbox learnt");
+  _cleanup_free_ char *cmds = agsx_egress_nft_cmds(
+      a->egress, a->addr, a->net.public_ ? NULL : &a->net.subnet, true, a->nflog_group);
+  if (agsx_nft_load(err) < 0)
     return agsx_error_wrap(err, "egress rules");
-  a->egress_chains = true;
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) < 0)
+    return agsx_error_set(err, errno, "egress rules: pipe");
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (fork() == 0) {
+      agsx_close_all_except(&p[1], 1); /* no lease lock or other fd outlives its holder */
+      agsx_error_t e = NULL;
+      const char *msg = agsx_nft_run(cmds, NULL, &e) < 0 ? e->msg : "";
+      if (write(p[1], msg, strlen(msg) + 1) < 0) {
+      }
+      _exit(0);
+    }
+    _exit(0);
+  }
+  close(p[1]);
+  if (pid < 0) {
+    close(p[0]);
+    return agsx_error_set(err, errno, "egress rules: fork");
+  }
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+  }
+  a->egress_pipe = p[0];
+  a->egress_chains = true; /* (removing what failed to be made fails quietly) */
+  return 0;
+}
+
+int agsx_net_egress_wait(struct agsx_net_attach *a, agsx_error_t *err) {
+  if (a->egress_pipe < 0)
+    return 0;
+  char buf[1024];
+  size_t n = 0;
+  for (;;) {
+    ssize_t r = read(a->egress_pipe, buf + n, sizeof(buf) - 1 - n);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0 || (n += (size_t)r) == sizeof(buf) - 1 || memchr(buf, '\0', n))
+      break;
+  }
+  agsx_closep(&a->egress_pipe);
+  buf[n] = '\0';
+  if (n == 0)
+    return agsx_error_set_quiet(err, EIO, "egress rules: their transaction did not finish"), -1;
+  if (buf[0])
+    return agsx_error_set_quiet(err, EIO, "egress rules: %s", buf), -1;
   return 0;
 }
 
@@ -771,6 +839,7 @@ static void lease_leftovers(const char *bridge, const char *text, uint32_t addr,
   agsx_error_free(&nerr);
   if (strstr(text, "\negress\n")) { /* (also when an update gave it rules) */
     _cleanup_free_ char *x = agsx_egress_nft_delete_cmds(addr);
+    agsx_egress_forget(addr, NULL);
     agsx_nft_run(x, NULL, &nerr);
     agsx_error_free(&nerr);
   }
@@ -895,6 +964,8 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
   a->cut = false;
   a->egress_on = a->egress && a->egress->n > 0;
   a->egress_chains = false;
+  a->nflog_fd = a->nflog_group = a->egress_pipe = -1;
+  a->stale_learnt = false;
   int r = mode == AGSX_NET_PUBLIC ? agsx_network_public(&a->net, err)
                                   : agsx_network_load(root, name, &a->net, err);
   if (r < 0)
@@ -938,6 +1009,8 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
 
 void agsx_net_attach_disown(struct agsx_net_attach *a) {
   a->egress_chains = false;
+  agsx_closep(&a->nflog_fd);
+  agsx_closep(&a->egress_pipe);
   agsx_closep(&a->lease_fd);
   agsx_closep(&a->watch_fd);
   a->chains = false;
@@ -954,9 +1027,13 @@ static bool lease_says_egress(int fd) {
 }
 
 void agsx_net_attach_end(struct agsx_net_attach *a) {
+  agsx_net_egress_wait(a, NULL); /* made before it is removed */
   if (a->egress_chains || lease_says_egress(a->lease_fd)) {
     agsx_error_t err = NULL;
     _cleanup_free_ char *cmds = agsx_egress_nft_delete_cmds(a->addr);
+    /* (apart: an element expiring meanwhile fails its delete, and must not
+     * fail the chains') An address reused must not inherit what it learnt. */
+    agsx_egress_forget(a->addr, NULL);
     if (agsx_nft_run(cmds, NULL, &err) < 0 && !a->cut && a->egress_chains)
       agsx_warn("network `%s`: remove the egress rules of %08x: %s", a->net.name, a->addr,
                 err->msg);
@@ -982,6 +1059,7 @@ void agsx_net_attach_end(struct agsx_net_attach *a) {
   }
   agsx_closep(&a->lease_fd);
   agsx_closep(&a->watch_fd);
+  agsx_closep(&a->nflog_fd);
   agsx_network_clear(&a->net);
 }
 
@@ -1280,59 +1358,6 @@ int agsx_net_gc(bool dry_run, void (*report)(const char *what, void *data), void
 
 /* ---- live egress updates ---------------------------------------------------------------------- */
 
-struct learnt_set {
-  struct {
-    uint32_t addr;
-    uint16_t port; /* 0: the address set */
-    char *name;    /* the comment: the name it was learnt for */
-  } * v;
-  size_t n;
-};
-
-static void learnt_clear(struct learnt_set *l) {
-  for (size_t i = 0; i < l->n; i++)
-    free(l->v[i].name);
-  free(l->v);
-  memset(l, 0, sizeof(*l));
-}
-
-/* The elements of set xa_ADDR or xp_ADDR (PORTS), from nft's JSON. */
-static int learnt_list(uint32_t addr, bool ports, struct learnt_set *l, agsx_error_t *err) {
-  _cleanup_free_ char *cmd = xasprintf("list set " TABLE " %s_%08x\n", ports ? "xp" : "xa", addr),
-                      *out = NULL;
-  if (agsx_nft_run_json(cmd, &out, err) < 0)
-    return -1;
-  _cleanup_json_ yajl_val v = agsx_json_parse(out, strlen(out), 64 << 20, err);
-  if (v == NULL)
-    return -1;
-  yajl_val list = agsx_json_get_array(v, "nftables");
-  for (size_t i = 0; list && i < list->u.array.len; i++) {
-    yajl_val set = agsx_json_get_object(list->u.array.values[i], "set");
-    yajl_val elems = set ? agsx_json_get_array(set, "elem") : NULL;
-    for (size_t k = 0; elems && k < elems->u.array.len; k++) {
-      yajl_val e = agsx_json_get_object(elems->u.array.values[k], "elem");
-      yajl_val val = e ? agsx_json_get(e, "val") : NULL;
-      const char *ip = YAJL_IS_STRING(val) ? YAJL_GET_STRING(val) : NULL;
-      int64_t port = 0;
-      yajl_val cc = val && YAJL_IS_OBJECT(val) ? agsx_json_get_array(val, "concat") : NULL;
-      if (cc && cc->u.array.len == 2 && YAJL_IS_STRING(cc->u.array.values[0]) &&
-          YAJL_IS_INTEGER(cc->u.array.values[1])) {
-        ip = YAJL_GET_STRING(cc->u.array.values[0]);
-        port = YAJL_GET_INTEGER(cc->u.array.values[1]);
-      }
-      uint32_t a;
-      if (ip == NULL || agsx_ipv4_parse(ip, &a, NULL) < 0 || port < 0 || port > 65535)
-        continue;
-      const char *c = agsx_json_get_string(e, "comment");
-      l->v = xrealloc(l->v, (l->n + 1) * sizeof(*l->v));
-      l->v[l->n].addr = a;
-      l->v[l->n].port = (uint16_t)port;
-      l->v[l->n++].name = xstrdup(c ? c : "");
-    }
-  }
-  return 0;
-}
-
 /* Is learnt element K still allowed by E? (A truncated name is not.) */
 static bool learnt_allowed(const struct agsx_egress *e, const char *name, uint16_t port) {
   bool any;
@@ -1352,7 +1377,7 @@ static bool learnt_allowed(const struct agsx_egress *e, const char *name, uint16
 struct keep_ctx {
   const struct agsx_egress *e;
   const struct agsx_network *net;
-  struct learnt_set *l; /* what stays */
+  struct agsx_egress_learnt *l; /* what stays */
 };
 
 static bool keep_flow(void *data, const struct agsx_ct_flow *f) {
@@ -1407,7 +1432,7 @@ int agsx_net_egress_update(const char *root, const char *state_dir, const char *
   _cleanup_free_ char *dpath = xasprintf("%s/%s", state_dir, id);
   _cleanup_close_ int dir = open(dpath, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   int r = -1;
-  struct learnt_set old = {0}, keep = {0};
+  struct agsx_egress_learnt old = {0}, keep = {0};
   _cleanup_free_ char *cmds = NULL, *json = agsx_egress_to_json(e);
   _cleanup_close_ int lock = dir < 0 ? -1 : agsx_lock_at(dir, "egress.lock", true, err);
   if (dir < 0)
@@ -1424,27 +1449,21 @@ int agsx_net_egress_update(const char *root, const char *state_dir, const char *
   agsx_error_free(&perr);
   if (e->n == 0) {
     cmds = exists ? agsx_egress_nft_delete_cmds(addr) : NULL;
-  } else {
-    if (exists &&
-        (learnt_list(addr, false, &old, err) < 0 || learnt_list(addr, true, &old, err) < 0))
+    if (exists && agsx_egress_forget(addr, err) < 0)
       goto out;
-    cmds = agsx_egress_nft_cmds(e, addr, n.public_ ? NULL : &n.subnet, !exists);
+  } else {
+    /* (a chain made anew: what a crashed holder of the address learnt goes) */
+    if (exists ? agsx_egress_learnt_list(addr, &old, err) < 0 : agsx_egress_forget(addr, err) < 0)
+      goto out;
+    cmds = agsx_egress_nft_cmds(e, addr, n.public_ ? NULL : &n.subnet, !exists, -1);
     for (size_t i = 0; i < old.n; i++) {
-      char ip[16];
-      agsx_ipv4_format(old.v[i].addr, ip);
       if (learnt_allowed(e, old.v[i].name, old.v[i].port)) {
         keep.v = xrealloc(keep.v, (keep.n + 1) * sizeof(*keep.v));
         keep.v[keep.n] = old.v[i];
         keep.v[keep.n++].name = NULL;
         continue;
       }
-      char *prev = cmds;
-      if (old.v[i].port)
-        cmds = xasprintf("%sdelete element " TABLE " xp_%08x { %s . %u }\n", prev, addr, ip,
-                         old.v[i].port);
-      else
-        cmds = xasprintf("%sdelete element " TABLE " xa_%08x { %s }\n", prev, addr, ip);
-      free(prev);
+      agsx_egress_learnt_delete_cmd(&cmds, addr, &old, i);
     }
   }
   if (cmds && agsx_nft_run(cmds, NULL, err) < 0) {
@@ -1456,8 +1475,8 @@ int agsx_net_egress_update(const char *root, const char *state_dir, const char *
   struct keep_ctx k = {e, &n, &keep};
   r = e->n == 0 ? 0 : agsx_conntrack_cut(addr, false, keep_flow, &k, ret_cut, err);
 out:
-  learnt_clear(&old);
-  learnt_clear(&keep);
+  agsx_egress_learnt_clear(&old);
+  agsx_egress_learnt_clear(&keep);
   agsx_network_clear(&n);
   return r;
 }

@@ -93,10 +93,11 @@ char *agsx_resolv_conf_nameserver(const char *text, size_t len);
 #define AGSX_DNS_TCP_IDLE_MS 10000 /* RFC 7766 6.2.3: servers close idle ones after seconds */
 #define AGSX_DNS_HALF_CLOSED_MS 5000
 /* With egress rules on A (NULL: none), the relay filters (dnsfilter.h),
- * keeping its log and reading live updates under STATE_DIR/ID. */
+ * keeping its log and reading live updates under STATE_DIR/ID; it first
+ * waits for A's egress rules to be in place (agsx_net_egress_wait). */
 struct agsx_relay;
 struct agsx_net_attach;
-int agsx_net_dns_listen(struct agsx_relay **relay, int netns, const struct agsx_net_attach *a,
+int agsx_net_dns_listen(struct agsx_relay **relay, int netns, struct agsx_net_attach *a,
                         const char *state_dir, agsx_error_t *err);
 
 /* One sandbox on a network. */
@@ -109,12 +110,15 @@ struct agsx_net_attach {
   /* Egress rules (net/egress.h), set before agsx_net_attach_begin, borrowed. */
   const struct agsx_egress *egress;
   bool egress_on, egress_chains; /* it has some; its chain and sets are in place */
+  int nflog_fd, nflog_group;     /* the blocked log's nflog socket and group, or -1 */
+  bool stale_learnt;             /* the address's last holder crashed with learnt addresses */
+  int egress_pipe;               /* the egress transaction's result, until read */
   int watch_fd;                  /* hears changes to the ruleset */
   char id[33];                   /* the sandbox's */
   struct agsx_net_link link;
 };
 #define AGSX_NET_ATTACH_INIT                                                                       \
-  { .lease_fd = -1, .watch_fd = -1 }
+  { .lease_fd = -1, .watch_fd = -1, .nflog_fd = -1, .nflog_group = -1, .egress_pipe = -1 }
 
 /* Leases an address on network MODE/NAME for sandbox ID, makes sure the
  * bridge and the base rules exist and, on a vpc, adds the sandbox's chains
@@ -122,6 +126,10 @@ struct agsx_net_attach {
 int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char *name,
                           const struct agsx_sg_rule *rules, size_t n_rules, const char *id,
                           struct agsx_net_attach *a, agsx_error_t *err);
+/* Waits for the egress rules agsx_net_attach_begin set in motion (they are
+ * made meanwhile, off the start's critical path); fails if they could not
+ * be made. Done at most once; 0 without egress rules. */
+int agsx_net_egress_wait(struct agsx_net_attach *a, agsx_error_t *err);
 /* For the supervisor's poll loop, when A->watch_fd is readable: if the
  * ruleset lost what protects the sandbox (the table, its base chains, the
  * bridge's membership or, on a vpc, the sandbox's chains), cuts the

@@ -154,7 +154,7 @@ static bool removes_from(const struct nlmsghdr *h, const char *table) {
         return ours;
     } else if ((a->nla_type & NLA_TYPE_MASK) == NFTA_SET_ELEM_LIST_SET && elem) {
       /* Addresses learnt from DNS come and go (egress.h): no alarm. */
-      return !(n >= 3 && (memcmp(name, "xa_", 3) == 0 || memcmp(name, "xp_", 3) == 0));
+      return !(strnlen(name, n) == 2 && (memcmp(name, "xa", 2) == 0 || memcmp(name, "xp", 2) == 0));
     }
     off += NLA_ALIGN(a->nla_len);
   }

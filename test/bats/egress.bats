@@ -61,9 +61,10 @@ run_nax() {
 }
 outer() { nsenter -t "$OUTER" --net --mount -- "$@"; }
 
-# What agsx keeps in the ruleset for sandboxes with egress rules.
+# What agsx keeps in the ruleset for sandboxes with egress rules: chains,
+# and addresses learnt (the shared sets' elements).
 egress_objects() {
-  outer nft list ruleset 2>/dev/null | grep -Eo '(chain|set) x[alp]?_[0-9a-f]{8}' || true
+  outer nft list ruleset 2>/dev/null | grep -Eo 'chain xl?_[0-9a-f]{8}|[0-9.]+ \. [0-9.]+( \. [0-9]+)? timeout' || true
 }
 
 teardown() {

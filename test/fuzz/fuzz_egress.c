@@ -34,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (agsx_egress_parse_file((const char *)data, size, "fuzz", &e, &err) == 0) {
     if (e.n > AGSX_EGRESS_MAX_RULES)
       __builtin_trap();
-    char *cmds = agsx_egress_nft_cmds(&e, 0xc6130005, NULL, true);
+    char *cmds = agsx_egress_nft_cmds(&e, 0xc6130005, NULL, true, 20);
     free(cmds);
     bool any;
     uint16_t ports[16];

@@ -109,19 +109,18 @@ int main(void) {
   tap_ok(agsx_egress_cidr_allowed(&e, 0xc6120001, 80, &denied) &&
              !agsx_egress_cidr_allowed(&e, 0xc6120001, 443, &denied),
          "cidr with a port");
-  char *cmds = agsx_egress_nft_cmds(&e, 0xc6130005, NULL, true);
+  char *cmds = agsx_egress_nft_cmds(&e, 0xc6130005, NULL, true, 20);
   tap_ok(strstr(cmds, "ip daddr 10.20.0.9/32 goto xl_c6130005") &&
              strstr(cmds, "th dport { 53, 853 } goto xl_c6130005") &&
              strstr(cmds, "add element inet agsx xmap { 198.19.0.5 : jump x_c6130005 }") &&
-             strstr(cmds, "flush set inet agsx xa_c6130005"),
-         "nft: denials, DNS elsewhere, the hook, fresh sets");
+             strstr(cmds, "ip saddr . ip daddr @xa return") && strstr(cmds, "log group 20"),
+         "nft: denials, DNS elsewhere, the hook, the shared learnt sets, the log");
   tap_ok(strstr(cmds, "ct state established") < strstr(cmds, "10.20.0.0/24 return") &&
              strstr(cmds, "10.20.0.9/32 goto") < strstr(cmds, "ct state established"),
          "nft: denials before established flows, allowances after");
   free(cmds);
-  cmds = agsx_egress_nft_cmds(&e, 0xc6130005, NULL, false);
-  tap_ok(!strstr(cmds, "flush set") && !strstr(cmds, "flush chain inet agsx xl_"),
-         "nft: a live update keeps the learnt sets and the refusing chain");
+  cmds = agsx_egress_nft_cmds(&e, 0xc6130005, NULL, false, -1);
+  tap_ok(!strstr(cmds, "flush chain inet agsx xl_"), "nft: a live update keeps the refusing chain");
   free(cmds);
   char *json = agsx_egress_to_json(&e);
   struct agsx_egress back;
