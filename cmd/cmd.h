@@ -97,6 +97,10 @@ enum {
   O_TAIL,
   O_TIMESTAMPS,
   O_EXEC,
+  O_EGRESS_ALLOW,
+  O_EGRESS_DENY,
+  O_EGRESS_RULES,
+  O_EGRESS_CLEAR,
 };
 
 /* The table, in cmd/agsx.c. */
@@ -146,7 +150,12 @@ int agsx_cmd_serve(struct agsx_ctx *, const struct agsx_command *, int, char **)
 struct agsx_sg_rule;
 int agsx_cmd_parse_rule_opt(int id, const char *v, struct agsx_sg_rule **rules, size_t *n,
                             agsx_error_t *err);
+/* --egress-allow RULE, --egress-deny RULE, --egress-rules FILE (run, build, update). */
+struct agsx_egress;
+int agsx_cmd_parse_egress_opt(int id, const char *v, struct agsx_egress *e, agsx_error_t *err);
+int agsx_cmd_netlog(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_create(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_network_update(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_inspect(struct agsx_ctx *, const struct agsx_command *, int, char **);

@@ -255,7 +255,9 @@ EOF
 @test "docs: rm options" { doc_sets_agree rm; }
 @test "docs: stats options" { doc_sets_agree stats; }
 @test "docs: update options" { doc_sets_agree update; }
+@test "docs: netlog options" { doc_sets_agree netlog; }
 @test "docs: network create options" { doc_sets_agree "network create"; }
+@test "docs: network update options" { doc_sets_agree "network update"; }
 @test "docs: network ls options" { doc_sets_agree "network ls"; }
 @test "docs: network rm options" { doc_sets_agree "network rm"; }
 @test "docs: network inspect options" { doc_sets_agree "network inspect"; }
@@ -297,10 +299,12 @@ kill
 load
 logs
 ls
+netlog
 network create
 network inspect
 network ls
 network rm
+network update
 pause
 port
 pull
