@@ -50,9 +50,11 @@ static int set_oci_caps(const uint64_t *caps, agsx_error_t *err) {
   }
   if (syscall(SYS_capset, &h, d) < 0)
     return agsx_error_set(err, errno, "capset");
+  /* Ambient needs the capability permitted and inheritable; what is not
+   * stays unraised, as runc does (the set can only shrink this way). */
   for (int cap = 0; cap <= 63; cap++)
-    if (((caps[4] >> cap) & 1) && prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0) < 0)
-      return agsx_error_set(err, errno, "raise ambient capability %d", cap);
+    if ((caps[4] >> cap) & (caps[3] >> cap) & (caps[2] >> cap) & 1)
+      prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0);
   return 0;
 }
 
