@@ -28,6 +28,8 @@ struct agsx_oci_cgroup {
   char *path; /* relative to each hierarchy's root */
   struct hier h[MAX_HIER];
   size_t n;
+  const struct agsx_oci_device *devices; /* linux.devices: allowed too */
+  size_t n_devices;
 };
 
 bool agsx_oci_cgroup_path_is_valid(const char *path) {
@@ -225,10 +227,13 @@ static char *norm(const char *path) {
 }
 
 int agsx_oci_cgroup_create(const char *path, const struct agsx_oci_resources *res,
+                           const struct agsx_oci_device *devices, size_t n_devices,
                            struct agsx_oci_cgroup **ret, agsx_error_t *err) {
   if (!agsx_oci_cgroup_path_is_valid(path))
     return agsx_error_set(err, EINVAL, "invalid cgroupsPath `%s`", path);
   _cleanup_oci_cgroup_ struct agsx_oci_cgroup *cg = xzalloc(sizeof(*cg));
+  cg->devices = devices;
+  cg->n_devices = n_devices;
   cg->path = norm(path);
   if (layout(cg, err) < 0)
     return -1;
@@ -359,9 +364,10 @@ static int update_cpu(struct agsx_oci_cgroup *cg, const struct agsx_oci_resource
 }
 
 static int update_devices(struct agsx_oci_cgroup *cg, const struct agsx_oci_resources *r,
-                          agsx_error_t *err) {
+                          const struct agsx_oci_device *extra, size_t n_extra, agsx_error_t *err) {
   if (r->n_devices == 0)
     return 0;
+
   /* v2 has no device files (an eBPF program would be needed); the
    * container cannot make device nodes in its user namespace and /dev
    * holds only what agsx binds, so the rules add nothing there. */
@@ -384,12 +390,28 @@ static int update_devices(struct agsx_oci_cgroup *cg, const struct agsx_oci_reso
     if (write_at(h->fd, d->allow ? "devices.allow" : "devices.deny", rule, err) < 0)
       return agsx_error_wrap(err, "cgroup `%s`: device rule", cg->path);
   }
+  /* The spec's default devices stay usable whatever the rules (runc adds
+   * the same): null, zero, full, random, urandom, tty, ptmx, the ptys. */
+  static const char *const defaults[] = {"c 1:3 rwm", "c 1:5 rwm", "c 1:7 rwm", "c 1:8 rwm",
+                                         "c 1:9 rwm", "c 5:0 rwm", "c 5:2 rwm", "c 136:* rwm"};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(defaults); i++)
+    if (write_at(h->fd, "devices.allow", defaults[i], err) < 0)
+      return agsx_error_wrap(err, "cgroup `%s`: device rule", cg->path);
+  for (size_t i = 0; extra && i < n_extra; i++) {
+    const struct agsx_oci_device *d = &extra[i];
+    char rule[80];
+    snprintf(rule, sizeof(rule), "%c %" PRId64 ":%" PRId64 " rwm", d->type == 'u' ? 'c' : d->type,
+             d->major, d->minor);
+    if (d->type != 'p' && write_at(h->fd, "devices.allow", rule, err) < 0)
+      return agsx_error_wrap(err, "cgroup `%s`: device rule", cg->path);
+  }
   return 0;
 }
 
 int agsx_oci_cgroup_update(struct agsx_oci_cgroup *cg, const struct agsx_oci_resources *r,
                            agsx_error_t *err) {
-  if (update_memory(cg, r, err) < 0 || update_cpu(cg, r, err) < 0 || update_devices(cg, r, err) < 0)
+  if (update_memory(cg, r, err) < 0 || update_cpu(cg, r, err) < 0 ||
+      update_devices(cg, r, cg->devices, cg->n_devices, err) < 0)
     return -1;
   if (r->pids_limit != 0) {
     char v[32];
@@ -521,6 +543,10 @@ static int rmdir_leaf(int mntfd, const char *path, agsx_error_t *err) {
 int agsx_oci_cgroup_destroy(struct agsx_oci_cgroup *cg, agsx_error_t *err) {
   if (cg == NULL)
     return 0;
+  /* A cgroup agsx found (the engine's, or shared) is not agsx's to empty:
+   * the container's own processes died with its pid namespace's init. */
+  if (!cg->owned)
+    return 0;
   bool frozen = false;
   _cleanup_error_ agsx_error_t e = NULL;
   if (agsx_oci_cgroup_is_frozen(cg, &frozen, &e) == 0 && frozen)
@@ -535,8 +561,6 @@ int agsx_oci_cgroup_destroy(struct agsx_oci_cgroup *cg, agsx_error_t *err) {
       kill(pids[i], SIGKILL);
     sleep_ms(5);
   }
-  if (!cg->owned)
-    return 0;
   int r = 0;
   for (size_t i = 0; i < cg->n; i++) {
     if (cg->h[i].fd < 0)

@@ -24,6 +24,7 @@ struct agsx_oci_cgroup;
 /* Creates PATH (an existing leaf is fine: an engine may have made it, and
  * it is then not removed at delete) and writes RES. */
 int agsx_oci_cgroup_create(const char *path, const struct agsx_oci_resources *res,
+                           const struct agsx_oci_device *devices, size_t n_devices,
                            struct agsx_oci_cgroup **ret, agsx_error_t *err);
 /* Opens PATH in every hierarchy that has it; OWNED says whether delete may
  * remove it. ENOENT when none has it. */

@@ -926,7 +926,8 @@ static int prepare(struct create *cr, agsx_error_t *err) {
       return -1;
     cr->rec.slot = (int)cr->ids.slot;
   }
-  if (agsx_oci_cgroup_create(cr->rec.cgroup, &s->resources, &cr->cg, err) < 0)
+  if (agsx_oci_cgroup_create(cr->rec.cgroup, &s->resources, s->devices, s->n_devices, &cr->cg,
+                             err) < 0)
     return -1;
   cr->rec.cgroup_owned = agsx_oci_cgroup_owned(cr->cg);
   return write_record(cr, err);
