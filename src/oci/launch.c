@@ -141,11 +141,13 @@ static int fs_with_data(const char *type, const char *data, const char *const *e
  * native tree's, the engine's mounts stack (/dev, then /dev/pts), so the
  * walk may cross mounts; it never leaves ROOT (RESOLVE_IN_ROOT) and
  * follows no magic link (CVE-2024-21626). STRICT: no symlink at all. */
-static int oci_dir(int root, const char *path, bool strict, agsx_error_t *err) {
+static int oci_dir_at(int root, const char *path, bool strict, int depth, agsx_error_t *err) {
   uint64_t resolve = RESOLVE_ROOT | (strict ? RESOLVE_NO_SYMLINKS : 0);
   int fd = agsx_openat2(root, path, O_PATH | O_DIRECTORY, 0, resolve);
   if (fd >= 0 || errno != ENOENT)
     return fd >= 0 ? fd : agsx_error_set(err, errno, "mount point `%s`", path);
+  if (depth > 16)
+    return agsx_error_set(err, ELOOP, "mount point `%s`", path);
   _cleanup_close_ int cur = fcntl(root, F_DUPFD_CLOEXEC, 3);
   _cleanup_free_ char *p = xstrdup(path);
   for (char *save = NULL, *c = strtok_r(p, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
@@ -162,12 +164,30 @@ static int oci_dir(int root, const char *path, bool strict, agsx_error_t *err) {
       if (*q == '\0')
         *q = '/';
     int next = agsx_openat2(root, sofar, O_PATH | O_DIRECTORY, 0, resolve);
+    char target[4096];
+    ssize_t tl;
+    if (next < 0 && errno == ENOENT && !strict &&
+        (tl = readlinkat(cur, c, target, sizeof(target) - 1)) > 0) {
+      /* A dangling symlink (to an absolute host path, say): what it
+       * names is made inside ROOT, as runc does, then the rest. */
+      target[tl] = '\0';
+      const char *rest = save && *save ? save : "";
+      size_t pl = (size_t)(c - p);
+      _cleanup_free_ char *parent = xstrndup(sofar, pl);
+      _cleanup_free_ char *again = target[0] == '/' ? xasprintf("%s/%s", target, rest)
+                                                    : xasprintf("%s/%s/%s", parent, target, rest);
+      return oci_dir_at(root, again, strict, depth + 1, err);
+    }
     if (next < 0)
       return agsx_error_set(err, errno, "mount point `%s`", path);
     agsx_closep(&cur);
     cur = next;
   }
   return steal_fd(&cur);
+}
+
+static int oci_dir(int root, const char *path, bool strict, agsx_error_t *err) {
+  return oci_dir_at(root, path, strict, 0, err);
 }
 
 static int oci_attach(int root, const char *path, int mfd, bool strict, agsx_error_t *err) {

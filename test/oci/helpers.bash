@@ -158,3 +158,18 @@ oci_teardown() {
 
 setup() { oci_setup; }
 teardown() { oci_teardown; }
+
+# run_ctr BUNDLE: create + start + wait for the end; $output is what the
+# program printed (stdout and stderr), $status create's or start's.
+run_ctr() {
+  local id=r$RANDOM
+  : >"$T/create.out"
+  : >"$T/create.err"
+  rtc --bundle "$1" "$id" || { status=$?; output=$(cat "$T/create.err"); return 0; }
+  run_rt start "$id"
+  [ "$status" -eq 0 ] || return 0
+  wait_status "$id" stopped || true
+  rt delete --force "$id" || true
+  output=$(cat "$T/create.out" "$T/create.err")
+  status=0
+}
