@@ -48,7 +48,17 @@ struct child {
   bool new_cgroupns, new_uts;
   const struct agsx_seccomp_bpf *base, *eng;
   char *stage; /* ROOT/<id>/mnt, opened by the init in its own mount namespace */
+  /* The engine's overlay to rebuild from idmapped layers (P does it):
+   * its lower layers, and the names of upper and work in their parent. */
+  size_t n_lower;
+  char upper[256], work[256];
 };
+
+/* The first fd of the bind mounts in GO (after stage, start socket, root). */
+static size_t first_bind(const struct child *c) {
+  (void)c;
+  return 3;
+}
 
 #define RESOLVE_ROOT (RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
 
@@ -290,14 +300,14 @@ static int mount_one(struct child *c, int root, const struct agsx_oci_mount *m, 
 
 static int mount_all(struct child *c, int root, agsx_error_t *err) {
   const struct agsx_oci_spec *s = c->s;
-  size_t next = 3;
+  size_t next = first_bind(c);
   int sysfs = -1;
   for (size_t i = 0; i < s->n_mounts; i++)
     if (is_bind(&s->mounts[i]))
       next++;
   if (next < c->nfds)
     sysfs = c->fds[next];
-  next = 3;
+  next = first_bind(c);
   for (size_t i = 0; i < s->n_mounts; i++) {
     const struct agsx_oci_mount *m = &s->mounts[i];
     int bindfd = is_bind(m) ? c->fds[next++] : -1;
@@ -521,9 +531,8 @@ static _Noreturn void child_main(struct child *c) {
     child_fail(c, &err);
   if (send_msg(c->sync, MSG_MOUNTED, NULL, 0) < 0 || wait_msg(c->sync, MSG_CONT, NULL, &err) < 0)
     _exit(1);
-  for (size_t i = 3; i < c->nfds; i++)
+  for (size_t i = 2; i < c->nfds; i++)
     agsx_closep(&c->fds[i]);
-  agsx_closep(&c->fds[2]);
   agsx_closep(&c->fds[0]);
   if (agsx_rootfs_pivot(root, &err) < 0)
     child_fail(c, &err);
@@ -600,6 +609,8 @@ struct create {
   bool dir_made;
   const char *config;
   size_t config_len;
+  char **ovl_lower;
+  char *ovl_upper, *ovl_work;
 };
 
 static int write_record(struct create *cr, agsx_error_t *err) {
@@ -711,7 +722,20 @@ static int write_maps(pid_t pid, const struct agsx_oci_spec *s, const struct ags
 
 static int set_rlimits(pid_t pid, const struct agsx_oci_process *p, agsx_error_t *err) {
   for (size_t i = 0; i < p->n_rlimits; i++) {
-    struct rlimit rl = {.rlim_cur = p->rlimits[i].soft, .rlim_max = p->rlimits[i].hard};
+    struct rlimit rl = {.rlim_cur = p->rlimits[i].soft, .rlim_max = p->rlimits[i].hard}, cur;
+    if (prlimit(pid, p->rlimits[i].resource, &rl, NULL) == 0)
+      continue;
+    /* Above our own hard limit without CAP_SYS_RESOURCE (Podman asks
+     * RLIMIT_NOFILE 1048576 everywhere): the container gets our hard
+     * limit, lower than asked, never higher. */
+    if (errno != EPERM || prlimit(0, p->rlimits[i].resource, NULL, &cur) < 0 ||
+        rl.rlim_max <= cur.rlim_max)
+      return agsx_error_set(err, errno, "process.rlimits");
+    agsx_warn("process.rlimits: %d lowered to the runtime's hard limit %llu",
+              p->rlimits[i].resource, (unsigned long long)cur.rlim_max);
+    rl.rlim_max = cur.rlim_max;
+    if (rl.rlim_cur > rl.rlim_max)
+      rl.rlim_cur = rl.rlim_max;
     if (prlimit(pid, p->rlimits[i].resource, &rl, NULL) < 0)
       return agsx_error_set(err, errno, "process.rlimits");
   }
@@ -752,6 +776,59 @@ static int rootfs_fd(const struct create *cr, int userns, bool idmap, agsx_error
   return steal_fd(&fd);
 }
 
+static char *unescape_mountinfo(const char *s);
+
+/* The engine's overlay mounted on PATH (Podman's and containerd's
+ * drivers): its lowerdir, upperdir and workdir from mountinfo. 0 with
+ * *RET_N 0 when PATH is no overlay mount. */
+static int overlay_of(const char *path, char ***ret_lower, size_t *ret_n, char **ret_upper,
+                      char **ret_work, agsx_error_t *err) {
+  *ret_lower = NULL;
+  *ret_n = 0;
+  *ret_upper = *ret_work = NULL;
+  _cleanup_fclose_ FILE *f = fopen("/proc/self/mountinfo", "re");
+  if (f == NULL)
+    return agsx_error_set(err, errno, "open `/proc/self/mountinfo`");
+  _cleanup_free_ char *line = NULL, *found = NULL;
+  size_t cap = 0;
+  while (getline(&line, &cap, f) > 0) {
+    char *tok[64], *save = NULL;
+    int n = 0, sep = -1;
+    _cleanup_free_ char *copy = xstrdup(line);
+    for (char *t = strtok_r(copy, " \n", &save); t && n < 64; t = strtok_r(NULL, " \n", &save)) {
+      if (sep < 0 && n >= 6 && strcmp(t, "-") == 0)
+        sep = n;
+      tok[n++] = t;
+    }
+    if (sep < 0 || sep + 3 >= n)
+      continue;
+    _cleanup_free_ char *mnt = unescape_mountinfo(tok[4]);
+    if (strcmp(mnt, path) != 0)
+      continue;
+    free(found);
+    found = strcmp(tok[sep + 1], "overlay") == 0 ? xstrdup(tok[sep + 3]) : NULL;
+  }
+  if (found == NULL)
+    return 0;
+  for (char *save = NULL, *o = strtok_r(found, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
+    _cleanup_free_ char *v = unescape_mountinfo(o);
+    if (agsx_str_has_prefix(v, "lowerdir=")) {
+      for (char *s2 = NULL, *l = strtok_r(v + 9, ":", &s2); l; l = strtok_r(NULL, ":", &s2))
+        if (l[0])
+          agsx_strv_push(ret_lower, l);
+    } else if (agsx_str_has_prefix(v, "upperdir=")) {
+      *ret_upper = xstrdup(v + 9);
+    } else if (agsx_str_has_prefix(v, "workdir=")) {
+      *ret_work = xstrdup(v + 8);
+    }
+  }
+  *ret_n = agsx_strv_len(*ret_lower);
+  if (*ret_n == 0 || *ret_upper == NULL || *ret_work == NULL)
+    return agsx_error_set(err, 0, "root.path `%s`: an overlay without upper and lower layers",
+                          path);
+  return 0;
+}
+
 static int bind_fd(const struct agsx_oci_mount *m, int userns, bool idmap, agsx_error_t *err) {
   _cleanup_close_ int fd = open_tree(
       AT_FDCWD, m->source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (m->recursive ? AT_RECURSIVE : 0));
@@ -766,6 +843,21 @@ static int bind_fd(const struct agsx_oci_mount *m, int userns, bool idmap, agsx_
       agsx_debug("mount `%s`: not idmapped: %s", m->destination, strerror(errno));
   }
   return steal_fd(&fd);
+}
+
+static char *unescape_mountinfo(const char *s) {
+  char *out = xmalloc(strlen(s) + 1), *o = out;
+  for (; *s; s++) {
+    if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' && s[3] >= '0' &&
+        s[3] <= '7') {
+      *o++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+      s += 3;
+    } else {
+      *o++ = *s;
+    }
+  }
+  *o = '\0';
+  return out;
 }
 
 static int make_start_socket(int dirfd, agsx_error_t *err) {
@@ -994,7 +1086,120 @@ out:
   return r;
 }
 
-static int go(struct create *cr, int sysfs, int startsock, agsx_error_t *err) {
+/* Shifts what the engine put in the upper layer (its root at least) into
+ * the container's range: on-disk id K becomes BASE + K, as the container
+ * writes it (the upper is not idmapped, see rebuild_overlay). Ids already
+ * at or above BASE stay. At most 65536 entries (an upper at create is
+ * nearly empty). */
+static int shift_upper(int dfd, uid_t base, int depth, size_t *budget, agsx_error_t *err) {
+  struct stat st;
+  if (fstat(dfd, &st) < 0)
+    return agsx_error_set(err, errno, "overlay upper");
+  if (st.st_uid < base && st.st_uid < 65536 &&
+      fchown(dfd, base + st.st_uid, base + (st.st_gid < 65536 ? st.st_gid : 65534)) < 0)
+    return agsx_error_set(err, errno, "overlay upper: chown");
+  _cleanup_dir_ DIR *d = depth < 64 ? agsx_dir_stream(dfd) : NULL;
+  for (struct dirent *de; d && (de = readdir(d));) {
+    if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+      continue;
+    if ((*budget)-- == 0)
+      return agsx_error_set(err, E2BIG, "overlay upper: more than 65536 entries to shift");
+    if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+      return agsx_error_set(err, errno, "overlay upper `%s`", de->d_name);
+    if (S_ISDIR(st.st_mode)) {
+      _cleanup_close_ int sub =
+          openat(dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub < 0 || shift_upper(sub, base, depth + 1, budget, err) < 0)
+        return err && *err ? -1 : agsx_error_set(err, errno, "overlay upper `%s`", de->d_name);
+    } else if (st.st_uid < base && st.st_uid < 65536 &&
+               fchownat(dfd, de->d_name, base + st.st_uid,
+                        base + (st.st_gid < 65536 ? st.st_gid : 65534), AT_SYMLINK_NOFOLLOW) < 0) {
+      return agsx_error_set(err, errno, "overlay upper `%s`: chown", de->d_name);
+    }
+  }
+  return 0;
+}
+
+/* The engine's overlay again, from idmapped clones of its lower layers: an
+ * overlay mount cannot be idmapped (EINVAL), its ext4/xfs/btrfs layers
+ * can. P mounts it, as host root (the layers keep their trusted.overlay
+ * xattrs' meaning), in a mount namespace of its own on the container's
+ * stage, and hands the container a detached clone: the same lower, upper
+ * and work directories, so the container writes where the engine expects.
+ * index=off: the engine's own mount of the same upper stays (the kernel
+ * then only warns). Returns the overlay's fd. */
+static int rebuild_overlay(const struct create *cr, const struct child *c, int userns,
+                           agsx_error_t *err) {
+  if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
+    return agsx_error_set(err, errno, "a mount namespace for the overlay");
+  const char *topts[] = {"size", "64k", "mode", "0700", NULL};
+  _cleanup_close_ int t = agsx_rootfs_fs_new("tmpfs", topts, MOUNT_ATTR_NODEV, err);
+  if (t < 0 || move_mount(t, "", AT_FDCWD, c->stage, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+    return err && *err ? -1 : agsx_error_set(err, errno, "mount the overlay stage");
+  _cleanup_close_ int st = open(c->stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (st < 0)
+    return agsx_error_set(err, errno, "open the overlay stage");
+  size_t cap = strlen(c->stage) * (c->n_lower + 1) + c->n_lower * 16 + 16, len = 0;
+  _cleanup_free_ char *lower = xzalloc(cap);
+  for (size_t i = 0; i < c->n_lower; i++) {
+    const char *path = cr->ovl_lower[i];
+    char name[32];
+    snprintf(name, sizeof(name), "l%zu", i);
+    _cleanup_close_ int fd = open_tree(AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (fd < 0)
+      return agsx_error_set(err, errno, "overlay layer `%s`", path);
+    struct mount_attr a = {.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NODEV | MOUNT_ATTR_RDONLY,
+                           .userns_fd = (uint64_t)userns};
+    if (mount_setattr(fd, "", AT_EMPTY_PATH, &a, sizeof(a)) < 0)
+      return agsx_error_set_quiet(
+          err, errno,
+          "overlay layer `%s`: cannot idmap it for agsx's user namespace (%s); put the engine's "
+          "storage on a filesystem with idmapped mounts (ext4, xfs, btrfs), or give the "
+          "container a user namespace (podman --userns=auto, ctr --uidmap)",
+          path, strerror(errno));
+    if (mkdirat(st, name, 0700) < 0 || move_mount(fd, "", st, name, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+      return agsx_error_set(err, errno, "attach overlay layer `%s`", path);
+    len += (size_t)snprintf(lower + len, cap - len, "%s%s/%s", len ? ":" : "", c->stage, name);
+  }
+  /* The upper layer is not idmapped: overlay writes it with the mounter's
+   * (host root's) credentials, which an idmapped mount cannot map. What
+   * the container writes is owned by its own host ids there (the agsx
+   * range), what it reads from the image through the idmapped layers. */
+  /* A work directory of agsx's own beside the engine's (overlay wants
+   * it on the upper's mount): the engine's is in use by its own mount,
+   * and a volatile one (Podman's --rm) cannot be shared at all. Removed
+   * at delete. */
+  const char *upper = cr->ovl_upper;
+  {
+    _cleanup_close_ int ufd = open(upper, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    size_t budget = 65536;
+    if (ufd < 0 || shift_upper(ufd, cr->ids.base, 0, &budget, err) < 0)
+      return err && *err ? -1 : agsx_error_set(err, errno, "overlay upper `%s`", upper);
+  }
+  _cleanup_free_ char *parent = xstrdup(cr->ovl_work);
+  *strrchr(parent, '/') = '\0';
+  _cleanup_close_ int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (pfd < 0)
+    return agsx_error_set(err, errno, "overlay `%s`", parent);
+  agsx_rm_rf_at(pfd, "agsx-work", &e);
+  if (mkdirat(pfd, "agsx-work", 0700) < 0)
+    return agsx_error_set(err, errno, "overlay work directory in `%s`", parent);
+  _cleanup_free_ char *work = xasprintf("%s/agsx-work", parent);
+  /* mount(2), as the engines mount it: fsconfig's CMD_CREATE of the same
+   * options fails here with ENODATA on 6.x kernels. */
+  _cleanup_free_ char *opts =
+      xasprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off", lower, upper, work);
+  _cleanup_free_ char *mnt = xasprintf("%s/root", c->stage);
+  if (mkdirat(st, "root", 0700) < 0 || mount("overlay", mnt, "overlay", MS_NODEV, opts) < 0)
+    return agsx_error_set(err, errno, "rebuild the engine's overlay");
+  int ovl = open_tree(AT_FDCWD, mnt, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (ovl < 0)
+    return agsx_error_set(err, errno, "rebuild the engine's overlay");
+  return ovl;
+}
+
+static int go(struct create *cr, struct child *c, int sysfs, int startsock, agsx_error_t *err) {
   const struct agsx_oci_spec *s = cr->s;
   if (write_maps(cr->pid, s, &cr->ids, err) < 0 || set_rlimits(cr->pid, &s->process, err) < 0 ||
       agsx_oci_cgroup_attach(cr->cg, cr->pid, err) < 0)
@@ -1016,8 +1221,14 @@ static int go(struct create *cr, int sysfs, int startsock, agsx_error_t *err) {
   int r = 0;
   fds[n++] = openat(cr->dirfd, "mnt", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   fds[n++] = fcntl(startsock, F_DUPFD_CLOEXEC, 3);
-  if (fds[0] < 0 || fds[1] < 0 || (fds[n] = rootfs_fd(cr, userns, idmap, err)) < 0)
-    r = err && *err ? -1 : agsx_error_set(err, errno, "stage");
+  if (fds[0] < 0 || fds[1] < 0)
+    r = agsx_error_set(err, errno, "stage");
+  else if (c->n_lower && (fds[n] = rebuild_overlay(cr, c, userns, err)) >= 0)
+    n++;
+  else if (c->n_lower)
+    r = -1;
+  else if ((fds[n] = rootfs_fd(cr, userns, idmap, err)) < 0)
+    r = -1;
   else
     n++;
   for (size_t i = 0; r == 0 && i < s->n_mounts; i++) {
@@ -1119,10 +1330,31 @@ int agsx_oci_create(const struct agsx_oci_global *g, const struct agsx_oci_creat
                     .eng = eng.len ? &eng : NULL,
                     .stage = stage};
   int sysfs = -1, startsock = -1, r = -1;
+  if (s->n_uid_maps == 0) {
+    if (overlay_of(cr.rec.rootfs, &cr.ovl_lower, &c.n_lower, &cr.ovl_upper, &cr.ovl_work, err) < 0)
+      return -1;
+    if (c.n_lower) {
+      const char *us = strrchr(cr.ovl_upper, '/'), *ws = strrchr(cr.ovl_work, '/');
+      size_t ul = (size_t)(us - cr.ovl_upper), wl = ws ? (size_t)(ws - cr.ovl_work) : 0;
+      if (ws == NULL || ul != wl || strncmp(cr.ovl_upper, cr.ovl_work, ul) != 0 ||
+          strlen(us + 1) >= sizeof(c.upper) || strlen(ws + 1) >= sizeof(c.work) ||
+          c.n_lower + 8 > AGSX_MSG_MAX_FDS / 2) {
+        agsx_strv_free(cr.ovl_lower);
+        free(cr.ovl_upper);
+        free(cr.ovl_work);
+        return agsx_error_set(err, 0,
+                              "root.path `%s`: an overlay whose upper and work "
+                              "directories are not siblings is not supported by agsx",
+                              cr.rec.rootfs);
+      }
+      snprintf(c.upper, sizeof(c.upper), "%s", us + 1);
+      snprintf(c.work, sizeof(c.work), "%s", ws + 1);
+    }
+  }
   cr.rootfd = agsx_oci_root_open(rootpath, true, err);
   if (cr.rootfd >= 0 && prepare(&cr, err) == 0 &&
       (startsock = make_start_socket(cr.dirfd, err)) >= 0 && spawn(&cr, &c, &sysfs, err) == 0 &&
-      go(&cr, sysfs, startsock, err) == 0 && finish(&cr, err) == 0)
+      go(&cr, &c, sysfs, startsock, err) == 0 && finish(&cr, err) == 0)
     r = 0;
   if (r < 0)
     create_abort(&cr);
@@ -1136,5 +1368,8 @@ int agsx_oci_create(const struct agsx_oci_global *g, const struct agsx_oci_creat
   agsx_userns_release(&cr.ids);
   agsx_oci_cgroup_free(cr.cg);
   agsx_oci_record_clear(&cr.rec);
+  agsx_strv_free(cr.ovl_lower);
+  free(cr.ovl_upper);
+  free(cr.ovl_work);
   return r;
 }

@@ -23,6 +23,7 @@ agsx_only() { is_agsx || skip "agsx-oci only (the oracle has no such policy)"; }
 
 oci_setup() {
   T=$(mktemp -d /tmp/agsx-oci-bats.XXXXXX)
+  chmod 0755 "$T" # a mapped root (--uidmap) must reach the bundle
   ROOT=$T/root
 }
 
