@@ -913,6 +913,18 @@ int agsx_oci_send_console(const char *path, int master, agsx_error_t *err) {
   return 0;
 }
 
+void agsx_oci_remove_workdir(const char *path) {
+  _cleanup_free_ char *parent = xstrdup(path);
+  char *slash = strrchr(parent, '/');
+  if (slash == NULL || strcmp(slash, "/agsx-work") != 0)
+    return;
+  *slash = '\0';
+  _cleanup_close_ int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (pfd >= 0 && agsx_rm_rf_at(pfd, "agsx-work", &e) < 0)
+    agsx_warn("remove `%s`: %s", path, e->msg);
+}
+
 /* The pid file as go-runc reads it: decimal, no newline, atomically. */
 static int write_pid_file(const char *path, pid_t pid, agsx_error_t *err) {
   _cleanup_free_ char *dir = xstrdup(path);
@@ -966,6 +978,8 @@ static void create_abort(struct create *cr) {
   agsx_userns_release(&cr->ids); /* its flock first: unlease takes it */
   if (cr->rec.slot >= 0 && cr->pid > 0)
     agsx_userns_unlease((unsigned)cr->rec.slot, cr->pid, cr->rec.start_time, NULL);
+  if (cr->rec.workdir)
+    agsx_oci_remove_workdir(cr->rec.workdir);
   if (cr->dir_made) {
     agsx_error_free(&e);
     if (agsx_rm_rf_at(cr->rootfd, cr->o->id, &e) < 0)
@@ -1128,7 +1142,7 @@ static int shift_upper(int dfd, uid_t base, int depth, size_t *budget, agsx_erro
  * and work directories, so the container writes where the engine expects.
  * index=off: the engine's own mount of the same upper stays (the kernel
  * then only warns). Returns the overlay's fd. */
-static int rebuild_overlay(const struct create *cr, const struct child *c, int userns,
+static int rebuild_overlay(struct create *cr, const struct child *c, int userns,
                            agsx_error_t *err) {
   if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
     return agsx_error_set(err, errno, "a mount namespace for the overlay");
@@ -1186,6 +1200,10 @@ static int rebuild_overlay(const struct create *cr, const struct child *c, int u
   if (mkdirat(pfd, "agsx-work", 0700) < 0)
     return agsx_error_set(err, errno, "overlay work directory in `%s`", parent);
   _cleanup_free_ char *work = xasprintf("%s/agsx-work", parent);
+  free(cr->rec.workdir);
+  cr->rec.workdir = xstrdup(work);
+  if (write_record(cr, err) < 0)
+    return -1;
   /* mount(2), as the engines mount it: fsconfig's CMD_CREATE of the same
    * options fails here with ENODATA on 6.x kernels. */
   _cleanup_free_ char *opts =

@@ -339,6 +339,8 @@ static int destroy(struct ctr *c, const char *id, agsx_error_t *err) {
     if (agsx_oci_run_hooks(s, AGSX_OCI_HOOK_POSTSTOP, state, &e) < 0)
       agsx_warn("%s", e->msg);
   }
+  if (c->has_rec && c->rec.workdir)
+    agsx_oci_remove_workdir(c->rec.workdir);
   if (c->has_rec && c->rec.slot >= 0)
     agsx_userns_unlease((unsigned)c->rec.slot, c->rec.pid, c->rec.start_time, NULL);
   agsx_closep(&c->lockfd);

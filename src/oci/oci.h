@@ -84,6 +84,8 @@ int agsx_oci_load_seccomp(const char *root, const struct agsx_oci_spec *s,
                           agsx_error_t *err);
 /* Sends MASTER over the console socket at PATH: one message, one fd. */
 int agsx_oci_send_console(const char *path, int master, agsx_error_t *err);
+/* Removes the overlay work directory create made beside the engine's. */
+void agsx_oci_remove_workdir(const char *path);
 int agsx_oci_read_config(int dirfd, struct agsx_oci_spec **ret, agsx_error_t *err);
 
 #endif

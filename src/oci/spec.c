@@ -644,7 +644,7 @@ static int parse_devices(yajl_val arr, struct agsx_oci_spec *s, agsx_error_t *er
       return REFUSE(err, "linux.devices.type", "expected c, b, u or p");
     if (get_int(d, "major", "linux.devices.major", 0, UINT32_MAX, &dev->major, NULL, err) < 0 ||
         get_int(d, "minor", "linux.devices.minor", 0, UINT32_MAX, &dev->minor, NULL, err) < 0 ||
-        get_int(d, "fileMode", "linux.devices.fileMode", 0, 07777, &v, &dev->has_mode, err) < 0)
+        get_int(d, "fileMode", "linux.devices.fileMode", 0, 0177777, &v, &dev->has_mode, err) < 0)
       return -1;
     dev->mode = (uint32_t)v;
     if (get_int(d, "uid", "linux.devices.uid", 0, UINT32_MAX - 1, &v, &dev->has_uid, err) < 0)

@@ -23,6 +23,7 @@ void agsx_oci_record_clear(struct agsx_oci_record *r) {
   free(r->owner);
   free(r->annotations);
   free(r->cgroup);
+  free(r->workdir);
   memset(r, 0, sizeof(*r));
   r->slot = -1;
 }
@@ -80,6 +81,8 @@ int agsx_oci_record_write(int dirfd, const struct agsx_oci_record *r, agsx_error
   agsx_json_kv_bool(g, "cgroup_owned", r->cgroup_owned);
   agsx_json_kv_int(g, "slot", r->slot);
   agsx_json_kv_bool(g, "complete", r->complete);
+  if (r->workdir)
+    agsx_json_kv_str(g, "workdir", r->workdir);
   agsx_json_kv_int(g, "poststop_done", r->poststop_done);
   if (r->annotations) {
     _cleanup_error_ agsx_error_t e = NULL;
@@ -117,6 +120,7 @@ int agsx_oci_record_read(int dirfd, struct agsx_oci_record *r, agsx_error_t *err
   r->created = dup_or_null(o, "created");
   r->owner = dup_or_null(o, "owner");
   r->cgroup = dup_or_null(o, "cgroup");
+  r->workdir = dup_or_null(o, "workdir");
   int64_t v = 0;
   if (agsx_json_get_int64(o, "pid", &v))
     r->pid = (pid_t)v;

@@ -42,6 +42,7 @@ struct agsx_oci_record {
   bool cgroup_owned;
   int slot;      /* agsx uid range slot, -1: the engine's mappings */
   bool complete; /* create finished: pid and everything recorded */
+  char *workdir; /* the overlay work directory agsx made beside the engine's */
   int64_t poststop_done;
 };
 
