@@ -24,6 +24,9 @@ pkgs+=(bats busybox-static file skopeo umoci debootstrap clang libclang-rt-14-de
 pkgs+=(iproute2 util-linux nftables)
 # benchmarks compare with these
 pkgs+=(crun bubblewrap)
+# agsx-oci's engine tests (test/oci): Podman with conmon, containerd, and
+# runc as the oracle (crun refuses hybrid cgroup layouts)
+pkgs+=(podman conmon containerd runc jq)
 # optional: `agsx browser` with the host image, its tests and bench/browser.
 # Only with --browser (or AGSX_DEPS_BROWSER=1): build and demo never need
 # them; test/bats/browser.bats installs Chromium itself or skips. (Node

@@ -1132,8 +1132,9 @@ int agsx_oci_policy_process(const struct agsx_oci_policy *pol, struct agsx_oci_p
                             agsx_error_t *err) {
   if (policy_caps(pol, p, err) < 0)
     return -1;
-  if (!p->no_new_privileges && !pol->compat) {
-    agsx_debug("config: process.noNewPrivileges forced on (agsx's strict policy)");
+  /* Forced under both policies: agsx's seccomp baseline needs it. */
+  if (!p->no_new_privileges) {
+    agsx_debug("config: process.noNewPrivileges forced on");
     p->no_new_privileges = true;
   }
   if (p->apparmor && p->apparmor[0])

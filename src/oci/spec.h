@@ -168,7 +168,7 @@ const struct agsx_oci_ns *agsx_oci_spec_ns(const struct agsx_oci_spec *s, int ty
  * operator's `compat` relaxations. Never host root in a mapping, never a
  * privileged capability, never a host pid/ipc/uts/mount namespace. */
 struct agsx_oci_policy {
-  bool compat;       /* oci-policy = compat: honour noNewPrivileges=false, NET_RAW */
+  bool compat;       /* oci-policy = compat: keep CAP_NET_RAW */
   bool host_network; /* oci-host-network = allow (compat only) */
 };
 int agsx_oci_policy_load(struct agsx_oci_policy *ret, agsx_error_t *err);
