@@ -14,6 +14,7 @@
 #include "config.h"
 
 #include "net/netspec.h"
+#include "sandbox/rootfs.h"
 #include "sandbox/sandbox-internal.h"
 
 #include <fcntl.h>
@@ -561,3 +562,39 @@ int agsx_child_rootfs(struct agsx_child_ctx *c, agsx_error_t *err) {
   }
   return pivot(root, err);
 }
+
+/* ---- the steps other launchers share (rootfs.h) ------------------------------------------- */
+
+int agsx_rootfs_fs_new(const char *type, const char *const *opts, unsigned attrs,
+                       agsx_error_t *err) {
+  return fs_new(type, opts, attrs, err);
+}
+
+int agsx_rootfs_dir_in_root(int rootfd, const char *path, bool create, bool strict,
+                            agsx_error_t *err) {
+  return dir_in_root(rootfd, path, create, strict, err);
+}
+
+int agsx_rootfs_attach(int rootfd, const char *path, int mfd, bool strict, agsx_error_t *err) {
+  return attach(rootfd, path, mfd, strict, err);
+}
+
+int agsx_rootfs_bind_clone(int dirfd, const char *path, unsigned attrs, bool recursive,
+                           agsx_error_t *err) {
+  return bind_clone(dirfd, path, attrs, recursive, err);
+}
+
+int agsx_rootfs_mask(int root, const char *path, int devnull, int emptydir, agsx_error_t *err) {
+  return mask_path(root, path, devnull, emptydir, err);
+}
+
+int agsx_rootfs_readonly(int root, const char *path, agsx_error_t *err) {
+  return readonly_path(root, path, err);
+}
+
+const char *const *const agsx_rootfs_masked_paths = masked;
+const size_t agsx_rootfs_n_masked_paths = AGSX_ARRAY_SIZE(masked);
+const char *const *const agsx_rootfs_readonly_paths = readonly;
+const size_t agsx_rootfs_n_readonly_paths = AGSX_ARRAY_SIZE(readonly);
+
+int agsx_rootfs_pivot(int root, agsx_error_t *err) { return pivot(root, err); }
