@@ -117,7 +117,7 @@ static int prepare_image(const struct agsx_run_spec *o, const char *image, const
   }
   if (strcmp(image, "host") == 0) {
     cfg->host_image = true;
-    return 0;
+    return extra_layers(o, p, cfg, err); /* a fork's: under /tmp and /root */
   }
   enum agsx_pull_policy policy;
   if (pull ? agsx_pull_policy_parse(pull, &policy, err) : agsx_pull_policy_default(&policy, err))
@@ -675,6 +675,14 @@ static void close_callers_fds(struct agsx_lifecycle *lc, int report) {
 static _Noreturn void detach_child(struct agsx_lifecycle *lc, int report) {
   agsx_log_set_sink(NULL, NULL); /* the caller's sink may write to its fds */
   close_callers_fds(lc, report);
+  /* Nor its signal state: a server that ignores SIGCHLD would have the
+   * kernel reap the sandbox's init before we read its status. */
+  for (int sig = 1; sig < NSIG; sig++)
+    if (sig != SIGKILL && sig != SIGSTOP)
+      signal(sig, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
   if (setsid() < 0)
     _exit(125);
   pid_t pid = fork();

@@ -344,3 +344,20 @@ END
   wait_ended "$q"
   [ "$(px log "$id" "$q" 2>/dev/null)" = after ]
 }
+
+@test "the detached supervisor does not inherit its caller's signal state" {
+  local out
+  out=$(px create --odd-signals busybox sh -c 'sleep 0.5; exit 3')
+  id=${out%% *}
+  echo "$id" >>"$T/ids"
+  run_ax wait "$id"
+  [ "$output" = 3 ] || { show_run; return 1; }
+  out=$(px create --idle --odd-signals busybox)
+  id=${out%% *}
+  echo "$id" >>"$T/ids"
+  local t0=$SECONDS
+  run_ax kill "$id"
+  assert_success
+  run_ax wait "$id"
+  [ "$output" = 143 ] && [ $((SECONDS - t0)) -lt 5 ] || { show_run; return 1; }
+}
