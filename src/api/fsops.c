@@ -880,6 +880,13 @@ int agsx_fs_remove(struct agsx_fs_ctx *c, const char *path, agsx_error_t *err) {
     return 0;
   if (fs_check_unlink(c, pfd, base, abs, err) < 0)
     return -1;
+  /* A mount point (a host image's /tmp, a volume, /proc) would be emptied
+   * and then not removed (EBUSY): refused first. */
+  struct statx sx;
+  if (statx(pfd, base, AT_SYMLINK_NOFOLLOW, STATX_TYPE, &sx) == 0 &&
+      (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) &&
+      (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT))
+    return agsx_error_set_quiet(err, EINVAL, "cannot remove %s: a mount point", abs);
   if (agsx_rm_rf_at(pfd, base, err) < 0)
     return agsx_error_wrap(err, "error removing file or directory %s", abs);
   return 0;

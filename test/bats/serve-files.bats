@@ -194,6 +194,9 @@ field() { # field KEY: KEY's value from the JSON object in $output
   [ "$(cat "$T/vol/open/mine")" = ours ]
   fs - read /usr/bin/env
   assert_success
+  fs - rm /vol
+  [ "$status" = 1 ] && [[ $output == "invalid_argument: cannot remove /vol: a mount point" ]]
+  [ -e "$T/vol/public" ]
   if [ -d /etc/ssl/private ] && [ "$(stat -c %a /etc/ssl/private | cut -c3)" -lt 4 ]; then
     fs - list /etc/ssl/private 1 # the host's private keys: the sandbox may not list them
     [ "$status" = 1 ] && [[ $output == permission_denied:* ]]
