@@ -324,17 +324,24 @@ void agsx_log_writer_free(struct agsx_log_writer *w) {
 
 /* Closing an inotify instance that had a watch waits for the kernel to
  * destroy its marks (an SRCU grace period: 60-90 ms here, per close), which
- * would stall a server's loop at the end of every stream. Instances are
- * kept for reuse instead, their watch removed (which does not wait), up to
- * a bound; a forked child forgets its parent's (they are not its to hand
- * out, and may be closed). */
-#define INOTIFY_POOL 64
+ * stalls a server's loop at the end of every stream. With a pool
+ * (agsx_log_reader_pool) instances are kept for reuse instead, their watch
+ * removed (which does not wait), up to its size; a forked child forgets its
+ * parent's (they are not its to hand out, and may be closed). */
 static struct {
   pthread_mutex_t lock;
   pid_t owner;
-  int fd[INOTIFY_POOL];
-  size_t n;
+  int fd[AGSX_LOG_POOL_MAX];
+  size_t n, max;
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+void agsx_log_reader_pool(size_t max) {
+  pthread_mutex_lock(&pool.lock);
+  pool.max = max < AGSX_LOG_POOL_MAX ? max : AGSX_LOG_POOL_MAX;
+  while (pool.owner == getpid() && pool.n > pool.max)
+    close(pool.fd[--pool.n]);
+  pthread_mutex_unlock(&pool.lock);
+}
 
 static void drain_fd(int fd) {
   char buf[4096];
@@ -348,6 +355,7 @@ static int inotify_take(void) {
   if (pool.owner != getpid()) {
     pool.owner = getpid();
     pool.n = 0;
+    pool.max = 0;
   }
   if (pool.n > 0)
     fd = pool.fd[--pool.n];
@@ -367,7 +375,7 @@ static void inotify_give(int fd, int wd) {
     return;
   }
   pthread_mutex_lock(&pool.lock);
-  bool kept = pool.owner == getpid() && pool.n < INOTIFY_POOL;
+  bool kept = pool.owner == getpid() && pool.n < pool.max;
   if (kept)
     pool.fd[pool.n++] = fd;
   pthread_mutex_unlock(&pool.lock);

@@ -54,6 +54,7 @@ static void drain(int dirfd, uint64_t from, size_t size) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  agsx_log_reader_pool(4); /* (a close per input would make it 20x slower) */
   /* $TMPDIR (a tmpfs such as /dev/shm makes fuzzing much faster) or /tmp. */
   char dir[4096];
   const char *tmp = getenv("TMPDIR");
