@@ -200,7 +200,7 @@ void agsx_api_stream_pump(struct stream *st, int64_t now) {
   if (st->log == NULL)
     return;
   /* Bounded per turn, and not while the client is slow to take it. */
-  for (int i = 0; i < 64 && st->out.len - st->off < (1u << 20); i++) {
+  for (int i = 0; i < 1024 && agsx_stream_has_room(st); i++) {
     struct agsx_log_rec rec;
     agsx_error_t err = NULL;
     int rc = agsx_log_next(st->log, &rec, &err);
@@ -221,6 +221,16 @@ void agsx_api_stream_pump(struct stream *st, int64_t now) {
       data_event(st, "stderr", rec.data, rec.len);
     else if (rec.kind == AGSX_LOG_PTY)
       data_event(st, "pty", rec.data, rec.len);
+    else if (rec.kind == AGSX_LOG_LOST) {
+      /* The log is bounded and never waits for its readers: say what was
+       * dropped rather than splice the output silently. */
+      char note[160];
+      int n = snprintf(note, sizeof(note),
+                       "\nagsx: %llu bytes of output were dropped (the process's log keeps "
+                       "the last %u MiB and this reader fell behind)\n",
+                       (unsigned long long)rec.lost, (unsigned)(AGSX_LOG_DEFAULT_CAP >> 20));
+      data_event(st, st->pty ? "pty" : "stderr", note, (size_t)n);
+    }
   }
   if (!st->ended && st->deadline_ns > 0 && now >= st->deadline_ns)
     deadline_exceeded(st);
@@ -397,6 +407,7 @@ static void process_start(struct req *r) {
   struct agsx_process_info info = {0};
   int code = 0;
   st->started_here = true;
+  st->pty = q.pty;
   if (agsx_process_start(r->s->statefd, r->rec.id, &spec, &info, &code, &err) < 0) {
     int e = agsx_error_errno(&err);
     if (e == ESRCH) {
@@ -437,6 +448,7 @@ static void process_connect(struct req *r) {
     agsx_error_free(&err);
     return agsx_respond_stream(r, st);
   }
+  st->pty = info.pty;
   agsx_process_info_clear(&info);
   follow(r, st, pid);
 }

@@ -210,7 +210,7 @@ static void unary(struct req *r, const char *method) {
 
 void agsx_api_files_watch_pump(struct stream *st, int64_t now) {
   agsx_fs_watch_dispatch(st->watch);
-  for (int i = 0; i < 256 && st->out.len - st->off < (1u << 20); i++) {
+  for (int i = 0; i < 256 && agsx_stream_has_room(st); i++) {
     struct agsx_fs_event e;
     agsx_error_t err = NULL;
     int rc = agsx_fs_watch_next(st->watch, &e, &err);
