@@ -70,6 +70,8 @@ struct stream {
   int64_t next_check_ns;      /* when to check the sandbox still runs */
   /* the watcher (WatchDir) */
   struct agsx_fs_watch *watch;
+  /* a code execution (port 49999's /execute, code-routes.c) */
+  struct agsx_api_code_stream *code;
 };
 
 /* ---- responses (server.c) ---- */
@@ -111,6 +113,11 @@ void agsx_api_envd_tick(struct server *s); /* each turn of the loop */
 /* The sandbox ID was killed: its polling watchers go. */
 void agsx_api_envd_drop_sandbox(struct server *s, const char *id);
 
+/* ---- port 49999: the code interpreter (code-routes.c) ---- */
+void agsx_api_code(struct req *r);
+void agsx_api_code_pump(struct stream *st, int64_t now);
+void agsx_api_code_free(struct stream *st);
+
 /* ---- envd (envd.c) ---- */
 /* The 502 of a sandbox that is not running (E2B's proxy's words). */
 void agsx_api_respond_gone(struct req *r);
@@ -125,5 +132,12 @@ int agsx_api_find_sandbox(struct server *s, const char *e2b_id, struct agsx_reco
                           agsx_error_t *err);
 /* A JSON body of a control-plane request: NULL after answering 400. */
 yajl_val agsx_api_parse_body(struct req *r, bool connect);
+/* The `Sandbox` object of a create or connect answer. */
+void agsx_api_gen_sandbox(struct server *s, yajl_gen g, const struct agsx_record *r);
+
+/* ---- fork and snapshots (snapshots.c, over sandbox/snapshot.h) ---- */
+void agsx_api_fork(struct req *r, const char *e2b_id);            /* POST /sandboxes/ID/fork */
+void agsx_api_create_snapshot(struct req *r, const char *e2b_id); /* POST /sandboxes/ID/snapshots */
+void agsx_api_list_snapshots(struct req *r);                      /* GET /snapshots */
 
 #endif
