@@ -301,8 +301,12 @@ static int64_t header_ms(struct req *r, const char *name) {
   if (v == NULL)
     return 0;
   char *end;
+  errno = 0;
   long long n = strtoll(v, &end, 10);
-  return *end || n < 0 ? 0 : (int64_t)n;
+  if (*end || n < 0 || errno)
+    return 0;
+  /* Nothing outlives its sandbox: a day at most (and no overflow below). */
+  return n > AGSX_API_TIMEOUT_MAX * 1000LL ? AGSX_API_TIMEOUT_MAX * 1000LL : (int64_t)n;
 }
 
 /* The stream for Start and Connect: its deadline (Connect-Timeout-Ms) and
