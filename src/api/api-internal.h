@@ -21,6 +21,7 @@ struct server {
   char *key;
   struct stream *streams;
   size_t n_streams;
+  size_t queued; /* bytes the streams hold, as of the last pump */
   struct agsx_fs_watchers *watchers;
   struct agsx_spawner spawner;
   bool stopping;
@@ -64,6 +65,7 @@ struct stream {
   uint32_t pid;
   struct agsx_log_reader *log;
   bool started_here;          /* Start: the deadline is the process's own timeout */
+  bool pty;                   /* its output is the pty's */
   const char *keepalive_json; /* the service's keepalive message */
   int64_t next_check_ns;      /* when to check the sandbox still runs */
   /* the watcher (WatchDir) */
@@ -88,6 +90,8 @@ void agsx_respond_connect_error(struct req *r, enum agsx_connect_code code, cons
 void agsx_respond_stream(struct req *r, struct stream *st);
 struct stream *agsx_stream_new(struct server *s, struct MHD_Connection *c);
 void agsx_stream_event(struct stream *st, const char *json);
+/* Whether ST may queue more frames now (AGSX_API_STREAM_QUEUE). */
+bool agsx_stream_has_room(const struct stream *st);
 /* The end-stream frame: {} or {"error":{"code","message"}}; CODE < 0: success. */
 void agsx_stream_end(struct stream *st, int code, const char *message);
 int agsx_stream_watch_fd(struct stream *st, int fd);

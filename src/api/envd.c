@@ -204,7 +204,7 @@ void agsx_api_stream_pump(struct stream *st, int64_t now) {
   if (st->log == NULL)
     return;
   /* Bounded per turn, and not while the client is slow to take it. */
-  for (int i = 0; i < 64 && st->out.len - st->off < (1u << 20); i++) {
+  for (int i = 0; i < 1024 && agsx_stream_has_room(st); i++) {
     struct agsx_log_rec rec;
     agsx_error_t err = NULL;
     int rc = agsx_log_next(st->log, &rec, &err);
@@ -225,6 +225,16 @@ void agsx_api_stream_pump(struct stream *st, int64_t now) {
       data_event(st, "stderr", rec.data, rec.len);
     else if (rec.kind == AGSX_LOG_PTY)
       data_event(st, "pty", rec.data, rec.len);
+    else if (rec.kind == AGSX_LOG_LOST) {
+      /* The log is bounded and never waits for its readers: say what was
+       * dropped rather than splice the output silently. */
+      char note[160];
+      int n = snprintf(note, sizeof(note),
+                       "\nagsx: %llu bytes of output were dropped (the process's log keeps "
+                       "the last %u MiB and this reader fell behind)\n",
+                       (unsigned long long)rec.lost, (unsigned)(AGSX_LOG_DEFAULT_CAP >> 20));
+      data_event(st, st->pty ? "pty" : "stderr", note, (size_t)n);
+    }
   }
   if (!st->ended && st->deadline_ns > 0 && now >= st->deadline_ns)
     deadline_exceeded(st);
@@ -291,8 +301,12 @@ static int64_t header_ms(struct req *r, const char *name) {
   if (v == NULL)
     return 0;
   char *end;
+  errno = 0;
   long long n = strtoll(v, &end, 10);
-  return *end || n < 0 ? 0 : (int64_t)n;
+  if (*end || n < 0 || errno)
+    return 0;
+  /* Nothing outlives its sandbox: a day at most (and no overflow below). */
+  return n > AGSX_API_TIMEOUT_MAX * 1000LL ? AGSX_API_TIMEOUT_MAX * 1000LL : (int64_t)n;
 }
 
 /* The stream for Start and Connect: its deadline (Connect-Timeout-Ms) and
@@ -402,6 +416,7 @@ static void process_start(struct req *r) {
   struct agsx_process_info info = {0};
   int code = 0;
   st->started_here = true;
+  st->pty = q.pty;
   if (agsx_process_start(r->s->statefd, r->rec.id, &spec, &info, &code, &err) < 0) {
     int e = agsx_error_errno(&err);
     if (e == ESRCH) {
@@ -442,6 +457,7 @@ static void process_connect(struct req *r) {
     agsx_error_free(&err);
     return agsx_respond_stream(r, st);
   }
+  st->pty = info.pty;
   agsx_process_info_clear(&info);
   follow(r, st, pid);
 }

@@ -210,7 +210,7 @@ static void unary(struct req *r, const char *method) {
 
 void agsx_api_files_watch_pump(struct stream *st, int64_t now) {
   agsx_fs_watch_dispatch(st->watch);
-  for (int i = 0; i < 256 && st->out.len - st->off < (1u << 20); i++) {
+  for (int i = 0; i < 256 && agsx_stream_has_room(st); i++) {
     struct agsx_fs_event e;
     agsx_error_t err = NULL;
     int rc = agsx_fs_watch_next(st->watch, &e, &err);
@@ -297,8 +297,11 @@ void agsx_api_files_rpc(struct req *r, const char *method) {
   struct stream *st = agsx_stream_new(r->s, r->c);
   snprintf(st->id, sizeof(st->id), "%s", r->rec.id);
   const char *to = agsx_req_header(r, "Connect-Timeout-Ms");
-  if (to && strtoll(to, NULL, 10) > 0)
-    st->deadline_ns = agsx_mono_ns() + strtoll(to, NULL, 10) * 1000000LL;
+  long long ms = to ? strtoll(to, NULL, 10) : 0;
+  if (ms > AGSX_API_TIMEOUT_MAX * 1000LL)
+    ms = AGSX_API_TIMEOUT_MAX * 1000LL;
+  if (ms > 0)
+    st->deadline_ns = agsx_mono_ns() + ms * 1000000LL;
   const char *ka = agsx_req_header(r, "Keepalive-Ping-Interval");
   if (ka && strtoll(ka, NULL, 10) > 0 && strtoll(ka, NULL, 10) <= 3600)
     st->keepalive_ns = strtoll(ka, NULL, 10) * 1000000000LL;

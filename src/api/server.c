@@ -148,9 +148,21 @@ struct stream *agsx_stream_new(struct server *s, struct MHD_Connection *c) {
   return st;
 }
 
+bool agsx_stream_has_room(const struct stream *st) {
+  size_t cap =
+      st->s->queued >= AGSX_API_QUEUE_TOTAL ? AGSX_API_STREAM_QUEUE_LOW : AGSX_API_STREAM_QUEUE;
+  return st->out.len - st->off < cap;
+}
+
 void agsx_stream_event(struct stream *st, const char *json) {
   if (st->ended)
     return;
+  /* Keep the queue from creeping along an ever larger buffer. */
+  if (st->off > 0 && st->off >= st->out.len / 2) {
+    memmove(st->out.p, st->out.p + st->off, st->out.len - st->off);
+    st->out.len -= st->off;
+    st->off = 0;
+  }
   agsx_connect_frame(&st->out, 0, json, strlen(json));
   st->last_ns = agsx_mono_ns();
 }
@@ -228,7 +240,7 @@ void agsx_respond_stream(struct req *r, struct stream *st) {
   st->pprev = &s->streams;
   s->streams = st;
   s->n_streams++;
-  struct MHD_Response *resp = agsx_mhd.create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024,
+  struct MHD_Response *resp = agsx_mhd.create_response_from_callback(MHD_SIZE_UNKNOWN, 256 * 1024,
                                                                      stream_read, st, stream_free);
   if (resp == NULL) {
     stream_free(st);
@@ -240,6 +252,9 @@ void agsx_respond_stream(struct req *r, struct stream *st) {
 
 static void pump_streams(struct server *s) {
   int64_t now = agsx_mono_ns();
+  s->queued = 0;
+  for (struct stream *st = s->streams; st; st = st->next)
+    s->queued += st->out.len - st->off;
   for (struct stream *st = s->streams; st; st = st->next) {
     if (!st->ended) {
       agsx_api_stream_pump(st, now);
@@ -442,7 +457,7 @@ static int start_daemon(struct server *s, int lfd, agsx_error_t *err) {
       MHD_OPTION_LISTEN_SOCKET, lfd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)AGSX_API_MAX_CONNECTIONS,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)AGSX_API_IDLE_SEC,
-      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024), MHD_OPTION_END);
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(512 * 1024), MHD_OPTION_END);
   if (s->d == NULL)
     return agsx_error_set(err, 0, "libmicrohttpd did not start");
   const union MHD_DaemonInfo *info = agsx_mhd.get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD);

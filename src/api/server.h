@@ -16,6 +16,15 @@
 
 #define AGSX_API_DEFAULT_LISTEN "127.0.0.1:3000"
 #define AGSX_API_BODY_MAX (1u << 20) /* JSON and Connect request bodies */
+/* Frames a stream holds for a slow client before it stops reading its
+ * source (whose own bound then applies: a process log drops its oldest):
+ * AGSX_API_STREAM_QUEUE each, AGSX_API_STREAM_QUEUE_LOW once all streams
+ * together hold AGSX_API_QUEUE_TOTAL. The log never waits for a reader, so
+ * this is what lets a slow client (the JS SDK decodes some 10 MB/s) take a
+ * burst of output whole. */
+#define AGSX_API_STREAM_QUEUE (128u << 20)
+#define AGSX_API_STREAM_QUEUE_LOW (4u << 20)
+#define AGSX_API_QUEUE_TOTAL (512u << 20)
 #define AGSX_API_MAX_CONNECTIONS 1024
 /* An idle connection is closed after this; so is one whose client sent a
  * partial request and closed at once (libmicrohttpd reads it in one go and

@@ -526,16 +526,15 @@ rpc() { python3 "$AGSX_SRCDIR/test/serve/connect.py" "$PORT" "$ID" "$TOK" "$@"; 
 @test "serve: the default user: root without a user account, or --default-user; HOME and cwd its home" {
   serve_start
   create_with_token
-  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/bash","args":["-l","-c","id -un; pwd; echo $HOME"]}}'
-  [ "${lines[1]}" = 'stdout: root' ] || { echo "$output" >&3; false; }
-  [[ $output == *$'\n/root\n/root'* ]]
+  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/bash","args":["-l","-c","echo $(id -un) $(pwd) $HOME"]}}'
+  [ "${lines[1]}" = 'stdout: root /root /root' ] || { echo "$output" >&3; false; }
   api DELETE "/sandboxes/$ID" >/dev/null
   wait_gone "$ID"
   serve_stop
   serve_start --default-user agent
   create_with_token
-  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/bash","args":["-l","-c","id -un; pwd"]}}'
-  [[ $output == *'stdout: agent'* && $output == *'/home/agent'* ]] || { echo "$output" >&3; false; }
+  run rpc stream process.Process/Start '{"process":{"cmd":"/bin/bash","args":["-l","-c","echo $(id -un) $(pwd) $HOME"]}}'
+  [ "${lines[1]}" = 'stdout: agent /home/agent /home/agent' ] || { echo "$output" >&3; false; }
   # the SDK's user:'root' overrides it
   run rpc stream process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","id -u"]}}' 'Authorization=Basic cm9vdDo='
   [ "${lines[1]}" = 'stdout: 0' ]

@@ -39,14 +39,26 @@ if (phase === 'roundtrip') {
     creates_per_s: +(ok.length / secs).toFixed(1), errors: failed.slice(0, 3) }));
 } else if (phase === 'output') {
   const sbx = await Sandbox.create(TEMPLATE, { timeoutMs: 120000 });
-  let bytes = 0;
+  let bytes = 0, dropped = 0;
   const t0 = now();
-  await sbx.commands.run(`head -c ${n * 1048576} /dev/zero | tr '\\0' x`,
-    { onStdout: (d) => { bytes += d.length; }, timeoutMs: 110000 });
+  // a fast writer: the log keeps 8 MiB and never waits for a reader, so
+  // what a slow reader misses is reported on stderr (counted here)
+  await sbx.commands.run(`head -c ${n * 1048576} /dev/zero | tr '\\0' x`, {
+    onStdout: (d) => { bytes += d.length; },
+    onStderr: (d) => { for (const m of d.matchAll(/agsx: (\d+) bytes of output were dropped/g)) dropped += Number(m[1]); },
+    timeoutMs: 110000,
+  });
   const secs = (now() - t0) / 1000;
+  // a writer paced below the reader loses nothing
+  let paced = 0;
+  const t1 = now();
+  await sbx.commands.run(`i=0; while [ $i -lt ${n} ]; do head -c 1048576 /dev/zero | tr '\\0' x; sleep 0.1; i=$((i+1)); done`,
+    { onStdout: (d) => { paced += d.length; }, timeoutMs: 110000 });
+  const secs2 = (now() - t1) / 1000;
   await sbx.kill();
-  console.log(JSON.stringify({ phase, bytes, seconds: +secs.toFixed(2),
-    mb_per_s: +(bytes / 1048576 / secs).toFixed(1) }));
+  console.log(JSON.stringify({ phase, written: n * 1048576, received: bytes, dropped,
+    seconds: +secs.toFixed(2), mb_per_s: +(bytes / 1048576 / secs).toFixed(1),
+    paced_received: paced, paced_mb_per_s: +(paced / 1048576 / secs2).toFixed(1) }));
 } else if (phase === 'files') {
   const sbx = await Sandbox.create(TEMPLATE, { timeoutMs: 120000 });
   const data = randomBytes(n * 1048576);
