@@ -83,6 +83,8 @@ enum {
   O_NO_TRUNC,
   O_FORCE,
   O_NO_STREAM,
+  O_SNAPSHOT,
+  O_COUNT,
   O_LABEL,
   O_FILTER,
   O_LISTEN,
@@ -94,6 +96,11 @@ enum {
   O_FOLLOW,
   O_TAIL,
   O_TIMESTAMPS,
+  O_EXEC,
+  O_EGRESS_ALLOW,
+  O_EGRESS_DENY,
+  O_EGRESS_RULES,
+  O_EGRESS_CLEAR,
 };
 
 /* The table, in cmd/agsx.c. */
@@ -143,7 +150,12 @@ int agsx_cmd_serve(struct agsx_ctx *, const struct agsx_command *, int, char **)
 struct agsx_sg_rule;
 int agsx_cmd_parse_rule_opt(int id, const char *v, struct agsx_sg_rule **rules, size_t *n,
                             agsx_error_t *err);
+/* --egress-allow RULE, --egress-deny RULE, --egress-rules FILE (run, build, update). */
+struct agsx_egress;
+int agsx_cmd_parse_egress_opt(int id, const char *v, struct agsx_egress *e, agsx_error_t *err);
+int agsx_cmd_netlog(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_create(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_network_update(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_inspect(struct agsx_ctx *, const struct agsx_command *, int, char **);
@@ -156,6 +168,15 @@ int agsx_cmd_code(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_pull_quietly(struct agsx_ctx *ctx, const char *image, agsx_error_t *err);
 int agsx_cmd_pause(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_unpause(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_snapshot(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_snapshot_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_snapshot_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_rollback(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_commit(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_fork(struct agsx_ctx *, const struct agsx_command *, int, char **);
+/* Blocks SIGINT, SIGTERM and SIGHUP (old mask in *OLD) while a sandbox is
+ * frozen for our copy (cmd/commit.c). */
+void agsx_cmd_block_stop_signals(sigset_t *old);
 int agsx_cmd_not_yet(struct agsx_ctx *, const struct agsx_command *, int, char **);
 
 #endif

@@ -21,6 +21,7 @@
 
 struct lflags {
   bool follow, timestamps;
+  const char *exec; /* --exec PID */
   bool tail_set;
   uint64_t tail;
 };
@@ -30,6 +31,14 @@ static int on_lopt(void *data, int id, const char *arg) {
   switch (id) {
   case O_FOLLOW: f->follow = true; break;
   case O_TIMESTAMPS: f->timestamps = true; break;
+  case O_EXEC: {
+    char *end;
+    unsigned long v = strtoul(arg, &end, 10);
+    if (*arg < '1' || *arg > '9' || *end || v > UINT32_MAX)
+      return agsx_failf("invalid --exec `%s`: a process id", arg), -1;
+    f->exec = arg;
+    break;
+  }
   case O_TAIL: {
     char *end;
     if (strcmp(arg, "all") == 0)
@@ -206,8 +215,12 @@ int agsx_cmd_logs(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc
     return agsx_failf("no such sandbox `%s`", argv[i]);
   char id[33];
   struct agsx_log_reader *rd = NULL;
-  if (agsx_state_resolve(statefd, argv[i], id, &err) < 0 ||
-      agsx_sandbox_log_open(statefd, id, AGSX_LOG_FROM_START, &rd, &err) < 0)
+  if (agsx_state_resolve(statefd, argv[i], id, &err) < 0)
+    return agsx_fail(&err);
+  int opened = f.exec ? agsx_process_log_open(statefd, id, (uint32_t)strtoul(f.exec, NULL, 10),
+                                              AGSX_LOG_FROM_START, &rd, &err)
+                      : agsx_sandbox_log_open(statefd, id, AGSX_LOG_FROM_START, &rd, &err);
+  if (opened < 0)
     return agsx_fail(&err);
   struct out o = {.at_line_start = {true, true, true}};
   int rc = 0;

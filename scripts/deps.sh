@@ -29,6 +29,9 @@ pkgs+=(iproute2 util-linux nftables)
 pkgs+=(python3-ipykernel python3-jupyter-client python3-numpy python3-pandas python3-matplotlib)
 # benchmarks compare with these
 pkgs+=(crun bubblewrap)
+# agsx-oci's engine tests (test/oci): Podman with conmon, containerd, and
+# runc as the oracle (crun refuses hybrid cgroup layouts)
+pkgs+=(podman conmon containerd runc jq)
 # optional: `agsx browser` with the host image, its tests and bench/browser.
 # Only with --browser (or AGSX_DEPS_BROWSER=1): build and demo never need
 # them; test/bats/browser.bats installs Chromium itself or skips. (Node

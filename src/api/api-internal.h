@@ -128,5 +128,12 @@ int agsx_api_find_sandbox(struct server *s, const char *e2b_id, struct agsx_reco
                           agsx_error_t *err);
 /* A JSON body of a control-plane request: NULL after answering 400. */
 yajl_val agsx_api_parse_body(struct req *r, bool connect);
+/* The `Sandbox` object of a create or connect answer. */
+void agsx_api_gen_sandbox(struct server *s, yajl_gen g, const struct agsx_record *r);
+
+/* ---- fork and snapshots (snapshots.c, over sandbox/snapshot.h) ---- */
+void agsx_api_fork(struct req *r, const char *e2b_id);            /* POST /sandboxes/ID/fork */
+void agsx_api_create_snapshot(struct req *r, const char *e2b_id); /* POST /sandboxes/ID/snapshots */
+void agsx_api_list_snapshots(struct req *r);                      /* GET /snapshots */
 
 #endif

@@ -13,6 +13,7 @@
 struct agsx_fs_ctx {
   unsigned refs; /* the request's, and each watcher's */
   int rootfd;    /* /proc/PID/root of the sandbox's init, O_PATH */
+  int pidfd;     /* of the sandbox's init (-1 for agsx_fs_open_root): its end */
   uint32_t uid_base;
   char sandbox_id[33];
   char *user, *home, *workdir; /* workdir NULL: home */
@@ -35,6 +36,29 @@ int fs_open(const struct agsx_fs_ctx *c, const char *abs, int flags);
 int fs_ensure_dirs(const struct agsx_fs_ctx *c, const char *abs, agsx_error_t *err);
 void fs_fill_entry(const struct agsx_fs_ctx *c, const char *abs, const struct stat *st,
                    struct agsx_fs_entry *e);
+/* What the sandbox's own root may do (MASK of R_OK, W_OK, X_OK) to the
+ * inode ST: anything when its owner and group are the sandbox's ids (over
+ * those it holds its capabilities), else only what "other" may. So a host
+ * file in a sandbox (a host image's /usr and /etc/ssl, a volume) is not
+ * read or written with the server's host root privileges. */
+bool fs_sandbox_may(const struct agsx_fs_ctx *c, const struct stat *st, int mask);
+/* The same for the inode at FD (fstat), failing with EACCES and PATH. */
+int fs_check_may(const struct agsx_fs_ctx *c, int fd, int mask, const char *path,
+                 agsx_error_t *err);
+/* Every directory on the way to ABS (its symlinks followed) searchable
+ * for the sandbox: a host directory without "other" x hides what is below. */
+int fs_check_search(const struct agsx_fs_ctx *c, const char *abs, agsx_error_t *err);
+/* May the entry NAME (lstat ST) of the directory DIR (fstat DST) be
+ * removed or renamed away: DIR writable for the sandbox, and not a sticky
+ * directory's entry of someone outside it. */
+int fs_check_unlink(const struct agsx_fs_ctx *c, int dfd, const char *name, const char *path,
+                    agsx_error_t *err);
+/* KEY: S (NULL: ""), invalid UTF-8 replaced. */
+void fs_gen_text(yajl_gen g, const char *key, const char *s);
+/* Opens the regular file at ABS for reading, never opening anything else
+ * (a device, a FIFO: O_PATH first, then the same inode again). */
+int fs_open_regular(const struct agsx_fs_ctx *c, const char *abs, struct stat *ret_st,
+                    agsx_error_t *err);
 /* NAME is an upload's temporary file (hidden from watchers). */
 bool fs_is_upload_temp(const char *name);
 int fs_stat_abs(const struct agsx_fs_ctx *c, const char *abs, struct agsx_fs_entry *ret,

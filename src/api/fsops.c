@@ -7,6 +7,7 @@
 #include "api/fsops-internal.h"
 #include "sandbox/copy.h"
 #include "sandbox/passwd.h"
+#include "sandbox/proc.h"
 #include "state/state.h"
 
 #include <inttypes.h>
@@ -98,18 +99,15 @@ int fs_pass_error(agsx_error_t *err, agsx_error_t *from) {
 /* ---- context -------------------------------------------------------------------------- */
 
 /* The image's /etc/passwd or /etc/group, read inside the root; absent,
- * unreadable or not a regular file is empty (a FIFO planted there must not
- * block: O_NONBLOCK). */
-static void read_etc(int rootfd, const char *path, char **ret, size_t *ret_len) {
+ * unreadable or not a regular file is empty (a FIFO or a device planted
+ * there is never opened). */
+static void read_etc(struct agsx_fs_ctx *c, const char *path, char **ret, size_t *ret_len) {
   *ret = NULL;
   *ret_len = 0;
-  _cleanup_close_ int fd =
-      agsx_openat2(rootfd, path, O_RDONLY | AGSX_O_UNTRUSTED, 0, RESOLVE_SANDBOX);
   struct stat st;
-  if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || agsx_copy_on_kernel_fs_fd(fd))
-    return;
   _cleanup_error_ agsx_error_t e = NULL;
-  if (agsx_read_fd(fd, AGSX_PASSWD_MAX, ret, ret_len, &e) < 0) {
+  _cleanup_close_ int fd = fs_open_regular(c, path, &st, &e);
+  if (fd < 0 || agsx_read_fd(fd, AGSX_PASSWD_MAX, ret, ret_len, &e) < 0) {
     *ret = NULL;
     *ret_len = 0;
   }
@@ -154,10 +152,11 @@ int agsx_fs_open_root(int rootfd, uint32_t uid_base, const char *sandbox_id,
   _cleanup_fs_ctx_ struct agsx_fs_ctx *c = xzalloc(sizeof(*c));
   c->refs = 1;
   c->rootfd = rootfd;
+  c->pidfd = -1;
   c->uid_base = uid_base;
   snprintf(c->sandbox_id, sizeof(c->sandbox_id), "%s", sandbox_id ? sandbox_id : "");
-  read_etc(rootfd, "/etc/passwd", &c->passwd, &c->passwd_len);
-  read_etc(rootfd, "/etc/group", &c->group, &c->group_len);
+  read_etc(c, "/etc/passwd", &c->passwd, &c->passwd_len);
+  read_etc(c, "/etc/group", &c->group, &c->group_len);
   const char *name = opts->user && *opts->user ? opts->user : opts->default_user;
   if (name == NULL || *name == '\0')
     name = has_user(c, "user") ? "user" : "root";
@@ -175,10 +174,19 @@ int agsx_fs_open_root(int rootfd, uint32_t uid_base, const char *sandbox_id,
 
 int agsx_fs_open(const struct agsx_record *rec, const struct agsx_fs_opts *opts,
                  struct agsx_fs_ctx **ret, agsx_error_t *err) {
+  _cleanup_close_ int pidfd =
+      rec->status == AGSX_STATUS_RUNNING ? agsx_proc_ref_pidfd(&rec->init) : -1;
+  if (pidfd < 0 && (rec->status != AGSX_STATUS_RUNNING || errno == ESRCH))
+    return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running", rec->id);
+  if (pidfd < 0)
+    return agsx_error_set(err, errno, "sandbox `%.12s`: pidfd of its init", rec->id);
   int rootfd = agsx_copy_open_root(rec, err);
   if (rootfd < 0)
     return -1;
-  return agsx_fs_open_root(rootfd, rec->uid_base, rec->id, opts, ret, err);
+  if (agsx_fs_open_root(rootfd, rec->uid_base, rec->id, opts, ret, err) < 0)
+    return -1;
+  (*ret)->pidfd = steal_fd(&pidfd);
+  return 0;
 }
 
 struct agsx_fs_ctx *fs_ctx_ref(struct agsx_fs_ctx *c) {
@@ -191,6 +199,8 @@ void agsx_fs_close(struct agsx_fs_ctx *c) {
     return;
   if (c->rootfd >= 0)
     close(c->rootfd);
+  if (c->pidfd >= 0)
+    close(c->pidfd);
   free(c->passwd);
   free(c->group);
   free(c->user);
@@ -221,7 +231,7 @@ char *fs_clean(const char *path, agsx_error_t *err) {
     return NULL;
   }
   char *out = xmalloc(n + 2);
-  size_t o = 0;
+  size_t o = 0, depth = 0;
   const char *p = path;
   while (*p) {
     while (*p == '/')
@@ -235,9 +245,17 @@ char *fs_clean(const char *path, agsx_error_t *err) {
     } else if (l == 2 && p[0] == '.' && p[1] == '.') {
       while (o > 0 && out[o - 1] != '/')
         o--;
-      if (o > 0)
+      if (o > 0) {
         o--; /* the slash before the dropped component */
+        depth--;
+      }
     } else {
+      if (++depth > AGSX_FS_PATH_DEPTH) {
+        free(out);
+        agsx_error_set_quiet(err, ENAMETOOLONG, "path has more than %u components",
+                             AGSX_FS_PATH_DEPTH);
+        return NULL;
+      }
       out[o++] = '/';
       memcpy(out + o, p, l);
       o += l;
@@ -304,6 +322,85 @@ int fs_open(const struct agsx_fs_ctx *c, const char *abs, int flags) {
   return agsx_openat2(c->rootfd, abs, flags, 0, RESOLVE_SANDBOX);
 }
 
+static bool mapped(const struct agsx_fs_ctx *c, unsigned id) {
+  return id >= c->uid_base && id - c->uid_base < 65536;
+}
+
+bool fs_sandbox_may(const struct agsx_fs_ctx *c, const struct stat *st, int mask) {
+  if (mapped(c, st->st_uid) && mapped(c, st->st_gid))
+    return true;
+  mode_t other = st->st_mode & 07;
+  return !((mask & R_OK) && !(other & 04)) && !((mask & W_OK) && !(other & 02)) &&
+         !((mask & X_OK) && !(other & 01));
+}
+
+int fs_check_may(const struct agsx_fs_ctx *c, int fd, int mask, const char *path,
+                 agsx_error_t *err) {
+  struct stat st;
+  if (fstat(fd, &st) < 0)
+    return agsx_error_set(err, errno, "stat %s", path);
+  if (!fs_sandbox_may(c, &st, mask))
+    return agsx_error_set_quiet(err, EACCES, "permission denied: %s", path);
+  return 0;
+}
+
+int fs_check_unlink(const struct agsx_fs_ctx *c, int dfd, const char *name, const char *path,
+                    agsx_error_t *err) {
+  struct stat dst, st;
+  if (fstat(dfd, &dst) < 0)
+    return agsx_error_set(err, errno, "stat the directory of %s", path);
+  if (!fs_sandbox_may(c, &dst, W_OK | X_OK))
+    return agsx_error_set_quiet(err, EACCES, "permission denied: %s", path);
+  if ((dst.st_mode & S_ISVTX) && fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+      !mapped(c, st.st_uid) && !mapped(c, dst.st_uid))
+    return agsx_error_set_quiet(err, EACCES, "permission denied: %s", path);
+  return 0;
+}
+
+static char *link_destination(const struct agsx_fs_ctx *c, const char *abs);
+
+int fs_check_search(const struct agsx_fs_ctx *c, const char *abs, agsx_error_t *err) {
+  _cleanup_free_ char *dest = link_destination(c, abs);
+  for (char *p = dest + 1; (p = strchr(p, '/')) != NULL; p++) {
+    *p = '\0';
+    _cleanup_close_ int fd = fs_open(c, dest, O_PATH | O_DIRECTORY);
+    struct stat st;
+    bool denied = fd >= 0 && fstat(fd, &st) == 0 && !fs_sandbox_may(c, &st, X_OK);
+    if (denied)
+      return agsx_error_set_quiet(err, EACCES, "permission denied: %s", abs);
+    *p = '/';
+  }
+  return 0;
+}
+
+int fs_open_regular(const struct agsx_fs_ctx *c, const char *abs, struct stat *ret_st,
+                    agsx_error_t *err) {
+  _cleanup_close_ int pfd = fs_open(c, abs, O_PATH);
+  struct stat st, st2;
+  if (pfd < 0 || fstat(pfd, &st) < 0)
+    return agsx_error_set(err, errno == ENOTDIR ? ENOENT : errno, "open %s", abs);
+  if (S_ISDIR(st.st_mode))
+    return agsx_error_set_quiet(err, EISDIR, "path '%s' is a directory", abs);
+  if (!S_ISREG(st.st_mode))
+    return agsx_error_set_quiet(err, EINVAL, "path '%s' is not a regular file", abs);
+  if (agsx_copy_on_kernel_fs_fd(pfd))
+    return agsx_error_set_quiet(err, EACCES, "path '%s' is on a kernel filesystem", abs);
+  if (!fs_sandbox_may(c, &st, R_OK) || fs_check_search(c, abs, err) < 0)
+    return agsx_error_set_quiet(err, EACCES, "permission denied: %s", abs);
+  int fd = fs_open(c, abs, O_RDONLY | AGSX_O_UNTRUSTED);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "open %s", abs);
+  if (fstat(fd, &st2) < 0 || st2.st_dev != st.st_dev || st2.st_ino != st.st_ino) {
+    close(fd);
+    return agsx_error_set_quiet(err, EAGAIN, "path '%s' changed while it was opened", abs);
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl >= 0)
+    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  *ret_st = st2;
+  return fd;
+}
+
 /* mkdir -p of the absolute clean PATH as the context's user (the caller
  * has entered its ids): each existing prefix is opened inside the root
  * (symlinks followed there, as envd's os.Stat), each missing one created
@@ -333,8 +430,15 @@ int fs_ensure_dirs(const struct agsx_fs_ctx *c, const char *abs, agsx_error_t *e
         return agsx_error_set(err, errno, "failed to stat directory %s", prefix);
       if (agsx_copy_on_kernel_fs_fd(cur))
         return agsx_error_set_quiet(err, EACCES, "cannot create %s on a kernel filesystem", prefix);
+      if (fs_check_may(c, cur, W_OK | X_OK, prefix, err) < 0)
+        return -1;
       if (mkdirat(cur, name, 0755) < 0 && errno != EEXIST)
         return agsx_error_set(err, errno, "failed to create directory %s", prefix);
+      /* the user's group even below a set-group-ID directory, as envd's chown */
+      if (fchownat(cur, name, c->uid_base + c->uid, c->uid_base + c->gid, AT_SYMLINK_NOFOLLOW) <
+              0 &&
+          errno != ENOENT)
+        return agsx_error_set(err, errno, "failed to chown directory %s", prefix);
     }
   }
   return steal_fd(&cur);
@@ -382,8 +486,10 @@ static char *id_name(const struct agsx_fs_ctx *c, unsigned id, bool group) {
 }
 
 /* Where the symlink at ABS leads, lexically, symlinks of the way replaced
- * by their text (as Go's EvalSymlinks) — for display only: every open
- * still goes through openat2 in the root. ABS itself when it cannot be
+ * by their text (as Go's EvalSymlinks): for display, and for
+ * fs_check_search, which is therefore best effort against sandbox code
+ * swapping a symlink meanwhile (the file's own permission is checked on
+ * the inode opened). Every open still goes through openat2 in the root. ABS itself when it cannot be
  * told (a loop, a missing component is kept as is). */
 static char *link_destination(const struct agsx_fs_ctx *c, const char *abs) {
   _cleanup_free_ char *rest = xstrdup(abs), *done = xstrdup("/");
@@ -517,11 +623,18 @@ static void gen_time(yajl_gen g, int64_t sec, long nsec) {
   agsx_json_str(g, s);
 }
 
+/* Sandbox names are bytes: invalid UTF-8 becomes U+FFFD, so the document
+ * stays JSON that protobuf-es parses. */
+void fs_gen_text(yajl_gen g, const char *key, const char *s) {
+  agsx_json_key(g, key);
+  agsx_json_bytes(g, s ? s : "", s ? strlen(s) : 0);
+}
+
 void agsx_fs_entry_gen(yajl_gen g, const struct agsx_fs_entry *e) {
   yajl_gen_map_open(g);
-  agsx_json_kv_str(g, "name", e->name ? e->name : "");
+  fs_gen_text(g, "name", e->name);
   agsx_json_kv_str(g, "type", type_name(e->type));
-  agsx_json_kv_str(g, "path", e->path ? e->path : "");
+  fs_gen_text(g, "path", e->path);
   if (e->st_mode != 0) { /* a full entry, not an upload's path/name/type */
     char size[24], perm[16];
     snprintf(size, sizeof(size), "%" PRIu64, e->size);
@@ -529,13 +642,13 @@ void agsx_fs_entry_gen(yajl_gen g, const struct agsx_fs_entry *e) {
     agsx_json_kv_int(g, "mode", e->mode);
     mode_string(e->st_mode, perm);
     agsx_json_kv_str(g, "permissions", perm);
-    agsx_json_kv_str(g, "owner", e->owner ? e->owner : "");
-    agsx_json_kv_str(g, "group", e->group ? e->group : "");
+    fs_gen_text(g, "owner", e->owner);
+    fs_gen_text(g, "group", e->group);
     agsx_json_key(g, "modifiedTime");
     gen_time(g, e->mtime_sec, e->mtime_nsec);
   }
   if (e->symlink_target)
-    agsx_json_kv_str(g, "symlinkTarget", e->symlink_target);
+    fs_gen_text(g, "symlinkTarget", e->symlink_target);
   yajl_gen_map_close(g);
 }
 
@@ -624,6 +737,8 @@ static int list_dir(struct lister *l, int fd, const char *path, unsigned level, 
     fs_fill_entry(l->c, child, &st, &l->v[l->n++]);
     if (!S_ISDIR(st.st_mode) || level + 1 >= l->depth)
       continue;
+    if (!fs_sandbox_may(l->c, &st, R_OK | X_OK))
+      continue; /* a host directory the sandbox may not read: listed, not entered */
     _cleanup_close_ int sub = agsx_copy_open_child(fd, names[i], O_RDONLY | O_DIRECTORY, 0);
     if (sub < 0)
       continue; /* vanished or swapped for a symlink: not followed */
@@ -652,6 +767,8 @@ int agsx_fs_list(struct agsx_fs_ctx *c, const char *path, unsigned depth,
     return agsx_error_set_quiet(err, ENOENT, "directory not found: %s", abs);
   if (fd < 0)
     return agsx_error_set(err, errno, "error opening directory %s", abs);
+  if (fs_check_may(c, fd, R_OK | X_OK, abs, err) < 0 || fs_check_search(c, abs, err) < 0)
+    return -1;
   struct lister l = {.c = c, .depth = depth};
   if (list_dir(&l, fd, abs, 0, err) < 0) {
     agsx_fs_entries_free(l.v, l.n);
@@ -720,6 +837,8 @@ int agsx_fs_move(struct agsx_fs_ctx *c, const char *src, const char *dst, struct
     return -1;
   if (agsx_copy_on_kernel_fs_fd(sfd))
     return agsx_error_set_quiet(err, EACCES, "cannot move %s: on a kernel filesystem", from);
+  if (fs_check_unlink(c, sfd, sbase, from, err) < 0)
+    return -1;
   int secbits;
   if (fs_enter(c, &secbits, err) < 0)
     return -1;
@@ -727,6 +846,8 @@ int agsx_fs_move(struct agsx_fs_ctx *c, const char *src, const char *dst, struct
   int r = dfd < 0 ? -1 : 0, e = 0;
   if (r == 0 && agsx_copy_on_kernel_fs_fd(dfd))
     r = agsx_error_set_quiet(err, EACCES, "cannot move to %s: on a kernel filesystem", to);
+  if (r == 0)
+    r = fs_check_unlink(c, dfd, dbase, to, err);
   if (r == 0 && renameat(sfd, sbase, dfd, dbase) < 0) {
     e = errno;
     r = -1;
@@ -754,6 +875,18 @@ int agsx_fs_remove(struct agsx_fs_ctx *c, const char *path, agsx_error_t *err) {
     return agsx_fs_code(&perr) == AGSX_FS_NOT_FOUND ? 0 : fs_pass_error(err, &perr);
   if (agsx_copy_on_kernel_fs_fd(pfd))
     return agsx_error_set_quiet(err, EACCES, "cannot remove %s: on a kernel filesystem", abs);
+  struct stat st;
+  if (fstatat(pfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT)
+    return 0;
+  if (fs_check_unlink(c, pfd, base, abs, err) < 0)
+    return -1;
+  /* A mount point (a host image's /tmp, a volume, /proc) would be emptied
+   * and then not removed (EBUSY): refused first. */
+  struct statx sx;
+  if (statx(pfd, base, AT_SYMLINK_NOFOLLOW, STATX_TYPE, &sx) == 0 &&
+      (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) &&
+      (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT))
+    return agsx_error_set_quiet(err, EINVAL, "cannot remove %s: a mount point", abs);
   if (agsx_rm_rf_at(pfd, base, err) < 0)
     return agsx_error_wrap(err, "error removing file or directory %s", abs);
   return 0;

@@ -42,6 +42,7 @@ struct agsx_record;
 #define AGSX_FS_LIST_MAX_DEPTH 64u       /* ListDir: larger depths are clamped */
 #define AGSX_FS_REMOVE_MAX_ENTRIES 1000000u
 #define AGSX_FS_PATH_MAX 4096u       /* a request path, in bytes */
+#define AGSX_FS_PATH_DEPTH 256u      /* and in components */
 #define AGSX_FS_WATCH_MAX_DIRS 8192u /* inotify watches of one recursive watcher */
 #define AGSX_FS_WATCH_QUEUE 4096u    /* events queued per watcher before overflow */
 
@@ -103,7 +104,8 @@ const char *agsx_fs_home(const struct agsx_fs_ctx *c);
 
 /* The absolute, lexically clean sandbox path PATH names for this context's
  * user ("" → workdir, "~/x" → home/x, "x" → home/x; "." and ".." folded,
- * never above "/"). EINVAL for a path with a NUL or over AGSX_FS_PATH_MAX. */
+ * never above "/"). ENAMETOOLONG over AGSX_FS_PATH_MAX bytes or
+ * AGSX_FS_PATH_DEPTH components. */
 char *agsx_fs_path(const struct agsx_fs_ctx *c, const char *path, agsx_error_t *err);
 
 /* ---- entries (envd's EntryInfo) ---- */
@@ -240,7 +242,10 @@ int agsx_fs_signature_check(const char *path, const char *operation, const char 
  * AGSX_FS_WATCH_QUEUE events (or the kernel's queue overflowing) the
  * watcher is marked overflowed and agsx_fs_watch_next() fails with ENOBUFS
  * (resource_exhausted, "events were lost"). The watcher keeps its own
- * reference to the sandbox's root, so it outlives the request's context. */
+ * reference to the sandbox's root, so it outlives the request's context;
+ * that reference pins the sandbox's mounts, so a watcher ends with its
+ * sandbox: agsx_fs_watch_next() fails with ESRCH (unavailable) once the
+ * sandbox's init is gone, and the registry drops such watchers. */
 enum agsx_fs_event_type {
   AGSX_FS_EVENT_CREATE = 1,
   AGSX_FS_EVENT_WRITE,
@@ -271,13 +276,15 @@ struct agsx_fs_watch;
 int agsx_fs_watch_open(struct agsx_fs_ctx *c, const char *path, unsigned flags,
                        struct agsx_fs_watch **ret, agsx_error_t *err);
 void agsx_fs_watch_free(struct agsx_fs_watch *w);
-/* The inotify fd (non-blocking, CLOEXEC): readable when events wait. */
+/* An epoll fd (CLOEXEC) over the inotify fd and the sandbox's init's
+ * pidfd: readable when events wait or the sandbox ended. */
 int agsx_fs_watch_fd(const struct agsx_fs_watch *w);
 /* Reads what the kernel has for W into its queue (never blocks). */
 void agsx_fs_watch_dispatch(struct agsx_fs_watch *w);
 /* The next queued event into *RET (agsx_fs_event_clear it): 1, or 0 when
- * none is queued; -1 with ENOBUFS after an overflow, or ENOENT once the
- * watched directory itself is gone (after its REMOVE event was returned). */
+ * none is queued; -1 with ENOBUFS after an overflow, ENOENT once the
+ * watched directory itself is gone (after its REMOVE event was returned),
+ * ESRCH once the sandbox ended. */
 int agsx_fs_watch_next(struct agsx_fs_watch *w, struct agsx_fs_event *ret, agsx_error_t *err);
 
 /* The polling watchers of one server process (CreateWatcher,

@@ -112,6 +112,8 @@ static int upload_target(struct agsx_fs_upload *u, agsx_error_t *err) {
     }
     if (agsx_copy_on_kernel_fs_fd(pfd))
       return agsx_error_set_quiet(err, EACCES, "cannot write %s: on a kernel filesystem", cur);
+    if (fs_check_unlink(u->c, pfd, base, cur, err) < 0)
+      return -1;
     free(u->abs);
     u->abs = steal_ptr(&cur);
     u->base = steal_ptr(&base);
@@ -140,6 +142,9 @@ static int upload_create(struct agsx_fs_upload *u, agsx_error_t *err) {
       return agsx_error_set(err, e, "not enough inodes available for %s", u->abs);
     return agsx_error_set(err, e, "error opening file %s", u->abs);
   }
+  /* the user's group even below a set-group-ID directory, as envd's chown */
+  if (fchown(u->fd, u->c->uid_base + u->c->uid, u->c->uid_base + u->c->gid) < 0)
+    return agsx_error_set(err, errno, "error changing file ownership of %s", u->abs);
   if (fchmod(u->fd, u->mode) < 0)
     return agsx_error_set(err, errno, "error setting the mode of %s", u->abs);
   return 0;
@@ -412,23 +417,15 @@ int agsx_fs_download_open(struct agsx_fs_ctx *c, const char *path, int *ret_fd, 
   _cleanup_free_ char *abs = agsx_fs_path(c, path, err);
   if (abs == NULL)
     return agsx_error_wrap(err, "error expanding and resolving path '%s'", path ? path : "");
-  _cleanup_close_ int fd = fs_open(c, abs, O_RDONLY | AGSX_O_UNTRUSTED);
-  if (fd < 0 && (errno == ENOENT || errno == ENOTDIR))
-    return agsx_error_set_quiet(err, ENOENT, "path '%s' does not exist", abs);
-  if (fd < 0 && errno == ELOOP)
-    return agsx_error_set_quiet(err, ELOOP, "path '%s': too many levels of symbolic links", abs);
   struct stat st;
-  if (fd < 0 || fstat(fd, &st) < 0)
-    return agsx_error_set(err, errno, "error opening file '%s'", abs);
-  if (S_ISDIR(st.st_mode))
-    return agsx_error_set_quiet(err, EISDIR, "path '%s' is a directory", abs);
-  if (!S_ISREG(st.st_mode))
-    return agsx_error_set_quiet(err, EINVAL, "path '%s' is not a regular file", abs);
-  if (agsx_copy_on_kernel_fs_fd(fd))
-    return agsx_error_set_quiet(err, EACCES, "path '%s' is on a kernel filesystem", abs);
-  int fl = fcntl(fd, F_GETFL);
-  if (fl >= 0)
-    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  _cleanup_error_ agsx_error_t e = NULL;
+  _cleanup_close_ int fd = fs_open_regular(c, abs, &st, &e);
+  if (fd < 0 && agsx_fs_code(&e) == AGSX_FS_NOT_FOUND)
+    return agsx_error_set_quiet(err, ENOENT, "path '%s' does not exist", abs);
+  if (fd < 0 && agsx_error_errno(&e) == ELOOP)
+    return agsx_error_set_quiet(err, ELOOP, "path '%s': too many levels of symbolic links", abs);
+  if (fd < 0)
+    return fs_pass_error(err, &e);
   *ret_fd = steal_fd(&fd);
   *ret_size = (uint64_t)st.st_size;
   if (ret_path)

@@ -10,7 +10,9 @@
 #include "api/fsops-internal.h"
 
 #include <limits.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/inotify.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -29,12 +31,13 @@ struct agsx_fs_watch {
   struct agsx_fs_ctx *c;
   char *abs;
   int ifd;
+  int efd; /* epoll over IFD and the sandbox's pidfd */
   unsigned flags;
   struct wdir *dirs;
   size_t ndirs, cap;
   struct agsx_fs_event *q; /* a ring of AGSX_FS_WATCH_QUEUE */
   size_t qhead, qlen;
-  bool overflow, gone;
+  bool overflow, gone, ended;
   uint32_t upload_cookie; /* an upload's temp file moved away: its rename into place */
 };
 
@@ -59,7 +62,7 @@ void agsx_fs_event_clear(struct agsx_fs_event *e) {
 
 void agsx_fs_event_gen(yajl_gen g, const struct agsx_fs_event *e) {
   yajl_gen_map_open(g);
-  agsx_json_kv_str(g, "name", e->name ? e->name : "");
+  fs_gen_text(g, "name", e->name);
   agsx_json_kv_str(g, "type", agsx_fs_event_type_name(e->type));
   if (e->has_entry) {
     agsx_json_key(g, "entry");
@@ -73,6 +76,8 @@ void agsx_fs_watch_free(struct agsx_fs_watch *w) {
     return;
   if (w->ifd >= 0)
     close(w->ifd);
+  if (w->efd >= 0)
+    close(w->efd);
   for (size_t i = 0; i < w->ndirs; i++)
     free(w->dirs[i].rel);
   free(w->dirs);
@@ -89,7 +94,27 @@ static void watch_freep(struct agsx_fs_watch **w) {
   *w = NULL;
 }
 
-int agsx_fs_watch_fd(const struct agsx_fs_watch *w) { return w->ifd; }
+int agsx_fs_watch_fd(const struct agsx_fs_watch *w) { return w->efd; }
+
+/* One fd for the server's loop: the events and the sandbox's end. */
+static int watch_epoll(struct agsx_fs_watch *w, agsx_error_t *err) {
+  w->efd = epoll_create1(EPOLL_CLOEXEC);
+  if (w->efd < 0)
+    return agsx_error_set(err, errno, "error creating watcher: epoll");
+  int fds[2] = {w->ifd, w->c->pidfd};
+  for (int i = 0; i < 2; i++) {
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
+    if (fds[i] >= 0 && epoll_ctl(w->efd, EPOLL_CTL_ADD, fds[i], &ev) < 0)
+      return agsx_error_set(err, errno, "error creating watcher: epoll_ctl");
+  }
+  return 0;
+}
+
+/* The sandbox's init exited (its pidfd is readable). */
+static bool sandbox_ended(const struct agsx_fs_watch *w) {
+  struct pollfd p = {.fd = w->c->pidfd, .events = POLLIN};
+  return w->c->pidfd >= 0 && poll(&p, 1, 0) == 1;
+}
 
 static struct wdir *find_wd(struct agsx_fs_watch *w, int wd) {
   for (size_t i = 0; i < w->ndirs; i++)
@@ -152,8 +177,9 @@ static int add_tree(struct agsx_fs_watch *w, int fd, const char *rel, unsigned d
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
       continue;
     _cleanup_close_ int sub = agsx_copy_open_child(fd, de->d_name, O_RDONLY | O_DIRECTORY, 0);
-    if (sub < 0)
-      continue;
+    struct stat st;
+    if (sub < 0 || fstat(sub, &st) < 0 || !fs_sandbox_may(w->c, &st, R_OK | X_OK))
+      continue; /* a host directory the sandbox may not read is not watched */
     _cleanup_free_ char *r = rel_join(rel, de->d_name);
     if (add_dir(w, sub, r, err) < 0 || add_tree(w, sub, r, depth + 1, err) < 0)
       return -1;
@@ -164,7 +190,7 @@ static int add_tree(struct agsx_fs_watch *w, int fd, const char *rel, unsigned d
 int agsx_fs_watch_open(struct agsx_fs_ctx *c, const char *path, unsigned flags,
                        struct agsx_fs_watch **ret, agsx_error_t *err) {
   _cleanup_(watch_freep) struct agsx_fs_watch *w = xzalloc(sizeof(*w));
-  w->ifd = -1;
+  w->ifd = w->efd = -1;
   w->c = fs_ctx_ref(c);
   w->flags = flags;
   w->abs = agsx_fs_path(c, path, err);
@@ -180,9 +206,13 @@ int agsx_fs_watch_open(struct agsx_fs_ctx *c, const char *path, unsigned flags,
     return agsx_error_set_quiet(err, ENOENT, "path %s not found", w->abs);
   if (fd < 0)
     return agsx_error_set(err, errno, "error statting path %s", w->abs);
+  if (fs_check_may(c, fd, R_OK | X_OK, w->abs, err) < 0 || fs_check_search(c, w->abs, err) < 0)
+    return -1;
   w->ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (w->ifd < 0)
     return agsx_error_set(err, errno, "error creating watcher");
+  if (watch_epoll(w, err) < 0)
+    return -1;
   w->q = xzalloc(AGSX_FS_WATCH_QUEUE * sizeof(*w->q));
   if (add_dir(w, fd, "", err) < 0)
     return -1;
@@ -216,7 +246,8 @@ static void push(struct agsx_fs_watch *w, const char *name, enum agsx_fs_event_t
 static void watch_new_dir(struct agsx_fs_watch *w, const char *rel) {
   _cleanup_free_ char *abs = xasprintf("%s/%s", strcmp(w->abs, "/") ? w->abs : "", rel);
   _cleanup_close_ int fd = fs_open(w->c, abs, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
-  if (fd < 0)
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) < 0 || !fs_sandbox_may(w->c, &st, R_OK | X_OK))
     return;
   _cleanup_error_ agsx_error_t err = NULL;
   if (add_dir(w, fd, rel, &err) < 0 || add_tree(w, fd, rel, 0, &err) < 0) {
@@ -288,6 +319,12 @@ static void handle(struct agsx_fs_watch *w, const struct inotify_event *ev) {
 
 void agsx_fs_watch_dispatch(struct agsx_fs_watch *w) {
   char buf[16384] __attribute__((aligned(__alignof__(struct inotify_event))));
+  if (!w->ended && sandbox_ended(w)) {
+    /* Stop polling the pidfd (readable for good now) and let go of the
+     * sandbox's inodes; what was queued is still returned. */
+    w->ended = true;
+    epoll_ctl(w->efd, EPOLL_CTL_DEL, w->c->pidfd, NULL);
+  }
   for (int rounds = 0; rounds < 64; rounds++) {
     ssize_t n = read(w->ifd, buf, sizeof(buf));
     if (n < 0 && errno == EINTR)
@@ -312,6 +349,8 @@ int agsx_fs_watch_next(struct agsx_fs_watch *w, struct agsx_fs_event *ret, agsx_
   }
   if (w->overflow)
     return agsx_error_set_quiet(err, ENOBUFS, "watcher of %s overflowed: events were lost", w->abs);
+  if (w->ended)
+    return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running", w->c->sandbox_id);
   if (w->gone)
     return agsx_error_set_quiet(err, ENOENT, "watched directory %s was removed", w->abs);
   return 0;
@@ -451,7 +490,7 @@ size_t agsx_fs_watchers_nfds(const struct agsx_fs_watchers *r) { return r->n; }
 
 size_t agsx_fs_watchers_fill(struct agsx_fs_watchers *r, struct pollfd *p) {
   for (size_t i = 0; i < r->n; i++)
-    p[i] = (struct pollfd){.fd = r->v[i].w->ifd, .events = POLLIN};
+    p[i] = (struct pollfd){.fd = r->v[i].w->efd, .events = POLLIN};
   return r->n;
 }
 
@@ -460,13 +499,13 @@ void agsx_fs_watchers_dispatch(struct agsx_fs_watchers *r, const struct pollfd *
     if (!(p[k].revents & (POLLIN | POLLERR | POLLHUP)))
       continue;
     for (size_t i = 0; i < r->n; i++)
-      if (r->v[i].w->ifd == p[k].fd)
+      if (r->v[i].w->efd == p[k].fd)
         agsx_fs_watch_dispatch(r->v[i].w);
   }
   int64_t now = agsx_mono_ns();
   for (size_t i = r->n; i-- > 0;)
-    if (now - r->v[i].used_ns >= (int64_t)r->idle_ms * 1000000)
-      slot_drop(r, i);
+    if (now - r->v[i].used_ns >= (int64_t)r->idle_ms * 1000000 || r->v[i].w->ended)
+      slot_drop(r, i); /* idle, or its sandbox ended: its inodes are let go */
 }
 
 int agsx_fs_watchers_timeout_ms(const struct agsx_fs_watchers *r) {

@@ -289,38 +289,47 @@ static int delimiter_seen(struct agsx_multipart *m, agsx_error_t *err) {
   return 0;
 }
 
-/* Scans BUF for the delimiter in PREAMBLE or BODY; returns bytes used. */
+/* Scans BUF for the delimiter in PREAMBLE or BODY; returns bytes used.
+ * Data goes out in the longest runs BUF holds (one write per run, not one
+ * per CR: random data has a CR every 256 bytes). A match begun in an
+ * earlier BUF ("carried") is a prefix of the delimiter: when it fails,
+ * those bytes are handed over from DELIM first. */
 static ssize_t scan(struct agsx_multipart *m, const char *buf, size_t len, agsx_error_t *err) {
-  size_t i = 0;
+  size_t i = 0, run = 0, mstart = 0;
+  bool carried = m->match > 0;
   while (i < len) {
     if (m->match == 0) {
       const char *cr = memchr(buf + i, '\r', len - i);
-      size_t end = cr ? (size_t)(cr - buf) : len;
-      if (deliver(m, buf + i, end - i, err) < 0)
-        return -1;
-      i = end;
-      if (cr) {
-        m->match = 1;
-        i++;
+      if (cr == NULL) {
+        i = len;
+        break;
       }
+      mstart = (size_t)(cr - buf);
+      i = mstart + 1;
+      m->match = 1;
       continue;
     }
     if (buf[i] == m->delim[m->match]) {
       i++;
-      if (++m->match == m->dlen) {
-        m->match = 0;
-        if (delimiter_seen(m, err) < 0)
-          return -1;
-        return (ssize_t)i;
-      }
-      continue;
+      if (++m->match < m->dlen)
+        continue;
+      m->match = 0;
+      if (deliver(m, buf + run, (carried ? run : mstart) - run, err) < 0 ||
+          delimiter_seen(m, err) < 0)
+        return -1;
+      return (ssize_t)i;
     }
     /* The matched prefix was data; BUF[i] is looked at again. */
-    size_t k = m->match;
-    m->match = 0;
-    if (deliver(m, m->delim, k, err) < 0)
+    if (carried && deliver(m, m->delim, m->match, err) < 0)
       return -1;
+    if (carried)
+      run = i;
+    carried = false;
+    m->match = 0;
   }
+  size_t end = m->match > 0 ? (carried ? run : mstart) : len;
+  if (deliver(m, buf + run, end - run, err) < 0)
+    return -1;
   return (ssize_t)i;
 }
 

@@ -111,6 +111,10 @@ static void gen_sandbox(struct server *s, yajl_gen g, const struct agsx_record *
   yajl_gen_map_close(g);
 }
 
+void agsx_api_gen_sandbox(struct server *s, yajl_gen g, const struct agsx_record *r) {
+  gen_sandbox(s, g, r, SHAPE_SANDBOX);
+}
+
 static void respond_sandbox(struct req *r, unsigned status, const struct agsx_record *rec,
                             enum shape how) {
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
@@ -608,15 +612,17 @@ void agsx_api_control_plane(struct req *r) {
       if (get && strcmp(a, "metrics") == 0)
         return metrics(r, s[1]);
       if (post && strcmp(a, "fork") == 0)
-        return agsx_respond_error(r, 501, "agsx: fork is not supported");
+        return agsx_api_fork(r, s[1]);
       if (post && strcmp(a, "snapshots") == 0)
-        return agsx_respond_error(r, 501, "agsx: snapshots are not supported");
+        return agsx_api_create_snapshot(r, s[1]);
       if (strcmp(m, "PUT") == 0 && strcmp(a, "network") == 0)
         return agsx_respond_error(r, 501, "agsx: changing a sandbox's network is not supported");
     }
     if (k == 3 && get && strcmp(s[2], "logs") == 0)
       return agsx_respond_error(r, 501, "agsx: sandbox logs are not supported (use agsx logs)");
   }
+  if (n == 1 && get && strcmp(seg[0], "snapshots") == 0)
+    return agsx_api_list_snapshots(r);
   if (n >= 1 && (strcmp(seg[0], "snapshots") == 0 || strcmp(seg[0], "templates") == 0 ||
                  strcmp(seg[0], "volumes") == 0 || strcmp(seg[0], "secrets") == 0 ||
                  strcmp(seg[0], "volumecontent") == 0 ||

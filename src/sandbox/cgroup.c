@@ -56,17 +56,9 @@ static void layout_freep(struct layout **l) {
 }
 #define _cleanup_layout_ _cleanup_(layout_freep)
 
-/* True when WORD is one of the items of LIST, separated by commas or white space. */
+/* Controller lists: "cpu,cpuacct" (mountinfo), "cpu memory pids" (cgroup.controllers). */
 static bool list_has(const char *list, const char *word) {
-  size_t wl = strlen(word);
-  for (const char *p = list; *p;) {
-    size_t n = strcspn(p, ", \t\n");
-    if (n == wl && strncmp(p, word, wl) == 0)
-      return true;
-    p += n;
-    p += strspn(p, ", \t\n");
-  }
-  return false;
+  return agsx_list_has(list, word, ", \t\n");
 }
 
 /* mountinfo escapes space, tab, newline and backslash as \ooo. */
@@ -326,13 +318,6 @@ static bool hier_has(struct agsx_cgroup *cg, const char *mnt, enum ctrl c) {
       cg->h[i].ctrls |= BIT(c);
       return true;
     }
-  return false;
-}
-
-bool agsx_cgroup_is_created(const struct agsx_cgroup *cg) {
-  for (size_t i = 0; cg && i < cg->n; i++)
-    if (cg->h[i].fd >= 0)
-      return true;
   return false;
 }
 

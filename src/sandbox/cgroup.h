@@ -129,9 +129,6 @@ int agsx_cgroup_gc(bool (*keep)(const char *name, void *data),
  * process after cgroup mounts changed). Thread-safe. */
 void agsx_cgroup_reset(void);
 
-/* True when CG has a directory in at least one hierarchy. */
-bool agsx_cgroup_is_created(const struct agsx_cgroup *cg);
-
 /* True when NAME is a valid cgroup name for a sandbox: [0-9a-f]{8,64}. */
 bool agsx_cgroup_name_is_valid(const char *name);
 

@@ -163,6 +163,7 @@ int agsx_control_read(int statefd, const char *id, struct agsx_control_req *ret,
   ret->stop = r.stop_request;
   ret->deadline = r.deadline;
   ret->deadline_ns = r.deadline_ns ? r.deadline_ns : r.deadline * 1000000000LL;
+  ret->restart_seq = r.restart_seq;
   agsx_record_clear(&r);
   return 0;
 }
@@ -371,6 +372,22 @@ static void gen_strv(yajl_gen g, const char *key, char *const *v) {
   yajl_gen_array_close(g);
 }
 
+static void gen_start(yajl_gen g, const struct agsx_process_spec *s) {
+  gen_strv(g, "argv", s->argv);
+  gen_strv(g, "env", s->env);
+  if (s->cwd)
+    agsx_json_kv_str(g, "cwd", s->cwd);
+  if (s->user)
+    agsx_json_kv_str(g, "user", s->user);
+  if (s->tag)
+    agsx_json_kv_str(g, "tag", s->tag);
+  agsx_json_kv_bool(g, "pty", s->pty);
+  agsx_json_kv_bool(g, "stdin", s->stdin_open);
+  agsx_json_kv_int(g, "cols", s->cols);
+  agsx_json_kv_int(g, "rows", s->rows);
+  agsx_json_kv_int(g, "timeout_ms", (int64_t)s->timeout_ms);
+}
+
 char *agsx_control_msg_encode(const struct agsx_control_msg *m, size_t *ret_len,
                               agsx_error_t *err) {
   if (m->op < AGSX_OP_START || m->op > AGSX_OP_RESIZE) {
@@ -387,20 +404,7 @@ char *agsx_control_msg_encode(const struct agsx_control_msg *m, size_t *ret_len,
   yajl_gen_map_open(g);
   agsx_json_kv_str(g, "op", op_names[m->op]);
   if (m->op == AGSX_OP_START) {
-    const struct agsx_process_spec *s = &m->spec;
-    gen_strv(g, "argv", s->argv);
-    gen_strv(g, "env", s->env);
-    if (s->cwd)
-      agsx_json_kv_str(g, "cwd", s->cwd);
-    if (s->user)
-      agsx_json_kv_str(g, "user", s->user);
-    if (s->tag)
-      agsx_json_kv_str(g, "tag", s->tag);
-    agsx_json_kv_bool(g, "pty", s->pty);
-    agsx_json_kv_bool(g, "stdin", s->stdin_open);
-    agsx_json_kv_int(g, "cols", s->cols);
-    agsx_json_kv_int(g, "rows", s->rows);
-    agsx_json_kv_int(g, "timeout_ms", (int64_t)s->timeout_ms);
+    gen_start(g, &m->spec);
   } else {
     agsx_json_kv_int(g, "pid", m->pid);
     if (m->op == AGSX_OP_INPUT)

@@ -67,6 +67,7 @@ struct agsx_control_req {
   bool stop;
   int64_t deadline;    /* seconds, as recorded */
   int64_t deadline_ns; /* exact */
+  int64_t restart_seq; /* agsx rollback's request (sandbox/snapshot.h) */
 };
 /* Reads the request from sandbox ID's record. *RET_RETRY: the read failed
  * for want of fds or memory and should be tried again shortly. */

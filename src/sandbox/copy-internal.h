@@ -71,6 +71,11 @@ int agsx_copy_create_link(int dfd, const char *name, const char *target, const c
                           agsx_error_t *err);
 int agsx_copy_make_dir(int dfd, const char *name, mode_t mode, const char *path, bool *ret_created,
                        agsx_error_t *err);
+/* The next data extent of IN at or after OFF and below SIZE, in
+ * [*RET_DATA, *RET_END): 1 with one, 0 when only a hole is left (SEEK_DATA /
+ * SEEK_HOLE; a file system without them reports all of it as data). */
+int agsx_copy_next_extent(int in, off_t off, off_t size, off_t *ret_data, off_t *ret_end,
+                          const char *path, agsx_error_t *err);
 int agsx_copy_pwrite_all(int fd, const char *p, size_t n, off_t off);
 int agsx_copy_skip_changed(const char *path);
 int agsx_copy_open_path(const struct side *s, const char *path, int flags);

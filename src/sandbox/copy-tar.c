@@ -47,14 +47,12 @@ static int data_extents(int in, off_t size, struct extent **ret, size_t *ret_n, 
   *ret_n = 0;
   if (size == 0)
     return 0;
-  for (off_t off = 0; off < size;) {
-    off_t data = lseek(in, off, SEEK_DATA);
-    if (data < 0 && errno == ENXIO)
-      break;
-    off_t hole = data < 0 ? -1 : lseek(in, data, SEEK_HOLE);
-    if (hole < 0)
-      return agsx_error_set(err, errno, "`%s`: seek", path);
-    if (data >= size)
+  off_t data, end;
+  for (off_t off = 0; off < size; off = end) {
+    int r = agsx_copy_next_extent(in, off, size, &data, &end, path, err);
+    if (r < 0)
+      return -1;
+    if (r == 0)
       break;
     if (n == MAX_EXTENTS)
       return 0;
@@ -62,8 +60,7 @@ static int data_extents(int in, off_t size, struct extent **ret, size_t *ret_n, 
       cap = cap ? 2 * cap : 16;
       v = xrealloc(v, cap * sizeof(*v));
     }
-    v[n++] = (struct extent){data, (hole < size ? hole : size) - data};
-    off = hole;
+    v[n++] = (struct extent){data, end - data};
   }
   if (n == 1 && v[0].off == 0 && v[0].len == size)
     return 0;

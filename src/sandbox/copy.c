@@ -323,23 +323,35 @@ static int copy_extent(struct copier *c, int in, int out, off_t off, off_t end, 
   return 0;
 }
 
+int agsx_copy_next_extent(int in, off_t off, off_t size, off_t *ret_data, off_t *ret_end,
+                          const char *path, agsx_error_t *err) {
+  off_t data = lseek(in, off, SEEK_DATA);
+  if (data < 0 && errno == ENXIO) /* only a hole up to the end */
+    return 0;
+  off_t hole = data < 0 ? -1 : lseek(in, data, SEEK_HOLE);
+  if (hole < 0)
+    return agsx_error_set(err, errno, "`%s`: seek", path);
+  if (data >= size)
+    return 0;
+  *ret_data = data;
+  *ret_end = hole < size ? hole : size;
+  return 1;
+}
+
 /* Copies the first SIZE bytes of IN (its size when it was opened; what it
  * grows to meanwhile is not copied), data extents only: a file sandbox code
  * made sparse, 1 TiB large in no space, stays sparse and small. */
 static int copy_data(struct copier *c, int in, int out, off_t size, const char *path,
                      agsx_error_t *err) {
-  for (off_t off = 0; off < size;) {
-    off_t data = lseek(in, off, SEEK_DATA);
-    if (data < 0 && errno == ENXIO) /* only a hole up to the end */
-      break;
-    off_t hole = data < 0 ? -1 : lseek(in, data, SEEK_HOLE);
-    if (hole < 0)
-      return agsx_error_set(err, errno, "`%s`: seek", path);
-    if (data >= size)
-      break;
-    if (copy_extent(c, in, out, data, hole < size ? hole : size, path, err) < 0)
+  off_t data, end;
+  for (off_t off = 0; off < size; off = end) {
+    int r = agsx_copy_next_extent(in, off, size, &data, &end, path, err);
+    if (r < 0)
       return -1;
-    off = hole;
+    if (r == 0)
+      break;
+    if (copy_extent(c, in, out, data, end, path, err) < 0)
+      return -1;
   }
   if (ftruncate(out, size) < 0)
     return agsx_error_set(err, errno, "`%s`: truncate", path);

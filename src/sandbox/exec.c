@@ -109,6 +109,8 @@ static _Noreturn void child(const struct agsx_record *rec, const struct agsx_exe
   int master = -1, slave = -1;
   if (cfg->tty && agsx_child_open_pty(&master, &slave, &err) < 0)
     fail(sock, 125, &err);
+  if (master >= 0 && cfg->winsize)
+    ioctl(master, TIOCSWINSZ, cfg->winsize);
   struct agsx_msg ready = {.type = AGSX_MSG_READY};
   agsx_msg_send(sock, &ready, &master, master >= 0 ? 1 : 0);
   if (master >= 0)

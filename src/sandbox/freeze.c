@@ -5,7 +5,9 @@
 
 #include "sandbox/cgroup.h"
 
+#include <fcntl.h>
 #include <string.h>
+#include <sys/file.h>
 
 /* The record of ID, running, under its lock (*RET_LOCK). */
 static int lock_running(int statefd, const char *id, struct agsx_record *r, int *ret_lock,
@@ -26,8 +28,15 @@ static int lock_running(int statefd, const char *id, struct agsx_record *r, int 
   return 0;
 }
 
-static int set_frozen(const char *id, bool freeze, agsx_error_t *err) {
+int agsx_sandbox_set_frozen(int statefd, const char *id, bool freeze, agsx_error_t *err) {
   _cleanup_cgroup_ struct agsx_cgroup *cg = NULL;
+  if (freeze) {
+    _cleanup_free_ char *mark = xasprintf("%s/" AGSX_FROZEN_MARK, id);
+    _cleanup_close_ int fd =
+        openat(statefd, mark, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+      return agsx_error_set(err, errno, "mark sandbox `%.12s` frozen", id);
+  }
   if (agsx_cgroup_open(id, &cg, err) < 0) {
     if (agsx_error_errno(err) == ENOENT)
       agsx_error_wrap(err, "the sandbox has no cgroup (started without limits on cgroup v1)");
@@ -38,14 +47,15 @@ static int set_frozen(const char *id, bool freeze, agsx_error_t *err) {
 
 static int change(int statefd, const char *id, bool pause, agsx_error_t *err) {
   struct agsx_record r;
+  _cleanup_close_ int changes = agsx_sandbox_lock_changes(statefd, id, err);
   _cleanup_close_ int lock = -1;
-  if (lock_running(statefd, id, &r, &lock, err) < 0)
+  if (changes < 0 || lock_running(statefd, id, &r, &lock, err) < 0)
     return -1;
   int ret = 0;
   if (r.paused == pause)
     ret = agsx_error_set_quiet(err, EALREADY, "sandbox `%.12s` is %s", id,
                                pause ? "paused already" : "not paused");
-  else if (set_frozen(id, pause, err) < 0)
+  else if (agsx_sandbox_set_frozen(statefd, id, pause, err) < 0)
     ret = agsx_error_wrap(err, "%s sandbox `%.12s`", pause ? "pause" : "unpause", id);
   if (ret == 0) {
     r.paused = pause;
@@ -53,7 +63,7 @@ static int change(int statefd, const char *id, bool pause, agsx_error_t *err) {
     if (agsx_record_write(statefd, &r, err) < 0) {
       /* The record is what everyone goes by: undo. */
       _cleanup_error_ agsx_error_t e = NULL;
-      set_frozen(id, !pause, &e);
+      agsx_sandbox_set_frozen(statefd, id, !pause, &e);
       ret = -1;
     }
   }
@@ -69,25 +79,22 @@ int agsx_sandbox_unpause(int statefd, const char *id, agsx_error_t *err) {
   return change(statefd, id, false, err);
 }
 
-int agsx_sandbox_freeze_for(int statefd, const char *id, struct agsx_record *ret_rec, int *ret_lock,
-                            bool *ret_froze, agsx_error_t *err) {
-  _cleanup_close_ int lock = -1;
-  *ret_froze = false;
-  if (lock_running(statefd, id, ret_rec, &lock, err) < 0)
-    return -1;
-  if (!ret_rec->paused) {
-    if (set_frozen(id, true, err) < 0) {
-      agsx_record_clear(ret_rec);
-      return -1;
-    }
-    *ret_froze = true;
-  }
-  *ret_lock = steal_fd(&lock);
-  return 0;
+bool agsx_sandbox_is_frozen(const char *id) {
+  _cleanup_cgroup_ struct agsx_cgroup *cg = NULL;
+  _cleanup_error_ agsx_error_t e = NULL;
+  return agsx_cgroup_open(id, &cg, &e) == 0 && agsx_cgroup_frozen(cg);
 }
 
-void agsx_sandbox_thaw_for(const char *id, bool froze) {
-  _cleanup_error_ agsx_error_t e = NULL;
-  if (froze && set_frozen(id, false, &e) < 0)
-    agsx_warn("thaw sandbox `%.12s`: %s", id, e->msg);
+int agsx_sandbox_lock_changes(int statefd, const char *id, agsx_error_t *err) {
+  _cleanup_free_ char *path = xasprintf("%s/changes.lock", id);
+  _cleanup_close_ int fd = openat(statefd, path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return agsx_error_set(err, errno == ENOENT ? ESRCH : errno, "lock sandbox `%.12s`", id);
+  int r;
+  do
+    r = flock(fd, LOCK_EX);
+  while (r < 0 && errno == EINTR);
+  if (r < 0)
+    return agsx_error_set(err, errno, "lock sandbox `%.12s`", id);
+  return steal_fd(&fd);
 }

@@ -25,11 +25,17 @@ int agsx_sandbox_pause(int statefd, const char *id, agsx_error_t *err);
 /* Thaws it. ESRCH: not running; EALREADY: not paused. */
 int agsx_sandbox_unpause(int statefd, const char *id, agsx_error_t *err);
 
-/* For commit and snapshot: freezes ID unless it is paused already, under
- * its lock held in *RET_LOCK (the caller closes it after
- * agsx_sandbox_thaw_for). *RET_FROZE: this call froze it. */
-int agsx_sandbox_freeze_for(int statefd, const char *id, struct agsx_record *ret_rec, int *ret_lock,
-                            bool *ret_froze, agsx_error_t *err);
-void agsx_sandbox_thaw_for(const char *id, bool froze);
+/* Freezes (FREEZE) or thaws sandbox ID's cgroup, record untouched. A
+ * first freeze leaves STATE/<id>/AGSX_FROZEN_MARK, by which the sandbox's
+ * stop and end know to thaw it and to remove its v1 freezer cgroup
+ * (sandboxes never paused pay nothing for either). */
+#define AGSX_FROZEN_MARK "frozen"
+int agsx_sandbox_set_frozen(int statefd, const char *id, bool freeze, agsx_error_t *err);
+/* True while ID's cgroup is frozen. */
+bool agsx_sandbox_is_frozen(const char *id);
+/* Takes STATE/<id>/changes.lock (exclusive, blocking): pause, unpause,
+ * commit, snapshot, rollback and fork of one sandbox take turns, so that
+ * one never thaws what another froze. Returns the lock's fd. */
+int agsx_sandbox_lock_changes(int statefd, const char *id, agsx_error_t *err);
 
 #endif

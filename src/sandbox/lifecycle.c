@@ -14,12 +14,14 @@
 #include "sandbox/procs-internal.h"
 #include "image/registry/registry.h"
 #include "image/store.h"
+#include "net/egress.h"
 #include "net/net.h"
 #include "net/network.h"
 #include "net/relay.h"
 #include "sandbox/control.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/cgroup.h"
+#include "sandbox/snapshot.h"
 #include "state/state.h"
 #include "util/json.h"
 
@@ -82,10 +84,32 @@ int agsx_run_spec_check(const struct agsx_run_spec *o, agsx_error_t *err) {
     return -1;
   if (mode == AGSX_NET_INTERNAL && o->n_rules > 0)
     return agsx_error_set(err, 0, "--allow, --deny and --rules are for vpc networks");
+  if (mode == AGSX_NET_INTERNAL && o->egress && o->egress->n > 0)
+    return agsx_error_set(err, 0, "egress rules are for the public and vpc networks");
   return 0;
 }
 
 /* ---- the image and the sandbox configuration --------------------------------------------- */
+
+/* A fork's layers (sandbox/snapshot.h) go above the image's. */
+static int extra_layers(const struct agsx_run_spec *o, struct prepared *p,
+                        struct agsx_sandbox_config *cfg, agsx_error_t *err) {
+  size_t n = agsx_strv_len(o->extra_layers);
+  if (n == 0)
+    return 0;
+  if (cfg->n_layers + n > AGSX_IMAGE_MAX_LAYERS)
+    return agsx_error_set(err, 0, "more than %d layers", AGSX_IMAGE_MAX_LAYERS);
+  p->layers = agsx_strv_concat(cfg->layers, NULL);
+  for (size_t i = 0; i < n; i++) {
+    if (!agsx_snapshot_layer_id_is_valid(o->extra_layers[i]))
+      return agsx_error_set(err, EINVAL, "invalid layer id `%s`", o->extra_layers[i]);
+    _cleanup_free_ char *path = xasprintf("%s/layers/%s", o->state, o->extra_layers[i]);
+    agsx_strv_push(&p->layers, path);
+  }
+  cfg->layers = p->layers;
+  cfg->n_layers += n;
+  return 0;
+}
 
 static int prepare_image(const struct agsx_run_spec *o, const char *image, const char *pull,
                          struct prepared *p, struct agsx_sandbox_config *cfg, agsx_error_t *err) {
@@ -96,7 +120,7 @@ static int prepare_image(const struct agsx_run_spec *o, const char *image, const
   }
   if (strcmp(image, "host") == 0) {
     cfg->host_image = true;
-    return 0;
+    return extra_layers(o, p, cfg, err); /* a fork's: under /tmp and /root */
   }
   enum agsx_pull_policy policy;
   if (pull ? agsx_pull_policy_parse(pull, &policy, err) : agsx_pull_policy_default(&policy, err))
@@ -123,14 +147,14 @@ static int prepare_image(const struct agsx_run_spec *o, const char *image, const
     return -1;
   cfg->layers = p->info.layer_paths;
   cfg->n_layers = p->info.n_layers;
-  return 0;
+  return extra_layers(o, p, cfg, err);
 }
 
 static int build_config(const struct agsx_run_spec *o, char **cmd, struct prepared *p,
                         struct agsx_sandbox_config *cfg, agsx_error_t *err) {
   const struct agsx_image_config *ic = &p->info.config;
   char **tail = agsx_strv_len(cmd) ? cmd : ic->cmd;
-  p->argv = agsx_strv_concat(ic->entrypoint, tail);
+  p->argv = o->argv ? agsx_strv_concat(o->argv, NULL) : agsx_strv_concat(ic->entrypoint, tail);
   if (o->idle) {
     agsx_strv_free(p->argv);
     p->argv = agsx_strv_concat(NULL, NULL); /* (recorded as no command) */
@@ -277,6 +301,8 @@ static void fill_record(struct sup *f, struct agsx_record *r) {
   r->hostname = xstrdup(cfg->hostname);
   r->seccomp = xstrdup(f->o->seccomp ? f->o->seccomp : "default");
   r->rm = f->o->rm;
+  r->tmpfs_fd = f->sb->tmpfsfd; /* sandbox/snapshot.h */
+  r->layers = agsx_strv_concat(f->o->extra_layers, NULL);
   r->labels = f->o->labels ? agsx_strv_concat(f->o->labels, NULL) : NULL;
 }
 
@@ -357,7 +383,7 @@ static int open_ports(struct sup *f, agsx_error_t *err) {
  * 127.0.0.53, and the sandbox needs no way to the host. */
 static int open_dns(void *data, int netns, agsx_error_t *err) {
   struct sup *f = data;
-  return agsx_net_dns_listen(&f->dns, netns, err);
+  return agsx_net_dns_listen(&f->dns, netns, f->net, f->o->ephemeral ? NULL : f->o->state, err);
 }
 
 /* A detached sandbox's control socket and the processes it starts. */
@@ -508,6 +534,9 @@ static _Noreturn void detached_supervisor(struct sup *f, int report) {
   if (devnull >= 0)
     for (int i = 0; i < 3; i++)
       dup2(devnull, i);
+  /* It writes to its processes' stdin pipes: a reader gone is EPIPE, not
+   * its death (the command's dispositions are reset before exec). */
+  signal(SIGPIPE, SIG_IGN);
   int r = start(f, pipes, &err);
   struct report m = {.ok = r == 0};
   agsx_proc_ref_self(&m.supervisor);
@@ -528,6 +557,7 @@ static void prepared_clear(struct prepared *p) {
   agsx_image_info_clear(&p->info);
   agsx_strv_free(p->argv);
   agsx_strv_free(p->env);
+  agsx_strv_free(p->layers);
   agsx_seccomp_bpf_clear(&p->bpf);
 }
 
@@ -569,6 +599,7 @@ int agsx_lifecycle_create(const struct agsx_run_spec *spec, struct agsx_lifecycl
                        .started = lc->spec.t0,
                        .out = {{.fd = -1}, {.fd = -1}},
                        .net = linked ? &lc->net : NULL};
+  lc->net.egress = spec->egress;
   /* On public and vpc networks an address is leased first (see net.h). */
   if ((linked && agsx_net_attach_begin(spec->root, mode, net_name, spec->rules, spec->n_rules,
                                        lc->cfg.id, &lc->net, err) < 0) ||
@@ -648,6 +679,14 @@ static void close_callers_fds(struct agsx_lifecycle *lc, int report) {
 static _Noreturn void detach_child(struct agsx_lifecycle *lc, int report) {
   agsx_log_set_sink(NULL, NULL); /* the caller's sink may write to its fds */
   close_callers_fds(lc, report);
+  /* Nor its signal state: a server that ignores SIGCHLD would have the
+   * kernel reap the sandbox's init before we read its status. */
+  for (int sig = 1; sig < NSIG; sig++)
+    if (sig != SIGKILL && sig != SIGSTOP)
+      signal(sig, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
   if (setsid() < 0)
     _exit(125);
   pid_t pid = fork();

@@ -467,14 +467,17 @@ int agsx_procs_new(int statefd, int dirfd, const struct agsx_record *rec,
   return 0;
 }
 
-static void proc_write_info(struct agsx_procs *ps, struct proc *p) {
+/* Written whole and renamed into place, without agsx_write_file_atomic's
+ * fsyncs: the state directory does not outlive a reboot, and a start or an
+ * end must not wait for a disk (twice per process). */
+static void proc_write_info(struct proc *p) {
   size_t len;
   _cleanup_free_ char *json = info_to_json(&p->info, &len);
-  agsx_error_t err = NULL;
-  if (agsx_write_file_atomic(p->dirfd, CONFIG_JSON, json, len, 0600, &err) < 0)
-    agsx_warn("process %u: %s", p->info.pid, err->msg);
-  agsx_error_free(&err);
-  (void)ps;
+  _cleanup_close_ int fd = openat(p->dirfd, CONFIG_JSON ".tmp",
+                                  O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0 || agsx_write_all(fd, json, len) < 0 ||
+      renameat(p->dirfd, CONFIG_JSON ".tmp", p->dirfd, CONFIG_JSON) < 0)
+    agsx_warn("process %u: write its record: %s", p->info.pid, strerror(errno));
 }
 
 static void proc_free(struct proc *p) {
@@ -566,7 +569,7 @@ static int proc_record(struct agsx_procs *ps, struct proc *p, agsx_error_t *err)
     return agsx_error_set(err, errno, "process directory");
   if (agsx_log_writer_open(p->dirfd, "log", ps->cap, &p->log, err) < 0)
     return -1;
-  proc_write_info(ps, p);
+  proc_write_info(p);
   return 0;
 }
 
@@ -582,26 +585,23 @@ static void info_from_spec(struct agsx_process_info *i, const struct agsx_proces
   i->started_ns = agsx_now_ns();
 }
 
-static int proc_start(struct agsx_procs *ps, const struct agsx_process_spec *s, uint32_t *ret_pid,
-                      int *ret_code, agsx_error_t *err) {
-  *ret_code = 125;
-  if (ps->n >= AGSX_PROCESS_MAX)
-    return agsx_error_set(err, EAGAIN, "at most %d processes at once", AGSX_PROCESS_MAX);
-  struct proc *p = xzalloc(sizeof(*p));
-  p->out[0] = p->out[1] = p->in = p->dirfd = -1;
+/* Forks and execs it (agsx_exec_start, with the record as it is now: a
+ * paused sandbox is refused there); P then holds its pipes or pty master. */
+static int proc_exec(struct agsx_procs *ps, const struct agsx_process_spec *s, struct proc *p,
+                     int *ret_code, agsx_error_t *err) {
   int child[3];
-  if (open_stdio(s, p, child, err) < 0) {
-    proc_free(p);
+  if (open_stdio(s, p, child, err) < 0)
     return -1;
-  }
+  struct winsize ws = {.ws_row = (unsigned short)(s->rows ? s->rows : 24),
+                       .ws_col = (unsigned short)(s->cols ? s->cols : 80)};
   struct agsx_exec_config cfg = {.argv = s->argv,
                                  .env = s->env,
                                  .cwd = s->cwd,
                                  .user = s->user,
                                  .tty = s->pty,
                                  .stdio = {child[0], child[1], child[2]},
-                                 .seccomp = ps->seccomp};
-  /* The record as it is now: a paused sandbox is refused (exec.c). */
+                                 .seccomp = ps->seccomp,
+                                 .winsize = s->pty ? &ws : NULL};
   struct agsx_record rec;
   int r = agsx_record_read(ps->statefd, ps->rec.id, &rec, err);
   if (r == 0) {
@@ -610,17 +610,26 @@ static int proc_start(struct agsx_procs *ps, const struct agsx_process_spec *s, 
   }
   for (int i = 0; i < 3; i++)
     agsx_closep(&child[i]);
-  if (r < 0) {
-    proc_free(p);
+  if (r < 0)
     return -1;
-  }
   if (s->pty) {
     p->out[0] = p->in = p->e->pty_master;
     p->e->pty_master = -1;
     fcntl(p->in, F_SETFL, O_NONBLOCK);
-    struct winsize ws = {.ws_row = (unsigned short)(s->rows ? s->rows : 24),
-                         .ws_col = (unsigned short)(s->cols ? s->cols : 80)};
-    ioctl(p->in, TIOCSWINSZ, &ws);
+  }
+  return 0;
+}
+
+static int proc_start(struct agsx_procs *ps, const struct agsx_process_spec *s, uint32_t *ret_pid,
+                      int *ret_code, agsx_error_t *err) {
+  *ret_code = 125;
+  if (ps->n >= AGSX_PROCESS_MAX)
+    return agsx_error_set(err, EAGAIN, "at most %d processes at once", AGSX_PROCESS_MAX);
+  struct proc *p = xzalloc(sizeof(*p));
+  p->out[0] = p->out[1] = p->in = p->dirfd = -1;
+  if (proc_exec(ps, s, p, ret_code, err) < 0) {
+    proc_free(p);
+    return -1;
   }
   p->info.pid = ns_pid(p->e->pid);
   info_from_spec(&p->info, s);
@@ -652,23 +661,27 @@ static struct proc *find(struct agsx_procs *ps, uint32_t pid) {
   return NULL;
 }
 
-/* Writes what is pending to stdin; closes it when asked and done. */
-static void flush_input(struct proc *p) {
+/* Writes what is pending to stdin; closes it when asked and done. False
+ * when the reader is gone (EPIPE: stdin is closed then). */
+static bool flush_input(struct proc *p) {
   while (p->pend_len > 0 && p->in >= 0) {
     ssize_t n = write(p->in, p->pend, p->pend_len);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && errno == EAGAIN)
-      return;
+      return true;
     if (n <= 0) {
-      p->pend_len = 0; /* the reader is gone */
-      break;
+      p->pend_len = 0;
+      if (!p->info.pty)
+        agsx_closep(&p->in);
+      return false;
     }
     memmove(p->pend, p->pend + n, p->pend_len - (size_t)n);
     p->pend_len -= (size_t)n;
   }
   if (p->close_in && p->pend_len == 0 && p->in >= 0 && !p->info.pty)
     agsx_closep(&p->in);
+  return true;
 }
 
 static int op_input(struct proc *p, const struct agsx_control_msg *m, agsx_error_t *err) {
@@ -684,7 +697,8 @@ static int op_input(struct proc *p, const struct agsx_control_msg *m, agsx_error
   p->pend = xrealloc(p->pend, p->pend_len + m->len + 1);
   memcpy(p->pend + p->pend_len, m->data, m->len);
   p->pend_len += m->len;
-  flush_input(p);
+  if (!flush_input(p))
+    return agsx_error_set(err, EPIPE, "process %u closed its stdin", p->info.pid);
   return 0;
 }
 
@@ -857,7 +871,7 @@ static void proc_end(struct agsx_procs *ps, struct proc *p, const char *why) {
   if (agsx_log_end(p->log, p->info.exit_code, p->info.term_signal, error, &err) < 0)
     agsx_warn("process %u: %s", p->info.pid, err->msg);
   agsx_error_free(&err);
-  proc_write_info(ps, p);
+  proc_write_info(p);
   prune_ended(ps, p->info.pid);
 }
 

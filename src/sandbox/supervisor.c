@@ -10,9 +10,12 @@
 #include "net/network.h"
 #include "sandbox/control.h"
 #include "sandbox/procs-internal.h"
+#include "sandbox/snapshot.h"
+#include "state/state.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -57,6 +60,8 @@ static void on_deadline(struct sup *f) {
 /* `agsx update` and `agsx kill` change the record, then signal us (see
  * AGSX_SIG_CONTROL). Reading the record takes fds: when that fails the
  * supervise loop tries again shortly. */
+static void on_restart(struct sup *f, int64_t seq);
+
 static void on_control(struct sup *f) {
   agsx_error_t err = NULL;
   struct agsx_control_req req;
@@ -66,7 +71,9 @@ static void on_control(struct sup *f) {
   }
   if (req.stop)
     begin_stop(f, AGSX_STOP_KILLED);
-  else if (!f->stopping && req.deadline != f->deadline) {
+  else if (!f->stopping && req.restart_seq > f->restart_seq)
+    on_restart(f, req.restart_seq);
+  if (!req.stop && !f->stopping && req.deadline != f->deadline) {
     f->deadline = req.deadline;
     f->deadline_ns = req.deadline_ns;
     agsx_sup_arm_deadline(f);
@@ -393,4 +400,150 @@ int agsx_supervise(struct sup *f, agsx_error_t *err) {
     if (components[i].drain)
       components[i].drain(f);
   return 0;
+}
+
+/* ---- rollback: the sandbox restarted on a snapshot (sandbox/snapshot.h) ---------------------
+ * The client records the snapshot's layers and a request number, then
+ * signals a reload. The old sandbox is killed and destroyed (its snapshots
+ * kept), and the same configuration starts again on the image's layers
+ * plus the snapshot's, with an empty writable layer, in the same network
+ * namespace (address, veth, published ports and DNS relay stay), under the
+ * same id, name and deadline; the control socket and the sandbox's log go
+ * on. The answer goes in the record. */
+
+/* The old command's output is drained into the log and the new command
+ * gets fresh pipes to it (the first ones' write ends were closed after the
+ * first start). */
+static int renew_log_pipes(struct sup *f, int pipes[2][2], agsx_error_t *err) {
+  for (int i = 0; i < 2; i++) {
+    while (f->out[i].fd >= 0) {
+      struct pollfd p = {.fd = f->out[i].fd, .events = POLLIN};
+      if (poll(&p, 1, 0) <= 0)
+        break;
+      log_read(f, i);
+    }
+    agsx_closep(&f->out[i].fd);
+  }
+  for (int i = 0; i < 2; i++) {
+    if (pipe2(pipes[i], O_CLOEXEC) < 0)
+      return agsx_error_set(err, errno, "pipe");
+    f->cfg->stdio[1 + i] = pipes[i][1];
+  }
+  return 0;
+}
+
+static int restart_netns(struct sup *f, agsx_error_t *err) {
+  struct agsx_sandbox_config *cfg = f->cfg;
+  agsx_closep(&cfg->netns);
+  agsx_closep(&cfg->sysfs);
+  cfg->netns = fcntl(f->sb->netns, F_DUPFD_CLOEXEC, 3);
+  if (cfg->netns < 0)
+    return agsx_error_set(err, errno, "keep the network namespace");
+  /* The old sysfs mount went with the old mount namespace: a new one of
+   * the same network namespace (the supervisor has no threads). */
+  _cleanup_close_ int host = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (host < 0 || setns(cfg->netns, CLONE_NEWNET) < 0)
+    return agsx_error_set(err, errno, "enter the sandbox's network namespace");
+  cfg->sysfs = agsx_net_new_sysfs(err);
+  if (setns(host, CLONE_NEWNET) < 0)
+    abort(); /* never go on in the sandbox's namespace */
+  if (cfg->sysfs < 0)
+    return -1;
+  cfg->netns_job = NULL;
+  cfg->on_netns = NULL; /* the DNS relay is bound in it already */
+  return 0;
+}
+
+static int restart(struct sup *f, char *const *layers, agsx_error_t *err) {
+  if (!f->detached || f->o->tty || f->o->capture || f->o->on_output || f->o->ephemeral ||
+      f->o->interactive || f->cfg->idle)
+    return agsx_error_set(err, ENOTSUP, "rollback restarts detached sandboxes only (agsx run -d)");
+  struct prepared *p = f->p;
+  struct agsx_sandbox_config *cfg = f->cfg;
+  _cleanup_strv_ char **paths = agsx_strv_concat(p->info.layer_paths, NULL);
+  for (size_t i = 0; layers && layers[i]; i++) {
+    if (!agsx_snapshot_layer_id_is_valid(layers[i]))
+      return agsx_error_set(err, EINVAL, "invalid layer id `%s`", layers[i]);
+    _cleanup_free_ char *path = xasprintf("%s/layers/%s", f->o->state, layers[i]);
+    agsx_strv_push(&paths, path);
+  }
+  if (restart_netns(f, err) < 0)
+    return -1;
+  cfg->restart = true;
+  struct agsx_sandbox *old = f->sb;
+  old->keep_snapshots = true;
+  agsx_sandbox_kill(old);
+  _cleanup_error_ agsx_error_t derr = NULL;
+  if (agsx_sandbox_destroy(old, &derr) < 0)
+    agsx_warn("sandbox %.12s: rollback: %s", old->id, derr->msg);
+  agsx_strv_free(p->layers);
+  p->layers = steal_ptr(&paths);
+  cfg->layers = p->layers;
+  cfg->n_layers = agsx_strv_len(p->layers);
+  int pipes[2][2] = {{-1, -1}, {-1, -1}};
+  struct agsx_sandbox *sb = NULL;
+  int r = f->log ? renew_log_pipes(f, pipes, err) : 0;
+  if (r == 0)
+    r = agsx_sandbox_start(cfg, &sb, err);
+  for (int i = 0; i < 2; i++) {
+    agsx_closep(&pipes[i][1]);
+    f->out[i].fd = pipes[i][0];
+    if (f->out[i].fd >= 0)
+      fcntl(f->out[i].fd, F_SETFL, O_NONBLOCK);
+  }
+  if (r < 0) {
+    /* Nothing runs any more: the sandbox ends (as after its command). */
+    agsx_sandbox_free(sb);
+    f->sb = old;
+    return -1;
+  }
+  f->sb = sb;
+  agsx_sandbox_free(old);
+  return 0;
+}
+
+/* Writes how the restart went into the record. */
+static void record_restart(struct sup *f, int64_t seq, int rc, const char *error, char ***layers) {
+  int statefd = f->sb->statefd;
+  struct agsx_record r;
+  _cleanup_error_ agsx_error_t rerr = NULL;
+  _cleanup_close_ int lock = agsx_record_lock(statefd, f->sb->id, &rerr);
+  if (lock < 0 || agsx_record_read(statefd, f->sb->id, &r, &rerr) < 0)
+    return;
+  r.restarted_seq = seq;
+  free(r.restart_error);
+  r.restart_error = rc < 0 ? xstrdup(error ? error : "restart failed") : NULL;
+  if (rc == 0) {
+    agsx_strv_free(r.layers);
+    r.layers = steal_ptr(layers);
+    r.init.pid = f->sb->init_pid;
+    r.init.start_time = agsx_proc_start_time(f->sb->init_pid);
+    r.tmpfs_fd = f->sb->tmpfsfd;
+    r.slot = f->sb->ids.slot;
+    r.uid_base = f->sb->ids.base;
+    r.paused = false;
+    r.paused_at = 0;
+  }
+  _cleanup_error_ agsx_error_t werr = NULL;
+  agsx_record_write(statefd, &r, &werr);
+  agsx_record_clear(&r);
+}
+
+static void on_restart(struct sup *f, int64_t seq) {
+  f->restart_seq = seq;
+  agsx_error_t err = NULL;
+  struct agsx_record r;
+  _cleanup_strv_ char **layers = NULL;
+  {
+    _cleanup_close_ int lock = agsx_record_lock(f->sb->statefd, f->sb->id, &err);
+    if (lock >= 0 && agsx_record_read(f->sb->statefd, f->sb->id, &r, &err) == 0) {
+      layers = steal_ptr(&r.restart_layers);
+      agsx_record_clear(&r);
+    }
+  }
+  int rc = err ? -1 : restart(f, layers, &err);
+  record_restart(f, seq, rc, err ? err->msg : NULL, &layers);
+  if (rc < 0)
+    begin_stop(f, AGSX_STOP_ERROR);
+  agsx_error_free(&err);
 }

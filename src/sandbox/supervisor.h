@@ -31,6 +31,7 @@ struct prepared {
   char **argv, **env;
   struct agsx_seccomp_bpf bpf;
   char hostname[65];
+  char **layers; /* the image's and spec->extra_layers, when there are extra ones */
 };
 
 struct sup {
@@ -53,6 +54,7 @@ struct sup {
   char *cut; /* cut_kills: why the firewall cut the sandbox off */
   bool stopping, killed, recorded;
   bool reload_pending; /* an update's record could not be read yet */
+  int64_t restart_seq; /* the last rollback done (agsx_sup_restart) */
   enum agsx_stop_reason stop_reason;
   int64_t started, deadline; /* deadline: seconds, as recorded (rounded up) */
   int64_t deadline_ns;       /* the timer's: exact */

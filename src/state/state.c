@@ -30,6 +30,9 @@ void agsx_record_clear(struct agsx_record *r) {
   free(r->cwd);
   free(r->hostname);
   free(r->seccomp);
+  agsx_strv_free(r->layers);
+  agsx_strv_free(r->restart_layers);
+  free(r->restart_error);
   agsx_strv_free(r->labels);
   memset(r, 0, sizeof(*r));
 }
@@ -106,6 +109,13 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len) {
   agsx_json_kv_bool(g, "reported", r->reported);
   agsx_json_kv_bool(g, "paused", r->paused);
   agsx_json_kv_int(g, "paused_at", r->paused_at);
+  agsx_json_kv_int(g, "tmpfs_fd", r->tmpfs_fd);
+  gen_strv(g, "layers", r->layers);
+  gen_proc(g, "frozen_by", &r->frozen_by);
+  agsx_json_kv_int(g, "restart_seq", r->restart_seq);
+  agsx_json_kv_int(g, "restarted_seq", r->restarted_seq);
+  gen_strv(g, "restart_layers", r->restart_layers);
+  agsx_json_kv_str(g, "restart_error", r->restart_error);
   gen_labels(g, r->labels);
   yajl_gen_map_close(g);
   return agsx_json_gen_steal(g, ret_len);
@@ -342,6 +352,13 @@ int agsx_record_from_json(const char *buf, size_t len, struct agsx_record *r, ag
   b = agsx_json_get(v, "paused");
   r->paused = b && YAJL_IS_TRUE(b);
   r->paused_at = opt_int(v, "paused_at");
+  r->tmpfs_fd = agsx_json_get(v, "tmpfs_fd") ? (int)opt_int(v, "tmpfs_fd") : -1;
+  r->layers = opt_strv(v, "layers");
+  opt_proc(v, "frozen_by", &r->frozen_by);
+  r->restart_seq = opt_int(v, "restart_seq");
+  r->restarted_seq = opt_int(v, "restarted_seq");
+  r->restart_layers = opt_strv(v, "restart_layers");
+  r->restart_error = opt_str(v, "restart_error");
   return 0;
 }
 
@@ -685,6 +702,7 @@ int agsx_proc_ref_self(struct agsx_proc_ref *ret) {
 
 #include "sandbox/cgroup.h"
 #include "sandbox/proc.h"
+#include "sandbox/snapshot.h"
 
 #include <signal.h>
 #include <utime.h>
@@ -767,9 +785,15 @@ void agsx_state_reap_all(const char *state_dir, bool force, const struct agsx_re
     _cleanup_free_ char *rec = xasprintf("%s/state.json", *id);
     if (faccessat(statefd, rec, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
       continue; /* starting, or not a record: gc's business */
-    if (agsx_state_reap_one(statefd, *id, rep, &err) < 0)
+    int reaped = agsx_state_reap_one(statefd, *id, rep, &err);
+    if (reaped < 0)
       agsx_debug("reap `%.12s`: %s", *id, err->msg);
     agsx_error_free(&err);
+    /* Snapshots die with their sandbox; a capture that died thaws. */
+    if (reaped == 1)
+      agsx_snapshot_drop_all(statefd, *id);
+    else
+      agsx_snapshot_thaw_orphan(statefd, *id);
   }
 }
 

@@ -59,6 +59,20 @@ struct agsx_record {
   bool reported;     /* an ended sandbox's end was shown by ls -a or waited for */
   bool paused;       /* frozen by agsx pause (sandbox/freeze.h); only while running */
   int64_t paused_at; /* seconds since the epoch, while paused */
+  /* sandbox/snapshot.h: the supervisor's fd of the sandbox's tmpfs (-1:
+   * none), the layers (STATE/layers/<id>) under its writable one, above
+   * the image's (a fork's, a rollback's), and the process (commit,
+   * snapshot, fork) that froze it for a copy, thawed by the reaper if it
+   * died meanwhile. */
+  int tmpfs_fd;
+  char **layers;
+  struct agsx_proc_ref frozen_by;
+  /* agsx rollback: the client asks for restart number restart_seq on
+   * restart_layers; the supervisor answers with restarted_seq and, when it
+   * failed, restart_error. */
+  int64_t restart_seq, restarted_seq;
+  char **restart_layers;
+  char *restart_error;
 };
 
 void agsx_record_clear(struct agsx_record *r);

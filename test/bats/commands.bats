@@ -13,26 +13,11 @@ load helpers
 
 bats_require_minimum_version 1.5.0
 
-setup_file() {
-  export BB="$BATS_FILE_TMPDIR/bb"
-  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
-}
+setup_file() { busybox_setup_file; }
 
-setup() {
-  common_setup
-  AX_TIMEOUT=30
-  ax image load "$BB" >/dev/null
-}
+setup() { busybox_setup 30; }
 
 # ---- helpers -----------------------------------------------------------
-
-# rund ARGS...: `agsx run -d ARGS...`, prints the id and remembers it.
-rund() {
-  local id
-  id=$(ax run -d "$@") || return
-  echo "$id" >>"$T/ids"
-  echo "$id"
-}
 
 # Cgroup directories of the test's sandboxes still on the host.
 cgroups_of() {

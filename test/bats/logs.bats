@@ -160,3 +160,34 @@ start_sh() {
   wait "$lp"
   [ "$(cat "$T/out")" = up ]
 }
+
+@test "exec -d: the supervisor owns the process; logs --exec PID shows its output" {
+  id=$(ax run -d busybox sleep 300)
+  echo "$id" >>"$T/ids"
+  local p
+  run_ax exec -d -e X=1 "$id" sh -c 'echo out $X; echo err >&2; sleep 1; echo later'
+  assert_success
+  p=$output
+  [[ "$p" =~ ^[0-9]+$ ]] || { show_run; return 1; }
+  run --separate-stderr ax logs -f --exec "$p" "$id"
+  [ "$status" -eq 0 ] && [ "$output" = $'out 1\nlater' ] && [ "$stderr" = err ] || {
+    show_run
+    echo "# stderr: $stderr" >&3
+    return 1
+  }
+  run_ax exec -d --json "$id" true
+  assert_success
+  [[ "$output" == "{\"id\":\"$id\",\"pid\":"*"}" ]] || { show_run; return 1; }
+  run -127 ax exec -d "$id" nosuchcmd
+  run_ax exec -d -t "$id" true
+  assert_agsx_error "without a terminal"
+  run_ax logs --exec 0 "$id"
+  assert_agsx_error "invalid --exec"
+  run_ax logs --exec 99999 "$id"
+  assert_agsx_error "no such process"
+  # The sandbox's end ends it (and its log).
+  p=$(ax exec -d "$id" sleep 300)
+  ax kill "$id" >/dev/null
+  run_ax logs --exec "$p" "$id"
+  assert_success
+}

@@ -93,6 +93,20 @@ wait_ended() {
   [ "$(px log "$id" "$p" 2>/dev/null)" = done ]
 }
 
+@test "processes: input to a process that closed its stdin: EPIPE, the supervisor lives on" {
+  idle
+  local p
+  p=$(px start --stdin "$id" sh -c 'exec 0<&-; sleep 1; echo alive')
+  sleep 0.3
+  run px input "$id" "$p" 'into the void\n'
+  [ "$status" -eq 1 ] && [[ "$output" == *EPIPE* ]] || { show_run; return 1; }
+  wait_ended "$p"
+  [ "$(px log "$id" "$p" 2>/dev/null)" = alive ]
+  p=$(px start "$id" echo still-here)
+  wait_ended "$p"
+  [ "$(px log "$id" "$p" 2>/dev/null)" = still-here ]
+}
+
 @test "processes: a pty: controlling tty, size, input, resize" {
   idle
   local p
@@ -286,4 +300,64 @@ END
   p=$(px start "$id" echo still-answering)
   wait_ended "$p"
   [ "$(px log "$id" "$p" 2>/dev/null)" = still-answering ]
+}
+
+@test "processes: a killed supervisor's processes read as ended (137), new ones are refused" {
+  local out sup p
+  out=$(px create --idle busybox)
+  id=${out%% *}
+  sup=${out##* }
+  echo "$id" >>"$T/ids"
+  p=$(px start "$id" sleep 300)
+  kill -9 "$sup"
+  local i
+  for i in $(seq 1 50); do
+    kill -0 "$sup" 2>/dev/null || break
+    sleep 0.1
+  done
+  [[ "$(px get "$id" "$p")" == "$p ended 137 9 - sleep 300" ]] || { px get "$id" "$p" >&3; return 1; }
+  [ -z "$(px list "$id")" ]
+  run px start "$id" true
+  [ "$status" -ne 0 ] && [[ "$output" == *ESRCH* ]] || { show_run; return 1; }
+}
+
+@test "a caller SIGKILLed with its whole process group leaves the sandbox and its processes running" {
+  setsid "$PROCS" --root "$ROOT" --state "$STATE" create --idle --linger busybox >"$T/created" &
+  local caller=$! i
+  for i in $(seq 1 100); do
+    [ -s "$T/created" ] && break
+    sleep 0.1
+  done
+  id=$(cut -d' ' -f1 "$T/created")
+  echo "$id" >>"$T/ids"
+  local p
+  p=$(px start "$id" sleep 300)
+  # As a server's unit stop or a terminal's hangup would: every process
+  # of the caller's group at once.
+  kill -9 -- "-$caller"
+  wait "$caller" 2>/dev/null || true
+  sleep 0.5
+  [[ "$(ax ls -q)" == *"${id:0:12}"* ]] || { ax ls >&3; return 1; }
+  [[ "$(px get "$id" "$p")" == "$p running "* ]]
+  local q
+  q=$(px start "$id" echo after)
+  wait_ended "$q"
+  [ "$(px log "$id" "$q" 2>/dev/null)" = after ]
+}
+
+@test "the detached supervisor does not inherit its caller's signal state" {
+  local out
+  out=$(px create --odd-signals busybox sh -c 'sleep 0.5; exit 3')
+  id=${out%% *}
+  echo "$id" >>"$T/ids"
+  run_ax wait "$id"
+  [ "$output" = 3 ] || { show_run; return 1; }
+  out=$(px create --idle --odd-signals busybox)
+  id=${out%% *}
+  echo "$id" >>"$T/ids"
+  local t0=$SECONDS
+  run_ax kill "$id"
+  assert_success
+  run_ax wait "$id"
+  [ "$output" = 143 ] && [ $((SECONDS - t0)) -lt 5 ] || { show_run; return 1; }
 }

@@ -149,6 +149,7 @@ PY
     "agsx run host python3 -c 'print(6 * 7)'   # 42; exits with the command's status"
     'agsx run -d --name work --timeout 30m host sleep infinity   # prints the id once running'
     'agsx run -d --name web -p 8080:80 busybox httpd -f -p 80   # http://127.0.0.1:8080/'
+    'agsx run -d --name agent busybox sleep 1h            # a workspace for an agent'
     'agsx run -d --name lab --timeout 10m host sleep infinity   # a sandbox for code contexts'
   )
   local k bad=0
@@ -190,6 +191,10 @@ PY
 
 @test "readme: published ports" {
   run_block 'agsx run -d --name web -p 8080:80 busybox httpd -f -p 80   # http://127.0.0.1:8080/'
+}
+
+@test "readme: snapshots, rollback, pause, fork, commit" {
+  run_block 'agsx run -d --name agent busybox sleep 1h            # a workspace for an agent'
 }
 
 @test "readme: code contexts" {

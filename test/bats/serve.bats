@@ -201,8 +201,7 @@ run_sdk() {
 @test "serve: what is not supported is a 501 with code 501, never 404 or 409" {
   serve_start
   id=$(create)
-  for r in "POST /sandboxes/$id/fork {}" "POST /sandboxes/$id/snapshots {}" \
-    "PUT /sandboxes/$id/network {}" "GET /snapshots" "GET /templates" \
+  for r in "PUT /sandboxes/$id/network {}" "GET /templates" \
     'POST /v2/sandboxes {"templateID":"bb","mcp":{"x":{}}}' \
     'POST /v2/sandboxes {"templateID":"bb","volumeMounts":[{"name":"v","path":"/m"}]}' \
     'POST /v2/sandboxes {"templateID":"bb","autoPause":true}' \
@@ -560,4 +559,44 @@ rpc() { python3 "$AGSX_SRCDIR/test/serve/connect.py" "$PORT" "$ID" "$TOK" "$@"; 
   [[ $output == 200*'"sleep 60"'* ]] || [[ $output == 200*'sleep 60'* ]]
   api DELETE "/sandboxes/$ID" >/dev/null
   wait_gone "$ID"
+}
+
+@test "serve: fork, createSnapshot, listSnapshots over curl; a snapshot is a template" {
+  serve_start
+  id=$(create)
+  run api POST "/sandboxes/$id/fork" '{"count":2,"timeout":30}'
+  [ "$(status_of "$output")" = 201 ] || { echo "$output" >&3; false; }
+  python3 -c 'import json,sys; v=json.loads(sys.argv[1]); assert len(v)==2 and all(len(f["sandbox"]["sandboxID"])==20 for f in v), v' "$(body_of "$output")"
+  local forks
+  forks=$(python3 -c 'import json,sys; print(" ".join(f["sandbox"]["sandboxID"] for f in json.loads(sys.argv[1])))' "$(body_of "$output")")
+  run api POST "/sandboxes/$id/fork" '{"count":0}'
+  [ "$(status_of "$output")" = 400 ]
+  run api POST "/sandboxes/0123456789abcdef0123/fork" '{}'
+  [ "$(status_of "$output")" = 404 ]
+  run api POST "/sandboxes/$id/snapshots" '{"name":"mysnap"}'
+  [ "$(status_of "$output")" = 201 ] || { echo "$output" >&3; false; }
+  local snap
+  snap=$(python3 -c 'import json,sys; v=json.loads(sys.argv[1]); assert v["names"]==[v["snapshotID"]], v; print(v["snapshotID"])' "$(body_of "$output")")
+  [[ "$snap" == *mysnap* ]]
+  ax exec "$(ax ls -q --no-trunc | grep "^$id")" sh -c 'echo changed >/changed'
+  run api POST "/sandboxes/$id/snapshots" '{}'
+  [ "$(status_of "$output")" = 201 ]
+  run api GET "/snapshots?sandboxID=$id"
+  [ "$(status_of "$output")" = 200 ]
+  python3 -c 'import json,sys; v=json.loads(sys.argv[1]); assert len(v)==2, v' "$(body_of "$output")"
+  run api GET "/snapshots?name=mysnap"
+  python3 -c 'import json,sys; v=json.loads(sys.argv[1]); assert len(v)==1 and v[0]["snapshotID"]==sys.argv[2], v' "$(body_of "$output")" "$snap"
+  run api POST /v2/sandboxes "{\"templateID\":\"$snap\",\"timeout\":30}"
+  [ "$(status_of "$output")" = 201 ] || { echo "$output" >&3; false; }
+  new=$(body_of "$output" | python3 -c 'import json,sys; print(json.load(sys.stdin)["sandboxID"])')
+  for x in $id $forks $new; do api DELETE "/sandboxes/$x" >/dev/null; done
+  for x in $id $forks $new; do wait_gone "$x"; done
+  AGSX_GC_MIN_AGE=0 ax gc >/dev/null # the forks' layer
+}
+
+@test "serve: SDK (latest): pause, connect, createSnapshot, listSnapshots, fork" {
+  serve_start
+  SDK_TIMEOUT=240 run_sdk latest snapshot.mjs
+  wait_no_sandboxes
+  AGSX_GC_MIN_AGE=0 ax gc >/dev/null # the forks' layer
 }

@@ -8,6 +8,7 @@
 
 #include <poll.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <zlib.h>
 
 #define BASE 200000u /* the tree's uid base: host id = BASE + sandbox id */
@@ -25,7 +26,7 @@ static void must(int cond, const char *what) {
 static void put(const char *rel, const char *data, mode_t mode, unsigned owner) {
   char p[512];
   snprintf(p, sizeof(p), "%s/%s", root, rel);
-  int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
   must(fd >= 0, p);
   must(write(fd, data, strlen(data)) == (ssize_t)strlen(data), p);
   must(fchown(fd, BASE + owner, BASE + owner) == 0, p);
@@ -173,6 +174,12 @@ static void test_paths(void) {
   char *p = agsx_fs_path(c, "~root/x", &err);
   fails(p ? 0 : -1, &err, AGSX_FS_INVALID_ARGUMENT, "user-specific", "`~root/x` is refused");
   free(p);
+  char deep[2048] = "";
+  for (int i = 0; i < 300; i++)
+    strcat(deep, "/d");
+  p = agsx_fs_path(c, deep, &err);
+  fails(p ? 0 : -1, &err, AGSX_FS_INVALID_ARGUMENT, "components", "a path of 300 components");
+  free(p);
   agsx_fs_close(c);
   c = ctx_for("agent", "/srv");
   p = c ? agsx_fs_path(c, "", &err) : NULL;
@@ -211,6 +218,18 @@ static void test_stat(struct agsx_fs_ctx *c) {
   yajl_gen_free(g);
   agsx_fs_entry_clear(&e);
 
+  struct agsx_fs_entry bad = {.name = "a\xff\xfe", .path = "/x/a\xff\xfe", .st_mode = S_IFREG};
+  g = agsx_json_gen_new(false);
+  agsx_fs_entry_gen(g, &bad);
+  json = agsx_json_gen_steal(g, NULL);
+  yajl_gen_free(g);
+  agsx_error_t jerr = NULL;
+  yajl_val parsed = agsx_json_parse(json, strlen(json), 1 << 16, &jerr);
+  tap_ok(parsed && strstr(json, "\"a\xef\xbf\xbd"), "invalid UTF-8 in a name stays valid JSON");
+  if (parsed)
+    yajl_tree_free(parsed);
+  agsx_error_free(&jerr);
+  free(json);
   link_("/etc", "home/user/etc-link");
   r = agsx_fs_stat(c, "~/etc-link", &e, &err);
   char perm[16] = "";
@@ -297,6 +316,8 @@ static void test_list(struct agsx_fs_ctx *c) {
   agsx_fs_entries_free(v, n);
 }
 
+static int write_all(struct agsx_fs_ctx *c, const char *path, const char *data, agsx_error_t *err);
+
 static void test_mkdir_move_remove(struct agsx_fs_ctx *c) {
   struct agsx_fs_entry e;
   agsx_error_t err = NULL;
@@ -312,6 +333,17 @@ static void test_mkdir_move_remove(struct agsx_fs_ctx *c) {
   fails(r, &err, AGSX_FS_INVALID_ARGUMENT, "not a directory", "mkdir over a file");
   r = agsx_fs_mkdir(c, "~/hello.txt/sub", &e, &err);
   fails(r, &err, AGSX_FS_INVALID_ARGUMENT, "path is a file", "mkdir below a file");
+  dir("home/user/sgid", 0);
+  char sg[512];
+  snprintf(sg, sizeof(sg), "%s/home/user/sgid", root);
+  must(chmod(sg, 02777) == 0, "chmod");
+  r = agsx_fs_mkdir(c, "~/sgid/d", &e, &err);
+  st = stat_of("home/user/sgid/d");
+  tap_ok(r == 0 && st.st_gid == BASE + 1000, "below a set-group-ID directory: the user's group");
+  agsx_fs_entry_clear(&e);
+  r = write_all(c, "~/sgid/f", "x", &err);
+  st = stat_of("home/user/sgid/f");
+  tap_ok(r == 0 && st.st_gid == BASE + 1000 && st.st_uid == BASE + 1000, "an upload there too");
   link_("/tmp", "home/user/tmp-link");
   r = agsx_fs_mkdir(c, "~/tmp-link/made", &e, &err);
   tap_ok(r == 0 && exists("tmp/made"), "mkdir through a symlink stays in the root");
@@ -442,6 +474,24 @@ static void test_download(struct agsx_fs_ctx *c) {
   fails(r, &err, AGSX_FS_INVALID_ARGUMENT, "is a directory", "download of a directory");
   r = agsx_fs_download_open(c, "~/fifo", &fd, &size, NULL, &err);
   fails(r, &err, AGSX_FS_INVALID_ARGUMENT, "not a regular file", "download of a FIFO");
+  char dev[512];
+  snprintf(dev, sizeof(dev), "%s/home/user/ptmx", root);
+  if (mknod(dev, S_IFCHR | 0666, makedev(5, 2)) == 0) { /* opening it would make a pty */
+    r = agsx_fs_download_open(c, "~/ptmx", &fd, &size, NULL, &err);
+    fails(r, &err, AGSX_FS_INVALID_ARGUMENT, "not a regular file", "download of a device");
+    link_("/home/user/ptmx", "etc/group"); /* and the context never opens it either */
+    struct agsx_fs_ctx *c2 = ctx_for(NULL, NULL);
+    struct agsx_fs_entry e;
+    r = c2 ? agsx_fs_stat(c2, "~/hello.txt", &e, &err) : -1;
+    tap_ok(r == 0 && strcmp(e.group, "1000") == 0, "a device as /etc/group: groups unnamed");
+    if (r == 0)
+      agsx_fs_entry_clear(&e);
+    agsx_fs_close(c2);
+    char grp[512];
+    snprintf(grp, sizeof(grp), "%s/etc/group", root);
+    unlink(grp);
+    put("etc/group", "root:x:0:\nuser:x:1000:\nstaff:x:50:\n", 0644, 0);
+  }
   link_("/etc/shadow", "home/user/shadow");
   r = agsx_fs_download_open(c, "~/shadow", &fd, &size, NULL, &err);
   fails(r, &err, AGSX_FS_NOT_FOUND, NULL, "a symlink to the host's /etc/shadow reads nothing");
@@ -452,6 +502,73 @@ static void test_download(struct agsx_fs_ctx *c) {
   r = agsx_fs_download_open(c, "~/magic", &fd, &size, NULL, &err);
   tap_ok(r < 0, "nor a path through /proc/self/root");
   agsx_error_free(&err);
+}
+
+/* Files of the host in the tree (owner 0: outside the sandbox's ids, as a
+ * host image's /usr or /etc/ssl): only what "other" may, never host root's
+ * privileges. */
+static void host_owned(const char *rel, mode_t mode, bool is_dir) {
+  char p[512];
+  snprintf(p, sizeof(p), "%s/%s", root, rel);
+  if (is_dir)
+    must(mkdir(p, mode) == 0 || errno == EEXIST, p);
+  else
+    close(open(p, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode));
+  must(chown(p, 0, 0) == 0 && chmod(p, mode) == 0, p);
+}
+
+static void test_host_files(struct agsx_fs_ctx *c) {
+  host_owned("hostdir", 0755, true);
+  host_owned("hostdir/secret", 0600, false);
+  host_owned("hostdir/pub", 0644, false);
+  host_owned("hostpriv", 0700, true);
+  host_owned("hostopen", 01777, true);
+  host_owned("hostopen/theirs", 0644, false);
+  int fd = -1;
+  uint64_t size;
+  agsx_error_t err = NULL;
+  int r = agsx_fs_download_open(c, "/hostdir/secret", &fd, &size, NULL, &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, "permission denied", "a host file of mode 0600");
+  r = agsx_fs_download_open(c, "/hostdir/pub", &fd, &size, NULL, &err);
+  tap_ok(r == 0, "a host file of mode 0644 reads");
+  if (r == 0)
+    close(fd);
+  struct agsx_fs_entry *v = NULL, e;
+  size_t n = 0;
+  r = agsx_fs_list(c, "/hostdir", 1, &v, &n, &err);
+  tap_ok(r == 0 && n == 2, "a host directory of mode 0755 lists");
+  agsx_fs_entries_free(v, n);
+  r = agsx_fs_list(c, "/hostpriv", 1, &v, &n, &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "a host directory of mode 0700 does not");
+  r = agsx_fs_watch_open(c, "/hostpriv", 0, &(struct agsx_fs_watch *){NULL}, &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "nor is it watched");
+  host_owned("hostpriv/readable", 0644, false);
+  host_owned("hostpriv/sub", 0755, true);
+  r = agsx_fs_download_open(c, "/hostpriv/readable", &fd, &size, NULL, &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "nor a readable file below it");
+  r = agsx_fs_list(c, "/hostpriv/sub", 1, &v, &n, &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "nor a directory below it");
+  link_("/hostpriv/readable", "tmp/to-priv");
+  r = agsx_fs_download_open(c, "/tmp/to-priv", &fd, &size, NULL, &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "nor through a symlink from elsewhere");
+  r = write_all(c, "/hostdir/new", "x", &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "no upload into a host directory of 0755");
+  tap_ok(!exists("hostdir/new"), "and nothing is left there");
+  r = write_all(c, "/hostdir/pub", "x", &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "nor over a host file there");
+  r = agsx_fs_mkdir(c, "/hostdir/sub/deeper", &e, &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "no mkdir there");
+  r = agsx_fs_remove(c, "/hostdir/pub", &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "no remove there");
+  r = agsx_fs_move(c, "/hostdir/pub", "/tmp/stolen", &e, &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "no move out of there");
+  tap_ok(exists("hostdir/pub") && !exists("tmp/stolen"), "the host files stay");
+  r = write_all(c, "/hostopen/mine", "x", &err);
+  tap_ok(r == 0, "an upload into a host directory of 1777 is allowed");
+  r = agsx_fs_remove(c, "/hostopen/mine", &err);
+  tap_ok(r == 0, "and removing the sandbox's own file there");
+  r = agsx_fs_remove(c, "/hostopen/theirs", &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "but not a host file in that sticky directory");
 }
 
 static void multipart_body(char *out, size_t n, const char *f1, const char *f2) {
@@ -697,6 +814,7 @@ int main(void) {
   test_mkdir_move_remove(c);
   test_upload(c);
   test_download(c);
+  test_host_files(c);
   test_receive(c);
   test_signature();
   test_watch(c);

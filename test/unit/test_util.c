@@ -334,6 +334,11 @@ static void test_strv_strset(void) {
          "strv: concat copies A then B");
   _cleanup_strv_ char **copy = agsx_strv_concat(NULL, v);
   tap_ok(agsx_strv_len(copy) == 2 && strcmp(copy[1], "b") == 0, "strv: concat with NULL copies");
+  tap_ok(agsx_list_has("cpu,cpuacct", "cpuacct", ", ") && agsx_list_has(", a,, b ", "b", ", ") &&
+             !agsx_list_has("cpuacct", "cpu", ", ") && !agsx_list_has("ab", "a", ", ") &&
+             !agsx_list_has(NULL, "a", ", ") && !agsx_list_has("", "a", ", ") &&
+             !agsx_list_has("a\tb", "b", ", ") && agsx_list_has("a\tb", "b", ", \t"),
+         "list: whole items only, any run of the separators given, NULL and empty hold none");
   _cleanup_strset_ struct agsx_strset set = {0};
   tap_ok(!agsx_strset_has(&set, "x") && set.v == NULL, "strset: zeroed is empty");
   bool fresh = true, dup = false, all = true;

@@ -11,7 +11,6 @@
 #include "image/build/dockerignore.h"
 #include "image/image.h"
 #include "image/store.h"
-#include "sandbox/seccomp.h"
 #include "util/digest.h"
 
 #include <archive.h>
@@ -57,8 +56,6 @@ struct build {
   size_t n_stages;
   struct stage *cur;
   const struct agsx_df_instr *in;
-  struct agsx_seccomp_bpf bpf;
-  bool have_bpf;
   /* cache records to write once the layers are committed */
   char **pending_cache; /* "keyhex\0record" pairs stored as two entries */
   struct agsx_build_result *res;
@@ -112,6 +109,22 @@ int agsx_build_read_from_layers(struct build *b, struct stage *st, const char *p
                                 size_t *ret_len, agsx_error_t *err);
 struct stage *agsx_build_find_stage(struct build *b, const char *name);
 int agsx_build_from_image(struct build *b, struct stage *st, const char *name, agsx_error_t *err);
+
+/* build.c: an overlay upper directory (or a layer directory in its form:
+ * sandbox/snapshot.h) into the layer W writes, ids shifted back by BASE. */
+struct upper_walk {
+  struct build *b;
+  struct lw *w;
+  uid_t base;
+  struct {
+    dev_t dev;
+    ino_t ino;
+    char *path;
+  } * links;
+  size_t n_links;
+};
+int agsx_build_upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int depth,
+                         agsx_error_t *err);
 
 /* writer.c */
 void agsx_lw_free(struct lw *w);

@@ -12,7 +12,6 @@
 #include "sandbox/lifecycle.h"
 #include "sandbox/passwd.h"
 #include "sandbox/sandbox.h"
-#include "sandbox/seccomp.h"
 
 #include <archive.h>
 #include <ctype.h>
@@ -694,26 +693,14 @@ static bool agsx_made(const char *path) {
          strcmp(path, "etc/resolv.conf") == 0;
 }
 
-struct upper_walk {
-  struct build *b;
-  struct lw *w;
-  uid_t base;
-  struct {
-    dev_t dev;
-    ino_t ino;
-    char *path;
-  } * links;
-  size_t n_links;
-};
-
 static uid_t shift(uid_t id, uid_t base) {
   return id >= base && id - base < AGSX_UID_RANGE ? id - base : 0;
 }
 
 /* Walks the upper directory DIRFD (on the sandbox's tmpfs, never through a
  * symlink) into the layer. */
-static int upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int depth,
-                     agsx_error_t *err) {
+int agsx_build_upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int depth,
+                         agsx_error_t *err) {
   if (depth > 256)
     return agsx_error_set(err, 0, "RUN made a tree deeper than 256 levels");
   _cleanup_strv_ char **names = NULL;
@@ -784,7 +771,7 @@ static int upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int de
       if (agsx_lw_add(u->w, &oe, err) < 0)
         return -1;
     }
-    if (upper_dir(u, sub, path, depth + 1, err) < 0)
+    if (agsx_build_upper_dir(u, sub, path, depth + 1, err) < 0)
       return -1;
   }
   return 0;
@@ -886,6 +873,8 @@ static int run_sandbox(struct build *b, char **argv, char **env, const char *net
       .workdir = st->workdir,
       .hostname = "buildkitsandbox",
       .network = net,
+      /* (RUN --network=none is internal: no egress to filter) */
+      .egress = net && strcmp(net, "internal") != 0 ? b->o->egress : NULL,
       .disk = 8ull << 30,
       .keep_upper = true,
       .ephemeral = true,
@@ -968,7 +957,7 @@ static int do_run(struct build *b, agsx_error_t *err) {
     agsx_build_line_err(b, err);
   if (r == 0) {
     struct upper_walk u = {.b = b, .w = &lw, .base = sb->ids.base};
-    r = upper_dir(&u, sb->upperfd, "", 0, err);
+    r = agsx_build_upper_dir(&u, sb->upperfd, "", 0, err);
     for (size_t i = 0; i < u.n_links; i++)
       free(u.links[i].path);
     free(u.links);
@@ -1082,8 +1071,6 @@ int agsx_build(struct agsx_store *s, const struct agsx_build_opts *o, struct ags
   agsx_strv_free(b.meta_decl);
   agsx_strv_free(b.used_args);
   agsx_strv_free(b.pending_cache);
-  if (b.have_bpf)
-    agsx_seccomp_bpf_clear(&b.bpf);
   agsx_closep(&b.ctxfd);
   agsx_closep(&b.cachefd);
   agsx_closep(&b.workfd);

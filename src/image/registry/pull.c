@@ -240,69 +240,105 @@ static int cmp_layer_digest(const void *a, const void *b) {
 
 /* Downloads the blobs of LAYERS not yet in the store into partial/, up to
  * AGSX_REGISTRY_PARALLEL at a time. */
-static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_error_t *err) {
-  size_t n = mf->n_layers;
-  struct xfer *xs = xzalloc(n * sizeof(*xs));
-  size_t *todo = xmalloc((n + 1) * sizeof(*todo)), ntodo = 0;
-  for (size_t i = 0; i < n; i++) {
-    xs[i].fd = -1;
-    xs[i].desc = &mf->layers[i];
-    xs[i].space_reserve = p->store->reserve;
+/* The layers of one pull: a transfer each, and those still to download. */
+struct downloads {
+  struct xfer *xs;
+  size_t n;
+  size_t *todo, ntodo;
+};
+
+static void layer_skipped(struct pull *p, struct xfer *x) {
+  p->prog.layers_skipped++;
+  p->prog.layers_done++;
+  x->done = true;
+}
+
+/* Layer I (the K-th in digest order): skipped when the store has it (or it
+ * is a duplicate), verified when its partial file is complete, else queued. */
+static int plan_layer(struct pull *p, struct downloads *dl, size_t i, bool dup, agsx_error_t *err) {
+  struct xfer *x = &dl->xs[i];
+  const struct agsx_descriptor *d = x->desc;
+  if (dup || agsx_store_has_blob(p->store, d->digest)) {
+    layer_skipped(p, x);
+    return 0;
   }
-  p->prog.layers_total = n;
-  /* Partial files are locked in digest order, so two pulls sharing layers
-   * in different orders cannot wait on each other. */
-  struct layer_ref *order = xmalloc((n + 1) * sizeof(*order));
+  x->size = d->size;
+  x->fd = open_partial(p, d, &x->offset, err);
+  if (x->fd < 0)
+    return -1;
+  if (agsx_store_has_blob(p->store, d->digest)) {
+    /* A concurrent pull committed it while we waited for the lock. */
+    if (x->offset == 0)
+      unlinkat(p->partialfd, agsx_digest_hex(d->digest), 0);
+    agsx_closep(&x->fd);
+    layer_skipped(p, x);
+    return 0;
+  }
+  p->prog.bytes_total += d->size;
+  p->prog.bytes_done += x->offset;
+  if (x->offset == d->size) {
+    x->done = true;
+    p->prog.layers_done++;
+    return verify_blob(p, d, err);
+  }
+  dl->todo[dl->ntodo++] = i;
+  return 0;
+}
+
+/* Partial files are locked in digest order, so two pulls sharing layers
+ * in different orders cannot wait on each other. */
+static int plan_layers(struct pull *p, struct downloads *dl, const struct agsx_manifest *mf,
+                       agsx_error_t *err) {
+  size_t n = dl->n;
+  _cleanup_free_ struct layer_ref *order = xmalloc((n + 1) * sizeof(*order));
   for (size_t i = 0; i < n; i++)
     order[i] = (struct layer_ref){mf->layers[i].digest, i};
   qsort(order, n, sizeof(*order), cmp_layer_digest);
-  int rc = 0;
-  for (size_t k = 0; k < n && rc == 0; k++) {
-    size_t i = order[k].i;
-    const struct agsx_descriptor *d = &mf->layers[i];
-    bool dup = k > 0 && strcmp(order[k - 1].digest, d->digest) == 0;
-    if (dup || agsx_store_has_blob(p->store, d->digest)) {
-      p->prog.layers_skipped++;
-      p->prog.layers_done++;
-      xs[i].done = true;
-      continue;
-    }
-    xs[i].size = d->size;
-    xs[i].fd = open_partial(p, d, &xs[i].offset, err);
-    if (xs[i].fd < 0) {
-      rc = -1;
-      break;
-    }
-    if (agsx_store_has_blob(p->store, d->digest)) {
-      /* A concurrent pull committed it while we waited for the lock. */
-      if (xs[i].offset == 0)
-        unlinkat(p->partialfd, agsx_digest_hex(d->digest), 0);
-      agsx_closep(&xs[i].fd);
-      p->prog.layers_skipped++;
-      p->prog.layers_done++;
-      xs[i].done = true;
-      continue;
-    }
-    p->prog.bytes_total += d->size;
-    p->prog.bytes_done += xs[i].offset;
-    if (xs[i].offset == d->size) {
-      xs[i].done = true;
-      p->prog.layers_done++;
-      rc = verify_blob(p, d, err);
-      continue;
-    }
-    todo[ntodo++] = i;
+  for (size_t k = 0; k < n; k++) {
+    bool dup = k > 0 && strcmp(order[k - 1].digest, order[k].digest) == 0;
+    if (plan_layer(p, dl, order[k].i, dup, err) < 0)
+      return -1;
   }
-  free(order);
   /* What is still to come must fit, with the reserve kept free. */
-  if (rc == 0)
-    rc =
-        agsx_store_check_space(p->store, (uint64_t)(p->prog.bytes_total - p->prog.bytes_done), err);
-  CURLM *m = rc == 0 ? agsx_curl.multi_init() : NULL;
+  return agsx_store_check_space(p->store, (uint64_t)(p->prog.bytes_total - p->prog.bytes_done),
+                                err);
+}
+
+/* The transfers that ended: a redirect starts its next hop, the others are
+ * finished and verified. */
+static int reap_transfers(struct pull *p, CURLM *m, size_t *running_n, agsx_error_t *err) {
+  CURLMsg *msg;
+  int left, rc = 0;
+  while (rc == 0 && (msg = agsx_curl.multi_info_read(m, &left)) != NULL) {
+    if (msg->msg != CURLMSG_DONE)
+      continue;
+    struct xfer *x = NULL;
+    agsx_curl.easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+    CURLcode c = msg->data.result;
+    agsx_curl.multi_remove_handle(m, x->h);
+    int rd = c == CURLE_OK && !x->started ? agsx_registry_xfer_redirect(x, err) : 0;
+    if (rd > 0) {
+      agsx_registry_xfer_reset_hop(x);
+      rc = launch_blob(p, m, x, err);
+      continue;
+    }
+    (*running_n)--;
+    rc = rd < 0 ? -1 : finish_blob(p, x, c, err);
+    if (rc == 0)
+      rc = verify_blob(p, x->desc, err);
+    x->done = true;
+    p->prog.layers_done++;
+  }
+  return rc;
+}
+
+/* The queued layers, AGSX_REGISTRY_PARALLEL at a time, in one curl multi. */
+static int run_transfers(struct pull *p, struct downloads *dl, CURLM *m, agsx_error_t *err) {
   size_t next = 0, running_n = 0;
-  while (rc == 0 && (next < ntodo || running_n > 0)) {
-    while (next < ntodo && running_n < AGSX_REGISTRY_PARALLEL && rc == 0) {
-      struct xfer *x = &xs[todo[next++]];
+  int rc = 0;
+  while (rc == 0 && (next < dl->ntodo || running_n > 0)) {
+    while (next < dl->ntodo && running_n < AGSX_REGISTRY_PARALLEL && rc == 0) {
+      struct xfer *x = &dl->xs[dl->todo[next++]];
       rc = start_blob(p, m, x, x->desc, err);
       running_n++;
     }
@@ -312,53 +348,49 @@ static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_
     CURLMcode mc = agsx_curl.multi_perform(m, &still);
     if (mc == CURLM_OK)
       mc = agsx_curl.multi_poll(m, NULL, 0, 200, NULL);
-    if (mc != CURLM_OK) {
-      rc = agsx_error_set(err, 0, "curl: %s", agsx_curl.multi_strerror(mc));
-      break;
-    }
-    CURLMsg *msg;
-    int left;
-    while (rc == 0 && (msg = agsx_curl.multi_info_read(m, &left)) != NULL) {
-      if (msg->msg != CURLMSG_DONE)
-        continue;
-      struct xfer *x = NULL;
-      agsx_curl.easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
-      CURLcode c = msg->data.result;
-      agsx_curl.multi_remove_handle(m, x->h);
-      int rd = c == CURLE_OK && !x->started ? agsx_registry_xfer_redirect(x, err) : 0;
-      if (rd > 0) {
-        agsx_registry_xfer_reset_hop(x);
-        rc = launch_blob(p, m, x, err);
-        continue;
-      }
-      running_n--;
-      rc = rd < 0 ? -1 : finish_blob(p, x, c, err);
-      if (rc == 0)
-        rc = verify_blob(p, x->desc, err);
-      x->done = true;
-      p->prog.layers_done++;
-    }
+    if (mc != CURLM_OK)
+      return agsx_error_set(err, 0, "curl: %s", agsx_curl.multi_strerror(mc));
+    rc = reap_transfers(p, m, &running_n, err);
     int64_t live = 0;
-    for (size_t i = 0; i < n; i++)
-      if (xs[i].fd >= 0)
-        live += xs[i].offset;
+    for (size_t i = 0; i < dl->n; i++)
+      if (dl->xs[i].fd >= 0)
+        live += dl->xs[i].offset;
     p->prog.bytes_done = live;
     report(p, false);
   }
+  return rc;
+}
+
+static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_error_t *err) {
+  size_t n = mf->n_layers;
+  struct downloads dl = {
+      .xs = xzalloc(n * sizeof(*dl.xs)), .n = n, .todo = xmalloc((n + 1) * sizeof(*dl.todo))};
+  for (size_t i = 0; i < n; i++) {
+    dl.xs[i].fd = -1;
+    dl.xs[i].desc = &mf->layers[i];
+    dl.xs[i].space_reserve = p->store->reserve;
+  }
+  p->prog.layers_total = n;
+  int rc = plan_layers(p, &dl, mf, err);
+  CURLM *m = rc == 0 ? agsx_curl.multi_init() : NULL;
+  if (rc == 0 && m == NULL)
+    rc = agsx_error_set(err, ENOMEM, "curl: cannot make a multi handle");
+  if (rc == 0)
+    rc = run_transfers(p, &dl, m, err);
   if (m) {
     for (size_t i = 0; i < n; i++)
-      if (xs[i].h)
-        agsx_curl.multi_remove_handle(m, xs[i].h);
+      if (dl.xs[i].h)
+        agsx_curl.multi_remove_handle(m, dl.xs[i].h);
     agsx_curl.multi_cleanup(m);
   }
   for (size_t i = 0; i < n; i++) {
-    agsx_registry_xfer_clear(&xs[i]);
-    agsx_closep(&xs[i].fd);
+    agsx_registry_xfer_clear(&dl.xs[i]);
+    agsx_closep(&dl.xs[i].fd);
   }
   if (rc == 0)
     report(p, true);
-  free(xs);
-  free(todo);
+  free(dl.xs);
+  free(dl.todo);
   return rc;
 }
 

@@ -116,20 +116,6 @@ static bool host_is_loopback(const char *host) {
          (n == 9 && strncmp(host, "127.0.0.1", 9) == 0);
 }
 
-static bool host_listed(const char *host, const char *list) {
-  if (list == NULL)
-    return false;
-  size_t hn = strlen(host);
-  for (const char *p = list; *p;) {
-    size_t n = strcspn(p, ", ");
-    if (n == hn && strncmp(p, host, n) == 0)
-      return true;
-    p += n;
-    p += strspn(p, ", ");
-  }
-  return false;
-}
-
 static void find_cafile(struct registry *r) {
   const char *dir = getenv("AGSX_CERTS_DIR") ? getenv("AGSX_CERTS_DIR") : CERTS_DIR;
   const char *names[] = {r->domain, r->host};
@@ -612,7 +598,7 @@ int agsx_registry_setup(struct registry *reg, const struct agsx_image_ref *ref,
   reg->path = xstrdup(ref->path);
   reg->host = xstrdup(strcmp(ref->domain, "docker.io") == 0 ? "registry-1.docker.io" : ref->domain);
   reg->insecure = (o && o->insecure) || host_is_loopback(reg->host) ||
-                  host_listed(reg->domain, getenv("AGSX_INSECURE_REGISTRIES"));
+                  agsx_list_has(getenv("AGSX_INSECURE_REGISTRIES"), reg->domain, ", ");
   find_cafile(reg);
   return agsx_registry_load_credentials(reg, o ? o->authfile : NULL, err);
 }
