@@ -73,6 +73,7 @@ static const struct agsx_option gc_opts[] = {
 static const struct agsx_option run_opts[] = {
     {"detach", 'd', NULL, "Start in the background; print the id once the command runs", O_DETACH},
     {"name", 0, "NAME", "Name the sandbox (unique; usable wherever an id is)", O_NAME},
+    {"label", 'l', "KEY=VALUE", "Set a label (repeatable; shown by ls and inspect)", O_LABEL},
     {"rm", 0, NULL, "Remove the sandbox's record when it ends", O_RM},
     {"interactive", 'i', NULL, "Keep stdin open and pass it to the command", O_INTERACTIVE},
     {"tty", 't', NULL, "Give the command a terminal", O_TTY},
@@ -117,6 +118,8 @@ static const struct agsx_option exec_opts[] = {
     {"workdir", 'w', "DIR", "Working directory (default: the sandbox's)", O_WORKDIR},
     {"user", 'u', "USER[:GROUP]", "Run as this user (default: the sandbox's)", O_USER},
     {"timeout", 0, "DURATION", "Kill the command's whole process tree after DURATION", O_TIMEOUT},
+    {"detach", 'd', NULL, "Run it in the background, owned by the sandbox; print its pid",
+     O_DETACH},
     {0},
 };
 
@@ -131,6 +134,8 @@ static const struct agsx_option ls_opts[] = {
     {"all", 'a', NULL, "Also list ended sandboxes, with stop reason and exit code", O_ALL},
     {"quiet", 'q', NULL, "Print short ids only", O_QUIET},
     {"no-trunc", 0, NULL, "Print full 32-digit ids (names and images are never cut)", O_NO_TRUNC},
+    {"filter", 'f', "label=KEY[=VALUE]",
+     "Only sandboxes with this label (repeatable: all must match)", O_FILTER},
     {"json", 0, NULL, "Print a JSON list (see agsx-ls(1))", O_JSON},
     {0},
 };
@@ -148,6 +153,16 @@ static const struct agsx_option inspect_opts[] = {
 
 static const struct agsx_option wait_opts[] = {
     {"json", 0, NULL, "Print a JSON list of id, name, exit_code, stop_reason", O_JSON},
+    {0},
+};
+
+static const struct agsx_option logs_opts[] = {
+    {"follow", 'f', NULL, "Follow the log until the sandbox ends", O_FOLLOW},
+    {"tail", 'n', "N", "Only the last N lines (default: all)", O_TAIL},
+    {"timestamps", 't', NULL, "Prefix each line with its time (RFC 3339, UTC)", O_TIMESTAMPS},
+    {"exec", 0, "PID", "The output of the process `agsx exec -d` started as PID instead", O_EXEC},
+    {"network", 0, NULL, "What its egress rules blocked instead (as agsx netlog)", O_NETWORK},
+    {"json", 0, NULL, "With --network: print the log as JSON", O_JSON},
     {0},
 };
 
@@ -236,6 +251,55 @@ static const struct agsx_option browser_opts[] = {
     {0},
 };
 
+static const struct agsx_option snapshot_opts[] = {
+    {"json", 0, NULL, "Print the snapshot as JSON (with how long the sandbox was frozen)", O_JSON},
+    {0},
+};
+
+static const struct agsx_option snapshot_ls_opts[] = {
+    {"quiet", 'q', NULL, "Print snapshot names only", O_QUIET},
+    {"json", 0, NULL, "Print a JSON list (see agsx-snapshot(1))", O_JSON},
+    {0},
+};
+
+static const struct agsx_option commit_opts[] = {
+    {"snapshot", 0, "NAME", "Commit this snapshot of the sandbox instead of its current state",
+     O_SNAPSHOT},
+    {"quiet", 'q', NULL, "Print only the image id (not how long the sandbox was frozen)", O_QUIET},
+    {"json", 0, NULL, "Print id, sandbox, image, frozen_ms, duration_ms as JSON", O_JSON},
+    {0},
+};
+
+static const struct agsx_option fork_opts[] = {
+    {"name", 0, "NAME", "Name the fork (with -n: NAME-1, NAME-2, ...)", O_NAME},
+    {"count", 'n', "COUNT", "Start COUNT forks (default 1, at most 64)", O_COUNT},
+    {"timeout", 0, "DURATION", "Lifetime of each fork (default: the source's)", O_TIMEOUT},
+    {"json", 0, NULL, "Print a JSON list of the forks (id, name, address)", O_JSON},
+    {0},
+};
+
+static const struct agsx_option serve_opts[] = {
+    {"listen", 0, "ADDR:PORT",
+     "Listen here (default 127.0.0.1:3000; loopback unless --listen-public)", O_LISTEN},
+    {"listen-public", 0, NULL,
+     "Allow a non-loopback --listen: whoever reaches it with the key runs code here",
+     O_LISTEN_PUBLIC},
+    {"api-key", 0, "KEY", "The API key (default $AGSX_API_KEY, else the key file's)", O_API_KEY},
+    {"api-key-file", 0, "FILE", "Read (or generate) the key here (default /etc/agsx/api-key)",
+     O_API_KEY_FILE},
+    {"network", 0, "MODE",
+     "Network of sandboxes allowed internet access: internal (default), "
+     "public or vpc:NAME",
+     O_NETWORK},
+    {"template", 0, "NAME=IMAGE",
+     "Map a templateID to an image (repeatable; base and "
+     "code-interpreter-v1 default to host)",
+     O_TEMPLATE},
+    {"default-user", 0, "USER",
+     "envd's default user (default: user if the image has it, else root)", O_DEFAULT_USER},
+    {0},
+};
+
 static const struct agsx_option netlog_opts[] = {
     {"json", 0, NULL, "Print the log as JSON (see agsx-netlog(1))", O_JSON},
     {0},
@@ -258,6 +322,8 @@ const struct agsx_command agsx_commands[] = {
      agsx_cmd_inspect, NULL},
     {"wait", "SANDBOX...", "Wait for sandboxes to end; print their exit codes", wait_opts,
      agsx_cmd_wait, NULL},
+    {"logs", "[OPTIONS] SANDBOX", "Show a detached sandbox's output", logs_opts, agsx_cmd_logs,
+     NULL},
     {"rm", "[OPTIONS] SANDBOX...", "Remove ended sandboxes' records", rm_opts, agsx_cmd_rm, NULL},
     {"stats", "[OPTIONS] [SANDBOX...]", "Show CPU, memory, pids, disk and network use", stats_opts,
      agsx_cmd_stats, NULL},
@@ -265,6 +331,22 @@ const struct agsx_command agsx_commands[] = {
      "Change a running sandbox's deadline or egress rules", update_opts, agsx_cmd_update, NULL},
     {"netlog", "[--json] SANDBOX", "Show what a sandbox's egress rules blocked", netlog_opts,
      agsx_cmd_netlog, NULL},
+    {"pause", "SANDBOX...", "Freeze every process of running sandboxes", none, agsx_cmd_pause,
+     NULL},
+    {"unpause", "SANDBOX...", "Resume paused sandboxes", none, agsx_cmd_unpause, NULL},
+    {"commit", "[OPTIONS] SANDBOX [IMAGE[:TAG]]", "Make an image of a sandbox's filesystem",
+     commit_opts, agsx_cmd_commit, NULL},
+    {"fork", "[OPTIONS] SANDBOX [CMD [ARG...]]",
+     "Start new sandboxes from a running sandbox's current filesystem", fork_opts, agsx_cmd_fork,
+     NULL},
+    {"snapshot", "[OPTIONS] SANDBOX [NAME]", "Record a running sandbox's filesystem", snapshot_opts,
+     agsx_cmd_snapshot, NULL},
+    {"snapshot ls", "[OPTIONS] [SANDBOX]", "List the snapshots of running sandboxes",
+     snapshot_ls_opts, agsx_cmd_snapshot_ls, NULL},
+    {"snapshot rm", "SANDBOX NAME...", "Remove snapshots", none, agsx_cmd_snapshot_rm, NULL},
+    {"rollback", "SANDBOX NAME",
+     "Restart a sandbox's command on the filesystem of one of its snapshots", none,
+     agsx_cmd_rollback, NULL},
     {"port", "SANDBOX [PORT[/PROTO]]", "List a sandbox's published ports", none, agsx_cmd_port,
      NULL},
     {"gc", "[OPTIONS]", "Remove what ended sandboxes and crashes left behind", gc_opts, agsx_cmd_gc,
@@ -274,6 +356,8 @@ const struct agsx_command agsx_commands[] = {
      agsx_cmd_browser, NULL},
     {"build", "[OPTIONS] CONTEXT", "Build an image from a Dockerfile", build_opts, agsx_cmd_build,
      NULL},
+    {"serve", "[OPTIONS]", "Serve the E2B-compatible HTTP API (SDKs run unmodified)", serve_opts,
+     agsx_cmd_serve, NULL},
     {"image ls", "[OPTIONS]", "List images", image_ls_opts, agsx_cmd_image_ls, NULL},
     {"image load", "[OPTIONS] PATH|-",
      "Load images from an OCI layout, an oci-archive or a docker-archive", image_load_opts,

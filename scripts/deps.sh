@@ -7,6 +7,8 @@ set -euo pipefail
 pkgs=(autoconf automake libtool pkg-config make gcc libc6-dev
       libseccomp-dev libyajl-dev libnl-3-dev libnl-route-3-dev zlib1g-dev
       libarchive-dev libssl-dev libzstd-dev libcurl4-openssl-dev)
+# agsx serve: the HTTP server library
+pkgs+=(libmicrohttpd-dev)
 # run time: public and vpc networks load libnftables with dlopen()
 pkgs+=(libnftables1)
 # pull: libcurl is dlopen()ed at pull time; HTTPS registries need the CAs

@@ -32,6 +32,9 @@ function __agsx_command
             string match -q -- '-*' $t; and continue
             set cmd $cmd $t
             break
+        else if test "$cmd" = snapshot; and contains -- $t ls rm
+            set cmd $cmd $t
+            break
         else
             break
         end
@@ -166,7 +169,7 @@ function __agsx_run_image_index
     set i (math $i + 1)
     while test $i -le $n
         switch $tokens[$i]
-            case --name -e --env -w --workdir -u --user --hostname --timeout --network --allow --deny --rules --egress-allow --egress-deny --egress-rules -p --publish --memory --cpus --pids --disk -v --volume --security-opt --pull
+            case --name -l --label -e --env -w --workdir -u --user --hostname --timeout --network --allow --deny --rules --egress-allow --egress-deny --egress-rules -p --publish --memory --cpus --pids --disk -v --volume --security-opt --pull
                 set i (math $i + 2)
                 continue
             case '-*'
@@ -226,13 +229,21 @@ complete -c agsx -n '__agsx_cmd' -a ls -d 'List sandboxes'
 complete -c agsx -n '__agsx_cmd' -a kill -d 'Stop sandboxes or send them a signal'
 complete -c agsx -n '__agsx_cmd' -a inspect -d "Show sandboxes' full records as JSON"
 complete -c agsx -n '__agsx_cmd' -a wait -d 'Wait for sandboxes to end; print their exit codes'
+complete -c agsx -n '__agsx_cmd' -a logs -d "Show a detached sandbox's output"
 complete -c agsx -n '__agsx_cmd' -a rm -d "Remove ended sandboxes' records"
 complete -c agsx -n '__agsx_cmd' -a stats -d 'Show CPU, memory, pids, disk and network use'
 complete -c agsx -n '__agsx_cmd' -a update -d "Change a running sandbox's deadline or egress rules"
 complete -c agsx -n '__agsx_cmd' -a netlog -d "Show what a sandbox's egress rules blocked"
 complete -c agsx -n '__agsx_cmd' -a port -d "List a sandbox's published ports"
+complete -c agsx -n '__agsx_cmd' -a pause -d 'Freeze every process of running sandboxes'
+complete -c agsx -n '__agsx_cmd' -a unpause -d 'Resume paused sandboxes'
+complete -c agsx -n '__agsx_cmd' -a commit -d "Make an image of a sandbox's filesystem"
+complete -c agsx -n '__agsx_cmd' -a snapshot -d "Record a running sandbox's filesystem"
+complete -c agsx -n '__agsx_cmd' -a rollback -d 'Restart a sandbox on one of its snapshots'
+complete -c agsx -n '__agsx_cmd' -a fork -d "Start new sandboxes from a running sandbox's filesystem"
 complete -c agsx -n '__agsx_cmd' -a gc -d 'Remove what ended sandboxes and crashes left behind'
 complete -c agsx -n '__agsx_cmd' -a browser -d 'Start headless Chromium in a sandbox; print its DevTools WebSocket URL'
+complete -c agsx -n '__agsx_cmd' -a serve -d 'Serve the E2B-compatible HTTP API (SDKs run unmodified)'
 complete -c agsx -n '__agsx_cmd' -a build -d 'Build an image from a Dockerfile'
 complete -c agsx -n '__agsx_cmd' -a image -d 'Manage images'
 complete -c agsx -n '__agsx_cmd' -a load -d 'Load images (alias of image load)'
@@ -262,6 +273,7 @@ complete -c agsx -n '__agsx_cmd network' -s h -l help -d 'Show this help'
 # agsx run: options until IMAGE, then IMAGE, then a command line.
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s d -l detach -d 'Start in the background; print the id once the command runs'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l name -x -d 'Name the sandbox (unique; usable wherever an id is)'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s l -l label -x -d 'Set a label KEY=VALUE (repeatable)'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l rm -d "Remove the sandbox's record when it ends"
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s i -l interactive -d 'Keep stdin open and pass it to the command'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s t -l tty -d 'Give the command a terminal'
@@ -300,6 +312,7 @@ complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s e -l e
 complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s w -l workdir -x -d "Working directory (default: the sandbox's)"
 complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s u -l user -x -d "Run as this user (default: the sandbox's)"
 complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -l timeout -x -d "Kill the command's whole process tree after DURATION"
+complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s d -l detach -d 'Run it in the background, owned by the sandbox; print its pid'
 complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -a '(__agsx_sandbox_names)' -d Sandbox
 complete -c agsx -n '__agsx_cmd exec' -n __agsx_exec_has_sandbox -a '(__agsx_exec_command)'
@@ -308,6 +321,7 @@ complete -c agsx -n '__agsx_cmd exec' -n __agsx_exec_has_sandbox -a '(__agsx_exe
 complete -c agsx -n '__agsx_cmd ls' -s a -l all -d 'Also list ended sandboxes, with stop reason and exit code'
 complete -c agsx -n '__agsx_cmd ls' -s q -l quiet -d 'Print short ids only'
 complete -c agsx -n '__agsx_cmd ls' -l no-trunc -d 'Print full 32-digit ids'
+complete -c agsx -n '__agsx_cmd ls' -s f -l filter -x -d 'Only sandboxes with a label: label=KEY[=VALUE]'
 complete -c agsx -n '__agsx_cmd ls' -l json -d 'Print a JSON list'
 complete -c agsx -n '__agsx_cmd ls' -s h -l help -d 'Show this help'
 
@@ -318,6 +332,14 @@ complete -c agsx -n '__agsx_cmd inspect' -a '(__agsx_sandbox_names -a)' -d Sandb
 complete -c agsx -n '__agsx_cmd wait' -l json -d 'Print a JSON list of id, name, exit_code, stop_reason'
 complete -c agsx -n '__agsx_cmd wait' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd wait' -a '(__agsx_sandbox_names -a)' -d Sandbox
+complete -c agsx -n '__agsx_cmd logs' -s f -l follow -d 'Follow the log until the sandbox ends'
+complete -c agsx -n '__agsx_cmd logs' -s n -l tail -r -d 'Only the last N lines'
+complete -c agsx -n '__agsx_cmd logs' -s t -l timestamps -d 'Prefix each line with its time'
+complete -c agsx -n '__agsx_cmd logs' -l exec -x -d 'The output of the process agsx exec -d started as PID'
+complete -c agsx -n '__agsx_cmd logs' -l network -d 'What its egress rules blocked instead'
+complete -c agsx -n '__agsx_cmd logs' -l json -d 'With --network: print the log as JSON'
+complete -c agsx -n '__agsx_cmd logs' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd logs' -a '(__agsx_sandbox_names -a)' -d Sandbox
 complete -c agsx -n '__agsx_cmd rm' -s f -l force -d 'Stop running sandboxes first, then remove them'
 complete -c agsx -n '__agsx_cmd rm' -l json -d 'Print the removed ids as a JSON list'
 complete -c agsx -n '__agsx_cmd rm' -s h -l help -d 'Show this help'
@@ -348,9 +370,55 @@ complete -c agsx -n '__agsx_cmd netlog' -l json -d 'Print the log as JSON'
 complete -c agsx -n '__agsx_cmd netlog' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd netlog' -a '(__agsx_sandbox_names -a)' -d Sandbox
 
+# agsx pause, unpause
+complete -c agsx -n '__agsx_cmd pause' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd pause' -a '(__agsx_sandbox_names)' -d Sandbox
+complete -c agsx -n '__agsx_cmd unpause' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd unpause' -a '(__agsx_sandbox_names)' -d Sandbox
+
+# agsx commit
+complete -c agsx -n '__agsx_cmd commit' -l snapshot -x -d 'Commit this snapshot of the sandbox instead of its current state'
+complete -c agsx -n '__agsx_cmd commit' -s q -l quiet -d 'Print only the image id'
+complete -c agsx -n '__agsx_cmd commit' -l json -d 'Print id, sandbox, image, frozen_ms, duration_ms as JSON'
+complete -c agsx -n '__agsx_cmd commit' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd commit' -a '(__agsx_sandbox_names)' -d Sandbox
+
+# agsx fork
+complete -c agsx -n '__agsx_cmd fork' -l name -x -d 'Name the fork (with -n: NAME-1, NAME-2, ...)'
+complete -c agsx -n '__agsx_cmd fork' -s n -l count -x -d 'Start COUNT forks (1-64)'
+complete -c agsx -n '__agsx_cmd fork' -l timeout -x -d 'Lifetime of each fork'
+complete -c agsx -n '__agsx_cmd fork' -l json -d 'Print a JSON list of the forks'
+complete -c agsx -n '__agsx_cmd fork' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd fork' -a '(__agsx_sandbox_names)' -d Sandbox
+
+# agsx snapshot, snapshot ls, snapshot rm, rollback
+complete -c agsx -n '__agsx_cmd snapshot' -a ls -d 'List the snapshots of running sandboxes'
+complete -c agsx -n '__agsx_cmd snapshot' -a rm -d 'Remove snapshots'
+complete -c agsx -n '__agsx_cmd snapshot' -l json -d 'Print the snapshot as JSON'
+complete -c agsx -n '__agsx_cmd snapshot' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd snapshot' -a '(__agsx_sandbox_names)' -d Sandbox
+complete -c agsx -n '__agsx_cmd snapshot ls' -s q -l quiet -d 'Print snapshot names only'
+complete -c agsx -n '__agsx_cmd snapshot ls' -l json -d 'Print a JSON list'
+complete -c agsx -n '__agsx_cmd snapshot ls' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd snapshot ls' -a '(__agsx_sandbox_names)' -d Sandbox
+complete -c agsx -n '__agsx_cmd snapshot rm' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd snapshot rm' -a '(__agsx_sandbox_names)' -d Sandbox
+complete -c agsx -n '__agsx_cmd rollback' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd rollback' -a '(__agsx_sandbox_names)' -d Sandbox
+
 # agsx port
 complete -c agsx -n '__agsx_cmd port' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd port' -a '(__agsx_sandbox_names)' -d Sandbox
+
+# agsx serve
+complete -c agsx -n '__agsx_cmd serve' -l listen -x -d 'Listen here (default 127.0.0.1:3000)'
+complete -c agsx -n '__agsx_cmd serve' -l listen-public -d 'Allow a non-loopback --listen (risky)'
+complete -c agsx -n '__agsx_cmd serve' -l api-key -x -d 'The API key (default $AGSX_API_KEY, else the key file)'
+complete -c agsx -n '__agsx_cmd serve' -l api-key-file -r -F -d 'Read (or generate) the key here'
+complete -c agsx -n '__agsx_cmd serve' -l network -x -a 'internal public' -d 'Network of sandboxes allowed internet access'
+complete -c agsx -n '__agsx_cmd serve' -l template -x -d 'Map a templateID to an image: NAME=IMAGE'
+complete -c agsx -n '__agsx_cmd serve' -l default-user -x -d "envd's default user"
+complete -c agsx -n '__agsx_cmd serve' -s h -l help -d 'Show this help'
 
 # agsx browser
 complete -c agsx -n '__agsx_cmd browser' -l name -x -d 'Name the sandbox (unique; usable wherever an id is)'
