@@ -22,7 +22,7 @@
 struct lflags {
   bool follow, timestamps;
   bool network, json; /* --network: the blocked log of its egress rules instead */
-  const char *exec; /* --exec PID */
+  const char *exec;   /* --exec PID */
   bool tail_set;
   uint64_t tail;
 };

@@ -225,7 +225,8 @@ static void create(struct req *r) {
     agsx_respond_error(r, 400, "metadata: %s", err->msg);
   else if (c.egress && q.network == NULL)
     agsx_respond_error(r, 400, "network.allowOut/denyOut: the sandbox has no internet access (%s)",
-                       c.internet ? "agsx serve --network internal" : "allow_internet_access false");
+                       c.internet ? "agsx serve --network internal"
+                                  : "allow_internet_access false");
   else if (agsx_spawn(&r->s->spawner, &q, id, &status, &err) < 0 && status == 400)
     agsx_respond_error(r, 400, "template `%s`: %s", c.template_id, err->msg);
   else if (err)
@@ -256,8 +257,8 @@ static void update_network(struct req *r, const char *e2b_id) {
   int status = 400;
   _cleanup_strv_ char **rules = NULL;
   struct agsx_egress e = {0};
-  _cleanup_json_ yajl_val body = agsx_json_parse(r->body.len ? r->body.p : "{}",
-                                                 r->body.len ? r->body.len : 2, 1 << 20, &err);
+  _cleanup_json_ yajl_val body =
+      agsx_json_parse(r->body.len ? r->body.p : "{}", r->body.len ? r->body.len : 2, 1 << 20, &err);
   yajl_val net = body && YAJL_IS_OBJECT(body) && agsx_json_get(body, "network")
                      ? agsx_json_get(body, "network")
                      : body;
