@@ -161,6 +161,8 @@ static const struct agsx_option logs_opts[] = {
     {"tail", 'n', "N", "Only the last N lines (default: all)", O_TAIL},
     {"timestamps", 't', NULL, "Prefix each line with its time (RFC 3339, UTC)", O_TIMESTAMPS},
     {"exec", 0, "PID", "The output of the process `agsx exec -d` started as PID instead", O_EXEC},
+    {"network", 0, NULL, "What its egress rules blocked instead (as agsx netlog)", O_NETWORK},
+    {"json", 0, NULL, "With --network: print the log as JSON", O_JSON},
     {0},
 };
 

@@ -154,6 +154,8 @@ int agsx_cmd_parse_rule_opt(int id, const char *v, struct agsx_sg_rule **rules, 
 struct agsx_egress;
 int agsx_cmd_parse_egress_opt(int id, const char *v, struct agsx_egress *e, agsx_error_t *err);
 int agsx_cmd_netlog(struct agsx_ctx *, const struct agsx_command *, int, char **);
+/* Prints SANDBOX's blocked log (netlog, logs --network), as JSON with JSON. */
+int agsx_cmd_netlog_show(struct agsx_ctx *ctx, const char *sandbox, bool json);
 int agsx_cmd_network_create(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_update(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);

@@ -1,5 +1,6 @@
-/* agsx egress options (run, build, update) and `agsx netlog`: the blocked
- * attempts of a sandbox with egress rules (net/egress.h, net/dnsfilter.h). */
+/* agsx egress options (run, build, update) and `agsx netlog` (also `agsx
+ * logs --network`): the blocked attempts of a sandbox with egress rules
+ * (net/egress.h, net/dnsfilter.h). */
 #include "config.h"
 
 #include "cmd.h"
@@ -56,25 +57,19 @@ static void print_entry(yajl_val e) {
          proto ? proto : "?", count);
 }
 
-int agsx_cmd_netlog(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
-  bool json = ctx->json;
-  int i = agsx_parse_options(cmd, argc, argv, on_opt, &json);
-  if (i < 0)
-    return AGSX_EXIT_FAILURE;
-  if (i != argc - 1)
-    return agsx_failf("netlog: expected one SANDBOX (see agsx netlog --help)");
+int agsx_cmd_netlog_show(struct agsx_ctx *ctx, const char *sandbox, bool json) {
   agsx_error_t err = NULL;
   _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   char id[33];
   if (statefd < 0)
-    return agsx_failf("no such sandbox `%s`", argv[i]);
-  if (agsx_state_resolve(statefd, argv[i], id, &err) < 0)
+    return agsx_failf("no such sandbox `%s`", sandbox);
+  if (agsx_state_resolve(statefd, sandbox, id, &err) < 0)
     return agsx_fail(&err);
   _cleanup_close_ int dir = openat(statefd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   _cleanup_free_ char *buf = NULL;
   size_t len = 0;
   if (dir < 0)
-    return agsx_failf("sandbox `%s`: %s", argv[i], strerror(errno));
+    return agsx_failf("sandbox `%s`: %s", sandbox, strerror(errno));
   if (agsx_read_file_at(dir, "netlog", 1 << 22, &buf, &len, &err) < 0) {
     if (agsx_error_errno(&err) != ENOENT)
       return agsx_fail(&err);
@@ -95,4 +90,14 @@ int agsx_cmd_netlog(struct agsx_ctx *ctx, const struct agsx_command *cmd, int ar
   for (size_t k = 0; entries && k < entries->u.array.len; k++)
     print_entry(entries->u.array.values[k]);
   return 0;
+}
+
+int agsx_cmd_netlog(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  bool json = ctx->json;
+  int i = agsx_parse_options(cmd, argc, argv, on_opt, &json);
+  if (i < 0)
+    return AGSX_EXIT_FAILURE;
+  if (i != argc - 1)
+    return agsx_failf("netlog: expected one SANDBOX (see agsx netlog --help)");
+  return agsx_cmd_netlog_show(ctx, argv[i], json);
 }

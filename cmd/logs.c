@@ -21,7 +21,8 @@
 
 struct lflags {
   bool follow, timestamps;
-  const char *exec; /* --exec PID */
+  bool network, json; /* --network: the blocked log of its egress rules instead */
+  const char *exec;   /* --exec PID */
   bool tail_set;
   uint64_t tail;
 };
@@ -30,6 +31,8 @@ static int on_lopt(void *data, int id, const char *arg) {
   struct lflags *f = data;
   switch (id) {
   case O_FOLLOW: f->follow = true; break;
+  case O_NETWORK: f->network = true; break;
+  case O_JSON: f->json = true; break;
   case O_TIMESTAMPS: f->timestamps = true; break;
   case O_EXEC: {
     char *end;
@@ -209,6 +212,12 @@ int agsx_cmd_logs(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc
     return AGSX_EXIT_FAILURE;
   if (i + 1 != argc)
     return agsx_failf("logs: expected one SANDBOX (see agsx logs --help)");
+  if (f.network && (f.follow || f.tail_set || f.exec || f.timestamps))
+    return agsx_failf("logs: --network goes alone (with --json at most)");
+  if (f.network)
+    return agsx_cmd_netlog_show(ctx, argv[i], f.json || ctx->json);
+  if (f.json)
+    return agsx_failf("logs: --json goes with --network");
   agsx_error_t err = NULL;
   _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (statefd < 0)

@@ -169,8 +169,7 @@ function __agsx_run_image_index
     set i (math $i + 1)
     while test $i -le $n
         switch $tokens[$i]
-            case --name -l --label -e --env -w --workdir -u --user --hostname --timeout --network --allow --deny --rules -p --publish --memory --cpus --pids --disk -v --volume --security-opt --pull
-            case --name -e --env -w --workdir -u --user --hostname --timeout --network --allow --deny --rules --egress-allow --egress-deny --egress-rules -p --publish --memory --cpus --pids --disk -v --volume --security-opt --pull
+            case --name -l --label -e --env -w --workdir -u --user --hostname --timeout --network --allow --deny --rules --egress-allow --egress-deny --egress-rules -p --publish --memory --cpus --pids --disk -v --volume --security-opt --pull
                 set i (math $i + 2)
                 continue
             case '-*'
@@ -338,6 +337,8 @@ complete -c agsx -n '__agsx_cmd logs' -s f -l follow -d 'Follow the log until th
 complete -c agsx -n '__agsx_cmd logs' -s n -l tail -r -d 'Only the last N lines'
 complete -c agsx -n '__agsx_cmd logs' -s t -l timestamps -d 'Prefix each line with its time'
 complete -c agsx -n '__agsx_cmd logs' -l exec -x -d 'The output of the process agsx exec -d started as PID'
+complete -c agsx -n '__agsx_cmd logs' -l network -d 'What its egress rules blocked instead'
+complete -c agsx -n '__agsx_cmd logs' -l json -d 'With --network: print the log as JSON'
 complete -c agsx -n '__agsx_cmd logs' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd logs' -a '(__agsx_sandbox_names -a)' -d Sandbox
 complete -c agsx -n '__agsx_cmd rm' -s f -l force -d 'Stop running sandboxes first, then remove them'
@@ -364,6 +365,11 @@ complete -c agsx -n '__agsx_cmd update' -l egress-rules -r -F -d 'New egress rul
 complete -c agsx -n '__agsx_cmd update' -l egress-clear -d 'Remove every egress rule'
 complete -c agsx -n '__agsx_cmd update' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd update' -a '(__agsx_sandbox_names)' -d Sandbox
+
+# agsx netlog
+complete -c agsx -n '__agsx_cmd netlog' -l json -d 'Print the log as JSON'
+complete -c agsx -n '__agsx_cmd netlog' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd netlog' -a '(__agsx_sandbox_names -a)' -d Sandbox
 
 # agsx pause, unpause
 complete -c agsx -n '__agsx_cmd pause' -s h -l help -d 'Show this help'
@@ -400,10 +406,6 @@ complete -c agsx -n '__agsx_cmd snapshot rm' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd snapshot rm' -a '(__agsx_sandbox_names)' -d Sandbox
 complete -c agsx -n '__agsx_cmd rollback' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd rollback' -a '(__agsx_sandbox_names)' -d Sandbox
-# agsx netlog
-complete -c agsx -n '__agsx_cmd netlog' -l json -d 'Print the log as JSON'
-complete -c agsx -n '__agsx_cmd netlog' -s h -l help -d 'Show this help'
-complete -c agsx -n '__agsx_cmd netlog' -a '(__agsx_sandbox_names -a)' -d Sandbox
 
 # agsx port
 complete -c agsx -n '__agsx_cmd port' -s h -l help -d 'Show this help'

@@ -3,6 +3,7 @@
 
 #include "api/body.h"
 #include "api/server.h"
+#include "net/egress.h"
 #include "state/state.h"
 #include "util/json.h"
 
@@ -56,6 +57,7 @@ void agsx_api_create_clear(struct agsx_api_create *c) {
   free(c->template_id);
   agsx_strv_free(c->env);
   agsx_strv_free(c->metadata);
+  agsx_strv_free(c->egress);
   memset(c, 0, sizeof(*c));
 }
 
@@ -83,8 +85,71 @@ static int unsupported(yajl_val body, int *ret_status, agsx_error_t *err) {
     yajl_val v = net->u.object.values[i];
     if (strcmp(k, "allowPublicTraffic") == 0 && !is_null(v) && YAJL_IS_TRUE(v))
       continue;
+    if (strcmp(k, "allowOut") == 0 || strcmp(k, "denyOut") == 0)
+      continue; /* agsx_api_egress_parse */
     if (!is_empty(v))
       return fail(ret_status, 501, err, "agsx: network.%s is not supported", k);
+  }
+  return 0;
+}
+
+/* E2B's allowOut and denyOut (CIDRs, addresses and domains) as egress rule
+ * lines. As in E2B, allowOut wins over denyOut's 0.0.0.0/0 ("all traffic":
+ * then the sandbox is default-deny, which any allowOut makes it already);
+ * other denyOut entries win over allowOut, as agsx's rules do. */
+static int egress_list(yajl_val v, const char *what, bool allow, char ***rules, bool *all,
+                       int *ret_status, agsx_error_t *err) {
+  if (is_null(v))
+    return 0;
+  if (!YAJL_IS_ARRAY(v) || v->u.array.len > AGSX_EGRESS_MAX_RULES)
+    return fail(ret_status, 400, err, "network.%s must be a list of at most 512 strings", what);
+  for (size_t i = 0; i < v->u.array.len; i++) {
+    const char *s = YAJL_GET_STRING(v->u.array.values[i]);
+    struct agsx_egress_rule r;
+    agsx_error_t e = NULL;
+    if (s == NULL)
+      return fail(ret_status, 400, err, "network.%s must be a list of strings", what);
+    if (!allow && strcmp(s, "0.0.0.0/0") == 0) {
+      *all = true;
+      continue;
+    }
+    if (agsx_egress_rule_parse(s, allow, &r, &e) < 0) {
+      *ret_status = 400;
+      agsx_error_set_quiet(err, EINVAL, "network.%s: %s", what, e->msg);
+      agsx_error_free(&e);
+      return -1;
+    }
+    char *line = agsx_egress_rule_format(&r);
+    agsx_strv_push(rules, line);
+    free(line);
+  }
+  return 0;
+}
+
+int agsx_api_egress_parse(yajl_val net, char ***ret_rules, int *ret_status, agsx_error_t *err) {
+  *ret_rules = NULL;
+  *ret_status = 400;
+  if (is_null(net))
+    return 0;
+  if (!YAJL_IS_OBJECT(net))
+    return fail(ret_status, 400, err, "%s must be an object", "network");
+  bool all = false;
+  if (egress_list(agsx_json_get(net, "denyOut"), "denyOut", false, ret_rules, &all, ret_status,
+                  err) < 0 ||
+      egress_list(agsx_json_get(net, "allowOut"), "allowOut", true, ret_rules, &all, ret_status,
+                  err) < 0) {
+    agsx_strv_free(steal_ptr(ret_rules));
+    return -1;
+  }
+  /* All traffic denied and nothing allowed: deny-all as a rule. */
+  if (all && !agsx_strv_len(*ret_rules))
+    agsx_strv_push(ret_rules, "deny 0.0.0.0/0");
+  else if (all) {
+    bool any_allow = false;
+    for (size_t i = 0; (*ret_rules)[i]; i++)
+      any_allow |= agsx_str_has_prefix((*ret_rules)[i], "allow ");
+    if (!any_allow)
+      agsx_strv_push(ret_rules, "deny 0.0.0.0/0");
   }
   return 0;
 }
@@ -121,7 +186,11 @@ int agsx_api_create_parse(const char *buf, size_t len, struct agsx_api_create *r
   yajl_val inet = agsx_json_get(body, "allow_internet_access");
   if (!is_null(inet) && !YAJL_IS_TRUE(inet) && !YAJL_IS_FALSE(inet))
     return fail(ret_status, 400, err, "%s must be a boolean", "allow_internet_access");
+  char **egress = NULL;
+  if (agsx_api_egress_parse(agsx_json_get(body, "network"), &egress, ret_status, err) < 0)
+    return -1;
   struct agsx_api_create c = {
+      .egress = egress,
       .template_id = xstrdup(is_null(t) ? "base" : t->u.string),
       .timeout = is_null(to) ? 0 : YAJL_GET_INTEGER(to),
       .internet = !(inet && YAJL_IS_FALSE(inet)),

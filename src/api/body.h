@@ -5,6 +5,7 @@
 #ifndef AGSX_API_BODY_H
 #define AGSX_API_BODY_H
 
+#include "util/json.h"
 #include "util/util.h"
 
 /* NewSandbox / NewSandboxV2 (e2b-protocol.md §2.1). */
@@ -14,8 +15,12 @@ struct agsx_api_create {
   bool internet;     /* allow_internet_access (default true) */
   char **env;        /* envVars as KEY=VALUE */
   char **metadata;   /* as KEY=VALUE; keys starting with e2b. refused */
+  char **egress;     /* network.allowOut/denyOut as egress rule lines (net/egress.h) */
 };
 void agsx_api_create_clear(struct agsx_api_create *c);
+/* NET ({"allowOut": [...], "denyOut": [...]}, or null) as egress rule lines
+ * ("allow pypi.org"); NULL when there are none. */
+int agsx_api_egress_parse(yajl_val net, char ***ret_rules, int *ret_status, agsx_error_t *err);
 int agsx_api_create_parse(const char *buf, size_t len, struct agsx_api_create *ret, int *ret_status,
                           agsx_error_t *err);
 

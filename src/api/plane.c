@@ -9,6 +9,8 @@
 #include "api/spawn.h"
 #include "image/image.h"
 #include "image/store.h"
+#include "net/egress.h"
+#include "net/network.h"
 #include "sandbox/control.h"
 #include "sandbox/freeze.h"
 #include "sandbox/stats.h"
@@ -241,12 +243,17 @@ static void create(struct req *r) {
       .image = template_image(cfg, c.template_id),
       .env = c.env,
       .labels = labels,
+      .egress = c.egress,
       .network =
           c.internet && cfg->network && strcmp(cfg->network, "internal") != 0 ? cfg->network : NULL,
       .timeout = (uint64_t)(c.timeout ? c.timeout : AGSX_API_TIMEOUT_DEFAULT),
   };
   if (agsx_labels_check(labels, &err) < 0)
     agsx_respond_error(r, 400, "metadata: %s", err->msg);
+  else if (c.egress && q.network == NULL)
+    agsx_respond_error(r, 400, "network.allowOut/denyOut: the sandbox has no internet access (%s)",
+                       c.internet ? "agsx serve --network internal"
+                                  : "allow_internet_access false");
   else if (agsx_spawn(&r->s->spawner, &q, id, &status, &err) < 0 && status == 400)
     agsx_respond_error(r, 400, "template `%s`: %s", c.template_id, err->msg);
   else if (err)
@@ -263,6 +270,48 @@ static void create(struct req *r) {
 }
 
 /* ---- one sandbox ------------------------------------------------------------------------- */
+
+static bool find(struct req *r, const char *e2b_id, struct agsx_record *rec);
+
+/* PUT /sandboxes/{id}/network: {"allowOut": [...], "denyOut": [...]} (or
+ * the same in a "network" object) replaces its egress rules, live, as
+ * agsx update --egress-... does. */
+static void update_network(struct req *r, const char *e2b_id) {
+  struct agsx_record rec;
+  if (!find(r, e2b_id, &rec))
+    return;
+  agsx_error_t err = NULL;
+  int status = 400;
+  _cleanup_strv_ char **rules = NULL;
+  struct agsx_egress e = {0};
+  _cleanup_json_ yajl_val body =
+      agsx_json_parse(r->body.len ? r->body.p : "{}", r->body.len ? r->body.len : 2, 1 << 20, &err);
+  yajl_val net = body && YAJL_IS_OBJECT(body) && agsx_json_get(body, "network")
+                     ? agsx_json_get(body, "network")
+                     : body;
+  size_t cut = 0;
+  if (body == NULL)
+    agsx_respond_error(r, 400, "invalid request body: %s", err->msg);
+  else if (agsx_api_egress_parse(net, &rules, &status, &err) < 0)
+    agsx_respond_error(r, (unsigned)status, "%s", err->msg);
+  else {
+    for (size_t i = 0; rules && rules[i] && err == NULL; i++) {
+      struct agsx_egress_rule er;
+      if (agsx_egress_rule_parse_line(rules[i], &er, &err) == 0)
+        agsx_egress_append(&e, &er, &err);
+    }
+    if (err)
+      agsx_respond_error(r, 400, "%s", err->msg);
+    else if (agsx_net_egress_update(r->s->cfg->root, r->s->cfg->state, rec.id, rec.network,
+                                    rec.address, &e, &cut, &err) < 0)
+      agsx_respond_error(r, agsx_error_errno(&err) == EINVAL ? 400 : 500, "%s", err->msg);
+    else
+      agsx_respond(r, 204, NULL, "", 0);
+  }
+  agsx_egress_clear(&e);
+  agsx_error_free(&err);
+  agsx_record_clear(&rec);
+}
 
 static bool find(struct req *r, const char *e2b_id, struct agsx_record *rec) {
   agsx_error_t err = NULL;
@@ -616,7 +665,7 @@ void agsx_api_control_plane(struct req *r) {
       if (post && strcmp(a, "snapshots") == 0)
         return agsx_api_create_snapshot(r, s[1]);
       if (strcmp(m, "PUT") == 0 && strcmp(a, "network") == 0)
-        return agsx_respond_error(r, 501, "agsx: changing a sandbox's network is not supported");
+        return update_network(r, s[1]);
     }
     if (k == 3 && get && strcmp(s[2], "logs") == 0)
       return agsx_respond_error(r, 501, "agsx: sandbox logs are not supported (use agsx logs)");

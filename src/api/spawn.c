@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "api/spawn.h"
+#include "net/egress.h"
 
 #include "sandbox/lifecycle.h"
 #include "util/json.h"
@@ -52,7 +53,19 @@ static void handle(int fd, const char *buf, size_t len) {
     agsx_error_free(&err);
     return;
   }
-  _cleanup_strv_ char **env = get_strv(v, "env"), **labels = get_strv(v, "labels");
+  _cleanup_strv_ char **env = get_strv(v, "env"), **labels = get_strv(v, "labels"),
+                      **rules = get_strv(v, "egress");
+  struct agsx_egress egress = {0};
+  for (size_t i = 0; rules && rules[i]; i++) {
+    struct agsx_egress_rule er;
+    if (agsx_egress_rule_parse_line(rules[i], &er, &err) < 0 ||
+        agsx_egress_append(&egress, &er, &err) < 0) {
+      reply(fd, NULL, 400, err->msg);
+      agsx_error_free(&err);
+      agsx_egress_clear(&egress);
+      return;
+    }
+  }
   int64_t timeout = 0;
   agsx_json_get_int64(v, "timeout", &timeout);
   struct agsx_run_spec spec = {
@@ -63,6 +76,7 @@ static void handle(int fd, const char *buf, size_t len) {
       .env = env,
       .labels = labels,
       .network = agsx_json_get_string(v, "network"),
+      .egress = &egress,
       .timeout = (uint64_t)(timeout > 0 ? timeout : 0),
       .rm = true,
       .idle = true,
@@ -71,11 +85,13 @@ static void handle(int fd, const char *buf, size_t len) {
   if (agsx_lifecycle_create(&spec, &lc, &err) < 0) {
     reply(fd, NULL, 400, err->msg);
     agsx_error_free(&err);
+    agsx_egress_clear(&egress);
     return;
   }
   struct agsx_run_started st;
   int rc = agsx_lifecycle_detach(lc, &st, &err);
   agsx_lifecycle_free(lc);
+  agsx_egress_clear(&egress);
   if (rc < 0) {
     reply(fd, NULL, 500, err->msg);
     agsx_error_free(&err);
@@ -154,6 +170,7 @@ int agsx_spawn(struct agsx_spawner *sp, const struct agsx_spawn_req *req, char r
   agsx_json_kv_int(g, "timeout", (int64_t)req->timeout);
   gen_strv(g, "env", req->env);
   gen_strv(g, "labels", req->labels);
+  gen_strv(g, "egress", req->egress);
   yajl_gen_map_close(g);
   size_t len;
   _cleanup_free_ char *msg = agsx_json_gen_steal(g, &len);

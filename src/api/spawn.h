@@ -27,6 +27,7 @@ struct agsx_spawner {
 struct agsx_spawn_req {
   const char *root, *state, *image, *network;
   char **env, **labels;
+  char **egress; /* egress rules ("allow pypi.org", net/egress.h), or NULL */
   uint64_t timeout;
 };
 

@@ -663,6 +663,8 @@ static void close_callers_fds(struct agsx_lifecycle *lc, int report) {
   keep[n++] = lc->job.sock;
   keep[n++] = lc->net.lease_fd;
   keep[n++] = lc->net.watch_fd;
+  keep[n++] = lc->net.nflog_fd;    /* egress: the blocked log's socket */
+  keep[n++] = lc->net.egress_pipe; /* egress: its rules' transaction result */
   if (lc->p.store) {
     struct agsx_store *s = lc->p.store;
     keep[n++] = s->rootfd;

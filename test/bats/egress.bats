@@ -210,6 +210,11 @@ start_sb() { # NAME RULE-OPTIONS...
   assert_success
   assert_output_contains "denied.egress.test"
   assert_output_contains "198.18.0.11:80"
+  run_nax logs --network e7
+  assert_success
+  assert_output_contains "denied.egress.test"
+  run_nax logs --network -f e7
+  assert_agsx_error "goes alone"
   run_nax netlog --json e7
   assert_success
   echo "$output" | python3 -c '
@@ -278,4 +283,46 @@ assert q[0]["first"] and q[0]["last"], q'
   nax wait v1 >/dev/null || true
   run_nax network rm ev
   assert_success
+}
+
+@test "egress: the E2B API's network.allowOut/denyOut at create and PUT /sandboxes/{id}/network" {
+  local port key=e2b_egress_test_key
+  port=$(outer python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  nsenter -t "$OUTER" --net --mount -- env AGSX_PUBLIC_SUBNET=198.19.0.0/24 AGSX_PULL=never \
+    AGSX_DNS=198.18.0.3 "$AGSX" --root "$ROOT" --state "$STATE" serve --listen "127.0.0.1:$port" \
+    --api-key "$key" --network public --template bb=busybox </dev/null >>"$T/serve.log" 2>&1 3>&- &
+  local srv=$! i
+  api() { # METHOD PATH [BODY]: the body, then the status
+    outer curl -s -X "$1" -H "X-API-KEY: $key" -H 'Content-Type: application/json' \
+      ${3:+--data-binary "$3"} -w '\n%{http_code}\n' "http://127.0.0.1:$port$2"
+  }
+  for i in $(seq 100); do
+    outer curl -s -o /dev/null "http://127.0.0.1:$port/" && break
+    sleep 0.05
+  done
+  run api POST /v2/sandboxes '{"templateID":"bb","timeout":60,"network":{"allowOut":["allowed.egress.test","198.18.0.16:443"],"denyOut":["0.0.0.0/0"]}}'
+  assert_output_contains "201"
+  local sb
+  sb=$(nax ls -q | head -1)
+  run fetch "$sb" allowed.egress.test 80
+  assert_output_contains "http 198.18.0.10:80: 198.18.0.10:80"
+  run fetch "$sb" other.egress.test 80
+  assert_output_contains "resolve other.egress.test: failed"
+  run nax exec "$sb" probe http 198.18.0.16 443 2000
+  assert_output_contains "http 198.18.0.16:443: 198.18.0.16:443"
+  local e2b
+  e2b=$(api GET /v2/sandboxes | head -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["sandboxID"])')
+  run api PUT "/sandboxes/$e2b/network" '{"allowOut":["other.egress.test"],"denyOut":["0.0.0.0/0"]}'
+  assert_output_contains "204"
+  run fetch "$sb" other.egress.test 80
+  assert_output_contains "http 198.18.0.16:80: 198.18.0.16:80"
+  run fetch "$sb" allowed.egress.test 80
+  assert_output_contains "resolve allowed.egress.test: failed"
+  run api PUT "/sandboxes/$e2b/network" '{"allowOut":["a*b"]}'
+  assert_output_contains "400"
+  run api POST /v2/sandboxes '{"templateID":"bb","allow_internet_access":false,"network":{"allowOut":["x.org"]}}'
+  assert_output_contains "400"
+  api DELETE "/sandboxes/$e2b" >/dev/null
+  kill "$srv" 2>/dev/null || true
+  wait "$srv" 2>/dev/null || true
 }

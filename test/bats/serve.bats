@@ -201,11 +201,11 @@ run_sdk() {
 @test "serve: what is not supported is a 501 with code 501, never 404 or 409" {
   serve_start
   id=$(create)
-  for r in "PUT /sandboxes/$id/network {}" "GET /templates" \
+  for r in "GET /templates" \
     'POST /v2/sandboxes {"templateID":"bb","mcp":{"x":{}}}' \
     'POST /v2/sandboxes {"templateID":"bb","volumeMounts":[{"name":"v","path":"/m"}]}' \
     'POST /v2/sandboxes {"templateID":"bb","autoPause":true}' \
-    'POST /v2/sandboxes {"templateID":"bb","network":{"allowOut":["1.1.1.1"]}}'; do
+    'POST /v2/sandboxes {"templateID":"bb","network":{"maskRequestHost":"x"}}'; do
     read -r m p b <<<"$r"
     run api "$m" "$p" "$b"
     [ "$(status_of "$output")" = 501 ] || { echo "$r: $output" >&3; false; }

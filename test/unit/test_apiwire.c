@@ -93,7 +93,9 @@ static void bodies(void) {
     int status;
   } bad[] = {{"{\"mcp\":{\"a\":{}}}", 501},
              {"{\"volumeMounts\":[{}]}", 501},
-             {"{\"network\":{\"denyOut\":[\"x\"]}}", 501},
+             {"{\"network\":{\"maskRequestHost\":\"x\"}}", 501},
+             {"{\"network\":{\"allowOut\":[\"a*b\"]}}", 400},
+             {"{\"network\":{\"denyOut\":\"x\"}}", 400},
              {"{\"autoPause\":true}", 501},
              {"{\"timeout\":0}", 400},
              {"{\"timeout\":1.5}", 400},
