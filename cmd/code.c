@@ -345,17 +345,22 @@ static int do_run(struct code_opts *o, int statefd, const char *id, int argc, ch
   agsx_error_t err = NULL;
   struct agsx_code_context c = {0};
   int rc = AGSX_EXIT_FAILURE;
+  /* Signals are blocked (and read from a signalfd, to interrupt the cell)
+   * only once the context is there: waiting for a default context's lock
+   * or its kernel's start, Ctrl-C still ends agsx code. */
   sigset_t mask, old;
   sigemptyset(&mask);
   sigaddset(&mask, SIGINT);
   sigaddset(&mask, SIGTERM);
   sigaddset(&mask, SIGHUP);
-  sigprocmask(SIG_BLOCK, &mask, &old);
-  _cleanup_close_ int sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  sigprocmask(SIG_BLOCK, NULL, &old);
+  _cleanup_close_ int sigfd = -1;
   if (find_context(statefd, id, o, &c, &err) < 0) {
     rc = agsx_fail(&err);
     goto out;
   }
+  sigprocmask(SIG_BLOCK, &mask, NULL);
+  sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   struct agsx_code_exec_spec spec = {.code = code,
                                      .code_len = len,
                                      .env = o->env,

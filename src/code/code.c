@@ -113,11 +113,27 @@ int agsx_code_context_get(int statefd, const char *sandbox, const char *ctxid,
 
 /* ---- talking to a bridge ------------------------------------------------ */
 
+/* One request line. The supervisor takes a message whole or refuses it
+ * (EAGAIN) while the bridge has not read what is pending: a bridge busy
+ * assembling megabytes of code gets time, one that reads nothing for a
+ * minute is an error. */
+#define SEND_PATIENCE_NS (60 * 1000000000LL)
+
 static int send_line(int statefd, const char *sandbox, uint32_t pid, const char *line, size_t len,
                      agsx_error_t *err) {
-  if (agsx_process_input(statefd, sandbox, pid, line, len, false, err) < 0)
-    return agsx_error_wrap(err, "send to the code context");
-  return 0;
+  int64_t until = agsx_mono_ns() + SEND_PATIENCE_NS;
+  for (long wait_ms = 2;; wait_ms = wait_ms < 100 ? wait_ms * 2 : 100) {
+    agsx_error_t e = NULL;
+    if (agsx_process_input(statefd, sandbox, pid, line, len, false, &e) == 0)
+      return 0;
+    if (agsx_error_errno(&e) != EAGAIN || agsx_mono_ns() >= until) {
+      *err = e;
+      return agsx_error_wrap(err, "send to the code context");
+    }
+    agsx_error_free(&e);
+    struct timespec ts = {0, wait_ms * 1000000L};
+    nanosleep(&ts, NULL);
+  }
 }
 
 /* Reads the log of PID for the reply line {"id":RID,"type":TYPE,"ok":..}

@@ -1433,7 +1433,7 @@ int agsx_net_egress_update(const char *root, const char *state_dir, const char *
   _cleanup_close_ int dir = open(dpath, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   int r = -1;
   struct agsx_egress_learnt old = {0}, keep = {0};
-  _cleanup_free_ char *cmds = NULL, *json = agsx_egress_to_json(e);
+  _cleanup_free_ char *cmds = NULL, *probe = NULL, *json = agsx_egress_to_json(e);
   _cleanup_close_ int lock = dir < 0 ? -1 : agsx_lock_at(dir, "egress.lock", true, err);
   if (dir < 0)
     agsx_error_set(err, errno, "open `%s`", dpath);
@@ -1443,7 +1443,7 @@ int agsx_net_egress_update(const char *root, const char *state_dir, const char *
    * rules deny gets addresses after the sets are cleaned. */
   if (agsx_write_file_atomic(dir, "egress.json", json, strlen(json), 0600, err) < 0)
     goto out;
-  _cleanup_free_ char *probe = xasprintf("list chain " TABLE " x_%08x\n", addr);
+  probe = xasprintf("list chain " TABLE " x_%08x\n", addr);
   agsx_error_t perr = NULL;
   bool exists = agsx_nft_run(probe, NULL, &perr) == 0;
   agsx_error_free(&perr);

@@ -1052,6 +1052,15 @@ static int prepare(struct create *cr, agsx_error_t *err) {
       return -1;
     cr->rec.slot = (int)cr->ids.slot;
   }
+  /* Recorded as ours before it is made: a create killed right after the
+   * mkdir leaves a cgroup that delete --force must find and remove. */
+  {
+    _cleanup_oci_cgroup_ struct agsx_oci_cgroup *probe = NULL;
+    _cleanup_error_ agsx_error_t e = NULL;
+    cr->rec.cgroup_owned = agsx_oci_cgroup_open(cr->rec.cgroup, false, &probe, &e) < 0;
+    if (cr->rec.cgroup_owned && write_record(cr, err) < 0)
+      return -1;
+  }
   if (agsx_oci_cgroup_create(cr->rec.cgroup, &s->resources, s->devices, s->n_devices, &cr->cg,
                              err) < 0)
     return -1;

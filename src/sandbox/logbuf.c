@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/inotify.h>
@@ -321,8 +322,70 @@ void agsx_log_writer_free(struct agsx_log_writer *w) {
 
 /* ---- the reader --------------------------------------------------------------------------- */
 
+/* Closing an inotify instance that had a watch waits for the kernel to
+ * destroy its marks (an SRCU grace period: 60-90 ms here, per close), which
+ * stalls a server's loop at the end of every stream. With a pool
+ * (agsx_log_reader_pool) instances are kept for reuse instead, their watch
+ * removed (which does not wait), up to its size; a forked child forgets its
+ * parent's (they are not its to hand out, and may be closed). */
+static struct {
+  pthread_mutex_t lock;
+  pid_t owner;
+  int fd[AGSX_LOG_POOL_MAX];
+  size_t n, max;
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+void agsx_log_reader_pool(size_t max) {
+  pthread_mutex_lock(&pool.lock);
+  pool.max = max < AGSX_LOG_POOL_MAX ? max : AGSX_LOG_POOL_MAX;
+  while (pool.owner == getpid() && pool.n > pool.max)
+    close(pool.fd[--pool.n]);
+  pthread_mutex_unlock(&pool.lock);
+}
+
+static void drain_fd(int fd) {
+  char buf[4096];
+  while (read(fd, buf, sizeof(buf)) > 0) {
+  }
+}
+
+static int inotify_take(void) {
+  int fd = -1;
+  pthread_mutex_lock(&pool.lock);
+  if (pool.owner != getpid()) {
+    pool.owner = getpid();
+    pool.n = 0;
+    pool.max = 0;
+  }
+  if (pool.n > 0)
+    fd = pool.fd[--pool.n];
+  pthread_mutex_unlock(&pool.lock);
+  if (fd >= 0) {
+    drain_fd(fd); /* the old watch's IN_IGNORED */
+    return fd;
+  }
+  return inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+}
+
+static void inotify_give(int fd, int wd) {
+  if (fd < 0)
+    return;
+  if (wd < 0 || inotify_rm_watch(fd, wd) < 0) {
+    close(fd);
+    return;
+  }
+  pthread_mutex_lock(&pool.lock);
+  bool kept = pool.owner == getpid() && pool.n < pool.max;
+  if (kept)
+    pool.fd[pool.n++] = fd;
+  pthread_mutex_unlock(&pool.lock);
+  if (!kept)
+    close(fd);
+}
+
 struct agsx_log_reader {
   int dirfd, inofd, segfd;
+  int wd;             /* the watch of inofd */
   uint64_t seg_start; /* of the open segment */
   uint64_t offset;    /* of the next record */
   bool positioned, from_end;
@@ -337,18 +400,18 @@ static int position(struct agsx_log_reader *r, uint64_t *ret_lost);
 int agsx_log_reader_open(int dirfd, const char *name, uint64_t from, struct agsx_log_reader **ret,
                          agsx_error_t *err) {
   struct agsx_log_reader *r = xzalloc(sizeof(*r));
-  r->segfd = r->inofd = -1;
+  r->segfd = r->inofd = r->wd = -1;
   r->buf = xmalloc(AGSX_LOG_REC_MAX);
   r->dirfd = open_log_dir(dirfd, name, false, err);
   if (r->dirfd < 0) {
     agsx_log_reader_free(r);
     return -1;
   }
-  r->inofd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  r->inofd = inotify_take();
   char path[64];
   snprintf(path, sizeof(path), "/proc/self/fd/%d", r->dirfd);
-  if (r->inofd < 0 ||
-      inotify_add_watch(r->inofd, path, IN_MODIFY | IN_CREATE | IN_MOVED_TO | IN_DELETE) < 0) {
+  if (r->inofd < 0 || (r->wd = inotify_add_watch(
+                           r->inofd, path, IN_MODIFY | IN_CREATE | IN_MOVED_TO | IN_DELETE)) < 0) {
     agsx_error_set(err, errno, "watch log `%s`", name);
     agsx_log_reader_free(r);
     return -1;
@@ -470,11 +533,7 @@ static int advance(struct agsx_log_reader *r, struct agsx_log_rec *ret, uint64_t
   return 1;
 }
 
-static void drain_inotify(struct agsx_log_reader *r) {
-  char buf[4096];
-  while (read(r->inofd, buf, sizeof(buf)) > 0) {
-  }
-}
+static void drain_inotify(struct agsx_log_reader *r) { drain_fd(r->inofd); }
 
 static int lost_record(struct agsx_log_reader *r, uint64_t lost, struct agsx_log_rec *ret) {
   *ret = (struct agsx_log_rec){
@@ -541,7 +600,8 @@ void agsx_log_reader_free(struct agsx_log_reader *r) {
   if (r == NULL)
     return;
   agsx_closep(&r->segfd);
-  agsx_closep(&r->inofd);
+  inotify_give(r->inofd, r->wd);
+  r->inofd = -1;
   agsx_closep(&r->dirfd);
   free(r->buf);
   free(r);

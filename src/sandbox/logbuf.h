@@ -82,5 +82,12 @@ int agsx_log_reader_fd(const struct agsx_log_reader *r);
 /* The offset of the next record to read (a resume point). */
 uint64_t agsx_log_reader_offset(const struct agsx_log_reader *r);
 void agsx_log_reader_free(struct agsx_log_reader *r);
+/* Closing a reader's inotify instance waits for the kernel (60-90 ms on a
+ * busy machine): a long-lived process (a server ending many streams) may
+ * keep up to MAX (at most AGSX_LOG_POOL_MAX) instances of freed readers
+ * for the next ones instead. Default 0: each is closed. The kept fds are
+ * CLOEXEC and show in /proc/self/fd; a forked child does not use them. */
+#define AGSX_LOG_POOL_MAX 64
+void agsx_log_reader_pool(size_t max);
 
 #endif

@@ -844,8 +844,8 @@ static int fork_one(const struct agsx_fork_opts *o, const struct agsx_capture *c
       .state = o->state,
       .image = host ? "host" : r->image_digest,
       .cmd = o->cmd,
-      .argv = o->cmd ? NULL : r->argv,
-      .idle = !o->cmd && agsx_strv_len(r->argv) == 0, /* an API sandbox: no command */
+      .argv = o->cmd || r->idle ? NULL : r->argv,
+      .idle = r->idle && !o->cmd, /* an idle sandbox's fork is idle */
       .pull = "never",
       .pull_image = no_pull,
       .env = r->env,

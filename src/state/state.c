@@ -105,6 +105,8 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len) {
   agsx_json_kv_str(g, "hostname", r->hostname);
   agsx_json_kv_str(g, "seccomp", r->seccomp);
   agsx_json_kv_bool(g, "rm", r->rm);
+  if (r->idle)
+    agsx_json_kv_bool(g, "idle", true);
   agsx_json_kv_bool(g, "stop_request", r->stop_request);
   agsx_json_kv_bool(g, "reported", r->reported);
   agsx_json_kv_bool(g, "paused", r->paused);
@@ -345,6 +347,8 @@ int agsx_record_from_json(const char *buf, size_t len, struct agsx_record *r, ag
   r->labels = opt_labels(v);
   yajl_val b = agsx_json_get(v, "rm");
   r->rm = b && YAJL_IS_TRUE(b);
+  b = agsx_json_get(v, "idle");
+  r->idle = b && YAJL_IS_TRUE(b);
   b = agsx_json_get(v, "stop_request");
   r->stop_request = b && YAJL_IS_TRUE(b);
   b = agsx_json_get(v, "reported");

@@ -55,6 +55,7 @@ struct agsx_record {
   char *seccomp;     /* "default", "unconfined" or the path of the profile used */
   char **labels;     /* KEY=VALUE (agsx_labels_check), NULL: none */
   bool rm;           /* remove the record when the sandbox ends */
+  bool idle;         /* no command (agsx_run_spec.idle): a fork is idle too */
   bool stop_request; /* `agsx kill` asked the supervisor to stop it */
   bool reported;     /* an ended sandbox's end was shown by ls -a or waited for */
   bool paused;       /* frozen by agsx pause (sandbox/freeze.h); only while running */

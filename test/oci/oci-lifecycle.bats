@@ -239,3 +239,25 @@ PY
   assert_failure
   rt delete c1
 }
+
+@test "SIGKILL of create at any step: delete --force leaves nothing half-made" {
+  agsx_only
+  b=$(make_bundle b sleep 1000)
+  for d in 0.001 0.003 0.006 0.01 0.015 0.02 0.03 0.045 0.06 0.08 0.12 0.2; do
+    timeout -s KILL "$d" "$RUNTIME" --root "$ROOT" create --bundle "$b" k1 </dev/null >/dev/null 2>&1 || true
+    run_rt delete --force k1
+    assert_success
+    [ ! -e "$ROOT/k1" ] || { echo "# after $d s: $(ls -la "$ROOT/k1")" >&3; false; }
+    for i in $(seq 30); do
+      ! ls -d /sys/fs/cgroup/*/"$CGP"/b/ /sys/fs/cgroup/"$CGP"/b/ 2>/dev/null | grep -q . && break
+      sleep 0.1
+    done
+    ! ls -d /sys/fs/cgroup/*/"$CGP"/b/ /sys/fs/cgroup/"$CGP"/b/ 2>/dev/null | grep -q . ||
+      { echo "# after $d s: cgroup left" >&3; false; }
+    ! pgrep -f agsx-oci-init -u "$(id -u)" >/dev/null 2>&1 || true
+  done
+  # and the id works again afterwards
+  rtc --bundle "$b" k1
+  [ "$(state_field k1 status)" = created ]
+  rt delete k1
+}

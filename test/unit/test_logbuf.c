@@ -248,6 +248,28 @@ static void hostile(void) {
   close(d);
 }
 
+/* With a pool, a freed reader's inotify instance serves the next reader,
+ * which still hears only its own log. */
+static void pooled(void) {
+  agsx_log_reader_pool(2);
+  struct agsx_log_writer *a = wopen("pool-a", 1 << 20), *b = wopen("pool-b", 1 << 20);
+  struct agsx_log_reader *r = ropen("pool-a", AGSX_LOG_FROM_START);
+  int fd = agsx_log_reader_fd(r);
+  agsx_log_reader_free(r);
+  r = ropen("pool-b", AGSX_LOG_FROM_START);
+  tap_is_int(agsx_log_reader_fd(r), fd, "a pooled inotify instance is reused");
+  put(a, AGSX_LOG_STDOUT, "not for b");
+  struct pollfd p = {.fd = agsx_log_reader_fd(r), .events = POLLIN};
+  tap_is_int(poll(&p, 1, 100), 0, "it does not hear the old reader's log");
+  put(b, AGSX_LOG_STDOUT, "for b");
+  tap_ok(poll(&p, 1, 2000) == 1 && is_rec(r, AGSX_LOG_STDOUT, "for b"), "it hears its own");
+  agsx_log_reader_free(r);
+  agsx_log_reader_pool(0);
+  tap_ok(fcntl(fd, F_GETFD) < 0, "a pool of 0 closes what it kept");
+  agsx_log_writer_free(a);
+  agsx_log_writer_free(b);
+}
+
 int main(void) {
   char dir[] = "/tmp/test_logbuf.XXXXXX";
   if (!mkdtemp(dir))
@@ -258,6 +280,7 @@ int main(void) {
   follow();
   torn();
   hostile();
+  pooled();
   agsx_error_t err = NULL;
   agsx_rm_rf_at(AT_FDCWD, dir, &err);
   agsx_error_free(&err);

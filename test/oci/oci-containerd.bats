@@ -1,0 +1,123 @@
+#!/usr/bin/env bats
+# containerd 1.6 (Debian's) with its runc shim v2 driving agsx-oci:
+# `ctr run --runc-binary`, a private daemon per file (its own root, state
+# and socket, the CRI plugin off) started and stopped here. The Kubernetes
+# path differs only in config (contrib/containerd/config.toml); no kubelet
+# or crictl exists in Debian 12 to drive it.
+
+load helpers
+
+setup_file() {
+  command -v containerd >/dev/null || skip "containerd is not installed (apt-get install containerd)"
+  export CT=$BATS_FILE_TMPDIR/ctd NS=agsxtest$$
+  mkdir -p "$CT"
+  chmod 0755 "$BATS_FILE_TMPDIR" "$CT"
+  cat >"$CT/config.toml" <<EOF2
+version = 2
+root = "$CT/root"
+state = "$CT/state"
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = "$CT/containerd.sock"
+[ttrpc]
+  address = "$CT/containerd.sock.ttrpc"
+EOF2
+  # No fd of bats' may live on in the daemon or its shims (bats waits for them).
+  containerd --config "$CT/config.toml" </dev/null >"$CT/log" 2>&1 3>&- &
+  echo $! >"$CT/pid"
+  local i
+  for i in $(seq 50); do [ -S "$CT/containerd.sock" ] && break; sleep 0.1; done
+  "$BATS_TEST_DIRNAME/../fixtures/busybox-image" "$CT/layout" --probe "$PROBE" >/dev/null
+  skopeo copy -q oci:"$CT/layout":busybox:latest docker-archive:"$CT/img.tar":localhost/agsx-test:busybox
+  C images import "$CT/img.tar" >/dev/null
+}
+
+# The namespace names the containers' cgroups (/NS/ID): not agsx's own parent.
+C() { timeout --kill-after=5 60 ctr -a "$CT/containerd.sock" -n "$NS" "$@" 3>&-; }
+R() { echo --runc-binary "$AGSX_OCI" --runc-root "$CT/agsx"; }
+IMG=localhost/agsx-test:busybox
+
+teardown_file() {
+  [ -n "${CT:-}" ] && [ -f "$CT/pid" ] || return 0
+  local pid
+  pid=$(cat "$CT/pid")
+  kill "$pid" 2>/dev/null || true
+  for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  for d in /sys/fs/cgroup/*/"$NS" /sys/fs/cgroup/"$NS"; do [ -d "$d" ] && rmdir "$d" 2>/dev/null; done
+  grep -F "$CT" /proc/self/mountinfo | awk '{print $5}' | sort -r | while read -r m; do umount -l "$m"; done
+}
+
+teardown() {
+  local leaks="" t
+  for t in $(C task ls -q 2>/dev/null); do C task kill -a -s SIGKILL "$t" >/dev/null 2>&1 || true; done
+  sleep 0.3
+  for t in $(C task ls -q 2>/dev/null); do C task delete -f "$t" >/dev/null 2>&1 || true; done
+  for t in $(C container ls -q 2>/dev/null); do C container rm "$t" >/dev/null 2>&1 || true; done
+  if [ -n "$(ls "$CT/agsx/$NS" 2>/dev/null)" ]; then leaks+="state: $(ls "$CT/agsx/$NS"); "; fi
+  if ls -d /sys/fs/cgroup/*/"$NS"/*/ 2>/dev/null | grep -q .; then
+    leaks+="cgroups: $(ls -d /sys/fs/cgroup/*/"$NS"/*/ | head -2); "
+  fi
+  oci_teardown || true
+  [ -z "$leaks" ] || { echo "# leaked: $leaks" >&3; return 1; }
+}
+
+@test "ctr run: output, exit code, the injected user namespace" {
+  run C run --rm $(R) $IMG t1 sh -c 'echo hi; cat /proc/self/uid_map'
+  [ "$status" -eq 0 ] || { echo "# $output" >&3; false; }
+  [[ "$output" == hi* ]]
+  [[ "$output" != *"         0          0"* ]]
+  run C run --rm $(R) $IMG t2 sh -c 'exit 7'
+  [ "$status" -eq 7 ]
+  # (ctr 1.6's --uidmap runs Debian's runc whatever --runc-binary says:
+  # the engine's mappings are tested in oci-policy.bats and oci-podman.bats)
+}
+
+@test "ctr run -t gets a terminal" {
+  skip "not done: the runc shim stays waiting after agsx-oci hands the console over (see the issue's report)"
+  run script -qec "ctr -a '$CT/containerd.sock' -n agsx run --rm -t $(R) $IMG t1 tty" /dev/null
+  [[ "$output" == *"/dev/pts/"* ]] || { echo "# $output" >&3; false; }
+}
+
+@test "ctr task exec/ps/pause/resume/metrics/kill/delete" {
+  C run -d $(R) $IMG t1 sleep 1000
+  run C task exec --exec-id e1 t1 sh -c 'exit 4'
+  [ "$status" -eq 4 ] || { echo "# $status $output" >&3; false; }
+  run C task ps t1
+  [ "$status" -eq 0 ] && [[ "$output" == *PID* ]]
+  C task pause t1
+  [[ "$(C task ls | grep t1)" == *PAUSED* ]]
+  C task resume t1
+  [[ "$(C task ls | grep t1)" == *RUNNING* ]]
+  run C task metrics t1
+  [ "$status" -eq 0 ] || { echo "# $output" >&3; false; }
+  C task kill -s SIGTERM t1 || true
+  C task kill -a -s SIGKILL t1
+  for i in $(seq 50); do [[ "$(C task ls | grep t1)" == *STOPPED* ]] && break; sleep 0.1; done
+  C task delete t1
+  C container rm t1
+  [ -z "$(ls "$CT/agsx/$NS" 2>/dev/null)" ]
+}
+
+@test "ctr --with-ns network: pod-style sharing of a network namespace" {
+  C run -d $(R) $IMG t1 sleep 1000
+  pid=$(C task ls | awk '$1=="t1"{print $2}')
+  run C run --rm $(R) --with-ns network:/proc/$pid/ns/net $IMG t2 readlink /proc/self/ns/net
+  [ "$output" = "$(readlink /proc/$pid/ns/net)" ] || { echo "# $output" >&3; false; }
+  C task kill -s SIGKILL t1
+  sleep 0.3
+  C task delete t1
+  C container rm t1
+}
+
+@test "ctr: containerd's default seccomp profile plus agsx's baseline, a memory limit OOM, a refusal" {
+  run C run --rm --seccomp $(R) $IMG t1 sh -c '/usr/local/bin/probe syscall unshare-user; /usr/local/bin/probe syscall keyctl'
+  [[ "$output" == *"unshare-user: blocked"* && "$output" == *"keyctl: blocked"* ]] || { echo "# $output" >&3; false; }
+  run C run --rm --memory-limit 16777216 $(R) $IMG t2 /usr/local/bin/probe alloc 256
+  [ "$status" -eq 137 ] || { echo "# $status $output" >&3; false; }
+  run C run --rm $(R) $IMG t3 /nonexistent
+  [ "$status" -ne 0 ]
+  [[ "$output" == *"OCI runtime create failed"* ]] || { echo "# $output" >&3; false; }
+  run C run --rm --privileged $(R) $IMG t4 true
+  [ "$status" -ne 0 ]
+  [[ "$output" == *"privileged containers are not supported by agsx"* ]] || { echo "# $output" >&3; false; }
+}
