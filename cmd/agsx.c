@@ -282,7 +282,8 @@ static const struct agsx_option serve_opts[] = {
     {"listen", 0, "ADDR:PORT",
      "Listen here (default 127.0.0.1:3000; loopback unless --listen-public)", O_LISTEN},
     {"listen-public", 0, NULL,
-     "Allow a non-loopback --listen: whoever reaches it with the key runs code here",
+     "Allow a non-loopback --listen (risky: plain HTTP, and whoever reaches it with the key "
+     "runs code on this host)",
      O_LISTEN_PUBLIC},
     {"api-key", 0, "KEY", "The API key (default $AGSX_API_KEY, else the key file's)", O_API_KEY},
     {"api-key-file", 0, "FILE", "Read (or generate) the key here (default /etc/agsx/api-key)",
