@@ -88,6 +88,13 @@ static const struct agsx_option run_opts[] = {
      O_ALLOW},
     {"deny", 0, "RULE", "vpc: deny traffic, e.g. \"in tcp/22\"", O_DENY},
     {"rules", 0, "FILE", "vpc: read allow/deny rules from FILE, one per line", O_RULES},
+    {"egress-allow", 0, "RULE",
+     "public, vpc: allow egress only to these: NAME, *.NAME, CIDR, with :PORT (see agsx-run(1))",
+     O_EGRESS_ALLOW},
+    {"egress-deny", 0, "RULE", "public, vpc: deny egress to NAME, *.NAME or CIDR[:PORT]",
+     O_EGRESS_DENY},
+    {"egress-rules", 0, "FILE", "Read egress allow/deny rules from FILE, one per line",
+     O_EGRESS_RULES},
     {"publish", 'p', "[IP:]HOSTPORT:PORT",
      "Publish PORT[/udp] on the host (IP: 127.0.0.1; PORT alone: a free port)", O_PUBLISH},
     {"memory", 0, "SIZE", "Memory limit (e.g. 512m); the sandbox is killed beyond it", O_MEMORY},
@@ -171,6 +178,12 @@ static const struct agsx_option stats_opts[] = {
 
 static const struct agsx_option update_opts[] = {
     {"timeout", 0, "DURATION", "New lifetime, counted from now (at most 24h)", O_TIMEOUT},
+    {"egress-allow", 0, "RULE",
+     "New egress rules: allow NAME, *.NAME or CIDR[:PORT] (replaces all)", O_EGRESS_ALLOW},
+    {"egress-deny", 0, "RULE", "New egress rules: deny NAME, *.NAME or CIDR[:PORT]", O_EGRESS_DENY},
+    {"egress-rules", 0, "FILE", "New egress rules from FILE, one per line", O_EGRESS_RULES},
+    {"egress-clear", 0, NULL, "Remove every egress rule (the network's default egress again)",
+     O_EGRESS_CLEAR},
     {"json", 0, NULL, "Print the new deadline as JSON", O_JSON},
     {0},
 };
@@ -182,6 +195,16 @@ static const struct agsx_option network_create_opts[] = {
     {"deny", 0, "RULE", "Deny traffic, e.g. \"in tcp/22\"", O_DENY},
     {"rules", 0, "FILE", "Read allow/deny rules from FILE, one per line", O_RULES},
     {"json", 0, NULL, "Print the new network as JSON", O_JSON},
+    {0},
+};
+
+static const struct agsx_option network_update_opts[] = {
+    {"allow", 0, "RULE", "Allow traffic, e.g. \"out tcp/443 0.0.0.0/0\" (replaces every rule)",
+     O_ALLOW},
+    {"deny", 0, "RULE", "Deny traffic, e.g. \"in tcp/22\"", O_DENY},
+    {"rules", 0, "FILE", "Read allow/deny rules from FILE, one per line (/dev/null: none)",
+     O_RULES},
+    {"json", 0, NULL, "Print the network as JSON, with what the update touched", O_JSON},
     {0},
 };
 
@@ -198,6 +221,12 @@ static const struct agsx_option build_opts[] = {
      O_BUILD_ARG},
     {"network", 0, "MODE", "Network of RUN steps: internal, public (default) or vpc:NAME",
      O_NETWORK},
+    {"egress-allow", 0, "RULE", "RUN steps may reach only these: NAME, *.NAME, CIDR[:PORT]",
+     O_EGRESS_ALLOW},
+    {"egress-deny", 0, "RULE", "RUN steps may not reach NAME, *.NAME or CIDR[:PORT]",
+     O_EGRESS_DENY},
+    {"egress-rules", 0, "FILE", "Read RUN steps' egress rules from FILE, one per line",
+     O_EGRESS_RULES},
     {"no-cache", 0, NULL, "Do not use the build cache", O_NO_CACHE},
     {"pull", 0, "POLICY", "Pull FROM images: missing (default), always or never", O_PULL},
     {"platform", 0, "PLATFORM", "Target platform: only linux/amd64", O_PLATFORM},
@@ -269,6 +298,11 @@ static const struct agsx_option serve_opts[] = {
     {0},
 };
 
+static const struct agsx_option netlog_opts[] = {
+    {"json", 0, NULL, "Print the log as JSON (see agsx-netlog(1))", O_JSON},
+    {0},
+};
+
 static const struct agsx_option none[] = {{0}};
 
 /* Commands of DESIGN.md §3 that later work fills in say so and exit 125. */
@@ -291,8 +325,10 @@ const struct agsx_command agsx_commands[] = {
     {"rm", "[OPTIONS] SANDBOX...", "Remove ended sandboxes' records", rm_opts, agsx_cmd_rm, NULL},
     {"stats", "[OPTIONS] [SANDBOX...]", "Show CPU, memory, pids, disk and network use", stats_opts,
      agsx_cmd_stats, NULL},
-    {"update", "--timeout DURATION SANDBOX", "Change a running sandbox's deadline", update_opts,
-     agsx_cmd_update, NULL},
+    {"update", "[--timeout DURATION] [--egress-… RULE] SANDBOX",
+     "Change a running sandbox's deadline or egress rules", update_opts, agsx_cmd_update, NULL},
+    {"netlog", "[--json] SANDBOX", "Show what a sandbox's egress rules blocked", netlog_opts,
+     agsx_cmd_netlog, NULL},
     {"pause", "SANDBOX...", "Freeze every process of running sandboxes", none, agsx_cmd_pause,
      NULL},
     {"unpause", "SANDBOX...", "Resume paused sandboxes", none, agsx_cmd_unpause, NULL},
@@ -316,6 +352,9 @@ const struct agsx_command agsx_commands[] = {
     {"browser", "[OPTIONS] [-- CHROMIUM-FLAG...]",
      "Start headless Chromium in a sandbox; print its DevTools WebSocket URL", browser_opts,
      agsx_cmd_browser, NULL},
+    {"code", "[OPTIONS] SANDBOX [CODE|-]",
+     "Run code in a sandbox's stateful code context (Python, bash)", agsx_code_opts, agsx_cmd_code,
+     NULL},
     {"build", "[OPTIONS] CONTEXT", "Build an image from a Dockerfile", build_opts, agsx_cmd_build,
      NULL},
     {"serve", "[OPTIONS]", "Serve the E2B-compatible HTTP API (SDKs run unmodified)", serve_opts,
@@ -343,6 +382,8 @@ const struct agsx_command agsx_commands[] = {
      image_push_opts, agsx_cmd_image_push, "image push"},
     {"network create", "[OPTIONS] --subnet CIDR NAME", "Create a vpc network", network_create_opts,
      agsx_cmd_network_create, NULL},
+    {"network update", "[OPTIONS] NAME", "Replace a vpc network's rules, live", network_update_opts,
+     agsx_cmd_network_update, NULL},
     {"network ls", "[OPTIONS]", "List networks", network_ls_opts, agsx_cmd_network_ls, NULL},
     {"network rm", "NAME...", "Remove vpc networks no sandbox uses", none, agsx_cmd_network_rm,
      NULL},

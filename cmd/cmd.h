@@ -97,6 +97,10 @@ enum {
   O_TAIL,
   O_TIMESTAMPS,
   O_EXEC,
+  O_EGRESS_ALLOW,
+  O_EGRESS_DENY,
+  O_EGRESS_RULES,
+  O_EGRESS_CLEAR,
 };
 
 /* The table, in cmd/agsx.c. */
@@ -146,12 +150,20 @@ int agsx_cmd_serve(struct agsx_ctx *, const struct agsx_command *, int, char **)
 struct agsx_sg_rule;
 int agsx_cmd_parse_rule_opt(int id, const char *v, struct agsx_sg_rule **rules, size_t *n,
                             agsx_error_t *err);
+/* --egress-allow RULE, --egress-deny RULE, --egress-rules FILE (run, build, update). */
+struct agsx_egress;
+int agsx_cmd_parse_egress_opt(int id, const char *v, struct agsx_egress *e, agsx_error_t *err);
+int agsx_cmd_netlog(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_create(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_network_update(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_inspect(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_browser(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_port(struct agsx_ctx *, const struct agsx_command *, int, char **);
+/* agsx code keeps its option table and ids in cmd/code.c. */
+extern const struct agsx_option agsx_code_opts[];
+int agsx_cmd_code(struct agsx_ctx *, const struct agsx_command *, int, char **);
 /* Pulls IMAGE for run (a line on stderr, progress on a terminal). */
 int agsx_cmd_pull_quietly(struct agsx_ctx *ctx, const char *image, agsx_error_t *err);
 int agsx_cmd_pause(struct agsx_ctx *, const struct agsx_command *, int, char **);

@@ -7,6 +7,7 @@
 #include "cmd.h"
 #include "io.h"
 #include "image/registry/registry.h"
+#include "net/egress.h"
 #include "net/netspec.h"
 #include "net/relay.h"
 #include "sandbox/lifecycle.h"
@@ -27,6 +28,7 @@ struct run_opts {
   const char *net_name;
   struct agsx_sg_rule *rules;
   size_t n_rules;
+  struct agsx_egress egress;
   const char *pull;        /* --pull POLICY, or NULL: $AGSX_PULL / missing */
   struct agsx_port *ports; /* -p; host ports as bound once started */
   size_t n_ports;
@@ -166,6 +168,12 @@ static int on_run_opt(void *data, int id, const char *v) {
     if (agsx_cmd_parse_rule_opt(id, v, &o->rules, &o->n_rules, &err) < 0)
       return agsx_failf("run: %s", err->msg), agsx_error_free(&err), -1;
     return 0;
+  case O_EGRESS_ALLOW:
+  case O_EGRESS_DENY:
+  case O_EGRESS_RULES:
+    if (agsx_cmd_parse_egress_opt(id, v, &o->egress, &err) < 0)
+      return agsx_failf("run: %s", err->msg), agsx_error_free(&err), -1;
+    return 0;
   case O_PULL: {
     enum agsx_pull_policy pp;
     if (agsx_pull_policy_parse(v, &pp, &err) < 0)
@@ -283,6 +291,7 @@ static void run_opts_clear(struct run_opts *o) {
   agsx_strv_free(o->env);
   agsx_strv_free(o->labels);
   free(o->rules);
+  agsx_egress_clear(&o->egress);
   for (size_t i = 0; i < o->n_binds; i++) {
     free(o->binds[i].src);
     free(o->binds[i].dst);
@@ -314,6 +323,11 @@ int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
     agsx_failf("run: --allow, --deny and --rules are for vpc networks");
     goto done;
   }
+  if (o.net_mode == AGSX_NET_INTERNAL && o.egress.n > 0) {
+    agsx_failf("run: --egress-allow, --egress-deny and --egress-rules are for the public and vpc "
+               "networks");
+    goto done;
+  }
   struct agsx_run_spec spec = {
       .root = ctx->root,
       .state = ctx->state,
@@ -334,6 +348,7 @@ int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
       .network = o.network,
       .rules = o.rules,
       .n_rules = o.n_rules,
+      .egress = &o.egress,
       .ports = o.ports,
       .n_ports = o.n_ports,
       .timeout = o.timeout,

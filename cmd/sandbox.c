@@ -3,6 +3,7 @@
 
 #include "cmd.h"
 #include "sandbox/snapshot.h"
+#include "net/egress.h"
 #include "net/network.h"
 #include "sandbox/control.h"
 #include "util/json.h"
@@ -17,7 +18,9 @@
 struct sflags {
   bool all, quiet, json, images, dry_run, no_trunc, force, no_stream;
   const char *signal, *timeout;
-  char **filters; /* ls --filter label=...: the KEY[=VALUE] parts */
+  char **filters;            /* ls --filter label=...: the KEY[=VALUE] parts */
+  struct agsx_egress egress; /* update: the new egress rules */
+  bool egress_set, egress_clear;
 };
 
 static int on_sopt(void *data, int id, const char *arg) {
@@ -40,6 +43,16 @@ static int on_sopt(void *data, int id, const char *arg) {
     f->filters = xrealloc(f->filters, (n + 2) * sizeof(char *));
     f->filters[n] = xstrdup(arg + 6);
     f->filters[n + 1] = NULL;
+    break;
+  }
+  case O_EGRESS_CLEAR: f->egress_clear = true; break;
+  case O_EGRESS_ALLOW:
+  case O_EGRESS_DENY:
+  case O_EGRESS_RULES: {
+    agsx_error_t err = NULL;
+    f->egress_set = true;
+    if (agsx_cmd_parse_egress_opt(id, arg, &f->egress, &err) < 0)
+      return agsx_failf("update: %s", err->msg), agsx_error_free(&err), -1;
     break;
   }
   }
@@ -454,33 +467,65 @@ int agsx_cmd_rm(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
 
 /* ---- update ------------------------------------------------------------------------------ */
 
-int agsx_cmd_update(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
-  struct sflags f;
-  int i = sparse(ctx, cmd, argc, argv, &f);
-  if (i < 0)
-    return AGSX_EXIT_FAILURE;
-  if (i != argc - 1 || f.timeout == NULL)
-    return agsx_failf("update: expected --timeout DURATION and one SANDBOX");
+/* update --egress-…: the new rules, live (agsx_net_egress_update). */
+static int update_egress(struct agsx_ctx *ctx, const char *sandbox, const char *id,
+                         const struct agsx_egress *e, size_t *ret_cut, agsx_error_t *err) {
+  struct agsx_record r;
+  if (agsx_state_lookup(ctx->state, id, &r, err) < 0)
+    return -1;
+  int rc = 0;
+  if (r.status != AGSX_STATUS_RUNNING) {
+    agsx_error_set_quiet(err, EINVAL, "sandbox `%s` is not running", sandbox);
+    rc = -1;
+  } else if (agsx_net_egress_update(ctx->root, ctx->state, r.id, r.network, r.address, e, ret_cut,
+                                    err) < 0)
+    rc = agsx_error_wrap(err, "sandbox `%s`", sandbox);
+  agsx_record_clear(&r);
+  return rc;
+}
+
+static int update_cmd(struct agsx_ctx *ctx, struct sflags *f, int i, int argc, char **argv) {
+  if (i != argc - 1 || (f->timeout == NULL && !f->egress_set && !f->egress_clear))
+    return agsx_failf(
+        "update: expected --timeout DURATION and/or --egress-… rules, and one SANDBOX");
+  if (f->egress_set && f->egress_clear)
+    return agsx_failf("update: --egress-clear goes alone, without --egress-allow/deny/rules");
   agsx_error_t err = NULL;
-  uint64_t sec;
-  if (agsx_parse_duration(f.timeout, &sec, &err) < 0)
+  uint64_t sec = 0;
+  if (f->timeout && agsx_parse_duration(f->timeout, &sec, &err) < 0)
     return agsx_failf("update: --timeout: %s", err->msg), agsx_error_free(&err), AGSX_EXIT_FAILURE;
   agsx_state_reap_all(ctx->state, true, &reap_log);
   _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   char id[33];
   if (lookup_id(statefd, argv[i], id, &err) < 0)
     return agsx_fail(&err);
-  struct agsx_record r;
-  bool gone;
-  if (agsx_control_set_timeout(statefd, id, argv[i], sec, &r, &gone, &err) < 0)
+  size_t cut = 0;
+  if ((f->egress_set || f->egress_clear) &&
+      update_egress(ctx, argv[i], id, &f->egress, &cut, &err) < 0)
     return agsx_fail(&err);
-  _cleanup_free_ char *when = agsx_format_rfc3339(r.deadline);
-  if (f.json) {
+  struct agsx_record r = {0};
+  bool gone = false;
+  if (f->timeout && agsx_control_set_timeout(statefd, id, argv[i], sec, &r, &gone, &err) < 0)
+    return agsx_fail(&err);
+  if (f->json) {
     _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
     yajl_gen_map_open(g);
-    agsx_json_kv_str(g, "id", r.id);
-    agsx_json_kv_str(g, "deadline", when);
-    agsx_json_kv_int(g, "time_left", (int64_t)sec);
+    agsx_json_kv_str(g, "id", id);
+    if (f->timeout) {
+      _cleanup_free_ char *when = agsx_format_rfc3339(r.deadline);
+      agsx_json_kv_str(g, "deadline", when);
+      agsx_json_kv_int(g, "time_left", (int64_t)sec);
+    }
+    if (f->egress_set || f->egress_clear) {
+      agsx_json_key(g, "egress");
+      yajl_gen_array_open(g);
+      for (size_t k = 0; k < f->egress.n; k++) {
+        _cleanup_free_ char *t = agsx_egress_rule_format(&f->egress.rules[k]);
+        agsx_json_str(g, t);
+      }
+      yajl_gen_array_close(g);
+      agsx_json_kv_int(g, "connections_cut", (int64_t)cut);
+    }
     yajl_gen_map_close(g);
     print_json(g);
   } else {
@@ -490,6 +535,14 @@ int agsx_cmd_update(struct agsx_ctx *ctx, const struct agsx_command *cmd, int ar
   if (gone)
     return agsx_failf("sandbox `%s`: its supervisor is gone", argv[i]);
   return 0;
+}
+
+int agsx_cmd_update(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  struct sflags f;
+  int i = sparse(ctx, cmd, argc, argv, &f);
+  int rc = i < 0 ? AGSX_EXIT_FAILURE : update_cmd(ctx, &f, i, argc, argv);
+  agsx_egress_clear(&f.egress);
+  return rc;
 }
 
 /* ---- gc ---------------------------------------------------------------------------------- */

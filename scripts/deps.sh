@@ -24,8 +24,14 @@ pkgs+=(bats busybox-static file skopeo umoci debootstrap clang libclang-rt-14-de
 # network tests build their namespaces with ip, nsenter and unshare, and
 # inspect agsx's rules with nft
 pkgs+=(iproute2 util-linux nftables)
+# code contexts (test/bats/code.bats, bench/code) in the host image: a real
+# IPython kernel and the libraries of a code-interpreter sandbox
+pkgs+=(python3-ipykernel python3-jupyter-client python3-numpy python3-pandas python3-matplotlib)
 # benchmarks compare with these
 pkgs+=(crun bubblewrap)
+# agsx-oci's engine tests (test/oci): Podman with conmon, containerd, and
+# runc as the oracle (crun refuses hybrid cgroup layouts)
+pkgs+=(podman conmon containerd runc jq)
 # optional: `agsx browser` with the host image, its tests and bench/browser.
 # Only with --browser (or AGSX_DEPS_BROWSER=1): build and demo never need
 # them; test/bats/browser.bats installs Chromium itself or skips. (Node

@@ -68,6 +68,8 @@ struct stream {
   int64_t next_check_ns;      /* when to check the sandbox still runs */
   /* the watcher (WatchDir) */
   struct agsx_fs_watch *watch;
+  /* a code execution (port 49999's /execute, code-routes.c) */
+  struct agsx_api_code_stream *code;
 };
 
 /* ---- responses (server.c) ---- */
@@ -106,6 +108,11 @@ void agsx_api_envd_fini(struct server *s);
 void agsx_api_envd_tick(struct server *s); /* each turn of the loop */
 /* The sandbox ID was killed: its polling watchers go. */
 void agsx_api_envd_drop_sandbox(struct server *s, const char *id);
+
+/* ---- port 49999: the code interpreter (code-routes.c) ---- */
+void agsx_api_code(struct req *r);
+void agsx_api_code_pump(struct stream *st, int64_t now);
+void agsx_api_code_free(struct stream *st);
 
 /* ---- envd (envd.c) ---- */
 /* The 502 of a sandbox that is not running (E2B's proxy's words). */

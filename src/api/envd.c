@@ -193,6 +193,10 @@ static void process_ended(struct stream *st, const struct agsx_log_rec *rec, int
 }
 
 void agsx_api_stream_pump(struct stream *st, int64_t now) {
+  if (st->code) {
+    agsx_api_code_pump(st, now);
+    return;
+  }
   if (st->watch) {
     agsx_api_files_watch_pump(st, now);
     return;
@@ -227,6 +231,7 @@ void agsx_api_stream_pump(struct stream *st, int64_t now) {
 }
 
 void agsx_api_stream_free_parts(struct stream *st) {
+  agsx_api_code_free(st);
   agsx_log_reader_free(st->log);
   st->log = NULL;
   agsx_api_files_watch_free(st);
@@ -641,6 +646,9 @@ static bool is_connect_json(struct req *r, bool stream) {
 }
 
 void agsx_api_envd(struct req *r) {
+  const char *port = agsx_req_header(r, "E2b-Sandbox-Port");
+  if (port && strcmp(port, "49999") == 0)
+    return agsx_api_code(r);
   const char *p = r->path;
   bool post = strcmp(r->method, "POST") == 0;
   if (strcmp(p, "/health") == 0 && strcmp(r->method, "GET") == 0) {

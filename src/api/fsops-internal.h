@@ -45,6 +45,9 @@ bool fs_sandbox_may(const struct agsx_fs_ctx *c, const struct stat *st, int mask
 /* The same for the inode at FD (fstat), failing with EACCES and PATH. */
 int fs_check_may(const struct agsx_fs_ctx *c, int fd, int mask, const char *path,
                  agsx_error_t *err);
+/* Every directory on the way to ABS (its symlinks followed) searchable
+ * for the sandbox: a host directory without "other" x hides what is below. */
+int fs_check_search(const struct agsx_fs_ctx *c, const char *abs, agsx_error_t *err);
 /* May the entry NAME (lstat ST) of the directory DIR (fstat DST) be
  * removed or renamed away: DIR writable for the sandbox, and not a sticky
  * directory's entry of someone outside it. */

@@ -357,6 +357,22 @@ int fs_check_unlink(const struct agsx_fs_ctx *c, int dfd, const char *name, cons
   return 0;
 }
 
+static char *link_destination(const struct agsx_fs_ctx *c, const char *abs);
+
+int fs_check_search(const struct agsx_fs_ctx *c, const char *abs, agsx_error_t *err) {
+  _cleanup_free_ char *dest = link_destination(c, abs);
+  for (char *p = dest + 1; (p = strchr(p, '/')) != NULL; p++) {
+    *p = '\0';
+    _cleanup_close_ int fd = fs_open(c, dest, O_PATH | O_DIRECTORY);
+    struct stat st;
+    bool denied = fd >= 0 && fstat(fd, &st) == 0 && !fs_sandbox_may(c, &st, X_OK);
+    if (denied)
+      return agsx_error_set_quiet(err, EACCES, "permission denied: %s", abs);
+    *p = '/';
+  }
+  return 0;
+}
+
 int fs_open_regular(const struct agsx_fs_ctx *c, const char *abs, struct stat *ret_st,
                     agsx_error_t *err) {
   _cleanup_close_ int pfd = fs_open(c, abs, O_PATH);
@@ -369,7 +385,7 @@ int fs_open_regular(const struct agsx_fs_ctx *c, const char *abs, struct stat *r
     return agsx_error_set_quiet(err, EINVAL, "path '%s' is not a regular file", abs);
   if (agsx_copy_on_kernel_fs_fd(pfd))
     return agsx_error_set_quiet(err, EACCES, "path '%s' is on a kernel filesystem", abs);
-  if (!fs_sandbox_may(c, &st, R_OK))
+  if (!fs_sandbox_may(c, &st, R_OK) || fs_check_search(c, abs, err) < 0)
     return agsx_error_set_quiet(err, EACCES, "permission denied: %s", abs);
   int fd = fs_open(c, abs, O_RDONLY | AGSX_O_UNTRUSTED);
   if (fd < 0)
@@ -470,8 +486,10 @@ static char *id_name(const struct agsx_fs_ctx *c, unsigned id, bool group) {
 }
 
 /* Where the symlink at ABS leads, lexically, symlinks of the way replaced
- * by their text (as Go's EvalSymlinks) — for display only: every open
- * still goes through openat2 in the root. ABS itself when it cannot be
+ * by their text (as Go's EvalSymlinks): for display, and for
+ * fs_check_search, which is therefore best effort against sandbox code
+ * swapping a symlink meanwhile (the file's own permission is checked on
+ * the inode opened). Every open still goes through openat2 in the root. ABS itself when it cannot be
  * told (a loop, a missing component is kept as is). */
 static char *link_destination(const struct agsx_fs_ctx *c, const char *abs) {
   _cleanup_free_ char *rest = xstrdup(abs), *done = xstrdup("/");
@@ -749,7 +767,7 @@ int agsx_fs_list(struct agsx_fs_ctx *c, const char *path, unsigned depth,
     return agsx_error_set_quiet(err, ENOENT, "directory not found: %s", abs);
   if (fd < 0)
     return agsx_error_set(err, errno, "error opening directory %s", abs);
-  if (fs_check_may(c, fd, R_OK | X_OK, abs, err) < 0)
+  if (fs_check_may(c, fd, R_OK | X_OK, abs, err) < 0 || fs_check_search(c, abs, err) < 0)
     return -1;
   struct lister l = {.c = c, .depth = depth};
   if (list_dir(&l, fd, abs, 0, err) < 0) {
@@ -862,6 +880,13 @@ int agsx_fs_remove(struct agsx_fs_ctx *c, const char *path, agsx_error_t *err) {
     return 0;
   if (fs_check_unlink(c, pfd, base, abs, err) < 0)
     return -1;
+  /* A mount point (a host image's /tmp, a volume, /proc) would be emptied
+   * and then not removed (EBUSY): refused first. */
+  struct statx sx;
+  if (statx(pfd, base, AT_SYMLINK_NOFOLLOW, STATX_TYPE, &sx) == 0 &&
+      (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) &&
+      (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT))
+    return agsx_error_set_quiet(err, EINVAL, "cannot remove %s: a mount point", abs);
   if (agsx_rm_rf_at(pfd, base, err) < 0)
     return agsx_error_wrap(err, "error removing file or directory %s", abs);
   return 0;

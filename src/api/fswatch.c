@@ -206,7 +206,7 @@ int agsx_fs_watch_open(struct agsx_fs_ctx *c, const char *path, unsigned flags,
     return agsx_error_set_quiet(err, ENOENT, "path %s not found", w->abs);
   if (fd < 0)
     return agsx_error_set(err, errno, "error statting path %s", w->abs);
-  if (fs_check_may(c, fd, R_OK | X_OK, w->abs, err) < 0)
+  if (fs_check_may(c, fd, R_OK | X_OK, w->abs, err) < 0 || fs_check_search(c, w->abs, err) < 0)
     return -1;
   w->ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (w->ifd < 0)

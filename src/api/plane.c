@@ -7,6 +7,8 @@
 #include "api/auth.h"
 #include "api/body.h"
 #include "api/spawn.h"
+#include "image/image.h"
+#include "image/store.h"
 #include "sandbox/control.h"
 #include "sandbox/freeze.h"
 #include "sandbox/stats.h"
@@ -180,6 +182,26 @@ static int64_t body_timeout(struct req *r, yajl_val body, bool required) {
 
 /* ---- create ------------------------------------------------------------------------------ */
 
+/* Whether the store has an image named NAME (normalised, as `agsx image ls`). */
+static bool store_has(const struct agsx_api_config *cfg, const char *name) {
+  struct agsx_store *st = NULL;
+  agsx_error_t err = NULL;
+  bool found = false;
+  if (cfg->root && agsx_store_open(cfg->root, false, &st, &err) == 0) {
+    struct agsx_store_image *v = NULL;
+    size_t n = 0;
+    _cleanup_free_ char *ref = agsx_image_ref_normalize(name, NULL);
+    if (ref && agsx_store_list(st, &v, &n, &err) == 0) {
+      for (size_t i = 0; i < n && !found; i++)
+        found = v[i].ref && strcmp(v[i].ref, ref) == 0;
+      agsx_store_images_free(v, n);
+    }
+    agsx_store_free(st);
+  }
+  agsx_error_free(&err);
+  return found;
+}
+
 static const char *template_image(const struct agsx_api_config *cfg, const char *tmpl) {
   const char *img = NULL;
   size_t n = strlen(tmpl);
@@ -188,7 +210,12 @@ static const char *template_image(const struct agsx_api_config *cfg, const char 
       img = cfg->templates[i] + n + 1;
   if (img)
     return img;
-  if (strcmp(tmpl, "base") == 0 || strcmp(tmpl, "code-interpreter-v1") == 0)
+  /* code-interpreter-v1: the code-interpreter image once it is built
+   * (`agsx build -t code-interpreter images/code-interpreter`), else the
+   * host's Python (scripts/deps.sh installs the kernel's packages). */
+  if (strcmp(tmpl, "code-interpreter-v1") == 0)
+    return store_has(cfg, "code-interpreter") ? "code-interpreter" : "host";
+  if (strcmp(tmpl, "base") == 0)
     return "host";
   return tmpl;
 }

@@ -36,7 +36,8 @@ struct agsx_api_config {
    * always gets internal. */
   const char *network;
   /* Templates: NAME=IMAGE (later ones win); the aliases `base` and
-   * `code-interpreter-v1` default to the `host` image; any other
+   * `code-interpreter-v1` default to the `host` image (the latter to
+   * the store's `code-interpreter` image when it has one); any other
    * templateID names an image of the store. */
   char **templates;
   const char *default_user; /* NULL: "user" when the image has one, else root */

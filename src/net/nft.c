@@ -21,7 +21,9 @@ static struct {
   const char *(*get_output)(struct nft_ctx *ctx);
   const char *(*get_error)(struct nft_ctx *ctx);
   int (*run_cmd)(struct nft_ctx *nft, const char *buf);
+  void (*output_set_flags)(struct nft_ctx *ctx, unsigned int flags);
 } lib;
+#define NFT_CTX_OUTPUT_JSON (1 << 4)
 
 int agsx_nft_load(agsx_error_t *err) {
   if (lib.dl)
@@ -41,6 +43,7 @@ int agsx_nft_load(agsx_error_t *err) {
       {"nft_ctx_get_output_buffer", (void **)&lib.get_output},
       {"nft_ctx_get_error_buffer", (void **)&lib.get_error},
       {"nft_run_cmd_from_buffer", (void **)&lib.run_cmd},
+      {"nft_ctx_output_set_flags", (void **)&lib.output_set_flags},
   };
   for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
     *syms[i].fn = dlsym(dl, syms[i].name);
@@ -62,7 +65,7 @@ static char *first_error(const char *e) {
   return xstrndup(p, strcspn(p, "\n"));
 }
 
-int agsx_nft_run(const char *cmds, char **ret_out, agsx_error_t *err) {
+static int run(const char *cmds, bool json, char **ret_out, agsx_error_t *err) {
   if (ret_out)
     *ret_out = NULL;
   if (agsx_nft_load(err) < 0)
@@ -70,6 +73,8 @@ int agsx_nft_run(const char *cmds, char **ret_out, agsx_error_t *err) {
   struct nft_ctx *ctx = lib.ctx_new(NFT_CTX_DEFAULT);
   if (ctx == NULL)
     return agsx_error_set(err, ENOMEM, "nftables context");
+  if (json)
+    lib.output_set_flags(ctx, NFT_CTX_OUTPUT_JSON);
   lib.buffer_output(ctx);
   lib.buffer_error(ctx);
   int r = lib.run_cmd(ctx, cmds);
@@ -82,6 +87,14 @@ int agsx_nft_run(const char *cmds, char **ret_out, agsx_error_t *err) {
   }
   lib.ctx_free(ctx);
   return r != 0 ? -1 : 0;
+}
+
+int agsx_nft_run(const char *cmds, char **ret_out, agsx_error_t *err) {
+  return run(cmds, false, ret_out, err);
+}
+
+int agsx_nft_run_json(const char *cmds, char **ret_out, agsx_error_t *err) {
+  return run(cmds, true, ret_out, err);
 }
 
 /* ---- changes to the ruleset ------------------------------------------------------------------- */
@@ -113,12 +126,13 @@ int agsx_nft_watch_open(agsx_error_t *err) {
 static bool removes_from(const struct nlmsghdr *h, const char *table) {
   if (NFNL_SUBSYS_ID(h->nlmsg_type) != NFNL_SUBSYS_NFTABLES)
     return false;
+  bool elem = false;
   switch (NFNL_MSG_TYPE(h->nlmsg_type)) {
   case NFT_MSG_DELTABLE:
   case NFT_MSG_DELCHAIN:
   case NFT_MSG_DELRULE:
-  case NFT_MSG_DELSET:
-  case NFT_MSG_DELSETELEM: break;
+  case NFT_MSG_DELSET: break;
+  case NFT_MSG_DELSETELEM: elem = true; break;
   default: return false;
   }
   if (h->nlmsg_len < NLMSG_LENGTH(sizeof(struct nfgenmsg)))
@@ -127,18 +141,24 @@ static bool removes_from(const struct nlmsghdr *h, const char *table) {
   if (g->nfgen_family != NFPROTO_INET)
     return false;
   size_t off = NLMSG_LENGTH(NLMSG_ALIGN(sizeof(*g))), end = h->nlmsg_len;
+  bool ours = false;
   while (off + NLA_HDRLEN <= end) {
     const struct nlattr *a = (const struct nlattr *)((const char *)h + off);
     if (a->nla_len < NLA_HDRLEN || off + a->nla_len > end)
       return false;
+    size_t n = a->nla_len - NLA_HDRLEN;
+    const char *name = (const char *)a + NLA_HDRLEN;
     if ((a->nla_type & NLA_TYPE_MASK) == 1) {
-      size_t n = a->nla_len - NLA_HDRLEN;
-      const char *name = (const char *)a + NLA_HDRLEN;
-      return strnlen(name, n) == strlen(table) && memcmp(name, table, strlen(table)) == 0;
+      ours = strnlen(name, n) == strlen(table) && memcmp(name, table, strlen(table)) == 0;
+      if (!ours || !elem)
+        return ours;
+    } else if ((a->nla_type & NLA_TYPE_MASK) == NFTA_SET_ELEM_LIST_SET && elem) {
+      /* Addresses learnt from DNS come and go (egress.h): no alarm. */
+      return !(strnlen(name, n) == 2 && (memcmp(name, "xa", 2) == 0 || memcmp(name, "xp", 2) == 0));
     }
     off += NLA_ALIGN(a->nla_len);
   }
-  return false;
+  return ours;
 }
 
 #define WATCH_MAX_READS 256

@@ -12,6 +12,8 @@
  * RET_OUT, the output (for list commands) is returned. Errors carry the
  * first line nft reported. */
 int agsx_nft_run(const char *cmds, char **ret_out, agsx_error_t *err);
+/* The same with JSON output (libnftables-json(5)), for list commands. */
+int agsx_nft_run_json(const char *cmds, char **ret_out, agsx_error_t *err);
 /* Loads libnftables (done by agsx_nft_run): tells "no library" apart from
  * a command that failed. */
 int agsx_nft_load(agsx_error_t *err);

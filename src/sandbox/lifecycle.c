@@ -14,6 +14,7 @@
 #include "sandbox/procs-internal.h"
 #include "image/registry/registry.h"
 #include "image/store.h"
+#include "net/egress.h"
 #include "net/net.h"
 #include "net/network.h"
 #include "net/relay.h"
@@ -83,6 +84,8 @@ int agsx_run_spec_check(const struct agsx_run_spec *o, agsx_error_t *err) {
     return -1;
   if (mode == AGSX_NET_INTERNAL && o->n_rules > 0)
     return agsx_error_set(err, 0, "--allow, --deny and --rules are for vpc networks");
+  if (mode == AGSX_NET_INTERNAL && o->egress && o->egress->n > 0)
+    return agsx_error_set(err, 0, "egress rules are for the public and vpc networks");
   return 0;
 }
 
@@ -117,7 +120,7 @@ static int prepare_image(const struct agsx_run_spec *o, const char *image, const
   }
   if (strcmp(image, "host") == 0) {
     cfg->host_image = true;
-    return 0;
+    return extra_layers(o, p, cfg, err); /* a fork's: under /tmp and /root */
   }
   enum agsx_pull_policy policy;
   if (pull ? agsx_pull_policy_parse(pull, &policy, err) : agsx_pull_policy_default(&policy, err))
@@ -381,7 +384,7 @@ static int open_ports(struct sup *f, agsx_error_t *err) {
  * 127.0.0.53, and the sandbox needs no way to the host. */
 static int open_dns(void *data, int netns, agsx_error_t *err) {
   struct sup *f = data;
-  return agsx_net_dns_listen(&f->dns, netns, err);
+  return agsx_net_dns_listen(&f->dns, netns, f->net, f->o->ephemeral ? NULL : f->o->state, err);
 }
 
 /* A detached sandbox's control socket and the processes it starts. */
@@ -597,6 +600,7 @@ int agsx_lifecycle_create(const struct agsx_run_spec *spec, struct agsx_lifecycl
                        .started = lc->spec.t0,
                        .out = {{.fd = -1}, {.fd = -1}},
                        .net = linked ? &lc->net : NULL};
+  lc->net.egress = spec->egress;
   /* On public and vpc networks an address is leased first (see net.h). */
   if ((linked && agsx_net_attach_begin(spec->root, mode, net_name, spec->rules, spec->n_rules,
                                        lc->cfg.id, &lc->net, err) < 0) ||

@@ -31,6 +31,7 @@
 #define AGSX_DEFAULT_TIMEOUT_SEC 300
 
 struct agsx_sg_rule;
+struct agsx_egress;
 
 /* What to run. Strings are borrowed for the lifecycle's life. */
 struct agsx_run_spec {
@@ -50,7 +51,8 @@ struct agsx_run_spec {
   const char *network;              /* internal (NULL), public or vpc:NAME */
   const struct agsx_sg_rule *rules; /* vpc only */
   size_t n_rules;
-  struct agsx_port *ports; /* published; the host ports are filled in as bound */
+  const struct agsx_egress *egress; /* public, vpc: egress rules (net/egress.h), or NULL */
+  struct agsx_port *ports;          /* published; the host ports are filled in as bound */
   size_t n_ports;
   uint64_t timeout;            /* seconds; 0: AGSX_DEFAULT_TIMEOUT_SEC */
   uint64_t memory, pids, disk; /* 0: the defaults */

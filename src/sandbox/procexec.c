@@ -25,9 +25,9 @@
 /* Bounding set first (needs CAP_SETPCAP, which we still have), then the
  * process sets: effective = permitted = inheritable = the default set. A
  * non-root command loses them at exec, as with Docker. */
-static int drop_bounding(agsx_error_t *err) {
+static int drop_bounding(const uint64_t *caps, agsx_error_t *err) {
   for (int cap = 0; cap <= 63; cap++) {
-    if (agsx_cap_is_default(cap))
+    if (caps ? (caps[0] >> cap) & 1 : agsx_cap_is_default(cap))
       continue;
     if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
       if (errno == EINVAL)
@@ -38,9 +38,31 @@ static int drop_bounding(agsx_error_t *err) {
   return 0;
 }
 
-static int set_caps(agsx_error_t *err) {
+/* An OCI container's sets (already clamped by the policy to agsx's
+ * maximum and to its own bounding set). */
+static int set_oci_caps(const uint64_t *caps, agsx_error_t *err) {
+  struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+  struct __user_cap_data_struct d[2] = {{0}};
+  for (int i = 0; i < 2; i++) {
+    d[i].effective = (uint32_t)(caps[1] >> (32 * i));
+    d[i].inheritable = (uint32_t)(caps[2] >> (32 * i));
+    d[i].permitted = (uint32_t)(caps[3] >> (32 * i));
+  }
+  if (syscall(SYS_capset, &h, d) < 0)
+    return agsx_error_set(err, errno, "capset");
+  /* Ambient needs the capability permitted and inheritable; what is not
+   * stays unraised, as runc does (the set can only shrink this way). */
+  for (int cap = 0; cap <= 63; cap++)
+    if ((caps[4] >> cap) & (caps[3] >> cap) & (caps[2] >> cap) & 1)
+      prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0);
+  return 0;
+}
+
+static int set_caps(const uint64_t *caps, agsx_error_t *err) {
   if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
     return agsx_error_set(err, errno, "clear ambient capabilities");
+  if (caps)
+    return set_oci_caps(caps, err);
   struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
   struct __user_cap_data_struct d[2] = {{0}};
   for (size_t i = 0; i < agsx_n_default_caps; i++) {
@@ -101,14 +123,14 @@ static int check_exec_path(int root, const char *path) {
 
 /* execvpe() searches the PATH of our own environment, not the command's:
  * search the command's PATH. Returns the errno to report. */
-static int exec_path(char **argv, char **env) {
+static int exec_path_at(char **argv, char **env, bool run) {
   const char *file = argv[0];
   _cleanup_close_ int root = open_root();
   if (root < 0)
     return errno;
   if (strchr(file, '/')) {
     int e = check_exec_path(root, file);
-    if (e)
+    if (e || !run)
       return e;
     execve(file, argv, env);
     return errno;
@@ -124,6 +146,8 @@ static int exec_path(char **argv, char **env) {
     if (n + strlen(file) + 2 < sizeof(full)) {
       snprintf(full, sizeof(full), "%.*s%s%s", (int)n, p, n ? "/" : "", file);
       int e = check_exec_path(root, full);
+      if (e == 0 && !run)
+        return 0;
       if (e == 0) {
         execve(full, argv, env);
         e = errno;
@@ -139,6 +163,10 @@ static int exec_path(char **argv, char **env) {
   }
   return best;
 }
+
+static int exec_path(char **argv, char **env) { return exec_path_at(argv, env, true); }
+
+int agsx_proc_check_exec(char **argv, char **env) { return exec_path_at(argv, env, false); }
 
 /* Like Docker, a missing working directory is created: each missing
  * component with mkdirat() in its parent, the parent itself resolved
@@ -204,8 +232,13 @@ _Noreturn void agsx_proc_exec(const struct agsx_proc_spec *p, int errfd) {
   int code = 125;
   /* Nothing but stdio, the error channel and the terminal from here on:
    * the paths below are the sandbox's. */
-  int keep[] = {errfd, p->tty_slave};
-  agsx_close_all_except(keep, AGSX_ARRAY_SIZE(keep));
+  int keep[2 + 16], nkeep = 0;
+  keep[nkeep++] = errfd;
+  keep[nkeep++] = p->tty_slave;
+  for (int i = 0; i < p->preserve_fds && nkeep < (int)AGSX_ARRAY_SIZE(keep); i++)
+    keep[nkeep++] = 3 + i;
+  /* agsx_close_all_except keeps at most 16: the caller bounds N. */
+  agsx_close_all_except(keep, (size_t)nkeep);
   if (setsid() < 0) {
     agsx_error_set(&err, errno, "setsid");
     goto fail;
@@ -219,15 +252,17 @@ _Noreturn void agsx_proc_exec(const struct agsx_proc_spec *p, int errfd) {
   }
   /* Bounding set while still root (dropping needs CAP_SETPCAP in the
    * effective set), then ids, then the process sets. */
-  if (enter_cwd(p->cwd ? p->cwd : "/", &err) < 0 || drop_bounding(&err) < 0 ||
-      drop_to_user(p->user, &err) < 0 || set_caps(&err) < 0)
+  if (enter_cwd(p->cwd ? p->cwd : "/", &err) < 0 || drop_bounding(p->caps, &err) < 0 ||
+      drop_to_user(p->user, &err) < 0 || set_caps(p->caps, &err) < 0)
     goto fail;
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
     agsx_error_set(&err, errno, "no_new_privs");
     goto fail;
   }
   /* Nothing of ours may reach the command: every fd above 2 closes at exec. */
-  agsx_cloexec_from(3);
+  agsx_cloexec_from(3 + (p->preserve_fds > 0 ? p->preserve_fds : 0));
+  if (p->preserve_fds > 0 && errfd >= 3 && errfd < 3 + p->preserve_fds)
+    fcntl(errfd, F_SETFD, FD_CLOEXEC);
   /* A clean signal state: agsx blocks and ignores signals the command must
    * receive (exec keeps both the mask and ignored dispositions). */
   for (int sig = 1; sig < NSIG; sig++)
@@ -236,6 +271,13 @@ _Noreturn void agsx_proc_exec(const struct agsx_proc_spec *p, int errfd) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
+  if (p->seccomp_base) {
+    int r = agsx_seccomp_install(p->seccomp_base);
+    if (r < 0) {
+      agsx_error_set(&err, -r, "load agsx's seccomp baseline");
+      goto fail;
+    }
+  }
   if (p->seccomp) {
     int r = agsx_seccomp_install(p->seccomp);
     if (r < 0) {

@@ -23,8 +23,19 @@ struct agsx_proc_spec {
   const struct agsx_user *user;
   int tty_slave; /* -1: none */
   const struct agsx_seccomp_bpf *seccomp;
+  /* OCI containers (src/oci/): all NULL/0 for agsx's own sandboxes. */
+  const uint64_t *caps;                        /* bounding, effective, inheritable, permitted,
+                           ambient (a bit each); NULL: Docker's default set */
+  const struct agsx_seccomp_bpf *seccomp_base; /* installed before SECCOMP:
+                                                  both apply (agsx's baseline
+                                                  under an engine's filter) */
+  int preserve_fds;                            /* fds 3 .. 3+N-1 stay open across exec (N <= 14) */
 };
 _Noreturn void agsx_proc_exec(const struct agsx_proc_spec *p, int errfd);
+/* The errno execve of ARGV[0] (searched in ENV's PATH under the current
+ * root) would fail with before running anything: 0 when found and
+ * executable-looking. For a check ahead of the exec itself. */
+int agsx_proc_check_exec(char **argv, char **env);
 char **agsx_child_build_env(char **in, const char *hostname, const struct agsx_user *u, bool tty);
 int agsx_child_open_pty(int *ret_master, int *ret_slave, agsx_error_t *err);
 /* Resolves SPEC against the /etc of the current root (inside the sandbox). */

@@ -41,11 +41,6 @@ bool agsx_snapshot_name_is_valid(const char *s) { return s && agsx_name_is_valid
 /* ---- the sandbox's tmpfs ------------------------------------------------------------------ */
 
 int agsx_snapshot_open_tmpfs(const struct agsx_record *rec, agsx_error_t *err) {
-  if (rec->image && strcmp(rec->image, "host") == 0)
-    return agsx_error_set(err, ENOTSUP,
-                          "sandbox `%.12s` runs the host image: it has no writable layer of "
-                          "its own",
-                          rec->id);
   if (rec->tmpfs_fd < 0)
     return agsx_error_set(err, ENOTSUP, "sandbox `%.12s` was started by an agsx without snapshots",
                           rec->id);
@@ -807,8 +802,6 @@ int agsx_snapshot_rollback(int statefd, const char *id, const char *name, agsx_e
     struct agsx_record r;
     int rc = lock < 0 ? -1 : require_running(statefd, id, &r, err);
     if (rc == 0) {
-      if (r.image && strcmp(r.image, "host") == 0)
-        rc = agsx_error_set(err, ENOTSUP, "sandbox `%.12s` runs the host image", id);
       seq = (r.restart_seq > r.restarted_seq ? r.restart_seq : r.restarted_seq) + 1;
       r.restart_seq = seq;
       agsx_strv_free(r.restart_layers);
@@ -844,14 +837,16 @@ static int no_pull(void *data, const char *image, agsx_error_t *err) {
 static int fork_one(const struct agsx_fork_opts *o, const struct agsx_capture *c, const char *name,
                     struct agsx_fork *ret, agsx_error_t *err) {
   const struct agsx_record *r = &c->rec;
+  bool host = r->image_digest == NULL && r->image && strcmp(r->image, "host") == 0;
   double cpus = r->cpu_quota_us ? (double)r->cpu_quota_us / AGSX_CGROUP_CPU_PERIOD_US : 0;
   struct agsx_run_spec spec = {
       .root = o->root,
       .state = o->state,
-      .image = r->image_digest,
+      .image = host ? "host" : r->image_digest,
       .cmd = o->cmd,
       .argv = o->cmd || r->idle ? NULL : r->argv,
-      .idle = r->idle && !o->cmd, /* an idle sandbox's fork is idle */
+      /* An API sandbox: no command (records before "idle" have an empty argv). */
+      .idle = !o->cmd && (r->idle || agsx_strv_len(r->argv) == 0),
       .pull = "never",
       .pull_image = no_pull,
       .env = r->env,
@@ -902,8 +897,6 @@ int agsx_sandbox_fork(const struct agsx_fork_opts *o, struct agsx_fork **ret, si
   int rc = 0;
   struct agsx_fork *v = xzalloc(count * sizeof(*v));
   size_t n = 0;
-  if (c.rec.image_digest == NULL)
-    rc = agsx_error_set(err, ENOTSUP, "sandbox `%.12s` runs the host image", o->source);
   for (unsigned i = 0; rc == 0 && i < count; i++) {
     _cleanup_free_ char *name =
         o->name ? (count > 1 ? xasprintf("%s-%u", o->name, i + 1) : xstrdup(o->name)) : NULL;

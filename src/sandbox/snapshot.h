@@ -66,8 +66,9 @@ struct agsx_capture {
 void agsx_capture_clear(struct agsx_capture *c);
 
 /* Freezes sandbox ID (unless paused), copies its writable layer into a new
- * layer and thaws it. ESRCH: not running (also: ended during the copy);
- * ENOTSUP: the host image (no writable layer of its own). */
+ * layer and thaws it (the host image's: its /tmp and /root, upper/tmp and
+ * upper/root of its tmpfs). ESRCH: not running (also: ended during the
+ * copy); ENOTSUP: started by an agsx that did not keep its tmpfs. */
 int agsx_snapshot_capture(int statefd, const char *id, struct agsx_capture *ret, agsx_error_t *err);
 
 struct agsx_snapshot {
@@ -107,7 +108,8 @@ int agsx_snapshot_rollback(int statefd, const char *id, const char *name, agsx_e
  * command (or CMD), environment, user, working directory, limits, network
  * mode and seccomp profile, each with its own id, uid range, address and
  * deadline (TIMEOUT, 0: the source's lifetime), its labels and --rm. Published ports and
- * volumes are not copied. NAME names a single fork, NAME-1... several. A
+ * volumes are not copied. A host-image source passes on its /tmp and
+ * /root. NAME names a single fork, NAME-1... several. A
  * paused source is copied as it is and stays paused. */
 #define AGSX_FORK_MAX 64
 struct agsx_fork_opts {

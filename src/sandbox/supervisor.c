@@ -456,9 +456,8 @@ static int restart_netns(struct sup *f, agsx_error_t *err) {
 
 static int restart(struct sup *f, char *const *layers, agsx_error_t *err) {
   if (!f->detached || f->o->tty || f->o->capture || f->o->on_output || f->o->ephemeral ||
-      f->o->interactive || f->cfg->host_image || f->cfg->idle)
-    return agsx_error_set(err, ENOTSUP,
-                          "rollback restarts detached sandboxes only (agsx run -d, an image)");
+      f->o->interactive || f->cfg->idle)
+    return agsx_error_set(err, ENOTSUP, "rollback restarts detached sandboxes only (agsx run -d)");
   struct prepared *p = f->p;
   struct agsx_sandbox_config *cfg = f->cfg;
   _cleanup_strv_ char **paths = agsx_strv_concat(p->info.layer_paths, NULL);

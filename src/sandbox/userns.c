@@ -2,6 +2,9 @@
 #include "config.h"
 
 #include "sandbox/userns.h"
+#include "state/state.h"
+
+#include <inttypes.h>
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -22,6 +25,21 @@ static int open_slots(int statefd, agsx_error_t *err) {
   return fd;
 }
 
+/* "PID START\n": a live OCI container's range. */
+static bool lease_is_live(int fd) {
+  char buf[64];
+  ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+  if (n <= 0)
+    return false;
+  buf[n] = '\0';
+  int pid = 0;
+  uint64_t start = 0;
+  if (sscanf(buf, "%d %" SCNu64, &pid, &start) != 2)
+    return false;
+  struct agsx_proc_ref ref = {.pid = pid, .start_time = start};
+  return agsx_proc_ref_alive(&ref);
+}
+
 static int try_slot(int slotsfd, unsigned slot, struct agsx_idrange *ret, agsx_error_t *err) {
   char name[16];
   snprintf(name, sizeof(name), "%u", slot);
@@ -33,6 +51,8 @@ static int try_slot(int slotsfd, unsigned slot, struct agsx_idrange *ret, agsx_e
       return 0;
     return agsx_error_set(err, errno, "lock slot `%s`", name);
   }
+  if (lease_is_live(fd))
+    return 0;
   ret->slot = slot;
   ret->base = AGSX_UID_BASE + slot * AGSX_UID_RANGE;
   ret->lockfd = steal_fd(&fd);
@@ -80,5 +100,34 @@ static int write_map(pid_t pid, const char *file, uid_t base, agsx_error_t *err)
 int agsx_userns_write_maps(pid_t pid, uid_t base, agsx_error_t *err) {
   if (write_map(pid, "gid_map", base, err) < 0 || write_map(pid, "uid_map", base, err) < 0)
     return -1;
+  return 0;
+}
+
+int agsx_userns_lease(const struct agsx_idrange *r, pid_t pid, uint64_t start_time,
+                      agsx_error_t *err) {
+  char line[64];
+  int n = snprintf(line, sizeof(line), "%d %" PRIu64 "\n", (int)pid, start_time);
+  if (ftruncate(r->lockfd, 0) < 0 || pwrite(r->lockfd, line, (size_t)n, 0) != n ||
+      fsync(r->lockfd) < 0)
+    return agsx_error_set(err, errno, "write the lease of uid range %u", r->slot);
+  return 0;
+}
+
+int agsx_userns_unlease(unsigned slot, pid_t pid, uint64_t start_time, agsx_error_t *err) {
+  _cleanup_close_ int slots = open_slots(-1, err);
+  if (slots < 0)
+    return -1;
+  char name[16], buf[64], want[64];
+  snprintf(name, sizeof(name), "%u", slot);
+  _cleanup_close_ int fd = openat(slots, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT ? 0 : agsx_error_set(err, errno, "open slot `%s`", name);
+  if (flock(fd, LOCK_EX) < 0)
+    return agsx_error_set(err, errno, "lock slot `%s`", name);
+  ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+  buf[n > 0 ? n : 0] = '\0';
+  snprintf(want, sizeof(want), "%d %" PRIu64 "\n", (int)pid, start_time);
+  if (strcmp(buf, want) == 0 && ftruncate(fd, 0) < 0)
+    return agsx_error_set(err, errno, "clear the lease of uid range %s", name);
   return 0;
 }

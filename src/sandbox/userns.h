@@ -29,6 +29,15 @@ int agsx_userns_reserve(int statefd, struct agsx_idrange *ret, agsx_error_t *err
 int agsx_userns_reserve_slot(int statefd, unsigned slot, struct agsx_idrange *ret,
                              agsx_error_t *err);
 void agsx_userns_release(struct agsx_idrange *r);
+/* OCI containers outlive the process that reserved their range (the
+ * engine, not an agsx supervisor, is their init's parent): the holder
+ * writes a lease, the init's pid and start time, into the slot file before
+ * it lets the flock go. A slot whose lease names a live process stays
+ * taken; an empty (native sandboxes write none) or stale lease is free.
+ * agsx_userns_unlease clears SLOT's lease if it is still PID's. */
+int agsx_userns_lease(const struct agsx_idrange *r, pid_t pid, uint64_t start_time,
+                      agsx_error_t *err);
+int agsx_userns_unlease(unsigned slot, pid_t pid, uint64_t start_time, agsx_error_t *err);
 /* Writes uid_map and gid_map of PID: "0 BASE 65536". setgroups stays
  * allowed: the maps are written by host root and hold no host group the
  * sandbox could drop to escape a negative ACL. */

@@ -255,7 +255,9 @@ EOF
 @test "docs: rm options" { doc_sets_agree rm; }
 @test "docs: stats options" { doc_sets_agree stats; }
 @test "docs: update options" { doc_sets_agree update; }
+@test "docs: netlog options" { doc_sets_agree netlog; }
 @test "docs: network create options" { doc_sets_agree "network create"; }
+@test "docs: network update options" { doc_sets_agree "network update"; }
 @test "docs: network ls options" { doc_sets_agree "network ls"; }
 @test "docs: network rm options" { doc_sets_agree "network rm"; }
 @test "docs: network inspect options" { doc_sets_agree "network inspect"; }
@@ -271,12 +273,14 @@ EOF
 @test "docs: unpause options" { doc_sets_agree unpause; }
 @test "docs: browser options" { doc_sets_agree browser; }
 @test "docs: serve options" { doc_sets_agree serve; }
+@test "docs: code options" { doc_sets_agree code; }
 
 @test "docs: build options" { doc_sets_agree build; }
 
 @test "docs: every implemented command has an options test above" {
   local tested=$'browser
 build
+code
 commit
 cp
 exec
@@ -295,10 +299,12 @@ kill
 load
 logs
 ls
+netlog
 network create
 network inspect
 network ls
 network rm
+network update
 pause
 port
 pull

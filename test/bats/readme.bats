@@ -150,6 +150,7 @@ PY
     'agsx run -d --name work --timeout 30m host sleep infinity   # prints the id once running'
     'agsx run -d --name web -p 8080:80 busybox httpd -f -p 80   # http://127.0.0.1:8080/'
     'agsx run -d --name agent busybox sleep 1h            # a workspace for an agent'
+    'agsx run -d --name lab --timeout 10m host sleep infinity   # a sandbox for code contexts'
   )
   local k bad=0
   while IFS= read -r k; do
@@ -194,6 +195,12 @@ PY
 
 @test "readme: snapshots, rollback, pause, fork, commit" {
   run_block 'agsx run -d --name agent busybox sleep 1h            # a workspace for an agent'
+}
+
+@test "readme: code contexts" {
+  /usr/bin/python3 -c 'import ipykernel, jupyter_client, pandas, matplotlib' 2>/dev/null ||
+    skip "python3-ipykernel, jupyter-client, pandas or matplotlib missing (scripts/deps.sh)"
+  run_block 'agsx run -d --name lab --timeout 10m host sleep infinity   # a sandbox for code contexts'
 }
 
 # The blocks that are not run, each skipped with its reason (SKIP).

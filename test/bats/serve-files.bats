@@ -51,7 +51,7 @@ teardown() {
   [ "$(cat "$CANARY")" = canary ] || rc=1
   [ ! -e "/tmp/agsx-fs-evil-$$" ] || { echo "# /tmp/agsx-fs-evil-$$ written on the host" >&3; rc=1; }
   rm -f "$CANARY" "/tmp/agsx-fs-evil-$$"
-  common_teardown || rc=1
+  sandbox_teardown || rc=1
   return $rc
 }
 
@@ -194,6 +194,9 @@ field() { # field KEY: KEY's value from the JSON object in $output
   [ "$(cat "$T/vol/open/mine")" = ours ]
   fs - read /usr/bin/env
   assert_success
+  fs - rm /vol
+  [ "$status" = 1 ] && [[ $output == "invalid_argument: cannot remove /vol: a mount point" ]]
+  [ -e "$T/vol/public" ]
   if [ -d /etc/ssl/private ] && [ "$(stat -c %a /etc/ssl/private | cut -c3)" -lt 4 ]; then
     fs - list /etc/ssl/private 1 # the host's private keys: the sandbox may not list them
     [ "$status" = 1 ] && [[ $output == permission_denied:* ]]
@@ -324,7 +327,6 @@ serve_stop() {
 run_sdk() { # run_sdk SCRIPT: the scenario with the latest SDK; its last line must be "ok"
   local script=$1
   run env E2B_SDK=$NODE_LATEST E2B_API_URL=$U E2B_SANDBOX_URL=$U E2B_API_KEY=$KEY E2B_TEMPLATE=bb \
-    AGSX="$AGSX" AGSX_ROOT="$ROOT" AGSX_STATE="$STATE" \
     timeout --kill-after=5 "${SDK_TIMEOUT:-120}" node "$AGSX_SRCDIR/test/serve/$script"
   if [ "$status" -ne 0 ] || [ "${lines[${#lines[@]}-1]}" != ok ]; then
     echo "# node $script: status $status" >&3

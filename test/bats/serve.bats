@@ -249,7 +249,8 @@ run_sdk() {
   run curl -s -w '\n%{http_code}' -H "E2b-Sandbox-Id: $id" -H 'Content-Type: application/json' -d '{}' "$U/process.Process/List"
   [ "$(status_of "$output")" = 401 ]
   [[ $(body_of "$output") == '{"code":401,"message":"unauthorized access'* ]]
-  run curl -s -w '\n%{http_code}' -H "E2b-Sandbox-Id: $id" -H 'E2b-Sandbox-Port: 49999' "$U/health"
+  # (49999 is the code interpreter: code.bats)
+  run curl -s -w '\n%{http_code}' -H "E2b-Sandbox-Id: $id" -H 'E2b-Sandbox-Port: 8080' "$U/health"
   [ "$(status_of "$output")" = 502 ]
   [[ $output == *'port is not open'* ]]
   api DELETE "/sandboxes/$id" >/dev/null

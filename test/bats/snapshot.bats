@@ -133,7 +133,7 @@ make_tree() {
   assert_agsx_error "invalid snapshot name"
 }
 
-@test "snapshot: snapshots die with the sandbox; the host image has none" {
+@test "snapshot: snapshots die with the sandbox; the host image's /tmp and /root" {
   run_ax run -d --name box busybox sleep 300
   assert_success
   local id=$output
@@ -148,10 +148,21 @@ make_tree() {
   [ ! -e "$STATE/$id/snapshots" ]
   AGSX_GC_MIN_AGE=0 ax gc >/dev/null
   [ -z "$(ls -A "$STATE/layers")" ]
+  # The host image: /tmp and /root are its writable layer.
   run_ax run -d --name h host sleep 300
   assert_success
-  run_ax snapshot h
-  assert_agsx_error "runs the host image"
+  ax exec h sh -c 'echo t >/tmp/t; mkdir /root/r; echo r >/root/r/f'
+  run_ax snapshot h s
+  assert_success
+  ax exec h sh -c 'rm /tmp/t; echo x >/root/r/f; echo n >/tmp/new'
+  run_ax rollback h s
+  assert_success
+  run_ax exec h sh -c 'cat /tmp/t /root/r/f; ls /tmp'
+  [ "$output" = $'t\nr\nt' ] || { show_run; return 1; }
+  run_ax fork --name hf h
+  assert_success
+  run_ax exec hf sh -c 'cat /tmp/t; python3 -c "print(6 * 7)"'
+  [ "$output" = $'t\n42' ] || { show_run; return 1; }
   run_ax commit h
   assert_agsx_error "host image"
 }

@@ -1,21 +1,11 @@
 // watchDir: events of the SDK's own writes and of sandbox code, recursive
 // and not, with names relative to the watched directory.
-import { execFileSync } from 'node:child_process';
 import { Sandbox, e2b, assert, main, cleanup, TEMPLATE, sleep } from './lib.mjs';
 
-
-// Sandbox code, through the SDK's commands; before the server has its
-// process service, through `agsx exec` (an API sandbox is an ordinary one).
+// Sandbox code, through the SDK's commands.
 async function sh(sbx, cmd) {
-  try {
-    const r = await sbx.commands.run(cmd);
-    return r.stdout;
-  } catch (e) {
-    if (!/not available in this build|unimplemented/i.test(String(e && e.message)) || !process.env.AGSX)
-      throw e;
-    const args = ['--root', process.env.AGSX_ROOT, '--state', process.env.AGSX_STATE];
-    return execFileSync(process.env.AGSX, [...args, 'exec', sbx.sandboxId, 'sh', '-c', cmd]).toString();
-  }
+  const r = await sbx.commands.run(cmd);
+  return r.stdout;
 }
 
 async function until(cond, ms) {

@@ -3,24 +3,14 @@
 // makeDir true/false, rename, remove, exists on a missing path, getInfo,
 // a user's ownership, errors in the SDK's classes, and symlinks planted by
 // sandbox code (to /, /etc, ../../..) that resolve inside the sandbox.
-import { execFileSync } from 'node:child_process';
 import { Sandbox, e2b, assert, eq, rejects, main, cleanup, TEMPLATE } from './lib.mjs';
 
 const { FileNotFoundError, NotFoundError, InvalidArgumentError } = e2b;
 
-
-// Sandbox code, through the SDK's commands; before the server has its
-// process service, through `agsx exec` (an API sandbox is an ordinary one).
+// Sandbox code, through the SDK's commands.
 async function sh(sbx, cmd) {
-  try {
-    const r = await sbx.commands.run(cmd);
-    return r.stdout;
-  } catch (e) {
-    if (!/not available in this build|unimplemented/i.test(String(e && e.message)) || !process.env.AGSX)
-      throw e;
-    const args = ['--root', process.env.AGSX_ROOT, '--state', process.env.AGSX_STATE];
-    return execFileSync(process.env.AGSX, [...args, 'exec', sbx.sandboxId, 'sh', '-c', cmd]).toString();
-  }
+  const r = await sbx.commands.run(cmd);
+  return r.stdout;
 }
 
 await main(async () => {

@@ -542,6 +542,15 @@ static void test_host_files(struct agsx_fs_ctx *c) {
   fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "a host directory of mode 0700 does not");
   r = agsx_fs_watch_open(c, "/hostpriv", 0, &(struct agsx_fs_watch *){NULL}, &err);
   fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "nor is it watched");
+  host_owned("hostpriv/readable", 0644, false);
+  host_owned("hostpriv/sub", 0755, true);
+  r = agsx_fs_download_open(c, "/hostpriv/readable", &fd, &size, NULL, &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "nor a readable file below it");
+  r = agsx_fs_list(c, "/hostpriv/sub", 1, &v, &n, &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "nor a directory below it");
+  link_("/hostpriv/readable", "tmp/to-priv");
+  r = agsx_fs_download_open(c, "/tmp/to-priv", &fd, &size, NULL, &err);
+  fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "nor through a symlink from elsewhere");
   r = write_all(c, "/hostdir/new", "x", &err);
   fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "no upload into a host directory of 0755");
   tap_ok(!exists("hostdir/new"), "and nothing is left there");

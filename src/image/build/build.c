@@ -873,6 +873,8 @@ static int run_sandbox(struct build *b, char **argv, char **env, const char *net
       .workdir = st->workdir,
       .hostname = "buildkitsandbox",
       .network = net,
+      /* (RUN --network=none is internal: no egress to filter) */
+      .egress = net && strcmp(net, "internal") != 0 ? b->o->egress : NULL,
       .disk = 8ull << 30,
       .keep_upper = true,
       .ephemeral = true,

@@ -16,12 +16,15 @@
 
 #include "image/store.h"
 
+struct agsx_egress;
+
 struct agsx_build_opts {
-  const char *context;    /* the context directory */
-  const char *dockerfile; /* NULL: CONTEXT/Dockerfile */
-  char **tags;            /* normalised references, NULL-terminated (may be empty) */
-  char **build_args;      /* "K=V", or "K" (the caller's environment) */
-  const char *network;    /* internal | public | vpc:NAME */
+  const char *context;              /* the context directory */
+  const char *dockerfile;           /* NULL: CONTEXT/Dockerfile */
+  char **tags;                      /* normalised references, NULL-terminated (may be empty) */
+  char **build_args;                /* "K=V", or "K" (the caller's environment) */
+  const char *network;              /* internal | public | vpc:NAME */
+  const struct agsx_egress *egress; /* RUN's egress rules (net/egress.h), or NULL */
   bool no_cache;
   const char *state_dir; /* sandbox state, for RUN */
   const char *root;      /* the store's root: vpc network definitions, for RUN */

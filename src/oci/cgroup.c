@@ -1,0 +1,591 @@
+/* agsx — oci/cgroup: the engine's cgroupsPath on v1 and v2. See cgroup.h. */
+#include "config.h"
+
+#include "oci/cgroup.h"
+
+#include <inttypes.h>
+#include <linux/magic.h>
+#include <linux/openat2.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <time.h>
+
+#define MAX_HIER 16
+#define SMALL_MAX 65536
+#define PROCS_MAX (8 << 20)
+
+struct hier {
+  char *mnt;
+  char *opts; /* v1 super options: "rw,memory" */
+  int fd;     /* the leaf */
+};
+
+struct agsx_oci_cgroup {
+  bool v2;
+  bool owned;
+  char *path; /* relative to each hierarchy's root */
+  struct hier h[MAX_HIER];
+  size_t n;
+  const struct agsx_oci_device *devices; /* linux.devices: allowed too */
+  size_t n_devices;
+};
+
+bool agsx_oci_cgroup_path_is_valid(const char *path) {
+  while (*path == '/')
+    path++;
+  return *path && agsx_path_is_clean(path, 1024, 16);
+}
+
+static const char *cg_root(void) {
+  const char *env = getenv("AGSX_CGROUP_ROOT");
+  return env && *env ? env : "/sys/fs/cgroup";
+}
+
+static bool has_opt(const char *opts, const char *word) {
+  size_t wl = strlen(word);
+  for (const char *p = opts; *p;) {
+    size_t n = strcspn(p, ",");
+    if (n == wl && strncmp(p, word, wl) == 0)
+      return true;
+    p += n;
+    p += *p == ',';
+  }
+  return false;
+}
+
+/* WORD in a space-separated list (cgroup.controllers). */
+static bool has_word(const char *list, const char *word) {
+  size_t wl = strlen(word);
+  for (const char *p = list; *p;) {
+    p += strspn(p, " \n");
+    size_t n = strcspn(p, " \n");
+    if (n == wl && strncmp(p, word, wl) == 0)
+      return true;
+    p += n;
+  }
+  return false;
+}
+
+static void unescape(char *s) {
+  char *o = s;
+  for (; *s; s++) {
+    if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' && s[3] >= '0' &&
+        s[3] <= '7') {
+      *o++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+      s += 3;
+    } else {
+      *o++ = *s;
+    }
+  }
+  *o = '\0';
+}
+
+/* The hierarchies: v2 the root alone; v1 every cgroup (v1) mount below the
+ * root, one per superblock. */
+static int layout(struct agsx_oci_cgroup *cg, agsx_error_t *err) {
+  const char *root = cg_root();
+  struct statfs sfs;
+  if (statfs(root, &sfs) < 0)
+    return agsx_error_set(err, errno, "statfs cgroup root `%s`", root);
+  if (sfs.f_type == CGROUP2_SUPER_MAGIC) {
+    cg->v2 = true;
+    cg->h[0].mnt = xstrdup(root);
+    cg->h[0].opts = xstrdup("");
+    cg->h[0].fd = -1;
+    cg->n = 1;
+    return 0;
+  }
+  _cleanup_fclose_ FILE *f = fopen("/proc/self/mountinfo", "re");
+  if (f == NULL)
+    return agsx_error_set(err, errno, "open `/proc/self/mountinfo`");
+  _cleanup_free_ char *line = NULL;
+  size_t cap = 0;
+  size_t rl = strlen(root);
+  while (getline(&line, &cap, f) > 0 && cg->n < MAX_HIER) {
+    char *tok[64], *save = NULL;
+    int n = 0, sep = -1;
+    for (char *t = strtok_r(line, " \n", &save); t && n < 64; t = strtok_r(NULL, " \n", &save)) {
+      if (sep < 0 && n >= 6 && strcmp(t, "-") == 0)
+        sep = n;
+      tok[n++] = t;
+    }
+    if (sep < 0 || sep + 3 >= n || strcmp(tok[sep + 1], "cgroup") != 0)
+      continue;
+    unescape(tok[4]);
+    if (strncmp(tok[4], root, rl) != 0 || tok[4][rl] != '/')
+      continue;
+    bool dup = false;
+    for (size_t i = 0; i < cg->n && !dup; i++)
+      dup = strcmp(cg->h[i].mnt, tok[4]) == 0;
+    if (dup)
+      continue;
+    cg->h[cg->n].mnt = xstrdup(tok[4]);
+    cg->h[cg->n].opts = xstrdup(tok[sep + 3]);
+    cg->h[cg->n].fd = -1;
+    cg->n++;
+  }
+  if (cg->n == 0)
+    return agsx_error_set(err, ENOENT, "no cgroup hierarchy under `%s`", root);
+  return 0;
+}
+
+static struct hier *find(struct agsx_oci_cgroup *cg, const char *ctrl) {
+  for (size_t i = 0; i < cg->n; i++)
+    if (cg->h[i].fd >= 0 && (cg->v2 || has_opt(cg->h[i].opts, ctrl)))
+      return &cg->h[i];
+  return NULL;
+}
+
+static int write_at(int dfd, const char *file, const char *val, agsx_error_t *err) {
+  _cleanup_close_ int fd = openat(dfd, file, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "open `%s`", file);
+  ssize_t n;
+  do
+    n = write(fd, val, strlen(val));
+  while (n < 0 && errno == EINTR);
+  if (n != (ssize_t)strlen(val))
+    return agsx_error_set(err, n < 0 ? errno : EIO, "write `%s` to `%s`", val, file);
+  return 0;
+}
+
+static int write_ctrl(struct agsx_oci_cgroup *cg, const char *ctrl, const char *file,
+                      const char *val, agsx_error_t *err) {
+  struct hier *h = find(cg, ctrl);
+  if (h == NULL)
+    return agsx_error_set(
+        err, 0, "cannot apply linux.resources: the `%s` controller is not available", ctrl);
+  if (write_at(h->fd, file, val, err) < 0)
+    return agsx_error_wrap(err, "cgroup `%s`", cg->path);
+  return 0;
+}
+
+/* mkdir -p PATH below DFD; the leaf's creation is reported in *CREATED. */
+static int mkdir_tree(int dfd, const char *path, bool *created, agsx_error_t *err) {
+  _cleanup_free_ char *p = xstrdup(path);
+  _cleanup_close_ int cur = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
+  *created = false;
+  for (char *save = NULL, *c = strtok_r(p, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+    bool made = mkdirat(cur, c, 0755) == 0;
+    if (!made && errno != EEXIST)
+      return agsx_error_set(err, errno, "mkdir cgroup `%s`", path);
+    int next = openat(cur, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0)
+      return agsx_error_set(err, errno, "open cgroup `%s`", path);
+    *created = made;
+    /* v1 cpuset: a new cgroup has no cpus or mems; a task cannot join it
+     * until they are copied from the parent. */
+    if (made && faccessat(cur, "cpuset.cpus", F_OK, 0) == 0) {
+      static const char *const files[] = {"cpuset.cpus", "cpuset.mems"};
+      for (size_t i = 0; i < 2; i++) {
+        _cleanup_free_ char *v = NULL;
+        _cleanup_error_ agsx_error_t e = NULL;
+        if (agsx_read_file_at(cur, files[i], SMALL_MAX, &v, NULL, &e) == 0 && v[0] && v[0] != '\n')
+          write_at(next, files[i], v, &e);
+      }
+    }
+    agsx_closep(&cur);
+    cur = next;
+  }
+  return steal_fd(&cur);
+}
+
+static int enable_v2(struct agsx_oci_cgroup *cg, agsx_error_t *err) {
+  static const char *const want[] = {"cpu", "cpuset", "memory", "pids"};
+  _cleanup_close_ int cur = open(cg->h[0].mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (cur < 0)
+    return agsx_error_set(err, errno, "open `%s`", cg->h[0].mnt);
+  _cleanup_free_ char *p = xstrdup(cg->path);
+  char *save = NULL;
+  for (char *c = strtok_r(p, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+    _cleanup_free_ char *avail = NULL;
+    _cleanup_error_ agsx_error_t e = NULL;
+    if (agsx_read_file_at(cur, "cgroup.controllers", SMALL_MAX, &avail, NULL, &e) == 0)
+      for (size_t i = 0; i < AGSX_ARRAY_SIZE(want); i++)
+        if (has_word(avail, want[i])) {
+          _cleanup_free_ char *v = xasprintf("+%s", want[i]);
+          _cleanup_error_ agsx_error_t e2 = NULL;
+          write_at(cur, "cgroup.subtree_control", v, &e2);
+        }
+    if (mkdirat(cur, c, 0755) < 0 && errno != EEXIST)
+      return agsx_error_set(err, errno, "mkdir cgroup `%s`", cg->path);
+    int next = openat(cur, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0)
+      return agsx_error_set(err, errno, "open cgroup `%s`", cg->path);
+    agsx_closep(&cur);
+    cur = next;
+  }
+  return 0;
+}
+
+static char *norm(const char *path) {
+  while (*path == '/')
+    path++;
+  return xstrdup(path);
+}
+
+int agsx_oci_cgroup_create(const char *path, const struct agsx_oci_resources *res,
+                           const struct agsx_oci_device *devices, size_t n_devices,
+                           struct agsx_oci_cgroup **ret, agsx_error_t *err) {
+  if (!agsx_oci_cgroup_path_is_valid(path))
+    return agsx_error_set(err, EINVAL, "invalid cgroupsPath `%s`", path);
+  _cleanup_oci_cgroup_ struct agsx_oci_cgroup *cg = xzalloc(sizeof(*cg));
+  cg->devices = devices;
+  cg->n_devices = n_devices;
+  cg->path = norm(path);
+  if (layout(cg, err) < 0)
+    return -1;
+  bool any_created = false;
+  if (cg->v2 && enable_v2(cg, err) < 0)
+    return -1;
+  for (size_t i = 0; i < cg->n; i++) {
+    _cleanup_close_ int root = open(cg->h[i].mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    bool created;
+    if (root < 0)
+      return agsx_error_set(err, errno, "open `%s`", cg->h[i].mnt);
+    cg->h[i].fd = mkdir_tree(root, cg->path, &created, err);
+    if (cg->h[i].fd < 0) {
+      agsx_oci_cgroup_destroy(cg, NULL);
+      return -1;
+    }
+    any_created |= created;
+  }
+  cg->owned = any_created;
+  if (res && agsx_oci_cgroup_update(cg, res, err) < 0) {
+    _cleanup_error_ agsx_error_t e = NULL;
+    if (cg->owned)
+      agsx_oci_cgroup_destroy(cg, &e);
+    return -1;
+  }
+  *ret = steal_ptr(&cg);
+  return 0;
+}
+
+int agsx_oci_cgroup_open(const char *path, bool owned, struct agsx_oci_cgroup **ret,
+                         agsx_error_t *err) {
+  _cleanup_oci_cgroup_ struct agsx_oci_cgroup *cg = xzalloc(sizeof(*cg));
+  cg->path = norm(path);
+  cg->owned = owned;
+  if (layout(cg, err) < 0)
+    return -1;
+  bool any = false;
+  for (size_t i = 0; i < cg->n; i++) {
+    _cleanup_close_ int root = open(cg->h[i].mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (root >= 0)
+      cg->h[i].fd = agsx_openat2(root, cg->path, O_RDONLY | O_DIRECTORY, 0,
+                                 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+    any |= cg->h[i].fd >= 0;
+  }
+  if (!any)
+    return agsx_error_set(err, ENOENT, "cgroup `%s`", cg->path);
+  *ret = steal_ptr(&cg);
+  return 0;
+}
+
+bool agsx_oci_cgroup_owned(const struct agsx_oci_cgroup *cg) { return cg->owned; }
+
+static int update_memory(struct agsx_oci_cgroup *cg, const struct agsx_oci_resources *r,
+                         agsx_error_t *err) {
+  char v[32];
+  if (r->memory_limit > 0) {
+    snprintf(v, sizeof(v), "%" PRId64, r->memory_limit);
+    if (cg->v2) {
+      if (write_ctrl(cg, "memory", "memory.max", v, err) < 0)
+        return -1;
+    } else {
+      /* memsw must stay >= the limit: raise it first when growing. */
+      struct hier *h = find(cg, "memory");
+      _cleanup_error_ agsx_error_t e = NULL;
+      if (h && r->memory_swap <= 0)
+        write_at(h->fd, "memory.memsw.limit_in_bytes", "-1", &e);
+      if (write_ctrl(cg, "memory", "memory.limit_in_bytes", v, err) < 0)
+        return -1;
+    }
+  }
+  if (r->memory_swap > 0) {
+    int64_t swap = r->memory_swap;
+    if (cg->v2) {
+      /* v2 counts swap apart from memory. */
+      swap = r->memory_limit > 0 && swap >= r->memory_limit ? swap - r->memory_limit : swap;
+      snprintf(v, sizeof(v), "%" PRId64, swap);
+      if (write_ctrl(cg, "memory", "memory.swap.max", v, err) < 0)
+        return -1;
+    } else {
+      snprintf(v, sizeof(v), "%" PRId64, swap);
+      struct hier *h = find(cg, "memory");
+      if (h && faccessat(h->fd, "memory.memsw.limit_in_bytes", F_OK, 0) == 0 &&
+          write_ctrl(cg, "memory", "memory.memsw.limit_in_bytes", v, err) < 0)
+        return -1;
+    }
+  }
+  if (r->memory_reservation > 0) {
+    snprintf(v, sizeof(v), "%" PRId64, r->memory_reservation);
+    if (write_ctrl(cg, "memory", cg->v2 ? "memory.low" : "memory.soft_limit_in_bytes", v, err) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+static int update_cpu(struct agsx_oci_cgroup *cg, const struct agsx_oci_resources *r,
+                      agsx_error_t *err) {
+  char v[64];
+  if (r->cpu_shares) {
+    /* v2 weight from shares, the conversion runc and crun use. */
+    uint64_t w = 1 + ((r->cpu_shares < 2 ? 2 : r->cpu_shares) - 2) * 9999 / 262142;
+    snprintf(v, sizeof(v), "%" PRIu64, cg->v2 ? (w > 10000 ? 10000 : w) : r->cpu_shares);
+    if (write_ctrl(cg, "cpu", cg->v2 ? "cpu.weight" : "cpu.shares", v, err) < 0)
+      return -1;
+  }
+  if (r->cpu_quota != -1 || r->cpu_period) {
+    uint64_t period = r->cpu_period ? r->cpu_period : 100000;
+    if (cg->v2) {
+      if (r->cpu_quota > 0)
+        snprintf(v, sizeof(v), "%" PRId64 " %" PRIu64, r->cpu_quota, period);
+      else
+        snprintf(v, sizeof(v), "max %" PRIu64, period);
+      if (write_ctrl(cg, "cpu", "cpu.max", v, err) < 0)
+        return -1;
+    } else {
+      snprintf(v, sizeof(v), "%" PRIu64, period);
+      if (write_ctrl(cg, "cpu", "cpu.cfs_period_us", v, err) < 0)
+        return -1;
+      snprintf(v, sizeof(v), "%" PRId64, r->cpu_quota > 0 ? r->cpu_quota : -1);
+      if (write_ctrl(cg, "cpu", "cpu.cfs_quota_us", v, err) < 0)
+        return -1;
+    }
+  }
+  if (r->cpus && r->cpus[0] && write_ctrl(cg, "cpuset", "cpuset.cpus", r->cpus, err) < 0)
+    return -1;
+  if (r->mems && r->mems[0] && write_ctrl(cg, "cpuset", "cpuset.mems", r->mems, err) < 0)
+    return -1;
+  return 0;
+}
+
+static int update_devices(struct agsx_oci_cgroup *cg, const struct agsx_oci_resources *r,
+                          const struct agsx_oci_device *extra, size_t n_extra, agsx_error_t *err) {
+  if (r->n_devices == 0)
+    return 0;
+
+  /* v2 has no device files (an eBPF program would be needed); the
+   * container cannot make device nodes in its user namespace and /dev
+   * holds only what agsx binds, so the rules add nothing there. */
+  struct hier *h = cg->v2 ? NULL : find(cg, "devices");
+  if (h == NULL) {
+    agsx_debug("cgroup `%s`: device rules not written (no devices controller)", cg->path);
+    return 0;
+  }
+  for (size_t i = 0; i < r->n_devices; i++) {
+    const struct agsx_oci_device_rule *d = &r->devices[i];
+    char maj[24] = "*", min[24] = "*", rule[80];
+    if (d->major >= 0)
+      snprintf(maj, sizeof(maj), "%" PRId64, d->major);
+    if (d->minor >= 0)
+      snprintf(min, sizeof(min), "%" PRId64, d->minor);
+    if (d->type == 'a')
+      snprintf(rule, sizeof(rule), "a");
+    else
+      snprintf(rule, sizeof(rule), "%c %s:%s %s", d->type, maj, min, d->access);
+    if (write_at(h->fd, d->allow ? "devices.allow" : "devices.deny", rule, err) < 0)
+      return agsx_error_wrap(err, "cgroup `%s`: device rule", cg->path);
+  }
+  /* The spec's default devices stay usable whatever the rules (runc adds
+   * the same): null, zero, full, random, urandom, tty, ptmx, the ptys. */
+  static const char *const defaults[] = {"c 1:3 rwm", "c 1:5 rwm", "c 1:7 rwm", "c 1:8 rwm",
+                                         "c 1:9 rwm", "c 5:0 rwm", "c 5:2 rwm", "c 136:* rwm"};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(defaults); i++)
+    if (write_at(h->fd, "devices.allow", defaults[i], err) < 0)
+      return agsx_error_wrap(err, "cgroup `%s`: device rule", cg->path);
+  for (size_t i = 0; extra && i < n_extra; i++) {
+    const struct agsx_oci_device *d = &extra[i];
+    char rule[80];
+    snprintf(rule, sizeof(rule), "%c %" PRId64 ":%" PRId64 " rwm", d->type == 'u' ? 'c' : d->type,
+             d->major, d->minor);
+    if (d->type != 'p' && write_at(h->fd, "devices.allow", rule, err) < 0)
+      return agsx_error_wrap(err, "cgroup `%s`: device rule", cg->path);
+  }
+  return 0;
+}
+
+int agsx_oci_cgroup_update(struct agsx_oci_cgroup *cg, const struct agsx_oci_resources *r,
+                           agsx_error_t *err) {
+  if (update_memory(cg, r, err) < 0 || update_cpu(cg, r, err) < 0 ||
+      update_devices(cg, r, cg->devices, cg->n_devices, err) < 0)
+    return -1;
+  if (r->pids_limit != 0) {
+    char v[32];
+    if (r->pids_limit > 0)
+      snprintf(v, sizeof(v), "%" PRId64, r->pids_limit);
+    else
+      snprintf(v, sizeof(v), "max");
+    if (write_ctrl(cg, "pids", "pids.max", v, err) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+int agsx_oci_cgroup_attach(struct agsx_oci_cgroup *cg, pid_t pid, agsx_error_t *err) {
+  char v[32];
+  snprintf(v, sizeof(v), "%d", (int)pid);
+  for (size_t i = 0; i < cg->n; i++)
+    if (cg->h[i].fd >= 0 && write_at(cg->h[i].fd, "cgroup.procs", v, err) < 0)
+      return agsx_error_wrap(err, "join cgroup `%s` in `%s`", cg->path, cg->h[i].mnt);
+  return 0;
+}
+
+static void collect(int dfd, int depth, pid_t **v, size_t *n, size_t *cap) {
+  _cleanup_free_ char *buf = NULL;
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (agsx_read_file_at(dfd, "cgroup.procs", PROCS_MAX, &buf, NULL, &e) == 0)
+    for (char *p = buf, *end; *p; p = end) {
+      long pid = strtol(p, &end, 10);
+      if (end == p)
+        break;
+      if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 16;
+        *v = xrealloc(*v, *cap * sizeof(pid_t));
+      }
+      (*v)[(*n)++] = (pid_t)pid;
+    }
+  if (depth >= 16)
+    return;
+  _cleanup_dir_ DIR *d = agsx_dir_stream(dfd);
+  for (struct dirent *de; d && (de = readdir(d));) {
+    if (de->d_type != DT_DIR || de->d_name[0] == '.')
+      continue;
+    _cleanup_close_ int sub = openat(dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (sub >= 0)
+      collect(sub, depth + 1, v, n, cap);
+  }
+}
+
+int agsx_oci_cgroup_pids(struct agsx_oci_cgroup *cg, pid_t **ret, size_t *ret_n,
+                         agsx_error_t *err) {
+  *ret = NULL;
+  *ret_n = 0;
+  size_t cap = 0;
+  /* One hierarchy is enough: every process is in each (pids, else the first). */
+  struct hier *h = find(cg, "pids");
+  if (h == NULL)
+    for (size_t i = 0; i < cg->n && h == NULL; i++)
+      if (cg->h[i].fd >= 0)
+        h = &cg->h[i];
+  if (h == NULL)
+    return agsx_error_set(err, ENOENT, "cgroup `%s`", cg->path);
+  collect(h->fd, 0, ret, ret_n, &cap);
+  return 0;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {0, ms * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+int agsx_oci_cgroup_freeze(struct agsx_oci_cgroup *cg, bool frozen, agsx_error_t *err) {
+  struct hier *h = find(cg, "freezer");
+  if (h == NULL)
+    return agsx_error_set(err, 0, "cgroup `%s`: no freezer", cg->path);
+  const char *file = cg->v2 ? "cgroup.freeze" : "freezer.state";
+  const char *val = cg->v2 ? (frozen ? "1" : "0") : (frozen ? "FROZEN" : "THAWED");
+  for (int i = 0; i < 1000; i++) {
+    if (write_at(h->fd, file, val, err) < 0)
+      return -1;
+    bool now;
+    if (agsx_oci_cgroup_is_frozen(cg, &now, err) < 0)
+      return -1;
+    if (now == frozen)
+      return 0;
+    sleep_ms(1);
+  }
+  return agsx_error_set(err, EBUSY, "cgroup `%s`: the freezer did not settle", cg->path);
+}
+
+int agsx_oci_cgroup_is_frozen(struct agsx_oci_cgroup *cg, bool *ret, agsx_error_t *err) {
+  *ret = false;
+  struct hier *h = find(cg, "freezer");
+  if (h == NULL)
+    return 0;
+  _cleanup_free_ char *buf = NULL;
+  if (cg->v2) {
+    if (agsx_read_file_at(h->fd, "cgroup.events", SMALL_MAX, &buf, NULL, err) < 0)
+      return -1;
+    *ret = strstr(buf, "frozen 1") != NULL;
+    return 0;
+  }
+  if (agsx_read_file_at(h->fd, "freezer.state", SMALL_MAX, &buf, NULL, err) < 0)
+    return -1;
+  *ret = strncmp(buf, "FROZEN", 6) == 0;
+  return 0;
+}
+
+int agsx_oci_cgroup_signal(struct agsx_oci_cgroup *cg, int sig, agsx_error_t *err) {
+  _cleanup_free_ pid_t *pids = NULL;
+  size_t n;
+  if (agsx_oci_cgroup_pids(cg, &pids, &n, err) < 0)
+    return -1;
+  for (size_t i = 0; i < n; i++)
+    kill(pids[i], sig);
+  return 0;
+}
+
+static int rmdir_leaf(int mntfd, const char *path, agsx_error_t *err) {
+  for (int i = 0; i < 200; i++) {
+    if (unlinkat(mntfd, path, AT_REMOVEDIR) == 0 || errno == ENOENT)
+      return 0;
+    if (errno != EBUSY)
+      break;
+    sleep_ms(5);
+  }
+  return agsx_error_set(err, errno, "rmdir cgroup `%s`", path);
+}
+
+int agsx_oci_cgroup_destroy(struct agsx_oci_cgroup *cg, agsx_error_t *err) {
+  if (cg == NULL)
+    return 0;
+  /* A cgroup agsx found (the engine's, or shared) is not agsx's to empty:
+   * the container's own processes died with its pid namespace's init. */
+  if (!cg->owned)
+    return 0;
+  bool frozen = false;
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (agsx_oci_cgroup_is_frozen(cg, &frozen, &e) == 0 && frozen)
+    agsx_oci_cgroup_freeze(cg, false, &e);
+  for (int round = 0; round < 400; round++) {
+    _cleanup_free_ pid_t *pids = NULL;
+    size_t n = 0;
+    _cleanup_error_ agsx_error_t e2 = NULL;
+    if (agsx_oci_cgroup_pids(cg, &pids, &n, &e2) < 0 || n == 0)
+      break;
+    for (size_t i = 0; i < n; i++)
+      kill(pids[i], SIGKILL);
+    sleep_ms(5);
+  }
+  int r = 0;
+  for (size_t i = 0; i < cg->n; i++) {
+    if (cg->h[i].fd < 0)
+      continue;
+    agsx_closep(&cg->h[i].fd);
+    _cleanup_close_ int root = open(cg->h[i].mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (root >= 0 && rmdir_leaf(root, cg->path, err) < 0)
+      r = -1;
+  }
+  return r;
+}
+
+void agsx_oci_cgroup_free(struct agsx_oci_cgroup *cg) {
+  if (cg == NULL)
+    return;
+  for (size_t i = 0; i < cg->n; i++) {
+    agsx_closep(&cg->h[i].fd);
+    free(cg->h[i].mnt);
+    free(cg->h[i].opts);
+  }
+  free(cg->path);
+  free(cg);
+}
+
+void agsx_oci_cgroup_freep(struct agsx_oci_cgroup **cg) {
+  agsx_oci_cgroup_free(*cg);
+  *cg = NULL;
+}

@@ -1,0 +1,58 @@
+/* agsx — oci/cgroup: an OCI container's cgroup at the engine's
+ * linux.cgroupsPath, cgroupfs driver, v1 and v2.
+ *
+ * Not src/sandbox/cgroup.c's job: a native sandbox's cgroup is
+ * agsx/<id> in the hierarchies its limits need, while an engine names the
+ * path and expects the container in every hierarchy (it reads stats, OOM
+ * events and the freezer of the init's cgroup: /proc/PID/cgroup), with the
+ * spec's resources (shares, cpusets, reservations, device rules).
+ *
+ * v1: the path is made in every mounted controller hierarchy (named ones
+ * such as name=systemd included, as runc does), cpuset.cpus/mems copied
+ * from the parent; v2: one directory, the controllers the resources need
+ * enabled in each ancestor. Only the leaf is agsx's: delete removes it
+ * (after killing what is left), never the parents. A relative path is
+ * taken from the hierarchy's root. */
+#ifndef AGSX_OCI_CGROUP_H
+#define AGSX_OCI_CGROUP_H
+
+#include "oci/spec.h"
+#include "util/util.h"
+
+struct agsx_oci_cgroup;
+
+/* Creates PATH (an existing leaf is fine: an engine may have made it, and
+ * it is then not removed at delete) and writes RES. */
+int agsx_oci_cgroup_create(const char *path, const struct agsx_oci_resources *res,
+                           const struct agsx_oci_device *devices, size_t n_devices,
+                           struct agsx_oci_cgroup **ret, agsx_error_t *err);
+/* Opens PATH in every hierarchy that has it; OWNED says whether delete may
+ * remove it. ENOENT when none has it. */
+int agsx_oci_cgroup_open(const char *path, bool owned, struct agsx_oci_cgroup **ret,
+                         agsx_error_t *err);
+bool agsx_oci_cgroup_owned(const struct agsx_oci_cgroup *cg);
+/* Writes the resources again (update). */
+int agsx_oci_cgroup_update(struct agsx_oci_cgroup *cg, const struct agsx_oci_resources *res,
+                           agsx_error_t *err);
+/* Moves PID into the cgroup in every hierarchy. */
+int agsx_oci_cgroup_attach(struct agsx_oci_cgroup *cg, pid_t pid, agsx_error_t *err);
+/* The processes in the cgroup (and below it), host pids; *RET owned. */
+int agsx_oci_cgroup_pids(struct agsx_oci_cgroup *cg, pid_t **ret, size_t *ret_n, agsx_error_t *err);
+/* Freezes or thaws (v1 freezer.state, v2 cgroup.freeze) and waits until
+ * the kernel reports it done. */
+int agsx_oci_cgroup_freeze(struct agsx_oci_cgroup *cg, bool frozen, agsx_error_t *err);
+/* 1 when frozen, 0 when not, -1 on error. */
+int agsx_oci_cgroup_is_frozen(struct agsx_oci_cgroup *cg, bool *ret, agsx_error_t *err);
+/* Signals every process in the cgroup. */
+int agsx_oci_cgroup_signal(struct agsx_oci_cgroup *cg, int sig, agsx_error_t *err);
+/* Thaws, kills what is left and removes the leaf if it is agsx's. */
+int agsx_oci_cgroup_destroy(struct agsx_oci_cgroup *cg, agsx_error_t *err);
+void agsx_oci_cgroup_free(struct agsx_oci_cgroup *cg);
+void agsx_oci_cgroup_freep(struct agsx_oci_cgroup **cg);
+#define _cleanup_oci_cgroup_ _cleanup_(agsx_oci_cgroup_freep)
+
+/* True when PATH is acceptable as a cgroupsPath (no "..", no empty or "."
+ * component, at most 16 deep). */
+bool agsx_oci_cgroup_path_is_valid(const char *path);
+
+#endif

@@ -1,0 +1,91 @@
+/* agsx — oci: the runc-shaped verbs of `agsx-oci` (Podman/conmon,
+ * containerd's runc shim and CRI-O drive these).
+ *
+ * Process model (runtime-spec runtime.md, and what the engines rely on):
+ * `create` builds the container and leaves its init blocked before the
+ * user's program, then exits; the init is the caller's child (conmon and
+ * the shim are subreapers and reap it), in the container's namespaces and
+ * cgroup, with no agsx supervisor above it. `start` releases it; the init
+ * then applies capabilities, no_new_privs and the two seccomp filters
+ * (agsx's baseline, then the engine's) and execs process.args as pid 1.
+ *
+ * Launch steps, create (P) and the init (C):
+ *   P: config.json → parse + policy (refuse before touching anything) →
+ *      seccomp programs → ROOT/<id> (EEXIST: taken), lock, record
+ *      "creating" → uid range (engine's mappings, or an agsx lease) →
+ *      cgroup → netns (new: owned by the host userns; or joined by path),
+ *      net sysctls, ipc/uts/pid joined by path → clone3 → host namespaces
+ *      back → id maps, rlimits, oom_score_adj, cgroup.procs → lease →
+ *      GO(rootfs [idmapped], bind sources, sysfs, stage, start socket)
+ *   C: become root of the userns (PDEATHSIG until create is done) →
+ *      cgroup ns → stage tmpfs → rootfs → the engine's mounts, in order,
+ *      each destination resolved inside the rootfs → /dev nodes → sysctls →
+ *      masked (agsx's ∪ engine's) and read-only paths → MOUNTED
+ *   P: prestart, createRuntime hooks → CONT
+ *   C: pivot_root → hostname → program check → pty → READY(master)
+ *   P: console socket ← master → pid file → record complete → DONE
+ *   C: PDEATHSIG off → ACK; waits on start.sock
+ *   start: connect → C execs (EOF on the socket) → poststart hooks */
+#ifndef AGSX_OCI_H
+#define AGSX_OCI_H
+
+#include "oci/spec.h"
+#include "oci/state.h"
+#include "sandbox/seccomp.h"
+#include "util/util.h"
+
+struct agsx_oci_global {
+  const char *root; /* NULL: the default */
+  bool debug;
+};
+
+struct agsx_oci_create_opts {
+  const char *id, *bundle, *pid_file, *console_socket;
+  int preserve_fds;
+  bool no_new_keyring;
+};
+int agsx_oci_create(const struct agsx_oci_global *g, const struct agsx_oci_create_opts *o,
+                    agsx_error_t *err);
+int agsx_oci_start(const struct agsx_oci_global *g, const char *id, agsx_error_t *err);
+/* The state JSON in *RET. */
+int agsx_oci_state(const struct agsx_oci_global *g, const char *id, char **ret, agsx_error_t *err);
+int agsx_oci_kill(const struct agsx_oci_global *g, const char *id, int sig, bool all,
+                  agsx_error_t *err);
+int agsx_oci_delete(const struct agsx_oci_global *g, const char *id, bool force, agsx_error_t *err);
+int agsx_oci_pause(const struct agsx_oci_global *g, const char *id, bool pause, agsx_error_t *err);
+/* The container's host pids as a JSON array in *RET. */
+int agsx_oci_ps(const struct agsx_oci_global *g, const char *id, char **ret, agsx_error_t *err);
+int agsx_oci_update(const struct agsx_oci_global *g, const char *id, const char *resources_json,
+                    size_t len, agsx_error_t *err);
+/* list: one JSON array of state objects, or a table when !JSON. */
+int agsx_oci_list(const struct agsx_oci_global *g, bool json, char **ret, agsx_error_t *err);
+char *agsx_oci_features(void);
+
+struct agsx_oci_exec_opts {
+  const char *id;
+  const char *process_json; /* --process FILE's text, or NULL: ARGV */
+  size_t process_len;
+  char **argv; /* with no --process: the command, the container's process otherwise */
+  const char *pid_file, *console_socket, *cwd;
+  char **env;
+  bool detach, tty;
+  int preserve_fds;
+};
+/* Detached: returns 0 once the process runs (pid file written). Foreground:
+ * waits and sets *RET_STATUS to its exit code (128+N for signal N). */
+int agsx_oci_exec(const struct agsx_oci_global *g, const struct agsx_oci_exec_opts *o,
+                  int *ret_status, agsx_error_t *err);
+
+/* Internal, shared by launch.c and oci.c. */
+int agsx_oci_run_hooks(const struct agsx_oci_spec *s, int kind, const char *state_json,
+                       agsx_error_t *err);
+int agsx_oci_load_seccomp(const char *root, const struct agsx_oci_spec *s,
+                          struct agsx_seccomp_bpf *base, struct agsx_seccomp_bpf *eng,
+                          agsx_error_t *err);
+/* Sends MASTER over the console socket at PATH: one message, one fd. */
+int agsx_oci_send_console(const char *path, int master, agsx_error_t *err);
+/* Removes the overlay work directory create made beside the engine's. */
+void agsx_oci_remove_workdir(const char *path);
+int agsx_oci_read_config(int dirfd, struct agsx_oci_spec **ret, agsx_error_t *err);
+
+#endif

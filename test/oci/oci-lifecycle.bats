@@ -1,0 +1,241 @@
+#!/usr/bin/env bats
+# agsx-oci lifecycle against the runtime spec and runc's behaviour (also run
+# against crun: RUNTIME=crun). See helpers.bash.
+
+load helpers
+
+@test "create leaves the program unrun; start runs it; the pid file has no newline" {
+  b=$(make_bundle b sh -c 'echo started >/tmp/mark; sleep 1000')
+  rtc --bundle "$b" --pid-file "$T/pid" c1
+  [ ! -s "$T/create.err" ] # a successful create prints nothing
+  [ "$(state_field c1 status)" = created ]
+  pid=$(state_field c1 pid)
+  [ "$pid" -gt 0 ]
+  [ "$(cat "$T/pid")" = "$pid" ]
+  [ "$(od -An -c "$T/pid" | tr -d ' \n' | grep -c '\\n')" = 0 ]
+  [ ! -e "$b/rootfs/tmp/mark" ]
+  ! grep -q sleep "/proc/$pid/cmdline"
+  run_rt start c1
+  assert_success
+  [ -z "$output" ]
+  wait_status c1 running
+  for i in $(seq 50); do [ -e "$b/rootfs/tmp/mark" ] && break; sleep 0.1; done
+  [ -e "$b/rootfs/tmp/mark" ]
+  [ "$(state_field c1 pid)" = "$pid" ]
+  run_rt kill c1 TERM
+  assert_success
+  # pid 1 ignores TERM without a handler: KILL ends it.
+  rt kill c1 KILL
+  wait_status c1 stopped
+  [ "$(state_field c1 pid)" = 0 ]
+  run_rt delete c1
+  assert_success
+  run_rt state c1
+  assert_failure
+  assert_output_contains "does not exist"
+}
+
+@test "state prints the runtime-spec fields on stdout, nothing on stderr" {
+  b=$(make_bundle b sleep 1000)
+  rtc --bundle "$b" c1
+  rt state c1 >"$T/out" 2>"$T/err"
+  [ ! -s "$T/err" ]
+  python3 - "$T/out" "$b" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+for k in ("ociVersion", "id", "status", "bundle", "pid"):
+    assert k in s, k
+assert s["id"] == "c1" and s["status"] == "created" and s["bundle"] == sys.argv[2], s
+PY
+  rt delete c1
+}
+
+@test "stdio passes through: the program's output is create's stdout" {
+  b=$(make_bundle b sh -c 'echo out; echo err >&2; read x; echo "in:$x"')
+  echo hello | rt create --bundle "$b" c1 >"$T/out" 2>"$T/err"
+  [ ! -s "$T/err" ]
+  rt start c1
+  for i in $(seq 50); do grep -q in: "$T/out" 2>/dev/null && break; sleep 0.1; done
+  [ "$(cat "$T/out")" = "$(printf 'out\nin:hello')" ]
+  [ "$(cat "$T/err")" = err ]
+  wait_status c1 stopped
+  rt delete c1
+}
+
+@test "start twice fails; start of a stopped container fails" {
+  b=$(make_bundle b true)
+  rtc --bundle "$b" c1
+  rt start c1
+  wait_status c1 stopped
+  run_rt start c1
+  assert_failure
+  rt delete c1
+}
+
+@test "delete: created is killed and deleted, running refused, --force works, missing --force is 0" {
+  b=$(make_bundle b sleep 1000)
+  rtc --bundle "$b" c1
+  pid=$(state_field c1 pid)
+  run_rt delete c1
+  assert_success
+  for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  ! kill -0 "$pid" 2>/dev/null || [ "$(cut -d' ' -f3 /proc/$pid/stat)" = Z ]
+  rtc --bundle "$b" c2
+  rt start c2
+  wait_status c2 running
+  run_rt delete c2
+  assert_failure
+  assert_output_contains "not stopped"
+  run_rt delete --force c2
+  assert_success
+  run_rt delete --force nosuch
+  assert_success
+  run_rt delete nosuch
+  assert_failure
+  assert_output_contains "does not exist"
+}
+
+@test "kill: by name, SIG-name and number; --all reaches a child; stopped → not running" {
+  b=$(make_bundle b sh -c 'trap "echo usr1 >>/tmp/sig" USR1; trap "echo usr2 >>/tmp/sig" USR2; trap "echo hup >>/tmp/sig" HUP; sleep 1000 & while :; do wait; done')
+  rtc --bundle "$b" c1
+  rt start c1
+  wait_status c1 running
+  sleep 0.3
+  rt kill c1 USR1
+  rt kill c1 SIGUSR2
+  rt kill c1 1
+  for i in $(seq 50); do [ "$(wc -l <"$b/rootfs/tmp/sig" 2>/dev/null)" = 3 ] && break; sleep 0.1; done
+  [ "$(sort "$b/rootfs/tmp/sig" | tr '\n' ' ')" = "hup usr1 usr2 " ]
+  run_rt ps --format json c1
+  assert_success
+  n=$(echo "$output" | jq length)
+  [ "$n" -ge 2 ]
+  echo "$output" | jq -e --argjson p "$(state_field c1 pid)" 'index($p) != null'
+  run_rt kill --all c1 KILL
+  assert_success
+  wait_status c1 stopped
+  run_rt kill c1 KILL
+  assert_failure
+  assert_output_contains "not running"
+  rt delete c1
+}
+
+@test "pause and resume freeze the container; state says paused" {
+  b=$(make_bundle b sh -c 'while :; do date +%s%N >/tmp/t; sleep 0.05; done')
+  rtc --bundle "$b" c1
+  rt start c1
+  wait_status c1 running
+  run_rt pause c1
+  assert_success
+  [ "$(state_field c1 status)" = paused ]
+  a=$(cat "$b/rootfs/tmp/t"); sleep 0.4; z=$(cat "$b/rootfs/tmp/t")
+  [ "$a" = "$z" ]
+  run_rt resume c1
+  assert_success
+  [ "$(state_field c1 status)" = running ]
+  sleep 0.4
+  [ "$(cat "$b/rootfs/tmp/t")" != "$z" ]
+  rt delete --force c1
+}
+
+@test "update --resources changes the memory limit" {
+  b=$(make_bundle b sleep 1000)
+  cfg "$b" '.linux.resources.memory.limit=67108864'
+  rtc --bundle "$b" c1
+  pid=$(state_field c1 pid)
+  if [ -d /sys/fs/cgroup/memory ]; then
+    f=/sys/fs/cgroup/memory$(grep -E ':memory:' /proc/$pid/cgroup | cut -d: -f3)/memory.limit_in_bytes
+  else
+    f=/sys/fs/cgroup$(grep '^0::' /proc/$pid/cgroup | cut -d: -f3)/memory.max
+  fi
+  [ "$(cat "$f")" = 67108864 ]
+  echo '{"memory":{"limit":33554432}}' | rt update --resources - c1
+  [ "$(cat "$f")" = 33554432 ]
+  echo '{"memory":{"limit":50331648}}' >"$T/r.json"
+  rt update --resources="$T/r.json" c1
+  [ "$(cat "$f")" = 50331648 ]
+  rt delete c1
+}
+
+@test "the container is in its cgroupsPath and its own namespaces" {
+  b=$(make_bundle b sleep 1000)
+  rtc --bundle "$b" c1
+  pid=$(state_field c1 pid)
+  grep -q "/$CGP/b" /proc/$pid/cgroup
+  for ns in mnt pid ipc uts net user; do
+    [ "$(readlink /proc/$pid/ns/$ns)" != "$(readlink /proc/self/ns/$ns)" ] || {
+      is_agsx || [ $ns = user ] || false
+      is_agsx && false
+    }
+  done
+  rt delete c1
+}
+
+@test "exit codes through exec: foreground exec returns the process's status" {
+  b=$(make_bundle b sleep 1000)
+  rtc --bundle "$b" c1
+  rt start c1
+  wait_status c1 running
+  run_rt exec c1 sh -c 'exit 3'
+  [ "$status" -eq 3 ] || { show_run; false; }
+  run_rt exec c1 sh -c 'echo $((6*7))'
+  assert_success
+  [ "$output" = 42 ]
+  rt delete --force c1
+}
+
+@test "exec --detach --pid-file: the process shares the init's namespaces and cgroup" {
+  b=$(make_bundle b sleep 1000)
+  rtc --bundle "$b" c1
+  rt start c1
+  wait_status c1 running
+  pid=$(state_field c1 pid)
+  jq '.process | .args=["sleep","999"]' "$b/config.json" >"$T/p.json"
+  rt exec --process "$T/p.json" --detach --pid-file "$T/e.pid" c1 </dev/null >"$T/e.out" 2>&1
+  [ ! -s "$T/e.out" ]
+  e=$(cat "$T/e.pid")
+  [ "$e" -gt 0 ]
+  for ns in mnt pid net uts ipc user; do
+    [ "$(readlink /proc/$e/ns/$ns)" = "$(readlink /proc/$pid/ns/$ns)" ]
+  done
+  [ "$(grep memory /proc/$e/cgroup)" = "$(grep memory /proc/$pid/cgroup)" ] ||
+    [ "$(grep '^0::' /proc/$e/cgroup)" = "$(grep '^0::' /proc/$pid/cgroup)" ]
+  rt delete --force c1
+}
+
+@test "ids with / or .. are refused; a duplicate id leaves the first alone" {
+  b=$(make_bundle b sleep 1000)
+  run_rt create --bundle "$b" ../x
+  assert_failure
+  assert_output_contains "invalid container ID format"
+  run_rt create --bundle "$b" a/b
+  assert_failure
+  rtc --bundle "$b" c1
+  run_rt create --bundle "$b" c1
+  assert_failure
+  assert_output_contains "already exists"
+  [ "$(state_field c1 status)" = created ]
+  rt delete c1
+}
+
+@test "two state roots keep their containers apart" {
+  b=$(make_bundle b sleep 1000)
+  rtc --bundle "$b" c1
+  ROOT=$T/root2 rtc --bundle "$b" c1
+  [ "$(ROOT=$T/root2 state_field c1 status)" = created ]
+  ROOT=$T/root2 rt delete c1
+  [ "$(state_field c1 status)" = created ]
+  rt delete c1
+}
+
+@test "a container whose init died between commands is stopped" {
+  b=$(make_bundle b sleep 1000)
+  rtc --bundle "$b" c1
+  rt start c1
+  wait_status c1 running
+  kill -9 "$(state_field c1 pid)"
+  wait_status c1 stopped
+  run_rt kill c1 TERM
+  assert_failure
+  rt delete c1
+}

@@ -1,0 +1,137 @@
+#!/usr/bin/env bats
+# Podman (Debian's 4.3 with conmon) driving agsx-oci: `--runtime agsx`
+# with the containers.conf drop-in of contrib/. Private storage, run root,
+# runtime state root and image per file; rootful Podman's default (no
+# --userns) runs through agsx's injected user namespace.
+
+load helpers
+
+setup_file() {
+  command -v podman >/dev/null || skip "podman is not installed (apt-get install podman)"
+  export PM=$BATS_FILE_TMPDIR/pm
+  mkdir -p "$PM"
+  chmod 0755 "$BATS_FILE_TMPDIR" "$PM"
+  # A wrapper named agsx-oci (Podman looks JSON support up by basename)
+  # that pins the state root: Podman's own `state` call passes no flags.
+  cat >"$PM/agsx-oci" <<EOF2
+#!/bin/sh
+exec "$AGSX_OCI" --root "$PM/state" "\$@"
+EOF2
+  chmod +x "$PM/agsx-oci"
+  sed -e "s|/usr/libexec/agsx/agsx-oci|$PM/agsx-oci|" \
+    "$BATS_TEST_DIRNAME/../../contrib/podman/containers.conf.d/90-agsx.conf" >"$PM/containers.conf"
+  export CONTAINERS_CONF=$PM/containers.conf
+  local r
+  r=$(base_rootfs)
+  tar -C "$r" -c . | pm import - localhost/agsx-test:busybox >/dev/null
+}
+
+pm() {
+  timeout --kill-after=5 60 podman --root "$PM/storage" --runroot "$PM/run" \
+    --cgroup-manager cgroupfs --events-backend none "$@"
+}
+P() { pm --runtime agsx "$@"; }
+IMG=localhost/agsx-test:busybox
+
+teardown_file() {
+  [ -n "${PM:-}" ] || return 0
+  pm rm -af -t 0 >/dev/null 2>&1 || true
+  pm rmi -af >/dev/null 2>&1 || true
+  pm system reset -f >/dev/null 2>&1 || true
+}
+
+teardown() {
+  local leaks=""
+  P rm -af -t 0 >/dev/null 2>&1 || true
+  if [ -n "$(ls "$PM/state" 2>/dev/null)" ]; then leaks+="state: $(ls "$PM/state"); "; fi
+  if ls -d /sys/fs/cgroup/*/libpod_parent/libpod-* 2>/dev/null | grep -q .; then
+    leaks+="cgroups: $(ls -d /sys/fs/cgroup/*/libpod_parent/libpod-* | head -3); "
+  fi
+  oci_teardown || true
+  [ -z "$leaks" ] || { echo "# leaked: $leaks" >&3; return 1; }
+}
+
+@test "podman run: output and exit codes 0, 42, 126, 127" {
+  run P run --rm --network none $IMG echo hi
+  [ "$status" -eq 0 ] && [ "$output" = hi ] || { echo "# $output" >&3; false; }
+  run P run --rm --network none $IMG sh -c 'exit 42'
+  [ "$status" -eq 42 ]
+  run -127 P run --rm --network none $IMG /nonexistent
+  [ "$status" -eq 127 ] || { echo "# $status $output" >&3; false; }
+  run -126 P run --rm --network none $IMG /etc/passwd
+  [ "$status" -eq 126 ] || { echo "# $status $output" >&3; false; }
+}
+
+@test "podman run in the injected user namespace: an agsx range, the image's owners" {
+  run P run --rm --network none $IMG sh -c 'cat /proc/self/uid_map; ls -ln /etc/passwd; touch /etc/x && echo wrote'
+  [ "$status" -eq 0 ] || { echo "# $output" >&3; false; }
+  [[ "$output" != *"         0          0"* ]]
+  [[ "$output" == *"65536"* ]]
+  [[ "$output" == *" 0        0 "* ]]
+  [[ "$output" == *wrote* ]]
+}
+
+@test "podman run -i and -t" {
+  run sh -c "echo x | podman --root '$PM/storage' --runroot '$PM/run' --cgroup-manager cgroupfs --events-backend none --runtime agsx run -i --rm --network none $IMG cat"
+  [ "$output" = x ] || { echo "# $output" >&3; false; }
+  run script -qec "podman --root '$PM/storage' --runroot '$PM/run' --cgroup-manager cgroupfs --events-backend none --runtime agsx run --rm -t --network none $IMG tty" /dev/null
+  [[ "$output" == *"/dev/pts/0"* ]] || { echo "# $output" >&3; false; }
+}
+
+@test "podman run -d, then exec, top, kill -s, pause/unpause, update, stop -t 1, rm -f" {
+  run P run -d --name c1 --network none $IMG sh -c 'trap "echo usr1 >/tmp/usr1" USR1; trap "" TERM; while :; do sleep 0.1; done'
+  [ "$status" -eq 0 ] || { echo "# $output" >&3; false; }
+  id=$(P inspect -f '{{.Id}}' c1)
+  pid=$(P inspect -f '{{.State.Pid}}' c1)
+  [ "$pid" = "$("$PM/agsx-oci" state "$id" | jq .pid)" ]
+  [ "$(readlink /proc/$pid/ns/net)" != "$(readlink /proc/self/ns/net)" ]
+  run P exec c1 sh -c 'exit 5'
+  [ "$status" -eq 5 ]
+  run P exec c1 cat /proc/self/status
+  [[ "$output" == *"NoNewPrivs:	1"* ]]
+  run P top c1
+  [ "$status" -eq 0 ] || { echo "# $output" >&3; false; }
+  P kill -s USR1 c1
+  for i in $(seq 30); do P exec c1 cat /tmp/usr1 2>/dev/null | grep -q usr1 && break; sleep 0.2; done
+  P exec c1 cat /tmp/usr1 | grep -q usr1
+  P pause c1
+  [ "$(P inspect -f '{{.State.Status}}' c1)" = paused ]
+  P unpause c1
+  [ "$(P inspect -f '{{.State.Status}}' c1)" = running ]
+  P update --memory 64m c1
+  f=$(ls -d /sys/fs/cgroup/memory/libpod_parent/libpod-$id 2>/dev/null || true)
+  [ -z "$f" ] || [ "$(cat "$f/memory.limit_in_bytes")" = 67108864 ]
+  start=$(date +%s%N)
+  P stop -t 1 c1
+  el=$(( ($(date +%s%N) - start) / 1000000 ))
+  [ "$el" -lt 8000 ]
+  P rm -f c1
+}
+
+@test "podman passes config through: --cap-drop ALL, --read-only, -v, --tmpfs, --user, --uidmap" {
+  mkdir -p "$T/vol" && echo data >"$T/vol/f"
+  run P run --rm --network none --cap-drop ALL $IMG grep CapEff /proc/self/status
+  [[ "$output" == *"0000000000000000"* ]] || { echo "# $output" >&3; false; }
+  run P run --rm --network none --read-only $IMG touch /x
+  [ "$status" -ne 0 ]
+  run P run --rm --network none -v "$T/vol:/v:ro" $IMG cat /v/f
+  [ "$output" = data ] || { echo "# $output" >&3; false; }
+  run P run --rm --network none --tmpfs /t $IMG sh -c 'touch /t/a && grep " /t " /proc/mounts'
+  [[ "$output" == *tmpfs* ]] || { echo "# $output" >&3; false; }
+  run P run --rm --network none --user 1000:1000 $IMG id -u
+  [ "$output" = 1000 ] || { echo "# $output" >&3; false; }
+  run P run --rm --network none --uidmap 0:400000:65536 --gidmap 0:400000:65536 $IMG cat /proc/self/uid_map
+  [[ "$output" == *"400000"* ]] || { echo "# $output" >&3; false; }
+  run P run --rm --network none --security-opt unmask=ALL $IMG sh -c 'head -c 10 /proc/timer_list | wc -c'
+  [ "$output" = 0 ] || { echo "# $output" >&3; false; }
+}
+
+@test "podman: privileged, host pid and host network are refused with agsx's reason (126)" {
+  run P run --rm --network none --privileged $IMG true
+  [ "$status" -eq 126 ] && [[ "$output" == *"privileged containers are not supported by agsx"* ]] ||
+    { echo "# $status $output" >&3; false; }
+  run P run --rm --network none --pid host $IMG true
+  [ "$status" -eq 126 ] && [[ "$output" == *"pid namespace"* ]] || { echo "# $status $output" >&3; false; }
+  run P run --rm --network host $IMG true
+  [ "$status" -eq 126 ] && [[ "$output" == *"host networking"* ]] || { echo "# $status $output" >&3; false; }
+}

@@ -1,0 +1,229 @@
+#!/usr/bin/env bats
+# agsx-oci's refusals and strict policy (config.json honoured, refused,
+# tightened), the JSON log, console socket, hooks and features. Tests that
+# check agsx's own policy skip under the oracle (RUNTIME=runc).
+
+load helpers
+
+# refuse BUNDLE WORDS: create fails with exit 1, one stderr line naming
+# WORDS, one JSON object in --log, and leaves no state and no cgroup.
+refuse() {
+  local b=$1 words=$2
+  rm -f "$T/log.json"
+  run rt --log "$T/log.json" --log-format json create --bundle "$b" refused </dev/null
+  [ "$status" -eq 1 ] || { show_run; false; }
+  [ "$(printf '%s\n' "$output" | wc -l)" -eq 1 ] || { show_run; false; }
+  assert_output_contains "$words"
+  [[ "$output" != *"not found"* && "$output" != *"no such file"* ]] || { show_run; false; }
+  [ "$(wc -l <"$T/log.json")" -eq 1 ]
+  python3 - "$T/log.json" <<'PY'
+import json, sys, datetime
+for line in open(sys.argv[1]):
+    o = json.loads(line)
+    assert o["level"] == "error" and o["msg"], o
+    datetime.datetime.fromisoformat(o["time"][:26] + "+00:00")
+PY
+  [ ! -e "$ROOT/refused" ]
+  ! ls -d /sys/fs/cgroup/*/"$CGP"/b /sys/fs/cgroup/"$CGP"/b 2>/dev/null | grep -q .
+}
+
+@test "refused fields: one line naming the field, nothing created" {
+  agsx_only
+  b=$(make_bundle b true)
+  cp "$b/config.json" "$T/orig.json"
+  while read -r line; do
+    filter=${line% @@ *}
+    words=${line##* @@ }
+    jq "$filter" "$T/orig.json" >"$b/config.json"
+    refuse "$b" "$words"
+  done <<'EOF2'
+.linux.intelRdt={"closID":"x"} @@ linux.intelRdt
+.process.selinuxLabel="system_u:system_r:container_t:s0" @@ SELinux
+.linux.mountLabel="system_u:object_r:container_file_t:s0" @@ SELinux
+.hooks.createContainer=[{"path":"/bin/true"}] @@ hooks.createContainer
+.hooks.startContainer=[{"path":"/bin/true"}] @@ hooks.startContainer
+.linux.seccomp={"defaultAction":"SCMP_ACT_ALLOW","listenerPath":"/run/x.sock"} @@ listenerPath
+.process.capabilities.bounding+=["CAP_SYS_ADMIN"] @@ CAP_SYS_ADMIN
+.process.capabilities.effective+=["CAP_SYS_PTRACE"] @@ privileged
+.linux.namespaces|=map(select(.type!="pid")) @@ pid namespace
+.linux.namespaces|=map(select(.type!="ipc")) @@ ipc namespace
+.linux.namespaces|=map(select(.type!="network")) @@ host networking
+.linux.namespaces+=[{"type":"user"}]|.linux.uidMappings=[{"containerID":0,"hostID":0,"size":65536}]|.linux.gidMappings=.linux.uidMappings @@ host root
+.linux.namespaces+=[{"type":"pid"}] @@ appears twice
+.linux.sysctl={"kernel.panic":"1"} @@ kernel.panic
+.mounts+=[{"destination":"/x","type":"overlay","source":"overlay"}] @@ overlay
+.mounts+=[{"destination":"/x","type":"bind","source":"/tmp","options":["rbind","rshared"]}] @@ shared
+.linux.resources.hugepageLimits=[{"pageSize":"2MB","limit":1}] @@ hugepageLimits
+.linux.resources.rdma={"mlx":{"hcaHandles":1}} @@ rdma
+.linux.personality={"domain":"LINUX32"} @@ personality
+.ociVersion="2.0.0" @@ ociVersion
+.linux.cgroupsPath="system.slice:agsx:x" @@ systemd
+.process.apparmorProfile="containers-default" @@ AppArmor
+EOF2
+}
+
+@test "--systemd-cgroup and --no-pivot are refused clearly" {
+  agsx_only
+  b=$(make_bundle b true)
+  run rt --systemd-cgroup create --bundle "$b" c1 </dev/null
+  [ "$status" -eq 1 ]
+  assert_output_contains "systemd cgroup manager is not supported"
+  run rt create --no-pivot --bundle "$b" c1 </dev/null
+  [ "$status" -eq 1 ]
+  assert_output_contains "--no-pivot"
+  [ ! -e "$ROOT/c1" ]
+}
+
+@test "a user namespace always: agsx's own range when the engine sends none" {
+  b=$(make_bundle b /usr/local/bin/probe uidmap)
+  run_ctr "$b"
+  assert_success
+  if is_agsx; then
+    # container 0 → an agsx range (0x70000000 + slot*65536), 65536 ids
+    [[ "$output" =~ "0 "(18[0-9]{8}|19[0-9]{8}|2[0-9]{9})" 65536" ]] || { show_run; false; }
+    [[ "$output" != *"0 0 "* ]]
+  fi
+}
+
+@test "the engine's mappings are honoured (ctr --uidmap, podman --userns=auto)" {
+  b=$(make_bundle b /usr/local/bin/probe uidmap)
+  cfg "$b" '.linux.namespaces+=[{"type":"user"}] | .linux.uidMappings=[{"containerID":0,"hostID":300000,"size":65536}] | .linux.gidMappings=.linux.uidMappings'
+  chown -R 300000:300000 "$b/rootfs"
+  run_ctr "$b"
+  assert_success
+  assert_output_contains "0 300000 65536"
+}
+
+@test "strict: new user namespaces denied, keyctl denied, NoNewPrivs forced, even without the engine's seccomp" {
+  agsx_only
+  b=$(make_bundle b sh -c '/usr/local/bin/probe syscall unshare-user; /usr/local/bin/probe syscall keyctl; /usr/local/bin/probe nnp')
+  cfg "$b" 'del(.linux.seccomp) | .process.noNewPrivileges=false'
+  run_ctr "$b"
+  assert_success
+  assert_output_contains "unshare-user: blocked"
+  assert_output_contains "keyctl: blocked"
+  assert_output_contains "NoNewPrivs=1"
+}
+
+@test "strict: /proc/kcore stays masked with an empty maskedPaths; the engine's masks add" {
+  # /proc/kcore where the kernel has it, /proc/timer_list here too
+  b=$(make_bundle b sh -c 'for f in /proc/kcore /proc/timer_list; do [ -e $f ] && echo "$f $(head -c 64 $f | wc -c)"; done; cat /etc/hostname; echo end')
+  cfg "$b" '.linux.maskedPaths=["/etc/hostname"]'
+  echo secret >"$b/rootfs/etc/hostname"
+  if is_agsx; then cfg "$b" '.linux.maskedPaths+=[]'; fi
+  run_ctr "$b"
+  assert_success
+  [[ "$output" != *secret* ]] || { show_run; false; }
+  if is_agsx; then
+    cfg "$b" '.linux.maskedPaths=[]'
+    run_ctr "$b"
+    assert_output_contains "/proc/timer_list 0"
+    [[ "$output" != *"/proc/kcore "[1-9]* ]] || { show_run; false; }
+  fi
+}
+
+@test "capabilities: the engine's set, clamped; exec cannot gain what the init lacks" {
+  b=$(make_bundle b sleep 1000)
+  cfg "$b" '.process.capabilities={"bounding":["CAP_CHOWN","CAP_KILL"],"effective":["CAP_CHOWN","CAP_KILL"],"permitted":["CAP_CHOWN","CAP_KILL"]}'
+  rtc --bundle "$b" c1
+  rt start c1
+  wait_status c1 running
+  # Podman's exec --privileged asks for everything.
+  jq '.process | .args=["grep","CapBnd","/proc/self/status"] | .capabilities.bounding=["CAP_CHOWN","CAP_KILL","CAP_NET_ADMIN","CAP_SYS_ADMIN"] | .capabilities.effective=.capabilities.bounding | .capabilities.permitted=.capabilities.bounding' "$b/config.json" >"$T/p.json"
+  run_rt exec --process "$T/p.json" c1
+  if is_agsx; then
+    # CAP_SYS_ADMIN asked for: refused, or clamped to the init's (0x21)
+    [[ "$output" == *"CapBnd:	0000000000000021"* || "$output" == *privileged* ]] || { show_run; false; }
+    jq '.capabilities.bounding=["CAP_CHOWN","CAP_KILL","CAP_NET_RAW","CAP_SETUID"] | .capabilities.effective=.capabilities.bounding | .capabilities.permitted=.capabilities.bounding' "$T/p.json" >"$T/p2.json"
+    run_rt exec --process "$T/p2.json" c1
+    assert_success
+    assert_output_contains "CapBnd:	0000000000000021"
+  fi
+  rt delete --force c1
+}
+
+@test "console socket: one fd, a terminal, consoleSize applied, the init's stdin is a pty" {
+  b=$(make_bundle b sh -c 'stty size; readlink /proc/self/fd/0; tty')
+  cfg "$b" '.process.terminal=true | .process.consoleSize={"height":33,"width":101}'
+  python3 - "$T/console.sock" "$T/console.out" <<'PY' &
+import array, os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1]); s.listen(1)
+c, _ = s.accept()
+fds = array.array("i")
+msg, anc, flags, addr = c.recvmsg(4096, socket.CMSG_SPACE(16))
+for level, typ, data in anc:
+    fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
+out = open(sys.argv[2], "w")
+out.write("nfds=%d tty=%s\n" % (len(fds), os.isatty(fds[0])))
+out.flush()
+data = b""
+while True:
+    try:
+        d = os.read(fds[0], 4096)
+    except OSError:
+        break
+    if not d:
+        break
+    data += d
+out.write(data.decode(errors="replace"))
+PY
+  recv=$!
+  for i in $(seq 50); do [ -S "$T/console.sock" ] && break; sleep 0.1; done
+  rtc --bundle "$b" --console-socket "$T/console.sock" c1
+  rt start c1
+  wait_status c1 stopped
+  rt delete c1
+  for i in $(seq 50); do kill -0 $recv 2>/dev/null || break; sleep 0.1; done
+  kill $recv 2>/dev/null || true
+  cat "$T/console.out" >&3 || true
+  grep -q "nfds=1 tty=True" "$T/console.out"
+  grep -q "33 101" "$T/console.out"
+  grep -q "/dev/pts/" "$T/console.out"
+}
+
+@test "hooks run in order with the state on stdin; a failing prestart fails create cleanly" {
+  b=$(make_bundle b true)
+  cat >"$T/hook" <<EOF2
+#!/bin/sh
+s=\$(cat)
+echo "\$1 \$(echo "\$s" | jq -r .status) \$(echo "\$s" | jq -r .id)" >>"$T/hooks.log"
+EOF2
+  chmod +x "$T/hook"
+  cfg "$b" '.hooks={"prestart":[{"path":$h,"args":["hook","prestart"]}],"createRuntime":[{"path":$h,"args":["hook","createRuntime"]}],"poststart":[{"path":$h,"args":["hook","poststart"]}],"poststop":[{"path":$h,"args":["hook","poststop"]}]}' --arg h "$T/hook"
+  rtc --bundle "$b" c1
+  rt start c1
+  wait_status c1 stopped
+  rt delete c1
+  cat "$T/hooks.log" >&3
+  [ "$(cut -d' ' -f1 "$T/hooks.log" | tr '\n' ' ')" = "prestart createRuntime poststart poststop " ]
+  [ "$(sed -n 1p "$T/hooks.log" | cut -d' ' -f2)" = creating ]
+  [ "$(sed -n 4p "$T/hooks.log" | cut -d' ' -f2)" = stopped ]
+  cfg "$b" '.hooks={"prestart":[{"path":"/bin/false"}]}'
+  run rt create --bundle "$b" c2 </dev/null
+  [ "$status" -ne 0 ]
+  [ ! -e "$ROOT/c2" ]
+}
+
+@test "a bundle symlink pointing out of the rootfs: mount destinations stay inside" {
+  b=$(make_bundle b sh -c 'ls /evil/; echo done')
+  mkdir -p "$T/outside"
+  ln -s "$T/outside" "$b/rootfs/evil"
+  cfg "$b" '.mounts+=[{"destination":"/evil","type":"tmpfs","source":"tmpfs","options":["size=1m"]}]'
+  run_ctr "$b"
+  assert_success
+  assert_output_contains done
+  ! grep -qF "$T/outside" /proc/self/mountinfo
+}
+
+@test "features: valid JSON, the spec range, only the implemented hooks" {
+  agsx_only
+  run rt features
+  [ "$status" -eq 0 ]
+  echo "$output" | jq -e '.ociVersionMin and .ociVersionMax and (.hooks | sort == ["createRuntime","poststart","poststop","prestart"])'
+  run rt --version
+  assert_output_contains "agsx-oci version"
+  run rt list --format json
+  [ "$status" -eq 0 ]
+  echo "$output" | jq -e 'type == "array"'
+}
