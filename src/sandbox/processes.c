@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include "sandbox/procs-internal.h"
+#include "net/relay.h"
 #include "sandbox/control.h"
 #include "sandbox/exec.h"
 #include "sandbox/proc.h"
@@ -625,6 +626,10 @@ static int proc_start(struct agsx_procs *ps, const struct agsx_process_spec *s, 
   *ret_code = 125;
   if (ps->n >= AGSX_PROCESS_MAX)
     return agsx_error_set(err, EAGAIN, "at most %d processes at once", AGSX_PROCESS_MAX);
+  /* A process holds about a dozen fds (pipes, pidfd, log, directory, exec
+   * cgroup): the soft limit (1024 by default) is raised towards the hard
+   * one as they add up, rather than refusing the 80th. */
+  agsx_relay_fd_limit_raise(32);
   struct proc *p = xzalloc(sizeof(*p));
   p->out[0] = p->out[1] = p->in = p->dirfd = -1;
   if (proc_exec(ps, s, p, ret_code, err) < 0) {

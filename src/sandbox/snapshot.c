@@ -845,7 +845,8 @@ static int fork_one(const struct agsx_fork_opts *o, const struct agsx_capture *c
       .image = host ? "host" : r->image_digest,
       .cmd = o->cmd,
       .argv = o->cmd || r->idle ? NULL : r->argv,
-      .idle = r->idle && !o->cmd, /* an idle sandbox's fork is idle */
+      /* An API sandbox: no command (records before "idle" have an empty argv). */
+      .idle = !o->cmd && (r->idle || agsx_strv_len(r->argv) == 0),
       .pull = "never",
       .pull_image = no_pull,
       .env = r->env,

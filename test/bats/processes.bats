@@ -361,3 +361,21 @@ END
   run_ax wait "$id"
   [ "$output" = 143 ] && [ $((SECONDS - t0)) -lt 5 ] || { show_run; return 1; }
 }
+
+@test "processes: 120 at once under a soft fd limit of 1024 (the supervisor raises it)" {
+  heavy
+  local hard
+  hard=$(ulimit -Hn)
+  [ "$hard" -ge 4096 ] || skip "the hard fd limit ($hard) leaves no room to raise"
+  local out
+  out=$(prlimit --nofile=1024:"$hard" "$PROCS" --root "$ROOT" --state "$STATE" create --idle busybox)
+  id=${out%% *}
+  echo "$id" >>"$T/ids"
+  local i n=0
+  for i in $(seq 1 120); do
+    px start "$id" sleep 300 >/dev/null && n=$((n + 1))
+  done
+  [ "$n" -eq 120 ] || { echo "# started $n" >&3; return 1; }
+  ax kill "$id" >/dev/null
+  [ "$(px list --all "$id" | grep -c ' ended ')" -eq 120 ]
+}
