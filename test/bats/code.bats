@@ -389,3 +389,25 @@ for i in range(50): sys.stdout.write("x" * 100000 + "\n")'
   curl -s -X DELETE -H "X-API-KEY: $KEY" "$U/sandboxes/$id" >/dev/null
   [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" "$U/health")" = 502 ]
 }
+
+# The image is big (430 MB of layer: matplotlib pulls scipy): a few minutes
+# the first time (apt-get into the cached rootfs), then image load's unpack.
+@test "code: an image made offline with Debian's packages (debootstrap): python contexts in it" {
+  heavy
+  local pkgs=python3-ipykernel,python3-jupyter-client,python3-numpy,python3-pandas,python3-matplotlib,python3-matplotlib-inline
+  DEBIAN_ROOTFS_EXTRA=$pkgs "$FIXTURES/debian-rootfs" --oci "$T/ci" --ref code-interpreter:latest \
+    >/dev/null 2>"$T/rootfs.log" || skip "debootstrap failed (no Debian archive?): $(tail -1 "$T/rootfs.log")"
+  run_ax image load "$T/ci"
+  assert_success
+  run_ax run -d --name ci --timeout 5m code-interpreter sleep infinity
+  assert_success
+  run_ax code --json ci 'import sys, numpy, pandas as pd, matplotlib.pyplot as plt
+plt.plot(numpy.arange(3)); plt.show()
+pd.DataFrame({"v": [1]})'
+  assert_success
+  echo "$output" | jq_ '.results | length == 2' >/dev/null
+  echo "$output" | jq_ '(.results[0].png | length > 1000) and (.results[1].html | test("<table"))' >/dev/null
+  run_ax code -l bash ci 'cat /etc/debian_version'
+  assert_success
+  [[ "$output" == 12.* ]] || { show_run; false; }
+}
