@@ -1063,11 +1063,22 @@ void agsx_net_attach_end(struct agsx_net_attach *a) {
   agsx_network_clear(&a->net);
 }
 
+/* Is sandbox ADDR's egress chain hooked in (its xmap element)? */
+static bool egress_present(uint32_t addr) {
+  char ip[16];
+  _cleanup_free_ char *cmd =
+      xasprintf("get element " TABLE " xmap { %s }\n", agsx_ipv4_format(addr, ip));
+  agsx_error_t e = NULL;
+  bool ok = agsx_nft_run(cmd, NULL, &e) == 0;
+  agsx_error_free(&e);
+  return ok;
+}
+
 int agsx_net_attach_watch(struct agsx_net_attach *a, char **ret_cut, agsx_error_t *err) {
   *ret_cut = NULL;
   bool removed, ok;
   const char *why;
-  if (agsx_nft_watch_read(a->watch_fd, "agsx", &removed) < 0)
+  if (agsx_nft_watch_read(a->watch_fd, "agsx", a->addr, &removed) < 0)
     return agsx_error_set(err, errno, "network `%s`: watch the firewall rules", a->net.name);
   if (!removed || a->cut)
     return 0;
@@ -1076,6 +1087,8 @@ int agsx_net_attach_watch(struct agsx_net_attach *a, char **ret_cut, agsx_error_
   if (firewall_intact(&a->net, member, &ok, &why, err) < 0 ||
       (!ok && firewall_intact(&a->net, member, &ok, &why, err) < 0))
     return agsx_error_wrap(err, "network `%s`: check the firewall rules", a->net.name);
+  if (ok && lease_says_egress(a->lease_fd) && !(egress_present(a->addr) || egress_present(a->addr)))
+    why = "its egress rules are gone", ok = false;
   if (ok)
     return 0;
   if (agsx_net_link_delete(a->link.host_ifname, err) < 0)
@@ -1411,6 +1424,26 @@ static void lease_mark_egress(const struct agsx_network *n, uint32_t addr, const
   }
 }
 
+/* The lease says no egress any more: before the rules go, so that the
+ * supervisor's watch does not take their removal for an attack. */
+static void lease_unmark_egress(const struct agsx_network *n, uint32_t addr, const char *id) {
+  char ip[16];
+  _cleanup_free_ char *path =
+      xasprintf("%s/%s/%s", AGSX_NET_RUN_DIR, n->bridge, agsx_ipv4_format(addr, ip));
+  _cleanup_close_ int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  _cleanup_free_ char *text = NULL;
+  size_t len = 0;
+  if (fd < 0 || agsx_read_fd(fd, LEASE_MAX, &text, &len, NULL) < 0 || len < 33 ||
+      strncmp(text, id, 32) != 0)
+    return;
+  char *e = strstr(text, "\negress\n");
+  if (e == NULL)
+    return;
+  memmove(e + 1, e + 8, strlen(e + 8) + 1);
+  if (pwrite(fd, text, strlen(text), 0) < 0 || ftruncate(fd, (off_t)strlen(text)) < 0) {
+  }
+}
+
 int agsx_net_egress_update(const char *root, const char *state_dir, const char *id,
                            const char *network, const char *address, const struct agsx_egress *e,
                            size_t *ret_cut, agsx_error_t *err) {
@@ -1448,6 +1481,7 @@ int agsx_net_egress_update(const char *root, const char *state_dir, const char *
   bool exists = agsx_nft_run(probe, NULL, &perr) == 0;
   agsx_error_free(&perr);
   if (e->n == 0) {
+    lease_unmark_egress(&n, addr, id);
     cmds = exists ? agsx_egress_nft_delete_cmds(addr) : NULL;
     if (exists && agsx_egress_forget(addr, err) < 0)
       goto out;

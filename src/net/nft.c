@@ -3,6 +3,7 @@
 
 #include "net/nft.h"
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <string.h>
 
@@ -122,17 +123,68 @@ int agsx_nft_watch_open(agsx_error_t *err) {
 
 /* Does message H remove something from table inet TABLE? Every removal's
  * first attribute (NFTA_TABLE_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_TABLE,
- * NFTA_SET_TABLE, NFTA_SET_ELEM_LIST_TABLE) is its table's name. */
-static bool removes_from(const struct nlmsghdr *h, const char *table) {
+ * NFTA_SET_TABLE, NFTA_SET_ELEM_LIST_TABLE) is its table's name.
+ *
+ * Removals that concern another sandbox's egress objects (egress.h) are no
+ * alarm for sandbox SELF (its address): their chains x_ADDR and xl_ADDR
+ * and their rules, their xmap elements, and the learnt sets' elements that
+ * come and go. Otherwise every sandbox's end would set every supervisor on
+ * the host checking its firewall. (A chain an xmap element jumps to cannot
+ * be removed before the element, whose removal is heard.) */
+static bool egress_chain_of_other(const char *name, size_t n, uint32_t self) {
+  char mine[2][16];
+  snprintf(mine[0], sizeof(mine[0]), "x_%08x", self);
+  snprintf(mine[1], sizeof(mine[1]), "xl_%08x", self);
+  size_t len = strnlen(name, n);
+  bool egress =
+      (len == 10 && memcmp(name, "x_", 2) == 0) || (len == 11 && memcmp(name, "xl_", 3) == 0);
+  return egress && !(len == strlen(mine[0]) && memcmp(name, mine[0], len) == 0) &&
+         !(len == strlen(mine[1]) && memcmp(name, mine[1], len) == 0);
+}
+
+/* Does the element list LIST (NFTA_SET_ELEM_LIST_ELEMENTS) hold a key
+ * other than SELF only? (Unreadable: no.) */
+static bool elems_of_others(const char *p, size_t len, uint32_t self) {
+  bool any = false;
+  for (size_t off = 0; off + NLA_HDRLEN <= len;) {
+    const struct nlattr *e = (const struct nlattr *)(p + off);
+    if (e->nla_len < NLA_HDRLEN || off + e->nla_len > len)
+      return false;
+    const char *ep = (const char *)e + NLA_HDRLEN;
+    size_t elen = e->nla_len - NLA_HDRLEN;
+    bool found = false;
+    for (size_t o = 0; o + NLA_HDRLEN <= elen;) {
+      const struct nlattr *k = (const struct nlattr *)(ep + o);
+      if (k->nla_len < NLA_HDRLEN || o + k->nla_len > elen)
+        return false;
+      if ((k->nla_type & NLA_TYPE_MASK) == NFTA_SET_ELEM_KEY && k->nla_len >= 2 * NLA_HDRLEN + 4) {
+        const struct nlattr *v = (const struct nlattr *)((const char *)k + NLA_HDRLEN);
+        uint32_t key;
+        memcpy(&key, (const char *)v + NLA_HDRLEN, 4);
+        if (ntohl(key) == self)
+          return false;
+        found = true;
+      }
+      o += NLA_ALIGN(k->nla_len);
+    }
+    if (!found)
+      return false;
+    any = true;
+    off += NLA_ALIGN(e->nla_len);
+  }
+  return any;
+}
+
+static bool removes_from(const struct nlmsghdr *h, const char *table, uint32_t self) {
   if (NFNL_SUBSYS_ID(h->nlmsg_type) != NFNL_SUBSYS_NFTABLES)
     return false;
-  bool elem = false;
-  switch (NFNL_MSG_TYPE(h->nlmsg_type)) {
+  int type = NFNL_MSG_TYPE(h->nlmsg_type);
+  switch (type) {
   case NFT_MSG_DELTABLE:
   case NFT_MSG_DELCHAIN:
   case NFT_MSG_DELRULE:
-  case NFT_MSG_DELSET: break;
-  case NFT_MSG_DELSETELEM: elem = true; break;
+  case NFT_MSG_DELSET:
+  case NFT_MSG_DELSETELEM: break;
   default: return false;
   }
   if (h->nlmsg_len < NLMSG_LENGTH(sizeof(struct nfgenmsg)))
@@ -141,20 +193,31 @@ static bool removes_from(const struct nlmsghdr *h, const char *table) {
   if (g->nfgen_family != NFPROTO_INET)
     return false;
   size_t off = NLMSG_LENGTH(NLMSG_ALIGN(sizeof(*g))), end = h->nlmsg_len;
-  bool ours = false;
+  bool ours = false, xmap = false;
   while (off + NLA_HDRLEN <= end) {
     const struct nlattr *a = (const struct nlattr *)((const char *)h + off);
     if (a->nla_len < NLA_HDRLEN || off + a->nla_len > end)
       return false;
     size_t n = a->nla_len - NLA_HDRLEN;
     const char *name = (const char *)a + NLA_HDRLEN;
-    if ((a->nla_type & NLA_TYPE_MASK) == 1) {
+    int at = a->nla_type & NLA_TYPE_MASK;
+    if (at == 1) {
       ours = strnlen(name, n) == strlen(table) && memcmp(name, table, strlen(table)) == 0;
-      if (!ours || !elem)
+      if (!ours || type == NFT_MSG_DELTABLE || type == NFT_MSG_DELSET)
         return ours;
-    } else if ((a->nla_type & NLA_TYPE_MASK) == NFTA_SET_ELEM_LIST_SET && elem) {
+    } else if (type == NFT_MSG_DELCHAIN && at == NFTA_CHAIN_NAME) {
+      return !egress_chain_of_other(name, n, self);
+    } else if (type == NFT_MSG_DELRULE && at == NFTA_RULE_CHAIN) {
+      return !egress_chain_of_other(name, n, self);
+    } else if (type == NFT_MSG_DELSETELEM && at == NFTA_SET_ELEM_LIST_SET) {
       /* Addresses learnt from DNS come and go (egress.h): no alarm. */
-      return !(strnlen(name, n) == 2 && (memcmp(name, "xa", 2) == 0 || memcmp(name, "xp", 2) == 0));
+      if (strnlen(name, n) == 2 && (memcmp(name, "xa", 2) == 0 || memcmp(name, "xp", 2) == 0))
+        return false;
+      xmap = strnlen(name, n) == 4 && memcmp(name, "xmap", 4) == 0;
+      if (!xmap)
+        return true;
+    } else if (type == NFT_MSG_DELSETELEM && at == NFTA_SET_ELEM_LIST_ELEMENTS && xmap) {
+      return !elems_of_others(name, n, self);
     }
     off += NLA_ALIGN(a->nla_len);
   }
@@ -163,7 +226,7 @@ static bool removes_from(const struct nlmsghdr *h, const char *table) {
 
 #define WATCH_MAX_READS 256
 
-int agsx_nft_watch_read(int fd, const char *table, bool *ret_removed) {
+int agsx_nft_watch_read(int fd, const char *table, uint32_t self, bool *ret_removed) {
   *ret_removed = false;
   union {
     char b[32768];
@@ -185,7 +248,7 @@ int agsx_nft_watch_read(int fd, const char *table, bool *ret_removed) {
       const struct nlmsghdr *h = (const struct nlmsghdr *)(u.b + off);
       if (h->nlmsg_len < sizeof(*h) || off + h->nlmsg_len > (size_t)n)
         break;
-      if (removes_from(h, table))
+      if (removes_from(h, table, self))
         *ret_removed = true;
       off += NLMSG_ALIGN(h->nlmsg_len);
     }

@@ -22,7 +22,8 @@ int agsx_nft_load(agsx_error_t *err);
  * of the current network namespace, for a poll loop. */
 int agsx_nft_watch_open(agsx_error_t *err);
 /* Reads what FD heard so far: *RET_REMOVED when anything was removed from
- * table inet TABLE (or messages were lost, so it may have been). */
-int agsx_nft_watch_read(int fd, const char *table, bool *ret_removed);
+ * table inet TABLE (or messages were lost, so it may have been), other
+ * sandboxes' egress objects aside for the sandbox at address SELF (0: none). */
+int agsx_nft_watch_read(int fd, const char *table, uint32_t self, bool *ret_removed);
 
 #endif
