@@ -145,7 +145,8 @@ struct agsx_dns_filter {
   bool dirty;
   int64_t flushed_ms;
   int nflog;
-  bool active; /* it had rules: nflog bound */
+  bool active;  /* it had rules: nflog bound */
+  bool *learnt; /* set once an address went into the sets (agsx_dns_filter_set_learnt) */
   struct agsx_dns_filter_stats st;
   /* one answer's addresses, while it is looked at */
   char *cmds;
@@ -320,6 +321,8 @@ void agsx_dns_filter_free(struct agsx_dns_filter *f) {
   agsx_closep(&f->nflog);
   free(f);
 }
+
+void agsx_dns_filter_set_learnt(struct agsx_dns_filter *f, bool *flag) { f->learnt = flag; }
 
 void agsx_dns_filter_stats(const struct agsx_dns_filter *f, struct agsx_dns_filter_stats *ret) {
   *ret = f->st;
@@ -577,6 +580,8 @@ enum agsx_dns_verdict agsx_dns_filter_answer(struct agsx_dns_filter *f, char *ms
   } else if (f->cmds) {
     agsx_error_t err = NULL;
     f->st.nft_calls++;
+    if (f->learnt)
+      *f->learnt = true; /* (before: a failed transaction may have half-applied) */
     if (agsx_nft_run(f->cmds, NULL, &err) < 0) {
       agsx_warn("egress: add the addresses of `%s`: %s", name, err->msg);
       agsx_error_free(&err);

@@ -57,6 +57,10 @@ enum agsx_dns_verdict agsx_dns_filter_query(struct agsx_dns_filter *f, char *msg
  * SERVFAIL) or DROP (not an answer to pass on). */
 enum agsx_dns_verdict agsx_dns_filter_answer(struct agsx_dns_filter *f, char *msg, size_t *len);
 
+/* *FLAG becomes true once the filter writes an address into the sets, so
+ * that the sandbox's end knows whether there is anything to forget. */
+void agsx_dns_filter_set_learnt(struct agsx_dns_filter *f, bool *flag);
+
 /* A poll component (relay.h's shape): the nflog socket, the log's flush. */
 size_t agsx_dns_filter_nfds(const struct agsx_dns_filter *f);
 size_t agsx_dns_filter_fill(struct agsx_dns_filter *f, struct pollfd *p);

@@ -316,13 +316,20 @@ static void append(char **buf, const char *fmt, ...) {
   free(add);
 }
 
-static void cidr_match(char *buf, size_t len, const struct agsx_egress_rule *r) {
-  char c[20];
-  agsx_cidr_format(&r->cidr, c);
+/* A CIDR rule's rules, with VERDICT. No set literals ({ tcp, udp }): each
+ * is an anonymous set that libnftables then lists, elements and all, on
+ * every later command, so they made every start O(sandboxes). */
+static void cidr_rules(char **c, uint32_t addr, const struct agsx_egress_rule *r,
+                       const char *verdict) {
+  char cidr[20];
+  agsx_cidr_format(&r->cidr, cidr);
   if (r->port)
-    snprintf(buf, len, "ip daddr %s meta l4proto { tcp, udp } th dport %u", c, r->port);
+    append(c,
+           "add rule " TABLE " x_%08x ip daddr %s tcp dport %u %s\n"
+           "add rule " TABLE " x_%08x ip daddr %s udp dport %u %s\n",
+           addr, cidr, r->port, verdict, addr, cidr, r->port, verdict);
   else
-    snprintf(buf, len, "ip daddr %s", c);
+    append(c, "add rule " TABLE " x_%08x ip daddr %s %s\n", addr, cidr, verdict);
 }
 
 static void xl_rules(char **c, uint32_t addr, int log_group) {
@@ -346,38 +353,37 @@ char *agsx_egress_nft_log_cmds(uint32_t addr, int log_group) {
 
 char *agsx_egress_nft_cmds(const struct agsx_egress *e, uint32_t addr,
                            const struct agsx_cidr *subnet, bool fresh, int log_group) {
-  char *c = NULL, m[96], ip[16];
+  char *c = NULL, ip[16];
   agsx_ipv4_format(addr, ip);
   append(&c,
          "add chain " TABLE " x_%08x\nflush chain " TABLE " x_%08x\nadd chain " TABLE " xl_%08x\n",
          addr, addr, addr);
   if (fresh)
     xl_rules(&c, addr, log_group);
+  char goto_xl[24];
+  snprintf(goto_xl, sizeof(goto_xl), "goto xl_%08x", addr);
   for (size_t i = 0; i < e->n; i++)
-    if (!e->rules[i].allow && e->rules[i].kind == AGSX_EGRESS_CIDR) {
-      cidr_match(m, sizeof(m), &e->rules[i]);
-      append(&c, "add rule " TABLE " x_%08x %s goto xl_%08x\n", addr, m, addr);
-    }
-  append(&c,
-         "add rule " TABLE " x_%08x ct state established,related return\n"
-         "add rule " TABLE " x_%08x meta l4proto { tcp, udp } th dport { 53, 853 } goto xl_%08x\n",
-         addr, addr, addr);
+    if (!e->rules[i].allow && e->rules[i].kind == AGSX_EGRESS_CIDR)
+      cidr_rules(&c, addr, &e->rules[i], goto_xl);
+  append(&c, "add rule " TABLE " x_%08x ct state established,related return\n", addr);
+  static const char *const dns[] = {"tcp dport 53", "udp dport 53", "tcp dport 853",
+                                    "udp dport 853"};
+  for (size_t i = 0; i < 4; i++)
+    append(&c, "add rule " TABLE " x_%08x %s %s\n", addr, dns[i], goto_xl);
   if (subnet) {
     char s[20];
     append(&c, "add rule " TABLE " x_%08x ip daddr %s return\n", addr, agsx_cidr_format(subnet, s));
   }
   for (size_t i = 0; i < e->n; i++)
-    if (e->rules[i].allow && e->rules[i].kind == AGSX_EGRESS_CIDR) {
-      cidr_match(m, sizeof(m), &e->rules[i]);
-      append(&c, "add rule " TABLE " x_%08x %s return\n", addr, m);
-    }
+    if (e->rules[i].allow && e->rules[i].kind == AGSX_EGRESS_CIDR)
+      cidr_rules(&c, addr, &e->rules[i], "return");
   /* The learnt addresses: shared sets keyed by the sandbox's address, so
    * that a start adds no set (libnftables' cache grows with every set). */
   append(&c,
          "add rule " TABLE " x_%08x ip saddr . ip daddr @xa return\n"
-         "add rule " TABLE " x_%08x meta l4proto { tcp, udp } ip saddr . ip daddr . th dport @xp "
-         "return\n",
-         addr, addr);
+         "add rule " TABLE " x_%08x ip saddr . ip daddr . tcp dport @xp return\n"
+         "add rule " TABLE " x_%08x ip saddr . ip daddr . udp dport @xp return\n",
+         addr, addr, addr);
   if (agsx_egress_has_allow(e))
     append(&c, "add rule " TABLE " x_%08x goto xl_%08x\n", addr, addr);
   append(&c, "add element " TABLE " xmap { %s : jump x_%08x }\n", ip, addr);

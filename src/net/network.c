@@ -151,6 +151,7 @@ int agsx_net_dns_listen(struct agsx_relay **relay, int netns, struct agsx_net_at
       agsx_relay_free(r);
       return agsx_error_wrap(err, "the sandbox's DNS relay");
     }
+    agsx_dns_filter_set_learnt(df, &a->learnt);
     agsx_relay_set_filter(r, df);
   }
   agsx_relay_set_limits(r, AGSX_DNS_MAX_CONNS, AGSX_DNS_MAX_FLOWS, AGSX_DNS_UDP_IDLE_MS);
@@ -965,7 +966,7 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
   a->egress_on = a->egress && a->egress->n > 0;
   a->egress_chains = false;
   a->nflog_fd = a->nflog_group = a->egress_pipe = -1;
-  a->stale_learnt = false;
+  a->stale_learnt = a->learnt = false;
   int r = mode == AGSX_NET_PUBLIC ? agsx_network_public(&a->net, err)
                                   : agsx_network_load(root, name, &a->net, err);
   if (r < 0)
@@ -1032,8 +1033,11 @@ void agsx_net_attach_end(struct agsx_net_attach *a) {
     agsx_error_t err = NULL;
     _cleanup_free_ char *cmds = agsx_egress_nft_delete_cmds(a->addr);
     /* (apart: an element expiring meanwhile fails its delete, and must not
-     * fail the chains') An address reused must not inherit what it learnt. */
-    agsx_egress_forget(a->addr, NULL);
+     * fail the chains') An address reused must not inherit what it learnt;
+     * a relay that learnt nothing (or another process's end) skips the
+     * listing, which costs a teardown two nft calls. */
+    if (a->learnt || !a->egress_chains)
+      agsx_egress_forget(a->addr, NULL);
     if (agsx_nft_run(cmds, NULL, &err) < 0 && !a->cut && a->egress_chains)
       agsx_warn("network `%s`: remove the egress rules of %08x: %s", a->net.name, a->addr,
                 err->msg);

@@ -113,6 +113,7 @@ struct agsx_net_attach {
   int nflog_fd, nflog_group;     /* the blocked log's nflog socket and group, or -1 */
   bool stale_learnt;             /* the address's last holder crashed with learnt addresses */
   int egress_pipe;               /* the egress transaction's result, until read */
+  bool learnt;                   /* its DNS relay put addresses into the learnt sets */
   int watch_fd;                  /* hears changes to the ruleset */
   char id[33];                   /* the sandbox's */
   struct agsx_net_link link;

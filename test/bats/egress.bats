@@ -326,3 +326,14 @@ assert q[0]["first"] and q[0]["last"], q'
   kill "$srv" 2>/dev/null || true
   wait "$srv" 2>/dev/null || true
 }
+
+@test "egress: agsx build's RUN steps take the same rules" {
+  mkdir -p "$BATS_TEST_TMPDIR/ctx"
+  printf 'FROM busybox\nRUN probe resolve allowed.egress.test; probe resolve denied.egress.test; probe http 198.18.0.16 80 2000\n' \
+    >"$BATS_TEST_TMPDIR/ctx/Dockerfile"
+  run_nax build --egress-allow allowed.egress.test -t egress-built "$BATS_TEST_TMPDIR/ctx"
+  assert_success
+  assert_output_contains "resolve allowed.egress.test: 198.18.0.10"
+  assert_output_contains "resolve denied.egress.test: failed"
+  refute_output_contains "http 198.18.0.16:80: 198.18.0.16"
+}

@@ -111,9 +111,11 @@ int main(void) {
          "cidr with a port");
   char *cmds = agsx_egress_nft_cmds(&e, 0xc6130005, NULL, true, 20);
   tap_ok(strstr(cmds, "ip daddr 10.20.0.9/32 goto xl_c6130005") &&
-             strstr(cmds, "th dport { 53, 853 } goto xl_c6130005") &&
+             strstr(cmds, "udp dport 853 goto xl_c6130005") && !strstr(cmds, "{ tcp") &&
              strstr(cmds, "add element inet agsx xmap { 198.19.0.5 : jump x_c6130005 }") &&
-             strstr(cmds, "ip saddr . ip daddr @xa return") && strstr(cmds, "log group 20"),
+             strstr(cmds, "ip saddr . ip daddr @xa return") &&
+             strstr(cmds, "ip daddr 198.18.0.0/15 tcp dport 80 return") &&
+             strstr(cmds, "log group 20"),
          "nft: denials, DNS elsewhere, the hook, the shared learnt sets, the log");
   tap_ok(strstr(cmds, "ct state established") < strstr(cmds, "10.20.0.0/24 return") &&
              strstr(cmds, "10.20.0.9/32 goto") < strstr(cmds, "ct state established"),
