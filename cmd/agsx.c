@@ -73,6 +73,7 @@ static const struct agsx_option gc_opts[] = {
 static const struct agsx_option run_opts[] = {
     {"detach", 'd', NULL, "Start in the background; print the id once the command runs", O_DETACH},
     {"name", 0, "NAME", "Name the sandbox (unique; usable wherever an id is)", O_NAME},
+    {"label", 'l', "KEY=VALUE", "Set a label (repeatable; shown by ls and inspect)", O_LABEL},
     {"rm", 0, NULL, "Remove the sandbox's record when it ends", O_RM},
     {"interactive", 'i', NULL, "Keep stdin open and pass it to the command", O_INTERACTIVE},
     {"tty", 't', NULL, "Give the command a terminal", O_TTY},
@@ -87,6 +88,13 @@ static const struct agsx_option run_opts[] = {
      O_ALLOW},
     {"deny", 0, "RULE", "vpc: deny traffic, e.g. \"in tcp/22\"", O_DENY},
     {"rules", 0, "FILE", "vpc: read allow/deny rules from FILE, one per line", O_RULES},
+    {"egress-allow", 0, "RULE",
+     "public, vpc: allow egress only to these: NAME, *.NAME, CIDR, with :PORT (see agsx-run(1))",
+     O_EGRESS_ALLOW},
+    {"egress-deny", 0, "RULE", "public, vpc: deny egress to NAME, *.NAME or CIDR[:PORT]",
+     O_EGRESS_DENY},
+    {"egress-rules", 0, "FILE", "Read egress allow/deny rules from FILE, one per line",
+     O_EGRESS_RULES},
     {"publish", 'p', "[IP:]HOSTPORT:PORT",
      "Publish PORT[/udp] on the host (IP: 127.0.0.1; PORT alone: a free port)", O_PUBLISH},
     {"memory", 0, "SIZE", "Memory limit (e.g. 512m); the sandbox is killed beyond it", O_MEMORY},
@@ -110,6 +118,8 @@ static const struct agsx_option exec_opts[] = {
     {"workdir", 'w', "DIR", "Working directory (default: the sandbox's)", O_WORKDIR},
     {"user", 'u', "USER[:GROUP]", "Run as this user (default: the sandbox's)", O_USER},
     {"timeout", 0, "DURATION", "Kill the command's whole process tree after DURATION", O_TIMEOUT},
+    {"detach", 'd', NULL, "Run it in the background, owned by the sandbox; print its pid",
+     O_DETACH},
     {0},
 };
 
@@ -124,6 +134,8 @@ static const struct agsx_option ls_opts[] = {
     {"all", 'a', NULL, "Also list ended sandboxes, with stop reason and exit code", O_ALL},
     {"quiet", 'q', NULL, "Print short ids only", O_QUIET},
     {"no-trunc", 0, NULL, "Print full 32-digit ids (names and images are never cut)", O_NO_TRUNC},
+    {"filter", 'f', "label=KEY[=VALUE]",
+     "Only sandboxes with this label (repeatable: all must match)", O_FILTER},
     {"json", 0, NULL, "Print a JSON list (see agsx-ls(1))", O_JSON},
     {0},
 };
@@ -144,6 +156,16 @@ static const struct agsx_option wait_opts[] = {
     {0},
 };
 
+static const struct agsx_option logs_opts[] = {
+    {"follow", 'f', NULL, "Follow the log until the sandbox ends", O_FOLLOW},
+    {"tail", 'n', "N", "Only the last N lines (default: all)", O_TAIL},
+    {"timestamps", 't', NULL, "Prefix each line with its time (RFC 3339, UTC)", O_TIMESTAMPS},
+    {"exec", 0, "PID", "The output of the process `agsx exec -d` started as PID instead", O_EXEC},
+    {"network", 0, NULL, "What its egress rules blocked instead (as agsx netlog)", O_NETWORK},
+    {"json", 0, NULL, "With --network: print the log as JSON", O_JSON},
+    {0},
+};
+
 static const struct agsx_option rm_opts[] = {
     {"force", 'f', NULL, "Stop running sandboxes first (as kill does), then remove them", O_FORCE},
     {"json", 0, NULL, "Print the removed ids as a JSON list", O_JSON},
@@ -158,6 +180,12 @@ static const struct agsx_option stats_opts[] = {
 
 static const struct agsx_option update_opts[] = {
     {"timeout", 0, "DURATION", "New lifetime, counted from now (at most 24h)", O_TIMEOUT},
+    {"egress-allow", 0, "RULE",
+     "New egress rules: allow NAME, *.NAME or CIDR[:PORT] (replaces all)", O_EGRESS_ALLOW},
+    {"egress-deny", 0, "RULE", "New egress rules: deny NAME, *.NAME or CIDR[:PORT]", O_EGRESS_DENY},
+    {"egress-rules", 0, "FILE", "New egress rules from FILE, one per line", O_EGRESS_RULES},
+    {"egress-clear", 0, NULL, "Remove every egress rule (the network's default egress again)",
+     O_EGRESS_CLEAR},
     {"json", 0, NULL, "Print the new deadline as JSON", O_JSON},
     {0},
 };
@@ -169,6 +197,16 @@ static const struct agsx_option network_create_opts[] = {
     {"deny", 0, "RULE", "Deny traffic, e.g. \"in tcp/22\"", O_DENY},
     {"rules", 0, "FILE", "Read allow/deny rules from FILE, one per line", O_RULES},
     {"json", 0, NULL, "Print the new network as JSON", O_JSON},
+    {0},
+};
+
+static const struct agsx_option network_update_opts[] = {
+    {"allow", 0, "RULE", "Allow traffic, e.g. \"out tcp/443 0.0.0.0/0\" (replaces every rule)",
+     O_ALLOW},
+    {"deny", 0, "RULE", "Deny traffic, e.g. \"in tcp/22\"", O_DENY},
+    {"rules", 0, "FILE", "Read allow/deny rules from FILE, one per line (/dev/null: none)",
+     O_RULES},
+    {"json", 0, NULL, "Print the network as JSON, with what the update touched", O_JSON},
     {0},
 };
 
@@ -185,6 +223,12 @@ static const struct agsx_option build_opts[] = {
      O_BUILD_ARG},
     {"network", 0, "MODE", "Network of RUN steps: internal, public (default) or vpc:NAME",
      O_NETWORK},
+    {"egress-allow", 0, "RULE", "RUN steps may reach only these: NAME, *.NAME, CIDR[:PORT]",
+     O_EGRESS_ALLOW},
+    {"egress-deny", 0, "RULE", "RUN steps may not reach NAME, *.NAME or CIDR[:PORT]",
+     O_EGRESS_DENY},
+    {"egress-rules", 0, "FILE", "Read RUN steps' egress rules from FILE, one per line",
+     O_EGRESS_RULES},
     {"no-cache", 0, NULL, "Do not use the build cache", O_NO_CACHE},
     {"pull", 0, "POLICY", "Pull FROM images: missing (default), always or never", O_PULL},
     {"platform", 0, "PLATFORM", "Target platform: only linux/amd64", O_PLATFORM},
@@ -207,6 +251,61 @@ static const struct agsx_option browser_opts[] = {
     {0},
 };
 
+static const struct agsx_option snapshot_opts[] = {
+    {"json", 0, NULL, "Print the snapshot as JSON (with how long the sandbox was frozen)", O_JSON},
+    {0},
+};
+
+static const struct agsx_option snapshot_ls_opts[] = {
+    {"quiet", 'q', NULL, "Print snapshot names only", O_QUIET},
+    {"json", 0, NULL, "Print a JSON list (see agsx-snapshot(1))", O_JSON},
+    {0},
+};
+
+static const struct agsx_option commit_opts[] = {
+    {"snapshot", 0, "NAME", "Commit this snapshot of the sandbox instead of its current state",
+     O_SNAPSHOT},
+    {"quiet", 'q', NULL, "Print only the image id (not how long the sandbox was frozen)", O_QUIET},
+    {"json", 0, NULL, "Print id, sandbox, image, frozen_ms, duration_ms as JSON", O_JSON},
+    {0},
+};
+
+static const struct agsx_option fork_opts[] = {
+    {"name", 0, "NAME", "Name the fork (with -n: NAME-1, NAME-2, ...)", O_NAME},
+    {"count", 'n', "COUNT", "Start COUNT forks (default 1, at most 64)", O_COUNT},
+    {"timeout", 0, "DURATION", "Lifetime of each fork (default: the source's)", O_TIMEOUT},
+    {"json", 0, NULL, "Print a JSON list of the forks (id, name, address)", O_JSON},
+    {0},
+};
+
+static const struct agsx_option serve_opts[] = {
+    {"listen", 0, "ADDR:PORT",
+     "Listen here (default 127.0.0.1:3000; loopback unless --listen-public)", O_LISTEN},
+    {"listen-public", 0, NULL,
+     "Allow a non-loopback --listen (risky: plain HTTP, and whoever reaches it with the key "
+     "runs code on this host)",
+     O_LISTEN_PUBLIC},
+    {"api-key", 0, "KEY", "The API key (default $AGSX_API_KEY, else the key file's)", O_API_KEY},
+    {"api-key-file", 0, "FILE", "Read (or generate) the key here (default /etc/agsx/api-key)",
+     O_API_KEY_FILE},
+    {"network", 0, "MODE",
+     "Network of sandboxes allowed internet access: internal (default), "
+     "public or vpc:NAME",
+     O_NETWORK},
+    {"template", 0, "NAME=IMAGE",
+     "Map a templateID to an image (repeatable; base and "
+     "code-interpreter-v1 default to host)",
+     O_TEMPLATE},
+    {"default-user", 0, "USER",
+     "envd's default user (default: user if the image has it, else root)", O_DEFAULT_USER},
+    {0},
+};
+
+static const struct agsx_option netlog_opts[] = {
+    {"json", 0, NULL, "Print the log as JSON (see agsx-netlog(1))", O_JSON},
+    {0},
+};
+
 static const struct agsx_option none[] = {{0}};
 
 /* Commands of DESIGN.md §3 that later work fills in say so and exit 125. */
@@ -224,11 +323,31 @@ const struct agsx_command agsx_commands[] = {
      agsx_cmd_inspect, NULL},
     {"wait", "SANDBOX...", "Wait for sandboxes to end; print their exit codes", wait_opts,
      agsx_cmd_wait, NULL},
+    {"logs", "[OPTIONS] SANDBOX", "Show a detached sandbox's output", logs_opts, agsx_cmd_logs,
+     NULL},
     {"rm", "[OPTIONS] SANDBOX...", "Remove ended sandboxes' records", rm_opts, agsx_cmd_rm, NULL},
     {"stats", "[OPTIONS] [SANDBOX...]", "Show CPU, memory, pids, disk and network use", stats_opts,
      agsx_cmd_stats, NULL},
-    {"update", "--timeout DURATION SANDBOX", "Change a running sandbox's deadline", update_opts,
-     agsx_cmd_update, NULL},
+    {"update", "[--timeout DURATION] [--egress-… RULE] SANDBOX",
+     "Change a running sandbox's deadline or egress rules", update_opts, agsx_cmd_update, NULL},
+    {"netlog", "[--json] SANDBOX", "Show what a sandbox's egress rules blocked", netlog_opts,
+     agsx_cmd_netlog, NULL},
+    {"pause", "SANDBOX...", "Freeze every process of running sandboxes", none, agsx_cmd_pause,
+     NULL},
+    {"unpause", "SANDBOX...", "Resume paused sandboxes", none, agsx_cmd_unpause, NULL},
+    {"commit", "[OPTIONS] SANDBOX [IMAGE[:TAG]]", "Make an image of a sandbox's filesystem",
+     commit_opts, agsx_cmd_commit, NULL},
+    {"fork", "[OPTIONS] SANDBOX [CMD [ARG...]]",
+     "Start new sandboxes from a running sandbox's current filesystem", fork_opts, agsx_cmd_fork,
+     NULL},
+    {"snapshot", "[OPTIONS] SANDBOX [NAME]", "Record a running sandbox's filesystem", snapshot_opts,
+     agsx_cmd_snapshot, NULL},
+    {"snapshot ls", "[OPTIONS] [SANDBOX]", "List the snapshots of running sandboxes",
+     snapshot_ls_opts, agsx_cmd_snapshot_ls, NULL},
+    {"snapshot rm", "SANDBOX NAME...", "Remove snapshots", none, agsx_cmd_snapshot_rm, NULL},
+    {"rollback", "SANDBOX NAME",
+     "Restart a sandbox's command on the filesystem of one of its snapshots", none,
+     agsx_cmd_rollback, NULL},
     {"port", "SANDBOX [PORT[/PROTO]]", "List a sandbox's published ports", none, agsx_cmd_port,
      NULL},
     {"gc", "[OPTIONS]", "Remove what ended sandboxes and crashes left behind", gc_opts, agsx_cmd_gc,
@@ -236,8 +355,13 @@ const struct agsx_command agsx_commands[] = {
     {"browser", "[OPTIONS] [-- CHROMIUM-FLAG...]",
      "Start headless Chromium in a sandbox; print its DevTools WebSocket URL", browser_opts,
      agsx_cmd_browser, NULL},
+    {"code", "[OPTIONS] SANDBOX [CODE|-]",
+     "Run code in a sandbox's stateful code context (Python, bash)", agsx_code_opts, agsx_cmd_code,
+     NULL},
     {"build", "[OPTIONS] CONTEXT", "Build an image from a Dockerfile", build_opts, agsx_cmd_build,
      NULL},
+    {"serve", "[OPTIONS]", "Serve the E2B-compatible HTTP API (SDKs run unmodified)", serve_opts,
+     agsx_cmd_serve, NULL},
     {"image ls", "[OPTIONS]", "List images", image_ls_opts, agsx_cmd_image_ls, NULL},
     {"image load", "[OPTIONS] PATH|-",
      "Load images from an OCI layout, an oci-archive or a docker-archive", image_load_opts,
@@ -261,6 +385,8 @@ const struct agsx_command agsx_commands[] = {
      image_push_opts, agsx_cmd_image_push, "image push"},
     {"network create", "[OPTIONS] --subnet CIDR NAME", "Create a vpc network", network_create_opts,
      agsx_cmd_network_create, NULL},
+    {"network update", "[OPTIONS] NAME", "Replace a vpc network's rules, live", network_update_opts,
+     agsx_cmd_network_update, NULL},
     {"network ls", "[OPTIONS]", "List networks", network_ls_opts, agsx_cmd_network_ls, NULL},
     {"network rm", "NAME...", "Remove vpc networks no sandbox uses", none, agsx_cmd_network_rm,
      NULL},

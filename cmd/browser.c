@@ -16,6 +16,7 @@
 #include "net/netspec.h"
 #include "net/relay.h"
 #include "sandbox/lifecycle.h"
+#include "sandbox/proc.h"
 #include "state/state.h"
 
 #include <arpa/inet.h>
@@ -276,8 +277,9 @@ static int published_addr(struct agsx_ctx *ctx, const char *id, struct sockaddr_
   return 0;
 }
 
-/* Waits until the endpoint answers through the published port. The
- * supervisor is our child: if it ends, so did the sandbox. */
+/* Waits until the endpoint answers through the published port. If the
+ * supervisor ends (it is not our child: proven by its start time), so did
+ * the sandbox. */
 static int wait_ready(const struct bopts *o, struct agsx_run_started *st,
                       const struct sockaddr_storage *a, const char *hostport,
                       struct agsx_cdp_version *ret, agsx_error_t *err) {
@@ -286,8 +288,8 @@ static int wait_ready(const struct bopts *o, struct agsx_run_started *st,
   int64_t until = agsx_mono_ns() + (int64_t)bound * 1000000000LL;
   _cleanup_error_ agsx_error_t last = NULL;
   while (!interrupted) {
-    if (waitpid(st->supervisor, NULL, WNOHANG) == st->supervisor) {
-      st->supervisor = 0; /* reaped: its pid may be reused */
+    if (agsx_proc_ref_signal(&st->supervisor_ref, 0, 0) == -ESRCH) {
+      st->supervisor = 0;
       return agsx_error_set(err, 0,
                             "the browser exited during start-up (try `agsx run` with "
                             "the same image and `chromium --headless=new`)");
@@ -305,10 +307,14 @@ static int wait_ready(const struct bopts *o, struct agsx_run_started *st,
 
 /* Stops a browser that did not come up and removes every trace of it. */
 static void discard(struct agsx_ctx *ctx, const struct agsx_run_started *st) {
-  if (st->supervisor > 0) {
-    kill(st->supervisor, SIGTERM); /* it stops the sandbox: TERM, grace, KILL */
-    while (waitpid(st->supervisor, NULL, 0) < 0 && errno == EINTR) {
+  int fd = st->supervisor > 0 ? agsx_proc_ref_pidfd(&st->supervisor_ref) : -1;
+  if (fd >= 0) {
+    /* It stops the sandbox: TERM, grace, KILL, teardown. */
+    agsx_pidfd_signal(fd, SIGTERM, 0);
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    while (poll(&p, 1, 15000) < 0 && errno == EINTR) {
     }
+    close(fd);
   }
   agsx_error_t err = NULL;
   _cleanup_close_ int statefd = agsx_state_open(ctx->state, false, &err);

@@ -4,6 +4,7 @@
 #include "image/build/build.h"
 #include "cmd.h"
 #include "image/registry/registry.h"
+#include "net/egress.h"
 
 #include <signal.h>
 #include <string.h>
@@ -13,6 +14,7 @@ struct build_cli {
   char **tags, **args;
   const char *file, *network, *pull;
   bool no_cache, quiet;
+  struct agsx_egress egress;
 };
 
 static int on_build_opt(void *data, int id, const char *v) {
@@ -40,6 +42,12 @@ static int on_build_opt(void *data, int id, const char *v) {
     o->network = v;
     return 0;
   case O_NO_CACHE: o->no_cache = true; return 0;
+  case O_EGRESS_ALLOW:
+  case O_EGRESS_DENY:
+  case O_EGRESS_RULES:
+    if (agsx_cmd_parse_egress_opt(id, v, &o->egress, &err) < 0)
+      return agsx_failf("build: %s", err->msg), agsx_error_free(&err), -1;
+    return 0;
   case O_PULL: {
     enum agsx_pull_policy pp;
     if (agsx_pull_policy_parse(v, &pp, &err) < 0)
@@ -93,6 +101,7 @@ int agsx_cmd_build(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
                                .tags = o.tags,
                                .build_args = o.args,
                                .network = o.network,
+                               .egress = &o.egress,
                                .no_cache = o.no_cache,
                                .state_dir = ctx->state,
                                .root = ctx->root,
@@ -112,5 +121,6 @@ int agsx_cmd_build(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
 done:
   agsx_strv_free(o.tags);
   agsx_strv_free(o.args);
+  agsx_egress_clear(&o.egress);
   return code;
 }

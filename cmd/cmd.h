@@ -83,6 +83,24 @@ enum {
   O_NO_TRUNC,
   O_FORCE,
   O_NO_STREAM,
+  O_SNAPSHOT,
+  O_COUNT,
+  O_LABEL,
+  O_FILTER,
+  O_LISTEN,
+  O_LISTEN_PUBLIC,
+  O_API_KEY,
+  O_API_KEY_FILE,
+  O_TEMPLATE,
+  O_DEFAULT_USER,
+  O_FOLLOW,
+  O_TAIL,
+  O_TIMESTAMPS,
+  O_EXEC,
+  O_EGRESS_ALLOW,
+  O_EGRESS_DENY,
+  O_EGRESS_RULES,
+  O_EGRESS_CLEAR,
 };
 
 /* The table, in cmd/agsx.c. */
@@ -122,22 +140,45 @@ int agsx_cmd_kill(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_update(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_inspect(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_wait(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_logs(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_stats(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_build(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_gc(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_serve(struct agsx_ctx *, const struct agsx_command *, int, char **);
 /* --allow RULE, --deny RULE and --rules FILE (run and network create). */
 struct agsx_sg_rule;
 int agsx_cmd_parse_rule_opt(int id, const char *v, struct agsx_sg_rule **rules, size_t *n,
                             agsx_error_t *err);
+/* --egress-allow RULE, --egress-deny RULE, --egress-rules FILE (run, build, update). */
+struct agsx_egress;
+int agsx_cmd_parse_egress_opt(int id, const char *v, struct agsx_egress *e, agsx_error_t *err);
+int agsx_cmd_netlog(struct agsx_ctx *, const struct agsx_command *, int, char **);
+/* Prints SANDBOX's blocked log (netlog, logs --network), as JSON with JSON. */
+int agsx_cmd_netlog_show(struct agsx_ctx *ctx, const char *sandbox, bool json);
 int agsx_cmd_network_create(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_network_update(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_inspect(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_browser(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_port(struct agsx_ctx *, const struct agsx_command *, int, char **);
+/* agsx code keeps its option table and ids in cmd/code.c. */
+extern const struct agsx_option agsx_code_opts[];
+int agsx_cmd_code(struct agsx_ctx *, const struct agsx_command *, int, char **);
 /* Pulls IMAGE for run (a line on stderr, progress on a terminal). */
 int agsx_cmd_pull_quietly(struct agsx_ctx *ctx, const char *image, agsx_error_t *err);
+int agsx_cmd_pause(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_unpause(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_snapshot(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_snapshot_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_snapshot_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_rollback(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_commit(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_fork(struct agsx_ctx *, const struct agsx_command *, int, char **);
+/* Blocks SIGINT, SIGTERM and SIGHUP (old mask in *OLD) while a sandbox is
+ * frozen for our copy (cmd/commit.c). */
+void agsx_cmd_block_stop_signals(sigset_t *old);
 int agsx_cmd_not_yet(struct agsx_ctx *, const struct agsx_command *, int, char **);
 
 #endif

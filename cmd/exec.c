@@ -3,6 +3,8 @@
 
 #include "cmd.h"
 #include "sandbox/exec.h"
+#include "sandbox/processes.h"
+#include "util/json.h"
 #include "io.h"
 #include "state/state.h"
 
@@ -15,7 +17,7 @@
 #include <sys/timerfd.h>
 
 struct exec_opts {
-  bool interactive, tty, json;
+  bool interactive, tty, json, detach;
   const char *user, *workdir;
   char **env;
   size_t n_env;
@@ -29,6 +31,7 @@ static int on_exec_opt(void *data, int id, const char *v) {
   case O_INTERACTIVE: o->interactive = true; return 0;
   case O_TTY: o->tty = true; return 0;
   case O_JSON: o->json = true; return 0;
+  case O_DETACH: o->detach = true; return 0;
   case O_USER: o->user = v; return 0;
   case O_WORKDIR:
     if (v[0] != '/')
@@ -248,11 +251,49 @@ out:
   return code;
 }
 
+/* exec -d: the sandbox's supervisor starts and owns the process (the same
+ * exec path), keeps its output in a log (`agsx logs --exec PID`) and ends
+ * it with the sandbox; we print its pid in the sandbox. */
+static int run_detached(struct agsx_ctx *ctx, struct exec_opts *o, const struct agsx_record *rec,
+                        char **argv) {
+  agsx_error_t err = NULL;
+  _cleanup_close_ int statefd = agsx_state_open(ctx->state, false, &err);
+  if (statefd < 0)
+    return agsx_fail(&err);
+  struct agsx_process_spec spec = {.argv = argv,
+                                   .env = o->env,
+                                   .cwd = o->workdir,
+                                   .user = o->user,
+                                   .timeout_ms = o->timeout * 1000};
+  struct agsx_process_info info;
+  int code;
+  if (agsx_process_start(statefd, rec->id, &spec, &info, &code, &err) < 0) {
+    agsx_fail(&err);
+    return code;
+  }
+  if (o->json) {
+    _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+    yajl_gen_map_open(g);
+    agsx_json_kv_str(g, "id", rec->id);
+    agsx_json_kv_int(g, "pid", info.pid);
+    yajl_gen_map_close(g);
+    size_t len;
+    _cleanup_free_ char *s = agsx_json_gen_steal(g, &len);
+    printf("%s\n", s);
+  } else {
+    printf("%u\n", info.pid);
+  }
+  agsx_process_info_clear(&info);
+  return 0;
+}
+
 static int exec_in(struct agsx_ctx *ctx, struct exec_opts *o, int argc, char **argv, int i) {
   if (argc - i < 2)
     return agsx_failf("exec: expected SANDBOX and a command (see agsx exec --help)");
   if (o->tty && o->json)
     return agsx_failf("exec: --tty and --json do not go together");
+  if (o->detach && (o->tty || o->interactive))
+    return agsx_failf("exec: --detach runs without a terminal or stdin");
   agsx_error_t err = NULL;
   struct agsx_record rec;
   if (agsx_state_lookup(ctx->state, argv[i], &rec, &err) < 0)
@@ -260,6 +301,8 @@ static int exec_in(struct agsx_ctx *ctx, struct exec_opts *o, int argc, char **a
   int code;
   if (rec.status == AGSX_STATUS_EXITED || !agsx_proc_ref_alive(&rec.supervisor))
     code = agsx_failf("sandbox `%s` is not running", argv[i]);
+  else if (o->detach)
+    code = run_detached(ctx, o, &rec, argv + i + 1);
   else
     code = run_exec(ctx, o, &rec, argv + i + 1);
   agsx_record_clear(&rec);

@@ -202,3 +202,55 @@ int agsx_cmd_network_inspect(struct agsx_ctx *ctx, const struct agsx_command *cm
   printf("]\n");
   return code;
 }
+
+int agsx_cmd_network_update(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
+                            char **argv) {
+  struct create_opts o = {.json = ctx->json};
+  bool given = false;
+  int code = AGSX_EXIT_FAILURE;
+  int i = agsx_parse_options(cmd, argc, argv, on_opt, &o);
+  if (i < 0)
+    goto out;
+  /* Options may also follow NAME. */
+  if (i < argc && i + 1 < argc) {
+    int j = agsx_parse_options(cmd, argc - i, argv + i, on_opt, &o);
+    if (j < 0)
+      goto out;
+    if (i + j < argc) {
+      agsx_failf("network update: unexpected argument `%s`", argv[i + j]);
+      goto out;
+    }
+  }
+  for (int k = 1; k < argc; k++)
+    given |= strncmp(argv[k], "--allow", 7) == 0 || strncmp(argv[k], "--deny", 6) == 0 ||
+             strncmp(argv[k], "--rules", 7) == 0;
+  if (i >= argc || !given) {
+    agsx_failf("network update: expected --allow, --deny or --rules, and a NAME (see agsx network "
+               "update --help)");
+    goto out;
+  }
+  agsx_error_t err = NULL;
+  size_t members = 0, cut = 0;
+  if (agsx_network_update(ctx->root, argv[i], o.rules, o.n_rules, &members, &cut, &err) < 0) {
+    code = agsx_fail(&err);
+    goto out;
+  }
+  if (o.json) {
+    struct agsx_network n;
+    if (agsx_network_load(ctx->root, argv[i], &n, &err) < 0) {
+      code = agsx_fail(&err);
+      goto out;
+    }
+    _cleanup_free_ char *j = agsx_network_to_json(&n, false);
+    agsx_network_clear(&n);
+    /* the definition, plus what the update touched */
+    printf("%.*s,\"updated_sandboxes\":%zu,\"connections_cut\":%zu}\n", (int)strlen(j) - 1, j,
+           members, cut);
+  } else {
+    printf("%s\n", argv[i]);
+  }
+  code = 0;
+out:
+  free(o.rules);
+  return code;
+}

@@ -7,11 +7,11 @@
 #include "cmd.h"
 #include "io.h"
 #include "image/registry/registry.h"
+#include "net/egress.h"
 #include "net/netspec.h"
 #include "net/relay.h"
 #include "sandbox/lifecycle.h"
 #include "state/state.h"
-#include "util/json.h"
 
 #include <string.h>
 #include <sys/stat.h>
@@ -21,12 +21,14 @@ struct run_opts {
   const char *user, *workdir, *hostname, *name, *network, *seccomp;
   char **env;
   size_t n_env;
+  char **labels;
   struct agsx_bind *binds;
   size_t n_binds;
   enum agsx_net_mode net_mode;
   const char *net_name;
   struct agsx_sg_rule *rules;
   size_t n_rules;
+  struct agsx_egress egress;
   const char *pull;        /* --pull POLICY, or NULL: $AGSX_PULL / missing */
   struct agsx_port *ports; /* -p; host ports as bound once started */
   size_t n_ports;
@@ -166,6 +168,12 @@ static int on_run_opt(void *data, int id, const char *v) {
     if (agsx_cmd_parse_rule_opt(id, v, &o->rules, &o->n_rules, &err) < 0)
       return agsx_failf("run: %s", err->msg), agsx_error_free(&err), -1;
     return 0;
+  case O_EGRESS_ALLOW:
+  case O_EGRESS_DENY:
+  case O_EGRESS_RULES:
+    if (agsx_cmd_parse_egress_opt(id, v, &o->egress, &err) < 0)
+      return agsx_failf("run: %s", err->msg), agsx_error_free(&err), -1;
+    return 0;
   case O_PULL: {
     enum agsx_pull_policy pp;
     if (agsx_pull_policy_parse(v, &pp, &err) < 0)
@@ -179,6 +187,15 @@ static int on_run_opt(void *data, int id, const char *v) {
     o->seccomp = v + 8;
     return 0;
   case O_ENV: return add_env(o, v);
+  case O_LABEL: {
+    /* Docker's --label: a later KEY wins; checked whole by the library. */
+    const char *eq = strchr(v, '=');
+    if (eq == NULL || eq == v)
+      return agsx_failf("run: invalid label `%s` (want KEY=VALUE)", v), -1;
+    _cleanup_free_ char *key = xstrndup(v, (size_t)(eq - v));
+    agsx_labels_set(&o->labels, key, eq + 1);
+    return 0;
+  }
   case O_VOLUME: return add_bind(o, v);
   case O_PUBLISH: return add_port(o, v);
   case O_TIMEOUT:
@@ -261,13 +278,8 @@ static int run_detached(struct agsx_lifecycle *lc, const struct run_opts *o) {
   if (agsx_lifecycle_detach(lc, &st, &err) < 0)
     return agsx_fail(&err);
   if (o->json) {
-    _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
-    yajl_gen_map_open(g);
-    agsx_json_kv_str(g, "id", st.id);
-    agsx_json_kv_str(g, "name", o->name);
-    yajl_gen_map_close(g);
     size_t len;
-    _cleanup_free_ char *s = agsx_json_gen_steal(g, &len);
+    _cleanup_free_ char *s = agsx_started_json(st.id, o->name, &len);
     printf("%s\n", s);
   } else {
     printf("%s\n", st.id);
@@ -277,7 +289,9 @@ static int run_detached(struct agsx_lifecycle *lc, const struct run_opts *o) {
 
 static void run_opts_clear(struct run_opts *o) {
   agsx_strv_free(o->env);
+  agsx_strv_free(o->labels);
   free(o->rules);
+  agsx_egress_clear(&o->egress);
   for (size_t i = 0; i < o->n_binds; i++) {
     free(o->binds[i].src);
     free(o->binds[i].dst);
@@ -309,6 +323,11 @@ int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
     agsx_failf("run: --allow, --deny and --rules are for vpc networks");
     goto done;
   }
+  if (o.net_mode == AGSX_NET_INTERNAL && o.egress.n > 0) {
+    agsx_failf("run: --egress-allow, --egress-deny and --egress-rules are for the public and vpc "
+               "networks");
+    goto done;
+  }
   struct agsx_run_spec spec = {
       .root = ctx->root,
       .state = ctx->state,
@@ -318,6 +337,7 @@ int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
       .pull_image = pull_image,
       .pull_data = ctx,
       .env = o.env,
+      .labels = o.labels,
       .user = o.user,
       .workdir = o.workdir,
       .hostname = o.hostname,
@@ -328,6 +348,7 @@ int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
       .network = o.network,
       .rules = o.rules,
       .n_rules = o.n_rules,
+      .egress = &o.egress,
       .ports = o.ports,
       .n_ports = o.n_ports,
       .timeout = o.timeout,

@@ -2,6 +2,8 @@
 #include "config.h"
 
 #include "cmd.h"
+#include "sandbox/snapshot.h"
+#include "net/egress.h"
 #include "net/network.h"
 #include "sandbox/control.h"
 #include "util/json.h"
@@ -16,6 +18,9 @@
 struct sflags {
   bool all, quiet, json, images, dry_run, no_trunc, force, no_stream;
   const char *signal, *timeout;
+  char **filters;            /* ls --filter label=...: the KEY[=VALUE] parts */
+  struct agsx_egress egress; /* update: the new egress rules */
+  bool egress_set, egress_clear;
 };
 
 static int on_sopt(void *data, int id, const char *arg) {
@@ -31,6 +36,25 @@ static int on_sopt(void *data, int id, const char *arg) {
   case O_NO_STREAM: f->no_stream = true; break;
   case O_SIGNAL: f->signal = arg; break;
   case O_TIMEOUT: f->timeout = arg; break;
+  case O_FILTER: {
+    if (!agsx_str_has_prefix(arg, "label=") || arg[6] == '\0' || arg[6] == '=')
+      return agsx_failf("ls: unknown filter `%s` (want label=KEY or label=KEY=VALUE)", arg), -1;
+    size_t n = agsx_strv_len(f->filters);
+    f->filters = xrealloc(f->filters, (n + 2) * sizeof(char *));
+    f->filters[n] = xstrdup(arg + 6);
+    f->filters[n + 1] = NULL;
+    break;
+  }
+  case O_EGRESS_CLEAR: f->egress_clear = true; break;
+  case O_EGRESS_ALLOW:
+  case O_EGRESS_DENY:
+  case O_EGRESS_RULES: {
+    agsx_error_t err = NULL;
+    f->egress_set = true;
+    if (agsx_cmd_parse_egress_opt(id, arg, &f->egress, &err) < 0)
+      return agsx_failf("update: %s", err->msg), agsx_error_free(&err), -1;
+    break;
+  }
   }
   return 0;
 }
@@ -58,9 +82,7 @@ static const struct agsx_reap_report reap_log = {warn_reap, NULL};
 
 /* ---- ls ------------------------------------------------------------------------------- */
 
-static const char *status_word(const struct agsx_record *r) {
-  return agsx_record_status_name(r->status);
-}
+static const char *status_word(const struct agsx_record *r) { return agsx_record_status(r); }
 
 /* Docker's PORTS column: 127.0.0.1:8080->80/tcp, [::1]:53->53/udp */
 static char *ports_column(const struct agsx_record *r) {
@@ -92,11 +114,17 @@ static void record_row(struct agsx_table *t, const struct agsx_record *r, int64_
     left = xasprintf("%s left", l);
   }
   _cleanup_free_ char *ports = ports_column(r);
+  _cleanup_free_ char *labels = xstrdup("");
+  for (size_t i = 0; r->labels && r->labels[i]; i++) {
+    char *l = xasprintf("%s%s%s", labels, i ? "," : "", r->labels[i]);
+    free(labels);
+    labels = l;
+  }
   char id[33];
   snprintf(id, sizeof(id), "%.*s", no_trunc ? 32 : 12, r->id);
-  const char *cells[] = {id,   r->name, r->image,   status_word(r),
-                         age,  left,    r->network, r->address ? r->address : "-",
-                         ports};
+  const char *cells[] = {id,    r->name, r->image,   status_word(r),
+                         age,   left,    r->network, r->address ? r->address : "-",
+                         ports, labels};
   agsx_table_add(t, cells);
 }
 
@@ -129,6 +157,7 @@ static void warn_networks(struct agsx_ctx *ctx, const struct agsx_record *v, siz
 int agsx_cmd_ls(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
   struct sflags f;
   int i = sparse(ctx, cmd, argc, argv, &f);
+  _cleanup_strv_ char **filters = f.filters;
   if (i < 0)
     return AGSX_EXIT_FAILURE;
   if (i < argc)
@@ -142,11 +171,16 @@ int agsx_cmd_ls(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
   yajl_gen_array_open(g);
   static const char *const header[] = {"ID",        "NAME",    "IMAGE",   "STATUS", "CREATED",
-                                       "TIME LEFT", "NETWORK", "ADDRESS", "PORTS"};
+                                       "TIME LEFT", "NETWORK", "ADDRESS", "PORTS",  "LABELS"};
   struct agsx_table t;
   agsx_table_init(&t, AGSX_ARRAY_SIZE(header), header);
   for (size_t k = 0; k < n; k++) {
     if (!f.all && v[k].status == AGSX_STATUS_EXITED)
+      continue;
+    bool match = true;
+    for (size_t j = 0; filters && filters[j] && match; j++)
+      match = agsx_labels_match(v[k].labels, filters[j]);
+    if (!match)
       continue;
     if (f.json)
       agsx_record_gen(g, &v[k], now, false);
@@ -189,20 +223,15 @@ static int parse_signal(const char *s) {
   return -1;
 }
 
-static int signal_one(int statefd, const char *id, int sig, agsx_error_t *err) {
-  struct agsx_record r;
-  if (agsx_record_read(statefd, id, &r, err) < 0)
-    return -1;
-  int ret = 0;
-  if (r.status == AGSX_STATUS_EXITED)
-    ret = agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running (exited with %d)", id,
-                               r.exit_code);
+static int signal_one(const struct agsx_record *r, int sig, agsx_error_t *err) {
+  if (r->status == AGSX_STATUS_EXITED)
+    return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running (exited with %d)",
+                                r->id, r->exit_code);
   /* To the init: it forwards the signal to the command (SIGKILL, which it
    * cannot catch, ends the whole sandbox). */
-  else if (agsx_proc_ref_signal(&r.init, sig, 0) < 0)
-    ret = agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running", id);
-  agsx_record_clear(&r);
-  return ret;
+  if (agsx_proc_ref_signal(&r->init, sig, 0) < 0)
+    return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running", r->id);
+  return 0;
 }
 
 static int kill_targets(struct agsx_ctx *ctx, const struct sflags *f, char **names, int n,
@@ -215,13 +244,17 @@ static int kill_targets(struct agsx_ctx *ctx, const struct sflags *f, char **nam
   size_t nwait = 0;
   for (int k = 0; k < n; k++) {
     agsx_error_t err = NULL;
-    char id[33];
-    if (agsx_state_resolve(statefd, names[k], id, &err) < 0) {
+    struct agsx_record r;
+    if (agsx_state_lookup_at(statefd, names[k], &r, &err) < 0) {
       rc = agsx_fail(&err);
       continue;
     }
+    char id[33];
+    memcpy(id, r.id, sizeof(id));
+    int sr = sig ? signal_one(&r, sig, &err) : 0;
+    agsx_record_clear(&r);
     if (sig) {
-      if (signal_one(statefd, id, sig, &err) < 0)
+      if (sr < 0)
         rc = agsx_fail(&err);
       else
         printf("%s\n", names[k]);
@@ -257,8 +290,8 @@ int agsx_cmd_kill(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc
     return agsx_failf("kill: give SANDBOX... or --all (not both)");
   agsx_state_reap_all(ctx->state, true, &reap_log);
   _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (statefd < 0)
-    return f.all ? 0 : agsx_failf("no such sandbox `%s`", argv[i]);
+  if (statefd < 0 && f.all)
+    return 0; /* no state directory: no sandbox */
   if (!f.all)
     return kill_targets(ctx, &f, argv + i, argc - i, statefd);
   struct agsx_record *v = NULL;
@@ -280,14 +313,21 @@ int agsx_cmd_kill(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc
  * Each takes SANDBOX... and goes on after one that fails (printed as
  * `agsx: ...`), exiting 125 then, as kill does. */
 
-/* Opens the state directory for a command on SANDBOX...: without one, no
- * sandbox exists (-1, after printing that the first is unknown). */
-static int open_state_for(struct agsx_ctx *ctx, const char *first) {
+/* Opens the state directory for a command on SANDBOX...: -1 without one
+ * (no sandbox was ever made), and each lookup then says "no such sandbox". */
+static int open_state_for(struct agsx_ctx *ctx) {
   agsx_state_reap_all(ctx->state, true, &reap_log);
-  int fd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0)
-    agsx_failf("no such sandbox `%s`", first);
-  return fd;
+  return open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+/* The id of SANDBOX, through the one lookup (state.h) every command uses. */
+static int lookup_id(int statefd, const char *sandbox, char ret_id[33], agsx_error_t *err) {
+  struct agsx_record r;
+  if (agsx_state_lookup_at(statefd, sandbox, &r, err) < 0)
+    return -1;
+  memcpy(ret_id, r.id, 33);
+  agsx_record_clear(&r);
+  return 0;
 }
 
 int agsx_cmd_inspect(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
@@ -297,9 +337,7 @@ int agsx_cmd_inspect(struct agsx_ctx *ctx, const struct agsx_command *cmd, int a
     return AGSX_EXIT_FAILURE;
   if (i >= argc)
     return agsx_failf("inspect: expected SANDBOX... (see agsx inspect --help)");
-  _cleanup_close_ int statefd = open_state_for(ctx, argv[i]);
-  if (statefd < 0)
-    return AGSX_EXIT_FAILURE;
+  _cleanup_close_ int statefd = open_state_for(ctx);
   int rc = 0;
   int64_t now = agsx_now_ns() / 1000000000LL;
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(true);
@@ -326,9 +364,7 @@ int agsx_cmd_wait(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc
     return AGSX_EXIT_FAILURE;
   if (i >= argc)
     return agsx_failf("wait: expected SANDBOX... (see agsx wait --help)");
-  _cleanup_close_ int statefd = open_state_for(ctx, argv[i]);
-  if (statefd < 0)
-    return AGSX_EXIT_FAILURE;
+  _cleanup_close_ int statefd = open_state_for(ctx);
   int rc = 0, last = 0;
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
   yajl_gen_array_open(g);
@@ -337,7 +373,7 @@ int agsx_cmd_wait(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc
     agsx_error_t err = NULL;
     char id[33];
     struct agsx_record r;
-    if (agsx_state_resolve(statefd, argv[i], id, &err) < 0 ||
+    if (lookup_id(statefd, argv[i], id, &err) < 0 ||
         agsx_state_wait(statefd, id, -1, &r, &err) < 0) {
       rc = agsx_fail(&err);
       continue;
@@ -389,16 +425,14 @@ int agsx_cmd_rm(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
     return AGSX_EXIT_FAILURE;
   if (i >= argc)
     return agsx_failf("rm: expected SANDBOX... (see agsx rm --help)");
-  _cleanup_close_ int statefd = open_state_for(ctx, argv[i]);
-  if (statefd < 0)
-    return AGSX_EXIT_FAILURE;
+  _cleanup_close_ int statefd = open_state_for(ctx);
   int rc = 0;
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
   yajl_gen_array_open(g);
   for (; i < argc; i++) {
     agsx_error_t err = NULL;
     char id[33];
-    if (agsx_state_resolve(statefd, argv[i], id, &err) < 0) {
+    if (lookup_id(statefd, argv[i], id, &err) < 0) {
       rc = agsx_fail(&err);
       continue;
     }
@@ -433,35 +467,65 @@ int agsx_cmd_rm(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
 
 /* ---- update ------------------------------------------------------------------------------ */
 
-int agsx_cmd_update(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
-  struct sflags f;
-  int i = sparse(ctx, cmd, argc, argv, &f);
-  if (i < 0)
-    return AGSX_EXIT_FAILURE;
-  if (i != argc - 1 || f.timeout == NULL)
-    return agsx_failf("update: expected --timeout DURATION and one SANDBOX");
+/* update --egress-…: the new rules, live (agsx_net_egress_update). */
+static int update_egress(struct agsx_ctx *ctx, const char *sandbox, const char *id,
+                         const struct agsx_egress *e, size_t *ret_cut, agsx_error_t *err) {
+  struct agsx_record r;
+  if (agsx_state_lookup(ctx->state, id, &r, err) < 0)
+    return -1;
+  int rc = 0;
+  if (r.status != AGSX_STATUS_RUNNING) {
+    agsx_error_set_quiet(err, EINVAL, "sandbox `%s` is not running", sandbox);
+    rc = -1;
+  } else if (agsx_net_egress_update(ctx->root, ctx->state, r.id, r.network, r.address, e, ret_cut,
+                                    err) < 0)
+    rc = agsx_error_wrap(err, "sandbox `%s`", sandbox);
+  agsx_record_clear(&r);
+  return rc;
+}
+
+static int update_cmd(struct agsx_ctx *ctx, struct sflags *f, int i, int argc, char **argv) {
+  if (i != argc - 1 || (f->timeout == NULL && !f->egress_set && !f->egress_clear))
+    return agsx_failf(
+        "update: expected --timeout DURATION and/or --egress-… rules, and one SANDBOX");
+  if (f->egress_set && f->egress_clear)
+    return agsx_failf("update: --egress-clear goes alone, without --egress-allow/deny/rules");
   agsx_error_t err = NULL;
-  uint64_t sec;
-  if (agsx_parse_duration(f.timeout, &sec, &err) < 0)
+  uint64_t sec = 0;
+  if (f->timeout && agsx_parse_duration(f->timeout, &sec, &err) < 0)
     return agsx_failf("update: --timeout: %s", err->msg), agsx_error_free(&err), AGSX_EXIT_FAILURE;
   agsx_state_reap_all(ctx->state, true, &reap_log);
   _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   char id[33];
-  if (statefd < 0)
-    return agsx_failf("no such sandbox `%s`", argv[i]);
-  if (agsx_state_resolve(statefd, argv[i], id, &err) < 0)
+  if (lookup_id(statefd, argv[i], id, &err) < 0)
     return agsx_fail(&err);
-  struct agsx_record r;
-  bool gone;
-  if (agsx_control_set_timeout(statefd, id, argv[i], sec, &r, &gone, &err) < 0)
+  size_t cut = 0;
+  if ((f->egress_set || f->egress_clear) &&
+      update_egress(ctx, argv[i], id, &f->egress, &cut, &err) < 0)
     return agsx_fail(&err);
-  _cleanup_free_ char *when = agsx_format_rfc3339(r.deadline);
-  if (f.json) {
+  struct agsx_record r = {0};
+  bool gone = false;
+  if (f->timeout && agsx_control_set_timeout(statefd, id, argv[i], sec, &r, &gone, &err) < 0)
+    return agsx_fail(&err);
+  if (f->json) {
     _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
     yajl_gen_map_open(g);
-    agsx_json_kv_str(g, "id", r.id);
-    agsx_json_kv_str(g, "deadline", when);
-    agsx_json_kv_int(g, "time_left", (int64_t)sec);
+    agsx_json_kv_str(g, "id", id);
+    if (f->timeout) {
+      _cleanup_free_ char *when = agsx_format_rfc3339(r.deadline);
+      agsx_json_kv_str(g, "deadline", when);
+      agsx_json_kv_int(g, "time_left", (int64_t)sec);
+    }
+    if (f->egress_set || f->egress_clear) {
+      agsx_json_key(g, "egress");
+      yajl_gen_array_open(g);
+      for (size_t k = 0; k < f->egress.n; k++) {
+        _cleanup_free_ char *t = agsx_egress_rule_format(&f->egress.rules[k]);
+        agsx_json_str(g, t);
+      }
+      yajl_gen_array_close(g);
+      agsx_json_kv_int(g, "connections_cut", (int64_t)cut);
+    }
     yajl_gen_map_close(g);
     print_json(g);
   } else {
@@ -471,6 +535,14 @@ int agsx_cmd_update(struct agsx_ctx *ctx, const struct agsx_command *cmd, int ar
   if (gone)
     return agsx_failf("sandbox `%s`: its supervisor is gone", argv[i]);
   return 0;
+}
+
+int agsx_cmd_update(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  struct sflags f;
+  int i = sparse(ctx, cmd, argc, argv, &f);
+  int rc = i < 0 ? AGSX_EXIT_FAILURE : update_cmd(ctx, &f, i, argc, argv);
+  agsx_egress_clear(&f.egress);
+  return rc;
 }
 
 /* ---- gc ---------------------------------------------------------------------------------- */
@@ -520,6 +592,10 @@ int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
         digests[nd++] = xstrdup(v[k].image_digest);
     }
   if (statefd >= 0) {
+    /* Layers of forks, rollbacks and snapshots nobody uses any more, and
+     * copies a killed agsx left (sandbox/snapshot.h); before the records
+     * go, which tell the layers ended sandboxes used. */
+    agsx_snapshot_layers_gc(statefd, dry_run, gc_report, &o);
     agsx_state_gc_records(statefd, v, n, dry_run, gc_report, &o);
     agsx_state_prune_names(statefd, gc_report, &o, dry_run);
   }

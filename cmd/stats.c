@@ -202,16 +202,13 @@ static int resolve_all(int statefd, char **names, int n, char ***ret) {
   char **ids = xzalloc(((size_t)n + 1) * sizeof(char *));
   for (int k = 0; k < n; k++) {
     agsx_error_t err = NULL;
-    char id[33];
-    if (statefd < 0) {
-      agsx_strv_free(ids);
-      return agsx_failf("no such sandbox `%s`", names[k]);
-    }
-    if (agsx_state_resolve(statefd, names[k], id, &err) < 0) {
+    struct agsx_record r;
+    if (agsx_state_lookup_at(statefd, names[k], &r, &err) < 0) {
       agsx_strv_free(ids);
       return agsx_fail(&err);
     }
-    ids[k] = xstrdup(id);
+    ids[k] = xstrdup(r.id);
+    agsx_record_clear(&r);
   }
   *ret = ids;
   return 0;

@@ -7,6 +7,8 @@ set -euo pipefail
 pkgs=(autoconf automake libtool pkg-config make gcc libc6-dev
       libseccomp-dev libyajl-dev libnl-3-dev libnl-route-3-dev zlib1g-dev
       libarchive-dev libssl-dev libzstd-dev libcurl4-openssl-dev)
+# agsx serve: the HTTP server library
+pkgs+=(libmicrohttpd-dev)
 # run time: public and vpc networks load libnftables with dlopen()
 pkgs+=(libnftables1)
 # pull: libcurl is dlopen()ed at pull time; HTTPS registries need the CAs
@@ -22,6 +24,9 @@ pkgs+=(bats busybox-static file skopeo umoci debootstrap clang libclang-rt-14-de
 # network tests build their namespaces with ip, nsenter and unshare, and
 # inspect agsx's rules with nft
 pkgs+=(iproute2 util-linux nftables)
+# code contexts (test/bats/code.bats, bench/code) in the host image: a real
+# IPython kernel and the libraries of a code-interpreter sandbox
+pkgs+=(python3-ipykernel python3-jupyter-client python3-numpy python3-pandas python3-matplotlib)
 # benchmarks compare with these
 pkgs+=(crun bubblewrap)
 # agsx-oci's engine tests (test/oci): Podman with conmon, containerd, and

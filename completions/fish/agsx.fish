@@ -32,6 +32,9 @@ function __agsx_command
             string match -q -- '-*' $t; and continue
             set cmd $cmd $t
             break
+        else if test "$cmd" = snapshot; and contains -- $t ls rm
+            set cmd $cmd $t
+            break
         else
             break
         end
@@ -166,7 +169,7 @@ function __agsx_run_image_index
     set i (math $i + 1)
     while test $i -le $n
         switch $tokens[$i]
-            case --name -e --env -w --workdir -u --user --hostname --timeout --network --allow --deny --rules -p --publish --memory --cpus --pids --disk -v --volume --security-opt --pull
+            case --name -l --label -e --env -w --workdir -u --user --hostname --timeout --network --allow --deny --rules --egress-allow --egress-deny --egress-rules -p --publish --memory --cpus --pids --disk -v --volume --security-opt --pull
                 set i (math $i + 2)
                 continue
             case '-*'
@@ -226,12 +229,22 @@ complete -c agsx -n '__agsx_cmd' -a ls -d 'List sandboxes'
 complete -c agsx -n '__agsx_cmd' -a kill -d 'Stop sandboxes or send them a signal'
 complete -c agsx -n '__agsx_cmd' -a inspect -d "Show sandboxes' full records as JSON"
 complete -c agsx -n '__agsx_cmd' -a wait -d 'Wait for sandboxes to end; print their exit codes'
+complete -c agsx -n '__agsx_cmd' -a logs -d "Show a detached sandbox's output"
 complete -c agsx -n '__agsx_cmd' -a rm -d "Remove ended sandboxes' records"
 complete -c agsx -n '__agsx_cmd' -a stats -d 'Show CPU, memory, pids, disk and network use'
-complete -c agsx -n '__agsx_cmd' -a update -d "Change a running sandbox's deadline"
+complete -c agsx -n '__agsx_cmd' -a update -d "Change a running sandbox's deadline or egress rules"
+complete -c agsx -n '__agsx_cmd' -a netlog -d "Show what a sandbox's egress rules blocked"
 complete -c agsx -n '__agsx_cmd' -a port -d "List a sandbox's published ports"
+complete -c agsx -n '__agsx_cmd' -a pause -d 'Freeze every process of running sandboxes'
+complete -c agsx -n '__agsx_cmd' -a unpause -d 'Resume paused sandboxes'
+complete -c agsx -n '__agsx_cmd' -a commit -d "Make an image of a sandbox's filesystem"
+complete -c agsx -n '__agsx_cmd' -a snapshot -d "Record a running sandbox's filesystem"
+complete -c agsx -n '__agsx_cmd' -a rollback -d 'Restart a sandbox on one of its snapshots'
+complete -c agsx -n '__agsx_cmd' -a fork -d "Start new sandboxes from a running sandbox's filesystem"
 complete -c agsx -n '__agsx_cmd' -a gc -d 'Remove what ended sandboxes and crashes left behind'
 complete -c agsx -n '__agsx_cmd' -a browser -d 'Start headless Chromium in a sandbox; print its DevTools WebSocket URL'
+complete -c agsx -n '__agsx_cmd' -a serve -d 'Serve the E2B-compatible HTTP API (SDKs run unmodified)'
+complete -c agsx -n '__agsx_cmd' -a code -d "Run code in a sandbox's stateful code context (Python, bash)"
 complete -c agsx -n '__agsx_cmd' -a build -d 'Build an image from a Dockerfile'
 complete -c agsx -n '__agsx_cmd' -a image -d 'Manage images'
 complete -c agsx -n '__agsx_cmd' -a load -d 'Load images (alias of image load)'
@@ -252,6 +265,7 @@ complete -c agsx -n '__agsx_cmd image' -s h -l help -d 'Show this help'
 
 # agsx network
 complete -c agsx -n '__agsx_cmd network' -a create -d 'Create a vpc network'
+complete -c agsx -n '__agsx_cmd network' -a update -d "Replace a vpc network's rules, live"
 complete -c agsx -n '__agsx_cmd network' -a ls -d 'List networks'
 complete -c agsx -n '__agsx_cmd network' -a rm -d 'Remove vpc networks no sandbox uses'
 complete -c agsx -n '__agsx_cmd network' -a inspect -d 'Show networks as JSON'
@@ -260,6 +274,7 @@ complete -c agsx -n '__agsx_cmd network' -s h -l help -d 'Show this help'
 # agsx run: options until IMAGE, then IMAGE, then a command line.
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s d -l detach -d 'Start in the background; print the id once the command runs'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l name -x -d 'Name the sandbox (unique; usable wherever an id is)'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s l -l label -x -d 'Set a label KEY=VALUE (repeatable)'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l rm -d "Remove the sandbox's record when it ends"
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s i -l interactive -d 'Keep stdin open and pass it to the command'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s t -l tty -d 'Give the command a terminal'
@@ -273,6 +288,9 @@ complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l network -x
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l allow -x -d 'vpc: allow traffic, e.g. "out tcp/443 0.0.0.0/0"'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l deny -x -d 'vpc: deny traffic, e.g. "in tcp/22"'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l rules -r -F -d 'vpc: read allow/deny rules from FILE, one per line'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l egress-allow -x -d 'public, vpc: allow egress only to these (NAME, *.NAME, CIDR, :PORT)'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l egress-deny -x -d 'public, vpc: deny egress to NAME, *.NAME or CIDR[:PORT]'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l egress-rules -r -F -d 'Read egress allow/deny rules from FILE, one per line'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s p -l publish -x -d 'Publish a sandbox port on the host ([IP:]HOSTPORT:PORT[/tcp|udp], default IP 127.0.0.1)'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l memory -x -d 'Memory limit (e.g. 512m); the sandbox is killed beyond it'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l cpus -x -d 'CPU quota in CPUs (e.g. 0.5)'
@@ -295,6 +313,7 @@ complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s e -l e
 complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s w -l workdir -x -d "Working directory (default: the sandbox's)"
 complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s u -l user -x -d "Run as this user (default: the sandbox's)"
 complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -l timeout -x -d "Kill the command's whole process tree after DURATION"
+complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s d -l detach -d 'Run it in the background, owned by the sandbox; print its pid'
 complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd exec' -n 'not __agsx_exec_has_sandbox' -a '(__agsx_sandbox_names)' -d Sandbox
 complete -c agsx -n '__agsx_cmd exec' -n __agsx_exec_has_sandbox -a '(__agsx_exec_command)'
@@ -303,6 +322,7 @@ complete -c agsx -n '__agsx_cmd exec' -n __agsx_exec_has_sandbox -a '(__agsx_exe
 complete -c agsx -n '__agsx_cmd ls' -s a -l all -d 'Also list ended sandboxes, with stop reason and exit code'
 complete -c agsx -n '__agsx_cmd ls' -s q -l quiet -d 'Print short ids only'
 complete -c agsx -n '__agsx_cmd ls' -l no-trunc -d 'Print full 32-digit ids'
+complete -c agsx -n '__agsx_cmd ls' -s f -l filter -x -d 'Only sandboxes with a label: label=KEY[=VALUE]'
 complete -c agsx -n '__agsx_cmd ls' -l json -d 'Print a JSON list'
 complete -c agsx -n '__agsx_cmd ls' -s h -l help -d 'Show this help'
 
@@ -313,6 +333,14 @@ complete -c agsx -n '__agsx_cmd inspect' -a '(__agsx_sandbox_names -a)' -d Sandb
 complete -c agsx -n '__agsx_cmd wait' -l json -d 'Print a JSON list of id, name, exit_code, stop_reason'
 complete -c agsx -n '__agsx_cmd wait' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd wait' -a '(__agsx_sandbox_names -a)' -d Sandbox
+complete -c agsx -n '__agsx_cmd logs' -s f -l follow -d 'Follow the log until the sandbox ends'
+complete -c agsx -n '__agsx_cmd logs' -s n -l tail -r -d 'Only the last N lines'
+complete -c agsx -n '__agsx_cmd logs' -s t -l timestamps -d 'Prefix each line with its time'
+complete -c agsx -n '__agsx_cmd logs' -l exec -x -d 'The output of the process agsx exec -d started as PID'
+complete -c agsx -n '__agsx_cmd logs' -l network -d 'What its egress rules blocked instead'
+complete -c agsx -n '__agsx_cmd logs' -l json -d 'With --network: print the log as JSON'
+complete -c agsx -n '__agsx_cmd logs' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd logs' -a '(__agsx_sandbox_names -a)' -d Sandbox
 complete -c agsx -n '__agsx_cmd rm' -s f -l force -d 'Stop running sandboxes first, then remove them'
 complete -c agsx -n '__agsx_cmd rm' -l json -d 'Print the removed ids as a JSON list'
 complete -c agsx -n '__agsx_cmd rm' -s h -l help -d 'Show this help'
@@ -331,12 +359,84 @@ complete -c agsx -n '__agsx_cmd kill' -a '(__agsx_sandbox_names)' -d Sandbox
 # agsx update
 complete -c agsx -n '__agsx_cmd update' -l timeout -x -d 'New lifetime, counted from now (at most 24h)'
 complete -c agsx -n '__agsx_cmd update' -l json -d 'Print the new deadline as JSON'
+complete -c agsx -n '__agsx_cmd update' -l egress-allow -x -d 'New egress rules: allow NAME, *.NAME or CIDR[:PORT] (replaces all)'
+complete -c agsx -n '__agsx_cmd update' -l egress-deny -x -d 'New egress rules: deny NAME, *.NAME or CIDR[:PORT]'
+complete -c agsx -n '__agsx_cmd update' -l egress-rules -r -F -d 'New egress rules from FILE, one per line'
+complete -c agsx -n '__agsx_cmd update' -l egress-clear -d 'Remove every egress rule'
 complete -c agsx -n '__agsx_cmd update' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd update' -a '(__agsx_sandbox_names)' -d Sandbox
+
+# agsx netlog
+complete -c agsx -n '__agsx_cmd netlog' -l json -d 'Print the log as JSON'
+complete -c agsx -n '__agsx_cmd netlog' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd netlog' -a '(__agsx_sandbox_names -a)' -d Sandbox
+
+# agsx pause, unpause
+complete -c agsx -n '__agsx_cmd pause' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd pause' -a '(__agsx_sandbox_names)' -d Sandbox
+complete -c agsx -n '__agsx_cmd unpause' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd unpause' -a '(__agsx_sandbox_names)' -d Sandbox
+
+# agsx commit
+complete -c agsx -n '__agsx_cmd commit' -l snapshot -x -d 'Commit this snapshot of the sandbox instead of its current state'
+complete -c agsx -n '__agsx_cmd commit' -s q -l quiet -d 'Print only the image id'
+complete -c agsx -n '__agsx_cmd commit' -l json -d 'Print id, sandbox, image, frozen_ms, duration_ms as JSON'
+complete -c agsx -n '__agsx_cmd commit' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd commit' -a '(__agsx_sandbox_names)' -d Sandbox
+
+# agsx fork
+complete -c agsx -n '__agsx_cmd fork' -l name -x -d 'Name the fork (with -n: NAME-1, NAME-2, ...)'
+complete -c agsx -n '__agsx_cmd fork' -s n -l count -x -d 'Start COUNT forks (1-64)'
+complete -c agsx -n '__agsx_cmd fork' -l timeout -x -d 'Lifetime of each fork'
+complete -c agsx -n '__agsx_cmd fork' -l json -d 'Print a JSON list of the forks'
+complete -c agsx -n '__agsx_cmd fork' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd fork' -a '(__agsx_sandbox_names)' -d Sandbox
+
+# agsx snapshot, snapshot ls, snapshot rm, rollback
+complete -c agsx -n '__agsx_cmd snapshot' -a ls -d 'List the snapshots of running sandboxes'
+complete -c agsx -n '__agsx_cmd snapshot' -a rm -d 'Remove snapshots'
+complete -c agsx -n '__agsx_cmd snapshot' -l json -d 'Print the snapshot as JSON'
+complete -c agsx -n '__agsx_cmd snapshot' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd snapshot' -a '(__agsx_sandbox_names)' -d Sandbox
+complete -c agsx -n '__agsx_cmd snapshot ls' -s q -l quiet -d 'Print snapshot names only'
+complete -c agsx -n '__agsx_cmd snapshot ls' -l json -d 'Print a JSON list'
+complete -c agsx -n '__agsx_cmd snapshot ls' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd snapshot ls' -a '(__agsx_sandbox_names)' -d Sandbox
+complete -c agsx -n '__agsx_cmd snapshot rm' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd snapshot rm' -a '(__agsx_sandbox_names)' -d Sandbox
+complete -c agsx -n '__agsx_cmd rollback' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd rollback' -a '(__agsx_sandbox_names)' -d Sandbox
 
 # agsx port
 complete -c agsx -n '__agsx_cmd port' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd port' -a '(__agsx_sandbox_names)' -d Sandbox
+
+# agsx serve
+complete -c agsx -n '__agsx_cmd serve' -l listen -x -d 'Listen here (default 127.0.0.1:3000)'
+complete -c agsx -n '__agsx_cmd serve' -l listen-public -d 'Allow a non-loopback --listen (risky)'
+complete -c agsx -n '__agsx_cmd serve' -l api-key -x -d 'The API key (default $AGSX_API_KEY, else the key file)'
+complete -c agsx -n '__agsx_cmd serve' -l api-key-file -r -F -d 'Read (or generate) the key here'
+complete -c agsx -n '__agsx_cmd serve' -l network -x -a 'internal public' -d 'Network of sandboxes allowed internet access'
+complete -c agsx -n '__agsx_cmd serve' -l template -x -d 'Map a templateID to an image: NAME=IMAGE'
+complete -c agsx -n '__agsx_cmd serve' -l default-user -x -d "envd's default user"
+complete -c agsx -n '__agsx_cmd serve' -s h -l help -d 'Show this help'
+
+# agsx code
+complete -c agsx -n '__agsx_cmd code' -s c -l context -x -d 'Run in context ID (an id or a unique prefix)'
+complete -c agsx -n '__agsx_cmd code' -s l -l language -x -a 'python bash javascript' -d "Use LANG's default context"
+complete -c agsx -n '__agsx_cmd code' -l json -d 'Print the whole execution as one JSON document'
+complete -c agsx -n '__agsx_cmd code' -l save -x -a '(__fish_complete_directories)' -d 'Write image results as files into DIR'
+complete -c agsx -n '__agsx_cmd code' -l timeout -x -d 'Interrupt the cell after DURATION'
+complete -c agsx -n '__agsx_cmd code' -s e -l env -x -d 'Set an environment variable for this execution only'
+complete -c agsx -n '__agsx_cmd code' -l output-limit -x -d 'Keep at most SIZE of stdout+stderr'
+complete -c agsx -n '__agsx_cmd code' -l list -d "List the sandbox's contexts"
+complete -c agsx -n '__agsx_cmd code' -l create -d 'Create a context; print its id'
+complete -c agsx -n '__agsx_cmd code' -s w -l workdir -x -d 'Working directory of a context made with --create'
+complete -c agsx -n '__agsx_cmd code' -l restart -d "Restart the --context's kernel: fresh state"
+complete -c agsx -n '__agsx_cmd code' -l rm -d 'Remove the --context'
+complete -c agsx -n '__agsx_cmd code' -s q -l quiet -d 'With --list: print ids only'
+complete -c agsx -n '__agsx_cmd code' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd code' -a '(__agsx_sandbox_names)' -d Sandbox
 
 # agsx browser
 complete -c agsx -n '__agsx_cmd browser' -l name -x -d 'Name the sandbox (unique; usable wherever an id is)'
@@ -400,6 +500,14 @@ complete -c agsx -n '__agsx_cmd network create' -l rules -r -F -d 'Read allow/de
 complete -c agsx -n '__agsx_cmd network create' -l json -d 'Print the new network as JSON'
 complete -c agsx -n '__agsx_cmd network create' -s h -l help -d 'Show this help'
 
+# agsx network update
+complete -c agsx -n '__agsx_cmd network update' -l allow -x -d 'Allow traffic (replaces every rule)'
+complete -c agsx -n '__agsx_cmd network update' -l deny -x -d 'Deny traffic, e.g. "in tcp/22"'
+complete -c agsx -n '__agsx_cmd network update' -l rules -r -F -d 'Read allow/deny rules from FILE, one per line'
+complete -c agsx -n '__agsx_cmd network update' -l json -d 'Print the network as JSON'
+complete -c agsx -n '__agsx_cmd network update' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd network update' -a '(__agsx_vpc_names)' -d Network
+
 # agsx network ls
 complete -c agsx -n '__agsx_cmd network ls' -s q -l quiet -d 'Print names only'
 complete -c agsx -n '__agsx_cmd network ls' -l json -d 'Print a JSON list'
@@ -424,6 +532,9 @@ complete -c agsx -n '__agsx_cmd build' -s t -l tag -x -d 'Name the image (repeat
 complete -c agsx -n '__agsx_cmd build' -s f -l file -r -F -d 'The Dockerfile (default CONTEXT/Dockerfile)'
 complete -c agsx -n '__agsx_cmd build' -l build-arg -x -d 'Set a build argument (KEY alone: the caller'"'"'s value)'
 complete -c agsx -n '__agsx_cmd build' -l network -x -a 'internal public vpc:' -d 'Network of RUN steps'
+complete -c agsx -n '__agsx_cmd build' -l egress-allow -x -d 'RUN steps may reach only these: NAME, *.NAME, CIDR[:PORT]'
+complete -c agsx -n '__agsx_cmd build' -l egress-deny -x -d 'RUN steps may not reach NAME, *.NAME or CIDR[:PORT]'
+complete -c agsx -n '__agsx_cmd build' -l egress-rules -r -F -d 'Read RUN steps'"'"' egress rules from FILE, one per line'
 complete -c agsx -n '__agsx_cmd build' -l no-cache -d 'Do not use the build cache'
 complete -c agsx -n '__agsx_cmd build' -l pull -x -a 'missing always never' -d 'Pull FROM images: missing (default), always or never'
 complete -c agsx -n '__agsx_cmd build' -l platform -x -a 'linux/amd64' -d 'Target platform: only linux/amd64'

@@ -4,6 +4,9 @@
 #include "net/network.h"
 #include "util/conf.h"
 #include "util/json.h"
+#include "net/conntrack.h"
+#include "net/dnsfilter.h"
+#include "net/egress.h"
 #include "net/nft.h"
 #include "net/relay.h"
 
@@ -17,8 +20,10 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #define NET_JSON_MAX (256 * 1024)
+#define LEASE_MAX (64 * 1024) /* id, kind, and up to AGSX_MAX_SG_RULES rules */
 
 void agsx_network_clear(struct agsx_network *n) {
   free(n->name);
@@ -116,7 +121,10 @@ int agsx_net_dns_upstream(char **ret, agsx_error_t *err) {
   return 0;
 }
 
-int agsx_net_dns_listen(struct agsx_relay **relay, int netns, agsx_error_t *err) {
+int agsx_net_dns_listen(struct agsx_relay **relay, int netns, struct agsx_net_attach *a,
+                        const char *state_dir, agsx_error_t *err) {
+  if (a && agsx_net_egress_wait(a, err) < 0)
+    return -1;
   _cleanup_free_ char *upstream = NULL;
   agsx_error_t uerr = NULL;
   if (agsx_net_dns_upstream(&upstream, &uerr) < 0) {
@@ -133,6 +141,18 @@ int agsx_net_dns_listen(struct agsx_relay **relay, int netns, agsx_error_t *err)
   struct agsx_relay *r = agsx_relay_new(err);
   if (r == NULL)
     return -1;
+  /* Every linked sandbox's relay filters: rules may come with an update. */
+  if (a) {
+    int nflog = a->nflog_fd >= 0 ? fcntl(a->nflog_fd, F_DUPFD_CLOEXEC, 3) : -1;
+    struct agsx_dns_filter *df =
+        agsx_dns_filter_new(a->egress, a->addr, a->net.public_ ? NULL : &a->net.subnet, state_dir,
+                            a->id, nflog, nflog >= 0 ? a->nflog_group : -1, err);
+    if (df == NULL) {
+      agsx_relay_free(r);
+      return agsx_error_wrap(err, "the sandbox's DNS relay");
+    }
+    agsx_relay_set_filter(r, df);
+  }
   agsx_relay_set_limits(r, AGSX_DNS_MAX_CONNS, AGSX_DNS_MAX_FLOWS, AGSX_DNS_UDP_IDLE_MS);
   agsx_relay_set_tcp_timeouts(r, AGSX_DNS_TCP_IDLE_MS, AGSX_DNS_HALF_CLOSED_MS);
   if (agsx_relay_listen(r, AGSX_PROTO_UDP, netns, &in, -1, &target, NULL, err) < 0 ||
@@ -435,7 +455,24 @@ static bool previous_still_there(int fd) {
 /* Takes a free address, from a random place in the subnet so that an
  * address just freed is not handed out again at once; one whose last
  * holder's veth still exists is taken only when nothing else is free. */
-static int lease(struct agsx_net_attach *a, int dir, const char *id, agsx_error_t *err) {
+/* A lease file: the holder's id, its network kind, "egress" when it has
+ * egress rules, then "sg RULE" for each of a vpc member's own rules (for
+ * agsx_network_update). */
+static char *lease_text(const struct agsx_net_attach *a, const char *id,
+                        const struct agsx_sg_rule *rules, size_t n_rules) {
+  char *t = xasprintf("%s\n%s\n%s", id, a->net.public_ ? "public" : "vpc",
+                      a->egress_on ? "egress\n" : "");
+  for (size_t i = 0; i < n_rules; i++) {
+    _cleanup_free_ char *r = agsx_sg_rule_format(&rules[i]);
+    char *old = t;
+    t = xasprintf("%ssg %s\n", old, r);
+    free(old);
+  }
+  return t;
+}
+
+static int lease(struct agsx_net_attach *a, int dir, const char *id,
+                 const struct agsx_sg_rule *rules, size_t n_rules, agsx_error_t *err) {
   const struct agsx_network *n = &a->net;
   uint64_t size = agsx_cidr_size(&n->subnet);
   uint64_t first = 2, count = size - 3; /* network, gateway and broadcast excluded */
@@ -462,7 +499,12 @@ static int lease(struct agsx_net_attach *a, int dir, const char *id, agsx_error_
         close(fd);
         continue;
       }
-      _cleanup_free_ char *text = xasprintf("%s\n%s\n", id, n->public_ ? "public" : "vpc");
+      /* A holder with egress rules that did not end cleanly left what it
+       * learnt: the new one must not inherit it (add_egress). */
+      char prev[128] = "";
+      if (pread(fd, prev, sizeof(prev) - 1, 0) > 0 && strstr(prev, "\negress\n"))
+        a->stale_learnt = true;
+      _cleanup_free_ char *text = lease_text(a, id, rules, n_rules);
       if (ftruncate(fd, 0) < 0 || pwrite(fd, text, strlen(text), 0) != (ssize_t)strlen(text)) {
         int e = errno;
         close(fd);
@@ -498,6 +540,10 @@ static const char base_rules[] =
     "172.16.0.0/12, 192.168.0.0/16 }; }\n"
     "  map egress { type ifname . ipv4_addr : verdict; }\n"
     "  map ingress { type ifname . ipv4_addr : verdict; }\n"
+    /* Sandboxes with egress rules, by address (egress.h). */
+    "  map xmap { type ipv4_addr : verdict; }\n"
+    "  set xa { type ipv4_addr . ipv4_addr; flags timeout; }\n"
+    "  set xp { type ipv4_addr . ipv4_addr . inet_service; flags timeout; }\n"
     "  chain input {\n"
     "    type filter hook input priority filter - 5; policy accept;\n"
     "    iifname @bridges ct state established,related accept\n"
@@ -507,6 +553,8 @@ static const char base_rules[] =
     "    type filter hook forward priority filter - 5; policy accept;\n"
     "    iifname @bridges meta nfproto ipv6 drop\n"
     "    oifname @bridges meta nfproto ipv6 drop\n"
+    /* Before established flows pass: a live update cuts them (egress.h). */
+    "    iifname @bridges ip saddr vmap @xmap\n"
     "    iifname @bridges ct state established,related accept\n"
     "    oifname @bridges ct state established,related accept\n"
     "    iifname @bridges ct state invalid drop\n"
@@ -709,6 +757,94 @@ static int add_member(struct agsx_net_attach *a, const struct agsx_sg_rule *rule
   return 0;
 }
 
+/* The sandbox's egress chain and sets (egress.h), when it has rules: in
+ * place before its veth exists, so nothing leaves unfiltered. */
+/* The egress transaction runs in a grandchild, meanwhile: libnftables
+ * takes milliseconds (its cache, the commit) that the rest of the start
+ * (image, configuration, seccomp, the namespace) overlaps. Its result comes
+ * back through A->egress_pipe ("" or the error), which agsx_net_egress_wait
+ * reads before the sandbox's command can run (the DNS relay's set-up), so
+ * nothing leaves unfiltered. A double fork: the detached supervisor, which
+ * reads the result, is not its parent. */
+static int add_egress(struct agsx_net_attach *a, agsx_error_t *err) {
+  if (!a->egress_on)
+    return 0;
+  /* The log's nflog group is bound here, so that one transaction makes
+   * everything (the supervisor's relay takes the socket over). */
+  a->nflog_fd = agsx_dns_filter_nflog_open(&a->nflog_group);
+  if (a->stale_learnt && agsx_egress_forget(a->addr, err) < 0)
+    return agsx_error_wrap(err, "egress rules: what a crashed sandbox learnt");
+  _cleanup_free_ char *cmds = agsx_egress_nft_cmds(
+      a->egress, a->addr, a->net.public_ ? NULL : &a->net.subnet, true, a->nflog_group);
+  if (agsx_nft_load(err) < 0)
+    return agsx_error_wrap(err, "egress rules");
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) < 0)
+    return agsx_error_set(err, errno, "egress rules: pipe");
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (fork() == 0) {
+      agsx_close_all_except(&p[1], 1); /* no lease lock or other fd outlives its holder */
+      agsx_error_t e = NULL;
+      const char *msg = agsx_nft_run(cmds, NULL, &e) < 0 ? e->msg : "";
+      if (write(p[1], msg, strlen(msg) + 1) < 0) {
+      }
+      _exit(0);
+    }
+    _exit(0);
+  }
+  close(p[1]);
+  if (pid < 0) {
+    close(p[0]);
+    return agsx_error_set(err, errno, "egress rules: fork");
+  }
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+  }
+  a->egress_pipe = p[0];
+  a->egress_chains = true; /* (removing what failed to be made fails quietly) */
+  return 0;
+}
+
+int agsx_net_egress_wait(struct agsx_net_attach *a, agsx_error_t *err) {
+  if (a->egress_pipe < 0)
+    return 0;
+  char buf[1024];
+  size_t n = 0;
+  for (;;) {
+    ssize_t r = read(a->egress_pipe, buf + n, sizeof(buf) - 1 - n);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0 || (n += (size_t)r) == sizeof(buf) - 1 || memchr(buf, '\0', n))
+      break;
+  }
+  agsx_closep(&a->egress_pipe);
+  buf[n] = '\0';
+  if (n == 0)
+    return agsx_error_set_quiet(err, EIO, "egress rules: their transaction did not finish"), -1;
+  if (buf[0])
+    return agsx_error_set_quiet(err, EIO, "egress rules: %s", buf), -1;
+  return 0;
+}
+
+/* What a lease file says a crashed holder left: vpc chains, egress chains. */
+static void lease_leftovers(const char *bridge, const char *text, uint32_t addr, bool dry_run) {
+  if (dry_run || text == NULL)
+    return;
+  _cleanup_free_ char *cmds = NULL;
+  if (strstr(text, "\nvpc\n"))
+    cmds = member_delete_cmds(bridge, addr);
+  agsx_error_t nerr = NULL;
+  if (cmds)
+    agsx_nft_run(cmds, NULL, &nerr); /* gone already when the sandbox ended cleanly */
+  agsx_error_free(&nerr);
+  if (strstr(text, "\negress\n")) { /* (also when an update gave it rules) */
+    _cleanup_free_ char *x = agsx_egress_nft_delete_cmds(addr);
+    agsx_egress_forget(addr, NULL);
+    agsx_nft_run(x, NULL, &nerr);
+    agsx_error_free(&nerr);
+  }
+}
+
 /* ---- bridges ---------------------------------------------------------------------------------- */
 
 static int global_lock(agsx_error_t *err) {
@@ -801,6 +937,24 @@ static int bridge_ensure(const struct agsx_network *n, int *ret_ifindex, agsx_er
 
 /* ---- attach ----------------------------------------------------------------------------------- */
 
+/* A vpc's rules again, under its lease directory's lock: agsx_network_update
+ * changes them under that lock, exclusively, so a member made meanwhile
+ * gets the new ones. */
+static int reload_rules(const char *root, struct agsx_net_attach *a, agsx_error_t *err) {
+  if (a->net.public_)
+    return 0;
+  struct agsx_network now;
+  if (agsx_network_load(root, a->net.name, &now, err) < 0) {
+    agsx_net_attach_end(a);
+    return -1;
+  }
+  free(a->net.rules);
+  a->net.rules = steal_ptr(&now.rules);
+  a->net.n_rules = now.n_rules;
+  agsx_network_clear(&now);
+  return 0;
+}
+
 int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char *name,
                           const struct agsx_sg_rule *rules, size_t n_rules, const char *id,
                           struct agsx_net_attach *a, agsx_error_t *err) {
@@ -808,6 +962,10 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
   a->watch_fd = -1;
   a->chains = false;
   a->cut = false;
+  a->egress_on = a->egress && a->egress->n > 0;
+  a->egress_chains = false;
+  a->nflog_fd = a->nflog_group = a->egress_pipe = -1;
+  a->stale_learnt = false;
   int r = mode == AGSX_NET_PUBLIC ? agsx_network_public(&a->net, err)
                                   : agsx_network_load(root, name, &a->net, err);
   if (r < 0)
@@ -824,11 +982,11 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
     return -1;
   /* Shared: gc takes it exclusively to remove a bridge no lease holds. */
   _cleanup_close_ int lock = agsx_lock_at(dir, ".lock", false, err);
-  if (lock < 0 || lease(a, dir, id, err) < 0)
+  if (lock < 0 || lease(a, dir, id, rules, n_rules, err) < 0 || reload_rules(root, a, err) < 0)
     return -1;
   int ifindex = 0;
   if (bridge_ensure(&a->net, &ifindex, err) < 0 ||
-      (!a->net.public_ && add_member(a, rules, n_rules, err) < 0)) {
+      (!a->net.public_ && add_member(a, rules, n_rules, err) < 0) || add_egress(a, err) < 0) {
     agsx_net_attach_end(a);
     return -1;
   }
@@ -850,13 +1008,38 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
 }
 
 void agsx_net_attach_disown(struct agsx_net_attach *a) {
+  a->egress_chains = false;
+  agsx_closep(&a->nflog_fd);
+  agsx_closep(&a->egress_pipe);
   agsx_closep(&a->lease_fd);
   agsx_closep(&a->watch_fd);
   a->chains = false;
   agsx_network_clear(&a->net);
 }
 
+/* Did an update give the sandbox egress rules (agsx_net_egress_update)? */
+static bool lease_says_egress(int fd) {
+  _cleanup_free_ char *text = NULL;
+  size_t len;
+  if (fd < 0 || lseek(fd, 0, SEEK_SET) < 0 || agsx_read_fd(fd, LEASE_MAX, &text, &len, NULL) < 0)
+    return false;
+  return strstr(text, "\negress\n") != NULL;
+}
+
 void agsx_net_attach_end(struct agsx_net_attach *a) {
+  agsx_net_egress_wait(a, NULL); /* made before it is removed */
+  if (a->egress_chains || lease_says_egress(a->lease_fd)) {
+    agsx_error_t err = NULL;
+    _cleanup_free_ char *cmds = agsx_egress_nft_delete_cmds(a->addr);
+    /* (apart: an element expiring meanwhile fails its delete, and must not
+     * fail the chains') An address reused must not inherit what it learnt. */
+    agsx_egress_forget(a->addr, NULL);
+    if (agsx_nft_run(cmds, NULL, &err) < 0 && !a->cut && a->egress_chains)
+      agsx_warn("network `%s`: remove the egress rules of %08x: %s", a->net.name, a->addr,
+                err->msg);
+    agsx_error_free(&err);
+    a->egress_chains = false;
+  }
   if (a->chains) {
     agsx_error_t err = NULL;
     _cleanup_free_ char *cmds = member_delete_cmds(a->net.bridge, a->addr);
@@ -876,14 +1059,26 @@ void agsx_net_attach_end(struct agsx_net_attach *a) {
   }
   agsx_closep(&a->lease_fd);
   agsx_closep(&a->watch_fd);
+  agsx_closep(&a->nflog_fd);
   agsx_network_clear(&a->net);
+}
+
+/* Is sandbox ADDR's egress chain hooked in (its xmap element)? */
+static bool egress_present(uint32_t addr) {
+  char ip[16];
+  _cleanup_free_ char *cmd =
+      xasprintf("get element " TABLE " xmap { %s }\n", agsx_ipv4_format(addr, ip));
+  agsx_error_t e = NULL;
+  bool ok = agsx_nft_run(cmd, NULL, &e) == 0;
+  agsx_error_free(&e);
+  return ok;
 }
 
 int agsx_net_attach_watch(struct agsx_net_attach *a, char **ret_cut, agsx_error_t *err) {
   *ret_cut = NULL;
   bool removed, ok;
   const char *why;
-  if (agsx_nft_watch_read(a->watch_fd, "agsx", &removed) < 0)
+  if (agsx_nft_watch_read(a->watch_fd, "agsx", a->addr, &removed) < 0)
     return agsx_error_set(err, errno, "network `%s`: watch the firewall rules", a->net.name);
   if (!removed || a->cut)
     return 0;
@@ -892,6 +1087,8 @@ int agsx_net_attach_watch(struct agsx_net_attach *a, char **ret_cut, agsx_error_
   if (firewall_intact(&a->net, member, &ok, &why, err) < 0 ||
       (!ok && firewall_intact(&a->net, member, &ok, &why, err) < 0))
     return agsx_error_wrap(err, "network `%s`: check the firewall rules", a->net.name);
+  if (ok && lease_says_egress(a->lease_fd) && !(egress_present(a->addr) || egress_present(a->addr)))
+    why = "its egress rules are gone", ok = false;
   if (ok)
     return 0;
   if (agsx_net_link_delete(a->link.host_ifname, err) < 0)
@@ -976,17 +1173,11 @@ static int bridge_remove(const char *bridge, int dir, bool dry_run,
     _cleanup_free_ char *text = NULL;
     size_t len = 0;
     agsx_error_t rerr = NULL;
-    agsx_read_file_at(dir, e->d_name, 4096, &text, &len, &rerr);
+    agsx_read_file_at(dir, e->d_name, LEASE_MAX, &text, &len, &rerr);
     agsx_error_free(&rerr);
-    if (text && strstr(text, "\nvpc\n")) {
-      uint32_t addr;
-      if (agsx_ipv4_parse(e->d_name, &addr, NULL) == 0 && !dry_run) {
-        _cleanup_free_ char *cmds = member_delete_cmds(bridge, addr);
-        agsx_error_t nerr = NULL;
-        agsx_nft_run(cmds, NULL, &nerr); /* gone already when the sandbox ended cleanly */
-        agsx_error_free(&nerr);
-      }
-    }
+    uint32_t addr;
+    if (agsx_ipv4_parse(e->d_name, &addr, NULL) == 0)
+      lease_leftovers(bridge, text, addr, dry_run);
     if (!dry_run)
       unlinkat(dir, e->d_name, 0);
   }
@@ -1140,19 +1331,15 @@ int agsx_net_gc(bool dry_run, void (*report)(const char *what, void *data), void
           continue;
         _cleanup_free_ char *text = NULL;
         size_t len = 0;
-        agsx_read_fd(fd, 4096, &text, &len, NULL);
+        agsx_read_fd(fd, LEASE_MAX, &text, &len, NULL);
         uint32_t addr;
-        if (text && strstr(text, "\nvpc\n") && agsx_ipv4_parse(le->d_name, &addr, NULL) == 0) {
+        if (text && (strstr(text, "\nvpc\n") || strstr(text, "\negress\n")) &&
+            agsx_ipv4_parse(le->d_name, &addr, NULL) == 0) {
           if (report) {
             _cleanup_free_ char *what = xasprintf("rules of %s on %s", le->d_name, e->d_name);
             report(what, data);
           }
-          if (!dry_run) {
-            _cleanup_free_ char *cmds = member_delete_cmds(e->d_name, addr);
-            agsx_error_t nerr = NULL;
-            agsx_nft_run(cmds, NULL, &nerr);
-            agsx_error_free(&nerr);
-          }
+          lease_leftovers(e->d_name, text, addr, dry_run);
         }
         if (!dry_run && ftruncate(fd, 0) < 0) {
         }
@@ -1179,5 +1366,306 @@ int agsx_net_gc(bool dry_run, void (*report)(const char *what, void *data), void
     }
     agsx_error_free(&nerr);
   }
+  return r;
+}
+
+/* ---- live egress updates ---------------------------------------------------------------------- */
+
+/* Is learnt element K still allowed by E? (A truncated name is not.) */
+static bool learnt_allowed(const struct agsx_egress *e, const char *name, uint16_t port) {
+  bool any;
+  uint16_t ports[16];
+  size_t n = 0;
+  if (name[0] == '~' || name[0] == '\0' ||
+      !agsx_egress_name_allowed(e, name, &any, ports, 16, &n) || !agsx_egress_has_allow(e))
+    return false;
+  if (port == 0)
+    return any;
+  for (size_t i = 0; i < n; i++)
+    if (ports[i] == port)
+      return true;
+  return false;
+}
+
+struct keep_ctx {
+  const struct agsx_egress *e;
+  const struct agsx_network *net;
+  struct agsx_egress_learnt *l; /* what stays */
+};
+
+static bool keep_flow(void *data, const struct agsx_ct_flow *f) {
+  const struct keep_ctx *k = data;
+  bool tcpudp = f->proto == 6 || f->proto == 17, denied;
+  bool allowed = agsx_egress_cidr_allowed(k->e, f->dst, tcpudp ? f->dport : 0, &denied);
+  if (denied)
+    return false;
+  if (!agsx_egress_has_allow(k->e) || allowed ||
+      (!k->net->public_ && agsx_cidr_contains(&k->net->subnet, f->dst)))
+    return true;
+  for (size_t i = 0; i < k->l->n; i++)
+    if (k->l->v[i].addr == f->dst &&
+        (k->l->v[i].port == 0 || (tcpudp && k->l->v[i].port == f->dport)))
+      return true;
+  return false;
+}
+
+/* Marks the lease: its egress objects go with it (agsx_net_attach_end, gc). */
+static void lease_mark_egress(const struct agsx_network *n, uint32_t addr, const char *id) {
+  char ip[16];
+  _cleanup_free_ char *path =
+      xasprintf("%s/%s/%s", AGSX_NET_RUN_DIR, n->bridge, agsx_ipv4_format(addr, ip));
+  _cleanup_close_ int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  _cleanup_free_ char *text = NULL;
+  size_t len = 0;
+  if (fd < 0 || agsx_read_fd(fd, LEASE_MAX, &text, &len, NULL) < 0 || len < 33 ||
+      strncmp(text, id, 32) != 0 || strstr(text, "\negress\n"))
+    return;
+  if (pwrite(fd, "egress\n", 7, (off_t)len) != 7) {
+  }
+}
+
+/* The lease says no egress any more: before the rules go, so that the
+ * supervisor's watch does not take their removal for an attack. */
+static void lease_unmark_egress(const struct agsx_network *n, uint32_t addr, const char *id) {
+  char ip[16];
+  _cleanup_free_ char *path =
+      xasprintf("%s/%s/%s", AGSX_NET_RUN_DIR, n->bridge, agsx_ipv4_format(addr, ip));
+  _cleanup_close_ int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  _cleanup_free_ char *text = NULL;
+  size_t len = 0;
+  if (fd < 0 || agsx_read_fd(fd, LEASE_MAX, &text, &len, NULL) < 0 || len < 33 ||
+      strncmp(text, id, 32) != 0)
+    return;
+  char *e = strstr(text, "\negress\n");
+  if (e == NULL)
+    return;
+  memmove(e + 1, e + 8, strlen(e + 8) + 1);
+  if (pwrite(fd, text, strlen(text), 0) < 0 || ftruncate(fd, (off_t)strlen(text)) < 0) {
+  }
+}
+
+int agsx_net_egress_update(const char *root, const char *state_dir, const char *id,
+                           const char *network, const char *address, const struct agsx_egress *e,
+                           size_t *ret_cut, agsx_error_t *err) {
+  *ret_cut = 0;
+  enum agsx_net_mode mode;
+  const char *name = NULL;
+  uint32_t addr;
+  if (network == NULL || agsx_net_mode_parse(network, &mode, &name, err) < 0 ||
+      mode == AGSX_NET_INTERNAL)
+    return agsx_error_set_quiet(err, EINVAL,
+                                "egress rules are for sandboxes on the public or a vpc network"),
+           -1;
+  if (address == NULL || agsx_ipv4_parse(address, &addr, err) < 0)
+    return agsx_error_set_quiet(err, EINVAL, "the sandbox has no address recorded"), -1;
+  struct agsx_network n;
+  if ((mode == AGSX_NET_PUBLIC ? agsx_network_public(&n, err)
+                               : agsx_network_load(root, name, &n, err)) < 0)
+    return -1;
+  _cleanup_free_ char *dpath = xasprintf("%s/%s", state_dir, id);
+  _cleanup_close_ int dir = open(dpath, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int r = -1;
+  struct agsx_egress_learnt old = {0}, keep = {0};
+  _cleanup_free_ char *cmds = NULL, *probe = NULL, *json = agsx_egress_to_json(e);
+  _cleanup_close_ int lock = dir < 0 ? -1 : agsx_lock_at(dir, "egress.lock", true, err);
+  if (dir < 0)
+    agsx_error_set(err, errno, "open `%s`", dpath);
+  if (lock < 0)
+    goto out;
+  /* The relay reads the rules from here: first, so that no name the new
+   * rules deny gets addresses after the sets are cleaned. */
+  if (agsx_write_file_atomic(dir, "egress.json", json, strlen(json), 0600, err) < 0)
+    goto out;
+  probe = xasprintf("list chain " TABLE " x_%08x\n", addr);
+  agsx_error_t perr = NULL;
+  bool exists = agsx_nft_run(probe, NULL, &perr) == 0;
+  agsx_error_free(&perr);
+  if (e->n == 0) {
+    lease_unmark_egress(&n, addr, id);
+    cmds = exists ? agsx_egress_nft_delete_cmds(addr) : NULL;
+    if (exists && agsx_egress_forget(addr, err) < 0)
+      goto out;
+  } else {
+    /* (a chain made anew: what a crashed holder of the address learnt goes) */
+    if (exists ? agsx_egress_learnt_list(addr, &old, err) < 0 : agsx_egress_forget(addr, err) < 0)
+      goto out;
+    cmds = agsx_egress_nft_cmds(e, addr, n.public_ ? NULL : &n.subnet, !exists, -1);
+    for (size_t i = 0; i < old.n; i++) {
+      if (learnt_allowed(e, old.v[i].name, old.v[i].port)) {
+        keep.v = xrealloc(keep.v, (keep.n + 1) * sizeof(*keep.v));
+        keep.v[keep.n] = old.v[i];
+        keep.v[keep.n++].name = NULL;
+        continue;
+      }
+      agsx_egress_learnt_delete_cmd(&cmds, addr, &old, i);
+    }
+  }
+  if (cmds && agsx_nft_run(cmds, NULL, err) < 0) {
+    agsx_error_wrap(err, "egress rules");
+    goto out;
+  }
+  if (e->n)
+    lease_mark_egress(&n, addr, id);
+  struct keep_ctx k = {e, &n, &keep};
+  r = e->n == 0 ? 0 : agsx_conntrack_cut(addr, false, keep_flow, &k, ret_cut, err);
+out:
+  agsx_egress_learnt_clear(&old);
+  agsx_egress_learnt_clear(&keep);
+  agsx_network_clear(&n);
+  return r;
+}
+
+/* ---- live security-group updates -------------------------------------------------------------- */
+
+struct member {
+  uint32_t addr;
+  struct agsx_sg_rule *rules; /* its own (the lease's "sg" lines) */
+  size_t n_rules;
+};
+
+/* The running members of N's bridge (held leases of vpc sandboxes). */
+static int members_of(const struct agsx_network *n, int dir, struct member **ret, size_t *ret_n,
+                      agsx_error_t *err) {
+  *ret = NULL;
+  *ret_n = 0;
+  _cleanup_dir_ DIR *d = agsx_dir_stream(dir);
+  if (d == NULL)
+    return agsx_error_set(err, errno, "list the leases of network `%s`", n->name);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    uint32_t addr;
+    if (!is_lease_name(e->d_name) || !lease_held(dir, e->d_name) ||
+        agsx_ipv4_parse(e->d_name, &addr, NULL) < 0)
+      continue;
+    _cleanup_free_ char *text = NULL;
+    size_t len;
+    agsx_error_t rerr = NULL;
+    if (agsx_read_file_at(dir, e->d_name, LEASE_MAX, &text, &len, &rerr) < 0 ||
+        !strstr(text, "\nvpc\n")) {
+      agsx_error_free(&rerr);
+      continue;
+    }
+    struct member m = {.addr = addr};
+    for (char *l = strstr(text, "\nsg "); l; l = strstr(l + 1, "\nsg ")) {
+      char *end = strchr(l + 4, '\n');
+      _cleanup_free_ char *line = end ? xstrndup(l + 4, (size_t)(end - l - 4)) : xstrdup(l + 4);
+      struct agsx_sg_rule r;
+      if (agsx_sg_rule_parse_line(line, &r, NULL) == 0)
+        agsx_sg_rules_append(&m.rules, &m.n_rules, &r, NULL);
+    }
+    *ret = xrealloc(*ret, (*ret_n + 1) * sizeof(**ret));
+    (*ret)[(*ret_n)++] = m;
+  }
+  return 0;
+}
+
+static bool private_addr(uint32_t a) {
+  static const struct agsx_cidr priv[] = {
+      {0x0a000000, 8}, {0x64400000, 10}, {0xac100000, 12}, {0xc0a80000, 16}};
+  for (size_t i = 0; i < 4; i++)
+    if (agsx_cidr_contains(&priv[i], a))
+      return true;
+  return false;
+}
+
+/* rule_match(), for one flow: PEER is the remote end. */
+static bool rule_hits(const struct agsx_sg_rule *r, uint8_t proto, uint16_t port, uint32_t peer) {
+  if (r->peer.prefix != 0 ? !agsx_cidr_contains(&r->peer, peer)
+                          : (r->allow && !r->in && private_addr(peer)))
+    return false;
+  if (r->proto != AGSX_SG_ALL && r->proto != proto)
+    return false;
+  if (r->port_lo && (proto != AGSX_SG_TCP && proto != AGSX_SG_UDP))
+    return false;
+  return !r->port_lo || (port >= r->port_lo && port <= r->port_hi);
+}
+
+/* The verdict of a member's chain (chain_rules()) on a new flow. */
+static bool sg_allows(const struct agsx_network *n, const struct member *m, bool in, uint8_t proto,
+                      uint16_t port, uint32_t peer) {
+  const struct agsx_sg_rule *sets[2] = {n->rules, m->rules};
+  const size_t counts[2] = {n->n_rules, m->n_rules};
+  for (int pass = 0; pass < 2; pass++)
+    for (int s = 0; s < 2; s++)
+      for (size_t i = 0; i < counts[s]; i++) {
+        const struct agsx_sg_rule *r = &sets[s][i];
+        if (r->allow == (pass == 1) && r->in == in && rule_hits(r, proto, port, peer))
+          return r->allow;
+      }
+  return agsx_cidr_contains(&n->subnet, peer);
+}
+
+struct sg_keep {
+  const struct agsx_network *n;
+  const struct member *m;
+  bool in;
+};
+
+static bool sg_keep_flow(void *data, const struct agsx_ct_flow *f) {
+  const struct sg_keep *k = data;
+  return sg_allows(k->n, k->m, k->in, f->proto, f->dport, k->in ? f->src : f->dst);
+}
+
+int agsx_network_update(const char *root, const char *name, const struct agsx_sg_rule *rules,
+                        size_t n_rules, size_t *ret_members, size_t *ret_cut, agsx_error_t *err) {
+  *ret_members = *ret_cut = 0;
+  struct agsx_network n;
+  if (agsx_network_load(root, name, &n, err) < 0)
+    return -1;
+  struct member *ms = NULL;
+  size_t nm = 0;
+  int r = -1;
+  _cleanup_free_ char *cmds = NULL, *json = NULL, *file = xasprintf("%s.json", n.name);
+  _cleanup_close_ int netdir = networks_dir(root, true, err);
+  _cleanup_close_ int nlock = netdir < 0 ? -1 : agsx_lock_at(netdir, ".lock", true, err);
+  _cleanup_close_ int dir = nlock < 0 ? -1 : lease_dir(n.bridge, true, err);
+  /* Exclusive: no member joins with the old rules meanwhile (reload_rules). */
+  _cleanup_close_ int lock = dir < 0 ? -1 : agsx_lock_at(dir, ".lock", true, err);
+  if (lock < 0)
+    goto out;
+  free(n.rules);
+  n.rules = NULL;
+  n.n_rules = 0;
+  for (size_t i = 0; i < n_rules; i++)
+    if (agsx_sg_rules_append(&n.rules, &n.n_rules, &rules[i], err) < 0)
+      goto out;
+  json = agsx_network_to_json(&n, false);
+  if (members_of(&n, dir, &ms, &nm, err) < 0)
+    goto out;
+  for (size_t i = 0; i < nm; i++) {
+    char e[16], in[16];
+    snprintf(e, sizeof(e), "e_%08x", ms[i].addr);
+    snprintf(in, sizeof(in), "i_%08x", ms[i].addr);
+    const struct agsx_sg_rule *sets[2] = {n.rules, ms[i].rules};
+    const size_t counts[2] = {n.n_rules, ms[i].n_rules};
+    char *old = cmds;
+    cmds =
+        xasprintf("%sflush chain " TABLE " %s\nflush chain " TABLE " %s\n", old ? old : "", e, in);
+    free(old);
+    chain_rules(&cmds, e, false, &n, sets, counts);
+    chain_rules(&cmds, in, true, &n, sets, counts);
+  }
+  /* The definition first: a sandbox started from now on gets the new rules. */
+  if (agsx_write_file_atomic(netdir, file, json, strlen(json), 0600, err) < 0)
+    goto out;
+  if (cmds && agsx_nft_run(cmds, NULL, err) < 0) {
+    agsx_error_wrap(err, "network `%s`: apply the rules to its %zu sandbox%s", n.name, nm,
+                    nm == 1 ? "" : "es");
+    goto out;
+  }
+  *ret_members = nm;
+  r = 0;
+  for (size_t i = 0; i < nm && r == 0; i++)
+    for (int in = 0; in < 2 && r == 0; in++) {
+      struct sg_keep k = {&n, &ms[i], in == 1};
+      size_t cut = 0;
+      r = agsx_conntrack_cut(ms[i].addr, in == 1, sg_keep_flow, &k, &cut, err);
+      *ret_cut += cut;
+    }
+out:
+  for (size_t i = 0; i < nm; i++)
+    free(ms[i].rules);
+  free(ms);
+  agsx_network_clear(&n);
   return r;
 }

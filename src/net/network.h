@@ -62,6 +62,13 @@ int agsx_network_list(const char *root, struct agsx_network **ret, size_t *ret_n
                       agsx_error_t *err);
 /* Removes vpc NAME, its bridge and its rules; refused while a sandbox uses it. */
 int agsx_network_remove(const char *root, const char *name, agsx_error_t *err);
+/* Replaces the rules of vpc NAME by RULES, live: the definition, then one
+ * nft transaction rewriting the chains of every running member (with its
+ * own rules kept), then the members' tracked connections the new rules
+ * refuse are cut (conntrack.h). *RET_MEMBERS: sandboxes updated; *RET_CUT:
+ * connections cut. */
+int agsx_network_update(const char *root, const char *name, const struct agsx_sg_rule *rules,
+                        size_t n_rules, size_t *ret_members, size_t *ret_cut, agsx_error_t *err);
 /* Sandboxes on a network now (leases held). */
 int agsx_network_users(const struct agsx_network *n);
 char *agsx_network_to_json(const struct agsx_network *n, bool with_users);
@@ -85,22 +92,33 @@ char *agsx_resolv_conf_nameserver(const char *text, size_t len);
 #define AGSX_DNS_UDP_IDLE_MS 5000  /* a resolver gives up after 5 s */
 #define AGSX_DNS_TCP_IDLE_MS 10000 /* RFC 7766 6.2.3: servers close idle ones after seconds */
 #define AGSX_DNS_HALF_CLOSED_MS 5000
+/* With egress rules on A (NULL: none), the relay filters (dnsfilter.h),
+ * keeping its log and reading live updates under STATE_DIR/ID; it first
+ * waits for A's egress rules to be in place (agsx_net_egress_wait). */
 struct agsx_relay;
-int agsx_net_dns_listen(struct agsx_relay **relay, int netns, agsx_error_t *err);
+struct agsx_net_attach;
+int agsx_net_dns_listen(struct agsx_relay **relay, int netns, struct agsx_net_attach *a,
+                        const char *state_dir, agsx_error_t *err);
 
 /* One sandbox on a network. */
 struct agsx_net_attach {
   struct agsx_network net;
   int lease_fd;
   uint32_t addr;
-  bool chains;  /* vpc: its chains are in the ruleset */
-  bool cut;     /* cut off: its rules went (agsx_net_attach_watch) */
-  int watch_fd; /* hears changes to the ruleset */
-  char id[33];  /* the sandbox's */
+  bool chains; /* vpc: its chains are in the ruleset */
+  bool cut;    /* cut off: its rules went (agsx_net_attach_watch) */
+  /* Egress rules (net/egress.h), set before agsx_net_attach_begin, borrowed. */
+  const struct agsx_egress *egress;
+  bool egress_on, egress_chains; /* it has some; its chain and sets are in place */
+  int nflog_fd, nflog_group;     /* the blocked log's nflog socket and group, or -1 */
+  bool stale_learnt;             /* the address's last holder crashed with learnt addresses */
+  int egress_pipe;               /* the egress transaction's result, until read */
+  int watch_fd;                  /* hears changes to the ruleset */
+  char id[33];                   /* the sandbox's */
   struct agsx_net_link link;
 };
 #define AGSX_NET_ATTACH_INIT                                                                       \
-  { .lease_fd = -1, .watch_fd = -1 }
+  { .lease_fd = -1, .watch_fd = -1, .nflog_fd = -1, .nflog_group = -1, .egress_pipe = -1 }
 
 /* Leases an address on network MODE/NAME for sandbox ID, makes sure the
  * bridge and the base rules exist and, on a vpc, adds the sandbox's chains
@@ -108,6 +126,10 @@ struct agsx_net_attach {
 int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char *name,
                           const struct agsx_sg_rule *rules, size_t n_rules, const char *id,
                           struct agsx_net_attach *a, agsx_error_t *err);
+/* Waits for the egress rules agsx_net_attach_begin set in motion (they are
+ * made meanwhile, off the start's critical path); fails if they could not
+ * be made. Done at most once; 0 without egress rules. */
+int agsx_net_egress_wait(struct agsx_net_attach *a, agsx_error_t *err);
 /* For the supervisor's poll loop, when A->watch_fd is readable: if the
  * ruleset lost what protects the sandbox (the table, its base chains, the
  * bridge's membership or, on a vpc, the sandbox's chains), cuts the
@@ -140,6 +162,17 @@ int agsx_net_sandbox_check(const char *root, const char *network, const char *id
 void agsx_net_attach_end(struct agsx_net_attach *a);
 /* Lets go of A in a process that handed it to another (run -d's parent). */
 void agsx_net_attach_disown(struct agsx_net_attach *a);
+
+/* Replaces the egress rules (net/egress.h) of running sandbox ID, recorded
+ * on NETWORK at ADDRESS with its state under STATE_DIR, by E (none: the
+ * network's default egress again), live: STATE_DIR/ID/egress.json for its
+ * DNS relay, then one nft transaction (its chain rebuilt, the addresses
+ * learnt for names E no longer allows removed), then its tracked
+ * connections that E refuses are cut (conntrack.h; *RET_CUT of them). */
+struct agsx_egress;
+int agsx_net_egress_update(const char *root, const char *state_dir, const char *id,
+                           const char *network, const char *address, const struct agsx_egress *e,
+                           size_t *ret_cut, agsx_error_t *err);
 
 /* Removes what crashed sandboxes left (stale leases and their chains) and
  * bridges no sandbox uses; the table when no bridge is left. A bridge that

@@ -12,6 +12,8 @@
  * RET_OUT, the output (for list commands) is returned. Errors carry the
  * first line nft reported. */
 int agsx_nft_run(const char *cmds, char **ret_out, agsx_error_t *err);
+/* The same with JSON output (libnftables-json(5)), for list commands. */
+int agsx_nft_run_json(const char *cmds, char **ret_out, agsx_error_t *err);
 /* Loads libnftables (done by agsx_nft_run): tells "no library" apart from
  * a command that failed. */
 int agsx_nft_load(agsx_error_t *err);
@@ -20,7 +22,8 @@ int agsx_nft_load(agsx_error_t *err);
  * of the current network namespace, for a poll loop. */
 int agsx_nft_watch_open(agsx_error_t *err);
 /* Reads what FD heard so far: *RET_REMOVED when anything was removed from
- * table inet TABLE (or messages were lost, so it may have been). */
-int agsx_nft_watch_read(int fd, const char *table, bool *ret_removed);
+ * table inet TABLE (or messages were lost, so it may have been), other
+ * sandboxes' egress objects aside for the sandbox at address SELF (0: none). */
+int agsx_nft_watch_read(int fd, const char *table, uint32_t self, bool *ret_removed);
 
 #endif

@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "net/relay.h"
+#include "net/dnsfilter.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -220,6 +221,7 @@ struct conn {
   bool dead;
   int64_t last_ms;       /* a byte moved, an EOF, the connect began or ended */
   size_t off[2], len[2]; /* buf[i]: read from fd[i], to write to fd[1 - i] */
+  size_t vet[2];         /* filtered: buf[i] up to vet[i] passed the filter */
   char buf[2][AGSX_RELAY_BUF];
 };
 
@@ -249,8 +251,18 @@ struct agsx_relay {
   size_t fds, fd_budget;           /* held by connections and flows; the most */
   int64_t paused_until;            /* TCP listeners not polled before (ms) */
   int backoff_ms;                  /* the next pause */
+  struct agsx_dns_filter *filter;  /* a filtering DNS relay's, or NULL */
   struct agsx_relay_stats st;
 };
+
+void agsx_relay_set_filter(struct agsx_relay *r, struct agsx_dns_filter *f) {
+  agsx_dns_filter_free(r->filter);
+  r->filter = f;
+}
+
+struct agsx_dns_filter *agsx_relay_filter(const struct agsx_relay *r) {
+  return r ? r->filter : NULL;
+}
 
 static int64_t now_ms(void) { return agsx_mono_ns() / 1000000; }
 
@@ -484,6 +496,7 @@ void agsx_relay_free(struct agsx_relay *r) {
   free(r->ls);
   free(r->dgram);
   agsx_closep(&r->home);
+  agsx_dns_filter_free(r->filter);
   free(r);
 }
 
@@ -551,10 +564,17 @@ static void tcp_accept(struct agsx_relay *r, struct listener *l) {
   }
 }
 
-static short conn_events(const struct conn *c, int i) {
+static short conn_events(const struct agsx_relay *r, const struct conn *c, int i) {
   if (c->connecting)
     return i == 1 ? POLLOUT : 0;
   short ev = 0;
+  if (r->filter) { /* messages accumulate; only vetted bytes go out */
+    if (!c->eof[i] && c->len[i] < AGSX_RELAY_BUF)
+      ev |= POLLIN;
+    if (c->vet[1 - i] > c->off[1 - i])
+      ev |= POLLOUT;
+    return ev;
+  }
   if (!c->eof[i] && c->len[i] == 0)
     ev |= POLLIN;
   if (c->len[1 - i] > c->off[1 - i])
@@ -564,6 +584,65 @@ static short conn_events(const struct conn *c, int i) {
 
 /* One direction: fd[d] → buf[d] → fd[1 - d]. Returns -1 on an error (the
  * connection is then reset on both sides). */
+/* Filtered (DNS over TCP): passes whole messages only, each one vetted. */
+static int conn_vet(struct agsx_relay *r, struct conn *c, int d) {
+  while (c->len[d] - c->vet[d] >= 2) {
+    unsigned char *p = (unsigned char *)c->buf[d] + c->vet[d];
+    size_t n = (size_t)(p[0] << 8 | p[1]), m = n;
+    if (n + 2 > AGSX_RELAY_BUF)
+      return -1;
+    if (c->len[d] - c->vet[d] < n + 2)
+      break;
+    enum agsx_dns_verdict v = d == 0 ? agsx_dns_filter_query(r->filter, (char *)p + 2, &m, n)
+                                     : agsx_dns_filter_answer(r->filter, (char *)p + 2, &m);
+    if (v != AGSX_DNS_PASS)
+      return -1;
+    c->vet[d] += n + 2;
+  }
+  return 0;
+}
+
+static int conn_pump_filtered(struct agsx_relay *r, struct conn *c, int d, short rev) {
+  int src = c->fd[d], dst = c->fd[1 - d];
+  if (c->off[d] > 0 && c->off[d] == c->vet[d]) { /* room for the rest of a message */
+    memmove(c->buf[d], c->buf[d] + c->off[d], c->len[d] - c->off[d]);
+    c->len[d] -= c->off[d];
+    c->vet[d] -= c->off[d];
+    c->off[d] = 0;
+  }
+  if (c->len[d] < AGSX_RELAY_BUF && !c->eof[d] && (rev & (POLLIN | POLLHUP | POLLERR))) {
+    ssize_t n = recv(src, c->buf[d] + c->len[d], AGSX_RELAY_BUF - c->len[d], 0);
+    if (n > 0) {
+      c->len[d] += (size_t)n;
+      c->last_ms = now_ms();
+      if (conn_vet(r, c, d) < 0)
+        return -1;
+    } else if (n == 0) {
+      c->eof[d] = true;
+      c->last_ms = now_ms();
+    } else if (errno != EAGAIN && errno != EINTR) {
+      return -1;
+    }
+  }
+  if (c->vet[d] > c->off[d]) {
+    ssize_t n = send(dst, c->buf[d] + c->off[d], c->vet[d] - c->off[d], MSG_NOSIGNAL);
+    if (n < 0 && errno != EAGAIN && errno != EINTR)
+      return -1;
+    if (n > 0) {
+      c->last_ms = now_ms();
+      c->off[d] += (size_t)n;
+    }
+    if (c->off[d] == c->len[d])
+      c->off[d] = c->len[d] = c->vet[d] = 0;
+  }
+  /* At EOF a partial message is never passed on. */
+  if (c->eof[d] && c->vet[d] == c->off[d] && !c->shut[1 - d]) {
+    shutdown(dst, SHUT_WR);
+    c->shut[1 - d] = true;
+  }
+  return 0;
+}
+
 static int conn_pump(struct conn *c, int d, short rev) {
   int src = c->fd[d], dst = c->fd[1 - d];
   if (c->len[d] == 0 && !c->eof[d] && (rev & (POLLIN | POLLHUP | POLLERR))) {
@@ -616,7 +695,7 @@ static void conn_step(struct agsx_relay *r, struct conn *c, short rev0, short re
   }
   short rev[2] = {rev0, rev1};
   for (int d = 0; d < 2; d++)
-    if (conn_pump(c, d, rev[d]) < 0) {
+    if ((r->filter ? conn_pump_filtered(r, c, d, rev[d]) : conn_pump(c, d, rev[d])) < 0) {
       conn_close(r, c, true);
       return;
     }
@@ -675,6 +754,13 @@ static void udp_in(struct agsx_relay *r, struct listener *l) {
     ssize_t n = recvfrom(l->fd, r->dgram, 65536, MSG_DONTWAIT, (struct sockaddr *)&from, &flen);
     if (n < 0)
       return;
+    size_t len = (size_t)n;
+    enum agsx_dns_verdict v =
+        r->filter ? agsx_dns_filter_query(r->filter, r->dgram, &len, 65536) : AGSX_DNS_PASS;
+    if (v == AGSX_DNS_REPLY)
+      sendto(l->fd, r->dgram, len, MSG_DONTWAIT, (const struct sockaddr *)&from, flen);
+    if (v != AGSX_DNS_PASS)
+      continue;
     struct flow *f = NULL;
     for (size_t i = 0; i < r->nf && f == NULL; i++)
       if (r->flows[i]->fd >= 0 && r->flows[i]->l == l &&
@@ -686,7 +772,7 @@ static void udp_in(struct agsx_relay *r, struct listener *l) {
     }
     f->last_ms = now_ms();
     /* A refused send (nothing listens inside yet) just drops it. */
-    if (send(f->fd, r->dgram, (size_t)n, MSG_DONTWAIT) < 0)
+    if (send(f->fd, r->dgram, len, MSG_DONTWAIT) < 0)
       r->st.dropped++;
   }
 }
@@ -701,14 +787,19 @@ static void udp_back(struct agsx_relay *r, struct flow *f) {
       return;
     }
     f->last_ms = now_ms();
-    sendto(f->l->fd, r->dgram, (size_t)n, MSG_DONTWAIT, (const struct sockaddr *)&f->client,
+    size_t len = (size_t)n;
+    if (r->filter && agsx_dns_filter_answer(r->filter, r->dgram, &len) == AGSX_DNS_DROP)
+      continue;
+    sendto(f->l->fd, r->dgram, len, MSG_DONTWAIT, (const struct sockaddr *)&f->client,
            f->client_len);
   }
 }
 
 /* ---- polling -------------------------------------------------------------------------------- */
 
-size_t agsx_relay_nfds(const struct agsx_relay *r) { return r ? r->nl + 2 * r->nc + r->nf : 0; }
+size_t agsx_relay_nfds(const struct agsx_relay *r) {
+  return r ? r->nl + 2 * r->nc + r->nf + agsx_dns_filter_nfds(r->filter) : 0;
+}
 
 size_t agsx_relay_fill(struct agsx_relay *r, struct pollfd *p) {
   if (r == NULL)
@@ -721,7 +812,7 @@ size_t agsx_relay_fill(struct agsx_relay *r, struct pollfd *p) {
   }
   for (size_t i = 0; i < r->nc; i++)
     for (int k = 0; k < 2; k++) {
-      short ev = conn_events(r->conns[i], k);
+      short ev = conn_events(r, r->conns[i], k);
       p[n++] = (struct pollfd){.fd = ev ? r->conns[i]->fd[k] : -1, .events = ev};
     }
   for (size_t i = 0; i < r->nf; i++)
@@ -729,7 +820,7 @@ size_t agsx_relay_fill(struct agsx_relay *r, struct pollfd *p) {
   r->fill_nl = r->nl;
   r->fill_nc = r->nc;
   r->fill_nf = r->nf;
-  return n;
+  return n + agsx_dns_filter_fill(r->filter, p + n);
 }
 
 /* When C is due to be reset (INT64_MAX: never): a connect taking too
@@ -779,7 +870,8 @@ static void compact(struct agsx_relay *r) {
 void agsx_relay_dispatch(struct agsx_relay *r, const struct pollfd *p, size_t n) {
   if (r == NULL)
     return;
-  if (n != r->fill_nl + 2 * r->fill_nc + r->fill_nf)
+  size_t nfilter = agsx_dns_filter_nfds(r->filter);
+  if (n != r->fill_nl + 2 * r->fill_nc + r->fill_nf + nfilter)
     return; /* not the array agsx_relay_fill() made */
   size_t k = 0;
   for (size_t i = 0; i < r->fill_nl; i++, k++) {
@@ -798,6 +890,7 @@ void agsx_relay_dispatch(struct agsx_relay *r, const struct pollfd *p, size_t n)
   for (size_t i = 0; i < r->fill_nf; i++, k++)
     if (p[k].revents && r->flows[i]->fd >= 0 && p[k].fd == r->flows[i]->fd)
       udp_back(r, r->flows[i]);
+  agsx_dns_filter_dispatch(r->filter, p + k, nfilter);
   expire(r);
   compact(r);
   r->fill_nl = r->fill_nc = r->fill_nf = 0;
@@ -819,6 +912,9 @@ int agsx_relay_timeout_ms(const struct agsx_relay *r) {
   }
   if (r->paused_until > now && r->paused_until < next)
     next = r->paused_until;
+  int fms = agsx_dns_filter_timeout_ms(r->filter);
+  if (fms >= 0 && now + fms < next)
+    next = now + fms;
   if (next == INT64_MAX)
     return -1;
   /* (a day at most: an int, and a wake-up costs nothing) */

@@ -123,6 +123,14 @@ size_t agsx_relay_fd_need(const struct agsx_relay *r);
 void agsx_relay_set_fd_budget(struct agsx_relay *r, size_t fds);
 size_t agsx_relay_fd_limit_raise(size_t want);
 
+/* Makes R a filtering DNS relay (net/dnsfilter.h), which then owns F:
+ * every UDP datagram and every TCP message (2-byte length framing) is a
+ * DNS message handed to F each way; a TCP query F refuses, or an answer it
+ * drops, resets the connection. F's fds join R's poll component. */
+struct agsx_dns_filter;
+void agsx_relay_set_filter(struct agsx_relay *r, struct agsx_dns_filter *f);
+struct agsx_dns_filter *agsx_relay_filter(const struct agsx_relay *r);
+
 /* Gives every AGSX_RELAY_NS_LATER listener its connect namespace. */
 int agsx_relay_set_connect_ns(struct agsx_relay *r, int ns, agsx_error_t *err);
 

@@ -269,7 +269,6 @@ int agsx_oci_start(const struct agsx_oci_global *g, const char *id, agsx_error_t
     return agsx_error_set_quiet(err, m.err, "%s", m.text);
   }
   _cleanup_free_ char *state = agsx_oci_state_json(&c.rec, AGSX_OCI_RUNNING);
-  _cleanup_error_ agsx_error_t e = NULL;
   /* A failing poststart hook is an error, the container stays (spec). */
   if (agsx_oci_run_hooks(s, AGSX_OCI_HOOK_POSTSTART, state, err) < 0)
     return -1;

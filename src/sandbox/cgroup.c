@@ -7,14 +7,18 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <linux/magic.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <time.h>
 
-enum ctrl { CTRL_MEMORY, CTRL_CPU, CTRL_PIDS, CTRL_CPUACCT, CTRL_N };
-static const char *const ctrl_name[CTRL_N] = {"memory", "cpu", "pids", "cpuacct"};
+/* CTRL_FREEZER (v1) is never made at creation: agsx_cgroup_freeze makes it
+ * when a sandbox is first paused, so sandboxes that are never paused pay
+ * nothing for it (open, destroy and gc find it like the others). */
+enum ctrl { CTRL_MEMORY, CTRL_CPU, CTRL_PIDS, CTRL_CPUACCT, CTRL_FREEZER, CTRL_N };
+static const char *const ctrl_name[CTRL_N] = {"memory", "cpu", "pids", "cpuacct", "freezer"};
 #define BIT(c) (1u << (c))
 /* v1 hierarchies made for `agsx stats` even without a limit: CPU time and
  * memory use. A convenience: one that cannot be made is skipped. (v2 has
@@ -52,17 +56,9 @@ static void layout_freep(struct layout **l) {
 }
 #define _cleanup_layout_ _cleanup_(layout_freep)
 
-/* True when WORD is one of the items of LIST, separated by commas or white space. */
+/* Controller lists: "cpu,cpuacct" (mountinfo), "cpu memory pids" (cgroup.controllers). */
 static bool list_has(const char *list, const char *word) {
-  size_t wl = strlen(word);
-  for (const char *p = list; *p;) {
-    size_t n = strcspn(p, ", \t\n");
-    if (n == wl && strncmp(p, word, wl) == 0)
-      return true;
-    p += n;
-    p += strspn(p, ", \t\n");
-  }
-  return false;
+  return agsx_list_has(list, word, ", \t\n");
 }
 
 /* mountinfo escapes space, tab, newline and backslash as \ooo. */
@@ -120,12 +116,17 @@ static int layout_scan_v1(struct layout *l, bool restrict_to_root, agsx_error_t 
   return 0;
 }
 
-/* Detected for each call, not cached: a statfs on v2, one mountinfo read on
- * v1, and a long-lived process (the API server) sees the machine's mounts
- * and AGSX_CGROUP_ROOT (tests switch roots with it) as they are now. */
-static int layout_get(struct layout **ret, agsx_error_t *err) {
-  const char *env = getenv("AGSX_CGROUP_ROOT");
-  const char *root = env && *env ? env : AGSX_CGROUP_DEFAULT_ROOT;
+static struct layout *layout_dup(const struct layout *src) {
+  struct layout *l = xzalloc(sizeof(*l));
+  l->root = xstrdup(src->root);
+  l->v2 = src->v2;
+  for (int c = 0; c < CTRL_N; c++)
+    l->mnt[c] = src->mnt[c] ? xstrdup(src->mnt[c]) : NULL;
+  return l;
+}
+
+static int layout_detect(const char *root, bool restrict_to_root, struct layout **ret,
+                         agsx_error_t *err) {
   struct statfs sfs;
   if (statfs(root, &sfs) < 0)
     return agsx_error_set(err, errno, "statfs cgroup root `%s`", root);
@@ -136,11 +137,45 @@ static int layout_get(struct layout **ret, agsx_error_t *err) {
     l->mnt[c] = xstrdup(root);
   /* v1 controllers may live anywhere (/cgroup/memory on old systems); only a
    * root given explicitly limits the search to the mounts below it. */
-  if (!l->v2 && layout_scan_v1(l, env && *env, err) < 0)
+  if (!l->v2 && layout_scan_v1(l, restrict_to_root, err) < 0)
     return -1;
   agsx_debug("cgroup %s at `%s`", l->v2 ? "v2" : "v1", root);
   *ret = steal_ptr(&l);
   return 0;
+}
+
+/* The layout of the last root asked for, detected once (a statfs, and a
+ * mountinfo read on v1: ~50 us, twice per sandbox otherwise). Paths only, no
+ * fds: a cached fd would be inherited by every sandbox init. A root change
+ * (AGSX_CGROUP_ROOT: tests switch roots) detects again; agsx_cgroup_reset
+ * forgets it (a long-lived process after a remount). Callers get a copy. */
+static pthread_mutex_t layout_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct layout *layout_cache;
+
+void agsx_cgroup_reset(void) {
+  pthread_mutex_lock(&layout_lock);
+  layout_free(layout_cache);
+  layout_cache = NULL;
+  pthread_mutex_unlock(&layout_lock);
+}
+
+static int layout_get(struct layout **ret, agsx_error_t *err) {
+  const char *env = getenv("AGSX_CGROUP_ROOT");
+  const char *root = env && *env ? env : AGSX_CGROUP_DEFAULT_ROOT;
+  int r = 0;
+  pthread_mutex_lock(&layout_lock);
+  if (layout_cache == NULL || strcmp(layout_cache->root, root) != 0) {
+    struct layout *l = NULL;
+    r = layout_detect(root, env && *env, &l, err);
+    if (r == 0) {
+      layout_free(layout_cache);
+      layout_cache = l;
+    }
+  }
+  if (r == 0)
+    *ret = layout_dup(layout_cache);
+  pthread_mutex_unlock(&layout_lock);
+  return r;
 }
 
 /* The directory inside each hierarchy that holds the sandbox cgroups. */
@@ -275,6 +310,17 @@ static struct hier *hier_get(struct agsx_cgroup *cg, const char *mnt, enum ctrl 
   return h;
 }
 
+/* True when CG already has the hierarchy mounted at MNT (then noting that it
+ * carries C too). */
+static bool hier_has(struct agsx_cgroup *cg, const char *mnt, enum ctrl c) {
+  for (size_t i = 0; i < cg->n; i++)
+    if (strcmp(cg->h[i].mnt, mnt) == 0) {
+      cg->h[i].ctrls |= BIT(c);
+      return true;
+    }
+  return false;
+}
+
 /* The leaf fd that carries controller C, or -1. v2 has one directory for all. */
 static int hier_fd(struct agsx_cgroup *cg, enum ctrl c) {
   for (size_t i = 0; i < cg->n; i++)
@@ -299,14 +345,18 @@ static unsigned needed_ctrls(const struct agsx_cgroup_limits *lim, const struct 
   return BIT(CTRL_PIDS); /* none mounted: create_v1 says so */
 }
 
-/* mkdir <mnt>/<parent> (racing agsx processes are fine) and open it. */
+/* Opens <mnt>/<parent>, making it first if it is missing (racing agsx
+ * processes are fine). The mount point comes from mountinfo (or the root
+ * agsx was given), not from a sandbox: one path open, and in the usual case
+ * (the parent exists) one syscall. */
 static int hier_open_parent(struct agsx_cgroup *cg, struct hier *h, agsx_error_t *err) {
-  _cleanup_close_ int root = open(h->mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (root < 0)
-    return agsx_error_set(err, errno, "open cgroup mount `%s`", h->mnt);
-  if (mkdirat(root, cg->parent, 0755) < 0 && errno != EEXIST)
-    return agsx_error_set(err, errno, "mkdir `%s` in `%s`", cg->parent, h->mnt);
-  h->parentfd = open_dir_at(root, cg->parent);
+  _cleanup_free_ char *path = xasprintf("%s/%s", h->mnt, cg->parent);
+  h->parentfd = open_dir_at(AT_FDCWD, path);
+  if (h->parentfd < 0 && errno == ENOENT) {
+    if (mkdir(path, 0755) < 0 && errno != EEXIST)
+      return agsx_error_set(err, errno, "mkdir `%s` in `%s`", cg->parent, h->mnt);
+    h->parentfd = open_dir_at(AT_FDCWD, path);
+  }
   if (h->parentfd < 0)
     return agsx_error_set(err, errno, "open `%s` in `%s`", cg->parent, h->mnt);
   return 0;
@@ -479,16 +529,16 @@ int agsx_cgroup_open(const char *name, struct agsx_cgroup **ret, agsx_error_t *e
     return agsx_error_wrap(err, "open cgroup `%s`", name);
   _cleanup_cgroup_ struct agsx_cgroup *cg = cg_new(l->v2, parent, name);
   for (int c = 0; c < CTRL_N; c++) {
-    if (l->mnt[c] == NULL)
-      continue;
-    _cleanup_close_ int root = open(l->mnt[c], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    _cleanup_close_ int pfd = root < 0 ? -1 : open_dir_at(root, parent);
-    _cleanup_close_ int fd = pfd < 0 ? -1 : open_dir_at(pfd, name);
-    if (fd < 0)
+    if (l->mnt[c] == NULL || hier_has(cg, l->mnt[c], c))
+      continue; /* controllers mounted together: already looked there */
+    /* The leaf first: where it is missing (most hierarchies) one syscall. */
+    _cleanup_free_ char *leaf = xasprintf("%s/%s/%s", l->mnt[c], parent, name);
+    _cleanup_close_ int fd = open_dir_at(AT_FDCWD, leaf);
+    _cleanup_free_ char *up = fd < 0 ? NULL : xasprintf("%s/%s", l->mnt[c], parent);
+    _cleanup_close_ int pfd = fd < 0 ? -1 : open_dir_at(AT_FDCWD, up);
+    if (pfd < 0)
       continue;
     struct hier *h = hier_get(cg, l->mnt[c], c);
-    if (h->fd >= 0)
-      continue; /* controllers mounted together: already have it */
     h->parentfd = steal_fd(&pfd);
     h->fd = steal_fd(&fd);
     h->owned = true;
@@ -665,8 +715,200 @@ int agsx_cgroup_usage(struct agsx_cgroup *cg, struct agsx_cgroup_usage *ret) {
   return 0;
 }
 
+/* ---- freezing ----------------------------------------------------------------------------------
+ * v2: cgroup.freeze of the sandbox's cgroup (its exec cgroups are below it:
+ * one write freezes the tree, the kernel moves forks along). v1: the
+ * freezer hierarchy's "<parent>/<name>", made at the first pause; the
+ * sandbox's processes (listed in its other hierarchies, exec cgroups
+ * included) are moved in, frozen, and the lists are read again until a
+ * pass finds nobody left out: a child inherits its parent's cgroup, so
+ * once every process is in a frozen cgroup nothing new can appear. */
+
+#define FREEZE_TIMEOUT_NS (5000 * NSEC_PER_MSEC)
+#define FREEZE_PASSES 64
+
+static struct hier *freezer_hier(struct agsx_cgroup *cg) {
+  for (size_t i = 0; i < cg->n; i++)
+    if ((cg->h[i].ctrls & BIT(CTRL_FREEZER)) && cg->h[i].fd >= 0)
+      return &cg->h[i];
+  return NULL;
+}
+
+static int freezer_make(struct agsx_cgroup *cg, struct hier **ret, agsx_error_t *err) {
+  if ((*ret = freezer_hier(cg)))
+    return 0;
+  _cleanup_layout_ struct layout *l = NULL;
+  if (layout_get(&l, err) < 0)
+    return -1;
+  if (l->mnt[CTRL_FREEZER] == NULL)
+    return agsx_error_set(err, ENOTSUP, "cgroup v1 controller `freezer` is not mounted");
+  if (cg->n >= CTRL_N)
+    return agsx_error_set(err, E2BIG, "too many cgroup hierarchies");
+  struct hier *h = hier_get(cg, l->mnt[CTRL_FREEZER], CTRL_FREEZER);
+  if (h->fd >= 0) /* mounted with another controller we already have */
+    return *ret = h, 0;
+  if (h->parentfd < 0 && hier_open_parent(cg, h, err) < 0)
+    return -1;
+  if (mkdirat(h->parentfd, cg->name, 0755) < 0 && errno != EEXIST)
+    return agsx_error_set(err, errno, "mkdir `%s/%s` in `%s`", cg->parent, cg->name, h->mnt);
+  h->owned = true;
+  h->fd = open_dir_at(h->parentfd, cg->name);
+  if (h->fd < 0)
+    return agsx_error_set(err, errno, "open `%s/%s` in `%s`", cg->parent, cg->name, h->mnt);
+  *ret = h;
+  return 0;
+}
+
+/* The pids of DFD/cgroup.procs and of the cgroups below, into SET. */
+static void collect_pids(int dfd, int depth, struct agsx_strset *set) {
+  _cleanup_free_ char *buf = NULL;
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (agsx_read_file_at(dfd, "cgroup.procs", PROCS_FILE_MAX, &buf, NULL, &e) == 0)
+    for (char *save = NULL, *p = strtok_r(buf, "\n", &save); p; p = strtok_r(NULL, "\n", &save))
+      agsx_strset_add(set, p);
+  if (depth >= TREE_DEPTH_MAX)
+    return;
+  _cleanup_dir_ DIR *d = agsx_dir_stream(dfd);
+  for (struct dirent *de; d && (de = readdir(d));) {
+    if (de->d_type != DT_DIR || de->d_name[0] == '.')
+      continue;
+    _cleanup_close_ int sub = open_dir_at(dfd, de->d_name);
+    if (sub >= 0)
+      collect_pids(sub, depth + 1, set);
+  }
+}
+
+/* Moves into FZ every process of CG's other hierarchies that is in no
+ * freezer cgroup of the sandbox yet; *RET_MOVED counts them. */
+static int freezer_gather(struct agsx_cgroup *cg, struct hier *fz, size_t *ret_moved,
+                          agsx_error_t *err) {
+  _cleanup_strset_ struct agsx_strset in = {0}, all = {0};
+  collect_pids(fz->fd, 0, &in);
+  for (size_t i = 0; i < cg->n; i++)
+    if (&cg->h[i] != fz && cg->h[i].fd >= 0)
+      collect_pids(cg->h[i].fd, 0, &all);
+  *ret_moved = 0;
+  for (size_t i = 0; i < all.n; i++) {
+    if (agsx_strset_has(&in, all.v[i]))
+      continue;
+    _cleanup_error_ agsx_error_t e = NULL;
+    if (write_file(fz->fd, "cgroup.procs", all.v[i], false, &e) < 0) {
+      if (agsx_error_errno(&e) == ESRCH)
+        continue; /* it ended meanwhile */
+      *err = steal_ptr(&e);
+      return agsx_error_wrap(err, "freeze cgroup `%s/%s`", cg->parent, cg->name);
+    }
+    (*ret_moved)++;
+  }
+  return 0;
+}
+
+/* Waits until DFD/FILE says the freeze is complete (v1 freezer.state
+ * FROZEN, v2 cgroup.events "frozen 1"). */
+static int freeze_wait(struct agsx_cgroup *cg, int dfd, agsx_error_t *err) {
+  int64_t deadline = agsx_mono_ns() + FREEZE_TIMEOUT_NS, pause = NSEC_PER_MSEC / 8;
+  for (;;) {
+    _cleanup_free_ char *buf = NULL;
+    uint64_t v = 0;
+    if (agsx_read_file_at(dfd, cg->v2 ? "cgroup.events" : "freezer.state", SMALL_FILE_MAX, &buf,
+                          NULL, err) < 0)
+      return agsx_error_wrap(err, "freeze cgroup `%s/%s`", cg->parent, cg->name);
+    if (cg->v2 ? kv_get(buf, "frozen", &v) && v == 1 : strncmp(buf, "FROZEN", 6) == 0)
+      return 0;
+    if (agsx_mono_ns() > deadline)
+      return agsx_error_set(err, EBUSY, "freeze cgroup `%s/%s`: not frozen after 5 s", cg->parent,
+                            cg->name);
+    sleep_ns(pause);
+    pause = pause < 8 * NSEC_PER_MSEC ? pause * 2 : pause;
+  }
+}
+
+static int freeze_v1(struct agsx_cgroup *cg, agsx_error_t *err) {
+  struct hier *fz;
+  if (freezer_make(cg, &fz, err) < 0)
+    return agsx_error_wrap(err, "freeze cgroup `%s/%s`", cg->parent, cg->name);
+  if (cg->n < 2)
+    return agsx_error_set(err, ENOENT,
+                          "freeze cgroup `%s/%s`: the sandbox has no other cgroup "
+                          "to find its processes in",
+                          cg->parent, cg->name);
+  for (int pass = 0; pass < FREEZE_PASSES; pass++) {
+    size_t moved;
+    if (freezer_gather(cg, fz, &moved, err) < 0)
+      return -1;
+    if (pass > 0 && moved == 0)
+      return 0;
+    if (write_file(fz->fd, "freezer.state", "FROZEN", false, err) < 0)
+      return agsx_error_wrap(err, "freeze cgroup `%s/%s`", cg->parent, cg->name);
+    if (freeze_wait(cg, fz->fd, err) < 0)
+      return -1;
+  }
+  return agsx_error_set(err, EBUSY, "freeze cgroup `%s/%s`: processes kept appearing", cg->parent,
+                        cg->name);
+}
+
+int agsx_cgroup_freeze(struct agsx_cgroup *cg, agsx_error_t *err) {
+  int r;
+  if (cg->v2) {
+    if (cg->n == 0 || cg->h[0].fd < 0)
+      return agsx_error_set(err, EBADF, "cgroup `%s/%s` is not open", cg->parent, cg->name);
+    r = write_file(cg->h[0].fd, "cgroup.freeze", "1", false, err);
+    if (r < 0)
+      agsx_error_wrap(err, "freeze cgroup `%s/%s`", cg->parent, cg->name);
+    else
+      r = freeze_wait(cg, cg->h[0].fd, err);
+  } else {
+    r = freeze_v1(cg, err);
+  }
+  if (r < 0) /* fail open for the processes: a half-frozen sandbox helps nobody */
+    agsx_cgroup_thaw_quiet(cg);
+  return r;
+}
+
+int agsx_cgroup_thaw(struct agsx_cgroup *cg, agsx_error_t *err) {
+  if (cg->v2) {
+    if (cg->n == 0 || cg->h[0].fd < 0)
+      return 0;
+    if (write_file(cg->h[0].fd, "cgroup.freeze", "0", true, err) < 0)
+      return agsx_error_wrap(err, "thaw cgroup `%s/%s`", cg->parent, cg->name);
+    return 0;
+  }
+  struct hier *fz = freezer_hier(cg);
+  if (fz && write_file(fz->fd, "freezer.state", "THAWED", false, err) < 0)
+    return agsx_error_wrap(err, "thaw cgroup `%s/%s`", cg->parent, cg->name);
+  return 0;
+}
+
+void agsx_cgroup_thaw_quiet(struct agsx_cgroup *cg) {
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (agsx_cgroup_thaw(cg, &e) < 0)
+    agsx_debug("%s", e->msg);
+}
+
+bool agsx_cgroup_frozen(struct agsx_cgroup *cg) {
+  _cleanup_free_ char *buf = NULL;
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (cg->v2)
+    return cg->n > 0 && cg->h[0].fd >= 0 &&
+           agsx_read_file_at(cg->h[0].fd, "cgroup.freeze", SMALL_FILE_MAX, &buf, NULL, &e) == 0 &&
+           buf[0] == '1';
+  struct hier *fz = freezer_hier(cg);
+  return fz && agsx_read_file_at(fz->fd, "freezer.state", SMALL_FILE_MAX, &buf, NULL, &e) == 0 &&
+         strncmp(buf, "THAWED", 6) != 0;
+}
+
 /* ---- destruction -------------------------------------------------------------------------------
  */
+
+/* False when the cgroup directory DFD certainly has no child cgroup: kernfs
+ * (cgroup v1 and v2) and tmpfs count a directory's links as 2 + its
+ * subdirectories. Saves listing the ~30 control files of a leaf, twice per
+ * hierarchy at each teardown. A file system that reports another count
+ * (1: "not counted") is listed. */
+static bool may_have_children(int dfd) {
+  struct stat st;
+  return fstat(dfd, &st) < 0 || st.st_nlink != 2;
+}
 
 /* SIGKILLs every process listed in DFD/cgroup.procs and in the cgroups below
  * (cgroup.procs does not list descendants). Sets *any when it found one.
@@ -684,7 +926,7 @@ static void kill_tree(int dfd, int depth, bool *any) {
         *any = true;
     }
   }
-  if (depth >= TREE_DEPTH_MAX)
+  if (depth >= TREE_DEPTH_MAX || !may_have_children(dfd))
     return;
   _cleanup_dir_ DIR *d = agsx_dir_stream(dfd);
   for (struct dirent *de; d && (de = readdir(d));) {
@@ -721,8 +963,14 @@ static int kill_all(struct agsx_cgroup *cg, agsx_error_t *err) {
 /* rmdir DFD/NAME after the cgroups below it; a cgroup directory holds only
  * control files (which rmdir ignores) and child cgroups. */
 static int rmdir_tree(int dfd, const char *name, int depth) {
+  if (unlinkat(dfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
+    return 0; /* no child cgroups: the usual case, one syscall */
+  /* cgroupfs says EBUSY for child cgroups (and for tasks still exiting), a
+   * plain directory ENOTEMPTY. */
+  if (errno != EBUSY && errno != ENOTEMPTY && errno != EEXIST)
+    return -1;
   _cleanup_close_ int fd = depth < TREE_DEPTH_MAX ? open_dir_at(dfd, name) : -1;
-  _cleanup_dir_ DIR *d = fd < 0 ? NULL : agsx_dir_stream(fd);
+  _cleanup_dir_ DIR *d = fd < 0 || !may_have_children(fd) ? NULL : agsx_dir_stream(fd);
   for (struct dirent *de; d && (de = readdir(d));)
     if (de->d_type == DT_DIR && de->d_name[0] != '.')
       rmdir_tree(fd, de->d_name, depth + 1);
@@ -747,6 +995,13 @@ static int hier_remove(struct agsx_cgroup *cg, struct hier *h, agsx_error_t *err
 int agsx_cgroup_destroy(struct agsx_cgroup *cg, agsx_error_t *err) {
   if (cg == NULL)
     return 0;
+  /* Frozen processes do not die of SIGKILL (v1) until thawed: the first
+   * kill pass queues the signal, the thaw lets them act on nothing else. */
+  bool any = false;
+  for (size_t i = 0; i < cg->n; i++)
+    if (cg->h[i].owned && cg->h[i].fd >= 0)
+      kill_tree(cg->h[i].fd, 0, &any);
+  agsx_cgroup_thaw_quiet(cg);
   int r = kill_all(cg, err);
   for (size_t i = 0; i < cg->n; i++)
     if (cg->h[i].owned && cg->h[i].parentfd >= 0 && hier_remove(cg, &cg->h[i], err) < 0)

@@ -6,7 +6,8 @@
  * /sys/fs/cgroup (AGSX_CGROUP_ROOT overrides it): cgroup2 there means v2,
  * anything else means v1 with one mount per controller, found in
  * /proc/self/mountinfo (only mounts under AGSX_CGROUP_ROOT when it is set).
- * Detected at each call, nothing cached. */
+ * The layout is detected once per process and root (paths only, no fds)
+ * and cached until agsx_cgroup_reset(). */
 #ifndef AGSX_CGROUP_H
 #define AGSX_CGROUP_H
 
@@ -91,10 +92,24 @@ struct agsx_cgroup_usage {
   bool has_cpu, has_memory;
 };
 int agsx_cgroup_usage(struct agsx_cgroup *cg, struct agsx_cgroup_usage *ret);
+/* Pauses every process of the cgroup and of the cgroups below (its exec
+ * cgroups) and returns once all are frozen (at most ~5 s, else EBUSY and
+ * thawed again). v2: cgroup.freeze. v1: the freezer hierarchy's cgroup is
+ * made now (not at create: sandboxes never paused pay nothing for it) and
+ * the processes found in the other hierarchies are moved in, until none is
+ * left out; ENOTSUP without a freezer mount, ENOENT when the sandbox has no
+ * other hierarchy to find them in. */
+int agsx_cgroup_freeze(struct agsx_cgroup *cg, agsx_error_t *err);
+/* Thaws it (nothing to do when never frozen). */
+int agsx_cgroup_thaw(struct agsx_cgroup *cg, agsx_error_t *err);
+void agsx_cgroup_thaw_quiet(struct agsx_cgroup *cg);
+/* True while frozen or freezing. */
+bool agsx_cgroup_frozen(struct agsx_cgroup *cg);
 /* Kills every process in the cgroup (v2 cgroup.kill when present; otherwise
  * SIGKILL to each pid of cgroup.procs until empty, for at most ~2 s), then
  * removes the directories (rmdir retried briefly on EBUSY). Idempotent; safe
- * on a half-created cgroup. The parent directory stays. */
+ * on a half-created cgroup. A frozen cgroup is thawed after the first
+ * SIGKILL, so that nothing is left frozen. The parent directory stays. */
 int agsx_cgroup_destroy(struct agsx_cgroup *cg, agsx_error_t *err);
 /* Closes the fds and frees CG; does not remove anything. NULL is fine. */
 void agsx_cgroup_free(struct agsx_cgroup *cg);
@@ -109,6 +124,10 @@ void agsx_cgroup_freep(struct agsx_cgroup **cg);
 int agsx_cgroup_gc(bool (*keep)(const char *name, void *data),
                    void (*report)(const char *what, void *data), void *data, bool dry_run,
                    agsx_error_t *err);
+
+/* Forgets the cached layout: the next call detects it again (a long-lived
+ * process after cgroup mounts changed). Thread-safe. */
+void agsx_cgroup_reset(void);
 
 /* True when NAME is a valid cgroup name for a sandbox: [0-9a-f]{8,64}. */
 bool agsx_cgroup_name_is_valid(const char *name);

@@ -17,6 +17,7 @@
 #define AGSX_SANDBOX_CONTROL_H
 
 #include "sandbox/proc.h"
+#include "sandbox/processes.h"
 #include "state/state.h"
 #include "util/util.h"
 
@@ -66,10 +67,66 @@ struct agsx_control_req {
   bool stop;
   int64_t deadline;    /* seconds, as recorded */
   int64_t deadline_ns; /* exact */
+  int64_t restart_seq; /* agsx rollback's request (sandbox/snapshot.h) */
 };
 /* Reads the request from sandbox ID's record. *RET_RETRY: the read failed
  * for want of fds or memory and should be tried again shortly. */
 int agsx_control_read(int statefd, const char *id, struct agsx_control_req *ret, bool *ret_retry,
                       agsx_error_t *err);
+
+/* ---- the control socket ----
+ * A detached supervisor also listens on STATE/<id>/ctl (SOCK_SEQPACKET,
+ * 0600, peers checked with SO_PEERCRED: root or the supervisor's euid) for
+ * the requests of processes.h: one request message, one reply message.
+ * A message is "AGC1", a u32 (little-endian) length of a JSON object, the
+ * object, then a payload (input bytes) taking the rest; at most
+ * AGSX_CONTROL_MSG_MAX bytes. Requests: {"op": "start", "argv": [...],
+ * "env": [...], "cwd", "user", "tag", "pty", "cols", "rows", "stdin",
+ * "timeout_ms"}, {"op": "input", "pid", "pty"} + payload, {"op":
+ * "close_stdin", "pid"}, {"op": "signal", "pid", "signal"}, {"op":
+ * "resize", "pid", "cols", "rows"}. Replies: {"ok": true, "pid"} or {"ok":
+ * false, "errno", "code", "error"}. Unknown fields are refused (a client
+ * and a supervisor of different versions must not half-understand). */
+#define AGSX_CONTROL_SOCKET "ctl"
+#define AGSX_CONTROL_JSON_MAX (128u << 10)
+#define AGSX_CONTROL_MSG_MAX (8 + AGSX_CONTROL_JSON_MAX + (64u << 10))
+#define AGSX_CONTROL_ARGS_MAX 4096 /* argv and env entries */
+
+enum agsx_control_op {
+  AGSX_OP_START = 1,
+  AGSX_OP_INPUT,
+  AGSX_OP_CLOSE_STDIN,
+  AGSX_OP_SIGNAL,
+  AGSX_OP_RESIZE,
+};
+
+struct agsx_control_msg {
+  enum agsx_control_op op;
+  uint32_t pid;
+  int signal;
+  bool pty;
+  /* start: the spec, its strings owned by the message */
+  struct agsx_process_spec spec;
+  /* input: the bytes (into the parsed buffer) */
+  const char *data;
+  size_t len;
+};
+/* Parses a request (hostile bytes: bounded, every field checked). */
+int agsx_control_msg_parse(const char *buf, size_t len, struct agsx_control_msg *ret,
+                           agsx_error_t *err);
+/* Encodes a request; NULL with ERR when it exceeds the bounds. */
+char *agsx_control_msg_encode(const struct agsx_control_msg *m, size_t *ret_len, agsx_error_t *err);
+void agsx_control_msg_clear(struct agsx_control_msg *m);
+
+struct agsx_control_reply {
+  bool ok;
+  uint32_t pid;
+  int errno_, code;
+  char *error;
+};
+int agsx_control_reply_parse(const char *buf, size_t len, struct agsx_control_reply *ret,
+                             agsx_error_t *err);
+char *agsx_control_reply_encode(const struct agsx_control_reply *r, size_t *ret_len);
+void agsx_control_reply_clear(struct agsx_control_reply *r);
 
 #endif

@@ -51,34 +51,46 @@ struct side {
 };
 
 /* copy.c */
-void copier_clear(struct copier *c);
-void copier_limits(struct copier *c, const struct agsx_copy_sandbox *sb);
-int account_bytes(struct copier *c, uint64_t n, const char *path, agsx_error_t *err);
-int account_entry(struct copier *c, const char *path, agsx_error_t *err);
-void archive_read_freep(struct archive **a);
-void entry_freep(struct archive_entry **e);
-int open_child(int dfd, const char *name, int flags, mode_t mode);
-int dest_ids(const struct copier *c, const struct stat *st, const char *path, uid_t *ret_uid,
-             gid_t *ret_gid, agsx_error_t *err);
-mode_t dest_mode(const struct copier *c, const struct stat *st);
-int set_meta(const struct copier *c, int fd, const struct stat *st, const char *path,
-             agsx_error_t *err);
-int set_link_meta(const struct copier *c, int dfd, const char *name, const struct stat *st,
-                  const char *path, agsx_error_t *err);
-int remove_nondir(int dfd, const char *name, const char *path, agsx_error_t *err);
-int create_file(int dfd, const char *name, const char *path, agsx_error_t *err);
-int create_link(int dfd, const char *name, const char *target, const char *path, agsx_error_t *err);
-int make_dir(int dfd, const char *name, mode_t mode, const char *path, bool *ret_created,
-             agsx_error_t *err);
-int pwrite_all(int fd, const char *p, size_t n, off_t off);
-int skip_changed(const char *path);
-int open_path(const struct side *s, const char *path, int flags);
-int enter_sandbox_ids(uint32_t base, int *ret_secbits, agsx_error_t *err);
-void leave_sandbox_ids(int secbits);
+void agsx_copy_copier_clear(struct copier *c);
+void agsx_copy_copier_limits(struct copier *c, const struct agsx_copy_sandbox *sb);
+int agsx_copy_account_bytes(struct copier *c, uint64_t n, const char *path, agsx_error_t *err);
+int agsx_copy_account_entry(struct copier *c, const char *path, agsx_error_t *err);
+void agsx_copy_archive_read_freep(struct archive **a);
+void agsx_copy_entry_freep(struct archive_entry **e);
+int agsx_copy_open_child(int dfd, const char *name, int flags, mode_t mode);
+int agsx_copy_dest_ids(const struct copier *c, const struct stat *st, const char *path,
+                       uid_t *ret_uid, gid_t *ret_gid, agsx_error_t *err);
+mode_t agsx_copy_dest_mode(const struct copier *c, const struct stat *st);
+int agsx_copy_set_meta(const struct copier *c, int fd, const struct stat *st, const char *path,
+                       agsx_error_t *err);
+int agsx_copy_set_link_meta(const struct copier *c, int dfd, const char *name,
+                            const struct stat *st, const char *path, agsx_error_t *err);
+int agsx_copy_remove_nondir(int dfd, const char *name, const char *path, agsx_error_t *err);
+int agsx_copy_create_file(int dfd, const char *name, const char *path, agsx_error_t *err);
+int agsx_copy_create_link(int dfd, const char *name, const char *target, const char *path,
+                          agsx_error_t *err);
+int agsx_copy_make_dir(int dfd, const char *name, mode_t mode, const char *path, bool *ret_created,
+                       agsx_error_t *err);
+/* The next data extent of IN at or after OFF and below SIZE, in
+ * [*RET_DATA, *RET_END): 1 with one, 0 when only a hole is left (SEEK_DATA /
+ * SEEK_HOLE; a file system without them reports all of it as data). */
+int agsx_copy_next_extent(int in, off_t off, off_t size, off_t *ret_data, off_t *ret_end,
+                          const char *path, agsx_error_t *err);
+int agsx_copy_pwrite_all(int fd, const char *p, size_t n, off_t off);
+int agsx_copy_skip_changed(const char *path);
+int agsx_copy_open_path(const struct side *s, const char *path, int flags);
+int agsx_copy_enter_sandbox_ids(uint32_t base, int *ret_secbits, agsx_error_t *err);
+/* The same for host ids UID and GID (a sandbox user's base + uid). */
+int agsx_copy_enter_sandbox_user(uint32_t uid, uint32_t gid, int *ret_secbits, agsx_error_t *err);
+/* A file system of the kernel's (proc, sysfs, cgroup, ...): what host root
+ * sees there is more than the sandbox's root may. True when FD's cannot be
+ * told. */
+bool agsx_copy_on_kernel_fs_fd(int fd);
+void agsx_copy_leave_sandbox_ids(int secbits);
 
 /* copy-tar.c */
-int tar_fail(struct archive *a, const char *path, agsx_error_t *err);
-int tar_entry(struct copier *c, const char *path, const struct stat *st, const char *link, int in,
-              agsx_error_t *err);
+int agsx_copy_tar_fail(struct archive *a, const char *path, agsx_error_t *err);
+int agsx_copy_tar_entry(struct copier *c, const char *path, const struct stat *st, const char *link,
+                        int in, agsx_error_t *err);
 
 #endif

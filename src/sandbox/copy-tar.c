@@ -24,7 +24,7 @@
 
 /* ---- the tar destination ------------------------------------------------------------- */
 
-int tar_fail(struct archive *a, const char *path, agsx_error_t *err) {
+int agsx_copy_tar_fail(struct archive *a, const char *path, agsx_error_t *err) {
   int e = archive_errno(a);
   return agsx_error_set(err, 0, "`%s`: tar: %s%s%s", path, archive_error_string(a),
                         e > 0 ? ": " : "", e > 0 ? strerror(e) : "");
@@ -47,14 +47,12 @@ static int data_extents(int in, off_t size, struct extent **ret, size_t *ret_n, 
   *ret_n = 0;
   if (size == 0)
     return 0;
-  for (off_t off = 0; off < size;) {
-    off_t data = lseek(in, off, SEEK_DATA);
-    if (data < 0 && errno == ENXIO)
-      break;
-    off_t hole = data < 0 ? -1 : lseek(in, data, SEEK_HOLE);
-    if (hole < 0)
-      return agsx_error_set(err, errno, "`%s`: seek", path);
-    if (data >= size)
+  off_t data, end;
+  for (off_t off = 0; off < size; off = end) {
+    int r = agsx_copy_next_extent(in, off, size, &data, &end, path, err);
+    if (r < 0)
+      return -1;
+    if (r == 0)
       break;
     if (n == MAX_EXTENTS)
       return 0;
@@ -62,8 +60,7 @@ static int data_extents(int in, off_t size, struct extent **ret, size_t *ret_n, 
       cap = cap ? 2 * cap : 16;
       v = xrealloc(v, cap * sizeof(*v));
     }
-    v[n++] = (struct extent){data, (hole < size ? hole : size) - data};
-    off = hole;
+    v[n++] = (struct extent){data, end - data};
   }
   if (n == 1 && v[0].off == 0 && v[0].len == size)
     return 0;
@@ -84,7 +81,7 @@ static int tar_hole(struct copier *c, off_t len, const char *path, agsx_error_t 
   for (; len > 0;) {
     size_t n = len < (off_t)ZEROS_SIZE ? (size_t)len : ZEROS_SIZE;
     if (archive_write_data(c->tar, c->zeros, n) < 0)
-      return tar_fail(c->tar, path, err);
+      return agsx_copy_tar_fail(c->tar, path, err);
     len -= (off_t)n;
   }
   return 0;
@@ -106,7 +103,7 @@ static int tar_data(struct copier *c, int in, off_t off, off_t len, const char *
       n = (ssize_t)want;
     }
     if (archive_write_data(c->tar, c->buf, (size_t)n) < 0)
-      return tar_fail(c->tar, path, err);
+      return agsx_copy_tar_fail(c->tar, path, err);
     off += n;
     len -= n;
   }
@@ -129,10 +126,10 @@ static int tar_file(struct copier *c, struct archive_entry *e, int in, const str
     data += (uint64_t)v[i].len;
     archive_entry_sparse_add_entry(e, v[i].off, v[i].len);
   }
-  if (account_bytes(c, data, path, err) < 0)
+  if (agsx_copy_account_bytes(c, data, path, err) < 0)
     return -1;
   if (archive_write_header(c->tar, e) != ARCHIVE_OK)
-    return tar_fail(c->tar, path, err);
+    return agsx_copy_tar_fail(c->tar, path, err);
   if (v == NULL)
     return tar_data(c, in, 0, st->st_size, path, err);
   off_t pos = 0;
@@ -146,16 +143,16 @@ static int tar_file(struct copier *c, struct archive_entry *e, int in, const str
 }
 
 /* One tar entry; a regular file's data comes from IN. */
-int tar_entry(struct copier *c, const char *path, const struct stat *st, const char *link, int in,
-              agsx_error_t *err) {
+int agsx_copy_tar_entry(struct copier *c, const char *path, const struct stat *st, const char *link,
+                        int in, agsx_error_t *err) {
   uid_t uid;
   gid_t gid;
-  if (dest_ids(c, st, path, &uid, &gid, err) < 0)
+  if (agsx_copy_dest_ids(c, st, path, &uid, &gid, err) < 0)
     return -1;
-  _cleanup_(entry_freep) struct archive_entry *e = archive_entry_new();
+  _cleanup_(agsx_copy_entry_freep) struct archive_entry *e = archive_entry_new();
   archive_entry_copy_pathname(e, path);
   archive_entry_set_filetype(e, st->st_mode & S_IFMT);
-  archive_entry_set_perm(e, dest_mode(c, st));
+  archive_entry_set_perm(e, agsx_copy_dest_mode(c, st));
   archive_entry_set_uid(e, uid);
   archive_entry_set_gid(e, gid);
   archive_entry_set_mtime(e, st->st_mtim.tv_sec, st->st_mtim.tv_nsec);
@@ -167,10 +164,10 @@ int tar_entry(struct copier *c, const char *path, const struct stat *st, const c
     if (tar_file(c, e, in, st, path, err) < 0)
       return -1;
   } else if (archive_write_header(c->tar, e) != ARCHIVE_OK) {
-    return tar_fail(c->tar, path, err);
+    return agsx_copy_tar_fail(c->tar, path, err);
   }
   if (archive_write_finish_entry(c->tar) != ARCHIVE_OK)
-    return tar_fail(c->tar, path, err);
+    return agsx_copy_tar_fail(c->tar, path, err);
   return 0;
 }
 
@@ -249,9 +246,9 @@ static int walk_parent(struct extract *x, const char *path, bool create, const c
     if (end)
       *end = '\0';
     int at = fd >= 0 ? fd : x->dirfd;
-    int next = open_child(at, p, O_RDONLY | O_DIRECTORY, 0);
+    int next = agsx_copy_open_child(at, p, O_RDONLY | O_DIRECTORY, 0);
     if (next < 0 && errno == ENOENT && create)
-      next = make_dir(at, p, 0755, dir, NULL, err);
+      next = agsx_copy_make_dir(at, p, 0755, dir, NULL, err);
     else if (next < 0)
       agsx_error_set(err, errno == ELOOP ? ENOTDIR : errno, "`%s`: not a directory", dir);
     if (end)
@@ -285,9 +282,9 @@ static int extract_data(struct extract *x, int out, la_int64_t size, const char 
       return agsx_error_set(err, 0, "`%s`: tar: %s", path, archive_error_string(x->a));
     if (off < 0 || off > size || (la_int64_t)len > size - off)
       return agsx_error_set(err, EINVAL, "`%s`: tar: data beyond the entry's size", path);
-    if (account_bytes(x->c, len, path, err) < 0)
+    if (agsx_copy_account_bytes(x->c, len, path, err) < 0)
       return -1;
-    if (len > 0 && pwrite_all(out, buf, len, off) < 0)
+    if (len > 0 && agsx_copy_pwrite_all(out, buf, len, off) < 0)
       return agsx_error_set(err, errno ? errno : EIO, "`%s`: write", path);
   }
   if (ftruncate(out, size) < 0)
@@ -305,7 +302,7 @@ static int extract_hardlink(struct extract *x, int pfd, const char *name, const 
   if (tfd < 0)
     return agsx_error_wrap(err, "`%s`: hard link target", path);
   for (int i = 0; i < 8; i++) {
-    if (remove_nondir(pfd, name, path, err) < 0)
+    if (agsx_copy_remove_nondir(pfd, name, path, err) < 0)
       return -1;
     /* flags 0: a symlink swapped in for the target is linked, not followed */
     if (linkat(tfd, tname, pfd, name, 0) == 0) {
@@ -327,11 +324,11 @@ static int extract_one(struct extract *x, const struct agsx_tarentry *t, int pfd
     st.st_atim = st.st_mtim;
   switch (archive_entry_filetype(e)) {
   case AE_IFREG: {
-    _cleanup_close_ int fd = create_file(pfd, name, path, err);
+    _cleanup_close_ int fd = agsx_copy_create_file(pfd, name, path, err);
     if (fd < 0)
       return -1;
     if (extract_data(x, fd, archive_entry_size(e), path, err) < 0 ||
-        set_meta(x->c, fd, &st, path, err) < 0) {
+        agsx_copy_set_meta(x->c, fd, &st, path, err) < 0) {
       unlinkat(pfd, name, 0); /* never a partial file */
       return -1;
     }
@@ -339,7 +336,7 @@ static int extract_one(struct extract *x, const struct agsx_tarentry *t, int pfd
     return 0;
   }
   case AE_IFDIR: {
-    _cleanup_close_ int fd = make_dir(pfd, name, 0700, path, NULL, err);
+    _cleanup_close_ int fd = agsx_copy_make_dir(pfd, name, 0700, path, NULL, err);
     if (fd < 0)
       return -1;
     x->dirs = xrealloc(x->dirs, (x->ndirs + 1) * sizeof(*x->dirs));
@@ -347,9 +344,9 @@ static int extract_one(struct extract *x, const struct agsx_tarentry *t, int pfd
     return 0;
   }
   case AE_IFLNK: {
-    if (create_link(pfd, name, t->symlink, path, err) < 0)
+    if (agsx_copy_create_link(pfd, name, t->symlink, path, err) < 0)
       return -1;
-    return set_link_meta(x->c, pfd, name, &st, path, err);
+    return agsx_copy_set_link_meta(x->c, pfd, name, &st, path, err);
   }
   default:
     agsx_warn("cp: `%s` is not a regular file, directory or symlink: skipped", path);
@@ -375,13 +372,14 @@ static int finish_dirs(struct extract *x, agsx_error_t *err) {
   for (size_t i = x->ndirs; i-- > 0;) {
     const char *name, *path = x->dirs[i].path;
     _cleanup_close_ int pfd = walk_parent(x, path, false, &name, err);
-    _cleanup_close_ int fd = pfd < 0 ? -1 : open_child(pfd, name, O_RDONLY | O_DIRECTORY, 0);
+    _cleanup_close_ int fd =
+        pfd < 0 ? -1 : agsx_copy_open_child(pfd, name, O_RDONLY | O_DIRECTORY, 0);
     if (fd < 0) {
       agsx_error_free(err);
-      skip_changed(path);
+      agsx_copy_skip_changed(path);
       continue;
     }
-    if (set_meta(x->c, fd, &x->dirs[i].st, path, err) < 0)
+    if (agsx_copy_set_meta(x->c, fd, &x->dirs[i].st, path, err) < 0)
       return -1;
   }
   return 0;
@@ -396,7 +394,7 @@ static int extract_all(struct extract *x, agsx_error_t *err) {
       return finish_dirs(x, err);
     if (r < 0)
       return x->rd.read_failed ? agsx_error_wrap(err, "tar stream") : -1;
-    if (account_entry(x->c, "tar stream", err) < 0)
+    if (agsx_copy_account_entry(x->c, "tar stream", err) < 0)
       return -1;
     if (extract_entry(x, t, err) < 0)
       return -1;
@@ -408,24 +406,24 @@ int agsx_copy_in_tar(const struct agsx_copy_sandbox *sb, int fd, const char *dst
   const struct side sandbox = {sb->rootfd};
   while (*dst == '/')
     dst++;
-  _cleanup_close_ int dirfd = open_path(&sandbox, *dst ? dst : ".", O_PATH | O_DIRECTORY);
+  _cleanup_close_ int dirfd = agsx_copy_open_path(&sandbox, *dst ? dst : ".", O_PATH | O_DIRECTORY);
   if (dirfd < 0)
     return agsx_error_set(err, errno, "destination `/%s` (must be a directory)", dst);
   _cleanup_free_ char *buf = xmalloc(BUF_SIZE);
-  _cleanup_(archive_read_freep) struct archive *a = archive_read_new();
-  _cleanup_(copier_clear) struct copier c = {
+  _cleanup_(agsx_copy_archive_read_freep) struct archive *a = archive_read_new();
+  _cleanup_(agsx_copy_copier_clear) struct copier c = {
       .to_sandbox = true, .base = sb->uid_base, .flags = flags, .buf = buf};
-  copier_limits(&c, sb);
+  agsx_copy_copier_limits(&c, sb);
   struct extract x = {.c = &c, .a = a, .dirfd = dirfd, .cache_fd = -1};
   archive_read_support_format_tar(a);
   archive_read_support_filter_gzip(a);
   if (archive_read_open_fd(a, fd, BUF_SIZE) != ARCHIVE_OK)
     return agsx_error_set(err, 0, "tar stream: %s", archive_error_string(a));
   int secbits;
-  if (enter_sandbox_ids(sb->uid_base, &secbits, err) < 0)
+  if (agsx_copy_enter_sandbox_ids(sb->uid_base, &secbits, err) < 0)
     return -1;
   int r = extract_all(&x, err);
-  leave_sandbox_ids(secbits);
+  agsx_copy_leave_sandbox_ids(secbits);
   extract_clear(&x);
   return r;
 }

@@ -19,7 +19,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-void copier_clear(struct copier *c) {
+void agsx_copy_copier_clear(struct copier *c) {
   free(c->zeros);
   for (size_t i = 0; i < c->n_created; i++)
     free(c->created[i]);
@@ -45,7 +45,7 @@ void agsx_copy_limits_default(struct agsx_copy_limits *lim) {
     lim->max_entries = n;
 }
 
-void copier_limits(struct copier *c, const struct agsx_copy_sandbox *sb) {
+void agsx_copy_copier_limits(struct copier *c, const struct agsx_copy_sandbox *sb) {
   if (sb->limits)
     c->lim = *sb->limits;
   else
@@ -53,7 +53,7 @@ void copier_limits(struct copier *c, const struct agsx_copy_sandbox *sb) {
 }
 
 /* N more bytes of data for the destination, within the copy's limit. */
-int account_bytes(struct copier *c, uint64_t n, const char *path, agsx_error_t *err) {
+int agsx_copy_account_bytes(struct copier *c, uint64_t n, const char *path, agsx_error_t *err) {
   if (n > c->lim.max_bytes - c->bytes)
     return agsx_error_set(err, EFBIG,
                           "`%s`: the copy would write more than its limit of %" PRIu64
@@ -63,7 +63,7 @@ int account_bytes(struct copier *c, uint64_t n, const char *path, agsx_error_t *
   return 0;
 }
 
-int account_entry(struct copier *c, const char *path, agsx_error_t *err) {
+int agsx_copy_account_entry(struct copier *c, const char *path, agsx_error_t *err) {
   if (c->entries >= c->lim.max_entries)
     return agsx_error_set(err, E2BIG,
                           "`%s`: the copy has more than its limit of %" PRIu64
@@ -78,17 +78,17 @@ static void archive_freep(struct archive **a) {
     archive_write_free(*a);
 }
 
-void archive_read_freep(struct archive **a) {
+void agsx_copy_archive_read_freep(struct archive **a) {
   if (*a)
     archive_read_free(*a);
 }
 
-void entry_freep(struct archive_entry **e) {
+void agsx_copy_entry_freep(struct archive_entry **e) {
   if (*e)
     archive_entry_free(*e);
 }
 
-int open_child(int dfd, const char *name, int flags, mode_t mode) {
+int agsx_copy_open_child(int dfd, const char *name, int flags, mode_t mode) {
   return agsx_openat2(dfd, name, flags | O_NOFOLLOW | O_NOCTTY, mode, RESOLVE_CHILD);
 }
 
@@ -105,8 +105,8 @@ static bool changed_errno(int e) {
 /* ---- ownership, modes, times ------------------------------------------------------------ */
 
 /* The uid and gid an entry with source ST gets; (uid_t)-1 keeps the caller. */
-int dest_ids(const struct copier *c, const struct stat *st, const char *path, uid_t *ret_uid,
-             gid_t *ret_gid, agsx_error_t *err) {
+int agsx_copy_dest_ids(const struct copier *c, const struct stat *st, const char *path,
+                       uid_t *ret_uid, gid_t *ret_gid, agsx_error_t *err) {
   bool keep = c->flags & AGSX_COPY_ARCHIVE;
   if (c->to_sandbox) {
     if (keep && (st->st_uid >= ID_RANGE || st->st_gid >= ID_RANGE))
@@ -133,23 +133,23 @@ int dest_ids(const struct copier *c, const struct stat *st, const char *path, ui
 
 /* Sandbox code can make its root own a set-user-ID file; copied out it
  * would be a set-user-ID root file on the host. */
-mode_t dest_mode(const struct copier *c, const struct stat *st) {
+mode_t agsx_copy_dest_mode(const struct copier *c, const struct stat *st) {
   mode_t m = st->st_mode & 07777;
   if (c->from_sandbox && !S_ISDIR(st->st_mode))
     m &= ~(mode_t)(S_ISUID | S_ISGID);
   return m;
 }
 
-int set_meta(const struct copier *c, int fd, const struct stat *st, const char *path,
-             agsx_error_t *err) {
+int agsx_copy_set_meta(const struct copier *c, int fd, const struct stat *st, const char *path,
+                       agsx_error_t *err) {
   uid_t uid;
   gid_t gid;
-  if (dest_ids(c, st, path, &uid, &gid, err) < 0)
+  if (agsx_copy_dest_ids(c, st, path, &uid, &gid, err) < 0)
     return -1;
   /* chown first: it clears the set-id bits fchmod then sets */
   if (uid != (uid_t)-1 && fchown(fd, uid, gid) < 0)
     return agsx_error_set(err, errno, "`%s`: chown", path);
-  if (fchmod(fd, dest_mode(c, st)) < 0)
+  if (fchmod(fd, agsx_copy_dest_mode(c, st)) < 0)
     return agsx_error_set(err, errno, "`%s`: chmod", path);
   struct timespec ts[2] = {st->st_atim, st->st_mtim};
   if (futimens(fd, ts) < 0)
@@ -157,11 +157,11 @@ int set_meta(const struct copier *c, int fd, const struct stat *st, const char *
   return 0;
 }
 
-int set_link_meta(const struct copier *c, int dfd, const char *name, const struct stat *st,
-                  const char *path, agsx_error_t *err) {
+int agsx_copy_set_link_meta(const struct copier *c, int dfd, const char *name,
+                            const struct stat *st, const char *path, agsx_error_t *err) {
   uid_t uid;
   gid_t gid;
-  if (dest_ids(c, st, path, &uid, &gid, err) < 0)
+  if (agsx_copy_dest_ids(c, st, path, &uid, &gid, err) < 0)
     return -1;
   if (uid != (uid_t)-1 && fchownat(dfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
     return agsx_error_set(err, errno, "`%s`: chown", path);
@@ -173,7 +173,7 @@ int set_link_meta(const struct copier *c, int dfd, const char *name, const struc
 
 /* ---- creating entries (host or sandbox side) -------------------------------------------- */
 
-int remove_nondir(int dfd, const char *name, const char *path, agsx_error_t *err) {
+int agsx_copy_remove_nondir(int dfd, const char *name, const char *path, agsx_error_t *err) {
   struct stat st;
   if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
     return errno == ENOENT ? 0 : agsx_error_set(err, errno, "`%s`", path);
@@ -187,11 +187,11 @@ int remove_nondir(int dfd, const char *name, const char *path, agsx_error_t *err
 
 /* O_EXCL never follows a symlink, even one planted between the unlink and
  * the create; then we unlink again, a few times. */
-int create_file(int dfd, const char *name, const char *path, agsx_error_t *err) {
+int agsx_copy_create_file(int dfd, const char *name, const char *path, agsx_error_t *err) {
   for (int i = 0; i < 8; i++) {
-    if (remove_nondir(dfd, name, path, err) < 0)
+    if (agsx_copy_remove_nondir(dfd, name, path, err) < 0)
       return -1;
-    int fd = open_child(dfd, name, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    int fd = agsx_copy_open_child(dfd, name, O_WRONLY | O_CREAT | O_EXCL, 0600);
     if (fd >= 0)
       return fd;
     if (errno != EEXIST)
@@ -200,10 +200,10 @@ int create_file(int dfd, const char *name, const char *path, agsx_error_t *err) 
   return agsx_error_set(err, EEXIST, "`%s`: keeps reappearing", path);
 }
 
-int create_link(int dfd, const char *name, const char *target, const char *path,
-                agsx_error_t *err) {
+int agsx_copy_create_link(int dfd, const char *name, const char *target, const char *path,
+                          agsx_error_t *err) {
   for (int i = 0; i < 8; i++) {
-    if (remove_nondir(dfd, name, path, err) < 0)
+    if (agsx_copy_remove_nondir(dfd, name, path, err) < 0)
       return -1;
     if (symlinkat(target, dfd, name) == 0)
       return 0;
@@ -215,14 +215,14 @@ int create_link(int dfd, const char *name, const char *target, const char *path,
 
 /* Creates directory NAME (or reuses an existing one, never a symlink to
  * one) and returns it open; *RET_CREATED (if not NULL) tells which. */
-int make_dir(int dfd, const char *name, mode_t mode, const char *path, bool *ret_created,
-             agsx_error_t *err) {
+int agsx_copy_make_dir(int dfd, const char *name, mode_t mode, const char *path, bool *ret_created,
+                       agsx_error_t *err) {
   bool created = mkdirat(dfd, name, mode) == 0;
   if (!created && errno != EEXIST)
     return agsx_error_set(err, errno, "`%s`: mkdir", path);
   if (ret_created)
     *ret_created = created;
-  int fd = open_child(dfd, name, O_RDONLY | O_DIRECTORY, 0);
+  int fd = agsx_copy_open_child(dfd, name, O_RDONLY | O_DIRECTORY, 0);
   if (fd < 0 && (errno == ELOOP || errno == ENOTDIR))
     return agsx_error_set(err, ENOTDIR, "cannot overwrite non-directory `%s` with a directory",
                           path);
@@ -241,7 +241,7 @@ static bool all_zero(const char *p, size_t n) {
   return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
 }
 
-int pwrite_all(int fd, const char *p, size_t n, off_t off) {
+int agsx_copy_pwrite_all(int fd, const char *p, size_t n, off_t off) {
   while (n > 0) {
     ssize_t w = pwrite(fd, p, n, off);
     if (w < 0 && errno == EINTR)
@@ -273,9 +273,9 @@ static int write_chunk(struct copier *c, int out, const char *buf, size_t n, off
       while (done + len < n && !all_zero(buf + done + len, block_len(n, done + len)))
         len += block_len(n, done + len);
     }
-    if (account_bytes(c, len, path, err) < 0)
+    if (agsx_copy_account_bytes(c, len, path, err) < 0)
       return -1;
-    if (pwrite_all(out, buf + done, len, off + (off_t)done) < 0)
+    if (agsx_copy_pwrite_all(out, buf + done, len, off + (off_t)done) < 0)
       return agsx_error_set(err, errno ? errno : EIO, "`%s`: write", path);
     done += len;
   }
@@ -291,7 +291,7 @@ static int copy_extent(struct copier *c, int in, int out, off_t off, off_t end, 
   while (!c->from_sandbox && off < end) {
     size_t want = end - off < (off_t)1 << 30 ? (size_t)(end - off) : (size_t)1 << 30;
     loff_t ioff = off, ooff = off;
-    if (account_bytes(c, want, path, err) < 0)
+    if (agsx_copy_account_bytes(c, want, path, err) < 0)
       return -1;
     ssize_t n = copy_file_range(in, &ioff, out, &ooff, want, 0);
     c->bytes -= want - (n > 0 ? (size_t)n : 0);
@@ -323,23 +323,35 @@ static int copy_extent(struct copier *c, int in, int out, off_t off, off_t end, 
   return 0;
 }
 
+int agsx_copy_next_extent(int in, off_t off, off_t size, off_t *ret_data, off_t *ret_end,
+                          const char *path, agsx_error_t *err) {
+  off_t data = lseek(in, off, SEEK_DATA);
+  if (data < 0 && errno == ENXIO) /* only a hole up to the end */
+    return 0;
+  off_t hole = data < 0 ? -1 : lseek(in, data, SEEK_HOLE);
+  if (hole < 0)
+    return agsx_error_set(err, errno, "`%s`: seek", path);
+  if (data >= size)
+    return 0;
+  *ret_data = data;
+  *ret_end = hole < size ? hole : size;
+  return 1;
+}
+
 /* Copies the first SIZE bytes of IN (its size when it was opened; what it
  * grows to meanwhile is not copied), data extents only: a file sandbox code
  * made sparse, 1 TiB large in no space, stays sparse and small. */
 static int copy_data(struct copier *c, int in, int out, off_t size, const char *path,
                      agsx_error_t *err) {
-  for (off_t off = 0; off < size;) {
-    off_t data = lseek(in, off, SEEK_DATA);
-    if (data < 0 && errno == ENXIO) /* only a hole up to the end */
-      break;
-    off_t hole = data < 0 ? -1 : lseek(in, data, SEEK_HOLE);
-    if (hole < 0)
-      return agsx_error_set(err, errno, "`%s`: seek", path);
-    if (data >= size)
-      break;
-    if (copy_extent(c, in, out, data, hole < size ? hole : size, path, err) < 0)
+  off_t data, end;
+  for (off_t off = 0; off < size; off = end) {
+    int r = agsx_copy_next_extent(in, off, size, &data, &end, path, err);
+    if (r < 0)
       return -1;
-    off = hole;
+    if (r == 0)
+      break;
+    if (copy_extent(c, in, out, data, end, path, err) < 0)
+      return -1;
   }
   if (ftruncate(out, size) < 0)
     return agsx_error_set(err, errno, "`%s`: truncate", path);
@@ -370,7 +382,7 @@ static void journal_undo(struct copier *c, int dfd) {
     if (slash) {
       *slash = '\0';
       agsx_closep(&pfd);
-      pfd = open_child(dfd, path, O_PATH | O_DIRECTORY, 0);
+      pfd = agsx_copy_open_child(dfd, path, O_PATH | O_DIRECTORY, 0);
       *slash = '/';
     }
     _cleanup_error_ agsx_error_t e = NULL;
@@ -383,7 +395,7 @@ static void journal_undo(struct copier *c, int dfd) {
 static int copy_node(struct copier *c, int sdfd, const char *sname, const struct stat *st, int ddfd,
                      const char *dname, const char *path, agsx_error_t *err);
 
-int skip_changed(const char *path) {
+int agsx_copy_skip_changed(const char *path) {
   agsx_warn("cp: `%s` changed during the copy: skipped", path);
   return 0;
 }
@@ -393,20 +405,22 @@ int skip_changed(const char *path) {
  * would give the caller what the sandbox itself cannot read (sandbox code
  * can also bind-mount them anywhere in its tree). Nothing is written into
  * them either: entries are always created afresh, never opened for writing. */
-static bool on_kernel_fs(const struct copier *c, int fd) {
+bool agsx_copy_on_kernel_fs_fd(int fd) {
   static const long magics[] = {PROC_SUPER_MAGIC,    SYSFS_MAGIC,   CGROUP_SUPER_MAGIC,
                                 CGROUP2_SUPER_MAGIC, DEBUGFS_MAGIC, TRACEFS_MAGIC,
                                 SECURITYFS_MAGIC,    BPF_FS_MAGIC,  DEVPTS_SUPER_MAGIC,
                                 EFIVARFS_MAGIC,      NSFS_MAGIC,    0x62656570 /* configfs */};
   struct statfs sf;
-  if (!c->from_sandbox)
-    return false;
   if (fstatfs(fd, &sf) < 0)
     return true;
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(magics); i++)
     if ((long)sf.f_type == magics[i])
       return true;
   return false;
+}
+
+static bool on_kernel_fs(const struct copier *c, int fd) {
+  return c->from_sandbox && agsx_copy_on_kernel_fs_fd(fd);
 }
 
 static int skip_kernel_fs(const char *path) {
@@ -418,23 +432,25 @@ static int copy_reg(struct copier *c, int sdfd, const char *sname, int ddfd, con
                     const char *path, agsx_error_t *err) {
   /* O_NONBLOCK: if a FIFO was swapped in since the stat, the open must not
    * hang; fstat below then rejects it. */
-  _cleanup_close_ int in = open_child(sdfd, sname, O_RDONLY | O_NONBLOCK, 0);
+  _cleanup_close_ int in = agsx_copy_open_child(sdfd, sname, O_RDONLY | O_NONBLOCK, 0);
   if (in < 0)
-    return changed_errno(errno) ? skip_changed(path) : agsx_error_set(err, errno, "`%s`", path);
+    return changed_errno(errno) ? agsx_copy_skip_changed(path)
+                                : agsx_error_set(err, errno, "`%s`", path);
   struct stat st;
   if (fstat(in, &st) < 0)
     return agsx_error_set(err, errno, "`%s`: stat", path);
   if (!S_ISREG(st.st_mode))
-    return skip_changed(path);
+    return agsx_copy_skip_changed(path);
   if (on_kernel_fs(c, in))
     return skip_kernel_fs(path);
   if (c->tar)
-    return tar_entry(c, path, &st, NULL, in, err);
+    return agsx_copy_tar_entry(c, path, &st, NULL, in, err);
   journal_new(c, ddfd, dname, path);
-  _cleanup_close_ int out = create_file(ddfd, dname, path, err);
+  _cleanup_close_ int out = agsx_copy_create_file(ddfd, dname, path, err);
   if (out < 0)
     return -1;
-  if (copy_data(c, in, out, st.st_size, path, err) < 0 || set_meta(c, out, &st, path, err) < 0) {
+  if (copy_data(c, in, out, st.st_size, path, err) < 0 ||
+      agsx_copy_set_meta(c, out, &st, path, err) < 0) {
     unlinkat(ddfd, dname, 0); /* never a partial file, whatever it replaced */
     return -1;
   }
@@ -446,16 +462,17 @@ static int copy_link(struct copier *c, int sdfd, const char *sname, const struct
   char target[PATH_MAX];
   ssize_t n = readlinkat(sdfd, sname, target, sizeof(target));
   if (n < 0)
-    return changed_errno(errno) ? skip_changed(path) : agsx_error_set(err, errno, "`%s`", path);
+    return changed_errno(errno) ? agsx_copy_skip_changed(path)
+                                : agsx_error_set(err, errno, "`%s`", path);
   if ((size_t)n >= sizeof(target))
     return agsx_error_set(err, ENAMETOOLONG, "`%s`: symlink target too long", path);
   target[n] = '\0';
   if (c->tar)
-    return tar_entry(c, path, st, target, -1, err);
+    return agsx_copy_tar_entry(c, path, st, target, -1, err);
   journal_new(c, ddfd, dname, path);
-  if (create_link(ddfd, dname, target, path, err) < 0)
+  if (agsx_copy_create_link(ddfd, dname, target, path, err) < 0)
     return -1;
-  return set_link_meta(c, ddfd, dname, st, path, err);
+  return agsx_copy_set_link_meta(c, ddfd, dname, st, path, err);
 }
 
 /* Copies the entries of the open directory IN into OUT (or the tar). */
@@ -486,9 +503,10 @@ static int copy_dir(struct copier *c, int sdfd, const char *sname, int ddfd, con
                     const char *path, agsx_error_t *err) {
   if (c->depth >= MAX_DEPTH)
     return agsx_error_set(err, ELOOP, "`%s`: more than %d directory levels", path, MAX_DEPTH);
-  _cleanup_close_ int in = open_child(sdfd, sname, O_RDONLY | O_DIRECTORY, 0);
+  _cleanup_close_ int in = agsx_copy_open_child(sdfd, sname, O_RDONLY | O_DIRECTORY, 0);
   if (in < 0)
-    return changed_errno(errno) ? skip_changed(path) : agsx_error_set(err, errno, "`%s`", path);
+    return changed_errno(errno) ? agsx_copy_skip_changed(path)
+                                : agsx_error_set(err, errno, "`%s`", path);
   struct stat st;
   if (fstat(in, &st) < 0)
     return agsx_error_set(err, errno, "`%s`: stat", path);
@@ -497,11 +515,11 @@ static int copy_dir(struct copier *c, int sdfd, const char *sname, int ddfd, con
   _cleanup_close_ int out = -1;
   bool created = false, was_new = c->in_new_dir;
   if (c->tar) {
-    if (tar_entry(c, path, &st, NULL, -1, err) < 0)
+    if (agsx_copy_tar_entry(c, path, &st, NULL, -1, err) < 0)
       return -1;
   } else {
     journal_new(c, ddfd, dname, path);
-    if ((out = make_dir(ddfd, dname, 0700, path, &created, err)) < 0)
+    if ((out = agsx_copy_make_dir(ddfd, dname, 0700, path, &created, err)) < 0)
       return -1;
   }
   c->depth++;
@@ -512,13 +530,13 @@ static int copy_dir(struct copier *c, int sdfd, const char *sname, int ddfd, con
   if (r < 0)
     return -1;
   /* after the children: creating them changed the directory's mtime */
-  return c->tar ? 0 : set_meta(c, out, &st, path, err);
+  return c->tar ? 0 : agsx_copy_set_meta(c, out, &st, path, err);
 }
 
 /* Copies SDFD/SNAME (lstat'ed as ST) to DDFD/DNAME, or to the tar as PATH. */
 static int copy_node(struct copier *c, int sdfd, const char *sname, const struct stat *st, int ddfd,
                      const char *dname, const char *path, agsx_error_t *err) {
-  if (account_entry(c, path, err) < 0)
+  if (agsx_copy_account_entry(c, path, err) < 0)
     return -1;
   switch (st->st_mode & S_IFMT) {
   case S_IFREG: return copy_reg(c, sdfd, sname, ddfd, dname, path, err);
@@ -532,7 +550,7 @@ static int copy_node(struct copier *c, int sdfd, const char *sname, const struct
 
 /* ---- resolving SRC and DST ------------------------------------------------------------ */
 
-int open_path(const struct side *s, const char *path, int flags) {
+int agsx_copy_open_path(const struct side *s, const char *path, int flags) {
   if (s->rootfd >= 0)
     return agsx_openat2(s->rootfd, path, flags, 0, RESOLVE_SANDBOX);
   return openat(AT_FDCWD, path, flags | O_CLOEXEC);
@@ -614,11 +632,11 @@ static int resolve_once(const struct side *side, const char *path, struct src *r
     _cleanup_free_ char *full = strcmp(p.base, ".") == 0  ? xstrdup(p.dir)
                                 : strcmp(p.dir, ".") == 0 ? xstrdup(p.base)
                                                           : xasprintf("%s/%s", p.dir, p.base);
-    ret->pfd = open_path(side, full, O_PATH | O_DIRECTORY);
+    ret->pfd = agsx_copy_open_path(side, full, O_PATH | O_DIRECTORY);
     ret->sname = xstrdup(".");
     ret->dname = p.contents ? NULL : xstrdup(p.base);
   } else {
-    ret->pfd = open_path(side, p.dir, O_PATH | O_DIRECTORY);
+    ret->pfd = agsx_copy_open_path(side, p.dir, O_PATH | O_DIRECTORY);
     ret->sname = xstrdup(p.base);
     ret->dname = xstrdup(p.base);
   }
@@ -685,7 +703,7 @@ static int resolve_dst(const struct side *side, const char *path, const struct s
     return agsx_error_wrap(err, "destination");
   bool src_dir = S_ISDIR(s->st.st_mode), want_dir = p.slash || p.contents;
   _cleanup_free_ char *full = split_full(&p);
-  *ret = (struct dst){.pfd = open_path(side, full, O_PATH | O_DIRECTORY)};
+  *ret = (struct dst){.pfd = agsx_copy_open_path(side, full, O_PATH | O_DIRECTORY)};
   if (ret->pfd >= 0) {
     ret->name = s->dname ? xstrdup(s->dname) : NULL;
     return 0;
@@ -700,7 +718,7 @@ static int resolve_dst(const struct side *side, const char *path, const struct s
     return agsx_error_set(err, ENOENT, "destination directory `%s` does not exist", path);
   if (strcmp(p.base, ".") == 0)
     return agsx_error_set(err, ENOENT, "destination `%s`", path);
-  ret->pfd = open_path(side, p.dir, O_PATH | O_DIRECTORY);
+  ret->pfd = agsx_copy_open_path(side, p.dir, O_PATH | O_DIRECTORY);
   if (ret->pfd < 0)
     return agsx_error_set(err, errno, "destination `%s`", path);
   ret->name = xstrdup(p.base);
@@ -711,7 +729,7 @@ static int copy_top(struct copier *c, const struct src *s, int dfd, const char *
                     agsx_error_t *err) {
   if (dname)
     return copy_node(c, s->pfd, s->sname, &s->st, dfd, dname, dname, err);
-  _cleanup_close_ int in = open_child(s->pfd, s->sname, O_RDONLY | O_DIRECTORY, 0);
+  _cleanup_close_ int in = agsx_copy_open_child(s->pfd, s->sname, O_RDONLY | O_DIRECTORY, 0);
   if (in < 0)
     return agsx_error_set(err, errno, "source directory");
   if (on_kernel_fs(c, in))
@@ -727,20 +745,26 @@ static int copy_top(struct copier *c, const struct src *s, int dfd, const char *
  * capabilities across the change (CAP_CHOWN for -a, CAP_DAC_OVERRIDE for
  * directories of the sandbox's other users). One thread: nothing else runs
  * with these ids. */
-int enter_sandbox_ids(uint32_t base, int *ret_secbits, agsx_error_t *err) {
+int agsx_copy_enter_sandbox_user(uint32_t uid, uint32_t gid, int *ret_secbits, agsx_error_t *err) {
   int old = prctl(PR_GET_SECUREBITS);
   if (old < 0 || prctl(PR_SET_SECUREBITS, old | SECBIT_NO_SETUID_FIXUP) < 0)
-    return agsx_error_set(err, errno, "keep capabilities while acting as the sandbox's root");
-  setfsgid(base);
-  setfsuid(base);
-  *ret_secbits = old;
+    return agsx_error_set(err, errno, "keep capabilities while acting as a sandbox user");
+  setfsgid(gid);
+  setfsuid(uid);
   /* setfsuid reports no error: it returns the previous id. Ask again. */
-  if ((uint32_t)setfsuid((uid_t)-1) != base || (uint32_t)setfsgid((gid_t)-1) != base)
-    return agsx_error_set(err, EPERM, "act as the sandbox's root (uid %u)", base);
+  if ((uint32_t)setfsuid((uid_t)-1) != uid || (uint32_t)setfsgid((gid_t)-1) != gid) {
+    agsx_copy_leave_sandbox_ids(old);
+    return agsx_error_set(err, EPERM, "act as the sandbox's uid %u", uid);
+  }
+  *ret_secbits = old;
   return 0;
 }
 
-void leave_sandbox_ids(int secbits) {
+int agsx_copy_enter_sandbox_ids(uint32_t base, int *ret_secbits, agsx_error_t *err) {
+  return agsx_copy_enter_sandbox_user(base, base, ret_secbits, err);
+}
+
+void agsx_copy_leave_sandbox_ids(int secbits) {
   setfsuid(0);
   setfsgid(0);
   prctl(PR_SET_SECUREBITS, secbits);
@@ -782,14 +806,14 @@ int agsx_copy_in(const struct agsx_copy_sandbox *sb, const char *src, const char
                  unsigned flags, agsx_error_t *err) {
   const struct side host = {-1}, sandbox = {sb->rootfd};
   _cleanup_free_ char *buf = xmalloc(BUF_SIZE);
-  _cleanup_(copier_clear) struct copier c = {
+  _cleanup_(agsx_copy_copier_clear) struct copier c = {
       .to_sandbox = true, .base = sb->uid_base, .flags = flags, .buf = buf};
-  copier_limits(&c, sb);
+  agsx_copy_copier_limits(&c, sb);
   int secbits;
-  if (enter_sandbox_ids(sb->uid_base, &secbits, err) < 0)
+  if (agsx_copy_enter_sandbox_ids(sb->uid_base, &secbits, err) < 0)
     return -1;
   int r = copy_between(&c, &host, src, &sandbox, dst, err);
-  leave_sandbox_ids(secbits);
+  agsx_copy_leave_sandbox_ids(secbits);
   return r;
 }
 
@@ -797,9 +821,9 @@ int agsx_copy_out(const struct agsx_copy_sandbox *sb, const char *src, const cha
                   unsigned flags, agsx_error_t *err) {
   const struct side host = {-1}, sandbox = {sb->rootfd};
   _cleanup_free_ char *buf = xmalloc(BUF_SIZE);
-  _cleanup_(copier_clear) struct copier c = {
+  _cleanup_(agsx_copy_copier_clear) struct copier c = {
       .from_sandbox = true, .base = sb->uid_base, .flags = flags, .buf = buf};
-  copier_limits(&c, sb);
+  agsx_copy_copier_limits(&c, sb);
   return copy_between(&c, &sandbox, src, &host, dst, err);
 }
 
@@ -811,17 +835,17 @@ int agsx_copy_out_tar(const struct agsx_copy_sandbox *sb, const char *src, int f
     return -1;
   _cleanup_free_ char *buf = xmalloc(BUF_SIZE);
   _cleanup_(archive_freep) struct archive *a = archive_write_new();
-  _cleanup_(copier_clear) struct copier c = {
+  _cleanup_(agsx_copy_copier_clear) struct copier c = {
       .from_sandbox = true, .base = sb->uid_base, .flags = flags, .buf = buf, .tar = a};
-  copier_limits(&c, sb);
+  agsx_copy_copier_limits(&c, sb);
   int r = 0;
   if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
       archive_write_open_fd(a, fd) != ARCHIVE_OK)
-    r = tar_fail(a, "-", err);
+    r = agsx_copy_tar_fail(a, "-", err);
   if (r == 0)
     r = copy_top(&c, &s, -1, s.dname, err);
   if (r == 0 && archive_write_close(a) != ARCHIVE_OK)
-    r = tar_fail(a, "-", err);
+    r = agsx_copy_tar_fail(a, "-", err);
   src_clear(&s);
   return r;
 }

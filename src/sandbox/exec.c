@@ -109,6 +109,8 @@ static _Noreturn void child(const struct agsx_record *rec, const struct agsx_exe
   int master = -1, slave = -1;
   if (cfg->tty && agsx_child_open_pty(&master, &slave, &err) < 0)
     fail(sock, 125, &err);
+  if (master >= 0 && cfg->winsize)
+    ioctl(master, TIOCSWINSZ, cfg->winsize);
   struct agsx_msg ready = {.type = AGSX_MSG_READY};
   agsx_msg_send(sock, &ready, &master, master >= 0 ? 1 : 0);
   if (master >= 0)
@@ -198,6 +200,10 @@ int agsx_exec_start(const struct agsx_record *rec, const struct agsx_exec_config
   *ret_code = 125;
   if (rec->status == AGSX_STATUS_EXITED)
     return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running", rec->id);
+  /* Its processes are frozen: the command would hang until unpause. */
+  if (rec->paused)
+    return agsx_error_set_quiet(err, EAGAIN, "sandbox `%.12s` is paused (agsx unpause it first)",
+                                rec->id);
   _cleanup_close_ int initfd = open_init(rec, err);
   if (initfd < 0)
     return -1;

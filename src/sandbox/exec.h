@@ -14,6 +14,8 @@
 #include "sandbox/seccomp.h"
 #include "state/state.h"
 
+#include <sys/ioctl.h>
+
 struct agsx_exec_config {
   char **argv;
   char **env;             /* added to the sandbox's environment; later entries win */
@@ -21,6 +23,8 @@ struct agsx_exec_config {
   bool tty;
   int stdio[3];
   const struct agsx_seccomp_bpf *seccomp; /* NULL: none (the sandbox had none) */
+  /* tty: the terminal's size from its first instruction on, or NULL */
+  const struct winsize *winsize;
 };
 
 struct agsx_exec {

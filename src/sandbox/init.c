@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <limits.h>
 #include <linux/openat2.h>
 #include <linux/capability.h>
@@ -120,28 +121,81 @@ static _Noreturn void init_loop(struct agsx_child_ctx *c, pid_t cmd, int sfd) {
   }
 }
 
+/* READY, with the pty's master and the sandbox's tmpfs (agsx commit,
+ * snapshot and fork take it from the supervisor), which the init then
+ * lets go of. */
+static void send_ready(struct agsx_child_ctx *c) {
+  struct agsx_msg ready = {.type = AGSX_MSG_READY};
+  memcpy(ready.phase_ns, c->phase_ns, sizeof(ready.phase_ns));
+  int fds[2];
+  size_t nfds = 0;
+  if (c->pty_master >= 0)
+    fds[nfds++] = c->pty_master, ready.code |= AGSX_READY_PTY;
+  if (c->tmpfsfd >= 0)
+    fds[nfds++] = c->tmpfsfd, ready.code |= AGSX_READY_TMPFS;
+  agsx_msg_send(c->sync, &ready, fds, nfds);
+  agsx_closep(&c->pty_master);
+  agsx_closep(&c->tmpfsfd);
+}
+
+/* An idle sandbox's init: no command; a stop signal goes to every process,
+ * and the init ends once none is left (a grace the supervisor bounds). */
+static _Noreturn void idle_loop(struct agsx_child_ctx *c, int sfd) {
+  int stop = 0;
+  for (;;) {
+    struct pollfd p = {.fd = sfd, .events = POLLIN};
+    if (poll(&p, 1, stop ? 50 : -1) < 0 && errno != EINTR)
+      _exit(125);
+    struct signalfd_siginfo si;
+    if (p.revents && read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+      int sig = (int)si.ssi_signo;
+      if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT) {
+        stop = stop ? stop : sig;
+        kill(-1, sig);
+      }
+    }
+    while (waitpid(-1, NULL, WNOHANG) > 0) {
+    }
+    /* kill(-1, 0) reaches every process of the namespace but us. */
+    if (stop && kill(-1, 0) < 0 && errno == ESRCH)
+      report_exit(c, stop); /* a wait status: killed by STOP */
+  }
+}
+
+/* Tells the supervisor an idle sandbox is ready, then reaps until stopped. */
+static _Noreturn void start_idle(struct agsx_child_ctx *c, int ep[2], int sfd) {
+  close(ep[0]);
+  close(ep[1]);
+  agsx_proc_title_set("agsx-init");
+  send_ready(c);
+  idle_loop(c, sfd);
+}
+
 static const int forwarded[] = {SIGCHLD, SIGTERM,  SIGINT,  SIGHUP,  SIGQUIT, SIGUSR1,
                                 SIGUSR2, SIGWINCH, SIGCONT, SIGTSTP, SIGALRM};
 
-_Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
-  agsx_error_t err = NULL;
+/* The init is a clone of its supervisor: the state and store directories,
+ * locks, leases, published ports' listeners and the host's network
+ * namespace must not live on in a process inside the sandbox, even a
+ * non-dumpable one. Only the sync socket and the cgroup files stay. */
+static void take_stdio_close_host_fds(struct agsx_child_ctx *c) {
   const struct agsx_sandbox_config *cfg = c->cfg;
   if (!cfg->tty)
     for (int i = 0; i < 3; i++)
       if (cfg->stdio[i] != i && dup2(cfg->stdio[i], i) < 0)
         _exit(125);
-  /* The init is a clone of its supervisor: the state and store
-   * directories, locks, leases, published ports' listeners and the host's
-   * network namespace must not live on in a process inside the sandbox,
-   * even a non-dumpable one. */
   int keep[1 + 8];
   size_t nkeep = 0;
   keep[nkeep++] = c->sync;
   for (size_t i = 0; i < c->n_cgroup_fds && nkeep < sizeof(keep) / sizeof(keep[0]); i++)
     keep[nkeep++] = c->cgroup_fds[i];
   agsx_close_all_except(keep, nkeep);
-  /* Into the cgroup first, while our credentials are still host root's
-   * (the files are root's), and before anything can fork. */
+}
+
+/* Into the cgroup first, while our credentials are still host root's (the
+ * files are root's), and before anything can fork; then wait for GO. */
+static void join_cgroup_wait_go(struct agsx_child_ctx *c) {
+  agsx_error_t err = NULL;
   int r = agsx_cgroup_self_attach(c->cgroup_fds, c->n_cgroup_fds);
   agsx_cgroup_close_fds(c->cgroup_fds, c->n_cgroup_fds);
   wait_go(c);
@@ -149,6 +203,13 @@ _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
     agsx_error_set(&err, -r, "join the sandbox cgroup");
     agsx_child_fail(c, 125, &err);
   }
+}
+
+/* Root, cgroup namespace, root filesystem, hostname, user, terminal and
+ * environment: the sandbox as the command will see it. */
+static void setup_sandbox(struct agsx_child_ctx *c) {
+  agsx_error_t err = NULL;
+  const struct agsx_sandbox_config *cfg = c->cfg;
   /* The state directory is host root's (0700): open the stage before we
    * become the sandbox's root, who cannot enter it. */
   c->stagefd = open(c->stage, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -170,18 +231,29 @@ _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
   agsx_closep(&c->stagefd);
   for (size_t i = 0; i < c->nfds; i++)
     agsx_closep(&c->fds[i]);
+}
+
+/* The forwarded signals, blocked and read from a signalfd (returned), and
+ * the pipe EP on which the command reports a failed exec. */
+static int init_channels(struct agsx_child_ctx *c, int ep[2]) {
+  agsx_error_t err = NULL;
   sigset_t set, old;
   sigemptyset(&set);
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(forwarded); i++)
     sigaddset(&set, forwarded[i]);
   sigprocmask(SIG_BLOCK, &set, &old);
   int sfd = signalfd(-1, &set, SFD_CLOEXEC);
-  int ep[2];
   if (sfd < 0 || pipe2(ep, O_CLOEXEC) < 0) {
     agsx_error_set(&err, errno, "init setup");
     agsx_child_fail(c, 125, &err);
   }
-  c->phase_ns[3] = agsx_mono_ns();
+  return sfd;
+}
+
+/* Forks the command and waits for its exec: an exec error is reported and
+ * ends the init; success (EOF on EP, closed by the exec) sends READY. */
+static pid_t start_command(struct agsx_child_ctx *c, int ep[2]) {
+  agsx_error_t err = NULL;
   pid_t cmd = fork();
   if (cmd < 0) {
     agsx_error_set(&err, errno, "fork the command");
@@ -189,6 +261,7 @@ _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
   }
   if (cmd == 0) {
     close(ep[0]);
+    agsx_closep(&c->tmpfsfd); /* the command resolves its paths holding nothing above its root */
     run_command(c, ep[1]);
   }
   close(ep[1]);
@@ -210,9 +283,19 @@ _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
   }
   close(ep[0]);
   c->phase_ns[4] = agsx_mono_ns();
-  struct agsx_msg ready = {.type = AGSX_MSG_READY};
-  memcpy(ready.phase_ns, c->phase_ns, sizeof(ready.phase_ns));
-  agsx_msg_send(c->sync, &ready, &c->pty_master, c->pty_master >= 0 ? 1 : 0);
-  agsx_closep(&c->pty_master);
+  send_ready(c);
+  return cmd;
+}
+
+_Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
+  take_stdio_close_host_fds(c);
+  join_cgroup_wait_go(c);
+  setup_sandbox(c);
+  int ep[2];
+  int sfd = init_channels(c, ep);
+  c->phase_ns[3] = agsx_mono_ns();
+  if (c->cfg->idle)
+    start_idle(c, ep, sfd);
+  pid_t cmd = start_command(c, ep);
   init_loop(c, cmd, sfd);
 }

@@ -10,14 +10,18 @@
 #include "config.h"
 
 #include "sandbox/lifecycle.h"
+#include "sandbox/supervisor.h"
+#include "sandbox/procs-internal.h"
 #include "image/registry/registry.h"
 #include "image/store.h"
+#include "net/egress.h"
 #include "net/net.h"
 #include "net/network.h"
 #include "net/relay.h"
 #include "sandbox/control.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/cgroup.h"
+#include "sandbox/snapshot.h"
 #include "state/state.h"
 #include "util/json.h"
 
@@ -30,8 +34,7 @@
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
-
-#define GRACE_SEC AGSX_STOP_GRACE_SEC /* SIGTERM → SIGKILL at the deadline */
+#include <sys/wait.h>
 
 /* ---- the spec ----------------------------------------------------------------------------- */
 
@@ -53,6 +56,8 @@ int agsx_run_spec_check(const struct agsx_run_spec *o, agsx_error_t *err) {
                           o->name);
   if (o->hostname && !agsx_hostname_is_valid(o->hostname))
     return agsx_error_set(err, 0, "invalid hostname `%s`", o->hostname);
+  if (agsx_labels_check(o->labels, err) < 0)
+    return -1;
   if (o->workdir && o->workdir[0] != '/')
     return agsx_error_set(err, 0, "working directory `%s` must be absolute", o->workdir);
   if (o->n_binds > AGSX_MAX_BINDS)
@@ -71,25 +76,40 @@ int agsx_run_spec_check(const struct agsx_run_spec *o, agsx_error_t *err) {
     return agsx_error_set(err, 0, "a timeout of at most 24h");
   if (o->tty && o->capture)
     return agsx_error_set(err, 0, "a terminal and captured output do not go together");
+  if (o->idle && (agsx_strv_len(o->cmd) || o->tty || o->interactive || o->capture || o->layers))
+    return agsx_error_set(err, 0, "an idle sandbox has no command, terminal or output");
   enum agsx_net_mode mode;
   const char *net_name;
   if (agsx_net_mode_parse(o->network ? o->network : "internal", &mode, &net_name, err) < 0)
     return -1;
   if (mode == AGSX_NET_INTERNAL && o->n_rules > 0)
     return agsx_error_set(err, 0, "--allow, --deny and --rules are for vpc networks");
+  if (mode == AGSX_NET_INTERNAL && o->egress && o->egress->n > 0)
+    return agsx_error_set(err, 0, "egress rules are for the public and vpc networks");
   return 0;
 }
 
 /* ---- the image and the sandbox configuration --------------------------------------------- */
 
-struct prepared {
-  const char *image_name;
-  struct agsx_store *store;
-  struct agsx_image_info info;
-  char **argv, **env;
-  struct agsx_seccomp_bpf bpf;
-  char hostname[65];
-};
+/* A fork's layers (sandbox/snapshot.h) go above the image's. */
+static int extra_layers(const struct agsx_run_spec *o, struct prepared *p,
+                        struct agsx_sandbox_config *cfg, agsx_error_t *err) {
+  size_t n = agsx_strv_len(o->extra_layers);
+  if (n == 0)
+    return 0;
+  if (cfg->n_layers + n > AGSX_IMAGE_MAX_LAYERS)
+    return agsx_error_set(err, 0, "more than %d layers", AGSX_IMAGE_MAX_LAYERS);
+  p->layers = agsx_strv_concat(cfg->layers, NULL);
+  for (size_t i = 0; i < n; i++) {
+    if (!agsx_snapshot_layer_id_is_valid(o->extra_layers[i]))
+      return agsx_error_set(err, EINVAL, "invalid layer id `%s`", o->extra_layers[i]);
+    _cleanup_free_ char *path = xasprintf("%s/layers/%s", o->state, o->extra_layers[i]);
+    agsx_strv_push(&p->layers, path);
+  }
+  cfg->layers = p->layers;
+  cfg->n_layers += n;
+  return 0;
+}
 
 static int prepare_image(const struct agsx_run_spec *o, const char *image, const char *pull,
                          struct prepared *p, struct agsx_sandbox_config *cfg, agsx_error_t *err) {
@@ -100,7 +120,7 @@ static int prepare_image(const struct agsx_run_spec *o, const char *image, const
   }
   if (strcmp(image, "host") == 0) {
     cfg->host_image = true;
-    return 0;
+    return extra_layers(o, p, cfg, err); /* a fork's: under /tmp and /root */
   }
   enum agsx_pull_policy policy;
   if (pull ? agsx_pull_policy_parse(pull, &policy, err) : agsx_pull_policy_default(&policy, err))
@@ -127,17 +147,22 @@ static int prepare_image(const struct agsx_run_spec *o, const char *image, const
     return -1;
   cfg->layers = p->info.layer_paths;
   cfg->n_layers = p->info.n_layers;
-  return 0;
+  return extra_layers(o, p, cfg, err);
 }
 
 static int build_config(const struct agsx_run_spec *o, char **cmd, struct prepared *p,
                         struct agsx_sandbox_config *cfg, agsx_error_t *err) {
   const struct agsx_image_config *ic = &p->info.config;
   char **tail = agsx_strv_len(cmd) ? cmd : ic->cmd;
-  p->argv = agsx_strv_concat(ic->entrypoint, tail);
-  if (cfg->host_image && agsx_strv_len(p->argv) == 0)
+  p->argv = o->argv ? agsx_strv_concat(o->argv, NULL) : agsx_strv_concat(ic->entrypoint, tail);
+  if (o->idle) {
+    agsx_strv_free(p->argv);
+    p->argv = agsx_strv_concat(NULL, NULL); /* (recorded as no command) */
+    cfg->idle = true;
+  }
+  if (cfg->host_image && agsx_strv_len(p->argv) == 0 && !o->idle)
     p->argv = agsx_strv_concat((char *[]){"/bin/sh", NULL}, NULL);
-  if (agsx_strv_len(p->argv) == 0)
+  if (agsx_strv_len(p->argv) == 0 && !o->idle)
     return agsx_error_set(err, 0, "no command given and the image has no Cmd or Entrypoint");
   p->env = agsx_strv_concat(ic->env, o->env);
   cfg->argv = p->argv;
@@ -189,262 +214,10 @@ static int prepare_seccomp(const struct agsx_run_spec *o, struct prepared *p,
   return 0;
 }
 
-/* ---- supervision: the deadline, stop requests, the record -------------------------------------
- * The caller of a foreground run supervises its sandbox; a detached one
- * (agsx_lifecycle_detach) is a forked supervisor that does the same
- * without a terminal. */
-
-struct sup {
-  const struct agsx_run_spec *o;
-  struct prepared *p;
-  struct agsx_sandbox_config *cfg;
-  struct agsx_sandbox *sb;
-  struct agsx_net_attach *net;
-  struct agsx_relay *relay; /* published ports, or NULL */
-  struct agsx_relay *dns;   /* the DNS relay (public, vpc), or NULL */
-  struct pollfd *pfd;       /* supervise()'s, grown with the relays */
-  size_t pfd_cap;
-  int sigfd, timerfd, devnull;
-  struct agsx_output out[2];
-  bool detached, handed_off;
-  int64_t teardown_ns;
-  bool cancelled;
-  char *cut; /* cut_kills: why the firewall cut the sandbox off */
-  bool stopping, killed, recorded;
-  bool reload_pending; /* an update's record could not be read yet */
-  enum agsx_stop_reason stop_reason;
-  int64_t started, deadline; /* deadline: seconds, as recorded (rounded up) */
-  int64_t deadline_ns;       /* the timer's: exact */
-};
-
-static void arm_deadline(struct sup *f) {
-  int64_t ns = f->deadline_ns > 0 ? f->deadline_ns : 1;
-  struct itimerspec its = {
-      .it_value = {.tv_sec = (time_t)(ns / 1000000000LL), .tv_nsec = (long)(ns % 1000000000LL)}};
-  timerfd_settime(f->timerfd, TFD_TIMER_ABSTIME, &its, NULL);
-}
-
-/* SIGTERM to every process of the sandbox, then a short grace. */
-static void begin_stop(struct sup *f, enum agsx_stop_reason reason) {
-  if (f->stopping)
-    return;
-  f->stopping = true;
-  f->stop_reason = reason;
-  agsx_sandbox_signal(f->sb, SIGTERM);
-  struct itimerspec its = {.it_value = {.tv_sec = GRACE_SEC}};
-  timerfd_settime(f->timerfd, 0, &its, NULL);
-}
-
-static void on_deadline(struct sup *f) {
-  uint64_t ticks;
-  if (read(f->timerfd, &ticks, sizeof(ticks)) < 0)
-    return;
-  if (!f->stopping) {
-    begin_stop(f, AGSX_STOP_TIMEOUT);
-  } else if (!f->killed) {
-    f->killed = true;
-    agsx_sandbox_kill(f->sb);
-  }
-}
-
-/* `agsx update` and `agsx kill` change the record, then signal us (see
- * AGSX_SIG_CONTROL). Reading the record takes fds: when that fails the
- * supervise loop tries again shortly. */
-static void on_control(struct sup *f) {
-  agsx_error_t err = NULL;
-  struct agsx_control_req req;
-  if (agsx_control_read(f->sb->statefd, f->sb->id, &req, &f->reload_pending, &err) < 0) {
-    agsx_error_free(&err);
-    return;
-  }
-  if (req.stop)
-    begin_stop(f, AGSX_STOP_KILLED);
-  else if (!f->stopping && req.deadline != f->deadline) {
-    f->deadline = req.deadline;
-    f->deadline_ns = req.deadline_ns;
-    arm_deadline(f);
-  }
-}
-
-#define SIG_CONTROL AGSX_SIG_CONTROL
-#define RELOAD_RETRY_MS 100
-
-static void on_signal(struct sup *f) {
-  struct signalfd_siginfo si;
-  if (read(f->sigfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
-    return;
-  int sig = (int)si.ssi_signo;
-  enum agsx_control c = agsx_control_decode(&si);
-  if (c == AGSX_CONTROL_STOP)
-    begin_stop(f, AGSX_STOP_KILLED); /* no fd needed */
-  else if (c == AGSX_CONTROL_RELOAD)
-    on_control(f);
-  else if (sig == SIGWINCH)
-    agsx_term_winsize(f->sb->pty_master);
-  else if (f->detached && sig == SIGTERM)
-    begin_stop(f, AGSX_STOP_KILLED);
-  else if (!f->detached)
-    agsx_sandbox_signal(f->sb, sig);
-}
-
-/* The ruleset changed: a sandbox whose rules went is cut off its network
- * (fail closed); one that cannot be cut off is stopped. */
-static void on_firewall(struct sup *f) {
-  agsx_error_t err = NULL;
-  _cleanup_free_ char *cut = NULL;
-  if (f->o->cut_kills) {
-    /* A build step whose rules went is cut off and stopped, and fails: its
-     * result would lack what it could not fetch. */
-    if (agsx_net_attach_watch(f->net, &f->cut, &err) < 0)
-      f->cut = xstrdup(err->msg);
-    if (f->cut)
-      agsx_sandbox_kill(f->sb);
-    agsx_error_free(&err);
-    return;
-  }
-  if (agsx_net_attach_watch(f->net, &cut, &err) < 0) {
-    if (!f->detached)
-      agsx_warn("sandbox %.12s: %s: stopping it", f->sb->id, err->msg);
-    agsx_error_free(&err);
-    begin_stop(f, AGSX_STOP_ERROR);
-  } else if (cut && !f->detached) {
-    agsx_warn("sandbox %.12s: %s", f->sb->id, cut);
-  }
-}
-
-/* The supervisor's fixed fds, then the relay's. */
-enum { P_SYNC, P_SIG, P_TIMER, P_OUT, P_ERR, P_MASTER, P_STDIN, P_FIREWALL, P_CANCEL, P_FIXED };
-
-/* ON_OUTPUT's stream: what is there now; false at EOF (the fd closed). */
-static bool stream_read(struct sup *f) {
-  char buf[65536];
-  ssize_t n = read(f->out[0].fd, buf, sizeof(buf));
-  if (n < 0 && (errno == EINTR || errno == EAGAIN))
-    return true;
-  if (n <= 0) {
-    agsx_closep(&f->out[0].fd);
-    return false;
-  }
-  f->o->on_output(f->o->output_data, buf, (size_t)n);
-  return true;
-}
-
-/* The stream after the end: background processes may hold the pipe, so
- * the sandbox is killed (they die with its init) and the pipe read to EOF. */
-static void stream_drain(struct sup *f) {
-  agsx_sandbox_kill(f->sb);
-  while (f->out[0].fd >= 0) {
-    struct pollfd p = {.fd = f->out[0].fd, .events = POLLIN};
-    if (poll(&p, 1, 5000) <= 0 || !stream_read(f))
-      break;
-  }
-}
-
-static struct pollfd *poll_array(struct sup *f, size_t n) {
-  if (n > f->pfd_cap) {
-    f->pfd_cap = n + n / 2;
-    f->pfd = xrealloc(f->pfd, f->pfd_cap * sizeof(*f->pfd));
-  }
-  return f->pfd;
-}
-
-/* The earlier of two poll timeouts (-1: none). */
-static int min_timeout(int a, int b) { return a < 0 ? b : b < 0 ? a : a < b ? a : b; }
-
-/* The relays' share of the fds: the soft limit is raised as far as they
- * could use (after the start: the sandbox keeps the caller's limits), and
- * what is left after AGSX_RELAY_FD_RESERVE (the record, the teardown) is
- * split, the DNS relay getting at most half when ports are published too,
- * so neither can starve the other or the supervisor. */
-static void budget_relays(struct sup *f) {
-  size_t need_p = agsx_relay_fd_need(f->relay), need_d = agsx_relay_fd_need(f->dns);
-  agsx_relay_fd_limit_raise(need_p + need_d + AGSX_RELAY_FD_RESERVE);
-  size_t room = agsx_relay_fd_headroom(AGSX_RELAY_FD_RESERVE);
-  size_t d = f->relay ? room / 2 : room;
-  d = d < need_d ? d : need_d;
-  if (f->dns)
-    agsx_relay_set_fd_budget(f->dns, d);
-  if (f->relay)
-    agsx_relay_set_fd_budget(f->relay, room - d);
-}
-
-/* Runs until the command ends; returns 0 or -1 (err set). One poll loop
- * carries the command's events, signals, the deadline, output and the
- * published ports' relay: nothing in it blocks. */
-static int supervise(struct sup *f, agsx_error_t *err) {
-  struct agsx_sandbox *sb = f->sb;
-  int stdin_closed = !(f->o->interactive && sb->pty_master >= 0);
-  int master_closed = sb->pty_master < 0;
-  for (;;) {
-    struct pollfd *p = poll_array(f, P_FIXED + agsx_relay_nfds(f->relay) + agsx_relay_nfds(f->dns));
-    p[P_SYNC] = (struct pollfd){.fd = sb->sync, .events = POLLIN};
-    p[P_SIG] = (struct pollfd){.fd = f->sigfd, .events = POLLIN};
-    p[P_TIMER] = (struct pollfd){.fd = f->timerfd, .events = POLLIN};
-    p[P_OUT] = (struct pollfd){.fd = f->out[0].fd, .events = POLLIN};
-    p[P_ERR] = (struct pollfd){.fd = f->out[1].fd, .events = POLLIN};
-    p[P_MASTER] = (struct pollfd){.fd = master_closed ? -1 : sb->pty_master, .events = POLLIN};
-    p[P_STDIN] = (struct pollfd){.fd = stdin_closed ? -1 : STDIN_FILENO, .events = POLLIN};
-    p[P_FIREWALL] =
-        (struct pollfd){.fd = f->net && !f->cut ? f->net->watch_fd : -1, .events = POLLIN};
-    p[P_CANCEL] = (struct pollfd){.fd = f->o->cancel_fd && !f->cancelled ? *f->o->cancel_fd : -1,
-                                  .events = POLLIN};
-    size_t nr = agsx_relay_fill(f->relay, p + P_FIXED);
-    size_t nd = agsx_relay_fill(f->dns, p + P_FIXED + nr);
-    int ms = min_timeout(agsx_relay_timeout_ms(f->relay), agsx_relay_timeout_ms(f->dns));
-    if (poll(p, P_FIXED + nr + nd, min_timeout(ms, f->reload_pending ? RELOAD_RETRY_MS : -1)) < 0) {
-      if (errno == EINTR)
-        continue;
-      return agsx_error_set(err, errno, "poll");
-    }
-    agsx_relay_dispatch(f->relay, p + P_FIXED, nr);
-    agsx_relay_dispatch(f->dns, p + P_FIXED + nr, nd);
-    if (f->reload_pending)
-      on_control(f);
-    if (p[P_SIG].revents)
-      on_signal(f);
-    if (p[P_TIMER].revents)
-      on_deadline(f);
-    if (p[P_FIREWALL].revents)
-      on_firewall(f);
-    if (p[P_CANCEL].revents) {
-      f->cancelled = true;
-      agsx_sandbox_kill(sb);
-    }
-    if (f->o->on_output && p[P_OUT].revents)
-      stream_read(f);
-    for (int i = 0; i < 2 && !f->o->on_output; i++)
-      if (p[P_OUT + i].revents)
-        agsx_output_read(&f->out[i]);
-    if (p[P_MASTER].revents)
-      agsx_copy_fd(sb->pty_master, STDOUT_FILENO, &master_closed);
-    if (p[P_STDIN].revents)
-      agsx_copy_fd(STDIN_FILENO, sb->pty_master, &stdin_closed);
-    if (p[P_SYNC].revents) {
-      int r = agsx_sandbox_handle_event(sb, err);
-      if (r < 0)
-        return -1;
-      if (r == 1)
-        break;
-    }
-  }
-  /* Drain what the command wrote before it ended. */
-  if (f->o->on_output)
-    stream_drain(f);
-  for (int i = 0; i < 2 && !f->o->on_output; i++)
-    agsx_output_drain(&f->out[i]);
-  while (!master_closed) {
-    struct pollfd p = {.fd = sb->pty_master, .events = POLLIN};
-    if (poll(&p, 1, 50) <= 0)
-      break;
-    agsx_copy_fd(sb->pty_master, STDOUT_FILENO, &master_closed);
-  }
-  return 0;
-}
-
 static int setup_signals(struct sup *f, agsx_error_t *err) {
   sigset_t set;
   sigemptyset(&set);
-  int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIG_CONTROL};
+  int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, AGSX_SIG_CONTROL};
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(sigs); i++)
     sigaddset(&set, sigs[i]);
   if (!f->o->no_signals) {
@@ -458,7 +231,7 @@ static int setup_signals(struct sup *f, agsx_error_t *err) {
 }
 
 /* The command's stdio: the caller's (stdin only with -i), pipes with --json,
- * /dev/null when detached. */
+ * pipes into the sandbox's log when detached (stdin /dev/null). */
 static int setup_stdio(struct sup *f, int pipes[2][2], agsx_error_t *err) {
   struct agsx_sandbox_config *cfg = f->cfg;
   f->out[0].fd = f->out[1].fd = -1;
@@ -477,7 +250,7 @@ static int setup_stdio(struct sup *f, int pipes[2][2], agsx_error_t *err) {
     fcntl(pipes[0][0], F_SETFL, O_NONBLOCK);
     return 0;
   }
-  if (!f->o->capture || f->detached)
+  if (!f->o->capture && !f->detached)
     return 0;
   for (int i = 0; i < 2; i++) {
     if (pipe2(pipes[i], O_CLOEXEC) < 0)
@@ -528,6 +301,10 @@ static void fill_record(struct sup *f, struct agsx_record *r) {
   r->hostname = xstrdup(cfg->hostname);
   r->seccomp = xstrdup(f->o->seccomp ? f->o->seccomp : "default");
   r->rm = f->o->rm;
+  r->idle = f->o->idle;
+  r->tmpfs_fd = f->sb->tmpfsfd; /* sandbox/snapshot.h */
+  r->layers = agsx_strv_concat(f->o->extra_layers, NULL);
+  r->labels = f->o->labels ? agsx_strv_concat(f->o->labels, NULL) : NULL;
 }
 
 static int write_start_record(struct sup *f, agsx_error_t *err) {
@@ -607,10 +384,46 @@ static int open_ports(struct sup *f, agsx_error_t *err) {
  * 127.0.0.53, and the sandbox needs no way to the host. */
 static int open_dns(void *data, int netns, agsx_error_t *err) {
   struct sup *f = data;
-  return agsx_net_dns_listen(&f->dns, netns, err);
+  return agsx_net_dns_listen(&f->dns, netns, f->net, f->o->ephemeral ? NULL : f->o->state, err);
+}
+
+/* A detached sandbox's control socket and the processes it starts. */
+static int open_procs(struct sup *f, uint64_t log_cap, agsx_error_t *err) {
+  struct agsx_record r;
+  fill_record(f, &r);
+  int ret =
+      agsx_procs_new(f->sb->statefd, f->sb->dirfd, &r, f->cfg->seccomp, log_cap, &f->procs, err);
+  agsx_record_clear(&r);
+  return ret < 0 ? agsx_error_wrap(err, "control socket") : 0;
+}
+
+/* A detached sandbox's log: its command's output, and the supervisor's
+ * warnings as META records (nobody else would see them). */
+static void log_sink(enum agsx_log_level level, const char *msg, void *data) {
+  struct sup *f = data;
+  int e = errno;
+  _cleanup_free_ char *text = xasprintf("%s%s",
+                                        level == AGSX_LOG_ERROR     ? "error: "
+                                        : level == AGSX_LOG_WARNING ? "warning: "
+                                                                    : "",
+                                        msg);
+  agsx_error_t err = NULL;
+  agsx_log_write(f->log, AGSX_LOG_META, text, strlen(text), &err);
+  agsx_error_free(&err);
+  errno = e;
+}
+
+static int open_log(struct sup *f, uint64_t cap, agsx_error_t *err) {
+  if (agsx_log_writer_open(f->sb->dirfd, "log", cap, &f->log, err) < 0)
+    return agsx_error_wrap(err, "sandbox log");
+  agsx_log_set_sink(log_sink, f);
+  return 0;
 }
 
 static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
+  uint64_t log_cap = 0;
+  if (f->detached && agsx_log_cap_conf(&log_cap, err) < 0)
+    return -1;
   f->deadline_ns =
       agsx_now_ns() +
       (int64_t)(f->o->timeout ? f->o->timeout : AGSX_DEFAULT_TIMEOUT_SEC) * 1000000000LL;
@@ -618,7 +431,7 @@ static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
   if (setup_signals(f, err) < 0 || setup_stdio(f, pipes, err) < 0 || open_ports(f, err) < 0)
     return -1;
   if (!f->o->no_timeout)
-    arm_deadline(f);
+    agsx_sup_arm_deadline(f);
   f->cfg->state_dir = f->o->state;
   if (f->net) {
     f->cfg->on_netns = open_dns;
@@ -631,17 +444,29 @@ static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
   int r = agsx_sandbox_start(f->cfg, &f->sb, err);
   for (int i = 0; i < 2; i++)
     agsx_closep(&pipes[i][1]);
-  if (r < 0)
+  if (r < 0 || (f->detached && open_log(f, log_cap, err) < 0))
     return -1;
   if (f->relay && agsx_relay_set_connect_ns(f->relay, f->sb->netns, err) < 0)
     return -1;
-  budget_relays(f);
+  agsx_sup_budget_relays(f);
   if (f->o->ephemeral)
     return 0; /* no record: removed at the end (write_end_record) */
   if (write_start_record(f, err) < 0)
     return -1;
   f->recorded = true;
-  return 0;
+  return f->detached ? open_procs(f, log_cap, err) : 0;
+}
+
+/* The log's end: how the command ended, and why agsx failed if it did. */
+static void end_log(struct sup *f, agsx_error_t failure) {
+  if (f->log == NULL)
+    return;
+  agsx_error_t err = NULL;
+  agsx_log_set_sink(NULL, NULL);
+  if (agsx_log_end(f->log, f->sb->exit_code, f->sb->term_signal, failure ? failure->msg : NULL,
+                   &err) < 0)
+    agsx_warn("%s", err->msg);
+  agsx_error_free(&err);
 }
 
 /* Tears down; returns the exit code for the caller. */
@@ -665,12 +490,21 @@ static int finish(struct sup *f, agsx_error_t *err) {
   /* The namespace, and the veth with it, went with the sandbox. */
   if (f->net)
     agsx_net_attach_end(f->net);
+  /* Its processes died with it: their ends are recorded before its own. */
+  agsx_procs_end(f->procs, "the sandbox ended");
+  end_log(f, *err);
   write_end_record(f);
   f->teardown_ns = agsx_mono_ns() - td;
   return *err ? (f->sb->exited ? f->sb->exit_code : 125) : f->sb->exit_code;
 }
 
 static void sup_clear(struct sup *f) {
+  agsx_procs_free(f->procs);
+  f->procs = NULL;
+  if (f->log)
+    agsx_log_set_sink(NULL, NULL);
+  agsx_log_writer_free(f->log);
+  f->log = NULL;
   agsx_relay_free(f->relay);
   f->relay = NULL;
   agsx_relay_free(f->dns);
@@ -686,27 +520,33 @@ static void sup_clear(struct sup *f) {
   agsx_sandbox_free(f->sb);
 }
 
-/* run -d: the supervisor detaches into its own session and reports back
- * through a pipe once the command runs (or why it could not start). */
+/* run -d: what the supervisor reports through the pipe once the command
+ * runs (or why it could not start). */
+struct report {
+  int ok;
+  struct agsx_proc_ref supervisor;
+  char text[1024];
+};
+
 static _Noreturn void detached_supervisor(struct sup *f, int report) {
   agsx_error_t err = NULL;
   int pipes[2][2] = {{-1, -1}, {-1, -1}};
-  setsid();
   int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (devnull >= 0)
     for (int i = 0; i < 3; i++)
       dup2(devnull, i);
+  /* It writes to its processes' stdin pipes: a reader gone is EPIPE, not
+   * its death (the command's dispositions are reset before exec). */
+  signal(SIGPIPE, SIG_IGN);
   int r = start(f, pipes, &err);
-  struct agsx_msg_small {
-    int ok;
-    char text[1024];
-  } m = {.ok = r == 0};
+  struct report m = {.ok = r == 0};
+  agsx_proc_ref_self(&m.supervisor);
   snprintf(m.text, sizeof(m.text), "%s", r == 0 ? f->sb->id : err->msg);
   if (write(report, &m, sizeof(m)) < 0) {
   }
   close(report);
   if (r == 0)
-    supervise(f, &err);
+    agsx_supervise(f, &err);
   finish(f, &err);
   agsx_error_free(&err);
   sup_clear(f);
@@ -718,6 +558,7 @@ static void prepared_clear(struct prepared *p) {
   agsx_image_info_clear(&p->info);
   agsx_strv_free(p->argv);
   agsx_strv_free(p->env);
+  agsx_strv_free(p->layers);
   agsx_seccomp_bpf_clear(&p->bpf);
 }
 
@@ -759,6 +600,7 @@ int agsx_lifecycle_create(const struct agsx_run_spec *spec, struct agsx_lifecycl
                        .started = lc->spec.t0,
                        .out = {{.fd = -1}, {.fd = -1}},
                        .net = linked ? &lc->net : NULL};
+  lc->net.egress = spec->egress;
   /* On public and vpc networks an address is leased first (see net.h). */
   if ((linked && agsx_net_attach_begin(spec->root, mode, net_name, spec->rules, spec->n_rules,
                                        lc->cfg.id, &lc->net, err) < 0) ||
@@ -800,11 +642,61 @@ int agsx_lifecycle_run(struct agsx_lifecycle *lc, const struct agsx_run_hooks *h
   if (start(f, pipes, err) == 0) {
     if (hooks && hooks->started)
       hooks->started(hooks->data, lc);
-    supervise(f, err);
+    agsx_supervise(f, err);
   }
   if (hooks && hooks->ended)
     hooks->ended(hooks->data, lc);
   return finish(f, err);
+}
+
+/* The fds a detached supervisor keeps of its caller's: the report pipe and
+ * what the lifecycle prepared (the network namespace and its helper, the
+ * address lease and the firewall watch, the image store). A caller that is
+ * a server has listeners, client connections and logs open: none of them
+ * may live on in a supervisor (or, through it, in a sandbox). */
+static void close_callers_fds(struct agsx_lifecycle *lc, int report) {
+  int keep[16];
+  size_t n = 0;
+  keep[n++] = report;
+  keep[n++] = lc->cfg.netns;
+  keep[n++] = lc->cfg.sysfs;
+  keep[n++] = lc->job.sock;
+  keep[n++] = lc->net.lease_fd;
+  keep[n++] = lc->net.watch_fd;
+  keep[n++] = lc->net.nflog_fd;    /* egress: the blocked log's socket */
+  keep[n++] = lc->net.egress_pipe; /* egress: its rules' transaction result */
+  if (lc->p.store) {
+    struct agsx_store *s = lc->p.store;
+    keep[n++] = s->rootfd;
+    keep[n++] = s->blobsfd;
+    keep[n++] = s->layersfd;
+    keep[n++] = s->tmpfd;
+    keep[n++] = s->gc_lock;
+  }
+  agsx_close_all_except(keep, n);
+}
+
+/* The supervisor is a grandchild in a session of its own: the caller has
+ * no child to reap, its signals and its death (a SIGKILLed server) do not
+ * reach it, and it holds nothing of the caller's. */
+static _Noreturn void detach_child(struct agsx_lifecycle *lc, int report) {
+  agsx_log_set_sink(NULL, NULL); /* the caller's sink may write to its fds */
+  close_callers_fds(lc, report);
+  /* Nor its signal state: a server that ignores SIGCHLD would have the
+   * kernel reap the sandbox's init before we read its status. */
+  for (int sig = 1; sig < NSIG; sig++)
+    if (sig != SIGKILL && sig != SIGSTOP)
+      signal(sig, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  if (setsid() < 0)
+    _exit(125);
+  pid_t pid = fork();
+  if (pid != 0)
+    _exit(pid < 0 ? 125 : 0);
+  lc->f.detached = true;
+  detached_supervisor(&lc->f, report);
 }
 
 int agsx_lifecycle_detach(struct agsx_lifecycle *lc, struct agsx_run_started *ret,
@@ -823,15 +715,14 @@ int agsx_lifecycle_detach(struct agsx_lifecycle *lc, struct agsx_run_started *re
   }
   if (pid == 0) {
     close(pfd[0]);
-    f->detached = true;
-    detached_supervisor(f, pfd[1]);
+    detach_child(lc, pfd[1]);
   }
   close(pfd[1]);
   f->handed_off = true;
-  struct {
-    int ok;
-    char text[1024];
-  } m = {0};
+  int status;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  struct report m = {0};
   ssize_t n = agsx_read_all(pfd[0], &m, sizeof(m));
   close(pfd[0]);
   if (n != (ssize_t)sizeof(m))
@@ -840,7 +731,8 @@ int agsx_lifecycle_detach(struct agsx_lifecycle *lc, struct agsx_run_started *re
   if (!m.ok)
     return agsx_error_set(err, 0, "%s", m.text);
   snprintf(ret->id, sizeof(ret->id), "%.32s", m.text);
-  ret->supervisor = pid;
+  ret->supervisor = m.supervisor.pid;
+  ret->supervisor_ref = m.supervisor;
   return 0;
 }
 

@@ -6,26 +6,32 @@
  *                           sandbox configuration, seccomp program
  *   agsx_lifecycle_run      foreground: start, supervise, tear down, with the
  *                           caller's stdio (or captured: the --json document)
- *   agsx_lifecycle_detach   a detached supervisor (its own session) that does
- *                           the same; returns once the command runs
+ *   agsx_lifecycle_detach   a detached supervisor (a grandchild in its own
+ *                           session, holding none of the caller's fds) that
+ *                           does the same; returns once the command runs
  *
- * The supervisor is one poll loop of components that fill and dispatch: the
- * sandbox's sync socket, signals (the control protocol, control.h), the
- * deadline timer, captured output, the pty, the firewall watch, the
- * published ports' relay and the DNS relay. It writes the state record as
- * the sandbox starts and ends (with `rm`, removes it). Every front end (run,
- * browser, build's RUN, the API server) goes through these calls. */
+ * The supervisor is one poll loop of components that fill and dispatch
+ * (supervisor.h): the sandbox's sync socket, signals (the control protocol,
+ * control.h), the deadline timer, captured output, the pty, the firewall
+ * watch, the published ports' relay and the DNS relay; detached, also the
+ * sandbox's log (STATE/<id>/log: the command's stdout and stderr, the
+ * supervisor's warnings) and the control socket with the processes it
+ * owns (processes.h). It writes the state record as the sandbox starts and
+ * ends (with `rm`, removes it). Every front end (run, browser, build's
+ * RUN, the API server) goes through these calls. */
 #ifndef AGSX_SANDBOX_LIFECYCLE_H
 #define AGSX_SANDBOX_LIFECYCLE_H
 
 #include "net/relay.h"
 #include "sandbox/output.h"
 #include "sandbox/sandbox.h"
+#include "state/state.h"
 #include "util/util.h"
 
 #define AGSX_DEFAULT_TIMEOUT_SEC 300
 
 struct agsx_sg_rule;
+struct agsx_egress;
 
 /* What to run. Strings are borrowed for the lifecycle's life. */
 struct agsx_run_spec {
@@ -36,7 +42,8 @@ struct agsx_run_spec {
   /* Pulls IMAGE when the policy says so (the front end shows progress). */
   int (*pull_image)(void *data, const char *image, agsx_error_t *err);
   void *pull_data;
-  char **env; /* KEY=VALUE, after the image's */
+  char **env;    /* KEY=VALUE, after the image's */
+  char **labels; /* KEY=VALUE, into the record (agsx_labels_check) */
   const char *user, *workdir, *hostname, *name;
   const char *seccomp; /* a profile file, "unconfined", or NULL: the default */
   struct agsx_bind *binds;
@@ -44,12 +51,17 @@ struct agsx_run_spec {
   const char *network;              /* internal (NULL), public or vpc:NAME */
   const struct agsx_sg_rule *rules; /* vpc only */
   size_t n_rules;
-  struct agsx_port *ports; /* published; the host ports are filled in as bound */
+  const struct agsx_egress *egress; /* public, vpc: egress rules (net/egress.h), or NULL */
+  struct agsx_port *ports;          /* published; the host ports are filled in as bound */
   size_t n_ports;
   uint64_t timeout;            /* seconds; 0: AGSX_DEFAULT_TIMEOUT_SEC */
   uint64_t memory, pids, disk; /* 0: the defaults */
   double cpus;                 /* 0: no limit */
   bool read_only, rm, timing;
+  /* No command: the sandbox's init only reaps until the sandbox is stopped
+   * or reaches its deadline; its processes come through processes.h (API
+   * sandboxes, whose images may have no shell). Detached only. */
+  bool idle;
   /* Foreground stdio: the caller's stdin (interactive), a pty (tty), or
    * stdout and stderr captured for the result document (capture). */
   bool interactive, tty, capture;
@@ -66,6 +78,11 @@ struct agsx_run_spec {
   const int *cancel_fd;
   void (*on_output)(void *data, const char *buf, size_t len);
   void *output_data;
+  /* agsx fork (sandbox/snapshot.h): layers of the state directory
+   * (STATE/layers/<id>, lowest first) above the image's, and the whole
+   * command line (the image's Entrypoint included) instead of CMD. */
+  char *const *extra_layers;
+  char *const *argv;
 };
 
 /* Refuses what would harm the sandbox or the host whoever the caller is:
@@ -92,10 +109,14 @@ struct agsx_run_hooks {
 int agsx_lifecycle_run(struct agsx_lifecycle *lc, const struct agsx_run_hooks *hooks,
                        agsx_error_t *err);
 
-/* A detached sandbox: its id and its supervisor (a child of the caller). */
+/* A detached sandbox: its id and its supervisor, which is NOT a child of
+ * the caller (a grandchild in its own session, holding none of the
+ * caller's fds: a server never reaps supervisors, and a killed server
+ * leaves them running). SUPERVISOR_REF proves it (proc.h). */
 struct agsx_run_started {
   char id[33];
   pid_t supervisor;
+  struct agsx_proc_ref supervisor_ref;
 };
 int agsx_lifecycle_detach(struct agsx_lifecycle *lc, struct agsx_run_started *ret,
                           agsx_error_t *err);

@@ -85,3 +85,12 @@ char *agsx_result_json(const struct agsx_result *r, size_t *ret_len) {
   yajl_gen_map_close(g);
   return agsx_json_gen_steal(g, ret_len);
 }
+
+char *agsx_started_json(const char *id, const char *name, size_t *ret_len) {
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  yajl_gen_map_open(g);
+  agsx_json_kv_str(g, "id", id);
+  agsx_json_kv_str(g, "name", name);
+  yajl_gen_map_close(g);
+  return agsx_json_gen_steal(g, ret_len);
+}

@@ -36,4 +36,9 @@ struct agsx_result {
 /* The document, without a trailing newline; the caller frees it. */
 char *agsx_result_json(const struct agsx_result *r, size_t *ret_len);
 
+/* The `run --detach --json` document, {"id": ID, "name": NAME or null}:
+ * a detached sandbox once its command runs. Without a trailing newline;
+ * the caller frees it. */
+char *agsx_started_json(const char *id, const char *name, size_t *ret_len);
+
 #endif

@@ -189,3 +189,27 @@ int agsx_user_resolve(const char *spec, const char *passwd, size_t passwd_len, c
   }
   return 0;
 }
+
+struct name_query {
+  unsigned id;
+  char *buf;
+  size_t size;
+  bool found;
+};
+
+static bool name_match(char **f, size_t n, void *data) {
+  struct name_query *q = data;
+  unsigned id;
+  if (n < 3 || !parse_id(f[2], &id) || id != q->id || f[0][0] == '\0')
+    return false;
+  q->found = strlen(f[0]) < q->size;
+  if (q->found)
+    snprintf(q->buf, q->size, "%s", f[0]);
+  return true;
+}
+
+bool agsx_passwd_name(const char *text, size_t len, unsigned id, char *buf, size_t size) {
+  struct name_query q = {.id = id, .buf = buf, .size = size};
+  each_line(text, len, 4, name_match, &q);
+  return q.found;
+}

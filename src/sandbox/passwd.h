@@ -25,4 +25,9 @@ struct agsx_user {
 int agsx_user_resolve(const char *spec, const char *passwd, size_t passwd_len, const char *group,
                       size_t group_len, struct agsx_user *ret, agsx_error_t *err);
 
+/* The name of ID in passwd or group text TEXT (field 1 of the first entry
+ * whose field 3 is ID) into BUF; false when there is none (or it does not
+ * fit). For showing owners, as `ls -l` does. */
+bool agsx_passwd_name(const char *text, size_t len, unsigned id, char *buf, size_t size);
+
 #endif

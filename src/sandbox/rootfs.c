@@ -252,6 +252,45 @@ static int host_etc_files(int root, agsx_error_t *err) {
   return 0;
 }
 
+/* upper/DIR alone, or overlaid on the DIR of each layer (l0..lN in T). */
+static int host_writable(struct agsx_child_ctx *c, int t, const char *dir, agsx_error_t *err) {
+  _cleanup_free_ char *upper = xasprintf("upper/%s", dir), *work = xasprintf("work/%s", dir);
+  size_t n = c->cfg->n_layers;
+  if (n == 0)
+    return bind_clone(t, upper, 0, false, err);
+  if (mkdirat(t, work, 0700) < 0)
+    return agsx_error_set(err, errno, "mkdir in the sandbox tmpfs");
+  size_t cap = n * (strlen(dir) + 12) + 8, len = 0;
+  _cleanup_free_ char *lower = xzalloc(cap);
+  for (size_t i = n; i-- > 0;) {
+    _cleanup_free_ char *l = xasprintf("l%zu/%s", i, dir);
+    struct stat st;
+    if (fstatat(t, l, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode))
+      continue; /* a layer without it adds nothing there */
+    len += (size_t)snprintf(lower + len, cap - len, "%s%s", len ? ":" : "", l);
+  }
+  if (len == 0)
+    return bind_clone(t, upper, 0, false, err);
+  if (fchdir(t) < 0)
+    return agsx_error_set(err, errno, "chdir to the sandbox tmpfs");
+  const char *opts[] = {"lowerdir", lower,       "upperdir", upper, "workdir",
+                        work,       "userxattr", NULL,       NULL};
+  int m = fs_new("overlay", opts, MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID, err);
+  return m < 0 ? agsx_error_wrap(err, "/%s", dir) : m;
+}
+
+/* The layers of a fork or a rollback of a host-image sandbox, in T. */
+static int host_layers(struct agsx_child_ctx *c, int t, agsx_error_t *err) {
+  for (size_t i = 0; i < c->cfg->n_layers; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "l%zu", i);
+    if (mkdirat(t, name, 0755) < 0 ||
+        move_mount(c->fds[i], "", t, name, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+      return agsx_error_set(err, errno, "attach layer %zu", i);
+  }
+  return 0;
+}
+
 static int host_root(struct agsx_child_ctx *c, int t, agsx_error_t *err) {
   const char *opts[] = {"size", "4m", "mode", "0755", NULL};
   _cleanup_close_ int root = fs_new("tmpfs", opts, MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID, err);
@@ -267,6 +306,8 @@ static int host_root(struct agsx_child_ctx *c, int t, agsx_error_t *err) {
       return agsx_error_set(err, errno, "mkdir `%s`", dirs[i]);
   if (symlinkat("../tmp", root, "var/tmp") < 0)
     return agsx_error_set(err, errno, "symlink var/tmp");
+  if (host_layers(c, t, err) < 0)
+    return -1;
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(host_dirs); i++)
     if (host_link_or_bind(root, hostroot, host_dirs[i], false, err) < 0)
       return -1;
@@ -275,12 +316,16 @@ static int host_root(struct agsx_child_ctx *c, int t, agsx_error_t *err) {
       return -1;
   if (host_etc_files(root, err) < 0)
     return -1;
-  /* /tmp and /root come from the --disk tmpfs: writable, fresh, capped. */
-  if (mkdirat(t, "tmp", 01777) < 0 || fchmodat(t, "tmp", 01777, 0) < 0 ||
-      mkdirat(t, "home", 0700) < 0)
+  /* /tmp and /root come from the --disk tmpfs: writable, fresh, capped.
+   * Their writable layers are upper/tmp and upper/root, so that a capture
+   * (sandbox/snapshot.h) copies upper as for an image; a fork's or a
+   * rollback's layers hold tmp/ and root/ and go under them. */
+  if (mkdirat(t, "upper", 0755) < 0 || mkdirat(t, "work", 0700) < 0 ||
+      mkdirat(t, "upper/tmp", 01777) < 0 || fchmodat(t, "upper/tmp", 01777, 0) < 0 ||
+      mkdirat(t, "upper/root", 0700) < 0)
     return agsx_error_set(err, errno, "mkdir in the sandbox tmpfs");
-  _cleanup_close_ int tmp = bind_clone(t, "tmp", 0, false, err);
-  _cleanup_close_ int home = tmp >= 0 ? bind_clone(t, "home", 0, false, err) : -1;
+  _cleanup_close_ int tmp = host_writable(c, t, "tmp", err);
+  _cleanup_close_ int home = tmp >= 0 ? host_writable(c, t, "root", err) : -1;
   if (home < 0 || move_mount(tmp, "", root, "tmp", MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
       move_mount(home, "", root, "root", MOVE_MOUNT_F_EMPTY_PATH) < 0)
     return agsx_error_set(err, errno, "mount /tmp and /root");
@@ -494,6 +539,11 @@ int agsx_child_rootfs(struct agsx_child_ctx *c, agsx_error_t *err) {
   _cleanup_close_ int t = stage_tmpfs(c, err);
   if (t < 0)
     return -1;
+  /* For the supervisor: commit, snapshot and fork read the upper directory
+   * through it (sandbox/snapshot.h). The command never has it: CLOEXEC, and
+   * closed once sent with READY. */
+  if ((c->tmpfsfd = fcntl(t, F_DUPFD_CLOEXEC, 3)) < 0)
+    return agsx_error_set(err, errno, "keep the sandbox tmpfs");
   _cleanup_close_ int root = c->cfg->host_image ? host_root(c, t, err) : overlay_root(c, t, err);
   if (root < 0)
     return -1;

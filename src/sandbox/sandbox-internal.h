@@ -26,6 +26,7 @@ struct agsx_child_ctx {
   int cgroup_fds[8]; /* v1 `tasks` files the init writes itself into */
   size_t n_cgroup_fds;
   int upperfd; /* cfg->keep_upper: sent with EXIT */
+  int tmpfsfd; /* the sandbox's tmpfs (upper, work, layers): sent with READY */
 };
 
 /* Reports a setup failure to the parent and exits. */

@@ -6,6 +6,8 @@
 #include "net/net.h"
 #include "state/state.h"
 #include "sandbox/sandbox-internal.h"
+#include "sandbox/freeze.h"
+#include "sandbox/snapshot.h"
 
 #include <fcntl.h>
 #include <linux/sched.h>
@@ -57,7 +59,7 @@ static int make_state_dir(struct agsx_sandbox *sb, const struct agsx_sandbox_con
   sb->statefd = agsx_state_open(cfg->state_dir, true, err);
   if (sb->statefd < 0)
     return -1;
-  if (mkdirat(sb->statefd, sb->id, 0700) < 0)
+  if (mkdirat(sb->statefd, sb->id, 0700) < 0 && !(cfg->restart && errno == EEXIST))
     return agsx_error_set(err, errno, "create `%s/%s`", cfg->state_dir, sb->id);
   sb->dirfd = openat(sb->statefd, sb->id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (sb->dirfd < 0)
@@ -65,7 +67,7 @@ static int make_state_dir(struct agsx_sandbox *sb, const struct agsx_sandbox_con
   /* The name is claimed once the record directory exists, so a racing
    * claim never takes it for a stale one. */
   if (cfg->name) {
-    if (agsx_name_claim(sb->statefd, cfg->name, sb->id, err) < 0)
+    if (!cfg->restart && agsx_name_claim(sb->statefd, cfg->name, sb->id, err) < 0)
       return -1;
     sb->name = xstrdup(cfg->name);
   }
@@ -220,21 +222,26 @@ static int send_go(struct agsx_sandbox *sb, const struct agsx_sandbox_config *cf
 /* Waits for READY or ERROR from the init. */
 static int wait_ready(struct agsx_sandbox *sb, agsx_error_t *err) {
   struct agsx_msg m;
-  int fd = -1;
+  int fds[2] = {-1, -1};
   size_t nfds = 0;
-  ssize_t n = agsx_msg_recv(sb->sync, &m, &fd, 1, &nfds);
+  ssize_t n = agsx_msg_recv(sb->sync, &m, fds, 2, &nfds);
   if (n == 0)
     return agsx_error_set(err, 0, "the sandbox init died during setup");
   if (n < 0)
     return agsx_error_set(err, (int)-n, "read from the sandbox init");
   if (m.type == AGSX_MSG_READY) {
-    if (nfds == 1)
-      sb->pty_master = fd;
+    size_t k = 0;
+    if ((m.code & AGSX_READY_PTY) && k < nfds)
+      sb->pty_master = fds[k++];
+    if ((m.code & AGSX_READY_TMPFS) && k < nfds)
+      sb->tmpfsfd = fds[k++];
+    for (; k < nfds; k++)
+      close(fds[k]);
     memcpy(sb->child_ns, m.phase_ns, sizeof(sb->child_ns));
     return 0;
   }
-  if (nfds == 1)
-    close(fd);
+  for (size_t k = 0; k < nfds; k++)
+    close(fds[k]);
   if (m.type == AGSX_MSG_ERROR) {
     sb->exit_code = m.code;
     sb->exited = true; /* the outcome is known: the init's death adds nothing */
@@ -268,7 +275,7 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
                        agsx_error_t *err) {
   struct agsx_sandbox *sb = xzalloc(sizeof(*sb));
   sb->pidfd = sb->sync = sb->pty_master = sb->statefd = sb->dirfd = sb->ids.lockfd = -1;
-  sb->sysfs = sb->netns = sb->upperfd = -1;
+  sb->sysfs = sb->netns = sb->upperfd = sb->tmpfsfd = -1;
   sb->init_pid = -1;
   sb->exit_code = 125;
   memcpy(sb->id, cfg->id, sizeof(sb->id));
@@ -280,8 +287,13 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
   if (agsx_cgroup_create(sb->id, &cfg->limits, &sb->cg, err) < 0)
     return agsx_error_wrap(err, "cgroup");
   phase(sb, "cgroup", &t0);
-  struct agsx_child_ctx child = {
-      .cfg = cfg, .pty_master = -1, .pty_slave = -1, .rootfd = -1, .stagefd = -1, .upperfd = -1};
+  struct agsx_child_ctx child = {.cfg = cfg,
+                                 .pty_master = -1,
+                                 .pty_slave = -1,
+                                 .rootfd = -1,
+                                 .stagefd = -1,
+                                 .upperfd = -1,
+                                 .tmpfsfd = -1};
   /* The sandbox's tmpfs is mounted over its record directory, in its own
    * mount namespace only: no directory of its own to create and remove. */
   snprintf(child.stage, sizeof(child.stage), "%s/%s", cfg->state_dir, sb->id);
@@ -360,11 +372,28 @@ int agsx_sandbox_handle_event(struct agsx_sandbox *sb, agsx_error_t *err) {
   return 1;
 }
 
+/* A paused sandbox (sandbox/freeze.h) that is stopped must not stay frozen:
+ * after SIGTERM (the deadline, agsx kill) or SIGKILL it is thawed, so the
+ * signal takes effect. Its cgroup is looked up afresh: on v1 the freezer
+ * cgroup is made by the pause, after the start. */
+static bool was_frozen(struct agsx_sandbox *sb) {
+  return sb->dirfd >= 0 && faccessat(sb->dirfd, AGSX_FROZEN_MARK, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+static void thaw_for_stop(struct agsx_sandbox *sb) {
+  _cleanup_cgroup_ struct agsx_cgroup *cg = NULL;
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (was_frozen(sb) && agsx_cgroup_open(sb->id, &cg, &e) == 0 && agsx_cgroup_frozen(cg))
+    agsx_cgroup_thaw_quiet(cg);
+}
+
 int agsx_sandbox_signal(struct agsx_sandbox *sb, int sig) {
   if (sb->pidfd < 0)
     return -ESRCH;
   if (syscall(SYS_pidfd_send_signal, sb->pidfd, sig, NULL, 0) < 0)
     return -errno;
+  if (sig == SIGTERM || sig == SIGKILL)
+    thaw_for_stop(sb);
   return 0;
 }
 
@@ -409,8 +438,9 @@ int agsx_sandbox_destroy(struct agsx_sandbox *sb, agsx_error_t *err) {
       sb->reason = AGSX_STOP_OOM;
     r = agsx_cgroup_destroy(sb->cg, err);
   }
-  /* Hierarchies the sandbox had no limit in, where an exec made its cgroup
-   * to track its commands (v1 without limits). */
+  /* Hierarchies other processes made the sandbox's cgroup in: an exec's
+   * tracking cgroup (v1 without limits), a pause's freezer. (With the
+   * cached layout this costs one open of each hierarchy's leaf.) */
   _cleanup_cgroup_ struct agsx_cgroup *more = NULL;
   _cleanup_error_ agsx_error_t e = NULL;
   if (r == 0 && agsx_cgroup_open(sb->id, &more, &e) == 0)
@@ -422,7 +452,9 @@ int agsx_sandbox_destroy(struct agsx_sandbox *sb, agsx_error_t *err) {
     sb->reason = AGSX_STOP_ERROR;
   /* The sandbox's mounts lived in its own mount namespace and died with
    * it. The record stays until the caller removes it
-   * (agsx_sandbox_remove_record). */
+   * (agsx_sandbox_remove_record); its snapshots die with it. */
+  if (sb->statefd >= 0 && !sb->keep_snapshots)
+    agsx_snapshot_drop_all(sb->statefd, sb->id);
   agsx_userns_release(&sb->ids);
   return r;
 }
@@ -448,6 +480,7 @@ void agsx_sandbox_free(struct agsx_sandbox *sb) {
   agsx_closep(&sb->statefd);
   agsx_closep(&sb->dirfd);
   agsx_closep(&sb->upperfd);
+  agsx_closep(&sb->tmpfsfd);
   agsx_userns_release(&sb->ids);
   agsx_cgroup_free(sb->cg);
   free(sb);

@@ -80,6 +80,13 @@ struct agsx_sandbox_config {
    * sandbox's tmpfs) over with its EXIT message, as sb->upperfd, so the
    * caller can turn what the command changed into a layer. */
   bool keep_upper;
+  /* No command (argv unused): the init only reaps until it is told to stop
+   * (SIGTERM, SIGINT, SIGHUP, SIGQUIT: every process gets it, and the init
+   * ends, "killed by" it, once none is left) or killed. */
+  bool idle;
+  /* agsx rollback's restart: STATE/<id> and the name are the sandbox's
+   * already (sandbox/snapshot.h). */
+  bool restart;
 };
 
 enum agsx_stop_reason {
@@ -120,6 +127,11 @@ struct agsx_sandbox {
   bool exited;     /* the init reported the command's end */
   enum agsx_stop_reason reason;
   int upperfd; /* with cfg->keep_upper: the upper directory, after EXIT */
+  /* The sandbox's tmpfs (upper, work; not for the host image), held for
+   * its whole life: agsx commit, snapshot and fork take it from the
+   * supervisor with pidfd_getfd (the record's tmpfs_fd). */
+  int tmpfsfd;
+  bool keep_snapshots; /* destroy for a restart: its snapshots stay */
 };
 
 /* Starts the sandbox; returns once the command has been exec'd (or its

@@ -13,10 +13,15 @@
 
 enum agsx_msg_type {
   AGSX_MSG_GO = 1, /* P→C: maps written, cgroup joined; fds: layers, then binds */
-  AGSX_MSG_READY,  /* C→P: the command was exec'd; fd: pty master with -t */
+  AGSX_MSG_READY,  /* C→P: the command was exec'd; fds (code says which): the pty
+                      master with -t, the sandbox's tmpfs (image sandboxes) */
   AGSX_MSG_ERROR,  /* C→P: setup or exec failed; code = 125/126/127, text */
   AGSX_MSG_EXIT,   /* C→P: the command ended; status = its wait status */
 };
+
+/* READY's code: the fds it carries, in this order. */
+#define AGSX_READY_PTY 1
+#define AGSX_READY_TMPFS 2
 
 /* One SCM_RIGHTS message carries at most 253 fds (SCM_MAX_FD): the layers,
  * the volumes and the sysfs of a sandbox must fit in the GO message. */

@@ -30,6 +30,10 @@ void agsx_record_clear(struct agsx_record *r) {
   free(r->cwd);
   free(r->hostname);
   free(r->seccomp);
+  agsx_strv_free(r->layers);
+  agsx_strv_free(r->restart_layers);
+  free(r->restart_error);
+  agsx_strv_free(r->labels);
   memset(r, 0, sizeof(*r));
 }
 
@@ -41,6 +45,20 @@ static void gen_strv(yajl_gen g, const char *key, char **v) {
   for (size_t i = 0; v && v[i]; i++)
     agsx_json_str(g, v[i]);
   yajl_gen_array_close(g);
+}
+
+/* {"KEY": "VALUE", ...} */
+static void gen_labels(yajl_gen g, char *const *labels) {
+  agsx_json_key(g, "labels");
+  yajl_gen_map_open(g);
+  for (size_t i = 0; labels && labels[i]; i++) {
+    const char *eq = strchr(labels[i], '=');
+    if (eq == NULL)
+      continue;
+    yajl_gen_string(g, (const unsigned char *)labels[i], (size_t)(eq - labels[i]));
+    agsx_json_str(g, eq + 1);
+  }
+  yajl_gen_map_close(g);
 }
 
 static void gen_proc(yajl_gen g, const char *key, const struct agsx_proc_ref *p) {
@@ -87,14 +105,31 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len) {
   agsx_json_kv_str(g, "hostname", r->hostname);
   agsx_json_kv_str(g, "seccomp", r->seccomp);
   agsx_json_kv_bool(g, "rm", r->rm);
+  if (r->idle)
+    agsx_json_kv_bool(g, "idle", true);
   agsx_json_kv_bool(g, "stop_request", r->stop_request);
   agsx_json_kv_bool(g, "reported", r->reported);
+  agsx_json_kv_bool(g, "paused", r->paused);
+  agsx_json_kv_int(g, "paused_at", r->paused_at);
+  agsx_json_kv_int(g, "tmpfs_fd", r->tmpfs_fd);
+  gen_strv(g, "layers", r->layers);
+  gen_proc(g, "frozen_by", &r->frozen_by);
+  agsx_json_kv_int(g, "restart_seq", r->restart_seq);
+  agsx_json_kv_int(g, "restarted_seq", r->restarted_seq);
+  gen_strv(g, "restart_layers", r->restart_layers);
+  agsx_json_kv_str(g, "restart_error", r->restart_error);
+  gen_labels(g, r->labels);
   yajl_gen_map_close(g);
   return agsx_json_gen_steal(g, ret_len);
 }
 
 const char *agsx_record_status_name(enum agsx_status s) {
   return (size_t)s < AGSX_ARRAY_SIZE(status_names) ? status_names[s] : "exited";
+}
+
+const char *agsx_record_status(const struct agsx_record *r) {
+  return r->status == AGSX_STATUS_RUNNING && r->paused ? "paused"
+                                                       : agsx_record_status_name(r->status);
 }
 
 static void gen_time(yajl_gen g, const char *key, int64_t t) {
@@ -129,6 +164,7 @@ static void gen_full(yajl_gen g, const struct agsx_record *r) {
   agsx_json_kv_str(g, "seccomp", r->seccomp);
   agsx_json_kv_bool(g, "rm", r->rm);
   agsx_json_kv_bool(g, "stop_requested", r->stop_request);
+  gen_time(g, "paused_at", r->status == AGSX_STATUS_RUNNING && r->paused ? r->paused_at : 0);
 }
 
 void agsx_record_gen(yajl_gen g, const struct agsx_record *r, int64_t now, bool full) {
@@ -138,7 +174,8 @@ void agsx_record_gen(yajl_gen g, const struct agsx_record *r, int64_t now, bool 
   agsx_json_kv_str(g, "name", r->name);
   agsx_json_kv_str(g, "image", r->image);
   agsx_json_kv_str(g, "image_digest", r->image_digest);
-  agsx_json_kv_str(g, "status", agsx_record_status_name(r->status));
+  agsx_json_kv_str(g, "status", agsx_record_status(r));
+  agsx_json_kv_bool(g, "paused", r->status == AGSX_STATUS_RUNNING && r->paused);
   _cleanup_free_ char *created = agsx_format_rfc3339(r->created);
   _cleanup_free_ char *deadline = agsx_format_rfc3339(r->deadline);
   agsx_json_kv_str(g, "created", created);
@@ -166,6 +203,7 @@ void agsx_record_gen(yajl_gen g, const struct agsx_record *r, int64_t now, bool 
   agsx_json_kv_int(g, "disk", (int64_t)r->disk);
   agsx_json_kv_int(g, "cpu_quota_us", (int64_t)r->cpu_quota_us);
   yajl_gen_map_close(g);
+  gen_labels(g, r->labels);
   if (full)
     gen_full(g, r);
   yajl_gen_map_close(g);
@@ -232,6 +270,26 @@ static char **opt_strv(yajl_val v, const char *key) {
   return out;
 }
 
+/* Labels as written by gen_labels; a record whose labels fail the check
+ * keeps none (they are shown, never trusted for more). */
+static char **opt_labels(yajl_val v) {
+  yajl_val o = agsx_json_get_object(v, "labels");
+  if (o == NULL || o->u.object.len == 0)
+    return NULL;
+  char **out = xzalloc((o->u.object.len + 1) * sizeof(char *));
+  size_t k = 0;
+  for (size_t i = 0; i < o->u.object.len; i++)
+    if (YAJL_IS_STRING(o->u.object.values[i]))
+      out[k++] = xasprintf("%s=%s", o->u.object.keys[i], o->u.object.values[i]->u.string);
+  agsx_error_t err = NULL;
+  if (agsx_labels_check(out, &err) < 0) {
+    agsx_error_free(&err);
+    agsx_strv_free(out);
+    return NULL;
+  }
+  return out;
+}
+
 static void opt_proc(yajl_val v, const char *key, struct agsx_proc_ref *p) {
   yajl_val o = agsx_json_get_object(v, key);
   p->pid = (pid_t)opt_int(o, "pid");
@@ -286,13 +344,94 @@ int agsx_record_from_json(const char *buf, size_t len, struct agsx_record *r, ag
   r->cwd = opt_str(v, "cwd");
   r->hostname = opt_str(v, "hostname");
   r->seccomp = opt_str(v, "seccomp");
+  r->labels = opt_labels(v);
   yajl_val b = agsx_json_get(v, "rm");
   r->rm = b && YAJL_IS_TRUE(b);
+  b = agsx_json_get(v, "idle");
+  r->idle = b && YAJL_IS_TRUE(b);
   b = agsx_json_get(v, "stop_request");
   r->stop_request = b && YAJL_IS_TRUE(b);
   b = agsx_json_get(v, "reported");
   r->reported = b && YAJL_IS_TRUE(b);
+  b = agsx_json_get(v, "paused");
+  r->paused = b && YAJL_IS_TRUE(b);
+  r->paused_at = opt_int(v, "paused_at");
+  r->tmpfs_fd = agsx_json_get(v, "tmpfs_fd") ? (int)opt_int(v, "tmpfs_fd") : -1;
+  r->layers = opt_strv(v, "layers");
+  opt_proc(v, "frozen_by", &r->frozen_by);
+  r->restart_seq = opt_int(v, "restart_seq");
+  r->restarted_seq = opt_int(v, "restarted_seq");
+  r->restart_layers = opt_strv(v, "restart_layers");
+  r->restart_error = opt_str(v, "restart_error");
   return 0;
+}
+
+/* ---- labels ----------------------------------------------------------------------------- */
+
+static bool has_control(const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+      return true;
+  return false;
+}
+
+int agsx_labels_check(char *const *labels, agsx_error_t *err) {
+  size_t n = 0, total = 0;
+  for (; labels && labels[n]; n++) {
+    const char *l = labels[n], *eq = strchr(l, '=');
+    if (n >= AGSX_LABELS_MAX)
+      return agsx_error_set(err, EINVAL, "at most %d labels", AGSX_LABELS_MAX);
+    size_t klen = eq ? (size_t)(eq - l) : strlen(l);
+    if (eq == NULL || klen == 0)
+      return agsx_error_set(err, EINVAL, "invalid label `%.64s` (want KEY=VALUE)", l);
+    if (klen > AGSX_LABEL_KEY_MAX || has_control(l, klen))
+      return agsx_error_set(err, EINVAL,
+                            "invalid label key `%.64s`: 1 to %d bytes, no control characters", l,
+                            AGSX_LABEL_KEY_MAX);
+    size_t vlen = strlen(eq + 1);
+    if (vlen > AGSX_LABEL_VALUE_MAX || has_control(eq + 1, vlen))
+      return agsx_error_set(
+          err, EINVAL, "invalid value of label `%.*s`: at most %d bytes, no control characters",
+          (int)(klen > 64 ? 64 : klen), l, AGSX_LABEL_VALUE_MAX);
+    total += klen + vlen + 1;
+    if (total > AGSX_LABELS_SIZE_MAX)
+      return agsx_error_set(err, EINVAL, "labels of at most %d bytes in all", AGSX_LABELS_SIZE_MAX);
+    for (size_t j = 0; j < n; j++)
+      if (strncmp(labels[j], l, klen + 1) == 0)
+        return agsx_error_set(err, EINVAL, "label `%.*s` given twice", (int)klen, l);
+  }
+  return 0;
+}
+
+const char *agsx_label_get(char *const *labels, const char *key) {
+  size_t klen = strlen(key);
+  for (size_t i = 0; labels && labels[i]; i++)
+    if (strncmp(labels[i], key, klen) == 0 && labels[i][klen] == '=')
+      return labels[i] + klen + 1;
+  return NULL;
+}
+
+bool agsx_labels_match(char *const *labels, const char *filter) {
+  const char *eq = strchr(filter, '=');
+  if (eq == NULL)
+    return agsx_label_get(labels, filter) != NULL;
+  _cleanup_free_ char *key = xstrndup(filter, (size_t)(eq - filter));
+  const char *v = agsx_label_get(labels, key);
+  return v && strcmp(v, eq + 1) == 0;
+}
+
+void agsx_labels_set(char ***labels, const char *key, const char *value) {
+  size_t klen = strlen(key), n = 0;
+  char *kv = xasprintf("%s=%s", key, value);
+  for (; *labels && (*labels)[n]; n++)
+    if (strncmp((*labels)[n], key, klen) == 0 && (*labels)[n][klen] == '=') {
+      free((*labels)[n]);
+      (*labels)[n] = kv;
+      return;
+    }
+  *labels = xrealloc(*labels, (n + 2) * sizeof(char *));
+  (*labels)[n] = kv;
+  (*labels)[n + 1] = NULL;
 }
 
 /* ---- files ------------------------------------------------------------------------------ */
@@ -508,7 +647,7 @@ int agsx_state_lookup_at(int statefd, const char *sandbox, struct agsx_record *r
                          agsx_error_t *err) {
   char id[33];
   if (statefd < 0)
-    return agsx_error_set_quiet(err, ENOENT, "no such sandbox `%s`", sandbox);
+    return agsx_error_set_quiet(err, ENOENT, "no such sandbox `%.80s`", sandbox);
   if (agsx_state_resolve(statefd, sandbox, id, err) < 0)
     return -1;
   return agsx_record_read(statefd, id, ret, err);
@@ -567,6 +706,7 @@ int agsx_proc_ref_self(struct agsx_proc_ref *ret) {
 
 #include "sandbox/cgroup.h"
 #include "sandbox/proc.h"
+#include "sandbox/snapshot.h"
 
 #include <signal.h>
 #include <utime.h>
@@ -649,9 +789,15 @@ void agsx_state_reap_all(const char *state_dir, bool force, const struct agsx_re
     _cleanup_free_ char *rec = xasprintf("%s/state.json", *id);
     if (faccessat(statefd, rec, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
       continue; /* starting, or not a record: gc's business */
-    if (agsx_state_reap_one(statefd, *id, rep, &err) < 0)
+    int reaped = agsx_state_reap_one(statefd, *id, rep, &err);
+    if (reaped < 0)
       agsx_debug("reap `%.12s`: %s", *id, err->msg);
     agsx_error_free(&err);
+    /* Snapshots die with their sandbox; a capture that died thaws. */
+    if (reaped == 1)
+      agsx_snapshot_drop_all(statefd, *id);
+    else
+      agsx_snapshot_thaw_orphan(statefd, *id);
   }
 }
 

@@ -53,9 +53,27 @@ struct agsx_record {
   char **argv, **env;
   char *user, *cwd, *hostname;
   char *seccomp;     /* "default", "unconfined" or the path of the profile used */
+  char **labels;     /* KEY=VALUE (agsx_labels_check), NULL: none */
   bool rm;           /* remove the record when the sandbox ends */
+  bool idle;         /* no command (agsx_run_spec.idle): a fork is idle too */
   bool stop_request; /* `agsx kill` asked the supervisor to stop it */
   bool reported;     /* an ended sandbox's end was shown by ls -a or waited for */
+  bool paused;       /* frozen by agsx pause (sandbox/freeze.h); only while running */
+  int64_t paused_at; /* seconds since the epoch, while paused */
+  /* sandbox/snapshot.h: the supervisor's fd of the sandbox's tmpfs (-1:
+   * none), the layers (STATE/layers/<id>) under its writable one, above
+   * the image's (a fork's, a rollback's), and the process (commit,
+   * snapshot, fork) that froze it for a copy, thawed by the reaper if it
+   * died meanwhile. */
+  int tmpfs_fd;
+  char **layers;
+  struct agsx_proc_ref frozen_by;
+  /* agsx rollback: the client asks for restart number restart_seq on
+   * restart_layers; the supervisor answers with restarted_seq and, when it
+   * failed, restart_error. */
+  int64_t restart_seq, restarted_seq;
+  char **restart_layers;
+  char *restart_error;
 };
 
 void agsx_record_clear(struct agsx_record *r);
@@ -63,8 +81,11 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len);
 int agsx_record_from_json(const char *buf, size_t len, struct agsx_record *r, agsx_error_t *err);
 /* "created", "running" or "exited". */
 const char *agsx_record_status_name(enum agsx_status s);
+/* What ls and inspect show: the status name, or "paused" for a running
+ * sandbox that is paused. */
+const char *agsx_record_status(const struct agsx_record *r);
 /* The public JSON object of a sandbox: `ls --json`'s fields (id, name,
- * image, image_digest, status, created, deadline, time_left, stop_reason,
+ * image, image_digest, status (paused too), paused, created, deadline, time_left, stop_reason,
  * exit_code, network, address, ports, pid, limits); with FULL, `inspect`'s
  * too (started, ended, timeout, deadline_ns, supervisor and init with their
  * start times, uid_range, argv, env, user, cwd, hostname, seccomp, rm,
@@ -72,6 +93,26 @@ const char *agsx_record_status_name(enum agsx_status s);
 void agsx_record_gen(yajl_gen g, const struct agsx_record *r, int64_t now, bool full);
 /* The value of a record's "ports" (also in `ls --json` and `port --json`). */
 void agsx_record_gen_ports(yajl_gen g, const struct agsx_port *v, size_t n);
+
+/* ---- labels ----
+ * KEY=VALUE strings on a sandbox (`run --label`, the API server's E2B
+ * metadata and its own e2b.* keys), kept in its record and shown by
+ * `ls --json` and `inspect` as an object. Bounded: at most
+ * AGSX_LABELS_MAX labels, keys of 1 to AGSX_LABEL_KEY_MAX bytes without
+ * '=' or control characters, values of at most AGSX_LABEL_VALUE_MAX bytes
+ * without control characters, AGSX_LABELS_SIZE_MAX bytes in all; keys
+ * unique. */
+#define AGSX_LABELS_MAX 64
+#define AGSX_LABEL_KEY_MAX 256
+#define AGSX_LABEL_VALUE_MAX 4096
+#define AGSX_LABELS_SIZE_MAX 65536
+int agsx_labels_check(char *const *labels, agsx_error_t *err);
+/* The value of KEY, or NULL. */
+const char *agsx_label_get(char *const *labels, const char *key);
+/* Whether LABELS match FILTER: "KEY" (present) or "KEY=VALUE" (equal). */
+bool agsx_labels_match(char *const *labels, const char *filter);
+/* Sets KEY=VALUE in the vector *LABELS (replacing an earlier KEY). */
+void agsx_labels_set(char ***labels, const char *key, const char *value);
 
 /* Opens (creating with CREATE) the state directory. */
 int agsx_state_open(const char *path, bool create, agsx_error_t *err);

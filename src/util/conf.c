@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <string.h>
 
 static bool key_is_valid(const char *s, size_t n) {
@@ -58,9 +59,45 @@ int agsx_conf_parse(const char *text, size_t len, const char *what, const char *
   return 0;
 }
 
-/* The file is read for each call, not cached: it is small, read a handful
- * of times per command, and a long-lived process (the API server) sees its
- * edits without a reset. */
+/* The file's text, read once per process and path (AGSX_CONFIG may name
+ * another) and kept until agsx_conf_reset(): a command asks for several
+ * keys, and a long-lived process (the API server) reloads by resetting. A
+ * missing file is cached too (as no text). The lock makes get and reset
+ * safe from any thread. */
+static pthread_mutex_t conf_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  char *path; /* NULL: nothing cached */
+  char *text; /* NULL: no file */
+  size_t len;
+} conf_cache;
+
+void agsx_conf_reset(void) {
+  pthread_mutex_lock(&conf_lock);
+  free(conf_cache.path);
+  free(conf_cache.text);
+  memset(&conf_cache, 0, sizeof(conf_cache));
+  pthread_mutex_unlock(&conf_lock);
+}
+
+/* Fills the cache for PATH; called with the lock held. */
+static int conf_load(const char *path, agsx_error_t *err) {
+  if (conf_cache.path && strcmp(conf_cache.path, path) == 0)
+    return 0;
+  _cleanup_free_ char *text = NULL;
+  size_t len = 0;
+  _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0 && errno != ENOENT)
+    return agsx_error_set(err, errno, "open `%s`", path);
+  if (fd >= 0 && agsx_read_fd(fd, 1 << 20, &text, &len, err) < 0)
+    return agsx_error_wrap(err, "read `%s`", path);
+  free(conf_cache.path);
+  free(conf_cache.text);
+  conf_cache.path = xstrdup(path);
+  conf_cache.text = steal_ptr(&text);
+  conf_cache.len = len;
+  return 0;
+}
+
 int agsx_conf_get(const char *key, const char *env, char **ret, agsx_error_t *err) {
   *ret = NULL;
   const char *e = env ? getenv(env) : NULL;
@@ -71,12 +108,10 @@ int agsx_conf_get(const char *key, const char *env, char **ret, agsx_error_t *er
   const char *path = getenv("AGSX_CONFIG");
   if (path == NULL || *path == '\0')
     path = AGSX_CONFIG_PATH;
-  _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0)
-    return errno == ENOENT ? 0 : agsx_error_set(err, errno, "open `%s`", path);
-  _cleanup_free_ char *text = NULL;
-  size_t len = 0;
-  if (agsx_read_fd(fd, 1 << 20, &text, &len, err) < 0)
-    return agsx_error_wrap(err, "read `%s`", path);
-  return agsx_conf_parse(text, len, path, key, ret, err);
+  pthread_mutex_lock(&conf_lock);
+  int r = conf_load(path, err);
+  if (r == 0 && conf_cache.text)
+    r = agsx_conf_parse(conf_cache.text, conf_cache.len, path, key, ret, err);
+  pthread_mutex_unlock(&conf_lock);
+  return r;
 }

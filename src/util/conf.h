@@ -10,6 +10,7 @@
  *   default-pids = 4096
  *   max-image-size = 64g     (store.h: the image budget)
  *   store-reserve = 1g       (store.h: free space kept)
+ *   log-size = 8m            (logbuf.h: the cap of sandbox and process logs)
  */
 #ifndef AGSX_CONF_H
 #define AGSX_CONF_H
@@ -21,10 +22,14 @@
 #define AGSX_DEFAULT_PUBLIC_BRIDGE "agsx0"
 
 /* The value of KEY: the environment variable ENV if set and not empty,
- * else the file's, else NULL. The file is read at each call (nothing is
- * cached). A malformed file is an error (with its line), not silently
- * ignored. On failure *RET is NULL. */
+ * else the file's, else NULL. The file is read once per process (per path)
+ * and cached until agsx_conf_reset(). A malformed file is an error (with its
+ * line), not silently ignored. On failure *RET is NULL. Thread-safe. */
 int agsx_conf_get(const char *key, const char *env, char **ret, agsx_error_t *err);
+
+/* Forgets the cached file: the next agsx_conf_get reads it again (a
+ * long-lived process reloading its configuration). Thread-safe. */
+void agsx_conf_reset(void);
 
 /* Parses TEXT (for tests and fuzzing): the value of KEY or NULL. The whole
  * text is checked; on failure *RET is NULL. */

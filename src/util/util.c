@@ -245,6 +245,18 @@ bool agsx_str_has_suffix(const char *s, const char *suffix) {
   return a >= b && memcmp(s + a - b, suffix, b) == 0;
 }
 
+bool agsx_list_has(const char *list, const char *word, const char *seps) {
+  size_t wl = strlen(word);
+  for (const char *p = list; p && *p;) {
+    p += strspn(p, seps);
+    size_t n = strcspn(p, seps);
+    if (n > 0 && n == wl && strncmp(p, word, wl) == 0)
+      return true;
+    p += n;
+  }
+  return false;
+}
+
 /* ---- logging -------------------------------------------------------------------- */
 
 enum agsx_log_level agsx_log_level = AGSX_LOG_WARNING;

@@ -106,6 +106,9 @@ bool agsx_strset_has(const struct agsx_strset *set, const char *s);
 void agsx_strset_clear(struct agsx_strset *set);
 bool agsx_str_has_prefix(const char *s, const char *prefix);
 bool agsx_str_has_suffix(const char *s, const char *suffix);
+/* True when WORD is one of the items of LIST (NULL: none), items separated
+ * by any run of the characters in SEPS ("a, b" with ", "). */
+bool agsx_list_has(const char *list, const char *word, const char *seps);
 
 /* ---- logging --------------------------------------------------------------
  * The library never prints to the user; it logs through a sink that the

@@ -15,8 +15,7 @@ load helpers
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-  export BB="$BATS_FILE_TMPDIR/bb"
-  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
+  busybox_setup_file
   export DEB="$BATS_FILE_TMPDIR/deb"
   "$FIXTURES/debian-rootfs" --oci "$DEB" --ref debian:bookworm >/dev/null
   # A tiny package for "RUN dpkg -i" (never the internet).
@@ -30,23 +29,10 @@ setup_file() {
 }
 
 setup() {
-  common_setup
-  AX_TIMEOUT=120
-  ax image load "$BB" >/dev/null
+  busybox_setup 120
+  TEARDOWN_NO_RECORDS=1 # RUN steps leave no record (the default teardown)
   CTX=$T/ctx
   mkdir -p "$CTX"
-}
-
-teardown() {
-  local leaks=""
-  if [ -d "$STATE" ] && ls "$STATE" | grep -qE '^[0-9a-f]{32}$'; then
-    leaks+="sandbox records: $(ls "$STATE"); "
-  fi
-  common_teardown || return 1
-  if [ -n "$leaks" ]; then
-    echo "# leaked: $leaks" >&3
-    return 1
-  fi
 }
 
 # Builds $CTX quietly with the internal network; extra arguments first.

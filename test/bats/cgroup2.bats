@@ -14,10 +14,7 @@ bats_require_minimum_version 1.5.0
 
 V2=/sys/fs/cgroup/unified
 
-setup_file() {
-  export BB="$BATS_FILE_TMPDIR/bb"
-  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
-}
+setup_file() { busybox_setup_file; }
 
 setup() {
   common_setup

@@ -13,26 +13,11 @@ load helpers
 
 bats_require_minimum_version 1.5.0
 
-setup_file() {
-  export BB="$BATS_FILE_TMPDIR/bb"
-  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
-}
+setup_file() { busybox_setup_file; }
 
-setup() {
-  common_setup
-  AX_TIMEOUT=30
-  ax image load "$BB" >/dev/null
-}
+setup() { busybox_setup 30; }
 
 # ---- helpers -----------------------------------------------------------
-
-# rund ARGS...: `agsx run -d ARGS...`, prints the id and remembers it.
-rund() {
-  local id
-  id=$(ax run -d "$@") || return
-  echo "$id" >>"$T/ids"
-  echo "$id"
-}
 
 # Cgroup directories of the test's sandboxes still on the host.
 cgroups_of() {
@@ -136,6 +121,15 @@ for k, v in short.items():
 }
 
 # ---- wait --------------------------------------------------------------
+
+@test "run -d --json: the library's {id, name} document, name null without --name" {
+  run_ax run -d --json --name dj busybox sleep 30
+  assert_status 0
+  [[ "$output" =~ ^\{\"id\":\"[0-9a-f]{32}\",\"name\":\"dj\"\}$ ]] || { show_run; false; }
+  run_ax run -d --json busybox sleep 30
+  assert_status 0
+  [[ "$output" =~ ^\{\"id\":\"[0-9a-f]{32}\",\"name\":null\}$ ]] || { show_run; false; }
+}
 
 @test "wait: joins run -d, an ended sandbox and one at its deadline; prints each code, exits with the last" {
   local a b c t0 t1

@@ -10,19 +10,14 @@ load helpers
 
 bats_require_minimum_version 1.5.0
 
-setup_file() {
-  export BB="$BATS_FILE_TMPDIR/bb"
-  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
-}
+setup_file() { busybox_setup_file; }
 
 # The sandbox plants its symlinks before anything else runs.
 PLANT='ln -s / /tmp/rootlink; ln -s /etc /tmp/etclink; ln -s ../../../../../../tmp /tmp/up;
   mkdir /tmp/d; echo sandbox-secret >/tmp/secret'
 
 setup() {
-  common_setup
-  AX_TIMEOUT=60
-  ax image load "$BB" >/dev/null
+  busybox_setup 60
   CANARY=/tmp/agsx-canary-$$-$BATS_TEST_NUMBER
   echo canary >"$CANARY"
   HOST_SUMS=$(host_sums)

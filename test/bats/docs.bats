@@ -82,6 +82,7 @@ man_file() {
   case $1 in
     global) echo "$SRC/man/agsx.1" ;;
     image\ *) echo "$SRC/man/agsx-image.1" ;;
+    snapshot\ *) echo "$SRC/man/agsx-snapshot.1" ;;
     network\ *) echo "$SRC/man/agsx-network.1" ;;
     *) echo "$SRC/man/agsx-$1.1" ;;
   esac
@@ -90,7 +91,7 @@ man_file() {
 man_section() {
   case $1 in
     global) echo "GLOBAL OPTIONS" ;;
-    image\ * | network\ *) echo "agsx $1" ;;
+    image\ * | network\ * | snapshot\ *) echo "agsx $1" ;;
     *) echo "OPTIONS" ;;
   esac
 }
@@ -250,24 +251,40 @@ EOF
 @test "docs: kill options" { doc_sets_agree kill; }
 @test "docs: inspect options" { doc_sets_agree inspect; }
 @test "docs: wait options" { doc_sets_agree wait; }
+@test "docs: logs options" { doc_sets_agree logs; }
 @test "docs: rm options" { doc_sets_agree rm; }
 @test "docs: stats options" { doc_sets_agree stats; }
 @test "docs: update options" { doc_sets_agree update; }
+@test "docs: netlog options" { doc_sets_agree netlog; }
 @test "docs: network create options" { doc_sets_agree "network create"; }
+@test "docs: network update options" { doc_sets_agree "network update"; }
 @test "docs: network ls options" { doc_sets_agree "network ls"; }
 @test "docs: network rm options" { doc_sets_agree "network rm"; }
 @test "docs: network inspect options" { doc_sets_agree "network inspect"; }
 
 @test "docs: port options" { doc_sets_agree port; }
+@test "docs: pause options" { doc_sets_agree pause; }
+@test "docs: commit options" { doc_sets_agree commit; }
+@test "docs: fork options" { doc_sets_agree fork; }
+@test "docs: snapshot options" { doc_sets_agree snapshot; }
+@test "docs: snapshot ls options" { doc_sets_agree "snapshot ls"; }
+@test "docs: snapshot rm options" { doc_sets_agree "snapshot rm"; }
+@test "docs: rollback options" { doc_sets_agree rollback; }
+@test "docs: unpause options" { doc_sets_agree unpause; }
 @test "docs: browser options" { doc_sets_agree browser; }
+@test "docs: serve options" { doc_sets_agree serve; }
+@test "docs: code options" { doc_sets_agree code; }
 
 @test "docs: build options" { doc_sets_agree build; }
 
 @test "docs: every implemented command has an options test above" {
   local tested=$'browser
 build
+code
+commit
 cp
 exec
+fork
 gc
 image inspect
 image load
@@ -280,17 +297,27 @@ image tag
 inspect
 kill
 load
+logs
 ls
+netlog
 network create
 network inspect
 network ls
 network rm
+network update
+pause
 port
 pull
 push
 rm
+rollback
 run
+serve
+snapshot
+snapshot ls
+snapshot rm
 stats
+unpause
 update
 wait'
   run diff <(echo "$tested") <(help_commands -i | sort)
@@ -304,9 +331,9 @@ wait'
   bash_top=$(sed -nE 's/^_agsx_commands="([^"]*)".*/ \1 /p' "$SRC/completions/bash/agsx")
   local zsh_top
   zsh_top=$(opts_from_zsh_body _agsx)
-  # Command groups: the subcommands of `image` and `network`.
+  # Command groups: the subcommands of `image`, `network` and `snapshot`.
   local -A bash_sub zsh_sub
-  for group in image network; do
+  for group in image network snapshot; do
     bash_sub[$group]=$(sed -nE "s/^_agsx_${group}_commands=\"([^\"]*)\".*/ \\1 /p" \
       "$SRC/completions/bash/agsx")
     zsh_sub[$group]=$(opts_from_zsh_body "_agsx_$group")
@@ -316,7 +343,7 @@ wait'
       echo "agsx.1: no entry for \`$cmd\`"; missing=1
     fi
     case $cmd in
-      image\ * | network\ *)
+      image\ * | network\ * | snapshot\ *)
         group=${cmd%% *}
         sub=${cmd#* }
         [[ $bash_top == *" $group "* && ${bash_sub[$group]} == *" $sub "* ]] ||

@@ -19,10 +19,7 @@ LINKS=()
 for n in $(seq 0 24); do LINKS+=("/proc/self/fd/$n"); done
 LINKS+=(/proc/self/cwd /proc/self/root /proc/1/root /proc/1/cwd /proc/thread-self/cwd)
 
-setup_file() {
-  export BB="$BATS_FILE_TMPDIR/bb"
-  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
-}
+setup_file() { busybox_setup_file; }
 
 setup() {
   rm -f /tmp/escaped-w /tmp/escaped-ww

@@ -12,33 +12,10 @@
 
 load helpers
 
-setup_file() {
-  export BB=$BATS_FILE_TMPDIR/bb
-  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
-  export NW=$BATS_FILE_TMPDIR/world
-  "$FIXTURES/networld" start "$NW"
-  export OUTER
-  OUTER=$(cat "$NW/outer.pid")
-}
+setup_file() { networld_setup_file; }
+teardown_file() { networld_teardown_file; }
 
-teardown_file() {
-  "$FIXTURES/networld" stop "$NW"
-}
-
-setup() {
-  common_setup
-  ax image load "$BB" >/dev/null
-}
-
-nax() {
-  nsenter -t "$OUTER" --net --mount -- env AGSX_PUBLIC_SUBNET=198.19.0.0/24 AGSX_PULL=never \
-    timeout --kill-after=5 "${AX_TIMEOUT:-60}" "$AGSX" --root "$ROOT" --state "$STATE" "$@"
-}
-run_nax() {
-  AX_CMD="agsx $* (in the outer namespace)"
-  run nax "$@"
-}
-outer() { nsenter -t "$OUTER" --net --mount -- "$@"; }
+setup() { busybox_setup; }
 
 # The record's field $2 of sandbox $1.
 field_of() {
@@ -57,15 +34,6 @@ for f in glob.glob(sys.argv[1] + "/*/state.json"):
 }
 # The host end of sandbox $1's veth pair.
 veth_of() { local id; id=$(field_of "$1" id); echo "agsx${id:0:11}"; }
-
-wait_listen() {
-  local i
-  for i in $(seq 50); do
-    nax exec "$1" sh -c "netstat -ltn 2>/dev/null | grep -q ':$2 '" && return 0
-    sleep 0.1
-  done
-  return 1
-}
 
 # Waits (bounded) until link $1 is gone from the outer namespace.
 wait_link_gone() {
@@ -87,21 +55,11 @@ no_br_netfilter() {
   [ "$(cat /proc/sys/net/bridge/bridge-nf-call-iptables)" = 1 ] # the host's stays
 }
 
+# The bridge sysctl a test turned off; the default teardown (helpers.bash)
+# then stops and collects the sandboxes in the outer namespace and checks it.
 teardown() {
   outer sh -c 'echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables' || true
-  nax kill --all >/dev/null 2>&1 || true
-  nax gc >/dev/null 2>&1 || true
-  local rc=0 left i
-  for i in $(seq 75); do
-    left=$(outer ip -o link show | awk -F': ' '{print $2}' | grep -E '^agsx' || true)
-    [ -z "$left" ] && break
-    sleep 0.2
-  done
-  [ -z "$left" ] || { echo "# links left: $left" >&3; rc=1; }
-  left=$(outer nft list tables | grep agsx || true)
-  [ -z "$left" ] || { echo "# nft tables left: $left" >&3; rc=1; }
-  common_teardown || rc=1
-  return $rc
+  sandbox_teardown
 }
 
 @test "firewall: after nft flush ruleset a new public sandbox gets its rules back" {

@@ -50,11 +50,27 @@ common_setup() {
   STATE=$T/state
 }
 
+# The last check of every teardown: no process whose command line names $T
+# (a registry, a proxy, a helper the test started), no private cgroup parent,
+# no work dir in the store (nor a partial download where CHECK_PARTIAL is
+# set), no mount under $T; then $T goes.
 common_teardown() {
-  local leaks=""
+  local leaks="" procs i
+  for i in $(seq 20); do
+    procs=$(pgrep -af -- "$T/" || true)
+    [ -z "$procs" ] && break
+    sleep 0.1
+  done
+  if [ -n "$procs" ]; then
+    leaks+="processes naming $T: $(echo "$procs" | cut -c1-100 | tr '\n' ';'); "
+    pkill -9 -f -- "$T/" || true
+  fi
   leaks+=$(remove_private_cgroup_parent)
   if [ -d "$ROOT/tmp" ] && [ -n "$(ls -A "$ROOT/tmp" 2>/dev/null)" ]; then
     leaks+="work dirs left in the store: $(ls -A "$ROOT/tmp"); "
+  fi
+  if [ -n "${CHECK_PARTIAL:-}" ] && [ -n "$(ls -A "$ROOT/partial" 2>/dev/null)" ]; then
+    leaks+="partial blobs left: $(ls -A "$ROOT/partial"); "
   fi
   if grep -q " $T" /proc/self/mountinfo; then
     leaks+="mounts left under $T; "
@@ -160,24 +176,37 @@ assert_no_sandbox_leaks() {
 }
 
 # kill --all + gc, the leak check, then common_teardown. A test that never
-# made $STATE started no sandbox: only common_teardown runs.
+# made $STATE started no sandbox: only common_teardown runs. A file opts into
+# more in setup: TEARDOWN_UNAIDED=1 (unaided_setup) first checks that agsx
+# cleaned up by itself, before kill --all + gc could help; TEARDOWN_NO_RECORDS=1
+# that no sandbox record is left at all (build's RUN steps leave none). With
+# a networld ($OUTER), agsx runs in the outer namespace and its links, nft
+# tables and leases there must be gone too.
 sandbox_teardown() {
-  local rc=0
+  local rc=0 tax=ax
   [ -n "${T:-}" ] || return 0 # setup did not run common_setup
+  [ -z "${OUTER:-}" ] || tax=nax
+  if [ -n "${TEARDOWN_UNAIDED:-}" ]; then assert_no_unaided_leaks || rc=1; fi
+  if [ -n "${TEARDOWN_NO_RECORDS:-}" ] && [ -d "$STATE" ] &&
+    ls "$STATE" | grep -qxE '[0-9a-f]{32}'; then
+    echo "# leaked: sandbox records: $(ls "$STATE" | grep -xE '[0-9a-f]{32}' | tr '\n' ' ')" >&3
+    rc=1
+  fi
   if [ -d "$STATE" ]; then
     note_sandbox_ids
-    run ax kill --all
+    run $tax kill --all
     if [ "$status" -ne 0 ]; then
       echo "# teardown: agsx kill --all failed ($status): $output" >&3
       rc=1
     fi
-    run ax gc
+    run $tax gc
     if [ "$status" -ne 0 ]; then
       echo "# teardown: agsx gc failed ($status): $output" >&3
       rc=1
     fi
     assert_no_sandbox_leaks || rc=1
   fi
+  if [ -n "${OUTER:-}" ]; then assert_networld_clean || rc=1; fi
   common_teardown || rc=1
   return $rc
 }
@@ -212,6 +241,214 @@ remove_private_cgroup_parent() {
     rmdir "$d" 2>/dev/null || true
   done
   [ -z "$left" ] || echo "cgroups left under $p: $left; "
+}
+
+# ---- the unaided leak check (TEARDOWN_UNAIDED) -------------------------------
+#
+# Nothing of the test's sandboxes remains before anyone helps: no per-sandbox
+# state directory beyond an ended record, no cgroup created during the test
+# (under its private parent), no mount naming $STATE or $ROOT, no process in
+# the test's uid ranges. A --rm sandbox leaves no record, so its processes
+# and cgroups are found by uid range and by what the test created.
+
+UID_RANGE=65536
+
+# setup: the unaided check for this file's tests (after common_setup).
+unaided_setup() {
+  TEARDOWN_UNAIDED=1
+  private_cgroup_parent
+  CG_BEFORE=$(cgroup_dirs)
+}
+
+# The sandbox cgroup directories on the host (v1 hierarchies and v2).
+cgroup_dirs() {
+  local p
+  p=$(cgroup_parent)
+  ls -d /sys/fs/cgroup/*/"$p"/*/ /sys/fs/cgroup/"$p"/*/ 2>/dev/null | sort
+}
+
+# Host uid bases of the ranges this test's state dir handed out: a slot's
+# lock file stays (only its lock is released), slot N is UID_BASE + N*65536.
+# The slot files of every agsx run since boot stay too (thousands on a busy
+# host): no shell loop over them, which bats' DEBUG trap makes take seconds.
+our_uid_bases() {
+  ls /run/agsx-uid-ranges 2>/dev/null |
+    awk -v base="$UID_BASE" -v range="$UID_RANGE" '/^[0-9]+$/ { printf "%.0f\n", base + $1 * range }'
+}
+
+# Processes (pid uid) whose uid is in one of this test's ranges and that
+# descend from an agsx of this test ($T in the command line of the process or
+# an ancestor: the sandbox init is a fork of agsx). Other sandboxes may run
+# concurrently in the 0x70000000+ range (or, with a range-allocation bug, even
+# in the same range), so only ours count.
+our_processes() {
+  local pid uid p i
+  in_our_ranges | while read -r pid uid; do
+    p=$pid
+    for i in 1 2 3 4 5 6 7 8; do
+      if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF "$T"; then
+        echo "$pid $uid"; break
+      fi
+      p=$(awk '/^PPid:/ {print $2}' "/proc/$p/status" 2>/dev/null)
+      [ -n "$p" ] && [ "$p" -gt 1 ] || break
+    done
+  done
+}
+
+in_our_ranges() {
+  local slots
+  slots=$(ls /run/agsx-uid-ranges 2>/dev/null | tr '\n' ' ')
+  [ -n "$slots" ] || return 0
+  grep -H '^Uid:' /proc/[0-9]*/status 2>/dev/null |
+    awk -v slots="$slots" -v base="$UID_BASE" -v range="$UID_RANGE" '
+      BEGIN { n = split(slots, s, " "); for (i = 1; i <= n; i++) if (s[i] ~ /^[0-9]+$/) ours[s[i] + 0] = 1 }
+      { u = $2 + 0
+        if (u >= base && (int((u - base) / range) in ours)) { split($1, p, "/"); print p[3], u } }'
+}
+
+# Sandbox cgroups created during the test that are still there and are
+# abandoned (no process) or hold a process of ours.
+suspicious_cgroups() {
+  local d procs pid
+  for d in $(comm -13 <(printf '%s\n' "$CG_BEFORE") <(cgroup_dirs)); do
+    [ -d "$d" ] || continue
+    procs=$(cat "$d/cgroup.procs" 2>/dev/null)
+    if [ -z "$procs" ]; then echo "$d"; continue; fi
+    for pid in $procs; do
+      if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$T"; then
+        echo "$d"; break
+      fi
+    done
+  done
+}
+
+# Per-sandbox state dirs that are more than the record of an ended sandbox
+# (a record, `state.json` + `lock`, stays without --rm, with a detached
+# sandbox's `log` and its processes' `procs` (agsx logs); its status must
+# not be a live one).
+leftover_state() {
+  local d id extra
+  [ -d "$STATE" ] || return 0
+  for d in "$STATE"/*/; do
+    id=$(basename "$d")
+    case $id in slots | cache | '*') continue ;; esac
+    extra=$(ls -A "$d" | grep -vx -e state.json -e lock -e log -e procs || true)
+    if [ -n "$extra" ] || [ ! -f "$d/state.json" ] ||
+      grep -qE '"status": *"(created|running)"' "$d/state.json"; then
+      echo "$id"
+    fi
+  done
+}
+
+# Short waits only cover the moment between a sandbox's end and its teardown.
+assert_no_unaided_leaks() {
+  local leaks="" i left
+  for i in $(seq 30); do
+    left="$(our_processes)$(suspicious_cgroups)"
+    [ -z "$left" ] && break
+    sleep 0.1
+  done
+  local procs cgs state
+  procs=$(our_processes)
+  [ -z "$procs" ] || leaks+="processes (pid uid): $(echo $procs); "
+  cgs=$(suspicious_cgroups)
+  [ -z "$cgs" ] || leaks+="cgroups: $(echo $cgs); "
+  state=$(leftover_state)
+  [ -z "$state" ] || leaks+="state dirs: $(echo $state); "
+  if grep -qF -e "$STATE" -e "$ROOT" /proc/self/mountinfo; then
+    leaks+="mounts: $(grep -F -e "$STATE" -e "$ROOT" /proc/self/mountinfo | head -3); "
+  fi
+  if [ -n "$leaks" ]; then
+    echo "# leaked (before kill --all + gc): $leaks" >&3
+    return 1
+  fi
+}
+
+# ---- setup shared by the files ----------------------------------------------
+
+# rund ARGS...: `agsx run -d ARGS...`, prints the id and remembers it for the
+# default teardown's leak check (also once the test removed the record).
+rund() {
+  local id
+  id=$(ax run -d "$@") || return
+  echo "$id" >>"$T/ids"
+  echo "$id"
+}
+
+# setup_file: the busybox test image (with the probe) in $BB.
+busybox_setup_file() {
+  export BB="$BATS_FILE_TMPDIR/bb"
+  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
+}
+
+# setup: a fresh $T (common_setup) whose store has the busybox image;
+# AX_TIMEOUT=$1 when given.
+busybox_setup() {
+  common_setup
+  [ -z "${1:-}" ] || AX_TIMEOUT=$1
+  ax image load "$BB" >/dev/null
+}
+
+# ---- networld: an outer network+mount namespace with a world ----------------
+#
+# For files with bridges, NAT or nftables (network.bats, firewall.bats):
+# test/fixtures/networld makes the outer namespace and a "world" on
+# 198.18.0.0/24; sandboxes get 198.19.0.0/24. agsx runs in the outer
+# namespace (nax), and the default teardown checks it there.
+
+# setup_file: the busybox image and a networld ($NW, $OUTER, $WORLD).
+networld_setup_file() {
+  busybox_setup_file
+  export NW=$BATS_FILE_TMPDIR/world
+  "$FIXTURES/networld" start "$NW"
+  export OUTER WORLD
+  OUTER=$(cat "$NW/outer.pid")
+  WORLD=$(cat "$NW/world.pid")
+}
+
+networld_teardown_file() {
+  "$FIXTURES/networld" stop "$NW"
+}
+
+# agsx in the outer namespace.
+nax() {
+  nsenter -t "$OUTER" --net --mount -- env AGSX_PUBLIC_SUBNET=198.19.0.0/24 AGSX_PULL=never \
+    timeout --kill-after=5 "${AX_TIMEOUT:-60}" "$AGSX" --root "$ROOT" --state "$STATE" "$@"
+}
+run_nax() {
+  AX_CMD="agsx $* (in the outer namespace)"
+  run nax "$@"
+}
+# A command in the outer namespace, or in the world.
+outer() { nsenter -t "$OUTER" --net --mount -- "$@"; }
+world() { nsenter -t "$WORLD" --net -- "$@"; }
+
+# Waits until sandbox $1 listens on TCP port $2 (probe listen prints nothing
+# until it is killed, so ask the kernel).
+wait_listen() {
+  local i
+  for i in $(seq 50); do
+    nax exec "$1" sh -c "netstat -ltn 2>/dev/null | grep -q ':$2 '" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# Nothing of agsx's networking may be left in the outer namespace.
+assert_networld_clean() {
+  local left i
+  # A sandbox's veth pair goes with its network namespace, which the kernel
+  # tears down asynchronously after the last process: give it some time.
+  for i in $(seq 75); do
+    left=$(outer ip -o link show | awk -F': ' '{print $2}' | grep -E '^agsx' || true)
+    [ -z "$left" ] && break
+    sleep 0.2
+  done
+  [ -z "$left" ] || { echo "# links left: $left" >&3; return 1; }
+  left=$(outer nft list tables | grep agsx || true)
+  [ -z "$left" ] || { echo "# nft tables left: $left" >&3; return 1; }
+  left=$(outer sh -c 'find /run/agsx-net -mindepth 1 -not -name .lock' || true)
+  [ -z "$left" ] || { echo "# leases left: $left" >&3; return 1; }
 }
 
 # Tests never pull implicitly from a registry they did not start: a

@@ -5,10 +5,7 @@
 
 load helpers
 
-setup_file() {
-  export BB="$BATS_FILE_TMPDIR/bb"
-  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
-}
+setup_file() { busybox_setup_file; }
 
 setup() { common_setup; }
 teardown() {

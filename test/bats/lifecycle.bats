@@ -16,27 +16,11 @@ load helpers
 
 bats_require_minimum_version 1.5.0
 
-setup_file() {
-  export BB="$BATS_FILE_TMPDIR/bb"
-  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
-}
+setup_file() { busybox_setup_file; }
 
-setup() {
-  common_setup
-  AX_TIMEOUT=30
-  ax image load "$BB" >/dev/null
-}
+setup() { busybox_setup 30; }
 
 # ---- helpers -----------------------------------------------------------
-
-# rund ARGS...: `agsx run -d ARGS...`, prints the id and remembers it for the
-# leak check.
-rund() {
-  local id
-  id=$(ax run -d "$@") || return
-  echo "$id" >>"$T/ids"
-  echo "$id"
-}
 
 # sb_json ID FIELD: a field of the sandbox's `agsx ls -a --json` entry
 # ("null" for null; nested fields as a.b).

@@ -12,37 +12,10 @@
 
 load helpers
 
-setup_file() {
-  export BB=$BATS_FILE_TMPDIR/bb
-  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
-  export NW=$BATS_FILE_TMPDIR/world
-  "$FIXTURES/networld" start "$NW"
-  export OUTER WORLD
-  OUTER=$(cat "$NW/outer.pid")
-  WORLD=$(cat "$NW/world.pid")
-}
+setup_file() { networld_setup_file; }
+teardown_file() { networld_teardown_file; }
 
-teardown_file() {
-  "$FIXTURES/networld" stop "$NW"
-}
-
-setup() {
-  common_setup
-  ax image load "$BB" >/dev/null
-}
-
-# agsx in the outer namespace.
-nax() {
-  nsenter -t "$OUTER" --net --mount -- env AGSX_PUBLIC_SUBNET=198.19.0.0/24 AGSX_PULL=never \
-    timeout --kill-after=5 "${AX_TIMEOUT:-60}" "$AGSX" --root "$ROOT" --state "$STATE" "$@"
-}
-run_nax() {
-  AX_CMD="agsx $* (in the outer namespace)"
-  run nax "$@"
-}
-# A command in the outer namespace, or in the world.
-outer() { nsenter -t "$OUTER" --net --mount -- "$@"; }
-world() { nsenter -t "$WORLD" --net -- "$@"; }
+setup() { busybox_setup; }
 
 # The address of sandbox $1.
 addr_of() {
@@ -52,42 +25,11 @@ for s in json.load(sys.stdin):
     if s["name"] == sys.argv[1]: print(s["address"])' "$1"
 }
 
-# Waits until sandbox $1 listens on TCP port $2 (probe listen prints nothing
-# until it is killed, so ask the kernel).
-wait_listen() {
-  local i
-  for i in $(seq 50); do
-    nax exec "$1" sh -c "netstat -ltn 2>/dev/null | grep -q ':$2 '" && return 0
-    sleep 0.1
-  done
-  return 1
-}
-
-# Nothing of agsx's networking may be left in the outer namespace.
-assert_net_clean() {
-  local left i
-  # A sandbox's veth pair goes with its network namespace, which the kernel
-  # tears down asynchronously after the last process: give it some time.
-  for i in $(seq 75); do
-    left=$(outer ip -o link show | awk -F': ' '{print $2}' | grep -E '^agsx' || true)
-    [ -z "$left" ] && break
-    sleep 0.2
-  done
-  [ -z "$left" ] || { echo "# links left: $left" >&3; return 1; }
-  left=$(outer nft list tables | grep agsx || true)
-  [ -z "$left" ] || { echo "# nft tables left: $left" >&3; return 1; }
-  left=$(outer sh -c 'find /run/agsx-net -mindepth 1 -not -name .lock' || true)
-  [ -z "$left" ] || { echo "# leases left: $left" >&3; return 1; }
-}
-
+# The default teardown (helpers.bash) then stops and collects the sandboxes
+# in the outer namespace and checks it: no link, nft table or lease left.
 teardown() {
   [ ! -f "$T/holder.pid" ] || kill "$(cat "$T/holder.pid")" 2>/dev/null || true
-  nax kill --all >/dev/null 2>&1 || true
-  nax gc >/dev/null 2>&1 || true
-  local rc=0
-  assert_net_clean || rc=1
-  common_teardown || rc=1
-  return $rc
+  sandbox_teardown
 }
 
 @test "network: internal reaches nothing, not even the world" {

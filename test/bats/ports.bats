@@ -15,8 +15,7 @@ load helpers
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-  export BB="$BATS_FILE_TMPDIR/bb"
-  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
+  busybox_setup_file
   export TCP="$BATS_FILE_TMPDIR/tcp.py"
   cat >"$TCP" <<'PY'
 # Host-side clients for ports.bats; loopback only.
@@ -124,45 +123,19 @@ PY
 }
 
 setup() {
-  common_setup
-  AX_TIMEOUT=60
-  ax image load "$BB" >/dev/null
+  busybox_setup 60
   mkdir -p "$T/www"
   echo hello >"$T/www/index.html"
 }
 
+# The clients the test left in the background; then the default teardown
+# (helpers.bash): kill --all + gc, no record, cgroup or supervisor left.
 teardown() {
-  local rc=0
-  [ -d "$STATE" ] && ls "$STATE" | grep -xE '[0-9a-f]{32}' >>"$T/ids" || true
-  run ax kill --all
-  [ "$status" -eq 0 ] || { echo "# teardown: kill --all: $output" >&3; rc=1; }
-  run ax gc
-  [ "$status" -eq 0 ] || { echo "# teardown: gc: $output" >&3; rc=1; }
   [ -z "$(jobs -p)" ] || kill $(jobs -p) 2>/dev/null || true
-  local left
-  left=$(ls "$STATE" 2>/dev/null | grep -xE '[0-9a-f]{32}' || true)
-  [ -z "$left" ] || { echo "# teardown: records left: $left" >&3; rc=1; }
-  for id in $(sort -u "$T/ids" 2>/dev/null); do
-    if ls -d /sys/fs/cgroup/agsx/"$id" /sys/fs/cgroup/*/agsx/"$id" >/dev/null 2>&1; then
-      echo "# teardown: cgroup of $id left" >&3; rc=1
-    fi
-  done
-  if pgrep -f -- "--state $STATE " >/dev/null; then
-    echo "# teardown: supervisors left: $(pgrep -af -- "--state $STATE ")" >&3; rc=1
-  fi
-  common_teardown || rc=1
-  return $rc
+  sandbox_teardown
 }
 
 tcp() { timeout 60 python3 "$TCP" "$@"; }
-
-# rund ARGS...: agsx run -d, remembering the id for teardown.
-rund() {
-  local id
-  id=$(ax run -d "$@") || return
-  echo "$id" >>"$T/ids"
-  echo "$id"
-}
 
 # An httpd in an internal sandbox serving $T/www on port 80 inside.
 httpd_args() { echo "-v $T/www:/www:ro busybox httpd -f -p ${1:-80} -h /www"; }

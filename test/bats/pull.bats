@@ -11,8 +11,7 @@ load helpers
 
 setup_file() {
   command -v docker-registry >/dev/null || skip "docker-registry not installed"
-  export BB="$BATS_FILE_TMPDIR/bb"
-  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
+  busybox_setup_file
 }
 
 setup() {
@@ -24,24 +23,15 @@ setup() {
   export DOCKER_CONFIG=$T/docker
 }
 
+# The registries and proxies the test started; the default teardown then
+# checks that none is left running (a process naming $T) and, with
+# CHECK_PARTIAL, that no partial download is left in the store.
 teardown() {
-  local leaks=""
+  local d
   for d in "$T"/reg "$T"/reg2 "$T"/px "$T"/px2 "$T"/tls; do
     [ -d "$d" ] && "$FIXTURES/registry" stop "$d"
   done
-  if pgrep -f "docker-registry serve $T/" >/dev/null || pgrep -f "serve-proxy $T/" >/dev/null; then
-    leaks="registry processes left running"
-    pkill -f "docker-registry serve $T/" || true
-    pkill -f "serve-proxy $T/" || true
-  fi
-  if [ -d "$ROOT/partial" ] && [ -n "${CHECK_PARTIAL:-}" ] && [ -n "$(ls -A "$ROOT/partial")" ]; then
-    leaks+=" partial blobs left: $(ls -A "$ROOT/partial")"
-  fi
-  common_teardown || return 1
-  if [ -n "$leaks" ]; then
-    echo "# leaked: $leaks" >&3
-    return 1
-  fi
+  sandbox_teardown
 }
 
 registry() { # registry [start options]: starts one in $REG_DIR, sets $REG

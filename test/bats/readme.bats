@@ -27,6 +27,7 @@ declare -gA SKIP=(
   ['agsx image push tool:1 localhost:5000/team/tool:1   # IMAGE and a destination']='needs a registry: pull.bats runs a local one'
   ['agsx run --network public host curl -sI https://example.org']='needs the internet and host bridges and nftables: network.bats and firewall.bats run these in a namespace of their own'
   ['AGSX=$PWD/build/agsx PROBE=$PWD/build/test/fixtures/probe AGSX_SRCDIR=$PWD bats test/bats/run.bats']='runs a whole bats file: make check does'
+  ['agsx serve &                                  # generates /etc/agsx/api-key on first start']='a server for the npm SDK: serve.bats starts one on a free port and runs the SDK against it'
 )
 
 # README text -> what runs instead, and why.
@@ -148,6 +149,8 @@ PY
     "agsx run host python3 -c 'print(6 * 7)'   # 42; exits with the command's status"
     'agsx run -d --name work --timeout 30m host sleep infinity   # prints the id once running'
     'agsx run -d --name web -p 8080:80 busybox httpd -f -p 80   # http://127.0.0.1:8080/'
+    'agsx run -d --name agent busybox sleep 1h            # a workspace for an agent'
+    'agsx run -d --name lab --timeout 10m host sleep infinity   # a sandbox for code contexts'
   )
   local k bad=0
   while IFS= read -r k; do
@@ -188,6 +191,16 @@ PY
 
 @test "readme: published ports" {
   run_block 'agsx run -d --name web -p 8080:80 busybox httpd -f -p 80   # http://127.0.0.1:8080/'
+}
+
+@test "readme: snapshots, rollback, pause, fork, commit" {
+  run_block 'agsx run -d --name agent busybox sleep 1h            # a workspace for an agent'
+}
+
+@test "readme: code contexts" {
+  /usr/bin/python3 -c 'import ipykernel, jupyter_client, pandas, matplotlib' 2>/dev/null ||
+    skip "python3-ipykernel, jupyter-client, pandas or matplotlib missing (scripts/deps.sh)"
+  run_block 'agsx run -d --name lab --timeout 10m host sleep infinity   # a sandbox for code contexts'
 }
 
 # The blocks that are not run, each skipped with its reason (SKIP).

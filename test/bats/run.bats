@@ -6,21 +6,18 @@
 # -t/-i, --read-only, volumes, the host image, and that nothing leaks.
 #
 # Every test has its own store ($ROOT, the busybox image loaded in setup) and
-# state dir ($STATE); teardown asserts that the test leaked nothing.
-# Each test's sandbox cgroups go under a private parent, so that "every
-# cgroup created during the test" means this test's, also while other files
-# run in parallel.
+# state dir ($STATE); the default teardown of helpers.bash, in its unaided
+# mode (unaided_setup), asserts that agsx itself left nothing, then runs
+# kill --all + gc and its usual checks. Each test's sandbox cgroups go under
+# a private parent, so that "every cgroup created during the test" means
+# this test's, also while other files run in parallel.
 
 load helpers
 
 bats_require_minimum_version 1.5.0
 
-UID_BASE=$((0x70000000))
-UID_RANGE=65536
-
 setup_file() {
-  export BB="$BATS_FILE_TMPDIR/bb"
-  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
+  busybox_setup_file
   # An image with an Entrypoint, and one without (for `env`, `pwd`, `id`).
   cat >"$BATS_FILE_TMPDIR/ep.json" <<'END'
 {"Entrypoint":["/bin/echo","ep"],"Cmd":["c1"],"Env":["FOO=bar"],"WorkingDir":"/work","User":"agent"}
@@ -39,124 +36,11 @@ END
 setup() {
   common_setup
   AX_TIMEOUT=30
-  private_cgroup_parent
-  CG_BEFORE=$(cgroup_dirs)
+  unaided_setup
   ax image load "$BB" >/dev/null
 }
 
-teardown() {
-  local rc=0
-  assert_no_leaks || rc=1
-  common_teardown || rc=1
-  return $rc
-}
-
 # ---- helpers -----------------------------------------------------------
-
-# The sandbox cgroup directories on the host (v1 hierarchies and v2).
-cgroup_dirs() {
-  local p
-  p=$(cgroup_parent)
-  ls -d /sys/fs/cgroup/*/"$p"/*/ /sys/fs/cgroup/"$p"/*/ 2>/dev/null | sort
-}
-
-# Host uid bases of the ranges this test's state dir handed out: a slot's
-# lock file stays (only its lock is released), slot N is UID_BASE + N*65536.
-# The slot files of every agsx run since boot stay too (thousands on a busy
-# host): no shell loop over them, which bats' DEBUG trap makes take seconds.
-our_uid_bases() {
-  ls /run/agsx-uid-ranges 2>/dev/null |
-    awk -v base="$UID_BASE" -v range="$UID_RANGE" '/^[0-9]+$/ { printf "%.0f\n", base + $1 * range }'
-}
-
-# Processes (pid uid) whose uid is in one of this test's ranges and that
-# descend from an agsx of this test ($T in the command line of the process or
-# an ancestor: the sandbox init is a fork of agsx). Other sandboxes may run
-# concurrently in the 0x70000000+ range (or, with a range-allocation bug, even
-# in the same range), so only ours count.
-our_processes() {
-  local pid uid p i
-  in_our_ranges | while read -r pid uid; do
-    p=$pid
-    for i in 1 2 3 4 5 6 7 8; do
-      if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF "$T"; then
-        echo "$pid $uid"; break
-      fi
-      p=$(awk '/^PPid:/ {print $2}' "/proc/$p/status" 2>/dev/null)
-      [ -n "$p" ] && [ "$p" -gt 1 ] || break
-    done
-  done
-}
-
-in_our_ranges() {
-  local slots
-  slots=$(ls /run/agsx-uid-ranges 2>/dev/null | tr '\n' ' ')
-  [ -n "$slots" ] || return 0
-  grep -H '^Uid:' /proc/[0-9]*/status 2>/dev/null |
-    awk -v slots="$slots" -v base="$UID_BASE" -v range="$UID_RANGE" '
-      BEGIN { n = split(slots, s, " "); for (i = 1; i <= n; i++) if (s[i] ~ /^[0-9]+$/) ours[s[i] + 0] = 1 }
-      { u = $2 + 0
-        if (u >= base && (int((u - base) / range) in ours)) { split($1, p, "/"); print p[3], u } }'
-}
-
-# Sandbox cgroups created during the test that are still there and are
-# abandoned (no process) or hold a process of ours.
-suspicious_cgroups() {
-  local d procs pid
-  for d in $(comm -13 <(printf '%s\n' "$CG_BEFORE") <(cgroup_dirs)); do
-    [ -d "$d" ] || continue
-    procs=$(cat "$d/cgroup.procs" 2>/dev/null)
-    if [ -z "$procs" ]; then echo "$d"; continue; fi
-    for pid in $procs; do
-      if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$T"; then
-        echo "$d"; break
-      fi
-    done
-  done
-}
-
-# Nothing of this test's sandboxes remains: no per-sandbox state directory,
-# no cgroup, no mount mentioning $T, no process in our uid ranges. Short
-# waits only cover the moment between a sandbox's end and its teardown.
-assert_no_leaks() {
-  local leaks="" i left
-  for i in $(seq 30); do
-    left="$(our_processes)$(suspicious_cgroups)"
-    [ -z "$left" ] && break
-    sleep 0.1
-  done
-  local procs cgs state
-  procs=$(our_processes)
-  [ -z "$procs" ] || leaks+="processes (pid uid): $(echo $procs); "
-  cgs=$(suspicious_cgroups)
-  [ -z "$cgs" ] || leaks+="cgroups: $(echo $cgs); "
-  state=$(leftover_state)
-  [ -z "$state" ] || leaks+="state dirs: $(echo $state); "
-  if grep -qF -e "$STATE" -e "$ROOT" /proc/self/mountinfo; then
-    leaks+="mounts: $(grep -F -e "$STATE" -e "$ROOT" /proc/self/mountinfo | head -3); "
-  fi
-  if [ -n "$leaks" ]; then
-    echo "# leaked: $leaks" >&3
-    return 1
-  fi
-}
-
-# Per-sandbox state dirs that are more than the record of an ended sandbox
-# (a record, `state.json` + `lock`, stays without --rm; its status must not
-# be a live one).
-leftover_state() {
-  local d id extra
-  [ -d "$STATE" ] || return 0
-  for d in "$STATE"/*/; do
-    id=$(basename "$d")
-    case $id in slots | cache | '*') continue ;; esac
-    extra=$(ls -A "$d" | grep -vx -e state.json -e lock || true)
-    if [ -n "$extra" ] || [ ! -f "$d/state.json" ] ||
-      grep -qE '"status": *"(created|running)"' "$d/state.json"; then
-      echo "$id"
-    fi
-  done
-}
 
 # Removes what a SIGKILLed agsx leaves behind (its state dirs and their
 # cgroups), once the sandbox's processes are gone, so later tests and the
@@ -980,11 +864,14 @@ END
   id=$(ax run -d -p 127.0.0.1::80 busybox sleep 30)
   pid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["init"]["pid"])' "$STATE/$id/state.json")
   fds=$(for f in /proc/$pid/fd/*; do readlink "$f"; done | sort)
-  # stdio, the sync socket and the init's own signalfd; nothing else.
-  if printf '%s\n' "$fds" | grep -vE '^(/dev/null|socket:\[[0-9]+\]|anon_inode:\[signalfd\])$'; then
+  # stdio (stdin /dev/null, stdout and stderr the pipes into the sandbox's
+  # log), the sync socket and the init's own signalfd; nothing else.
+  if printf '%s\n' "$fds" | grep -vE '^(/dev/null|pipe:\[[0-9]+\]|socket:\[[0-9]+\]|anon_inode:\[signalfd\])$'; then
     echo "# unexpected fds of the init: $(echo $fds)" >&3
     false
   fi
   [ "$(printf '%s\n' "$fds" | grep -c '^socket:')" -eq 1 ]
+  [ "$(printf '%s\n' "$fds" | grep -c '^pipe:')" -eq 2 ]
+  [[ "$(readlink /proc/$pid/fd/1)" == pipe:* && "$(readlink /proc/$pid/fd/2)" == pipe:* ]]
   ax kill "$id" >/dev/null
 }

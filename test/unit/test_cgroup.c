@@ -555,11 +555,42 @@ static void v2_timing(int rep) {
   report(rep, fails == 0, "%d v2 create+attach+destroy cycles", N);
 }
 
+/* The layout is cached per root: a mount over the same root is seen only
+ * after agsx_cgroup_reset. Called with the root a plain directory. */
+static void v2_cached_layout(int rep) {
+  struct agsx_cgroup_limits lim = {.track = true};
+  struct agsx_cgroup *cg = NULL;
+  agsx_error_t e = NULL;
+  int r = agsx_cgroup_create("deadbeef000c", &lim, &cg, &e);
+  report(rep, r < 0 && strstr(msg(e), "not mounted") != NULL,
+         "layout of a plain directory: v1 with no controllers: %s", msg(e));
+  agsx_error_free(&e);
+}
+
+static void v2_after_mount(int rep) {
+  struct agsx_cgroup_limits lim = {.track = true};
+  struct agsx_cgroup *cg = NULL;
+  agsx_error_t e = NULL;
+  int r = agsx_cgroup_create("deadbeef000c", &lim, &cg, &e);
+  report(rep, r < 0 && strstr(msg(e), "not mounted") != NULL,
+         "cgroup2 mounted on the same root: the cached layout is kept: %s", msg(e));
+  agsx_error_free(&e);
+  agsx_cgroup_reset();
+  r = agsx_cgroup_create("deadbeef000c", &lim, &cg, &e);
+  report(rep, r == 0, "after agsx_cgroup_reset the root is cgroup v2: %s", msg(e));
+  if (r == 0 && agsx_cgroup_destroy(cg, &e) < 0)
+    report(rep, 0, "destroy: %s", msg(e));
+  agsx_cgroup_free(cg);
+  agsx_error_free(&e);
+}
+
 static void v2_child(int rep) {
+  setenv("AGSX_CGROUP_ROOT", v2dir, 1);
+  v2_cached_layout(rep);
   if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
       mount("none", v2dir, "cgroup2", 0, NULL) < 0)
     return report(rep, 1, "# SKIP cannot mount cgroup2: %s", strerror(errno));
-  setenv("AGSX_CGROUP_ROOT", v2dir, 1);
+  v2_after_mount(rep);
   _cleanup_free_ char *cpath = xasprintf("%s/cgroup.controllers", v2dir);
   _cleanup_free_ char *avail = slurp(cpath);
   v2_limits(rep, avail ? avail : "");

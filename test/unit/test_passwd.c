@@ -57,5 +57,14 @@ int main(void) {
          "numeric user without /etc/passwd");
   tap_ok(agsx_user_resolve("agent", NULL, 0, NULL, 0, &u, &err) < 0, "name without /etc/passwd");
   agsx_error_free(&err);
+  char name[64];
+  tap_ok(agsx_passwd_name(pw, sizeof(pw) - 1, 1000, name, sizeof(name)) &&
+             strcmp(name, "agent") == 0,
+         "uid 1000 is named `agent`");
+  tap_ok(agsx_passwd_name(gr, sizeof(gr) - 1, 10, name, sizeof(name)) && strcmp(name, "wheel") == 0,
+         "gid 10 is named `wheel`");
+  tap_ok(!agsx_passwd_name(pw, sizeof(pw) - 1, 4242, name, sizeof(name)), "uid 4242 has no name");
+  tap_ok(!agsx_passwd_name(NULL, 0, 0, name, sizeof(name)), "no file, no name");
+  tap_ok(!agsx_passwd_name(pw, sizeof(pw) - 1, 1000, name, 3), "a name that does not fit");
   return tap_done();
 }

@@ -221,7 +221,7 @@ static void test_time(void) {
   free(s);
 }
 
-/* ---- the configuration file: read at each call, nothing cached ---- */
+/* ---- the configuration file: cached per path until agsx_conf_reset ---- */
 
 static char *conf_value(const char *key) {
   char *v = NULL;
@@ -243,13 +243,32 @@ static void test_conf(void) {
   free(v);
   tap_ok(ftruncate(fd, 0) == 0 && pwrite(fd, "dns = 198.18.0.54\n", 18, 0) == 18, "conf: edit");
   v = conf_value("dns");
-  tap_is_str(v, "198.18.0.54", "conf: an edit is seen by the next call");
+  tap_is_str(v, "198.18.0.53", "conf: cached, an edit is not seen without a reset");
+  free(v);
+  agsx_conf_reset();
+  v = conf_value("dns");
+  tap_is_str(v, "198.18.0.54", "conf: an edit is seen after agsx_conf_reset");
   free(v);
   unlink(path);
+  agsx_conf_reset();
   v = conf_value("dns");
   tap_ok(v == NULL, "conf: no file, no value");
   free(v);
+  int fd2 = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  tap_ok(fd2 >= 0 && agsx_write_all(fd2, "dns = 198.18.0.56\n", 18) == 0, "conf: the file again");
+  v = conf_value("dns");
+  tap_ok(v == NULL, "conf: a missing file is cached too");
+  free(v);
+  agsx_conf_reset();
+  v = conf_value("dns");
+  tap_is_str(v, "198.18.0.56", "conf: and read after a reset");
+  free(v);
+  close(fd2);
+  unlink(path);
   unsetenv("AGSX_CONFIG");
+  v = conf_value("dns");
+  tap_ok(v == NULL || strcmp(v, "198.18.0.53") != 0, "conf: another path is read, not the cache");
+  free(v);
   close(fd);
   char *r = (char *)"x";
   agsx_error_t err = NULL;
@@ -315,6 +334,11 @@ static void test_strv_strset(void) {
          "strv: concat copies A then B");
   _cleanup_strv_ char **copy = agsx_strv_concat(NULL, v);
   tap_ok(agsx_strv_len(copy) == 2 && strcmp(copy[1], "b") == 0, "strv: concat with NULL copies");
+  tap_ok(agsx_list_has("cpu,cpuacct", "cpuacct", ", ") && agsx_list_has(", a,, b ", "b", ", ") &&
+             !agsx_list_has("cpuacct", "cpu", ", ") && !agsx_list_has("ab", "a", ", ") &&
+             !agsx_list_has(NULL, "a", ", ") && !agsx_list_has("", "a", ", ") &&
+             !agsx_list_has("a\tb", "b", ", ") && agsx_list_has("a\tb", "b", ", \t"),
+         "list: whole items only, any run of the separators given, NULL and empty hold none");
   _cleanup_strset_ struct agsx_strset set = {0};
   tap_ok(!agsx_strset_has(&set, "x") && set.v == NULL, "strset: zeroed is empty");
   bool fresh = true, dup = false, all = true;

@@ -11,7 +11,6 @@
 #include "image/build/dockerignore.h"
 #include "image/image.h"
 #include "image/store.h"
-#include "sandbox/seccomp.h"
 #include "util/digest.h"
 
 #include <archive.h>
@@ -57,8 +56,6 @@ struct build {
   size_t n_stages;
   struct stage *cur;
   const struct agsx_df_instr *in;
-  struct agsx_seccomp_bpf bpf;
-  bool have_bpf;
   /* cache records to write once the layers are committed */
   char **pending_cache; /* "keyhex\0record" pairs stored as two entries */
   struct agsx_build_result *res;
@@ -90,46 +87,63 @@ struct lentry {
 };
 
 /* build.c */
-void stage_clear(struct stage *st);
-int line_err(struct build *b, agsx_error_t *err);
-void progress(struct build *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void banner(struct build *b);
-int expand_word(struct build *b, const char *s, char **ret, agsx_error_t *err);
-int expand_words(struct build *b, const char *s, char ***ret, agsx_error_t *err);
-void chain(struct stage *st, const char *what, size_t len);
-void history(struct stage *st, const char *created_by, bool empty);
-char *clean_abs(const char *path);
-char *in_image_path(struct stage *st, const char *path);
-int open_layer(struct build *b, const char *diff_id, agsx_error_t *err);
-bool is_whiteout(const struct stat *st);
-int lookup_in_layers_x(struct build *b, struct stage *st, const char *path, bool follow,
-                       int *ret_layerfd, agsx_error_t *err);
-int lookup_in_layers(struct build *b, struct stage *st, const char *path, int *ret_layerfd,
-                     agsx_error_t *err);
-char *resolve_dst(struct build *b, struct stage *st, const char *rel);
-int read_from_layers(struct build *b, struct stage *st, const char *path, char **ret_buf,
-                     size_t *ret_len, agsx_error_t *err);
-struct stage *find_stage(struct build *b, const char *name);
-int from_image(struct build *b, struct stage *st, const char *name, agsx_error_t *err);
+void agsx_build_stage_clear(struct stage *st);
+int agsx_build_line_err(struct build *b, agsx_error_t *err);
+void agsx_build_progress(struct build *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void agsx_build_banner(struct build *b);
+int agsx_build_expand_word(struct build *b, const char *s, char **ret, agsx_error_t *err);
+int agsx_build_expand_words(struct build *b, const char *s, char ***ret, agsx_error_t *err);
+void agsx_build_chain(struct stage *st, const char *what, size_t len);
+void agsx_build_history(struct stage *st, const char *created_by, bool empty);
+char *agsx_build_clean_abs(const char *path);
+char *agsx_build_in_image_path(struct stage *st, const char *path);
+int agsx_build_open_layer(struct build *b, const char *diff_id, agsx_error_t *err);
+bool agsx_build_is_whiteout(const struct stat *st);
+int agsx_build_lookup_in_layers_x(struct build *b, struct stage *st, const char *path, bool follow,
+                                  int *ret_layerfd, agsx_error_t *err);
+int agsx_build_lookup_in_layers(struct build *b, struct stage *st, const char *path,
+                                int *ret_layerfd, agsx_error_t *err);
+char *agsx_build_resolve_dst(struct build *b, struct stage *st, const char *rel);
+int agsx_build_read_from_layers(struct build *b, struct stage *st, const char *path, char **ret_buf,
+                                size_t *ret_len, agsx_error_t *err);
+struct stage *agsx_build_find_stage(struct build *b, const char *name);
+int agsx_build_from_image(struct build *b, struct stage *st, const char *name, agsx_error_t *err);
+
+/* build.c: an overlay upper directory (or a layer directory in its form:
+ * sandbox/snapshot.h) into the layer W writes, ids shifted back by BASE. */
+struct upper_walk {
+  struct build *b;
+  struct lw *w;
+  uid_t base;
+  struct {
+    dev_t dev;
+    ino_t ino;
+    char *path;
+  } * links;
+  size_t n_links;
+};
+int agsx_build_upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int depth,
+                         agsx_error_t *err);
 
 /* writer.c */
-void lw_free(struct lw *w);
-int lw_open(struct build *b, struct lw *w, agsx_error_t *err);
-int lw_add(struct lw *w, const struct lentry *e, agsx_error_t *err);
-int lw_commit(struct build *b, struct lw *w, struct stage *st, const char *created_by,
-              char ret_key_record[256], agsx_error_t *err);
+void agsx_lw_free(struct lw *w);
+int agsx_lw_open(struct build *b, struct lw *w, agsx_error_t *err);
+int agsx_lw_add(struct lw *w, const struct lentry *e, agsx_error_t *err);
+int agsx_lw_commit(struct build *b, struct lw *w, struct stage *st, const char *created_by,
+                   char ret_key_record[256], agsx_error_t *err);
 
 /* cache.c */
-bool cache_hit(struct build *b, struct stage *st, const char *created_by);
-void cache_later(struct build *b, const char *key, const char *record);
-void cache_write_all(struct build *b);
+bool agsx_build_cache_hit(struct build *b, struct stage *st, const char *created_by);
+void agsx_build_cache_later(struct build *b, const char *key, const char *record);
+void agsx_build_cache_write_all(struct build *b);
 
 /* copy.c */
-int list_dir(int dirfd, const char *path, char ***ret, agsx_error_t *err);
-int do_copy(struct build *b, agsx_error_t *err);
-int workdir_layer(struct build *b, agsx_error_t *err);
+int agsx_build_list_dir(int dirfd, const char *path, char ***ret, agsx_error_t *err);
+int agsx_build_copy(struct build *b, agsx_error_t *err);
+int agsx_build_workdir_layer(struct build *b, agsx_error_t *err);
 
 /* commit.c */
-int write_image(struct build *b, struct stage *st, agsx_error_t *err);
+int agsx_build_write_image(struct build *b, struct stage *st, agsx_error_t *err);
 
 #endif

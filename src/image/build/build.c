@@ -12,7 +12,6 @@
 #include "sandbox/lifecycle.h"
 #include "sandbox/passwd.h"
 #include "sandbox/sandbox.h"
-#include "sandbox/seccomp.h"
 
 #include <archive.h>
 #include <ctype.h>
@@ -56,7 +55,7 @@ static const char *kv_get(char *const *v, const char *key) {
 
 /* ---- stages ---------------------------------------------------------------------------------- */
 
-void stage_clear(struct stage *st) {
+void agsx_build_stage_clear(struct stage *st) {
   free(st->name);
   for (size_t i = 0; i < st->n_layers; i++)
     free(st->layers[i].media_type);
@@ -82,11 +81,11 @@ static bool cancelled(struct build *b) {
   return poll(&p, 1, 0) == 1;
 }
 
-int line_err(struct build *b, agsx_error_t *err) {
+int agsx_build_line_err(struct build *b, agsx_error_t *err) {
   return agsx_error_wrap(err, "Dockerfile:%u", b->in->line);
 }
 
-void progress(struct build *b, const char *fmt, ...) {
+void agsx_build_progress(struct build *b, const char *fmt, ...) {
   if (b->o->progress == NULL)
     return;
   va_list ap;
@@ -100,9 +99,9 @@ void progress(struct build *b, const char *fmt, ...) {
 }
 
 /* "Step 3/9 (Dockerfile:4): COPY a /b" on the progress stream. */
-void banner(struct build *b) {
-  progress(b, "Step %zu/%zu (Dockerfile:%u): %s\n", (size_t)(b->in - b->df.v) + 1, b->df.n,
-           b->in->line, b->in->text);
+void agsx_build_banner(struct build *b) {
+  agsx_build_progress(b, "Step %zu/%zu (Dockerfile:%u): %s\n", (size_t)(b->in - b->df.v) + 1,
+                      b->df.n, b->in->line, b->in->text);
 }
 
 /* The build argument NAME given on the command line, or NULL. */
@@ -130,20 +129,20 @@ static const char *meta_lookup(const char *name, void *data) {
   return kv_get(b->meta, name);
 }
 
-int expand_word(struct build *b, const char *s, char **ret, agsx_error_t *err) {
+int agsx_build_expand_word(struct build *b, const char *s, char **ret, agsx_error_t *err) {
   if (agsx_df_expand_word(s, b->df.escape, stage_lookup, b, ret, err) < 0)
-    return line_err(b, err);
+    return agsx_build_line_err(b, err);
   return 0;
 }
 
-int expand_words(struct build *b, const char *s, char ***ret, agsx_error_t *err) {
+int agsx_build_expand_words(struct build *b, const char *s, char ***ret, agsx_error_t *err) {
   if (agsx_df_expand_words(s, b->df.escape, stage_lookup, b, ret, err) < 0)
-    return line_err(b, err);
+    return agsx_build_line_err(b, err);
   return 0;
 }
 
 /* The chain key: sha256 over the parent key and the step's description. */
-void chain(struct stage *st, const char *what, size_t len) {
+void agsx_build_chain(struct stage *st, const char *what, size_t len) {
   _cleanup_sha256_ agsx_sha256 *h = agsx_sha256_new();
   agsx_sha256_update(h, st->chain, strlen(st->chain));
   agsx_sha256_update(h, "\n", 1);
@@ -151,7 +150,7 @@ void chain(struct stage *st, const char *what, size_t len) {
   agsx_sha256_final(h, st->chain);
 }
 
-void history(struct stage *st, const char *created_by, bool empty) {
+void agsx_build_history(struct stage *st, const char *created_by, bool empty) {
   _cleanup_free_ char *e = xasprintf("%c%s", empty ? '1' : '0', created_by);
   agsx_strv_push(&st->history, e);
 }
@@ -160,7 +159,7 @@ void history(struct stage *st, const char *created_by, bool empty) {
 
 /* Cleans an absolute path into a relative one without "." or ".."
  * (".." at the root stays at the root, as in the image). "" is the root. */
-char *clean_abs(const char *path) {
+char *agsx_build_clean_abs(const char *path) {
   char *out = xzalloc(strlen(path) + 1);
   size_t len = 0;
   const char *p = path;
@@ -188,10 +187,10 @@ char *clean_abs(const char *path) {
 
 /* Joins PATH to the working directory when relative; returns a clean
  * relative path (from /). */
-char *in_image_path(struct stage *st, const char *path) {
+char *agsx_build_in_image_path(struct stage *st, const char *path) {
   _cleanup_free_ char *abs =
       path[0] == '/' ? xstrdup(path) : xasprintf("%s/%s", st->workdir ? st->workdir : "/", path);
-  return clean_abs(abs);
+  return agsx_build_clean_abs(abs);
 }
 
 static char *layer_path(struct build *b, const char *diff_id) {
@@ -200,7 +199,7 @@ static char *layer_path(struct build *b, const char *diff_id) {
   return xasprintf("%s/tmp/%s/layers/%s", b->s->path, b->work, agsx_digest_hex(diff_id));
 }
 
-int open_layer(struct build *b, const char *diff_id, agsx_error_t *err) {
+int agsx_build_open_layer(struct build *b, const char *diff_id, agsx_error_t *err) {
   _cleanup_free_ char *p = layer_path(b, diff_id);
   int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0)
@@ -208,17 +207,17 @@ int open_layer(struct build *b, const char *diff_id, agsx_error_t *err) {
   return fd;
 }
 
-bool is_whiteout(const struct stat *st) {
+bool agsx_build_is_whiteout(const struct stat *st) {
   return S_ISCHR(st->st_mode) && st->st_rdev == makedev(0, 0);
 }
 
 /* Finds PATH (clean, relative) in the stage's layers, top-most first,
  * following symlinks inside each layer. Returns an O_PATH fd and the layer
  * index, or -1 (ENOENT) when no layer has it or a whiteout hides it. */
-int lookup_in_layers_x(struct build *b, struct stage *st, const char *path, bool follow,
-                       int *ret_layerfd, agsx_error_t *err) {
+int agsx_build_lookup_in_layers_x(struct build *b, struct stage *st, const char *path, bool follow,
+                                  int *ret_layerfd, agsx_error_t *err) {
   for (size_t i = st->n_layers; i-- > 0;) {
-    _cleanup_close_ int lfd = open_layer(b, st->layers[i].diff_id, err);
+    _cleanup_close_ int lfd = agsx_build_open_layer(b, st->layers[i].diff_id, err);
     if (lfd < 0)
       return -1;
     int fd = *path ? agsx_open_in_root(lfd, path, O_PATH | O_NOFOLLOW, 0)
@@ -228,7 +227,7 @@ int lookup_in_layers_x(struct build *b, struct stage *st, const char *path, bool
     if (fd < 0)
       continue;
     struct stat sb;
-    if (fstat(fd, &sb) < 0 || is_whiteout(&sb)) {
+    if (fstat(fd, &sb) < 0 || agsx_build_is_whiteout(&sb)) {
       close(fd);
       break;
     }
@@ -246,15 +245,15 @@ int lookup_in_layers_x(struct build *b, struct stage *st, const char *path, bool
   return agsx_error_set_quiet(err, ENOENT, "`/%s` not found", path);
 }
 
-int lookup_in_layers(struct build *b, struct stage *st, const char *path, int *ret_layerfd,
-                     agsx_error_t *err) {
-  return lookup_in_layers_x(b, st, path, true, ret_layerfd, err);
+int agsx_build_lookup_in_layers(struct build *b, struct stage *st, const char *path,
+                                int *ret_layerfd, agsx_error_t *err) {
+  return agsx_build_lookup_in_layers_x(b, st, path, true, ret_layerfd, err);
 }
 
 /* Resolves the symlinks on the way to REL (clean, relative) in the stage's
  * merged tree, as Docker does for a destination: COPY x /lib/y writes
  * usr/lib/y where lib -> usr/lib. Missing components stay as given. */
-char *resolve_dst(struct build *b, struct stage *st, const char *rel) {
+char *agsx_build_resolve_dst(struct build *b, struct stage *st, const char *rel) {
   char *cur = xstrdup(rel);
   for (int loops = 0; loops < 40; loops++) {
     bool changed = false;
@@ -262,7 +261,7 @@ char *resolve_dst(struct build *b, struct stage *st, const char *rel) {
       size_t end = i + strcspn(cur + i, "/");
       _cleanup_free_ char *prefix = xstrndup(cur, end);
       agsx_error_t e = NULL;
-      _cleanup_close_ int fd = lookup_in_layers_x(b, st, prefix, false, NULL, &e);
+      _cleanup_close_ int fd = agsx_build_lookup_in_layers_x(b, st, prefix, false, NULL, &e);
       agsx_error_free(&e);
       struct stat sb;
       if (fd < 0 || fstat(fd, &sb) < 0)
@@ -280,7 +279,7 @@ char *resolve_dst(struct build *b, struct stage *st, const char *rel) {
             t[0] == '/' ? xasprintf("%s%s", t, cur + end)
                         : xasprintf("/%s/%s%s", slash ? prefix : "", t, cur + end);
         free(cur);
-        cur = clean_abs(joined);
+        cur = agsx_build_clean_abs(joined);
         changed = true;
         break;
       }
@@ -298,10 +297,10 @@ char *resolve_dst(struct build *b, struct stage *st, const char *rel) {
  * (NULL, 0), anything but a regular file of at most AGSX_PASSWD_MAX bytes
  * is. The image is untrusted: its etc/passwd may be a FIFO that would block
  * the open forever, a device, or gigabytes. */
-int read_from_layers(struct build *b, struct stage *st, const char *path, char **ret_buf,
-                     size_t *ret_len, agsx_error_t *err) {
+int agsx_build_read_from_layers(struct build *b, struct stage *st, const char *path, char **ret_buf,
+                                size_t *ret_len, agsx_error_t *err) {
   agsx_error_t e = NULL;
-  _cleanup_close_ int fd = lookup_in_layers(b, st, path, NULL, &e);
+  _cleanup_close_ int fd = agsx_build_lookup_in_layers(b, st, path, NULL, &e);
   *ret_buf = NULL;
   *ret_len = 0;
   if (fd < 0 && agsx_error_errno(&e) == ENOENT) {
@@ -355,7 +354,7 @@ int agsx_build_missing_image(const struct agsx_build_opts *o, const char *name, 
   return pull_image(o, name, err);
 }
 
-struct stage *find_stage(struct build *b, const char *name) {
+struct stage *agsx_build_find_stage(struct build *b, const char *name) {
   for (size_t i = 0; i + 1 < b->n_stages; i++)
     if (b->stages[i].name && strcasecmp(b->stages[i].name, name) == 0)
       return &b->stages[i];
@@ -438,7 +437,7 @@ static int load_raw_config(struct build *b, struct stage *st, const char *digest
   return 0;
 }
 
-int from_image(struct build *b, struct stage *st, const char *name, agsx_error_t *err) {
+int agsx_build_from_image(struct build *b, struct stage *st, const char *name, agsx_error_t *err) {
   struct agsx_image_info info;
   enum agsx_pull_policy p;
   if (pull_policy(b->o, &p, err) < 0 || (p == AGSX_PULL_ALWAYS && pull_image(b->o, name, err) < 0))
@@ -497,14 +496,14 @@ static int do_from(struct build *b, agsx_error_t *err) {
   const char *platform = agsx_df_flag(in, "platform", NULL);
   _cleanup_strv_ char **w = NULL;
   if (agsx_df_expand_words(in->args, b->df.escape, meta_lookup, b, &w, err) < 0)
-    return line_err(b, err);
+    return agsx_build_line_err(b, err);
   size_t n = agsx_strv_len(w);
   if (!(n == 1 || (n == 3 && strcasecmp(w[1], "as") == 0)))
     return agsx_error_set(err, 0, "Dockerfile:%u: FROM takes IMAGE [AS NAME]", in->line);
   if (platform) {
     _cleanup_free_ char *p = NULL;
     if (agsx_df_expand_word(platform, b->df.escape, meta_lookup, b, &p, err) < 0)
-      return line_err(b, err);
+      return agsx_build_line_err(b, err);
     if (strcmp(p, "linux/amd64") != 0)
       return agsx_error_set(err, 0, "Dockerfile:%u: unsupported platform `%s` (only linux/amd64)",
                             in->line, p);
@@ -518,8 +517,8 @@ static int do_from(struct build *b, agsx_error_t *err) {
         return agsx_error_set(err, 0, "Dockerfile:%u: duplicate stage name `%s`", in->line,
                               st->name);
   }
-  banner(b);
-  struct stage *from = find_stage(b, w[0]);
+  agsx_build_banner(b);
+  struct stage *from = agsx_build_find_stage(b, w[0]);
   if (from) {
     copy_stage(st, from);
   } else if (strcmp(w[0], "scratch") == 0) {
@@ -528,8 +527,8 @@ static int do_from(struct build *b, agsx_error_t *err) {
     st->labels = xzalloc(sizeof(char *));
     st->ports = xzalloc(sizeof(char *));
     st->volumes = xzalloc(sizeof(char *));
-  } else if (from_image(b, st, w[0], err) < 0) {
-    return line_err(b, err);
+  } else if (agsx_build_from_image(b, st, w[0], err) < 0) {
+    return agsx_build_line_err(b, err);
   }
   st->args = xzalloc(sizeof(char *));
   if (st->env == NULL)
@@ -544,7 +543,7 @@ static int do_from(struct build *b, agsx_error_t *err) {
 
 static int do_env_label(struct build *b, char ***list, bool is_env, agsx_error_t *err) {
   _cleanup_strv_ char **w = NULL;
-  if (expand_words(b, b->in->args, &w, err) < 0)
+  if (agsx_build_expand_words(b, b->in->args, &w, err) < 0)
     return -1;
   size_t n = agsx_strv_len(w);
   if (n >= 1 && strchr(w[0], '=') == NULL) {
@@ -555,7 +554,7 @@ static int do_env_label(struct build *b, char ***list, bool is_env, agsx_error_t
     const char *rest = b->in->args + strcspn(b->in->args, " \t");
     rest += strspn(rest, " \t");
     _cleanup_free_ char *v = NULL;
-    if (expand_word(b, rest, &v, err) < 0)
+    if (agsx_build_expand_word(b, rest, &v, err) < 0)
       return -1;
     kv_set(list, w[0], v);
     return 0;
@@ -575,7 +574,7 @@ static int do_arg(struct build *b, bool meta, agsx_error_t *err) {
   _cleanup_strv_ char **w = NULL;
   if (agsx_df_expand_words(b->in->args, b->df.escape, meta ? meta_lookup : stage_lookup, b, &w,
                            err) < 0)
-    return line_err(b, err);
+    return agsx_build_line_err(b, err);
   for (size_t i = 0; w[i]; i++) {
     char *eq = strchr(w[i], '=');
     if (eq)
@@ -599,7 +598,7 @@ static int do_arg(struct build *b, bool meta, agsx_error_t *err) {
     }
     if (!meta) {
       _cleanup_free_ char *d = xasprintf("ARG %s=%s", name, val ? val : "");
-      chain(b->cur, d, strlen(d));
+      agsx_build_chain(b->cur, d, strlen(d));
     }
   }
   return 0;
@@ -638,21 +637,21 @@ static int do_meta(struct build *b, agsx_error_t *err) {
     st->shell = agsx_strv_concat(in->argv, NULL);
     return 0;
   case AGSX_DF_USER:
-    if (expand_word(b, in->args, &one, err) < 0)
+    if (agsx_build_expand_word(b, in->args, &one, err) < 0)
       return -1;
     free(st->user);
     st->user = steal_ptr(&one);
     return 0;
   case AGSX_DF_STOPSIGNAL:
-    if (expand_word(b, in->args, &one, err) < 0)
+    if (agsx_build_expand_word(b, in->args, &one, err) < 0)
       return -1;
     free(st->stopsignal);
     st->stopsignal = steal_ptr(&one);
     return 0;
   case AGSX_DF_WORKDIR: {
-    if (expand_word(b, in->args, &one, err) < 0)
+    if (agsx_build_expand_word(b, in->args, &one, err) < 0)
       return -1;
-    _cleanup_free_ char *rel = in_image_path(st, one);
+    _cleanup_free_ char *rel = agsx_build_in_image_path(st, one);
     free(st->workdir);
     st->workdir = xasprintf("/%s", rel);
     return 0;
@@ -662,7 +661,7 @@ static int do_meta(struct build *b, agsx_error_t *err) {
     _cleanup_strv_ char **w = NULL;
     if (in->json)
       w = agsx_strv_concat(in->argv, NULL);
-    else if (expand_words(b, in->args, &w, err) < 0)
+    else if (agsx_build_expand_words(b, in->args, &w, err) < 0)
       return -1;
     for (size_t i = 0; w[i]; i++) {
       if (in->cmd == AGSX_DF_VOLUME) {
@@ -694,30 +693,18 @@ static bool agsx_made(const char *path) {
          strcmp(path, "etc/resolv.conf") == 0;
 }
 
-struct upper_walk {
-  struct build *b;
-  struct lw *w;
-  uid_t base;
-  struct {
-    dev_t dev;
-    ino_t ino;
-    char *path;
-  } * links;
-  size_t n_links;
-};
-
 static uid_t shift(uid_t id, uid_t base) {
   return id >= base && id - base < AGSX_UID_RANGE ? id - base : 0;
 }
 
 /* Walks the upper directory DIRFD (on the sandbox's tmpfs, never through a
  * symlink) into the layer. */
-static int upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int depth,
-                     agsx_error_t *err) {
+int agsx_build_upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int depth,
+                         agsx_error_t *err) {
   if (depth > 256)
     return agsx_error_set(err, 0, "RUN made a tree deeper than 256 levels");
   _cleanup_strv_ char **names = NULL;
-  if (list_dir(dirfd, "", &names, err) < 0)
+  if (agsx_build_list_dir(dirfd, "", &names, err) < 0)
     return -1;
   for (size_t i = 0; names[i]; i++) {
     _cleanup_free_ char *path = *prefix ? xasprintf("%s/%s", prefix, names[i]) : xstrdup(names[i]);
@@ -735,7 +722,7 @@ static int upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int de
                         .fd = -1};
     _cleanup_free_ char *wh = NULL, *target = NULL;
     _cleanup_close_ int fd = -1;
-    if (is_whiteout(&st)) {
+    if (agsx_build_is_whiteout(&st)) {
       wh = *prefix ? xasprintf("%s/.wh.%s", prefix, names[i]) : xasprintf(".wh.%s", names[i]);
       le.path = wh, le.mode = S_IFREG | 0644, le.uid = le.gid = 0, le.size = 0;
     } else if (S_ISLNK(st.st_mode)) {
@@ -768,7 +755,7 @@ static int upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int de
     } else if (!S_ISDIR(st.st_mode) && !S_ISFIFO(st.st_mode)) {
       continue; /* sockets, devices: not in layers */
     }
-    if (lw_add(u->w, &le, err) < 0)
+    if (agsx_lw_add(u->w, &le, err) < 0)
       return -1;
     if (!S_ISDIR(st.st_mode))
       continue;
@@ -781,10 +768,10 @@ static int upper_dir(struct upper_walk *u, int dirfd, const char *prefix, int de
     if (xl == 1 && v[0] == 'y') {
       _cleanup_free_ char *opq = xasprintf("%s/.wh..wh..opq", path);
       struct lentry oe = {.path = opq, .mode = S_IFREG | 0644, .mtime = st.st_mtime, .fd = -1};
-      if (lw_add(u->w, &oe, err) < 0)
+      if (agsx_lw_add(u->w, &oe, err) < 0)
         return -1;
     }
-    if (upper_dir(u, sub, path, depth + 1, err) < 0)
+    if (agsx_build_upper_dir(u, sub, path, depth + 1, err) < 0)
       return -1;
   }
   return 0;
@@ -886,6 +873,8 @@ static int run_sandbox(struct build *b, char **argv, char **env, const char *net
       .workdir = st->workdir,
       .hostname = "buildkitsandbox",
       .network = net,
+      /* (RUN --network=none is internal: no egress to filter) */
+      .egress = net && strcmp(net, "internal") != 0 ? b->o->egress : NULL,
       .disk = 8ull << 30,
       .keep_upper = true,
       .ephemeral = true,
@@ -949,10 +938,10 @@ static int do_run(struct build *b, agsx_error_t *err) {
   agsx_sha256_update(h, ctx, strlen(ctx));
   char key[AGSX_DIGEST_LEN];
   agsx_sha256_final(h, key);
-  chain(st, key, strlen(key));
-  banner(b);
+  agsx_build_chain(st, key, strlen(key));
+  agsx_build_banner(b);
   _cleanup_free_ char *created = xasprintf("RUN %s", in->json ? in->args : in->args);
-  if (cache_hit(b, st, created))
+  if (agsx_build_cache_hit(b, st, created))
     return 0;
   if (run_network(b, net, err) < 0)
     return -1;
@@ -964,20 +953,20 @@ static int do_run(struct build *b, agsx_error_t *err) {
                        in->line);
   struct lw lw = {.fd = -1};
   char record[256];
-  if (r == 0 && (r = lw_open(b, &lw, err)) < 0)
-    line_err(b, err);
+  if (r == 0 && (r = agsx_lw_open(b, &lw, err)) < 0)
+    agsx_build_line_err(b, err);
   if (r == 0) {
     struct upper_walk u = {.b = b, .w = &lw, .base = sb->ids.base};
-    r = upper_dir(&u, sb->upperfd, "", 0, err);
+    r = agsx_build_upper_dir(&u, sb->upperfd, "", 0, err);
     for (size_t i = 0; i < u.n_links; i++)
       free(u.links[i].path);
     free(u.links);
     if (r < 0)
-      line_err(b, err);
-    else if ((r = lw_commit(b, &lw, st, created, record, err)) == 0)
-      cache_later(b, st->chain, record);
+      agsx_build_line_err(b, err);
+    else if ((r = agsx_lw_commit(b, &lw, st, created, record, err)) == 0)
+      agsx_build_cache_later(b, st->chain, record);
   }
-  lw_free(&lw);
+  agsx_lw_free(&lw);
   agsx_lifecycle_free(lc);
   return r;
 }
@@ -1015,21 +1004,21 @@ static int step(struct build *b, agsx_error_t *err) {
   case AGSX_DF_FROM: return do_from(b, err);
   case AGSX_DF_RUN: return do_run(b, err);
   case AGSX_DF_COPY:
-  case AGSX_DF_ADD: return do_copy(b, err);
+  case AGSX_DF_ADD: return agsx_build_copy(b, err);
   default: {
-    banner(b);
+    agsx_build_banner(b);
     if (do_meta(b, err) < 0)
       return -1;
     if (in->cmd != AGSX_DF_ARG) {
       /* The state after substitution is what later steps depend on. */
       _cleanup_free_ char *d = xasprintf("%s|%s|%s", in->text, b->cur->user ? b->cur->user : "",
                                          b->cur->workdir ? b->cur->workdir : "");
-      chain(b->cur, d, strlen(d));
+      agsx_build_chain(b->cur, d, strlen(d));
       for (size_t i = 0; b->cur->env && b->cur->env[i]; i++)
-        chain(b->cur, b->cur->env[i], strlen(b->cur->env[i]));
+        agsx_build_chain(b->cur, b->cur->env[i], strlen(b->cur->env[i]));
     }
-    history(b->cur, in->text, true);
-    return in->cmd == AGSX_DF_WORKDIR ? workdir_layer(b, err) : 0;
+    agsx_build_history(b->cur, in->text, true);
+    return in->cmd == AGSX_DF_WORKDIR ? agsx_build_workdir_layer(b, err) : 0;
   }
   }
 }
@@ -1068,22 +1057,20 @@ int agsx_build(struct agsx_store *s, const struct agsx_build_opts *o, struct ags
   if (r == 0 && b.cur == NULL)
     r = agsx_error_set(err, 0, "Dockerfile has no FROM");
   if (r == 0)
-    r = write_image(&b, b.cur, err);
+    r = agsx_build_write_image(&b, b.cur, err);
   for (size_t i = 0; o->build_args && o->build_args[i] && r == 0; i++) {
     _cleanup_free_ char *k = xstrndup(o->build_args[i], strcspn(o->build_args[i], "="));
     if (!agsx_strv_contains(b.used_args, k))
       agsx_warn("build argument `%s` was not consumed by any ARG", k);
   }
   for (size_t i = 0; i < b.n_stages; i++)
-    stage_clear(&b.stages[i]);
+    agsx_build_stage_clear(&b.stages[i]);
   agsx_dockerfile_clear(&b.df);
   agsx_dockerignore_clear(&b.ignore);
   agsx_strv_free(b.meta);
   agsx_strv_free(b.meta_decl);
   agsx_strv_free(b.used_args);
   agsx_strv_free(b.pending_cache);
-  if (b.have_bpf)
-    agsx_seccomp_bpf_clear(&b.bpf);
   agsx_closep(&b.ctxfd);
   agsx_closep(&b.cachefd);
   agsx_closep(&b.workfd);

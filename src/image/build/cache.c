@@ -21,7 +21,7 @@
 
 /* A record: "diff_id\ndigest\nsize\n". A hit needs the blob in the store;
  * the unpacked layer is made again when gc removed it. */
-bool cache_hit(struct build *b, struct stage *st, const char *created_by) {
+bool agsx_build_cache_hit(struct build *b, struct stage *st, const char *created_by) {
   if (b->o->no_cache || b->cachefd < 0)
     return false;
   _cleanup_free_ char *buf = NULL;
@@ -46,18 +46,18 @@ bool cache_hit(struct build *b, struct stage *st, const char *created_by) {
   memcpy(l.digest, dig, AGSX_DIGEST_LEN);
   st->layers = xrealloc(st->layers, (st->n_layers + 1) * sizeof(*st->layers));
   st->layers[st->n_layers++] = l;
-  history(st, created_by, false);
+  agsx_build_history(st, created_by, false);
   b->res->cached_layers++;
-  progress(b, " ---> Using cache %.19s\n", diff);
+  agsx_build_progress(b, " ---> Using cache %.19s\n", diff);
   return true;
 }
 
-void cache_later(struct build *b, const char *key, const char *record) {
+void agsx_build_cache_later(struct build *b, const char *key, const char *record) {
   agsx_strv_push(&b->pending_cache, agsx_digest_hex(key));
   agsx_strv_push(&b->pending_cache, record);
 }
 
-void cache_write_all(struct build *b) {
+void agsx_build_cache_write_all(struct build *b) {
   for (size_t i = 0; b->cachefd >= 0 && b->pending_cache && b->pending_cache[i]; i += 2) {
     agsx_error_t e = NULL;
     const char *rec = b->pending_cache[i + 1];

@@ -102,7 +102,7 @@ static char *gen_config(struct stage *st, const char *created, size_t *ret_len) 
   return agsx_json_gen_steal(g, ret_len);
 }
 
-int write_image(struct build *b, struct stage *st, agsx_error_t *err) {
+int agsx_build_write_image(struct build *b, struct stage *st, agsx_error_t *err) {
   _cleanup_free_ char *created = agsx_format_rfc3339(agsx_now_ns() / 1000000000LL);
   size_t clen, mlen;
   _cleanup_free_ char *config = gen_config(st, created, &clen);
@@ -138,7 +138,7 @@ int write_image(struct build *b, struct stage *st, agsx_error_t *err) {
   if (agsx_store_stage_blob_mem(b->s, b->workfd, manifest, mlen, md.digest, err) < 0 ||
       agsx_store_commit(b->s, b->workfd, err) < 0)
     return -1;
-  cache_write_all(b);
+  agsx_build_cache_write_all(b);
   size_t ntags = agsx_strv_len(b->o->tags);
   for (size_t i = 0; i < (ntags ? ntags : 1); i++)
     if (agsx_store_tag(b->s, ntags ? b->o->tags[i] : NULL, &md, err) < 0)

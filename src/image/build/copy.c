@@ -219,7 +219,7 @@ static int cmp_name(const void *a, const void *b) {
 }
 
 /* Sorted names of a directory. */
-int list_dir(int dirfd, const char *path, char ***ret, agsx_error_t *err) {
+int agsx_build_list_dir(int dirfd, const char *path, char ***ret, agsx_error_t *err) {
   _cleanup_close_ int fd = *path
                                ? agsx_open_beneath_nofollow(dirfd, path, O_RDONLY | O_DIRECTORY, 0)
                                : openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -251,7 +251,7 @@ static int walk(struct build *b, struct copy *c, int rootfd, const char *src, co
   if (from_context && *src && agsx_dockerignore_excluded(&b->ignore, src) &&
       !(S_ISDIR(st.st_mode) && b->ignore.has_negation))
     return 0;
-  if (layers_mode && is_whiteout(&st))
+  if (layers_mode && agsx_build_is_whiteout(&st))
     return 0;
   bool excluded = from_context && *src && agsx_dockerignore_excluded(&b->ignore, src);
   if (*dst && !excluded && add_entry(c, dst, rootfd, src, &st, err) < 0)
@@ -259,7 +259,7 @@ static int walk(struct build *b, struct copy *c, int rootfd, const char *src, co
   if (!S_ISDIR(st.st_mode))
     return 0;
   _cleanup_strv_ char **names = NULL;
-  if (list_dir(rootfd, src, &names, err) < 0)
+  if (agsx_build_list_dir(rootfd, src, &names, err) < 0)
     return -1;
   for (size_t i = 0; names[i]; i++) {
     _cleanup_free_ char *s = *src ? xasprintf("%s/%s", src, names[i]) : xstrdup(names[i]);
@@ -303,7 +303,7 @@ static int walk_layer(struct copy *c, int lfd, const char *src, const char *dst,
     return agsx_error_set(err, errno, "`%s`", src);
   if (whited(wh, dst))
     return 0;
-  if (is_whiteout(&st)) {
+  if (agsx_build_is_whiteout(&st)) {
     agsx_strset_add(next_wh, dst);
     return 0;
   }
@@ -315,7 +315,7 @@ static int walk_layer(struct copy *c, int lfd, const char *src, const char *dst,
   if (!S_ISDIR(st.st_mode))
     return 0;
   _cleanup_strv_ char **names = NULL;
-  if (list_dir(lfd, src, &names, err) < 0)
+  if (agsx_build_list_dir(lfd, src, &names, err) < 0)
     return -1;
   for (size_t i = 0; names[i]; i++) {
     _cleanup_free_ char *s2 = xasprintf("%s/%s", src, names[i]);
@@ -338,7 +338,7 @@ static int walk_merged(struct build *b, struct copy *c, struct stage *from, cons
   size_t first = c->n;
   int r = 0;
   for (size_t i = from->n_layers; r == 0 && i-- > 0;) {
-    int lfd = open_layer(b, from->layers[i].diff_id, err);
+    int lfd = agsx_build_open_layer(b, from->layers[i].diff_id, err);
     if (lfd < 0) {
       r = -1;
       break;
@@ -402,7 +402,7 @@ static int glob_context(struct build *b, const char *dir, const char *pattern, c
   }
   _cleanup_strv_ char **names = NULL;
   agsx_error_t e = NULL;
-  if (list_dir(b->ctxfd, dir, &names, &e) < 0) {
+  if (agsx_build_list_dir(b->ctxfd, dir, &names, &e) < 0) {
     agsx_error_free(&e);
     return 0; /* not a directory: nothing matches */
   }
@@ -424,7 +424,7 @@ static int glob_context(struct build *b, const char *dir, const char *pattern, c
  * only), globs in the last component. */
 static int context_sources(struct build *b, const char *src, char ***ret, agsx_error_t *err) {
   _cleanup_free_ char *abs = xasprintf("/%s", src);
-  _cleanup_free_ char *clean = clean_abs(abs);
+  _cleanup_free_ char *clean = agsx_build_clean_abs(abs);
   /* "../x" cleans to "x" above: refuse any ".." that climbs out first. */
   int depth = 0;
   for (const char *p = src; *p;) {
@@ -464,11 +464,11 @@ static int open_context_source(struct build *b, const char *path, agsx_error_t *
 static int resolve_chown(struct build *b, struct copy *c, const char *spec, agsx_error_t *err) {
   _cleanup_free_ char *pw = NULL, *gr = NULL, *s = NULL;
   size_t pwl = 0, grl = 0;
-  if (expand_word(b, spec, &s, err) < 0)
+  if (agsx_build_expand_word(b, spec, &s, err) < 0)
     return -1;
   struct agsx_user u;
-  if (read_from_layers(b, b->cur, "etc/passwd", &pw, &pwl, err) < 0 ||
-      read_from_layers(b, b->cur, "etc/group", &gr, &grl, err) < 0 ||
+  if (agsx_build_read_from_layers(b, b->cur, "etc/passwd", &pw, &pwl, err) < 0 ||
+      agsx_build_read_from_layers(b, b->cur, "etc/group", &gr, &grl, err) < 0 ||
       agsx_user_resolve(s, pw, pwl, gr, grl, &u, err) < 0)
     return agsx_error_wrap(err, "Dockerfile:%u: --chown", b->in->line);
   c->uid = u.uid;
@@ -492,7 +492,7 @@ static void parent_entries(struct build *b, struct copy *c, const char *dst, str
     agsx_strset_add(&c->emitted, p);
     struct stat st = {.st_mode = S_IFDIR | 0755};
     agsx_error_t e = NULL;
-    _cleanup_close_ int fd = lookup_in_layers_x(b, b->cur, p, false, NULL, &e);
+    _cleanup_close_ int fd = agsx_build_lookup_in_layers_x(b, b->cur, p, false, NULL, &e);
     agsx_error_free(&e);
     if (fd >= 0)
       fstat(fd, &st);
@@ -508,7 +508,7 @@ static void parent_entries(struct build *b, struct copy *c, const char *dst, str
       _cleanup_free_ char *d = xasprintf("P %s %o %u %u\n", p, st.st_mode, st.st_uid, st.st_gid);
       agsx_sha256_update(h, d, strlen(d));
     }
-    if (w && lw_add(w, &le, err) < 0)
+    if (w && agsx_lw_add(w, &le, err) < 0)
       return;
     *s = '/';
   }
@@ -569,235 +569,293 @@ static int write_copy_layer(struct build *b, struct copy *c, struct lw *w, agsx_
     } else if (!S_ISDIR(mode) && !S_ISLNK(mode)) {
       continue; /* devices, sockets, fifos are not copied */
     }
-    if (lw_add(w, &le, err) < 0)
+    if (agsx_lw_add(w, &le, err) < 0)
       return -1;
   }
   return 0;
 }
 
-int do_copy(struct build *b, agsx_error_t *err) {
+/* Where the sources of one COPY/ADD go: DST_REL inside the image, a
+ * directory (sources go below it) or the name of the one copy. */
+struct copy_dst {
+  const char *rel;
+  bool dir;
+};
+
+/* The destination of source BASE: the directory itself for a directory
+ * source, else a file in it or the destination's own name. */
+static char *entry_dst(const struct copy_dst *d, bool is_dir, const char *base) {
+  if (is_dir || !d->dir)
+    return xstrdup(d->rel);
+  return *d->rel ? xasprintf("%s/%s", d->rel, base) : xstrdup(base);
+}
+
+/* Whether the destination is a directory: spelled so, more than one source,
+ * the image root, or (as BuildKit does) an existing directory. */
+static bool dst_is_dir(struct build *b, struct stage *st, char **w, size_t n, const char *rel) {
+  if (agsx_str_has_suffix(w[n - 1], "/") || n > 2 || agsx_str_has_suffix(w[n - 1], "/.") ||
+      *rel == '\0')
+    return true;
+  agsx_error_t e = NULL;
+  _cleanup_close_ int dfd = agsx_build_lookup_in_layers(b, st, rel, NULL, &e);
+  struct stat dsb;
+  agsx_error_free(&e);
+  return dfd >= 0 && fstat(dfd, &dsb) == 0 && S_ISDIR(dsb.st_mode);
+}
+
+/* --chmod and --chown. */
+static int copy_flags(struct build *b, struct copy *c, agsx_error_t *err) {
+  const struct agsx_df_instr *in = b->in;
+  const char *chmod_s = agsx_df_flag(in, "chmod", NULL);
+  const char *chown_s = agsx_df_flag(in, "chown", NULL);
+  if (chmod_s) {
+    char *end;
+    unsigned long m = strtoul(chmod_s, &end, 8);
+    if (*chmod_s == '\0' || *end || m > 07777)
+      return agsx_error_set(err, 0, "Dockerfile:%u: invalid --chmod `%s` (octal)", in->line,
+                            chmod_s);
+    c->has_chmod = true, c->chmod_bits = (mode_t)m;
+  }
+  if (chown_s && resolve_chown(b, c, chown_s, err) < 0)
+    return -1;
+  return 0;
+}
+
+/* --from: an earlier stage, or an image (into *IMG). *RET stays NULL without --from. */
+static int copy_from(struct build *b, char **ret_name, struct stage *img, struct stage **ret,
+                     agsx_error_t *err) {
+  const char *from = agsx_df_flag(b->in, "from", NULL);
+  if (from == NULL)
+    return 0;
+  if (agsx_build_expand_word(b, from, ret_name, err) < 0)
+    return -1;
+  *ret = agsx_build_find_stage(b, *ret_name);
+  if (*ret)
+    return 0;
+  if (agsx_build_from_image(b, img, *ret_name, err) < 0) {
+    agsx_build_line_err(b, err);
+    return -1;
+  }
+  *ret = img;
+  return 0;
+}
+
+/* COPY --from: SRC in the layers of stage FROM (named FROM_NAME). */
+static int add_stage_source(struct build *b, struct copy *c, struct stage *from,
+                            const char *from_name, const char *src, const struct copy_dst *d,
+                            agsx_error_t *err) {
+  _cleanup_free_ char *rel = agsx_build_clean_abs(src);
+  int lfd = -1;
+  _cleanup_close_ int fd = agsx_build_lookup_in_layers(b, from, rel, &lfd, err);
+  if (fd < 0)
+    return agsx_error_wrap(err, "Dockerfile:%u: COPY --from=%s", b->in->line, from_name);
+  c->fds = xrealloc(c->fds, (c->n_fds + 1) * sizeof(int));
+  c->fds[c->n_fds++] = lfd;
+  _cleanup_free_ char *real = rel_path(lfd, fd);
+  struct stat sb;
+  fstat(fd, &sb);
+  const char *base = strrchr(rel, '/') ? strrchr(rel, '/') + 1 : rel;
+  _cleanup_free_ char *dst = entry_dst(d, S_ISDIR(sb.st_mode), base);
+  if (real == NULL || (S_ISDIR(sb.st_mode) ? walk_merged(b, c, from, real, dst, err)
+                                           : walk(b, c, lfd, real, dst, false, true, err)) < 0) {
+    if (real == NULL)
+      agsx_error_set(err, 0, "`%s`: cannot resolve", src);
+    agsx_build_line_err(b, err);
+    return -1;
+  }
+  return 0;
+}
+
+/* ADD of a local archive (FD, at context path REAL): remembered for
+ * extraction and hashed. Returns 1 when it was one, 0 when not. */
+static int add_archive(struct build *b, struct copy *c, agsx_sha256 *h, int fd, const char *real,
+                       const struct stat *sb, const struct copy_dst *d, agsx_error_t *err) {
+  if (b->in->cmd != AGSX_DF_ADD || !S_ISREG(sb->st_mode))
+    return 0;
+  char proc[64];
+  snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+  _cleanup_close_ int rfd = open(proc, O_RDONLY | O_CLOEXEC);
+  if (rfd < 0 || !is_archive(rfd))
+    return 0;
+  agsx_strv_push(&c->archives, real);
+  agsx_strv_push(&c->archives, d->rel);
+  struct centry ae = {.dst = (char *)"", .rootfd = b->ctxfd, .src = (char *)real, .st = *sb};
+  hash_entry(h, &ae);
+  if (hash_content(h, &ae, err) < 0) {
+    agsx_build_line_err(b, err);
+    return -1;
+  }
+  return 1;
+}
+
+/* One source in the build context, matched from a pattern of the instruction. */
+static int add_context_source(struct build *b, struct copy *c, agsx_sha256 *h, const char *src,
+                              const struct copy_dst *d, agsx_error_t *err) {
+  unsigned line = b->in->line;
+  _cleanup_close_ int fd = open_context_source(b, src, err);
+  if (fd < 0) {
+    agsx_build_line_err(b, err);
+    return -1;
+  }
+  _cleanup_free_ char *real = rel_path(b->ctxfd, fd);
+  if (real == NULL)
+    return agsx_error_set(err, 0, "Dockerfile:%u: `%s` leads outside the build context", line, src);
+  if (*real && agsx_dockerignore_excluded(&b->ignore, real))
+    return agsx_error_set(err, 0,
+                          "Dockerfile:%u: `%s` not found in the build context (excluded by "
+                          ".dockerignore)",
+                          line, src);
+  struct stat sb;
+  fstat(fd, &sb);
+  int r = add_archive(b, c, h, fd, real, &sb, d, err);
+  if (r != 0)
+    return r < 0 ? -1 : 0;
+  /* A symlink source is copied under its own name, with its target's
+   * content (Docker). */
+  const char *base = strrchr(src, '/') ? strrchr(src, '/') + 1 : src;
+  _cleanup_free_ char *dst = entry_dst(d, S_ISDIR(sb.st_mode), base);
+  if (walk(b, c, b->ctxfd, real, dst, true, false, err) < 0) {
+    agsx_build_line_err(b, err);
+    return -1;
+  }
+  return 0;
+}
+
+/* The sources in the build context that PATTERN matches. */
+static int add_context_sources(struct build *b, struct copy *c, agsx_sha256 *h, const char *pattern,
+                               struct copy_dst *d, agsx_error_t *err) {
+  _cleanup_strv_ char **srcs = NULL;
+  if (context_sources(b, pattern, &srcs, err) < 0) {
+    agsx_build_line_err(b, err);
+    return -1;
+  }
+  if (srcs[0] == NULL)
+    return agsx_error_set(err, 0, "Dockerfile:%u: no file in the build context matches `%s`",
+                          b->in->line, pattern);
+  if (srcs[1])
+    d->dir = true;
+  for (size_t k = 0; srcs[k]; k++)
+    if (add_context_source(b, c, h, srcs[k], d, err) < 0)
+      return -1;
+  return 0;
+}
+
+/* Every source of the instruction (words W[0..N-2]) into C. */
+static int collect_sources(struct build *b, struct copy *c, agsx_sha256 *h, char **w, size_t n,
+                           struct copy_dst *d, agsx_error_t *err) {
+  _cleanup_free_ char *from_name = NULL;
+  _cleanup_(agsx_build_stage_clear) struct stage img = {0};
+  struct stage *from = NULL;
+  if (copy_from(b, &from_name, &img, &from, err) < 0)
+    return -1;
+  for (size_t i = 0; i + 1 < n; i++) {
+    if (b->in->cmd == AGSX_DF_ADD && (strstr(w[i], "://") || agsx_str_has_prefix(w[i], "git@")))
+      return agsx_error_set(err, 0,
+                            "Dockerfile:%u: ADD of a URL (`%s`) is not supported; download it "
+                            "in a RUN step or into the context",
+                            b->in->line, w[i]);
+    int r = from ? add_stage_source(b, c, from, from_name, w[i], d, err)
+                 : add_context_sources(b, c, h, w[i], d, err);
+    if (r < 0)
+      return -1;
+  }
+  return 0;
+}
+
+/* The cache key: the instruction, the parent, and every entry's metadata
+ * and content, chained onto the stage's. */
+static int chain_copy_key(struct build *b, struct copy *c, agsx_sha256 *h, agsx_error_t *err) {
+  for (size_t i = 0; i < c->n; i++) {
+    parent_entries(b, c, c->v[i].dst, NULL, h, err);
+    hash_entry(h, &c->v[i]);
+    if (hash_content(h, &c->v[i], err) < 0) {
+      agsx_build_line_err(b, err);
+      return -1;
+    }
+  }
+  for (size_t i = 0; c->archives && c->archives[i]; i += 2) {
+    _cleanup_free_ char *ad = xasprintf("%s/", c->archives[i + 1]);
+    parent_entries(b, c, ad, NULL, h, err);
+  }
+  agsx_strset_clear(&c->emitted);
+  char own[96];
+  snprintf(own, sizeof(own), "O %d %u %u %d %o", c->has_chown, c->uid, c->gid, c->has_chmod,
+           c->chmod_bits);
+  agsx_sha256_update(h, own, strlen(own));
+  char key[AGSX_DIGEST_LEN];
+  agsx_sha256_final(h, key);
+  agsx_build_chain(b->cur, key, strlen(key));
+  return 0;
+}
+
+/* The layer: the entries, then each archive extracted into its directory. */
+static int write_copy(struct build *b, struct copy *c, agsx_error_t *err) {
+  struct stage *st = b->cur;
+  struct lw lw;
+  char record[256];
+  int r = -1;
+  if (agsx_lw_open(b, &lw, err) < 0) {
+    agsx_lw_free(&lw);
+    agsx_build_line_err(b, err);
+    return -1;
+  }
+  int wr = write_copy_layer(b, c, &lw, err);
+  for (size_t i = 0; wr == 0 && c->archives && c->archives[i]; i += 2) {
+    /* An archive's destination is a directory: it gets an entry too. */
+    _cleanup_free_ char *pdst = xasprintf("%s/", c->archives[i + 1]);
+    parent_entries(b, c, pdst, &lw, NULL, err);
+    wr = *err ? -1 : extract_into(b, c, c->archives[i], c->archives[i + 1], &lw, err);
+  }
+  if (wr == 0 && agsx_lw_commit(b, &lw, st, b->in->text, record, err) == 0) {
+    agsx_build_cache_later(b, st->chain, record);
+    r = 0;
+  }
+  agsx_lw_free(&lw);
+  if (r < 0)
+    agsx_build_line_err(b, err);
+  return r;
+}
+
+int agsx_build_copy(struct build *b, agsx_error_t *err) {
   const struct agsx_df_instr *in = b->in;
   struct stage *st = b->cur;
   _cleanup_strv_ char **w = NULL;
   if (in->json)
     w = agsx_strv_concat(in->argv, NULL);
-  else if (expand_words(b, in->args, &w, err) < 0)
+  else if (agsx_build_expand_words(b, in->args, &w, err) < 0)
     return -1;
   size_t n = agsx_strv_len(w);
   if (n < 2)
     return agsx_error_set(err, 0, "Dockerfile:%u: %s needs a source and a destination", in->line,
                           agsx_df_cmd_name(in->cmd));
-  struct copy c = {0};
-  int r = -1;
-  const char *chmod_s = agsx_df_flag(in, "chmod", NULL);
-  const char *chown_s = agsx_df_flag(in, "chown", NULL);
-  const char *from = agsx_df_flag(in, "from", NULL);
-  _cleanup_free_ char *from_x = NULL, *pdst = NULL;
-  struct stage img = {0};
-  struct stage *src_stage = NULL;
-  _cleanup_free_ char *dst_given = in_image_path(st, w[n - 1]);
-  _cleanup_free_ char *dst_rel = resolve_dst(b, st, dst_given);
-  bool dst_dir = agsx_str_has_suffix(w[n - 1], "/") || n > 2 ||
-                 agsx_str_has_suffix(w[n - 1], "/.") || *dst_rel == '\0';
-  if (!dst_dir) {
-    /* An existing directory is copied into, as BuildKit does. */
-    agsx_error_t e = NULL;
-    _cleanup_close_ int dfd = lookup_in_layers(b, st, dst_rel, NULL, &e);
-    struct stat dsb;
-    agsx_error_free(&e);
-    if (dfd >= 0 && fstat(dfd, &dsb) == 0 && S_ISDIR(dsb.st_mode))
-      dst_dir = true;
-  }
+  _cleanup_(copy_clear) struct copy c = {0};
+  _cleanup_free_ char *dst_given = agsx_build_in_image_path(st, w[n - 1]);
+  _cleanup_free_ char *dst_rel = agsx_build_resolve_dst(b, st, dst_given);
+  struct copy_dst d = {.rel = dst_rel, .dir = dst_is_dir(b, st, w, n, dst_rel)};
   _cleanup_sha256_ agsx_sha256 *h = agsx_sha256_new();
   agsx_sha256_update(h, in->text, strlen(in->text));
-  if (chmod_s) {
-    char *end;
-    unsigned long m = strtoul(chmod_s, &end, 8);
-    if (*chmod_s == '\0' || *end || m > 07777) {
-      agsx_error_set(err, 0, "Dockerfile:%u: invalid --chmod `%s` (octal)", in->line, chmod_s);
-      goto out;
-    }
-    c.has_chmod = true, c.chmod_bits = (mode_t)m;
-  }
-  if (chown_s && resolve_chown(b, &c, chown_s, err) < 0)
-    goto out;
-  if (from) {
-    if (expand_word(b, from, &from_x, err) < 0)
-      goto out;
-    src_stage = find_stage(b, from_x);
-    if (src_stage == NULL) {
-      if (from_image(b, &img, from_x, err) < 0) {
-        line_err(b, err);
-        goto out;
-      }
-      src_stage = &img;
-    }
-  }
-  for (size_t i = 0; i + 1 < n; i++) {
-    if (in->cmd == AGSX_DF_ADD && (strstr(w[i], "://") || agsx_str_has_prefix(w[i], "git@"))) {
-      agsx_error_set(err, 0,
-                     "Dockerfile:%u: ADD of a URL (`%s`) is not supported; download it "
-                     "in a RUN step or into the context",
-                     in->line, w[i]);
-      goto out;
-    }
-    if (src_stage) {
-      _cleanup_free_ char *rel = clean_abs(w[i]);
-      int lfd = -1;
-      _cleanup_close_ int fd = lookup_in_layers(b, src_stage, rel, &lfd, err);
-      if (fd < 0) {
-        agsx_error_wrap(err, "Dockerfile:%u: COPY --from=%s", in->line, from_x);
-        goto out;
-      }
-      c.fds = xrealloc(c.fds, (c.n_fds + 1) * sizeof(int));
-      c.fds[c.n_fds++] = lfd;
-      _cleanup_free_ char *real = rel_path(lfd, fd);
-      struct stat sb;
-      fstat(fd, &sb);
-      const char *base = strrchr(rel, '/') ? strrchr(rel, '/') + 1 : rel;
-      _cleanup_free_ char *d = S_ISDIR(sb.st_mode) ? xstrdup(dst_rel)
-                               : dst_dir
-                                   ? (*dst_rel ? xasprintf("%s/%s", dst_rel, base) : xstrdup(base))
-                                   : xstrdup(dst_rel);
-      if (real == NULL || (S_ISDIR(sb.st_mode) ? walk_merged(b, &c, src_stage, real, d, err)
-                                               : walk(b, &c, lfd, real, d, false, true, err)) < 0) {
-        if (real == NULL)
-          agsx_error_set(err, 0, "`%s`: cannot resolve", w[i]);
-        line_err(b, err);
-        goto out;
-      }
-      continue;
-    }
-    _cleanup_strv_ char **srcs = NULL;
-    if (context_sources(b, w[i], &srcs, err) < 0) {
-      line_err(b, err);
-      goto out;
-    }
-    if (srcs[0] == NULL) {
-      agsx_error_set(err, 0, "Dockerfile:%u: no file in the build context matches `%s`", in->line,
-                     w[i]);
-      goto out;
-    }
-    if (srcs[1])
-      dst_dir = true;
-    for (size_t k = 0; srcs[k]; k++) {
-      _cleanup_close_ int fd = open_context_source(b, srcs[k], err);
-      if (fd < 0) {
-        line_err(b, err);
-        goto out;
-      }
-      _cleanup_free_ char *real = rel_path(b->ctxfd, fd);
-      if (real == NULL) {
-        agsx_error_set(err, 0, "Dockerfile:%u: `%s` leads outside the build context", in->line,
-                       srcs[k]);
-        goto out;
-      }
-      if (*real && agsx_dockerignore_excluded(&b->ignore, real)) {
-        agsx_error_set(err, 0,
-                       "Dockerfile:%u: `%s` not found in the build context (excluded by "
-                       ".dockerignore)",
-                       in->line, srcs[k]);
-        goto out;
-      }
-      struct stat sb;
-      fstat(fd, &sb);
-      if (in->cmd == AGSX_DF_ADD && S_ISREG(sb.st_mode)) {
-        char proc[64];
-        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
-        _cleanup_close_ int rfd = open(proc, O_RDONLY | O_CLOEXEC);
-        if (rfd >= 0 && is_archive(rfd)) {
-          agsx_strv_push(&c.archives, real);
-          agsx_strv_push(&c.archives, dst_rel);
-          struct centry ae = {.dst = (char *)"", .rootfd = b->ctxfd, .src = real, .st = sb};
-          hash_entry(h, &ae);
-          if (hash_content(h, &ae, err) < 0) {
-            line_err(b, err);
-            goto out;
-          }
-          continue;
-        }
-      }
-      /* A symlink source is copied under its own name, with its target's
-       * content (Docker). */
-      const char *base = strrchr(srcs[k], '/') ? strrchr(srcs[k], '/') + 1 : srcs[k];
-      _cleanup_free_ char *d = S_ISDIR(sb.st_mode) ? xstrdup(dst_rel)
-                               : dst_dir
-                                   ? (*dst_rel ? xasprintf("%s/%s", dst_rel, base) : xstrdup(base))
-                                   : xstrdup(dst_rel);
-      if (walk(b, &c, b->ctxfd, real, d, true, false, err) < 0) {
-        line_err(b, err);
-        goto out;
-      }
-    }
-  }
-  /* The cache key: the instruction, the parent, and every entry's
-   * metadata and content. */
-  for (size_t i = 0; i < c.n; i++) {
-    parent_entries(b, &c, c.v[i].dst, NULL, h, err);
-    hash_entry(h, &c.v[i]);
-    if (hash_content(h, &c.v[i], err) < 0) {
-      line_err(b, err);
-      goto out;
-    }
-  }
-  for (size_t i = 0; c.archives && c.archives[i]; i += 2) {
-    _cleanup_free_ char *ad = xasprintf("%s/", c.archives[i + 1]);
-    parent_entries(b, &c, ad, NULL, h, err);
-  }
-  agsx_strset_clear(&c.emitted);
-  char own[96]; /* no cleanup variable here: the gotos above jump past it */
-  snprintf(own, sizeof(own), "O %d %u %u %d %o", c.has_chown, c.uid, c.gid, c.has_chmod,
-           c.chmod_bits);
-  agsx_sha256_update(h, own, strlen(own));
-  char key[AGSX_DIGEST_LEN];
-  agsx_sha256_final(h, key);
-  chain(st, key, strlen(key));
-  banner(b);
-  if (cache_hit(b, st, in->text)) {
-    r = 0;
-    goto out;
-  }
-  struct lw lw;
-  char record[256];
-  if (lw_open(b, &lw, err) < 0) {
-    lw_free(&lw);
-    line_err(b, err);
-    goto out;
-  }
-  int wr = write_copy_layer(b, &c, &lw, err);
-  for (size_t i = 0; wr == 0 && c.archives && c.archives[i]; i += 2) {
-    /* An archive's destination is a directory: it gets an entry too. */
-    free(pdst);
-    pdst = xasprintf("%s/", c.archives[i + 1]);
-    parent_entries(b, &c, pdst, &lw, NULL, err);
-    wr = *err ? -1 : extract_into(b, &c, c.archives[i], c.archives[i + 1], &lw, err);
-  }
-  if (wr == 0 && lw_commit(b, &lw, st, in->text, record, err) == 0) {
-    cache_later(b, st->chain, record);
-    r = 0;
-  }
-  lw_free(&lw);
-  if (r < 0)
-    line_err(b, err);
-out:
-  stage_clear(&img);
-  copy_clear(&c);
-  return r;
+  if (copy_flags(b, &c, err) < 0 || collect_sources(b, &c, h, w, n, &d, err) < 0 ||
+      chain_copy_key(b, &c, h, err) < 0)
+    return -1;
+  agsx_build_banner(b);
+  if (agsx_build_cache_hit(b, st, in->text))
+    return 0;
+  return write_copy(b, &c, err);
 }
 
-int workdir_layer(struct build *b, agsx_error_t *err) {
+int agsx_build_workdir_layer(struct build *b, agsx_error_t *err) {
   struct stage *st = b->cur;
-  _cleanup_free_ char *rel = clean_abs(st->workdir);
+  _cleanup_free_ char *rel = agsx_build_clean_abs(st->workdir);
   if (*rel == '\0')
     return 0;
   agsx_error_t e = NULL;
-  _cleanup_close_ int fd = lookup_in_layers(b, st, rel, NULL, &e);
+  _cleanup_close_ int fd = agsx_build_lookup_in_layers(b, st, rel, NULL, &e);
   bool missing = fd < 0 && agsx_error_errno(&e) == ENOENT;
   agsx_error_free(&e);
   if (!missing)
     return 0;
   _cleanup_free_ char *key = xasprintf("WORKDIR mkdir %s", rel);
-  chain(st, key, strlen(key));
+  agsx_build_chain(st, key, strlen(key));
   _cleanup_free_ char *created = xasprintf("WORKDIR %s", st->workdir);
   /* the history entry of the metadata step becomes this layer's */
   if (st->history && agsx_strv_len(st->history) > 0) {
@@ -805,20 +863,20 @@ int workdir_layer(struct build *b, agsx_error_t *err) {
     free(st->history[n - 1]);
     st->history[n - 1] = NULL;
   }
-  if (cache_hit(b, st, created))
+  if (agsx_build_cache_hit(b, st, created))
     return 0;
   struct lw lw;
   char record[256];
-  int r = lw_open(b, &lw, err);
+  int r = agsx_lw_open(b, &lw, err);
   if (r == 0) {
     _cleanup_free_ char *withdir = xasprintf("%s/", rel);
     struct copy c = {0};
     parent_entries(b, &c, withdir, &lw, NULL, err);
     copy_clear(&c);
-    r = *err ? -1 : lw_commit(b, &lw, st, created, record, err);
+    r = *err ? -1 : agsx_lw_commit(b, &lw, st, created, record, err);
     if (r == 0)
-      cache_later(b, st->chain, record);
+      agsx_build_cache_later(b, st->chain, record);
   }
-  lw_free(&lw);
-  return r < 0 ? line_err(b, err) : 0;
+  agsx_lw_free(&lw);
+  return r < 0 ? agsx_build_line_err(b, err) : 0;
 }

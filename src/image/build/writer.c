@@ -51,7 +51,7 @@ static la_ssize_t lw_write(struct archive *a, void *data, const void *buf, size_
   return (la_ssize_t)n;
 }
 
-void lw_free(struct lw *w) {
+void agsx_lw_free(struct lw *w) {
   if (w->a)
     archive_write_free(w->a);
   if (w->z_ok)
@@ -64,7 +64,7 @@ void lw_free(struct lw *w) {
   w->fd = -1;
 }
 
-int lw_open(struct build *b, struct lw *w, agsx_error_t *err) {
+int agsx_lw_open(struct build *b, struct lw *w, agsx_error_t *err) {
   memset(w, 0, sizeof(*w));
   w->fd = -1;
   if (b->cur->n_layers >= AGSX_IMAGE_MAX_LAYERS)
@@ -90,7 +90,7 @@ int lw_open(struct build *b, struct lw *w, agsx_error_t *err) {
   return 0;
 }
 
-int lw_add(struct lw *w, const struct lentry *e, agsx_error_t *err) {
+int agsx_lw_add(struct lw *w, const struct lentry *e, agsx_error_t *err) {
   struct archive_entry *ae = archive_entry_new();
   archive_entry_set_pathname(ae, e->path);
   archive_entry_set_uid(ae, e->uid);
@@ -138,8 +138,8 @@ int lw_add(struct lw *w, const struct lentry *e, agsx_error_t *err) {
 
 /* Ends the tar and the gzip stream, stages the blob and unpacks it as a
  * layer of the work directory; appends it to the stage. */
-int lw_commit(struct build *b, struct lw *w, struct stage *st, const char *created_by,
-              char ret_key_record[256], agsx_error_t *err) {
+int agsx_lw_commit(struct build *b, struct lw *w, struct stage *st, const char *created_by,
+                   char ret_key_record[256], agsx_error_t *err) {
   if (archive_write_close(w->a) != ARCHIVE_OK)
     return agsx_error_set(err, w->error, "finish layer: %s", archive_error_string(w->a));
   w->z.next_in = NULL;
@@ -161,7 +161,7 @@ int lw_commit(struct build *b, struct lw *w, struct stage *st, const char *creat
   unlinkat(b->workfd, "layer.tar.gz", 0);
   st->layers = xrealloc(st->layers, (st->n_layers + 1) * sizeof(*st->layers));
   st->layers[st->n_layers++] = l;
-  history(st, created_by, false);
+  agsx_build_history(st, created_by, false);
   if (ret_key_record)
     snprintf(ret_key_record, 256, "%s\n%s\n%" PRId64 "\n", l.diff_id, l.digest, l.size);
   b->res->new_layers++;

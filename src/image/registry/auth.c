@@ -170,7 +170,7 @@ static char *b64decode(const char *s, size_t *ret_len) {
   return out;
 }
 
-char *b64encode(const char *s, size_t n) {
+char *agsx_registry_b64encode(const char *s, size_t n) {
   static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   char *out = xmalloc((n + 2) / 3 * 4 + 1), *o = out;
   for (size_t i = 0; i < n; i += 3) {
@@ -254,7 +254,7 @@ int agsx_registry_parse_auths(const char *buf, size_t len, const char *domain, c
   }
   return 0;
 }
-int load_credentials(struct registry *r, const char *authfile, agsx_error_t *err) {
+int agsx_registry_load_credentials(struct registry *r, const char *authfile, agsx_error_t *err) {
   _cleanup_free_ char *def = NULL;
   bool given = authfile != NULL;
   if (!given) {

@@ -14,12 +14,12 @@
 #include <dlfcn.h>
 #include <pthread.h>
 
-/* Filled once, then only read: a pull or push that got 0 from curl_load
+/* Filled once, then only read: a pull or push that got 0 from agsx_curl_load
  * sees the whole table (the lock orders the loading before it). */
-struct registry_curl cu;
+struct registry_curl agsx_curl;
 
 static int load(agsx_error_t *err) {
-  if (cu.handle)
+  if (agsx_curl.handle)
     return 0;
   const char *lib = getenv("AGSX_LIBCURL") ? getenv("AGSX_LIBCURL") : "libcurl.so.4";
   void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
@@ -29,7 +29,7 @@ static int load(agsx_error_t *err) {
     const char *name;
     size_t off;
   } syms[] = {
-#define S(f, n) {"curl_" n, offsetof(__typeof__(cu), f)}
+#define S(f, n) {"curl_" n, offsetof(__typeof__(agsx_curl), f)}
       S(global_init, "global_init"),
       S(easy_init, "easy_init"),
       S(easy_setopt, "easy_setopt"),
@@ -58,19 +58,19 @@ static int load(agsx_error_t *err) {
       return agsx_error_set(err, 0, "pull needs libcurl >= 7.66 (apt-get install libcurl4): no %s",
                             syms[i].name);
     }
-    memcpy((char *)&cu + syms[i].off, &p, sizeof(p));
+    memcpy((char *)&agsx_curl + syms[i].off, &p, sizeof(p));
   }
-  if (cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+  if (agsx_curl.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
     dlclose(h);
     return agsx_error_set(err, 0, "libcurl initialisation failed");
   }
-  cu.handle = h;
+  agsx_curl.handle = h;
   return 0;
 }
 
 /* Pulls may run on several threads of one process (the API server): one
  * loads libcurl, the others wait for it. */
-int curl_load(agsx_error_t *err) {
+int agsx_curl_load(agsx_error_t *err) {
   static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
   pthread_mutex_lock(&lock);
   int r = load(err);

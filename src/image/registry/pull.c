@@ -28,7 +28,7 @@ static int get_manifest(struct registry *r, const char *reference, const char *e
                         char ret_digest[AGSX_DIGEST_LEN], agsx_error_t *err) {
   _cleanup_free_ char *path = xasprintf("/v2/%s/manifests/%s", r->path, reference);
   struct xfer x;
-  int st = api_get(r, path, ACCEPT_MANIFESTS, AGSX_IMAGE_JSON_MAX, &x, err);
+  int st = agsx_registry_api_get(r, path, ACCEPT_MANIFESTS, AGSX_IMAGE_JSON_MAX, &x, err);
   if (st < 0)
     return -1;
   int rc = 0;
@@ -39,7 +39,7 @@ static int get_manifest(struct registry *r, const char *reference, const char *e
   else if (x.buf == NULL)
     rc = agsx_error_set(err, 0, "manifest `%s`: empty response", reference);
   if (rc < 0) {
-    xfer_clear(&x);
+    agsx_registry_xfer_clear(&x);
     return -1;
   }
   agsx_sha256_buf(x.buf, x.len, ret_digest);
@@ -64,7 +64,7 @@ static int get_manifest(struct registry *r, const char *reference, const char *e
     *ret_len = x.len;
     *ret_buf = steal_ptr(&x.buf);
   }
-  xfer_clear(&x);
+  agsx_registry_xfer_clear(&x);
   return rc;
 }
 
@@ -77,7 +77,7 @@ static int get_small_blob(struct registry *r, const struct agsx_descriptor *d, c
                           (long long)d->size);
   _cleanup_free_ char *path = xasprintf("/v2/%s/blobs/%s", r->path, d->digest);
   struct xfer x;
-  int st = api_get(r, path, NULL, AGSX_IMAGE_JSON_MAX, &x, err);
+  int st = agsx_registry_api_get(r, path, NULL, AGSX_IMAGE_JSON_MAX, &x, err);
   if (st < 0)
     return -1;
   int rc = 0;
@@ -92,7 +92,7 @@ static int get_small_blob(struct registry *r, const struct agsx_descriptor *d, c
     *ret_buf = x.buf ? steal_ptr(&x.buf) : xstrdup("");
     *ret_len = x.len;
   }
-  xfer_clear(&x);
+  agsx_registry_xfer_clear(&x);
   return rc;
 }
 
@@ -164,20 +164,20 @@ static int verify_blob(struct pull *p, const struct agsx_descriptor *d, agsx_err
 }
 
 static int launch_blob(struct pull *p, CURLM *m, struct xfer *x, agsx_error_t *err) {
-  if (xfer_setup(x, &p->reg, NULL, err) < 0)
+  if (agsx_registry_xfer_setup(x, &p->reg, NULL, err) < 0)
     return -1;
-  cu.easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_data_file);
-  cu.easy_setopt(x->h, CURLOPT_WRITEDATA, x);
-  cu.easy_setopt(x->h, CURLOPT_PRIVATE, x);
+  agsx_curl.easy_setopt(x->h, CURLOPT_WRITEFUNCTION, agsx_registry_on_data_file);
+  agsx_curl.easy_setopt(x->h, CURLOPT_WRITEDATA, x);
+  agsx_curl.easy_setopt(x->h, CURLOPT_PRIVATE, x);
   if (x->offset > 0) {
     char range[64];
     snprintf(range, sizeof(range), "%lld-", (long long)x->offset);
-    cu.easy_setopt(x->h, CURLOPT_RANGE, range);
+    agsx_curl.easy_setopt(x->h, CURLOPT_RANGE, range);
     agsx_debug("resuming blob %s at byte %lld", x->desc->digest, (long long)x->offset);
   }
-  CURLMcode mc = cu.multi_add_handle(m, x->h);
+  CURLMcode mc = agsx_curl.multi_add_handle(m, x->h);
   if (mc != CURLM_OK)
-    return agsx_error_set(err, 0, "curl: %s", cu.multi_strerror(mc));
+    return agsx_error_set(err, 0, "curl: %s", agsx_curl.multi_strerror(mc));
   return 0;
 }
 
@@ -185,7 +185,7 @@ static int start_blob(struct pull *p, CURLM *m, struct xfer *x, const struct ags
                       agsx_error_t *err) {
   _cleanup_free_ char *url =
       xasprintf("%s://%s/v2/%s/blobs/%s", p->reg.scheme, p->reg.host, p->reg.path, d->digest);
-  if (xfer_begin(x, url, false, err) < 0)
+  if (agsx_registry_xfer_begin(x, url, false, err) < 0)
     return -1;
   return launch_blob(p, m, x, err);
 }
@@ -209,13 +209,13 @@ static int finish_blob(struct pull *p, struct xfer *x, CURLcode c, agsx_error_t 
   if (x->bad_status || (c == CURLE_OK && !x->started)) {
     long code = x->status;
     if (code == 0)
-      cu.easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
+      agsx_curl.easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
     /* An empty body is right only when nothing was missing. */
     bool complete = x->offset == x->size && (code == 200 || code == 206 || code == 416);
     if (!complete)
       return agsx_error_set(err, 0, "blob `%s`: HTTP %ld", dg, code);
   } else if (c != CURLE_OK) {
-    return curl_error(x, c, err);
+    return agsx_registry_curl_error(x, c, err);
   }
   if (x->offset != x->size)
     return agsx_error_set(err, 0, "blob `%s`: the registry sent %lld of %lld bytes", dg,
@@ -240,125 +240,157 @@ static int cmp_layer_digest(const void *a, const void *b) {
 
 /* Downloads the blobs of LAYERS not yet in the store into partial/, up to
  * AGSX_REGISTRY_PARALLEL at a time. */
-static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_error_t *err) {
-  size_t n = mf->n_layers;
-  struct xfer *xs = xzalloc(n * sizeof(*xs));
-  size_t *todo = xmalloc((n + 1) * sizeof(*todo)), ntodo = 0;
-  for (size_t i = 0; i < n; i++) {
-    xs[i].fd = -1;
-    xs[i].desc = &mf->layers[i];
-    xs[i].space_reserve = p->store->reserve;
+/* The layers of one pull: a transfer each, and those still to download. */
+struct downloads {
+  struct xfer *xs;
+  size_t n;
+  size_t *todo, ntodo;
+};
+
+static void layer_skipped(struct pull *p, struct xfer *x) {
+  p->prog.layers_skipped++;
+  p->prog.layers_done++;
+  x->done = true;
+}
+
+/* Layer I (the K-th in digest order): skipped when the store has it (or it
+ * is a duplicate), verified when its partial file is complete, else queued. */
+static int plan_layer(struct pull *p, struct downloads *dl, size_t i, bool dup, agsx_error_t *err) {
+  struct xfer *x = &dl->xs[i];
+  const struct agsx_descriptor *d = x->desc;
+  if (dup || agsx_store_has_blob(p->store, d->digest)) {
+    layer_skipped(p, x);
+    return 0;
   }
-  p->prog.layers_total = n;
-  /* Partial files are locked in digest order, so two pulls sharing layers
-   * in different orders cannot wait on each other. */
-  struct layer_ref *order = xmalloc((n + 1) * sizeof(*order));
+  x->size = d->size;
+  x->fd = open_partial(p, d, &x->offset, err);
+  if (x->fd < 0)
+    return -1;
+  if (agsx_store_has_blob(p->store, d->digest)) {
+    /* A concurrent pull committed it while we waited for the lock. */
+    if (x->offset == 0)
+      unlinkat(p->partialfd, agsx_digest_hex(d->digest), 0);
+    agsx_closep(&x->fd);
+    layer_skipped(p, x);
+    return 0;
+  }
+  p->prog.bytes_total += d->size;
+  p->prog.bytes_done += x->offset;
+  if (x->offset == d->size) {
+    x->done = true;
+    p->prog.layers_done++;
+    return verify_blob(p, d, err);
+  }
+  dl->todo[dl->ntodo++] = i;
+  return 0;
+}
+
+/* Partial files are locked in digest order, so two pulls sharing layers
+ * in different orders cannot wait on each other. */
+static int plan_layers(struct pull *p, struct downloads *dl, const struct agsx_manifest *mf,
+                       agsx_error_t *err) {
+  size_t n = dl->n;
+  _cleanup_free_ struct layer_ref *order = xmalloc((n + 1) * sizeof(*order));
   for (size_t i = 0; i < n; i++)
     order[i] = (struct layer_ref){mf->layers[i].digest, i};
   qsort(order, n, sizeof(*order), cmp_layer_digest);
-  int rc = 0;
-  for (size_t k = 0; k < n && rc == 0; k++) {
-    size_t i = order[k].i;
-    const struct agsx_descriptor *d = &mf->layers[i];
-    bool dup = k > 0 && strcmp(order[k - 1].digest, d->digest) == 0;
-    if (dup || agsx_store_has_blob(p->store, d->digest)) {
-      p->prog.layers_skipped++;
-      p->prog.layers_done++;
-      xs[i].done = true;
-      continue;
-    }
-    xs[i].size = d->size;
-    xs[i].fd = open_partial(p, d, &xs[i].offset, err);
-    if (xs[i].fd < 0) {
-      rc = -1;
-      break;
-    }
-    if (agsx_store_has_blob(p->store, d->digest)) {
-      /* A concurrent pull committed it while we waited for the lock. */
-      if (xs[i].offset == 0)
-        unlinkat(p->partialfd, agsx_digest_hex(d->digest), 0);
-      agsx_closep(&xs[i].fd);
-      p->prog.layers_skipped++;
-      p->prog.layers_done++;
-      xs[i].done = true;
-      continue;
-    }
-    p->prog.bytes_total += d->size;
-    p->prog.bytes_done += xs[i].offset;
-    if (xs[i].offset == d->size) {
-      xs[i].done = true;
-      p->prog.layers_done++;
-      rc = verify_blob(p, d, err);
-      continue;
-    }
-    todo[ntodo++] = i;
+  for (size_t k = 0; k < n; k++) {
+    bool dup = k > 0 && strcmp(order[k - 1].digest, order[k].digest) == 0;
+    if (plan_layer(p, dl, order[k].i, dup, err) < 0)
+      return -1;
   }
-  free(order);
   /* What is still to come must fit, with the reserve kept free. */
-  if (rc == 0)
-    rc =
-        agsx_store_check_space(p->store, (uint64_t)(p->prog.bytes_total - p->prog.bytes_done), err);
-  CURLM *m = rc == 0 ? cu.multi_init() : NULL;
+  return agsx_store_check_space(p->store, (uint64_t)(p->prog.bytes_total - p->prog.bytes_done),
+                                err);
+}
+
+/* The transfers that ended: a redirect starts its next hop, the others are
+ * finished and verified. */
+static int reap_transfers(struct pull *p, CURLM *m, size_t *running_n, agsx_error_t *err) {
+  CURLMsg *msg;
+  int left, rc = 0;
+  while (rc == 0 && (msg = agsx_curl.multi_info_read(m, &left)) != NULL) {
+    if (msg->msg != CURLMSG_DONE)
+      continue;
+    struct xfer *x = NULL;
+    agsx_curl.easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+    CURLcode c = msg->data.result;
+    agsx_curl.multi_remove_handle(m, x->h);
+    int rd = c == CURLE_OK && !x->started ? agsx_registry_xfer_redirect(x, err) : 0;
+    if (rd > 0) {
+      agsx_registry_xfer_reset_hop(x);
+      rc = launch_blob(p, m, x, err);
+      continue;
+    }
+    (*running_n)--;
+    rc = rd < 0 ? -1 : finish_blob(p, x, c, err);
+    if (rc == 0)
+      rc = verify_blob(p, x->desc, err);
+    x->done = true;
+    p->prog.layers_done++;
+  }
+  return rc;
+}
+
+/* The queued layers, AGSX_REGISTRY_PARALLEL at a time, in one curl multi. */
+static int run_transfers(struct pull *p, struct downloads *dl, CURLM *m, agsx_error_t *err) {
   size_t next = 0, running_n = 0;
-  while (rc == 0 && (next < ntodo || running_n > 0)) {
-    while (next < ntodo && running_n < AGSX_REGISTRY_PARALLEL && rc == 0) {
-      struct xfer *x = &xs[todo[next++]];
+  int rc = 0;
+  while (rc == 0 && (next < dl->ntodo || running_n > 0)) {
+    while (next < dl->ntodo && running_n < AGSX_REGISTRY_PARALLEL && rc == 0) {
+      struct xfer *x = &dl->xs[dl->todo[next++]];
       rc = start_blob(p, m, x, x->desc, err);
       running_n++;
     }
     if (rc < 0)
       break;
     int still;
-    CURLMcode mc = cu.multi_perform(m, &still);
+    CURLMcode mc = agsx_curl.multi_perform(m, &still);
     if (mc == CURLM_OK)
-      mc = cu.multi_poll(m, NULL, 0, 200, NULL);
-    if (mc != CURLM_OK) {
-      rc = agsx_error_set(err, 0, "curl: %s", cu.multi_strerror(mc));
-      break;
-    }
-    CURLMsg *msg;
-    int left;
-    while (rc == 0 && (msg = cu.multi_info_read(m, &left)) != NULL) {
-      if (msg->msg != CURLMSG_DONE)
-        continue;
-      struct xfer *x = NULL;
-      cu.easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
-      CURLcode c = msg->data.result;
-      cu.multi_remove_handle(m, x->h);
-      int rd = c == CURLE_OK && !x->started ? xfer_redirect(x, err) : 0;
-      if (rd > 0) {
-        xfer_reset_hop(x);
-        rc = launch_blob(p, m, x, err);
-        continue;
-      }
-      running_n--;
-      rc = rd < 0 ? -1 : finish_blob(p, x, c, err);
-      if (rc == 0)
-        rc = verify_blob(p, x->desc, err);
-      x->done = true;
-      p->prog.layers_done++;
-    }
+      mc = agsx_curl.multi_poll(m, NULL, 0, 200, NULL);
+    if (mc != CURLM_OK)
+      return agsx_error_set(err, 0, "curl: %s", agsx_curl.multi_strerror(mc));
+    rc = reap_transfers(p, m, &running_n, err);
     int64_t live = 0;
-    for (size_t i = 0; i < n; i++)
-      if (xs[i].fd >= 0)
-        live += xs[i].offset;
+    for (size_t i = 0; i < dl->n; i++)
+      if (dl->xs[i].fd >= 0)
+        live += dl->xs[i].offset;
     p->prog.bytes_done = live;
     report(p, false);
   }
+  return rc;
+}
+
+static int download_layers(struct pull *p, const struct agsx_manifest *mf, agsx_error_t *err) {
+  size_t n = mf->n_layers;
+  struct downloads dl = {
+      .xs = xzalloc(n * sizeof(*dl.xs)), .n = n, .todo = xmalloc((n + 1) * sizeof(*dl.todo))};
+  for (size_t i = 0; i < n; i++) {
+    dl.xs[i].fd = -1;
+    dl.xs[i].desc = &mf->layers[i];
+    dl.xs[i].space_reserve = p->store->reserve;
+  }
+  p->prog.layers_total = n;
+  int rc = plan_layers(p, &dl, mf, err);
+  CURLM *m = rc == 0 ? agsx_curl.multi_init() : NULL;
+  if (rc == 0 && m == NULL)
+    rc = agsx_error_set(err, ENOMEM, "curl: cannot make a multi handle");
+  if (rc == 0)
+    rc = run_transfers(p, &dl, m, err);
   if (m) {
     for (size_t i = 0; i < n; i++)
-      if (xs[i].h)
-        cu.multi_remove_handle(m, xs[i].h);
-    cu.multi_cleanup(m);
+      if (dl.xs[i].h)
+        agsx_curl.multi_remove_handle(m, dl.xs[i].h);
+    agsx_curl.multi_cleanup(m);
   }
   for (size_t i = 0; i < n; i++) {
-    xfer_clear(&xs[i]);
-    agsx_closep(&xs[i].fd);
+    agsx_registry_xfer_clear(&dl.xs[i]);
+    agsx_closep(&dl.xs[i].fd);
   }
   if (rc == 0)
     report(p, true);
-  free(xs);
-  free(todo);
+  free(dl.xs);
+  free(dl.todo);
   return rc;
 }
 
@@ -519,7 +551,7 @@ static void clean_partials(int dirfd) {
 
 static int do_pull(struct pull *p, const struct agsx_image_ref *ref, struct agsx_pull_result *res,
                    agsx_error_t *err) {
-  if (ping(&p->reg, err) < 0)
+  if (agsx_registry_ping(&p->reg, err) < 0)
     return -1;
   _cleanup_free_ char *mbuf = NULL, *mt = NULL;
   size_t mlen;
@@ -558,9 +590,9 @@ int agsx_pull(const char *root, const char *refstr, const struct agsx_pull_opts 
   if (agsx_image_ref_parse(refstr, &ref, err) < 0)
     return -1;
   struct pull p = {.o = o, .workfd = -1, .partialfd = -1};
-  int rc = curl_load(err);
+  int rc = agsx_curl_load(err);
   if (rc == 0)
-    rc = setup_registry(&p.reg, &ref, o, err);
+    rc = agsx_registry_setup(&p.reg, &ref, o, err);
   if (rc == 0)
     rc = agsx_store_open(root, true, &p.store, err);
   if (rc == 0) {
@@ -581,7 +613,7 @@ int agsx_pull(const char *root, const char *refstr, const struct agsx_pull_opts 
   agsx_closep(&p.workfd);
   agsx_closep(&p.partialfd);
   agsx_store_free(p.store);
-  registry_clear(&p.reg);
+  agsx_registry_clear(&p.reg);
   agsx_image_ref_clear(&ref);
   return rc;
 }

@@ -26,10 +26,10 @@ static int blob_exists(struct registry *r, const struct agsx_descriptor *d, bool
       xasprintf("%s://%s/v2/%s/blobs/%s", r->scheme, r->host, r->path, d->digest);
   struct req q = {.method = "HEAD", .max = 0, .body_fd = -1};
   struct xfer x;
-  int st = api_req(r, url, &q, &x, err);
+  int st = agsx_registry_api_req(r, url, &q, &x, err);
   if (st < 0)
     return -1;
-  xfer_clear(&x);
+  agsx_registry_xfer_clear(&x);
   if (st != 200 && st != 404)
     return agsx_error_set(err, 0, "blob `%s`: HTTP %d to HEAD", d->digest, st);
   *ret = st == 200;
@@ -65,14 +65,14 @@ static int upload_blob(struct registry *r, int fd, const struct agsx_descriptor 
   _cleanup_free_ char *url = xasprintf("%s://%s/v2/%s/blobs/uploads/", r->scheme, r->host, r->path);
   struct req post = {.method = "POST", .max = 1u << 20, .body_fd = -1, .body = ""};
   struct xfer x;
-  int st = api_req(r, url, &post, &x, err);
+  int st = agsx_registry_api_req(r, url, &post, &x, err);
   if (st < 0)
     return -1;
   _cleanup_free_ char *loc = NULL;
   bool foreign = false;
   int rc = st == 202 ? upload_location(r, &x, &loc, &foreign, err)
                      : agsx_error_set(err, 0, "start upload: HTTP %d", st);
-  xfer_clear(&x);
+  agsx_registry_xfer_clear(&x);
   if (rc < 0)
     return -1;
   _cleanup_free_ char *put =
@@ -83,10 +83,10 @@ static int upload_blob(struct registry *r, int fd, const struct agsx_descriptor 
                   .body_len = (size_t)d->size,
                   .max = 1u << 20,
                   .no_credentials = foreign};
-  st = api_req(r, put, &q, &x, err);
+  st = agsx_registry_api_req(r, put, &q, &x, err);
   if (st < 0)
     return -1;
-  xfer_clear(&x);
+  agsx_registry_xfer_clear(&x);
   if (st != 201)
     return agsx_error_set(err, 0, "upload: HTTP %d", st);
   return 0;
@@ -124,7 +124,7 @@ static int put_manifest(struct registry *r, const char *tag, const char *mt, con
                   .body_fd = -1,
                   .max = 1u << 20};
   struct xfer x;
-  int st = api_req(r, url, &q, &x, err);
+  int st = agsx_registry_api_req(r, url, &q, &x, err);
   if (st < 0)
     return -1;
   int rc = 0;
@@ -134,7 +134,7 @@ static int put_manifest(struct registry *r, const char *tag, const char *mt, con
   else if (x.content_digest && strcmp(x.content_digest, digest) != 0)
     rc = agsx_error_set(err, 0, "manifest: the registry stored digest `%.80s`, not `%s`",
                         x.content_digest, digest);
-  xfer_clear(&x);
+  agsx_registry_xfer_clear(&x);
   return rc;
 }
 
@@ -165,7 +165,7 @@ static int do_push(struct registry *reg, struct agsx_store *s, const struct agsx
   struct agsx_manifest m;
   if (read_local_manifest(s, img, &mbuf, &mlen, &mt, &m, err) < 0)
     return -1;
-  int rc = ping(reg, err);
+  int rc = agsx_registry_ping(reg, err);
   /* Layers first, the config last, then the manifest that names them. */
   for (size_t i = 0; rc == 0 && i < m.n_layers; i++)
     rc = push_blob(reg, s, &m.layers[i], err);
@@ -186,7 +186,7 @@ int agsx_push(const char *root, const char *image, const char *dest, const struc
   struct agsx_store_image img = {0};
   struct agsx_image_ref ref = {0};
   struct registry reg = {.actions = "pull,push"};
-  int rc = curl_load(err);
+  int rc = agsx_curl_load(err);
   if (rc == 0)
     rc = agsx_store_open(root, false, &s, err);
   if (rc == 0)
@@ -199,7 +199,7 @@ int agsx_push(const char *root, const char *image, const char *dest, const struc
     rc = agsx_error_set(err, 0, "destination `%s` names a digest: push to a tag", dest);
   struct agsx_pull_opts po = {.authfile = o ? o->authfile : NULL, .insecure = o && o->insecure};
   if (rc == 0)
-    rc = setup_registry(&reg, &ref, &po, err);
+    rc = agsx_registry_setup(&reg, &ref, &po, err);
   if (rc == 0)
     rc = do_push(&reg, s, &img, ref.tag, ret, err);
   if (rc == 0)
@@ -209,6 +209,6 @@ int agsx_push(const char *root, const char *image, const char *dest, const struc
   free(img.ref);
   agsx_descriptor_clear(&img.manifest);
   agsx_image_ref_clear(&ref);
-  registry_clear(&reg);
+  agsx_registry_clear(&reg);
   return rc;
 }

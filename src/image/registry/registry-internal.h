@@ -21,7 +21,7 @@
 
 /* ---- libcurl, loaded at pull time -------------------------------------------------------- */
 
-/* The libcurl functions agsx uses, resolved by curl_load (curl.c): agsx
+/* The libcurl functions agsx uses, resolved by agsx_curl_load (curl.c): agsx
  * runs without libcurl installed until a pull or push needs it. */
 struct registry_curl {
   void *handle;
@@ -45,9 +45,9 @@ struct registry_curl {
   CURLMcode (*multi_cleanup)(CURLM *);
   const char *(*multi_strerror)(CURLMcode);
 };
-extern struct registry_curl cu;
+extern struct registry_curl agsx_curl;
 
-int curl_load(agsx_error_t *err);
+int agsx_curl_load(agsx_error_t *err);
 
 /* ---- one registry, over HTTP ----------------------------------------------------------------- */
 
@@ -112,24 +112,25 @@ struct xfer {
 };
 
 /* auth.c */
-char *b64encode(const char *s, size_t n);
-int load_credentials(struct registry *r, const char *authfile, agsx_error_t *err);
+char *agsx_registry_b64encode(const char *s, size_t n);
+int agsx_registry_load_credentials(struct registry *r, const char *authfile, agsx_error_t *err);
 
 /* transport.c */
-int setup_registry(struct registry *reg, const struct agsx_image_ref *ref,
-                   const struct agsx_pull_opts *o, agsx_error_t *err);
-void registry_clear(struct registry *r);
-void xfer_clear(struct xfer *x);
-void xfer_reset_hop(struct xfer *x);
-size_t on_data_file(char *data, size_t size, size_t nmemb, void *p);
-int xfer_setup(struct xfer *x, struct registry *r, const char *accept, agsx_error_t *err);
-int curl_error(struct xfer *x, CURLcode c, agsx_error_t *err);
-int xfer_redirect(struct xfer *x, agsx_error_t *err);
-int xfer_begin(struct xfer *x, const char *url, bool foreign, agsx_error_t *err);
-int api_req(struct registry *r, const char *url, const struct req *q, struct xfer *x,
-            agsx_error_t *err);
-int api_get(struct registry *r, const char *path, const char *accept, size_t max, struct xfer *x,
-            agsx_error_t *err);
-int ping(struct registry *r, agsx_error_t *err);
+int agsx_registry_setup(struct registry *reg, const struct agsx_image_ref *ref,
+                        const struct agsx_pull_opts *o, agsx_error_t *err);
+void agsx_registry_clear(struct registry *r);
+void agsx_registry_xfer_clear(struct xfer *x);
+void agsx_registry_xfer_reset_hop(struct xfer *x);
+size_t agsx_registry_on_data_file(char *data, size_t size, size_t nmemb, void *p);
+int agsx_registry_xfer_setup(struct xfer *x, struct registry *r, const char *accept,
+                             agsx_error_t *err);
+int agsx_registry_curl_error(struct xfer *x, CURLcode c, agsx_error_t *err);
+int agsx_registry_xfer_redirect(struct xfer *x, agsx_error_t *err);
+int agsx_registry_xfer_begin(struct xfer *x, const char *url, bool foreign, agsx_error_t *err);
+int agsx_registry_api_req(struct registry *r, const char *url, const struct req *q, struct xfer *x,
+                          agsx_error_t *err);
+int agsx_registry_api_get(struct registry *r, const char *path, const char *accept, size_t max,
+                          struct xfer *x, agsx_error_t *err);
+int agsx_registry_ping(struct registry *r, agsx_error_t *err);
 
 #endif

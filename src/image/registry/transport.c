@@ -93,7 +93,7 @@ int agsx_registry_resolve_location(const char *base, const char *loc, char **ret
   return 0;
 }
 
-void registry_clear(struct registry *r) {
+void agsx_registry_clear(struct registry *r) {
   free(r->domain);
   free(r->host);
   free(r->path);
@@ -114,20 +114,6 @@ static bool host_is_loopback(const char *host) {
     return agsx_str_has_prefix(host, "[::1]");
   return (n == 9 && strncmp(host, "localhost", 9) == 0) ||
          (n == 9 && strncmp(host, "127.0.0.1", 9) == 0);
-}
-
-static bool host_listed(const char *host, const char *list) {
-  if (list == NULL)
-    return false;
-  size_t hn = strlen(host);
-  for (const char *p = list; *p;) {
-    size_t n = strcspn(p, ", ");
-    if (n == hn && strncmp(p, host, n) == 0)
-      return true;
-    p += n;
-    p += strspn(p, ", ");
-  }
-  return false;
 }
 
 static void find_cafile(struct registry *r) {
@@ -154,11 +140,11 @@ static void xfer_free_headers(struct xfer *x) {
   x->challenge = x->content_type = x->content_range = x->location = x->content_digest = NULL;
 }
 
-void xfer_clear(struct xfer *x) {
+void agsx_registry_xfer_clear(struct xfer *x) {
   if (x->h)
-    cu.easy_cleanup(x->h);
+    agsx_curl.easy_cleanup(x->h);
   if (x->hdrs)
-    cu.slist_free_all(x->hdrs);
+    agsx_curl.slist_free_all(x->hdrs);
   xfer_free_headers(x);
   free(x->buf);
   x->h = NULL;
@@ -167,11 +153,11 @@ void xfer_clear(struct xfer *x) {
 }
 
 /* Readies X for the next hop of a redirect: a new handle, no response. */
-void xfer_reset_hop(struct xfer *x) {
+void agsx_registry_xfer_reset_hop(struct xfer *x) {
   if (x->h)
-    cu.easy_cleanup(x->h);
+    agsx_curl.easy_cleanup(x->h);
   if (x->hdrs)
-    cu.slist_free_all(x->hdrs);
+    agsx_curl.slist_free_all(x->hdrs);
   x->h = NULL;
   x->hdrs = NULL;
   xfer_free_headers(x);
@@ -251,12 +237,12 @@ static bool range_ok(const char *cr, int64_t offset) {
   return cr && sscanf(cr, "bytes %lld-", &start) == 1 && start == offset;
 }
 
-size_t on_data_file(char *data, size_t size, size_t nmemb, void *p) {
+size_t agsx_registry_on_data_file(char *data, size_t size, size_t nmemb, void *p) {
   struct xfer *x = p;
   size_t n = size * nmemb;
   if (!x->started) {
     long code = 0;
-    cu.easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
+    agsx_curl.easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
     x->status = code;
     if (code >= 300 && code < 400)
       return n; /* a redirect's body: followed once the response ends */
@@ -293,46 +279,48 @@ size_t on_data_file(char *data, size_t size, size_t nmemb, void *p) {
   return n;
 }
 
-int xfer_setup(struct xfer *x, struct registry *r, const char *accept, agsx_error_t *err) {
+int agsx_registry_xfer_setup(struct xfer *x, struct registry *r, const char *accept,
+                             agsx_error_t *err) {
   x->reg = r;
-  x->h = cu.easy_init();
+  x->h = agsx_curl.easy_init();
   if (x->h == NULL)
     return agsx_error_set(err, ENOMEM, "curl_easy_init");
   CURL *h = x->h;
-  cu.easy_setopt(h, CURLOPT_URL, x->url);
-  cu.easy_setopt(h, CURLOPT_ERRORBUFFER, x->errbuf);
-  cu.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  cu.easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-  /* Redirects (blob storage) are followed by xfer_redirect, which decides
+  agsx_curl.easy_setopt(h, CURLOPT_URL, x->url);
+  agsx_curl.easy_setopt(h, CURLOPT_ERRORBUFFER, x->errbuf);
+  agsx_curl.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  agsx_curl.easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+  /* Redirects (blob storage) are followed by agsx_registry_xfer_redirect, which decides
    * what credentials go along: curl's own rules depend on its version
    * (before 7.83 it sent them to another port of the same host). */
-  cu.easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-  cu.easy_setopt(h, CURLOPT_UNRESTRICTED_AUTH, 0L);
-  cu.easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 30L);
-  cu.easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  cu.easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
-  cu.easy_setopt(h, CURLOPT_USERAGENT, "agsx/" PACKAGE_VERSION);
-  cu.easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
-  cu.easy_setopt(h, CURLOPT_HEADERDATA, x);
+  agsx_curl.easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+  agsx_curl.easy_setopt(h, CURLOPT_UNRESTRICTED_AUTH, 0L);
+  agsx_curl.easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 30L);
+  agsx_curl.easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  agsx_curl.easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
+  agsx_curl.easy_setopt(h, CURLOPT_USERAGENT, "agsx/" PACKAGE_VERSION);
+  agsx_curl.easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+  agsx_curl.easy_setopt(h, CURLOPT_HEADERDATA, x);
   if (r->cafile)
-    cu.easy_setopt(h, CURLOPT_CAINFO, r->cafile);
+    agsx_curl.easy_setopt(h, CURLOPT_CAINFO, r->cafile);
   if (r->insecure && r->cafile == NULL) {
-    cu.easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
-    cu.easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+    agsx_curl.easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+    agsx_curl.easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
   }
   if (accept) {
     _cleanup_free_ char *a = xasprintf("Accept: %s", accept);
-    x->hdrs = cu.slist_append(x->hdrs, a);
+    x->hdrs = agsx_curl.slist_append(x->hdrs, a);
   }
   if (r->authz && !x->foreign)
-    x->hdrs = cu.slist_append(x->hdrs, r->authz);
+    x->hdrs = agsx_curl.slist_append(x->hdrs, r->authz);
   if (x->hdrs)
-    cu.easy_setopt(h, CURLOPT_HTTPHEADER, x->hdrs);
+    agsx_curl.easy_setopt(h, CURLOPT_HTTPHEADER, x->hdrs);
   return 0;
 }
 
-int curl_error(struct xfer *x, CURLcode c, agsx_error_t *err) {
-  return agsx_error_set(err, 0, "%s: %s", x->url, x->errbuf[0] ? x->errbuf : cu.easy_strerror(c));
+int agsx_registry_curl_error(struct xfer *x, CURLcode c, agsx_error_t *err) {
+  return agsx_error_set(err, 0, "%s: %s", x->url,
+                        x->errbuf[0] ? x->errbuf : agsx_curl.easy_strerror(c));
 }
 
 static bool is_redirect(long code) {
@@ -342,11 +330,11 @@ static bool is_redirect(long code) {
 /* After a response: when it is a redirect, points X at its target and
  * returns 1 (the caller sends the request again); 0 when it is none; -1
  * when it is refused (too many, not http(s), https down to http). */
-int xfer_redirect(struct xfer *x, agsx_error_t *err) {
+int agsx_registry_xfer_redirect(struct xfer *x, agsx_error_t *err) {
   long code = 0;
   char *to = NULL;
-  cu.easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
-  if (!is_redirect(code) || cu.easy_getinfo(x->h, CURLINFO_REDIRECT_URL, &to) != CURLE_OK ||
+  agsx_curl.easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
+  if (!is_redirect(code) || agsx_curl.easy_getinfo(x->h, CURLINFO_REDIRECT_URL, &to) != CURLE_OK ||
       to == NULL)
     return 0;
   if (++x->hops > REDIRECTS_MAX)
@@ -363,7 +351,7 @@ int xfer_redirect(struct xfer *x, agsx_error_t *err) {
 }
 
 /* Starts X at URL: the origin credentials belong to (unless FOREIGN). */
-int xfer_begin(struct xfer *x, const char *url, bool foreign, agsx_error_t *err) {
+int agsx_registry_xfer_begin(struct xfer *x, const char *url, bool foreign, agsx_error_t *err) {
   if (strlen(url) >= sizeof(x->url))
     return agsx_error_set(err, 0, "URL longer than %d bytes", URL_MAX);
   snprintf(x->url, sizeof(x->url), "%s", url);
@@ -395,29 +383,29 @@ static size_t on_read(char *buf, size_t size, size_t nitems, void *data) {
   return n;
 }
 
-/* The method and body of Q on X's handle, after xfer_setup. */
+/* The method and body of Q on X's handle, after agsx_registry_xfer_setup. */
 static void set_method(struct xfer *x, const struct req *q) {
   CURL *h = x->h;
   const char *m = q->method ? q->method : "GET";
   x->q = q;
   x->body_off = 0;
   if (strcmp(m, "HEAD") == 0) {
-    cu.easy_setopt(h, CURLOPT_NOBODY, 1L);
+    agsx_curl.easy_setopt(h, CURLOPT_NOBODY, 1L);
   } else if (strcmp(m, "POST") == 0 || strcmp(m, "PUT") == 0) {
-    cu.easy_setopt(h, CURLOPT_UPLOAD, 1L);
-    cu.easy_setopt(h, CURLOPT_READFUNCTION, on_read);
-    cu.easy_setopt(h, CURLOPT_READDATA, x);
-    cu.easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->body_len);
-    cu.easy_setopt(h, CURLOPT_CUSTOMREQUEST, m);
+    agsx_curl.easy_setopt(h, CURLOPT_UPLOAD, 1L);
+    agsx_curl.easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+    agsx_curl.easy_setopt(h, CURLOPT_READDATA, x);
+    agsx_curl.easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->body_len);
+    agsx_curl.easy_setopt(h, CURLOPT_CUSTOMREQUEST, m);
     /* no 100-continue round trip: registries answer at once */
-    x->hdrs = cu.slist_append(x->hdrs, "Expect:");
+    x->hdrs = agsx_curl.slist_append(x->hdrs, "Expect:");
   }
   if (q->content_type) {
     _cleanup_free_ char *ct = xasprintf("Content-Type: %s", q->content_type);
-    x->hdrs = cu.slist_append(x->hdrs, ct);
+    x->hdrs = agsx_curl.slist_append(x->hdrs, ct);
   }
   if (x->hdrs)
-    cu.easy_setopt(h, CURLOPT_HTTPHEADER, x->hdrs);
+    agsx_curl.easy_setopt(h, CURLOPT_HTTPHEADER, x->hdrs);
 }
 
 /* Sends Q to URL, the response body into memory (at most Q->max bytes);
@@ -430,32 +418,32 @@ static int request(struct registry *r, const char *url, const struct req *q, str
   x->max = q->max;
   bool follow =
       q->method == NULL || strcmp(q->method, "GET") == 0 || strcmp(q->method, "HEAD") == 0;
-  int rc = xfer_begin(x, url, q->no_credentials, err);
+  int rc = agsx_registry_xfer_begin(x, url, q->no_credentials, err);
   while (rc == 0) {
-    if (xfer_setup(x, r, q->accept, err) < 0) {
+    if (agsx_registry_xfer_setup(x, r, q->accept, err) < 0) {
       rc = -1;
       break;
     }
     set_method(x, q);
-    cu.easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_data_mem);
-    cu.easy_setopt(x->h, CURLOPT_WRITEDATA, x);
-    CURLcode c = cu.easy_perform(x->h);
+    agsx_curl.easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_data_mem);
+    agsx_curl.easy_setopt(x->h, CURLOPT_WRITEDATA, x);
+    CURLcode c = agsx_curl.easy_perform(x->h);
     if (x->too_big)
       rc = agsx_error_set(err, 0, "%s: response larger than %zu bytes", x->url, q->max);
     else if (c != CURLE_OK)
-      rc = curl_error(x, c, err);
-    int rd = rc == 0 && follow ? xfer_redirect(x, err) : 0;
+      rc = agsx_registry_curl_error(x, c, err);
+    int rd = rc == 0 && follow ? agsx_registry_xfer_redirect(x, err) : 0;
     if (rd <= 0) {
       rc = rd < 0 ? -1 : rc;
       break;
     }
-    xfer_reset_hop(x);
+    agsx_registry_xfer_reset_hop(x);
   }
   if (rc < 0) {
-    xfer_clear(x); /* callers own X only on success */
+    agsx_registry_xfer_clear(x); /* callers own X only on success */
     return -1;
   }
-  cu.easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &x->status);
+  agsx_curl.easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &x->status);
   return (int)x->status;
 }
 
@@ -477,7 +465,7 @@ static int authenticate(struct registry *r, const char *ch, agsx_error_t *err) {
   _cleanup_free_ char *basic = NULL;
   if (r->user) {
     _cleanup_free_ char *up = xasprintf("%s:%s", r->user, r->password);
-    basic = b64encode(up, strlen(up));
+    basic = agsx_registry_b64encode(up, strlen(up));
     explicit_bzero(up, strlen(up));
   }
   if (strcmp(c.scheme, "basic") == 0) {
@@ -495,17 +483,17 @@ static int authenticate(struct registry *r, const char *ch, agsx_error_t *err) {
     } else if (agsx_str_has_prefix(c.realm, "http://") && strcmp(r->scheme, "https") == 0) {
       rc = agsx_error_set(err, 0, "refusing a plain http token realm for an https registry");
     } else {
-      CURL *e = cu.easy_init();
+      CURL *e = agsx_curl.easy_init();
       _cleanup_free_ char *scope =
           xasprintf("repository:%s:%s", r->path, r->actions ? r->actions : "pull");
-      char *es = cu.easy_escape(e, scope, 0);
-      char *esv = c.service ? cu.easy_escape(e, c.service, 0) : NULL;
+      char *es = agsx_curl.easy_escape(e, scope, 0);
+      char *esv = c.service ? agsx_curl.easy_escape(e, c.service, 0) : NULL;
       _cleanup_free_ char *url =
           xasprintf("%s%sscope=%s%s%s", c.realm, strchr(c.realm, '?') ? "&" : "?", es,
                     esv ? "&service=" : "", esv ? esv : "");
-      cu.free(es);
-      cu.free(esv);
-      cu.easy_cleanup(e);
+      agsx_curl.free(es);
+      agsx_curl.free(esv);
+      agsx_curl.easy_cleanup(e);
       if (basic)
         r->authz = xasprintf("Authorization: Basic %s", basic);
       struct xfer x;
@@ -526,7 +514,7 @@ static int authenticate(struct registry *r, const char *ch, agsx_error_t *err) {
         r->authz = xasprintf("Authorization: Bearer %s", token);
       if (token)
         explicit_bzero(token, strlen(token));
-      xfer_clear(&x);
+      agsx_registry_xfer_clear(&x);
     }
   } else {
     rc = agsx_error_set(err, 0, "unsupported authentication scheme `%.40s`", c.scheme);
@@ -536,8 +524,8 @@ static int authenticate(struct registry *r, const char *ch, agsx_error_t *err) {
 }
 
 /* Sends Q to URL of the registry, authenticating once on 401. */
-int api_req(struct registry *r, const char *url, const struct req *q, struct xfer *x,
-            agsx_error_t *err) {
+int agsx_registry_api_req(struct registry *r, const char *url, const struct req *q, struct xfer *x,
+                          agsx_error_t *err) {
   int st = request(r, url, q, x, err);
   if ((st == 401 || st == 403) && x->foreign) {
     /* A redirect target (object storage) asking for credentials gets none,
@@ -545,7 +533,7 @@ int api_req(struct registry *r, const char *url, const struct req *q, struct xfe
     char origin[AGSX_REGISTRY_ORIGIN_MAX];
     if (agsx_registry_url_origin(x->url, origin, NULL) < 0)
       snprintf(origin, sizeof(origin), "?");
-    xfer_clear(x);
+    agsx_registry_xfer_clear(x);
     return agsx_error_set(err, 0,
                           "%s: HTTP %d from `%s`, where the registry redirected; credentials go "
                           "only to the registry",
@@ -553,13 +541,13 @@ int api_req(struct registry *r, const char *url, const struct req *q, struct xfe
   }
   if (st == 401 && !r->tried_auth) {
     _cleanup_free_ char *ch = x->challenge ? xstrdup(x->challenge) : NULL;
-    xfer_clear(x);
+    agsx_registry_xfer_clear(x);
     if (authenticate(r, ch, err) < 0)
       return -1;
     st = request(r, url, q, x, err);
   }
   if (st == 401 || st == 403) {
-    xfer_clear(x);
+    agsx_registry_xfer_clear(x);
     return agsx_error_set(err, 0, "%s: access denied (HTTP %d)%s", r->path, st,
                           r->user ? ": check the credentials" : ": no credentials given");
   }
@@ -567,25 +555,25 @@ int api_req(struct registry *r, const char *url, const struct req *q, struct xfe
 }
 
 /* GET a registry API path. */
-int api_get(struct registry *r, const char *path, const char *accept, size_t max, struct xfer *x,
-            agsx_error_t *err) {
+int agsx_registry_api_get(struct registry *r, const char *path, const char *accept, size_t max,
+                          struct xfer *x, agsx_error_t *err) {
   _cleanup_free_ char *url = xasprintf("%s://%s%s", r->scheme, r->host, path);
   struct req q = {.accept = accept, .max = max, .body_fd = -1};
-  return api_req(r, url, &q, x, err);
+  return agsx_registry_api_req(r, url, &q, x, err);
 }
 
 /* Finds the scheme: https, or for an insecure registry http when https
  * does not answer (as Docker does), and authenticates if /v2/ asks. */
-int ping(struct registry *r, agsx_error_t *err) {
+int agsx_registry_ping(struct registry *r, agsx_error_t *err) {
   struct xfer x;
   r->scheme = "https";
   agsx_error_t perr = NULL;
-  int st = api_get(r, "/v2/", "application/json", 1u << 20, &x, &perr);
+  int st = agsx_registry_api_get(r, "/v2/", "application/json", 1u << 20, &x, &perr);
   if (st < 0 && r->insecure && !r->tried_auth) {
     agsx_debug("%s: https failed (%s), trying http", r->host, perr->msg);
     agsx_error_free(&perr);
     r->scheme = "http";
-    st = api_get(r, "/v2/", "application/json", 1u << 20, &x, &perr);
+    st = agsx_registry_api_get(r, "/v2/", "application/json", 1u << 20, &x, &perr);
   }
   if (st < 0) {
     if (!r->insecure && !r->tried_auth &&
@@ -597,20 +585,20 @@ int ping(struct registry *r, agsx_error_t *err) {
     *err = perr;
     return -1;
   }
-  xfer_clear(&x);
+  agsx_registry_xfer_clear(&x);
   /* 404: not a v2 registry root, but some proxies; the manifest will tell. */
   if (st != 200 && st != 404)
     return agsx_error_set(err, 0, "%s://%s/v2/: HTTP %d", r->scheme, r->host, st);
   return 0;
 }
 
-int setup_registry(struct registry *reg, const struct agsx_image_ref *ref,
-                   const struct agsx_pull_opts *o, agsx_error_t *err) {
+int agsx_registry_setup(struct registry *reg, const struct agsx_image_ref *ref,
+                        const struct agsx_pull_opts *o, agsx_error_t *err) {
   reg->domain = xstrdup(ref->domain);
   reg->path = xstrdup(ref->path);
   reg->host = xstrdup(strcmp(ref->domain, "docker.io") == 0 ? "registry-1.docker.io" : ref->domain);
   reg->insecure = (o && o->insecure) || host_is_loopback(reg->host) ||
-                  host_listed(reg->domain, getenv("AGSX_INSECURE_REGISTRIES"));
+                  agsx_list_has(getenv("AGSX_INSECURE_REGISTRIES"), reg->domain, ", ");
   find_cafile(reg);
-  return load_credentials(reg, o ? o->authfile : NULL, err);
+  return agsx_registry_load_credentials(reg, o ? o->authfile : NULL, err);
 }

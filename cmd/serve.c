@@ -1,0 +1,123 @@
+/* agsx serve: the E2B-compatible HTTP API (src/api/server.h). Options, with
+ * agsx.conf and environment defaults, become an agsx_api_config; the
+ * library serves until SIGINT or SIGTERM. */
+#include "config.h"
+
+#include "api/server.h"
+#include "cmd.h"
+#include "net/netspec.h"
+#include "util/conf.h"
+
+#include <string.h>
+
+struct serve_opts {
+  const char *listen, *api_key, *api_key_file, *network, *default_user;
+  bool listen_public;
+  char **templates;
+};
+
+static int on_serve_opt(void *data, int id, const char *v) {
+  struct serve_opts *o = data;
+  agsx_error_t err = NULL;
+  switch (id) {
+  case O_LISTEN: o->listen = v; return 0;
+  case O_LISTEN_PUBLIC: o->listen_public = true; return 0;
+  case O_API_KEY: o->api_key = v; return 0;
+  case O_API_KEY_FILE: o->api_key_file = v; return 0;
+  case O_DEFAULT_USER: o->default_user = v; return 0;
+  case O_NETWORK: {
+    enum agsx_net_mode mode;
+    const char *name;
+    if (agsx_net_mode_parse(v, &mode, &name, &err) < 0)
+      return agsx_failf("serve: --network: %s", err->msg), agsx_error_free(&err), -1;
+    o->network = v;
+    return 0;
+  }
+  case O_TEMPLATE: {
+    const char *eq = strchr(v, '=');
+    if (eq == NULL || eq == v || eq[1] == '\0')
+      return agsx_failf("serve: invalid --template `%s` (want NAME=IMAGE)", v), -1;
+    agsx_strv_push(&o->templates, v);
+    return 0;
+  }
+  }
+  return 0;
+}
+
+static void on_ready(void *data, const char *addr, const char *note) {
+  (void)data;
+  if (note)
+    fprintf(stderr, "agsx: serve: %s\n", note);
+  fprintf(stderr, "agsx: serve: listening on http://%s (E2B_API_URL and E2B_SANDBOX_URL)\n", addr);
+}
+
+/* A setting from agsx.conf (KEY) or the environment (ENV) when no flag
+ * gave it; *RET stays NULL when neither has it. */
+static int conf_default(const char *key, const char *env, const char **val, char **own) {
+  if (*val)
+    return 0;
+  agsx_error_t err = NULL;
+  if (agsx_conf_get(key, env, own, &err) < 0)
+    return agsx_failf("serve: %s", err->msg), agsx_error_free(&err), -1;
+  *val = *own;
+  return 0;
+}
+
+int agsx_cmd_serve(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  struct serve_opts o = {0};
+  int rc = AGSX_EXIT_FAILURE;
+  _cleanup_free_ char *c_listen = NULL, *c_net = NULL, *c_user = NULL, *c_base = NULL, *c_ci = NULL,
+                      *c_key = NULL;
+  _cleanup_strv_ char **templates = NULL; /* before any goto: freed at the end */
+  int i = agsx_parse_options(cmd, argc, argv, on_serve_opt, &o);
+  if (i < 0)
+    goto out;
+  if (i < argc) {
+    agsx_failf("serve: unexpected argument `%s`", argv[i]);
+    goto out;
+  }
+  if (conf_default("serve-listen", NULL, &o.listen, &c_listen) < 0 ||
+      conf_default("serve-network", NULL, &o.network, &c_net) < 0 ||
+      conf_default("serve-default-user", NULL, &o.default_user, &c_user) < 0 ||
+      conf_default("serve-api-key-file", NULL, &o.api_key_file, &c_key) < 0)
+    goto out;
+  if (o.api_key == NULL && getenv("AGSX_API_KEY") && *getenv("AGSX_API_KEY"))
+    o.api_key = getenv("AGSX_API_KEY");
+  /* The aliases from agsx.conf come first, so --template wins. */
+  const char *base = NULL, *ci = NULL;
+  if (conf_default("serve-template-base", NULL, &base, &c_base) < 0 ||
+      conf_default("serve-template-code-interpreter", NULL, &ci, &c_ci) < 0)
+    goto out;
+  if (base) {
+    _cleanup_free_ char *t = xasprintf("base=%s", base);
+    agsx_strv_push(&templates, t);
+  }
+  if (ci) {
+    _cleanup_free_ char *t = xasprintf("code-interpreter-v1=%s", ci);
+    agsx_strv_push(&templates, t);
+  }
+  for (size_t k = 0; o.templates && o.templates[k]; k++)
+    agsx_strv_push(&templates, o.templates[k]);
+  struct agsx_api_config cfg = {
+      .root = ctx->root,
+      .state = ctx->state,
+      .listen = o.listen,
+      .listen_public = o.listen_public,
+      .api_key = o.api_key,
+      .api_key_file = o.api_key_file,
+      .network = o.network,
+      .templates = templates,
+      .default_user = o.default_user,
+      .ready = on_ready,
+  };
+  agsx_error_t err = NULL;
+  if (agsx_api_serve(&cfg, &err) < 0) {
+    agsx_failf("serve: %s", err->msg);
+    agsx_error_free(&err);
+    goto out;
+  }
+  rc = 0;
+out:
+  agsx_strv_free(o.templates);
+  return rc;
+}

@@ -1,0 +1,143 @@
+/* agsx — api: what the server's modules share (not a public interface). */
+#ifndef AGSX_API_INTERNAL_H
+#define AGSX_API_INTERNAL_H
+
+#include "api/mhd.h"
+#include "api/spawn.h"
+#include "api/server.h"
+#include "api/wire.h"
+#include "state/state.h"
+#include "util/json.h"
+
+struct agsx_log_reader;
+struct agsx_fs_watch;
+struct agsx_fs_watchers;
+struct agsx_fs_receive;
+
+struct server {
+  const struct agsx_api_config *cfg;
+  struct MHD_Daemon *d;
+  int epfd, sigfd, statefd;
+  char *key;
+  struct stream *streams;
+  size_t n_streams;
+  size_t queued; /* bytes the streams hold, as of the last pump */
+  struct agsx_fs_watchers *watchers;
+  struct agsx_spawner spawner;
+  bool stopping;
+};
+
+/* One HTTP request, from its headers to its response. */
+struct req {
+  struct server *s;
+  struct MHD_Connection *c;
+  const char *method;
+  char *path;           /* the URL's path, without the query */
+  struct agsx_buf body; /* JSON and Connect bodies, at most AGSX_API_BODY_MAX */
+  bool body_dropped;    /* too large: answered already */
+  bool answered;
+  /* envd: the sandbox (a running record) and its 20-digit E2B id */
+  bool envd;
+  char e2b_id[21];
+  struct agsx_record rec;
+  bool has_rec;
+  /* POST /files, streamed to the sandbox as it arrives */
+  struct agsx_fs_ctx *fs;
+  struct agsx_fs_receive *recv;
+  bool upload;
+  int upload_status;
+  char *upload_error;
+};
+
+/* A streamed response (Connect server-streaming). The loop pumps it; the
+ * reader callback hands MHD what is queued or suspends the connection. */
+struct stream {
+  struct stream *next, **pprev;
+  struct server *s;
+  struct MHD_Connection *c;
+  struct agsx_buf out;
+  size_t off;
+  bool ended, suspended;
+  int64_t deadline_ns, keepalive_ns, last_ns; /* CLOCK_MONOTONIC; 0: none */
+  int pollfd;                                 /* registered in the loop's epoll, or -1 */
+  /* the process (Start, Connect) */
+  char id[33];
+  uint32_t pid;
+  struct agsx_log_reader *log;
+  bool started_here;          /* Start: the deadline is the process's own timeout */
+  bool pty;                   /* its output is the pty's */
+  const char *keepalive_json; /* the service's keepalive message */
+  int64_t next_check_ns;      /* when to check the sandbox still runs */
+  /* the watcher (WatchDir) */
+  struct agsx_fs_watch *watch;
+  /* a code execution (port 49999's /execute, code-routes.c) */
+  struct agsx_api_code_stream *code;
+};
+
+/* ---- responses (server.c) ---- */
+const char *agsx_req_header(struct req *r, const char *name);
+const char *agsx_req_query(struct req *r, const char *name);
+/* Queues RESP (and drops our reference), logging the request at debug level. */
+void agsx_respond_queue(struct req *r, unsigned status, struct MHD_Response *resp);
+void agsx_respond(struct req *r, unsigned status, const char *ctype, const char *body, size_t len);
+void agsx_respond_json(struct req *r, unsigned status, yajl_gen g);
+/* {"code": STATUS, "message": MSG}, the control plane's and envd REST's error. */
+void agsx_respond_error(struct req *r, unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void agsx_respond_connect_error(struct req *r, enum agsx_connect_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* 200 application/connect+json streaming from ST (which the response owns). */
+void agsx_respond_stream(struct req *r, struct stream *st);
+struct stream *agsx_stream_new(struct server *s, struct MHD_Connection *c);
+void agsx_stream_event(struct stream *st, const char *json);
+/* Whether ST may queue more frames now (AGSX_API_STREAM_QUEUE). */
+bool agsx_stream_has_room(const struct stream *st);
+/* The end-stream frame: {} or {"error":{"code","message"}}; CODE < 0: success. */
+void agsx_stream_end(struct stream *st, int code, const char *message);
+int agsx_stream_watch_fd(struct stream *st, int fd);
+/* Frees a stream never given to agsx_respond_stream. */
+void agsx_stream_free(struct stream *st);
+
+/* ---- routes ---- */
+void agsx_api_control_plane(struct req *r);                /* plane.c */
+void agsx_api_envd(struct req *r);                         /* envd.c */
+void agsx_api_stream_pump(struct stream *st, int64_t now); /* envd.c */
+void agsx_api_stream_free_parts(struct stream *st);        /* envd.c */
+int agsx_api_upload_begin(struct req *r); /* envd.c: POST /files, 0 or -1 (answered) */
+void agsx_api_upload_data(struct req *r, const char *buf, size_t len);
+void agsx_api_upload_finish(struct req *r);
+void agsx_api_req_free_parts(struct req *r);                 /* envd.c */
+int agsx_api_envd_init(struct server *s, agsx_error_t *err); /* files.c: the watcher registry */
+void agsx_api_envd_fini(struct server *s);
+void agsx_api_envd_tick(struct server *s); /* each turn of the loop */
+/* The sandbox ID was killed: its polling watchers go. */
+void agsx_api_envd_drop_sandbox(struct server *s, const char *id);
+
+/* ---- port 49999: the code interpreter (code-routes.c) ---- */
+void agsx_api_code(struct req *r);
+void agsx_api_code_pump(struct stream *st, int64_t now);
+void agsx_api_code_free(struct stream *st);
+
+/* ---- envd (envd.c) ---- */
+/* The 502 of a sandbox that is not running (E2B's proxy's words). */
+void agsx_api_respond_gone(struct req *r);
+/* Admits an envd request: its sandbox running (else 502) and, with
+ * TOKEN_REQUIRED, its X-Access-Token (else 401). false after answering. */
+bool agsx_api_envd_admit(struct req *r, bool token_required);
+
+/* ---- sandboxes (plane.c) ---- */
+/* The running sandbox of an E2B id (20 hex digits; 32 also accepted):
+ * 0 and *RET, or -1 with ENOENT (none, ended or being stopped). */
+int agsx_api_find_sandbox(struct server *s, const char *e2b_id, struct agsx_record *ret,
+                          agsx_error_t *err);
+/* A JSON body of a control-plane request: NULL after answering 400. */
+yajl_val agsx_api_parse_body(struct req *r, bool connect);
+/* The `Sandbox` object of a create or connect answer. */
+void agsx_api_gen_sandbox(struct server *s, yajl_gen g, const struct agsx_record *r);
+
+/* ---- fork and snapshots (snapshots.c, over sandbox/snapshot.h) ---- */
+void agsx_api_fork(struct req *r, const char *e2b_id);            /* POST /sandboxes/ID/fork */
+void agsx_api_create_snapshot(struct req *r, const char *e2b_id); /* POST /sandboxes/ID/snapshots */
+void agsx_api_list_snapshots(struct req *r);                      /* GET /snapshots */
+
+#endif

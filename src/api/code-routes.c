@@ -1,0 +1,339 @@
+/* agsx — api: port-49999 traffic (E2B's code interpreter), glue over
+ * src/code/: /health, /execute (NDJSON stream), /contexts.
+ *
+ * The SDK's parser splits on \n and JSON.parses every line (a blank line
+ * throws), decodes each chunk on its own (so multi-byte characters may not
+ * cross chunks) and turns unknown result keys into `extra`: the lines come
+ * from agsx_code_item_parse, ASCII-only with known keys, one item a line;
+ * {"type":"keepalive"} after 5 s of silence (also our probe of a client
+ * that went away: its disconnect frees the stream, which interrupts the
+ * cell); {"type":"end_of_execution"} last. */
+#include "config.h"
+
+#include "api/api-internal.h"
+#include "api/auth.h"
+#include "code/code.h"
+
+#include <string.h>
+
+#define KEEPALIVE_NS (5 * 1000000000LL)
+#define PUMP_RECORDS 64
+
+struct agsx_api_code_stream {
+  struct agsx_code_exec *e;
+  char sandbox[33];
+  int64_t next_check_ns;
+};
+
+static void respond_text(struct req *r, unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void respond_text(struct req *r, unsigned status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  _cleanup_free_ char *msg = NULL;
+  if (vasprintf(&msg, fmt, ap) < 0)
+    msg = NULL;
+  va_end(ap);
+  agsx_respond(r, status, "text/plain; charset=utf-8", msg ? msg : "error", msg ? strlen(msg) : 5);
+}
+
+static void respond_raw_json(struct req *r, unsigned status, const char *json, size_t len) {
+  agsx_respond(r, status, "application/json", json, len);
+}
+
+/* An error of the library to E2B's statuses: 404 for a context that is not
+ * there, 502 for a sandbox that stopped, 500 otherwise. */
+static void respond_code_error(struct req *r, agsx_error_t *err) {
+  int e = agsx_error_errno(err);
+  if (e == ESRCH)
+    agsx_api_respond_gone(r);
+  else
+    respond_text(r, e == ENOENT ? 404 : 500, "%s", (*err)->msg);
+  agsx_error_free(err);
+}
+
+static void context_json(char **b, size_t *n, size_t *cap, const struct agsx_code_context *c) {
+  const char *parts[] = {"{\"id\":", ",\"language\":", ",\"cwd\":"};
+  const char *vals[] = {c->id, c->language, c->cwd};
+  for (int i = 0; i < 3; i++) {
+    size_t l = strlen(parts[i]);
+    if (*n + l + 1 > *cap)
+      *b = xrealloc(*b, *cap = 2 * (*n + l + 1));
+    memcpy(*b + *n, parts[i], l);
+    *n += l;
+    agsx_code_json_ascii_str(b, n, cap, vals[i], strlen(vals[i]));
+  }
+  if (*n + 2 > *cap)
+    *b = xrealloc(*b, *cap = *n + 16);
+  (*b)[(*n)++] = '}';
+  (*b)[*n] = '\0';
+}
+
+/* ---- /execute --------------------------------------------------------------------------- */
+
+static void line(struct stream *st, const char *s, size_t len) {
+  agsx_buf_add(&st->out, s, len);
+  agsx_buf_add(&st->out, "\n", 1);
+  st->last_ns = agsx_mono_ns();
+}
+
+static int on_item(const struct agsx_code_item *it, void *data) {
+  struct stream *st = data;
+  if (it->type == AGSX_CODE_TRUNCATED) {
+    char msg[160];
+    int n = snprintf(msg, sizeof(msg),
+                     "{\"type\":\"stderr\",\"text\":\"[agsx: output over the limit: %llu bytes "
+                     "dropped]\\n\"}",
+                     (unsigned long long)it->dropped);
+    line(st, msg, (size_t)n);
+  } else if (it->line) {
+    line(st, it->line, it->line_len);
+  }
+  return 0;
+}
+
+static void finish(struct stream *st) {
+  static const char end[] = "{\"type\":\"end_of_execution\"}";
+  line(st, end, sizeof(end) - 1);
+  st->ended = true;
+}
+
+void agsx_api_code_pump(struct stream *st, int64_t now) {
+  struct agsx_api_code_stream *cs = st->code;
+  if (st->ended)
+    return;
+  if (st->out.len - st->off < (1u << 20)) {
+    agsx_error_t err = NULL;
+    int r = agsx_code_exec_dispatch(cs->e, PUMP_RECORDS, on_item, st, &err);
+    if (r < 0) {
+      char *b = NULL;
+      size_t n = 0, cap = 0;
+      const char head[] = "{\"type\":\"error\",\"name\":\"UnexpectedEndOfExecution\",\"value\":";
+      b = xstrdup(head);
+      n = cap = strlen(head);
+      agsx_code_json_ascii_str(&b, &n, &cap, err->msg, strlen(err->msg));
+      agsx_buf_add(&st->out, b, n);
+      line(st, ",\"traceback\":\"\"}", 16);
+      free(b);
+      agsx_error_free(&err);
+      finish(st);
+      return;
+    }
+    if (r == 1) {
+      finish(st);
+      return;
+    }
+  }
+  if (now >= cs->next_check_ns) {
+    cs->next_check_ns = now + 1000000000LL;
+    struct agsx_record rec;
+    agsx_error_t err = NULL;
+    if (agsx_api_find_sandbox(st->s, cs->sandbox, &rec, &err) < 0) {
+      agsx_error_free(&err);
+      static const char gone[] = "{\"type\":\"error\",\"name\":\"UnexpectedEndOfExecution\","
+                                 "\"value\":\"The sandbox is not running\",\"traceback\":\"\"}";
+      line(st, gone, sizeof(gone) - 1);
+      finish(st);
+      return;
+    }
+    agsx_record_clear(&rec);
+  }
+  if (now - st->last_ns >= KEEPALIVE_NS) {
+    static const char ka[] = "{\"type\":\"keepalive\"}";
+    line(st, ka, sizeof(ka) - 1);
+  }
+  /* Wake for the next keepalive, the cell's timeout, or at once when the
+   * last dispatch left records unread. */
+  int64_t wake = st->last_ns + KEEPALIVE_NS;
+  if (wake > cs->next_check_ns)
+    wake = cs->next_check_ns;
+  if (agsx_code_exec_more(cs->e) && st->out.len - st->off < (1u << 20))
+    wake = now + 1000000;
+  st->deadline_ns = wake;
+}
+
+void agsx_api_code_free(struct stream *st) {
+  struct agsx_api_code_stream *cs = st->code;
+  if (cs == NULL)
+    return;
+  agsx_error_t err = NULL;
+  if (!st->ended) /* the client went away (or timed out): interrupt the cell */
+    agsx_code_exec_cancel(cs->e, &err);
+  agsx_error_free(&err);
+  agsx_code_exec_free(cs->e);
+  free(cs);
+  st->code = NULL;
+}
+
+/* KEY=VALUE strings of an {"K":"V"} object; false for anything else. */
+static bool env_vars(yajl_val v, char ***ret) {
+  if (v == NULL || YAJL_IS_NULL(v))
+    return true;
+  if (!YAJL_IS_OBJECT(v))
+    return false;
+  for (size_t i = 0; i < v->u.object.len; i++) {
+    yajl_val x = v->u.object.values[i];
+    if (!YAJL_IS_STRING(x) || !*v->u.object.keys[i] || strchr(v->u.object.keys[i], '='))
+      return false;
+    _cleanup_free_ char *kv = xasprintf("%s=%s", v->u.object.keys[i], x->u.string);
+    agsx_strv_push(ret, kv);
+  }
+  return true;
+}
+
+static const char *nonnull_string(yajl_val body, const char *key, bool *bad) {
+  yajl_val v = agsx_json_get(body, key);
+  if (v == NULL || YAJL_IS_NULL(v))
+    return NULL;
+  if (!YAJL_IS_STRING(v)) {
+    *bad = true;
+    return NULL;
+  }
+  return v->u.string;
+}
+
+static void execute(struct req *r) {
+  char token[65];
+  agsx_api_envd_token(r->s->key, r->rec.id, token);
+  if (!agsx_api_secret_equal(agsx_req_header(r, "X-Access-Token"), token))
+    return respond_text(r, 401, "invalid or missing X-Access-Token");
+  _cleanup_json_ yajl_val body = agsx_api_parse_body(r, false);
+  if (body == NULL)
+    return;
+  bool bad = false;
+  const char *code = nonnull_string(body, "code", &bad);
+  const char *ctxid = nonnull_string(body, "context_id", &bad);
+  const char *language = nonnull_string(body, "language", &bad);
+  _cleanup_strv_ char **env = NULL;
+  if (code == NULL || bad || !env_vars(agsx_json_get(body, "env_vars"), &env))
+    return respond_text(r, 422,
+                        "code (a string) is required; context_id, language: strings; "
+                        "env_vars: an object of strings");
+  if (ctxid && language)
+    return respond_text(r, 400, "Only one of context_id or language can be provided");
+  struct agsx_code_context c = {0};
+  agsx_error_t err = NULL;
+  int statefd = r->s->statefd;
+  if ((ctxid ? agsx_code_context_get(statefd, r->rec.id, ctxid, &c, &err)
+             : agsx_code_context_default(statefd, r->rec.id, language, &c, &err)) < 0)
+    return respond_code_error(r, &err);
+  struct agsx_code_exec_spec spec = {.code = code, .code_len = strlen(code), .env = env};
+  struct agsx_code_exec *e = NULL;
+  int rc = agsx_code_exec_start(statefd, r->rec.id, &c, &spec, &e, &err);
+  agsx_code_context_clear(&c);
+  if (rc < 0)
+    return respond_code_error(r, &err);
+  struct stream *st = agsx_stream_new(r->s, r->c);
+  struct agsx_api_code_stream *cs = xzalloc(sizeof(*cs));
+  cs->e = e;
+  memcpy(cs->sandbox, r->rec.id, sizeof(cs->sandbox));
+  cs->next_check_ns = agsx_mono_ns() + 1000000000LL;
+  st->code = cs;
+  st->keepalive_ns = 0;          /* ours are NDJSON lines (the pump) */
+  st->next_check_ns = INT64_MAX; /* the pump checks the sandbox itself */
+  if (agsx_stream_watch_fd(st, agsx_code_exec_fd(e)) < 0) {
+    agsx_stream_free(st);
+    return respond_text(r, 500, "watch the execution: %s", strerror(errno));
+  }
+  agsx_api_code_pump(st, agsx_mono_ns());
+  agsx_respond_stream(r, st);
+}
+
+/* ---- /contexts -------------------------------------------------------------------------- */
+
+static void contexts_create(struct req *r) {
+  _cleanup_json_ yajl_val body = agsx_api_parse_body(r, false);
+  if (body == NULL)
+    return;
+  bool bad = false;
+  const char *language = nonnull_string(body, "language", &bad);
+  const char *cwd = nonnull_string(body, "cwd", &bad);
+  if (bad || (cwd && cwd[0] != '/'))
+    return respond_text(r, 422, "language and cwd (an absolute path) are strings");
+  struct agsx_code_context c = {0};
+  agsx_error_t err = NULL;
+  if (agsx_code_context_create(r->s->statefd, r->rec.id, language, cwd, &c, &err) < 0) {
+    if (agsx_error_errno(&err) == ESRCH)
+      return respond_code_error(r, &err);
+    respond_text(r, 500, "Failed to create context: %s", err->msg);
+    agsx_error_free(&err);
+    return;
+  }
+  char *b = NULL;
+  size_t n = 0, cap = 0;
+  context_json(&b, &n, &cap, &c);
+  respond_raw_json(r, 200, b, n);
+  free(b);
+  agsx_code_context_clear(&c);
+}
+
+static void contexts_list(struct req *r) {
+  struct agsx_code_context *v = NULL;
+  size_t n = 0;
+  agsx_error_t err = NULL;
+  if (agsx_code_context_list(r->s->statefd, r->rec.id, &v, &n, &err) < 0)
+    return respond_code_error(r, &err);
+  char *b = xstrdup("[");
+  size_t len = 1, cap = 2;
+  for (size_t i = 0; i < n; i++) {
+    if (i) {
+      if (len + 2 > cap)
+        b = xrealloc(b, cap = 2 * (len + 2));
+      b[len++] = ',';
+    }
+    context_json(&b, &len, &cap, &v[i]);
+  }
+  if (len + 2 > cap)
+    b = xrealloc(b, cap = len + 2);
+  b[len++] = ']';
+  respond_raw_json(r, 200, b, len);
+  free(b);
+  agsx_code_context_list_free(v, n);
+}
+
+static void context_op(struct req *r, const char *id, bool restart) {
+  struct agsx_code_context c = {0};
+  agsx_error_t err = NULL;
+  if (agsx_code_context_get(r->s->statefd, r->rec.id, id, &c, &err) < 0)
+    return respond_code_error(r, &err);
+  int rc = restart ? agsx_code_context_restart(r->s->statefd, r->rec.id, &c, &err)
+                   : agsx_code_context_remove(r->s->statefd, r->rec.id, &c, &err);
+  agsx_code_context_clear(&c);
+  if (rc < 0)
+    return respond_code_error(r, &err);
+  respond_raw_json(r, 200, "null", 4);
+}
+
+void agsx_api_code(struct req *r) {
+  const char *id = agsx_req_header(r, "E2b-Sandbox-Id");
+  snprintf(r->e2b_id, sizeof(r->e2b_id), "%.20s", id ? id : "");
+  agsx_error_t err = NULL;
+  if (agsx_api_find_sandbox(r->s, id ? id : "", &r->rec, &err) < 0) {
+    agsx_error_free(&err);
+    return agsx_api_respond_gone(r);
+  }
+  r->has_rec = true;
+  const char *p = r->path, *m = r->method;
+  if (strcmp(p, "/health") == 0 && strcmp(m, "GET") == 0)
+    return respond_raw_json(r, 200, "\"OK\"", 4);
+  if (strcmp(p, "/execute") == 0 && strcmp(m, "POST") == 0)
+    return execute(r);
+  if (strcmp(p, "/contexts") == 0 && strcmp(m, "POST") == 0)
+    return contexts_create(r);
+  if (strcmp(p, "/contexts") == 0 && strcmp(m, "GET") == 0)
+    return contexts_list(r);
+  if (agsx_str_has_prefix(p, "/contexts/")) {
+    char ctx[64];
+    const char *rest = p + strlen("/contexts/");
+    size_t n = strcspn(rest, "/");
+    if (n == 0 || n >= sizeof(ctx))
+      return respond_text(r, 404, "Context not found");
+    memcpy(ctx, rest, n);
+    ctx[n] = '\0';
+    if (strcmp(rest + n, "/restart") == 0 && strcmp(m, "POST") == 0)
+      return context_op(r, ctx, true);
+    if (rest[n] == '\0' && strcmp(m, "DELETE") == 0)
+      return context_op(r, ctx, false);
+  }
+  respond_text(r, 404, "Not Found");
+}

@@ -1,0 +1,582 @@
+/* agsx — api: the listener and the one loop (see server.h, README.md).
+ *
+ * libmicrohttpd runs in its external-epoll mode: no thread of its own, its
+ * epoll fd nested in ours. A streamed response that has nothing to send
+ * suspends its connection; the loop resumes it when the stream's source
+ * (a process log, a watcher) has more, or a keepalive or deadline is due.
+ * One thread means sandbox creation (which forks a supervisor) never forks
+ * a multithreaded process, and nothing here needs a lock. */
+#include "config.h"
+
+#include "api/api-internal.h"
+#include "api/auth.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+
+/* ---- the listen address ------------------------------------------------------------------ */
+
+int agsx_api_listen_parse(const char *listen, void *ret_sa, unsigned *ret_len, bool *ret_loopback,
+                          agsx_error_t *err) {
+  const char *colon = strrchr(listen, ':');
+  if (colon == NULL || colon == listen)
+    return agsx_error_set(err, EINVAL, "invalid listen address `%s` (want ADDR:PORT)", listen);
+  char *end;
+  errno = 0;
+  unsigned long port = strtoul(colon + 1, &end, 10);
+  if (errno || *end || colon[1] == '\0' || port == 0 || port > 65535)
+    return agsx_error_set(err, EINVAL, "invalid port in `%s` (1 to 65535)", listen);
+  _cleanup_free_ char *host = xstrndup(listen, (size_t)(colon - listen));
+  if (host[0] == '[') {
+    size_t n = strlen(host);
+    if (n < 3 || host[n - 1] != ']')
+      return agsx_error_set(err, EINVAL, "invalid listen address `%s`", listen);
+    host[n - 1] = '\0';
+    struct sockaddr_in6 *a = ret_sa;
+    memset(a, 0, sizeof(*a));
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET6, host + 1, &a->sin6_addr) != 1)
+      return agsx_error_set(err, EINVAL, "invalid IPv6 address in `%s`", listen);
+    *ret_len = sizeof(*a);
+    *ret_loopback = IN6_IS_ADDR_LOOPBACK(&a->sin6_addr);
+    return 0;
+  }
+  struct sockaddr_in *a = ret_sa;
+  memset(a, 0, sizeof(*a));
+  a->sin_family = AF_INET;
+  a->sin_port = htons((uint16_t)port);
+  if (strcmp(host, "localhost") == 0)
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  else if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
+    return agsx_error_set(err, EINVAL, "invalid IPv4 address in `%s`", listen);
+  *ret_len = sizeof(*a);
+  *ret_loopback = (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+  return 0;
+}
+
+/* ---- responses --------------------------------------------------------------------------- */
+
+const char *agsx_req_header(struct req *r, const char *name) {
+  return agsx_mhd.lookup_connection_value(r->c, MHD_HEADER_KIND, name);
+}
+
+const char *agsx_req_query(struct req *r, const char *name) {
+  return agsx_mhd.lookup_connection_value(r->c, MHD_GET_ARGUMENT_KIND, name);
+}
+
+void agsx_respond_queue(struct req *r, unsigned status, struct MHD_Response *resp) {
+  if (resp == NULL) {
+    agsx_warn("serve: out of memory for a response");
+    return;
+  }
+  agsx_debug("serve: %s %s%s%s: %u", r->method, r->path, r->envd ? " for " : "",
+             r->envd ? r->e2b_id : "", status);
+  if (agsx_mhd.queue_response(r->c, status, resp) != MHD_YES)
+    agsx_debug("serve: %s %s: the response could not be queued", r->method, r->path);
+  agsx_mhd.destroy_response(resp);
+  r->answered = true;
+}
+
+void agsx_respond(struct req *r, unsigned status, const char *ctype, const char *body, size_t len) {
+  if (r->answered)
+    return;
+  struct MHD_Response *resp =
+      agsx_mhd.create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+  if (resp && ctype)
+    agsx_mhd.add_response_header(resp, "Content-Type", ctype);
+  agsx_respond_queue(r, status, resp);
+}
+
+void agsx_respond_json(struct req *r, unsigned status, yajl_gen g) {
+  size_t len;
+  _cleanup_free_ char *s = agsx_json_gen_steal(g, &len);
+  agsx_respond(r, status, "application/json", s, len);
+}
+
+static void respond_msg(struct req *r, unsigned status, yajl_gen g, const char *code_s,
+                        const char *msg) {
+  yajl_gen_map_open(g);
+  if (code_s)
+    agsx_json_kv_str(g, "code", code_s);
+  else
+    agsx_json_kv_int(g, "code", status);
+  agsx_json_kv_str(g, "message", msg);
+  yajl_gen_map_close(g);
+  agsx_respond_json(r, status, g);
+}
+
+void agsx_respond_error(struct req *r, unsigned status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  _cleanup_free_ char *msg = NULL;
+  if (vasprintf(&msg, fmt, ap) < 0)
+    msg = NULL;
+  va_end(ap);
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  respond_msg(r, status, g, NULL, msg ? msg : "error");
+}
+
+void agsx_respond_connect_error(struct req *r, enum agsx_connect_code code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  _cleanup_free_ char *msg = NULL;
+  if (vasprintf(&msg, fmt, ap) < 0)
+    msg = NULL;
+  va_end(ap);
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  respond_msg(r, (unsigned)agsx_connect_code_status(code), g, agsx_connect_code_name(code),
+              msg ? msg : "error");
+}
+
+/* ---- streams ----------------------------------------------------------------------------- */
+
+struct stream *agsx_stream_new(struct server *s, struct MHD_Connection *c) {
+  struct stream *st = xzalloc(sizeof(*st));
+  st->s = s;
+  st->c = c;
+  st->pollfd = -1;
+  st->last_ns = agsx_mono_ns();
+  st->keepalive_ns = 90 * 1000000000LL; /* envd's default */
+  st->keepalive_json = "{\"event\":{\"keepalive\":{}}}";
+  st->next_check_ns = st->last_ns + 1000000000LL;
+  return st;
+}
+
+bool agsx_stream_has_room(const struct stream *st) {
+  size_t cap =
+      st->s->queued >= AGSX_API_QUEUE_TOTAL ? AGSX_API_STREAM_QUEUE_LOW : AGSX_API_STREAM_QUEUE;
+  return st->out.len - st->off < cap;
+}
+
+void agsx_stream_event(struct stream *st, const char *json) {
+  if (st->ended)
+    return;
+  /* Keep the queue from creeping along an ever larger buffer. */
+  if (st->off > 0 && st->off >= st->out.len / 2) {
+    memmove(st->out.p, st->out.p + st->off, st->out.len - st->off);
+    st->out.len -= st->off;
+    st->off = 0;
+  }
+  agsx_connect_frame(&st->out, 0, json, strlen(json));
+  st->last_ns = agsx_mono_ns();
+}
+
+void agsx_stream_end(struct stream *st, int code, const char *message) {
+  if (st->ended)
+    return;
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  yajl_gen_map_open(g);
+  if (code >= 0) {
+    agsx_json_key(g, "error");
+    yajl_gen_map_open(g);
+    agsx_json_kv_str(g, "code", agsx_connect_code_name((enum agsx_connect_code)code));
+    agsx_json_kv_str(g, "message", message);
+    yajl_gen_map_close(g);
+  }
+  yajl_gen_map_close(g);
+  size_t len;
+  _cleanup_free_ char *s = agsx_json_gen_steal(g, &len);
+  agsx_connect_frame(&st->out, AGSX_CONNECT_FLAG_END, s, len);
+  st->ended = true;
+}
+
+int agsx_stream_watch_fd(struct stream *st, int fd) {
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = st};
+  if (epoll_ctl(st->s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+    return -1;
+  st->pollfd = fd;
+  return 0;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+  struct stream *st = cls;
+  (void)pos;
+  if (st->off < st->out.len) {
+    size_t n = st->out.len - st->off;
+    if (n > max)
+      n = max;
+    memcpy(buf, st->out.p + st->off, n);
+    st->off += n;
+    if (st->off == st->out.len)
+      st->off = st->out.len = 0;
+    return (ssize_t)n;
+  }
+  if (st->ended)
+    return MHD_CONTENT_READER_END_OF_STREAM;
+  /* Nothing yet: returning 0 would have MHD call again at once. */
+  agsx_mhd.suspend_connection(st->c);
+  st->suspended = true;
+  return 0;
+}
+
+static void stream_free(void *cls) {
+  struct stream *st = cls;
+  if (st->pollfd >= 0)
+    epoll_ctl(st->s->epfd, EPOLL_CTL_DEL, st->pollfd, NULL);
+  agsx_api_stream_free_parts(st);
+  if (st->pprev) {
+    *st->pprev = st->next;
+    if (st->next)
+      st->next->pprev = st->pprev;
+    st->s->n_streams--;
+  }
+  agsx_buf_clear(&st->out);
+  free(st);
+}
+
+void agsx_stream_free(struct stream *st) { stream_free(st); }
+
+void agsx_respond_stream(struct req *r, struct stream *st) {
+  struct server *s = r->s;
+  st->next = s->streams;
+  if (s->streams)
+    s->streams->pprev = &st->next;
+  st->pprev = &s->streams;
+  s->streams = st;
+  s->n_streams++;
+  struct MHD_Response *resp = agsx_mhd.create_response_from_callback(MHD_SIZE_UNKNOWN, 256 * 1024,
+                                                                     stream_read, st, stream_free);
+  if (resp == NULL) {
+    stream_free(st);
+    return;
+  }
+  agsx_mhd.add_response_header(resp, "Content-Type", "application/connect+json");
+  agsx_respond_queue(r, 200, resp);
+}
+
+static void pump_streams(struct server *s) {
+  int64_t now = agsx_mono_ns();
+  s->queued = 0;
+  for (struct stream *st = s->streams; st; st = st->next)
+    s->queued += st->out.len - st->off;
+  for (struct stream *st = s->streams; st; st = st->next) {
+    if (!st->ended) {
+      agsx_api_stream_pump(st, now);
+      if (!st->ended && st->keepalive_ns > 0 && now - st->last_ns >= st->keepalive_ns)
+        agsx_stream_event(st, st->keepalive_json);
+      /* A sandbox killed meanwhile ends its streams (its processes' logs
+       * may never get their end record). */
+      if (!st->ended && now >= st->next_check_ns) {
+        st->next_check_ns = now + 1000000000LL;
+        struct agsx_record rec;
+        agsx_error_t err = NULL;
+        if (agsx_api_find_sandbox(s, st->id, &rec, &err) < 0) {
+          agsx_error_free(&err);
+          agsx_api_stream_pump(st, now); /* what the log still has */
+          agsx_stream_end(st, AGSX_CONNECT_UNAVAILABLE, "the sandbox is not running");
+        } else {
+          agsx_record_clear(&rec);
+        }
+      }
+    }
+    if (st->suspended && (st->out.len > st->off || st->ended)) {
+      st->suspended = false;
+      agsx_mhd.resume_connection(st->c);
+    }
+  }
+}
+
+static int64_t streams_timeout_ms(struct server *s) {
+  int64_t now = agsx_mono_ns(), best = 1000;
+  for (struct stream *st = s->streams; st; st = st->next) {
+    if (st->ended)
+      continue;
+    int64_t t = -1;
+    if (st->keepalive_ns > 0)
+      t = st->last_ns + st->keepalive_ns;
+    if (st->deadline_ns > 0 && (t < 0 || st->deadline_ns < t))
+      t = st->deadline_ns;
+    if (t >= 0) {
+      int64_t ms = t > now ? (t - now + 999999) / 1000000 : 0;
+      if (ms < best)
+        best = ms;
+    }
+  }
+  return best;
+}
+
+/* ---- requests ----------------------------------------------------------------------------- */
+
+static void req_free(struct req *r) {
+  agsx_api_req_free_parts(r);
+  if (r->has_rec)
+    agsx_record_clear(&r->rec);
+  agsx_buf_clear(&r->body);
+  free(r->path);
+  free(r->upload_error);
+  free(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+  (void)cls;
+  (void)c;
+  (void)toe;
+  if (*con_cls)
+    req_free(*con_cls);
+  *con_cls = NULL;
+}
+
+static void dispatch(struct req *r) {
+  if (r->envd)
+    agsx_api_envd(r);
+  else
+    agsx_api_control_plane(r);
+  if (!r->answered)
+    agsx_respond_error(r, 500, "no response");
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *data,
+                                  size_t *data_size, void **con_cls) {
+  struct server *s = cls;
+  (void)version;
+  struct req *r = *con_cls;
+  if (r == NULL) {
+    r = xzalloc(sizeof(*r));
+    r->s = s;
+    r->c = c;
+    r->method = method;
+    r->path = xstrdup(url);
+    *con_cls = r;
+    r->envd = agsx_req_header(r, "E2b-Sandbox-Id") != NULL;
+    if (r->envd && strcmp(method, "POST") == 0 && strcmp(url, "/files") == 0) {
+      r->upload = true;
+      agsx_api_upload_begin(r);
+      return MHD_YES;
+    }
+    /* A body announced too large is refused before it is read. */
+    const char *cl = agsx_req_header(r, "Content-Length");
+    if (cl && strtoull(cl, NULL, 10) > AGSX_API_BODY_MAX) {
+      r->body_dropped = true;
+      if (r->envd)
+        agsx_respond_connect_error(r, AGSX_CONNECT_RESOURCE_EXHAUSTED, "request body over %u bytes",
+                                   AGSX_API_BODY_MAX);
+      else
+        agsx_respond_error(r, 413, "request body over %u bytes", AGSX_API_BODY_MAX);
+    }
+    return MHD_YES;
+  }
+  if (*data_size > 0) {
+    if (r->upload) {
+      agsx_api_upload_data(r, data, *data_size);
+    } else if (!r->body_dropped) {
+      if (r->body.len + *data_size > AGSX_API_BODY_MAX)
+        return MHD_NO; /* a chunked body past the cap: the connection is closed */
+      agsx_buf_add(&r->body, data, *data_size);
+    }
+    *data_size = 0;
+    return MHD_YES;
+  }
+  if (r->answered)
+    return MHD_YES;
+  if (r->upload) {
+    agsx_api_upload_finish(r);
+    return MHD_YES;
+  }
+  agsx_buf_add(&r->body, "", 1); /* NUL-terminated for the parsers; len excludes it */
+  r->body.len--;
+  dispatch(r);
+  return MHD_YES;
+}
+
+/* ---- the loop ----------------------------------------------------------------------------- */
+
+static void reap_children(struct server *s) {
+  /* Our one child is the spawner (supervisors are its children). */
+  if (s->spawner.pid > 0 && waitpid(s->spawner.pid, NULL, WNOHANG) == s->spawner.pid) {
+    agsx_warn("serve: the spawner died; sandboxes can no longer be created");
+    s->spawner.pid = 0;
+  }
+}
+
+static int listen_socket(const struct agsx_api_config *cfg, agsx_error_t *err) {
+  const char *addr = cfg->listen ? cfg->listen : AGSX_API_DEFAULT_LISTEN;
+  struct sockaddr_storage ss;
+  unsigned len;
+  bool loopback;
+  if (agsx_api_listen_parse(addr, &ss, &len, &loopback, err) < 0)
+    return -1;
+  if (!loopback && !cfg->listen_public)
+    return agsx_error_set(err, EPERM,
+                          "`%s` is not a loopback address: anyone who can reach it and has the "
+                          "API key runs code on this host (use --listen-public to mean it)",
+                          addr);
+  _cleanup_close_ int fd =
+      socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "socket");
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(fd, (struct sockaddr *)&ss, len) < 0 || listen(fd, 1024) < 0)
+    return agsx_error_set(err, errno, "listen on %s", addr);
+  return steal_fd(&fd);
+}
+
+static int signals_fd(agsx_error_t *err) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGCHLD);
+  if (sigprocmask(SIG_BLOCK, &set, NULL) < 0)
+    return agsx_error_set(err, errno, "block signals");
+  signal(SIGPIPE, SIG_IGN);
+  int fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "signalfd");
+  return fd;
+}
+
+static void on_signals(struct server *s) {
+  struct signalfd_siginfo si;
+  while (read(s->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+    if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM)
+      s->stopping = true;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+  (void)cls;
+  _cleanup_free_ char *msg = NULL;
+  if (vasprintf(&msg, fmt, ap) < 0)
+    return;
+  msg[strcspn(msg, "\n")] = '\0';
+  agsx_debug("serve: libmicrohttpd: %s", msg);
+}
+
+static int start_daemon(struct server *s, int lfd, agsx_error_t *err) {
+  unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+  s->d = agsx_mhd.start_daemon(
+      flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+      MHD_OPTION_LISTEN_SOCKET, lfd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)AGSX_API_MAX_CONNECTIONS,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)AGSX_API_IDLE_SEC,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(512 * 1024), MHD_OPTION_END);
+  if (s->d == NULL)
+    return agsx_error_set(err, 0, "libmicrohttpd did not start");
+  const union MHD_DaemonInfo *info = agsx_mhd.get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD);
+  if (info == NULL)
+    return agsx_error_set(err, 0, "libmicrohttpd has no epoll fd");
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+  if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, info->epoll_fd, &ev) < 0)
+    return agsx_error_set(err, errno, "epoll");
+  return 0;
+}
+
+static void loop(struct server *s) {
+  struct epoll_event evs[64];
+  while (!s->stopping) {
+    int64_t t = streams_timeout_ms(s);
+    MHD_UNSIGNED_LONG_LONG mt;
+    if (agsx_mhd.get_timeout(s->d, &mt) == MHD_YES && (int64_t)mt < t)
+      t = (int64_t)mt;
+    int n = epoll_wait(s->epfd, evs, AGSX_ARRAY_SIZE(evs), (int)t);
+    if (n < 0 && errno != EINTR) {
+      agsx_warn("serve: epoll_wait: %s", strerror(errno));
+      break;
+    }
+    for (int i = 0; i < n; i++)
+      if (evs[i].data.ptr == &s->sigfd)
+        on_signals(s);
+    reap_children(s);
+    agsx_api_envd_tick(s);
+    pump_streams(s);
+    agsx_mhd.run(s->d);
+  }
+}
+
+/* A clean stop: every stream gets its end-stream frame (unavailable: the
+ * SDK retries elsewhere or reports the sandbox unreachable) and is resumed,
+ * for libmicrohttpd refuses to stop with suspended connections. */
+static void drain(struct server *s) {
+  for (struct stream *st = s->streams; st; st = st->next) {
+    agsx_stream_end(st, AGSX_CONNECT_UNAVAILABLE, "the server is stopping");
+    if (st->suspended) {
+      st->suspended = false;
+      agsx_mhd.resume_connection(st->c);
+    }
+  }
+  int64_t until = agsx_mono_ns() + 2000000000LL;
+  while (s->streams && agsx_mono_ns() < until) {
+    struct epoll_event ev[8];
+    epoll_wait(s->epfd, ev, AGSX_ARRAY_SIZE(ev), 50);
+    agsx_mhd.run(s->d);
+    for (struct stream *st = s->streams; st; st = st->next)
+      if (st->suspended) {
+        st->suspended = false;
+        agsx_mhd.resume_connection(st->c);
+      }
+  }
+}
+
+int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err) {
+  if (agsx_mhd_load(err) < 0)
+    return -1;
+  struct server s = {.cfg = cfg, .epfd = -1, .sigfd = -1, .statefd = -1, .spawner = {-1, 0}};
+  int ret = -1;
+  _cleanup_close_ int lfd = -1;
+  bool created = false;
+  if (cfg->api_key) {
+    if (!agsx_api_key_is_valid(cfg->api_key)) {
+      agsx_error_set(err, EINVAL, "the API key must be 8 to 256 printable characters");
+      goto out;
+    }
+    s.key = xstrdup(cfg->api_key);
+  } else if (agsx_api_key_load(cfg->api_key_file ? cfg->api_key_file : AGSX_API_KEY_FILE, &s.key,
+                               &created, err) < 0) {
+    goto out;
+  }
+  /* First, while this process has no fd worth keeping from a supervisor. */
+  if (agsx_spawner_start(&s.spawner, err) < 0)
+    goto out;
+  s.statefd = agsx_state_open(cfg->state, true, err);
+  if (s.statefd < 0)
+    goto out;
+  lfd = listen_socket(cfg, err);
+  if (lfd < 0)
+    goto out;
+  s.epfd = epoll_create1(EPOLL_CLOEXEC);
+  if (s.epfd < 0) {
+    agsx_error_set(err, errno, "epoll_create1");
+    goto out;
+  }
+  s.sigfd = signals_fd(err);
+  if (s.sigfd < 0)
+    goto out;
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s.sigfd};
+  epoll_ctl(s.epfd, EPOLL_CTL_ADD, s.sigfd, &ev);
+  if (agsx_api_envd_init(&s, err) < 0)
+    goto out;
+  if (start_daemon(&s, lfd, err) < 0)
+    goto out;
+  lfd = -1; /* the daemon's now */
+  if (cfg->ready) {
+    _cleanup_free_ char *note =
+        created ? xasprintf("generated the API key in %s",
+                            cfg->api_key_file ? cfg->api_key_file : AGSX_API_KEY_FILE)
+                : NULL;
+    cfg->ready(cfg->ready_data, cfg->listen ? cfg->listen : AGSX_API_DEFAULT_LISTEN, note);
+  }
+  loop(&s);
+  drain(&s);
+  ret = 0;
+out:
+  if (s.d)
+    agsx_mhd.stop_daemon(s.d); /* frees the streams through their responses */
+  agsx_api_envd_fini(&s);
+  agsx_spawner_stop(&s.spawner);
+  if (s.sigfd >= 0)
+    close(s.sigfd);
+  if (s.epfd >= 0)
+    close(s.epfd);
+  if (s.statefd >= 0)
+    close(s.statefd);
+  free(s.key);
+  return ret;
+}

@@ -1,0 +1,67 @@
+/* agsx — api: `agsx serve`, the E2B-compatible HTTP API.
+ *
+ * One HTTP/1.1 listener (libmicrohttpd, in its external-epoll mode, driven
+ * by this module's one loop on one thread) serves the control plane (E2B's
+ * REST API: requests without an E2b-Sandbox-Id header) and every sandbox's
+ * envd (told apart by E2b-Sandbox-Id and E2b-Sandbox-Port). The server
+ * keeps no state of its own: sandboxes are ordinary agsx sandboxes whose
+ * records (with E2B's metadata as labels) are in the state directory, their
+ * processes belong to their supervisors (sandbox/processes.h) and the envd
+ * tokens are derived from the API key (auth.h). Kill it, restart it: the
+ * clients find everything again. See src/api/README.md. */
+#ifndef AGSX_API_SERVER_H
+#define AGSX_API_SERVER_H
+
+#include "util/util.h"
+
+#define AGSX_API_DEFAULT_LISTEN "127.0.0.1:3000"
+#define AGSX_API_BODY_MAX (1u << 20) /* JSON and Connect request bodies */
+/* Frames a stream holds for a slow client before it stops reading its
+ * source (whose own bound then applies: a process log drops its oldest):
+ * AGSX_API_STREAM_QUEUE each, AGSX_API_STREAM_QUEUE_LOW once all streams
+ * together hold AGSX_API_QUEUE_TOTAL. The log never waits for a reader, so
+ * this is what lets a slow client (the JS SDK decodes some 10 MB/s) take a
+ * burst of output whole. */
+#define AGSX_API_STREAM_QUEUE (128u << 20)
+#define AGSX_API_STREAM_QUEUE_LOW (4u << 20)
+#define AGSX_API_QUEUE_TOTAL (512u << 20)
+#define AGSX_API_MAX_CONNECTIONS 1024
+/* An idle connection is closed after this; so is one whose client sent a
+ * partial request and closed at once (libmicrohttpd reads it in one go and
+ * sees the end only at its timeout). */
+#define AGSX_API_IDLE_SEC 30
+#define AGSX_API_TIMEOUT_MAX 86400 /* seconds, a sandbox's lifetime (DESIGN.md: 24 h) */
+#define AGSX_API_TIMEOUT_DEFAULT 300
+#define AGSX_ENVD_VERSION "0.5.7" /* the envd features of e2b-protocol.md §3.6 served */
+
+struct agsx_api_config {
+  const char *root, *state; /* the image store and the state directory */
+  const char *listen;       /* ADDR:PORT (IPv4 or [IPv6]); NULL: AGSX_API_DEFAULT_LISTEN */
+  bool listen_public;       /* a non-loopback ADDR is refused without it */
+  const char *api_key;      /* NULL: read (or generate) API_KEY_FILE */
+  const char *api_key_file; /* NULL: AGSX_API_KEY_FILE */
+  /* The network of sandboxes whose creator allows internet access:
+   * "internal" (NULL), "public" or "vpc:NAME"; allow_internet_access:false
+   * always gets internal. */
+  const char *network;
+  /* Templates: NAME=IMAGE (later ones win); the aliases `base` and
+   * `code-interpreter-v1` default to the `host` image (the latter to
+   * the store's `code-interpreter` image when it has one); any other
+   * templateID names an image of the store. */
+  char **templates;
+  const char *default_user; /* NULL: "user" when the image has one, else root */
+  /* Called once the listener is up, with its address (the front end says so). */
+  void (*ready)(void *data, const char *addr, const char *key_note);
+  void *ready_data;
+};
+
+/* Serves until SIGINT or SIGTERM (taken through a signalfd: the caller's
+ * thread must have them blocked or default). Returns 0 after a clean stop. */
+int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err);
+
+/* Whether the address part of LISTEN (ADDR:PORT) is a loopback address;
+ * EINVAL when LISTEN does not parse. */
+int agsx_api_listen_parse(const char *listen, void *ret_sockaddr, unsigned *ret_len,
+                          bool *ret_loopback, agsx_error_t *err);
+
+#endif

@@ -1,0 +1,293 @@
+/* agsx — api: Connect envelopes, codes, query strings, Basic auth, base64. */
+#include "config.h"
+
+#include "api/wire.h"
+
+#include <ctype.h>
+#include <string.h>
+
+void agsx_buf_add(struct agsx_buf *b, const void *data, size_t len) {
+  if (len == 0)
+    return;
+  if (b->len + len > b->cap) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + len)
+      cap *= 2;
+    b->p = xrealloc(b->p, cap);
+    b->cap = cap;
+  }
+  memcpy(b->p + b->len, data, len);
+  b->len += len;
+}
+
+void agsx_buf_clear(struct agsx_buf *b) {
+  free(b->p);
+  *b = (struct agsx_buf){0};
+}
+
+/* ---- Connect ---------------------------------------------------------------------------- */
+
+int agsx_connect_envelope(const char *buf, size_t len, const char **ret_msg, size_t *ret_len,
+                          agsx_error_t *err) {
+  if (len < 5)
+    return agsx_error_set(err, EINVAL, "the request is not a Connect envelope");
+  const unsigned char *u = (const unsigned char *)buf;
+  if (u[0] & AGSX_CONNECT_FLAG_COMPRESSED)
+    return agsx_error_set(err, EINVAL, "compressed Connect messages are not supported");
+  if (u[0] != 0)
+    return agsx_error_set(err, EINVAL, "unexpected Connect envelope flags 0x%02x", u[0]);
+  uint32_t n = (uint32_t)u[1] << 24 | (uint32_t)u[2] << 16 | (uint32_t)u[3] << 8 | u[4];
+  if ((size_t)n != len - 5)
+    return agsx_error_set(err, EINVAL, "the Connect envelope says %u bytes, the body has %zu", n,
+                          len - 5);
+  *ret_msg = buf + 5;
+  *ret_len = n;
+  return 0;
+}
+
+void agsx_connect_frame(struct agsx_buf *out, unsigned flags, const char *json, size_t len) {
+  unsigned char h[5] = {(unsigned char)flags, (unsigned char)(len >> 24),
+                        (unsigned char)(len >> 16), (unsigned char)(len >> 8), (unsigned char)len};
+  agsx_buf_add(out, h, sizeof(h));
+  agsx_buf_add(out, json, len);
+}
+
+static const struct {
+  const char *name;
+  int status;
+} codes[] = {
+    [AGSX_CONNECT_CANCELED] = {"canceled", 499},
+    [AGSX_CONNECT_UNKNOWN] = {"unknown", 500},
+    [AGSX_CONNECT_INVALID_ARGUMENT] = {"invalid_argument", 400},
+    [AGSX_CONNECT_DEADLINE_EXCEEDED] = {"deadline_exceeded", 504},
+    [AGSX_CONNECT_NOT_FOUND] = {"not_found", 404},
+    [AGSX_CONNECT_ALREADY_EXISTS] = {"already_exists", 409},
+    [AGSX_CONNECT_PERMISSION_DENIED] = {"permission_denied", 403},
+    [AGSX_CONNECT_RESOURCE_EXHAUSTED] = {"resource_exhausted", 429},
+    [AGSX_CONNECT_FAILED_PRECONDITION] = {"failed_precondition", 400},
+    [AGSX_CONNECT_ABORTED] = {"aborted", 409},
+    [AGSX_CONNECT_OUT_OF_RANGE] = {"out_of_range", 400},
+    [AGSX_CONNECT_UNIMPLEMENTED] = {"unimplemented", 501},
+    [AGSX_CONNECT_INTERNAL] = {"internal", 500},
+    [AGSX_CONNECT_UNAVAILABLE] = {"unavailable", 503},
+    [AGSX_CONNECT_DATA_LOSS] = {"data_loss", 500},
+    [AGSX_CONNECT_UNAUTHENTICATED] = {"unauthenticated", 401},
+};
+
+const char *agsx_connect_code_name(enum agsx_connect_code c) {
+  return (size_t)c < AGSX_ARRAY_SIZE(codes) ? codes[c].name : "unknown";
+}
+
+int agsx_connect_code_status(enum agsx_connect_code c) {
+  return (size_t)c < AGSX_ARRAY_SIZE(codes) ? codes[c].status : 500;
+}
+
+enum agsx_connect_code agsx_connect_code_of_errno(int e) {
+  switch (e) {
+  case ENOENT: return AGSX_CONNECT_NOT_FOUND;
+  case EEXIST: return AGSX_CONNECT_ALREADY_EXISTS;
+  case EINVAL:
+  case ENOTDIR:
+  case EISDIR:
+  case ELOOP:
+  case ENAMETOOLONG:
+  case E2BIG: return AGSX_CONNECT_INVALID_ARGUMENT;
+  case EPERM:
+  case EACCES: return AGSX_CONNECT_PERMISSION_DENIED;
+  case ENOSPC:
+  case EDQUOT:
+  case EMFILE:
+  case ENFILE:
+  case EAGAIN: return AGSX_CONNECT_RESOURCE_EXHAUSTED;
+  case EKEYREJECTED: return AGSX_CONNECT_UNAUTHENTICATED;
+  case ESRCH:
+  case ECONNREFUSED: return AGSX_CONNECT_UNAVAILABLE;
+  case ETIMEDOUT: return AGSX_CONNECT_DEADLINE_EXCEEDED;
+  case EPIPE: return AGSX_CONNECT_FAILED_PRECONDITION;
+  default: return AGSX_CONNECT_INTERNAL;
+  }
+}
+
+/* ---- query strings ------------------------------------------------------------------------ */
+
+static int hexval(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  c = (char)tolower((unsigned char)c);
+  return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+char *agsx_url_decode(const char *s, size_t n, bool plus_space) {
+  char *out = xmalloc(n + 1), *o = out;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (c == '%') {
+      int a = i + 1 < n ? hexval(s[i + 1]) : -1, b = i + 2 < n ? hexval(s[i + 2]) : -1;
+      if (a < 0 || b < 0 || (a == 0 && b == 0)) {
+        free(out);
+        return NULL;
+      }
+      *o++ = (char)(a << 4 | b);
+      i += 2;
+    } else if (c == '\0') {
+      free(out);
+      return NULL;
+    } else {
+      *o++ = plus_space && c == '+' ? ' ' : c;
+    }
+  }
+  *o = '\0';
+  return out;
+}
+
+int agsx_api_metadata_filter(const char *q, char ***ret, agsx_error_t *err) {
+  *ret = NULL;
+  _cleanup_strv_ char **v = NULL;
+  size_t n = 0;
+  for (const char *p = q; *p;) {
+    const char *amp = strchr(p, '&');
+    size_t len = amp ? (size_t)(amp - p) : strlen(p);
+    if (len > 0) {
+      if (++n > AGSX_API_FILTER_MAX)
+        return agsx_error_set(err, EINVAL, "a metadata filter of at most %d pairs",
+                              AGSX_API_FILTER_MAX);
+      const char *eq = memchr(p, '=', len);
+      if (eq == NULL || eq == p)
+        return agsx_error_set(err, EINVAL, "invalid metadata filter `%.*s` (want key=value)",
+                              (int)(len > 64 ? 64 : len), p);
+      /* The form level, then the SDK's own encodeURIComponent of each part. */
+      _cleanup_free_ char *k1 = agsx_url_decode(p, (size_t)(eq - p), true);
+      _cleanup_free_ char *v1 = agsx_url_decode(eq + 1, len - (size_t)(eq - p) - 1, true);
+      _cleanup_free_ char *k2 = k1 ? agsx_url_decode(k1, strlen(k1), false) : NULL;
+      _cleanup_free_ char *v2 = v1 ? agsx_url_decode(v1, strlen(v1), false) : NULL;
+      if (k2 == NULL || v2 == NULL || *k2 == '\0' || strchr(k2, '='))
+        return agsx_error_set(err, EINVAL, "invalid metadata filter `%.*s`",
+                              (int)(len > 64 ? 64 : len), p);
+      _cleanup_free_ char *kv = xasprintf("%s=%s", k2, v2);
+      agsx_strv_push(&v, kv);
+    }
+    if (amp == NULL)
+      break;
+    p = amp + 1;
+  }
+  *ret = steal_ptr(&v);
+  return 0;
+}
+
+bool agsx_api_list_has(const char *list, const char *word) {
+  size_t wl = strlen(word);
+  for (const char *p = list; p && *p;) {
+    const char *c = strchr(p, ',');
+    size_t len = c ? (size_t)(c - p) : strlen(p);
+    if (len == wl && strncmp(p, word, wl) == 0)
+      return true;
+    p = c ? c + 1 : NULL;
+  }
+  return false;
+}
+
+/* ---- users --------------------------------------------------------------------------------- */
+
+bool agsx_api_user_is_valid(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n > AGSX_API_USER_MAX || s[0] == '-')
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (!(isalnum((unsigned char)s[i]) || s[i] == '.' || s[i] == '_' || s[i] == '-'))
+      return false;
+  return true;
+}
+
+int agsx_basic_auth_user(const char *h, char **ret_user, agsx_error_t *err) {
+  *ret_user = NULL;
+  if (strncasecmp(h, "Basic ", 6) != 0)
+    return agsx_error_set(err, EINVAL, "only Basic authorization is supported");
+  h += 6;
+  while (*h == ' ')
+    h++;
+  _cleanup_free_ char *dec = NULL;
+  size_t len;
+  if (agsx_base64_decode(h, 2 * AGSX_API_USER_MAX, &dec, &len, err) < 0)
+    return agsx_error_wrap(err, "the Basic authorization header");
+  char *colon = memchr(dec, ':', len);
+  if (colon == NULL)
+    return agsx_error_set(err, EINVAL, "the Basic authorization has no `user:` part");
+  *colon = '\0';
+  if (!agsx_api_user_is_valid(dec))
+    return agsx_error_set(err, EINVAL, "invalid user name in the Basic authorization");
+  *ret_user = xstrdup(dec);
+  return 0;
+}
+
+/* ---- base64 --------------------------------------------------------------------------------- */
+
+static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+char *agsx_base64_encode(const void *buf, size_t len) {
+  const unsigned char *u = buf;
+  char *out = xmalloc((len + 2) / 3 * 4 + 1), *o = out;
+  size_t i = 0;
+  for (; i + 2 < len; i += 3) {
+    uint32_t v = (uint32_t)u[i] << 16 | (uint32_t)u[i + 1] << 8 | u[i + 2];
+    *o++ = b64[v >> 18];
+    *o++ = b64[(v >> 12) & 63];
+    *o++ = b64[(v >> 6) & 63];
+    *o++ = b64[v & 63];
+  }
+  if (i < len) {
+    uint32_t v = (uint32_t)u[i] << 16 | (i + 1 < len ? (uint32_t)u[i + 1] << 8 : 0);
+    *o++ = b64[v >> 18];
+    *o++ = b64[(v >> 12) & 63];
+    *o++ = i + 1 < len ? b64[(v >> 6) & 63] : '=';
+    *o++ = '=';
+  }
+  *o = '\0';
+  return out;
+}
+
+static int b64val(char c) {
+  if (c >= 'A' && c <= 'Z')
+    return c - 'A';
+  if (c >= 'a' && c <= 'z')
+    return c - 'a' + 26;
+  if (c >= '0' && c <= '9')
+    return c - '0' + 52;
+  if (c == '+' || c == '-')
+    return 62;
+  if (c == '/' || c == '_')
+    return 63;
+  return -1;
+}
+
+int agsx_base64_decode(const char *s, size_t max, char **ret, size_t *ret_len, agsx_error_t *err) {
+  *ret = NULL;
+  size_t n = strlen(s);
+  while (n > 0 && s[n - 1] == '=')
+    n--;
+  if (n % 4 == 1 || strlen(s) - n > 2)
+    return agsx_error_set(err, EINVAL, "invalid base64");
+  size_t outlen = n / 4 * 3 + (n % 4 ? n % 4 - 1 : 0);
+  if (outlen > max)
+    return agsx_error_set(err, E2BIG, "more than %zu bytes", max);
+  unsigned char *out = xmalloc(outlen + 1);
+  size_t o = 0;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (size_t i = 0; i < n; i++) {
+    int v = b64val(s[i]);
+    if (v < 0) {
+      free(out);
+      return agsx_error_set(err, EINVAL, "invalid base64");
+    }
+    acc = acc << 6 | (uint32_t)v;
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out[o++] = (unsigned char)(acc >> bits);
+    }
+  }
+  out[o] = '\0';
+  *ret = (char *)out;
+  *ret_len = o;
+  return 0;
+}

@@ -1,0 +1,94 @@
+/* agsx — api: the wire formats of the E2B protocol that are not HTTP itself,
+ * as pure functions over untrusted bytes (each has a fuzz target):
+ *
+ *   Connect-RPC envelopes   flags (0 message, 2 end-stream), u32 big-endian
+ *                           length, the JSON (e2b-protocol.md §3.3)
+ *   Connect error codes     "not_found" ... and their HTTP statuses
+ *   query strings           percent-decoding, forms, and the list route's
+ *                           `metadata` filter (k=v&k2=v2, each part encoded
+ *                           once more by the SDK)
+ *   Basic auth              envd's user: "Basic base64(user:)"
+ *   base64                  standard, with padding (protobuf-JSON bytes)
+ *
+ * Nothing here allocates without a bound. */
+#ifndef AGSX_API_WIRE_H
+#define AGSX_API_WIRE_H
+
+#include "util/util.h"
+
+#define AGSX_CONNECT_FLAG_COMPRESSED 0x01
+#define AGSX_CONNECT_FLAG_END 0x02
+#define AGSX_API_FILTER_MAX 64 /* key=value pairs of a metadata filter */
+#define AGSX_API_USER_MAX 256  /* bytes of a user name */
+
+/* A growing byte buffer. */
+struct agsx_buf {
+  char *p;
+  size_t len, cap;
+};
+void agsx_buf_add(struct agsx_buf *b, const void *data, size_t len);
+void agsx_buf_clear(struct agsx_buf *b);
+
+/* The one message envelope of a server-streaming request body: its JSON in
+ * *RET_MSG and *RET_LEN (pointing into BUF). EINVAL for a short, compressed,
+ * end-stream or trailing-garbage body. */
+int agsx_connect_envelope(const char *buf, size_t len, const char **ret_msg, size_t *ret_len,
+                          agsx_error_t *err);
+/* Appends an envelope with FLAGS around JSON. */
+void agsx_connect_frame(struct agsx_buf *out, unsigned flags, const char *json, size_t len);
+
+/* Connect's codes (canceled ... unauthenticated). */
+enum agsx_connect_code {
+  AGSX_CONNECT_CANCELED,
+  AGSX_CONNECT_UNKNOWN,
+  AGSX_CONNECT_INVALID_ARGUMENT,
+  AGSX_CONNECT_DEADLINE_EXCEEDED,
+  AGSX_CONNECT_NOT_FOUND,
+  AGSX_CONNECT_ALREADY_EXISTS,
+  AGSX_CONNECT_PERMISSION_DENIED,
+  AGSX_CONNECT_RESOURCE_EXHAUSTED,
+  AGSX_CONNECT_FAILED_PRECONDITION,
+  AGSX_CONNECT_ABORTED,
+  AGSX_CONNECT_OUT_OF_RANGE,
+  AGSX_CONNECT_UNIMPLEMENTED,
+  AGSX_CONNECT_INTERNAL,
+  AGSX_CONNECT_UNAVAILABLE,
+  AGSX_CONNECT_DATA_LOSS,
+  AGSX_CONNECT_UNAUTHENTICATED,
+};
+const char *agsx_connect_code_name(enum agsx_connect_code c);
+/* The HTTP status of a unary error with code C (not_found 404, ...). */
+int agsx_connect_code_status(enum agsx_connect_code c);
+/* The Connect code of a library error's errno (ENOENT not_found, EINVAL
+ * invalid_argument, EPERM/EACCES permission_denied, ESRCH unavailable, ...). */
+enum agsx_connect_code agsx_connect_code_of_errno(int e);
+
+/* Percent-decodes S[0..N) (with PLUS_SPACE, '+' is a space, as in forms).
+ * NULL for a malformed escape or a decoded NUL. */
+char *agsx_url_decode(const char *s, size_t n, bool plus_space);
+/* The metadata filter of GET /v2/sandboxes: Q is the `metadata` query
+ * value as the HTTP layer decoded it once ("k=v&k2=v2" with each key and
+ * value still percent-encoded by the SDK); *RET a vector of "KEY=VALUE"
+ * fully decoded (agsx_labels_match filters). EINVAL for a malformed part,
+ * an empty key or more than AGSX_API_FILTER_MAX parts. */
+int agsx_api_metadata_filter(const char *q, char ***ret, agsx_error_t *err);
+/* A comma-separated list of QUERY (`state=running,paused`): whether WORD
+ * is in it. */
+bool agsx_api_list_has(const char *list, const char *word);
+
+/* The user of an `Authorization: Basic base64(user:password)` header; the
+ * password is ignored (envd's is empty). EINVAL for another scheme, bad
+ * base64, no colon, an empty or overlong name, or a name with characters
+ * other than letters, digits and ._-. */
+int agsx_basic_auth_user(const char *header, char **ret_user, agsx_error_t *err);
+/* A user name as envd and /etc/passwd accept it: 1 to 256 bytes of
+ * letters, digits, '.', '_', '-' (not starting with '-'). */
+bool agsx_api_user_is_valid(const char *name);
+
+/* Standard base64 with padding. Decode: EINVAL for malformed input (also
+ * accepts unpadded input and the URL-safe alphabet, as protobuf-JSON
+ * parsers do); *RET_LEN the decoded size; at most MAX decoded bytes. */
+char *agsx_base64_encode(const void *buf, size_t len);
+int agsx_base64_decode(const char *s, size_t max, char **ret, size_t *ret_len, agsx_error_t *err);
+
+#endif

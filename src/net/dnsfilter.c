@@ -1,0 +1,668 @@
+/* agsx — the DNS relay's egress filter. See dnsfilter.h. */
+#include "config.h"
+
+#include "net/dnsfilter.h"
+#include "net/nft.h"
+#include "util/conf.h"
+#include "util/json.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/nfnetlink_log.h>
+#include <linux/netlink.h>
+#include <netinet/ip.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+/* ---- DNS messages --------------------------------------------------------------------------- */
+
+static uint16_t be16(const unsigned char *p) { return (uint16_t)(p[0] << 8 | p[1]); }
+static uint32_t be32(const unsigned char *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+int agsx_dns_question(const unsigned char *msg, size_t len, char *name, uint16_t *ret_type,
+                      size_t *ret_end) {
+  if (len < 12 || be16(msg + 4) != 1)
+    return -1;
+  char raw[AGSX_EGRESS_NAME_MAX + 2];
+  size_t off = 12, n = 0;
+  for (;;) {
+    if (off >= len)
+      return -1;
+    unsigned l = msg[off++];
+    if (l == 0)
+      break;
+    if (l > 63 || off + l > len || n + l + 1 > AGSX_EGRESS_NAME_MAX + 1)
+      return -1; /* (compression has no place in a question) */
+    if (n)
+      raw[n++] = '.';
+    memcpy(raw + n, msg + off, l);
+    n += l;
+    off += l;
+  }
+  if (off + 4 > len || agsx_egress_name_canon(raw, n, name) < 0)
+    return -1;
+  *ret_type = be16(msg + off);
+  *ret_end = off + 4;
+  return 0;
+}
+
+/* Skips a (possibly compressed) name at *OFF. */
+static int skip_name(const unsigned char *msg, size_t len, size_t *off) {
+  for (int labels = 0; labels < 128; labels++) {
+    if (*off >= len)
+      return -1;
+    unsigned l = msg[*off];
+    if (l == 0) {
+      (*off)++;
+      return 0;
+    }
+    if ((l & 0xc0) == 0xc0) {
+      if (*off + 2 > len)
+        return -1;
+      *off += 2;
+      return 0;
+    }
+    if (l > 63)
+      return -1;
+    *off += 1 + l;
+  }
+  return -1;
+}
+
+int agsx_dns_answers_a(const unsigned char *msg, size_t len,
+                       void (*fn)(void *data, uint32_t addr, uint32_t ttl), void *data) {
+  char name[AGSX_EGRESS_NAME_MAX + 1];
+  uint16_t type;
+  size_t off;
+  if (agsx_dns_question(msg, len, name, &type, &off) < 0)
+    return -1;
+  unsigned an = be16(msg + 6);
+  for (unsigned i = 0; i < an; i++) {
+    if (skip_name(msg, len, &off) < 0 || off + 10 > len)
+      return -1;
+    uint16_t t = be16(msg + off), c = be16(msg + off + 2), rdlen = be16(msg + off + 8);
+    uint32_t ttl = be32(msg + off + 4);
+    off += 10;
+    if (off + rdlen > len)
+      return -1;
+    if (t == 1 && c == 1 && rdlen == 4)
+      fn(data, be32(msg + off), ttl);
+    off += rdlen;
+  }
+  return 0;
+}
+
+/* Rewrites MSG into a reply with RCODE carrying the question only. */
+static size_t make_reply(unsigned char *msg, size_t qend, unsigned rcode) {
+  msg[2] = (unsigned char)(0x80 | (msg[2] & 0x79)); /* QR, the opcode and RD kept */
+  msg[3] = (unsigned char)(0x80 | rcode);           /* RA */
+  memset(msg + 6, 0, 6);                            /* no answer, authority, additional */
+  return qend;
+}
+
+/* ---- the filter ----------------------------------------------------------------------------- */
+
+#define CACHE_MAX 4096
+
+struct learnt {
+  uint32_t addr;
+  uint16_t port; /* 0: every port */
+  int64_t until_ms;
+};
+
+struct log_entry {
+  bool query;
+  char what[AGSX_EGRESS_NAME_MAX + 1]; /* the name, or the address */
+  uint16_t port, type;                 /* port (connections), query type */
+  uint8_t proto;
+  int64_t first, last; /* wall clock, s */
+  uint64_t count;
+};
+
+struct agsx_dns_filter {
+  struct agsx_egress e;
+  uint32_t addr;
+  bool has_subnet;
+  struct agsx_cidr subnet;
+  char *dir_path; /* STATE/ID, or NULL */
+  int dirfd, lockfd;
+  dev_t rules_dev;
+  ino_t rules_ino;
+  struct timespec rules_mtime;
+  int64_t ttl_min, ttl_max;
+  struct learnt *cache;
+  size_t ncache;
+  struct log_entry *log;
+  size_t nlog;
+  uint64_t log_evicted;
+  bool dirty;
+  int64_t flushed_ms;
+  int nflog;
+  bool active; /* it had rules: nflog bound */
+  struct agsx_dns_filter_stats st;
+  /* one answer's addresses, while it is looked at */
+  char *cmds;
+  const char *name;
+  bool any;
+  uint16_t ports[16];
+  size_t nports;
+  int64_t now_ms;
+};
+
+static int64_t mono_ms(void) { return agsx_mono_ns() / 1000000; }
+
+static int64_t conf_secs(const char *key, const char *env, int64_t def) {
+  _cleanup_free_ char *v = NULL;
+  agsx_error_t err = NULL;
+  uint64_t s;
+  if (agsx_conf_get(key, env, &v, &err) < 0 || v == NULL || agsx_parse_duration(v, &s, &err) < 0) {
+    if (err)
+      agsx_warn("%s: %s (using %llds)", key, err->msg, (long long)def);
+    agsx_error_free(&err);
+    return def;
+  }
+  return (int64_t)s;
+}
+
+/* Binds a free nflog group for the refused connections: the kernel says
+ * EBUSY for one bound already (another sandbox's), so try a few. */
+static int nflog_send(int fd, uint16_t group, uint8_t cmd, bool mode) {
+  struct {
+    struct nlmsghdr h;
+    struct nfgenmsg g;
+    char attrs[64];
+  } m;
+  memset(&m, 0, sizeof(m));
+  m.h.nlmsg_type = (NFNL_SUBSYS_ULOG << 8) | NFULNL_MSG_CONFIG;
+  m.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
+  m.g.nfgen_family = AF_UNSPEC;
+  m.g.version = NFNETLINK_V0;
+  m.g.res_id = htons(group);
+  struct nlattr *a = (struct nlattr *)m.attrs;
+  size_t alen;
+  if (!mode) {
+    a->nla_type = NFULA_CFG_CMD;
+    a->nla_len = NLA_HDRLEN + sizeof(struct nfulnl_msg_config_cmd);
+    ((struct nfulnl_msg_config_cmd *)((char *)a + NLA_HDRLEN))->command = cmd;
+  } else {
+    a->nla_type = NFULA_CFG_MODE;
+    a->nla_len = NLA_HDRLEN + sizeof(struct nfulnl_msg_config_mode);
+    struct nfulnl_msg_config_mode *md = (void *)((char *)a + NLA_HDRLEN);
+    md->copy_range = htonl(64);
+    md->copy_mode = NFULNL_COPY_PACKET;
+    /* Each packet at once (the default batches 100 or waits 1 s). */
+    struct nlattr *q = (struct nlattr *)(m.attrs + NLA_ALIGN(a->nla_len));
+    q->nla_type = NFULA_CFG_QTHRESH;
+    q->nla_len = NLA_HDRLEN + 4;
+    uint32_t one = htonl(1);
+    memcpy((char *)q + NLA_HDRLEN, &one, 4);
+  }
+  alen = NLA_ALIGN(a->nla_len);
+  if (mode)
+    alen += NLA_ALIGN(NLA_HDRLEN + 4);
+  m.h.nlmsg_len = (uint32_t)(NLMSG_LENGTH(sizeof(m.g)) + alen);
+  if (send(fd, &m, m.h.nlmsg_len, 0) < 0)
+    return -errno;
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  if (poll(&p, 1, 1000) <= 0)
+    return -ETIMEDOUT;
+  union {
+    char b[512];
+    struct nlmsghdr h;
+  } r;
+  ssize_t n = recv(fd, r.b, sizeof(r.b), MSG_DONTWAIT);
+  if (n < (ssize_t)NLMSG_LENGTH(sizeof(struct nlmsgerr)) || r.h.nlmsg_type != NLMSG_ERROR)
+    return -EPROTO;
+  return ((struct nlmsgerr *)NLMSG_DATA(&r.h))->error;
+}
+
+int agsx_dns_filter_nflog_open(int *ret_group) {
+  *ret_group = -1;
+  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_NETFILTER);
+  if (fd < 0)
+    return -1;
+  struct sockaddr_nl sa = {.nl_family = AF_NETLINK};
+  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+    close(fd);
+    return -1;
+  }
+  for (int i = 0; i < 16; i++) {
+    uint16_t g;
+    if (getrandom(&g, sizeof(g), 0) != sizeof(g))
+      break;
+    g = (uint16_t)(0x4000 | (g & 0x3fff));
+    int r = nflog_send(fd, g, NFULNL_CFG_CMD_BIND, false);
+    if (r == -EBUSY || r == -EEXIST)
+      continue;
+    if (r < 0 || nflog_send(fd, g, 0, true) < 0)
+      break;
+    *ret_group = g;
+    return fd;
+  }
+  close(fd);
+  return -1;
+}
+
+/* The first rules (at the start, or by an update): the refusing chain
+ * logs to an nflog group of ours from now on. */
+static int activate(struct agsx_dns_filter *f, agsx_error_t *err) {
+  if (f->active)
+    return 0;
+  f->active = true;
+  f->nflog = agsx_dns_filter_nflog_open(&f->st.log_group);
+  if (f->nflog < 0) {
+    agsx_warn("egress: refused connections are not logged (no free nflog group)");
+    return 0;
+  }
+  _cleanup_free_ char *cmds = agsx_egress_nft_log_cmds(f->addr, f->st.log_group);
+  return agsx_nft_run(cmds, NULL, err);
+}
+
+struct agsx_dns_filter *agsx_dns_filter_new(const struct agsx_egress *e, uint32_t addr,
+                                            const struct agsx_cidr *subnet, const char *state_dir,
+                                            const char *id, int nflog, int log_group,
+                                            agsx_error_t *err) {
+  struct agsx_dns_filter *f = xzalloc(sizeof(*f));
+  if (e && e->n) {
+    f->e.rules = xmalloc(e->n * sizeof(*e->rules));
+    memcpy(f->e.rules, e->rules, e->n * sizeof(*e->rules));
+    f->e.n = e->n;
+  }
+  f->addr = addr;
+  if (subnet) {
+    f->has_subnet = true;
+    f->subnet = *subnet;
+  }
+  f->dirfd = f->lockfd = f->nflog = -1;
+  if (state_dir && id)
+    f->dir_path = xasprintf("%s/%s", state_dir, id);
+  f->ttl_min = conf_secs("egress-ttl-min", "AGSX_EGRESS_TTL_MIN", AGSX_EGRESS_TTL_MIN);
+  f->ttl_max = conf_secs("egress-ttl-max", "AGSX_EGRESS_TTL_MAX", AGSX_EGRESS_TTL_MAX);
+  if (f->ttl_max < f->ttl_min)
+    f->ttl_max = f->ttl_min;
+  f->flushed_ms = mono_ms();
+  f->st.log_group = -1;
+  if (nflog >= 0 && log_group >= 0) { /* made with the chain already */
+    f->nflog = nflog;
+    f->st.log_group = log_group;
+    f->active = true;
+  } else if (nflog >= 0) {
+    close(nflog);
+  }
+  if (f->e.n && activate(f, err) < 0) {
+    agsx_dns_filter_free(f);
+    return NULL;
+  }
+  return f;
+}
+
+static void log_flush(struct agsx_dns_filter *f);
+
+void agsx_dns_filter_free(struct agsx_dns_filter *f) {
+  if (f == NULL)
+    return;
+  if (f->dirty)
+    log_flush(f);
+  agsx_egress_clear(&f->e);
+  free(f->dir_path);
+  free(f->cache);
+  free(f->log);
+  free(f->cmds);
+  agsx_closep(&f->dirfd);
+  agsx_closep(&f->lockfd);
+  agsx_closep(&f->nflog);
+  free(f);
+}
+
+void agsx_dns_filter_stats(const struct agsx_dns_filter *f, struct agsx_dns_filter_stats *ret) {
+  *ret = f->st;
+}
+
+/* STATE/ID, once it exists (the record is written after the start). */
+static int state_dir(struct agsx_dns_filter *f) {
+  if (f->dirfd < 0 && f->dir_path)
+    f->dirfd = open(f->dir_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  return f->dirfd;
+}
+
+/* Takes the rules lock (shared) and reloads the rules if an update changed
+ * them. Returns the lock fd to unlock, or -1 (no state: no updates). */
+static int rules_lock(struct agsx_dns_filter *f) {
+  int dir = state_dir(f);
+  if (dir < 0)
+    return -1;
+  if (f->lockfd < 0) {
+    f->lockfd = openat(dir, "egress.lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (f->lockfd < 0)
+      return -1;
+  }
+  if (flock(f->lockfd, LOCK_SH) < 0)
+    return -1;
+  struct stat st;
+  if (fstatat(dir, "egress.json", &st, AT_SYMLINK_NOFOLLOW) < 0)
+    return f->lockfd;
+  if (st.st_ino == f->rules_ino && st.st_dev == f->rules_dev &&
+      st.st_mtim.tv_sec == f->rules_mtime.tv_sec && st.st_mtim.tv_nsec == f->rules_mtime.tv_nsec)
+    return f->lockfd;
+  _cleanup_free_ char *buf = NULL;
+  size_t len;
+  struct agsx_egress e;
+  agsx_error_t err = NULL;
+  if (agsx_read_file_at(dir, "egress.json", 1 << 20, &buf, &len, &err) < 0 ||
+      agsx_egress_from_json(buf, len, &e, &err) < 0) {
+    agsx_warn("sandbox egress rules: %s (keeping the previous ones)", err->msg);
+    agsx_error_free(&err);
+    return f->lockfd;
+  }
+  agsx_egress_clear(&f->e);
+  f->e = e;
+  f->ncache = 0; /* the update may have removed addresses */
+  if (e.n && activate(f, &err) < 0) {
+    agsx_warn("egress: %s", err->msg);
+    agsx_error_free(&err);
+  }
+  f->rules_ino = st.st_ino;
+  f->rules_dev = st.st_dev;
+  f->rules_mtime = st.st_mtim;
+  return f->lockfd;
+}
+
+static void rules_unlock(int fd) {
+  if (fd >= 0)
+    flock(fd, LOCK_UN);
+}
+
+/* ---- the blocked log ---- */
+
+static void log_add(struct agsx_dns_filter *f, bool query, const char *what, uint16_t type,
+                    uint16_t port, uint8_t proto) {
+  int64_t now = agsx_now_ns() / 1000000000LL;
+  struct log_entry *e = NULL;
+  for (size_t i = 0; i < f->nlog && e == NULL; i++) {
+    struct log_entry *x = &f->log[i];
+    if (x->query == query && x->port == port && x->proto == proto && x->type == type &&
+        strcmp(x->what, what) == 0)
+      e = x;
+  }
+  if (e == NULL && f->nlog < AGSX_EGRESS_LOG_MAX) {
+    f->log = xrealloc(f->log, (f->nlog + 1) * sizeof(*f->log));
+    e = &f->log[f->nlog++];
+    memset(e, 0, sizeof(*e));
+  } else if (e == NULL) { /* full: the least recently seen goes */
+    e = &f->log[0];
+    for (size_t i = 1; i < f->nlog; i++)
+      if (f->log[i].last < e->last)
+        e = &f->log[i];
+    memset(e, 0, sizeof(*e));
+    f->log_evicted++;
+  }
+  if (e->count == 0) {
+    e->query = query;
+    snprintf(e->what, sizeof(e->what), "%s", what);
+    e->type = type;
+    e->port = port;
+    e->proto = proto;
+    e->first = now;
+  }
+  e->last = now;
+  e->count++;
+  f->dirty = true;
+  f->st.logged++;
+}
+
+static const char *proto_name(uint8_t p) {
+  return p == IPPROTO_TCP ? "tcp" : p == IPPROTO_UDP ? "udp" : p == IPPROTO_ICMP ? "icmp" : "ip";
+}
+
+static void log_flush(struct agsx_dns_filter *f) {
+  f->flushed_ms = mono_ms();
+  int dir = state_dir(f);
+  if (dir < 0)
+    return;
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  yajl_gen_map_open(g);
+  agsx_json_kv_int(g, "evicted", (int64_t)f->log_evicted);
+  agsx_json_key(g, "entries");
+  yajl_gen_array_open(g);
+  for (size_t i = 0; i < f->nlog; i++) {
+    const struct log_entry *e = &f->log[i];
+    yajl_gen_map_open(g);
+    agsx_json_kv_str(g, "kind", e->query ? "dns" : "connection");
+    if (e->query) {
+      agsx_json_kv_str(g, "name", e->what);
+      agsx_json_kv_int(g, "qtype", e->type);
+    } else {
+      agsx_json_kv_str(g, "address", e->what);
+      agsx_json_kv_str(g, "protocol", proto_name(e->proto));
+      if (e->port)
+        agsx_json_kv_int(g, "port", e->port);
+    }
+    _cleanup_free_ char *first = agsx_format_rfc3339(e->first),
+                        *last = agsx_format_rfc3339(e->last);
+    agsx_json_kv_str(g, "first", first);
+    agsx_json_kv_str(g, "last", last);
+    agsx_json_kv_int(g, "count", (int64_t)e->count);
+    yajl_gen_map_close(g);
+  }
+  yajl_gen_array_close(g);
+  yajl_gen_map_close(g);
+  size_t len;
+  _cleanup_free_ char *json = agsx_json_gen_steal(g, &len);
+  agsx_error_t err = NULL;
+  if (agsx_write_file_atomic(dir, "netlog", json, len, 0600, &err) == 0)
+    f->dirty = false;
+  agsx_error_free(&err);
+}
+
+/* ---- queries and answers ---- */
+
+enum agsx_dns_verdict agsx_dns_filter_query(struct agsx_dns_filter *f, char *msg, size_t *len,
+                                            size_t cap) {
+  (void)cap; /* replies are never longer than the query */
+  unsigned char *m = (unsigned char *)msg;
+  char name[AGSX_EGRESS_NAME_MAX + 1];
+  uint16_t type;
+  size_t end;
+  if (*len < 12 || (m[2] & 0x80))
+    return AGSX_DNS_DROP; /* not a query */
+  if (agsx_dns_question(m, *len, name, &type, &end) < 0 || (m[2] & 0x78) != 0) {
+    f->st.refused++;
+    *len = make_reply(m, 12, 1); /* FORMERR, without the question */
+    m[4] = m[5] = 0;
+    return AGSX_DNS_REPLY;
+  }
+  int lock = rules_lock(f);
+  bool any;
+  bool ok = agsx_egress_name_allowed(&f->e, name, &any, NULL, 0, NULL);
+  rules_unlock(lock);
+  if (ok)
+    return AGSX_DNS_PASS;
+  f->st.refused++;
+  log_add(f, true, name, type, 0, 0);
+  *len = make_reply(m, end, 5); /* REFUSED */
+  return AGSX_DNS_REPLY;
+}
+
+/* Is ADDR (PORT) in the sets for at least half of TTL_MS more? If not it is
+ * (re)written, and remembered as good until UNTIL. */
+static bool cached(struct agsx_dns_filter *f, uint32_t addr, uint16_t port, int64_t ttl_ms,
+                   int64_t until) {
+  for (size_t i = 0; i < f->ncache; i++)
+    if (f->cache[i].addr == addr && f->cache[i].port == port) {
+      if (f->cache[i].until_ms - f->now_ms >= ttl_ms / 2)
+        return true;
+      f->cache[i].until_ms = until;
+      return false;
+    }
+  if (f->ncache == CACHE_MAX) { /* the one expiring first goes */
+    size_t k = 0;
+    for (size_t i = 1; i < f->ncache; i++)
+      if (f->cache[i].until_ms < f->cache[k].until_ms)
+        k = i;
+    f->cache[k] = f->cache[--f->ncache];
+  }
+  f->cache = xrealloc(f->cache, (f->ncache + 1) * sizeof(*f->cache));
+  f->cache[f->ncache++] = (struct learnt){addr, port, until};
+  return false;
+}
+
+/* The element comment: the name (the update matches it against new rules);
+ * nft takes at most 128 bytes, so a longer one keeps its tail after "~". */
+static void comment_of(const char *name, char *buf, size_t len) {
+  size_t n = strlen(name);
+  if (n <= 120)
+    snprintf(buf, len, "%s", name);
+  else
+    snprintf(buf, len, "~%s", name + n - 119);
+}
+
+static void add_elem(struct agsx_dns_filter *f, const char *set, const char *key, int64_t ttl) {
+  char comment[128], me[16];
+  comment_of(f->name, comment, sizeof(comment));
+  agsx_ipv4_format(f->addr, me);
+  /* A plain add: Linux 6.10 and later refresh an existing element's
+   * timeout this way (before, an existing element keeps its first expiry). */
+  char *old = f->cmds;
+  f->cmds = xasprintf("%sadd element inet agsx %s { %s . %s timeout %llds comment \"%s\" }\n",
+                      old ? old : "", set, me, key, (long long)ttl, comment);
+  free(old);
+}
+
+static void on_a(void *data, uint32_t addr, uint32_t ttl) {
+  struct agsx_dns_filter *f = data;
+  int64_t t = (int64_t)ttl < f->ttl_min ? f->ttl_min : (int64_t)ttl > f->ttl_max ? f->ttl_max : ttl;
+  /* Due again a little before the element expires. */
+  int64_t until = f->now_ms + t * 1000 - 2000;
+  char ip[16], key[32];
+  agsx_ipv4_format(addr, ip);
+  if (f->any && !cached(f, addr, 0, t * 1000, until))
+    add_elem(f, "xa", ip, t);
+  for (size_t i = 0; i < f->nports; i++)
+    if (!cached(f, addr, f->ports[i], t * 1000, until)) {
+      snprintf(key, sizeof(key), "%s . %u", ip, f->ports[i]);
+      add_elem(f, "xp", key, t);
+    }
+}
+
+enum agsx_dns_verdict agsx_dns_filter_answer(struct agsx_dns_filter *f, char *msg, size_t *len) {
+  unsigned char *m = (unsigned char *)msg;
+  char name[AGSX_EGRESS_NAME_MAX + 1];
+  uint16_t type;
+  size_t end;
+  if (*len < 12 || !(m[2] & 0x80) || agsx_dns_question(m, *len, name, &type, &end) < 0)
+    return AGSX_DNS_DROP;
+  int lock = rules_lock(f);
+  enum agsx_dns_verdict v = AGSX_DNS_PASS;
+  f->name = name;
+  f->nports = 0;
+  f->now_ms = mono_ms();
+  free(f->cmds);
+  f->cmds = NULL;
+  /* The rules again: they may have changed since the query went out. */
+  if (!agsx_egress_name_allowed(&f->e, name, &f->any, f->ports, 16, &f->nports)) {
+    *len = make_reply(m, end, 5);
+    v = AGSX_DNS_REPLY;
+  } else if (!agsx_egress_has_allow(&f->e)) {
+    /* no allow-list: nothing to open (the network's own rules apply) */
+  } else if (agsx_dns_answers_a(m, *len, on_a, f) < 0) {
+    *len = make_reply(m, end, 2); /* SERVFAIL: what we cannot read we do not open */
+    v = AGSX_DNS_REPLY;
+  } else if (f->cmds) {
+    agsx_error_t err = NULL;
+    f->st.nft_calls++;
+    if (agsx_nft_run(f->cmds, NULL, &err) < 0) {
+      agsx_warn("egress: add the addresses of `%s`: %s", name, err->msg);
+      agsx_error_free(&err);
+      f->st.nft_failed++;
+      f->ncache = 0;
+      *len = make_reply(m, end, 2);
+      v = AGSX_DNS_REPLY;
+    }
+  }
+  rules_unlock(lock);
+  free(f->cmds);
+  f->cmds = NULL;
+  f->name = NULL;
+  if (v == AGSX_DNS_PASS)
+    f->st.answered++;
+  return v;
+}
+
+/* ---- nflog: refused connections ---- */
+
+static void nflog_packet(struct agsx_dns_filter *f, const struct nlmsghdr *h) {
+  size_t off = NLMSG_LENGTH(sizeof(struct nfgenmsg)), end = h->nlmsg_len;
+  while (off + NLA_HDRLEN <= end) {
+    const struct nlattr *a = (const struct nlattr *)((const char *)h + off);
+    if (a->nla_len < NLA_HDRLEN || off + a->nla_len > end)
+      return;
+    if ((a->nla_type & NLA_TYPE_MASK) == NFULA_PAYLOAD) {
+      const unsigned char *p = (const unsigned char *)a + NLA_HDRLEN;
+      size_t n = a->nla_len - NLA_HDRLEN;
+      if (n < 20 || (p[0] >> 4) != 4)
+        return;
+      size_t ihl = (size_t)(p[0] & 15) * 4;
+      uint8_t proto = p[9];
+      uint16_t port = 0;
+      if ((proto == IPPROTO_TCP || proto == IPPROTO_UDP) && n >= ihl + 4)
+        port = be16(p + ihl + 2);
+      char ip[16];
+      agsx_ipv4_format(be32(p + 16), ip);
+      log_add(f, false, ip, 0, port, proto);
+      return;
+    }
+    off += NLA_ALIGN(a->nla_len);
+  }
+}
+
+static void nflog_read(struct agsx_dns_filter *f) {
+  union {
+    char b[8192];
+    struct nlmsghdr h;
+  } u;
+  for (int k = 0; k < 64; k++) {
+    ssize_t n = recv(f->nflog, u.b, sizeof(u.b), MSG_DONTWAIT);
+    if (n <= 0)
+      return;
+    for (size_t off = 0; off + sizeof(struct nlmsghdr) <= (size_t)n;) {
+      const struct nlmsghdr *h = (const struct nlmsghdr *)(u.b + off);
+      if (h->nlmsg_len < sizeof(*h) || off + h->nlmsg_len > (size_t)n)
+        break;
+      if (h->nlmsg_type == ((NFNL_SUBSYS_ULOG << 8) | NFULNL_MSG_PACKET))
+        nflog_packet(f, h);
+      off += NLMSG_ALIGN(h->nlmsg_len);
+    }
+  }
+}
+
+size_t agsx_dns_filter_nfds(const struct agsx_dns_filter *f) { return f ? 1 : 0; }
+
+size_t agsx_dns_filter_fill(struct agsx_dns_filter *f, struct pollfd *p) {
+  if (f == NULL)
+    return 0;
+  p[0] = (struct pollfd){.fd = f->nflog, .events = POLLIN};
+  return 1;
+}
+
+void agsx_dns_filter_dispatch(struct agsx_dns_filter *f, const struct pollfd *p, size_t n) {
+  if (f == NULL || n != 1)
+    return;
+  if (p[0].revents && f->nflog >= 0)
+    nflog_read(f);
+  if (f->dirty && mono_ms() - f->flushed_ms >= AGSX_DNS_FILTER_FLUSH_MS)
+    log_flush(f);
+}
+
+int agsx_dns_filter_timeout_ms(const struct agsx_dns_filter *f) {
+  if (f == NULL || !f->dirty)
+    return -1;
+  int64_t left = f->flushed_ms + AGSX_DNS_FILTER_FLUSH_MS - mono_ms();
+  return left <= 0 ? 0 : (int)left + 1;
+}

@@ -1,0 +1,481 @@
+/* agsx — egress allow-lists: rules, matching, the sandbox's nft objects.
+ * See egress.h. */
+#include "config.h"
+
+#include "net/egress.h"
+#include "util/json.h"
+
+#include <ctype.h>
+#include <string.h>
+
+#define EGRESS_JSON_MAX (1 << 20)
+
+void agsx_egress_clear(struct agsx_egress *e) {
+  free(e->rules);
+  e->rules = NULL;
+  e->n = 0;
+}
+
+bool agsx_egress_has_allow(const struct agsx_egress *e) {
+  for (size_t i = 0; e && i < e->n; i++)
+    if (e->rules[i].allow)
+      return true;
+  return false;
+}
+
+int agsx_egress_name_canon(const char *name, size_t len, char *buf) {
+  if (len > 0 && name[len - 1] == '.')
+    len--;
+  if (len == 0 || len > AGSX_EGRESS_NAME_MAX)
+    return -1;
+  size_t label = 0;
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)name[i];
+    if (c == '.') {
+      if (label == 0 || name[i - 1] == '-')
+        return -1;
+      label = 0;
+    } else if (c == '-' && label == 0) {
+      return -1; /* no label starts (or ends) with a hyphen */
+    } else if (isalnum(c) || c == '-' || c == '_') {
+      if (++label > 63)
+        return -1;
+    } else {
+      return -1;
+    }
+    buf[i] = (char)tolower(c);
+  }
+  if (label == 0 || name[len - 1] == '-')
+    return -1;
+  buf[len] = '\0';
+  return 0;
+}
+
+/* ":PORT" at the end of S (from *LEN): cut off into *RET (1-65535). */
+static int split_port(const char *s, size_t *len, uint16_t *ret) {
+  *ret = 0;
+  const char *colon = memchr(s, ':', *len);
+  if (colon == NULL)
+    return 0;
+  size_t n = *len - (size_t)(colon - s) - 1;
+  if (n == 0 || n > 5)
+    return -1;
+  unsigned v = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!isdigit((unsigned char)colon[1 + i]))
+      return -1;
+    v = v * 10 + (unsigned)(colon[1 + i] - '0');
+  }
+  if (v == 0 || v > 65535)
+    return -1;
+  *ret = (uint16_t)v;
+  *len = (size_t)(colon - s);
+  return 0;
+}
+
+static bool looks_numeric(const char *s, size_t len) {
+  for (size_t i = 0; i < len; i++)
+    if (!isdigit((unsigned char)s[i]) && s[i] != '.' && s[i] != '/')
+      return false;
+  return true;
+}
+
+int agsx_egress_rule_parse(const char *s, bool allow, struct agsx_egress_rule *ret,
+                           agsx_error_t *err) {
+  memset(ret, 0, sizeof(*ret));
+  ret->allow = allow;
+  while (*s == ' ' || *s == '\t')
+    s++;
+  size_t len = strlen(s);
+  while (len > 0 && (s[len - 1] == ' ' || s[len - 1] == '\t'))
+    len--;
+  if (len > AGSX_EGRESS_NAME_MAX + 8)
+    return agsx_error_set_quiet(err, EINVAL, "invalid egress rule: too long"), -1;
+  for (size_t i = 0; i < len; i++)
+    if (s[i] <= ' ' || s[i] > '~')
+      return agsx_error_set_quiet(err, EINVAL,
+                                  "invalid egress rule (want NAME, *.NAME or CIDR, with an "
+                                  "optional :PORT)"),
+             -1;
+  if (len == 0 || split_port(s, &len, &ret->port) < 0)
+    return agsx_error_set_quiet(err, EINVAL,
+                                "invalid egress rule `%s` (want NAME, *.NAME or CIDR, with an "
+                                "optional :PORT of 1-65535)",
+                                s),
+           -1;
+  if (looks_numeric(s, len)) {
+    _cleanup_free_ char *c = xstrndup(s, len);
+    agsx_error_t e = NULL;
+    if (agsx_cidr_parse(c, false, true, &ret->cidr, &e) < 0) {
+      agsx_error_set_quiet(err, EINVAL, "invalid egress rule `%s`: %s", s, e->msg);
+      agsx_error_free(&e);
+      return -1;
+    }
+    ret->kind = AGSX_EGRESS_CIDR;
+    return 0;
+  }
+  ret->kind = AGSX_EGRESS_NAME;
+  if (len > 2 && s[0] == '*' && s[1] == '.') {
+    ret->kind = AGSX_EGRESS_WILDCARD;
+    s += 2;
+    len -= 2;
+  }
+  if (memchr(s, '*', len) || agsx_egress_name_canon(s, len, ret->name) < 0)
+    return agsx_error_set_quiet(err, EINVAL,
+                                "invalid egress rule `%s` (a name: letters, digits, `-`, `_` and "
+                                "dots; a wildcard only as a leading `*.`)",
+                                s - (ret->kind == AGSX_EGRESS_WILDCARD ? 2 : 0)),
+           -1;
+  if (!allow && ret->port)
+    return agsx_error_set_quiet(err, EINVAL,
+                                "invalid egress rule `%s`: a denied name takes no port (deny a "
+                                "CIDR with a port instead)",
+                                s - (ret->kind == AGSX_EGRESS_WILDCARD ? 2 : 0)),
+           -1;
+  return 0;
+}
+
+int agsx_egress_rule_parse_line(const char *s, struct agsx_egress_rule *ret, agsx_error_t *err) {
+  while (*s == ' ' || *s == '\t')
+    s++;
+  size_t n = strcspn(s, " \t");
+  bool allow;
+  if (n == 5 && strncmp(s, "allow", 5) == 0)
+    allow = true;
+  else if (n == 4 && strncmp(s, "deny", 4) == 0)
+    allow = false;
+  else
+    return agsx_error_set_quiet(err, EINVAL,
+                                "invalid egress rule `%.64s`: it starts with allow or deny", s),
+           -1;
+  return agsx_egress_rule_parse(s + n, allow, ret, err);
+}
+
+char *agsx_egress_rule_format(const struct agsx_egress_rule *r) {
+  char cidr[20], port[8] = "";
+  if (r->port)
+    snprintf(port, sizeof(port), ":%u", r->port);
+  if (r->kind == AGSX_EGRESS_CIDR)
+    return xasprintf("%s %s%s", r->allow ? "allow" : "deny", agsx_cidr_format(&r->cidr, cidr),
+                     port);
+  return xasprintf("%s %s%s%s", r->allow ? "allow" : "deny",
+                   r->kind == AGSX_EGRESS_WILDCARD ? "*." : "", r->name, port);
+}
+
+int agsx_egress_append(struct agsx_egress *e, const struct agsx_egress_rule *r, agsx_error_t *err) {
+  if (e->n >= AGSX_EGRESS_MAX_RULES)
+    return agsx_error_set_quiet(err, E2BIG, "too many egress rules (at most %d)",
+                                AGSX_EGRESS_MAX_RULES),
+           -1;
+  e->rules = xrealloc(e->rules, (e->n + 1) * sizeof(*e->rules));
+  e->rules[e->n++] = *r;
+  return 0;
+}
+
+int agsx_egress_add(struct agsx_egress *e, const char *s, bool allow, agsx_error_t *err) {
+  struct agsx_egress_rule r;
+  if (agsx_egress_rule_parse(s, allow, &r, err) < 0)
+    return -1;
+  return agsx_egress_append(e, &r, err);
+}
+
+int agsx_egress_parse_file(const char *text, size_t len, const char *what, struct agsx_egress *e,
+                           agsx_error_t *err) {
+  if (memchr(text, '\0', len))
+    return agsx_error_set_quiet(err, EINVAL, "%s: a NUL byte in a text file", what), -1;
+  size_t line = 0;
+  for (size_t i = 0; i < len;) {
+    const char *nl = memchr(text + i, '\n', len - i);
+    size_t end = nl ? (size_t)(nl - text) : len;
+    line++;
+    if (end - i > 1024)
+      return agsx_error_set_quiet(err, EINVAL, "%s:%zu: line too long", what, line), -1;
+    _cleanup_free_ char *l = xstrndup(text + i, end - i);
+    i = end + 1;
+    char *hash = strchr(l, '#');
+    if (hash)
+      *hash = '\0';
+    for (char *p = l; *p; p++)
+      if (*p == '\r' || *p == '\v' || *p == '\f')
+        *p = ' ';
+    if (l[strspn(l, " \t")] == '\0')
+      continue;
+    struct agsx_egress_rule r;
+    if (agsx_egress_rule_parse_line(l, &r, err) < 0 || agsx_egress_append(e, &r, err) < 0)
+      return agsx_error_wrap(err, "%s:%zu", what, line);
+  }
+  return 0;
+}
+
+char *agsx_egress_to_json(const struct agsx_egress *e) {
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  yajl_gen_array_open(g);
+  for (size_t i = 0; e && i < e->n; i++) {
+    _cleanup_free_ char *s = agsx_egress_rule_format(&e->rules[i]);
+    agsx_json_str(g, s);
+  }
+  yajl_gen_array_close(g);
+  size_t len;
+  return agsx_json_gen_steal(g, &len);
+}
+
+int agsx_egress_from_json(const char *buf, size_t len, struct agsx_egress *e, agsx_error_t *err) {
+  memset(e, 0, sizeof(*e));
+  _cleanup_json_ yajl_val v = agsx_json_parse(buf, len, EGRESS_JSON_MAX, err);
+  if (v == NULL)
+    return -1;
+  if (!YAJL_IS_ARRAY(v))
+    return agsx_error_set_quiet(err, EINVAL, "egress rules: not a list"), -1;
+  for (size_t i = 0; i < v->u.array.len; i++) {
+    const char *s = YAJL_GET_STRING(v->u.array.values[i]);
+    struct agsx_egress_rule r;
+    if (s == NULL || agsx_egress_rule_parse_line(s, &r, err) < 0 ||
+        agsx_egress_append(e, &r, err) < 0) {
+      agsx_egress_clear(e);
+      if (*err == NULL)
+        agsx_error_set_quiet(err, EINVAL, "egress rules: not a string");
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* Does name rule R match canonical NAME? A wildcard: strict subdomains. */
+static bool name_matches(const struct agsx_egress_rule *r, const char *name) {
+  if (r->kind == AGSX_EGRESS_NAME)
+    return strcmp(r->name, name) == 0;
+  if (r->kind != AGSX_EGRESS_WILDCARD)
+    return false;
+  size_t n = strlen(name), s = strlen(r->name);
+  return n > s + 1 && name[n - s - 1] == '.' && strcmp(name + n - s, r->name) == 0;
+}
+
+bool agsx_egress_name_allowed(const struct agsx_egress *e, const char *name, bool *ret_any,
+                              uint16_t *ret_ports, size_t max, size_t *ret_n) {
+  bool any = false, allowed = false, has_allow = false;
+  size_t n = 0;
+  for (size_t i = 0; i < e->n; i++) {
+    const struct agsx_egress_rule *r = &e->rules[i];
+    has_allow |= r->allow;
+    if (!name_matches(r, name))
+      continue;
+    if (!r->allow) {
+      *ret_any = false;
+      if (ret_n)
+        *ret_n = 0;
+      return false; /* denials win */
+    }
+    allowed = true;
+    if (r->port == 0)
+      any = true;
+    else if (ret_ports && n < max)
+      ret_ports[n++] = r->port;
+  }
+  /* No allow-list: every name not denied resolves (as without rules). */
+  if (!has_allow)
+    allowed = any = true;
+  *ret_any = any;
+  if (ret_n)
+    *ret_n = n;
+  return allowed;
+}
+
+bool agsx_egress_cidr_allowed(const struct agsx_egress *e, uint32_t addr, uint16_t port,
+                              bool *ret_denied) {
+  bool allowed = false;
+  *ret_denied = false;
+  for (size_t i = 0; i < e->n; i++) {
+    const struct agsx_egress_rule *r = &e->rules[i];
+    if (r->kind != AGSX_EGRESS_CIDR || !agsx_cidr_contains(&r->cidr, addr) ||
+        (r->port && r->port != port))
+      continue;
+    if (!r->allow) {
+      *ret_denied = true;
+      return false;
+    }
+    allowed = true;
+  }
+  return allowed;
+}
+
+/* ---- nftables ------------------------------------------------------------------------------- */
+
+#define TABLE "inet agsx"
+
+static void append(char **buf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void append(char **buf, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *add = NULL;
+  if (vasprintf(&add, fmt, ap) < 0)
+    abort();
+  va_end(ap);
+  char *old = *buf;
+  *buf = xasprintf("%s%s", old ? old : "", add);
+  free(old);
+  free(add);
+}
+
+static void cidr_match(char *buf, size_t len, const struct agsx_egress_rule *r) {
+  char c[20];
+  agsx_cidr_format(&r->cidr, c);
+  if (r->port)
+    snprintf(buf, len, "ip daddr %s meta l4proto { tcp, udp } th dport %u", c, r->port);
+  else
+    snprintf(buf, len, "ip daddr %s", c);
+}
+
+static void xl_rules(char **c, uint32_t addr, int log_group) {
+  append(c, "flush chain " TABLE " xl_%08x\n", addr);
+  if (log_group >= 0)
+    append(c,
+           "add rule " TABLE " xl_%08x limit rate " AGSX_EGRESS_LOG_RATE
+           " log group %d snaplen 64\n",
+           addr, log_group);
+  append(c,
+         "add rule " TABLE " xl_%08x meta l4proto tcp reject with tcp reset\n"
+         "add rule " TABLE " xl_%08x reject with icmpx admin-prohibited\n",
+         addr, addr);
+}
+
+char *agsx_egress_nft_log_cmds(uint32_t addr, int log_group) {
+  char *c = NULL;
+  xl_rules(&c, addr, log_group);
+  return c;
+}
+
+char *agsx_egress_nft_cmds(const struct agsx_egress *e, uint32_t addr,
+                           const struct agsx_cidr *subnet, bool fresh, int log_group) {
+  char *c = NULL, m[96], ip[16];
+  agsx_ipv4_format(addr, ip);
+  append(&c,
+         "add chain " TABLE " x_%08x\nflush chain " TABLE " x_%08x\nadd chain " TABLE " xl_%08x\n",
+         addr, addr, addr);
+  if (fresh)
+    xl_rules(&c, addr, log_group);
+  for (size_t i = 0; i < e->n; i++)
+    if (!e->rules[i].allow && e->rules[i].kind == AGSX_EGRESS_CIDR) {
+      cidr_match(m, sizeof(m), &e->rules[i]);
+      append(&c, "add rule " TABLE " x_%08x %s goto xl_%08x\n", addr, m, addr);
+    }
+  append(&c,
+         "add rule " TABLE " x_%08x ct state established,related return\n"
+         "add rule " TABLE " x_%08x meta l4proto { tcp, udp } th dport { 53, 853 } goto xl_%08x\n",
+         addr, addr, addr);
+  if (subnet) {
+    char s[20];
+    append(&c, "add rule " TABLE " x_%08x ip daddr %s return\n", addr, agsx_cidr_format(subnet, s));
+  }
+  for (size_t i = 0; i < e->n; i++)
+    if (e->rules[i].allow && e->rules[i].kind == AGSX_EGRESS_CIDR) {
+      cidr_match(m, sizeof(m), &e->rules[i]);
+      append(&c, "add rule " TABLE " x_%08x %s return\n", addr, m);
+    }
+  /* The learnt addresses: shared sets keyed by the sandbox's address, so
+   * that a start adds no set (libnftables' cache grows with every set). */
+  append(&c,
+         "add rule " TABLE " x_%08x ip saddr . ip daddr @xa return\n"
+         "add rule " TABLE " x_%08x meta l4proto { tcp, udp } ip saddr . ip daddr . th dport @xp "
+         "return\n",
+         addr, addr);
+  if (agsx_egress_has_allow(e))
+    append(&c, "add rule " TABLE " x_%08x goto xl_%08x\n", addr, addr);
+  append(&c, "add element " TABLE " xmap { %s : jump x_%08x }\n", ip, addr);
+  return c;
+}
+
+char *agsx_egress_nft_delete_cmds(uint32_t addr) {
+  char ip[16];
+  agsx_ipv4_format(addr, ip);
+  return xasprintf("delete element " TABLE " xmap { %s }\n"
+                   "delete chain " TABLE " x_%08x\n"
+                   "delete chain " TABLE " xl_%08x\n",
+                   ip, addr, addr);
+}
+
+/* ---- the learnt addresses ------------------------------------------------------------------- */
+
+#include "net/nft.h"
+
+void agsx_egress_learnt_clear(struct agsx_egress_learnt *l) {
+  for (size_t i = 0; i < l->n; i++)
+    free(l->v[i].name);
+  free(l->v);
+  memset(l, 0, sizeof(*l));
+}
+
+/* The elements of xa or xp (PORTS) whose first key is SANDBOX, from nft's JSON. */
+static int learnt_add(uint32_t sandbox, bool ports, struct agsx_egress_learnt *l,
+                      agsx_error_t *err) {
+  _cleanup_free_ char *out = NULL;
+  if (agsx_nft_run_json(ports ? "list set " TABLE " xp\n" : "list set " TABLE " xa\n", &out, err) <
+      0)
+    return -1;
+  _cleanup_json_ yajl_val v = agsx_json_parse(out, strlen(out), 256 << 20, err);
+  if (v == NULL)
+    return -1;
+  yajl_val list = agsx_json_get_array(v, "nftables");
+  for (size_t i = 0; list && i < list->u.array.len; i++) {
+    yajl_val set = agsx_json_get_object(list->u.array.values[i], "set");
+    yajl_val elems = set ? agsx_json_get_array(set, "elem") : NULL;
+    for (size_t k = 0; elems && k < elems->u.array.len; k++) {
+      yajl_val e = agsx_json_get_object(elems->u.array.values[k], "elem");
+      yajl_val val = e ? agsx_json_get(e, "val") : NULL;
+      yajl_val cc = val && YAJL_IS_OBJECT(val) ? agsx_json_get_array(val, "concat") : NULL;
+      size_t want = ports ? 3 : 2;
+      if (cc == NULL || cc->u.array.len != want || !YAJL_IS_STRING(cc->u.array.values[0]) ||
+          !YAJL_IS_STRING(cc->u.array.values[1]) ||
+          (ports && !YAJL_IS_INTEGER(cc->u.array.values[2])))
+        continue;
+      uint32_t s, a;
+      int64_t port = ports ? YAJL_GET_INTEGER(cc->u.array.values[2]) : 0;
+      if (agsx_ipv4_parse(YAJL_GET_STRING(cc->u.array.values[0]), &s, NULL) < 0 || s != sandbox ||
+          agsx_ipv4_parse(YAJL_GET_STRING(cc->u.array.values[1]), &a, NULL) < 0 || port < 0 ||
+          port > 65535)
+        continue;
+      const char *c = agsx_json_get_string(e, "comment");
+      l->v = xrealloc(l->v, (l->n + 1) * sizeof(*l->v));
+      l->v[l->n].addr = a;
+      l->v[l->n].port = (uint16_t)port;
+      l->v[l->n++].name = xstrdup(c ? c : "");
+    }
+  }
+  return 0;
+}
+
+int agsx_egress_learnt_list(uint32_t sandbox, struct agsx_egress_learnt *l, agsx_error_t *err) {
+  memset(l, 0, sizeof(*l));
+  if (learnt_add(sandbox, false, l, err) < 0 || learnt_add(sandbox, true, l, err) < 0) {
+    agsx_egress_learnt_clear(l);
+    return -1;
+  }
+  return 0;
+}
+
+void agsx_egress_learnt_delete_cmd(char **cmds, uint32_t sandbox,
+                                   const struct agsx_egress_learnt *l, size_t k) {
+  char s[16], a[16];
+  agsx_ipv4_format(sandbox, s);
+  agsx_ipv4_format(l->v[k].addr, a);
+  if (l->v[k].port)
+    append(cmds, "delete element " TABLE " xp { %s . %s . %u }\n", s, a, l->v[k].port);
+  else
+    append(cmds, "delete element " TABLE " xa { %s . %s }\n", s, a);
+}
+
+int agsx_egress_forget_cmds(uint32_t addr, char **cmds, agsx_error_t *err) {
+  struct agsx_egress_learnt l;
+  if (agsx_egress_learnt_list(addr, &l, err) < 0)
+    return -1;
+  for (size_t i = 0; i < l.n; i++)
+    agsx_egress_learnt_delete_cmd(cmds, addr, &l, i);
+  agsx_egress_learnt_clear(&l);
+  return 0;
+}
+
+int agsx_egress_forget(uint32_t addr, agsx_error_t *err) {
+  _cleanup_free_ char *cmds = NULL;
+  if (agsx_egress_forget_cmds(addr, &cmds, err) < 0)
+    return -1;
+  return cmds ? agsx_nft_run(cmds, NULL, err) : 0;
+}

@@ -1,0 +1,129 @@
+/* agsx — egress: a sandbox's allow-list of destinations by name and CIDR,
+ * enforced in the kernel.
+ *
+ * Rules (text form, as on the command line; a rules file has one per line
+ * after `allow` or `deny`, `#` comments):
+ *   pypi.org              the name itself
+ *   *.example.com         every name under example.com, not example.com
+ *   api.example.com:443   a name on one port (TCP and UDP)
+ *   10.20.0.0/24          a CIDR (or a bare address), any port and protocol
+ *   198.18.0.0/15:80      a CIDR on one port
+ * Deny rules win over allow rules. With at least one allow rule the
+ * sandbox is default-deny: it reaches the allowed CIDRs and the addresses
+ * its DNS relay answered for allowed names, nothing else. With deny rules
+ * only, the network's usual egress stays, minus the denied CIDRs and names.
+ * Either way DNS goes through the sandbox's relay only: DNS (53) and DNS
+ * over TLS (853), UDP and TCP, to anywhere else are refused.
+ *
+ * Enforcement (nftables, table inet agsx): the forward chain sends every
+ * packet from the sandbox's address through its chain x_ADDR (a verdict
+ * map keyed by source address: subnets never overlap):
+ *   denied CIDRs                         → refused (even established flows)
+ *   established, related                 → on to the network's rules
+ *   DNS/DoT elsewhere                    → refused
+ *   allowed CIDRs, own vpc subnet        → on
+ *   @xa (sandbox . address), @xp (sandbox . address . port): learnt → on
+ *   the rest (with an allow-list)        → refused (logged, rate-limited)
+ * "Refused" is a TCP reset or an ICMP administratively-prohibited, so
+ * tools fail at once rather than time out. The relay adds an answer's
+ * A-record addresses to the sets before it releases the answer, with the
+ * record's TTL bounded to [AGSX_EGRESS_TTL_MIN, AGSX_EGRESS_TTL_MAX]
+ * (agsx.conf egress-ttl-min, egress-ttl-max; AGSX_EGRESS_TTL_MIN/MAX).
+ * The egress list narrows the network's rules and never widens them (the
+ * host, metadata services and, on public, private ranges stay blocked). */
+#ifndef AGSX_NET_EGRESS_H
+#define AGSX_NET_EGRESS_H
+
+#include "net/netspec.h"
+#include "util/util.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define AGSX_EGRESS_MAX_RULES 512
+#define AGSX_EGRESS_NAME_MAX 253
+#define AGSX_EGRESS_TTL_MIN 60   /* s: clients reuse an answer for a while */
+#define AGSX_EGRESS_TTL_MAX 3600 /* s: a stale answer closes within the hour */
+#define AGSX_EGRESS_LOG_MAX 256  /* distinct entries kept in the blocked log */
+#define AGSX_EGRESS_LOG_RATE "10/second burst 20 packets" /* of dropped packets logged */
+
+enum agsx_egress_kind { AGSX_EGRESS_NAME, AGSX_EGRESS_WILDCARD, AGSX_EGRESS_CIDR };
+
+struct agsx_egress_rule {
+  bool allow;
+  enum agsx_egress_kind kind;
+  char name[AGSX_EGRESS_NAME_MAX + 1]; /* lowercase, no final dot; a wildcard's without "*." */
+  struct agsx_cidr cidr;
+  uint16_t port; /* 0: every port and protocol */
+};
+
+struct agsx_egress {
+  struct agsx_egress_rule *rules;
+  size_t n;
+};
+void agsx_egress_clear(struct agsx_egress *e);
+bool agsx_egress_has_allow(const struct agsx_egress *e);
+
+/* "pypi.org", "*.x.org:443", "10.0.0.0/8:80" (no action). */
+int agsx_egress_rule_parse(const char *s, bool allow, struct agsx_egress_rule *ret,
+                           agsx_error_t *err);
+/* "allow pypi.org" — the form of a rules file line. */
+int agsx_egress_rule_parse_line(const char *s, struct agsx_egress_rule *ret, agsx_error_t *err);
+char *agsx_egress_rule_format(const struct agsx_egress_rule *r); /* "allow pypi.org:443" */
+int agsx_egress_append(struct agsx_egress *e, const struct agsx_egress_rule *r, agsx_error_t *err);
+/* Appends allow or deny rule S (as agsx_egress_rule_parse). */
+int agsx_egress_add(struct agsx_egress *e, const char *s, bool allow, agsx_error_t *err);
+/* A rules file: appends its rules; errors name WHAT and the line. */
+int agsx_egress_parse_file(const char *text, size_t len, const char *what, struct agsx_egress *e,
+                           agsx_error_t *err);
+
+/* ["allow pypi.org", ...] and back (the state record, the relay's file). */
+char *agsx_egress_to_json(const struct agsx_egress *e);
+int agsx_egress_from_json(const char *buf, size_t len, struct agsx_egress *e, agsx_error_t *err);
+
+/* Canonical form of query name NAME (lowercase, no final dot) into BUF
+ * (AGSX_EGRESS_NAME_MAX + 1); -1 if it is no valid name. */
+int agsx_egress_name_canon(const char *name, size_t len, char *buf);
+/* May NAME (canonical) be resolved? *RET_ANY: its addresses on every port;
+ * RET_PORTS (at most MAX, may be NULL) the single ports allowed. */
+bool agsx_egress_name_allowed(const struct agsx_egress *e, const char *name, bool *ret_any,
+                              uint16_t *ret_ports, size_t max, size_t *ret_n);
+/* Does E let a new connection to ADDR:PORT (PORT 0: not TCP/UDP) through
+ * by its CIDR rules alone? *RET_DENIED: a deny rule matched. */
+bool agsx_egress_cidr_allowed(const struct agsx_egress *e, uint32_t addr, uint16_t port,
+                              bool *ret_denied);
+
+/* ---- the sandbox's nftables objects (network.c makes and removes them) ---- */
+/* The commands that (re)make sandbox ADDR's chain x_ADDR from E and hook
+ * it into the forward chain. SUBNET: its vpc's (reachable), or NULL. FRESH
+ * (a start): the learnt sets are emptied and the refusing chain xl_ADDR
+ * made anew (what a crashed sandbox with the address left goes); else (a
+ * live update) both are kept. LOG_GROUP: the nflog group refused
+ * packets go to (FRESH only; -1: none). */
+char *agsx_egress_nft_cmds(const struct agsx_egress *e, uint32_t addr,
+                           const struct agsx_cidr *subnet, bool fresh, int log_group);
+/* Rewrites xl_ADDR to log to nflog group LOG_GROUP (-1: none), rate-limited. */
+char *agsx_egress_nft_log_cmds(uint32_t addr, int log_group);
+/* The commands that remove them (not the learnt elements: agsx_egress_forget). */
+char *agsx_egress_nft_delete_cmds(uint32_t addr);
+
+/* The addresses learnt for sandbox ADDR, from the shared sets xa and xp. */
+struct agsx_egress_learnt {
+  struct {
+    uint32_t addr;
+    uint16_t port; /* 0: any port (xa) */
+    char *name;    /* the element's comment: the name it was learnt for */
+  } * v;
+  size_t n;
+};
+void agsx_egress_learnt_clear(struct agsx_egress_learnt *l);
+int agsx_egress_learnt_list(uint32_t sandbox, struct agsx_egress_learnt *l, agsx_error_t *err);
+/* The command that deletes element K of L (learnt by SANDBOX), appended to *CMDS. */
+void agsx_egress_learnt_delete_cmd(char **cmds, uint32_t sandbox,
+                                   const struct agsx_egress_learnt *l, size_t k);
+/* Deletes every address learnt for sandbox ADDR (its end, a crashed holder's). */
+int agsx_egress_forget(uint32_t addr, agsx_error_t *err);
+/* The same as commands appended to *CMDS, for a transaction of the caller's. */
+int agsx_egress_forget_cmds(uint32_t addr, char **cmds, agsx_error_t *err);
+
+#endif

@@ -1,0 +1,413 @@
+#!/usr/bin/env bats
+# test-runner: parallel
+# agsx code: stateful code contexts (an IPython kernel, a persistent bash)
+# in a running sandbox of the host image, through the CLI. Needs Debian's
+# python3-ipykernel, python3-jupyter-client, numpy, pandas and matplotlib on
+# the host (scripts/deps.sh installs them); skips otherwise.
+
+load helpers
+
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+  /usr/bin/python3 -c 'import ipykernel, jupyter_client, numpy, pandas, matplotlib' 2>/dev/null ||
+    export CODE_SKIP="python3-ipykernel, jupyter-client, numpy, pandas or matplotlib missing"
+  export SDK=
+  if command -v node >/dev/null && SDK=$("$AGSX_SRCDIR/test/code/npm-install" 2>/dev/null); then
+    export SDK
+  fi
+}
+
+setup() {
+  [ -z "${CODE_SKIP:-}" ] || skip "$CODE_SKIP"
+  common_setup
+  AX_TIMEOUT=120
+  run_ax run -d --name lab --timeout 10m host sleep infinity
+  assert_success
+}
+
+jq_() { jq -e "$@"; }
+
+teardown() {
+  local rc=0
+  if [ -n "${SRV_PID:-}" ]; then
+    kill "$SRV_PID" 2>/dev/null || true
+    wait "$SRV_PID" 2>/dev/null || true
+  fi
+  sandbox_teardown || rc=1
+  return $rc
+}
+
+KEY=e2b_0123456789abcdef0123456789abcdef01234567
+
+# agsx serve on a free loopback port, for the SDK.
+serve_start() {
+  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  U=http://127.0.0.1:$PORT
+  "$AGSX" --root "$ROOT" --state "$STATE" serve --listen "127.0.0.1:$PORT" --api-key "$KEY" \
+    "$@" >>"$T/serve.log" 2>&1 &
+  SRV_PID=$!
+  local i
+  for i in $(seq 100); do
+    curl -s -o /dev/null "$U/" && return 0
+    kill -0 "$SRV_PID" 2>/dev/null || break
+    sleep 0.05
+  done
+  cat "$T/serve.log" >&3
+  return 1
+}
+
+run_sdk() {
+  E2B_SDK=$SDK E2B_API_URL=$U E2B_SANDBOX_URL=$U E2B_API_KEY=$KEY \
+    timeout 300 node "$AGSX_SRCDIR/test/code/sdk.mjs" "$@"
+}
+
+@test "code: state across cells, 1+1 -> 2, stdout then the main result" {
+  run_ax code lab 'x = 41; print("hello")'
+  assert_success
+  [ "$output" = hello ] || { show_run; false; }
+  run_ax code lab 'x + 1'
+  assert_success
+  [ "$output" = 42 ] || { show_run; false; }
+  run_ax code --json lab '1+1'
+  assert_success
+  echo "$output" | jq_ '.text == "2" and .execution_count == 3 and .error == null' >/dev/null
+  echo "$output" | jq_ '.results == [{"text":"2","extra":{},"is_main_result":true}]' >/dev/null
+  echo "$output" | jq_ '.logs == {"stdout":[],"stderr":[]} and .timed_out == false and .truncated == false' >/dev/null
+  echo "$output" | jq_ '.context.language == "python" and (.context.id | test("^[0-9a-f]{32}$"))' >/dev/null
+  # One default python context, made by the first call.
+  run_ax code --list --json lab
+  assert_success
+  echo "$output" | jq_ 'length == 1 and .[0].default == true and .[0].language == "python"' >/dev/null
+}
+
+@test "code: 1/0 is a ZeroDivisionError with its traceback, exit 1; the context goes on" {
+  run_ax code --json lab '1/0'
+  assert_status 1
+  echo "$output" | jq_ '.error.name == "ZeroDivisionError" and .error.value == "division by zero"' >/dev/null
+  echo "$output" | jq_ '.error.traceback | test("Traceback \\(most recent call last\\)") and test("----> 1 1/0")' >/dev/null
+  run -1 ax code lab 'y = 1/0'
+  [[ "$output" == *"ZeroDivisionError: division by zero"* ]] || { show_run; false; }
+  run_ax code lab '"still here"'
+  assert_success
+  [ "$output" = "still here" ] || { show_run; false; }
+}
+
+@test "code: a matplotlib plot gives a PNG (--save and --json); a DataFrame gives html" {
+  run_ax code --json --save "$T/plots" lab 'import matplotlib.pyplot as plt
+plt.plot([1, 3, 2]); plt.show()'
+  assert_success
+  echo "$output" | jq_ '.results | length == 1' >/dev/null
+  echo "$output" | jq_ '.results[0].is_main_result == false and .results[0].extra == {}' >/dev/null
+  echo "$output" | jq -r '.results[0].png' | base64 -d >"$T/p.png"
+  [ "$(head -c 8 "$T/p.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ]
+  [ "$(stat -c %s "$T/p.png")" -gt 5000 ]
+  local f
+  f=$(echo "$output" | jq -r '.files[0]')
+  cmp "$f" "$T/p.png"
+  file "$f" | grep -q 'PNG image data, [0-9]* x [0-9]*'
+  run_ax code --json lab 'import pandas as pd
+pd.DataFrame({"a": [1, 2], "b": ["x", "y"]})'
+  assert_success
+  echo "$output" | jq_ '.results[0].is_main_result and (.results[0].html | test("<table")) and (.results[0].text | test("a"))' >/dev/null
+  echo "$output" | jq_ '.results[0].data == {"a":[1,2],"b":["x","y"]}' >/dev/null
+  run_ax code --json lab '{"k": [1, 2]}'
+  assert_success
+  echo "$output" | jq_ '.results[0].json == {"k":[1,2]}' >/dev/null
+}
+
+@test "code: stdout comes line by line, before the cell ends" {
+  ax code lab 'import time
+print("first", flush=True)
+time.sleep(3)
+print("second")' | while IFS= read -r l; do echo "$(date +%s%N) $l"; done >"$T/lines"
+  cat "$T/lines"
+  [ "$(wc -l <"$T/lines")" = 2 ]
+  local t1 t2
+  t1=$(awk 'NR == 1 {print $1}' "$T/lines")
+  t2=$(awk 'NR == 2 {print $1}' "$T/lines")
+  [ "$(awk 'NR == 1 {print $2}' "$T/lines")" = first ]
+  [ $(((t2 - t1) / 1000000)) -gt 2000 ]
+}
+
+@test "code: a bash context keeps cwd and variables; a failing command is an error" {
+  run_ax code -l bash lab 'cd /etc; N=5; f() { echo "f$1"; }'
+  assert_success
+  run_ax code -l bash lab 'pwd; echo "$N"; f 1'
+  assert_success
+  [ "$output" = "$(printf '/etc\n5\nf1')" ] || { show_run; false; }
+  run_ax code --json -l bash lab 'ls /nonexistent'
+  assert_status 1
+  echo "$output" | jq_ '.error == {"name":"","value":"2","traceback":""}' >/dev/null
+  echo "$output" | jq_ '.logs.stdout[0] | test("No such file")' >/dev/null
+  run_ax code --list --json lab
+  echo "$output" | jq_ 'map(.language) == ["bash"]' >/dev/null
+}
+
+@test "code: a javascript context (node in the image): state, await, errors, interrupts" {
+  command -v node >/dev/null || skip "no node on the host"
+  run_ax code -l js lab 'let n = 20; const f = (x) => x * 2; console.log("hi")'
+  assert_success
+  [ "$output" = hi ] || { show_run; false; }
+  run_ax code -l javascript lab 'f(n) + 2'
+  assert_success
+  [ "$output" = 42 ] || { show_run; false; }
+  run_ax code --json -l js lab 'await new Promise((r) => setTimeout(r, 100)); null.x'
+  assert_status 1
+  echo "$output" | jq_ '.error.name == "TypeError" and (.error.traceback | test("cell.js"))' >/dev/null
+  run_ax code --json --timeout 2s -l js lab 'while (true) {}'
+  assert_status 124
+  run_ax code -l js lab 'n'
+  [ "$output" = 20 ] || { show_run; false; }
+}
+
+@test "code: contexts are created, listed, restarted (state gone) and removed" {
+  local c
+  run_ax code --create -w /tmp lab
+  assert_success
+  c=$output
+  [[ "$c" =~ ^[0-9a-f]{32}$ ]] || { show_run; false; }
+  run_ax code -c "$c" lab 'import os; v = 7; os.getcwd()'
+  assert_success
+  [ "$output" = /tmp ] || { show_run; false; }
+  run_ax code -c "${c:0:8}" lab 'v'
+  assert_success
+  [ "$output" = 7 ]
+  run_ax code --create --json --language bash lab
+  assert_success
+  echo "$output" | jq_ '.language == "bash" and .default == false' >/dev/null
+  run_ax code --list --json lab
+  assert_success
+  echo "$output" | jq_ --arg c "$c" 'length == 2 and .[0].id == $c and .[0].cwd == "/tmp"' >/dev/null
+  run_ax code --list lab
+  assert_output_contains "CONTEXT ID"
+  run_ax code -c "$c" --restart lab
+  assert_success
+  run -1 ax code -c "$c" lab 'v'
+  [[ "$output" == *"NameError: name 'v' is not defined"* ]] || { show_run; false; }
+  run_ax code -c "$c" lab 'import os; os.getcwd()'
+  [ "$output" = /tmp ] || { show_run; false; }
+  run_ax code -c "$c" --rm lab
+  assert_success
+  run_ax code -c "$c" lab 'v'
+  assert_agsx_error "Context $c not found"
+  run_ax code --list -q lab
+  [ "$(echo "$output" | grep -c .)" = 1 ]
+}
+
+@test "code: --timeout interrupts an endless cell; the next cell keeps the variables" {
+  run_ax code lab 'kept = "yes"'
+  assert_success
+  local t0=$SECONDS
+  run_ax code --json --timeout 3s lab 'while True: pass'
+  assert_status 124
+  [ $((SECONDS - t0)) -lt 20 ]
+  echo "$output" | jq_ '.timed_out == true and .error.name == "TimeoutError"' >/dev/null
+  run_ax code lab 'kept'
+  assert_success
+  [ "$output" = yes ] || { show_run; false; }
+}
+
+@test "code: a kernel that dies reports an error, the next execution has a fresh kernel" {
+  run_ax code lab 'a = 1'
+  run_ax code --json lab 'import os; os._exit(3)'
+  assert_status 1
+  echo "$output" | jq_ '.error.name == "DeadKernelError"' >/dev/null
+  run_ax code --json lab '2 * 21'
+  assert_success
+  echo "$output" | jq_ '.text == "42" and .execution_count == 1' >/dev/null
+}
+
+@test "code: a kernel killed by --memory reports an error and the context recovers" {
+  ax kill lab >/dev/null
+  run_ax run -d --name lab2 --timeout 10m --memory 400m host sleep infinity
+  assert_success
+  run_ax code lab2 'small = 5'
+  assert_success
+  run_ax code --json lab2 'big = bytearray(1 << 30); big[::4096] = b"x" * len(big[::4096])'
+  assert_status 1
+  echo "$output" | jq_ '.error.name == "DeadKernelError" or .error.name == "MemoryError"' >/dev/null
+  run_ax code --json lab2 '6 * 7'
+  assert_success
+  echo "$output" | jq_ '.text == "42"' >/dev/null
+  run_ax ls --json
+  echo "$output" | jq_ 'map(select(.name == "lab2")) | .[0].status == "running"' >/dev/null
+}
+
+@test "code: the kernel has the sandbox's network: internal reaches nothing outside" {
+  run_ax code --json lab 'import socket
+s = socket.socket(); s.settimeout(3)
+try:
+    s.connect(("198.18.0.1", 9)); r = "connected"
+except OSError as e:
+    r = type(e).__name__
+r'
+  assert_success
+  echo "$output" | jq_ '.text != "connected"' >/dev/null
+  # It runs in the sandbox: its pid namespace, not the host's.
+  run_ax code lab 'import os; os.getpid() < 1000 and not os.path.exists("/proc/1/root/'"$T"'")'
+  assert_success
+  [ "$output" = True ] || { show_run; false; }
+}
+
+@test "code: bad input: MiBs of code, binary junk, 100000 lines, a fork, non-UTF-8 output" {
+  heavy
+  python3 -c 'print("s = \"" + "a" * (4 << 20) + "\"\nlen(s)")' >"$T/big.py"
+  run_ax code lab - <"$T/big.py"
+  assert_success
+  [ "$output" = 4194304 ] || { show_run; false; }
+  head -c 200000 /dev/urandom >"$T/junk"
+  # Junk is whatever IPython makes of it (mostly a SyntaxError; a `?` in
+  # it may ask for help instead): one valid document, no crash.
+  run ax code --json lab - <"$T/junk"
+  [ "$status" = 0 ] || [ "$status" = 1 ] || { show_run; false; }
+  echo "$output" | jq_ '.context.language == "python"' >/dev/null
+  run_ax code lab 'for i in range(100000): print(i)'
+  assert_success
+  [ "$(echo "$output" | wc -l)" = 100000 ]
+  [ "$(echo "$output" | tail -1)" = 99999 ]
+  run_ax code lab 'import os
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+os.waitpid(pid, 0)[1] >> 8'
+  assert_success
+  [ "$output" = 7 ] || { show_run; false; }
+  run_ax code --json lab 'import os, subprocess
+os.write(1, b"\xff\xfe ok \xc3\n")
+subprocess.run(["printf", "\\377 sub\\n"]).returncode'
+  assert_success
+  echo "$output" | LC_ALL=C grep -qv '[^ -~]' # ASCII only
+  echo "$output" | jq_ '.logs.stdout | join("") | test("\ufffd\ufffd ok \ufffd\n") and test("sub")' >/dev/null
+  run_ax code lab '"fine"'
+  [ "$output" = fine ]
+}
+
+@test "code: an output flood is truncated with a flag; the context stays usable" {
+  run_ax code --json --output-limit 1m lab 'import sys
+for i in range(50): sys.stdout.write("x" * 100000 + "\n")'
+  assert_success
+  echo "$output" | jq_ '.truncated == true and .dropped_bytes > 3000000' >/dev/null
+  echo "$output" | jq_ '(.logs.stdout | join("") | length) <= 1048576' >/dev/null
+  run_ax code lab '3'
+  [ "$output" = 3 ]
+}
+
+@test "code: executions on one context queue in order; different contexts run in parallel" {
+  ax code lab 'import time; time.sleep(2); order = [1]' >"$T/a" 2>&1 &
+  local a=$!
+  sleep 0.5
+  run_ax code lab 'order.append(2); order'
+  wait "$a"
+  assert_success
+  [ "$output" = "[1, 2]" ] || { show_run; false; }
+  local c1 c2 t0
+  c1=$(ax code --create lab)
+  c2=$(ax code --create lab)
+  t0=$(date +%s%N)
+  ax code -c "$c1" lab 'import time; time.sleep(3)' &
+  a=$!
+  ax code -c "$c2" lab 'import time; time.sleep(3)'
+  wait "$a"
+  [ $((($(date +%s%N) - t0) / 1000000)) -lt 5500 ]
+}
+
+@test "code: bad flags and unknown contexts fail cleanly with 125" {
+  run_ax code --context abc --language bash lab 'x'
+  assert_agsx_error "only one of --context and --language"
+  run_ax code --rm lab
+  assert_agsx_error "--rm needs --context"
+  run_ax code --list --create lab
+  assert_agsx_error "do not go together"
+  run_ax code -c 0123456789abcdef0123456789abcdef lab 'x'
+  assert_agsx_error "Context 0123456789abcdef0123456789abcdef not found"
+  run_ax code -l r lab '1'
+  assert_agsx_error "no kernel for language \`r\`"
+  run_ax code -l 'r;rm' lab '1'
+  assert_agsx_error "invalid language"
+  run_ax code nosuchsandbox '1'
+  assert_agsx_error
+  run_ax code --timeout 0 lab '1'
+  assert_agsx_error
+  run_ax code
+  assert_agsx_error "expected SANDBOX"
+  ax kill lab >/dev/null
+  run_ax wait lab
+  run_ax code lab '1'
+  assert_agsx_error "not running"
+}
+
+@test "code: the unmodified @e2b/code-interpreter SDK through agsx serve (port 49999)" {
+  [ -n "$SDK" ] || skip "npm @e2b/code-interpreter not installable"
+  serve_start
+  run run_sdk
+  echo "$output"
+  [ "$status" = 0 ] || { cat "$T/serve.log" >&3; false; }
+  for s in state plot dataframe error stream bash contexts javascript timeout network; do
+    [[ "$output" == *"ok $s "* ]]
+  done
+}
+
+@test "code: port 49999 over HTTP: NDJSON lines, statuses, unknown contexts" {
+  serve_start
+  local c id tok
+  c=$(curl -s -X POST -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
+    -d '{"templateID":"code-interpreter-v1","timeout":120}' "$U/sandboxes")
+  id=$(echo "$c" | jq -r .sandboxID)
+  tok=$(echo "$c" | jq -r .envdAccessToken)
+  local h=(-H "E2b-Sandbox-Id: $id" -H "E2b-Sandbox-Port: 49999" -H 'Content-Type: application/json')
+  [ "$(curl -s "${h[@]}" "$U/health")" = '"OK"' ]
+  curl -sN "${h[@]}" -H "X-Access-Token: $tok" -d '{"code":"print(\"h\u00e9\")\n1+1"}' \
+    "$U/execute" >"$T/out"
+  cat "$T/out"
+  # ASCII only, no blank line, end_of_execution last.
+  ! LC_ALL=C grep -q '[^ -~]' "$T/out"
+  ! grep -q '^$' "$T/out"
+  [ "$(tail -1 "$T/out")" = '{"type":"end_of_execution"}' ]
+  grep -qx '{"type":"stdout","text":"h\\u00e9\\n","timestamp":"[^"]*"}' "$T/out"
+  grep -qx '{"type":"result","text":"2","extra":{},"is_main_result":true}' "$T/out"
+  # Statuses: no token 401, both context and language 400, unknown context 404, no kernel 500.
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -d '{"code":"1"}' "$U/execute")" = 401 ]
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -H "X-Access-Token: $tok" \
+    -d '{"code":"1","context_id":"x","language":"python"}' "$U/execute")" = 400 ]
+  run curl -s -w ' %{http_code}' "${h[@]}" -H "X-Access-Token: $tok" \
+    -d '{"code":"1","context_id":"0123456789abcdef0123456789abcdef"}' "$U/execute"
+  [ "$output" = "Context 0123456789abcdef0123456789abcdef not found 404" ]
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -H "X-Access-Token: $tok" \
+    -d '{"code":"1","language":"r"}' "$U/execute")" = 500 ]
+  [ "$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "${h[@]}" "$U/contexts/nope")" = 404 ]
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -d 'junk' "$U/contexts")" = 400 ]
+  # A silent cell gets keepalives; a client that goes away interrupts it.
+  curl -sN -m 7 "${h[@]}" -H "X-Access-Token: $tok" \
+    -d '{"code":"import time\nmark = 1\ntime.sleep(300)"}' "$U/execute" >"$T/ka" || true
+  grep -qx '{"type":"keepalive"}' "$T/ka"
+  local t0=$SECONDS
+  curl -sN -m 30 "${h[@]}" -H "X-Access-Token: $tok" -d '{"code":"mark + 1"}' "$U/execute" >"$T/after"
+  grep -q '"text":"2"' "$T/after"
+  [ $((SECONDS - t0)) -lt 15 ]
+  # A sandbox that is gone: 502.
+  curl -s -X DELETE -H "X-API-KEY: $KEY" "$U/sandboxes/$id" >/dev/null
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" "$U/health")" = 502 ]
+}
+
+# The image is big (430 MB of layer: matplotlib pulls scipy): a few minutes
+# the first time (apt-get into the cached rootfs), then image load's unpack.
+@test "code: an image made offline with Debian's packages (debootstrap): python contexts in it" {
+  heavy
+  local pkgs=python3-ipykernel,python3-jupyter-client,python3-numpy,python3-pandas,python3-matplotlib,python3-matplotlib-inline
+  DEBIAN_ROOTFS_EXTRA=$pkgs "$FIXTURES/debian-rootfs" --oci "$T/ci" --ref code-interpreter:latest \
+    >/dev/null 2>"$T/rootfs.log" || skip "debootstrap failed (no Debian archive?): $(tail -1 "$T/rootfs.log")"
+  run_ax image load "$T/ci"
+  assert_success
+  run_ax run -d --name ci --timeout 5m code-interpreter sleep infinity
+  assert_success
+  run_ax code --json ci 'import sys, numpy, pandas as pd, matplotlib.pyplot as plt
+plt.plot(numpy.arange(3)); plt.show()
+pd.DataFrame({"v": [1]})'
+  assert_success
+  echo "$output" | jq_ '.results | length == 2' >/dev/null
+  echo "$output" | jq_ '(.results[0].png | length > 1000) and (.results[1].html | test("<table"))' >/dev/null
+  run_ax code -l bash ci 'cat /etc/debian_version'
+  assert_success
+  [[ "$output" == 12.* ]] || { show_run; false; }
+}

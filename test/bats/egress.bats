@@ -1,0 +1,328 @@
+#!/usr/bin/env bats
+# test-runner: parallel
+# Egress allow-lists by name and CIDR (agsx run --egress-allow/--egress-deny,
+# agsx update --egress-…, agsx netlog): enforced in the kernel from the
+# DNS relay's answers.
+#
+# Everything runs inside the outer namespace of test/fixtures/networld. The
+# world gets a name server of its own on 198.18.0.3 (the sandboxes' relay
+# forwards to it: AGSX_DNS) answering names under egress.test with world
+# addresses 198.18.0.10-.16, each serving HTTP on :80 and :443 and a UDP
+# echo on :7 (test/fixtures/egress-world.py). Nothing leaves the outer
+# namespace.
+
+load helpers
+
+setup_file() {
+  export BB=$BATS_FILE_TMPDIR/bb
+  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
+  export NW=$BATS_FILE_TMPDIR/world
+  "$FIXTURES/networld" start "$NW"
+  export OUTER WORLD
+  OUTER=$(cat "$NW/outer.pid")
+  WORLD=$(cat "$NW/world.pid")
+  local a
+  for a in 3 10 11 12 13 14 15 16; do
+    nsenter -t "$WORLD" --net -- ip addr add "198.18.0.$a/32" dev wi0
+  done
+  nsenter -t "$WORLD" --net -- "$FIXTURES/egress-world.py" 198.18.0.3 \
+    allowed.egress.test=198.18.0.10 denied.egress.test=198.18.0.11 \
+    port.egress.test=198.18.0.12 a.wild.egress.test=198.18.0.13 wild.egress.test=198.18.0.14 \
+    short.egress.test=198.18.0.15/1 other.egress.test=198.18.0.16 \
+    </dev/null >"$BATS_FILE_TMPDIR/egress-world.log" 2>&1 3>&- &
+  echo $! >"$BATS_FILE_TMPDIR/egress-world.pid"
+  local i
+  for i in $(seq 100); do
+    nsenter -t "$OUTER" --net -- python3 -c '
+import urllib.request as u; u.urlopen("http://198.18.0.16:443/", timeout=1)' 2>/dev/null && break
+    sleep 0.1
+  done
+}
+
+teardown_file() {
+  kill "$(cat "$BATS_FILE_TMPDIR/egress-world.pid")" 2>/dev/null || true
+  "$FIXTURES/networld" stop "$NW"
+}
+
+setup() {
+  common_setup
+  ax image load "$BB" >/dev/null
+}
+
+# A short minimum TTL, so that expiry can be seen (egress.h's bounds).
+nax() {
+  nsenter -t "$OUTER" --net --mount -- env AGSX_PUBLIC_SUBNET=198.19.0.0/24 AGSX_PULL=never \
+    AGSX_DNS=198.18.0.3 AGSX_EGRESS_TTL_MIN="${TTL_MIN:-60}" \
+    timeout --kill-after=5 "${AX_TIMEOUT:-60}" "$AGSX" --root "$ROOT" --state "$STATE" "$@"
+}
+run_nax() {
+  AX_CMD="agsx $* (in the outer namespace)"
+  run nax "$@"
+}
+outer() { nsenter -t "$OUTER" --net --mount -- "$@"; }
+
+# What agsx keeps in the ruleset for sandboxes with egress rules: chains,
+# and addresses learnt (the shared sets' elements).
+egress_objects() {
+  outer nft list ruleset 2>/dev/null | grep -Eo 'chain xl?_[0-9a-f]{8}|[0-9.]+ \. [0-9.]+( \. [0-9]+)? timeout' || true
+}
+
+teardown() {
+  nax kill --all >/dev/null 2>&1 || true
+  nax gc >/dev/null 2>&1 || true
+  local rc=0 left i
+  for i in $(seq 75); do
+    left=$(outer ip -o link show | awk -F': ' '{print $2}' | grep -E '^agsx' || true)
+    [ -z "$left" ] && break
+    sleep 0.2
+  done
+  [ -z "$left" ] || { echo "# links left: $left" >&3; rc=1; }
+  left=$(egress_objects)
+  [ -z "$left" ] || { echo "# egress chains and sets left: $left" >&3; rc=1; }
+  left=$(outer nft list tables | grep agsx || true)
+  [ -z "$left" ] || { echo "# nft tables left: $left" >&3; rc=1; }
+  common_teardown || rc=1
+  return $rc
+}
+
+# probe resolve NAME, then probe http ADDR PORT on what it answered.
+# Prints "resolve ...: ADDR" or the failure, then the http line.
+fetch() { # SANDBOX NAME PORT
+  nax exec "$1" sh -c '
+    r=$(probe resolve "$1"); echo "$r"
+    a=${r##*: }
+    case $a in failed*) exit 0;; esac
+    probe http "$a" "$2" 2000' _ "$2" "$3"
+}
+
+start_sb() { # NAME RULE-OPTIONS...
+  local name=$1
+  shift
+  run_nax run -d --name "$name" --network public "$@" busybox sleep 300
+  assert_success
+}
+
+@test "egress: an allowed name connects; a denied one neither resolves nor connects directly" {
+  start_sb e1 --egress-allow allowed.egress.test
+  run fetch e1 allowed.egress.test 80
+  assert_output_contains "resolve allowed.egress.test: 198.18.0.10"
+  assert_output_contains "http 198.18.0.10:80: 198.18.0.10:80"
+  run fetch e1 denied.egress.test 80
+  assert_output_contains "resolve denied.egress.test: failed"
+  run nax exec e1 probe connect 198.18.0.11 80 2000
+  assert_output_contains "connect 198.18.0.11:80: failed"
+  # The world's own name server, directly: refused (UDP and TCP)
+  run nax exec e1 probe udp 198.18.0.3 53 2000
+  refute_output_contains "reply"
+  run nax exec e1 probe connect 198.18.0.3 53 2000
+  assert_output_contains "failed"
+}
+
+@test "egress: a name allowed on :443 does not connect on :80; a wildcard matches subdomains only" {
+  start_sb e2 --egress-allow port.egress.test:443 --egress-allow '*.wild.egress.test'
+  run fetch e2 port.egress.test 443
+  assert_output_contains "http 198.18.0.12:443: 198.18.0.12:443"
+  run fetch e2 port.egress.test 80
+  assert_output_contains "resolve port.egress.test: 198.18.0.12"
+  assert_output_contains "http 198.18.0.12:80: failed"
+  run fetch e2 a.wild.egress.test 80
+  assert_output_contains "http 198.18.0.13:80: 198.18.0.13:80"
+  # the apex is not matched by *.wild.egress.test
+  run fetch e2 wild.egress.test 80
+  assert_output_contains "resolve wild.egress.test: failed"
+}
+
+@test "egress: UDP and CIDR rules; deny wins; an address learnt by one sandbox does not open another" {
+  start_sb e3 --egress-allow allowed.egress.test --egress-allow 198.18.0.16:443 \
+    --egress-deny 198.18.0.10/32:443
+  start_sb e4 --egress-allow other.egress.test
+  run fetch e3 allowed.egress.test 80
+  assert_output_contains "http 198.18.0.10:80: 198.18.0.10:80"
+  run nax exec e3 probe udp 198.18.0.10 7 2000
+  assert_output_contains "udp 198.18.0.10:7: reply"
+  # deny beats the name's allowance on :443
+  run nax exec e3 probe http 198.18.0.10 443 2000
+  assert_output_contains "failed"
+  # a CIDR with a port: only that port, and no name needed
+  run nax exec e3 probe http 198.18.0.16 443 2000
+  assert_output_contains "http 198.18.0.16:443: 198.18.0.16:443"
+  run nax exec e3 probe udp 198.18.0.16 7 2000
+  refute_output_contains "reply"
+  # e3 learnt 198.18.0.10; e4 did not
+  run nax exec e4 probe http 198.18.0.10 80 2000
+  assert_output_contains "failed"
+  run fetch e4 other.egress.test 80
+  assert_output_contains "http 198.18.0.16:80: 198.18.0.16:80"
+}
+
+@test "egress: TTL expiry closes the address" {
+  TTL_MIN=2
+  start_sb e5 --egress-allow short.egress.test
+  run fetch e5 short.egress.test 80
+  assert_output_contains "http 198.18.0.15:80: 198.18.0.15:80"
+  sleep 3.5
+  run nax exec e5 probe http 198.18.0.15 80 2000
+  assert_output_contains "failed"
+}
+
+@test "egress: a live update opens and closes access, and cuts established connections" {
+  start_sb e6 --egress-allow allowed.egress.test
+  run fetch e6 other.egress.test 80
+  assert_output_contains "resolve other.egress.test: failed"
+  run_nax update --egress-allow other.egress.test --egress-allow allowed.egress.test e6
+  assert_success
+  run fetch e6 other.egress.test 80
+  assert_output_contains "http 198.18.0.16:80: 198.18.0.16:80"
+  # a connection open to allowed.egress.test (its request sent 3 s later),
+  # then the name is denied: the update cuts it
+  run fetch e6 allowed.egress.test 80
+  assert_output_contains "http 198.18.0.10:80"
+  nax exec e6 sh -c '(sleep 3; printf "GET / HTTP/1.0\r\n\r\n") | nc 198.18.0.10 80 >/tmp/out 2>&1
+    echo "rc=$?" >>/tmp/out' </dev/null >/dev/null 2>&1 3>&- &
+  local held=$!
+  sleep 1
+  run_nax --json update --egress-allow other.egress.test e6
+  assert_success
+  assert_output_contains '"egress":["allow other.egress.test"]'
+  [[ $output =~ \"connections_cut\":[1-9] ]]
+  wait "$held" || true
+  run nax exec e6 cat /tmp/out
+  refute_output_contains "198.18.0.10:80"
+  run fetch e6 allowed.egress.test 80
+  assert_output_contains "resolve allowed.egress.test: failed"
+  run nax exec e6 probe http 198.18.0.10 80 2000
+  assert_output_contains "failed"
+  # no rules: the network's default egress again
+  run_nax update --egress-clear e6
+  assert_success
+  run fetch e6 denied.egress.test 80
+  assert_output_contains "http 198.18.0.11:80: 198.18.0.11:80"
+  [ -z "$(egress_objects)" ]
+}
+
+@test "egress: the blocked-attempt log shows the denied name and the dropped connection" {
+  start_sb e7 --egress-allow allowed.egress.test
+  run fetch e7 denied.egress.test 80
+  run nax exec e7 probe connect 198.18.0.11 80 2000
+  run nax exec e7 probe connect 198.18.0.11 80 2000
+  sleep 1.5
+  run_nax netlog e7
+  assert_success
+  assert_output_contains "denied.egress.test"
+  assert_output_contains "198.18.0.11:80"
+  run_nax logs --network e7
+  assert_success
+  assert_output_contains "denied.egress.test"
+  run_nax logs --network -f e7
+  assert_agsx_error "goes alone"
+  run_nax netlog --json e7
+  assert_success
+  echo "$output" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+q = [e for e in d["entries"] if e["kind"] == "dns" and e["name"] == "denied.egress.test"]
+c = [e for e in d["entries"] if e["kind"] == "connection" and e["address"] == "198.18.0.11"]
+assert q and c, d
+assert c[0]["port"] == 80 and c[0]["protocol"] == "tcp" and c[0]["count"] >= 2, c
+assert q[0]["first"] and q[0]["last"], q'
+}
+
+@test "egress: bad rules are refused with exit 125; internal takes none" {
+  run_nax run --rm --network public --egress-allow 'a*.b' busybox true
+  assert_agsx_error "invalid egress rule"
+  run_nax run --rm --network public --egress-allow 'x.org:99999' busybox true
+  assert_agsx_error "invalid egress rule"
+  run_nax run --rm --egress-allow pypi.org busybox true
+  assert_agsx_error "public and vpc"
+  printf 'allow pypi.org\nbogus line\n' >"$BATS_TEST_TMPDIR/rules"
+  run_nax run --rm --network public --egress-rules "$BATS_TEST_TMPDIR/rules" busybox true
+  assert_agsx_error "rules:2"
+}
+
+@test "egress: vpc members take egress rules; network update changes a security group live" {
+  run_nax network create --subnet 198.19.8.0/24 --allow "out tcp/80 198.18.0.0/24" ev
+  assert_success
+  run_nax run -d --name v1 --network vpc:ev --egress-allow allowed.egress.test busybox sleep 300
+  assert_success
+  run fetch v1 allowed.egress.test 80
+  assert_output_contains "http 198.18.0.10:80: 198.18.0.10:80"
+  run nax exec v1 probe http 198.18.0.16 80 2000
+  assert_output_contains "failed"
+  # the security group does not allow :443 yet (it drops: a timeout)
+  run nax exec v1 probe http 198.18.0.10 443 1000
+  refute_output_contains "http 198.18.0.10:443: 198.18.0.10"
+  # a connection held open on :80, cut by the update (a security group
+  # drops: it stalls; PROBE_RST: no socket lingers once it is killed)
+  nax exec --timeout 8s -e PROBE_RST=1 v1 probe hold 198.18.0.10 80 1 </dev/null >/dev/null 2>&1 3>&- &
+  local held=$!
+  sleep 1
+  outer grep -q 'ESTABLISHED src=198.19.8.[0-9]* dst=198.18.0.10 sport=[0-9]* dport=80 ' \
+    /proc/net/nf_conntrack
+  run_nax --json network update --allow "out tcp/443 198.18.0.0/24" ev
+  assert_success
+  assert_output_contains '"rules":["allow out tcp/443 198.18.0.0/24"]'
+  assert_output_contains '"updated_sandboxes":1'
+  [[ $output =~ \"connections_cut\":[1-9] ]]
+  run outer grep -q 'ESTABLISHED src=198.19.8.[0-9]* dst=198.18.0.10 sport=[0-9]* dport=80 ' \
+    /proc/net/nf_conntrack
+  [ "$status" -ne 0 ]
+  run nax exec v1 probe http 198.18.0.10 443 2000
+  assert_output_contains "http 198.18.0.10:443: 198.18.0.10:443"
+  run nax exec v1 probe http 198.18.0.10 80 1000
+  refute_output_contains "http 198.18.0.10:80: 198.18.0.10"
+  run_nax network update ev
+  assert_agsx_error "expected --allow"
+  # :80 again, from a rules file
+  printf 'allow out tcp/80 198.18.0.0/24\nallow out tcp/443 198.18.0.0/24\n' >"$BATS_TEST_TMPDIR/sg"
+  run_nax network update --rules "$BATS_TEST_TMPDIR/sg" ev
+  assert_success
+  run nax exec v1 probe http 198.18.0.10 80 2000
+  assert_output_contains "http 198.18.0.10:80: 198.18.0.10:80"
+  wait "$held" || true
+  nax kill v1 >/dev/null
+  nax wait v1 >/dev/null || true
+  run_nax network rm ev
+  assert_success
+}
+
+@test "egress: the E2B API's network.allowOut/denyOut at create and PUT /sandboxes/{id}/network" {
+  local port key=e2b_egress_test_key
+  port=$(outer python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  nsenter -t "$OUTER" --net --mount -- env AGSX_PUBLIC_SUBNET=198.19.0.0/24 AGSX_PULL=never \
+    AGSX_DNS=198.18.0.3 "$AGSX" --root "$ROOT" --state "$STATE" serve --listen "127.0.0.1:$port" \
+    --api-key "$key" --network public --template bb=busybox </dev/null >>"$T/serve.log" 2>&1 3>&- &
+  local srv=$! i
+  api() { # METHOD PATH [BODY]: the body, then the status
+    outer curl -s -X "$1" -H "X-API-KEY: $key" -H 'Content-Type: application/json' \
+      ${3:+--data-binary "$3"} -w '\n%{http_code}\n' "http://127.0.0.1:$port$2"
+  }
+  for i in $(seq 100); do
+    outer curl -s -o /dev/null "http://127.0.0.1:$port/" && break
+    sleep 0.05
+  done
+  run api POST /v2/sandboxes '{"templateID":"bb","timeout":60,"network":{"allowOut":["allowed.egress.test","198.18.0.16:443"],"denyOut":["0.0.0.0/0"]}}'
+  assert_output_contains "201"
+  local sb
+  sb=$(nax ls -q | head -1)
+  run fetch "$sb" allowed.egress.test 80
+  assert_output_contains "http 198.18.0.10:80: 198.18.0.10:80"
+  run fetch "$sb" other.egress.test 80
+  assert_output_contains "resolve other.egress.test: failed"
+  run nax exec "$sb" probe http 198.18.0.16 443 2000
+  assert_output_contains "http 198.18.0.16:443: 198.18.0.16:443"
+  local e2b
+  e2b=$(api GET /v2/sandboxes | head -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["sandboxID"])')
+  run api PUT "/sandboxes/$e2b/network" '{"allowOut":["other.egress.test"],"denyOut":["0.0.0.0/0"]}'
+  assert_output_contains "204"
+  run fetch "$sb" other.egress.test 80
+  assert_output_contains "http 198.18.0.16:80: 198.18.0.16:80"
+  run fetch "$sb" allowed.egress.test 80
+  assert_output_contains "resolve allowed.egress.test: failed"
+  run api PUT "/sandboxes/$e2b/network" '{"allowOut":["a*b"]}'
+  assert_output_contains "400"
+  run api POST /v2/sandboxes '{"templateID":"bb","allow_internet_access":false,"network":{"allowOut":["x.org"]}}'
+  assert_output_contains "400"
+  api DELETE "/sandboxes/$e2b" >/dev/null
+  kill "$srv" 2>/dev/null || true
+  wait "$srv" 2>/dev/null || true
+}

@@ -1,0 +1,194 @@
+#!/usr/bin/env bats
+# test-runner: parallel
+# agsx pause / unpause (sandbox/freeze.h): the freezer on cgroup v1 (this
+# host) and on cgroup v2 (this machine's cgroup2 mount at
+# /sys/fs/cgroup/unified as agsx's v2 root, as in cgroup2.bats); the
+# deadline and kill of a paused sandbox, which leave nothing frozen; exec
+# refused; bad input.
+
+load helpers
+
+bats_require_minimum_version 1.5.0
+
+V2=/sys/fs/cgroup/unified
+
+setup_file() {
+  export BB="$BATS_FILE_TMPDIR/bb"
+  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
+}
+
+setup() {
+  common_setup
+  AX_TIMEOUT=40
+  private_cgroup_parent
+  ax image load "$BB" >/dev/null
+}
+
+use_v2() {
+  [ "$(stat -f -c %T "$V2" 2>/dev/null)" = cgroup2fs ] || skip "no cgroup2 mount at $V2"
+  export AGSX_CGROUP_ROOT=$V2
+  # No controllers there: no default pids limit to set.
+  export AGSX_DEFAULT_PIDS=0
+}
+
+teardown() {
+  local rc=0
+  sandbox_teardown || rc=1
+  if [ -n "${AGSX_CGROUP_ROOT:-}" ] && [ -d "$V2/$AGSX_CGROUP_PARENT" ]; then
+    find "$V2/$AGSX_CGROUP_PARENT" -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null
+    local left
+    left=$(find "$V2/$AGSX_CGROUP_PARENT" -mindepth 1 -type d)
+    [ -z "$left" ] || { echo "# leaked v2 cgroups: $left" >&3; rc=1; }
+    rmdir "$V2/$AGSX_CGROUP_PARENT" || rc=1
+  fi
+  return $rc
+}
+
+COUNTER='i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done'
+
+count() { ax cp box:/tmp/count - | tar -xO; }
+
+# The counter stops while paused and goes on from where it was (memory
+# kept) after unpause; ls, ls --json and inspect say paused.
+pause_and_resume() {
+  run_ax run -d --name box --timeout 60s busybox sh -c "$COUNTER"
+  assert_success
+  sleep 0.5
+  run_ax pause box
+  assert_success
+  [ "$output" = box ]
+  local a b c
+  a=$(count)
+  sleep 0.6
+  b=$(count)
+  [ -n "$a" ] && [ "$a" = "$b" ] || { echo "# counter moved while paused: $a $b" >&3; return 1; }
+  run_ax ls
+  assert_output_contains " paused "
+  run_ax ls --json
+  python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[0]["status"]=="paused" and v[0]["paused"] is True, v' <<<"$output"
+  run_ax inspect box
+  python3 -c 'import json,sys; v=json.load(sys.stdin)[0]; assert v["status"]=="paused" and v["paused_at"], v' <<<"$output"
+  run_ax unpause box
+  assert_success
+  sleep 0.6
+  c=$(count)
+  [ "$c" -gt "$b" ] && [ "$c" -lt $((b + 40)) ] || { echo "# counter after unpause: $b -> $c" >&3; return 1; }
+  run_ax ls --json
+  python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[0]["status"]=="running" and v[0]["paused"] is False, v' <<<"$output"
+}
+
+# A paused sandbox still ends at its deadline; nothing is left frozen.
+deadline_while_paused() {
+  run_ax run -d --name box --timeout 3s busybox sh -c "$COUNTER"
+  assert_success
+  local id=$output
+  run_ax exec box sh -c 'sleep 300 >/dev/null 2>&1 & echo ok'
+  assert_success
+  run_ax pause box
+  assert_success
+  local t0=$SECONDS
+  run_ax wait box
+  [ "$output" = 143 ] || { show_run; return 1; }
+  [ $((SECONDS - t0)) -lt 10 ] || { echo "# ended after $((SECONDS - t0)) s" >&3; return 1; }
+  run_ax ls -a --json
+  python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[0]["stop_reason"]=="timeout" and v[0]["status"]=="exited" and v[0]["paused"] is False, v' <<<"$output"
+  for _ in $(seq 30); do [ -z "$(sandbox_cgroups)" ] && break; sleep 0.1; done
+  [ -z "$(sandbox_cgroups)" ] || { echo "# cgroups left: $(sandbox_cgroups)" >&3; return 1; }
+  [ -z "$(sandbox_processes)" ] || { echo "# processes left: $(sandbox_processes)" >&3; return 1; }
+}
+
+@test "pause: cgroup v1: a counting process stops and goes on after unpause" {
+  [ "$(stat -f -c %T /sys/fs/cgroup)" != cgroup2fs ] || skip "the host is cgroup v2"
+  grep -q ' - cgroup cgroup .*freezer' /proc/self/mountinfo || skip "no v1 freezer"
+  pause_and_resume
+}
+
+@test "pause: cgroup v2: a counting process stops and goes on after unpause" {
+  use_v2
+  pause_and_resume
+}
+
+@test "pause: cgroup v1: a paused sandbox still dies on its deadline, nothing left frozen" {
+  [ "$(stat -f -c %T /sys/fs/cgroup)" != cgroup2fs ] || skip "the host is cgroup v2"
+  deadline_while_paused
+}
+
+@test "pause: cgroup v2: a paused sandbox still dies on its deadline, nothing left frozen" {
+  use_v2
+  deadline_while_paused
+}
+
+@test "pause: kill of a paused sandbox ends it at once (its exec'd processes too)" {
+  run_ax run -d --name box busybox sleep 300
+  assert_success
+  run_ax exec box sh -c 'sleep 301 >/dev/null 2>&1 & echo ok'
+  assert_success
+  run_ax pause box
+  assert_success
+  local t0=$SECONDS
+  run_ax kill box
+  assert_success
+  [ $((SECONDS - t0)) -lt 6 ] || { echo "# kill took $((SECONDS - t0)) s" >&3; return 1; }
+  run_ax ls -a --json
+  python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[0]["stop_reason"]=="killed", v' <<<"$output"
+  for _ in $(seq 30); do [ -z "$(sandbox_cgroups)$(sandbox_processes)" ] && break; sleep 0.1; done
+  [ -z "$(sandbox_cgroups)$(sandbox_processes)" ] || { echo "# left: $(sandbox_cgroups) $(sandbox_processes)" >&3; return 1; }
+}
+
+@test "pause: exec into a paused sandbox is refused; cp still works" {
+  run_ax run -d --name box busybox sleep 300
+  assert_success
+  run_ax pause box
+  assert_success
+  run_ax exec box true
+  assert_agsx_error "is paused (agsx unpause it first)"
+  echo hi >"$T/f"
+  run_ax cp "$T/f" box:/tmp/f
+  assert_success
+  run_ax unpause box
+  assert_success
+  run_ax exec box cat /tmp/f
+  assert_success
+  [ "$output" = hi ]
+}
+
+@test "pause: a published port's connections wait while paused and are served after" {
+  run_ax run -d --name box -p 0:80 busybox httpd -f -p 80 -h /etc
+  assert_success
+  local port
+  port=$(ax port box 80 | sed 's/.*://')
+  curl -fsS --max-time 5 "http://127.0.0.1:$port/hostname" >/dev/null
+  run_ax pause box
+  assert_success
+  curl -sS --max-time 15 "http://127.0.0.1:$port/hostname" >"$T/body" 2>&1 &
+  local cpid=$!
+  sleep 1
+  kill -0 "$cpid" || { echo "# answered while paused: $(cat "$T/body")" >&3; return 1; }
+  run_ax unpause box
+  assert_success
+  wait "$cpid" || { echo "# no answer after unpause: $(cat "$T/body")" >&3; return 1; }
+  [ -s "$T/body" ]
+}
+
+@test "pause: bad input: twice, not paused, ended, unknown, no operand" {
+  run_ax run -d --name box busybox sleep 300
+  assert_success
+  run_ax pause box
+  assert_success
+  run_ax pause box
+  assert_agsx_error "is paused already"
+  run_ax unpause box
+  assert_success
+  run_ax unpause box
+  assert_agsx_error "is not paused"
+  run_ax kill box
+  assert_success
+  run_ax pause box
+  assert_agsx_error "is not running"
+  run_ax pause nosuch
+  assert_agsx_error "nosuch"
+  run_ax pause
+  assert_agsx_error "give SANDBOX"
+  run_ax unpause --frob box
+  assert_agsx_error "unknown option"
+}

@@ -1,0 +1,86 @@
+/* Fuzz target: the API server's wire parsers over untrusted request bytes.
+ * The first byte picks one: 0 the Connect envelope reader, 1 the metadata
+ * filter of GET /v2/sandboxes, 2 Basic auth, 3 base64, 4 percent-decoding,
+ * 5 the listen address. The rest is the input. */
+#include "config.h"
+
+#include "api/server.h"
+#include "api/wire.h"
+#include "fuzz.h"
+#include "state/state.h"
+
+#include <string.h>
+#include <sys/socket.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1)
+    return 0;
+  const char *p = (const char *)data + 1;
+  size_t n = size - 1;
+  _cleanup_free_ char *s = xstrndup(p, n); /* NUL-terminated, as headers are */
+  agsx_error_t err = NULL;
+  switch (data[0] % 6) {
+  case 0: {
+    const char *msg;
+    size_t len;
+    if (agsx_connect_envelope(p, n, &msg, &len, &err) == 0 && (msg != p + 5 || len != n - 5))
+      __builtin_trap();
+    struct agsx_buf b = {0};
+    agsx_connect_frame(&b, 0, p, n);
+    if (b.len != n + 5 || agsx_connect_envelope(b.p, b.len, &msg, &len, NULL) != 0 || len != n)
+      __builtin_trap();
+    agsx_buf_clear(&b);
+    break;
+  }
+  case 1: {
+    char **v = NULL;
+    if (agsx_api_metadata_filter(s, &v, &err) == 0) {
+      if (agsx_strv_len(v) > AGSX_API_FILTER_MAX)
+        __builtin_trap();
+      for (size_t i = 0; v && v[i]; i++)
+        if (v[i][0] == '=' || !strchr(v[i], '='))
+          __builtin_trap();
+      agsx_labels_match(NULL, v && v[0] ? v[0] : "x");
+    }
+    agsx_strv_free(v);
+    break;
+  }
+  case 2: {
+    char *user = NULL;
+    if (agsx_basic_auth_user(s, &user, &err) == 0 && !agsx_api_user_is_valid(user))
+      __builtin_trap();
+    free(user);
+    break;
+  }
+  case 3: {
+    char *out = NULL;
+    size_t len;
+    if (agsx_base64_decode(s, 1 << 16, &out, &len, &err) == 0) {
+      _cleanup_free_ char *enc = agsx_base64_encode(out, len);
+      _cleanup_free_ char *back = NULL;
+      size_t blen;
+      if (agsx_base64_decode(enc, 1 << 16, &back, &blen, NULL) != 0 || blen != len ||
+          memcmp(back, out, len) != 0)
+        __builtin_trap();
+    }
+    free(out);
+    break;
+  }
+  case 4: {
+    char *d = agsx_url_decode(p, n, data[0] & 8);
+    if (d && strlen(d) > n)
+      __builtin_trap();
+    free(d);
+    break;
+  }
+  case 5: {
+    struct sockaddr_storage ss;
+    unsigned len;
+    bool lo;
+    agsx_api_listen_parse(s, &ss, &len, &lo, &err);
+    break;
+  }
+  }
+  agsx_error_free(&err);
+  return 0;
+}

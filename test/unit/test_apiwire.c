@@ -1,0 +1,222 @@
+/* Unit tests: the API server's wire formats, bodies, credentials and the
+ * sandbox labels they map E2B metadata to. */
+#include "config.h"
+
+#include "api/auth.h"
+#include "api/body.h"
+#include "api/server.h"
+#include "api/wire.h"
+#include "state/state.h"
+#include "tap.h"
+
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+static void envelopes(void) {
+  struct agsx_buf b = {0};
+  agsx_connect_frame(&b, 0, "{\"a\":1}", 7);
+  const char *msg;
+  size_t len;
+  tap_ok(b.len == 12 && memcmp(b.p, "\0\0\0\0\7", 5) == 0, "a frame: flags, big-endian length");
+  tap_ok(agsx_connect_envelope(b.p, b.len, &msg, &len, NULL) == 0 && len == 7 &&
+             memcmp(msg, "{\"a\":1}", 7) == 0,
+         "the envelope reads back");
+  agsx_error_t err = NULL;
+  tap_ok(agsx_connect_envelope(b.p, b.len - 1, &msg, &len, &err) < 0, "a short body: %s",
+         err ? err->msg : "");
+  agsx_error_free(&err);
+  b.p[0] = 1;
+  tap_ok(agsx_connect_envelope(b.p, b.len, &msg, &len, &err) < 0 && strstr(err->msg, "compressed"),
+         "a compressed message is refused");
+  agsx_error_free(&err);
+  tap_ok(agsx_connect_envelope("", 0, &msg, &len, NULL) < 0, "an empty body is refused");
+  agsx_buf_clear(&b);
+  tap_is_str(agsx_connect_code_name(AGSX_CONNECT_NOT_FOUND), "not_found", "not_found's name");
+  tap_is_int(agsx_connect_code_status(AGSX_CONNECT_UNAUTHENTICATED), 401, "unauthenticated 401");
+  tap_is_int(agsx_connect_code_status(AGSX_CONNECT_DEADLINE_EXCEEDED), 504, "deadline 504");
+}
+
+static void filters(void) {
+  /* What e2b 2.51 sends for {user:'a b', app:'x&y'} after the query level
+   * is decoded: each part encodeURIComponent-ed, then the form. */
+  char **v = NULL;
+  tap_ok(agsx_api_metadata_filter("user=a%2520b&app=x%2526y", &v, NULL) == 0 && v &&
+             strcmp(v[0], "user=a b") == 0 && strcmp(v[1], "app=x&y") == 0 && !v[2],
+         "the metadata filter decodes each part twice");
+  agsx_strv_free(v);
+  v = NULL;
+  agsx_error_t err = NULL;
+  tap_ok(agsx_api_metadata_filter("novalue", &v, &err) < 0, "a part without = is refused");
+  agsx_error_free(&err);
+  tap_ok(agsx_api_metadata_filter("a=%zz", &v, &err) < 0, "a bad escape is refused");
+  agsx_error_free(&err);
+  tap_ok(agsx_api_metadata_filter("a=%2500", &v, &err) < 0, "a NUL is refused");
+  agsx_error_free(&err);
+  tap_ok(agsx_api_list_has("running,paused", "paused") && !agsx_api_list_has("running", "paus"),
+         "state lists");
+}
+
+static void users(void) {
+  char *u = NULL;
+  tap_ok(agsx_basic_auth_user("Basic cm9vdDo=", &u, NULL) == 0 && strcmp(u, "root") == 0,
+         "Basic root: is root");
+  free(u);
+  agsx_error_t err = NULL;
+  tap_ok(agsx_basic_auth_user("Bearer x", &u, &err) < 0, "another scheme is refused");
+  agsx_error_free(&err);
+  tap_ok(agsx_basic_auth_user("Basic Li4vZXRjOg==", &u, &err) < 0, "the user ../etc is refused");
+  agsx_error_free(&err);
+  tap_ok(agsx_basic_auth_user("Basic cm9vdA==", &u, &err) < 0, "no colon is refused");
+  agsx_error_free(&err);
+  char *d = NULL;
+  size_t n;
+  tap_ok(agsx_base64_decode("aGkK", 100, &d, &n, NULL) == 0 && n == 3 && memcmp(d, "hi\n", 3) == 0,
+         "base64 decodes");
+  free(d);
+  _cleanup_free_ char *e = agsx_base64_encode("hi\n\xff", 4);
+  tap_is_str(e, "aGkK/w==", "base64 encodes with padding");
+}
+
+static void bodies(void) {
+  struct agsx_api_create c;
+  int st;
+  agsx_error_t err = NULL;
+  const char *ok = "{\"templateID\":\"base\",\"timeout\":60,\"secure\":true,"
+                   "\"allow_internet_access\":false,\"metadata\":{\"k\":\"v\"},\"envVars\":{}}";
+  tap_ok(agsx_api_create_parse(ok, strlen(ok), &c, &st, &err) == 0 && c.timeout == 60 &&
+             !c.internet && strcmp(c.metadata[0], "k=v") == 0,
+         "the v1 create body of JS 2.50 and Python");
+  agsx_api_create_clear(&c);
+  static const struct {
+    const char *body;
+    int status;
+  } bad[] = {{"{\"mcp\":{\"a\":{}}}", 501},
+             {"{\"volumeMounts\":[{}]}", 501},
+             {"{\"network\":{\"maskRequestHost\":\"x\"}}", 501},
+             {"{\"network\":{\"allowOut\":[\"a*b\"]}}", 400},
+             {"{\"network\":{\"denyOut\":\"x\"}}", 400},
+             {"{\"autoPause\":true}", 501},
+             {"{\"timeout\":0}", 400},
+             {"{\"timeout\":1.5}", 400},
+             {"{\"x\":1}", 400},
+             {"{\"metadata\":{\"e2b.t\":\"x\"}}", 400},
+             {"{\"envVars\":{\"A=B\":\"c\"}}", 400},
+             {"[", 400}};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(bad); i++) {
+    int r = agsx_api_create_parse(bad[i].body, strlen(bad[i].body), &c, &st, &err);
+    tap_ok(r < 0 && st == bad[i].status, "create %s: %d (%s)", bad[i].body, st,
+           err ? err->msg : "accepted");
+    agsx_error_free(&err);
+  }
+  struct agsx_api_start s;
+  const char *start = "{\"process\":{\"cmd\":\"/bin/bash\",\"args\":[\"-l\",\"-c\",\"echo hi\"],"
+                      "\"envs\":{\"X\":\"1\"}},\"stdin\":false}";
+  tap_ok(agsx_api_start_parse(start, strlen(start), &s, NULL) == 0 && !s.stdin_open && !s.pty &&
+             strcmp(s.args[2], "echo hi") == 0 && strcmp(s.envs[0], "X=1") == 0,
+         "commands.run's Start");
+  agsx_api_start_clear(&s);
+  const char *pty = "{\"process\":{\"cmd\":\"/bin/bash\",\"args\":[\"-i\",\"-l\"]},"
+                    "\"pty\":{\"size\":{\"cols\":100,\"rows\":30}}}";
+  tap_ok(agsx_api_start_parse(pty, strlen(pty), &s, NULL) == 0 && s.pty && s.cols == 100 &&
+             s.rows == 30 && s.stdin_open,
+         "pty.create's Start (stdin absent: open)");
+  agsx_api_start_clear(&s);
+  tap_ok(agsx_api_start_parse("{\"process\":{}}", 14, &s, &err) < 0, "no cmd is refused");
+  agsx_error_free(&err);
+  tap_ok(agsx_api_start_parse("{\"process\":{\"cmd\":\"x\",\"bogus\":1}}", 33, &s, &err) < 0,
+         "an unknown field is refused: %s", err ? err->msg : "");
+  agsx_error_free(&err);
+}
+
+static void credentials(void) {
+  char a[65], b[65], c[65];
+  agsx_api_envd_token("e2b_key1", "0123456789abcdef0123456789abcdef", a);
+  agsx_api_envd_token("e2b_key1", "0123456789abcdef0123456789abcdef", b);
+  agsx_api_envd_token("e2b_key2", "0123456789abcdef0123456789abcdef", c);
+  tap_ok(strlen(a) == 64 && strcmp(a, b) == 0 && strcmp(a, c) != 0,
+         "tokens: derived, stable, keyed");
+  tap_ok(agsx_api_secret_equal("abc", "abc") && !agsx_api_secret_equal("abd", "abc") &&
+             !agsx_api_secret_equal("ab", "abc") && !agsx_api_secret_equal(NULL, "abc"),
+         "secret comparison");
+  tap_ok(agsx_api_key_is_valid("e2b_0123456789") && !agsx_api_key_is_valid("short") &&
+             !agsx_api_key_is_valid("e2b_with space"),
+         "key format");
+  char dir[] = "/tmp/agsx-test-apiwire.XXXXXX";
+  if (mkdtemp(dir) == NULL)
+    return;
+  _cleanup_free_ char *path = xasprintf("%s/sub/api-key", dir);
+  char *key = NULL, *key2 = NULL;
+  bool created = false;
+  agsx_error_t err = NULL;
+  int r = agsx_api_key_load(path, &key, &created, &err);
+  struct stat st;
+  tap_ok(r == 0 && created && strlen(key) == 44 && strncmp(key, "e2b_", 4) == 0 &&
+             stat(path, &st) == 0 && (st.st_mode & 0777) == 0600,
+         "the key file is generated: e2b_ + 40 hex, 0600 (%s)", err ? err->msg : "");
+  agsx_error_free(&err);
+  tap_ok(agsx_api_key_load(path, &key2, &created, NULL) == 0 && !created && strcmp(key, key2) == 0,
+         "and read back");
+  chmod(path, 0640);
+  free(key2);
+  tap_ok(agsx_api_key_load(path, &key2, &created, &err) < 0, "a key file others read is refused");
+  agsx_error_free(&err);
+  free(key);
+  unlink(path);
+  _cleanup_free_ char *sub = xasprintf("%s/sub", dir);
+  rmdir(sub);
+  rmdir(dir);
+}
+
+static void listen_addrs(void) {
+  struct sockaddr_storage ss;
+  unsigned len;
+  bool lo;
+  tap_ok(agsx_api_listen_parse("127.0.0.1:3000", &ss, &len, &lo, NULL) == 0 && lo, "127.0.0.1");
+  tap_ok(agsx_api_listen_parse("[::1]:3000", &ss, &len, &lo, NULL) == 0 && lo, "[::1]");
+  tap_ok(agsx_api_listen_parse("0.0.0.0:3000", &ss, &len, &lo, NULL) == 0 && !lo, "0.0.0.0");
+  tap_ok(agsx_api_listen_parse("localhost:1", &ss, &len, &lo, NULL) == 0 && lo, "localhost");
+  agsx_error_t err = NULL;
+  tap_ok(agsx_api_listen_parse("1.2.3.4", &ss, &len, &lo, &err) < 0, "no port");
+  agsx_error_free(&err);
+  tap_ok(agsx_api_listen_parse("1.2.3.4:70000", &ss, &len, &lo, &err) < 0, "a port too large");
+  agsx_error_free(&err);
+}
+
+static void labels(void) {
+  char *ok[] = {"a=1", "b=x=y", "c=", NULL};
+  tap_ok(agsx_labels_check(ok, NULL) == 0, "labels: KEY=VALUE, = in values, empty values");
+  tap_ok(agsx_labels_match(ok, "a") && agsx_labels_match(ok, "b=x=y") &&
+             !agsx_labels_match(ok, "a=2") && agsx_labels_match(ok, "c=") &&
+             !agsx_labels_match(ok, "d"),
+         "label filters");
+  char *dup[] = {"a=1", "a=2", NULL}, *nokey[] = {"=1", NULL}, *ctl[] = {"a=\n", NULL};
+  agsx_error_t err = NULL;
+  tap_ok(agsx_labels_check(dup, &err) < 0, "a key twice is refused");
+  agsx_error_free(&err);
+  tap_ok(agsx_labels_check(nokey, &err) < 0, "an empty key is refused");
+  agsx_error_free(&err);
+  tap_ok(agsx_labels_check(ctl, &err) < 0, "control characters are refused");
+  agsx_error_free(&err);
+  char **many = NULL;
+  for (int i = 0; i <= AGSX_LABELS_MAX; i++) {
+    _cleanup_free_ char *k = xasprintf("k%d", i);
+    agsx_labels_set(&many, k, "v");
+  }
+  tap_ok(agsx_labels_check(many, &err) < 0, "more than %d labels are refused", AGSX_LABELS_MAX);
+  agsx_error_free(&err);
+  agsx_labels_set(&many, "k1", "new");
+  tap_is_str(agsx_label_get(many, "k1"), "new", "labels_set replaces");
+  agsx_strv_free(many);
+}
+
+int main(void) {
+  envelopes();
+  filters();
+  users();
+  bodies();
+  credentials();
+  listen_addrs();
+  labels();
+  return tap_done();
+}

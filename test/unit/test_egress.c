@@ -1,0 +1,170 @@
+/* Unit tests: egress rules (parsing, matching, the nft commands) and the
+ * DNS messages of the relay's filter. */
+#include "config.h"
+
+#include "net/dnsfilter.h"
+#include "net/egress.h"
+#include "tap.h"
+
+#include <string.h>
+
+static void rule_ok(const char *line, const char *want) {
+  struct agsx_egress_rule r;
+  agsx_error_t err = NULL;
+  int rc = agsx_egress_rule_parse_line(line, &r, &err);
+  char *got = rc == 0 ? agsx_egress_rule_format(&r) : NULL;
+  tap_ok(rc == 0 && strcmp(got, want) == 0, "rule `%s` -> `%s` (got `%s` %s)", line, want,
+         got ? got : "", err ? err->msg : "");
+  free(got);
+  agsx_error_free(&err);
+}
+
+static void rule_bad(const char *line, const char *why) {
+  struct agsx_egress_rule r;
+  agsx_error_t err = NULL;
+  int rc = agsx_egress_rule_parse_line(line, &r, &err);
+  tap_ok(rc < 0 && err && strstr(err->msg, why), "rule `%s` refused: %s (%s)", line, why,
+         err ? err->msg : "accepted");
+  agsx_error_free(&err);
+}
+
+static struct agsx_egress rules(const char *text) {
+  struct agsx_egress e = {0};
+  agsx_error_t err = NULL;
+  if (agsx_egress_parse_file(text, strlen(text), "t", &e, &err) < 0)
+    tap_ok(0, "rules parse: %s", err->msg);
+  agsx_error_free(&err);
+  return e;
+}
+
+static bool name_ok(const struct agsx_egress *e, const char *name, bool *any, size_t *nports) {
+  uint16_t ports[16];
+  return agsx_egress_name_allowed(e, name, any, ports, 16, nports);
+}
+
+/* A query for NAME (type A), as a resolver sends it. */
+static size_t query(unsigned char *m, const char *name) {
+  memset(m, 0, 12);
+  m[0] = 0x12, m[1] = 0x34, m[2] = 0x01, m[5] = 1;
+  size_t off = 12;
+  for (const char *p = name; *p;) {
+    size_t l = strcspn(p, ".");
+    m[off++] = (unsigned char)l;
+    memcpy(m + off, p, l);
+    off += l;
+    p += l + (p[l] == '.');
+  }
+  m[off++] = 0;
+  m[off++] = 0, m[off++] = 1, m[off++] = 0, m[off++] = 1;
+  return off;
+}
+
+static uint32_t got_addr[4], got_ttl[4];
+static int got_n;
+static void on_a(void *data, uint32_t addr, uint32_t ttl) {
+  (void)data;
+  if (got_n < 4) {
+    got_addr[got_n] = addr;
+    got_ttl[got_n++] = ttl;
+  }
+}
+
+int main(void) {
+  rule_ok("allow pypi.org", "allow pypi.org");
+  rule_ok("allow  PyPI.Org.", "allow pypi.org");
+  rule_ok("allow *.githubusercontent.com", "allow *.githubusercontent.com");
+  rule_ok("allow api.example.com:443", "allow api.example.com:443");
+  rule_ok("allow 10.20.0.0/24", "allow 10.20.0.0/24");
+  rule_ok("allow 198.18.0.0/15:80", "allow 198.18.0.0/15:80");
+  rule_ok("allow 198.18.0.7", "allow 198.18.0.7/32");
+  rule_ok("deny 10.0.0.0/8:22", "deny 10.0.0.0/8:22");
+  rule_ok("deny *.ads.example", "deny *.ads.example");
+  rule_bad("permit x.org", "allow or deny");
+  rule_bad("allow a*.b", "wildcard only as a leading");
+  rule_bad("allow *", "invalid egress rule");
+  rule_bad("allow x.org:0", "1-65535");
+  rule_bad("allow x.org:65536", "1-65535");
+  rule_bad("allow x..org", "a name");
+  rule_bad("allow 10.0.0.1/24", "10.0.0.0/24");
+  rule_bad("deny x.org:443", "takes no port");
+  rule_bad("allow -", "a name");
+
+  struct agsx_egress e = rules("# comment\nallow pypi.org\nallow *.gh.io\nallow api.x.com:443\n"
+                               "allow api.x.com:8443\ndeny bad.gh.io\nallow 10.20.0.0/24\n"
+                               "deny 10.20.0.9\nallow 198.18.0.0/15:80\n");
+  bool any = false, denied = false;
+  size_t np = 0;
+  tap_ok(e.n == 8 && agsx_egress_has_allow(&e), "rules file: 8 rules, an allow-list");
+  tap_ok(name_ok(&e, "pypi.org", &any, &np) && any && np == 0, "a name: every port");
+  tap_ok(!name_ok(&e, "www.pypi.org", &any, &np), "a name does not cover its subdomains");
+  tap_ok(name_ok(&e, "a.gh.io", &any, &np) && name_ok(&e, "a.b.gh.io", &any, &np),
+         "a wildcard: subdomains at any depth");
+  tap_ok(!name_ok(&e, "gh.io", &any, &np), "a wildcard: not the apex");
+  tap_ok(!name_ok(&e, "xgh.io", &any, &np), "a wildcard: a label boundary");
+  tap_ok(!name_ok(&e, "bad.gh.io", &any, &np), "deny wins over a wildcard");
+  tap_ok(name_ok(&e, "api.x.com", &any, &np) && !any && np == 2, "ports: only those");
+  tap_ok(!name_ok(&e, "example.com", &any, &np), "anything else: refused");
+  tap_ok(agsx_egress_cidr_allowed(&e, 0x0a140005, 0, &denied) && !denied, "cidr allow");
+  tap_ok(!agsx_egress_cidr_allowed(&e, 0x0a140009, 0, &denied) && denied, "cidr deny wins");
+  tap_ok(agsx_egress_cidr_allowed(&e, 0xc6120001, 80, &denied) &&
+             !agsx_egress_cidr_allowed(&e, 0xc6120001, 443, &denied),
+         "cidr with a port");
+  char *cmds = agsx_egress_nft_cmds(&e, 0xc6130005, NULL, true, 20);
+  tap_ok(strstr(cmds, "ip daddr 10.20.0.9/32 goto xl_c6130005") &&
+             strstr(cmds, "th dport { 53, 853 } goto xl_c6130005") &&
+             strstr(cmds, "add element inet agsx xmap { 198.19.0.5 : jump x_c6130005 }") &&
+             strstr(cmds, "ip saddr . ip daddr @xa return") && strstr(cmds, "log group 20"),
+         "nft: denials, DNS elsewhere, the hook, the shared learnt sets, the log");
+  tap_ok(strstr(cmds, "ct state established") < strstr(cmds, "10.20.0.0/24 return") &&
+             strstr(cmds, "10.20.0.9/32 goto") < strstr(cmds, "ct state established"),
+         "nft: denials before established flows, allowances after");
+  free(cmds);
+  cmds = agsx_egress_nft_cmds(&e, 0xc6130005, NULL, false, -1);
+  tap_ok(!strstr(cmds, "flush chain inet agsx xl_"), "nft: a live update keeps the refusing chain");
+  free(cmds);
+  char *json = agsx_egress_to_json(&e);
+  struct agsx_egress back;
+  tap_ok(agsx_egress_from_json(json, strlen(json), &back, NULL) == 0 && back.n == e.n,
+         "json round trip");
+  free(json);
+  agsx_egress_clear(&back);
+  agsx_egress_clear(&e);
+
+  struct agsx_egress deny_only = rules("deny evil.example\n");
+  tap_ok(name_ok(&deny_only, "pypi.org", &any, &np) && any, "deny-only: other names resolve");
+  tap_ok(!name_ok(&deny_only, "evil.example", &any, &np), "deny-only: the denied name not");
+  agsx_egress_clear(&deny_only);
+
+  unsigned char m[512];
+  char name[AGSX_EGRESS_NAME_MAX + 1];
+  uint16_t type;
+  size_t end, n = query(m, "Files.PyPI.org");
+  tap_ok(agsx_dns_question(m, n, name, &type, &end) == 0 && strcmp(name, "files.pypi.org") == 0 &&
+             type == 1 && end == n,
+         "question: canonical name, type A");
+  m[5] = 2;
+  tap_ok(agsx_dns_question(m, n, name, &type, &end) < 0, "question: two questions refused");
+  m[5] = 1;
+  tap_ok(agsx_dns_question(m, n - 1, name, &type, &end) < 0, "question: truncated refused");
+  /* An answer: a CNAME then two A records, compressed names. */
+  unsigned char a[512];
+  memcpy(a, m, n);
+  a[2] = 0x81, a[3] = 0x80, a[7] = 3;
+  size_t off = n;
+  static const unsigned char cname[] = {0xc0, 0x0c, 0, 5, 0, 1,   0,    0,
+                                        0,    30,   0, 4, 1, 'x', 0xc0, 0x12};
+  memcpy(a + off, cname, sizeof(cname));
+  off += sizeof(cname);
+  for (int i = 0; i < 2; i++) {
+    static const unsigned char rr[] = {0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 1, 0, 0, 4, 198, 18, 0};
+    memcpy(a + off, rr, sizeof(rr));
+    off += sizeof(rr);
+    a[off++] = (unsigned char)(10 + i);
+  }
+  tap_ok(agsx_dns_answers_a(a, off, on_a, NULL) == 0 && got_n == 2 && got_addr[0] == 0xc612000a &&
+             got_addr[1] == 0xc612000b && got_ttl[0] == 256,
+         "answers: the A records, past a CNAME");
+  got_n = 0;
+  tap_ok(agsx_dns_answers_a(a, off - 3, on_a, NULL) < 0, "answers: a cut record is malformed");
+  return tap_done();
+}
