@@ -5,6 +5,7 @@
 # --userns) runs through agsx's injected user namespace.
 
 load helpers
+bats_require_minimum_version 1.5.0
 
 setup_file() {
   command -v podman >/dev/null || skip "podman is not installed (apt-get install podman)"
