@@ -120,6 +120,13 @@ void agsx_print_main_help(FILE *out);
 
 /* Prints "agsx: MSG" for ERR, frees it and returns 125. */
 int agsx_fail(agsx_error_t *err);
+/* The state directory for a command on SANDBOX... (what ended is reaped
+ * first): -1 when there is none (no sandbox was ever made), and each
+ * lookup then says "no such sandbox". */
+int agsx_cmd_state_open(struct agsx_ctx *ctx);
+/* SANDBOX's id (an id, a unique id prefix or a name), through the one
+ * lookup of state.h that every command uses. */
+int agsx_cmd_lookup_id(int statefd, const char *sandbox, char ret_id[33], agsx_error_t *err);
 /* Prints "agsx: ..." and returns 125. */
 int agsx_failf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

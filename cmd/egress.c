@@ -59,11 +59,9 @@ static void print_entry(yajl_val e) {
 
 int agsx_cmd_netlog_show(struct agsx_ctx *ctx, const char *sandbox, bool json) {
   agsx_error_t err = NULL;
-  _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  _cleanup_close_ int statefd = agsx_cmd_state_open(ctx);
   char id[33];
-  if (statefd < 0)
-    return agsx_failf("no such sandbox `%s`", sandbox);
-  if (agsx_state_resolve(statefd, sandbox, id, &err) < 0)
+  if (agsx_cmd_lookup_id(statefd, sandbox, id, &err) < 0)
     return agsx_fail(&err);
   _cleanup_close_ int dir = openat(statefd, id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   _cleanup_free_ char *buf = NULL;

@@ -57,13 +57,10 @@ int agsx_cmd_fork(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc
     return AGSX_EXIT_FAILURE;
   if (i >= argc)
     return agsx_failf("fork: give SANDBOX (see agsx fork --help)");
-  agsx_state_reap_all(ctx->state, true, NULL);
-  _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (statefd < 0)
-    return agsx_failf("no such sandbox `%s`", argv[i]);
+  _cleanup_close_ int statefd = agsx_cmd_state_open(ctx);
   agsx_error_t err = NULL;
   char id[33];
-  if (agsx_state_resolve(statefd, argv[i], id, &err) < 0)
+  if (agsx_cmd_lookup_id(statefd, argv[i], id, &err) < 0)
     return agsx_fail(&err);
   struct agsx_fork_opts fo = {.root = ctx->root,
                               .state = ctx->state,

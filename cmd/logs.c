@@ -219,12 +219,10 @@ int agsx_cmd_logs(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc
   if (f.json)
     return agsx_failf("logs: --json goes with --network");
   agsx_error_t err = NULL;
-  _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (statefd < 0)
-    return agsx_failf("no such sandbox `%s`", argv[i]);
+  _cleanup_close_ int statefd = agsx_cmd_state_open(ctx);
   char id[33];
   struct agsx_log_reader *rd = NULL;
-  if (agsx_state_resolve(statefd, argv[i], id, &err) < 0)
+  if (agsx_cmd_lookup_id(statefd, argv[i], id, &err) < 0)
     return agsx_fail(&err);
   int opened = f.exec ? agsx_process_log_open(statefd, id, (uint32_t)strtoul(f.exec, NULL, 10),
                                               AGSX_LOG_FROM_START, &rd, &err)

@@ -20,15 +20,12 @@ static int each(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
     return AGSX_EXIT_FAILURE;
   if (i >= argc)
     return agsx_failf("%s: give SANDBOX... (see agsx %s --help)", cmd->name, cmd->name);
-  agsx_state_reap_all(ctx->state, true, NULL);
-  _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (statefd < 0)
-    return agsx_failf("no such sandbox `%s`", argv[i]);
+  _cleanup_close_ int statefd = agsx_cmd_state_open(ctx);
   int rc = 0;
   for (; i < argc; i++) {
     agsx_error_t err = NULL;
     char id[33];
-    if (agsx_state_resolve(statefd, argv[i], id, &err) < 0 || fn(statefd, id, &err) < 0) {
+    if (agsx_cmd_lookup_id(statefd, argv[i], id, &err) < 0 || fn(statefd, id, &err) < 0) {
       rc = agsx_fail(&err);
       continue;
     }

@@ -313,15 +313,12 @@ int agsx_cmd_kill(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc
  * Each takes SANDBOX... and goes on after one that fails (printed as
  * `agsx: ...`), exiting 125 then, as kill does. */
 
-/* Opens the state directory for a command on SANDBOX...: -1 without one
- * (no sandbox was ever made), and each lookup then says "no such sandbox". */
-static int open_state_for(struct agsx_ctx *ctx) {
+int agsx_cmd_state_open(struct agsx_ctx *ctx) {
   agsx_state_reap_all(ctx->state, true, &reap_log);
   return open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 }
 
-/* The id of SANDBOX, through the one lookup (state.h) every command uses. */
-static int lookup_id(int statefd, const char *sandbox, char ret_id[33], agsx_error_t *err) {
+int agsx_cmd_lookup_id(int statefd, const char *sandbox, char ret_id[33], agsx_error_t *err) {
   struct agsx_record r;
   if (agsx_state_lookup_at(statefd, sandbox, &r, err) < 0)
     return -1;
@@ -337,7 +334,7 @@ int agsx_cmd_inspect(struct agsx_ctx *ctx, const struct agsx_command *cmd, int a
     return AGSX_EXIT_FAILURE;
   if (i >= argc)
     return agsx_failf("inspect: expected SANDBOX... (see agsx inspect --help)");
-  _cleanup_close_ int statefd = open_state_for(ctx);
+  _cleanup_close_ int statefd = agsx_cmd_state_open(ctx);
   int rc = 0;
   int64_t now = agsx_now_ns() / 1000000000LL;
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(true);
@@ -364,7 +361,7 @@ int agsx_cmd_wait(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc
     return AGSX_EXIT_FAILURE;
   if (i >= argc)
     return agsx_failf("wait: expected SANDBOX... (see agsx wait --help)");
-  _cleanup_close_ int statefd = open_state_for(ctx);
+  _cleanup_close_ int statefd = agsx_cmd_state_open(ctx);
   int rc = 0, last = 0;
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
   yajl_gen_array_open(g);
@@ -373,7 +370,7 @@ int agsx_cmd_wait(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc
     agsx_error_t err = NULL;
     char id[33];
     struct agsx_record r;
-    if (lookup_id(statefd, argv[i], id, &err) < 0 ||
+    if (agsx_cmd_lookup_id(statefd, argv[i], id, &err) < 0 ||
         agsx_state_wait(statefd, id, -1, &r, &err) < 0) {
       rc = agsx_fail(&err);
       continue;
@@ -425,14 +422,14 @@ int agsx_cmd_rm(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
     return AGSX_EXIT_FAILURE;
   if (i >= argc)
     return agsx_failf("rm: expected SANDBOX... (see agsx rm --help)");
-  _cleanup_close_ int statefd = open_state_for(ctx);
+  _cleanup_close_ int statefd = agsx_cmd_state_open(ctx);
   int rc = 0;
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
   yajl_gen_array_open(g);
   for (; i < argc; i++) {
     agsx_error_t err = NULL;
     char id[33];
-    if (lookup_id(statefd, argv[i], id, &err) < 0) {
+    if (agsx_cmd_lookup_id(statefd, argv[i], id, &err) < 0) {
       rc = agsx_fail(&err);
       continue;
     }
@@ -497,7 +494,7 @@ static int update_cmd(struct agsx_ctx *ctx, struct sflags *f, int i, int argc, c
   agsx_state_reap_all(ctx->state, true, &reap_log);
   _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   char id[33];
-  if (lookup_id(statefd, argv[i], id, &err) < 0)
+  if (agsx_cmd_lookup_id(statefd, argv[i], id, &err) < 0)
     return agsx_fail(&err);
   size_t cut = 0;
   if ((f->egress_set || f->egress_clear) &&

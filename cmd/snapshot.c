@@ -34,13 +34,11 @@ static int parse(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
 
 /* The state directory and SANDBOX's id; -1 after printing why. */
 static int open_target(struct agsx_ctx *ctx, const char *sandbox, char id[33]) {
-  agsx_state_reap_all(ctx->state, true, NULL);
-  int fd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0)
-    return agsx_failf("no such sandbox `%s`", sandbox), -1;
+  int fd = agsx_cmd_state_open(ctx);
   agsx_error_t err = NULL;
-  if (agsx_state_resolve(fd, sandbox, id, &err) < 0) {
-    close(fd);
+  if (agsx_cmd_lookup_id(fd, sandbox, id, &err) < 0) {
+    if (fd >= 0)
+      close(fd);
     return agsx_fail(&err), -1;
   }
   return fd;
