@@ -482,6 +482,11 @@ static int finish(struct sup *f, agsx_error_t *err) {
   if (f->stopping)
     f->sb->reason = f->stop_reason;
   int64_t td = agsx_mono_ns();
+  /* The processes it owns are reaped first, their ends recorded before its
+   * own: they are in the sandbox's pid namespace, whose init cannot finish
+   * exiting while one of them is an unreaped zombie of ours (and the
+   * destroy waits for the init). */
+  agsx_procs_end(f->procs, "the sandbox ended");
   agsx_error_t derr = NULL;
   if (agsx_sandbox_destroy(f->sb, &derr) < 0 && *err == NULL)
     *err = derr;
@@ -490,8 +495,6 @@ static int finish(struct sup *f, agsx_error_t *err) {
   /* The namespace, and the veth with it, went with the sandbox. */
   if (f->net)
     agsx_net_attach_end(f->net);
-  /* Its processes died with it: their ends are recorded before its own. */
-  agsx_procs_end(f->procs, "the sandbox ended");
   end_log(f, *err);
   write_end_record(f);
   f->teardown_ns = agsx_mono_ns() - td;
