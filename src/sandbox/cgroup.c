@@ -778,6 +778,17 @@ static void collect_pids(int dfd, int depth, struct agsx_strset *set) {
   }
 }
 
+/* A zombie (or a task being torn down) runs nothing: no need to freeze it,
+ * and hierarchies may list it when the freezer's no longer does. */
+static bool is_dead(const char *pid) {
+  _cleanup_free_ char *path = xasprintf("/proc/%s/stat", pid), *buf = NULL;
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (agsx_read_file_at(AT_FDCWD, path, SMALL_FILE_MAX, &buf, NULL, &e) < 0)
+    return true;
+  const char *p = strrchr(buf, ')');
+  return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
 /* Moves into FZ every process of CG's other hierarchies that is in no
  * freezer cgroup of the sandbox yet; *RET_MOVED counts them. */
 static int freezer_gather(struct agsx_cgroup *cg, struct hier *fz, size_t *ret_moved,
@@ -789,7 +800,7 @@ static int freezer_gather(struct agsx_cgroup *cg, struct hier *fz, size_t *ret_m
       collect_pids(cg->h[i].fd, 0, &all);
   *ret_moved = 0;
   for (size_t i = 0; i < all.n; i++) {
-    if (agsx_strset_has(&in, all.v[i]))
+    if (agsx_strset_has(&in, all.v[i]) || is_dead(all.v[i]))
       continue;
     _cleanup_error_ agsx_error_t e = NULL;
     if (write_file(fz->fd, "cgroup.procs", all.v[i], false, &e) < 0) {
@@ -805,8 +816,8 @@ static int freezer_gather(struct agsx_cgroup *cg, struct hier *fz, size_t *ret_m
 
 /* Waits until DFD/FILE says the freeze is complete (v1 freezer.state
  * FROZEN, v2 cgroup.events "frozen 1"). */
-static int freeze_wait(struct agsx_cgroup *cg, int dfd, agsx_error_t *err) {
-  int64_t deadline = agsx_mono_ns() + FREEZE_TIMEOUT_NS, pause = NSEC_PER_MSEC / 8;
+static int freeze_wait(struct agsx_cgroup *cg, int dfd, int64_t deadline, agsx_error_t *err) {
+  int64_t pause = NSEC_PER_MSEC / 8;
   for (;;) {
     _cleanup_free_ char *buf = NULL;
     uint64_t v = 0;
@@ -815,6 +826,9 @@ static int freeze_wait(struct agsx_cgroup *cg, int dfd, agsx_error_t *err) {
       return agsx_error_wrap(err, "freeze cgroup `%s/%s`", cg->parent, cg->name);
     if (cg->v2 ? kv_get(buf, "frozen", &v) && v == 1 : strncmp(buf, "FROZEN", 6) == 0)
       return 0;
+    if (!cg->v2 && strncmp(buf, "THAWED", 6) == 0)
+      return agsx_error_set(err, EBUSY, "freeze cgroup `%s/%s`: thawed meanwhile (stopping?)",
+                            cg->parent, cg->name);
     if (agsx_mono_ns() > deadline)
       return agsx_error_set(err, EBUSY, "freeze cgroup `%s/%s`: not frozen after 5 s", cg->parent,
                             cg->name);
@@ -823,7 +837,10 @@ static int freeze_wait(struct agsx_cgroup *cg, int dfd, agsx_error_t *err) {
   }
 }
 
+/* One deadline for all the passes: a sandbox that is being killed meanwhile
+ * may never be frozen (its dying tasks are not), and the caller thaws it. */
 static int freeze_v1(struct agsx_cgroup *cg, agsx_error_t *err) {
+  int64_t deadline = agsx_mono_ns() + FREEZE_TIMEOUT_NS;
   struct hier *fz;
   if (freezer_make(cg, &fz, err) < 0)
     return agsx_error_wrap(err, "freeze cgroup `%s/%s`", cg->parent, cg->name);
@@ -834,13 +851,23 @@ static int freeze_v1(struct agsx_cgroup *cg, agsx_error_t *err) {
                           cg->parent, cg->name);
   for (int pass = 0; pass < FREEZE_PASSES; pass++) {
     size_t moved;
+    /* Thawed under our hands (a stop thaws: sandbox.c): never freeze again
+     * what is being killed. */
+    _cleanup_free_ char *state = NULL;
+    if (pass > 0 &&
+        (agsx_read_file_at(fz->fd, "freezer.state", SMALL_FILE_MAX, &state, NULL, err) < 0 ||
+         strncmp(state, "THAWED", 6) == 0))
+      return *err
+                 ? -1
+                 : agsx_error_set(err, EBUSY, "freeze cgroup `%s/%s`: thawed meanwhile (stopping?)",
+                                  cg->parent, cg->name);
     if (freezer_gather(cg, fz, &moved, err) < 0)
       return -1;
     if (pass > 0 && moved == 0)
       return 0;
     if (write_file(fz->fd, "freezer.state", "FROZEN", false, err) < 0)
       return agsx_error_wrap(err, "freeze cgroup `%s/%s`", cg->parent, cg->name);
-    if (freeze_wait(cg, fz->fd, err) < 0)
+    if (freeze_wait(cg, fz->fd, deadline, err) < 0)
       return -1;
   }
   return agsx_error_set(err, EBUSY, "freeze cgroup `%s/%s`: processes kept appearing", cg->parent,
@@ -856,7 +883,7 @@ int agsx_cgroup_freeze(struct agsx_cgroup *cg, agsx_error_t *err) {
     if (r < 0)
       agsx_error_wrap(err, "freeze cgroup `%s/%s`", cg->parent, cg->name);
     else
-      r = freeze_wait(cg, cg->h[0].fd, err);
+      r = freeze_wait(cg, cg->h[0].fd, agsx_mono_ns() + FREEZE_TIMEOUT_NS, err);
   } else {
     r = freeze_v1(cg, err);
   }

@@ -38,6 +38,10 @@ int agsx_sandbox_set_frozen(int statefd, const char *id, bool freeze, agsx_error
       return agsx_error_set(err, errno, "mark sandbox `%.12s` frozen", id);
   }
   if (agsx_cgroup_open(id, &cg, err) < 0) {
+    if (agsx_error_errno(err) == ENOENT && !freeze) {
+      agsx_error_free(err); /* gone: nothing is frozen */
+      return 0;
+    }
     if (agsx_error_errno(err) == ENOENT)
       agsx_error_wrap(err, "the sandbox has no cgroup (started without limits on cgroup v1)");
     return -1;
