@@ -33,7 +33,8 @@ struct req {
   struct MHD_Connection *c;
   const char *method;
   char *path;           /* the URL's path, without the query */
-  struct agsx_buf body; /* JSON and Connect bodies, at most AGSX_API_BODY_MAX */
+  struct agsx_buf body; /* JSON and Connect bodies, at most body_max */
+  size_t body_max;      /* AGSX_API_BODY_MAX, or AGSX_API_CODE_BODY_MAX for /execute */
   bool body_dropped;    /* too large: answered already */
   bool answered;
   /* envd: the sandbox (a running record) and its 20-digit E2B id */

@@ -134,7 +134,7 @@ yajl_val agsx_api_parse_body(struct req *r, bool connect) {
     buf = "{}";
     len = 2;
   }
-  yajl_val v = agsx_json_parse(buf, len, AGSX_API_BODY_MAX, &err);
+  yajl_val v = agsx_json_parse(buf, len, r->body_max ? r->body_max : AGSX_API_BODY_MAX, &err);
   if (v && !YAJL_IS_OBJECT(v)) {
     yajl_tree_free(v);
     v = NULL;

@@ -351,15 +351,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       agsx_api_upload_begin(r);
       return MHD_YES;
     }
+    /* Only a cell of code may be bigger than other bodies. */
+    const char *port = agsx_req_header(r, "E2b-Sandbox-Port");
+    bool code = r->envd && port && strcmp(port, "49999") == 0; /* plain HTTP, not Connect */
+    bool execute = code && strcmp(method, "POST") == 0 && strcmp(url, "/execute") == 0;
+    r->body_max = execute ? AGSX_API_CODE_BODY_MAX : AGSX_API_BODY_MAX;
     /* A body announced too large is refused before it is read. */
     const char *cl = agsx_req_header(r, "Content-Length");
-    if (cl && strtoull(cl, NULL, 10) > AGSX_API_BODY_MAX) {
+    if (cl && strtoull(cl, NULL, 10) > r->body_max) {
       r->body_dropped = true;
-      if (r->envd)
-        agsx_respond_connect_error(r, AGSX_CONNECT_RESOURCE_EXHAUSTED, "request body over %u bytes",
-                                   AGSX_API_BODY_MAX);
+      if (r->envd && !code)
+        agsx_respond_connect_error(r, AGSX_CONNECT_RESOURCE_EXHAUSTED,
+                                   "request body over %zu bytes", r->body_max);
       else
-        agsx_respond_error(r, 413, "request body over %u bytes", AGSX_API_BODY_MAX);
+        agsx_respond_error(r, 413, "request body over %zu bytes", r->body_max);
     }
     return MHD_YES;
   }
@@ -367,7 +372,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (r->upload) {
       agsx_api_upload_data(r, data, *data_size);
     } else if (!r->body_dropped) {
-      if (r->body.len + *data_size > AGSX_API_BODY_MAX)
+      if (r->body.len + *data_size > r->body_max)
         return MHD_NO; /* a chunked body past the cap: the connection is closed */
       agsx_buf_add(&r->body, data, *data_size);
     }

@@ -16,6 +16,9 @@
 
 #define AGSX_API_DEFAULT_LISTEN "127.0.0.1:3000"
 #define AGSX_API_BODY_MAX (1u << 20) /* JSON and Connect request bodies */
+/* Port 49999's POST /execute: a cell of code, buffered whole before it runs
+ * (`agsx code` takes AGSX_CODE_CODE_MAX from stdin). */
+#define AGSX_API_CODE_BODY_MAX (16u << 20)
 /* Frames a stream holds for a slow client before it stops reading its
  * source (whose own bound then applies: a process log drops its oldest):
  * AGSX_API_STREAM_QUEUE each, AGSX_API_STREAM_QUEUE_LOW once all streams

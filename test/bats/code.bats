@@ -390,6 +390,37 @@ for i in range(50): sys.stdout.write("x" * 100000 + "\n")'
   [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" "$U/health")" = 502 ]
 }
 
+@test "code: port 49999 /execute takes a 4 MiB cell; 16 MiB is its cap, other routes keep 1 MiB" {
+  serve_start
+  local c id tok
+  c=$(curl -s -X POST -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
+    -d '{"templateID":"code-interpreter-v1","timeout":120}' "$U/sandboxes")
+  id=$(echo "$c" | jq -r .sandboxID)
+  tok=$(echo "$c" | jq -r .envdAccessToken)
+  local h=(-H "E2b-Sandbox-Id: $id" -H "E2b-Sandbox-Port: 49999" -H 'Content-Type: application/json')
+  # 4 MiB of code: a string literal and its length, the last expression.
+  python3 -c 'import json; print(json.dumps({"code": "s = \"" + "a" * (4 << 20) + "\"\nlen(s)"}))' \
+    >"$T/big.json"
+  [ "$(stat -c %s "$T/big.json")" -gt $((4 << 20)) ]
+  curl -sN "${h[@]}" -H "X-Access-Token: $tok" --data-binary @"$T/big.json" "$U/execute" >"$T/out"
+  grep -qx '{"type":"result","text":"4194304","extra":{},"is_main_result":true}' "$T/out" ||
+    { cat "$T/out"; false; }
+  [ "$(tail -1 "$T/out")" = '{"type":"end_of_execution"}' ]
+  # Past 16 MiB: 413 before the body is read; the server goes on.
+  python3 -c 'import json; print(json.dumps({"code": "#" + "a" * (16 << 20)}))' >"$T/huge.json"
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -H "X-Access-Token: $tok" \
+    --data-binary @"$T/huge.json" "$U/execute")" = 413 ]
+  # The other routes keep 1 MiB, on port 49999 too.
+  python3 -c 'import json; print(json.dumps({"language": "python", "cwd": "/" + "a" * (2 << 20)}))' \
+    >"$T/ctx.json"
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" --data-binary @"$T/ctx.json" \
+    "$U/contexts")" = 413 ]
+  [ "$(curl -s -o /dev/null -w '%{http_code}' -X POST -H "X-API-KEY: $KEY" \
+    -H 'Content-Type: application/json' --data-binary @"$T/big.json" "$U/sandboxes")" = 413 ]
+  curl -sN "${h[@]}" -H "X-Access-Token: $tok" -d '{"code":"6 * 7"}' "$U/execute" | grep -q '"text":"42"'
+  curl -s -X DELETE -H "X-API-KEY: $KEY" "$U/sandboxes/$id" >/dev/null
+}
+
 # The image is big (430 MB of layer: matplotlib pulls scipy): a few minutes
 # the first time (apt-get into the cached rootfs), then image load's unpack.
 @test "code: an image made offline with Debian's packages (debootstrap): python contexts in it" {
