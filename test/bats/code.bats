@@ -348,6 +348,27 @@ for i in range(50): sys.stdout.write("x" * 100000 + "\n")'
   done
 }
 
+# serve cannot give an API sandbox a memory limit (a template is an image,
+# the create body has no limits), so the sandbox is made with agsx run and
+# labelled as a template's: the API then serves it as any other.
+@test "code: SDK: a kernel killed by --memory reports an error and the context recovers" {
+  [ -n "$SDK" ] || skip "npm @e2b/code-interpreter not installable"
+  ax kill lab >/dev/null
+  run_ax run -d --name lab2 --timeout 10m --memory 400m --label e2b.template=code-interpreter-v1 \
+    host sleep infinity
+  assert_success
+  local id
+  id=$(ax ls --json | jq -r '.[] | select(.name == "lab2") | .id')
+  [ ${#id} = 32 ]
+  serve_start
+  E2B_SANDBOX_ID=${id:0:20} run run_sdk memory
+  echo "$output"
+  [ "$status" = 0 ] || { cat "$T/serve.log" >&3; false; }
+  [[ "$output" == *"ok memory "* ]]
+  run_ax ls --json
+  echo "$output" | jq_ 'map(select(.name == "lab2")) | .[0].status == "running"' >/dev/null
+}
+
 @test "code: port 49999 over HTTP: NDJSON lines, statuses, unknown contexts" {
   serve_start
   local c id tok

@@ -2,7 +2,10 @@
 // (test/bats/code.bats): every scenario of issue 14 in one sandbox per run.
 // E2B_SDK names the node_modules directory test/code/npm-install filled; the
 // SDK is configured only through E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY.
-// argv[2] picks a scenario (default: all of them but "memory").
+// argv[2] picks a scenario (default: all of them but "memory"). With
+// E2B_SANDBOX_ID the scenarios run in that sandbox (Sandbox.connect), one
+// made by `agsx run --label e2b.template=...` with limits the API cannot
+// set, and leave it running.
 import { createRequire } from 'node:module';
 import path from 'node:path';
 
@@ -111,7 +114,8 @@ const scenarios = {
 
 const pick = process.argv[2] ? [process.argv[2]] : Object.keys(scenarios).filter((k) => k !== 'memory');
 let code = 0;
-const sbx = await Sandbox.create(TEMPLATE, { timeoutMs: 300000 });
+const given = process.env.E2B_SANDBOX_ID;
+const sbx = given ? await Sandbox.connect(given) : await Sandbox.create(TEMPLATE, { timeoutMs: 300000 });
 try {
   for (const name of pick) {
     const t0 = Date.now();
@@ -124,6 +128,6 @@ try {
     }
   }
 } finally {
-  await sbx.kill().catch(() => {});
+  if (!given) await sbx.kill().catch(() => {});
 }
 process.exit(code);
