@@ -343,7 +343,7 @@ for i in range(50): sys.stdout.write("x" * 100000 + "\n")'
   run run_sdk
   echo "$output"
   [ "$status" = 0 ] || { cat "$T/serve.log" >&3; false; }
-  for s in state plot dataframe error stream bash contexts javascript timeout network; do
+  for s in state plot dataframe error stream bash contexts javascript timeout network parallel; do
     [[ "$output" == *"ok $s "* ]]
   done
 }

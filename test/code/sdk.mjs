@@ -104,6 +104,30 @@ const scenarios = {
     const e = await sbx.runCode('import socket\ns = socket.socket(); s.settimeout(3)\ntry:\n    s.connect(("198.18.0.1", 9)); r = "connected"\nexcept OSError as e:\n    r = type(e).__name__\nr');
     assert(e.text !== 'connected', 'internal network: ' + e.text);
   },
+  async parallel(sbx) {
+    // One context: the second cell waits for the first (Jupyter's queue).
+    await sbx.runCode('order = []');
+    const done = [];
+    const a = sbx.runCode('import time; time.sleep(2); order.append(1)').then((e) => { done.push('a'); return e; });
+    await new Promise((r) => setTimeout(r, 500));
+    const b = sbx.runCode('order.append(2); order').then((e) => { done.push('b'); return e; });
+    const [ea, eb] = await Promise.all([a, b]);
+    eq([ea.error, eb.error], [undefined, undefined], 'no errors');
+    eq(eb.text, '[1, 2]', 'one context: in order');
+    eq(done, ['a', 'b'], 'one context: the second ends after the first');
+    // Two contexts: their cells overlap in time.
+    const c1 = await sbx.createCodeContext({ language: 'python' });
+    const c2 = await sbx.createCodeContext({ language: 'python' });
+    const cell = 'import time, json\ns = time.time(); time.sleep(3)\nprint(json.dumps([s, time.time()]))';
+    const t0 = Date.now();
+    const [e1, e2] = await Promise.all([sbx.runCode(cell, { context: c1 }), sbx.runCode(cell, { context: c2 })]);
+    const took = Date.now() - t0;
+    const [s1, f1] = JSON.parse(e1.logs.stdout.join('')), [s2, f2] = JSON.parse(e2.logs.stdout.join(''));
+    assert(s1 < f2 && s2 < f1, `two contexts overlap: [${s1}, ${f1}] [${s2}, ${f2}]`);
+    assert(took < 5500, `two 3 s cells took ${took} ms`);
+    await sbx.removeCodeContext(c1);
+    await sbx.removeCodeContext(c2);
+  },
   async memory(sbx) {
     await sbx.runCode('small = 1');
     const e = await sbx.runCode('big = bytearray(1 << 30); big[::4096] = b"x" * len(big[::4096])');
