@@ -292,7 +292,7 @@ complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l egress-all
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l egress-deny -x -d 'public, vpc: deny egress to NAME, *.NAME or CIDR[:PORT]'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l egress-rules -r -F -d 'Read egress allow/deny rules from FILE, one per line'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s p -l publish -x -d 'Publish a sandbox port on the host ([IP:]HOSTPORT:PORT[/tcp|udp], default IP 127.0.0.1)'
-complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l memory -x -d 'Memory limit (e.g. 512m); the sandbox is killed beyond it'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l memory -x -d 'Memory limit (e.g. 512m); beyond it the OOM killer kills a process of the sandbox'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l cpus -x -d 'CPU quota in CPUs (e.g. 0.5)'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l pids -x -d 'Maximum number of processes (default 4096)'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l disk -x -d 'Size of the writable layer (default 1g)'
