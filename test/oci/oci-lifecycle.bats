@@ -133,7 +133,12 @@ PY
   run_rt resume c1
   assert_success
   [ "$(state_field c1 status)" = running ]
-  sleep 0.4
+  # It runs again: the file changes (within 5 s, however loaded the host).
+  local i
+  for i in $(seq 50); do
+    [ "$(cat "$b/rootfs/tmp/t")" != "$z" ] && break
+    sleep 0.1
+  done
   [ "$(cat "$b/rootfs/tmp/t")" != "$z" ]
   rt delete --force c1
 }
