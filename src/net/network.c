@@ -1053,6 +1053,11 @@ void agsx_net_attach_end(struct agsx_net_attach *a) {
     agsx_error_free(&err);
     a->chains = false;
   }
+  /* The veth goes now, not whenever the kernel gets round to cleaning up
+   * the sandbox's dead namespace (tens of seconds on a loaded host, with
+   * the address already leased again). Already gone (cut off): no matter. */
+  if (a->link.host_ifname[0])
+    agsx_net_link_delete(a->link.host_ifname, NULL);
   /* Free, but the holder's id stays for the next lease to check. */
   if (a->lease_fd >= 0 && a->link.host_ifname[0]) {
     char text[64];
