@@ -405,7 +405,8 @@ wait_exited() {
   run tcp wait "$a"
   tcp idle "$a" >"$T/idle1" &
   tcp idle "$a" >"$T/idle2" &
-  for _ in $(seq 50); do grep -q open "$T/idle2" && break; sleep 0.05; done
+  # both connected before the kill (waiting for one raced the other's connect)
+  for _ in $(seq 100); do grep -q open "$T/idle1" && grep -q open "$T/idle2" && break; sleep 0.05; done
   run_ax kill web
   assert_success
   wait
