@@ -341,7 +341,7 @@ PY
   "$AGSX" --root "$ROOT" --state "$STATE" snapshot box s >/dev/null 2>&1 &
   local p=$!
   sleep 0.2
-  kill -9 "$p"
+  kill -9 "$p" 2>/dev/null || true
   wait "$p" || true
   # The next agsx thaws what the dead copy froze.
   ax ls >/dev/null
@@ -360,7 +360,7 @@ PY
   "$AGSX" --root "$ROOT" --state "$STATE" commit box killed:1 >/dev/null 2>&1 &
   p=$!
   sleep 1.5
-  kill -9 "$p"
+  kill -9 "$p" 2>/dev/null || true
   wait "$p" || true
   ax gc >/dev/null
   AGSX_GC_MIN_AGE=0 ax gc >/dev/null
