@@ -27,7 +27,8 @@ static int generate(int dirfd, const char *name, const char *path, agsx_error_t 
   char key[4 + 40 + 2] = "e2b_";
   for (size_t i = 0; i < sizeof(r); i++)
     snprintf(key + 4 + 2 * i, 3, "%02x", r[i]);
-  strcat(key, "\n");
+  key[4 + 40] = '\n';
+  key[4 + 40 + 1] = '\0';
   if (agsx_write_file_atomic(dirfd, name, key, strlen(key), 0600, err) < 0)
     return agsx_error_wrap(err, "write `%s`", path);
   return 0;
@@ -44,7 +45,7 @@ int agsx_api_key_load(const char *path, char **ret_key, bool *ret_created, agsx_
   else if (slash)
     *slash = '\0';
   else
-    strcpy(dir, ".");
+    snprintf(dir, strlen(dir) + 1, "%s", ".");
   if (*name == '\0')
     return agsx_error_set(err, EINVAL, "invalid API key file `%s`", path);
   if (agsx_mkdir_p(dir, 0755, err) < 0)

@@ -74,10 +74,10 @@ int main(void) {
   rule_ok("allow  PyPI.Org.", "allow pypi.org");
   rule_ok("allow *.githubusercontent.com", "allow *.githubusercontent.com");
   rule_ok("allow api.example.com:443", "allow api.example.com:443");
-  rule_ok("allow 10.20.0.0/24", "allow 10.20.0.0/24");
+  rule_ok("allow 198.19.20.0/24", "allow 198.19.20.0/24");
   rule_ok("allow 198.18.0.0/15:80", "allow 198.18.0.0/15:80");
   rule_ok("allow 198.18.0.7", "allow 198.18.0.7/32");
-  rule_ok("deny 10.0.0.0/8:22", "deny 10.0.0.0/8:22");
+  rule_ok("deny 198.18.0.0/16:22", "deny 198.18.0.0/16:22");
   rule_ok("deny *.ads.example", "deny *.ads.example");
   rule_bad("permit x.org", "allow or deny");
   rule_bad("allow a*.b", "wildcard only as a leading");
@@ -85,13 +85,13 @@ int main(void) {
   rule_bad("allow x.org:0", "1-65535");
   rule_bad("allow x.org:65536", "1-65535");
   rule_bad("allow x..org", "a name");
-  rule_bad("allow 10.0.0.1/24", "10.0.0.0/24");
+  rule_bad("allow 198.18.0.1/24", "198.18.0.0/24");
   rule_bad("deny x.org:443", "takes no port");
   rule_bad("allow -", "a name");
 
   struct agsx_egress e = rules("# comment\nallow pypi.org\nallow *.gh.io\nallow api.x.com:443\n"
-                               "allow api.x.com:8443\ndeny bad.gh.io\nallow 10.20.0.0/24\n"
-                               "deny 10.20.0.9\nallow 198.18.0.0/15:80\n");
+                               "allow api.x.com:8443\ndeny bad.gh.io\nallow 198.19.20.0/24\n"
+                               "deny 198.19.20.9\nallow 198.18.0.0/15:80\n");
   bool any = false, denied = false;
   size_t np = 0;
   tap_ok(e.n == 8 && agsx_egress_has_allow(&e), "rules file: 8 rules, an allow-list");
@@ -104,21 +104,21 @@ int main(void) {
   tap_ok(!name_ok(&e, "bad.gh.io", &any, &np), "deny wins over a wildcard");
   tap_ok(name_ok(&e, "api.x.com", &any, &np) && !any && np == 2, "ports: only those");
   tap_ok(!name_ok(&e, "example.com", &any, &np), "anything else: refused");
-  tap_ok(agsx_egress_cidr_allowed(&e, 0x0a140005, 0, &denied) && !denied, "cidr allow");
-  tap_ok(!agsx_egress_cidr_allowed(&e, 0x0a140009, 0, &denied) && denied, "cidr deny wins");
+  tap_ok(agsx_egress_cidr_allowed(&e, 0xc6131405, 0, &denied) && !denied, "cidr allow");
+  tap_ok(!agsx_egress_cidr_allowed(&e, 0xc6131409, 0, &denied) && denied, "cidr deny wins");
   tap_ok(agsx_egress_cidr_allowed(&e, 0xc6120001, 80, &denied) &&
              !agsx_egress_cidr_allowed(&e, 0xc6120001, 443, &denied),
          "cidr with a port");
   char *cmds = agsx_egress_nft_cmds(&e, 0xc6130005, NULL, true, 20);
-  tap_ok(strstr(cmds, "ip daddr 10.20.0.9/32 goto xl_c6130005") &&
+  tap_ok(strstr(cmds, "ip daddr 198.19.20.9/32 goto xl_c6130005") &&
              strstr(cmds, "udp dport 853 goto xl_c6130005") && !strstr(cmds, "{ tcp") &&
              strstr(cmds, "add element inet agsx xmap { 198.19.0.5 : jump x_c6130005 }") &&
              strstr(cmds, "ip saddr . ip daddr @xa return") &&
              strstr(cmds, "ip daddr 198.18.0.0/15 tcp dport 80 return") &&
              strstr(cmds, "log group 20"),
          "nft: denials, DNS elsewhere, the hook, the shared learnt sets, the log");
-  tap_ok(strstr(cmds, "ct state established") < strstr(cmds, "10.20.0.0/24 return") &&
-             strstr(cmds, "10.20.0.9/32 goto") < strstr(cmds, "ct state established"),
+  tap_ok(strstr(cmds, "ct state established") < strstr(cmds, "198.19.20.0/24 return") &&
+             strstr(cmds, "198.19.20.9/32 goto") < strstr(cmds, "ct state established"),
          "nft: denials before established flows, allowances after");
   free(cmds);
   cmds = agsx_egress_nft_cmds(&e, 0xc6130005, NULL, false, -1);
