@@ -558,6 +558,13 @@ static _Noreturn void child_main(struct child *c) {
                          .ws_col = (unsigned short)s->process.cols};
     if (ws.ws_row || ws.ws_col)
       ioctl(master, TIOCSWINSZ, &ws);
+    /* The terminal is the init's stdio from now, not create's: the
+     * engine (go-runc) reads create's output to EOF, which never comes
+     * while the init still holds that pipe (as runc, before create ends). */
+    if (dup2(slave, 0) < 0 || dup2(slave, 1) < 0 || dup2(slave, 2) < 0) {
+      agsx_error_set(&err, errno, "terminal as stdio");
+      child_fail(c, &err);
+    }
   }
   if (send_msg(c->sync, AGSX_MSG_READY, &master, master >= 0 ? 1 : 0) < 0)
     _exit(1);

@@ -522,7 +522,7 @@ static _Noreturn void exec_x(struct exec_child *c) {
     agsx_error_set(&err, errno, "dumpable");
     goto fail;
   }
-  if (c->o->tty) {
+  if (c->p->terminal) { /* process.json decides, as runc: the shim sends no --tty */
     if (agsx_child_open_pty(&master, &slave, &err) < 0)
       goto fail;
     struct agsx_msg m = {.type = AGSX_MSG_READY};
