@@ -946,7 +946,7 @@ static int write_pid_file(const char *path, pid_t pid, agsx_error_t *err) {
     return agsx_error_set(err, errno, "pid file `%s`", path);
   char v[16];
   int n = snprintf(v, sizeof(v), "%d", (int)pid);
-  if (agsx_write_file_atomic(dfd, base, v, (size_t)n, 0644, err) < 0)
+  if (agsx_oci_write_file(dfd, base, v, (size_t)n, 0644, err) < 0)
     return agsx_error_wrap(err, "pid file");
   return 0;
 }
@@ -1046,7 +1046,7 @@ static int prepare(struct create *cr, agsx_error_t *err) {
   if (cr->lockfd < 0 || mkdirat(cr->dirfd, "mnt", 0700) < 0)
     return cr->lockfd < 0 ? -1 : agsx_error_set(err, errno, "mkdir mnt");
   /* The config as parsed: later edits of the bundle's must not matter. */
-  if (agsx_write_file_atomic(cr->dirfd, "config.json", cr->config, cr->config_len, 0600, err) < 0)
+  if (agsx_oci_write_file(cr->dirfd, "config.json", cr->config, cr->config_len, 0600, err) < 0)
     return -1;
   cr->rec.cgroup = s->cgroups_path && s->cgroups_path[0] ? xstrdup(s->cgroups_path)
                                                          : xasprintf("agsx-oci/%s", cr->o->id);

@@ -781,8 +781,8 @@ int agsx_oci_exec(const struct agsx_oci_global *g, const struct agsx_oci_exec_op
       else if (slash)
         *slash = '\0';
       _cleanup_close_ int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (dfd < 0 || agsx_write_file_atomic(dfd, slash ? slash + 1 : o->pid_file, v, (size_t)n,
-                                            0644, err) < 0) {
+      if (dfd < 0 ||
+          agsx_oci_write_file(dfd, slash ? slash + 1 : o->pid_file, v, (size_t)n, 0644, err) < 0) {
         if (dfd < 0)
           agsx_error_set(err, errno, "pid file `%s`", o->pid_file);
         kill(x, SIGKILL);
