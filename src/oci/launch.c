@@ -496,6 +496,15 @@ static char **init_env(const struct agsx_oci_process *p) {
   return env;
 }
 
+/* After start connected: why the program will not run, to `start`. */
+static _Noreturn void start_fail(int conn, agsx_error_t *err) {
+  struct agsx_msg m = {.type = AGSX_MSG_ERROR, .code = 125, .err = *err ? (*err)->errno_ : 0};
+  snprintf(m.text, sizeof(m.text), "%s", *err ? (*err)->msg : "start failed");
+  if (write(conn, &m, sizeof(m)) < 0) {
+  }
+  _exit(125);
+}
+
 static _Noreturn void child_main(struct child *c) {
   agsx_error_t err = NULL;
   const struct agsx_oci_spec *s = c->s;
@@ -585,6 +594,8 @@ static _Noreturn void child_main(struct child *c) {
   close(c->fds[1]);
   if (s->process.umask >= 0)
     umask((mode_t)s->process.umask);
+  if (agsx_oci_lsm_exec(s->process.apparmor, s->process.selinux, &err) < 0)
+    start_fail(conn, &err);
   struct agsx_user u;
   init_user(&s->process, &u);
   struct agsx_proc_spec ps = {

@@ -488,8 +488,8 @@ char *agsx_oci_features(void) {
       "    \"seccomp\": {\"enabled\": true, \"actions\": [\"SCMP_ACT_ALLOW\", "
       "\"SCMP_ACT_ERRNO\", \"SCMP_ACT_KILL\", \"SCMP_ACT_KILL_PROCESS\", \"SCMP_ACT_KILL_THREAD\", "
       "\"SCMP_ACT_LOG\", \"SCMP_ACT_TRACE\", \"SCMP_ACT_TRAP\"]},\n"
-      "    \"apparmor\": {\"enabled\": false},\n"
-      "    \"selinux\": {\"enabled\": false},\n"
+      "    \"apparmor\": {\"enabled\": true},\n"
+      "    \"selinux\": {\"enabled\": true},\n"
       "    \"intelRdt\": {\"enabled\": false},\n"
       "    \"mountExtensions\": {\"idmap\": {\"enabled\": false}}\n"
       "  },\n"
@@ -540,6 +540,8 @@ static _Noreturn void exec_x(struct exec_child *c) {
   }
   if (c->p->umask >= 0)
     umask((mode_t)c->p->umask);
+  if (agsx_oci_lsm_exec(c->p->apparmor, c->p->selinux, &err) < 0)
+    goto fail;
   struct agsx_user u;
   memset(&u, 0, sizeof(u));
   u.uid = c->p->uid;
@@ -633,8 +635,7 @@ static int exec_process(const struct agsx_oci_exec_opts *o, const struct agsx_oc
     p->cwd = xstrdup(o->cwd ? o->cwd : s->process.cwd);
     p->rlimits = NULL;
     p->n_rlimits = 0;
-    p->apparmor = NULL;
-    p->terminal = o->tty;
+    p->terminal = o->tty; /* apparmor, selinux: the container's (borrowed) */
     if (p->args[0] == NULL)
       return agsx_error_set(err, EINVAL, "exec: no command");
   }
