@@ -505,9 +505,10 @@ static _Noreturn void start_fail(int conn, agsx_error_t *err) {
   _exit(125);
 }
 
-static _Noreturn void child_main(struct child *c) {
+/* C until its root is the container's: GO's fds, the user namespace's
+ * root, the mounts (P's hooks run between MOUNTED and CONT), pivot. */
+static void child_root(struct child *c) {
   agsx_error_t err = NULL;
-  const struct agsx_oci_spec *s = c->s;
   int keep[16];
   size_t nkeep = 0;
   keep[nkeep++] = c->sync;
@@ -546,6 +547,11 @@ static _Noreturn void child_main(struct child *c) {
   if (agsx_rootfs_pivot(root, &err) < 0)
     child_fail(c, &err);
   close(root);
+}
+
+static void child_names(struct child *c) {
+  agsx_error_t err = NULL;
+  const struct agsx_oci_spec *s = c->s;
   if (c->new_uts && s->hostname && sethostname(s->hostname, strlen(s->hostname)) < 0) {
     agsx_error_set(&err, errno, "sethostname");
     child_fail(c, &err);
@@ -554,11 +560,14 @@ static _Noreturn void child_main(struct child *c) {
     agsx_error_set(&err, errno, "setdomainname");
     child_fail(c, &err);
   }
-  _cleanup_strv_ char **env = init_env(&s->process);
-  struct agsx_oci_process p = s->process;
-  p.env = env;
-  if (check_program(&p, &err) < 0)
-    child_fail(c, &err);
+}
+
+/* The terminal (its slave is returned, the master goes to P for the
+ * console socket), READY, then the hand-over: from MSG_DONE the engine
+ * owns our lifetime. */
+static int child_handover(struct child *c) {
+  agsx_error_t err = NULL;
+  const struct agsx_oci_spec *s = c->s;
   int master = -1, slave = -1;
   if (s->process.terminal) {
     if (agsx_child_open_pty(&master, &slave, &err) < 0)
@@ -580,10 +589,23 @@ static _Noreturn void child_main(struct child *c) {
   agsx_closep(&master);
   if (wait_msg(c->sync, MSG_DONE, NULL, &err) < 0)
     _exit(1);
-  /* create is done: from here the engine owns our lifetime. */
   if (prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0) < 0 || send_msg(c->sync, MSG_ACK, NULL, 0) < 0)
     _exit(1);
   agsx_closep(&c->sync);
+  return slave;
+}
+
+static _Noreturn void child_main(struct child *c) {
+  agsx_error_t err = NULL;
+  const struct agsx_oci_spec *s = c->s;
+  child_root(c);
+  child_names(c);
+  _cleanup_strv_ char **env = init_env(&s->process);
+  struct agsx_oci_process p = s->process;
+  p.env = env;
+  if (check_program(&p, &err) < 0)
+    child_fail(c, &err);
+  int slave = child_handover(c);
   agsx_proc_title_set("agsx-oci-init");
   int conn;
   do
