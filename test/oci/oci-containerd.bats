@@ -123,8 +123,17 @@ teardown() {
 @test "ctr: containerd's default seccomp profile plus agsx's baseline, a memory limit OOM, a refusal" {
   run C run --rm --seccomp $(R) $IMG t1 sh -c '/usr/local/bin/probe syscall unshare-user; /usr/local/bin/probe syscall keyctl'
   [[ "$output" == *"unshare-user: blocked"* && "$output" == *"keyctl: blocked"* ]] || { echo "# $output" >&3; false; }
-  run C run --rm --memory-limit 16777216 $(R) $IMG t2 /usr/local/bin/probe alloc 256
-  [ "$status" -eq 137 ] || { echo "# $status $output" >&3; false; }
+  # The OOM is an event: the shim watches the init's memory cgroup (v1:
+  # memory.oom_control through cgroup.event_control; v2: memory.events)
+  # from the path in /proc/PID/cgroup once start returns.
+  C events >"$CT/events" 2>&1 &
+  local ev=$!
+  run C run --rm --memory-limit 16777216 $(R) $IMG t2 sh -c 'sleep 0.5; /usr/local/bin/probe alloc 256'
+  [ "$status" -eq 137 ] || { echo "# $status $output" >&3; kill $ev; false; }
+  for i in $(seq 30); do grep -q /tasks/oom "$CT/events" && break; sleep 0.1; done
+  kill $ev
+  wait $ev || true
+  grep /tasks/oom "$CT/events" | grep -q t2 || { echo "# events: $(cat "$CT/events")" >&3; false; }
   run C run --rm $(R) $IMG t3 /nonexistent
   [ "$status" -ne 0 ]
   [[ "$output" == *"OCI runtime create failed"* ]] || { echo "# $output" >&3; false; }
