@@ -1065,6 +1065,30 @@ static int clone_init(struct create *cr, struct child *c, uint64_t flags, agsx_e
   return 0;
 }
 
+/* The cgroupsPath as a cgroupfs path. systemd's form (with
+ * --systemd-cgroup, as the engines send it) only where no systemd runs:
+ * agsx has no D-Bus client, and cgroups made behind a running systemd's
+ * back are not what its user asked for. */
+static int cgroup_path(struct create *cr, agsx_error_t *err) {
+  const char *p = cr->s->cgroups_path;
+  bool colon = p && strchr(p, ':');
+  if (cr->g->systemd_cgroup || colon) {
+    if (!cr->g->systemd_cgroup)
+      return agsx_error_set(err, 0,
+                            "config: linux.cgroupsPath: the systemd form `slice:prefix:name` "
+                            "needs --systemd-cgroup");
+    if (agsx_oci_systemd_running())
+      return agsx_error_set(err, 0,
+                            "the systemd cgroup manager is not supported by agsx on a host "
+                            "that runs systemd; use podman --cgroup-manager=cgroupfs, or "
+                            "containerd SystemdCgroup = false");
+    if (p && p[0])
+      return agsx_oci_cgroup_systemd_path(p, &cr->rec.cgroup, err);
+  }
+  cr->rec.cgroup = p && p[0] ? xstrdup(p) : xasprintf("agsx-oci/%s", cr->o->id);
+  return 0;
+}
+
 /* Everything up to the clone, in the order of oci.h. */
 static int prepare(struct create *cr, agsx_error_t *err) {
   const struct agsx_oci_spec *s = cr->s;
@@ -1083,8 +1107,8 @@ static int prepare(struct create *cr, agsx_error_t *err) {
   /* The config as parsed: later edits of the bundle's must not matter. */
   if (agsx_oci_write_file(cr->dirfd, "config.json", cr->config, cr->config_len, 0600, err) < 0)
     return -1;
-  cr->rec.cgroup = s->cgroups_path && s->cgroups_path[0] ? xstrdup(s->cgroups_path)
-                                                         : xasprintf("agsx-oci/%s", cr->o->id);
+  if (cgroup_path(cr, err) < 0)
+    return -1;
   if (!agsx_oci_cgroup_path_is_valid(cr->rec.cgroup))
     return agsx_error_set(err, 0, "config: linux.cgroupsPath: invalid path");
   if (write_record(cr, err) < 0)

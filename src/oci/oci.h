@@ -37,6 +37,7 @@
 struct agsx_oci_global {
   const char *root; /* NULL: the default */
   bool debug;
+  bool systemd_cgroup; /* --systemd-cgroup: cgroupsPath is slice:prefix:name */
 };
 
 struct agsx_oci_create_opts {

@@ -892,11 +892,8 @@ static int parse_linux(yajl_val l, struct agsx_oci_spec *s, agsx_error_t *err) {
     if ((*p)[0] != '/')
       return REFUSE(err, "linux.readonlyPaths", "paths must be absolute");
   if (s->cgroups_path) {
-    /* Systemd's slice:prefix:name form is the --systemd-cgroup driver's. */
-    if (strchr(s->cgroups_path, ':'))
-      return REFUSE(err, "linux.cgroupsPath",
-                    "the systemd form `slice:prefix:name` needs the systemd cgroup manager, "
-                    "which agsx does not support yet (use cgroupfs)");
+    /* systemd's slice:prefix:name (--systemd-cgroup) is checked and
+     * mapped by create (cgroup.h). */
     if (strlen(s->cgroups_path) > 1024 || strstr(s->cgroups_path, "..") ||
         strchr(s->cgroups_path, '\n'))
       return REFUSE(err, "linux.cgroupsPath", "invalid path");

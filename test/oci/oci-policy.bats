@@ -27,6 +27,15 @@ PY
   ! ls -d /sys/fs/cgroup/*/"$CGP"/b /sys/fs/cgroup/"$CGP"/b 2>/dev/null | grep -q .
 }
 
+# The slices the --systemd-cgroup test makes (agsx removes only its leaf).
+teardown() {
+  local d
+  for d in /sys/fs/cgroup/*/agsxt$$.slice/agsxt$$-s.slice /sys/fs/cgroup/*/agsxt$$.slice; do
+    [ ! -d "$d" ] || rmdir "$d" 2>/dev/null || true
+  done
+  oci_teardown
+}
+
 @test "refused fields: one line naming the field, nothing created" {
   agsx_only
   b=$(make_bundle b true)
@@ -84,12 +93,29 @@ EOF2
   rt delete --force c2
 }
 
-@test "--systemd-cgroup and --no-pivot are refused clearly" {
+@test "--systemd-cgroup: slice:prefix:name mapped to systemd's cgroupfs path (no systemd here); --no-pivot refused" {
   agsx_only
-  b=$(make_bundle b true)
+  [ ! -d /run/systemd/system ] || skip "systemd runs here: --systemd-cgroup is refused (tested below)"
+  b=$(make_bundle b sleep 100)
+  cfg "$b" '.linux.cgroupsPath=$p' --arg p "agsxt$$-s.slice:agsx:c1"
+  rt --systemd-cgroup create --bundle "$b" c1 </dev/null
+  pid=$(state_field c1 pid)
+  run grep -E ':memory:' /proc/$pid/cgroup
+  assert_output_contains ":/agsxt$$.slice/agsxt$$-s.slice/agsx-c1.scope"
+  rt --systemd-cgroup delete --force c1
+  [ ! -d /sys/fs/cgroup/memory/agsxt$$.slice/agsxt$$-s.slice/agsx-c1.scope ]
+  # without the flag the form is refused, as is a plain path with it, and a bad slice
+  run rt create --bundle "$b" c1 </dev/null
+  [ "$status" -eq 1 ]
+  assert_output_contains "needs --systemd-cgroup"
+  cfg "$b" '.linux.cgroupsPath="/plain/c1"'
   run rt --systemd-cgroup create --bundle "$b" c1 </dev/null
   [ "$status" -eq 1 ]
-  assert_output_contains "systemd cgroup manager is not supported"
+  assert_output_contains "slice:prefix:name"
+  cfg "$b" '.linux.cgroupsPath="a--b.slice:x:c1"'
+  run rt --systemd-cgroup create --bundle "$b" c1 </dev/null
+  [ "$status" -eq 1 ]
+  assert_output_contains "invalid systemd form"
   run rt create --no-pivot --bundle "$b" c1 </dev/null
   [ "$status" -eq 1 ]
   assert_output_contains "--no-pivot"
