@@ -494,6 +494,8 @@ int agsx_oci_cgroup_update(struct agsx_oci_cgroup *cg, const struct agsx_oci_res
 }
 
 int agsx_oci_cgroup_attach(struct agsx_oci_cgroup *cg, pid_t pid, agsx_error_t *err) {
+  if (pid <= 0) /* "0" would move the writer itself */
+    return agsx_error_set(err, EINVAL, "join cgroup `%s`: no process", cg->path);
   char v[32];
   snprintf(v, sizeof(v), "%d", (int)pid);
   for (size_t i = 0; i < cg->n; i++)

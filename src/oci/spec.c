@@ -1243,10 +1243,9 @@ int agsx_oci_policy_apply(const struct agsx_oci_policy *pol, struct agsx_oci_spe
                   "joining a mount namespace is not "
                   "supported by agsx");
   const struct agsx_oci_ns *user = agsx_oci_spec_ns(s, CLONE_NEWUSER);
-  if (user && user->path)
-    return REFUSE(err, "linux.namespaces[user].path",
-                  "joining a user namespace is not "
-                  "supported by agsx yet");
+  /* A user namespace by path (pods): create checks that it does not map
+   * host root, and that mappings sent with it (runc 1.1 wants them) are
+   * its own. */
   if (agsx_oci_spec_ns(s, CLONE_NEWNET) == NULL && !pol->host_network)
     return REFUSE(err, "linux.namespaces",
                   "host networking is not supported by agsx (a container needs its own network "
