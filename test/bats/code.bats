@@ -294,22 +294,41 @@ for i in range(50): sys.stdout.write("x" * 100000 + "\n")'
 }
 
 @test "code: executions on one context queue in order; different contexts run in parallel" {
-  ax code lab 'import time; time.sleep(2); order = [1]' >"$T/a" 2>&1 &
-  local a=$!
-  sleep 0.5
+  # The default context exists first, so the two calls below cannot race
+  # to make it; the second is sent only once the first cell is running.
+  run_ax code lab 'order = []'
+  assert_success
+  ax code lab 'import time; open("/tmp/first-running", "w").close(); time.sleep(2); order.append(1)' \
+    >"$T/a" 2>&1 &
+  local a=$! i
+  for i in $(seq 300); do
+    ax exec lab test -e /tmp/first-running 2>/dev/null && break
+    sleep 0.1
+  done
   run_ax code lab 'order.append(2); order'
   wait "$a"
   assert_success
   [ "$output" = "[1, 2]" ] || { show_run; false; }
-  local c1 c2 t0
+  # Two contexts at once: the cell in c1 waits (30 s at most) for a file
+  # that the cell in c2 writes, so it can only end well if c2's cell runs
+  # while c1's is still running.
+  local c1 c2
   c1=$(ax code --create lab)
   c2=$(ax code --create lab)
-  t0=$(date +%s%N)
-  ax code -c "$c1" lab 'import time; time.sleep(3)' &
+  ax code -c "$c1" lab 'import os, time
+for _ in range(300):
+    if os.path.exists("/tmp/from-c2"):
+        break
+    time.sleep(0.1)
+else:
+    raise SystemExit("c2 never ran")
+"both"' >"$T/c1" 2>&1 &
   a=$!
-  ax code -c "$c2" lab 'import time; time.sleep(3)'
-  wait "$a"
-  [ $((($(date +%s%N) - t0) / 1000000)) -lt 5500 ]
+  run_ax code -c "$c2" lab 'open("/tmp/from-c2", "w").close(); "c2"'
+  assert_success
+  [ "$output" = c2 ]
+  wait "$a" || { cat "$T/c1"; false; }
+  [ "$(cat "$T/c1")" = both ] || { cat "$T/c1"; false; }
 }
 
 @test "code: bad flags and unknown contexts fail cleanly with 125" {
