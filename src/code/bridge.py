@@ -369,6 +369,12 @@ class PythonKernel:
             elif t == "execute_input":
                 accepted = True
                 emit({"id": ex.id, "type": "number_of_executions", "execution_count": c.get("execution_count")})
+                if interrupted_at is not None:
+                    # The interrupt came before the kernel took the cell, while
+                    # it ignores SIGINT (ipykernel installs its handler per
+                    # request): send it again now that the cell runs.
+                    interrupted_at = time.monotonic()
+                    self.interrupt()
             elif t == "stream":
                 ex.stream("stderr" if c.get("name") == "stderr" else "stdout", c.get("text", ""), ts)
             elif t in ("display_data", "execute_result"):
@@ -792,7 +798,9 @@ def main():
             try:
                 kernel.execute(ex)
                 start_error = None
-            except Exception as e:
+            except (Exception, KeyboardInterrupt) as e:
+                # A stray SIGINT to the bridge itself must not end the loop
+                # (every later request would go unanswered).
                 ex.error("KernelError", "%s: %s" % (type(e).__name__, e))
         finally:
             ex.end()
