@@ -229,6 +229,33 @@ del _agsx_formatters
 '''
 
 
+class Interrupts:
+    """The rule every kernel follows for a cancelled cell: interrupt at once,
+    and restart the kernel (its state gone) if the cell is still running
+    INTERRUPT_GRACE seconds later."""
+
+    def __init__(self, kernel, ex, what):
+        self.kernel, self.ex, self.what, self.at = kernel, ex, what, None
+
+    def check(self):
+        """False once the kernel was restarted: the cell is over."""
+        if self.ex.cancelled.is_set() and self.at is None:
+            self.at = time.monotonic()
+            self.kernel.interrupt()
+        if self.at is not None and time.monotonic() - self.at > INTERRUPT_GRACE:
+            self.kernel.start()
+            self.ex.error("KernelRestarted", "The cell did not stop when interrupted: "
+                          "%s was restarted, its state is gone" % self.what)
+            return False
+        return True
+
+    def again(self):
+        """Interrupt again, if we did, and count the grace from now."""
+        if self.at is not None:
+            self.at = time.monotonic()
+            self.kernel.interrupt()
+
+
 class PythonKernel:
     def __init__(self, cwd):
         self.cwd = cwd
@@ -339,15 +366,10 @@ class PythonKernel:
         kc = self.kc
         mid = kc.execute(ex.code, store_history=True, allow_stdin=False, stop_on_error=True)
         accepted = False
-        interrupted_at = None
+        intr = Interrupts(self, ex, "the kernel")
         last_check = time.monotonic()
         while True:
-            if ex.cancelled.is_set() and interrupted_at is None:
-                interrupted_at = time.monotonic()
-                self.interrupt()
-            if interrupted_at is not None and time.monotonic() - interrupted_at > INTERRUPT_GRACE:
-                self.start()
-                ex.error("KernelRestarted", "The cell did not stop when interrupted: the kernel was restarted, its state is gone")
+            if not intr.check():
                 return
             try:
                 msg = kc.get_iopub_msg(timeout=0.2)
@@ -369,12 +391,9 @@ class PythonKernel:
             elif t == "execute_input":
                 accepted = True
                 emit({"id": ex.id, "type": "number_of_executions", "execution_count": c.get("execution_count")})
-                if interrupted_at is not None:
-                    # The interrupt came before the kernel took the cell, while
-                    # it ignores SIGINT (ipykernel installs its handler per
-                    # request): send it again now that the cell runs.
-                    interrupted_at = time.monotonic()
-                    self.interrupt()
+                # An interrupt that came before the kernel took the cell was
+                # ignored (ipykernel installs its SIGINT handler per request).
+                intr.again()
             elif t == "stream":
                 ex.stream("stderr" if c.get("name") == "stderr" else "stdout", c.get("text", ""), ts)
             elif t in ("display_data", "execute_result"):
@@ -423,19 +442,18 @@ done
 '''
 
 
-class BashShell:
+class ChildKernel:
+    """A kernel that is one child process in a session of its own (bash,
+    node): stopped with its whole group, interrupted by SIGINT."""
+    interrupt_group = True
+
     def __init__(self, cwd):
         self.cwd = cwd
         self.p = None
-        self.dir = tempfile.mkdtemp(prefix="agsx-bash-")
         self.count = 0
 
-    def start(self):
-        self.stop()
-        self.p = subprocess.Popen(["bash", "--noprofile", "--norc", "-c", BASH_LOOP], cwd=self.cwd,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  start_new_session=True, close_fds=True)
-        self.count = 0
+    def extra_files(self):
+        return ()
 
     def stop(self):
         if self.p is not None:
@@ -444,8 +462,12 @@ class BashShell:
             except Exception:
                 pass
             self.p.wait()
-            self.p.stdin.close()
-            self.p.stdout.close()
+            for f in (self.p.stdin, self.p.stdout, self.p.stderr) + tuple(self.extra_files()):
+                try:
+                    if f is not None:
+                        f.close()
+                except Exception:
+                    pass
             self.p = None
 
     def alive(self):
@@ -454,12 +476,25 @@ class BashShell:
     def interrupt(self):
         if self.alive():
             try:
-                os.killpg(self.p.pid, signal.SIGINT)
+                (os.killpg if self.interrupt_group else os.kill)(self.p.pid, signal.SIGINT)
             except Exception:
                 pass
 
     def restart(self):
         self.start()
+
+
+class BashShell(ChildKernel):
+    def __init__(self, cwd):
+        super().__init__(cwd)
+        self.dir = tempfile.mkdtemp(prefix="agsx-bash-")
+
+    def start(self):
+        self.stop()
+        self.p = subprocess.Popen(["bash", "--noprofile", "--norc", "-c", BASH_LOOP], cwd=self.cwd,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  start_new_session=True, close_fds=True)
+        self.count = 0
 
     def execute(self, ex):
         if not self.alive():
@@ -485,15 +520,10 @@ class BashShell:
         fd = self.p.stdout.fileno()
         os.set_blocking(fd, False)
         buf = b""
-        interrupted_at = None
+        intr = Interrupts(self, ex, "the shell")
         import select
         while True:
-            if ex.cancelled.is_set() and interrupted_at is None:
-                interrupted_at = time.monotonic()
-                self.interrupt()
-            if interrupted_at is not None and time.monotonic() - interrupted_at > INTERRUPT_GRACE:
-                self.start()
-                ex.error("KernelRestarted", "The cell did not stop when interrupted: the shell was restarted, its state is gone")
+            if not intr.check():
                 return
             r, _, _ = select.select([fd], [], [], 0.2)
             if not r:
@@ -580,11 +610,15 @@ send({ type: 'ready' });
 """
 
 
-class NodeKernel:
+class NodeKernel(ChildKernel):
+    interrupt_group = False  # node only: breakOnSigint must see it, not its children
+
     def __init__(self, cwd):
-        self.cwd = cwd
-        self.p = None
-        self.count = 0
+        super().__init__(cwd)
+        self.ctl = None
+
+    def extra_files(self):
+        return (self.ctl,)
 
     def start(self):
         import shutil
@@ -621,33 +655,6 @@ class NodeKernel:
         line, self.ctlbuf = self.ctlbuf.split(b"\n", 1)
         return json.loads(line)
 
-    def stop(self):
-        if self.p is not None:
-            try:
-                os.killpg(self.p.pid, signal.SIGKILL)
-            except Exception:
-                pass
-            self.p.wait()
-            for f in (self.p.stdin, self.p.stdout, self.p.stderr, self.ctl):
-                try:
-                    f.close()
-                except Exception:
-                    pass
-            self.p = None
-
-    def alive(self):
-        return self.p is not None and self.p.poll() is None
-
-    def interrupt(self):
-        if self.alive():
-            try:
-                os.kill(self.p.pid, signal.SIGINT)
-            except Exception:
-                pass
-
-    def restart(self):
-        self.start()
-
     def execute(self, ex):
         import select
         if not self.alive():
@@ -662,15 +669,10 @@ class NodeKernel:
         except OSError:
             pass
         outs = {self.p.stdout.fileno(): "stdout", self.p.stderr.fileno(): "stderr"}
-        interrupted_at = None
+        intr = Interrupts(self, ex, "node")
         done = False
         while not done:
-            if ex.cancelled.is_set() and interrupted_at is None:
-                interrupted_at = time.monotonic()
-                self.interrupt()
-            if interrupted_at is not None and time.monotonic() - interrupted_at > INTERRUPT_GRACE:
-                self.start()
-                ex.error("KernelRestarted", "The cell did not stop when interrupted: node was restarted, its state is gone")
+            if not intr.check():
                 return
             r, _, _ = select.select(list(outs) + [self.ctl.fileno()], [], [], 0.2)
             for fd in r:
