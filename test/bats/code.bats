@@ -42,32 +42,15 @@ code_diag() {
 
 teardown() {
   local rc=0
-  if [ -n "${SRV_PID:-}" ]; then
-    kill "$SRV_PID" 2>/dev/null || true
-    wait "$SRV_PID" 2>/dev/null || true
-  fi
+  serve_stop || rc=1
   sandbox_teardown || rc=1
   return $rc
 }
 
 KEY=e2b_0123456789abcdef0123456789abcdef01234567
 
-# agsx serve on a free loopback port, for the SDK.
-serve_start() {
-  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  U=http://127.0.0.1:$PORT
-  "$AGSX" --root "$ROOT" --state "$STATE" serve --listen "127.0.0.1:$PORT" --api-key "$KEY" \
-    "$@" >>"$T/serve.log" 2>&1 &
-  SRV_PID=$!
-  local i
-  for i in $(seq 100); do
-    curl -s -o /dev/null "$U/" && return 0
-    kill -0 "$SRV_PID" 2>/dev/null || break
-    sleep 0.05
-  done
-  cat "$T/serve.log" >&3
-  return 1
-}
+# agsx serve on a free loopback port, for the SDK (helpers.bash).
+serve_start() { api_serve_start "$@"; }
 
 run_sdk() {
   E2B_SDK=$SDK E2B_API_URL=$U E2B_SANDBOX_URL=$U E2B_API_KEY=$KEY \
