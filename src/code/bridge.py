@@ -224,6 +224,158 @@ def _agsx_formatters():
             return None
     f["application/json"].for_type(dict, _json)
     f["application/json"].for_type(list, _json)
+    def _chart(fig):
+        # E2B's chart field (e2b_charts' shapes, which needs a newer
+        # matplotlib than Debian's): best effort, and no field at all when
+        # the figure is not understood.
+        import re as _re
+        import datetime as _dt
+        from matplotlib.lines import Line2D
+        from matplotlib.collections import PathCollection
+        from matplotlib.patches import Rectangle, Wedge, PathPatch
+
+        def num(v):
+            if isinstance(v, (_dt.datetime, _dt.date)):
+                return v.isoformat()
+            try:
+                import numpy as _np
+                if isinstance(v, _np.datetime64):
+                    return str(v)
+                if isinstance(v, _np.generic):
+                    v = v.item()
+            except Exception:
+                pass
+            if isinstance(v, float) and v != v:
+                return None
+            return v if isinstance(v, (int, float, str)) else str(v)
+
+        def unit(label):
+            m = _re.search(r"[(\[]([^)\]]+)[)\]]\s*$", label or "")
+            return m.group(1) if m else None
+
+        def scale(axis, name):
+            conv = type(getattr(axis, "converter", None)).__name__
+            if "Date" in conv:
+                return "datetime"
+            if "StrCategory" in conv:
+                return "categorical"
+            return name
+
+        def two_d(ax, kind):
+            xl, yl = ax.get_xlabel() or None, ax.get_ylabel() or None
+            return {"type": kind, "title": ax.get_title() or None, "x_label": xl, "y_label": yl,
+                    "x_unit": unit(xl), "y_unit": unit(yl)}
+
+        def point(ax, kind, series):
+            c = two_d(ax, kind)
+            for a, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+                sc = scale(axis, axis.get_scale())
+                if sc == "datetime":
+                    from matplotlib.dates import num2date
+                    c[a + "_ticks"] = [num2date(t).isoformat() for t in axis.get_ticklocs()]
+                else:
+                    c[a + "_ticks"] = [num(t) for t in axis.get_ticklocs()]
+                c[a + "_tick_labels"] = [t.get_text() for t in axis.get_ticklabels()]
+                c[a + "_scale"] = sc
+            els = []
+            for i, (label, pts) in enumerate(series):
+                if not label or label.startswith("_"):
+                    label = "%s %d" % ("Line" if kind == "line" else "Series", i)
+                els.append({"label": label, "points": [[num(x), num(y)] for x, y in pts]})
+            c["elements"] = els
+            return c
+
+        def tick_label(axis, v):
+            for loc, t in zip(axis.get_ticklocs(), axis.get_ticklabels()):
+                if abs(loc - v) < 1e-9:
+                    return t.get_text()
+            return str(num(v))
+
+        def bar(ax):
+            c = two_d(ax, "bar")
+            els = []
+            for i, cont in enumerate(getattr(ax, "containers", [])):
+                group = cont.get_label()
+                if not group or group.startswith("_"):
+                    group = "Group %d" % i
+                horizontal = getattr(cont, "orientation", "vertical") == "horizontal"
+                for r in cont:
+                    if horizontal:
+                        els.append({"label": tick_label(ax.yaxis, r.get_y() + r.get_height() / 2),
+                                    "group": group, "value": num(r.get_width())})
+                    else:
+                        els.append({"label": tick_label(ax.xaxis, r.get_x() + r.get_width() / 2),
+                                    "group": group, "value": num(r.get_height())})
+            c["elements"] = els
+            return c
+
+        def pie(ax):
+            return {"type": "pie", "title": ax.get_title() or None,
+                    "elements": [{"label": w.get_label(), "angle": num(w.theta2 - w.theta1),
+                                  "radius": num(w.r)} for w in ax.patches]}
+
+        def box(ax):
+            c = two_d(ax, "box_and_whisker")
+            flat = [l for l in ax.lines if len(l.get_xdata()) == 2 and l.get_ydata()[0] == l.get_ydata()[1]]
+            els = []
+            for p in ax.patches:
+                v = p.get_path().vertices
+                x0, x1 = float(min(v[:, 0])), float(max(v[:, 0]))
+                q1, q3 = float(min(v[:, 1])), float(max(v[:, 1]))
+                ys = [float(l.get_ydata()[0]) for l in flat if x0 - 1e-9 <= min(l.get_xdata()) and max(l.get_xdata()) <= x1 + 1e-9]
+                ys += [float(l.get_ydata()[0]) for l in flat if min(l.get_xdata()) > x0 and max(l.get_xdata()) < x1]
+                inside = [y for y in ys if q1 < y < q3]
+                out = [float(y) for l in ax.lines if l.get_linestyle() in ("None", "", " ")
+                       for x, y in zip(l.get_xdata(), l.get_ydata()) if x0 <= x <= x1]
+                caps = [y for y in ys if y <= q1 or y >= q3]
+                els.append({"label": tick_label(ax.xaxis, (x0 + x1) / 2),
+                            "min": min(caps + [q1]), "first_quartile": q1,
+                            "median": inside[0] if inside else None, "third_quartile": q3,
+                            "max": max(caps + [q3]), "outliers": out})
+            c["elements"] = els
+            return c
+
+        def axis_chart(ax):
+            patches = [p for p in ax.patches]
+            if patches and all(isinstance(p, Wedge) for p in patches):
+                return pie(ax)
+            if any(isinstance(p, PathPatch) for p in patches):
+                return box(ax)
+            if patches and all(isinstance(p, Rectangle) for p in patches) and not ax.collections:
+                return bar(ax)
+            colls = [c for c in ax.collections if isinstance(c, PathCollection)]
+            if colls and len(colls) == len(ax.collections) and not ax.lines and not patches:
+                return point(ax, "scatter", [(c.get_label(), c.get_offsets()) for c in colls])
+            if ax.lines and not ax.collections and not patches:
+                return point(ax, "line", [(l.get_label(), zip(l.get_xdata(), l.get_ydata()))
+                                          for l in ax.lines if isinstance(l, Line2D)])
+            return {"type": "unknown", "title": ax.get_title() or None, "elements": []}
+
+        try:
+            axes = [a for a in fig.get_axes() if a.has_data()]
+            if not axes:
+                return None
+            charts = [axis_chart(a) for a in axes]
+            if len(charts) == 1:
+                return charts[0]
+            st = getattr(fig, "_suptitle", None)
+            return {"type": "superchart", "title": (st.get_text() if st else None) or None,
+                    "elements": charts}
+        except Exception:
+            return None
+    # Not registered by type: importing pyplot under the inline backend pops
+    # Figure from every formatter (IPython's select_figure_formats).
+    class _E2bChart(BaseFormatter):
+        format_type = "e2b/chart"
+        print_method = "_repr_e2b_chart_"
+        _return_type = (dict,)
+
+        def __call__(self, obj):
+            t = type(obj)
+            if self.enabled and t.__module__ == "matplotlib.figure" and t.__name__ == "Figure":
+                return _chart(obj)
+            return super().__call__(obj)
+    f["e2b/chart"] = _E2bChart(parent=ip.display_formatter)
 _agsx_formatters()
 del _agsx_formatters
 '''

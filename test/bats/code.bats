@@ -94,6 +94,7 @@ plt.plot([1, 3, 2]); plt.show()'
   assert_success
   echo "$output" | jq_ '.results | length == 1' >/dev/null
   echo "$output" | jq_ '.results[0].is_main_result == false and .results[0].extra == {}' >/dev/null
+  echo "$output" | jq_ '.results[0].chart | .type == "line" and .elements[0].label == "Line 0" and .elements[0].points == [[0,1],[1,3],[2,2]]' >/dev/null
   echo "$output" | jq -r '.results[0].png' | base64 -d >"$T/p.png"
   [ "$(head -c 8 "$T/p.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ]
   [ "$(stat -c %s "$T/p.png")" -gt 5000 ]
@@ -106,6 +107,15 @@ pd.DataFrame({"a": [1, 2], "b": ["x", "y"]})'
   assert_success
   echo "$output" | jq_ '.results[0].is_main_result and (.results[0].html | test("<table")) and (.results[0].text | test("a"))' >/dev/null
   echo "$output" | jq_ '.results[0].data == {"a":[1,2],"b":["x","y"]}' >/dev/null
+  # E2B's chart shapes: two axes make a superchart of their charts.
+  run_ax code --json lab 'fig, (a, b) = plt.subplots(1, 2); fig.suptitle("both")
+a.bar(["x", "y"], [3, 5], label="n"); a.set_ylabel("size (MiB)"); b.pie([1, 3], labels=["p", "q"]); plt.show()'
+  assert_success
+  echo "$output" | jq_ '.results[0].chart | .type == "superchart" and .title == "both" and
+    .elements[0].type == "bar" and .elements[0].y_unit == "MiB" and
+    .elements[0].elements == [{"label":"x","group":"n","value":3},{"label":"y","group":"n","value":5}] and
+    .elements[1].type == "pie" and ([.elements[1].elements[] | .label] == ["p","q"]) and
+    .elements[1].elements[1].angle == 270' >/dev/null || { show_run; false; }
   run_ax code --json lab '{"k": [1, 2]}'
   assert_success
   echo "$output" | jq_ '.results[0].json == {"k":[1,2]}' >/dev/null
