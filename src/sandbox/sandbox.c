@@ -52,6 +52,25 @@ static void phase(struct agsx_sandbox *sb, const char *name, int64_t *t0) {
   *t0 = now;
 }
 
+/* The init's own steps, on the same monotonic clock, from the GO sent at
+ * *T: its wake-up ("go"), its steps, and READY's way back ("ready"), so
+ * that every phase follows the one before and they add up. A step the
+ * init did not take (an idle init execs nothing) is left out. */
+static void child_phases(struct agsx_sandbox *sb, int64_t *t) {
+  static const char *const names[] = {"go", "userns+cgroupns", "rootfs", "env", "exec"};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(names); i++) {
+    int64_t at = sb->child_ns[i];
+    if (at == 0 || at < *t)
+      continue;
+    if (sb->timing.n < AGSX_MAX_PHASES) {
+      sb->timing.name[sb->timing.n] = names[i];
+      sb->timing.ns[sb->timing.n++] = at - *t;
+    }
+    *t = at;
+  }
+  phase(sb, "ready", t);
+}
+
 /* ---- parent-side steps ------------------------------------------------------------ */
 
 static int make_state_dir(struct agsx_sandbox *sb, const struct agsx_sandbox_config *cfg,
@@ -323,19 +342,10 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
 
   if (send_go(sb, cfg, err) < 0)
     return -1;
-  phase(sb, "idmap", &t0);
+  phase(sb, "layers+go", &t0);
   if (wait_ready(sb, err) < 0)
     return -1;
-  /* The init's own steps, on the same monotonic clock. */
-  static const char *const names[] = {"go", "userns+cgroupns", "rootfs", "env", "exec"};
-  int64_t prev = t0;
-  for (size_t i = 0; i < 5 && sb->child_ns[i]; i++) {
-    int64_t at = sb->child_ns[i];
-    if (i > 0)
-      phase(sb, names[i], &prev), sb->timing.ns[sb->timing.n - 1] = at - sb->child_ns[i - 1];
-  }
-  phase(sb, "ready", &t0);
-  (void)prev;
+  child_phases(sb, &t0);
   return 0;
 }
 
