@@ -872,6 +872,26 @@ END
   [ -z "$(ls "$STATE" | grep -vx -e slots -e cache)" ] || { ls -la "$STATE" >&3; false; }
 }
 
+@test "--rm: record directories are recycled empty, at most 8 of them, and reused" {
+  local i
+  for i in $(seq 10); do ax run --rm busybox true & done
+  wait
+  local spares
+  spares=$(cd "$STATE" && ls -d .spare-* 2>/dev/null | wc -l)
+  [ "$spares" -ge 1 ] && [ "$spares" -le 8 ] || { ls -la "$STATE" >&3; false; }
+  [ -z "$(find "$STATE"/.spare-* -mindepth 1 | head -1)" ] || { find "$STATE"/.spare-* >&3; false; }
+  # The next sandbox takes one: its record is complete and listed, and the
+  # directory is fresh (gc leaves young record directories alone).
+  local id
+  id=$(rund busybox sleep 30)
+  [ "$(cd "$STATE" && ls -d .spare-* 2>/dev/null | wc -l)" -eq $((spares - 1)) ] || { ls -la "$STATE" >&3; false; }
+  [ -f "$STATE/$id/state.json" ] && [ "$(stat -c %a "$STATE/$id")" = 700 ]
+  [ $(($(date +%s) - $(stat -c %Y "$STATE/$id"))) -le 5 ]
+  run_ax ls -q
+  assert_output_contains "${id:0:12}"
+  ax kill "$id" >/dev/null
+}
+
 @test "a sandbox that fails to start leaves nothing behind" {
   run -127 ax run busybox nosuchcmd
   run_ax run -u nosuch busybox true
