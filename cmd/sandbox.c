@@ -6,6 +6,7 @@
 #include "net/egress.h"
 #include "net/network.h"
 #include "sandbox/control.h"
+#include "sandbox/freeze.h"
 #include "util/json.h"
 #include "state/state.h"
 #include "table.h"
@@ -231,6 +232,8 @@ static int signal_one(const struct agsx_record *r, int sig, agsx_error_t *err) {
    * cannot catch, ends the whole sandbox). */
   if (agsx_proc_ref_signal(&r->init, sig, 0) < 0)
     return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running", r->id);
+  if (sig == SIGKILL)
+    agsx_sandbox_thaw_killed(r->id); /* paused or being captured: die now */
   return 0;
 }
 
