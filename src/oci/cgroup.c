@@ -65,7 +65,7 @@ static bool unit_part_is_valid(const char *s, size_t n) {
 int agsx_oci_cgroup_systemd_path(const char *spec, char **ret, agsx_error_t *err) {
   const char *c1 = strchr(spec, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
   if (c1 == NULL || c2 == NULL || strchr(c2 + 1, ':'))
-    return agsx_error_set(err, EINVAL,
+    return agsx_error_set(err, 0,
                           "config: linux.cgroupsPath: expected the form \"slice:prefix:name\" "
                           "for systemd cgroups, got \"%s\"",
                           spec);
@@ -74,8 +74,7 @@ int agsx_oci_cgroup_systemd_path(const char *spec, char **ret, agsx_error_t *err
   size_t nl = strlen(name);
   if ((sl && !slice_is_valid(spec, sl)) || !unit_part_is_valid(c1 + 1, pl) || nl == 0 ||
       !unit_part_is_valid(name, nl) || strcmp(name, ".") == 0 || strstr(name, ".."))
-    return agsx_error_set(err, EINVAL, "config: linux.cgroupsPath: invalid systemd form \"%s\"",
-                          spec);
+    return agsx_error_set(err, 0, "config: linux.cgroupsPath: invalid systemd form \"%s\"", spec);
   char *path = xstrdup("");
   if (sl == 0) {
     free(path);
