@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "net/dnsfilter.h"
+#include "net/egress_nl.h"
 #include "net/nft.h"
 #include "util/conf.h"
 #include "util/json.h"
@@ -262,8 +263,12 @@ static int activate(struct agsx_dns_filter *f, agsx_error_t *err) {
     agsx_warn("egress: refused connections are not logged (no free nflog group)");
     return 0;
   }
-  _cleanup_free_ char *cmds = agsx_egress_nft_log_cmds(f->addr, f->st.log_group);
-  return agsx_nft_run(cmds, NULL, err);
+  struct agsx_nfb b;
+  agsx_nfb_init(&b);
+  agsx_egress_nl_log(&b, f->addr, f->st.log_group);
+  int r = agsx_nfb_run(&b, err);
+  agsx_nfb_clear(&b);
+  return r;
 }
 
 struct agsx_dns_filter *agsx_dns_filter_new(const struct agsx_egress *e, uint32_t addr,

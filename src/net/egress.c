@@ -298,109 +298,9 @@ bool agsx_egress_cidr_allowed(const struct agsx_egress *e, uint32_t addr, uint16
   return allowed;
 }
 
-/* ---- nftables ------------------------------------------------------------------------------- */
-
-#define TABLE "inet agsx"
-
-static void append(char **buf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void append(char **buf, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char *add = NULL;
-  if (vasprintf(&add, fmt, ap) < 0)
-    abort();
-  va_end(ap);
-  char *old = *buf;
-  *buf = xasprintf("%s%s", old ? old : "", add);
-  free(old);
-  free(add);
-}
-
-/* A CIDR rule's rules, with VERDICT. No set literals ({ tcp, udp }): each
- * is an anonymous set that libnftables then lists, elements and all, on
- * every later command, so they made every start O(sandboxes). */
-static void cidr_rules(char **c, uint32_t addr, const struct agsx_egress_rule *r,
-                       const char *verdict) {
-  char cidr[20];
-  agsx_cidr_format(&r->cidr, cidr);
-  if (r->port)
-    append(c,
-           "add rule " TABLE " x_%08x ip daddr %s tcp dport %u %s\n"
-           "add rule " TABLE " x_%08x ip daddr %s udp dport %u %s\n",
-           addr, cidr, r->port, verdict, addr, cidr, r->port, verdict);
-  else
-    append(c, "add rule " TABLE " x_%08x ip daddr %s %s\n", addr, cidr, verdict);
-}
-
-static void xl_rules(char **c, uint32_t addr, int log_group) {
-  append(c, "flush chain " TABLE " xl_%08x\n", addr);
-  if (log_group >= 0)
-    append(c,
-           "add rule " TABLE " xl_%08x limit rate " AGSX_EGRESS_LOG_RATE
-           " log group %d snaplen 64\n",
-           addr, log_group);
-  append(c,
-         "add rule " TABLE " xl_%08x meta l4proto tcp reject with tcp reset\n"
-         "add rule " TABLE " xl_%08x reject with icmpx admin-prohibited\n",
-         addr, addr);
-}
-
-char *agsx_egress_nft_log_cmds(uint32_t addr, int log_group) {
-  char *c = NULL;
-  xl_rules(&c, addr, log_group);
-  return c;
-}
-
-char *agsx_egress_nft_cmds(const struct agsx_egress *e, uint32_t addr,
-                           const struct agsx_cidr *subnet, bool fresh, int log_group) {
-  char *c = NULL, ip[16];
-  agsx_ipv4_format(addr, ip);
-  append(&c,
-         "add chain " TABLE " x_%08x\nflush chain " TABLE " x_%08x\nadd chain " TABLE " xl_%08x\n",
-         addr, addr, addr);
-  if (fresh)
-    xl_rules(&c, addr, log_group);
-  char goto_xl[24];
-  snprintf(goto_xl, sizeof(goto_xl), "goto xl_%08x", addr);
-  for (size_t i = 0; i < e->n; i++)
-    if (!e->rules[i].allow && e->rules[i].kind == AGSX_EGRESS_CIDR)
-      cidr_rules(&c, addr, &e->rules[i], goto_xl);
-  append(&c, "add rule " TABLE " x_%08x ct state established,related return\n", addr);
-  static const char *const dns[] = {"tcp dport 53", "udp dport 53", "tcp dport 853",
-                                    "udp dport 853"};
-  for (size_t i = 0; i < 4; i++)
-    append(&c, "add rule " TABLE " x_%08x %s %s\n", addr, dns[i], goto_xl);
-  if (subnet) {
-    char s[20];
-    append(&c, "add rule " TABLE " x_%08x ip daddr %s return\n", addr, agsx_cidr_format(subnet, s));
-  }
-  for (size_t i = 0; i < e->n; i++)
-    if (e->rules[i].allow && e->rules[i].kind == AGSX_EGRESS_CIDR)
-      cidr_rules(&c, addr, &e->rules[i], "return");
-  /* The learnt addresses: shared sets keyed by the sandbox's address, so
-   * that a start adds no set (libnftables' cache grows with every set). */
-  append(&c,
-         "add rule " TABLE " x_%08x ip saddr . ip daddr @xa return\n"
-         "add rule " TABLE " x_%08x ip saddr . ip daddr . tcp dport @xp return\n"
-         "add rule " TABLE " x_%08x ip saddr . ip daddr . udp dport @xp return\n",
-         addr, addr, addr);
-  if (agsx_egress_has_allow(e))
-    append(&c, "add rule " TABLE " x_%08x goto xl_%08x\n", addr, addr);
-  append(&c, "add element " TABLE " xmap { %s : jump x_%08x }\n", ip, addr);
-  return c;
-}
-
-char *agsx_egress_nft_delete_cmds(uint32_t addr) {
-  char ip[16];
-  agsx_ipv4_format(addr, ip);
-  return xasprintf("delete element " TABLE " xmap { %s }\n"
-                   "delete chain " TABLE " x_%08x\n"
-                   "delete chain " TABLE " xl_%08x\n",
-                   ip, addr, addr);
-}
-
 /* ---- the learnt addresses ------------------------------------------------------------------- */
 
+#include "net/egress_nl.h"
 #include "net/nft.h"
 
 void agsx_egress_learnt_clear(struct agsx_egress_learnt *l) {
@@ -411,6 +311,8 @@ void agsx_egress_learnt_clear(struct agsx_egress_learnt *l) {
 }
 
 /* The elements of xa or xp (PORTS) whose first key is SANDBOX, from nft's JSON. */
+#define TABLE "inet agsx"
+
 static int learnt_add(uint32_t sandbox, bool ports, struct agsx_egress_learnt *l,
                       agsx_error_t *err) {
   _cleanup_free_ char *out = NULL;
@@ -458,30 +360,20 @@ int agsx_egress_learnt_list(uint32_t sandbox, struct agsx_egress_learnt *l, agsx
   return 0;
 }
 
-void agsx_egress_learnt_delete_cmd(char **cmds, uint32_t sandbox,
-                                   const struct agsx_egress_learnt *l, size_t k) {
-  char s[16], a[16];
-  agsx_ipv4_format(sandbox, s);
-  agsx_ipv4_format(l->v[k].addr, a);
-  if (l->v[k].port)
-    append(cmds, "delete element " TABLE " xp { %s . %s . %u }\n", s, a, l->v[k].port);
-  else
-    append(cmds, "delete element " TABLE " xa { %s . %s }\n", s, a);
-}
-
-int agsx_egress_forget_cmds(uint32_t addr, char **cmds, agsx_error_t *err) {
+int agsx_egress_forget_nl(uint32_t addr, struct agsx_nfb *b, agsx_error_t *err) {
   struct agsx_egress_learnt l;
   if (agsx_egress_learnt_list(addr, &l, err) < 0)
     return -1;
   for (size_t i = 0; i < l.n; i++)
-    agsx_egress_learnt_delete_cmd(cmds, addr, &l, i);
+    agsx_egress_nl_learnt_delete(b, addr, &l, i);
   agsx_egress_learnt_clear(&l);
   return 0;
 }
 
 int agsx_egress_forget(uint32_t addr, agsx_error_t *err) {
-  _cleanup_free_ char *cmds = NULL;
-  if (agsx_egress_forget_cmds(addr, &cmds, err) < 0)
-    return -1;
-  return cmds ? agsx_nft_run(cmds, NULL, err) : 0;
+  struct agsx_nfb b;
+  agsx_nfb_init(&b);
+  int r = agsx_egress_forget_nl(addr, &b, err) < 0 ? -1 : agsx_nfb_run(&b, err);
+  agsx_nfb_clear(&b);
+  return r;
 }
