@@ -4,6 +4,7 @@
 
 #include "net/egress.h"
 #include "util/json.h"
+#include "util/lines.h"
 
 #include <ctype.h>
 #include <string.h>
@@ -136,19 +137,13 @@ int agsx_egress_rule_parse(const char *s, bool allow, struct agsx_egress_rule *r
 }
 
 int agsx_egress_rule_parse_line(const char *s, struct agsx_egress_rule *ret, agsx_error_t *err) {
-  while (*s == ' ' || *s == '\t')
-    s++;
-  size_t n = strcspn(s, " \t");
   bool allow;
-  if (n == 5 && strncmp(s, "allow", 5) == 0)
-    allow = true;
-  else if (n == 4 && strncmp(s, "deny", 4) == 0)
-    allow = false;
-  else
+  if (agsx_rule_verb(&s, &allow) < 0)
     return agsx_error_set_quiet(err, EINVAL,
-                                "invalid egress rule `%.64s`: it starts with allow or deny", s),
+                                "invalid egress rule `%.64s`: it starts with allow or deny",
+                                s + strspn(s, " \t")),
            -1;
-  return agsx_egress_rule_parse(s + n, allow, ret, err);
+  return agsx_egress_rule_parse(s, allow, ret, err);
 }
 
 char *agsx_egress_rule_format(const struct agsx_egress_rule *r) {
@@ -179,32 +174,17 @@ int agsx_egress_add(struct agsx_egress *e, const char *s, bool allow, agsx_error
   return agsx_egress_append(e, &r, err);
 }
 
+static int egress_line(char *line, size_t lineno, void *data, agsx_error_t *err) {
+  (void)lineno;
+  struct agsx_egress_rule r;
+  if (agsx_egress_rule_parse_line(line, &r, err) < 0)
+    return -1;
+  return agsx_egress_append(data, &r, err);
+}
+
 int agsx_egress_parse_file(const char *text, size_t len, const char *what, struct agsx_egress *e,
                            agsx_error_t *err) {
-  if (memchr(text, '\0', len))
-    return agsx_error_set_quiet(err, EINVAL, "%s: a NUL byte in a text file", what), -1;
-  size_t line = 0;
-  for (size_t i = 0; i < len;) {
-    const char *nl = memchr(text + i, '\n', len - i);
-    size_t end = nl ? (size_t)(nl - text) : len;
-    line++;
-    if (end - i > 1024)
-      return agsx_error_set_quiet(err, EINVAL, "%s:%zu: line too long", what, line), -1;
-    _cleanup_free_ char *l = xstrndup(text + i, end - i);
-    i = end + 1;
-    char *hash = strchr(l, '#');
-    if (hash)
-      *hash = '\0';
-    for (char *p = l; *p; p++)
-      if (*p == '\r' || *p == '\v' || *p == '\f')
-        *p = ' ';
-    if (l[strspn(l, " \t")] == '\0')
-      continue;
-    struct agsx_egress_rule r;
-    if (agsx_egress_rule_parse_line(l, &r, err) < 0 || agsx_egress_append(e, &r, err) < 0)
-      return agsx_error_wrap(err, "%s:%zu", what, line);
-  }
-  return 0;
+  return agsx_lines_each(text, len, what, 1024, AGSX_LINES_HASH_ANYWHERE, egress_line, e, err);
 }
 
 char *agsx_egress_to_json(const struct agsx_egress *e) {
