@@ -155,6 +155,55 @@ start_sb() { # NAME RULE-OPTIONS...
   assert_output_contains "http 198.18.0.16:80: 198.18.0.16:80"
 }
 
+@test "egress: ICMP and UDP follow the rules (ping allowed and dropped, logged; UDP by port)" {
+  # 198.18.0.14: every protocol; port.egress.test (198.18.0.12) and
+  # 198.18.0.15: UDP and TCP on :7 only. Every world address echoes UDP
+  # on :7 and :9 and answers pings.
+  start_sb e10 --egress-allow 198.18.0.14 --egress-allow port.egress.test:7 \
+    --egress-allow 198.18.0.15:7
+  run nax exec e10 probe ping 198.18.0.14 2000
+  assert_output_contains "ping 198.18.0.14: reply"
+  run nax exec e10 probe ping 198.18.0.11 2000
+  assert_output_contains "ping 198.18.0.11: failed"
+  # a port rule opens no ICMP
+  run nax exec e10 probe ping 198.18.0.15 2000
+  assert_output_contains "ping 198.18.0.15: failed"
+  # the chain as the kernel shows it (written as netlink, egress_nl.h)
+  run outer nft list ruleset
+  assert_output_contains "ip daddr 198.18.0.14 return"
+  assert_output_contains "ip daddr 198.18.0.15 udp dport 7 return"
+  assert_output_contains "ct state established,related return"
+  assert_output_contains "udp dport 853 goto xl_"
+  assert_output_contains "ip saddr . ip daddr . udp dport @xp return"
+  assert_output_contains "reject with icmpx admin-prohibited"
+  run nax exec e10 probe udp 198.18.0.14 9 2000
+  assert_output_contains "udp 198.18.0.14:9: reply"
+  run nax exec e10 probe udp 198.18.0.15 7 2000
+  assert_output_contains "udp 198.18.0.15:7: reply"
+  run nax exec e10 probe udp 198.18.0.15 9 2000
+  refute_output_contains "reply"
+  # by name: UDP to the learnt address on the allowed port only
+  run nax exec e10 sh -c 'probe resolve port.egress.test; probe udp 198.18.0.12 7 2000;
+    probe udp 198.18.0.12 9 2000'
+  assert_output_contains "resolve port.egress.test: 198.18.0.12"
+  assert_output_contains "udp 198.18.0.12:7: reply"
+  refute_output_contains "udp 198.18.0.12:9: reply"
+  sleep 1.5
+  run_nax netlog --json e10
+  assert_success
+  echo "$output" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+c = [e for e in d["entries"] if e["kind"] == "connection"]
+def has(addr, proto, port=None):
+    return any(e["address"] == addr and e["protocol"] == proto and
+               (port is None or e["port"] == port) for e in c)
+assert has("198.18.0.11", "icmp"), c
+assert has("198.18.0.15", "icmp"), c
+assert has("198.18.0.15", "udp", 9) and has("198.18.0.12", "udp", 9), c
+assert not has("198.18.0.14", "icmp") and not has("198.18.0.15", "udp", 7), c'
+}
+
 @test "egress: TTL expiry closes the address" {
   TTL_MIN=2
   start_sb e5 --egress-allow short.egress.test
