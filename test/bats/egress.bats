@@ -385,4 +385,20 @@ assert q[0]["first"] and q[0]["last"], q'
   assert_output_contains "resolve allowed.egress.test: 198.18.0.10"
   assert_output_contains "resolve denied.egress.test: failed"
   refute_output_contains "http 198.18.0.16:80: 198.18.0.16"
+  # the same rules: the cache; other rules (or none): the step runs again
+  run_nax build --egress-allow allowed.egress.test -t egress-built "$BATS_TEST_TMPDIR/ctx"
+  assert_success
+  assert_output_contains "Using cache"
+  refute_output_contains "resolve allowed.egress.test:"
+  run_nax build --egress-allow denied.egress.test -t egress-built "$BATS_TEST_TMPDIR/ctx"
+  assert_success
+  refute_output_contains "Using cache"
+  assert_output_contains "resolve denied.egress.test: 198.18.0.11"
+  assert_output_contains "resolve allowed.egress.test: failed"
+  run_nax build --egress-allow denied.egress.test -t egress-built "$BATS_TEST_TMPDIR/ctx"
+  assert_output_contains "Using cache"
+  run_nax build -t egress-built "$BATS_TEST_TMPDIR/ctx"
+  assert_success
+  refute_output_contains "Using cache"
+  assert_output_contains "http 198.18.0.16:80: 198.18.0.16"
 }
