@@ -376,6 +376,33 @@ assert q[0]["first"] and q[0]["last"], q'
   wait "$srv" 2>/dev/null || true
 }
 
+@test "egress: the E2B SDK's network allowOut/denyOut at create and updateNetwork" {
+  local mods port key=e2b_egress_test_key
+  command -v node >/dev/null || skip "node is missing"
+  mods=$("$AGSX_SRCDIR/test/serve/npm-install" 2>/dev/null | sed -n 1p) ||
+    skip "the npm e2b SDK is not installed (npm or its registry unreachable)"
+  [ -n "$mods" ] || skip "the npm e2b SDK is not installed"
+  port=$(outer python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  nsenter -t "$OUTER" --net --mount -- env AGSX_PUBLIC_SUBNET=198.19.0.0/24 AGSX_PULL=never \
+    AGSX_DNS=198.18.0.3 "$AGSX" --root "$ROOT" --state "$STATE" serve --listen "127.0.0.1:$port" \
+    --api-key "$key" --network public --template bb=busybox </dev/null >>"$T/serve.log" 2>&1 3>&- &
+  local srv=$! i
+  for i in $(seq 100); do
+    outer curl -s -o /dev/null "http://127.0.0.1:$port/" && break
+    sleep 0.05
+  done
+  run outer env E2B_SDK="$mods" E2B_API_URL="http://127.0.0.1:$port" \
+    E2B_SANDBOX_URL="http://127.0.0.1:$port" E2B_API_KEY="$key" E2B_TEMPLATE=bb \
+    timeout --kill-after=5 120 node "$AGSX_SRCDIR/test/serve/egress.mjs"
+  kill "$srv" 2>/dev/null || true
+  wait "$srv" 2>/dev/null || true
+  if [ "$status" -ne 0 ] || [ "${lines[${#lines[@]}-1]}" != ok ]; then
+    printf '%s\n' "$output" | sed 's/^/#   /' >&3
+    sed 's/^/# serve: /' "$T/serve.log" | tail -20 >&3
+    return 1
+  fi
+}
+
 @test "egress: agsx build's RUN steps take the same rules" {
   mkdir -p "$BATS_TEST_TMPDIR/ctx"
   printf 'FROM busybox\nRUN probe resolve allowed.egress.test; probe resolve denied.egress.test; probe http 198.18.0.16 80 2000\n' \
