@@ -5,12 +5,17 @@
 #include "net/dnsfilter.h"
 #include "net/egress.h"
 #include "net/egress_nl.h"
+#include "net/nft.h"
 #include "tap.h"
 
+#include <arpa/inet.h>
+#include <linux/netfilter.h>
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netlink.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 static void rule_ok(const char *line, const char *want) {
   struct agsx_egress_rule r;
@@ -112,6 +117,119 @@ static void on_a(void *data, uint32_t addr, uint32_t ttl) {
     got_addr[got_n] = addr;
     got_ttl[got_n++] = ttl;
   }
+}
+
+/* ---- the firewall watch: whose removals wake whom ---- */
+
+struct msgbuf {
+  char b[4096];
+  size_t len, msg, nest[4];
+  int depth;
+};
+
+static void *mput(struct msgbuf *m, size_t n) {
+  void *p = m->b + m->len;
+  memset(p, 0, NLA_ALIGN(n));
+  m->len += NLA_ALIGN(n);
+  return p;
+}
+
+static void mattr(struct msgbuf *m, uint16_t type, const void *v, size_t n) {
+  struct nlattr *a = mput(m, NLA_HDRLEN + n);
+  a->nla_type = type;
+  a->nla_len = (uint16_t)(NLA_HDRLEN + n);
+  memcpy((char *)a + NLA_HDRLEN, v, n);
+}
+
+static void mnest(struct msgbuf *m, uint16_t type) {
+  m->nest[m->depth++] = m->len;
+  struct nlattr *a = mput(m, NLA_HDRLEN);
+  a->nla_type = type | NLA_F_NESTED;
+}
+
+static void mnest_end(struct msgbuf *m) {
+  struct nlattr *a = (struct nlattr *)(m->b + m->nest[--m->depth]);
+  a->nla_len = (uint16_t)(m->len - m->nest[m->depth]);
+}
+
+static void mbegin(struct msgbuf *m, int type) {
+  m->msg = m->len;
+  struct nlmsghdr *h = mput(m, NLMSG_HDRLEN);
+  h->nlmsg_type = (uint16_t)((NFNL_SUBSYS_NFTABLES << 8) | type);
+  struct nfgenmsg *g = mput(m, sizeof(*g));
+  g->nfgen_family = NFPROTO_INET;
+  mattr(m, 1, "agsx", 5); /* every removal's first attribute: the table */
+}
+
+static void mend(struct msgbuf *m) {
+  ((struct nlmsghdr *)(m->b + m->msg))->nlmsg_len = (uint32_t)(m->len - m->msg);
+}
+
+static void del_chain(struct msgbuf *m, const char *name) {
+  mbegin(m, NFT_MSG_DELCHAIN);
+  mattr(m, NFTA_CHAIN_NAME, name, strlen(name) + 1);
+  mend(m);
+}
+
+/* The removal of a vpc member's element of map egress or ingress. */
+static void del_member_elem(struct msgbuf *m, const char *map, uint32_t addr) {
+  mbegin(m, NFT_MSG_DELSETELEM);
+  mattr(m, NFTA_SET_ELEM_LIST_SET, map, strlen(map) + 1);
+  mnest(m, NFTA_SET_ELEM_LIST_ELEMENTS);
+  mnest(m, NFTA_LIST_ELEM);
+  mnest(m, NFTA_SET_ELEM_KEY);
+  char key[20] = "agsxv-test";
+  uint32_t a = htonl(addr);
+  memcpy(key + 16, &a, 4);
+  mattr(m, NFTA_DATA_VALUE, key, sizeof(key));
+  mnest_end(m);
+  mnest_end(m);
+  mnest_end(m);
+  mend(m);
+}
+
+/* Does SELF's watch wake on the messages in BUF? */
+static bool wakes(uint32_t self, const void *buf, size_t len) {
+  int sp[2];
+  if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sp) < 0 || send(sp[1], buf, len, 0) < 0)
+    return tap_ok(0, "socketpair"), true;
+  bool removed = false;
+  int r = agsx_nft_watch_read(sp[0], "agsx", self, &removed);
+  close(sp[0]);
+  close(sp[1]);
+  return r < 0 || removed;
+}
+
+static void watch_tests(void) {
+  uint32_t self = 0xc6130005, other = 0xc6130006;
+  struct agsx_nfb b;
+  agsx_nfb_init(&b);
+  agsx_egress_nl_delete(&b, other);
+  tap_ok(!wakes(self, b.buf, b.len), "watch: another sandbox's egress objects going: no alarm");
+  agsx_nfb_clear(&b);
+  agsx_nfb_init(&b);
+  agsx_egress_nl_delete(&b, self);
+  tap_ok(wakes(self, b.buf, b.len), "watch: its own egress objects going: alarm");
+  agsx_nfb_clear(&b);
+  struct msgbuf m = {.len = 0};
+  del_member_elem(&m, "egress", other);
+  del_member_elem(&m, "ingress", other);
+  del_chain(&m, "e_c6130006");
+  del_chain(&m, "i_c6130006");
+  tap_ok(!wakes(self, m.b, m.len), "watch: another vpc member's chains and map elements: no alarm");
+  tap_ok(wakes(other, m.b, m.len), "watch: that member's own: alarm");
+  m.len = 0;
+  del_member_elem(&m, "egress", self);
+  tap_ok(wakes(self, m.b, m.len), "watch: its own egress map element: alarm");
+  m.len = 0;
+  del_chain(&m, "i_c6130005");
+  tap_ok(wakes(self, m.b, m.len), "watch: its own ingress chain: alarm");
+  m.len = 0;
+  del_chain(&m, "forward");
+  tap_ok(wakes(self, m.b, m.len), "watch: a base chain: alarm");
+  m.len = 0;
+  del_chain(&m, "e_c613000g");
+  tap_ok(wakes(self, m.b, m.len), "watch: a chain like a member's but not one: alarm");
 }
 
 int main(void) {
@@ -223,5 +341,6 @@ int main(void) {
          "answers: the A records, past a CNAME");
   got_n = 0;
   tap_ok(agsx_dns_answers_a(a, off - 3, on_a, NULL) < 0, "answers: a cut record is malformed");
+  watch_tests();
   return tap_done();
 }
