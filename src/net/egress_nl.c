@@ -488,3 +488,32 @@ void agsx_egress_nl_learnt_delete(struct agsx_nfb *b, uint32_t sandbox,
   nest_end(b);
   msg_end(b);
 }
+
+void agsx_egress_nl_learn(struct agsx_nfb *b, uint32_t sandbox, uint32_t addr, uint16_t port,
+                          int64_t ttl_s, const char *comment) {
+  /* A plain add (no NLM_F_EXCL): Linux 6.10 and later refresh an existing
+   * element's timeout this way (before, it keeps its first expiry). */
+  obj_begin(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE);
+  attr_str(b, NFTA_SET_ELEM_LIST_TABLE, TABLE_NAME);
+  attr_str(b, NFTA_SET_ELEM_LIST_SET, port ? "xp" : "xa");
+  nest_begin(b, NFTA_SET_ELEM_LIST_ELEMENTS);
+  nest_begin(b, NFTA_LIST_ELEM);
+  uint32_t key[3] = {htonl(sandbox), htonl(addr), 0};
+  uint16_t p = htons(port);
+  memcpy(&key[2], &p, 2);
+  data_value(b, NFTA_SET_ELEM_KEY, key, port ? 12 : 8);
+  attr_be64(b, NFTA_SET_ELEM_TIMEOUT, (uint64_t)ttl_s * 1000);
+  /* The comment as nft(8) stores it (libnftnl's user data: type 0, the
+   * length, the text with its NUL), so that `nft list` and
+   * agsx_egress_learnt_list read it back. */
+  size_t n = strnlen(comment, 127);
+  unsigned char ud[2 + 128];
+  ud[0] = 0; /* NFTNL_UDATA_SET_ELEM_COMMENT */
+  ud[1] = (unsigned char)(n + 1);
+  memcpy(ud + 2, comment, n);
+  ud[2 + n] = '\0';
+  attr(b, NFTA_SET_ELEM_USERDATA, ud, n + 3);
+  nest_end(b);
+  nest_end(b);
+  msg_end(b);
+}

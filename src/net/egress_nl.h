@@ -57,6 +57,11 @@ void agsx_egress_nl_chain(struct agsx_nfb *b, const struct agsx_egress *e, uint3
 void agsx_egress_nl_log(struct agsx_nfb *b, uint32_t addr, int log_group);
 /* Removes x_ADDR, xl_ADDR and the xmap element. */
 void agsx_egress_nl_delete(struct agsx_nfb *b, uint32_t addr);
+/* Adds (or refreshes) ADDR (on PORT; 0: every port, set xa) to what
+ * SANDBOX learnt, for TTL_S seconds, with COMMENT (the name; at most 127
+ * bytes are kept). */
+void agsx_egress_nl_learn(struct agsx_nfb *b, uint32_t sandbox, uint32_t addr, uint16_t port,
+                          int64_t ttl_s, const char *comment);
 /* Deletes element K of L (learnt by SANDBOX). */
 void agsx_egress_nl_learnt_delete(struct agsx_nfb *b, uint32_t sandbox,
                                   const struct agsx_egress_learnt *l, size_t k);

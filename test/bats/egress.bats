@@ -107,6 +107,10 @@ start_sb() { # NAME RULE-OPTIONS...
   run fetch e1 allowed.egress.test 80
   assert_output_contains "resolve allowed.egress.test: 198.18.0.10"
   assert_output_contains "http 198.18.0.10:80: 198.18.0.10:80"
+  # learnt (written as netlink, egress_nl.h) with its TTL and name, as nft shows it
+  run outer nft list set inet agsx xa
+  assert_output_contains '. 198.18.0.10 timeout 1m expires'
+  assert_output_contains 'comment "allowed.egress.test"'
   run fetch e1 denied.egress.test 80
   assert_output_contains "resolve denied.egress.test: failed"
   run nax exec e1 probe connect 198.18.0.11 80 2000
