@@ -117,6 +117,11 @@ int agsx_nfb_send(struct agsx_nfb *b, int *ret_fd, agsx_error_t *err) {
     return agsx_error_set(err, errno, "nftables: netlink socket");
   int one = 1;
   setsockopt(fd, SOL_NETLINK, NETLINK_CAP_ACK, &one, sizeof(one)); /* short answers */
+  /* A batch is one message: past the default send buffer (~208 KiB; 512
+   * rules with ports come near) it needs a larger one, as nft(8) sets. */
+  int size = (int)b->len + 4096;
+  if (b->len > (64u << 10) && setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &size, sizeof(size)) < 0)
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
   struct sockaddr_nl sa = {.nl_family = AF_NETLINK};
   ssize_t n;
   do
