@@ -1006,6 +1006,12 @@ static bool lease_says_egress(int fd) {
 
 void agsx_net_attach_end(struct agsx_net_attach *a) {
   agsx_net_egress_wait(a, NULL); /* made before it is removed */
+  /* The egress deletion's answer is read (and its socket closed) only
+   * after the veth went: the first close of a netfilter netlink socket
+   * after a deletion waits for the kernel to free what was deleted (an RCU
+   * grace period, ~10 ms), which by then has passed meanwhile. */
+  int pending = -1;
+  bool warn = !a->cut && a->egress_chains;
   if (a->egress_chains || lease_says_egress(a->lease_fd)) {
     agsx_error_t err = NULL;
     /* (apart: an element expiring meanwhile fails its delete, and must not
@@ -1014,9 +1020,13 @@ void agsx_net_attach_end(struct agsx_net_attach *a) {
      * listing, which costs a teardown two nft calls. */
     if (a->learnt || !a->egress_chains)
       agsx_egress_forget(a->addr, NULL);
-    if (delete_egress(a->addr, &err) < 0 && !a->cut && a->egress_chains)
+    struct agsx_nfb b;
+    agsx_nfb_init(&b);
+    agsx_egress_nl_delete(&b, a->addr);
+    if (agsx_nfb_send(&b, &pending, &err) < 0 && warn)
       agsx_warn("network `%s`: remove the egress rules of %08x: %s", a->net.name, a->addr,
                 err->msg);
+    agsx_nfb_clear(&b);
     agsx_error_free(&err);
     a->egress_chains = false;
   }
@@ -1034,6 +1044,14 @@ void agsx_net_attach_end(struct agsx_net_attach *a) {
    * the address already leased again). Already gone (cut off): no matter. */
   if (a->link.host_ifname[0])
     agsx_net_link_delete(a->link.host_ifname, NULL);
+  if (pending >= 0) {
+    agsx_error_t err = NULL;
+    if (agsx_nfb_wait(pending, &err) < 0 && warn)
+      agsx_warn("network `%s`: remove the egress rules of %08x: %s", a->net.name, a->addr,
+                err->msg);
+    agsx_error_free(&err);
+    close(pending);
+  }
   /* Free, but the holder's id stays for the next lease to check. */
   if (a->lease_fd >= 0 && a->link.host_ifname[0]) {
     char text[64];
