@@ -47,7 +47,7 @@ static void msg_begin(struct agsx_nfb *b, uint16_t type, uint16_t flags, uint8_t
   g->res_id = htons(res_id);
 }
 
-static void msg_end(struct agsx_nfb *b) {
+void agsx_nfb_end(struct agsx_nfb *b) {
   struct nlmsghdr *h = (struct nlmsghdr *)(b->buf + b->msg);
   h->nlmsg_len = (uint32_t)(b->len - b->msg);
   b->last = b->msg;
@@ -60,7 +60,7 @@ void agsx_nfb_init(struct agsx_nfb *b) {
     r = (uint32_t)getpid();
   b->seq = r >> 1;
   msg_begin(b, NFNL_MSG_BATCH_BEGIN, 0, AF_UNSPEC, NFNL_SUBSYS_NFTABLES);
-  msg_end(b);
+  agsx_nfb_end(b);
   b->last = 0;
 }
 
@@ -69,28 +69,28 @@ void agsx_nfb_clear(struct agsx_nfb *b) {
   memset(b, 0, sizeof(*b));
 }
 
-static void attr(struct agsx_nfb *b, uint16_t type, const void *data, size_t n) {
+void agsx_nfb_attr(struct agsx_nfb *b, uint16_t type, const void *data, size_t n) {
   struct nlattr *a = put(b, NLA_HDRLEN + n);
   a->nla_type = type;
   a->nla_len = (uint16_t)(NLA_HDRLEN + n);
   memcpy((char *)a + NLA_HDRLEN, data, n);
 }
 
-static void attr_str(struct agsx_nfb *b, uint16_t type, const char *s) {
-  attr(b, type, s, strlen(s) + 1);
+void agsx_nfb_attr_str(struct agsx_nfb *b, uint16_t type, const char *s) {
+  agsx_nfb_attr(b, type, s, strlen(s) + 1);
 }
 
 static void attr_be32(struct agsx_nfb *b, uint16_t type, uint32_t v) {
   v = htonl(v);
-  attr(b, type, &v, 4);
+  agsx_nfb_attr(b, type, &v, 4);
 }
 
 static void attr_be64(struct agsx_nfb *b, uint16_t type, uint64_t v) {
   uint32_t w[2] = {htonl((uint32_t)(v >> 32)), htonl((uint32_t)v)};
-  attr(b, type, w, 8);
+  agsx_nfb_attr(b, type, w, 8);
 }
 
-static void nest_begin(struct agsx_nfb *b, uint16_t type) {
+void agsx_nfb_nest(struct agsx_nfb *b, uint16_t type) {
   if (b->depth == AGSX_NFB_NEST_MAX)
     abort(); /* a bug of this file, not of its input */
   b->nest[b->depth++] = b->len;
@@ -98,7 +98,7 @@ static void nest_begin(struct agsx_nfb *b, uint16_t type) {
   a->nla_type = type | NLA_F_NESTED;
 }
 
-static void nest_end(struct agsx_nfb *b) {
+void agsx_nfb_nest_end(struct agsx_nfb *b) {
   struct nlattr *a = (struct nlattr *)(b->buf + b->nest[--b->depth]);
   a->nla_len = (uint16_t)(b->len - b->nest[b->depth]);
 }
@@ -111,7 +111,7 @@ int agsx_nfb_send(struct agsx_nfb *b, int *ret_fd, agsx_error_t *err) {
    * kernel processes every message of a batch whatever failed before. */
   ((struct nlmsghdr *)(b->buf + b->last))->nlmsg_flags |= NLM_F_ACK;
   msg_begin(b, NFNL_MSG_BATCH_END, 0, AF_UNSPEC, NFNL_SUBSYS_NFTABLES);
-  msg_end(b);
+  agsx_nfb_end(b);
   int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
   if (fd < 0)
     return agsx_error_set(err, errno, "nftables: netlink socket");
@@ -190,63 +190,63 @@ int agsx_nfb_run(struct agsx_nfb *b, agsx_error_t *err) {
 #define TABLE_NAME "agsx" /* family inet */
 #define TYPE(m) ((uint16_t)((NFNL_SUBSYS_NFTABLES << 8) | (m)))
 
-static void obj_begin(struct agsx_nfb *b, int type, uint16_t flags) {
+void agsx_nfb_begin(struct agsx_nfb *b, int type, uint16_t flags) {
   msg_begin(b, TYPE(type), flags, NFPROTO_INET, 0);
   b->n_msgs++;
 }
 
 static void chain_msg(struct agsx_nfb *b, int type, uint16_t flags, const char *chain) {
-  obj_begin(b, type, flags);
-  attr_str(b, NFTA_CHAIN_TABLE, TABLE_NAME);
-  attr_str(b, NFTA_CHAIN_NAME, chain);
-  msg_end(b);
+  agsx_nfb_begin(b, type, flags);
+  agsx_nfb_attr_str(b, NFTA_CHAIN_TABLE, TABLE_NAME);
+  agsx_nfb_attr_str(b, NFTA_CHAIN_NAME, chain);
+  agsx_nfb_end(b);
 }
 
 /* A DELRULE without a handle: every rule of the chain. */
 static void flush_chain(struct agsx_nfb *b, const char *chain) {
-  obj_begin(b, NFT_MSG_DELRULE, 0);
-  attr_str(b, NFTA_RULE_TABLE, TABLE_NAME);
-  attr_str(b, NFTA_RULE_CHAIN, chain);
-  msg_end(b);
+  agsx_nfb_begin(b, NFT_MSG_DELRULE, 0);
+  agsx_nfb_attr_str(b, NFTA_RULE_TABLE, TABLE_NAME);
+  agsx_nfb_attr_str(b, NFTA_RULE_CHAIN, chain);
+  agsx_nfb_end(b);
 }
 
 static void rule_begin(struct agsx_nfb *b, const char *chain) {
-  obj_begin(b, NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND);
-  attr_str(b, NFTA_RULE_TABLE, TABLE_NAME);
-  attr_str(b, NFTA_RULE_CHAIN, chain);
-  nest_begin(b, NFTA_RULE_EXPRESSIONS);
+  agsx_nfb_begin(b, NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND);
+  agsx_nfb_attr_str(b, NFTA_RULE_TABLE, TABLE_NAME);
+  agsx_nfb_attr_str(b, NFTA_RULE_CHAIN, chain);
+  agsx_nfb_nest(b, NFTA_RULE_EXPRESSIONS);
 }
 
 static void rule_end(struct agsx_nfb *b) {
-  nest_end(b);
-  msg_end(b);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_end(b);
 }
 
 static void expr_begin(struct agsx_nfb *b, const char *name) {
-  nest_begin(b, NFTA_LIST_ELEM);
-  attr_str(b, NFTA_EXPR_NAME, name);
-  nest_begin(b, NFTA_EXPR_DATA);
+  agsx_nfb_nest(b, NFTA_LIST_ELEM);
+  agsx_nfb_attr_str(b, NFTA_EXPR_NAME, name);
+  agsx_nfb_nest(b, NFTA_EXPR_DATA);
 }
 
 static void expr_end(struct agsx_nfb *b) {
-  nest_end(b);
-  nest_end(b);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_nest_end(b);
 }
 
 static void data_value(struct agsx_nfb *b, uint16_t type, const void *v, size_t n) {
-  nest_begin(b, type);
-  attr(b, NFTA_DATA_VALUE, v, n);
-  nest_end(b);
+  agsx_nfb_nest(b, type);
+  agsx_nfb_attr(b, NFTA_DATA_VALUE, v, n);
+  agsx_nfb_nest_end(b);
 }
 
 static void data_verdict(struct agsx_nfb *b, uint16_t type, int code, const char *chain) {
-  nest_begin(b, type);
-  nest_begin(b, NFTA_DATA_VERDICT);
+  agsx_nfb_nest(b, type);
+  agsx_nfb_nest(b, NFTA_DATA_VERDICT);
   attr_be32(b, NFTA_VERDICT_CODE, (uint32_t)code);
   if (chain)
-    attr_str(b, NFTA_VERDICT_CHAIN, chain);
-  nest_end(b);
-  nest_end(b);
+    agsx_nfb_attr_str(b, NFTA_VERDICT_CHAIN, chain);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_nest_end(b);
 }
 
 static void meta(struct agsx_nfb *b, uint32_t key, uint32_t reg) {
@@ -349,7 +349,7 @@ void agsx_egress_nl_log(struct agsx_nfb *b, uint32_t addr, int log_group) {
     expr_end(b);
     expr_begin(b, "log");
     uint16_t g = htons((uint16_t)log_group);
-    attr(b, NFTA_LOG_GROUP, &g, 2);
+    agsx_nfb_attr(b, NFTA_LOG_GROUP, &g, 2);
     attr_be32(b, NFTA_LOG_SNAPLEN, LOG_SNAPLEN);
     expr_end(b);
     rule_end(b);
@@ -365,7 +365,7 @@ void agsx_egress_nl_log(struct agsx_nfb *b, uint32_t addr, int log_group) {
   expr_begin(b, "reject");
   attr_be32(b, NFTA_REJECT_TYPE, NFT_REJECT_ICMPX_UNREACH);
   uint8_t code = NFT_REJECT_ICMPX_ADMIN_PROHIBITED;
-  attr(b, NFTA_REJECT_ICMP_CODE, &code, 1);
+  agsx_nfb_attr(b, NFTA_REJECT_ICMP_CODE, &code, 1);
   expr_end(b);
   rule_end(b);
 }
@@ -396,7 +396,7 @@ static void learnt_rule(struct agsx_nfb *b, const char *x, uint8_t proto) {
   if (proto)
     payload(b, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, NFT_REG32_02);
   expr_begin(b, "lookup");
-  attr_str(b, NFTA_LOOKUP_SET, proto ? "xp" : "xa");
+  agsx_nfb_attr_str(b, NFTA_LOOKUP_SET, proto ? "xp" : "xa");
   attr_be32(b, NFTA_LOOKUP_SREG, NFT_REG_1);
   expr_end(b);
   verdict(b, NFT_RETURN, NULL);
@@ -404,18 +404,18 @@ static void learnt_rule(struct agsx_nfb *b, const char *x, uint8_t proto) {
 }
 
 static void xmap_elem(struct agsx_nfb *b, bool add, uint32_t addr, const char *x) {
-  obj_begin(b, add ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, add ? NLM_F_CREATE : 0);
-  attr_str(b, NFTA_SET_ELEM_LIST_TABLE, TABLE_NAME);
-  attr_str(b, NFTA_SET_ELEM_LIST_SET, "xmap");
-  nest_begin(b, NFTA_SET_ELEM_LIST_ELEMENTS);
-  nest_begin(b, NFTA_LIST_ELEM);
+  agsx_nfb_begin(b, add ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, add ? NLM_F_CREATE : 0);
+  agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_TABLE, TABLE_NAME);
+  agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_SET, "xmap");
+  agsx_nfb_nest(b, NFTA_SET_ELEM_LIST_ELEMENTS);
+  agsx_nfb_nest(b, NFTA_LIST_ELEM);
   uint32_t key = htonl(addr);
   data_value(b, NFTA_SET_ELEM_KEY, &key, 4);
   if (add)
     data_verdict(b, NFTA_SET_ELEM_DATA, NFT_JUMP, x);
-  nest_end(b);
-  nest_end(b);
-  msg_end(b);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_end(b);
 }
 
 void agsx_egress_nl_chain(struct agsx_nfb *b, const struct agsx_egress *e, uint32_t addr,
@@ -479,30 +479,30 @@ void agsx_egress_nl_delete(struct agsx_nfb *b, uint32_t addr) {
 
 void agsx_egress_nl_learnt_delete(struct agsx_nfb *b, uint32_t sandbox,
                                   const struct agsx_egress_learnt *l, size_t k) {
-  obj_begin(b, NFT_MSG_DELSETELEM, 0);
-  attr_str(b, NFTA_SET_ELEM_LIST_TABLE, TABLE_NAME);
-  attr_str(b, NFTA_SET_ELEM_LIST_SET, l->v[k].port ? "xp" : "xa");
-  nest_begin(b, NFTA_SET_ELEM_LIST_ELEMENTS);
-  nest_begin(b, NFTA_LIST_ELEM);
+  agsx_nfb_begin(b, NFT_MSG_DELSETELEM, 0);
+  agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_TABLE, TABLE_NAME);
+  agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_SET, l->v[k].port ? "xp" : "xa");
+  agsx_nfb_nest(b, NFTA_SET_ELEM_LIST_ELEMENTS);
+  agsx_nfb_nest(b, NFTA_LIST_ELEM);
   /* A concatenation's key: each field in a 32-bit word of its own. */
   uint32_t key[3] = {htonl(sandbox), htonl(l->v[k].addr), 0};
   uint16_t port = htons(l->v[k].port);
   memcpy(&key[2], &port, 2);
   data_value(b, NFTA_SET_ELEM_KEY, key, l->v[k].port ? 12 : 8);
-  nest_end(b);
-  nest_end(b);
-  msg_end(b);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_end(b);
 }
 
 void agsx_egress_nl_learn(struct agsx_nfb *b, uint32_t sandbox, uint32_t addr, uint16_t port,
                           int64_t ttl_s, const char *comment) {
   /* A plain add (no NLM_F_EXCL): Linux 6.10 and later refresh an existing
    * element's timeout this way (before, it keeps its first expiry). */
-  obj_begin(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE);
-  attr_str(b, NFTA_SET_ELEM_LIST_TABLE, TABLE_NAME);
-  attr_str(b, NFTA_SET_ELEM_LIST_SET, port ? "xp" : "xa");
-  nest_begin(b, NFTA_SET_ELEM_LIST_ELEMENTS);
-  nest_begin(b, NFTA_LIST_ELEM);
+  agsx_nfb_begin(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE);
+  agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_TABLE, TABLE_NAME);
+  agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_SET, port ? "xp" : "xa");
+  agsx_nfb_nest(b, NFTA_SET_ELEM_LIST_ELEMENTS);
+  agsx_nfb_nest(b, NFTA_LIST_ELEM);
   uint32_t key[3] = {htonl(sandbox), htonl(addr), 0};
   uint16_t p = htons(port);
   memcpy(&key[2], &p, 2);
@@ -517,8 +517,8 @@ void agsx_egress_nl_learn(struct agsx_nfb *b, uint32_t sandbox, uint32_t addr, u
   ud[1] = (unsigned char)(n + 1);
   memcpy(ud + 2, comment, n);
   ud[2 + n] = '\0';
-  attr(b, NFTA_SET_ELEM_USERDATA, ud, n + 3);
-  nest_end(b);
-  nest_end(b);
-  msg_end(b);
+  agsx_nfb_attr(b, NFTA_SET_ELEM_USERDATA, ud, n + 3);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_end(b);
 }

@@ -45,6 +45,15 @@ int agsx_nfb_wait(int fd, agsx_error_t *err);
 /* Send and wait. An empty batch succeeds. */
 int agsx_nfb_run(struct agsx_nfb *b, agsx_error_t *err);
 
+/* A message of nf_tables type TYPE (NFT_MSG_*, family inet) with FLAGS
+ * (beyond NLM_F_REQUEST), its attributes (NLA_F_NESTED nests), its end. */
+void agsx_nfb_begin(struct agsx_nfb *b, int type, uint16_t flags);
+void agsx_nfb_attr(struct agsx_nfb *b, uint16_t type, const void *data, size_t n);
+void agsx_nfb_attr_str(struct agsx_nfb *b, uint16_t type, const char *s); /* with its NUL */
+void agsx_nfb_nest(struct agsx_nfb *b, uint16_t type);
+void agsx_nfb_nest_end(struct agsx_nfb *b);
+void agsx_nfb_end(struct agsx_nfb *b);
+
 /* ---- the egress objects of sandbox ADDR (egress.h) ---- */
 struct agsx_egress;
 struct agsx_cidr;

@@ -95,6 +95,26 @@ fetch() { # SANDBOX NAME PORT
     probe http "$a" "$2" 2000' _ "$2" "$3"
 }
 
+# agsx serve in the outer namespace on a free loopback port: sets port,
+# key (the caller's locals) and EGRESS_SRV; waits for its listener.
+egress_serve() {
+  key=e2b_egress_test_key
+  port=$(outer python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  nsenter -t "$OUTER" --net --mount -- env AGSX_PUBLIC_SUBNET=198.19.0.0/24 AGSX_PULL=never \
+    AGSX_DNS=198.18.0.3 "$AGSX" --root "$ROOT" --state "$STATE" serve --listen "127.0.0.1:$port" \
+    --api-key "$key" --network public --template bb=busybox </dev/null >>"$T/serve.log" 2>&1 3>&- &
+  EGRESS_SRV=$!
+  local i
+  for i in $(seq 100); do
+    outer curl -s -o /dev/null "http://127.0.0.1:$port/" && break
+    sleep 0.05
+  done
+}
+egress_serve_stop() {
+  kill "$EGRESS_SRV" 2>/dev/null || true
+  wait "$EGRESS_SRV" 2>/dev/null || true
+}
+
 start_sb() { # NAME RULE-OPTIONS...
   local name=$1
   shift
@@ -353,20 +373,12 @@ print("allow allowed.egress.test")' >"$BATS_TEST_TMPDIR/rules"
 }
 
 @test "egress: the E2B API's network.allowOut/denyOut at create and PUT /sandboxes/{id}/network" {
-  local port key=e2b_egress_test_key
-  port=$(outer python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  nsenter -t "$OUTER" --net --mount -- env AGSX_PUBLIC_SUBNET=198.19.0.0/24 AGSX_PULL=never \
-    AGSX_DNS=198.18.0.3 "$AGSX" --root "$ROOT" --state "$STATE" serve --listen "127.0.0.1:$port" \
-    --api-key "$key" --network public --template bb=busybox </dev/null >>"$T/serve.log" 2>&1 3>&- &
-  local srv=$! i
+  local port key
+  egress_serve
   api() { # METHOD PATH [BODY]: the body, then the status
     outer curl -s -X "$1" -H "X-API-KEY: $key" -H 'Content-Type: application/json' \
       ${3:+--data-binary "$3"} -w '\n%{http_code}\n' "http://127.0.0.1:$port$2"
   }
-  for i in $(seq 100); do
-    outer curl -s -o /dev/null "http://127.0.0.1:$port/" && break
-    sleep 0.05
-  done
   run api POST /v2/sandboxes '{"templateID":"bb","timeout":60,"network":{"allowOut":["allowed.egress.test","198.18.0.16:443"],"denyOut":["0.0.0.0/0"]}}'
   assert_output_contains "201"
   local sb
@@ -390,30 +402,20 @@ print("allow allowed.egress.test")' >"$BATS_TEST_TMPDIR/rules"
   run api POST /v2/sandboxes '{"templateID":"bb","allow_internet_access":false,"network":{"allowOut":["x.org"]}}'
   assert_output_contains "400"
   api DELETE "/sandboxes/$e2b" >/dev/null
-  kill "$srv" 2>/dev/null || true
-  wait "$srv" 2>/dev/null || true
+  egress_serve_stop
 }
 
 @test "egress: the E2B SDK's network allowOut/denyOut at create and updateNetwork" {
-  local mods port key=e2b_egress_test_key
+  local mods port key
   command -v node >/dev/null || skip "node is missing"
   mods=$("$AGSX_SRCDIR/test/serve/npm-install" 2>/dev/null | sed -n 1p) ||
     skip "the npm e2b SDK is not installed (npm or its registry unreachable)"
   [ -n "$mods" ] || skip "the npm e2b SDK is not installed"
-  port=$(outer python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  nsenter -t "$OUTER" --net --mount -- env AGSX_PUBLIC_SUBNET=198.19.0.0/24 AGSX_PULL=never \
-    AGSX_DNS=198.18.0.3 "$AGSX" --root "$ROOT" --state "$STATE" serve --listen "127.0.0.1:$port" \
-    --api-key "$key" --network public --template bb=busybox </dev/null >>"$T/serve.log" 2>&1 3>&- &
-  local srv=$! i
-  for i in $(seq 100); do
-    outer curl -s -o /dev/null "http://127.0.0.1:$port/" && break
-    sleep 0.05
-  done
+  egress_serve
   run outer env E2B_SDK="$mods" E2B_API_URL="http://127.0.0.1:$port" \
     E2B_SANDBOX_URL="http://127.0.0.1:$port" E2B_API_KEY="$key" E2B_TEMPLATE=bb \
     timeout --kill-after=5 120 node "$AGSX_SRCDIR/test/serve/egress.mjs"
-  kill "$srv" 2>/dev/null || true
-  wait "$srv" 2>/dev/null || true
+  egress_serve_stop
   if [ "$status" -ne 0 ] || [ "${lines[${#lines[@]}-1]}" != ok ]; then
     printf '%s\n' "$output" | sed 's/^/#   /' >&3
     sed 's/^/# serve: /' "$T/serve.log" | tail -20 >&3

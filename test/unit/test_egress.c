@@ -121,71 +121,29 @@ static void on_a(void *data, uint32_t addr, uint32_t ttl) {
 
 /* ---- the firewall watch: whose removals wake whom ---- */
 
-struct msgbuf {
-  char b[4096];
-  size_t len, msg, nest[4];
-  int depth;
-};
-
-static void *mput(struct msgbuf *m, size_t n) {
-  void *p = m->b + m->len;
-  memset(p, 0, NLA_ALIGN(n));
-  m->len += NLA_ALIGN(n);
-  return p;
-}
-
-static void mattr(struct msgbuf *m, uint16_t type, const void *v, size_t n) {
-  struct nlattr *a = mput(m, NLA_HDRLEN + n);
-  a->nla_type = type;
-  a->nla_len = (uint16_t)(NLA_HDRLEN + n);
-  memcpy((char *)a + NLA_HDRLEN, v, n);
-}
-
-static void mnest(struct msgbuf *m, uint16_t type) {
-  m->nest[m->depth++] = m->len;
-  struct nlattr *a = mput(m, NLA_HDRLEN);
-  a->nla_type = type | NLA_F_NESTED;
-}
-
-static void mnest_end(struct msgbuf *m) {
-  struct nlattr *a = (struct nlattr *)(m->b + m->nest[--m->depth]);
-  a->nla_len = (uint16_t)(m->len - m->nest[m->depth]);
-}
-
-static void mbegin(struct msgbuf *m, int type) {
-  m->msg = m->len;
-  struct nlmsghdr *h = mput(m, NLMSG_HDRLEN);
-  h->nlmsg_type = (uint16_t)((NFNL_SUBSYS_NFTABLES << 8) | type);
-  struct nfgenmsg *g = mput(m, sizeof(*g));
-  g->nfgen_family = NFPROTO_INET;
-  mattr(m, 1, "agsx", 5); /* every removal's first attribute: the table */
-}
-
-static void mend(struct msgbuf *m) {
-  ((struct nlmsghdr *)(m->b + m->msg))->nlmsg_len = (uint32_t)(m->len - m->msg);
-}
-
-static void del_chain(struct msgbuf *m, const char *name) {
-  mbegin(m, NFT_MSG_DELCHAIN);
-  mattr(m, NFTA_CHAIN_NAME, name, strlen(name) + 1);
-  mend(m);
+static void del_chain(struct agsx_nfb *b, const char *name) {
+  agsx_nfb_begin(b, NFT_MSG_DELCHAIN, 0);
+  agsx_nfb_attr_str(b, NFTA_CHAIN_TABLE, "agsx");
+  agsx_nfb_attr_str(b, NFTA_CHAIN_NAME, name);
+  agsx_nfb_end(b);
 }
 
 /* The removal of a vpc member's element of map egress or ingress. */
-static void del_member_elem(struct msgbuf *m, const char *map, uint32_t addr) {
-  mbegin(m, NFT_MSG_DELSETELEM);
-  mattr(m, NFTA_SET_ELEM_LIST_SET, map, strlen(map) + 1);
-  mnest(m, NFTA_SET_ELEM_LIST_ELEMENTS);
-  mnest(m, NFTA_LIST_ELEM);
-  mnest(m, NFTA_SET_ELEM_KEY);
-  char key[20] = "agsxv-test";
+static void del_member_elem(struct agsx_nfb *b, const char *map, uint32_t addr) {
+  agsx_nfb_begin(b, NFT_MSG_DELSETELEM, 0);
+  agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_TABLE, "agsx");
+  agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_SET, map);
+  agsx_nfb_nest(b, NFTA_SET_ELEM_LIST_ELEMENTS);
+  agsx_nfb_nest(b, NFTA_LIST_ELEM);
+  agsx_nfb_nest(b, NFTA_SET_ELEM_KEY);
+  char key[20] = "agsxv-test"; /* ifname . address */
   uint32_t a = htonl(addr);
   memcpy(key + 16, &a, 4);
-  mattr(m, NFTA_DATA_VALUE, key, sizeof(key));
-  mnest_end(m);
-  mnest_end(m);
-  mnest_end(m);
-  mend(m);
+  agsx_nfb_attr(b, NFTA_DATA_VALUE, key, sizeof(key));
+  agsx_nfb_nest_end(b);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_end(b);
 }
 
 /* Does SELF's watch wake on the messages in BUF? */
@@ -211,25 +169,29 @@ static void watch_tests(void) {
   agsx_egress_nl_delete(&b, self);
   tap_ok(wakes(self, b.buf, b.len), "watch: its own egress objects going: alarm");
   agsx_nfb_clear(&b);
-  struct msgbuf m = {.len = 0};
-  del_member_elem(&m, "egress", other);
-  del_member_elem(&m, "ingress", other);
-  del_chain(&m, "e_c6130006");
-  del_chain(&m, "i_c6130006");
-  tap_ok(!wakes(self, m.b, m.len), "watch: another vpc member's chains and map elements: no alarm");
-  tap_ok(wakes(other, m.b, m.len), "watch: that member's own: alarm");
-  m.len = 0;
-  del_member_elem(&m, "egress", self);
-  tap_ok(wakes(self, m.b, m.len), "watch: its own egress map element: alarm");
-  m.len = 0;
-  del_chain(&m, "i_c6130005");
-  tap_ok(wakes(self, m.b, m.len), "watch: its own ingress chain: alarm");
-  m.len = 0;
-  del_chain(&m, "forward");
-  tap_ok(wakes(self, m.b, m.len), "watch: a base chain: alarm");
-  m.len = 0;
-  del_chain(&m, "e_c613000g");
-  tap_ok(wakes(self, m.b, m.len), "watch: a chain like a member's but not one: alarm");
+#define AGAIN() (agsx_nfb_clear(&b), agsx_nfb_init(&b))
+  AGAIN();
+  del_member_elem(&b, "egress", other);
+  del_member_elem(&b, "ingress", other);
+  del_chain(&b, "e_c6130006");
+  del_chain(&b, "i_c6130006");
+  tap_ok(!wakes(self, b.buf, b.len),
+         "watch: another vpc member's chains and map elements: no alarm");
+  tap_ok(wakes(other, b.buf, b.len), "watch: that member's own: alarm");
+  AGAIN();
+  del_member_elem(&b, "egress", self);
+  tap_ok(wakes(self, b.buf, b.len), "watch: its own egress map element: alarm");
+  AGAIN();
+  del_chain(&b, "i_c6130005");
+  tap_ok(wakes(self, b.buf, b.len), "watch: its own ingress chain: alarm");
+  AGAIN();
+  del_chain(&b, "forward");
+  tap_ok(wakes(self, b.buf, b.len), "watch: a base chain: alarm");
+  AGAIN();
+  del_chain(&b, "e_c613000g");
+  tap_ok(wakes(self, b.buf, b.len), "watch: a chain like a member's but not one: alarm");
+  agsx_nfb_clear(&b);
+#undef AGAIN
 }
 
 int main(void) {
