@@ -340,7 +340,8 @@ int agsx_egress_learnt_list(uint32_t sandbox, struct agsx_egress_learnt *l, agsx
   return 0;
 }
 
-int agsx_egress_forget_nl(uint32_t addr, struct agsx_nfb *b, agsx_error_t *err) {
+/* The deletes of what sandbox ADDR learnt, appended to B. */
+static int forget_nl(uint32_t addr, struct agsx_nfb *b, agsx_error_t *err) {
   struct agsx_egress_learnt l;
   if (agsx_egress_learnt_list(addr, &l, err) < 0)
     return -1;
@@ -353,7 +354,7 @@ int agsx_egress_forget_nl(uint32_t addr, struct agsx_nfb *b, agsx_error_t *err) 
 int agsx_egress_forget(uint32_t addr, agsx_error_t *err) {
   struct agsx_nfb b;
   agsx_nfb_init(&b);
-  int r = agsx_egress_forget_nl(addr, &b, err) < 0 ? -1 : agsx_nfb_run(&b, err);
+  int r = forget_nl(addr, &b, err) < 0 ? -1 : agsx_nfb_run(&b, err);
   agsx_nfb_clear(&b);
   return r;
 }

@@ -116,8 +116,5 @@ void agsx_egress_learnt_clear(struct agsx_egress_learnt *l);
 int agsx_egress_learnt_list(uint32_t sandbox, struct agsx_egress_learnt *l, agsx_error_t *err);
 /* Deletes every address learnt for sandbox ADDR (its end, a crashed holder's). */
 int agsx_egress_forget(uint32_t addr, agsx_error_t *err);
-/* The same appended to batch B, for a transaction of the caller's. */
-struct agsx_nfb;
-int agsx_egress_forget_nl(uint32_t addr, struct agsx_nfb *b, agsx_error_t *err);
 
 #endif

@@ -771,13 +771,12 @@ static int add_egress(struct agsx_net_attach *a, agsx_error_t *err) {
   /* The log's nflog group is bound here, so that one transaction makes
    * everything (the supervisor's relay takes the socket over). */
   a->nflog_fd = agsx_dns_filter_nflog_open(&a->nflog_group);
+  /* (apart: one of its elements expiring meanwhile fails its delete, and
+   * must not fail the chain's) */
+  if (a->stale_learnt && agsx_egress_forget(a->addr, err) < 0)
+    return agsx_error_wrap(err, "egress rules: what a crashed sandbox learnt");
   struct agsx_nfb b;
   agsx_nfb_init(&b);
-  /* (what a crashed holder of the address learnt goes in the same batch) */
-  if (a->stale_learnt && agsx_egress_forget_nl(a->addr, &b, err) < 0) {
-    agsx_nfb_clear(&b);
-    return agsx_error_wrap(err, "egress rules: what a crashed sandbox learnt");
-  }
   agsx_egress_nl_chain(&b, a->egress, a->addr, a->net.public_ ? NULL : &a->net.subnet, true,
                        a->nflog_group);
   int r = agsx_nfb_send(&b, &a->egress_pipe, err);
