@@ -314,6 +314,37 @@ print("allow allowed.egress.test")' >"$BATS_TEST_TMPDIR/rules"
   assert_agsx_error "too many egress rules"
 }
 
+@test "egress: what a crashed sandbox learnt does not open its address's next holder" {
+  private_cgroup_parent
+  # five addresses: the next five sandboxes take the crashed one's too
+  run_nax network create tiny --subnet 198.19.8.0/29 --allow "out tcp/80 198.18.0.0/24"
+  assert_success
+  run_nax run -d --name c0 --network vpc:tiny --egress-allow allowed.egress.test busybox sleep 60
+  assert_success
+  run fetch c0 allowed.egress.test 80
+  assert_output_contains "http 198.18.0.10:80: 198.18.0.10:80"
+  local sup i
+  sup=$(python3 -c 'import json,sys,glob; print(json.load(open(glob.glob(sys.argv[1] + "/*/state.json")[0]))["supervisor"]["pid"])' "$STATE")
+  kill -9 "$sup"
+  sleep 0.5
+  run outer nft list set inet agsx xa
+  assert_output_contains ". 198.18.0.10 timeout"
+  for i in 1 2 3 4 5; do
+    run_nax run -d --name "c$i" --network vpc:tiny --egress-allow other.egress.test busybox sleep 60
+    assert_success
+  done
+  run outer nft list set inet agsx xa
+  refute_output_contains "198.18.0.10"
+  for i in 1 2 3 4 5; do
+    run nax exec "c$i" probe http 198.18.0.10 80 2000
+    assert_output_contains "http 198.18.0.10:80: failed"
+  done
+  nax kill --all >/dev/null 2>&1 || true
+  AGSX_GC_MIN_AGE=0 run_nax gc
+  run_nax network rm tiny
+  assert_success
+}
+
 @test "egress: bad rules are refused with exit 125; internal takes none" {
   run_nax run --rm --network public --egress-allow 'a*.b' busybox true
   assert_agsx_error "invalid egress rule"
