@@ -868,6 +868,7 @@ int agsx_snapshot_rollback(int statefd, const char *id, const char *name, agsx_e
       r.restart_seq = seq;
       agsx_strv_free(r.restart_layers);
       r.restart_layers = agsx_strv_concat(s.layers, NULL);
+      agsx_proc_ref_self(&r.restart_by);
       sup = r.supervisor;
       if (rc == 0)
         rc = agsx_record_write(statefd, &r, err);

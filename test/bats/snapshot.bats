@@ -400,6 +400,69 @@ copy_started() {
   [ "$b" -gt "$a" ] || { echo "# frozen after the fork was killed: $a $b" >&3; return 1; }
 }
 
+@test "faults: agsx SIGKILLed during a rollback: the sandbox runs on one state or the other, nothing half-made" {
+  heavy
+  run_ax run -d --name box busybox sh -c 'i=0; while :; do i=$((i+1)); echo $i >/tmp/c; sleep 0.05; done'
+  assert_success
+  ax exec box sh -c 'echo v1 >/f; dd if=/dev/urandom of=/big bs=1M count=50 2>/dev/null'
+  run_ax snapshot box s
+  assert_success
+  local d a b f
+  for d in 0 0.001 0.01 0.05 0.2; do
+    ax exec box sh -c 'echo v2 >/f'
+    "$AGSX" --root "$ROOT" --state "$STATE" rollback box s >/dev/null 2>&1 &
+    local p=$!
+    sleep "$d"
+    kill -9 "$p" 2>/dev/null || true
+    wait "$p" || true
+    # A rollback the supervisor took up finishes without its client.
+    for _ in $(seq 50); do
+      ax exec box true 2>/dev/null && break
+      sleep 0.1
+    done
+    run_ax inspect box
+    python3 -c 'import json,sys; v=json.loads(sys.argv[1])[0]; assert v["status"]=="running" and not v.get("paused"), v' "$output"
+    f=$(ax exec box cat /f)
+    [[ "$f" == v1 || "$f" == v2 ]] || { echo "# /f after a rollback killed after $d s: $f" >&3; return 1; }
+    a=$(ax exec box cat /tmp/c)
+    sleep 0.3
+    b=$(ax exec box cat /tmp/c)
+    [ "$b" -gt "$a" ] || { echo "# not running after a rollback killed after $d s: $a $b" >&3; return 1; }
+    # A request its killed client left behind is not carried out later
+    # (an update signals the supervisor).
+    ax exec box sh -c 'echo v3 >/f'
+    ax update --timeout 5m box >/dev/null
+    sleep 0.3
+    [ "$(ax exec box cat /f)" = v3 ] || { echo "# a stale rollback ran after an update (kill after $d s)" >&3; return 1; }
+    run_ax snapshot ls -q box
+    [ "$output" = s ] || { show_run; return 1; }
+  done
+  # The same, made sure of: a request whose client is gone, as one killed
+  # between its record write and its signal leaves it.
+  local id
+  id=$(ax inspect box | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+  ax exec box sh -c 'echo v4 >/f'
+  python3 - "$STATE/$id" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+r = json.load(open(d + "/state.json"))
+r["restart_seq"] = max(r.get("restart_seq") or 0, r.get("restarted_seq") or 0) + 1
+r["restart_layers"] = json.load(open(d + "/snapshots/s.json"))["layers"]
+r["restart_by"] = {"pid": 4194300, "start_time": 1}
+open(d + "/.t", "w").write(json.dumps(r))
+os.rename(d + "/.t", d + "/state.json")
+PY
+  ax update --timeout 5m box >/dev/null
+  sleep 0.5
+  [ "$(ax exec box cat /f)" = v4 ] || { echo "# a dead client's rollback was carried out" >&3; return 1; }
+  # Nothing but the snapshot's layer and the sandbox's own remain.
+  AGSX_GC_MIN_AGE=0 ax gc >/dev/null
+  run_ax rollback box s
+  assert_success
+  [ "$(ax exec box cat /f)" = v1 ]
+  [ "$(ls "$STATE/layers" | wc -l)" -le 2 ] || { ls -la "$STATE/layers" >&3; return 1; }
+}
+
 @test "faults: symlinks, hard links, FIFOs, sparse files and odd names never reach a host file" {
   run_ax run -d --name box busybox sleep 300
   assert_success
