@@ -484,13 +484,54 @@ PY
   # The same tricks, without the holes, committed.
   run_ax run -d --name box2 busybox sleep 300
   assert_success
-  ax exec box2 sh -c "ln -s $T/secret /link; mkfifo /fifo; ln -s / /root-link; touch /.wh.x"
+  ax exec box2 sh -c "ln -s $T/secret /link; mkfifo /fifo; ln -s / /root-link"
   run_ax commit -q box2 tricks:1
   assert_success
   run_ax run --rm tricks:1 sh -c 'readlink /link; ls -l /fifo | cut -c1; cat /link 2>&1'
   [[ "$output" == "$T/secret"$'\np\n'* ]] || { show_run; return 1; }
   refute_output_contains host-secret
   [ "$(cat "$T/secret")" = host-secret ]
+}
+
+@test "commit and build: a file named .wh.* is refused, naming it (it would unpack as a deletion)" {
+  run_ax run -d --name box busybox sleep 300
+  assert_success
+  # A snapshot and a rollback keep it as the file it is.
+  ax exec box sh -c 'mkdir -p /d && echo keep >/d/.wh.passwd && touch /etc/.wh..wh..opq'
+  run_ax snapshot box s
+  assert_success
+  run_ax rollback box s
+  assert_success
+  [ "$(ax exec box cat /d/.wh.passwd)" = keep ]
+  run_ax commit box bad:1
+  assert_agsx_error '.wh.'
+  [[ "$output" == *'`/d/.wh.passwd`'* || "$output" == *'`/etc/.wh..wh..opq`'* ]] || { show_run; return 1; }
+  run_ax commit --snapshot s box bad:2
+  assert_agsx_error 'would be a deletion'
+  run_ax image ls
+  refute_output_contains bad
+  # Real deletions still commit as whiteouts (a sandbox that never had the
+  # files: the rolled back one has them in its snapshot's layer).
+  run_ax run -d --name box2 busybox sleep 300
+  assert_success
+  ax exec box2 sh -c 'mkdir -p /d && echo keep >/d/.wh.passwd && rm -rf /d /etc/passwd'
+  run_ax commit -q box2 good:1
+  assert_success
+  run_ax run --rm good:1 sh -c 'ls /etc/passwd 2>&1; ls -d /d 2>&1; ls /etc | wc -l'
+  [[ "$output" == *"/etc/passwd: No such file"*"/d: No such file"* ]] || { show_run; return 1; }
+  [ "${output##*$'\n'}" -gt 3 ] || { show_run; return 1; }
+  # build: RUN and COPY share the layer writer.
+  mkdir -p "$T/ctx"
+  printf 'FROM busybox\nRUN mkdir /r && touch /r/.wh.x\n' >"$T/ctx/Dockerfile"
+  run_ax build -q -t bad:3 "$T/ctx"
+  assert_agsx_error 'would be a deletion'
+  [[ "$output" == *'`/r/.wh.x`'* ]] || { show_run; return 1; }
+  echo y >"$T/ctx/.wh.y"
+  printf 'FROM busybox\nCOPY .wh.y /\n' >"$T/ctx/Dockerfile"
+  run_ax build -q -t bad:4 "$T/ctx"
+  assert_agsx_error 'would be a deletion'
+  run_ax image ls
+  refute_output_contains bad
 }
 
 @test "rollback: bad input and a sandbox that is not running" {
