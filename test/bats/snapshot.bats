@@ -259,6 +259,49 @@ PY
   assert_agsx_error "invalid count"
 }
 
+@test "fork: published ports get new host ports, volumes stay out, ls shows the image name" {
+  mkdir -p "$T/vol"
+  echo host-data >"$T/vol/f"
+  run_ax run -d --name src -p 0:80 -p 127.0.0.1:0:81 -v "$T/vol:/vol" busybox sh -c \
+    'mkdir -p /www; httpd -p 80 -h /www; exec httpd -f -p 81 -h /www'
+  assert_success
+  ax exec src sh -c 'mkdir -p /www && echo src >/www/index.html'
+  run_ax fork -n 2 --name f src
+  assert_success
+  ax exec f-1 sh -c 'echo f1 >/www/index.html'
+  ax exec f-2 sh -c 'echo f2 >/www/index.html'
+  local n p80 p81 seen=""
+  for n in src f-1 f-2; do
+    run_ax --json port "$n"
+    assert_success
+    read -r p80 p81 < <(python3 -c '
+import json, sys
+v = {p["port"]: p for p in json.loads(sys.argv[1])}
+assert set(v) == {80, 81}, v
+assert v[81]["host_ip"] == "127.0.0.1", v
+print(v[80]["host_port"], v[81]["host_port"])' "$output") || { show_run; return 1; }
+    [[ " $seen " != *" $p80 "* && " $seen " != *" $p81 "* ]] || { echo "# $n reuses a host port: $seen / $p80 $p81" >&3; return 1; }
+    seen+=" $p80 $p81"
+    local want=${n#f-}
+    [ "$n" = src ] || want=f$want
+    [ "$(curl -fsS --max-time 5 "http://127.0.0.1:$p80/")" = "$want" ] || { echo "# $n :80 on $p80" >&3; return 1; }
+    [ "$(curl -fsS --max-time 5 "http://127.0.0.1:$p81/")" = "$want" ] || { echo "# $n :81 on $p81" >&3; return 1; }
+  done
+  # The volume is the source's alone.
+  run_ax exec f-1 sh -c 'cat /vol/f 2>&1; echo x >/vol/g 2>&1; true'
+  refute_output_contains host-data
+  [ ! -e "$T/vol/g" ]
+  [ "$(ax exec src cat /vol/f)" = host-data ]
+  run_ax ls --json
+  python3 -c '
+import json, sys
+v = {s["name"]: s for s in json.loads(sys.argv[1])}
+assert v["f-1"]["image"] == v["f-2"]["image"] == v["src"]["image"] == "busybox", v
+' "$output" || { show_run; return 1; }
+  run_ax ls
+  [[ "$(grep -E '^\S+\s+f-1' <<<"$output")" == *busybox* ]] || { show_run; return 1; }
+}
+
 @test "fork: of a paused sandbox (which stays paused); with a command" {
   run_ax run -d --name src busybox sleep 300
   assert_success
