@@ -164,7 +164,9 @@ make_tree() {
   run_ax exec hf sh -c 'cat /tmp/t; python3 -c "print(6 * 7)"'
   [ "$output" = $'t\n42' ] || { show_run; return 1; }
   run_ax commit h
-  assert_agsx_error "host image"
+  assert_agsx_error "runs the host image: the host's / is no image in the store"
+  run_ax commit --snapshot s h
+  assert_agsx_error "runs the host image"
 }
 
 @test "commit: an image skopeo reads, that runs with the committed files and deletions" {
