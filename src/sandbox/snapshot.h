@@ -19,7 +19,8 @@
  * sockets and agsx's own /etc files (hosts, hostname, resolv.conf) left
  * out. The copy is made under a temporary name and renamed into place only
  * once complete and only if the sandbox stayed frozen and running
- * throughout; otherwise it is removed and the call fails. The cost is one
+ * throughout; otherwise it is removed and the call fails (the copy checks
+ * that as it goes and gives up at once when a stop thaws the sandbox). The cost is one
  * copy of what changed, on the state directory's filesystem (tmpfs on most
  * hosts, so memory): about a memcpy per MiB, not charged to --disk.
  *
