@@ -725,7 +725,7 @@ int agsx_build_upper_dir(struct upper_walk *u, int dirfd, const char *prefix, in
     _cleanup_close_ int fd = -1;
     if (agsx_build_is_whiteout(&st)) {
       wh = *prefix ? xasprintf("%s/.wh.%s", prefix, names[i]) : xasprintf(".wh.%s", names[i]);
-      le.path = wh, le.mode = S_IFREG | 0644, le.uid = le.gid = 0, le.size = 0;
+      le.path = wh, le.mode = S_IFREG | 0644, le.uid = le.gid = 0, le.size = 0, le.whiteout = true;
     } else if (S_ISLNK(st.st_mode)) {
       target = xzalloc(4096);
       ssize_t n = readlinkat(dirfd, names[i], target, 4095);
@@ -768,7 +768,8 @@ int agsx_build_upper_dir(struct upper_walk *u, int dirfd, const char *prefix, in
     ssize_t xl = fgetxattr(sub, "user.overlay.opaque", v, sizeof(v));
     if (xl == 1 && v[0] == 'y') {
       _cleanup_free_ char *opq = xasprintf("%s/.wh..wh..opq", path);
-      struct lentry oe = {.path = opq, .mode = S_IFREG | 0644, .mtime = st.st_mtime, .fd = -1};
+      struct lentry oe = {
+          .path = opq, .mode = S_IFREG | 0644, .mtime = st.st_mtime, .fd = -1, .whiteout = true};
       if (agsx_lw_add(u->w, &oe, err) < 0)
         return -1;
     }
