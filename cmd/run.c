@@ -399,6 +399,7 @@ int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
       .read_only = o.read_only,
       .rm = o.rm,
       .timing = o.timing,
+      .caller_exits = o.detach, /* run -d prints the id and exits */
       .interactive = o.interactive && !o.detach,
       .tty = o.tty,
       .capture = o.json && !o.detach,

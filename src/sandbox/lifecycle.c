@@ -707,7 +707,8 @@ static void close_callers_fds(struct agsx_lifecycle *lc, int report) {
 
 /* The supervisor is a grandchild in a session of its own: the caller has
  * no child to reap, its signals and its death (a SIGKILLed server) do not
- * reach it, and it holds nothing of the caller's. */
+ * reach it, and it holds nothing of the caller's. (With caller_exits, a
+ * child in a session of its own, until the caller's exit reparents it.) */
 static _Noreturn void detach_child(struct agsx_lifecycle *lc, int report) {
   agsx_log_set_sink(NULL, NULL); /* the caller's sink may write to its fds */
   close_callers_fds(lc, report);
@@ -721,9 +722,11 @@ static _Noreturn void detach_child(struct agsx_lifecycle *lc, int report) {
   sigprocmask(SIG_SETMASK, &none, NULL);
   if (setsid() < 0)
     _exit(125);
-  pid_t pid = fork();
-  if (pid != 0)
-    _exit(pid < 0 ? 125 : 0);
+  if (!lc->spec.caller_exits) {
+    pid_t pid = fork();
+    if (pid != 0)
+      _exit(pid < 0 ? 125 : 0);
+  }
   lc->f.detached = true;
   detached_supervisor(&lc->f, report);
 }
@@ -751,7 +754,7 @@ int agsx_lifecycle_detach(struct agsx_lifecycle *lc, struct agsx_run_started *re
   close(pfd[1]);
   f->handed_off = true;
   int status;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  while (!lc->spec.caller_exits && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   struct report m = {0};
   ssize_t n = agsx_read_all(pfd[0], &m, sizeof(m));

@@ -58,6 +58,11 @@ struct agsx_run_spec {
   uint64_t memory, pids, disk; /* 0: the defaults */
   double cpus;                 /* 0: no limit */
   bool read_only, rm, timing;
+  /* Detached, for a caller that exits right after the start (the CLI): the
+   * supervisor may stay its child, a fork less; the caller's exit
+   * reparents it. A caller that lives on (a server) leaves this false and
+   * gets a grandchild, which it never has to reap. */
+  bool caller_exits;
   /* No command: the sandbox's init only reaps until the sandbox is stopped
    * or reaches its deadline; its processes come through processes.h (API
    * sandboxes, whose images may have no shell). Detached only. */
