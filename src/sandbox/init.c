@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "sandbox/caps.h"
+#include "sandbox/pool.h"
 #include "sandbox/sandbox-internal.h"
 
 #include <fcntl.h>
@@ -17,6 +18,7 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -287,6 +289,91 @@ static pid_t start_command(struct agsx_child_ctx *c, int ep[2]) {
   return cmd;
 }
 
+/* ---- a parked sandbox (sandbox/pool.h) -------------------------------------------------- */
+
+/* The claim's configuration: the parked one's, with the claimed command. */
+static struct agsx_sandbox_config claimed_cfg;
+static struct agsx_claim claimed;
+
+/* Takes the claim's stdio, hostname, user and environment. */
+static void take_claim(struct agsx_child_ctx *c, const int *fds, size_t nfds) {
+  agsx_error_t err = NULL;
+  claimed_cfg = *c->cfg;
+  claimed_cfg.argv = claimed.argv;
+  claimed_cfg.env = claimed.env;
+  if (claimed.cwd && *claimed.cwd)
+    claimed_cfg.cwd = claimed.cwd;
+  if (claimed.user && *claimed.user)
+    claimed_cfg.user = claimed.user;
+  if (claimed.hostname && *claimed.hostname)
+    claimed_cfg.hostname = claimed.hostname;
+  c->cfg = &claimed_cfg;
+  for (size_t i = 0; i < nfds && i < 3; i++)
+    if (dup2(fds[i], (int)i) < 0)
+      _exit(125);
+  for (size_t i = 0; i < nfds; i++)
+    close(fds[i]);
+  if ((claimed.hostname && *claimed.hostname &&
+       sethostname(claimed.hostname, strlen(claimed.hostname)) < 0 &&
+       agsx_error_set(&err, errno, "set the hostname") < 0) ||
+      resolve_user(c, &err) < 0)
+    agsx_child_fail(c, 125, &err);
+  build_env(c);
+}
+
+/* Receives the claim: the message with the stdio, then the claim itself. */
+static void receive_claim(struct agsx_child_ctx *c) {
+  agsx_error_t err = NULL;
+  struct agsx_msg m;
+  int fds[3] = {-1, -1, -1};
+  size_t nfds = 0;
+  ssize_t n = agsx_msg_recv(c->sync, &m, fds, 3, &nfds);
+  if (n <= 0 || m.type != AGSX_MSG_CLAIM)
+    _exit(125);
+  if (nfds != 0 && nfds != 3) {
+    agsx_error_set(&err, EINVAL, "a claim passes 0 or 3 stdio fds, not %zu", nfds);
+    agsx_child_fail(c, 125, &err);
+  }
+  char *buf = xmalloc(AGSX_CLAIM_MAX);
+  do
+    n = recv(c->sync, buf, AGSX_CLAIM_MAX, 0);
+  while (n < 0 && errno == EINTR);
+  if (n <= 0)
+    _exit(125);
+  if (agsx_claim_decode(buf, (size_t)n, &claimed, &err) < 0)
+    agsx_child_fail(c, 125, &err);
+  take_claim(c, fds, nfds);
+}
+
+/* Parked: set up and waiting (READY sent) for the claim, or for a stop
+ * (the pool's lifetime, pool rm): no CPU while it waits. */
+static void park(struct agsx_child_ctx *c, int sfd) {
+  send_ready(c);
+  agsx_proc_title_set("agsx-init");
+  for (;;) {
+    struct pollfd p[2] = {{.fd = c->sync, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      _exit(125);
+    }
+    if (p[1].revents) {
+      struct signalfd_siginfo si;
+      if (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        int sig = (int)si.ssi_signo;
+        if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT)
+          report_exit(c, sig); /* a wait status: killed by SIG */
+      }
+      while (waitpid(-1, NULL, WNOHANG) > 0) {
+      }
+    }
+    if (p[0].revents) {
+      receive_claim(c);
+      return;
+    }
+  }
+}
+
 _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
   take_stdio_close_host_fds(c);
   join_cgroup_wait_go(c);
@@ -296,6 +383,8 @@ _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
   c->phase_ns[3] = agsx_mono_ns();
   if (c->cfg->idle)
     start_idle(c, ep, sfd);
+  if (c->cfg->park)
+    park(c, sfd);
   pid_t cmd = start_command(c, ep);
   init_loop(c, cmd, sfd);
 }
