@@ -329,6 +329,8 @@ static const struct agsx_option serve_opts[] = {
      O_TEMPLATE},
     {"default-user", 0, "USER",
      "envd's default user (default: user if the image has it, else root)", O_DEFAULT_USER},
+    {"pool", 0, "TEMPLATE=POOL",
+     "Sandbox.create() of TEMPLATE claims a parked sandbox of warm pool POOL (repeatable)", O_POOL},
     {0},
 };
 

@@ -383,8 +383,11 @@ _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
   c->phase_ns[3] = agsx_mono_ns();
   if (c->cfg->idle)
     start_idle(c, ep, sfd);
-  if (c->cfg->park)
+  if (c->cfg->park) {
     park(c, sfd);
+    if (claimed.idle)
+      start_idle(c, ep, sfd);
+  }
   pid_t cmd = start_command(c, ep);
   init_loop(c, cmd, sfd);
 }

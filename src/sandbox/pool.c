@@ -768,7 +768,15 @@ char *agsx_claim_encode(const struct agsx_claim *c, size_t *ret_len, agsx_error_
   struct wbuf w = {0};
   char num[24];
   put_str(&w, CLAIM_MAGIC);
-  put_str(&w, c->detach ? (c->rm ? "dr" : "d") : (c->rm ? "r" : ""));
+  char flags[4], *fl = flags;
+  if (c->detach)
+    *fl++ = 'd';
+  if (c->rm)
+    *fl++ = 'r';
+  if (c->idle)
+    *fl++ = 'i';
+  *fl = '\0';
+  put_str(&w, flags);
   snprintf(num, sizeof(num), "%llu", (unsigned long long)c->timeout);
   put_str(&w, num);
   put_str(&w, c->name);
@@ -855,6 +863,8 @@ int agsx_claim_decode(const char *buf, size_t len, struct agsx_claim *c, agsx_er
       c->detach = true;
     else if (*f == 'r')
       c->rm = true;
+    else if (*f == 'i')
+      c->idle = true;
     else
       bad = true;
   char *end;
@@ -875,6 +885,8 @@ int agsx_claim_decode(const char *buf, size_t len, struct agsx_claim *c, agsx_er
     c->labels = get_strv(&r, &bad);
   if (!bad && r.at != r.len)
     bad = true;
+  if (!bad && c->idle && (!c->detach || agsx_strv_len(c->argv)))
+    bad = true; /* an idle sandbox has no command and no claimer's stdio */
   if (!bad &&
       ((c->name && !agsx_name_is_valid(c->name)) ||
        (c->hostname && !agsx_hostname_is_valid(c->hostname)) || (c->cwd && c->cwd[0] != '/')))
@@ -1261,6 +1273,7 @@ static void record_claim(struct sup *f, const struct agsx_claim *c, const char *
     r.labels = agsx_strv_concat(c->labels, NULL);
   }
   r.rm = c->rm;
+  r.idle = c->idle;
   r.parked = false;
   r.timeout = f->o->timeout;
   r.deadline = f->deadline;
@@ -1282,8 +1295,8 @@ static int take_claim(struct sup *f, struct agsx_claim *c, const int *fds, bool 
   struct agsx_run_spec *o = (struct agsx_run_spec *)f->o; /* the supervisor's own copy */
   *ret_parked = true;
   *ret_code = 125;
-  _cleanup_strv_ char **argv = claim_argv(f, c);
-  if (agsx_strv_len(argv) == 0)
+  _cleanup_strv_ char **argv = c->idle ? agsx_strv_concat(NULL, NULL) : claim_argv(f, c);
+  if (agsx_strv_len(argv) == 0 && !c->idle)
     return agsx_error_set(err, 0, "no command given and the image has no Cmd or Entrypoint");
   if (c->labels && agsx_labels_check(c->labels, err) < 0)
     return -1;
@@ -1304,6 +1317,8 @@ static int take_claim(struct sup *f, struct agsx_claim *c, const int *fds, bool 
       .cwd = c->cwd ? c->cwd : (char *)f->cfg->cwd,
       .user = c->user ? c->user : (char *)f->cfg->user,
       .hostname = c->hostname ? c->hostname : c->name,
+      .idle = c->idle,
+      .detach = c->idle,
   };
   size_t len;
   _cleanup_free_ char *buf = agsx_claim_encode(&to_init, &len, err);
@@ -1319,6 +1334,8 @@ static int take_claim(struct sup *f, struct agsx_claim *c, const int *fds, bool 
     c->user = xstrdup(to_init.user);
   o->name = c->name;
   o->rm = c->rm;
+  o->idle = c->idle;
+  f->cfg->idle = c->idle;
   o->timeout = c->timeout ? c->timeout : AGSX_DEFAULT_TIMEOUT_SEC;
   if (r < 0) {
     *ret_code = sb->exit_code;

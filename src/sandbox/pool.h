@@ -117,6 +117,9 @@ struct agsx_claim {
   char *cwd, *user, *name, *hostname;
   uint64_t timeout; /* seconds from the claim; 0: AGSX_DEFAULT_TIMEOUT_SEC */
   bool rm, detach;
+  /* No command (lifecycle.h's idle: the API server's sandboxes, whose
+   * processes come through processes.h); detached. */
+  bool idle;
 };
 void agsx_claim_clear(struct agsx_claim *c);
 /* The wire form (the claim socket, and the supervisor to the init). */

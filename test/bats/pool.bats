@@ -389,7 +389,7 @@ PY
   ax pool create p1 --image busybox --size 1 >/dev/null
   local script
   for script in 'ls -A /tmp /root /home/agent' 'ps -o pid,user,args' 'tr -d "\0" </proc/1/cmdline' \
-    'ls /proc | grep -c "^[0-9]"' 'cat /proc/self/status | grep -E "^(Cap|Seccomp|NoNewPrivs|Uid|Gid)"' \
+    'cat /proc/self/status | grep -E "^(Cap|Seccomp|NoNewPrivs|Uid|Gid)"' \
     'ls -A /dev /dev/shm /run 2>&1; cat /etc/hosts /etc/resolv.conf 2>&1 | grep -v "$HOSTNAME"'; do
     run_ax run --rm busybox sh -c "$script"
     local cold=$output
@@ -403,4 +403,39 @@ PY
   ids=$(parked_ids p2)
   bases=$(for i in $ids; do rec "$i" uid_base; done | sort -u | wc -l)
   [ "$bases" -eq 3 ]
+}
+
+# ---- agsx serve --pool: Sandbox.create() claims a parked sandbox ----------
+
+@test "pool: serve --pool: the SDK's Sandbox.create() gets a parked sandbox; commands run as without" {
+  command -v node >/dev/null || skip "node is not installed"
+  local mods
+  mods=$("$AGSX_SRCDIR/test/serve/npm-install" 2>/dev/null | sed -n 1p) ||
+    skip "the npm e2b SDK is not installed (npm or its registry unreachable)"
+  [ -n "$mods" ] || skip "the npm e2b SDK is not installed"
+  ax image tag busybox bb >/dev/null
+  ax pool create pbb --image bb --size 2 >/dev/null
+  local before port key=e2b_0123456789abcdef0123456789abcdef01234567
+  before=$(parked_ids pbb)
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  "$AGSX" --root "$ROOT" --state "$STATE" --log-level debug serve --listen "127.0.0.1:$port" \
+    --api-key "$key" --template bb=bb --pool bb=pbb >>"$T/serve.log" 2>&1 &
+  local srv=$! i
+  for i in $(seq 100); do
+    curl -s -o /dev/null "http://127.0.0.1:$port/" && break
+    sleep 0.05
+  done
+  run env E2B_SDK="$mods" E2B_API_URL="http://127.0.0.1:$port" E2B_SANDBOX_URL="http://127.0.0.1:$port" \
+    E2B_API_KEY="$key" E2B_TEMPLATE=bb timeout --kill-after=5 120 node "$AGSX_SRCDIR/test/serve/commands.mjs"
+  local rc=$status out=$output
+  kill "$srv" 2>/dev/null || true
+  wait "$srv" 2>/dev/null || true
+  [ "$rc" -eq 0 ] && [ "${out##*$'\n'}" = ok ] ||
+    { echo "# node: $out" >&3; sed 's/^/# serve: /' "$T/serve.log" | tail -20 >&3; false; }
+  # The sandbox was one of the parked ones, and the pool was refilled.
+  local claimed
+  claimed=$(sed -nE 's/.*claimed sandbox ([0-9a-f]+) of pool pbb.*/\1/p' "$T/serve.log" | head -1)
+  [ -n "$claimed" ] || { sed 's/^/# serve: /' "$T/serve.log" >&3; false; }
+  [[ "$before" == *"$claimed"* ]]
+  wait_parked pbb 2
 }
