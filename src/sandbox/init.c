@@ -252,6 +252,8 @@ static int init_channels(struct agsx_child_ctx *c, int ep[2]) {
   return sfd;
 }
 
+static pid_t await_exec(struct agsx_child_ctx *c, int ep[2], pid_t cmd);
+
 /* Forks the command and waits for its exec: an exec error is reported and
  * ends the init; success (EOF on EP, closed by the exec) sends READY. */
 static pid_t start_command(struct agsx_child_ctx *c, int ep[2]) {
@@ -266,6 +268,10 @@ static pid_t start_command(struct agsx_child_ctx *c, int ep[2]) {
     agsx_closep(&c->tmpfsfd); /* the command resolves its paths holding nothing above its root */
     run_command(c, ep[1]);
   }
+  return await_exec(c, ep, cmd);
+}
+
+static pid_t await_exec(struct agsx_child_ctx *c, int ep[2], pid_t cmd) {
   close(ep[1]);
   agsx_closep(&c->pty_slave);
   /* Our command line names host paths; the sandbox sees pid 1 as this.
@@ -289,14 +295,27 @@ static pid_t start_command(struct agsx_child_ctx *c, int ep[2]) {
   return cmd;
 }
 
-/* ---- a parked sandbox (sandbox/pool.h) -------------------------------------------------- */
+/* ---- a parked sandbox (sandbox/pool.h) --------------------------------------------------
+ * The command's process (X) is forked while parked, so that a claim costs
+ * no fork of the init: X waits on a socket of its own for the claim, which
+ * the init passes on, and then takes the claim's stdio, host name, user and
+ * environment and goes on as a started command does (agsx_proc_exec). Its
+ * errors before the exec travel on the exec error pipe, as the exec's. */
 
 /* The claim's configuration: the parked one's, with the claimed command. */
 static struct agsx_sandbox_config claimed_cfg;
 static struct agsx_claim claimed;
 
-/* Takes the claim's stdio, hostname, user and environment. */
-static void take_claim(struct agsx_child_ctx *c, const int *fds, size_t nfds) {
+static _Noreturn void claim_fail(int errpipe, agsx_error_t *err) {
+  struct agsx_msg m = {.type = AGSX_MSG_ERROR, .code = 125, .err = *err ? (*err)->errno_ : 0};
+  snprintf(m.text, sizeof(m.text), "%s", *err ? (*err)->msg : "claim failed");
+  if (write(errpipe, &m, sizeof(m)) < 0) {
+  }
+  _exit(125);
+}
+
+/* X: the claim's stdio, host name, user and environment. */
+static void take_claim(struct agsx_child_ctx *c, const int *fds, size_t nfds, int errpipe) {
   agsx_error_t err = NULL;
   claimed_cfg = *c->cfg;
   claimed_cfg.argv = claimed.argv;
@@ -317,37 +336,95 @@ static void take_claim(struct agsx_child_ctx *c, const int *fds, size_t nfds) {
        sethostname(claimed.hostname, strlen(claimed.hostname)) < 0 &&
        agsx_error_set(&err, errno, "set the hostname") < 0) ||
       resolve_user(c, &err) < 0)
-    agsx_child_fail(c, 125, &err);
+    claim_fail(errpipe, &err);
   build_env(c);
 }
 
-/* Receives the claim: the message with the stdio, then the claim itself. */
-static void receive_claim(struct agsx_child_ctx *c) {
-  agsx_error_t err = NULL;
+/* Receives the claim on SOCK: the message with 0 or 3 stdio fds, then the
+ * claim itself. 0 on EOF (no claim); -1 with ERR when malformed. */
+static int receive_claim(int sock, int fds[3], size_t *ret_nfds, char **ret_buf, size_t *ret_len,
+                         agsx_error_t *err) {
   struct agsx_msg m;
-  int fds[3] = {-1, -1, -1};
-  size_t nfds = 0;
-  ssize_t n = agsx_msg_recv(c->sync, &m, fds, 3, &nfds);
+  ssize_t n = agsx_msg_recv(sock, &m, fds, 3, ret_nfds);
   if (n <= 0 || m.type != AGSX_MSG_CLAIM)
-    _exit(125);
-  if (nfds != 0 && nfds != 3) {
-    agsx_error_set(&err, EINVAL, "a claim passes 0 or 3 stdio fds, not %zu", nfds);
-    agsx_child_fail(c, 125, &err);
-  }
+    return n == 0 ? 0 : agsx_error_set(err, EBADMSG, "expected a claim");
+  if (*ret_nfds != 0 && *ret_nfds != 3)
+    return agsx_error_set(err, EINVAL, "a claim passes 0 or 3 stdio fds, not %zu", *ret_nfds);
   char *buf = xmalloc(AGSX_CLAIM_MAX);
   do
-    n = recv(c->sync, buf, AGSX_CLAIM_MAX, 0);
+    n = recv(sock, buf, AGSX_CLAIM_MAX, 0);
   while (n < 0 && errno == EINTR);
-  if (n <= 0)
-    _exit(125);
-  if (agsx_claim_decode(buf, (size_t)n, &claimed, &err) < 0)
-    agsx_child_fail(c, 125, &err);
-  take_claim(c, fds, nfds);
+  if (n <= 0 || agsx_claim_decode(buf, (size_t)n, &claimed, err) < 0) {
+    free(buf);
+    return *err ? -1 : agsx_error_set(err, EBADMSG, "no claim after its message");
+  }
+  *ret_buf = buf;
+  *ret_len = (size_t)n;
+  return 1;
 }
 
-/* Parked: set up and waiting (READY sent) for the claim, or for a stop
- * (the pool's lifetime, pool rm): no CPU while it waits. */
-static void park(struct agsx_child_ctx *c, int sfd) {
+/* X while parked: waits for the claim, then becomes the command. */
+static _Noreturn void parked_command(struct agsx_child_ctx *c, int sock, int errpipe) {
+  agsx_error_t err = NULL;
+  int fds[3] = {-1, -1, -1};
+  size_t nfds = 0, len;
+  char *buf = NULL;
+  int r = receive_claim(sock, fds, &nfds, &buf, &len, &err);
+  if (r == 0 || claimed.idle)
+    _exit(0); /* no command: an idle claim, or the init is gone */
+  if (r < 0)
+    claim_fail(errpipe, &err);
+  free(buf);
+  close(sock);
+  take_claim(c, fds, nfds, errpipe);
+  agsx_closep(&c->tmpfsfd);
+  run_command(c, errpipe);
+}
+
+/* Passes the claim from the supervisor on to X; false when none came. */
+static bool forward_claim(struct agsx_child_ctx *c, int xsock) {
+  agsx_error_t err = NULL;
+  int fds[3] = {-1, -1, -1};
+  size_t nfds = 0, len = 0;
+  char *buf = NULL;
+  int r = receive_claim(c->sync, fds, &nfds, &buf, &len, &err);
+  if (r == 0)
+    _exit(125); /* the supervisor is gone */
+  if (r < 0)
+    agsx_child_fail(c, 125, &err);
+  struct agsx_msg m = {.type = AGSX_MSG_CLAIM, .code = (int)nfds};
+  if (agsx_msg_send(xsock, &m, fds, nfds) < 0 ||
+      send(xsock, buf, len, MSG_NOSIGNAL) != (ssize_t)len) {
+    agsx_error_set(&err, errno, "pass the claim on to the command");
+    agsx_child_fail(c, 125, &err);
+  }
+  for (size_t i = 0; i < nfds; i++)
+    close(fds[i]);
+  free(buf);
+  return true;
+}
+
+/* Parked: set up, X forked and waiting, READY sent; the init waits for the
+ * claim or for a stop (the pool's lifetime, pool rm): no CPU while it
+ * waits. Returns X (0 for an idle claim: X has ended). */
+static pid_t park(struct agsx_child_ctx *c, int sfd, int ep[2]) {
+  agsx_error_t err = NULL;
+  int cp[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, cp) < 0) {
+    agsx_error_set(&err, errno, "socketpair");
+    agsx_child_fail(c, 125, &err);
+  }
+  pid_t x = fork();
+  if (x < 0) {
+    agsx_error_set(&err, errno, "fork the command");
+    agsx_child_fail(c, 125, &err);
+  }
+  if (x == 0) {
+    close(cp[0]);
+    close(ep[0]);
+    parked_command(c, cp[1], ep[1]);
+  }
+  close(cp[1]);
   send_ready(c);
   agsx_proc_title_set("agsx-init");
   for (;;) {
@@ -364,14 +441,16 @@ static void park(struct agsx_child_ctx *c, int sfd) {
         if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT)
           report_exit(c, sig); /* a wait status: killed by SIG */
       }
-      while (waitpid(-1, NULL, WNOHANG) > 0) {
-      }
     }
-    if (p[0].revents) {
-      receive_claim(c);
-      return;
-    }
+    if (p[0].revents && forward_claim(c, cp[0]))
+      break;
   }
+  close(cp[0]);
+  if (claimed.idle) {
+    waitpid(x, NULL, 0);
+    return 0;
+  }
+  return x;
 }
 
 _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
@@ -383,11 +462,14 @@ _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
   c->phase_ns[3] = agsx_mono_ns();
   if (c->cfg->idle)
     start_idle(c, ep, sfd);
+  pid_t cmd;
   if (c->cfg->park) {
-    park(c, sfd);
-    if (claimed.idle)
+    cmd = park(c, sfd, ep);
+    if (cmd == 0)
       start_idle(c, ep, sfd);
+    cmd = await_exec(c, ep, cmd);
+  } else {
+    cmd = start_command(c, ep);
   }
-  pid_t cmd = start_command(c, ep);
   init_loop(c, cmd, sfd);
 }
