@@ -377,7 +377,7 @@ static int cold_start(struct agsx_ctx *ctx, struct run_opts *o, const struct ags
   spec.seccomp = pool.seccomp;
   spec.binds = pool.binds;
   spec.n_binds = pool.n_binds;
-  return agsx_run_start(o, &spec);
+  return agsx_run_start(o, &spec, 0);
 }
 
 int agsx_run_pool(struct agsx_ctx *ctx, struct run_opts *o, int argc, char **argv, int64_t t0) {

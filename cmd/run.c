@@ -14,8 +14,11 @@
 #include "sandbox/lifecycle.h"
 #include "state/state.h"
 
+#include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static int add_env(struct run_opts *o, const char *kv) {
   if (*kv == '\0' || *kv == '=')
@@ -202,23 +205,48 @@ static int pull_image(void *data, const char *image, agsx_error_t *err) {
   return agsx_cmd_pull_quietly(data, image, err);
 }
 
-static void print_timing(const struct agsx_sandbox *sb, int64_t prep_ns, int64_t total_ns) {
-  fprintf(stderr, "agsx: timing: prepare %.3f ms", (double)prep_ns / 1e6);
-  for (size_t i = 0; i < sb->timing.n; i++)
-    fprintf(stderr, ", %s %.3f ms", sb->timing.name[i], (double)sb->timing.ns[i] / 1e6);
+/* --timing: what agsx spent before run's first line (exec, dynamic
+ * linking, library constructors, main's options): the task's time on a CPU
+ * and waiting for one, from /proc/self/schedstat. Read only when asked. */
+static bool wants_timing(int argc, char **argv) {
+  for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+    if (strcmp(argv[i], "--timing") == 0)
+      return true;
+  return false;
+}
+
+static int64_t startup_ns(void) {
+  _cleanup_close_ int fd = open("/proc/self/schedstat", O_RDONLY | O_CLOEXEC);
+  char buf[128];
+  ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+  if (n <= 0)
+    return 0;
+  buf[n] = '\0';
+  unsigned long long on_cpu = 0, waiting = 0;
+  if (sscanf(buf, "%llu %llu", &on_cpu, &waiting) != 2)
+    return 0;
+  return (int64_t)(on_cpu + waiting);
+}
+
+static void print_timing(const struct agsx_lifecycle *lc, int64_t startup, int64_t total_ns) {
+  const struct agsx_timing *t = agsx_lifecycle_timing(lc);
+  fprintf(stderr, "agsx: timing: startup %.3f ms, prepare %.3f ms", (double)startup / 1e6,
+          (double)agsx_lifecycle_prepare_ns(lc) / 1e6);
+  for (size_t i = 0; t && i < t->n; i++)
+    fprintf(stderr, ", %s %.3f ms", t->name[i], (double)t->ns[i] / 1e6);
   fprintf(stderr, ", total %.3f ms\n", (double)total_ns / 1e6);
 }
 
 struct foreground {
   const struct run_opts *o;
-  int64_t t0;
+  int64_t t0, startup;
   struct agsx_term term;
 };
 
 static void on_started(void *data, struct agsx_lifecycle *lc) {
   struct foreground *g = data;
   if (g->o->timing)
-    print_timing(agsx_lifecycle_sandbox(lc), agsx_lifecycle_prepare_ns(lc), agsx_mono_ns() - g->t0);
+    print_timing(lc, g->startup, agsx_mono_ns() - g->t0);
   /* Raw only with -i: without it ^C must stay a signal to agsx, which
    * forwards it (as Docker does). */
   if (g->o->tty && g->o->interactive)
@@ -231,15 +259,23 @@ static void on_ended(void *data, struct agsx_lifecycle *lc) {
   agsx_term_restore(&g->term);
 }
 
-static int run_foreground(struct agsx_lifecycle *lc, const struct run_opts *o, int64_t t0) {
+/* The run's end, measured: the command (until the supervisor saw its
+ * end), the teardown, and run's own exit (the result, freeing), which ends
+ * just before the process's exit. */
+struct end_timing {
+  int64_t command, teardown, ended;
+};
+
+static int run_foreground(struct agsx_lifecycle *lc, const struct run_opts *o, int64_t t0,
+                          int64_t startup, struct end_timing *et) {
   agsx_error_t err = NULL;
-  struct foreground g = {.o = o, .t0 = t0};
+  struct foreground g = {.o = o, .t0 = t0, .startup = startup};
   struct agsx_run_hooks hooks = {on_started, on_ended, &g};
   int code = agsx_lifecycle_run(lc, &hooks, &err);
   const struct agsx_sandbox *sb = agsx_lifecycle_sandbox(lc);
   if (sb && o->timing)
-    dprintf(STDERR_FILENO, "agsx: timing: teardown %.3f ms\n",
-            (double)agsx_lifecycle_teardown_ns(lc) / 1e6);
+    *et = (struct end_timing){agsx_lifecycle_command_ns(lc), agsx_lifecycle_teardown_ns(lc),
+                              agsx_mono_ns()};
   if (sb && sb->reason == AGSX_STOP_OOM && !o->json)
     dprintf(STDERR_FILENO, "agsx: sandbox %.12s: out of memory: killed\n", sb->id);
   if (sb && sb->reason == AGSX_STOP_TIMEOUT && !o->json)
@@ -258,11 +294,14 @@ static int run_foreground(struct agsx_lifecycle *lc, const struct run_opts *o, i
 }
 
 /* run -d: prints the id once the command runs. */
-static int run_detached(struct agsx_lifecycle *lc, const struct run_opts *o) {
+static int run_detached(struct agsx_lifecycle *lc, const struct run_opts *o, int64_t t0,
+                        int64_t startup) {
   agsx_error_t err = NULL;
   struct agsx_run_started st;
   if (agsx_lifecycle_detach(lc, &st, &err) < 0)
     return agsx_fail(&err);
+  if (o->timing)
+    print_timing(lc, startup, agsx_mono_ns() - t0);
   if (o->json) {
     size_t len;
     _cleanup_free_ char *s = agsx_started_json(st.id, o->name, &len);
@@ -326,18 +365,25 @@ void agsx_run_fill_spec(struct agsx_ctx *ctx, const struct run_opts *o, const ch
   };
 }
 
-int agsx_run_start(const struct run_opts *o, const struct agsx_run_spec *spec) {
+int agsx_run_start(const struct run_opts *o, const struct agsx_run_spec *spec, int64_t startup) {
   struct agsx_lifecycle *lc = NULL;
   agsx_error_t err = NULL;
   if (agsx_lifecycle_create(spec, &lc, &err) < 0)
     return agsx_fail(&err);
-  int code = o->detach ? run_detached(lc, o) : run_foreground(lc, o, spec->t0);
+  struct end_timing et = {0};
+  int64_t t0 = spec->t0;
+  int code = o->detach ? run_detached(lc, o, t0, startup) : run_foreground(lc, o, t0, startup, &et);
   agsx_lifecycle_free(lc);
+  if (et.ended)
+    dprintf(STDERR_FILENO, "agsx: timing: command %.3f ms, teardown %.3f ms, exit %.3f ms\n",
+            (double)et.command / 1e6, (double)et.teardown / 1e6,
+            (double)(agsx_mono_ns() - et.ended) / 1e6);
   return code;
 }
 
 int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
   int64_t t0 = agsx_mono_ns();
+  int64_t startup = wants_timing(argc, argv) ? startup_ns() : 0;
   struct run_opts o = {.json = ctx->json};
   int i = agsx_parse_options(cmd, argc, argv, agsx_run_opt, &o);
   int code = AGSX_EXIT_FAILURE;
@@ -370,7 +416,7 @@ int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
   }
   struct agsx_run_spec spec;
   agsx_run_fill_spec(ctx, &o, argv[i], argv + i + 1, t0, &spec);
-  code = agsx_run_start(&o, &spec);
+  code = agsx_run_start(&o, &spec, startup);
 done:
   agsx_run_opts_clear(&o);
   return code;

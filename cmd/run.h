@@ -35,8 +35,9 @@ void agsx_run_opts_clear(struct run_opts *o);
 /* The spec of a start of IMAGE with CMD (strings borrowed from O). */
 void agsx_run_fill_spec(struct agsx_ctx *ctx, const struct run_opts *o, const char *image,
                         char **cmd, int64_t t0, struct agsx_run_spec *spec);
-/* Starts it, in the foreground or detached as O says; the exit code. */
-int agsx_run_start(const struct run_opts *o, const struct agsx_run_spec *spec);
+/* Starts it, in the foreground or detached as O says; the exit code.
+ * STARTUP: the process's start-up before main() for --timing, or 0. */
+int agsx_run_start(const struct run_opts *o, const struct agsx_run_spec *spec, int64_t startup);
 /* `run --pool`: claims a parked sandbox of the pool, or starts one cold
  * (with the pool's configuration) when it has none. */
 int agsx_run_pool(struct agsx_ctx *ctx, struct run_opts *o, int argc, char **argv, int64_t t0);

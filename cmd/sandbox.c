@@ -7,6 +7,7 @@
 #include "net/egress.h"
 #include "net/network.h"
 #include "sandbox/control.h"
+#include "sandbox/freeze.h"
 #include "util/json.h"
 #include "state/state.h"
 #include "table.h"
@@ -232,7 +233,20 @@ static int signal_one(const struct agsx_record *r, int sig, agsx_error_t *err) {
    * cannot catch, ends the whole sandbox). */
   if (agsx_proc_ref_signal(&r->init, sig, 0) < 0)
     return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running", r->id);
+  if (sig == SIGKILL)
+    agsx_sandbox_thaw_killed(r->id); /* paused or being captured: die now */
   return 0;
+}
+
+/* With --all, a sandbox that ended (or was removed, --rm) between the
+ * listing and its turn is no failure: it is what --all asked for. A named
+ * one still is, as with docker kill. */
+static bool gone_by_itself(const struct sflags *f, agsx_error_t *err) {
+  int e = agsx_error_errno(err);
+  if (!f->all || (e != ENOENT && e != ESRCH))
+    return false;
+  agsx_error_free(err);
+  return true;
 }
 
 static int kill_targets(struct agsx_ctx *ctx, const struct sflags *f, char **names, int n,
@@ -247,7 +261,7 @@ static int kill_targets(struct agsx_ctx *ctx, const struct sflags *f, char **nam
     agsx_error_t err = NULL;
     struct agsx_record r;
     if (agsx_state_lookup_at(statefd, names[k], &r, &err) < 0) {
-      rc = agsx_fail(&err);
+      rc = gone_by_itself(f, &err) ? rc : agsx_fail(&err);
       continue;
     }
     char id[33];
@@ -256,14 +270,14 @@ static int kill_targets(struct agsx_ctx *ctx, const struct sflags *f, char **nam
     agsx_record_clear(&r);
     if (sig) {
       if (sr < 0)
-        rc = agsx_fail(&err);
+        rc = gone_by_itself(f, &err) ? rc : agsx_fail(&err);
       else
         printf("%s\n", names[k]);
       continue;
     }
     int fd;
     if (agsx_control_request_stop(statefd, id, &fd, &err) < 0) {
-      rc = agsx_fail(&err);
+      rc = gone_by_itself(f, &err) ? rc : agsx_fail(&err);
       continue;
     }
     if (fd >= 0) {

@@ -285,6 +285,13 @@ static uint32_t selector_pid(struct req *r, yajl_val body, bool stream, struct s
   return 0;
 }
 
+/* A unary Process call's body and the pid its selector names; 0 after
+ * answering (a bad body, no selector, an unknown tag). */
+static uint32_t unary_selected(struct req *r, yajl_val *ret_body) {
+  *ret_body = agsx_api_parse_body(r, true);
+  return *ret_body ? selector_pid(r, *ret_body, false, NULL) : 0;
+}
+
 static void unary_error(struct req *r, agsx_error_t *err) {
   int e = agsx_error_errno(err);
   enum agsx_connect_code code = agsx_connect_code_of_errno(e);
@@ -514,10 +521,8 @@ static void process_list(struct req *r) {
 }
 
 static void process_send_input(struct req *r) {
-  _cleanup_json_ yajl_val body = agsx_api_parse_body(r, true);
-  if (body == NULL)
-    return;
-  uint32_t pid = selector_pid(r, body, false, NULL);
+  _cleanup_json_ yajl_val body = NULL;
+  uint32_t pid = unary_selected(r, &body);
   if (pid == 0)
     return;
   yajl_val in = agsx_json_get(body, "input");
@@ -554,10 +559,8 @@ static int parse_signal(yajl_val v) {
 }
 
 static void process_signal(struct req *r) {
-  _cleanup_json_ yajl_val body = agsx_api_parse_body(r, true);
-  if (body == NULL)
-    return;
-  uint32_t pid = selector_pid(r, body, false, NULL);
+  _cleanup_json_ yajl_val body = NULL;
+  uint32_t pid = unary_selected(r, &body);
   if (pid == 0)
     return;
   int sig = parse_signal(agsx_json_get(body, "signal"));
@@ -571,10 +574,8 @@ static void process_signal(struct req *r) {
 }
 
 static void process_close_stdin(struct req *r) {
-  _cleanup_json_ yajl_val body = agsx_api_parse_body(r, true);
-  if (body == NULL)
-    return;
-  uint32_t pid = selector_pid(r, body, false, NULL);
+  _cleanup_json_ yajl_val body = NULL;
+  uint32_t pid = unary_selected(r, &body);
   if (pid == 0)
     return;
   agsx_error_t err = NULL;
@@ -584,10 +585,8 @@ static void process_close_stdin(struct req *r) {
 }
 
 static void process_update(struct req *r) {
-  _cleanup_json_ yajl_val body = agsx_api_parse_body(r, true);
-  if (body == NULL)
-    return;
-  uint32_t pid = selector_pid(r, body, false, NULL);
+  _cleanup_json_ yajl_val body = NULL;
+  uint32_t pid = unary_selected(r, &body);
   if (pid == 0)
     return;
   yajl_val pty = agsx_json_get(body, "pty");

@@ -224,9 +224,188 @@ def _agsx_formatters():
             return None
     f["application/json"].for_type(dict, _json)
     f["application/json"].for_type(list, _json)
+    def _chart(fig):
+        # E2B's chart field (e2b_charts' shapes, which needs a newer
+        # matplotlib than Debian's): best effort, and no field at all when
+        # the figure is not understood.
+        import re as _re
+        import datetime as _dt
+        from matplotlib.lines import Line2D
+        from matplotlib.collections import PathCollection
+        from matplotlib.patches import Rectangle, Wedge, PathPatch
+
+        def num(v):
+            if isinstance(v, (_dt.datetime, _dt.date)):
+                return v.isoformat()
+            try:
+                import numpy as _np
+                if isinstance(v, _np.datetime64):
+                    return str(v)
+                if isinstance(v, _np.generic):
+                    v = v.item()
+            except Exception:
+                pass
+            if isinstance(v, float) and v != v:
+                return None
+            return v if isinstance(v, (int, float, str)) else str(v)
+
+        def unit(label):
+            m = _re.search(r"[(\[]([^)\]]+)[)\]]\s*$", label or "")
+            return m.group(1) if m else None
+
+        def scale(axis, name):
+            conv = type(getattr(axis, "converter", None)).__name__
+            if "Date" in conv:
+                return "datetime"
+            if "StrCategory" in conv:
+                return "categorical"
+            return name
+
+        def two_d(ax, kind):
+            xl, yl = ax.get_xlabel() or None, ax.get_ylabel() or None
+            return {"type": kind, "title": ax.get_title() or None, "x_label": xl, "y_label": yl,
+                    "x_unit": unit(xl), "y_unit": unit(yl)}
+
+        def point(ax, kind, series):
+            c = two_d(ax, kind)
+            for a, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+                sc = scale(axis, axis.get_scale())
+                if sc == "datetime":
+                    from matplotlib.dates import num2date
+                    c[a + "_ticks"] = [num2date(t).isoformat() for t in axis.get_ticklocs()]
+                else:
+                    c[a + "_ticks"] = [num(t) for t in axis.get_ticklocs()]
+                c[a + "_tick_labels"] = [t.get_text() for t in axis.get_ticklabels()]
+                c[a + "_scale"] = sc
+            els = []
+            for i, (label, pts) in enumerate(series):
+                if not label or label.startswith("_"):
+                    label = "%s %d" % ("Line" if kind == "line" else "Series", i)
+                els.append({"label": label, "points": [[num(x), num(y)] for x, y in pts]})
+            c["elements"] = els
+            return c
+
+        def tick_label(axis, v):
+            for loc, t in zip(axis.get_ticklocs(), axis.get_ticklabels()):
+                if abs(loc - v) < 1e-9:
+                    return t.get_text()
+            return str(num(v))
+
+        def bar(ax):
+            c = two_d(ax, "bar")
+            els = []
+            for i, cont in enumerate(getattr(ax, "containers", [])):
+                group = cont.get_label()
+                if not group or group.startswith("_"):
+                    group = "Group %d" % i
+                horizontal = getattr(cont, "orientation", "vertical") == "horizontal"
+                for r in cont:
+                    if horizontal:
+                        els.append({"label": tick_label(ax.yaxis, r.get_y() + r.get_height() / 2),
+                                    "group": group, "value": num(r.get_width())})
+                    else:
+                        els.append({"label": tick_label(ax.xaxis, r.get_x() + r.get_width() / 2),
+                                    "group": group, "value": num(r.get_height())})
+            c["elements"] = els
+            return c
+
+        def pie(ax):
+            return {"type": "pie", "title": ax.get_title() or None,
+                    "elements": [{"label": w.get_label(), "angle": num(w.theta2 - w.theta1),
+                                  "radius": num(w.r)} for w in ax.patches]}
+
+        def box(ax):
+            c = two_d(ax, "box_and_whisker")
+            flat = [l for l in ax.lines if len(l.get_xdata()) == 2 and l.get_ydata()[0] == l.get_ydata()[1]]
+            els = []
+            for p in ax.patches:
+                v = p.get_path().vertices
+                x0, x1 = float(min(v[:, 0])), float(max(v[:, 0]))
+                q1, q3 = float(min(v[:, 1])), float(max(v[:, 1]))
+                ys = [float(l.get_ydata()[0]) for l in flat if x0 - 1e-9 <= min(l.get_xdata()) and max(l.get_xdata()) <= x1 + 1e-9]
+                ys += [float(l.get_ydata()[0]) for l in flat if min(l.get_xdata()) > x0 and max(l.get_xdata()) < x1]
+                inside = [y for y in ys if q1 < y < q3]
+                out = [float(y) for l in ax.lines if l.get_linestyle() in ("None", "", " ")
+                       for x, y in zip(l.get_xdata(), l.get_ydata()) if x0 <= x <= x1]
+                caps = [y for y in ys if y <= q1 or y >= q3]
+                els.append({"label": tick_label(ax.xaxis, (x0 + x1) / 2),
+                            "min": min(caps + [q1]), "first_quartile": q1,
+                            "median": inside[0] if inside else None, "third_quartile": q3,
+                            "max": max(caps + [q3]), "outliers": out})
+            c["elements"] = els
+            return c
+
+        def axis_chart(ax):
+            patches = [p for p in ax.patches]
+            if patches and all(isinstance(p, Wedge) for p in patches):
+                return pie(ax)
+            if any(isinstance(p, PathPatch) for p in patches):
+                return box(ax)
+            if patches and all(isinstance(p, Rectangle) for p in patches) and not ax.collections:
+                return bar(ax)
+            colls = [c for c in ax.collections if isinstance(c, PathCollection)]
+            if colls and len(colls) == len(ax.collections) and not ax.lines and not patches:
+                return point(ax, "scatter", [(c.get_label(), c.get_offsets()) for c in colls])
+            if ax.lines and not ax.collections and not patches:
+                return point(ax, "line", [(l.get_label(), zip(l.get_xdata(), l.get_ydata()))
+                                          for l in ax.lines if isinstance(l, Line2D)])
+            return {"type": "unknown", "title": ax.get_title() or None, "elements": []}
+
+        try:
+            axes = [a for a in fig.get_axes() if a.has_data()]
+            if not axes:
+                return None
+            charts = [axis_chart(a) for a in axes]
+            if len(charts) == 1:
+                return charts[0]
+            st = getattr(fig, "_suptitle", None)
+            return {"type": "superchart", "title": (st.get_text() if st else None) or None,
+                    "elements": charts}
+        except Exception:
+            return None
+    # Not registered by type: importing pyplot under the inline backend pops
+    # Figure from every formatter (IPython's select_figure_formats).
+    class _E2bChart(BaseFormatter):
+        format_type = "e2b/chart"
+        print_method = "_repr_e2b_chart_"
+        _return_type = (dict,)
+
+        def __call__(self, obj):
+            t = type(obj)
+            if self.enabled and t.__module__ == "matplotlib.figure" and t.__name__ == "Figure":
+                return _chart(obj)
+            return super().__call__(obj)
+    f["e2b/chart"] = _E2bChart(parent=ip.display_formatter)
 _agsx_formatters()
 del _agsx_formatters
 '''
+
+
+class Interrupts:
+    """The rule every kernel follows for a cancelled cell: interrupt at once,
+    and restart the kernel (its state gone) if the cell is still running
+    INTERRUPT_GRACE seconds later."""
+
+    def __init__(self, kernel, ex, what):
+        self.kernel, self.ex, self.what, self.at = kernel, ex, what, None
+
+    def check(self):
+        """False once the kernel was restarted: the cell is over."""
+        if self.ex.cancelled.is_set() and self.at is None:
+            self.at = time.monotonic()
+            self.kernel.interrupt()
+        if self.at is not None and time.monotonic() - self.at > INTERRUPT_GRACE:
+            self.kernel.start()
+            self.ex.error("KernelRestarted", "The cell did not stop when interrupted: "
+                          "%s was restarted, its state is gone" % self.what)
+            return False
+        return True
+
+    def again(self):
+        """Interrupt again, if we did, and count the grace from now."""
+        if self.at is not None:
+            self.at = time.monotonic()
+            self.kernel.interrupt()
 
 
 class PythonKernel:
@@ -339,15 +518,10 @@ class PythonKernel:
         kc = self.kc
         mid = kc.execute(ex.code, store_history=True, allow_stdin=False, stop_on_error=True)
         accepted = False
-        interrupted_at = None
+        intr = Interrupts(self, ex, "the kernel")
         last_check = time.monotonic()
         while True:
-            if ex.cancelled.is_set() and interrupted_at is None:
-                interrupted_at = time.monotonic()
-                self.interrupt()
-            if interrupted_at is not None and time.monotonic() - interrupted_at > INTERRUPT_GRACE:
-                self.start()
-                ex.error("KernelRestarted", "The cell did not stop when interrupted: the kernel was restarted, its state is gone")
+            if not intr.check():
                 return
             try:
                 msg = kc.get_iopub_msg(timeout=0.2)
@@ -369,6 +543,9 @@ class PythonKernel:
             elif t == "execute_input":
                 accepted = True
                 emit({"id": ex.id, "type": "number_of_executions", "execution_count": c.get("execution_count")})
+                # An interrupt that came before the kernel took the cell was
+                # ignored (ipykernel installs its SIGINT handler per request).
+                intr.again()
             elif t == "stream":
                 ex.stream("stderr" if c.get("name") == "stderr" else "stdout", c.get("text", ""), ts)
             elif t in ("display_data", "execute_result"):
@@ -417,19 +594,18 @@ done
 '''
 
 
-class BashShell:
+class ChildKernel:
+    """A kernel that is one child process in a session of its own (bash,
+    node): stopped with its whole group, interrupted by SIGINT."""
+    interrupt_group = True
+
     def __init__(self, cwd):
         self.cwd = cwd
         self.p = None
-        self.dir = tempfile.mkdtemp(prefix="agsx-bash-")
         self.count = 0
 
-    def start(self):
-        self.stop()
-        self.p = subprocess.Popen(["bash", "--noprofile", "--norc", "-c", BASH_LOOP], cwd=self.cwd,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  start_new_session=True, close_fds=True)
-        self.count = 0
+    def extra_files(self):
+        return ()
 
     def stop(self):
         if self.p is not None:
@@ -438,8 +614,12 @@ class BashShell:
             except Exception:
                 pass
             self.p.wait()
-            self.p.stdin.close()
-            self.p.stdout.close()
+            for f in (self.p.stdin, self.p.stdout, self.p.stderr) + tuple(self.extra_files()):
+                try:
+                    if f is not None:
+                        f.close()
+                except Exception:
+                    pass
             self.p = None
 
     def alive(self):
@@ -448,12 +628,25 @@ class BashShell:
     def interrupt(self):
         if self.alive():
             try:
-                os.killpg(self.p.pid, signal.SIGINT)
+                (os.killpg if self.interrupt_group else os.kill)(self.p.pid, signal.SIGINT)
             except Exception:
                 pass
 
     def restart(self):
         self.start()
+
+
+class BashShell(ChildKernel):
+    def __init__(self, cwd):
+        super().__init__(cwd)
+        self.dir = tempfile.mkdtemp(prefix="agsx-bash-")
+
+    def start(self):
+        self.stop()
+        self.p = subprocess.Popen(["bash", "--noprofile", "--norc", "-c", BASH_LOOP], cwd=self.cwd,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  start_new_session=True, close_fds=True)
+        self.count = 0
 
     def execute(self, ex):
         if not self.alive():
@@ -479,15 +672,10 @@ class BashShell:
         fd = self.p.stdout.fileno()
         os.set_blocking(fd, False)
         buf = b""
-        interrupted_at = None
+        intr = Interrupts(self, ex, "the shell")
         import select
         while True:
-            if ex.cancelled.is_set() and interrupted_at is None:
-                interrupted_at = time.monotonic()
-                self.interrupt()
-            if interrupted_at is not None and time.monotonic() - interrupted_at > INTERRUPT_GRACE:
-                self.start()
-                ex.error("KernelRestarted", "The cell did not stop when interrupted: the shell was restarted, its state is gone")
+            if not intr.check():
                 return
             r, _, _ = select.select([fd], [], [], 0.2)
             if not r:
@@ -574,11 +762,15 @@ send({ type: 'ready' });
 """
 
 
-class NodeKernel:
+class NodeKernel(ChildKernel):
+    interrupt_group = False  # node only: breakOnSigint must see it, not its children
+
     def __init__(self, cwd):
-        self.cwd = cwd
-        self.p = None
-        self.count = 0
+        super().__init__(cwd)
+        self.ctl = None
+
+    def extra_files(self):
+        return (self.ctl,)
 
     def start(self):
         import shutil
@@ -615,33 +807,6 @@ class NodeKernel:
         line, self.ctlbuf = self.ctlbuf.split(b"\n", 1)
         return json.loads(line)
 
-    def stop(self):
-        if self.p is not None:
-            try:
-                os.killpg(self.p.pid, signal.SIGKILL)
-            except Exception:
-                pass
-            self.p.wait()
-            for f in (self.p.stdin, self.p.stdout, self.p.stderr, self.ctl):
-                try:
-                    f.close()
-                except Exception:
-                    pass
-            self.p = None
-
-    def alive(self):
-        return self.p is not None and self.p.poll() is None
-
-    def interrupt(self):
-        if self.alive():
-            try:
-                os.kill(self.p.pid, signal.SIGINT)
-            except Exception:
-                pass
-
-    def restart(self):
-        self.start()
-
     def execute(self, ex):
         import select
         if not self.alive():
@@ -656,15 +821,10 @@ class NodeKernel:
         except OSError:
             pass
         outs = {self.p.stdout.fileno(): "stdout", self.p.stderr.fileno(): "stderr"}
-        interrupted_at = None
+        intr = Interrupts(self, ex, "node")
         done = False
         while not done:
-            if ex.cancelled.is_set() and interrupted_at is None:
-                interrupted_at = time.monotonic()
-                self.interrupt()
-            if interrupted_at is not None and time.monotonic() - interrupted_at > INTERRUPT_GRACE:
-                self.start()
-                ex.error("KernelRestarted", "The cell did not stop when interrupted: node was restarted, its state is gone")
+            if not intr.check():
                 return
             r, _, _ = select.select(list(outs) + [self.ctl.fileno()], [], [], 0.2)
             for fd in r:
@@ -792,7 +952,9 @@ def main():
             try:
                 kernel.execute(ex)
                 start_error = None
-            except Exception as e:
+            except (Exception, KeyboardInterrupt) as e:
+                # A stray SIGINT to the bridge itself must not end the loop
+                # (every later request would go unanswered).
                 ex.error("KernelError", "%s: %s" % (type(e).__name__, e))
         finally:
             ex.end()

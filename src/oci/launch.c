@@ -496,6 +496,15 @@ static char **init_env(const struct agsx_oci_process *p) {
   return env;
 }
 
+/* After start connected: why the program will not run, to `start`. */
+static _Noreturn void start_fail(int conn, agsx_error_t *err) {
+  struct agsx_msg m = {.type = AGSX_MSG_ERROR, .code = 125, .err = *err ? (*err)->errno_ : 0};
+  snprintf(m.text, sizeof(m.text), "%s", *err ? (*err)->msg : "start failed");
+  if (write(conn, &m, sizeof(m)) < 0) {
+  }
+  _exit(125);
+}
+
 static _Noreturn void child_main(struct child *c) {
   agsx_error_t err = NULL;
   const struct agsx_oci_spec *s = c->s;
@@ -558,6 +567,13 @@ static _Noreturn void child_main(struct child *c) {
                          .ws_col = (unsigned short)s->process.cols};
     if (ws.ws_row || ws.ws_col)
       ioctl(master, TIOCSWINSZ, &ws);
+    /* The terminal is the init's stdio from now, not create's: the
+     * engine (go-runc) reads create's output to EOF, which never comes
+     * while the init still holds that pipe (as runc, before create ends). */
+    if (dup2(slave, 0) < 0 || dup2(slave, 1) < 0 || dup2(slave, 2) < 0) {
+      agsx_error_set(&err, errno, "terminal as stdio");
+      child_fail(c, &err);
+    }
   }
   if (send_msg(c->sync, AGSX_MSG_READY, &master, master >= 0 ? 1 : 0) < 0)
     _exit(1);
@@ -578,6 +594,8 @@ static _Noreturn void child_main(struct child *c) {
   close(c->fds[1]);
   if (s->process.umask >= 0)
     umask((mode_t)s->process.umask);
+  if (agsx_oci_lsm_exec(s->process.apparmor, s->process.selinux, &err) < 0)
+    start_fail(conn, &err);
   struct agsx_user u;
   init_user(&s->process, &u);
   struct agsx_proc_spec ps = {
@@ -611,6 +629,7 @@ struct create {
   size_t config_len;
   char **ovl_lower;
   char *ovl_upper, *ovl_work;
+  struct agsx_netns_job net; /* a new network namespace, made meanwhile */
 };
 
 static int write_record(struct create *cr, agsx_error_t *err) {
@@ -939,7 +958,7 @@ static int write_pid_file(const char *path, pid_t pid, agsx_error_t *err) {
     return agsx_error_set(err, errno, "pid file `%s`", path);
   char v[16];
   int n = snprintf(v, sizeof(v), "%d", (int)pid);
-  if (agsx_write_file_atomic(dfd, base, v, (size_t)n, 0644, err) < 0)
+  if (agsx_oci_write_file(dfd, base, v, (size_t)n, 0644, err) < 0)
     return agsx_error_wrap(err, "pid file");
   return 0;
 }
@@ -969,6 +988,7 @@ static char *state_for_hooks(const struct create *cr, const char *status) {
 
 static void create_abort(struct create *cr) {
   _cleanup_error_ agsx_error_t e = NULL;
+  agsx_net_job_cancel(&cr->net);
   if (cr->pidfd >= 0) {
     syscall(SYS_pidfd_send_signal, cr->pidfd, SIGKILL, NULL, 0);
     waitpid(cr->pid, NULL, 0);
@@ -1039,7 +1059,7 @@ static int prepare(struct create *cr, agsx_error_t *err) {
   if (cr->lockfd < 0 || mkdirat(cr->dirfd, "mnt", 0700) < 0)
     return cr->lockfd < 0 ? -1 : agsx_error_set(err, errno, "mkdir mnt");
   /* The config as parsed: later edits of the bundle's must not matter. */
-  if (agsx_write_file_atomic(cr->dirfd, "config.json", cr->config, cr->config_len, 0600, err) < 0)
+  if (agsx_oci_write_file(cr->dirfd, "config.json", cr->config, cr->config_len, 0600, err) < 0)
     return -1;
   cr->rec.cgroup = s->cgroups_path && s->cgroups_path[0] ? xstrdup(s->cgroups_path)
                                                          : xasprintf("agsx-oci/%s", cr->o->id);
@@ -1075,6 +1095,24 @@ static bool wants_sysfs(const struct agsx_oci_spec *s) {
   return false;
 }
 
+/* The network namespace the helper made while P prepared (creating one
+ * waits for the kernel's cleanup of dead ones: from 1 to 700 ms here under
+ * load), entered; its sysfs if a sysfs mount is asked for. */
+static int enter_new_net(struct create *cr, int *ret_hostns, int *ret_sysfs, agsx_error_t *err) {
+  _cleanup_close_ int netns = -1, sysfs = -1;
+  if (agsx_net_collect(&cr->net, &netns, &sysfs, err) < 0)
+    return -1;
+  _cleanup_close_ int host = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (host < 0)
+    return agsx_error_set(err, errno, "open the host network namespace");
+  if (setns(netns, CLONE_NEWNET) < 0)
+    return agsx_error_set(err, errno, "enter the container's network namespace");
+  *ret_hostns = steal_fd(&host);
+  if (wants_sysfs(cr->s))
+    *ret_sysfs = steal_fd(&sysfs);
+  return 0;
+}
+
 /* Namespaces → clone → maps and limits, leaving P back in its own. */
 static int spawn(struct create *cr, struct child *c, int *ret_sysfs, agsx_error_t *err) {
   const struct agsx_oci_spec *s = cr->s;
@@ -1095,11 +1133,11 @@ static int spawn(struct create *cr, struct child *c, int *ret_sysfs, agsx_error_
   c->new_cgroupns = cgns && cgns->path == NULL;
   if (enter_joined(s, j, &nj, err) < 0)
     goto out;
-  if (net && net->path == NULL && agsx_net_enter_new(&hostnet, err) < 0)
+  if (net && net->path == NULL && enter_new_net(cr, &hostnet, ret_sysfs, err) < 0)
     goto out;
   if (net_sysctls(s, err) < 0)
     goto out;
-  if (wants_sysfs(s) && (*ret_sysfs = agsx_net_new_sysfs(err)) < 0)
+  if (wants_sysfs(s) && *ret_sysfs < 0 && (*ret_sysfs = agsx_net_new_sysfs(err)) < 0)
     goto out;
   r = clone_init(cr, c, flags, err);
 out:
@@ -1332,13 +1370,15 @@ int agsx_oci_create(const struct agsx_oci_global *g, const struct agsx_oci_creat
   struct create cr = {.g = g,
                       .o = o,
                       .s = s,
+                      .rootfd = -1,
                       .dirfd = -1,
                       .lockfd = -1,
                       .pidfd = -1,
                       .sync = -1,
                       .ids = {.lockfd = -1},
                       .config = config,
-                      .config_len = config_len};
+                      .config_len = config_len,
+                      .net = {-1, -1}};
   cr.rec.slot = -1;
   cr.rec.id = xstrdup(o->id);
   cr.rec.bundle = xstrdup(bundle);
@@ -1378,13 +1418,15 @@ int agsx_oci_create(const struct agsx_oci_global *g, const struct agsx_oci_creat
       snprintf(c.work, sizeof(c.work), "%s", ws + 1);
     }
   }
-  cr.rootfd = agsx_oci_root_open(rootpath, true, err);
-  if (cr.rootfd >= 0 && prepare(&cr, err) == 0 &&
+  const struct agsx_oci_ns *net = agsx_oci_spec_ns(s, CLONE_NEWNET);
+  if ((net == NULL || net->path || agsx_net_prepare(&cr.net, NULL, err) == 0) &&
+      (cr.rootfd = agsx_oci_root_open(rootpath, true, err)) >= 0 && prepare(&cr, err) == 0 &&
       (startsock = make_start_socket(cr.dirfd, err)) >= 0 && spawn(&cr, &c, &sysfs, err) == 0 &&
       go(&cr, &c, sysfs, startsock, err) == 0 && finish(&cr, err) == 0)
     r = 0;
   if (r < 0)
     create_abort(&cr);
+  agsx_net_job_cancel(&cr.net);
   agsx_closep(&sysfs);
   agsx_closep(&startsock);
   agsx_closep(&cr.sync);

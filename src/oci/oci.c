@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -488,8 +489,8 @@ char *agsx_oci_features(void) {
       "    \"seccomp\": {\"enabled\": true, \"actions\": [\"SCMP_ACT_ALLOW\", "
       "\"SCMP_ACT_ERRNO\", \"SCMP_ACT_KILL\", \"SCMP_ACT_KILL_PROCESS\", \"SCMP_ACT_KILL_THREAD\", "
       "\"SCMP_ACT_LOG\", \"SCMP_ACT_TRACE\", \"SCMP_ACT_TRAP\"]},\n"
-      "    \"apparmor\": {\"enabled\": false},\n"
-      "    \"selinux\": {\"enabled\": false},\n"
+      "    \"apparmor\": {\"enabled\": true},\n"
+      "    \"selinux\": {\"enabled\": true},\n"
       "    \"intelRdt\": {\"enabled\": false},\n"
       "    \"mountExtensions\": {\"idmap\": {\"enabled\": false}}\n"
       "  },\n"
@@ -522,7 +523,7 @@ static _Noreturn void exec_x(struct exec_child *c) {
     agsx_error_set(&err, errno, "dumpable");
     goto fail;
   }
-  if (c->o->tty) {
+  if (c->p->terminal) { /* process.json decides, as runc: the shim sends no --tty */
     if (agsx_child_open_pty(&master, &slave, &err) < 0)
       goto fail;
     struct agsx_msg m = {.type = AGSX_MSG_READY};
@@ -540,6 +541,8 @@ static _Noreturn void exec_x(struct exec_child *c) {
   }
   if (c->p->umask >= 0)
     umask((mode_t)c->p->umask);
+  if (agsx_oci_lsm_exec(c->p->apparmor, c->p->selinux, &err) < 0)
+    goto fail;
   struct agsx_user u;
   memset(&u, 0, sizeof(u));
   u.uid = c->p->uid;
@@ -633,8 +636,7 @@ static int exec_process(const struct agsx_oci_exec_opts *o, const struct agsx_oc
     p->cwd = xstrdup(o->cwd ? o->cwd : s->process.cwd);
     p->rlimits = NULL;
     p->n_rlimits = 0;
-    p->apparmor = NULL;
-    p->terminal = o->tty;
+    p->terminal = o->tty; /* apparmor, selinux: the container's (borrowed) */
     if (p->args[0] == NULL)
       return agsx_error_set(err, EINVAL, "exec: no command");
   }
@@ -674,6 +676,169 @@ static int exec_wait_x(int sock, bool tty, pid_t *ret_x, int *ret_master, agsx_e
   return 0;
 }
 
+/* The detached exec's pid file, as create's. */
+static int exec_pid_file(const char *path, pid_t x, agsx_error_t *err) {
+  char v[16];
+  int n = snprintf(v, sizeof(v), "%d", (int)x);
+  _cleanup_free_ char *dir = xstrdup(path);
+  char *slash = strrchr(dir, '/');
+  if (slash == dir)
+    dir[1] = '\0';
+  else if (slash)
+    *slash = '\0';
+  _cleanup_close_ int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0)
+    return agsx_error_set(err, errno, "pid file `%s`", path);
+  return agsx_oci_write_file(dfd, slash ? slash + 1 : path, v, (size_t)n, 0644, err);
+}
+
+/* The signals a foreground exec forwards to its process, as runc: every
+ * one but those that cannot be caught and SIGCHLD. */
+static void forwarded_signals(sigset_t *set) {
+  sigemptyset(set);
+  for (int sig = 1; sig < 32; sig++)
+    if (sig != SIGKILL && sig != SIGSTOP && sig != SIGCHLD)
+      sigaddset(set, sig);
+  for (int sig = SIGRTMIN; sig <= SIGRTMAX; sig++)
+    sigaddset(set, sig);
+}
+
+/* BEGIN: blocks FWD (from before the fork: a signal sent meanwhile is
+ * queued for the process, not lost; X unblocks everything before its
+ * exec) and sets them to SIG_DFL (an inherited SIG_IGN, as a shell's
+ * background job has for INT and QUIT, would discard them before signalfd
+ * sees them; runc catches them all the same). Else restores both. */
+static void fg_signals(bool begin, const sigset_t *fwd, sigset_t *old, struct sigaction *olds) {
+  if (begin)
+    sigprocmask(SIG_BLOCK, fwd, old);
+  for (int sig = 1; sig < NSIG; sig++)
+    if (sigismember(fwd, sig) == 1)
+      sigaction(sig, begin ? &(struct sigaction){.sa_handler = SIG_DFL} : &olds[sig],
+                begin ? &olds[sig] : NULL);
+  if (!begin)
+    sigprocmask(SIG_SETMASK, old, NULL);
+}
+
+/* Waits for X (our child: C exited, we are the subreaper), passing on the
+ * signals we receive meanwhile (blocked since before the fork). */
+static int exec_wait_fg(pid_t x, int *ret_status, agsx_error_t *err) {
+  sigset_t set;
+  forwarded_signals(&set);
+  _cleanup_close_ int sfd = signalfd(-1, &set, SFD_CLOEXEC);
+  _cleanup_close_ int pfd = (int)syscall(SYS_pidfd_open, x, 0);
+  if (sfd < 0 || pfd < 0)
+    return agsx_error_set(err, errno, "wait for the process");
+  for (;;) {
+    struct pollfd fds[2] = {{.fd = pfd, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      return agsx_error_set(err, errno, "wait for the process");
+    }
+    if (fds[1].revents & POLLIN) {
+      struct signalfd_siginfo si;
+      if (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+        syscall(SYS_pidfd_send_signal, pfd, (int)si.ssi_signo, NULL, 0);
+      continue;
+    }
+    int status;
+    pid_t r = waitpid(x, &status, 0);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      return agsx_error_set(err, errno, "wait for the process");
+    *ret_status = agsx_wait_status_exit_code(status, NULL);
+    return 0;
+  }
+}
+
+/* EOF on the socket: X exec'd. A message: why not. */
+static int exec_started(int sock, agsx_error_t *err) {
+  struct agsx_msg m;
+  ssize_t n;
+  do
+    n = read(sock, &m, sizeof(m));
+  while (n < 0 && errno == EINTR);
+  if (n == (ssize_t)sizeof(m) && m.type == AGSX_MSG_ERROR) {
+    m.text[sizeof(m.text) - 1] = '\0';
+    return agsx_error_set_quiet(err, m.err, "%s", m.text);
+  }
+  return 0;
+}
+
+/* C's side of the fork: the cgroup as host root, then exec_c. */
+static _Noreturn void exec_child(struct exec_child *ec, struct agsx_oci_cgroup *cg) {
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (agsx_oci_cgroup_attach(cg, getpid(), &e) < 0) {
+    struct agsx_msg m = {.type = AGSX_MSG_ERROR, .code = 1};
+    snprintf(m.text, sizeof(m.text), "%s", e->msg);
+    agsx_msg_send(ec->sock, &m, NULL, 0);
+    _exit(1);
+  }
+  exec_c(ec);
+}
+
+/* Forks C, which forks X; *RET_X is X once it reported (and exec'd, or
+ * failed: *ERR). The terminal's master goes to the console socket. */
+static int exec_spawn(struct exec_child *ec, struct agsx_oci_cgroup *cg, pid_t *ret_x,
+                      agsx_error_t *err) {
+  const struct agsx_oci_exec_opts *o = ec->o;
+  int sp[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
+    return agsx_error_set(err, errno, "socketpair");
+  ec->sock = sp[1];
+  pid_t cpid = fork();
+  if (cpid == 0) {
+    close(sp[0]);
+    exec_child(ec, cg);
+  }
+  close(sp[1]);
+  _cleanup_close_ int sock = sp[0], master = -1;
+  if (cpid < 0)
+    return agsx_error_set(err, errno, "fork");
+  int cst;
+  int wr = exec_wait_x(sock, ec->p->terminal, ret_x, &master, err);
+  while (waitpid(cpid, &cst, 0) < 0 && errno == EINTR) {
+  }
+  if (wr == 0 && ec->p->terminal && agsx_oci_send_console(o->console_socket, master, err) < 0) {
+    kill(*ret_x, SIGKILL);
+    wr = -1;
+  }
+  if (wr == 0 && exec_started(sock, err) < 0)
+    wr = -1;
+  if (wr < 0 && *ret_x > 0 && !o->detach)
+    waitpid(*ret_x, NULL, 0);
+  return wr;
+}
+
+/* X's process, filters and cgroup, made ready for exec_spawn. */
+static int exec_prepare(struct ctr *c, const struct agsx_oci_spec *s, struct exec_child *ec,
+                        struct agsx_seccomp_bpf *base, struct agsx_seccomp_bpf *eng,
+                        struct agsx_oci_cgroup **cg, agsx_error_t *err) {
+  if (ec->p->terminal && !ec->o->console_socket)
+    return agsx_error_set(err, 0,
+                          "exec --tty needs --console-socket (a foreground terminal is not "
+                          "supported by agsx yet)");
+  if (agsx_oci_load_seccomp(c->rootpath, s, base, eng, err) < 0 ||
+      agsx_oci_cgroup_open(c->rec.cgroup, false, cg, err) < 0 ||
+      (ec->pidfd = ctr_pidfd(c, err)) < 0)
+    return -1;
+  ec->base = base->len ? base : NULL;
+  ec->eng = eng->len ? eng : NULL;
+  ec->nsflags = ns_flags(c->rec.pid);
+  return 0;
+}
+
+static void exec_process_clear(const struct agsx_oci_exec_opts *o, struct agsx_oci_process *p) {
+  if (o->process_json) {
+    agsx_oci_process_clear(p);
+    return;
+  }
+  agsx_strv_free(p->args);
+  agsx_strv_free(p->env);
+  free(p->cwd);
+}
+
 int agsx_oci_exec(const struct agsx_oci_global *g, const struct agsx_oci_exec_opts *o,
                   int *ret_status, agsx_error_t *err) {
   *ret_status = 0;
@@ -689,125 +854,39 @@ int agsx_oci_exec(const struct agsx_oci_global *g, const struct agsx_oci_exec_op
     return agsx_error_set_quiet(
         err, EINVAL, st == AGSX_OCI_PAUSED ? "container paused" : "container not running");
   _cleanup_oci_spec_ struct agsx_oci_spec *s = NULL;
-  if (agsx_oci_read_config(c.dirfd, &s, err) < 0)
-    return -1;
   struct agsx_oci_process p;
-  if (exec_process(o, s, &p, err) < 0)
+  if (agsx_oci_read_config(c.dirfd, &s, err) < 0 || exec_process(o, s, &p, err) < 0)
     return -1;
-  int r = -1;
   _cleanup_seccomp_bpf_ struct agsx_seccomp_bpf base = {0}, eng = {0};
   _cleanup_oci_cgroup_ struct agsx_oci_cgroup *cg = NULL;
-  _cleanup_close_ int pidfd = -1, sock = -1, master = -1;
   _cleanup_strv_ char **env = agsx_strv_concat(p.env, NULL);
-  struct exec_child ec = {.o = o, .p = &p, .env = env};
-  int sp[2] = {-1, -1};
-  pid_t cpid = -1, x = -1;
-  if (p.terminal && !o->console_socket) {
-    agsx_error_set(err, 0,
-                   "exec --tty needs --console-socket (a foreground terminal is not "
-                   "supported by agsx yet)");
+  struct exec_child ec = {.o = o, .p = &p, .env = env, .pidfd = -1, .sock = -1};
+  sigset_t fwd, old;
+  struct sigaction olds[NSIG];
+  forwarded_signals(&fwd);
+  pid_t x = -1;
+  int r = -1;
+  if (exec_prepare(&c, s, &ec, &base, &eng, &cg, err) < 0)
     goto out;
-  }
-  if (agsx_oci_load_seccomp(c.rootpath, s, &base, &eng, err) < 0 ||
-      agsx_oci_cgroup_open(c.rec.cgroup, false, &cg, err) < 0 || (pidfd = ctr_pidfd(&c, err)) < 0)
-    goto out;
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
-    agsx_error_set(err, errno, "socketpair");
-    goto out;
-  }
-  ec.pidfd = pidfd;
-  ec.sock = sp[1];
-  ec.base = base.len ? &base : NULL;
-  ec.eng = eng.len ? &eng : NULL;
-  ec.nsflags = ns_flags(c.rec.pid);
-  if (!o->detach)
+  if (!o->detach) {
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-  cpid = fork();
-  if (cpid == 0) {
-    close(sp[0]);
-    /* Join the cgroup now, as host root, before dropping into the
-     * container's namespaces. */
-    _cleanup_error_ agsx_error_t e = NULL;
-    if (agsx_oci_cgroup_attach(cg, getpid(), &e) < 0) {
-      struct agsx_msg m = {.type = AGSX_MSG_ERROR, .code = 1};
-      snprintf(m.text, sizeof(m.text), "%s", e->msg);
-      agsx_msg_send(sp[1], &m, NULL, 0);
-      _exit(1);
-    }
-    exec_c(&ec);
+    fg_signals(true, &fwd, &old, olds);
   }
-  close(sp[1]);
-  sock = sp[0];
-  if (cpid < 0) {
-    agsx_error_set(err, errno, "fork");
-    goto out;
-  }
-  int cst;
-  int wr = exec_wait_x(sock, p.terminal, &x, &master, err);
-  while (waitpid(cpid, &cst, 0) < 0 && errno == EINTR) {
-  }
-  if (wr < 0) {
-    if (x > 0 && !o->detach)
-      waitpid(x, NULL, 0);
-    goto out;
-  }
-  if (p.terminal && agsx_oci_send_console(o->console_socket, master, err) < 0) {
-    kill(x, SIGKILL);
-    goto out;
-  }
-  /* EOF: exec'd. A message: why not. */
-  {
-    struct agsx_msg m;
-    ssize_t n;
-    do
-      n = read(sock, &m, sizeof(m));
-    while (n < 0 && errno == EINTR);
-    if (n == (ssize_t)sizeof(m) && m.type == AGSX_MSG_ERROR) {
-      m.text[sizeof(m.text) - 1] = '\0';
-      agsx_error_set_quiet(err, m.err, "%s", m.text);
-      if (!o->detach)
-        waitpid(x, NULL, 0);
-      goto out;
-    }
-  }
+  if (exec_spawn(&ec, cg, &x, err) < 0)
+    goto restore;
   if (o->detach) {
-    if (o->pid_file) {
-      char v[16];
-      int n = snprintf(v, sizeof(v), "%d", (int)x);
-      _cleanup_free_ char *dir = xstrdup(o->pid_file);
-      char *slash = strrchr(dir, '/');
-      if (slash == dir)
-        dir[1] = '\0';
-      else if (slash)
-        *slash = '\0';
-      _cleanup_close_ int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (dfd < 0 || agsx_write_file_atomic(dfd, slash ? slash + 1 : o->pid_file, v, (size_t)n,
-                                            0644, err) < 0) {
-        if (dfd < 0)
-          agsx_error_set(err, errno, "pid file `%s`", o->pid_file);
-        kill(x, SIGKILL);
-        goto out;
-      }
-    }
-    r = 0;
+    if (o->pid_file && exec_pid_file(o->pid_file, x, err) < 0)
+      kill(x, SIGKILL);
+    else
+      r = 0;
     goto out;
   }
-  int status;
-  while (waitpid(x, &status, 0) < 0) {
-    if (errno != EINTR) {
-      agsx_error_set(err, errno, "wait for the process");
-      goto out;
-    }
-  }
-  *ret_status = agsx_wait_status_exit_code(status, NULL);
-  r = 0;
+  r = exec_wait_fg(x, ret_status, err);
+restore:
+  if (!o->detach)
+    fg_signals(false, &fwd, &old, olds);
 out:
-  if (o->process_json)
-    agsx_oci_process_clear(&p);
-  else {
-    agsx_strv_free(p.args);
-    agsx_strv_free(p.env);
-    free(p.cwd);
-  }
+  agsx_closep(&ec.pidfd);
+  exec_process_clear(o, &p);
   return r;
 }

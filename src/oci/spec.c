@@ -7,13 +7,19 @@
 #include "util/json.h"
 
 #include <ctype.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <linux/capability.h>
+#include <linux/magic.h>
+#include <linux/openat2.h>
 #include <sched.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 const char *const agsx_oci_hook_names[AGSX_OCI_HOOK_KINDS] = {"prestart", "createRuntime",
                                                               "poststart", "poststop"};
@@ -346,22 +352,20 @@ static int process_from(yajl_val o, struct agsx_oci_process *p, agsx_error_t *er
   p->umask = -1;
   if (!YAJL_IS_OBJECT(o))
     return REFUSE(err, "process", "expected an object");
-  static const char *const refused[] = {"selinuxLabel", "ioPriority", "scheduler",
-                                        "execCPUAffinity"};
+  static const char *const refused[] = {"ioPriority", "scheduler", "execCPUAffinity"};
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(refused); i++)
     if (present(o, refused[i])) {
       char field[64];
       snprintf(field, sizeof(field), "process.%s", refused[i]);
-      return strcmp(refused[i], "selinuxLabel") == 0
-                 ? REFUSE(err, field, "SELinux is not supported by agsx")
-                 : UNSUPPORTED(err, field);
+      return UNSUPPORTED(err, field);
     }
   if (get_strv(o, "args", "process.args", AGSX_OCI_MAX_ARGS, &p->args, err) < 0 ||
       get_strv(o, "env", "process.env", AGSX_OCI_MAX_ENV, &p->env, err) < 0 ||
       get_string(o, "cwd", "process.cwd", &p->cwd, err) < 0 ||
       get_bool(o, "terminal", "process.terminal", &p->terminal, err) < 0 ||
       get_bool(o, "noNewPrivileges", "process.noNewPrivileges", &p->no_new_privileges, err) < 0 ||
-      get_string(o, "apparmorProfile", "process.apparmorProfile", &p->apparmor, err) < 0)
+      get_string(o, "apparmorProfile", "process.apparmorProfile", &p->apparmor, err) < 0 ||
+      get_string(o, "selinuxLabel", "process.selinuxLabel", &p->selinux, err) < 0)
     return -1;
   if (p->args == NULL || p->args[0] == NULL || p->args[0][0] == '\0')
     return REFUSE(err, "process.args", "must name the program to run");
@@ -405,6 +409,7 @@ void agsx_oci_process_clear(struct agsx_oci_process *p) {
   free(p->cwd);
   free(p->rlimits);
   free(p->apparmor);
+  free(p->selinux);
   memset(p, 0, sizeof(*p));
 }
 
@@ -857,11 +862,8 @@ static int parse_linux(yajl_val l, struct agsx_oci_spec *s, agsx_error_t *err) {
   static const struct {
     const char *key, *why;
   } refused[] = {
-      {"mountLabel", "SELinux is not supported by agsx"},
-      {"intelRdt", "not supported by agsx"},
-      {"personality", "not supported by agsx"},
-      {"timeOffsets", "not supported by agsx"},
-      {"netDevices", "not supported by agsx"},
+      {"intelRdt", "not supported by agsx"},     {"personality", "not supported by agsx"},
+      {"timeOffsets", "not supported by agsx"},  {"netDevices", "not supported by agsx"},
       {"memoryPolicy", "not supported by agsx"},
   };
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(refused); i++)
@@ -880,7 +882,8 @@ static int parse_linux(yajl_val l, struct agsx_oci_spec *s, agsx_error_t *err) {
       get_strv(l, "readonlyPaths", "linux.readonlyPaths", AGSX_OCI_MAX_PATHS, &s->readonly, err) <
           0 ||
       parse_sysctl(agsx_json_get(l, "sysctl"), s, err) < 0 ||
-      get_string(l, "cgroupsPath", "linux.cgroupsPath", &s->cgroups_path, err) < 0)
+      get_string(l, "cgroupsPath", "linux.cgroupsPath", &s->cgroups_path, err) < 0 ||
+      get_string(l, "mountLabel", "linux.mountLabel", &s->mount_label, err) < 0)
     return -1;
   for (char **p = s->masked; p && *p; p++)
     if ((*p)[0] != '/')
@@ -1050,6 +1053,7 @@ void agsx_oci_spec_free(struct agsx_oci_spec *s) {
     free(s->hooks[k]);
   }
   free(s->annotations);
+  free(s->mount_label);
   free(s);
 }
 
@@ -1137,8 +1141,79 @@ int agsx_oci_policy_process(const struct agsx_oci_policy *pol, struct agsx_oci_p
     agsx_debug("config: process.noNewPrivileges forced on");
     p->no_new_privileges = true;
   }
-  if (p->apparmor && p->apparmor[0])
-    return REFUSE(err, "process.apparmorProfile", "AppArmor is not supported by agsx yet");
+  /* As runc: a profile or label the host cannot enforce is ignored; one
+   * it can is applied at exec (agsx_oci_lsm_exec). */
+  if (p->apparmor && (p->apparmor[0] == '\0' || !agsx_oci_apparmor_enabled())) {
+    if (p->apparmor[0])
+      agsx_debug("config: process.apparmorProfile `%s` ignored: AppArmor is not enabled on "
+                 "this host",
+                 p->apparmor);
+    free(p->apparmor);
+    p->apparmor = NULL;
+  }
+  if (p->apparmor && strlen(p->apparmor) > 1024)
+    return REFUSE(err, "process.apparmorProfile", "longer than 1024 bytes");
+  if (p->selinux && (p->selinux[0] == '\0' || !agsx_oci_selinux_enabled())) {
+    if (p->selinux[0])
+      agsx_debug("config: process.selinuxLabel `%s` ignored: SELinux is not enabled on this host",
+                 p->selinux);
+    free(p->selinux);
+    p->selinux = NULL;
+  }
+  if (p->selinux && strlen(p->selinux) > 1024)
+    return REFUSE(err, "process.selinuxLabel", "longer than 1024 bytes");
+  return 0;
+}
+
+bool agsx_oci_apparmor_enabled(void) {
+  char v[4] = {0};
+  _cleanup_close_ int fd =
+      open("/sys/module/apparmor/parameters/enabled", O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  return fd >= 0 && read(fd, v, sizeof(v) - 1) > 0 && v[0] == 'Y';
+}
+
+bool agsx_oci_selinux_enabled(void) {
+  struct statfs f;
+  return statfs("/sys/fs/selinux", &f) == 0 && f.f_type == SELINUX_MAGIC;
+}
+
+/* NAME under the container's /proc/self/attr, opened for writing inside
+ * the current root, and only if it is procfs's (CVE-2019-16884: a
+ * container's own mount over /proc must not take the write). */
+static int open_attr(const char *name) {
+  _cleanup_close_ int root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  struct open_how how = {.flags = O_WRONLY | O_CLOEXEC | O_NOFOLLOW,
+                         .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+  _cleanup_free_ char *path = xasprintf("/proc/self/attr/%s", name);
+  int fd = root < 0 ? -1 : (int)syscall(SYS_openat2, root, path, &how, sizeof(how));
+  struct statfs f;
+  if (fd >= 0 && (fstatfs(fd, &f) < 0 || f.f_type != PROC_SUPER_MAGIC)) {
+    close(fd);
+    errno = EXDEV;
+    return -1;
+  }
+  return fd;
+}
+
+static int write_attr(const char *name, const char *fallback, const char *v, agsx_error_t *err) {
+  _cleanup_close_ int fd = open_attr(name);
+  if (fd < 0 && errno == ENOENT && fallback)
+    fd = open_attr(fallback);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "open /proc/self/attr/%s", name);
+  if (agsx_write_all(fd, v, strlen(v)) < 0)
+    return agsx_error_set(err, errno, "write /proc/self/attr/%s", name);
+  return 0;
+}
+
+int agsx_oci_lsm_exec(const char *apparmor, const char *selinux, agsx_error_t *err) {
+  if (apparmor) {
+    _cleanup_free_ char *v = xasprintf("exec %s", apparmor);
+    if (write_attr("apparmor/exec", "exec", v, err) < 0)
+      return agsx_error_wrap(err, "AppArmor profile `%s`", apparmor);
+  }
+  if (selinux && write_attr("exec", NULL, selinux, err) < 0)
+    return agsx_error_wrap(err, "SELinux label `%s`", selinux);
   return 0;
 }
 
@@ -1148,6 +1223,12 @@ int agsx_oci_policy_apply(const struct agsx_oci_policy *pol, struct agsx_oci_spe
     return REFUSE(err, "process", "missing (agsx runs one program per container)");
   if (agsx_oci_policy_process(pol, &s->process, err) < 0)
     return -1;
+  if (s->mount_label && s->mount_label[0]) {
+    if (agsx_oci_selinux_enabled())
+      return REFUSE(err, "linux.mountLabel", "SELinux mount labels are not supported by agsx");
+    agsx_debug("config: linux.mountLabel `%s` ignored: SELinux is not enabled on this host",
+               s->mount_label);
+  }
   static const struct {
     int type;
     const char *name;

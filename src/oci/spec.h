@@ -115,7 +115,8 @@ struct agsx_oci_process {
   bool no_new_privileges;
   bool has_oom_score_adj;
   int oom_score_adj;
-  char *apparmor;
+  char *apparmor; /* NULL after the policy where AppArmor is not enabled */
+  char *selinux;  /* selinuxLabel: likewise for SELinux */
 };
 
 struct agsx_oci_spec {
@@ -143,6 +144,7 @@ struct agsx_oci_spec {
   struct agsx_oci_hook *hooks[AGSX_OCI_HOOK_KINDS];
   size_t n_hooks[AGSX_OCI_HOOK_KINDS];
   char *annotations; /* the object, re-serialised, or NULL */
+  char *mount_label; /* linux.mountLabel: ignored without SELinux, else refused */
 };
 
 /* Parses BUF[0..LEN). On failure *ERR is one line naming the field:
@@ -179,6 +181,16 @@ int agsx_oci_policy_apply(const struct agsx_oci_policy *pol, struct agsx_oci_spe
 /* The process part of the policy alone (exec's process.json). */
 int agsx_oci_policy_process(const struct agsx_oci_policy *pol, struct agsx_oci_process *p,
                             agsx_error_t *err);
+/* Whether the host enforces AppArmor (/sys/module/apparmor/parameters/
+ * enabled is "Y") or SELinux (selinuxfs mounted), as runc decides. */
+bool agsx_oci_apparmor_enabled(void);
+bool agsx_oci_selinux_enabled(void);
+/* In the process about to exec, inside the container (its /proc): the
+ * AppArmor profile (`exec PROFILE` to /proc/self/attr/apparmor/exec, else
+ * /proc/self/attr/exec) and SELinux label (/proc/self/attr/exec) the exec
+ * transitions to; each NULL: nothing. The file must be on a procfs. Done
+ * before no_new_privs, as runc. */
+int agsx_oci_lsm_exec(const char *apparmor, const char *selinux, agsx_error_t *err);
 /* The capabilities agsx grants at most (a bit per capability). */
 uint64_t agsx_oci_caps_max(const struct agsx_oci_policy *pol);
 /* Capability number from "CAP_SYS_ADMIN" (or -1). */

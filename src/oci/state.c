@@ -7,6 +7,7 @@
 #include "util/json.h"
 
 #include <ctype.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -96,7 +97,22 @@ int agsx_oci_record_write(int dirfd, const struct agsx_oci_record *r, agsx_error
   yajl_gen_map_close(g);
   size_t len;
   _cleanup_free_ char *text = agsx_json_gen_steal(g, &len);
-  return agsx_write_file_atomic(dirfd, "state.json", text, len, 0600, err);
+  return agsx_oci_write_file(dirfd, "state.json", text, len, 0600, err);
+}
+
+int agsx_oci_write_file(int dirfd, const char *name, const void *data, size_t len, mode_t mode,
+                        agsx_error_t *err) {
+  _cleanup_free_ char *tmp = xasprintf(".%s.tmp-%d-%lx", name, getpid(), (long)agsx_mono_ns());
+  _cleanup_close_ int fd =
+      openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "create `%s`", tmp);
+  if (agsx_write_all(fd, data, len) < 0 || renameat(dirfd, tmp, dirfd, name) < 0) {
+    agsx_error_set(err, errno, "write `%s`", name);
+    unlinkat(dirfd, tmp, 0);
+    return -1;
+  }
+  return 0;
 }
 
 static char *dup_or_null(yajl_val o, const char *key) {

@@ -89,6 +89,13 @@ bool agsx_sandbox_is_frozen(const char *id) {
   return agsx_cgroup_open(id, &cg, &e) == 0 && agsx_cgroup_frozen(cg);
 }
 
+void agsx_sandbox_thaw_killed(const char *id) {
+  _cleanup_cgroup_ struct agsx_cgroup *cg = NULL;
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (agsx_cgroup_open(id, &cg, &e) == 0 && agsx_cgroup_frozen(cg))
+    agsx_cgroup_thaw_quiet(cg);
+}
+
 int agsx_sandbox_lock_changes(int statefd, const char *id, agsx_error_t *err) {
   _cleanup_free_ char *path = xasprintf("%s/changes.lock", id);
   _cleanup_close_ int fd = openat(statefd, path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);

@@ -31,6 +31,14 @@ int agsx_sandbox_unpause(int statefd, const char *id, agsx_error_t *err);
  * (sandboxes never paused pay nothing for either). */
 #define AGSX_FROZEN_MARK "frozen"
 int agsx_sandbox_set_frozen(int statefd, const char *id, bool freeze, agsx_error_t *err);
+/* After a SIGKILL to sandbox ID's init from outside its supervisor (agsx
+ * kill -s KILL): thaws its cgroup if frozen, since v1's freezer holds even
+ * a SIGKILLed task, so a paused sandbox, or one frozen by a capture, would
+ * not die until thawed (the capture, which checks its freeze as it goes,
+ * then gives up). The tasks die at once: a fatal signal is taken before
+ * any return to user code. Other signals wait in a frozen sandbox until it
+ * is unpaused. */
+void agsx_sandbox_thaw_killed(const char *id);
 /* True while ID's cgroup is frozen. */
 bool agsx_sandbox_is_frozen(const char *id);
 /* Takes STATE/<id>/changes.lock (exclusive, blocking): pause, unpause,

@@ -431,6 +431,13 @@ static int open_log(struct sup *f, uint64_t cap, agsx_error_t *err) {
   return 0;
 }
 
+static void add_phase(struct agsx_timing *t, const char *name, int64_t ns) {
+  if (t->n < AGSX_MAX_PHASES) {
+    t->name[t->n] = name;
+    t->ns[t->n++] = ns;
+  }
+}
+
 static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
   uint64_t log_cap = 0;
   if (f->detached && agsx_log_cap_conf(&log_cap, err) < 0)
@@ -452,7 +459,9 @@ static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
    * asks at once must not see 0x0. */
   if (f->o->tty && ioctl(STDIN_FILENO, TIOCGWINSZ, &f->cfg->winsize) == 0)
     f->cfg->has_winsize = true;
+  f->starting_ns = agsx_mono_ns();
   int r = agsx_sandbox_start(f->cfg, &f->sb, err);
+  int64_t t = agsx_mono_ns();
   for (int i = 0; i < 2; i++)
     agsx_closep(&pipes[i][1]);
   if (r < 0 || (f->detached && open_log(f, log_cap, err) < 0))
@@ -460,12 +469,16 @@ static int start(struct sup *f, int pipes[2][2], agsx_error_t *err) {
   if (f->relay && agsx_relay_set_connect_ns(f->relay, f->sb->netns, err) < 0)
     return -1;
   agsx_sup_budget_relays(f);
-  if (f->o->ephemeral)
-    return 0; /* no record: removed at the end (write_end_record) */
-  if (write_start_record(f, err) < 0)
-    return -1;
-  f->recorded = true;
-  return f->detached ? open_procs(f, log_cap, err) : 0;
+  /* An ephemeral sandbox has no record: removed at the end (write_end_record). */
+  if (!f->o->ephemeral) {
+    if (write_start_record(f, err) < 0)
+      return -1;
+    f->recorded = true;
+    if (f->detached && open_procs(f, log_cap, err) < 0)
+      return -1;
+  }
+  add_phase(&f->sb->timing, "record", agsx_mono_ns() - t);
+  return 0;
 }
 
 /* The log's end: how the command ended, and why agsx failed if it did. */
@@ -541,6 +554,10 @@ struct report {
   int ok;
   struct agsx_proc_ref supervisor;
   char text[1024];
+  /* With --timing: when the supervisor began, and its phases (their names
+   * are literals of this same program: the caller's pointers too). */
+  int64_t began_ns, starting_ns;
+  struct agsx_timing timing;
 };
 
 static _Noreturn void detached_supervisor(struct sup *f, int report) {
@@ -553,10 +570,13 @@ static _Noreturn void detached_supervisor(struct sup *f, int report) {
   /* It writes to its processes' stdin pipes: a reader gone is EPIPE, not
    * its death (the command's dispositions are reset before exec). */
   signal(SIGPIPE, SIG_IGN);
+  int64_t began = agsx_mono_ns();
   int r = start(f, pipes, &err);
   if (r == 0 && agsx_pool_sup_park(f, &err) < 0)
     r = -1;
-  struct report m = {.ok = r == 0};
+  struct report m = {.ok = r == 0, .began_ns = began, .starting_ns = f->starting_ns};
+  if (r == 0 && f->o->timing)
+    m.timing = f->sb->timing;
   agsx_proc_ref_self(&m.supervisor);
   snprintf(m.text, sizeof(m.text), "%s", r == 0 ? f->sb->id : err->msg);
   if (write(report, &m, sizeof(m)) < 0) {
@@ -589,7 +609,8 @@ struct agsx_lifecycle {
   struct agsx_netns_job job; /* the network namespace, made by a helper meanwhile */
   struct agsx_net_attach net;
   struct sup f;
-  int64_t prepare_ns;
+  int64_t prepare_ns, command_ns;
+  struct agsx_timing detach_timing; /* run -d --timing: the supervisor's phases */
 };
 
 int agsx_lifecycle_create(const struct agsx_run_spec *spec, struct agsx_lifecycle **ret,
@@ -656,11 +677,16 @@ int agsx_lifecycle_run(struct agsx_lifecycle *lc, const struct agsx_run_hooks *h
                        agsx_error_t *err) {
   struct sup *f = &lc->f;
   int pipes[2][2] = {{-1, -1}, {-1, -1}};
-  lc->prepare_ns = agsx_mono_ns() - lc->spec.t0;
-  if (start(f, pipes, err) == 0) {
+  int r = start(f, pipes, err);
+  /* Up to the sandbox's start: the image, the config, the supervisor's
+   * signals, stdio and ports. */
+  lc->prepare_ns = f->starting_ns ? f->starting_ns - lc->spec.t0 : 0;
+  if (r == 0) {
+    int64_t t = agsx_mono_ns();
     if (hooks && hooks->started)
       hooks->started(hooks->data, lc);
     agsx_supervise(f, err);
+    lc->command_ns = agsx_mono_ns() - t;
   }
   if (hooks && hooks->ended)
     hooks->ended(hooks->data, lc);
@@ -721,6 +747,8 @@ int agsx_lifecycle_detach(struct agsx_lifecycle *lc, struct agsx_run_started *re
                           agsx_error_t *err) {
   struct sup *f = &lc->f;
   int pfd[2];
+  int64_t forking = agsx_mono_ns();
+  lc->prepare_ns = forking - lc->spec.t0;
   if (pipe2(pfd, O_CLOEXEC) < 0)
     return agsx_error_set(err, errno, "pipe");
   fflush(NULL);
@@ -749,6 +777,18 @@ int agsx_lifecycle_detach(struct agsx_lifecycle *lc, struct agsx_run_started *re
   if (!m.ok)
     return agsx_error_set(err, 0, "%s", m.text);
   snprintf(ret->id, sizeof(ret->id), "%.32s", m.text);
+  if (lc->spec.timing) {
+    /* The supervisor's phases between its own start and the report. */
+    struct agsx_timing *t = &lc->detach_timing;
+    add_phase(t, "detach", m.began_ns - forking);
+    add_phase(t, "setup", m.starting_ns - m.began_ns);
+    int64_t sum = m.starting_ns;
+    for (size_t i = 0; i < m.timing.n && i < AGSX_MAX_PHASES; i++) {
+      add_phase(t, m.timing.name[i], m.timing.ns[i]);
+      sum += m.timing.ns[i];
+    }
+    add_phase(t, "report", agsx_mono_ns() - sum);
+  }
   ret->supervisor = m.supervisor.pid;
   ret->supervisor_ref = m.supervisor;
   return 0;
@@ -758,9 +798,15 @@ const struct agsx_sandbox *agsx_lifecycle_sandbox(const struct agsx_lifecycle *l
   return lc->f.sb;
 }
 
+const struct agsx_timing *agsx_lifecycle_timing(const struct agsx_lifecycle *lc) {
+  return lc->f.handed_off ? &lc->detach_timing : lc->f.sb ? &lc->f.sb->timing : NULL;
+}
+
 int64_t agsx_lifecycle_prepare_ns(const struct agsx_lifecycle *lc) { return lc->prepare_ns; }
 
 int64_t agsx_lifecycle_teardown_ns(const struct agsx_lifecycle *lc) { return lc->f.teardown_ns; }
+
+int64_t agsx_lifecycle_command_ns(const struct agsx_lifecycle *lc) { return lc->command_ns; }
 
 char *agsx_lifecycle_result_json(const struct agsx_lifecycle *lc, int exit_code, const char *error,
                                  size_t *ret_len) {

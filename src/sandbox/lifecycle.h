@@ -127,7 +127,13 @@ int agsx_lifecycle_detach(struct agsx_lifecycle *lc, struct agsx_run_started *re
 /* The sandbox (NULL before it started) and what the run measured. */
 const struct agsx_sandbox *agsx_lifecycle_sandbox(const struct agsx_lifecycle *lc);
 int64_t agsx_lifecycle_prepare_ns(const struct agsx_lifecycle *lc);
+/* The start's phases after prepare (run: the sandbox's; detach: the
+ * supervisor's, with its fork first and the report last); NULL if none. */
+const struct agsx_timing *agsx_lifecycle_timing(const struct agsx_lifecycle *lc);
 int64_t agsx_lifecycle_teardown_ns(const struct agsx_lifecycle *lc);
+/* From the command's start to the supervisor's seeing its end (the
+ * command, its reaping by the init, the EXIT message): before teardown. */
+int64_t agsx_lifecycle_command_ns(const struct agsx_lifecycle *lc);
 /* Whether *CANCEL_FD stopped the run; why the firewall cut it off, or NULL. */
 bool agsx_lifecycle_cancelled(const struct agsx_lifecycle *lc);
 const char *agsx_lifecycle_cut(const struct agsx_lifecycle *lc);

@@ -30,6 +30,7 @@
 #define XATTR_LIST_MAX_ 65536
 #define XATTR_VALUE_MAX 65536
 #define COPY_BUF (1 << 20)
+#define SENDFILE_MAX (16u << 20) /* per call, so that copy_check runs between */
 #define SNAPSHOT_JSON_MAX (1 << 20)
 
 bool agsx_snapshot_layer_id_is_valid(const char *s) {
@@ -72,6 +73,10 @@ struct link {
 struct copy {
   uint32_t base;
   int dstroot;
+  /* The sandbox whose freeze the copy relies on (see copy_check). */
+  int statefd;
+  const char *id;
+  int64_t next_check;
   struct link *links;
   size_t n_links;
   uint64_t bytes, files;
@@ -81,6 +86,32 @@ struct copy {
 
 static uid_t shift(uid_t id, uint32_t base) {
   return id >= base && id - base < AGSX_UID_RANGE ? id - base : 0;
+}
+
+static bool stayed_frozen(int statefd, const char *id);
+
+/* The copy is only worth going on while the sandbox stays frozen and
+ * running: a stop (agsx kill, the deadline, its init's death) thaws it and
+ * the copy could never be kept. Without this check a copy went on to the
+ * end after a kill, tens of seconds for a tree of many files on a state
+ * directory whose file system allocates inodes slowly after mass deletion
+ * (ext4 without a journal skips every recently deleted inode: perf shows
+ * recently_deleted and find_get_block_common), so a snapshot killed
+ * mid-copy spun at 100% CPU for over a minute. Checked at most every
+ * COPY_CHECK_NS of copying (a record read and a freezer state read; the
+ * clock costs nothing beside a file's syscalls). */
+#define COPY_CHECK_NS (20 * 1000000LL)
+static int copy_check(struct copy *c, agsx_error_t *err) {
+  if (c->id == NULL)
+    return 0;
+  int64_t now = agsx_mono_ns();
+  if (now < c->next_check)
+    return 0;
+  c->next_check = now + COPY_CHECK_NS;
+  if (!stayed_frozen(c->statefd, c->id))
+    return agsx_error_set(err, ESRCH, "sandbox `%.12s` was stopped during the copy: nothing kept",
+                          c->id);
+  return 0;
 }
 
 /* Files agsx writes into every sandbox's root: never part of a layer. */
@@ -146,8 +177,11 @@ static int copy_data(struct copy *c, int src, int dst, off_t size, const char *p
     off = data;
     if (lseek(dst, data, SEEK_SET) == data)
       while (off < hole) {
-        ssize_t k = sendfile(dst, src, &off,
-                             (size_t)(hole - off) < (1u << 30) ? (size_t)(hole - off) : (1u << 30));
+        if (copy_check(c, err) < 0)
+          return -1;
+        ssize_t k =
+            sendfile(dst, src, &off,
+                     (size_t)(hole - off) < SENDFILE_MAX ? (size_t)(hole - off) : SENDFILE_MAX);
         if (k < 0 && errno == EINTR)
           continue;
         if (k <= 0)
@@ -155,6 +189,8 @@ static int copy_data(struct copy *c, int src, int dst, off_t size, const char *p
         c->bytes += (uint64_t)k;
       }
     while (off < hole) {
+      if (copy_check(c, err) < 0)
+        return -1;
       size_t want = hole - off < COPY_BUF ? (size_t)(hole - off) : COPY_BUF;
       ssize_t r = pread(src, c->buf, want, off);
       if (r < 0 && errno == EINTR)
@@ -292,6 +328,8 @@ static int copy_tree(struct copy *c, int src, int dst, const char *prefix, int d
     _cleanup_free_ char *path = *prefix ? xasprintf("%s/%s", prefix, name) : xstrdup(name);
     if (agsx_made(path))
       continue;
+    if (copy_check(c, err) < 0)
+      return -1;
     struct stat st;
     if (fstatat(src, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
       return agsx_error_set(err, errno, "`%s`", path);
@@ -422,6 +460,18 @@ static bool stayed_frozen(int statefd, const char *id) {
   return ok;
 }
 
+/* The sandbox ended or is being stopped. */
+static bool stopping(int statefd, const char *id) {
+  struct agsx_record r;
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (agsx_record_read(statefd, id, &r, &e) < 0)
+    return true;
+  bool gone =
+      r.status != AGSX_STATUS_RUNNING || r.stop_request || !agsx_proc_ref_alive(&r.supervisor);
+  agsx_record_clear(&r);
+  return gone;
+}
+
 static int capture_locked(int statefd, const char *id, struct agsx_capture *c, agsx_error_t *err) {
   if (agsx_record_read(statefd, id, &c->rec, err) < 0)
     return -1;
@@ -440,12 +490,17 @@ static int capture_locked(int statefd, const char *id, struct agsx_capture *c, a
                 (t0 = agsx_mono_ns(), agsx_sandbox_set_frozen(statefd, id, true, err)) < 0)) {
     _cleanup_error_ agsx_error_t e = NULL;
     mark_frozen_by(statefd, id, false, NULL, &e);
+    if (t0 && stopping(statefd, id)) {
+      /* A stop thawed what the freeze was freezing: say so, not EBUSY. */
+      agsx_error_free(err);
+      return agsx_error_set(err, ESRCH, "sandbox `%.12s` was stopped during the freeze", id);
+    }
     return -1;
   }
   agsx_sandbox_new_id(c->lid);
-  struct copy cp = {.dstroot = -1};
+  struct copy cp = {.dstroot = -1, .statefd = statefd, .id = id};
   int r = copy_upper(statefd, upper, c->rec.uid_base, c->lid, &cp, err);
-  bool ok = r == 0 && stayed_frozen(statefd, id);
+  bool ok = stayed_frozen(statefd, id);
   if (froze) {
     _cleanup_error_ agsx_error_t e = NULL;
     if (agsx_sandbox_set_frozen(statefd, id, false, &e) < 0)
@@ -454,13 +509,14 @@ static int capture_locked(int statefd, const char *id, struct agsx_capture *c, a
     agsx_error_free(&e);
     mark_frozen_by(statefd, id, false, NULL, &e);
   }
-  if (r < 0)
-    return agsx_error_wrap(err, "sandbox `%.12s`: copy its writable layer", id);
   if (!ok) {
     drop_layer_tmp(statefd, c->lid);
+    agsx_error_free(err);
     return agsx_error_set(err, ESRCH, "sandbox `%.12s` was stopped during the copy: nothing kept",
                           id);
   }
+  if (r < 0)
+    return agsx_error_wrap(err, "sandbox `%.12s`: copy its writable layer", id);
   if (publish_layer(statefd, c->lid, err) < 0) {
     drop_layer_tmp(statefd, c->lid);
     return -1;
@@ -732,6 +788,12 @@ int agsx_snapshot_create(int statefd, const char *id, const char *name, struct a
     _cleanup_error_ agsx_error_t e = NULL;
     agsx_rm_rf_at(statefd, l, &e);
     agsx_snapshot_clear(ret);
+    if (stopping(statefd, id)) {
+      /* Its end removed the snapshots directory under the write. */
+      agsx_error_free(err);
+      agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` ended during the snapshot: nothing kept",
+                           id);
+    }
   }
   agsx_capture_clear(&c);
   return r;

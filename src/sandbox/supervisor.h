@@ -52,6 +52,7 @@ struct sup {
   struct agsx_pool_sup *pool;  /* a pool's sandbox: its claim (sandbox/pool.h) */
   bool detached, handed_off;
   int64_t teardown_ns;
+  int64_t starting_ns; /* agsx_mono_ns when the sandbox's own start began (--timing) */
   bool cancelled;
   char *cut; /* cut_kills: why the firewall cut the sandbox off */
   bool stopping, killed, recorded;

@@ -614,6 +614,17 @@ int agsx_rm_rf_at(int dirfd, const char *name, agsx_error_t *err) {
   return 0;
 }
 
+int agsx_rm_children_at(int dirfd, const char *name, agsx_error_t *err) {
+  int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT)
+    return 0;
+  if (fd < 0)
+    return agsx_error_set(err, errno, "open `%s`", name);
+  if (rm_rf_children(fd, err) < 0)
+    return agsx_error_wrap(err, "empty `%s`", name);
+  return 0;
+}
+
 int agsx_mkdtemp_at(int dirfd, const char *prefix, mode_t mode, char **ret_name,
                     agsx_error_t *err) {
   static const char hex[] = "0123456789abcdef";

@@ -163,6 +163,9 @@ int agsx_write_file_atomic(int dirfd, const char *name, const void *data, size_t
 int agsx_mkdir_p(const char *path, mode_t mode, agsx_error_t *err);
 /* Removes NAME under DIRFD and everything below it without following symlinks. */
 int agsx_rm_rf_at(int dirfd, const char *name, agsx_error_t *err);
+/* Empties the directory NAME under DIRFD (everything below it, as
+ * agsx_rm_rf_at), leaving the directory itself; a missing NAME is empty. */
+int agsx_rm_children_at(int dirfd, const char *name, agsx_error_t *err);
 /* Creates a fresh directory NAME-XXXXXX under DIRFD; returns its fd. */
 int agsx_mkdtemp_at(int dirfd, const char *prefix, mode_t mode, char **ret_name, agsx_error_t *err);
 /* Takes an flock on DIRFD/NAME (created 0600) and returns the lock fd. */

@@ -28,34 +28,29 @@ setup() {
 
 jq_() { jq -e "$@"; }
 
+# On a failure: the sandbox's processes and each context bridge's stderr
+# (the kernel's own diagnostics), so an intermittent hang can be read.
+code_diag() {
+  echo "# processes in lab:" >&3
+  ax exec lab ps -eo pid,ppid,stat,etime,wchan:24,args 2>&1 | sed 's/^/#   /' >&3 || true
+  local pid
+  for pid in $(ax exec lab ps -eo pid=,args= 2>/dev/null | awk '/python3 -I -c/ && !/awk/ {print $1}'); do
+    echo "# bridge $pid stderr:" >&3
+    ax logs --exec "$pid" lab 2>&1 | tail -40 | sed 's/^/#   /' >&3 || true
+  done
+}
+
 teardown() {
   local rc=0
-  if [ -n "${SRV_PID:-}" ]; then
-    kill "$SRV_PID" 2>/dev/null || true
-    wait "$SRV_PID" 2>/dev/null || true
-  fi
+  serve_stop || rc=1
   sandbox_teardown || rc=1
   return $rc
 }
 
 KEY=e2b_0123456789abcdef0123456789abcdef01234567
 
-# agsx serve on a free loopback port, for the SDK.
-serve_start() {
-  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  U=http://127.0.0.1:$PORT
-  "$AGSX" --root "$ROOT" --state "$STATE" serve --listen "127.0.0.1:$PORT" --api-key "$KEY" \
-    "$@" >>"$T/serve.log" 2>&1 &
-  SRV_PID=$!
-  local i
-  for i in $(seq 100); do
-    curl -s -o /dev/null "$U/" && return 0
-    kill -0 "$SRV_PID" 2>/dev/null || break
-    sleep 0.05
-  done
-  cat "$T/serve.log" >&3
-  return 1
-}
+# agsx serve on a free loopback port, for the SDK (helpers.bash).
+serve_start() { api_serve_start "$@"; }
 
 run_sdk() {
   E2B_SDK=$SDK E2B_API_URL=$U E2B_SANDBOX_URL=$U E2B_API_KEY=$KEY \
@@ -99,6 +94,7 @@ plt.plot([1, 3, 2]); plt.show()'
   assert_success
   echo "$output" | jq_ '.results | length == 1' >/dev/null
   echo "$output" | jq_ '.results[0].is_main_result == false and .results[0].extra == {}' >/dev/null
+  echo "$output" | jq_ '.results[0].chart | .type == "line" and .elements[0].label == "Line 0" and .elements[0].points == [[0,1],[1,3],[2,2]]' >/dev/null
   echo "$output" | jq -r '.results[0].png' | base64 -d >"$T/p.png"
   [ "$(head -c 8 "$T/p.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ]
   [ "$(stat -c %s "$T/p.png")" -gt 5000 ]
@@ -111,6 +107,15 @@ pd.DataFrame({"a": [1, 2], "b": ["x", "y"]})'
   assert_success
   echo "$output" | jq_ '.results[0].is_main_result and (.results[0].html | test("<table")) and (.results[0].text | test("a"))' >/dev/null
   echo "$output" | jq_ '.results[0].data == {"a":[1,2],"b":["x","y"]}' >/dev/null
+  # E2B's chart shapes: two axes make a superchart of their charts.
+  run_ax code --json lab 'fig, (a, b) = plt.subplots(1, 2); fig.suptitle("both")
+a.bar(["x", "y"], [3, 5], label="n"); a.set_ylabel("size (MiB)"); b.pie([1, 3], labels=["p", "q"]); plt.show()'
+  assert_success
+  echo "$output" | jq_ '.results[0].chart | .type == "superchart" and .title == "both" and
+    .elements[0].type == "bar" and .elements[0].y_unit == "MiB" and
+    .elements[0].elements == [{"label":"x","group":"n","value":3},{"label":"y","group":"n","value":5}] and
+    .elements[1].type == "pie" and ([.elements[1].elements[] | .label] == ["p","q"]) and
+    .elements[1].elements[1].angle == 270' >/dev/null || { show_run; false; }
   run_ax code --json lab '{"k": [1, 2]}'
   assert_success
   echo "$output" | jq_ '.results[0].json == {"k":[1,2]}' >/dev/null
@@ -204,8 +209,7 @@ print("second")' | while IFS= read -r l; do echo "$(date +%s%N) $l"; done >"$T/l
   [ $((SECONDS - t0)) -lt 20 ]
   echo "$output" | jq_ '.timed_out == true and .error.name == "TimeoutError"' >/dev/null
   run_ax code lab 'kept'
-  assert_success
-  [ "$output" = yes ] || { show_run; false; }
+  [ "$status" = 0 ] && [ "$output" = yes ] || { show_run; code_diag; false; }
 }
 
 @test "code: a kernel that dies reports an error, the next execution has a fresh kernel" {
@@ -294,22 +298,41 @@ for i in range(50): sys.stdout.write("x" * 100000 + "\n")'
 }
 
 @test "code: executions on one context queue in order; different contexts run in parallel" {
-  ax code lab 'import time; time.sleep(2); order = [1]' >"$T/a" 2>&1 &
-  local a=$!
-  sleep 0.5
+  # The default context exists first, so the two calls below cannot race
+  # to make it; the second is sent only once the first cell is running.
+  run_ax code lab 'order = []'
+  assert_success
+  ax code lab 'import time; open("/tmp/first-running", "w").close(); time.sleep(2); order.append(1)' \
+    >"$T/a" 2>&1 &
+  local a=$! i
+  for i in $(seq 300); do
+    ax exec lab test -e /tmp/first-running 2>/dev/null && break
+    sleep 0.1
+  done
   run_ax code lab 'order.append(2); order'
   wait "$a"
   assert_success
   [ "$output" = "[1, 2]" ] || { show_run; false; }
-  local c1 c2 t0
+  # Two contexts at once: the cell in c1 waits (30 s at most) for a file
+  # that the cell in c2 writes, so it can only end well if c2's cell runs
+  # while c1's is still running.
+  local c1 c2
   c1=$(ax code --create lab)
   c2=$(ax code --create lab)
-  t0=$(date +%s%N)
-  ax code -c "$c1" lab 'import time; time.sleep(3)' &
+  ax code -c "$c1" lab 'import os, time
+for _ in range(300):
+    if os.path.exists("/tmp/from-c2"):
+        break
+    time.sleep(0.1)
+else:
+    raise SystemExit("c2 never ran")
+"both"' >"$T/c1" 2>&1 &
   a=$!
-  ax code -c "$c2" lab 'import time; time.sleep(3)'
-  wait "$a"
-  [ $((($(date +%s%N) - t0) / 1000000)) -lt 5500 ]
+  run_ax code -c "$c2" lab 'open("/tmp/from-c2", "w").close(); "c2"'
+  assert_success
+  [ "$output" = c2 ]
+  wait "$a" || { cat "$T/c1"; false; }
+  [ "$(cat "$T/c1")" = both ] || { cat "$T/c1"; false; }
 }
 
 @test "code: bad flags and unknown contexts fail cleanly with 125" {

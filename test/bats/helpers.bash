@@ -389,6 +389,47 @@ busybox_setup() {
   ax image load "$BB" >/dev/null
 }
 
+# ---- agsx serve on a free loopback port ------------------------------------
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# agsx serve on this test's store and state with the API key $KEY, on a
+# free loopback port ($PORT, base URL $U), extra flags in "$@"; waits for
+# its listener and notes its fd count (SRV_FDS) for serve_stop's leak check.
+api_serve_start() {
+  PORT=$(free_port)
+  U=http://127.0.0.1:$PORT
+  "$AGSX" --root "$ROOT" --state "$STATE" ${SERVE_LOG_LEVEL:+--log-level "$SERVE_LOG_LEVEL"} \
+    serve --listen "127.0.0.1:$PORT" --api-key "$KEY" "$@" >>"$T/serve.log" 2>&1 &
+  SRV_PID=$!
+  local i
+  for i in $(seq 100); do
+    curl -s -o /dev/null "$U/" && break
+    kill -0 "$SRV_PID" 2>/dev/null || { cat "$T/serve.log" >&3; return 1; }
+    sleep 0.05
+  done
+  SRV_FDS=$(ls /proc/$SRV_PID/fd | wc -l)
+}
+
+# Stops it; fails if it holds more fds than after its start (a leak).
+serve_stop() {
+  [ -n "${SRV_PID:-}" ] || return 0
+  local fds rc=0
+  sleep 0.2
+  fds=$(ls /proc/$SRV_PID/fd 2>/dev/null | wc -l)
+  if [ "$fds" -gt "$SRV_FDS" ]; then
+    echo "# the server holds $fds fds, $SRV_FDS after its start:" >&3
+    ls -l /proc/$SRV_PID/fd >&3
+    rc=1
+  fi
+  kill "$SRV_PID" 2>/dev/null || true
+  wait "$SRV_PID" 2>/dev/null || true
+  SRV_PID=
+  return $rc
+}
+
 # ---- networld: an outer network+mount namespace with a world ----------------
 #
 # For files with bridges, NAT or nftables (network.bats, firewall.bats):

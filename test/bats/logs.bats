@@ -7,16 +7,9 @@ load helpers
 
 bats_require_minimum_version 1.5.0
 
-setup_file() {
-  export BB="$BATS_FILE_TMPDIR/bb"
-  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
-}
+setup_file() { busybox_setup_file; }
 
-setup() {
-  common_setup
-  AX_TIMEOUT=60
-  ax image load "$BB" >/dev/null
-}
+setup() { busybox_setup 60; }
 
 # Starts a detached sandbox running sh -c "$1"; its id in $id.
 start_sh() {

@@ -135,6 +135,23 @@ deadline_while_paused() {
   [ -z "$(sandbox_cgroups)$(sandbox_processes)" ] || { echo "# left: $(sandbox_cgroups) $(sandbox_processes)" >&3; return 1; }
 }
 
+@test "pause: kill -s KILL of a paused sandbox ends it at once (v1's freezer holds SIGKILLed tasks)" {
+  run_ax run -d --name box busybox sleep 300
+  assert_success
+  run_ax exec box sh -c 'sleep 301 >/dev/null 2>&1 & echo ok'
+  assert_success
+  run_ax pause box
+  assert_success
+  run_ax kill -s KILL box
+  assert_success
+  run_ax wait box
+  [ "$output" = 137 ] || { show_run; return 1; }
+  run_ax ls -a --json
+  python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[0]["status"]=="exited" and not v[0].get("paused"), v' <<<"$output"
+  for _ in $(seq 30); do [ -z "$(sandbox_cgroups)$(sandbox_processes)" ] && break; sleep 0.1; done
+  [ -z "$(sandbox_cgroups)$(sandbox_processes)" ] || { echo "# left: $(sandbox_cgroups) $(sandbox_processes)" >&3; return 1; }
+}
+
 @test "pause: exec into a paused sandbox is refused; cp still works" {
   run_ax run -d --name box busybox sleep 300
   assert_success

@@ -483,6 +483,42 @@ assert len(d["id"]) == 32 and all(c in "0123456789abcdef" for c in d["id"]), d
   [ "$d" -ge 450 ] && [ "$d" -lt 3000 ] || { show_run; false; }
 }
 
+# The phases between prepare and total follow one another: their sum is
+# total, up to the few microseconds between the last one and the print.
+timing_adds_up() {
+  awk -v line="$1" 'BEGIN {
+    sub(/^agsx: timing: /, "", line); n = split(line, p, ", "); sum = 0; total = -1
+    for (i = 1; i <= n; i++) {
+      m = split(p[i], f, " "); v = f[m - 1]; if (f[m] != "ms" || v !~ /^[0-9.]+$/) exit 2
+      if (f[1] == "total") total = v; else if (f[1] != "startup") sum += v
+    }
+    d = total - sum; if (d < 0) d = -d
+    exit (total > 0 && d <= 0.2 + total / 50) ? 0 : 1
+  }'
+}
+
+@test "--timing: every phase in order, adding up to total; the end's phases" {
+  run --separate-stderr ax run --timing --rm busybox sleep 0.2
+  [ "$status" -eq 0 ] || { show_run; false; }
+  local start end
+  start=$(grep '^agsx: timing: startup ' <<<"$stderr")
+  end=$(grep '^agsx: timing: command ' <<<"$stderr")
+  [ "$(grep -c '^agsx: timing: ' <<<"$stderr")" -eq 2 ] || { show_run; false; }
+  [[ "$start" == *", prepare "*", state+ids "*", cgroup "*", netns wait "*", netns+clone "*", go "*", rootfs "*", exec "*", ready "*", record "*", total "*" ms" ]] || { show_run; false; }
+  timing_adds_up "$start" || { echo "# phases do not add up: $start" >&3; false; }
+  [[ "$end" =~ ^"agsx: timing: command "([0-9]+)\.[0-9]+" ms, teardown "[0-9.]+" ms, exit "[0-9.]+" ms"$ ]] || { show_run; false; }
+  [ "${BASH_REMATCH[1]}" -ge 200 ] || { show_run; false; }
+  # Detached: the supervisor's phases come back with its report.
+  run --separate-stderr ax run -d --timing --rm busybox true
+  [ "$status" -eq 0 ] || { show_run; false; }
+  [[ "$output" =~ ^[0-9a-f]{32}$ ]] || { show_run; false; }
+  start=$(grep '^agsx: timing: startup ' <<<"$stderr")
+  [[ "$start" == *", prepare "*", detach "*", setup "*", state+ids "*", exec "*", record "*", report "*", total "*" ms" ]] || { show_run; false; }
+  timing_adds_up "$start" || { echo "# detached phases do not add up: $start" >&3; false; }
+  echo "$output" >>"$T/ids"
+  ax wait "$output" >/dev/null 2>&1 || true # gone already, or now
+}
+
 @test "--json: output is capped at 1 MiB per stream and flagged" {
   run --separate-stderr ax run --json busybox sh -c 'head -c 3000000 /dev/zero | tr "\0" a; echo tail >&2'
   [ "$status" -eq 0 ] || { show_run; false; }
@@ -834,6 +870,26 @@ END
   run_ax run --rm --timeout 1 busybox sleep 5
   assert_status 143
   [ -z "$(ls "$STATE" | grep -vx -e slots -e cache)" ] || { ls -la "$STATE" >&3; false; }
+}
+
+@test "--rm: record directories are recycled empty, at most 8 of them, and reused" {
+  local i
+  for i in $(seq 10); do ax run --rm busybox true & done
+  wait
+  local spares
+  spares=$(cd "$STATE" && ls -d .spare-* 2>/dev/null | wc -l)
+  [ "$spares" -ge 1 ] && [ "$spares" -le 8 ] || { ls -la "$STATE" >&3; false; }
+  [ -z "$(find "$STATE"/.spare-* -mindepth 1 | head -1)" ] || { find "$STATE"/.spare-* >&3; false; }
+  # The next sandbox takes one: its record is complete and listed, and the
+  # directory is fresh (gc leaves young record directories alone).
+  local id
+  id=$(rund busybox sleep 30)
+  [ "$(cd "$STATE" && ls -d .spare-* 2>/dev/null | wc -l)" -eq $((spares - 1)) ] || { ls -la "$STATE" >&3; false; }
+  [ -f "$STATE/$id/state.json" ] && [ "$(stat -c %a "$STATE/$id")" = 700 ]
+  [ $(($(date +%s) - $(stat -c %Y "$STATE/$id"))) -le 5 ]
+  run_ax ls -q
+  assert_output_contains "${id:0:12}"
+  ax kill "$id" >/dev/null
 }
 
 @test "a sandbox that fails to start leaves nothing behind" {

@@ -286,42 +286,12 @@ field() { # field KEY: KEY's value from the JSON object in $output
 
 # ---- through the SDK and agsx serve (the helpers of serve.bats) ----
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 
 serve_start() {
   [ -n "$NODE_LATEST" ] || skip "the npm e2b SDK or test/serve/lib.mjs is missing"
   "$AGSX" serve --help >/dev/null 2>&1 || skip "agsx serve is not built yet"
   ax image load --tag bb "$BB" >/dev/null
-  PORT=$(free_port)
-  U=http://127.0.0.1:$PORT
-  "$AGSX" --root "$ROOT" --state "$STATE" serve --listen "127.0.0.1:$PORT" --api-key "$KEY" \
-    --template bb=bb "$@" >"$T/serve.log" 2>&1 &
-  SRV_PID=$!
-  local i
-  for i in $(seq 100); do
-    curl -s -o /dev/null "$U/" && break
-    kill -0 "$SRV_PID" 2>/dev/null || { cat "$T/serve.log" >&3; return 1; }
-    sleep 0.05
-  done
-  SRV_FDS=$(ls /proc/$SRV_PID/fd | wc -l)
-}
-
-serve_stop() {
-  [ -n "${SRV_PID:-}" ] || return 0
-  local fds rc=0
-  sleep 0.2
-  fds=$(ls /proc/$SRV_PID/fd 2>/dev/null | wc -l)
-  if [ "$fds" -gt "$SRV_FDS" ]; then
-    echo "# the server holds $fds fds, $SRV_FDS after its start:" >&3
-    ls -l /proc/$SRV_PID/fd >&3
-    rc=1
-  fi
-  kill "$SRV_PID" 2>/dev/null || true
-  wait "$SRV_PID" 2>/dev/null || true
-  SRV_PID=
-  return $rc
+  api_serve_start --template bb=bb "$@"
 }
 
 run_sdk() { # run_sdk SCRIPT: the scenario with the latest SDK; its last line must be "ok"

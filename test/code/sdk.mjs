@@ -42,6 +42,8 @@ const scenarios = {
     assert(png.length > 5000, 'PNG size ' + png.length);
     eq(e.results[0].formats(), ['png'], 'formats');
     eq(e.results[0].extra, {}, 'extra');
+    eq(e.results[0].chart.type, 'line', 'chart type');
+    eq(e.results[0].chart.elements[0].points, [[0, 1], [1, 2], [2, 3]], 'chart points');
   },
   async dataframe(sbx) {
     const e = await sbx.runCode('import pandas as pd\npd.DataFrame({"a": [1, 2]})');

@@ -73,9 +73,20 @@ teardown() {
 }
 
 @test "ctr run -t gets a terminal" {
-  skip "not done: the runc shim stays waiting after agsx-oci hands the console over (see the issue's report)"
-  run script -qec "ctr -a '$CT/containerd.sock' -n agsx run --rm -t $(R) $IMG t1 tty" /dev/null
-  [[ "$output" == *"/dev/pts/"* ]] || { echo "# $output" >&3; false; }
+  run timeout --kill-after=5 60 script -qec "ctr -a '$CT/containerd.sock' -n $NS run --rm -t $(R) $IMG t1 sh -c 'tty; exit 3'" /dev/null
+  [[ "$output" == *"/dev/pts/"* ]] || { echo "# $status $output" >&3; false; }
+  [ "$status" -eq 3 ] || { echo "# $status $output" >&3; false; }
+}
+
+@test "ctr task exec -t gets a terminal of its own" {
+  C run -d $(R) $IMG t1 sleep 1000
+  run timeout --kill-after=5 60 script -qec "ctr -a '$CT/containerd.sock' -n $NS task exec -t --exec-id e1 t1 sh -c 'tty; exit 5'" /dev/null
+  [[ "$output" == *"/dev/pts/"* ]] || { echo "# $status $output" >&3; false; }
+  [ "$status" -eq 5 ] || { echo "# $status $output" >&3; false; }
+  C task kill -s SIGKILL t1
+  for i in $(seq 50); do [[ "$(C task ls | grep t1)" == *STOPPED* ]] && break; sleep 0.1; done
+  C task delete t1
+  C container rm t1
 }
 
 @test "ctr task exec/ps/pause/resume/metrics/kill/delete" {

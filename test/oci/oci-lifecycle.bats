@@ -189,6 +189,29 @@ PY
   rt delete --force c1
 }
 
+@test "foreground exec forwards TERM, INT, HUP and USR1 to its process" {
+  b=$(make_bundle b sleep 1000)
+  rtc --bundle "$b" c1
+  rt start c1
+  wait_status c1 running
+  local sig code pid
+  for sig in TERM:7 INT:8 HUP:9 USR1:10; do
+    code=${sig#*:}
+    sig=${sig%:*}
+    rm -f "$T/fg.out"
+    # Directly, not under timeout(1), which would pass the signal on itself.
+    "$RUNTIME" --root "$ROOT" exec c1 sh -c "trap 'echo got-$sig; exit $code' $sig; echo ready; while :; do sleep 0.1; done" >"$T/fg.out" 2>&1 &
+    pid=$!
+    for i in $(seq 50); do grep -q ready "$T/fg.out" 2>/dev/null && break; sleep 0.1; done
+    kill -s "$sig" "$pid"
+    local st=0
+    wait "$pid" || st=$?
+    [ "$st" -eq "$code" ] || { echo "# $sig: status $st: $(cat "$T/fg.out")" >&3; false; }
+    grep -q "got-$sig" "$T/fg.out"
+  done
+  rt delete --force c1
+}
+
 @test "exec --detach --pid-file: the process shares the init's namespaces and cgroup" {
   b=$(make_bundle b sleep 1000)
   rtc --bundle "$b" c1

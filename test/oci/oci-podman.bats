@@ -90,6 +90,9 @@ teardown() {
   [ "$status" -eq 5 ]
   run P exec c1 cat /proc/self/status
   [[ "$output" == *"NoNewPrivs:	1"* ]]
+  run script -qec "podman --root '$PM/storage' --runroot '$PM/run' --cgroup-manager cgroupfs --events-backend none --runtime agsx exec -t c1 sh -c 'tty; exit 6'" /dev/null
+  [[ "$output" == *"/dev/pts/"* ]] || { echo "# $status $output" >&3; false; }
+  [ "$status" -eq 6 ] || { echo "# $status $output" >&3; false; }
   run P top c1
   [ "$status" -eq 0 ] || { echo "# $output" >&3; false; }
   P kill -s USR1 c1

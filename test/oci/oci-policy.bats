@@ -38,8 +38,6 @@ PY
     refuse "$b" "$words"
   done <<'EOF2'
 .linux.intelRdt={"closID":"x"} @@ linux.intelRdt
-.process.selinuxLabel="system_u:system_r:container_t:s0" @@ SELinux
-.linux.mountLabel="system_u:object_r:container_file_t:s0" @@ SELinux
 .hooks.createContainer=[{"path":"/bin/true"}] @@ hooks.createContainer
 .hooks.startContainer=[{"path":"/bin/true"}] @@ hooks.startContainer
 .linux.seccomp={"defaultAction":"SCMP_ACT_ALLOW","listenerPath":"/run/x.sock"} @@ listenerPath
@@ -58,8 +56,32 @@ PY
 .linux.personality={"domain":"LINUX32"} @@ personality
 .ociVersion="2.0.0" @@ ociVersion
 .linux.cgroupsPath="system.slice:agsx:x" @@ systemd
-.process.apparmorProfile="containers-default" @@ AppArmor
 EOF2
+}
+
+@test "apparmorProfile, selinuxLabel, mountLabel: ignored with a debug line where the host does not enforce them" {
+  agsx_only
+  [ "$(cat /sys/module/apparmor/parameters/enabled 2>/dev/null)" != Y ] ||
+    skip "AppArmor is enabled here: the profile is applied (not testable on the CI host)"
+  [ "$(stat -f -c %T /sys/fs/selinux 2>/dev/null)" != selinux ] || skip "SELinux is enabled here"
+  b=$(make_bundle b sh -c 'echo ran; sleep 100')
+  cfg "$b" '.process.apparmorProfile="containers-default-0.50.1" | .process.selinuxLabel="system_u:system_r:container_t:s0" | .linux.mountLabel="system_u:object_r:container_file_t:s0"'
+  rt --debug create --bundle "$b" c1 </dev/null >"$T/out" 2>"$T/err"
+  grep -q "apparmorProfile \`containers-default-0.50.1\` ignored: AppArmor is not enabled" "$T/err"
+  grep -q "selinuxLabel .* ignored: SELinux is not enabled" "$T/err"
+  grep -q "mountLabel .* ignored: SELinux is not enabled" "$T/err"
+  rt start c1
+  for i in $(seq 50); do grep -q ran "$T/out" && break; sleep 0.1; done
+  grep -q ran "$T/out"
+  # exec: process.json's profile (Podman copies the container's) likewise
+  jq '.process | .args=["sh","-c","exit 3"]' "$b/config.json" >"$T/p.json"
+  run rt exec --process "$T/p.json" c1
+  [ "$status" -eq 3 ] || { show_run; false; }
+  # without --debug nothing is said (create's stderr is the container's log)
+  rt delete --force c1
+  rt create --bundle "$b" c2 </dev/null >"$T/out2" 2>"$T/err2"
+  [ ! -s "$T/err2" ]
+  rt delete --force c2
 }
 
 @test "--systemd-cgroup and --no-pivot are refused clearly" {
