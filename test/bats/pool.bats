@@ -396,6 +396,21 @@ PY
     run_ax run --pool p1 --rm busybox sh -c "$script"
     [ "$status" -eq 0 ] && [ "$output" = "$cold" ] || { echo "# cold: $cold" >&3; show_run; false; }
   done
+  # Nothing runs in a parked sandbox before its claim: exec is refused.
+  run_ax exec "$(parked_ids p1)" touch /tmp/left-behind
+  [ "$status" -eq 125 ] && [[ "$output" == *parked* ]] || { show_run; false; }
+  run_ax run --pool p1 --rm ls -A /tmp
+  [ "$status" -eq 0 ] && [ -z "$output" ] || { show_run; false; }
+  # A signal to the claimer reaches the command, as with a foreground run.
+  wait_parked p1 1
+  "$AGSX" --root "$ROOT" --state "$STATE" run --pool p1 --name sig \
+    sh -c 'trap "echo got INT; exit 7" INT; echo ready; while :; do sleep 0.1; done' >"$T/sig.out" 2>&1 &
+  local pid=$!
+  for _ in $(seq 100); do grep -q ready "$T/sig.out" 2>/dev/null && break; sleep 0.05; done
+  kill -INT "$pid"
+  local rc=0
+  wait "$pid" || rc=$?
+  [ "$rc" -eq 7 ] && grep -q "got INT" "$T/sig.out" || { echo "# rc $rc: $(cat "$T/sig.out")" >&3; false; }
   # Parked ones have their own uid ranges, and their init is all that runs.
   ax pool rm p1 >/dev/null
   ax pool create p2 --image busybox --size 3 >/dev/null
