@@ -395,14 +395,20 @@ int agsx_run_pool(struct agsx_ctx *ctx, struct run_opts *o, int argc, char **arg
   agsx_run_fill_spec(ctx, o, image, argv, t0, &given);
   if (o->egress.n == 0)
     given.egress = NULL;
-  int code;
+  /* A terminal is opened at the start: -t starts one cold, of the pool's
+   * configuration (the claim path hands over stdio, not a pty). */
+  given.tty = false;
+  int code = AGSX_EXIT_FAILURE;
   bool claimed = false;
   if (agsx_pool_check(&pc, &given, &err) < 0) {
     code = agsx_failf("run: %s", err->msg);
     agsx_error_free(&err);
   } else {
-    code = do_claim(ctx, o, &pc, argv, &claimed, t0);
-    if (!claimed) {
+    if (!o->tty)
+      code = do_claim(ctx, o, &pc, argv, &claimed, t0);
+    if (!claimed && o->tty) {
+      code = cold_start(ctx, o, &pc, argv, t0);
+    } else if (!claimed) {
       /* Empty (claimed faster than refilled, or its sandboxes were
        * killed): refilled meanwhile, and this one starts cold. */
       agsx_pool_refill_async(ctx->root, ctx->state, pc.name);

@@ -87,10 +87,10 @@ struct agsx_sandbox_config {
   /* agsx rollback's restart: STATE/<id> and the name are the sandbox's
    * already (sandbox/snapshot.h). */
   bool restart;
-  /* A pool's parked sandbox (sandbox/pool.h): the init does every step up
-   * to the command's fork, reports READY, and waits for a claim
-   * (agsx_sandbox_claim), which brings argv, env, cwd, user, hostname and
-   * stdio (argv unused until then). */
+  /* A pool's parked sandbox (sandbox/pool.h): the init does every step,
+   * forks the command's process, which waits, reports READY, and waits
+   * for a claim (agsx_sandbox_claim), which brings argv, env, cwd, user,
+   * hostname and stdio (argv unused until then) and which it passes on. */
   bool park;
 };
 

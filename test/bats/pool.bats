@@ -316,13 +316,17 @@ PY
   ax image tag busybox other:1 >/dev/null
   local o
   for o in "--memory 32m" "--network public" "--cpus 0.5" "--pids 10" "--disk 2m" "--read-only" \
-    "-v /tmp:/mnt" "--security-opt seccomp=unconfined" "-p 8080" "-t"; do
+    "-v /tmp:/mnt" "--security-opt seccomp=unconfined" "-p 8080"; do
     # shellcheck disable=SC2086 # one option and its value
     run_ax run --pool p1 $o --rm true
     [ "$status" -eq 125 ] && [[ "$output" == *"cannot be changed"* ]] || { show_run; false; }
   done
   run_ax run --pool p1 --rm other:1 true
   [ "$status" -eq 125 ] && [[ "$output" == *"the image"* ]] || { show_run; false; }
+  # -t starts one cold, of the pool's configuration (a pty is the start's).
+  run_ax run --pool p1 --name tty1 -t tty
+  [ "$status" -eq 0 ] && [[ "$output" == */dev/pts/* ]] || { show_run; false; }
+  [ "$(rec "$(readlink "$STATE/names/tty1")" memory)" = $((64 << 20)) ]
   # The pool's own values are no change.
   run_ax run --pool p1 --rm --memory 64m --network internal busybox true
   [ "$status" -eq 0 ] || { show_run; false; }
