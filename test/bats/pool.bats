@@ -19,17 +19,26 @@ setup_file() { busybox_setup_file; }
 setup() { busybox_setup 60; }
 
 teardown() {
-  local p
+  local p rc=0
   if [ -d "$STATE/pools" ]; then
     for p in $(ax pool ls -q 2>/dev/null); do ax pool rm "$p" >/dev/null 2>&1 || true; done
     if [ -d "$STATE/pools" ]; then
       echo "# leaked: $STATE/pools after pool rm: $(ls -A "$STATE/pools")" >&3
       rm -rf "$STATE/pools"
-      sandbox_teardown
-      return 1
+      rc=1
     fi
   fi
-  sandbox_teardown
+  sandbox_teardown || rc=1
+  if [ -n "${NW:-}" ]; then "$FIXTURES/networld" stop "$NW" || rc=1; fi
+  return $rc
+}
+
+# A networld of the test's own (test/fixtures/networld): $NW, $OUTER, $WORLD.
+own_networld() {
+  NW=$BATS_TEST_TMPDIR/world
+  "$FIXTURES/networld" start "$NW"
+  OUTER=$(cat "$NW/outer.pid")
+  WORLD=$(cat "$NW/world.pid")
 }
 
 # parked_ids POOL: the ids of the pool's parked sandboxes, sorted.
@@ -422,6 +431,28 @@ PY
   ids=$(parked_ids p2)
   bases=$(for i in $ids; do rec "$i" uid_base; done | sort -u | wc -l)
   [ "$bases" -eq 3 ]
+}
+
+@test "pool: a public pool: each parked sandbox has its own address; the claimed one reaches the world" {
+  own_networld
+  nax pool create pub --image busybox --size 2 --network public >/dev/null
+  local a b
+  a=$(rec "$(parked_ids pub | head -1)" address)
+  b=$(rec "$(parked_ids pub | tail -1)" address)
+  [[ "$a" == 198.19.0.* ]] && [[ "$b" == 198.19.0.* ]] && [ "$a" != "$b" ] ||
+    { echo "# addresses $a $b" >&3; false; }
+  run_nax run --pool pub --rm --json sh -c 'probe http 198.18.0.2 80; ip -4 -o addr show eth0'
+  [ "$status" -eq 0 ] || { show_run; false; }
+  python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+out = d["stdout"].splitlines()
+assert out[0] == "http 198.18.0.2:80: world", d
+assert (" " + sys.argv[2] + "/") in out[1] or (" " + sys.argv[3] + "/") in out[1], d' "$output" "$a" "$b"
+  # A claim that asks for another network is refused.
+  run_nax run --pool pub --network internal --rm true
+  [ "$status" -eq 125 ] || { show_run; false; }
+  nax pool rm pub >/dev/null
 }
 
 # ---- agsx serve --pool: Sandbox.create() claims a parked sandbox ----------
