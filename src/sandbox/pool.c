@@ -1345,7 +1345,10 @@ static int take_claim(struct sup *f, struct agsx_claim *c, const int *fds, bool 
   f->deadline_ns = agsx_now_ns() + (int64_t)o->timeout * 1000000000LL;
   f->deadline = (f->deadline_ns + 500000000LL) / 1000000000LL;
   agsx_sup_arm_deadline(f);
-  record_claim(f, c, to_init.hostname);
+  /* Detached, the record is the claimer's answer (it may exec into the
+   * sandbox at once); attached, it follows the answer (on_claim). */
+  if (c->detach)
+    record_claim(f, c, to_init.hostname);
   return 0;
 }
 
@@ -1374,8 +1377,10 @@ static void on_claim(struct sup *f, int fd) {
   } else {
     ps->claim = c;
     reply(fd, AGSX_CLAIM_OK, 0, 0, f->sb->id);
-    if (!c.detach)
+    if (!c.detach) {
       ps->conn = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+      record_claim(f, &ps->claim, ps->claim.hostname ? ps->claim.hostname : ps->claim.name);
+    }
   }
   for (size_t i = 0; i < nfds; i++)
     close(fds[i]); /* the init has them */
