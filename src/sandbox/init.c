@@ -297,10 +297,10 @@ static pid_t await_exec(struct agsx_child_ctx *c, int ep[2], pid_t cmd) {
 
 /* ---- a parked sandbox (sandbox/pool.h) --------------------------------------------------
  * The command's process (X) is forked while parked, so that a claim costs
- * no fork of the init: X waits on a socket of its own for the claim, which
- * the init passes on, and then takes the claim's stdio, host name, user and
- * environment and goes on as a started command does (agsx_proc_exec). Its
- * errors before the exec travel on the exec error pipe, as the exec's. */
+ * no fork of the init: X reads the claim from the sync socket itself, takes
+ * its stdio, host name, user and environment and goes on as a started
+ * command does (agsx_proc_exec). Its errors before the exec travel on the
+ * exec error pipe, as the exec's; the init only waits on that pipe. */
 
 /* The claim's configuration: the parked one's, with the claimed command. */
 static struct agsx_sandbox_config claimed_cfg;
@@ -363,93 +363,86 @@ static int receive_claim(int sock, int fds[3], size_t *ret_nfds, char **ret_buf,
   return 1;
 }
 
-/* X while parked: waits for the claim, then becomes the command. */
-static _Noreturn void parked_command(struct agsx_child_ctx *c, int sock, int errpipe) {
+/* X while parked: reads the claim from the supervisor itself (the init
+ * does not read the sync socket meanwhile), then becomes the command. An
+ * idle claim is told to the init on the exec error pipe (a CLAIM message). */
+static _Noreturn void parked_command(struct agsx_child_ctx *c, int errpipe) {
   agsx_error_t err = NULL;
   int fds[3] = {-1, -1, -1};
   size_t nfds = 0, len;
   char *buf = NULL;
-  int r = receive_claim(sock, fds, &nfds, &buf, &len, &err);
-  if (r == 0 || claimed.idle)
-    _exit(0); /* no command: an idle claim, or the init is gone */
+  int r = receive_claim(c->sync, fds, &nfds, &buf, &len, &err);
+  if (r == 0)
+    _exit(0); /* the supervisor is gone (the init dies with it) */
   if (r < 0)
     claim_fail(errpipe, &err);
+  if (claimed.idle) {
+    struct agsx_msg m = {.type = AGSX_MSG_CLAIM};
+    if (write(errpipe, &m, sizeof(m)) < 0) {
+    }
+    _exit(0);
+  }
   free(buf);
-  close(sock);
   take_claim(c, fds, nfds, errpipe);
   agsx_closep(&c->tmpfsfd);
   run_command(c, errpipe);
 }
 
-/* Passes the claim from the supervisor on to X; false when none came. */
-static bool forward_claim(struct agsx_child_ctx *c, int xsock) {
-  agsx_error_t err = NULL;
-  int fds[3] = {-1, -1, -1};
-  size_t nfds = 0, len = 0;
-  char *buf = NULL;
-  int r = receive_claim(c->sync, fds, &nfds, &buf, &len, &err);
-  if (r == 0)
-    _exit(125); /* the supervisor is gone */
-  if (r < 0)
-    agsx_child_fail(c, 125, &err);
-  struct agsx_msg m = {.type = AGSX_MSG_CLAIM, .code = (int)nfds};
-  if (agsx_msg_send(xsock, &m, fds, nfds) < 0 ||
-      send(xsock, buf, len, MSG_NOSIGNAL) != (ssize_t)len) {
-    agsx_error_set(&err, errno, "pass the claim on to the command");
-    agsx_child_fail(c, 125, &err);
-  }
-  for (size_t i = 0; i < nfds; i++)
-    close(fds[i]);
-  free(buf);
-  return true;
-}
-
-/* Parked: set up, X forked and waiting, READY sent; the init waits for the
- * claim or for a stop (the pool's lifetime, pool rm): no CPU while it
- * waits. Returns X (0 for an idle claim: X has ended). */
+/* Parked: set up, X forked and waiting for the claim, READY sent; the init
+ * waits for X's exec (EOF on EP, then READY as a start sends it), its
+ * error, an idle claim, or a stop (the pool's lifetime, pool rm): no CPU
+ * while it waits. Returns X (0 after an idle claim: X has ended). */
 static pid_t park(struct agsx_child_ctx *c, int sfd, int ep[2]) {
   agsx_error_t err = NULL;
-  int cp[2];
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, cp) < 0) {
-    agsx_error_set(&err, errno, "socketpair");
-    agsx_child_fail(c, 125, &err);
-  }
   pid_t x = fork();
   if (x < 0) {
     agsx_error_set(&err, errno, "fork the command");
     agsx_child_fail(c, 125, &err);
   }
   if (x == 0) {
-    close(cp[0]);
     close(ep[0]);
-    parked_command(c, cp[1], ep[1]);
+    parked_command(c, ep[1]);
   }
-  close(cp[1]);
+  agsx_closep(&ep[1]);
   send_ready(c);
   agsx_proc_title_set("agsx-init");
   for (;;) {
-    struct pollfd p[2] = {{.fd = c->sync, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+    struct pollfd p[2] = {{.fd = ep[0], .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
     if (poll(p, 2, -1) < 0) {
       if (errno == EINTR)
         continue;
       _exit(125);
     }
-    if (p[1].revents) {
-      struct signalfd_siginfo si;
-      if (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
-        int sig = (int)si.ssi_signo;
-        if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT)
-          report_exit(c, sig); /* a wait status: killed by SIG */
-      }
-    }
-    if (p[0].revents && forward_claim(c, cp[0]))
+    /* X's exec first: its SIGCHLD (a quick command) must stay queued for
+     * the init loop, not be read here. */
+    if (p[0].revents)
       break;
+    struct signalfd_siginfo si;
+    if (p[1].revents && read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+      int sig = (int)si.ssi_signo;
+      if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT)
+        report_exit(c, sig); /* a wait status: killed by SIG */
+    }
   }
-  close(cp[0]);
-  if (claimed.idle) {
-    waitpid(x, NULL, 0);
+  struct agsx_msg m;
+  ssize_t n;
+  do
+    n = read(ep[0], &m, sizeof(m));
+  while (n < 0 && errno == EINTR);
+  if (n == (ssize_t)sizeof(m) && m.type == AGSX_MSG_CLAIM) {
+    waitpid(x, NULL, 0); /* idle: X has ended */
     return 0;
   }
+  if (n == (ssize_t)sizeof(m)) {
+    /* The command never ran: report its error, then reap it. */
+    m.text[sizeof(m.text) - 1] = '\0';
+    agsx_msg_send(c->sync, &m, NULL, 0);
+    waitpid(x, NULL, 0);
+    _exit(m.code);
+  }
+  agsx_closep(&ep[0]);
+  c->phase_ns[4] = agsx_mono_ns();
+  send_ready(c);
   return x;
 }
 
@@ -467,7 +460,6 @@ _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
     cmd = park(c, sfd, ep);
     if (cmd == 0)
       start_idle(c, ep, sfd);
-    cmd = await_exec(c, ep, cmd);
   } else {
     cmd = start_command(c, ep);
   }
