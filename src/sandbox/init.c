@@ -383,8 +383,10 @@ static _Noreturn void parked_command(struct agsx_child_ctx *c, int errpipe) {
     _exit(0);
   }
   free(buf);
+  /* It resolves the user inside the root next, holding nothing of the
+   * host but the claim's stdio and the error pipe. */
+  agsx_closep(&c->sync);
   take_claim(c, fds, nfds, errpipe);
-  agsx_closep(&c->tmpfsfd);
   run_command(c, errpipe);
 }
 
@@ -401,6 +403,7 @@ static pid_t park(struct agsx_child_ctx *c, int sfd, int ep[2]) {
   }
   if (x == 0) {
     close(ep[0]);
+    agsx_closep(&c->tmpfsfd); /* above its root: the init hands it over, not X */
     parked_command(c, ep[1]);
   }
   agsx_closep(&ep[1]);

@@ -81,8 +81,8 @@ void agsx_pool_spec(const struct agsx_pool_config *pc, const char *root, const c
                     struct agsx_run_spec *ret);
 /* Refuses (EINVAL, a clear message) a claim's SPEC that sets what a claim
  * cannot change (image, network, limits, volumes, seccomp, read-only,
- * ports, rules, egress) to something else than the pool's. IMAGE_GIVEN:
- * SPEC's image was named by the caller. */
+ * ports, rules, egress, a terminal) to something else than the pool's;
+ * what SPEC leaves unset (NULL, 0) is the pool's. */
 int agsx_pool_check(const struct agsx_pool_config *pc, const struct agsx_run_spec *spec,
                     agsx_error_t *err);
 
