@@ -51,6 +51,8 @@ static const char usage[] =
     "  --log FILE        Also write errors to FILE\n"
     "  --log-format FMT  text (default) or json\n"
     "  --debug           Log warnings and debug messages too\n"
+    "  --systemd-cgroup  cgroupsPath is slice:prefix:name (mapped to cgroupfs where\n"
+    "                    no systemd runs; refused where one does)\n"
     "  --version         Print the version\n"
     "  --help            Print this help\n"
     "\n"
@@ -464,10 +466,7 @@ int main(int argc, char **argv) {
   int vargc = argc - i;
   char **vargv = argv + i;
   const char *verb = vargv[0];
-  if (systemd &&
-      (strcmp(verb, "create") == 0 || strcmp(verb, "run") == 0 || strcmp(verb, "update") == 0))
-    return fail("the systemd cgroup manager is not supported by agsx yet; use podman "
-                "--cgroup-manager=cgroupfs, or containerd SystemdCgroup = false");
+  g.systemd_cgroup = systemd;
   if (strcmp(verb, "create") == 0)
     return cmd_create(&g, vargc, vargv);
   if (strcmp(verb, "start") == 0 || strcmp(verb, "state") == 0 || strcmp(verb, "pause") == 0 ||

@@ -3,6 +3,7 @@
 
 #include "oci/cgroup.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <linux/magic.h>
 #include <linux/openat2.h>
@@ -36,6 +37,72 @@ bool agsx_oci_cgroup_path_is_valid(const char *path) {
   while (*path == '/')
     path++;
   return *path && agsx_path_is_clean(path, 1024, 16);
+}
+
+static bool slice_is_valid(const char *s, size_t n) {
+  /* systemd: "NAME.slice", NAME of [A-Za-z0-9:_.\-] parts joined by '-' (no
+   * empty part), or "-.slice". */
+  if (n < 7 || strncmp(s + n - 6, ".slice", 6) != 0)
+    return false;
+  if (n == 7 && s[0] == '-')
+    return true;
+  n -= 6;
+  if (s[0] == '-' || s[n - 1] == '-')
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (!(isalnum((unsigned char)s[i]) || strchr("_.-", s[i])) || (s[i] == '-' && s[i + 1] == '-'))
+      return false;
+  return true;
+}
+
+static bool unit_part_is_valid(const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!(isalnum((unsigned char)s[i]) || strchr("_.-@", s[i])))
+      return false;
+  return n < 256;
+}
+
+int agsx_oci_cgroup_systemd_path(const char *spec, char **ret, agsx_error_t *err) {
+  const char *c1 = strchr(spec, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+  if (c1 == NULL || c2 == NULL || strchr(c2 + 1, ':'))
+    return agsx_error_set(err, 0,
+                          "config: linux.cgroupsPath: expected the form \"slice:prefix:name\" "
+                          "for systemd cgroups, got \"%s\"",
+                          spec);
+  size_t sl = (size_t)(c1 - spec), pl = (size_t)(c2 - c1 - 1);
+  const char *name = c2 + 1;
+  size_t nl = strlen(name);
+  if ((sl && !slice_is_valid(spec, sl)) || !unit_part_is_valid(c1 + 1, pl) || nl == 0 ||
+      !unit_part_is_valid(name, nl) || strcmp(name, ".") == 0 || strstr(name, ".."))
+    return agsx_error_set(err, 0, "config: linux.cgroupsPath: invalid systemd form \"%s\"", spec);
+  char *path = xstrdup("");
+  if (sl == 0) {
+    free(path);
+    path = xstrdup("system.slice");
+  } else if (!(sl == 7 && spec[0] == '-')) {
+    /* every prefix up to a '-', then the slice itself */
+    for (size_t i = 0; i < sl - 6; i++)
+      if (spec[i] == '-') {
+        char *p = xasprintf("%s%s%.*s.slice", path, *path ? "/" : "", (int)i, spec);
+        free(path);
+        path = p;
+      }
+    char *p = xasprintf("%s%s%.*s", path, *path ? "/" : "", (int)sl, spec);
+    free(path);
+    path = p;
+  }
+  bool slice = nl > 6 && strcmp(name + nl - 6, ".slice") == 0;
+  char *p = slice ? xasprintf("%s/%s", path, name)
+            : pl  ? xasprintf("%s/%.*s-%s.scope", path, (int)pl, c1 + 1, name)
+                  : xasprintf("%s/%s.scope", path, name);
+  free(path);
+  *ret = p;
+  return 0;
+}
+
+bool agsx_oci_systemd_running(void) {
+  struct stat st;
+  return lstat("/run/systemd/system", &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 static const char *cg_root(void) {
@@ -426,6 +493,8 @@ int agsx_oci_cgroup_update(struct agsx_oci_cgroup *cg, const struct agsx_oci_res
 }
 
 int agsx_oci_cgroup_attach(struct agsx_oci_cgroup *cg, pid_t pid, agsx_error_t *err) {
+  if (pid <= 0) /* "0" would move the writer itself */
+    return agsx_error_set(err, EINVAL, "join cgroup `%s`: no process", cg->path);
   char v[32];
   snprintf(v, sizeof(v), "%d", (int)pid);
   for (size_t i = 0; i < cg->n; i++)

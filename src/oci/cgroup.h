@@ -55,4 +55,13 @@ void agsx_oci_cgroup_freep(struct agsx_oci_cgroup **cg);
  * component, at most 16 deep). */
 bool agsx_oci_cgroup_path_is_valid(const char *path);
 
+/* systemd's cgroupsPath `slice:prefix:name` (--systemd-cgroup) as the
+ * cgroupfs path systemd would give it, as runc's fs fallback does:
+ * the slice expanded ("a-b.slice" → "a.slice/a-b.slice"; empty:
+ * system.slice; "-.slice": the root), then `prefix-name.scope` (or the
+ * name itself when it is a .slice). EINVAL with a line naming the field. */
+int agsx_oci_cgroup_systemd_path(const char *spec, char **ret, agsx_error_t *err);
+/* A systemd manages this host's cgroups (/run/systemd/system exists). */
+bool agsx_oci_systemd_running(void);
+
 #endif

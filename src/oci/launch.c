@@ -505,9 +505,10 @@ static _Noreturn void start_fail(int conn, agsx_error_t *err) {
   _exit(125);
 }
 
-static _Noreturn void child_main(struct child *c) {
+/* C until its root is the container's: GO's fds, the user namespace's
+ * root, the mounts (P's hooks run between MOUNTED and CONT), pivot. */
+static void child_root(struct child *c) {
   agsx_error_t err = NULL;
-  const struct agsx_oci_spec *s = c->s;
   int keep[16];
   size_t nkeep = 0;
   keep[nkeep++] = c->sync;
@@ -546,6 +547,11 @@ static _Noreturn void child_main(struct child *c) {
   if (agsx_rootfs_pivot(root, &err) < 0)
     child_fail(c, &err);
   close(root);
+}
+
+static void child_names(struct child *c) {
+  agsx_error_t err = NULL;
+  const struct agsx_oci_spec *s = c->s;
   if (c->new_uts && s->hostname && sethostname(s->hostname, strlen(s->hostname)) < 0) {
     agsx_error_set(&err, errno, "sethostname");
     child_fail(c, &err);
@@ -554,11 +560,14 @@ static _Noreturn void child_main(struct child *c) {
     agsx_error_set(&err, errno, "setdomainname");
     child_fail(c, &err);
   }
-  _cleanup_strv_ char **env = init_env(&s->process);
-  struct agsx_oci_process p = s->process;
-  p.env = env;
-  if (check_program(&p, &err) < 0)
-    child_fail(c, &err);
+}
+
+/* The terminal (its slave is returned, the master goes to P for the
+ * console socket), READY, then the hand-over: from MSG_DONE the engine
+ * owns our lifetime. */
+static int child_handover(struct child *c) {
+  agsx_error_t err = NULL;
+  const struct agsx_oci_spec *s = c->s;
   int master = -1, slave = -1;
   if (s->process.terminal) {
     if (agsx_child_open_pty(&master, &slave, &err) < 0)
@@ -580,10 +589,23 @@ static _Noreturn void child_main(struct child *c) {
   agsx_closep(&master);
   if (wait_msg(c->sync, MSG_DONE, NULL, &err) < 0)
     _exit(1);
-  /* create is done: from here the engine owns our lifetime. */
   if (prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0) < 0 || send_msg(c->sync, MSG_ACK, NULL, 0) < 0)
     _exit(1);
   agsx_closep(&c->sync);
+  return slave;
+}
+
+static _Noreturn void child_main(struct child *c) {
+  agsx_error_t err = NULL;
+  const struct agsx_oci_spec *s = c->s;
+  child_root(c);
+  child_names(c);
+  _cleanup_strv_ char **env = init_env(&s->process);
+  struct agsx_oci_process p = s->process;
+  p.env = env;
+  if (check_program(&p, &err) < 0)
+    child_fail(c, &err);
+  int slave = child_handover(c);
   agsx_proc_title_set("agsx-oci-init");
   int conn;
   do
@@ -718,8 +740,23 @@ static int net_sysctls(const struct agsx_oci_spec *s, agsx_error_t *err) {
   return 0;
 }
 
+/* linux.namespaces[user].path: the container joins it (pods), with its
+ * mappings and no idmap: the rootfs's owners are the engine's business, as
+ * with mappings it sends. */
+static bool joins_user(const struct agsx_oci_spec *s) {
+  const struct agsx_oci_ns *u = agsx_oci_spec_ns(s, CLONE_NEWUSER);
+  return u && u->path;
+}
+
+/* Neither agsx's range nor the engine's mappings: agsx idmaps and leases. */
+static bool own_range(const struct agsx_oci_spec *s) {
+  return s->n_uid_maps == 0 && !joins_user(s);
+}
+
 static int write_maps(pid_t pid, const struct agsx_oci_spec *s, const struct agsx_idrange *ids,
                       agsx_error_t *err) {
+  if (joins_user(s))
+    return 0;
   if (s->n_uid_maps == 0)
     return agsx_userns_write_maps(pid, ids->base, err);
   static const char *const files[] = {"gid_map", "uid_map"};
@@ -1043,6 +1080,159 @@ static int clone_init(struct create *cr, struct child *c, uint64_t flags, agsx_e
   return 0;
 }
 
+/* The cgroupsPath as a cgroupfs path. systemd's form (with
+ * --systemd-cgroup, as the engines send it) only where no systemd runs:
+ * agsx has no D-Bus client, and cgroups made behind a running systemd's
+ * back are not what its user asked for. */
+static int cgroup_path(struct create *cr, agsx_error_t *err) {
+  const char *p = cr->s->cgroups_path;
+  bool colon = p && strchr(p, ':');
+  if (cr->g->systemd_cgroup || colon) {
+    if (!cr->g->systemd_cgroup)
+      return agsx_error_set(err, 0,
+                            "config: linux.cgroupsPath: the systemd form `slice:prefix:name` "
+                            "needs --systemd-cgroup");
+    if (agsx_oci_systemd_running())
+      return agsx_error_set(err, 0,
+                            "the systemd cgroup manager is not supported by agsx on a host "
+                            "that runs systemd; use podman --cgroup-manager=cgroupfs, or "
+                            "containerd SystemdCgroup = false");
+    if (p && p[0])
+      return agsx_oci_cgroup_systemd_path(p, &cr->rec.cgroup, err);
+  }
+  cr->rec.cgroup = p && p[0] ? xstrdup(p) : xasprintf("agsx-oci/%s", cr->o->id);
+  return 0;
+}
+
+/* Whether the user namespace H (the helper) is in maps host uid or gid 0,
+ * read from the host's side (ids as the host sees them, however deep). */
+static int check_joined_maps(const struct agsx_oci_spec *s, pid_t h, const char *path,
+                             agsx_error_t *err) {
+  static const char *const files[] = {"uid_map", "gid_map"};
+  for (int f = 0; f < 2; f++) {
+    const struct agsx_oci_idmap *want = f ? s->gid_maps : s->uid_maps;
+    size_t nwant = f ? s->n_gid_maps : s->n_uid_maps, n_lines = 0, matched = 0;
+    char p[64];
+    snprintf(p, sizeof(p), "/proc/%d/%s", (int)h, files[f]);
+    _cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
+    char buf[4096];
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+    if (n < 0)
+      return agsx_error_set(err, errno, "read the %s of `%s`", files[f], path);
+    buf[n] = '\0';
+    bool any = false;
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+      unsigned long in, out, count;
+      if (sscanf(line, "%lu %lu %lu", &in, &out, &count) != 3)
+        continue;
+      any = true;
+      n_lines++;
+      for (size_t i = 0; i < nwant; i++)
+        matched += want[i].container == in && want[i].host == out && want[i].size == count;
+      if (out == 0 && count > 0)
+        return agsx_error_set(err, 0,
+                              "config: linux.namespaces[user].path: `%s` maps host root (%s); "
+                              "agsx never runs a container as host root",
+                              path, files[f]);
+    }
+    if (!any)
+      return agsx_error_set(err, 0, "config: linux.namespaces[user].path: `%s` has no %s yet", path,
+                            files[f]);
+    if (nwant && (matched != n_lines || nwant != n_lines))
+      return agsx_error_set(err, 0, "config: linux.%s: not the mappings of the user namespace `%s`",
+                            f ? "gidMappings" : "uidMappings", path);
+  }
+  return 0;
+}
+
+/* H: in the joined user namespace (full capabilities there, host root's
+ * ids unmapped), once P has checked its mappings, clones the init with the
+ * other new namespaces, owned by it, as P's child (CLONE_PARENT: the
+ * engine's child in the end, as always), and hands P its pidfd. */
+static _Noreturn void joined_helper(struct child *c, uint64_t flags, int userns, int hs, int sync) {
+  char b = 0;
+  prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  if (setns(userns, CLONE_NEWUSER) < 0) {
+    struct agsx_msg m = {.type = AGSX_MSG_ERROR, .err = errno};
+    snprintf(m.text, sizeof(m.text), "join the user namespace: %s", strerror(errno));
+    agsx_msg_send(hs, &m, NULL, 0);
+    _exit(1);
+  }
+  close(userns);
+  struct agsx_msg m = {.type = AGSX_MSG_READY};
+  if (agsx_msg_send(hs, &m, NULL, 0) < 0 || read(hs, &b, 1) != 1)
+    _exit(1);
+  int pidfd = -1;
+  struct clone_args args = {
+      .flags = flags | CLONE_PIDFD | CLONE_PARENT,
+      .pidfd = (uint64_t)(uintptr_t)&pidfd,
+      .exit_signal = 0, /* with CLONE_PARENT: H's own (SIGCHLD), to P */
+  };
+  pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+  if (pid == 0) {
+    close(hs);
+    c->sync = sync;
+    child_main(c);
+  }
+  struct agsx_msg r = {.type = pid < 0 ? AGSX_MSG_ERROR : AGSX_MSG_GO, .status = pid, .err = errno};
+  if (pid < 0)
+    snprintf(r.text, sizeof(r.text), "clone3: %s", strerror(errno));
+  agsx_msg_send(hs, &r, &pidfd, pid < 0 ? 0 : 1);
+  _exit(pid < 0);
+}
+
+static int clone_init_joined(struct create *cr, struct child *c, uint64_t flags,
+                             agsx_error_t *err) {
+  const char *path = agsx_oci_spec_ns(cr->s, CLONE_NEWUSER)->path;
+  _cleanup_close_ int userns = open_ns(path, CLONE_NEWUSER, err);
+  int sp[2], hs[2];
+  if (userns < 0)
+    return -1;
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
+    return agsx_error_set(err, errno, "socketpair");
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, hs) < 0) {
+    close(sp[0]);
+    close(sp[1]);
+    return agsx_error_set(err, errno, "socketpair");
+  }
+  pid_t h = fork();
+  if (h == 0) {
+    close(sp[0]);
+    close(hs[0]);
+    joined_helper(c, flags, userns, hs[1], sp[1]);
+  }
+  close(sp[1]);
+  close(hs[1]);
+  cr->sync = sp[0];
+  _cleanup_close_ int hsock = hs[0];
+  if (h < 0)
+    return agsx_error_set(err, errno, "fork");
+  struct agsx_msg m = {0};
+  int fd = -1;
+  size_t nfds = 0;
+  int r = 0;
+  ssize_t got = agsx_msg_recv(hsock, &m, &fd, 1, &nfds);
+  m.text[sizeof(m.text) - 1] = '\0';
+  if (got <= 0 || m.type != AGSX_MSG_READY)
+    r = agsx_error_set(err, m.err, "%s",
+                       m.type == AGSX_MSG_ERROR ? m.text : "join the user namespace");
+  else if (check_joined_maps(cr->s, h, path, err) < 0)
+    r = -1;
+  else if (write(hsock, "g", 1) != 1 || agsx_msg_recv(hsock, &m, &fd, 1, &nfds) <= 0 ||
+           m.type != AGSX_MSG_GO || nfds != 1 || m.status <= 0) {
+    m.text[sizeof(m.text) - 1] = '\0';
+    r = agsx_error_set(err, m.err, "%s", m.type == AGSX_MSG_ERROR ? m.text : "clone the init");
+  } else {
+    cr->pid = m.status;
+    cr->pidfd = fd;
+  }
+  if (r < 0)
+    kill(h, SIGKILL);
+  while (waitpid(h, NULL, 0) < 0 && errno == EINTR) {
+  }
+  return r;
+}
+
 /* Everything up to the clone, in the order of oci.h. */
 static int prepare(struct create *cr, agsx_error_t *err) {
   const struct agsx_oci_spec *s = cr->s;
@@ -1061,13 +1251,13 @@ static int prepare(struct create *cr, agsx_error_t *err) {
   /* The config as parsed: later edits of the bundle's must not matter. */
   if (agsx_oci_write_file(cr->dirfd, "config.json", cr->config, cr->config_len, 0600, err) < 0)
     return -1;
-  cr->rec.cgroup = s->cgroups_path && s->cgroups_path[0] ? xstrdup(s->cgroups_path)
-                                                         : xasprintf("agsx-oci/%s", cr->o->id);
+  if (cgroup_path(cr, err) < 0)
+    return -1;
   if (!agsx_oci_cgroup_path_is_valid(cr->rec.cgroup))
     return agsx_error_set(err, 0, "config: linux.cgroupsPath: invalid path");
   if (write_record(cr, err) < 0)
     return -1;
-  if (s->n_uid_maps == 0) {
+  if (own_range(s)) {
     if (agsx_userns_reserve(-1, &cr->ids, err) < 0)
       return -1;
     cr->rec.slot = (int)cr->ids.slot;
@@ -1120,7 +1310,7 @@ static int spawn(struct create *cr, struct child *c, int *ret_sysfs, agsx_error_
   size_t nj = 0;
   int hostnet = -1, r = -1;
   const struct agsx_oci_ns *net = agsx_oci_spec_ns(s, CLONE_NEWNET);
-  uint64_t flags = CLONE_NEWUSER | CLONE_NEWNS;
+  uint64_t flags = joins_user(s) ? CLONE_NEWNS : CLONE_NEWUSER | CLONE_NEWNS;
   static const int maybe[] = {CLONE_NEWPID, CLONE_NEWIPC, CLONE_NEWUTS};
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(maybe); i++) {
     const struct agsx_oci_ns *ns = agsx_oci_spec_ns(s, maybe[i]);
@@ -1139,7 +1329,7 @@ static int spawn(struct create *cr, struct child *c, int *ret_sysfs, agsx_error_
     goto out;
   if (wants_sysfs(s) && *ret_sysfs < 0 && (*ret_sysfs = agsx_net_new_sysfs(err)) < 0)
     goto out;
-  r = clone_init(cr, c, flags, err);
+  r = joins_user(s) ? clone_init_joined(cr, c, flags, err) : clone_init(cr, c, flags, err);
 out:
   if (hostnet >= 0 && agsx_net_leave(hostnet) < 0 && r == 0)
     r = agsx_error_set(err, errno, "return to the host network namespace");
@@ -1280,7 +1470,7 @@ static int go(struct create *cr, struct child *c, int sysfs, int startsock, agsx
   _cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
   if (userns < 0)
     return agsx_error_set(err, errno, "open `%s`", path);
-  bool idmap = s->n_uid_maps == 0;
+  bool idmap = own_range(s);
   int fds[AGSX_MSG_MAX_FDS];
   size_t n = 0;
   int r = 0;
@@ -1397,7 +1587,7 @@ int agsx_oci_create(const struct agsx_oci_global *g, const struct agsx_oci_creat
                     .eng = eng.len ? &eng : NULL,
                     .stage = stage};
   int sysfs = -1, startsock = -1, r = -1;
-  if (s->n_uid_maps == 0) {
+  if (own_range(s)) {
     if (overlay_of(cr.rec.rootfs, &cr.ovl_lower, &c.n_lower, &cr.ovl_upper, &cr.ovl_work, err) < 0)
       return -1;
     if (c.n_lower) {

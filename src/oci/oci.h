@@ -11,21 +11,26 @@
  *
  * Launch steps, create (P) and the init (C):
  *   P: config.json → parse + policy (refuse before touching anything) →
- *      seccomp programs → ROOT/<id> (EEXIST: taken), lock, record
- *      "creating" → uid range (engine's mappings, or an agsx lease) →
- *      cgroup → netns (new: owned by the host userns; or joined by path),
- *      net sysctls, ipc/uts/pid joined by path → clone3 → host namespaces
- *      back → id maps, rlimits, oom_score_adj, cgroup.procs → lease →
+ *      seccomp programs → a new netns started by a helper (net.h; owned
+ *      by the host userns) → ROOT/<id> (EEXIST: taken), lock, record
+ *      "creating" → uid range (engine's mappings, a joined userns, or an
+ *      agsx lease) → cgroup (systemd's form mapped) → the helper's netns
+ *      entered (or one joined by path), net sysctls, ipc/uts/pid joined by
+ *      path → clone3 (a joined userns: by a helper inside it, with
+ *      CLONE_PARENT, after P checked its maps) → host namespaces back →
+ *      id maps, rlimits, oom_score_adj, cgroup.procs → lease →
  *      GO(rootfs [idmapped], bind sources, sysfs, stage, start socket)
  *   C: become root of the userns (PDEATHSIG until create is done) →
  *      cgroup ns → stage tmpfs → rootfs → the engine's mounts, in order,
  *      each destination resolved inside the rootfs → /dev nodes → sysctls →
  *      masked (agsx's ∪ engine's) and read-only paths → MOUNTED
  *   P: prestart, createRuntime hooks → CONT
- *   C: pivot_root → hostname → program check → pty → READY(master)
+ *   C: pivot_root → hostname → program check → pty (now C's stdio) →
+ *      READY(master)
  *   P: console socket ← master → pid file → record complete → DONE
  *   C: PDEATHSIG off → ACK; waits on start.sock
- *   start: connect → C execs (EOF on the socket) → poststart hooks */
+ *   start: connect → C (AppArmor/SELinux exec attrs where enforced)
+ *      execs (EOF on the socket) → poststart hooks */
 #ifndef AGSX_OCI_H
 #define AGSX_OCI_H
 
@@ -37,6 +42,7 @@
 struct agsx_oci_global {
   const char *root; /* NULL: the default */
   bool debug;
+  bool systemd_cgroup; /* --systemd-cgroup: cgroupsPath is slice:prefix:name */
 };
 
 struct agsx_oci_create_opts {

@@ -892,11 +892,8 @@ static int parse_linux(yajl_val l, struct agsx_oci_spec *s, agsx_error_t *err) {
     if ((*p)[0] != '/')
       return REFUSE(err, "linux.readonlyPaths", "paths must be absolute");
   if (s->cgroups_path) {
-    /* Systemd's slice:prefix:name form is the --systemd-cgroup driver's. */
-    if (strchr(s->cgroups_path, ':'))
-      return REFUSE(err, "linux.cgroupsPath",
-                    "the systemd form `slice:prefix:name` needs the systemd cgroup manager, "
-                    "which agsx does not support yet (use cgroupfs)");
+    /* systemd's slice:prefix:name (--systemd-cgroup) is checked and
+     * mapped by create (cgroup.h). */
     if (strlen(s->cgroups_path) > 1024 || strstr(s->cgroups_path, "..") ||
         strchr(s->cgroups_path, '\n'))
       return REFUSE(err, "linux.cgroupsPath", "invalid path");
@@ -1246,10 +1243,9 @@ int agsx_oci_policy_apply(const struct agsx_oci_policy *pol, struct agsx_oci_spe
                   "joining a mount namespace is not "
                   "supported by agsx");
   const struct agsx_oci_ns *user = agsx_oci_spec_ns(s, CLONE_NEWUSER);
-  if (user && user->path)
-    return REFUSE(err, "linux.namespaces[user].path",
-                  "joining a user namespace is not "
-                  "supported by agsx yet");
+  /* A user namespace by path (pods): create checks that it does not map
+   * host root, and that mappings sent with it (runc 1.1 wants them) are
+   * its own. */
   if (agsx_oci_spec_ns(s, CLONE_NEWNET) == NULL && !pol->host_network)
     return REFUSE(err, "linux.namespaces",
                   "host networking is not supported by agsx (a container needs its own network "

@@ -624,7 +624,7 @@ int agsx_lifecycle_create(const struct agsx_run_spec *spec, struct agsx_lifecycl
   lc->spec = *spec;
   if (lc->spec.t0 == 0)
     lc->spec.t0 = agsx_mono_ns();
-  lc->p.image_name = spec->image;
+  lc->p.image_name = spec->image_name ? spec->image_name : spec->image;
   lc->cfg.netns = lc->cfg.sysfs = -1;
   agsx_sandbox_new_id(lc->cfg.id);
   lc->job = (struct agsx_netns_job){-1, -1};

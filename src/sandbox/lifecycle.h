@@ -86,6 +86,9 @@ struct agsx_run_spec {
    * command line (the image's Entrypoint included) instead of CMD. */
   char *const *extra_layers;
   char *const *argv;
+  /* The name the record shows for IMAGE (a fork runs its source's image by
+   * digest but is listed by the source's image name); NULL: IMAGE. */
+  const char *image_name;
 };
 
 /* Refuses what would harm the sandbox or the host whoever the caller is:

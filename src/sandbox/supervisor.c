@@ -544,12 +544,19 @@ static void on_restart(struct sup *f, int64_t seq) {
   agsx_error_t err = NULL;
   struct agsx_record r;
   _cleanup_strv_ char **layers = NULL;
+  bool abandoned = false;
   {
     _cleanup_close_ int lock = agsx_record_lock(f->sb->statefd, f->sb->id, &err);
     if (lock >= 0 && agsx_record_read(f->sb->statefd, f->sb->id, &r, &err) == 0) {
       layers = steal_ptr(&r.restart_layers);
+      abandoned = r.restart_by.pid > 0 && !agsx_proc_ref_alive(&r.restart_by);
       agsx_record_clear(&r);
     }
+  }
+  if (abandoned) {
+    /* Its agsx rollback was killed before we took it up: nobody wants it. */
+    record_restart(f, seq, -1, "its agsx rollback ended first: dropped", &layers);
+    return;
   }
   int rc = err ? -1 : restart(f, layers, &err);
   record_restart(f, seq, rc, err ? err->msg : NULL, &layers);

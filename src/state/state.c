@@ -122,6 +122,7 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len) {
   agsx_json_kv_int(g, "restart_seq", r->restart_seq);
   agsx_json_kv_int(g, "restarted_seq", r->restarted_seq);
   gen_strv(g, "restart_layers", r->restart_layers);
+  gen_proc(g, "restart_by", &r->restart_by);
   agsx_json_kv_str(g, "restart_error", r->restart_error);
   gen_labels(g, r->labels);
   yajl_gen_map_close(g);
@@ -374,6 +375,7 @@ int agsx_record_from_json(const char *buf, size_t len, struct agsx_record *r, ag
   r->restart_seq = opt_int(v, "restart_seq");
   r->restarted_seq = opt_int(v, "restarted_seq");
   r->restart_layers = opt_strv(v, "restart_layers");
+  opt_proc(v, "restart_by", &r->restart_by);
   r->restart_error = opt_str(v, "restart_error");
   return 0;
 }

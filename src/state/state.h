@@ -77,6 +77,10 @@ struct agsx_record {
    * failed, restart_error. */
   int64_t restart_seq, restarted_seq;
   char **restart_layers;
+  /* The client that asked and waits: a request whose client died before
+   * the supervisor took it up (SIGKILLed between its record write and its
+   * signal) is dropped, not carried out at the next `agsx update`. */
+  struct agsx_proc_ref restart_by;
   char *restart_error;
 };
 

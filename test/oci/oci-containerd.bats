@@ -57,6 +57,10 @@ teardown() {
   if ls -d /sys/fs/cgroup/*/"$NS"/*/ 2>/dev/null | grep -q .; then
     leaks+="cgroups: $(ls -d /sys/fs/cgroup/*/"$NS"/*/ | head -2); "
   fi
+  local d
+  for d in /sys/fs/cgroup/*/agsxc$$.slice/*/ /sys/fs/cgroup/*/agsxc$$.slice/; do
+    [ ! -d "$d" ] || rmdir "$d" 2>/dev/null || true
+  done
   oci_teardown || true
   [ -z "$leaks" ] || { echo "# leaked: $leaks" >&3; return 1; }
 }
@@ -123,12 +127,39 @@ teardown() {
 @test "ctr: containerd's default seccomp profile plus agsx's baseline, a memory limit OOM, a refusal" {
   run C run --rm --seccomp $(R) $IMG t1 sh -c '/usr/local/bin/probe syscall unshare-user; /usr/local/bin/probe syscall keyctl'
   [[ "$output" == *"unshare-user: blocked"* && "$output" == *"keyctl: blocked"* ]] || { echo "# $output" >&3; false; }
-  run C run --rm --memory-limit 16777216 $(R) $IMG t2 /usr/local/bin/probe alloc 256
-  [ "$status" -eq 137 ] || { echo "# $status $output" >&3; false; }
+  # The OOM is an event: the shim watches the init's memory cgroup (v1:
+  # memory.oom_control through cgroup.event_control; v2: memory.events)
+  # from the path in /proc/PID/cgroup once start returns.
+  C events >"$CT/events" 2>&1 &
+  local ev=$!
+  run C run --rm --memory-limit 16777216 $(R) $IMG t2 sh -c 'sleep 0.5; /usr/local/bin/probe alloc 256'
+  [ "$status" -eq 137 ] || { echo "# $status $output" >&3; kill $ev; false; }
+  for i in $(seq 30); do grep -q /tasks/oom "$CT/events" && break; sleep 0.1; done
+  kill $ev
+  wait $ev || true
+  grep /tasks/oom "$CT/events" | grep -q t2 || { echo "# events: $(cat "$CT/events")" >&3; false; }
   run C run --rm $(R) $IMG t3 /nonexistent
   [ "$status" -ne 0 ]
   [[ "$output" == *"OCI runtime create failed"* ]] || { echo "# $output" >&3; false; }
   run C run --rm --privileged $(R) $IMG t4 true
   [ "$status" -ne 0 ]
   [[ "$output" == *"privileged containers are not supported by agsx"* ]] || { echo "# $output" >&3; false; }
+}
+
+@test "ctr --runc-systemd-cgroup: slice:prefix:name placed where systemd would put it" {
+  [ ! -d /run/systemd/system ] || skip "systemd runs here: agsx-oci refuses --systemd-cgroup"
+  C run -d --runc-systemd-cgroup --cgroup "agsxc$$-pod.slice:cri:t1" $(R) $IMG t1 sleep 1000
+  pid=$(C task ls | awk '$1=="t1"{print $2}')
+  run grep ':memory:' /proc/$pid/cgroup
+  [[ "$output" == *":/agsxc$$.slice/agsxc$$-pod.slice/cri-t1.scope" ]] || { echo "# $output" >&3; false; }
+  run C task metrics t1
+  [ "$status" -eq 0 ] || { echo "# $output" >&3; false; }
+  C task kill -s SIGKILL t1
+  for i in $(seq 50); do [[ "$(C task ls | grep t1)" == *STOPPED* ]] && break; sleep 0.1; done
+  C task delete t1
+  C container rm t1
+  local d
+  for d in /sys/fs/cgroup/*/agsxc$$.slice/agsxc$$-pod.slice /sys/fs/cgroup/*/agsxc$$.slice; do
+    [ ! -d "$d" ] || rmdir "$d"
+  done
 }

@@ -130,6 +130,15 @@ teardown() {
   [ "$output" = 0 ] || { echo "# $output" >&3; false; }
 }
 
+@test "podman --userns container:c1 joins c1's user namespace by path" {
+  P run -d --name c1 --network none --uidmap 0:410000:65536 --gidmap 0:410000:65536 $IMG sleep 1000
+  pid=$(P inspect -f '{{.State.Pid}}' c1)
+  run P run --rm --network none --userns container:c1 $IMG sh -c 'readlink /proc/self/ns/user; cat /proc/self/uid_map'
+  [ "$status" -eq 0 ] || { echo "# $status $output" >&3; false; }
+  [[ "$output" == *"$(readlink /proc/$pid/ns/user)"* && "$output" == *410000* ]] || { echo "# $output" >&3; false; }
+  P rm -f -t 0 c1
+}
+
 @test "podman: privileged, host pid and host network are refused with agsx's reason (126)" {
   run P run --rm --network none --privileged $IMG true
   [ "$status" -eq 126 ] && [[ "$output" == *"privileged containers are not supported by agsx"* ]] ||

@@ -27,6 +27,15 @@ PY
   ! ls -d /sys/fs/cgroup/*/"$CGP"/b /sys/fs/cgroup/"$CGP"/b 2>/dev/null | grep -q .
 }
 
+# The slices the --systemd-cgroup test makes (agsx removes only its leaf).
+teardown() {
+  local d
+  for d in /sys/fs/cgroup/*/agsxt$$.slice/agsxt$$-s.slice /sys/fs/cgroup/*/agsxt$$.slice; do
+    [ ! -d "$d" ] || rmdir "$d" 2>/dev/null || true
+  done
+  oci_teardown
+}
+
 @test "refused fields: one line naming the field, nothing created" {
   agsx_only
   b=$(make_bundle b true)
@@ -84,12 +93,29 @@ EOF2
   rt delete --force c2
 }
 
-@test "--systemd-cgroup and --no-pivot are refused clearly" {
+@test "--systemd-cgroup: slice:prefix:name mapped to systemd's cgroupfs path (no systemd here); --no-pivot refused" {
   agsx_only
-  b=$(make_bundle b true)
+  [ ! -d /run/systemd/system ] || skip "systemd runs here: --systemd-cgroup is refused (tested below)"
+  b=$(make_bundle b sleep 100)
+  cfg "$b" '.linux.cgroupsPath=$p' --arg p "agsxt$$-s.slice:agsx:c1"
+  rt --systemd-cgroup create --bundle "$b" c1 </dev/null
+  pid=$(state_field c1 pid)
+  run grep -E ':memory:' /proc/$pid/cgroup
+  assert_output_contains ":/agsxt$$.slice/agsxt$$-s.slice/agsx-c1.scope"
+  rt --systemd-cgroup delete --force c1
+  [ ! -d /sys/fs/cgroup/memory/agsxt$$.slice/agsxt$$-s.slice/agsx-c1.scope ]
+  # without the flag the form is refused, as is a plain path with it, and a bad slice
+  run rt create --bundle "$b" c1 </dev/null
+  [ "$status" -eq 1 ]
+  assert_output_contains "needs --systemd-cgroup"
+  cfg "$b" '.linux.cgroupsPath="/plain/c1"'
   run rt --systemd-cgroup create --bundle "$b" c1 </dev/null
   [ "$status" -eq 1 ]
-  assert_output_contains "systemd cgroup manager is not supported"
+  assert_output_contains "slice:prefix:name"
+  cfg "$b" '.linux.cgroupsPath="a--b.slice:x:c1"'
+  run rt --systemd-cgroup create --bundle "$b" c1 </dev/null
+  [ "$status" -eq 1 ]
+  assert_output_contains "invalid systemd form"
   run rt create --no-pivot --bundle "$b" c1 </dev/null
   [ "$status" -eq 1 ]
   assert_output_contains "--no-pivot"
@@ -114,6 +140,47 @@ EOF2
   run_ctr "$b"
   assert_success
   assert_output_contains "0 300000 65536"
+}
+
+@test "a user namespace by path (pods) is joined; one that maps host root is refused" {
+  a=$(make_bundle a sleep 100)
+  cfg "$a" '.linux.namespaces+=[{"type":"user"}] | .linux.uidMappings=[{"containerID":0,"hostID":300000,"size":65536}] | .linux.gidMappings=.linux.uidMappings'
+  chown -R 300000:300000 "$a/rootfs"
+  rtc --bundle "$a" pa
+  pid=$(state_field pa pid)
+  b=$(make_bundle b sh -c 'cat /proc/self/uid_map; readlink /proc/self/ns/user; id -u')
+  chown -R 300000:300000 "$b/rootfs"
+  cfg "$b" '.linux.namespaces+=[{"type":"user","path":$p}]' --arg p "/proc/$pid/ns/user"
+  # runc 1.1 (the oracle) wants the mappings with the path; agsx reads them from it
+  is_agsx || cfg "$b" '.linux.uidMappings=[{"containerID":0,"hostID":300000,"size":65536}] | .linux.gidMappings=.linux.uidMappings'
+  run_ctr "$b"
+  assert_success
+  assert_output_contains "0     300000      65536"
+  assert_output_contains "$(readlink /proc/$pid/ns/user)"
+  if is_agsx; then
+    unshare -U -r sleep 100 &
+    local up=$!
+    for i in $(seq 20); do [ -s /proc/$up/uid_map ] && break; sleep 0.1; done
+    cfg "$b" '.linux.namespaces=[.linux.namespaces[]|select(.type!="user")]+[{"type":"user","path":$p}]' --arg p "/proc/$up/ns/user"
+    run rt create --bundle "$b" c2 </dev/null
+    kill $up
+    [ "$status" -eq 1 ] || { show_run; false; }
+    assert_output_contains "maps host root"
+    [ ! -e "$ROOT/c2" ]
+  fi
+  # mappings sent with the path (runc 1.1 requires them) must be its own
+  cfg "$b" '.linux.namespaces=[.linux.namespaces[]|select(.type!="user")]+[{"type":"user","path":$p}] | .linux.uidMappings=[{"containerID":0,"hostID":300000,"size":65536}] | .linux.gidMappings=.linux.uidMappings' --arg p "/proc/$pid/ns/user"
+  run_ctr "$b"
+  assert_success
+  assert_output_contains "0     300000      65536"
+  if is_agsx; then
+    cfg "$b" '.linux.uidMappings=[{"containerID":0,"hostID":400000,"size":65536}] | .linux.gidMappings=.linux.uidMappings'
+    run rt create --bundle "$b" c3 </dev/null
+    [ "$status" -eq 1 ] || { show_run; false; }
+    assert_output_contains "not the mappings of the user namespace"
+    [ ! -e "$ROOT/c3" ]
+  fi
+  rt delete --force pa
 }
 
 @test "strict: new user namespaces denied, keyctl denied, NoNewPrivs forced, even without the engine's seccomp" {
