@@ -980,9 +980,36 @@ static bool entry_digest_is(int fd, const char *digest) {
   return strcmp(buf, digest) == 0;
 }
 
+/* The signals an attached claimer forwards to the command. */
+static void claim_signals(sigset_t *set) {
+  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+  sigemptyset(set);
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(sigs); i++)
+    sigaddset(set, sigs[i]);
+}
+
+static int claim(const char *root, const char *state, const struct agsx_pool_config *pc,
+                 const struct agsx_claim *cl, const int fds[3], bool *ret_claimed,
+                 struct agsx_pool_claimed *ret, int *ret_code, agsx_error_t *err);
+
 int agsx_pool_claim(const char *root, const char *state, const struct agsx_pool_config *pc,
                     const struct agsx_claim *cl, const int fds[3], bool *ret_claimed,
                     struct agsx_pool_claimed *ret, int *ret_code, agsx_error_t *err) {
+  /* Attached, the command may run (and a ^C come) before the answer does:
+   * from the claim on, the signals wait for agsx_pool_claim_wait. */
+  sigset_t set, old;
+  claim_signals(&set);
+  if (fds)
+    sigprocmask(SIG_BLOCK, &set, &old);
+  int r = claim(root, state, pc, cl, fds, ret_claimed, ret, ret_code, err);
+  if (fds && !(r == 0 && *ret_claimed))
+    sigprocmask(SIG_SETMASK, &old, NULL);
+  return r;
+}
+
+static int claim(const char *root, const char *state, const struct agsx_pool_config *pc,
+                 const struct agsx_claim *cl, const int fds[3], bool *ret_claimed,
+                 struct agsx_pool_claimed *ret, int *ret_code, agsx_error_t *err) {
   *ret_claimed = false;
   *ret_code = 125;
   ret->conn = -1;
@@ -1043,12 +1070,9 @@ int agsx_pool_claim_wait(int conn, struct agsx_output out[2], struct agsx_claim_
                          agsx_error_t *err) {
   memset(ret, 0, sizeof(*ret));
   ret->exit_code = 125;
-  sigset_t set, old;
-  sigemptyset(&set);
-  int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
-  for (size_t i = 0; i < AGSX_ARRAY_SIZE(sigs); i++)
-    sigaddset(&set, sigs[i]);
-  sigprocmask(SIG_BLOCK, &set, &old);
+  sigset_t set;
+  claim_signals(&set);
+  sigprocmask(SIG_BLOCK, &set, NULL);
   _cleanup_close_ int sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
   int r = 1;
   while (r > 0) {
@@ -1093,7 +1117,6 @@ int agsx_pool_claim_wait(int conn, struct agsx_output out[2], struct agsx_claim_
         break;
     }
   close(conn);
-  sigprocmask(SIG_SETMASK, &old, NULL);
   return r;
 }
 

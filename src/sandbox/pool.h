@@ -144,8 +144,10 @@ struct agsx_claim_end {
   char *error; /* agsx failed, or NULL */
 };
 /* An attached claim: forwards the caller's SIGINT, SIGTERM, SIGHUP,
- * SIGQUIT, SIGUSR1, SIGUSR2 to the command, reads OUT (captured stdout and
- * stderr, fd -1: none) meanwhile, and returns its end. Closes CONN. */
+ * SIGQUIT, SIGUSR1, SIGUSR2 to the command (blocked from the claim on, and
+ * left blocked: the caller exits with the command's status, not of a late
+ * signal), reads OUT (captured stdout and stderr, fd -1: none) meanwhile,
+ * and returns its end. Closes CONN. */
 int agsx_pool_claim_wait(int conn, struct agsx_output out[2], struct agsx_claim_end *ret,
                          agsx_error_t *err);
 

@@ -417,13 +417,14 @@ PY
   # A signal to the claimer reaches the command, as with a foreground run.
   wait_parked p1 1
   "$AGSX" --root "$ROOT" --state "$STATE" run --pool p1 --name sig \
-    sh -c 'trap "echo got INT; exit 7" INT; echo ready; while :; do sleep 0.1; done' >"$T/sig.out" 2>&1 &
+    sh -c 'trap "echo got USR1; exit 7" USR1; echo ready; while :; do sleep 0.1; done' >"$T/sig.out" 2>&1 &
   local pid=$!
   for _ in $(seq 100); do grep -q ready "$T/sig.out" 2>/dev/null && break; sleep 0.05; done
-  kill -INT "$pid"
+  # (USR1: a shell that waits for a child killed by SIGINT takes it as its own)
+  kill -USR1 "$pid"
   local rc=0
   wait "$pid" || rc=$?
-  [ "$rc" -eq 7 ] && grep -q "got INT" "$T/sig.out" || { echo "# rc $rc: $(cat "$T/sig.out")" >&3; false; }
+  [ "$rc" -eq 7 ] && grep -q "got USR1" "$T/sig.out" || { echo "# rc $rc: $(cat "$T/sig.out")" >&3; false; }
   # Parked ones have their own uid ranges, and their init is all that runs.
   ax pool rm p1 >/dev/null
   ax pool create p2 --image busybox --size 3 >/dev/null
