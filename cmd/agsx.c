@@ -534,7 +534,8 @@ int main(int argc, char **argv) {
   }
   int words;
   const struct agsx_command *c = lookup(argc - i, argv + i, &words);
-  if (c == NULL && (strcmp(argv[i], "image") == 0 || strcmp(argv[i], "network") == 0)) {
+  if (c == NULL && (strcmp(argv[i], "image") == 0 || strcmp(argv[i], "network") == 0 ||
+                    strcmp(argv[i], "pool") == 0)) {
     const char *group = argv[i];
     bool help =
         i + 1 >= argc || strcmp(argv[i + 1], "--help") == 0 || strcmp(argv[i + 1], "-h") == 0;

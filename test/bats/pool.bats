@@ -140,6 +140,10 @@ assert len(v) == 2 and all(s["status"] == "parked" and s["pool"] == "p1" for s i
   [ "$status" -eq 125 ] && [[ "$output" == *exists* ]] || { show_run; false; }
   run_ax pool rm nosuch
   [ "$status" -eq 125 ] && [[ "$output" == *"no such pool"* ]] || { show_run; false; }
+  run_ax pool --help
+  [ "$status" -eq 0 ] && [[ "$output" == *create*ls*rm* ]] || { show_run; false; }
+  run_ax pool frob
+  [ "$status" -eq 125 ] && [[ "$output" == *"unknown command \`pool frob\`"* ]] || { show_run; false; }
   run_ax run --pool nosuch true
   [ "$status" -eq 125 ] && [[ "$output" == *"no such pool"* ]] || { show_run; false; }
 }
