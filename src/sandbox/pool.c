@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -352,6 +353,12 @@ static unsigned count_live(int statefd, int parked, bool dry_run) {
 
 /* ---- fill, create ------------------------------------------------------------------------------ */
 
+/* A background refill (refill_async) starts its sandboxes at a lower
+ * priority, so that claims and the commands they run go first; a parked
+ * sandbox is put back to the normal one before it can be claimed. */
+static bool background_refill;
+#define REFILL_NICE 10
+
 static int start_parked(const struct agsx_pool_config *pc, const char *root, const char *state,
                         agsx_error_t *err) {
   struct agsx_run_spec spec;
@@ -363,6 +370,11 @@ static int start_parked(const struct agsx_pool_config *pc, const char *root, con
   struct agsx_run_started st;
   int r = agsx_lifecycle_detach(lc, &st, err);
   agsx_lifecycle_free(lc);
+  /* The supervisor, its init and the waiting command share a process
+   * group (the supervisor's session's). */
+  pid_t pg = r == 0 && background_refill ? getpgid(st.supervisor) : -1;
+  if (pg > 1)
+    setpriority(PRIO_PGRP, (id_t)pg, 0);
   return r;
 }
 
@@ -428,11 +440,13 @@ void agsx_pool_refill_async(const char *root, const char *state, const char *nam
     int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
     for (int i = 0; devnull >= 0 && i < 3; i++)
       dup2(devnull, i);
-    /* The strings may live in the argv area the title overwrites. */
-    _cleanup_free_ char *r = xstrdup(root), *s = xstrdup(state), *n = xstrdup(name);
-    agsx_proc_title_set("agsx-pool-refill");
+    /* (No title of its own: its command line, and its supervisors', stays
+     * the one that started the pool's sandbox, naming --state.) */
+    background_refill = true;
+    if (setpriority(PRIO_PROCESS, 0, REFILL_NICE) < 0) {
+    } /* (best effort: then it refills at the normal priority) */
     agsx_error_t err = NULL;
-    agsx_pool_fill(r, s, n, &err);
+    agsx_pool_fill(root, state, name, &err);
     agsx_error_free(&err);
     _exit(0);
   }
