@@ -189,6 +189,44 @@ PY
   rt delete --force c1
 }
 
+@test "exec -t in a terminal without --console-socket: a pty relayed, raw mode, SIGWINCH, exit code" {
+  b=$(make_bundle b sleep 1000)
+  rtc --bundle "$b" c1
+  rt start c1
+  wait_status c1 running
+  # The caller's terminal is 33x101; the process's stdin is a pty of its
+  # own in the container, of that size, and follows a resize.
+  run timeout --kill-after=5 60 python3 "$BATS_TEST_DIRNAME/ptyrun.py" 33 101 \
+    'wait:ready;send:hello\n;wait:got:hello;resize:40,120;send:x\n;wait:size2' -- \
+    "$RUNTIME" --root "$ROOT" exec -t c1 sh -c \
+    'stty size; tty; echo ready; read l; echo got:$l; read y; echo size2 $(stty size); exit 42'
+  RT_CMD="ptyrun exec -t"
+  [[ "$output" == *"status=42"* ]] || { show_run; false; }
+  assert_output_contains "33 101"
+  assert_output_contains "/dev/pts/"
+  assert_output_contains "got:hello"
+  assert_output_contains "size2 40 120"
+  # Raw while it ran (the container's pty echoes, the caller's does not:
+  # "hello" twice, not three times), and restored afterwards.
+  assert_output_contains "was-raw=1"
+  assert_output_contains "echo-restored=1"
+  [ "$(grep -o hello <<<"$output" | wc -l)" -eq 2 ] || { show_run; false; }
+  # Without a terminal of the caller's (a pipe): the pty still, stdin's end
+  # its EOF (runc refuses: it opens /dev/tty).
+  if is_agsx; then
+    run_rt exec -t c1 sh -c 'tty; cat; echo after-eof; exit 7' <<<"piped"
+    [ "$status" -eq 7 ] || { show_run; false; }
+    assert_output_contains "/dev/pts/"
+    assert_output_contains "piped"
+    assert_output_contains "after-eof"
+  fi
+  # Detached, a terminal needs somewhere to go.
+  run_rt exec -d -t c1 true
+  assert_failure
+  assert_output_contains "console socket"
+  rt delete --force c1
+}
+
 @test "foreground exec forwards TERM, INT, HUP and USR1 to its process" {
   b=$(make_bundle b sleep 1000)
   rtc --bundle "$b" c1
