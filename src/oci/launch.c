@@ -1337,37 +1337,76 @@ out:
   return r;
 }
 
-/* Shifts what the engine put in the upper layer (its root at least) into
- * the container's range: on-disk id K becomes BASE + K, as the container
- * writes it (the upper is not idmapped, see rebuild_overlay). Ids already
- * at or above BASE stay. At most 65536 entries (an upper at create is
- * nearly empty). */
-static int shift_upper(int dfd, uid_t base, int depth, size_t *budget, agsx_error_t *err) {
-  struct stat st;
-  if (fstat(dfd, &st) < 0)
-    return agsx_error_set(err, errno, "overlay upper");
-  if (st.st_uid < base && st.st_uid < 65536 &&
-      fchown(dfd, base + st.st_uid, base + (st.st_gid < 65536 ? st.st_gid : 65534)) < 0)
-    return agsx_error_set(err, errno, "overlay upper: chown");
-  _cleanup_dir_ DIR *d = depth < 64 ? agsx_dir_stream(dfd) : NULL;
-  for (struct dirent *de; d && (de = readdir(d));) {
-    if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-      continue;
-    if ((*budget)-- == 0)
-      return agsx_error_set(err, E2BIG, "overlay upper: more than 65536 entries to shift");
-    if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-      return agsx_error_set(err, errno, "overlay upper `%s`", de->d_name);
-    if (S_ISDIR(st.st_mode)) {
-      _cleanup_close_ int sub =
-          openat(dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (sub < 0 || shift_upper(sub, base, depth + 1, budget, err) < 0)
-        return err && *err ? -1 : agsx_error_set(err, errno, "overlay upper `%s`", de->d_name);
-    } else if (st.st_uid < base && st.st_uid < 65536 &&
-               fchownat(dfd, de->d_name, base + st.st_uid,
-                        base + (st.st_gid < 65536 ? st.st_gid : 65534), AT_SYMLINK_NOFOLLOW) < 0) {
-      return agsx_error_set(err, errno, "overlay upper `%s`: chown", de->d_name);
+/* The user namespace the upper layer is idmapped with: the container's
+ * range (on-disk 0..65535 seen as BASE..BASE+65535, so that what the
+ * container writes lands with the owners the engine expects: root's file
+ * owned by 0) and on-disk AGSX_OCI_UPPER_MOUNTER as host root, the
+ * mounter whose credentials overlay creates its work files and whiteouts
+ * with (an idmapped mount refuses a creator it cannot map: EOVERFLOW).
+ * The mount is overlay's private clone, never the container's: nothing
+ * but overlay sees host root there. No process stays in the namespace:
+ * the child that holds it while its maps are written exits then. */
+#define AGSX_OCI_UPPER_MOUNTER 4294967294u
+
+static int upper_userns(uid_t base, agsx_error_t *err) {
+  int pp[2];
+  if (pipe2(pp, O_CLOEXEC) < 0)
+    return agsx_error_set(err, errno, "pipe");
+  pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, NULL);
+  if (pid == 0) {
+    char b;
+    close(pp[1]);
+    while (read(pp[0], &b, 1) < 0 && errno == EINTR) {
     }
+    _exit(0);
   }
+  close(pp[0]);
+  _cleanup_close_ int hold = pp[1];
+  if (pid < 0)
+    return agsx_error_set(err, errno, "a user namespace for the overlay's upper layer");
+  char map[96], path[64];
+  int n =
+      snprintf(map, sizeof(map), "0 %u 65536\n%u 0 1\n", (unsigned)base, AGSX_OCI_UPPER_MOUNTER);
+  int fd = -1;
+  for (int i = 0; i < 2 && n > 0; i++) {
+    snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, i ? "gid_map" : "uid_map");
+    _cleanup_close_ int mf = open(path, O_WRONLY | O_CLOEXEC);
+    if (mf < 0 || write(mf, map, (size_t)n) != n)
+      n = -1;
+  }
+  snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+  if (n > 0)
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+  int saved = errno;
+  agsx_closep(&hold);
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+  }
+  if (fd < 0)
+    return agsx_error_set(err, saved, "the id map of the overlay's upper layer");
+  return fd;
+}
+
+/* The upper layer's directory (the engine's upper and agsx's work
+ * directory beside it: overlay wants both on one mount) cloned, idmapped
+ * with upper_userns, at STAGE/u. */
+static int attach_upper(int st, const char *parent, uid_t base, agsx_error_t *err) {
+  _cleanup_close_ int uns = upper_userns(base, err);
+  if (uns < 0)
+    return -1;
+  _cleanup_close_ int fd = open_tree(AT_FDCWD, parent, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "overlay upper `%s`", parent);
+  struct mount_attr a = {.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NODEV,
+                         .userns_fd = (uint64_t)uns};
+  if (mount_setattr(fd, "", AT_EMPTY_PATH, &a, sizeof(a)) < 0)
+    return agsx_error_set_quiet(err, errno,
+                                "overlay upper `%s`: cannot idmap it for agsx's user namespace "
+                                "(%s); put the engine's storage on a filesystem with idmapped "
+                                "mounts (ext4, xfs, btrfs), or give the container a user "
+                                "namespace (podman --userns=auto, ctr --uidmap)",
+                                parent, strerror(errno));
+  if (mkdirat(st, "u", 0700) < 0 || move_mount(fd, "", st, "u", MOVE_MOUNT_F_EMPTY_PATH) < 0)
+    return agsx_error_set(err, errno, "attach overlay upper `%s`", parent);
   return 0;
 }
 
@@ -1412,21 +1451,10 @@ static int rebuild_overlay(struct create *cr, const struct child *c, int userns,
       return agsx_error_set(err, errno, "attach overlay layer `%s`", path);
     len += (size_t)snprintf(lower + len, cap - len, "%s%s/%s", len ? ":" : "", c->stage, name);
   }
-  /* The upper layer is not idmapped: overlay writes it with the mounter's
-   * (host root's) credentials, which an idmapped mount cannot map. What
-   * the container writes is owned by its own host ids there (the agsx
-   * range), what it reads from the image through the idmapped layers. */
-  /* A work directory of agsx's own beside the engine's (overlay wants
-   * it on the upper's mount): the engine's is in use by its own mount,
-   * and a volatile one (Podman's --rm) cannot be shared at all. Removed
-   * at delete. */
-  const char *upper = cr->ovl_upper;
-  {
-    _cleanup_close_ int ufd = open(upper, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    size_t budget = 65536;
-    if (ufd < 0 || shift_upper(ufd, cr->ids.base, 0, &budget, err) < 0)
-      return err && *err ? -1 : agsx_error_set(err, errno, "overlay upper `%s`", upper);
-  }
+  /* The upper layer idmapped too (attach_upper), with a work directory of
+   * agsx's own beside the engine's (overlay wants it on the upper's
+   * mount): the engine's is in use by its own mount, and a volatile one
+   * (Podman's --rm) cannot be shared at all. Removed at delete. */
   _cleanup_free_ char *parent = xstrdup(cr->ovl_work);
   *strrchr(parent, '/') = '\0';
   _cleanup_close_ int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -1436,11 +1464,13 @@ static int rebuild_overlay(struct create *cr, const struct child *c, int userns,
   agsx_rm_rf_at(pfd, "agsx-work", &e);
   if (mkdirat(pfd, "agsx-work", 0700) < 0)
     return agsx_error_set(err, errno, "overlay work directory in `%s`", parent);
-  _cleanup_free_ char *work = xasprintf("%s/agsx-work", parent);
+  _cleanup_free_ char *hostwork = xasprintf("%s/agsx-work", parent);
   free(cr->rec.workdir);
-  cr->rec.workdir = xstrdup(work);
-  if (write_record(cr, err) < 0)
+  cr->rec.workdir = xstrdup(hostwork);
+  if (write_record(cr, err) < 0 || attach_upper(st, parent, cr->ids.base, err) < 0)
     return -1;
+  _cleanup_free_ char *upper = xasprintf("%s/u/%s", c->stage, c->upper);
+  _cleanup_free_ char *work = xasprintf("%s/u/agsx-work", c->stage);
   /* mount(2), as the engines mount it: fsconfig's CMD_CREATE of the same
    * options fails here with ENODATA on 6.x kernels. */
   _cleanup_free_ char *opts =
