@@ -61,8 +61,10 @@ int agsx_oci_load_seccomp(const char *root, const struct agsx_oci_spec *s,
   return 0;
 }
 
-/* A hook: state on stdin, its output collected for the error, TIMEOUT. */
-static int run_hook(const struct agsx_oci_hook *h, const char *state, agsx_error_t *err) {
+/* Forks the hook with a pipe on its stdin (*RET_IN) and one from its
+ * stdout and stderr (*RET_OUT). */
+static pid_t hook_spawn(const struct agsx_oci_hook *h, int *ret_in, int *ret_out,
+                        agsx_error_t *err) {
   int in[2], out[2];
   if (pipe2(in, O_CLOEXEC) < 0)
     return agsx_error_set(err, errno, "pipe");
@@ -88,13 +90,16 @@ static int run_hook(const struct agsx_oci_hook *h, const char *state, agsx_error
     close(out[0]);
     return agsx_error_set(err, errno, "fork");
   }
-  signal(SIGPIPE, SIG_IGN);
-  agsx_write_all(in[1], state, strlen(state));
-  close(in[1]);
-  char buf[1024];
+  *ret_in = in[1];
+  *ret_out = out[0];
+  return pid;
+}
+
+/* The hook's output up to its end, the first BUFSZ-1 bytes kept in BUF;
+ * past DEADLINE (0: none) it is killed: true. */
+static bool hook_collect(int out, pid_t pid, int64_t deadline, char *buf, size_t bufsz,
+                         size_t *ret_len) {
   size_t len = 0;
-  int64_t deadline = h->timeout > 0 ? agsx_mono_ns() + (int64_t)h->timeout * 1000000000LL : 0;
-  int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   bool timed_out = false;
   for (bool eof = false; !eof;) {
     int ms = -1;
@@ -107,29 +112,19 @@ static int run_hook(const struct agsx_oci_hook *h, const char *state, agsx_error
       }
       ms = (int)(left / 1000000) + 1;
     }
-    struct pollfd p = {.fd = out[0], .events = POLLIN};
+    struct pollfd p = {.fd = out, .events = POLLIN};
     int r = poll(&p, 1, ms);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r == 0)
-      continue;
-    ssize_t n = read(out[0], buf + len, len < sizeof(buf) - 1 ? sizeof(buf) - 1 - len : 0);
+    if (r <= 0)
+      continue; /* EINTR, or the deadline's turn */
+    ssize_t n = read(out, buf + len, len < bufsz - 1 ? bufsz - 1 - len : 0);
     if (n <= 0 && !(n < 0 && errno == EINTR)) {
-      if (len >= sizeof(buf) - 1) {
-        char sink[512];
-        if (read(out[0], sink, sizeof(sink)) > 0)
-          continue;
-      }
+      char sink[512];
+      if (len >= bufsz - 1 && read(out, sink, sizeof(sink)) > 0)
+        continue;
       eof = true;
     } else if (n > 0) {
       len += (size_t)n;
     }
-  }
-  close(out[0]);
-  if (pidfd >= 0)
-    close(pidfd);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   buf[len] = '\0';
   while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == ' '))
@@ -137,6 +132,27 @@ static int run_hook(const struct agsx_oci_hook *h, const char *state, agsx_error
   for (char *c = buf; *c; c++)
     if (*c == '\n')
       *c = ' ';
+  *ret_len = len;
+  return timed_out;
+}
+
+/* A hook: state on stdin, its output collected for the error, TIMEOUT. */
+static int run_hook(const struct agsx_oci_hook *h, const char *state, agsx_error_t *err) {
+  int in = -1, out = -1;
+  pid_t pid = hook_spawn(h, &in, &out, err);
+  if (pid < 0)
+    return -1;
+  signal(SIGPIPE, SIG_IGN);
+  agsx_write_all(in, state, strlen(state));
+  close(in);
+  char buf[1024];
+  size_t len = 0;
+  int64_t deadline = h->timeout > 0 ? agsx_mono_ns() + (int64_t)h->timeout * 1000000000LL : 0;
+  bool timed_out = hook_collect(out, pid, deadline, buf, sizeof(buf), &len);
+  close(out);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
   if (timed_out)
     return agsx_error_set(err, ETIMEDOUT, "hook `%s` timed out after %d s", h->path, h->timeout);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
