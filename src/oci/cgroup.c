@@ -131,6 +131,17 @@ uint64_t agsx_oci_cgroup_cpu_weight(uint64_t shares) {
   return 1 + (shares - 2) * 9999 / 262142;
 }
 
+uint64_t agsx_oci_cgroup_io_weight(uint64_t weight) {
+  /* runc's and crun's linear map of blkio's [10, 1000] onto io's [1, 10000]. */
+  if (weight == 0)
+    return 0;
+  if (weight <= 10)
+    return 1;
+  if (weight >= 1000)
+    return 10000;
+  return 1 + (weight - 10) * 9999 / 990;
+}
+
 int agsx_oci_cgroup_swap_v2(int64_t swap, int64_t memory, int64_t *ret, agsx_error_t *err) {
   /* The spec's swap is memory+swap (v1's memsw); v2 counts swap alone. */
   if (swap <= 0 || memory == -1) {
@@ -311,7 +322,7 @@ static int mkdir_tree(int dfd, const char *path, bool *created, agsx_error_t *er
 }
 
 static int enable_v2(struct agsx_oci_cgroup *cg, agsx_error_t *err) {
-  static const char *const want[] = {"cpu", "cpuset", "memory", "pids"};
+  static const char *const want[] = {"cpu", "cpuset", "io", "memory", "pids"};
   _cleanup_close_ int cur = open(cg->h[0].mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (cur < 0)
     return agsx_error_set(err, errno, "open `%s`", cg->h[0].mnt);
@@ -538,9 +549,49 @@ static int update_devices(struct agsx_oci_cgroup *cg, const struct agsx_oci_reso
   return 0;
 }
 
+/* blockIO: the weight (BFQ's file when the kernel has it, as runc) and
+ * the throttles, v1 blkio.throttle.* or v2 io.max. */
+static int update_io(struct agsx_oci_cgroup *cg, const struct agsx_oci_resources *r,
+                     agsx_error_t *err) {
+  const char *ctrl = cg->v2 ? "io" : "blkio";
+  char v[64];
+  if (r->blkio_weight) {
+    struct hier *h = find(cg, ctrl);
+    const char *bfq = cg->v2 ? "io.bfq.weight" : "blkio.bfq.weight";
+    const char *plain = cg->v2 ? "io.weight" : "blkio.weight";
+    bool has_bfq = h && faccessat(h->fd, bfq, F_OK, 0) == 0;
+    if (h && !has_bfq && faccessat(h->fd, plain, F_OK, 0) < 0)
+      return agsx_error_set(err, 0,
+                            "cannot apply linux.resources.blockIO.weight: no `%s` or `%s` in "
+                            "cgroup `%s` (the disk's I/O scheduler has no weights: BFQ)",
+                            bfq, plain, cg->path);
+    uint64_t w = cg->v2 && !has_bfq ? agsx_oci_cgroup_io_weight(r->blkio_weight) : r->blkio_weight;
+    snprintf(v, sizeof(v), cg->v2 && !has_bfq ? "default %" PRIu64 : "%" PRIu64, w);
+    if (write_ctrl(cg, ctrl, has_bfq ? bfq : plain, v, err) < 0)
+      return -1;
+  }
+  static const char *const v1[] = {
+      "blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
+      "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device"};
+  static const char *const v2[] = {"rbps", "wbps", "riops", "wiops"};
+  for (size_t i = 0; i < r->n_throttle; i++) {
+    const struct agsx_oci_throttle *t = &r->throttle[i];
+    if (cg->v2)
+      snprintf(v, sizeof(v), "%" PRId64 ":%" PRId64 " %s=%s", t->major, t->minor, v2[t->kind],
+               t->rate ? "" : "max");
+    else
+      snprintf(v, sizeof(v), "%" PRId64 ":%" PRId64 " %" PRIu64, t->major, t->minor, t->rate);
+    if (cg->v2 && t->rate)
+      snprintf(v + strlen(v), sizeof(v) - strlen(v), "%" PRIu64, t->rate);
+    if (write_ctrl(cg, ctrl, cg->v2 ? "io.max" : v1[t->kind], v, err) < 0)
+      return -1;
+  }
+  return 0;
+}
+
 int agsx_oci_cgroup_update(struct agsx_oci_cgroup *cg, const struct agsx_oci_resources *r,
                            agsx_error_t *err) {
-  if (update_memory(cg, r, err) < 0 || update_cpu(cg, r, err) < 0 ||
+  if (update_memory(cg, r, err) < 0 || update_cpu(cg, r, err) < 0 || update_io(cg, r, err) < 0 ||
       update_devices(cg, r, cg->devices, cg->n_devices, err) < 0)
     return -1;
   if (r->pids_limit != 0) {

@@ -743,12 +743,56 @@ static int parse_device_rules(yajl_val arr, struct agsx_oci_resources *r, agsx_e
   return 0;
 }
 
+/* linux.resources.blockIO: the weight and the four throttle lists; per-device
+ * weights and leafWeight are refused. */
+static int parse_blockio(yajl_val b, struct agsx_oci_resources *r, agsx_error_t *err) {
+  if (!YAJL_IS_OBJECT(b))
+    return REFUSE(err, "linux.resources.blockIO", "expected an object");
+  if (present(b, "weightDevice"))
+    return UNSUPPORTED(err, "linux.resources.blockIO.weightDevice");
+  if (present(b, "leafWeight"))
+    return UNSUPPORTED(err, "linux.resources.blockIO.leafWeight");
+  if (get_u64(b, "weight", "linux.resources.blockIO.weight", &r->blkio_weight, err) < 0)
+    return -1;
+  if (r->blkio_weight && (r->blkio_weight < 10 || r->blkio_weight > 1000))
+    return REFUSE(err, "linux.resources.blockIO.weight", "must be 10 to 1000");
+  static const char *const keys[] = {"throttleReadBpsDevice", "throttleWriteBpsDevice",
+                                     "throttleReadIOPSDevice", "throttleWriteIOPSDevice"};
+  for (int k = 0; k < 4; k++) {
+    char field[64];
+    snprintf(field, sizeof(field), "linux.resources.blockIO.%s", keys[k]);
+    yajl_val a = agsx_json_get(b, keys[k]);
+    if (a == NULL || YAJL_IS_NULL(a))
+      continue;
+    if (!YAJL_IS_ARRAY(a) || r->n_throttle + a->u.array.len > 64)
+      return REFUSE(err, field, "expected an array of at most 64 devices");
+    r->throttle =
+        xrealloc(r->throttle, (r->n_throttle + a->u.array.len + 1) * sizeof(*r->throttle));
+    for (size_t i = 0; i < a->u.array.len; i++) {
+      yajl_val d = a->u.array.values[i];
+      struct agsx_oci_throttle *t = &r->throttle[r->n_throttle++];
+      bool has_major = false, has_minor = false;
+      memset(t, 0, sizeof(*t));
+      t->kind = k;
+      if (!YAJL_IS_OBJECT(d))
+        return REFUSE(err, field, "expected objects");
+      if (get_int(d, "major", field, 0, UINT32_MAX, &t->major, &has_major, err) < 0 ||
+          get_int(d, "minor", field, 0, UINT32_MAX, &t->minor, &has_minor, err) < 0 ||
+          get_u64(d, "rate", field, &t->rate, err) < 0)
+        return -1;
+      if (!has_major || !has_minor)
+        return REFUSE(err, field, "a device needs major and minor");
+    }
+  }
+  return 0;
+}
+
 static int resources_from(yajl_val o, struct agsx_oci_resources *r, agsx_error_t *err) {
   memset(r, 0, sizeof(*r));
   r->memory_limit = r->memory_reservation = r->memory_swap = r->cpu_quota = -1;
   if (!YAJL_IS_OBJECT(o))
     return REFUSE(err, "linux.resources", "expected an object");
-  static const char *const refused[] = {"rdma", "network", "blockIO", "hugepageLimits", "unified"};
+  static const char *const refused[] = {"rdma", "network", "hugepageLimits", "unified"};
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(refused); i++)
     if (present(o, refused[i])) {
       char field[64];
@@ -800,6 +844,9 @@ static int resources_from(yajl_val o, struct agsx_oci_resources *r, agsx_error_t
     return -1;
   if (r->pids_limit < 0)
     r->pids_limit = -1;
+  yajl_val bio = agsx_json_get(o, "blockIO");
+  if (bio && !YAJL_IS_NULL(bio) && parse_blockio(bio, r, err) < 0)
+    return -1;
   return parse_device_rules(agsx_json_get(o, "devices"), r, err);
 }
 
@@ -807,6 +854,7 @@ void agsx_oci_resources_clear(struct agsx_oci_resources *r) {
   free(r->cpus);
   free(r->mems);
   free(r->devices);
+  free(r->throttle);
   memset(r, 0, sizeof(*r));
 }
 

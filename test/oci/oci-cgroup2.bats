@@ -37,7 +37,7 @@ fake_v2() {
     : >"$d/cgroup.subtree_control"
   done
   for f in cgroup.procs cgroup.freeze memory.max memory.swap.max memory.low pids.max cpu.max \
-    cpu.weight cpuset.cpus cpuset.mems; do
+    cpu.weight cpuset.cpus cpuset.mems io.weight io.max; do
     : >"$r/$1/$f"
   done
   printf 'populated 0\nfrozen 0\n' >"$r/$1/cgroup.events"
@@ -131,8 +131,8 @@ fake_v2() {
   [ "$(cat "$L/cpuset.cpus")" = 0 ]
   [ "$(cat "$L/cgroup.procs")" = "$pid" ]
   # The controllers enabled in each ancestor, in one write.
-  [ "$(cat "$T/cg2/cgroup.subtree_control")" = "+cpu +cpuset +memory +pids" ]
-  [ "$(cat "$T/cg2/$CGP/cgroup.subtree_control")" = "+cpu +cpuset +memory +pids" ]
+  [ "$(cat "$T/cg2/cgroup.subtree_control")" = "+cpu +cpuset +io +memory +pids" ]
+  [ "$(cat "$T/cg2/$CGP/cgroup.subtree_control")" = "+cpu +cpuset +io +memory +pids" ]
   echo '{"memory":{"limit":33554432,"swap":67108864},"pids":{"limit":-1},"cpu":{"shares":2048,"quota":-1,"period":200000}}' |
     rt update --resources - c1
   [ "$(cat "$L/memory.max")" = 33554432 ]
@@ -149,6 +149,24 @@ fake_v2() {
   assert_success
   # The engine made the leaf: it is not agsx's to remove.
   [ -d "$L" ]
+}
+
+@test "cgroup v2 (fake layout): blockIO as io.weight (converted) or io.bfq.weight, throttles as io.max" {
+  fake_v2 "$CGP/b"
+  local L=$T/cg2/$CGP/b
+  b=$(make_bundle b sleep 1000)
+  cfg "$b" '.linux.resources.blockIO = {"weight":500,"throttleReadBpsDevice":[{"major":8,"minor":0,"rate":1048576}]}'
+  rtc --bundle "$b" c1 || { cat "$T/create.err" >&3; false; }
+  # runc's and crun's conversion: blkio weight 500 is io.weight 4950.
+  [ "$(cat "$L/io.weight")" = "default 4950" ]
+  [ "$(cat "$L/io.max")" = "8:0 rbps=1048576" ]
+  echo '{"blockIO":{"throttleWriteIOPSDevice":[{"major":8,"minor":0,"rate":0}]}}' | rt update --resources - c1
+  [ "$(cat "$L/io.max")" = "8:0 wiops=max" ]
+  # With BFQ's file the weight is written as it is.
+  : >"$L/io.bfq.weight"
+  echo '{"blockIO":{"weight":300}}' | rt update --resources - c1
+  [ "$(cat "$L/io.bfq.weight")" = 300 ]
+  rt delete --force c1
 }
 
 @test "cgroup v2 (fake layout): create refuses a swap below the memory limit, leaving nothing" {

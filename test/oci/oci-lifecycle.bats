@@ -162,6 +162,33 @@ PY
   rt delete c1
 }
 
+@test "blockIO: the weight and throttles in blkio, changed by update --resources" {
+  [ -d /sys/fs/cgroup/blkio ] || skip "no v1 blkio hierarchy"
+  local dev
+  dev=$(findmnt -no MAJ:MIN -T "$T" | tr -d ' ')
+  [ -n "$dev" ] && [ -e "/sys/dev/block/$dev" ] && [ ! -e "/sys/dev/block/$dev/partition" ] ||
+    skip "$T is not on a whole disk"
+  b=$(make_bundle b sleep 1000)
+  cfg "$b" '.linux.resources.blockIO = {"weight":500,"throttleReadBpsDevice":[{"major":$ma,"minor":$mi,"rate":1048576}],"throttleWriteIOPSDevice":[{"major":$ma,"minor":$mi,"rate":200}]}' \
+    --argjson ma "${dev%:*}" --argjson mi "${dev#*:}"
+  rtc --bundle "$b" c1 || { cat "$T/create.err" >&3; false; }
+  pid=$(state_field c1 pid)
+  d=/sys/fs/cgroup/blkio$(grep -E ':blkio:' /proc/$pid/cgroup | cut -d: -f3)
+  grep -qx "$dev 1048576" "$d/blkio.throttle.read_bps_device" || { cat "$d/blkio.throttle.read_bps_device" >&3; false; }
+  grep -qx "$dev 200" "$d/blkio.throttle.write_iops_device"
+  # BFQ's weight file when the kernel has one (as runc), else blkio.weight.
+  w=$d/blkio.bfq.weight
+  [ -e "$w" ] || w=$d/blkio.weight
+  [ "$(awk '{ print $NF }' "$w")" = 500 ] || { cat "$w" >&3; false; }
+  jq -n --argjson ma "${dev%:*}" --argjson mi "${dev#*:}" \
+    '{"blockIO":{"weight":300,"throttleReadBpsDevice":[{"major":$ma,"minor":$mi,"rate":2097152}]}}' >"$T/r.json"
+  rt update --resources "$T/r.json" c1
+  [ "$(awk '{ print $NF }' "$w")" = 300 ]
+  # runc 1.1's update takes the weight from the JSON, not the throttles.
+  ! is_agsx || grep -qx "$dev 2097152" "$d/blkio.throttle.read_bps_device"
+  rt delete --force c1
+}
+
 @test "the container is in its cgroupsPath and its own namespaces" {
   b=$(make_bundle b sleep 1000)
   rtc --bundle "$b" c1

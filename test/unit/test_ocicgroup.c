@@ -49,7 +49,8 @@ static void swap_refused(int64_t swap, int64_t mem) {
 }
 
 /* v1 → v2 as runc (libcontainer/cgroups ConvertCPUSharesToCgroupV2Value,
- * ConvertMemorySwapToCgroupV2Value) and crun convert; the figures are
+ * ConvertBlkIOToIOWeightValue, ConvertMemorySwapToCgroupV2Value) and crun
+ * convert; the figures are
  * theirs: Docker's default 1024 shares is weight 39, not 100. */
 static void conversions(void) {
   static const struct {
@@ -61,6 +62,13 @@ static void conversions(void) {
     tap_ok(agsx_oci_cgroup_cpu_weight(w[i].shares) == w[i].weight,
            "cpu.shares %" PRIu64 " is cpu.weight %" PRIu64 " (got %" PRIu64 ")", w[i].shares,
            w[i].weight, agsx_oci_cgroup_cpu_weight(w[i].shares));
+  static const struct {
+    uint64_t blkio, io;
+  } io[] = {{0, 0}, {10, 1}, {100, 910}, {500, 4950}, {1000, 10000}, {5000, 10000}};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(io); i++)
+    tap_ok(agsx_oci_cgroup_io_weight(io[i].blkio) == io[i].io,
+           "blkio.weight %" PRIu64 " is io.weight %" PRIu64 " (got %" PRIu64 ")", io[i].blkio,
+           io[i].io, agsx_oci_cgroup_io_weight(io[i].blkio));
   swap_is(-1, 100, -1);   /* unlimited stays unlimited */
   swap_is(0, 100, 0);     /* unset */
   swap_is(100, -1, 100);  /* unlimited memory: swap as it is */
