@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "net/dnsfilter.h"
+#include "net/egress_nl.h"
 #include "net/nft.h"
 #include "util/conf.h"
 #include "util/json.h"
@@ -149,7 +150,7 @@ struct agsx_dns_filter {
   bool *learnt; /* set once an address went into the sets (agsx_dns_filter_set_learnt) */
   struct agsx_dns_filter_stats st;
   /* one answer's addresses, while it is looked at */
-  char *cmds;
+  struct agsx_nfb batch; /* the answer's addresses */
   const char *name;
   bool any;
   uint16_t ports[16];
@@ -262,8 +263,12 @@ static int activate(struct agsx_dns_filter *f, agsx_error_t *err) {
     agsx_warn("egress: refused connections are not logged (no free nflog group)");
     return 0;
   }
-  _cleanup_free_ char *cmds = agsx_egress_nft_log_cmds(f->addr, f->st.log_group);
-  return agsx_nft_run(cmds, NULL, err);
+  struct agsx_nfb b;
+  agsx_nfb_init(&b);
+  agsx_egress_nl_log(&b, f->addr, f->st.log_group);
+  int r = agsx_nfb_run(&b, err);
+  agsx_nfb_clear(&b);
+  return r;
 }
 
 struct agsx_dns_filter *agsx_dns_filter_new(const struct agsx_egress *e, uint32_t addr,
@@ -315,7 +320,7 @@ void agsx_dns_filter_free(struct agsx_dns_filter *f) {
   free(f->dir_path);
   free(f->cache);
   free(f->log);
-  free(f->cmds);
+  agsx_nfb_clear(&f->batch);
   agsx_closep(&f->dirfd);
   agsx_closep(&f->lockfd);
   agsx_closep(&f->nflog);
@@ -526,16 +531,10 @@ static void comment_of(const char *name, char *buf, size_t len) {
     snprintf(buf, len, "~%s", name + n - 119);
 }
 
-static void add_elem(struct agsx_dns_filter *f, const char *set, const char *key, int64_t ttl) {
-  char comment[128], me[16];
+static void add_elem(struct agsx_dns_filter *f, uint32_t addr, uint16_t port, int64_t ttl) {
+  char comment[128];
   comment_of(f->name, comment, sizeof(comment));
-  agsx_ipv4_format(f->addr, me);
-  /* A plain add: Linux 6.10 and later refresh an existing element's
-   * timeout this way (before, an existing element keeps its first expiry). */
-  char *old = f->cmds;
-  f->cmds = xasprintf("%sadd element inet agsx %s { %s . %s timeout %llds comment \"%s\" }\n",
-                      old ? old : "", set, me, key, (long long)ttl, comment);
-  free(old);
+  agsx_egress_nl_learn(&f->batch, f->addr, addr, port, ttl, comment);
 }
 
 static void on_a(void *data, uint32_t addr, uint32_t ttl) {
@@ -543,15 +542,11 @@ static void on_a(void *data, uint32_t addr, uint32_t ttl) {
   int64_t t = (int64_t)ttl < f->ttl_min ? f->ttl_min : (int64_t)ttl > f->ttl_max ? f->ttl_max : ttl;
   /* Due again a little before the element expires. */
   int64_t until = f->now_ms + t * 1000 - 2000;
-  char ip[16], key[32];
-  agsx_ipv4_format(addr, ip);
   if (f->any && !cached(f, addr, 0, t * 1000, until))
-    add_elem(f, "xa", ip, t);
+    add_elem(f, addr, 0, t);
   for (size_t i = 0; i < f->nports; i++)
-    if (!cached(f, addr, f->ports[i], t * 1000, until)) {
-      snprintf(key, sizeof(key), "%s . %u", ip, f->ports[i]);
-      add_elem(f, "xp", key, t);
-    }
+    if (!cached(f, addr, f->ports[i], t * 1000, until))
+      add_elem(f, addr, f->ports[i], t);
 }
 
 enum agsx_dns_verdict agsx_dns_filter_answer(struct agsx_dns_filter *f, char *msg, size_t *len) {
@@ -566,8 +561,7 @@ enum agsx_dns_verdict agsx_dns_filter_answer(struct agsx_dns_filter *f, char *ms
   f->name = name;
   f->nports = 0;
   f->now_ms = mono_ms();
-  free(f->cmds);
-  f->cmds = NULL;
+  agsx_nfb_init(&f->batch);
   /* The rules again: they may have changed since the query went out. */
   if (!agsx_egress_name_allowed(&f->e, name, &f->any, f->ports, 16, &f->nports)) {
     *len = make_reply(m, end, 5);
@@ -577,12 +571,12 @@ enum agsx_dns_verdict agsx_dns_filter_answer(struct agsx_dns_filter *f, char *ms
   } else if (agsx_dns_answers_a(m, *len, on_a, f) < 0) {
     *len = make_reply(m, end, 2); /* SERVFAIL: what we cannot read we do not open */
     v = AGSX_DNS_REPLY;
-  } else if (f->cmds) {
+  } else if (f->batch.n_msgs) {
     agsx_error_t err = NULL;
     f->st.nft_calls++;
     if (f->learnt)
       *f->learnt = true; /* (before: a failed transaction may have half-applied) */
-    if (agsx_nft_run(f->cmds, NULL, &err) < 0) {
+    if (agsx_nfb_run(&f->batch, &err) < 0) {
       agsx_warn("egress: add the addresses of `%s`: %s", name, err->msg);
       agsx_error_free(&err);
       f->st.nft_failed++;
@@ -592,8 +586,7 @@ enum agsx_dns_verdict agsx_dns_filter_answer(struct agsx_dns_filter *f, char *ms
     }
   }
   rules_unlock(lock);
-  free(f->cmds);
-  f->cmds = NULL;
+  agsx_nfb_clear(&f->batch);
   f->name = NULL;
   if (v == AGSX_DNS_PASS)
     f->st.answered++;

@@ -4,6 +4,7 @@
 
 #include "net/egress.h"
 #include "util/json.h"
+#include "util/lines.h"
 
 #include <ctype.h>
 #include <string.h>
@@ -136,19 +137,13 @@ int agsx_egress_rule_parse(const char *s, bool allow, struct agsx_egress_rule *r
 }
 
 int agsx_egress_rule_parse_line(const char *s, struct agsx_egress_rule *ret, agsx_error_t *err) {
-  while (*s == ' ' || *s == '\t')
-    s++;
-  size_t n = strcspn(s, " \t");
   bool allow;
-  if (n == 5 && strncmp(s, "allow", 5) == 0)
-    allow = true;
-  else if (n == 4 && strncmp(s, "deny", 4) == 0)
-    allow = false;
-  else
+  if (agsx_rule_verb(&s, &allow) < 0)
     return agsx_error_set_quiet(err, EINVAL,
-                                "invalid egress rule `%.64s`: it starts with allow or deny", s),
+                                "invalid egress rule `%.64s`: it starts with allow or deny",
+                                s + strspn(s, " \t")),
            -1;
-  return agsx_egress_rule_parse(s + n, allow, ret, err);
+  return agsx_egress_rule_parse(s, allow, ret, err);
 }
 
 char *agsx_egress_rule_format(const struct agsx_egress_rule *r) {
@@ -179,32 +174,17 @@ int agsx_egress_add(struct agsx_egress *e, const char *s, bool allow, agsx_error
   return agsx_egress_append(e, &r, err);
 }
 
+static int egress_line(char *line, size_t lineno, void *data, agsx_error_t *err) {
+  (void)lineno;
+  struct agsx_egress_rule r;
+  if (agsx_egress_rule_parse_line(line, &r, err) < 0)
+    return -1;
+  return agsx_egress_append(data, &r, err);
+}
+
 int agsx_egress_parse_file(const char *text, size_t len, const char *what, struct agsx_egress *e,
                            agsx_error_t *err) {
-  if (memchr(text, '\0', len))
-    return agsx_error_set_quiet(err, EINVAL, "%s: a NUL byte in a text file", what), -1;
-  size_t line = 0;
-  for (size_t i = 0; i < len;) {
-    const char *nl = memchr(text + i, '\n', len - i);
-    size_t end = nl ? (size_t)(nl - text) : len;
-    line++;
-    if (end - i > 1024)
-      return agsx_error_set_quiet(err, EINVAL, "%s:%zu: line too long", what, line), -1;
-    _cleanup_free_ char *l = xstrndup(text + i, end - i);
-    i = end + 1;
-    char *hash = strchr(l, '#');
-    if (hash)
-      *hash = '\0';
-    for (char *p = l; *p; p++)
-      if (*p == '\r' || *p == '\v' || *p == '\f')
-        *p = ' ';
-    if (l[strspn(l, " \t")] == '\0')
-      continue;
-    struct agsx_egress_rule r;
-    if (agsx_egress_rule_parse_line(l, &r, err) < 0 || agsx_egress_append(e, &r, err) < 0)
-      return agsx_error_wrap(err, "%s:%zu", what, line);
-  }
-  return 0;
+  return agsx_lines_each(text, len, what, 1024, AGSX_LINES_HASH_ANYWHERE, egress_line, e, err);
 }
 
 char *agsx_egress_to_json(const struct agsx_egress *e) {
@@ -298,109 +278,9 @@ bool agsx_egress_cidr_allowed(const struct agsx_egress *e, uint32_t addr, uint16
   return allowed;
 }
 
-/* ---- nftables ------------------------------------------------------------------------------- */
-
-#define TABLE "inet agsx"
-
-static void append(char **buf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void append(char **buf, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char *add = NULL;
-  if (vasprintf(&add, fmt, ap) < 0)
-    abort();
-  va_end(ap);
-  char *old = *buf;
-  *buf = xasprintf("%s%s", old ? old : "", add);
-  free(old);
-  free(add);
-}
-
-/* A CIDR rule's rules, with VERDICT. No set literals ({ tcp, udp }): each
- * is an anonymous set that libnftables then lists, elements and all, on
- * every later command, so they made every start O(sandboxes). */
-static void cidr_rules(char **c, uint32_t addr, const struct agsx_egress_rule *r,
-                       const char *verdict) {
-  char cidr[20];
-  agsx_cidr_format(&r->cidr, cidr);
-  if (r->port)
-    append(c,
-           "add rule " TABLE " x_%08x ip daddr %s tcp dport %u %s\n"
-           "add rule " TABLE " x_%08x ip daddr %s udp dport %u %s\n",
-           addr, cidr, r->port, verdict, addr, cidr, r->port, verdict);
-  else
-    append(c, "add rule " TABLE " x_%08x ip daddr %s %s\n", addr, cidr, verdict);
-}
-
-static void xl_rules(char **c, uint32_t addr, int log_group) {
-  append(c, "flush chain " TABLE " xl_%08x\n", addr);
-  if (log_group >= 0)
-    append(c,
-           "add rule " TABLE " xl_%08x limit rate " AGSX_EGRESS_LOG_RATE
-           " log group %d snaplen 64\n",
-           addr, log_group);
-  append(c,
-         "add rule " TABLE " xl_%08x meta l4proto tcp reject with tcp reset\n"
-         "add rule " TABLE " xl_%08x reject with icmpx admin-prohibited\n",
-         addr, addr);
-}
-
-char *agsx_egress_nft_log_cmds(uint32_t addr, int log_group) {
-  char *c = NULL;
-  xl_rules(&c, addr, log_group);
-  return c;
-}
-
-char *agsx_egress_nft_cmds(const struct agsx_egress *e, uint32_t addr,
-                           const struct agsx_cidr *subnet, bool fresh, int log_group) {
-  char *c = NULL, ip[16];
-  agsx_ipv4_format(addr, ip);
-  append(&c,
-         "add chain " TABLE " x_%08x\nflush chain " TABLE " x_%08x\nadd chain " TABLE " xl_%08x\n",
-         addr, addr, addr);
-  if (fresh)
-    xl_rules(&c, addr, log_group);
-  char goto_xl[24];
-  snprintf(goto_xl, sizeof(goto_xl), "goto xl_%08x", addr);
-  for (size_t i = 0; i < e->n; i++)
-    if (!e->rules[i].allow && e->rules[i].kind == AGSX_EGRESS_CIDR)
-      cidr_rules(&c, addr, &e->rules[i], goto_xl);
-  append(&c, "add rule " TABLE " x_%08x ct state established,related return\n", addr);
-  static const char *const dns[] = {"tcp dport 53", "udp dport 53", "tcp dport 853",
-                                    "udp dport 853"};
-  for (size_t i = 0; i < 4; i++)
-    append(&c, "add rule " TABLE " x_%08x %s %s\n", addr, dns[i], goto_xl);
-  if (subnet) {
-    char s[20];
-    append(&c, "add rule " TABLE " x_%08x ip daddr %s return\n", addr, agsx_cidr_format(subnet, s));
-  }
-  for (size_t i = 0; i < e->n; i++)
-    if (e->rules[i].allow && e->rules[i].kind == AGSX_EGRESS_CIDR)
-      cidr_rules(&c, addr, &e->rules[i], "return");
-  /* The learnt addresses: shared sets keyed by the sandbox's address, so
-   * that a start adds no set (libnftables' cache grows with every set). */
-  append(&c,
-         "add rule " TABLE " x_%08x ip saddr . ip daddr @xa return\n"
-         "add rule " TABLE " x_%08x ip saddr . ip daddr . tcp dport @xp return\n"
-         "add rule " TABLE " x_%08x ip saddr . ip daddr . udp dport @xp return\n",
-         addr, addr, addr);
-  if (agsx_egress_has_allow(e))
-    append(&c, "add rule " TABLE " x_%08x goto xl_%08x\n", addr, addr);
-  append(&c, "add element " TABLE " xmap { %s : jump x_%08x }\n", ip, addr);
-  return c;
-}
-
-char *agsx_egress_nft_delete_cmds(uint32_t addr) {
-  char ip[16];
-  agsx_ipv4_format(addr, ip);
-  return xasprintf("delete element " TABLE " xmap { %s }\n"
-                   "delete chain " TABLE " x_%08x\n"
-                   "delete chain " TABLE " xl_%08x\n",
-                   ip, addr, addr);
-}
-
 /* ---- the learnt addresses ------------------------------------------------------------------- */
 
+#include "net/egress_nl.h"
 #include "net/nft.h"
 
 void agsx_egress_learnt_clear(struct agsx_egress_learnt *l) {
@@ -411,6 +291,8 @@ void agsx_egress_learnt_clear(struct agsx_egress_learnt *l) {
 }
 
 /* The elements of xa or xp (PORTS) whose first key is SANDBOX, from nft's JSON. */
+#define TABLE "inet agsx"
+
 static int learnt_add(uint32_t sandbox, bool ports, struct agsx_egress_learnt *l,
                       agsx_error_t *err) {
   _cleanup_free_ char *out = NULL;
@@ -458,30 +340,21 @@ int agsx_egress_learnt_list(uint32_t sandbox, struct agsx_egress_learnt *l, agsx
   return 0;
 }
 
-void agsx_egress_learnt_delete_cmd(char **cmds, uint32_t sandbox,
-                                   const struct agsx_egress_learnt *l, size_t k) {
-  char s[16], a[16];
-  agsx_ipv4_format(sandbox, s);
-  agsx_ipv4_format(l->v[k].addr, a);
-  if (l->v[k].port)
-    append(cmds, "delete element " TABLE " xp { %s . %s . %u }\n", s, a, l->v[k].port);
-  else
-    append(cmds, "delete element " TABLE " xa { %s . %s }\n", s, a);
-}
-
-int agsx_egress_forget_cmds(uint32_t addr, char **cmds, agsx_error_t *err) {
+/* The deletes of what sandbox ADDR learnt, appended to B. */
+static int forget_nl(uint32_t addr, struct agsx_nfb *b, agsx_error_t *err) {
   struct agsx_egress_learnt l;
   if (agsx_egress_learnt_list(addr, &l, err) < 0)
     return -1;
   for (size_t i = 0; i < l.n; i++)
-    agsx_egress_learnt_delete_cmd(cmds, addr, &l, i);
+    agsx_egress_nl_learnt_delete(b, addr, &l, i);
   agsx_egress_learnt_clear(&l);
   return 0;
 }
 
 int agsx_egress_forget(uint32_t addr, agsx_error_t *err) {
-  _cleanup_free_ char *cmds = NULL;
-  if (agsx_egress_forget_cmds(addr, &cmds, err) < 0)
-    return -1;
-  return cmds ? agsx_nft_run(cmds, NULL, err) : 0;
+  struct agsx_nfb b;
+  agsx_nfb_init(&b);
+  int r = forget_nl(addr, &b, err) < 0 ? -1 : agsx_nfb_run(&b, err);
+  agsx_nfb_clear(&b);
+  return r;
 }

@@ -94,18 +94,14 @@ bool agsx_egress_cidr_allowed(const struct agsx_egress *e, uint32_t addr, uint16
                               bool *ret_denied);
 
 /* ---- the sandbox's nftables objects (network.c makes and removes them) ---- */
-/* The commands that (re)make sandbox ADDR's chain x_ADDR from E and hook
- * it into the forward chain. SUBNET: its vpc's (reachable), or NULL. FRESH
- * (a start): the learnt sets are emptied and the refusing chain xl_ADDR
- * made anew (what a crashed sandbox with the address left goes); else (a
- * live update) both are kept. LOG_GROUP: the nflog group refused
- * packets go to (FRESH only; -1: none). */
-char *agsx_egress_nft_cmds(const struct agsx_egress *e, uint32_t addr,
-                           const struct agsx_cidr *subnet, bool fresh, int log_group);
-/* Rewrites xl_ADDR to log to nflog group LOG_GROUP (-1: none), rate-limited. */
-char *agsx_egress_nft_log_cmds(uint32_t addr, int log_group);
-/* The commands that remove them (not the learnt elements: agsx_egress_forget). */
-char *agsx_egress_nft_delete_cmds(uint32_t addr);
+/* Written as netlink messages (egress_nl.h: agsx_egress_nl_chain and the
+ * rest), not as nft commands, so that a start pays no libnftables cache.
+ * agsx_egress_nl_chain (re)makes sandbox ADDR's chain x_ADDR from E and
+ * hooks it into the forward chain. SUBNET: its vpc's (reachable), or NULL.
+ * FRESH (a start): the refusing chain xl_ADDR is made anew (what a crashed
+ * sandbox with the address left goes); else (a live update) it is kept.
+ * LOG_GROUP: the nflog group refused packets go to (FRESH only; -1: none),
+ * at AGSX_EGRESS_LOG_RATE. */
 
 /* The addresses learnt for sandbox ADDR, from the shared sets xa and xp. */
 struct agsx_egress_learnt {
@@ -118,12 +114,7 @@ struct agsx_egress_learnt {
 };
 void agsx_egress_learnt_clear(struct agsx_egress_learnt *l);
 int agsx_egress_learnt_list(uint32_t sandbox, struct agsx_egress_learnt *l, agsx_error_t *err);
-/* The command that deletes element K of L (learnt by SANDBOX), appended to *CMDS. */
-void agsx_egress_learnt_delete_cmd(char **cmds, uint32_t sandbox,
-                                   const struct agsx_egress_learnt *l, size_t k);
 /* Deletes every address learnt for sandbox ADDR (its end, a crashed holder's). */
 int agsx_egress_forget(uint32_t addr, agsx_error_t *err);
-/* The same as commands appended to *CMDS, for a transaction of the caller's. */
-int agsx_egress_forget_cmds(uint32_t addr, char **cmds, agsx_error_t *err);
 
 #endif

@@ -56,6 +56,11 @@ static int unprivileged_ports(agsx_error_t *err) {
       open("/proc/sys/net/ipv4/ip_unprivileged_port_start", O_WRONLY | O_CLOEXEC);
   if (fd < 0 || write(fd, "0\n", 2) != 2)
     return agsx_error_set(err, errno, "set ip_unprivileged_port_start");
+  /* And ping without CAP_NET_RAW (ICMP echo sockets), as Docker's default:
+   * an allow-list's ICMP rules are then something a sandbox can use. */
+  _cleanup_close_ int ping = open("/proc/sys/net/ipv4/ping_group_range", O_WRONLY | O_CLOEXEC);
+  if (ping < 0 || write(ping, "0 2147483647\n", 13) != 13)
+    return agsx_error_set(err, errno, "set ping_group_range");
   return 0;
 }
 

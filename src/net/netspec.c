@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "net/netspec.h"
+#include "util/lines.h"
 
 #include <ctype.h>
 #include <string.h>
@@ -236,19 +237,26 @@ int agsx_sg_rule_parse(const char *s, bool allow, struct agsx_sg_rule *ret, agsx
   return 0;
 }
 
-int agsx_sg_rule_parse_line(const char *s, struct agsx_sg_rule *ret, agsx_error_t *err) {
-  while (*s == ' ' || *s == '\t')
-    s++;
-  size_t n = strcspn(s, " \t");
-  bool allow;
-  if (n == 5 && strncmp(s, "allow", 5) == 0)
-    allow = true;
-  else if (n == 4 && strncmp(s, "deny", 4) == 0)
-    allow = false;
+int agsx_rule_verb(const char **s, bool *ret_allow) {
+  const char *p = *s + strspn(*s, " \t");
+  size_t n = strcspn(p, " \t");
+  if (n == 5 && strncmp(p, "allow", 5) == 0)
+    *ret_allow = true;
+  else if (n == 4 && strncmp(p, "deny", 4) == 0)
+    *ret_allow = false;
   else
-    return agsx_error_set_quiet(err, EINVAL, "invalid rule `%s`: it starts with allow or deny", s),
+    return -1;
+  *s = p + n;
+  return 0;
+}
+
+int agsx_sg_rule_parse_line(const char *s, struct agsx_sg_rule *ret, agsx_error_t *err) {
+  bool allow;
+  if (agsx_rule_verb(&s, &allow) < 0)
+    return agsx_error_set_quiet(err, EINVAL, "invalid rule `%s`: it starts with allow or deny",
+                                s + strspn(s, " \t")),
            -1;
-  return agsx_sg_rule_parse(s + n, allow, ret, err);
+  return agsx_sg_rule_parse(s, allow, ret, err);
 }
 
 char *agsx_sg_rule_format(const struct agsx_sg_rule *r) {
@@ -274,30 +282,22 @@ int agsx_sg_rules_append(struct agsx_sg_rule **rules, size_t *n, const struct ag
   return 0;
 }
 
+struct sg_lines {
+  struct agsx_sg_rule **rules;
+  size_t *n;
+};
+
+static int sg_line(char *line, size_t lineno, void *data, agsx_error_t *err) {
+  (void)lineno;
+  struct sg_lines *d = data;
+  struct agsx_sg_rule r;
+  if (agsx_sg_rule_parse_line(line, &r, err) < 0)
+    return -1;
+  return agsx_sg_rules_append(d->rules, d->n, &r, err);
+}
+
 int agsx_sg_rules_parse_file(const char *text, size_t len, const char *what,
                              struct agsx_sg_rule **rules, size_t *n, agsx_error_t *err) {
-  size_t line = 0;
-  if (memchr(text, '\0', len))
-    return agsx_error_set_quiet(err, EINVAL, "%s: a NUL byte in a text file", what), -1;
-  for (size_t i = 0; i < len;) {
-    const char *nl = memchr(text + i, '\n', len - i);
-    size_t end = nl ? (size_t)(nl - text) : len;
-    line++;
-    if (end - i > 1024)
-      return agsx_error_set_quiet(err, EINVAL, "%s:%zu: line too long", what, line), -1;
-    _cleanup_free_ char *l = xstrndup(text + i, end - i);
-    i = end + 1;
-    char *hash = strchr(l, '#');
-    if (hash)
-      *hash = '\0';
-    for (char *p = l; *p; p++)
-      if (*p == '\r' || *p == '\v' || *p == '\f')
-        *p = ' ';
-    if (l[strspn(l, " \t")] == '\0')
-      continue;
-    struct agsx_sg_rule r;
-    if (agsx_sg_rule_parse_line(l, &r, err) < 0 || agsx_sg_rules_append(rules, n, &r, err) < 0)
-      return agsx_error_wrap(err, "%s:%zu", what, line);
-  }
-  return 0;
+  struct sg_lines d = {rules, n};
+  return agsx_lines_each(text, len, what, 1024, AGSX_LINES_HASH_ANYWHERE, sg_line, &d, err);
 }

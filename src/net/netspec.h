@@ -59,6 +59,9 @@ struct agsx_sg_rule {
 int agsx_sg_rule_parse(const char *s, bool allow, struct agsx_sg_rule *ret, agsx_error_t *err);
 /* "allow in tcp/443 198.18.0.0/15" — the form a rules file has. */
 int agsx_sg_rule_parse_line(const char *s, struct agsx_sg_rule *ret, agsx_error_t *err);
+/* The verb of a rules-file line (security groups, egress): "allow" or
+ * "deny" first, after blanks; *S is moved past it. -1: neither. */
+int agsx_rule_verb(const char **s, bool *ret_allow);
 /* The canonical text, with the action ("allow in tcp/443 198.18.0.0/15"). */
 char *agsx_sg_rule_format(const struct agsx_sg_rule *r);
 /* A rules file: one rule per line, `#` comments and blank lines ignored.

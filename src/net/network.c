@@ -7,6 +7,7 @@
 #include "net/conntrack.h"
 #include "net/dnsfilter.h"
 #include "net/egress.h"
+#include "net/egress_nl.h"
 #include "net/nft.h"
 #include "net/relay.h"
 
@@ -759,49 +760,29 @@ static int add_member(struct agsx_net_attach *a, const struct agsx_sg_rule *rule
 }
 
 /* The sandbox's egress chain and sets (egress.h), when it has rules: in
- * place before its veth exists, so nothing leaves unfiltered. */
-/* The egress transaction runs in a grandchild, meanwhile: libnftables
- * takes milliseconds (its cache, the commit) that the rest of the start
- * (image, configuration, seccomp, the namespace) overlaps. Its result comes
- * back through A->egress_pipe ("" or the error), which agsx_net_egress_wait
- * reads before the sandbox's command can run (the DNS relay's set-up), so
- * nothing leaves unfiltered. A double fork: the detached supervisor, which
- * reads the result, is not its parent. */
+ * place before its veth exists, so nothing leaves unfiltered. One netlink
+ * batch (egress_nl.h), no libnftables and no helper process: the kernel
+ * commits it in the sendmsg, and its answer waits on A->egress_pipe (the
+ * batch's socket) until agsx_net_egress_wait reads it, before the
+ * sandbox's command can run (the DNS relay's set-up). */
 static int add_egress(struct agsx_net_attach *a, agsx_error_t *err) {
   if (!a->egress_on)
     return 0;
   /* The log's nflog group is bound here, so that one transaction makes
    * everything (the supervisor's relay takes the socket over). */
   a->nflog_fd = agsx_dns_filter_nflog_open(&a->nflog_group);
+  /* (apart: one of its elements expiring meanwhile fails its delete, and
+   * must not fail the chain's) */
   if (a->stale_learnt && agsx_egress_forget(a->addr, err) < 0)
     return agsx_error_wrap(err, "egress rules: what a crashed sandbox learnt");
-  _cleanup_free_ char *cmds = agsx_egress_nft_cmds(
-      a->egress, a->addr, a->net.public_ ? NULL : &a->net.subnet, true, a->nflog_group);
-  if (agsx_nft_load(err) < 0)
+  struct agsx_nfb b;
+  agsx_nfb_init(&b);
+  agsx_egress_nl_chain(&b, a->egress, a->addr, a->net.public_ ? NULL : &a->net.subnet, true,
+                       a->nflog_group);
+  int r = agsx_nfb_send(&b, &a->egress_pipe, err);
+  agsx_nfb_clear(&b);
+  if (r < 0)
     return agsx_error_wrap(err, "egress rules");
-  int p[2];
-  if (pipe2(p, O_CLOEXEC) < 0)
-    return agsx_error_set(err, errno, "egress rules: pipe");
-  pid_t pid = fork();
-  if (pid == 0) {
-    if (fork() == 0) {
-      agsx_close_all_except(&p[1], 1); /* no lease lock or other fd outlives its holder */
-      agsx_error_t e = NULL;
-      const char *msg = agsx_nft_run(cmds, NULL, &e) < 0 ? e->msg : "";
-      if (write(p[1], msg, strlen(msg) + 1) < 0) {
-      }
-      _exit(0);
-    }
-    _exit(0);
-  }
-  close(p[1]);
-  if (pid < 0) {
-    close(p[0]);
-    return agsx_error_set(err, errno, "egress rules: fork");
-  }
-  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
-  }
-  a->egress_pipe = p[0];
   a->egress_chains = true; /* (removing what failed to be made fails quietly) */
   return 0;
 }
@@ -809,22 +790,19 @@ static int add_egress(struct agsx_net_attach *a, agsx_error_t *err) {
 int agsx_net_egress_wait(struct agsx_net_attach *a, agsx_error_t *err) {
   if (a->egress_pipe < 0)
     return 0;
-  char buf[1024];
-  size_t n = 0;
-  for (;;) {
-    ssize_t r = read(a->egress_pipe, buf + n, sizeof(buf) - 1 - n);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0 || (n += (size_t)r) == sizeof(buf) - 1 || memchr(buf, '\0', n))
-      break;
-  }
+  int r = agsx_nfb_wait(a->egress_pipe, err);
   agsx_closep(&a->egress_pipe);
-  buf[n] = '\0';
-  if (n == 0)
-    return agsx_error_set_quiet(err, EIO, "egress rules: their transaction did not finish"), -1;
-  if (buf[0])
-    return agsx_error_set_quiet(err, EIO, "egress rules: %s", buf), -1;
-  return 0;
+  return r < 0 ? agsx_error_wrap(err, "egress rules") : 0;
+}
+
+/* Removes sandbox ADDR's egress chains (not what it learnt). */
+static int delete_egress(uint32_t addr, agsx_error_t *err) {
+  struct agsx_nfb b;
+  agsx_nfb_init(&b);
+  agsx_egress_nl_delete(&b, addr);
+  int r = agsx_nfb_run(&b, err);
+  agsx_nfb_clear(&b);
+  return r;
 }
 
 /* What a lease file says a crashed holder left: vpc chains, egress chains. */
@@ -839,10 +817,8 @@ static void lease_leftovers(const char *bridge, const char *text, uint32_t addr,
     agsx_nft_run(cmds, NULL, &nerr); /* gone already when the sandbox ended cleanly */
   agsx_error_free(&nerr);
   if (strstr(text, "\negress\n")) { /* (also when an update gave it rules) */
-    _cleanup_free_ char *x = agsx_egress_nft_delete_cmds(addr);
     agsx_egress_forget(addr, NULL);
-    agsx_nft_run(x, NULL, &nerr);
-    agsx_error_free(&nerr);
+    delete_egress(addr, NULL);
   }
 }
 
@@ -1029,18 +1005,27 @@ static bool lease_says_egress(int fd) {
 
 void agsx_net_attach_end(struct agsx_net_attach *a) {
   agsx_net_egress_wait(a, NULL); /* made before it is removed */
+  /* The egress deletion's answer is read (and its socket closed) only
+   * after the veth went: the first close of a netfilter netlink socket
+   * after a deletion waits for the kernel to free what was deleted (an RCU
+   * grace period, ~10 ms), which by then has passed meanwhile. */
+  int pending = -1;
+  bool warn = !a->cut && a->egress_chains;
   if (a->egress_chains || lease_says_egress(a->lease_fd)) {
     agsx_error_t err = NULL;
-    _cleanup_free_ char *cmds = agsx_egress_nft_delete_cmds(a->addr);
     /* (apart: an element expiring meanwhile fails its delete, and must not
      * fail the chains') An address reused must not inherit what it learnt;
      * a relay that learnt nothing (or another process's end) skips the
      * listing, which costs a teardown two nft calls. */
     if (a->learnt || !a->egress_chains)
       agsx_egress_forget(a->addr, NULL);
-    if (agsx_nft_run(cmds, NULL, &err) < 0 && !a->cut && a->egress_chains)
+    struct agsx_nfb b;
+    agsx_nfb_init(&b);
+    agsx_egress_nl_delete(&b, a->addr);
+    if (agsx_nfb_send(&b, &pending, &err) < 0 && warn)
       agsx_warn("network `%s`: remove the egress rules of %08x: %s", a->net.name, a->addr,
                 err->msg);
+    agsx_nfb_clear(&b);
     agsx_error_free(&err);
     a->egress_chains = false;
   }
@@ -1058,6 +1043,14 @@ void agsx_net_attach_end(struct agsx_net_attach *a) {
    * the address already leased again). Already gone (cut off): no matter. */
   if (a->link.host_ifname[0])
     agsx_net_link_delete(a->link.host_ifname, NULL);
+  if (pending >= 0) {
+    agsx_error_t err = NULL;
+    if (agsx_nfb_wait(pending, &err) < 0 && warn)
+      agsx_warn("network `%s`: remove the egress rules of %08x: %s", a->net.name, a->addr,
+                err->msg);
+    agsx_error_free(&err);
+    close(pending);
+  }
   /* Free, but the holder's id stays for the next lease to check. */
   if (a->lease_fd >= 0 && a->link.host_ifname[0]) {
     char text[64];
@@ -1475,7 +1468,9 @@ int agsx_net_egress_update(const char *root, const char *state_dir, const char *
   _cleanup_close_ int dir = open(dpath, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   int r = -1;
   struct agsx_egress_learnt old = {0}, keep = {0};
-  _cleanup_free_ char *cmds = NULL, *probe = NULL, *json = agsx_egress_to_json(e);
+  _cleanup_free_ char *probe = NULL, *json = agsx_egress_to_json(e);
+  struct agsx_nfb b;
+  agsx_nfb_init(&b);
   _cleanup_close_ int lock = dir < 0 ? -1 : agsx_lock_at(dir, "egress.lock", true, err);
   if (dir < 0)
     agsx_error_set(err, errno, "open `%s`", dpath);
@@ -1491,14 +1486,15 @@ int agsx_net_egress_update(const char *root, const char *state_dir, const char *
   agsx_error_free(&perr);
   if (e->n == 0) {
     lease_unmark_egress(&n, addr, id);
-    cmds = exists ? agsx_egress_nft_delete_cmds(addr) : NULL;
     if (exists && agsx_egress_forget(addr, err) < 0)
       goto out;
+    if (exists)
+      agsx_egress_nl_delete(&b, addr);
   } else {
     /* (a chain made anew: what a crashed holder of the address learnt goes) */
     if (exists ? agsx_egress_learnt_list(addr, &old, err) < 0 : agsx_egress_forget(addr, err) < 0)
       goto out;
-    cmds = agsx_egress_nft_cmds(e, addr, n.public_ ? NULL : &n.subnet, !exists, -1);
+    agsx_egress_nl_chain(&b, e, addr, n.public_ ? NULL : &n.subnet, !exists, -1);
     for (size_t i = 0; i < old.n; i++) {
       if (learnt_allowed(e, old.v[i].name, old.v[i].port)) {
         keep.v = xrealloc(keep.v, (keep.n + 1) * sizeof(*keep.v));
@@ -1506,10 +1502,10 @@ int agsx_net_egress_update(const char *root, const char *state_dir, const char *
         keep.v[keep.n++].name = NULL;
         continue;
       }
-      agsx_egress_learnt_delete_cmd(&cmds, addr, &old, i);
+      agsx_egress_nl_learnt_delete(&b, addr, &old, i);
     }
   }
-  if (cmds && agsx_nft_run(cmds, NULL, err) < 0) {
+  if (agsx_nfb_run(&b, err) < 0) {
     agsx_error_wrap(err, "egress rules");
     goto out;
   }
@@ -1518,6 +1514,7 @@ int agsx_net_egress_update(const char *root, const char *state_dir, const char *
   struct keep_ctx k = {e, &n, &keep};
   r = e->n == 0 ? 0 : agsx_conntrack_cut(addr, false, keep_flow, &k, ret_cut, err);
 out:
+  agsx_nfb_clear(&b);
   agsx_egress_learnt_clear(&old);
   agsx_egress_learnt_clear(&keep);
   agsx_network_clear(&n);

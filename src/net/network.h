@@ -112,7 +112,7 @@ struct agsx_net_attach {
   bool egress_on, egress_chains; /* it has some; its chain and sets are in place */
   int nflog_fd, nflog_group;     /* the blocked log's nflog socket and group, or -1 */
   bool stale_learnt;             /* the address's last holder crashed with learnt addresses */
-  int egress_pipe;               /* the egress transaction's result, until read */
+  int egress_pipe;               /* the egress batch's netlink socket (its answer), until read */
   bool learnt;                   /* its DNS relay put addresses into the learnt sets */
   int watch_fd;                  /* hears changes to the ruleset */
   char id[33];                   /* the sandbox's */
@@ -127,9 +127,10 @@ struct agsx_net_attach {
 int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char *name,
                           const struct agsx_sg_rule *rules, size_t n_rules, const char *id,
                           struct agsx_net_attach *a, agsx_error_t *err);
-/* Waits for the egress rules agsx_net_attach_begin set in motion (they are
- * made meanwhile, off the start's critical path); fails if they could not
- * be made. Done at most once; 0 without egress rules. */
+/* Reads the answer to the egress rules' batch agsx_net_attach_begin sent
+ * (the kernel committed it then; the answer waits on A->egress_pipe);
+ * fails if they could not be made. Done at most once; 0 without egress
+ * rules. */
 int agsx_net_egress_wait(struct agsx_net_attach *a, agsx_error_t *err);
 /* For the supervisor's poll loop, when A->watch_fd is readable: if the
  * ruleset lost what protects the sandbox (the table, its base chains, the

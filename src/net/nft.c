@@ -125,26 +125,38 @@ int agsx_nft_watch_open(agsx_error_t *err) {
  * first attribute (NFTA_TABLE_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_TABLE,
  * NFTA_SET_TABLE, NFTA_SET_ELEM_LIST_TABLE) is its table's name.
  *
- * Removals that concern another sandbox's egress objects (egress.h) are no
- * alarm for sandbox SELF (its address): their chains x_ADDR and xl_ADDR
- * and their rules, their xmap elements, and the learnt sets' elements that
- * come and go. Otherwise every sandbox's end would set every supervisor on
- * the host checking its firewall. (A chain an xmap element jumps to cannot
- * be removed before the element, whose removal is heard.) */
-static bool egress_chain_of_other(const char *name, size_t n, uint32_t self) {
-  char mine[2][16];
-  snprintf(mine[0], sizeof(mine[0]), "x_%08x", self);
-  snprintf(mine[1], sizeof(mine[1]), "xl_%08x", self);
+ * Removals that concern another sandbox's own objects are no alarm for
+ * sandbox SELF (its address): its egress chains x_ADDR and xl_ADDR
+ * (egress.h), a vpc member's security-group chains e_ADDR and i_ADDR, and
+ * their rules; their elements of xmap and of the egress and ingress maps;
+ * the learnt sets' elements that come and go. Otherwise every sandbox's end
+ * would set every supervisor on the host checking its firewall. (A chain a
+ * map element jumps to cannot be removed before the element, whose removal
+ * is heard.) */
+static bool chain_of_other(const char *name, size_t n, uint32_t self) {
+  static const char *const prefixes[] = {"x_", "xl_", "e_", "i_"};
   size_t len = strnlen(name, n);
-  bool egress =
-      (len == 10 && memcmp(name, "x_", 2) == 0) || (len == 11 && memcmp(name, "xl_", 3) == 0);
-  return egress && !(len == strlen(mine[0]) && memcmp(name, mine[0], len) == 0) &&
-         !(len == strlen(mine[1]) && memcmp(name, mine[1], len) == 0);
+  for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
+    size_t p = strlen(prefixes[i]);
+    if (len != p + 8 || memcmp(name, prefixes[i], p) != 0)
+      continue;
+    uint32_t addr = 0;
+    for (size_t k = p; k < len; k++) {
+      int c = name[k];
+      int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (v < 0)
+        return false;
+      addr = addr << 4 | (uint32_t)v;
+    }
+    return addr != self;
+  }
+  return false;
 }
 
-/* Does the element list LIST (NFTA_SET_ELEM_LIST_ELEMENTS) hold a key
- * other than SELF only? (Unreadable: no.) */
-static bool elems_of_others(const char *p, size_t len, uint32_t self) {
+/* Does the element list LIST (NFTA_SET_ELEM_LIST_ELEMENTS) hold keys of
+ * other sandboxes than SELF only? The address is at KEY_OFF of each key
+ * (xmap: 0; egress and ingress, ifname . address: 16). (Unreadable: no.) */
+static bool elems_of_others(const char *p, size_t len, uint32_t self, size_t key_off) {
   bool any = false;
   for (size_t off = 0; off + NLA_HDRLEN <= len;) {
     const struct nlattr *e = (const struct nlattr *)(p + off);
@@ -157,10 +169,13 @@ static bool elems_of_others(const char *p, size_t len, uint32_t self) {
       const struct nlattr *k = (const struct nlattr *)(ep + o);
       if (k->nla_len < NLA_HDRLEN || o + k->nla_len > elen)
         return false;
-      if ((k->nla_type & NLA_TYPE_MASK) == NFTA_SET_ELEM_KEY && k->nla_len >= 2 * NLA_HDRLEN + 4) {
+      if ((k->nla_type & NLA_TYPE_MASK) == NFTA_SET_ELEM_KEY &&
+          k->nla_len >= 2 * NLA_HDRLEN + key_off + 4) {
         const struct nlattr *v = (const struct nlattr *)((const char *)k + NLA_HDRLEN);
+        if (v->nla_len < NLA_HDRLEN + key_off + 4)
+          return false;
         uint32_t key;
-        memcpy(&key, (const char *)v + NLA_HDRLEN, 4);
+        memcpy(&key, (const char *)v + NLA_HDRLEN + key_off, 4);
         if (ntohl(key) == self)
           return false;
         found = true;
@@ -193,7 +208,8 @@ static bool removes_from(const struct nlmsghdr *h, const char *table, uint32_t s
   if (g->nfgen_family != NFPROTO_INET)
     return false;
   size_t off = NLMSG_LENGTH(NLMSG_ALIGN(sizeof(*g))), end = h->nlmsg_len;
-  bool ours = false, xmap = false;
+  bool ours = false;
+  long key_off = -1; /* of a map keyed by sandbox address */
   while (off + NLA_HDRLEN <= end) {
     const struct nlattr *a = (const struct nlattr *)((const char *)h + off);
     if (a->nla_len < NLA_HDRLEN || off + a->nla_len > end)
@@ -206,18 +222,23 @@ static bool removes_from(const struct nlmsghdr *h, const char *table, uint32_t s
       if (!ours || type == NFT_MSG_DELTABLE || type == NFT_MSG_DELSET)
         return ours;
     } else if (type == NFT_MSG_DELCHAIN && at == NFTA_CHAIN_NAME) {
-      return !egress_chain_of_other(name, n, self);
+      return !chain_of_other(name, n, self);
     } else if (type == NFT_MSG_DELRULE && at == NFTA_RULE_CHAIN) {
-      return !egress_chain_of_other(name, n, self);
+      return !chain_of_other(name, n, self);
     } else if (type == NFT_MSG_DELSETELEM && at == NFTA_SET_ELEM_LIST_SET) {
       /* Addresses learnt from DNS come and go (egress.h): no alarm. */
       if (strnlen(name, n) == 2 && (memcmp(name, "xa", 2) == 0 || memcmp(name, "xp", 2) == 0))
         return false;
-      xmap = strnlen(name, n) == 4 && memcmp(name, "xmap", 4) == 0;
-      if (!xmap)
+      size_t l = strnlen(name, n);
+      if (l == 4 && memcmp(name, "xmap", 4) == 0)
+        key_off = 0;
+      else if ((l == 6 && memcmp(name, "egress", 6) == 0) ||
+               (l == 7 && memcmp(name, "ingress", 7) == 0))
+        key_off = 16; /* IFNAMSIZ */
+      else
         return true;
-    } else if (type == NFT_MSG_DELSETELEM && at == NFTA_SET_ELEM_LIST_ELEMENTS && xmap) {
-      return !elems_of_others(name, n, self);
+    } else if (type == NFT_MSG_DELSETELEM && at == NFTA_SET_ELEM_LIST_ELEMENTS && key_off >= 0) {
+      return !elems_of_others(name, n, self, (size_t)key_off);
     }
     off += NLA_ALIGN(a->nla_len);
   }

@@ -12,6 +12,7 @@
 #include "sandbox/lifecycle.h"
 #include "sandbox/supervisor.h"
 #include "sandbox/procs-internal.h"
+#include "sandbox/pool.h"
 #include "image/registry/registry.h"
 #include "image/store.h"
 #include "net/egress.h"
@@ -78,6 +79,9 @@ int agsx_run_spec_check(const struct agsx_run_spec *o, agsx_error_t *err) {
     return agsx_error_set(err, 0, "a terminal and captured output do not go together");
   if (o->idle && (agsx_strv_len(o->cmd) || o->tty || o->interactive || o->capture || o->layers))
     return agsx_error_set(err, 0, "an idle sandbox has no command, terminal or output");
+  if (o->pool && (o->idle || agsx_strv_len(o->cmd) || o->tty || o->interactive || o->capture ||
+                  o->layers || o->name || o->rm))
+    return agsx_error_set(err, 0, "a parked sandbox gets its command, name and stdio when claimed");
   enum agsx_net_mode mode;
   const char *net_name;
   if (agsx_net_mode_parse(o->network ? o->network : "internal", &mode, &net_name, err) < 0)
@@ -162,7 +166,12 @@ static int build_config(const struct agsx_run_spec *o, char **cmd, struct prepar
   }
   if (cfg->host_image && agsx_strv_len(p->argv) == 0 && !o->idle)
     p->argv = agsx_strv_concat((char *[]){"/bin/sh", NULL}, NULL);
-  if (agsx_strv_len(p->argv) == 0 && !o->idle)
+  if (o->pool) {
+    agsx_strv_free(p->argv);
+    p->argv = agsx_strv_concat(NULL, NULL); /* the claim brings it */
+    cfg->park = true;
+  }
+  if (agsx_strv_len(p->argv) == 0 && !o->idle && !o->pool)
     return agsx_error_set(err, 0, "no command given and the image has no Cmd or Entrypoint");
   p->env = agsx_strv_concat(ic->env, o->env);
   cfg->argv = p->argv;
@@ -302,6 +311,8 @@ static void fill_record(struct sup *f, struct agsx_record *r) {
   r->seccomp = xstrdup(f->o->seccomp ? f->o->seccomp : "default");
   r->rm = f->o->rm;
   r->idle = f->o->idle;
+  r->pool = f->o->pool ? xstrdup(f->o->pool) : NULL;
+  r->parked = f->o->pool != NULL && !(f->pool && agsx_pool_sup_claimed(f));
   r->tmpfs_fd = f->sb->tmpfsfd; /* sandbox/snapshot.h */
   r->layers = agsx_strv_concat(f->o->extra_layers, NULL);
   r->labels = f->o->labels ? agsx_strv_concat(f->o->labels, NULL) : NULL;
@@ -515,6 +526,7 @@ static int finish(struct sup *f, agsx_error_t *err) {
 }
 
 static void sup_clear(struct sup *f) {
+  agsx_pool_sup_free(f);
   agsx_procs_free(f->procs);
   f->procs = NULL;
   if (f->log)
@@ -560,6 +572,8 @@ static _Noreturn void detached_supervisor(struct sup *f, int report) {
   signal(SIGPIPE, SIG_IGN);
   int64_t began = agsx_mono_ns();
   int r = start(f, pipes, &err);
+  if (r == 0 && agsx_pool_sup_park(f, &err) < 0)
+    r = -1;
   struct report m = {.ok = r == 0, .began_ns = began, .starting_ns = f->starting_ns};
   if (r == 0 && f->o->timing)
     m.timing = f->sb->timing;
@@ -570,7 +584,8 @@ static _Noreturn void detached_supervisor(struct sup *f, int report) {
   close(report);
   if (r == 0)
     agsx_supervise(f, &err);
-  finish(f, &err);
+  int code = finish(f, &err);
+  agsx_pool_sup_end(f, code, err ? err->msg : NULL);
   agsx_error_free(&err);
   sup_clear(f);
   _exit(0);
@@ -609,7 +624,7 @@ int agsx_lifecycle_create(const struct agsx_run_spec *spec, struct agsx_lifecycl
   lc->spec = *spec;
   if (lc->spec.t0 == 0)
     lc->spec.t0 = agsx_mono_ns();
-  lc->p.image_name = spec->image;
+  lc->p.image_name = spec->image_name ? spec->image_name : spec->image;
   lc->cfg.netns = lc->cfg.sysfs = -1;
   agsx_sandbox_new_id(lc->cfg.id);
   lc->job = (struct agsx_netns_job){-1, -1};
@@ -707,7 +722,8 @@ static void close_callers_fds(struct agsx_lifecycle *lc, int report) {
 
 /* The supervisor is a grandchild in a session of its own: the caller has
  * no child to reap, its signals and its death (a SIGKILLed server) do not
- * reach it, and it holds nothing of the caller's. */
+ * reach it, and it holds nothing of the caller's. (With caller_exits, a
+ * child in a session of its own, until the caller's exit reparents it.) */
 static _Noreturn void detach_child(struct agsx_lifecycle *lc, int report) {
   agsx_log_set_sink(NULL, NULL); /* the caller's sink may write to its fds */
   close_callers_fds(lc, report);
@@ -721,9 +737,11 @@ static _Noreturn void detach_child(struct agsx_lifecycle *lc, int report) {
   sigprocmask(SIG_SETMASK, &none, NULL);
   if (setsid() < 0)
     _exit(125);
-  pid_t pid = fork();
-  if (pid != 0)
-    _exit(pid < 0 ? 125 : 0);
+  if (!lc->spec.caller_exits) {
+    pid_t pid = fork();
+    if (pid != 0)
+      _exit(pid < 0 ? 125 : 0);
+  }
   lc->f.detached = true;
   detached_supervisor(&lc->f, report);
 }
@@ -751,7 +769,7 @@ int agsx_lifecycle_detach(struct agsx_lifecycle *lc, struct agsx_run_started *re
   close(pfd[1]);
   f->handed_off = true;
   int status;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  while (!lc->spec.caller_exits && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   struct report m = {0};
   ssize_t n = agsx_read_all(pfd[0], &m, sizeof(m));

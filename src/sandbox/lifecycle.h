@@ -58,10 +58,18 @@ struct agsx_run_spec {
   uint64_t memory, pids, disk; /* 0: the defaults */
   double cpus;                 /* 0: no limit */
   bool read_only, rm, timing;
+  /* Detached, for a caller that exits right after the start (the CLI): the
+   * supervisor may stay its child, a fork less; the caller's exit
+   * reparents it. A caller that lives on (a server) leaves this false and
+   * gets a grandchild, which it never has to reap. */
+  bool caller_exits;
   /* No command: the sandbox's init only reaps until the sandbox is stopped
    * or reaches its deadline; its processes come through processes.h (API
    * sandboxes, whose images may have no shell). Detached only. */
   bool idle;
+  /* A parked sandbox of pool POOL (sandbox/pool.h): set up, then waiting
+   * for a claim, which brings the command. Detached only. */
+  const char *pool;
   /* Foreground stdio: the caller's stdin (interactive), a pty (tty), or
    * stdout and stderr captured for the result document (capture). */
   bool interactive, tty, capture;
@@ -83,6 +91,9 @@ struct agsx_run_spec {
    * command line (the image's Entrypoint included) instead of CMD. */
   char *const *extra_layers;
   char *const *argv;
+  /* The name the record shows for IMAGE (a fork runs its source's image by
+   * digest but is listed by the source's image name); NULL: IMAGE. */
+  const char *image_name;
 };
 
 /* Refuses what would harm the sandbox or the host whoever the caller is:

@@ -380,7 +380,11 @@ static const char *const masked[] = {
 };
 static const char *const readonly[] = {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys"};
 
-static int mask_path(int root, const char *path, int devnull, int emptydir, agsx_error_t *err) {
+/* Masks PATH with a clone of DEVNULL (a file) or of EMPTYDIR (a directory).
+ * With ATTACHED, a directory is masked with EMPTYDIR itself if *ATTACHED is
+ * false (then set): see mount_proc_sys. */
+static int mask_at(int root, const char *path, int devnull, int emptydir, bool *attached,
+                   agsx_error_t *err) {
   _cleanup_close_ int fd =
       agsx_openat2(root, path, O_PATH | O_NOFOLLOW, 0, RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS);
   if (fd < 0)
@@ -388,6 +392,12 @@ static int mask_path(int root, const char *path, int devnull, int emptydir, agsx
   struct stat st;
   if (fstat(fd, &st) < 0)
     return agsx_error_set(err, errno, "mask `%s`", path);
+  if (S_ISDIR(st.st_mode) && attached && !*attached) {
+    if (move_mount(emptydir, "", fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+      return agsx_error_set(err, errno, "mask `%s`", path);
+    *attached = true;
+    return 0;
+  }
   _cleanup_close_ int m =
       bind_clone(S_ISDIR(st.st_mode) ? emptydir : devnull, "", MOUNT_ATTR_RDONLY, false, err);
   if (m < 0)
@@ -422,12 +432,16 @@ static int mount_proc_sys(struct agsx_child_ctx *c, int root, int devnull, agsx_
   int sys = c->fds[c->cfg->n_layers + c->cfg->n_binds];
   if (attach(root, "/sys", sys, true, err) < 0)
     return -1;
+  /* The first masked directory gets the empty tmpfs itself, the others
+   * clones of it: closing a mount that was never attached dissolves it,
+   * which waits for an RCU grace period (2-6 ms on a busy machine). */
   const char *opts[] = {"size", "0", "mode", "0555", NULL};
   _cleanup_close_ int empty = fs_new("tmpfs", opts, MOUNT_ATTR_RDONLY, err);
   if (empty < 0)
     return -1;
+  bool attached = false;
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(masked); i++)
-    if (mask_path(root, masked[i], devnull, empty, err) < 0)
+    if (mask_at(root, masked[i], devnull, empty, &attached, err) < 0)
       return -1;
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(readonly); i++)
     if (readonly_path(root, readonly[i], err) < 0)
@@ -585,7 +599,7 @@ int agsx_rootfs_bind_clone(int dirfd, const char *path, unsigned attrs, bool rec
 }
 
 int agsx_rootfs_mask(int root, const char *path, int devnull, int emptydir, agsx_error_t *err) {
-  return mask_path(root, path, devnull, emptydir, err);
+  return mask_at(root, path, devnull, emptydir, NULL, err);
 }
 
 int agsx_rootfs_readonly(int root, const char *path, agsx_error_t *err) {

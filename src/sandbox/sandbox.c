@@ -55,18 +55,21 @@ static void phase(struct agsx_sandbox *sb, const char *name, int64_t *t0) {
 /* The init's own steps, on the same monotonic clock, from the GO sent at
  * *T: its wake-up ("go"), its steps, and READY's way back ("ready"), so
  * that every phase follows the one before and they add up. A step the
- * init did not take (an idle init execs nothing) is left out. */
+ * init did not take (an idle init execs nothing) is left out; one that
+ * ended before *T (the init woke and went on before our clock read after
+ * the send) counts 0. */
 static void child_phases(struct agsx_sandbox *sb, int64_t *t) {
   static const char *const names[] = {"go", "userns+cgroupns", "rootfs", "env", "exec"};
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(names); i++) {
     int64_t at = sb->child_ns[i];
-    if (at == 0 || at < *t)
+    if (at == 0)
       continue;
     if (sb->timing.n < AGSX_MAX_PHASES) {
       sb->timing.name[sb->timing.n] = names[i];
-      sb->timing.ns[sb->timing.n++] = at - *t;
+      sb->timing.ns[sb->timing.n++] = at > *t ? at - *t : 0;
     }
-    *t = at;
+    if (at > *t)
+      *t = at;
   }
   phase(sb, "ready", t);
 }
@@ -391,6 +394,17 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
 }
 
 /* ---- running ----------------------------------------------------------------------- */
+
+int agsx_sandbox_claim(struct agsx_sandbox *sb, const char *claim, size_t len, const int fds[3],
+                       agsx_error_t *err) {
+  struct agsx_msg m = {.type = AGSX_MSG_CLAIM, .code = fds ? 3 : 0};
+  int r = agsx_msg_send(sb->sync, &m, fds, fds ? 3 : 0);
+  if (r == 0 && send(sb->sync, claim, len, MSG_NOSIGNAL) != (ssize_t)len)
+    r = -(errno ? errno : EMSGSIZE);
+  if (r < 0)
+    return agsx_error_set(err, -r, "send the claim to the sandbox init");
+  return wait_ready(sb, err);
+}
 
 int agsx_sandbox_handle_event(struct agsx_sandbox *sb, agsx_error_t *err) {
   struct agsx_msg m;

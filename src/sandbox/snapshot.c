@@ -868,6 +868,7 @@ int agsx_snapshot_rollback(int statefd, const char *id, const char *name, agsx_e
       r.restart_seq = seq;
       agsx_strv_free(r.restart_layers);
       r.restart_layers = agsx_strv_concat(s.layers, NULL);
+      agsx_proc_ref_self(&r.restart_by);
       sup = r.supervisor;
       if (rc == 0)
         rc = agsx_record_write(statefd, &r, err);
@@ -896,15 +897,34 @@ static int no_pull(void *data, const char *image, agsx_error_t *err) {
   return agsx_error_set(err, ENOENT, "image `%s` is no longer in the store", image);
 }
 
+/* The source's published ports with new host ports, as -p with host port
+ * 0 (same host address, sandbox port and protocol): the source keeps its
+ * host ports, and each fork gets its own, picked by the kernel. */
+static struct agsx_port *fork_ports(const struct agsx_record *r) {
+  if (r->n_ports == 0)
+    return NULL;
+  struct agsx_port *v = xzalloc(r->n_ports * sizeof(*v));
+  for (size_t i = 0; i < r->n_ports; i++) {
+    v[i] = r->ports[i];
+    if (v[i].host.ss_family == AF_INET)
+      ((struct sockaddr_in *)&v[i].host)->sin_port = 0;
+    else if (v[i].host.ss_family == AF_INET6)
+      ((struct sockaddr_in6 *)&v[i].host)->sin6_port = 0;
+  }
+  return v;
+}
+
 static int fork_one(const struct agsx_fork_opts *o, const struct agsx_capture *c, const char *name,
                     struct agsx_fork *ret, agsx_error_t *err) {
   const struct agsx_record *r = &c->rec;
+  _cleanup_free_ struct agsx_port *ports = fork_ports(r);
   bool host = r->image_digest == NULL && r->image && strcmp(r->image, "host") == 0;
   double cpus = r->cpu_quota_us ? (double)r->cpu_quota_us / AGSX_CGROUP_CPU_PERIOD_US : 0;
   struct agsx_run_spec spec = {
       .root = o->root,
       .state = o->state,
       .image = host ? "host" : r->image_digest,
+      .image_name = host ? NULL : r->image,
       .cmd = o->cmd,
       .argv = o->cmd || r->idle ? NULL : r->argv,
       /* An API sandbox: no command (records before "idle" have an empty argv). */
@@ -925,6 +945,8 @@ static int fork_one(const struct agsx_fork_opts *o, const struct agsx_capture *c
       .extra_layers = c->layers,
       .labels = r->labels,
       .rm = r->rm,
+      .ports = ports,
+      .n_ports = r->n_ports,
   };
   struct agsx_lifecycle *lc = NULL;
   struct agsx_run_started st;

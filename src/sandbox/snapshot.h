@@ -19,7 +19,8 @@
  * sockets and agsx's own /etc files (hosts, hostname, resolv.conf) left
  * out. The copy is made under a temporary name and renamed into place only
  * once complete and only if the sandbox stayed frozen and running
- * throughout; otherwise it is removed and the call fails. The cost is one
+ * throughout; otherwise it is removed and the call fails (the copy checks
+ * that as it goes and gives up at once when a stop thaws the sandbox). The cost is one
  * copy of what changed, on the state directory's filesystem (tmpfs on most
  * hosts, so memory): about a memcpy per MiB, not charged to --disk.
  *
@@ -107,9 +108,11 @@ int agsx_snapshot_rollback(int statefd, const char *id, const char *name, agsx_e
  * captured one under each fork's own writable layer), with its image,
  * command (or CMD), environment, user, working directory, limits, network
  * mode and seccomp profile, each with its own id, uid range, address and
- * deadline (TIMEOUT, 0: the source's lifetime), its labels and --rm. Published ports and
- * volumes are not copied. A host-image source passes on its /tmp and
- * /root. NAME names a single fork, NAME-1... several. A
+ * deadline (TIMEOUT, 0: the source's lifetime), its labels and --rm, listed by
+ * the source's image name. Published ports are copied with new host ports
+ * (as -p 0:PORT); volumes are not (as docker commit: host data, and a
+ * read-write one shared by forks would be changed by all of them). A
+ * host-image source passes on its /tmp and /root. NAME names a single fork, NAME-1... several. A
  * paused source is copied as it is and stays paused. */
 #define AGSX_FORK_MAX 64
 struct agsx_fork_opts {

@@ -9,6 +9,7 @@
 #include "sandbox/supervisor.h"
 #include "net/network.h"
 #include "sandbox/control.h"
+#include "sandbox/pool.h"
 #include "sandbox/procs-internal.h"
 #include "sandbox/snapshot.h"
 #include "state/state.h"
@@ -329,6 +330,14 @@ static void procs_dispatch(struct sup *f, const struct pollfd *p, size_t n) {
 }
 static int procs_timeout(const struct sup *f) { return agsx_procs_timeout_ms(f->procs); }
 
+/* A pool's sandbox: its claim socket while parked, then the attached
+ * claimer's connection (sandbox/pool.h). */
+static size_t pool_nfds(const struct sup *f) { return agsx_pool_sup_nfds(f); }
+static size_t pool_fill(struct sup *f, struct pollfd *p) { return agsx_pool_sup_fill(f, p); }
+static void pool_dispatch(struct sup *f, const struct pollfd *p, size_t n) {
+  agsx_pool_sup_dispatch(f, p, n);
+}
+
 /* The sandbox's events: the command's end ends the loop. */
 static size_t sync_fill(struct sup *f, struct pollfd *p) { return put(p, f->sb->sync); }
 static void sync_dispatch(struct sup *f, const struct pollfd *p, size_t n) {
@@ -351,6 +360,7 @@ static const struct component components[] = {
     {two, pty_fill, pty_dispatch, NULL, pty_drain},
     {ctl_nfds, ctl_fill, ctl_dispatch, NULL, NULL},
     {procs_nfds, procs_fill, procs_dispatch, procs_timeout, NULL},
+    {pool_nfds, pool_fill, pool_dispatch, NULL, NULL},
     {one, sync_fill, sync_dispatch, NULL, NULL},
 };
 #define N_COMPONENTS AGSX_ARRAY_SIZE(components)
@@ -534,12 +544,19 @@ static void on_restart(struct sup *f, int64_t seq) {
   agsx_error_t err = NULL;
   struct agsx_record r;
   _cleanup_strv_ char **layers = NULL;
+  bool abandoned = false;
   {
     _cleanup_close_ int lock = agsx_record_lock(f->sb->statefd, f->sb->id, &err);
     if (lock >= 0 && agsx_record_read(f->sb->statefd, f->sb->id, &r, &err) == 0) {
       layers = steal_ptr(&r.restart_layers);
+      abandoned = r.restart_by.pid > 0 && !agsx_proc_ref_alive(&r.restart_by);
       agsx_record_clear(&r);
     }
+  }
+  if (abandoned) {
+    /* Its agsx rollback was killed before we took it up: nobody wants it. */
+    record_restart(f, seq, -1, "its agsx rollback ended first: dropped", &layers);
+    return;
   }
   int rc = err ? -1 : restart(f, layers, &err);
   record_restart(f, seq, rc, err ? err->msg : NULL, &layers);

@@ -1,6 +1,7 @@
 /* agsx — conf: the optional configuration file. */
 #include "config.h"
 #include "util/conf.h"
+#include "util/lines.h"
 
 #include <ctype.h>
 #include <fcntl.h>
@@ -25,37 +26,38 @@ static char *trim(char *s) {
   return s;
 }
 
+struct conf_lines {
+  const char *key;
+  char *value;
+};
+
+static int conf_line(char *line, size_t lineno, void *data, agsx_error_t *err) {
+  (void)lineno;
+  struct conf_lines *d = data;
+  char *eq = strchr(line, '=');
+  if (eq == NULL)
+    return agsx_error_set_quiet(err, EINVAL, "expected KEY = VALUE"), -1;
+  *eq = '\0';
+  char *k = trim(line), *v = trim(eq + 1);
+  if (!key_is_valid(k, strlen(k)))
+    return agsx_error_set_quiet(err, EINVAL, "invalid key `%s`", k), -1;
+  if (strcmp(k, d->key) == 0) {
+    free(d->value);
+    d->value = xstrdup(v); /* the last one wins, as in most config files */
+  }
+  return 0;
+}
+
 int agsx_conf_parse(const char *text, size_t len, const char *what, const char *key, char **ret,
                     agsx_error_t *err) {
   *ret = NULL;
-  _cleanup_free_ char *value = NULL; /* *RET stays NULL on failure */
-  if (memchr(text, '\0', len))
-    return agsx_error_set_quiet(err, EINVAL, "%s: a NUL byte in a text file", what), -1;
-  size_t line = 0;
-  for (size_t i = 0; i < len;) {
-    const char *nl = memchr(text + i, '\n', len - i);
-    size_t end = nl ? (size_t)(nl - text) : len;
-    line++;
-    if (end - i > 4096)
-      return agsx_error_set_quiet(err, EINVAL, "%s:%zu: line too long", what, line), -1;
-    _cleanup_free_ char *l = xstrndup(text + i, end - i);
-    i = end + 1;
-    char *s = trim(l);
-    if (*s == '\0' || *s == '#')
-      continue;
-    char *eq = strchr(s, '=');
-    if (eq == NULL)
-      return agsx_error_set_quiet(err, EINVAL, "%s:%zu: expected KEY = VALUE", what, line), -1;
-    *eq = '\0';
-    char *k = trim(s), *v = trim(eq + 1);
-    if (!key_is_valid(k, strlen(k)))
-      return agsx_error_set_quiet(err, EINVAL, "%s:%zu: invalid key `%s`", what, line, k), -1;
-    if (strcmp(k, key) == 0) {
-      free(value);
-      value = xstrdup(v); /* the last one wins, as in most config files */
-    }
+  struct conf_lines d = {key, NULL};
+  /* (a value may hold `#`: comments are whole lines) */
+  if (agsx_lines_each(text, len, what, 4096, 0, conf_line, &d, err) < 0) {
+    free(d.value); /* *RET stays NULL on failure */
+    return -1;
   }
-  *ret = steal_ptr(&value);
+  *ret = d.value;
   return 0;
 }
 

@@ -95,6 +95,26 @@ fetch() { # SANDBOX NAME PORT
     probe http "$a" "$2" 2000' _ "$2" "$3"
 }
 
+# agsx serve in the outer namespace on a free loopback port: sets port,
+# key (the caller's locals) and EGRESS_SRV; waits for its listener.
+egress_serve() {
+  key=e2b_egress_test_key
+  port=$(outer python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  nsenter -t "$OUTER" --net --mount -- env AGSX_PUBLIC_SUBNET=198.19.0.0/24 AGSX_PULL=never \
+    AGSX_DNS=198.18.0.3 "$AGSX" --root "$ROOT" --state "$STATE" serve --listen "127.0.0.1:$port" \
+    --api-key "$key" --network public --template bb=busybox </dev/null >>"$T/serve.log" 2>&1 3>&- &
+  EGRESS_SRV=$!
+  local i
+  for i in $(seq 100); do
+    outer curl -s -o /dev/null "http://127.0.0.1:$port/" && break
+    sleep 0.05
+  done
+}
+egress_serve_stop() {
+  kill "$EGRESS_SRV" 2>/dev/null || true
+  wait "$EGRESS_SRV" 2>/dev/null || true
+}
+
 start_sb() { # NAME RULE-OPTIONS...
   local name=$1
   shift
@@ -107,6 +127,10 @@ start_sb() { # NAME RULE-OPTIONS...
   run fetch e1 allowed.egress.test 80
   assert_output_contains "resolve allowed.egress.test: 198.18.0.10"
   assert_output_contains "http 198.18.0.10:80: 198.18.0.10:80"
+  # learnt (written as netlink, egress_nl.h) with its TTL and name, as nft shows it
+  run outer nft list set inet agsx xa
+  assert_output_contains '. 198.18.0.10 timeout 1m expires'
+  assert_output_contains 'comment "allowed.egress.test"'
   run fetch e1 denied.egress.test 80
   assert_output_contains "resolve denied.egress.test: failed"
   run nax exec e1 probe connect 198.18.0.11 80 2000
@@ -153,6 +177,55 @@ start_sb() { # NAME RULE-OPTIONS...
   assert_output_contains "failed"
   run fetch e4 other.egress.test 80
   assert_output_contains "http 198.18.0.16:80: 198.18.0.16:80"
+}
+
+@test "egress: ICMP and UDP follow the rules (ping allowed and dropped, logged; UDP by port)" {
+  # 198.18.0.14: every protocol; port.egress.test (198.18.0.12) and
+  # 198.18.0.15: UDP and TCP on :7 only. Every world address echoes UDP
+  # on :7 and :9 and answers pings.
+  start_sb e10 --egress-allow 198.18.0.14 --egress-allow port.egress.test:7 \
+    --egress-allow 198.18.0.15:7
+  run nax exec e10 probe ping 198.18.0.14 2000
+  assert_output_contains "ping 198.18.0.14: reply"
+  run nax exec e10 probe ping 198.18.0.11 2000
+  assert_output_contains "ping 198.18.0.11: failed"
+  # a port rule opens no ICMP
+  run nax exec e10 probe ping 198.18.0.15 2000
+  assert_output_contains "ping 198.18.0.15: failed"
+  # the chain as the kernel shows it (written as netlink, egress_nl.h)
+  run outer nft list ruleset
+  assert_output_contains "ip daddr 198.18.0.14 return"
+  assert_output_contains "ip daddr 198.18.0.15 udp dport 7 return"
+  assert_output_contains "ct state established,related return"
+  assert_output_contains "udp dport 853 goto xl_"
+  assert_output_contains "ip saddr . ip daddr . udp dport @xp return"
+  assert_output_contains "reject with icmpx admin-prohibited"
+  run nax exec e10 probe udp 198.18.0.14 9 2000
+  assert_output_contains "udp 198.18.0.14:9: reply"
+  run nax exec e10 probe udp 198.18.0.15 7 2000
+  assert_output_contains "udp 198.18.0.15:7: reply"
+  run nax exec e10 probe udp 198.18.0.15 9 2000
+  refute_output_contains "reply"
+  # by name: UDP to the learnt address on the allowed port only
+  run nax exec e10 sh -c 'probe resolve port.egress.test; probe udp 198.18.0.12 7 2000;
+    probe udp 198.18.0.12 9 2000'
+  assert_output_contains "resolve port.egress.test: 198.18.0.12"
+  assert_output_contains "udp 198.18.0.12:7: reply"
+  refute_output_contains "udp 198.18.0.12:9: reply"
+  sleep 1.5
+  run_nax netlog --json e10
+  assert_success
+  echo "$output" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+c = [e for e in d["entries"] if e["kind"] == "connection"]
+def has(addr, proto, port=None):
+    return any(e["address"] == addr and e["protocol"] == proto and
+               (port is None or e["port"] == port) for e in c)
+assert has("198.18.0.11", "icmp"), c
+assert has("198.18.0.15", "icmp"), c
+assert has("198.18.0.15", "udp", 9) and has("198.18.0.12", "udp", 9), c
+assert not has("198.18.0.14", "icmp") and not has("198.18.0.15", "udp", 7), c'
 }
 
 @test "egress: TTL expiry closes the address" {
@@ -227,6 +300,51 @@ assert c[0]["port"] == 80 and c[0]["protocol"] == "tcp" and c[0]["count"] >= 2, 
 assert q[0]["first"] and q[0]["last"], q'
 }
 
+@test "egress: the most rules a sandbox takes (512, with ports) go in one transaction" {
+  python3 -c '
+for i in range(511): print("allow 10.%d.%d.0/24:%d" % (i // 256, i % 256, 1000 + i))
+print("allow allowed.egress.test")' >"$BATS_TEST_TMPDIR/rules"
+  start_sb e11 --egress-rules "$BATS_TEST_TMPDIR/rules"
+  run outer sh -c "nft list ruleset | grep -c 'ip daddr 10\..* dport 1[0-9]* return'"
+  [ "$output" = 1022 ]
+  run fetch e11 allowed.egress.test 80
+  assert_output_contains "http 198.18.0.10:80: 198.18.0.10:80"
+  echo "allow 10.9.9.9" >>"$BATS_TEST_TMPDIR/rules"
+  run_nax run --rm --network public --egress-rules "$BATS_TEST_TMPDIR/rules" busybox true
+  assert_agsx_error "too many egress rules"
+}
+
+@test "egress: what a crashed sandbox learnt does not open its address's next holder" {
+  private_cgroup_parent
+  # five addresses: the next five sandboxes take the crashed one's too
+  run_nax network create tiny --subnet 198.19.8.0/29 --allow "out tcp/80 198.18.0.0/24"
+  assert_success
+  run_nax run -d --name c0 --network vpc:tiny --egress-allow allowed.egress.test busybox sleep 60
+  assert_success
+  run fetch c0 allowed.egress.test 80
+  assert_output_contains "http 198.18.0.10:80: 198.18.0.10:80"
+  local sup i
+  sup=$(python3 -c 'import json,sys,glob; print(json.load(open(glob.glob(sys.argv[1] + "/*/state.json")[0]))["supervisor"]["pid"])' "$STATE")
+  kill -9 "$sup"
+  sleep 0.5
+  run outer nft list set inet agsx xa
+  assert_output_contains ". 198.18.0.10 timeout"
+  for i in 1 2 3 4 5; do
+    run_nax run -d --name "c$i" --network vpc:tiny --egress-allow other.egress.test busybox sleep 60
+    assert_success
+  done
+  run outer nft list set inet agsx xa
+  refute_output_contains "198.18.0.10"
+  for i in 1 2 3 4 5; do
+    run nax exec "c$i" probe http 198.18.0.10 80 2000
+    assert_output_contains "http 198.18.0.10:80: failed"
+  done
+  nax kill --all >/dev/null 2>&1 || true
+  AGSX_GC_MIN_AGE=0 run_nax gc
+  run_nax network rm tiny
+  assert_success
+}
+
 @test "egress: bad rules are refused with exit 125; internal takes none" {
   run_nax run --rm --network public --egress-allow 'a*.b' busybox true
   assert_agsx_error "invalid egress rule"
@@ -286,20 +404,12 @@ assert q[0]["first"] and q[0]["last"], q'
 }
 
 @test "egress: the E2B API's network.allowOut/denyOut at create and PUT /sandboxes/{id}/network" {
-  local port key=e2b_egress_test_key
-  port=$(outer python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  nsenter -t "$OUTER" --net --mount -- env AGSX_PUBLIC_SUBNET=198.19.0.0/24 AGSX_PULL=never \
-    AGSX_DNS=198.18.0.3 "$AGSX" --root "$ROOT" --state "$STATE" serve --listen "127.0.0.1:$port" \
-    --api-key "$key" --network public --template bb=busybox </dev/null >>"$T/serve.log" 2>&1 3>&- &
-  local srv=$! i
+  local port key
+  egress_serve
   api() { # METHOD PATH [BODY]: the body, then the status
     outer curl -s -X "$1" -H "X-API-KEY: $key" -H 'Content-Type: application/json' \
       ${3:+--data-binary "$3"} -w '\n%{http_code}\n' "http://127.0.0.1:$port$2"
   }
-  for i in $(seq 100); do
-    outer curl -s -o /dev/null "http://127.0.0.1:$port/" && break
-    sleep 0.05
-  done
   run api POST /v2/sandboxes '{"templateID":"bb","timeout":60,"network":{"allowOut":["allowed.egress.test","198.18.0.16:443"],"denyOut":["0.0.0.0/0"]}}'
   assert_output_contains "201"
   local sb
@@ -323,8 +433,25 @@ assert q[0]["first"] and q[0]["last"], q'
   run api POST /v2/sandboxes '{"templateID":"bb","allow_internet_access":false,"network":{"allowOut":["x.org"]}}'
   assert_output_contains "400"
   api DELETE "/sandboxes/$e2b" >/dev/null
-  kill "$srv" 2>/dev/null || true
-  wait "$srv" 2>/dev/null || true
+  egress_serve_stop
+}
+
+@test "egress: the E2B SDK's network allowOut/denyOut at create and updateNetwork" {
+  local mods port key
+  command -v node >/dev/null || skip "node is missing"
+  mods=$("$AGSX_SRCDIR/test/serve/npm-install" 2>/dev/null | sed -n 1p) ||
+    skip "the npm e2b SDK is not installed (npm or its registry unreachable)"
+  [ -n "$mods" ] || skip "the npm e2b SDK is not installed"
+  egress_serve
+  run outer env E2B_SDK="$mods" E2B_API_URL="http://127.0.0.1:$port" \
+    E2B_SANDBOX_URL="http://127.0.0.1:$port" E2B_API_KEY="$key" E2B_TEMPLATE=bb \
+    timeout --kill-after=5 120 node "$AGSX_SRCDIR/test/serve/egress.mjs"
+  egress_serve_stop
+  if [ "$status" -ne 0 ] || [ "${lines[${#lines[@]}-1]}" != ok ]; then
+    printf '%s\n' "$output" | sed 's/^/#   /' >&3
+    sed 's/^/# serve: /' "$T/serve.log" | tail -20 >&3
+    return 1
+  fi
 }
 
 @test "egress: agsx build's RUN steps take the same rules" {
@@ -336,4 +463,20 @@ assert q[0]["first"] and q[0]["last"], q'
   assert_output_contains "resolve allowed.egress.test: 198.18.0.10"
   assert_output_contains "resolve denied.egress.test: failed"
   refute_output_contains "http 198.18.0.16:80: 198.18.0.16"
+  # the same rules: the cache; other rules (or none): the step runs again
+  run_nax build --egress-allow allowed.egress.test -t egress-built "$BATS_TEST_TMPDIR/ctx"
+  assert_success
+  assert_output_contains "Using cache"
+  refute_output_contains "resolve allowed.egress.test:"
+  run_nax build --egress-allow denied.egress.test -t egress-built "$BATS_TEST_TMPDIR/ctx"
+  assert_success
+  refute_output_contains "Using cache"
+  assert_output_contains "resolve denied.egress.test: 198.18.0.11"
+  assert_output_contains "resolve allowed.egress.test: failed"
+  run_nax build --egress-allow denied.egress.test -t egress-built "$BATS_TEST_TMPDIR/ctx"
+  assert_output_contains "Using cache"
+  run_nax build -t egress-built "$BATS_TEST_TMPDIR/ctx"
+  assert_success
+  refute_output_contains "Using cache"
+  assert_output_contains "http 198.18.0.16:80: 198.18.0.16"
 }

@@ -560,6 +560,25 @@ rpc() { python3 "$AGSX_SRCDIR/test/serve/connect.py" "$PORT" "$ID" "$TOK" "$@"; 
   AGSX_GC_MIN_AGE=0 ax gc >/dev/null # the forks' layer
 }
 
+@test "serve: createSnapshot of a base (host image) sandbox is a clear 400; fork of it works" {
+  serve_start
+  run api POST /v2/sandboxes '{"templateID":"base","timeout":30}'
+  [ "$(status_of "$output")" = 201 ] || { echo "$output" >&3; cat "$T/serve.log" >&3; false; }
+  id=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["sandboxID"])' "$(body_of "$output")")
+  run api POST "/sandboxes/$id/snapshots" '{"name":"hostsnap"}'
+  [ "$(status_of "$output")" = 400 ] || { echo "$output" >&3; false; }
+  [[ "$(body_of "$output")" == *"runs the host image: the host's / is no image in the store"* ]] || { echo "$output" >&3; false; }
+  run api GET "/snapshots?name=hostsnap"
+  [ "$(body_of "$output")" = "[]" ] || { echo "$output" >&3; false; }
+  run api POST "/sandboxes/$id/fork" '{"timeout":30}'
+  [ "$(status_of "$output")" = 201 ] || { echo "$output" >&3; false; }
+  local f
+  f=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])[0]["sandbox"]["sandboxID"])' "$(body_of "$output")")
+  for x in $id $f; do api DELETE "/sandboxes/$x" >/dev/null; done
+  for x in $id $f; do wait_gone "$x"; done
+  AGSX_GC_MIN_AGE=0 ax gc >/dev/null # the fork's layer
+}
+
 @test "serve: SDK (latest): pause, connect, createSnapshot, listSnapshots, fork" {
   serve_start
   SDK_TIMEOUT=240 run_sdk latest snapshot.mjs

@@ -164,7 +164,9 @@ make_tree() {
   run_ax exec hf sh -c 'cat /tmp/t; python3 -c "print(6 * 7)"'
   [ "$output" = $'t\n42' ] || { show_run; return 1; }
   run_ax commit h
-  assert_agsx_error "host image"
+  assert_agsx_error "runs the host image: the host's / is no image in the store"
+  run_ax commit --snapshot s h
+  assert_agsx_error "runs the host image"
 }
 
 @test "commit: an image skopeo reads, that runs with the committed files and deletions" {
@@ -257,6 +259,49 @@ PY
   assert_agsx_error "f-1"
   run_ax fork -n 0 src
   assert_agsx_error "invalid count"
+}
+
+@test "fork: published ports get new host ports, volumes stay out, ls shows the image name" {
+  mkdir -p "$T/vol"
+  echo host-data >"$T/vol/f"
+  run_ax run -d --name src -p 0:80 -p 127.0.0.1:0:81 -v "$T/vol:/vol" busybox sh -c \
+    'mkdir -p /www; httpd -p 80 -h /www; exec httpd -f -p 81 -h /www'
+  assert_success
+  ax exec src sh -c 'mkdir -p /www && echo src >/www/index.html'
+  run_ax fork -n 2 --name f src
+  assert_success
+  ax exec f-1 sh -c 'echo f1 >/www/index.html'
+  ax exec f-2 sh -c 'echo f2 >/www/index.html'
+  local n p80 p81 seen=""
+  for n in src f-1 f-2; do
+    run_ax --json port "$n"
+    assert_success
+    read -r p80 p81 < <(python3 -c '
+import json, sys
+v = {p["port"]: p for p in json.loads(sys.argv[1])}
+assert set(v) == {80, 81}, v
+assert v[81]["host_ip"] == "127.0.0.1", v
+print(v[80]["host_port"], v[81]["host_port"])' "$output") || { show_run; return 1; }
+    [[ " $seen " != *" $p80 "* && " $seen " != *" $p81 "* ]] || { echo "# $n reuses a host port: $seen / $p80 $p81" >&3; return 1; }
+    seen+=" $p80 $p81"
+    local want=${n#f-}
+    [ "$n" = src ] || want=f$want
+    [ "$(curl -fsS --max-time 5 "http://127.0.0.1:$p80/")" = "$want" ] || { echo "# $n :80 on $p80" >&3; return 1; }
+    [ "$(curl -fsS --max-time 5 "http://127.0.0.1:$p81/")" = "$want" ] || { echo "# $n :81 on $p81" >&3; return 1; }
+  done
+  # The volume is the source's alone.
+  run_ax exec f-1 sh -c 'cat /vol/f 2>&1; echo x >/vol/g 2>&1; true'
+  refute_output_contains host-data
+  [ ! -e "$T/vol/g" ]
+  [ "$(ax exec src cat /vol/f)" = host-data ]
+  run_ax ls --json
+  python3 -c '
+import json, sys
+v = {s["name"]: s for s in json.loads(sys.argv[1])}
+assert v["f-1"]["image"] == v["f-2"]["image"] == v["src"]["image"] == "busybox", v
+' "$output" || { show_run; return 1; }
+  run_ax ls
+  [[ "$(grep -E '^\S+\s+f-1' <<<"$output")" == *busybox* ]] || { show_run; return 1; }
 }
 
 @test "fork: of a paused sandbox (which stays paused); with a command" {
@@ -400,6 +445,69 @@ copy_started() {
   [ "$b" -gt "$a" ] || { echo "# frozen after the fork was killed: $a $b" >&3; return 1; }
 }
 
+@test "faults: agsx SIGKILLed during a rollback: the sandbox runs on one state or the other, nothing half-made" {
+  heavy
+  run_ax run -d --name box busybox sh -c 'i=0; while :; do i=$((i+1)); echo $i >/tmp/c; sleep 0.05; done'
+  assert_success
+  ax exec box sh -c 'echo v1 >/f; dd if=/dev/urandom of=/big bs=1M count=50 2>/dev/null'
+  run_ax snapshot box s
+  assert_success
+  local d a b f
+  for d in 0 0.001 0.01 0.05 0.2; do
+    ax exec box sh -c 'echo v2 >/f'
+    "$AGSX" --root "$ROOT" --state "$STATE" rollback box s >/dev/null 2>&1 &
+    local p=$!
+    sleep "$d"
+    kill -9 "$p" 2>/dev/null || true
+    wait "$p" || true
+    # A rollback the supervisor took up finishes without its client.
+    for _ in $(seq 50); do
+      ax exec box true 2>/dev/null && break
+      sleep 0.1
+    done
+    run_ax inspect box
+    python3 -c 'import json,sys; v=json.loads(sys.argv[1])[0]; assert v["status"]=="running" and not v.get("paused"), v' "$output"
+    f=$(ax exec box cat /f)
+    [[ "$f" == v1 || "$f" == v2 ]] || { echo "# /f after a rollback killed after $d s: $f" >&3; return 1; }
+    a=$(ax exec box cat /tmp/c)
+    sleep 0.3
+    b=$(ax exec box cat /tmp/c)
+    [ "$b" -gt "$a" ] || { echo "# not running after a rollback killed after $d s: $a $b" >&3; return 1; }
+    # A request its killed client left behind is not carried out later
+    # (an update signals the supervisor).
+    ax exec box sh -c 'echo v3 >/f'
+    ax update --timeout 5m box >/dev/null
+    sleep 0.3
+    [ "$(ax exec box cat /f)" = v3 ] || { echo "# a stale rollback ran after an update (kill after $d s)" >&3; return 1; }
+    run_ax snapshot ls -q box
+    [ "$output" = s ] || { show_run; return 1; }
+  done
+  # The same, made sure of: a request whose client is gone, as one killed
+  # between its record write and its signal leaves it.
+  local id
+  id=$(ax inspect box | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+  ax exec box sh -c 'echo v4 >/f'
+  python3 - "$STATE/$id" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+r = json.load(open(d + "/state.json"))
+r["restart_seq"] = max(r.get("restart_seq") or 0, r.get("restarted_seq") or 0) + 1
+r["restart_layers"] = json.load(open(d + "/snapshots/s.json"))["layers"]
+r["restart_by"] = {"pid": 4194300, "start_time": 1}
+open(d + "/.t", "w").write(json.dumps(r))
+os.rename(d + "/.t", d + "/state.json")
+PY
+  ax update --timeout 5m box >/dev/null
+  sleep 0.5
+  [ "$(ax exec box cat /f)" = v4 ] || { echo "# a dead client's rollback was carried out" >&3; return 1; }
+  # Nothing but the snapshot's layer and the sandbox's own remain.
+  AGSX_GC_MIN_AGE=0 ax gc >/dev/null
+  run_ax rollback box s
+  assert_success
+  [ "$(ax exec box cat /f)" = v1 ]
+  [ "$(ls "$STATE/layers" | wc -l)" -le 2 ] || { ls -la "$STATE/layers" >&3; return 1; }
+}
+
 @test "faults: symlinks, hard links, FIFOs, sparse files and odd names never reach a host file" {
   run_ax run -d --name box busybox sleep 300
   assert_success
@@ -421,13 +529,54 @@ copy_started() {
   # The same tricks, without the holes, committed.
   run_ax run -d --name box2 busybox sleep 300
   assert_success
-  ax exec box2 sh -c "ln -s $T/secret /link; mkfifo /fifo; ln -s / /root-link; touch /.wh.x"
+  ax exec box2 sh -c "ln -s $T/secret /link; mkfifo /fifo; ln -s / /root-link"
   run_ax commit -q box2 tricks:1
   assert_success
   run_ax run --rm tricks:1 sh -c 'readlink /link; ls -l /fifo | cut -c1; cat /link 2>&1'
   [[ "$output" == "$T/secret"$'\np\n'* ]] || { show_run; return 1; }
   refute_output_contains host-secret
   [ "$(cat "$T/secret")" = host-secret ]
+}
+
+@test "commit and build: a file named .wh.* is refused, naming it (it would unpack as a deletion)" {
+  run_ax run -d --name box busybox sleep 300
+  assert_success
+  # A snapshot and a rollback keep it as the file it is.
+  ax exec box sh -c 'mkdir -p /d && echo keep >/d/.wh.passwd && touch /etc/.wh..wh..opq'
+  run_ax snapshot box s
+  assert_success
+  run_ax rollback box s
+  assert_success
+  [ "$(ax exec box cat /d/.wh.passwd)" = keep ]
+  run_ax commit box bad:1
+  assert_agsx_error '.wh.'
+  [[ "$output" == *'`/d/.wh.passwd`'* || "$output" == *'`/etc/.wh..wh..opq`'* ]] || { show_run; return 1; }
+  run_ax commit --snapshot s box bad:2
+  assert_agsx_error 'would be a deletion'
+  run_ax image ls
+  refute_output_contains bad
+  # Real deletions still commit as whiteouts (a sandbox that never had the
+  # files: the rolled back one has them in its snapshot's layer).
+  run_ax run -d --name box2 busybox sleep 300
+  assert_success
+  ax exec box2 sh -c 'mkdir -p /d && echo keep >/d/.wh.passwd && rm -rf /d /etc/passwd'
+  run_ax commit -q box2 good:1
+  assert_success
+  run_ax run --rm good:1 sh -c 'ls /etc/passwd 2>&1; ls -d /d 2>&1; ls /etc | wc -l'
+  [[ "$output" == *"/etc/passwd: No such file"*"/d: No such file"* ]] || { show_run; return 1; }
+  [ "${output##*$'\n'}" -gt 3 ] || { show_run; return 1; }
+  # build: RUN and COPY share the layer writer.
+  mkdir -p "$T/ctx"
+  printf 'FROM busybox\nRUN mkdir /r && touch /r/.wh.x\n' >"$T/ctx/Dockerfile"
+  run_ax build -q -t bad:3 "$T/ctx"
+  assert_agsx_error 'would be a deletion'
+  [[ "$output" == *'`/r/.wh.x`'* ]] || { show_run; return 1; }
+  echo y >"$T/ctx/.wh.y"
+  printf 'FROM busybox\nCOPY .wh.y /\n' >"$T/ctx/Dockerfile"
+  run_ax build -q -t bad:4 "$T/ctx"
+  assert_agsx_error 'would be a deletion'
+  run_ax image ls
+  refute_output_contains bad
 }
 
 @test "rollback: bad input and a sandbox that is not running" {

@@ -6,6 +6,7 @@
 #include "fuzz.h"
 #include "net/dnsfilter.h"
 #include "net/egress.h"
+#include "net/egress_nl.h"
 
 #include <string.h>
 
@@ -34,8 +35,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (agsx_egress_parse_file((const char *)data, size, "fuzz", &e, &err) == 0) {
     if (e.n > AGSX_EGRESS_MAX_RULES)
       __builtin_trap();
-    char *cmds = agsx_egress_nft_cmds(&e, 0xc6130005, NULL, true, 20);
-    free(cmds);
+    struct agsx_nfb b;
+    agsx_nfb_init(&b);
+    agsx_egress_nl_chain(&b, &e, 0xc6130005, NULL, true, 20);
+    agsx_nfb_clear(&b);
     bool any;
     uint16_t ports[16];
     size_t np;

@@ -4,9 +4,18 @@
 
 #include "net/dnsfilter.h"
 #include "net/egress.h"
+#include "net/egress_nl.h"
+#include "net/nft.h"
 #include "tap.h"
 
+#include <arpa/inet.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netlink.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 static void rule_ok(const char *line, const char *want) {
   struct agsx_egress_rule r;
@@ -26,6 +35,47 @@ static void rule_bad(const char *line, const char *why) {
   tap_ok(rc < 0 && err && strstr(err->msg, why), "rule `%s` refused: %s (%s)", line, why,
          err ? err->msg : "accepted");
   agsx_error_free(&err);
+}
+
+/* Walks a batch: every message and (nested) attribute within its parent. */
+struct batch_count {
+  bool ok;
+  size_t chains, flushes, rules, elems;
+};
+
+static bool attrs_ok(const char *p, size_t len, int depth) {
+  for (size_t off = 0; off < len;) {
+    const struct nlattr *a = (const struct nlattr *)(p + off);
+    if (len - off < NLA_HDRLEN || a->nla_len < NLA_HDRLEN || a->nla_len > len - off)
+      return false;
+    if ((a->nla_type & NLA_F_NESTED) &&
+        (depth > 8 || !attrs_ok((const char *)a + NLA_HDRLEN, a->nla_len - NLA_HDRLEN, depth + 1)))
+      return false;
+    off += NLA_ALIGN(a->nla_len);
+  }
+  return true;
+}
+
+static struct batch_count batch_walk(const struct agsx_nfb *b) {
+  struct batch_count c = {.ok = true};
+  size_t n = 0;
+  for (size_t off = 0; off < b->len; n++) {
+    const struct nlmsghdr *h = (const struct nlmsghdr *)(b->buf + off);
+    size_t hl = NLMSG_LENGTH(sizeof(struct nfgenmsg));
+    if (b->len - off < hl || h->nlmsg_len < hl || h->nlmsg_len > b->len - off ||
+        !attrs_ok((const char *)h + hl, h->nlmsg_len - hl, 0))
+      return (struct batch_count){0};
+    int t = h->nlmsg_type & 0xff;
+    if (off > 0 && (h->nlmsg_type >> 8) == NFNL_SUBSYS_NFTABLES) {
+      c.chains += t == NFT_MSG_NEWCHAIN;
+      c.flushes += t == NFT_MSG_DELRULE;
+      c.rules += t == NFT_MSG_NEWRULE;
+      c.elems += t == NFT_MSG_NEWSETELEM;
+    }
+    off += NLMSG_ALIGN(h->nlmsg_len);
+  }
+  c.ok = n == b->n_msgs + 1; /* and the batch's beginning (its end comes with the send) */
+  return c;
 }
 
 static struct agsx_egress rules(const char *text) {
@@ -69,6 +119,81 @@ static void on_a(void *data, uint32_t addr, uint32_t ttl) {
   }
 }
 
+/* ---- the firewall watch: whose removals wake whom ---- */
+
+static void del_chain(struct agsx_nfb *b, const char *name) {
+  agsx_nfb_begin(b, NFT_MSG_DELCHAIN, 0);
+  agsx_nfb_attr_str(b, NFTA_CHAIN_TABLE, "agsx");
+  agsx_nfb_attr_str(b, NFTA_CHAIN_NAME, name);
+  agsx_nfb_end(b);
+}
+
+/* The removal of a vpc member's element of map egress or ingress. */
+static void del_member_elem(struct agsx_nfb *b, const char *map, uint32_t addr) {
+  agsx_nfb_begin(b, NFT_MSG_DELSETELEM, 0);
+  agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_TABLE, "agsx");
+  agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_SET, map);
+  agsx_nfb_nest(b, NFTA_SET_ELEM_LIST_ELEMENTS);
+  agsx_nfb_nest(b, NFTA_LIST_ELEM);
+  agsx_nfb_nest(b, NFTA_SET_ELEM_KEY);
+  char key[20] = "agsxv-test"; /* ifname . address */
+  uint32_t a = htonl(addr);
+  memcpy(key + 16, &a, 4);
+  agsx_nfb_attr(b, NFTA_DATA_VALUE, key, sizeof(key));
+  agsx_nfb_nest_end(b);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_end(b);
+}
+
+/* Does SELF's watch wake on the messages in BUF? */
+static bool wakes(uint32_t self, const void *buf, size_t len) {
+  int sp[2];
+  if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sp) < 0 || send(sp[1], buf, len, 0) < 0)
+    return tap_ok(0, "socketpair"), true;
+  bool removed = false;
+  int r = agsx_nft_watch_read(sp[0], "agsx", self, &removed);
+  close(sp[0]);
+  close(sp[1]);
+  return r < 0 || removed;
+}
+
+static void watch_tests(void) {
+  uint32_t self = 0xc6130005, other = 0xc6130006;
+  struct agsx_nfb b;
+  agsx_nfb_init(&b);
+  agsx_egress_nl_delete(&b, other);
+  tap_ok(!wakes(self, b.buf, b.len), "watch: another sandbox's egress objects going: no alarm");
+  agsx_nfb_clear(&b);
+  agsx_nfb_init(&b);
+  agsx_egress_nl_delete(&b, self);
+  tap_ok(wakes(self, b.buf, b.len), "watch: its own egress objects going: alarm");
+  agsx_nfb_clear(&b);
+#define AGAIN() (agsx_nfb_clear(&b), agsx_nfb_init(&b))
+  AGAIN();
+  del_member_elem(&b, "egress", other);
+  del_member_elem(&b, "ingress", other);
+  del_chain(&b, "e_c6130006");
+  del_chain(&b, "i_c6130006");
+  tap_ok(!wakes(self, b.buf, b.len),
+         "watch: another vpc member's chains and map elements: no alarm");
+  tap_ok(wakes(other, b.buf, b.len), "watch: that member's own: alarm");
+  AGAIN();
+  del_member_elem(&b, "egress", self);
+  tap_ok(wakes(self, b.buf, b.len), "watch: its own egress map element: alarm");
+  AGAIN();
+  del_chain(&b, "i_c6130005");
+  tap_ok(wakes(self, b.buf, b.len), "watch: its own ingress chain: alarm");
+  AGAIN();
+  del_chain(&b, "forward");
+  tap_ok(wakes(self, b.buf, b.len), "watch: a base chain: alarm");
+  AGAIN();
+  del_chain(&b, "e_c613000g");
+  tap_ok(wakes(self, b.buf, b.len), "watch: a chain like a member's but not one: alarm");
+  agsx_nfb_clear(&b);
+#undef AGAIN
+}
+
 int main(void) {
   rule_ok("allow pypi.org", "allow pypi.org");
   rule_ok("allow  PyPI.Org.", "allow pypi.org");
@@ -109,21 +234,31 @@ int main(void) {
   tap_ok(agsx_egress_cidr_allowed(&e, 0xc6120001, 80, &denied) &&
              !agsx_egress_cidr_allowed(&e, 0xc6120001, 443, &denied),
          "cidr with a port");
-  char *cmds = agsx_egress_nft_cmds(&e, 0xc6130005, NULL, true, 20);
-  tap_ok(strstr(cmds, "ip daddr 198.19.20.9/32 goto xl_c6130005") &&
-             strstr(cmds, "udp dport 853 goto xl_c6130005") && !strstr(cmds, "{ tcp") &&
-             strstr(cmds, "add element inet agsx xmap { 198.19.0.5 : jump x_c6130005 }") &&
-             strstr(cmds, "ip saddr . ip daddr @xa return") &&
-             strstr(cmds, "ip daddr 198.18.0.0/15 tcp dport 80 return") &&
-             strstr(cmds, "log group 20"),
-         "nft: denials, DNS elsewhere, the hook, the shared learnt sets, the log");
-  tap_ok(strstr(cmds, "ct state established") < strstr(cmds, "198.19.20.0/24 return") &&
-             strstr(cmds, "198.19.20.9/32 goto") < strstr(cmds, "ct state established"),
-         "nft: denials before established flows, allowances after");
-  free(cmds);
-  cmds = agsx_egress_nft_cmds(&e, 0xc6130005, NULL, false, -1);
-  tap_ok(!strstr(cmds, "flush chain inet agsx xl_"), "nft: a live update keeps the refusing chain");
-  free(cmds);
+  struct agsx_nfb nb;
+  agsx_nfb_init(&nb);
+  agsx_egress_nl_chain(&nb, &e, 0xc6130005, NULL, true, 20);
+  struct batch_count c = batch_walk(&nb);
+  /* x, flush x, xl, flush xl, log, 2 rejects, deny 198.19.20.9, ct, 4 DNS,
+   * allowed CIDRs (198.19.20.0/24, 198.18.0.0/15:80 tcp and udp), 3
+   * learnt, the final goto, the xmap element */
+  tap_ok(c.ok && c.chains == 2 && c.flushes == 2 && c.rules == 16 && c.elems == 1 &&
+             nb.n_msgs == 21,
+         "nl: a well-formed batch: 2 chains, 2 flushes, 16 rules, the hook (%d %zu %zu %zu %zu "
+         "%zu)",
+         c.ok, c.chains, c.flushes, c.rules, c.elems, nb.n_msgs);
+  tap_ok(memmem(nb.buf, nb.len, "xl_c6130005", 12) && memmem(nb.buf, nb.len, "xa", 3) &&
+             memmem(nb.buf, nb.len, "xp", 3) && memmem(nb.buf, nb.len, "reject", 7) &&
+             memmem(nb.buf, nb.len, "log", 4),
+         "nl: the refusing chain, the learnt sets, the log");
+  agsx_nfb_clear(&nb);
+  agsx_nfb_init(&nb);
+  agsx_egress_nl_chain(&nb, &e, 0xc6130005, NULL, false, -1);
+  c = batch_walk(&nb);
+  tap_ok(c.ok && c.flushes == 1 && c.rules == 13, "nl: a live update keeps the refusing chain");
+  agsx_nfb_clear(&nb);
+  agsx_nfb_init(&nb);
+  tap_ok(agsx_nfb_run(&nb, NULL) == 0, "nl: an empty batch sends nothing");
+  agsx_nfb_clear(&nb);
   char *json = agsx_egress_to_json(&e);
   struct agsx_egress back;
   tap_ok(agsx_egress_from_json(json, strlen(json), &back, NULL) == 0 && back.n == e.n,
@@ -168,5 +303,6 @@ int main(void) {
          "answers: the A records, past a CNAME");
   got_n = 0;
   tap_ok(agsx_dns_answers_a(a, off - 3, on_a, NULL) < 0, "answers: a cut record is malformed");
+  watch_tests();
   return tap_done();
 }

@@ -84,6 +84,7 @@ struct lentry {
   const char *link;     /* symlink target */
   const char *hardlink; /* earlier entry's path */
   int fd;               /* content of a regular file */
+  bool whiteout;        /* a deletion or opaque mark the walk made (.wh.NAME) */
 };
 
 /* build.c */

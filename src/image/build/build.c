@@ -5,6 +5,7 @@
 #include "image/build/dockerfile.h"
 #include "image/build/dockerignore.h"
 #include "util/json.h"
+#include "net/egress.h"
 #include "net/net.h"
 #include "net/network.h"
 #include "image/registry/registry.h"
@@ -724,7 +725,7 @@ int agsx_build_upper_dir(struct upper_walk *u, int dirfd, const char *prefix, in
     _cleanup_close_ int fd = -1;
     if (agsx_build_is_whiteout(&st)) {
       wh = *prefix ? xasprintf("%s/.wh.%s", prefix, names[i]) : xasprintf(".wh.%s", names[i]);
-      le.path = wh, le.mode = S_IFREG | 0644, le.uid = le.gid = 0, le.size = 0;
+      le.path = wh, le.mode = S_IFREG | 0644, le.uid = le.gid = 0, le.size = 0, le.whiteout = true;
     } else if (S_ISLNK(st.st_mode)) {
       target = xzalloc(4096);
       ssize_t n = readlinkat(dirfd, names[i], target, 4095);
@@ -767,7 +768,8 @@ int agsx_build_upper_dir(struct upper_walk *u, int dirfd, const char *prefix, in
     ssize_t xl = fgetxattr(sub, "user.overlay.opaque", v, sizeof(v));
     if (xl == 1 && v[0] == 'y') {
       _cleanup_free_ char *opq = xasprintf("%s/.wh..wh..opq", path);
-      struct lentry oe = {.path = opq, .mode = S_IFREG | 0644, .mtime = st.st_mtime, .fd = -1};
+      struct lentry oe = {
+          .path = opq, .mode = S_IFREG | 0644, .mtime = st.st_mtime, .fd = -1, .whiteout = true};
       if (agsx_lw_add(u->w, &oe, err) < 0)
         return -1;
     }
@@ -851,6 +853,12 @@ static void run_output(void *data, const char *buf, size_t n) {
     o->b->o->progress(buf, n, o->b->o->data);
 }
 
+/* The egress rules of a RUN on network NET (RUN --network=none is
+ * internal: no egress to filter). */
+static const struct agsx_egress *run_egress(const struct build *b, const char *net) {
+  return net && strcmp(net, "internal") != 0 ? b->o->egress : NULL;
+}
+
 /* Runs the step in a sandbox of the lifecycle library (network, DNS relay,
  * firewall watch, seccomp as for `agsx run`), on the stage's layers, its
  * upper directory handed back in *RET_LC's sandbox. */
@@ -873,8 +881,7 @@ static int run_sandbox(struct build *b, char **argv, char **env, const char *net
       .workdir = st->workdir,
       .hostname = "buildkitsandbox",
       .network = net,
-      /* (RUN --network=none is internal: no egress to filter) */
-      .egress = net && strcmp(net, "internal") != 0 ? b->o->egress : NULL,
+      .egress = run_egress(b, net),
       .disk = 8ull << 30,
       .keep_upper = true,
       .ephemeral = true,
@@ -936,6 +943,15 @@ static int do_run(struct build *b, agsx_error_t *err) {
   _cleanup_free_ char *ctx =
       xasprintf("U %s W %s N %s", st->user ? st->user : "", st->workdir ? st->workdir : "", net);
   agsx_sha256_update(h, ctx, strlen(ctx));
+  /* And the egress rules it runs under: a step that could reach a name must
+   * not reuse what a step under other rules made (nor the reverse). Without
+   * rules the key is what it was. */
+  const struct agsx_egress *egress = run_egress(b, net);
+  if (egress && egress->n) {
+    _cleanup_free_ char *rules = agsx_egress_to_json(egress);
+    agsx_sha256_update(h, "\0E ", 4);
+    agsx_sha256_update(h, rules, strlen(rules));
+  }
   char key[AGSX_DIGEST_LEN];
   agsx_sha256_final(h, key);
   agsx_build_chain(st, key, strlen(key));

@@ -104,8 +104,11 @@ static int commit_taken(int statefd, const struct agsx_sandbox_commit_opts *o, s
     return -1;
   int r = 0;
   if (rec.image_digest == NULL)
-    r = agsx_error_set(
-        err, ENOTSUP, "sandbox `%.12s` runs the host image: it has no image to commit onto", o->id);
+    r = agsx_error_set_quiet(err, ENOTSUP,
+                             "sandbox `%.12s` runs the host image: the host's / is no image in "
+                             "the store, so its writable layer (/tmp and /root) cannot become "
+                             "one; snapshot or fork it instead, or work in an image",
+                             o->id);
   _cleanup_strv_ char **tags = NULL;
   if (r == 0 && o->image) {
     char *ref = agsx_image_ref_normalize(o->image, err);

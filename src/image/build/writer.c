@@ -90,7 +90,25 @@ int agsx_lw_open(struct build *b, struct lw *w, agsx_error_t *err) {
   return 0;
 }
 
+/* A layer's ".wh.NAME" entry deletes NAME (OCI whiteouts, AUFS's
+ * convention): a file of that name the sandbox, the context or RUN made
+ * would turn into a deletion when the layer is unpacked, by agsx and by
+ * every other tool. The format has no escape for such names (Docker and
+ * containerd write them through as they are, and so unpack them as
+ * deletions): refused, naming the path. */
+static int check_name(const struct lentry *e, agsx_error_t *err) {
+  const char *slash = strrchr(e->path, '/'), *base = slash ? slash + 1 : e->path;
+  if (e->whiteout || strncmp(base, ".wh.", 4) != 0)
+    return 0;
+  return agsx_error_set_quiet(err, EINVAL,
+                              "`/%s`: a file whose name starts with .wh. would be a deletion in an "
+                              "image layer (an OCI whiteout): rename or remove it",
+                              e->path);
+}
+
 int agsx_lw_add(struct lw *w, const struct lentry *e, agsx_error_t *err) {
+  if (check_name(e, err) < 0)
+    return -1;
   struct archive_entry *ae = archive_entry_new();
   archive_entry_set_pathname(ae, e->path);
   archive_entry_set_uid(ae, e->uid);

@@ -1,0 +1,78 @@
+/* agsx — egress_nl: an nftables transaction written as one netlink batch.
+ *
+ * libnftables parses the nft(8) language, fetches the kernel's ruleset into
+ * its cache (the chains and sets of every sandbox on the host: O(sandboxes)
+ * per call), then commits: a few milliseconds per sandbox start. A
+ * sandbox's egress objects (egress.h) need none of it: their names are
+ * known, the sets and maps they use exist (network.c's base rules), and the
+ * kernel resolves names inside the batch. So they are encoded here, directly
+ * as nf_tables netlink messages, and sent in one sendmsg(): the kernel
+ * processes (and commits or aborts) the whole batch before sendmsg returns,
+ * and queues its answers on the socket to be read whenever convenient
+ * (agsx_nfb_wait), for instance after the rest of the start-up.
+ *
+ * The batch is atomic as an nft transaction is: every message or none. */
+#ifndef AGSX_NET_EGRESS_NL_H
+#define AGSX_NET_EGRESS_NL_H
+
+#include "util/util.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define AGSX_NFB_NEST_MAX 8
+
+struct agsx_nfb {
+  char *buf;
+  size_t len, cap;
+  size_t msg;  /* offset of the message being written */
+  size_t last; /* of the last one ended (0: none yet) */
+  size_t nest[AGSX_NFB_NEST_MAX];
+  int depth;
+  uint32_t seq;
+  size_t n_msgs; /* messages, batch begin and end aside */
+};
+
+void agsx_nfb_init(struct agsx_nfb *b);
+void agsx_nfb_clear(struct agsx_nfb *b);
+/* Sends the batch: the socket holding the kernel's answers is *RET_FD, for
+ * agsx_nfb_wait (an empty batch sends nothing: -1). */
+int agsx_nfb_send(struct agsx_nfb *b, int *ret_fd, agsx_error_t *err);
+/* Reads the answers to the batch sent on FD (and closes nothing): 0 when it
+ * was committed. */
+int agsx_nfb_wait(int fd, agsx_error_t *err);
+/* Send and wait. An empty batch succeeds. */
+int agsx_nfb_run(struct agsx_nfb *b, agsx_error_t *err);
+
+/* A message of nf_tables type TYPE (NFT_MSG_*, family inet) with FLAGS
+ * (beyond NLM_F_REQUEST), its attributes (NLA_F_NESTED nests), its end. */
+void agsx_nfb_begin(struct agsx_nfb *b, int type, uint16_t flags);
+void agsx_nfb_attr(struct agsx_nfb *b, uint16_t type, const void *data, size_t n);
+void agsx_nfb_attr_str(struct agsx_nfb *b, uint16_t type, const char *s); /* with its NUL */
+void agsx_nfb_nest(struct agsx_nfb *b, uint16_t type);
+void agsx_nfb_nest_end(struct agsx_nfb *b);
+void agsx_nfb_end(struct agsx_nfb *b);
+
+/* ---- the egress objects of sandbox ADDR (egress.h) ---- */
+struct agsx_egress;
+struct agsx_cidr;
+struct agsx_egress_learnt;
+/* (Re)makes chain x_ADDR from E and hooks it into xmap (egress.h says
+ * what FRESH, SUBNET and LOG_GROUP do). */
+void agsx_egress_nl_chain(struct agsx_nfb *b, const struct agsx_egress *e, uint32_t addr,
+                          const struct agsx_cidr *subnet, bool fresh, int log_group);
+/* Rewrites xl_ADDR to log to nflog group LOG_GROUP (-1: none), rate-limited. */
+void agsx_egress_nl_log(struct agsx_nfb *b, uint32_t addr, int log_group);
+/* Removes x_ADDR, xl_ADDR and the xmap element. */
+void agsx_egress_nl_delete(struct agsx_nfb *b, uint32_t addr);
+/* Adds (or refreshes) ADDR (on PORT; 0: every port, set xa) to what
+ * SANDBOX learnt, for TTL_S seconds, with COMMENT (the name; at most 127
+ * bytes are kept). */
+void agsx_egress_nl_learn(struct agsx_nfb *b, uint32_t sandbox, uint32_t addr, uint16_t port,
+                          int64_t ttl_s, const char *comment);
+/* Deletes element K of L (learnt by SANDBOX). */
+void agsx_egress_nl_learnt_delete(struct agsx_nfb *b, uint32_t sandbox,
+                                  const struct agsx_egress_learnt *l, size_t k);
+
+#endif
