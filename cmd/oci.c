@@ -224,7 +224,7 @@ static int cmd_create(const struct agsx_oci_global *g, int argc, char **argv) {
 }
 
 static int cmd_simple(const struct agsx_oci_global *g, int argc, char **argv) {
-  const char *verb = argv[0], *id;
+  const char *verb = argv[0], *id = NULL;
   if (one_id(argc, argv, 1, verb, &id) != 0)
     return 1;
   agsx_error_t err = NULL;
@@ -274,7 +274,7 @@ static int cmd_delete(const struct agsx_oci_global *g, int argc, char **argv) {
     else
       return fail("delete: unknown option `%s`", argv[i]);
   }
-  const char *id;
+  const char *id = NULL;
   if (one_id(argc, argv, i, "delete", &id) != 0)
     return 1;
   agsx_error_t err = NULL;
@@ -295,7 +295,7 @@ static int cmd_ps(const struct agsx_oci_global *g, int argc, char **argv) {
     }
   }
   /* `ps ID [ps options]` (table form) is runc's; json takes the id alone. */
-  const char *id;
+  const char *id = NULL;
   if (one_id(argc, argv, i, "ps", &id) != 0)
     return 1;
   agsx_error_t err = NULL;
@@ -316,7 +316,7 @@ static int cmd_update(const struct agsx_oci_global *g, int argc, char **argv) {
     else
       return fail("update: option `%s` is not supported by agsx (use --resources)", argv[i]);
   }
-  const char *id;
+  const char *id = NULL;
   if (res == NULL)
     return fail("update: --resources FILE|- is required");
   if (one_id(argc, argv, i, "update", &id) != 0)
@@ -415,18 +415,15 @@ static int cmd_exec(const struct agsx_oci_global *g, int argc, char **argv) {
   return o.detach ? 0 : status;
 }
 
-int main(int argc, char **argv) {
-  struct agsx_oci_global g = {0};
+/* The global options before the verb; *I at the verb. An exit status
+ * (help, version, a bad option), or -1 to go on. */
+static int parse_globals(int argc, char **argv, struct agsx_oci_global *g, int *ret_i) {
   const char *log = NULL, *fmt = NULL;
-  agsx_log_level = AGSX_LOG_ERROR;
-  agsx_log_set_sink(log_sink, NULL);
-  agsx_proc_title_init(argc, argv);
   int i = 1;
-  bool systemd = false;
   for (; i < argc && argv[i][0] == '-'; i++) {
     const char *v = "";
     if (opt_value(argv, argc, &i, "root", 0, &v))
-      g.root = v;
+      g->root = v;
     else if (opt_value(argv, argc, &i, "log", 0, &v))
       log = v;
     else if (opt_value(argv, argc, &i, "log-format", 0, &v))
@@ -438,9 +435,9 @@ int main(int argc, char **argv) {
       if (v && strcmp(v, "cgroupfs") != 0)
         return fail("--cgroup-manager %s is not supported by agsx (cgroupfs only)", v);
     } else if (opt_flag(argv[i], "systemd-cgroup", 0))
-      systemd = true;
+      g->systemd_cgroup = true;
     else if (opt_flag(argv[i], "debug", 0))
-      g.debug = true;
+      g->debug = true;
     else if (opt_flag(argv[i], "version", 'v')) {
       printf("agsx-oci version %s\nspec: 1.0.2-dev\n", VERSION);
       return 0;
@@ -457,38 +454,46 @@ int main(int argc, char **argv) {
   log_json = fmt && strcmp(fmt, "json") == 0;
   if (log && (log_file = fopen(log, "ae")) == NULL)
     return fail("--log `%s`: %s", log, strerror(errno));
-  if (g.debug)
+  if (g->debug)
     agsx_log_level = AGSX_LOG_DEBUG;
+  *ret_i = i;
+  return -1;
+}
+
+static int cmd_features(const struct agsx_oci_global *g, int argc, char **argv) {
+  (void)g, (void)argc, (void)argv;
+  _cleanup_free_ char *f = agsx_oci_features();
+  puts(f);
+  return 0;
+}
+
+static const struct {
+  const char *verb;
+  int (*fn)(const struct agsx_oci_global *, int, char **);
+} verbs[] = {
+    {"create", cmd_create}, {"start", cmd_simple},  {"state", cmd_simple},
+    {"pause", cmd_simple},  {"resume", cmd_simple}, {"kill", cmd_kill},
+    {"delete", cmd_delete}, {"exec", cmd_exec},     {"ps", cmd_ps},
+    {"update", cmd_update}, {"list", cmd_list},     {"features", cmd_features},
+};
+
+int main(int argc, char **argv) {
+  struct agsx_oci_global g = {0};
+  agsx_log_level = AGSX_LOG_ERROR;
+  agsx_log_set_sink(log_sink, NULL);
+  agsx_proc_title_init(argc, argv);
+  int i = 1;
+  int r = parse_globals(argc, argv, &g, &i);
+  if (r >= 0)
+    return r;
   if (i >= argc) {
     fputs(usage, stderr);
     return 1;
   }
-  int vargc = argc - i;
-  char **vargv = argv + i;
-  const char *verb = vargv[0];
-  g.systemd_cgroup = systemd;
-  if (strcmp(verb, "create") == 0)
-    return cmd_create(&g, vargc, vargv);
-  if (strcmp(verb, "start") == 0 || strcmp(verb, "state") == 0 || strcmp(verb, "pause") == 0 ||
-      strcmp(verb, "resume") == 0)
-    return cmd_simple(&g, vargc, vargv);
-  if (strcmp(verb, "kill") == 0)
-    return cmd_kill(&g, vargc, vargv);
-  if (strcmp(verb, "delete") == 0)
-    return cmd_delete(&g, vargc, vargv);
-  if (strcmp(verb, "exec") == 0)
-    return cmd_exec(&g, vargc, vargv);
-  if (strcmp(verb, "ps") == 0)
-    return cmd_ps(&g, vargc, vargv);
-  if (strcmp(verb, "update") == 0)
-    return cmd_update(&g, vargc, vargv);
-  if (strcmp(verb, "list") == 0)
-    return cmd_list(&g, vargc, vargv);
-  if (strcmp(verb, "features") == 0) {
-    _cleanup_free_ char *f = agsx_oci_features();
-    puts(f);
-    return 0;
-  }
+  const char *verb = argv[i];
+  for (size_t k = 0; k < sizeof(verbs) / sizeof(verbs[0]); k++)
+    if (strcmp(verb, verbs[k].verb) == 0)
+      return verbs[k].fn(&g, argc - i, argv + i);
   if (strcmp(verb, "checkpoint") == 0 || strcmp(verb, "restore") == 0 ||
       strcmp(verb, "events") == 0 || strcmp(verb, "run") == 0 || strcmp(verb, "spec") == 0)
     return fail("%s is not supported by agsx", verb);

@@ -61,6 +61,18 @@ bool agsx_oci_cgroup_path_is_valid(const char *path);
  * system.slice; "-.slice": the root), then `prefix-name.scope` (or the
  * name itself when it is a .slice). EINVAL with a line naming the field. */
 int agsx_oci_cgroup_systemd_path(const char *spec, char **ret, agsx_error_t *err);
+/* v1's cpu.shares as v2's cpu.weight, as runc and crun convert
+ * (2..262144 onto 1..10000; 0 stays 0: unset). */
+uint64_t agsx_oci_cgroup_cpu_weight(uint64_t shares);
+/* v1's blkio.weight as v2's io.weight, as runc and crun convert (10..1000
+ * onto 1..10000; 0 stays 0: unset). */
+uint64_t agsx_oci_cgroup_io_weight(uint64_t weight);
+/* The spec's memory.swap (memory+swap, v1's memsw) as v2's memory.swap.max
+ * (swap alone): SWAP - MEMORY; -1 and 0 as they are, and SWAP as it is
+ * when MEMORY is unlimited (-1). EINVAL naming the field when there is no
+ * memory limit to subtract or SWAP is below it. */
+int agsx_oci_cgroup_swap_v2(int64_t swap, int64_t memory, int64_t *ret, agsx_error_t *err);
+
 /* A systemd manages this host's cgroups (/run/systemd/system exists). */
 bool agsx_oci_systemd_running(void);
 

@@ -1337,37 +1337,76 @@ out:
   return r;
 }
 
-/* Shifts what the engine put in the upper layer (its root at least) into
- * the container's range: on-disk id K becomes BASE + K, as the container
- * writes it (the upper is not idmapped, see rebuild_overlay). Ids already
- * at or above BASE stay. At most 65536 entries (an upper at create is
- * nearly empty). */
-static int shift_upper(int dfd, uid_t base, int depth, size_t *budget, agsx_error_t *err) {
-  struct stat st;
-  if (fstat(dfd, &st) < 0)
-    return agsx_error_set(err, errno, "overlay upper");
-  if (st.st_uid < base && st.st_uid < 65536 &&
-      fchown(dfd, base + st.st_uid, base + (st.st_gid < 65536 ? st.st_gid : 65534)) < 0)
-    return agsx_error_set(err, errno, "overlay upper: chown");
-  _cleanup_dir_ DIR *d = depth < 64 ? agsx_dir_stream(dfd) : NULL;
-  for (struct dirent *de; d && (de = readdir(d));) {
-    if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-      continue;
-    if ((*budget)-- == 0)
-      return agsx_error_set(err, E2BIG, "overlay upper: more than 65536 entries to shift");
-    if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-      return agsx_error_set(err, errno, "overlay upper `%s`", de->d_name);
-    if (S_ISDIR(st.st_mode)) {
-      _cleanup_close_ int sub =
-          openat(dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (sub < 0 || shift_upper(sub, base, depth + 1, budget, err) < 0)
-        return err && *err ? -1 : agsx_error_set(err, errno, "overlay upper `%s`", de->d_name);
-    } else if (st.st_uid < base && st.st_uid < 65536 &&
-               fchownat(dfd, de->d_name, base + st.st_uid,
-                        base + (st.st_gid < 65536 ? st.st_gid : 65534), AT_SYMLINK_NOFOLLOW) < 0) {
-      return agsx_error_set(err, errno, "overlay upper `%s`: chown", de->d_name);
+/* The user namespace the upper layer is idmapped with: the container's
+ * range (on-disk 0..65535 seen as BASE..BASE+65535, so that what the
+ * container writes lands with the owners the engine expects: root's file
+ * owned by 0) and on-disk AGSX_OCI_UPPER_MOUNTER as host root, the
+ * mounter whose credentials overlay creates its work files and whiteouts
+ * with (an idmapped mount refuses a creator it cannot map: EOVERFLOW).
+ * The mount is overlay's private clone, never the container's: nothing
+ * but overlay sees host root there. No process stays in the namespace:
+ * the child that holds it while its maps are written exits then. */
+#define AGSX_OCI_UPPER_MOUNTER 4294967294u
+
+static int upper_userns(uid_t base, agsx_error_t *err) {
+  int pp[2];
+  if (pipe2(pp, O_CLOEXEC) < 0)
+    return agsx_error_set(err, errno, "pipe");
+  pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, NULL);
+  if (pid == 0) {
+    char b;
+    close(pp[1]);
+    while (read(pp[0], &b, 1) < 0 && errno == EINTR) {
     }
+    _exit(0);
   }
+  close(pp[0]);
+  _cleanup_close_ int hold = pp[1];
+  if (pid < 0)
+    return agsx_error_set(err, errno, "a user namespace for the overlay's upper layer");
+  char map[96], path[64];
+  int n =
+      snprintf(map, sizeof(map), "0 %u 65536\n%u 0 1\n", (unsigned)base, AGSX_OCI_UPPER_MOUNTER);
+  int fd = -1;
+  for (int i = 0; i < 2 && n > 0; i++) {
+    snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, i ? "gid_map" : "uid_map");
+    _cleanup_close_ int mf = open(path, O_WRONLY | O_CLOEXEC);
+    if (mf < 0 || write(mf, map, (size_t)n) != n)
+      n = -1;
+  }
+  snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+  if (n > 0)
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+  int saved = errno;
+  agsx_closep(&hold);
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+  }
+  if (fd < 0)
+    return agsx_error_set(err, saved, "the id map of the overlay's upper layer");
+  return fd;
+}
+
+/* The upper layer's directory (the engine's upper and agsx's work
+ * directory beside it: overlay wants both on one mount) cloned, idmapped
+ * with upper_userns, at STAGE/u. */
+static int attach_upper(int st, const char *parent, uid_t base, agsx_error_t *err) {
+  _cleanup_close_ int uns = upper_userns(base, err);
+  if (uns < 0)
+    return -1;
+  _cleanup_close_ int fd = open_tree(AT_FDCWD, parent, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "overlay upper `%s`", parent);
+  struct mount_attr a = {.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NODEV,
+                         .userns_fd = (uint64_t)uns};
+  if (mount_setattr(fd, "", AT_EMPTY_PATH, &a, sizeof(a)) < 0)
+    return agsx_error_set_quiet(err, errno,
+                                "overlay upper `%s`: cannot idmap it for agsx's user namespace "
+                                "(%s); put the engine's storage on a filesystem with idmapped "
+                                "mounts (ext4, xfs, btrfs), or give the container a user "
+                                "namespace (podman --userns=auto, ctr --uidmap)",
+                                parent, strerror(errno));
+  if (mkdirat(st, "u", 0700) < 0 || move_mount(fd, "", st, "u", MOVE_MOUNT_F_EMPTY_PATH) < 0)
+    return agsx_error_set(err, errno, "attach overlay upper `%s`", parent);
   return 0;
 }
 
@@ -1379,6 +1418,57 @@ static int shift_upper(int dfd, uid_t base, int depth, size_t *budget, agsx_erro
  * and work directories, so the container writes where the engine expects.
  * index=off: the engine's own mount of the same upper stays (the kernel
  * then only warns). Returns the overlay's fd. */
+/* The lower layers, idmapped clones at STAGE/l0..: their lowerdir= list. */
+static char *attach_lowers(const struct create *cr, const struct child *c, int st, int userns,
+                           agsx_error_t *err) {
+  size_t cap = strlen(c->stage) * (c->n_lower + 1) + c->n_lower * 16 + 16, len = 0;
+  _cleanup_free_ char *lower = xzalloc(cap);
+  for (size_t i = 0; i < c->n_lower; i++) {
+    const char *path = cr->ovl_lower[i];
+    char name[32];
+    snprintf(name, sizeof(name), "l%zu", i);
+    _cleanup_close_ int fd = open_tree(AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (fd < 0)
+      return agsx_error_set(err, errno, "overlay layer `%s`", path), NULL;
+    struct mount_attr a = {.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NODEV | MOUNT_ATTR_RDONLY,
+                           .userns_fd = (uint64_t)userns};
+    if (mount_setattr(fd, "", AT_EMPTY_PATH, &a, sizeof(a)) < 0)
+      return agsx_error_set_quiet(
+                 err, errno,
+                 "overlay layer `%s`: cannot idmap it for agsx's user namespace (%s); put the "
+                 "engine's storage on a filesystem with idmapped mounts (ext4, xfs, btrfs), or "
+                 "give the container a user namespace (podman --userns=auto, ctr --uidmap)",
+                 path, strerror(errno)),
+             NULL;
+    if (mkdirat(st, name, 0700) < 0 || move_mount(fd, "", st, name, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+      return agsx_error_set(err, errno, "attach overlay layer `%s`", path), NULL;
+    len += (size_t)snprintf(lower + len, cap - len, "%s%s/%s", len ? ":" : "", c->stage, name);
+  }
+  return steal_ptr(&lower);
+}
+
+/* A work directory of agsx's own beside the engine's (overlay wants it on
+ * the upper's mount): the engine's is in use by its own mount, and a
+ * volatile one (Podman's --rm) cannot be shared at all. Recorded (removed
+ * at delete); its parent, the upper's too, in *RET_PARENT. */
+static int make_workdir(struct create *cr, char **ret_parent, agsx_error_t *err) {
+  _cleanup_free_ char *parent = xstrdup(cr->ovl_work);
+  *strrchr(parent, '/') = '\0';
+  _cleanup_close_ int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (pfd < 0)
+    return agsx_error_set(err, errno, "overlay `%s`", parent);
+  agsx_rm_rf_at(pfd, "agsx-work", &e);
+  if (mkdirat(pfd, "agsx-work", 0700) < 0)
+    return agsx_error_set(err, errno, "overlay work directory in `%s`", parent);
+  free(cr->rec.workdir);
+  cr->rec.workdir = xasprintf("%s/agsx-work", parent);
+  if (write_record(cr, err) < 0)
+    return -1;
+  *ret_parent = steal_ptr(&parent);
+  return 0;
+}
+
 static int rebuild_overlay(struct create *cr, const struct child *c, int userns,
                            agsx_error_t *err) {
   if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
@@ -1390,61 +1480,16 @@ static int rebuild_overlay(struct create *cr, const struct child *c, int userns,
   _cleanup_close_ int st = open(c->stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (st < 0)
     return agsx_error_set(err, errno, "open the overlay stage");
-  size_t cap = strlen(c->stage) * (c->n_lower + 1) + c->n_lower * 16 + 16, len = 0;
-  _cleanup_free_ char *lower = xzalloc(cap);
-  for (size_t i = 0; i < c->n_lower; i++) {
-    const char *path = cr->ovl_lower[i];
-    char name[32];
-    snprintf(name, sizeof(name), "l%zu", i);
-    _cleanup_close_ int fd = open_tree(AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-    if (fd < 0)
-      return agsx_error_set(err, errno, "overlay layer `%s`", path);
-    struct mount_attr a = {.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NODEV | MOUNT_ATTR_RDONLY,
-                           .userns_fd = (uint64_t)userns};
-    if (mount_setattr(fd, "", AT_EMPTY_PATH, &a, sizeof(a)) < 0)
-      return agsx_error_set_quiet(
-          err, errno,
-          "overlay layer `%s`: cannot idmap it for agsx's user namespace (%s); put the engine's "
-          "storage on a filesystem with idmapped mounts (ext4, xfs, btrfs), or give the "
-          "container a user namespace (podman --userns=auto, ctr --uidmap)",
-          path, strerror(errno));
-    if (mkdirat(st, name, 0700) < 0 || move_mount(fd, "", st, name, MOVE_MOUNT_F_EMPTY_PATH) < 0)
-      return agsx_error_set(err, errno, "attach overlay layer `%s`", path);
-    len += (size_t)snprintf(lower + len, cap - len, "%s%s/%s", len ? ":" : "", c->stage, name);
-  }
-  /* The upper layer is not idmapped: overlay writes it with the mounter's
-   * (host root's) credentials, which an idmapped mount cannot map. What
-   * the container writes is owned by its own host ids there (the agsx
-   * range), what it reads from the image through the idmapped layers. */
-  /* A work directory of agsx's own beside the engine's (overlay wants
-   * it on the upper's mount): the engine's is in use by its own mount,
-   * and a volatile one (Podman's --rm) cannot be shared at all. Removed
-   * at delete. */
-  const char *upper = cr->ovl_upper;
-  {
-    _cleanup_close_ int ufd = open(upper, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    size_t budget = 65536;
-    if (ufd < 0 || shift_upper(ufd, cr->ids.base, 0, &budget, err) < 0)
-      return err && *err ? -1 : agsx_error_set(err, errno, "overlay upper `%s`", upper);
-  }
-  _cleanup_free_ char *parent = xstrdup(cr->ovl_work);
-  *strrchr(parent, '/') = '\0';
-  _cleanup_close_ int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  _cleanup_error_ agsx_error_t e = NULL;
-  if (pfd < 0)
-    return agsx_error_set(err, errno, "overlay `%s`", parent);
-  agsx_rm_rf_at(pfd, "agsx-work", &e);
-  if (mkdirat(pfd, "agsx-work", 0700) < 0)
-    return agsx_error_set(err, errno, "overlay work directory in `%s`", parent);
-  _cleanup_free_ char *work = xasprintf("%s/agsx-work", parent);
-  free(cr->rec.workdir);
-  cr->rec.workdir = xstrdup(work);
-  if (write_record(cr, err) < 0)
+  _cleanup_free_ char *lower = attach_lowers(cr, c, st, userns, err), *parent = NULL;
+  /* The upper layer idmapped too (attach_upper). */
+  if (lower == NULL || make_workdir(cr, &parent, err) < 0 ||
+      attach_upper(st, parent, cr->ids.base, err) < 0)
     return -1;
   /* mount(2), as the engines mount it: fsconfig's CMD_CREATE of the same
    * options fails here with ENODATA on 6.x kernels. */
   _cleanup_free_ char *opts =
-      xasprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off", lower, upper, work);
+      xasprintf("lowerdir=%s,upperdir=%s/u/%s,workdir=%s/u/agsx-work,index=off", lower, c->stage,
+                c->upper, c->stage);
   _cleanup_free_ char *mnt = xasprintf("%s/root", c->stage);
   if (mkdirat(st, "root", 0700) < 0 || mount("overlay", mnt, "overlay", MS_NODEV, opts) < 0)
     return agsx_error_set(err, errno, "rebuild the engine's overlay");
@@ -1534,6 +1579,73 @@ static int finish(struct create *cr, agsx_error_t *err) {
   return 0;
 }
 
+/* The bundle's config.json read, parsed and put under the policy. */
+static int load_config(const struct agsx_oci_create_opts *o, const char *bundle,
+                       struct agsx_oci_spec **ret, char **ret_config, size_t *ret_len,
+                       agsx_error_t *err) {
+  struct agsx_oci_policy pol;
+  if (read_bundle_config(bundle, ret_config, ret_len, err) < 0 ||
+      agsx_oci_spec_parse(*ret_config, *ret_len, ret, err) < 0 ||
+      agsx_oci_policy_load(&pol, err) < 0 || agsx_oci_policy_apply(&pol, *ret, err) < 0)
+    return -1;
+  if ((*ret)->process.terminal && o->console_socket == NULL)
+    return agsx_error_set(err, 0, "process.terminal is set: --console-socket is required");
+  return 0;
+}
+
+/* The record's fields known before anything is made. */
+static void record_init(struct create *cr, const char *bundle) {
+  const struct agsx_oci_spec *s = cr->s;
+  cr->rec.slot = -1;
+  cr->rec.id = xstrdup(cr->o->id);
+  cr->rec.bundle = xstrdup(bundle);
+  cr->rec.rootfs =
+      s->root_path[0] == '/' ? xstrdup(s->root_path) : xasprintf("%s/%s", bundle, s->root_path);
+  cr->rec.created = now_rfc3339nano();
+  cr->rec.owner = xstrdup(geteuid() == 0 ? "root" : "");
+  cr->rec.annotations = s->annotations ? xstrdup(s->annotations) : NULL;
+}
+
+/* With agsx's own range: whether the rootfs is the engine's overlay (its
+ * layers then rebuilt idmapped), and that its upper and work directories
+ * are siblings. */
+static int engine_overlay(struct create *cr, struct child *c, agsx_error_t *err) {
+  if (!own_range(cr->s))
+    return 0;
+  if (overlay_of(cr->rec.rootfs, &cr->ovl_lower, &c->n_lower, &cr->ovl_upper, &cr->ovl_work, err) <
+      0)
+    return -1;
+  if (c->n_lower == 0)
+    return 0;
+  const char *us = strrchr(cr->ovl_upper, '/'), *ws = strrchr(cr->ovl_work, '/');
+  size_t ul = (size_t)(us - cr->ovl_upper), wl = ws ? (size_t)(ws - cr->ovl_work) : 0;
+  if (ws == NULL || ul != wl || strncmp(cr->ovl_upper, cr->ovl_work, ul) != 0 ||
+      strlen(us + 1) >= sizeof(c->upper) || strlen(ws + 1) >= sizeof(c->work) ||
+      c->n_lower + 8 > AGSX_MSG_MAX_FDS / 2)
+    return agsx_error_set(err, 0,
+                          "root.path `%s`: an overlay whose upper and work "
+                          "directories are not siblings is not supported by agsx",
+                          cr->rec.rootfs);
+  snprintf(c->upper, sizeof(c->upper), "%s", us + 1);
+  snprintf(c->work, sizeof(c->work), "%s", ws + 1);
+  return 0;
+}
+
+static void create_free(struct create *cr) {
+  agsx_net_job_cancel(&cr->net);
+  agsx_closep(&cr->sync);
+  agsx_closep(&cr->pidfd);
+  agsx_closep(&cr->lockfd);
+  agsx_closep(&cr->dirfd);
+  agsx_closep(&cr->rootfd);
+  agsx_userns_release(&cr->ids);
+  agsx_oci_cgroup_free(cr->cg);
+  agsx_oci_record_clear(&cr->rec);
+  agsx_strv_free(cr->ovl_lower);
+  free(cr->ovl_upper);
+  free(cr->ovl_work);
+}
+
 int agsx_oci_create(const struct agsx_oci_global *g, const struct agsx_oci_create_opts *o,
                     agsx_error_t *err) {
   if (!agsx_oci_id_is_valid(o->id) || o->id[0] == '.')
@@ -1544,15 +1656,10 @@ int agsx_oci_create(const struct agsx_oci_global *g, const struct agsx_oci_creat
   if (bundle == NULL)
     return agsx_error_set(err, errno, "bundle `%s`", o->bundle ? o->bundle : ".");
   _cleanup_oci_spec_ struct agsx_oci_spec *s = NULL;
-  struct agsx_oci_policy pol;
   _cleanup_free_ char *config = NULL;
   size_t config_len = 0;
-  if (read_bundle_config(bundle, &config, &config_len, err) < 0 ||
-      agsx_oci_spec_parse(config, config_len, &s, err) < 0 || agsx_oci_policy_load(&pol, err) < 0 ||
-      agsx_oci_policy_apply(&pol, s, err) < 0)
+  if (load_config(o, bundle, &s, &config, &config_len, err) < 0)
     return -1;
-  if (s->process.terminal && o->console_socket == NULL)
-    return agsx_error_set(err, 0, "process.terminal is set: --console-socket is required");
   _cleanup_free_ char *rootpath = g->root ? xstrdup(g->root) : agsx_oci_default_root();
   _cleanup_seccomp_bpf_ struct agsx_seccomp_bpf base = {0}, eng = {0};
   if (agsx_oci_load_seccomp(rootpath, s, &base, &eng, err) < 0)
@@ -1569,17 +1676,12 @@ int agsx_oci_create(const struct agsx_oci_global *g, const struct agsx_oci_creat
                       .config = config,
                       .config_len = config_len,
                       .net = {-1, -1}};
-  cr.rec.slot = -1;
-  cr.rec.id = xstrdup(o->id);
-  cr.rec.bundle = xstrdup(bundle);
-  cr.rec.rootfs =
-      s->root_path[0] == '/' ? xstrdup(s->root_path) : xasprintf("%s/%s", bundle, s->root_path);
-  cr.rec.created = now_rfc3339nano();
-  cr.rec.owner = xstrdup(geteuid() == 0 ? "root" : "");
-  cr.rec.annotations = s->annotations ? xstrdup(s->annotations) : NULL;
+  record_init(&cr, bundle);
   _cleanup_free_ char *absroot = NULL;
-  if (agsx_mkdir_p(rootpath, 0700, err) < 0 || (absroot = realpath(rootpath, NULL)) == NULL)
+  if (agsx_mkdir_p(rootpath, 0700, err) < 0 || (absroot = realpath(rootpath, NULL)) == NULL) {
+    create_free(&cr);
     return err && *err ? -1 : agsx_error_set(err, errno, "state root `%s`", rootpath);
+  }
   _cleanup_free_ char *stage = xasprintf("%s/%s/mnt", absroot, o->id);
   struct child c = {.s = s,
                     .o = o,
@@ -1587,26 +1689,9 @@ int agsx_oci_create(const struct agsx_oci_global *g, const struct agsx_oci_creat
                     .eng = eng.len ? &eng : NULL,
                     .stage = stage};
   int sysfs = -1, startsock = -1, r = -1;
-  if (own_range(s)) {
-    if (overlay_of(cr.rec.rootfs, &cr.ovl_lower, &c.n_lower, &cr.ovl_upper, &cr.ovl_work, err) < 0)
-      return -1;
-    if (c.n_lower) {
-      const char *us = strrchr(cr.ovl_upper, '/'), *ws = strrchr(cr.ovl_work, '/');
-      size_t ul = (size_t)(us - cr.ovl_upper), wl = ws ? (size_t)(ws - cr.ovl_work) : 0;
-      if (ws == NULL || ul != wl || strncmp(cr.ovl_upper, cr.ovl_work, ul) != 0 ||
-          strlen(us + 1) >= sizeof(c.upper) || strlen(ws + 1) >= sizeof(c.work) ||
-          c.n_lower + 8 > AGSX_MSG_MAX_FDS / 2) {
-        agsx_strv_free(cr.ovl_lower);
-        free(cr.ovl_upper);
-        free(cr.ovl_work);
-        return agsx_error_set(err, 0,
-                              "root.path `%s`: an overlay whose upper and work "
-                              "directories are not siblings is not supported by agsx",
-                              cr.rec.rootfs);
-      }
-      snprintf(c.upper, sizeof(c.upper), "%s", us + 1);
-      snprintf(c.work, sizeof(c.work), "%s", ws + 1);
-    }
+  if (engine_overlay(&cr, &c, err) < 0) {
+    create_free(&cr);
+    return -1;
   }
   const struct agsx_oci_ns *net = agsx_oci_spec_ns(s, CLONE_NEWNET);
   if ((net == NULL || net->path || agsx_net_prepare(&cr.net, NULL, err) == 0) &&
@@ -1616,19 +1701,8 @@ int agsx_oci_create(const struct agsx_oci_global *g, const struct agsx_oci_creat
     r = 0;
   if (r < 0)
     create_abort(&cr);
-  agsx_net_job_cancel(&cr.net);
   agsx_closep(&sysfs);
   agsx_closep(&startsock);
-  agsx_closep(&cr.sync);
-  agsx_closep(&cr.pidfd);
-  agsx_closep(&cr.lockfd);
-  agsx_closep(&cr.dirfd);
-  agsx_closep(&cr.rootfd);
-  agsx_userns_release(&cr.ids);
-  agsx_oci_cgroup_free(cr.cg);
-  agsx_oci_record_clear(&cr.rec);
-  agsx_strv_free(cr.ovl_lower);
-  free(cr.ovl_upper);
-  free(cr.ovl_work);
+  create_free(&cr);
   return r;
 }

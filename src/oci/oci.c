@@ -24,6 +24,7 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 
 #ifndef PIDFD_NONBLOCK
@@ -60,8 +61,10 @@ int agsx_oci_load_seccomp(const char *root, const struct agsx_oci_spec *s,
   return 0;
 }
 
-/* A hook: state on stdin, its output collected for the error, TIMEOUT. */
-static int run_hook(const struct agsx_oci_hook *h, const char *state, agsx_error_t *err) {
+/* Forks the hook with a pipe on its stdin (*RET_IN) and one from its
+ * stdout and stderr (*RET_OUT). */
+static pid_t hook_spawn(const struct agsx_oci_hook *h, int *ret_in, int *ret_out,
+                        agsx_error_t *err) {
   int in[2], out[2];
   if (pipe2(in, O_CLOEXEC) < 0)
     return agsx_error_set(err, errno, "pipe");
@@ -87,13 +90,16 @@ static int run_hook(const struct agsx_oci_hook *h, const char *state, agsx_error
     close(out[0]);
     return agsx_error_set(err, errno, "fork");
   }
-  signal(SIGPIPE, SIG_IGN);
-  agsx_write_all(in[1], state, strlen(state));
-  close(in[1]);
-  char buf[1024];
+  *ret_in = in[1];
+  *ret_out = out[0];
+  return pid;
+}
+
+/* The hook's output up to its end, the first BUFSZ-1 bytes kept in BUF;
+ * past DEADLINE (0: none) it is killed: true. */
+static bool hook_collect(int out, pid_t pid, int64_t deadline, char *buf, size_t bufsz,
+                         size_t *ret_len) {
   size_t len = 0;
-  int64_t deadline = h->timeout > 0 ? agsx_mono_ns() + (int64_t)h->timeout * 1000000000LL : 0;
-  int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   bool timed_out = false;
   for (bool eof = false; !eof;) {
     int ms = -1;
@@ -106,29 +112,19 @@ static int run_hook(const struct agsx_oci_hook *h, const char *state, agsx_error
       }
       ms = (int)(left / 1000000) + 1;
     }
-    struct pollfd p = {.fd = out[0], .events = POLLIN};
+    struct pollfd p = {.fd = out, .events = POLLIN};
     int r = poll(&p, 1, ms);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r == 0)
-      continue;
-    ssize_t n = read(out[0], buf + len, len < sizeof(buf) - 1 ? sizeof(buf) - 1 - len : 0);
+    if (r <= 0)
+      continue; /* EINTR, or the deadline's turn */
+    ssize_t n = read(out, buf + len, len < bufsz - 1 ? bufsz - 1 - len : 0);
     if (n <= 0 && !(n < 0 && errno == EINTR)) {
-      if (len >= sizeof(buf) - 1) {
-        char sink[512];
-        if (read(out[0], sink, sizeof(sink)) > 0)
-          continue;
-      }
+      char sink[512];
+      if (len >= bufsz - 1 && read(out, sink, sizeof(sink)) > 0)
+        continue;
       eof = true;
     } else if (n > 0) {
       len += (size_t)n;
     }
-  }
-  close(out[0]);
-  if (pidfd >= 0)
-    close(pidfd);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   buf[len] = '\0';
   while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == ' '))
@@ -136,6 +132,27 @@ static int run_hook(const struct agsx_oci_hook *h, const char *state, agsx_error
   for (char *c = buf; *c; c++)
     if (*c == '\n')
       *c = ' ';
+  *ret_len = len;
+  return timed_out;
+}
+
+/* A hook: state on stdin, its output collected for the error, TIMEOUT. */
+static int run_hook(const struct agsx_oci_hook *h, const char *state, agsx_error_t *err) {
+  int in = -1, out = -1;
+  pid_t pid = hook_spawn(h, &in, &out, err);
+  if (pid < 0)
+    return -1;
+  signal(SIGPIPE, SIG_IGN);
+  agsx_write_all(in, state, strlen(state));
+  close(in);
+  char buf[1024];
+  size_t len = 0;
+  int64_t deadline = h->timeout > 0 ? agsx_mono_ns() + (int64_t)h->timeout * 1000000000LL : 0;
+  bool timed_out = hook_collect(out, pid, deadline, buf, sizeof(buf), &len);
+  close(out);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
   if (timed_out)
     return agsx_error_set(err, ETIMEDOUT, "hook `%s` timed out after %d s", h->path, h->timeout);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
@@ -719,37 +736,181 @@ static void fg_signals(bool begin, const sigset_t *fwd, sigset_t *old, struct si
     sigprocmask(SIG_SETMASK, old, NULL);
 }
 
+/* A foreground exec's terminal without a console socket (`runc exec -t`
+ * in a terminal, CRI-O's streaming exec): agsx-oci holds the pty master
+ * and copies the caller's stdin to it and it to the caller's stdout, the
+ * caller's terminal raw meanwhile (the pty does the echo and line
+ * editing), its size passed on at SIGWINCH. Stdin's end is the pty's
+ * end-of-file character. */
+struct relay {
+  int master;     /* -1: no terminal, or the slave side is gone */
+  bool in_open;   /* stdin still read */
+  char buf[4096]; /* stdin's bytes the pty did not take yet */
+  size_t len, off;
+  bool raw; /* the caller's terminal was made raw */
+  struct termios saved;
+};
+
+static void relay_begin(struct relay *r, int master) {
+  memset(r, 0, sizeof(*r));
+  r->master = master;
+  r->in_open = master >= 0;
+  if (master < 0)
+    return;
+  fcntl(master, F_SETFL, fcntl(master, F_GETFL) | O_NONBLOCK);
+  if (isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &r->saved) == 0) {
+    struct termios raw = r->saved;
+    cfmakeraw(&raw);
+    r->raw = tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0;
+  }
+}
+
+static void relay_end(struct relay *r) {
+  if (r->raw)
+    tcsetattr(STDIN_FILENO, TCSANOW, &r->saved);
+  r->raw = false;
+}
+
+static void write_all(int fd, const char *p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return; /* the caller's stdout is gone: the output is dropped, as runc */
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+/* The pty's output to stdout: what is there now (non-blocking master).
+ * EIO: no slave left. */
+static void relay_out(struct relay *r) {
+  char b[16384];
+  for (;;) {
+    ssize_t n = read(r->master, b, sizeof(b));
+    if (n > 0) {
+      write_all(STDOUT_FILENO, b, (size_t)n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n == 0 || errno != EAGAIN)
+      agsx_closep(&r->master);
+    return;
+  }
+}
+
+/* Stdin to the pty (what fits; the rest waits for POLLOUT). */
+static void relay_in(struct relay *r, bool readable) {
+  if (readable && r->len == 0) {
+    ssize_t n = read(STDIN_FILENO, r->buf, sizeof(r->buf));
+    if (n < 0 && errno == EINTR)
+      return;
+    r->off = 0;
+    if (n <= 0) {
+      struct termios t;
+      r->in_open = false;
+      r->buf[0] = tcgetattr(r->master, &t) == 0 ? (char)t.c_cc[VEOF] : 4;
+      r->len = 1;
+    } else {
+      r->len = (size_t)n;
+    }
+  }
+  while (r->len > r->off) {
+    ssize_t w = write(r->master, r->buf + r->off, r->len - r->off);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0 && errno == EAGAIN)
+      return;
+    if (w <= 0) {
+      r->len = r->off = 0;
+      r->in_open = false;
+      return;
+    }
+    r->off += (size_t)w;
+  }
+  r->len = r->off = 0;
+}
+
+/* Polls the process, the signals and the relay's ends; 1 when the process
+ * ended, 0 otherwise. */
+static int relay_poll(struct relay *r, int pfd, int sfd, agsx_error_t *err) {
+  struct pollfd fds[4] = {{.fd = pfd, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+  nfds_t n = 2;
+  int mi = -1, ii = -1;
+  if (r->master >= 0) {
+    mi = (int)n;
+    fds[n++] = (struct pollfd){.fd = r->master, .events = POLLIN | (r->len ? POLLOUT : 0)};
+  }
+  if (r->master >= 0 && r->in_open && r->len == 0) {
+    ii = (int)n;
+    fds[n++] = (struct pollfd){.fd = STDIN_FILENO, .events = POLLIN};
+  }
+  if (poll(fds, n, -1) < 0) {
+    if (errno == EINTR)
+      return 0;
+    return agsx_error_set(err, errno, "wait for the process");
+  }
+  if (fds[1].revents & POLLIN) {
+    struct signalfd_siginfo si;
+    if (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+      if (si.ssi_signo == SIGWINCH && r->master >= 0)
+        agsx_term_winsize(r->master); /* the kernel signals the pty's group */
+      else
+        syscall(SYS_pidfd_send_signal, pfd, (int)si.ssi_signo, NULL, 0);
+    }
+  }
+  if (mi >= 0 && (fds[mi].revents & (POLLIN | POLLHUP | POLLERR)))
+    relay_out(r);
+  if (mi >= 0 && r->master >= 0 && (fds[mi].revents & POLLOUT))
+    relay_in(r, false);
+  if (ii >= 0 && r->master >= 0 && (fds[ii].revents & (POLLIN | POLLHUP | POLLERR)))
+    relay_in(r, true);
+  if (ii >= 0 && (fds[ii].revents & POLLNVAL))
+    r->in_open = false;
+  return (fds[0].revents & POLLIN) != 0;
+}
+
 /* Waits for X (our child: C exited, we are the subreaper), passing on the
- * signals we receive meanwhile (blocked since before the fork). */
-static int exec_wait_fg(pid_t x, int *ret_status, agsx_error_t *err) {
+ * signals we receive meanwhile (blocked since before the fork), relaying
+ * its terminal when MASTER is ours (owned; closed here). */
+static int exec_wait_fg(pid_t x, int master, int *ret_status, agsx_error_t *err) {
   sigset_t set;
   forwarded_signals(&set);
+  struct relay r;
+  relay_begin(&r, master);
   _cleanup_close_ int sfd = signalfd(-1, &set, SFD_CLOEXEC);
   _cleanup_close_ int pfd = (int)syscall(SYS_pidfd_open, x, 0);
-  if (sfd < 0 || pfd < 0)
-    return agsx_error_set(err, errno, "wait for the process");
-  for (;;) {
-    struct pollfd fds[2] = {{.fd = pfd, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
-    if (poll(fds, 2, -1) < 0) {
-      if (errno == EINTR)
-        continue;
-      return agsx_error_set(err, errno, "wait for the process");
-    }
-    if (fds[1].revents & POLLIN) {
-      struct signalfd_siginfo si;
-      if (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
-        syscall(SYS_pidfd_send_signal, pfd, (int)si.ssi_signo, NULL, 0);
-      continue;
-    }
-    int status;
-    pid_t r = waitpid(x, &status, 0);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r < 0)
-      return agsx_error_set(err, errno, "wait for the process");
-    *ret_status = agsx_wait_status_exit_code(status, NULL);
-    return 0;
+  int rv = -1;
+  if (sfd < 0 || pfd < 0) {
+    agsx_error_set(err, errno, "wait for the process");
+    goto out;
   }
+  for (;;) {
+    int ended = relay_poll(&r, pfd, sfd, err);
+    if (ended < 0)
+      goto out;
+    if (ended == 0)
+      continue;
+    if (r.master >= 0)
+      relay_out(&r); /* what it wrote last */
+    int status;
+    pid_t w = waitpid(x, &status, 0);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0) {
+      agsx_error_set(err, errno, "wait for the process");
+      goto out;
+    }
+    *ret_status = agsx_wait_status_exit_code(status, NULL);
+    rv = 0;
+    goto out;
+  }
+out:
+  relay_end(&r);
+  agsx_closep(&r.master);
+  return rv;
 }
 
 /* EOF on the socket: X exec'd. A message: why not. */
@@ -781,7 +942,7 @@ static _Noreturn void exec_child(struct exec_child *ec, struct agsx_oci_cgroup *
 /* Forks C, which forks X; *RET_X is X once it reported (and exec'd, or
  * failed: *ERR). The terminal's master goes to the console socket. */
 static int exec_spawn(struct exec_child *ec, struct agsx_oci_cgroup *cg, pid_t *ret_x,
-                      agsx_error_t *err) {
+                      int *ret_master, agsx_error_t *err) {
   const struct agsx_oci_exec_opts *o = ec->o;
   int sp[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
@@ -800,9 +961,21 @@ static int exec_spawn(struct exec_child *ec, struct agsx_oci_cgroup *cg, pid_t *
   int wr = exec_wait_x(sock, ec->p->terminal, ret_x, &master, err);
   while (waitpid(cpid, &cst, 0) < 0 && errno == EINTR) {
   }
-  if (wr == 0 && ec->p->terminal && agsx_oci_send_console(o->console_socket, master, err) < 0) {
+  if (wr == 0 && ec->p->terminal && o->console_socket &&
+      agsx_oci_send_console(o->console_socket, master, err) < 0) {
     kill(*ret_x, SIGKILL);
     wr = -1;
+  }
+  if (wr == 0 && ec->p->terminal && !o->console_socket) {
+    /* Ours to relay (foreground): the caller's size before the program
+     * looks, else the process's consoleSize. */
+    struct winsize ws = {.ws_row = (unsigned short)ec->p->rows,
+                         .ws_col = (unsigned short)ec->p->cols};
+    if (ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) < 0 && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) < 0 &&
+        ws.ws_row == 0)
+      ws = (struct winsize){.ws_row = 24, .ws_col = 80};
+    ioctl(master, TIOCSWINSZ, &ws);
+    *ret_master = steal_fd(&master);
   }
   if (wr == 0 && exec_started(sock, err) < 0)
     wr = -1;
@@ -815,10 +988,10 @@ static int exec_spawn(struct exec_child *ec, struct agsx_oci_cgroup *cg, pid_t *
 static int exec_prepare(struct ctr *c, const struct agsx_oci_spec *s, struct exec_child *ec,
                         struct agsx_seccomp_bpf *base, struct agsx_seccomp_bpf *eng,
                         struct agsx_oci_cgroup **cg, agsx_error_t *err) {
-  if (ec->p->terminal && !ec->o->console_socket)
-    return agsx_error_set(err, 0,
-                          "exec --tty needs --console-socket (a foreground terminal is not "
-                          "supported by agsx yet)");
+  if (ec->p->terminal && !ec->o->console_socket && ec->o->detach)
+    return agsx_error_set(err, EINVAL,
+                          "cannot allocate tty if agsx-oci will detach without setting console "
+                          "socket");
   if (agsx_oci_load_seccomp(c->rootpath, s, base, eng, err) < 0 ||
       agsx_oci_cgroup_open(c->rec.cgroup, false, cg, err) < 0 ||
       (ec->pidfd = ctr_pidfd(c, err)) < 0)
@@ -865,14 +1038,14 @@ int agsx_oci_exec(const struct agsx_oci_global *g, const struct agsx_oci_exec_op
   struct sigaction olds[NSIG];
   forwarded_signals(&fwd);
   pid_t x = -1;
-  int r = -1;
+  int r = -1, master = -1;
   if (exec_prepare(&c, s, &ec, &base, &eng, &cg, err) < 0)
     goto out;
   if (!o->detach) {
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     fg_signals(true, &fwd, &old, olds);
   }
-  if (exec_spawn(&ec, cg, &x, err) < 0)
+  if (exec_spawn(&ec, cg, &x, &master, err) < 0)
     goto restore;
   if (o->detach) {
     if (o->pid_file && exec_pid_file(o->pid_file, x, err) < 0)
@@ -881,7 +1054,7 @@ int agsx_oci_exec(const struct agsx_oci_global *g, const struct agsx_oci_exec_op
       r = 0;
     goto out;
   }
-  r = exec_wait_fg(x, ret_status, err);
+  r = exec_wait_fg(x, master, ret_status, err);
 restore:
   if (!o->detach)
     fg_signals(false, &fwd, &old, olds);

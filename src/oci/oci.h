@@ -78,7 +78,9 @@ struct agsx_oci_exec_opts {
   int preserve_fds;
 };
 /* Detached: returns 0 once the process runs (pid file written). Foreground:
- * waits and sets *RET_STATUS to its exit code (128+N for signal N). */
+ * waits and sets *RET_STATUS to its exit code (128+N for signal N); a
+ * terminal without a console socket is relayed to the caller's stdio (its
+ * terminal raw meanwhile, SIGWINCH passed on as the pty's size). */
 int agsx_oci_exec(const struct agsx_oci_global *g, const struct agsx_oci_exec_opts *o,
                   int *ret_status, agsx_error_t *err);
 

@@ -479,6 +479,41 @@ static int propagation_of(const char *s, const char *field, unsigned long *ret, 
 static const char *const mount_types[] = {"bind",   "rbind",  "tmpfs",  "proc",    "sysfs",
                                           "devpts", "mqueue", "cgroup", "cgroup2", "none"};
 
+/* One mounts[].options word into OUT: bind/rbind, a flag, a propagation,
+ * a crun extension (ignored), else kept for the filesystem's data. */
+static int mount_option(const char *o, struct agsx_oci_mount *out, size_t cap, size_t *len,
+                        agsx_error_t *err) {
+  if (strcmp(o, "bind") == 0 || strcmp(o, "rbind") == 0) {
+    out->bind = true;
+    out->recursive |= o[0] == 'r';
+    return 0;
+  }
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(mount_flags); i++)
+    if (strcmp(mount_flags[i].name, o) == 0) {
+      out->flags = (out->flags & ~mount_flags[i].clear) | mount_flags[i].set;
+      out->clear = (out->clear & ~mount_flags[i].set) | mount_flags[i].clear;
+      return 0;
+    }
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(propagations); i++)
+    if (strcmp(propagations[i].name, o) == 0) {
+      out->propagation = propagations[i].flags;
+      return 0;
+    }
+  if (strcmp(o, "shared") == 0 || strcmp(o, "rshared") == 0)
+    return REFUSE(err, "mounts.options", "shared propagation is not supported by agsx");
+  if (strcmp(o, "idmap") == 0 || strcmp(o, "ridmap") == 0)
+    return REFUSE(err, "mounts.options",
+                  "`idmap` requested by the engine is not supported by "
+                  "agsx yet");
+  if (strncmp(o, "tmpcopyup", 9) == 0 || strcmp(o, "copy-symlink") == 0 ||
+      strcmp(o, "notmpcopyup") == 0 || strncmp(o, "U", 2) == 0)
+    return 0; /* crun extensions: nothing to copy up on fresh tmpfs here */
+  if (strchr(o, ',') != NULL)
+    return REFUSE(err, "mounts.options", "an option holds a comma");
+  *len += (size_t)snprintf(out->data + *len, cap - *len, "%s%s", *len ? "," : "", o);
+  return 0;
+}
+
 static int parse_mount(yajl_val m, struct agsx_oci_mount *out, agsx_error_t *err) {
   if (!YAJL_IS_OBJECT(m))
     return REFUSE(err, "mounts", "expected objects");
@@ -499,39 +534,9 @@ static int parse_mount(yajl_val m, struct agsx_oci_mount *out, agsx_error_t *err
   for (char **o = opts; o && *o; o++)
     cap += strlen(*o) + 1;
   out->data = xzalloc(cap);
-  for (char **o = opts; o && *o; o++) {
-    bool known = false;
-    if (strcmp(*o, "bind") == 0 || strcmp(*o, "rbind") == 0) {
-      out->bind = true;
-      out->recursive |= (*o)[0] == 'r';
-      continue;
-    }
-    for (size_t i = 0; i < AGSX_ARRAY_SIZE(mount_flags) && !known; i++)
-      if (strcmp(mount_flags[i].name, *o) == 0) {
-        out->flags = (out->flags & ~mount_flags[i].clear) | mount_flags[i].set;
-        out->clear = (out->clear & ~mount_flags[i].set) | mount_flags[i].clear;
-        known = true;
-      }
-    for (size_t i = 0; i < AGSX_ARRAY_SIZE(propagations) && !known; i++)
-      if (strcmp(propagations[i].name, *o) == 0) {
-        out->propagation = propagations[i].flags;
-        known = true;
-      }
-    if (!known && (strcmp(*o, "shared") == 0 || strcmp(*o, "rshared") == 0))
-      return REFUSE(err, "mounts.options", "shared propagation is not supported by agsx");
-    if (!known && (strcmp(*o, "idmap") == 0 || strcmp(*o, "ridmap") == 0))
-      return REFUSE(err, "mounts.options",
-                    "`idmap` requested by the engine is not supported by "
-                    "agsx yet");
-    if (!known && (strncmp(*o, "tmpcopyup", 9) == 0 || strcmp(*o, "copy-symlink") == 0 ||
-                   strcmp(*o, "notmpcopyup") == 0 || strncmp(*o, "U", 2) == 0))
-      known = true; /* crun extensions: nothing to copy up on fresh tmpfs here */
-    if (!known) {
-      if (strchr(*o, ',') != NULL)
-        return REFUSE(err, "mounts.options", "an option holds a comma");
-      len += (size_t)snprintf(out->data + len, cap - len, "%s%s", len ? "," : "", *o);
-    }
-  }
+  for (char **o = opts; o && *o; o++)
+    if (mount_option(*o, out, cap, &len, err) < 0)
+      return -1;
   if (out->type == NULL || out->type[0] == '\0')
     out->type = xstrdup(out->bind ? "bind" : "none");
   if (strcmp(out->type, "bind") == 0 || strcmp(out->type, "rbind") == 0) {
@@ -738,12 +743,56 @@ static int parse_device_rules(yajl_val arr, struct agsx_oci_resources *r, agsx_e
   return 0;
 }
 
+/* linux.resources.blockIO: the weight and the four throttle lists; per-device
+ * weights and leafWeight are refused. */
+static int parse_blockio(yajl_val b, struct agsx_oci_resources *r, agsx_error_t *err) {
+  if (!YAJL_IS_OBJECT(b))
+    return REFUSE(err, "linux.resources.blockIO", "expected an object");
+  if (present(b, "weightDevice"))
+    return UNSUPPORTED(err, "linux.resources.blockIO.weightDevice");
+  if (present(b, "leafWeight"))
+    return UNSUPPORTED(err, "linux.resources.blockIO.leafWeight");
+  if (get_u64(b, "weight", "linux.resources.blockIO.weight", &r->blkio_weight, err) < 0)
+    return -1;
+  if (r->blkio_weight && (r->blkio_weight < 10 || r->blkio_weight > 1000))
+    return REFUSE(err, "linux.resources.blockIO.weight", "must be 10 to 1000");
+  static const char *const keys[] = {"throttleReadBpsDevice", "throttleWriteBpsDevice",
+                                     "throttleReadIOPSDevice", "throttleWriteIOPSDevice"};
+  for (int k = 0; k < 4; k++) {
+    char field[64];
+    snprintf(field, sizeof(field), "linux.resources.blockIO.%s", keys[k]);
+    yajl_val a = agsx_json_get(b, keys[k]);
+    if (a == NULL || YAJL_IS_NULL(a))
+      continue;
+    if (!YAJL_IS_ARRAY(a) || r->n_throttle + a->u.array.len > 64)
+      return REFUSE(err, field, "expected an array of at most 64 devices");
+    r->throttle =
+        xrealloc(r->throttle, (r->n_throttle + a->u.array.len + 1) * sizeof(*r->throttle));
+    for (size_t i = 0; i < a->u.array.len; i++) {
+      yajl_val d = a->u.array.values[i];
+      struct agsx_oci_throttle *t = &r->throttle[r->n_throttle++];
+      bool has_major = false, has_minor = false;
+      memset(t, 0, sizeof(*t));
+      t->kind = k;
+      if (!YAJL_IS_OBJECT(d))
+        return REFUSE(err, field, "expected objects");
+      if (get_int(d, "major", field, 0, UINT32_MAX, &t->major, &has_major, err) < 0 ||
+          get_int(d, "minor", field, 0, UINT32_MAX, &t->minor, &has_minor, err) < 0 ||
+          get_u64(d, "rate", field, &t->rate, err) < 0)
+        return -1;
+      if (!has_major || !has_minor)
+        return REFUSE(err, field, "a device needs major and minor");
+    }
+  }
+  return 0;
+}
+
 static int resources_from(yajl_val o, struct agsx_oci_resources *r, agsx_error_t *err) {
   memset(r, 0, sizeof(*r));
   r->memory_limit = r->memory_reservation = r->memory_swap = r->cpu_quota = -1;
   if (!YAJL_IS_OBJECT(o))
     return REFUSE(err, "linux.resources", "expected an object");
-  static const char *const refused[] = {"rdma", "network", "blockIO", "hugepageLimits", "unified"};
+  static const char *const refused[] = {"rdma", "network", "hugepageLimits", "unified"};
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(refused); i++)
     if (present(o, refused[i])) {
       char field[64];
@@ -795,6 +844,9 @@ static int resources_from(yajl_val o, struct agsx_oci_resources *r, agsx_error_t
     return -1;
   if (r->pids_limit < 0)
     r->pids_limit = -1;
+  yajl_val bio = agsx_json_get(o, "blockIO");
+  if (bio && !YAJL_IS_NULL(bio) && parse_blockio(bio, r, err) < 0)
+    return -1;
   return parse_device_rules(agsx_json_get(o, "devices"), r, err);
 }
 
@@ -802,6 +854,7 @@ void agsx_oci_resources_clear(struct agsx_oci_resources *r) {
   free(r->cpus);
   free(r->mems);
   free(r->devices);
+  free(r->throttle);
   memset(r, 0, sizeof(*r));
 }
 
@@ -856,6 +909,36 @@ static int parse_hooks(yajl_val o, struct agsx_oci_spec *s, agsx_error_t *err) {
   return 0;
 }
 
+/* maskedPaths and readonlyPaths absolute, cgroupsPath bounded. */
+static int check_linux_paths(const struct agsx_oci_spec *s, agsx_error_t *err) {
+  for (char **p = s->masked; p && *p; p++)
+    if ((*p)[0] != '/')
+      return REFUSE(err, "linux.maskedPaths", "paths must be absolute");
+  for (char **p = s->readonly; p && *p; p++)
+    if ((*p)[0] != '/')
+      return REFUSE(err, "linux.readonlyPaths", "paths must be absolute");
+  /* systemd's slice:prefix:name (--systemd-cgroup) is checked and mapped
+   * by create (cgroup.h). */
+  if (s->cgroups_path && (strlen(s->cgroups_path) > 1024 || strstr(s->cgroups_path, "..") ||
+                          strchr(s->cgroups_path, '\n')))
+    return REFUSE(err, "linux.cgroupsPath", "invalid path");
+  return 0;
+}
+
+static int parse_linux_resources(yajl_val l, struct agsx_oci_spec *s, agsx_error_t *err) {
+  int r;
+  yajl_val res = get_obj(l, "resources", "linux.resources", err, &r);
+  if (r < 0)
+    return -1;
+  if (res) {
+    s->has_resources = true;
+    return resources_from(res, &s->resources, err);
+  }
+  s->resources.memory_limit = s->resources.memory_reservation = s->resources.memory_swap =
+      s->resources.cpu_quota = -1;
+  return 0;
+}
+
 static int parse_linux(yajl_val l, struct agsx_oci_spec *s, agsx_error_t *err) {
   if (l == NULL)
     return 0;
@@ -885,31 +968,9 @@ static int parse_linux(yajl_val l, struct agsx_oci_spec *s, agsx_error_t *err) {
       get_string(l, "cgroupsPath", "linux.cgroupsPath", &s->cgroups_path, err) < 0 ||
       get_string(l, "mountLabel", "linux.mountLabel", &s->mount_label, err) < 0)
     return -1;
-  for (char **p = s->masked; p && *p; p++)
-    if ((*p)[0] != '/')
-      return REFUSE(err, "linux.maskedPaths", "paths must be absolute");
-  for (char **p = s->readonly; p && *p; p++)
-    if ((*p)[0] != '/')
-      return REFUSE(err, "linux.readonlyPaths", "paths must be absolute");
-  if (s->cgroups_path) {
-    /* systemd's slice:prefix:name (--systemd-cgroup) is checked and
-     * mapped by create (cgroup.h). */
-    if (strlen(s->cgroups_path) > 1024 || strstr(s->cgroups_path, "..") ||
-        strchr(s->cgroups_path, '\n'))
-      return REFUSE(err, "linux.cgroupsPath", "invalid path");
-  }
-  int r;
-  yajl_val res = get_obj(l, "resources", "linux.resources", err, &r);
-  if (r < 0)
+  if (check_linux_paths(s, err) < 0 || parse_linux_resources(l, s, err) < 0)
     return -1;
-  if (res) {
-    s->has_resources = true;
-    if (resources_from(res, &s->resources, err) < 0)
-      return -1;
-  } else {
-    s->resources.memory_limit = s->resources.memory_reservation = s->resources.memory_swap =
-        s->resources.cpu_quota = -1;
-  }
+  int r;
   yajl_val sec = get_obj(l, "seccomp", "linux.seccomp", err, &r);
   if (r < 0)
     return -1;
@@ -938,16 +999,8 @@ static int check_version(const char *v, agsx_error_t *err) {
   return 0;
 }
 
-static int spec_from(yajl_val root, struct agsx_oci_spec *s, agsx_error_t *err) {
-  if (!YAJL_IS_OBJECT(root))
-    return REFUSE(err, "config", "expected an object");
-  static const char *const refused[] = {"solaris", "windows", "vm", "zos"};
-  for (size_t i = 0; i < AGSX_ARRAY_SIZE(refused); i++)
-    if (present(root, refused[i]))
-      return UNSUPPORTED(err, refused[i]);
-  if (get_string(root, "ociVersion", "ociVersion", &s->oci_version, err) < 0 ||
-      check_version(s->oci_version, err) < 0)
-    return -1;
+/* root (path, readonly), hostname, domainname. */
+static int parse_root_and_names(yajl_val root, struct agsx_oci_spec *s, agsx_error_t *err) {
   int r;
   yajl_val rootobj = get_obj(root, "root", "root", err, &r);
   if (r < 0)
@@ -964,6 +1017,22 @@ static int spec_from(yajl_val root, struct agsx_oci_spec *s, agsx_error_t *err) 
     return -1;
   if ((s->hostname && strlen(s->hostname) > 64) || (s->domainname && strlen(s->domainname) > 64))
     return REFUSE(err, "hostname", "longer than 64 bytes");
+  return 0;
+}
+
+static int spec_from(yajl_val root, struct agsx_oci_spec *s, agsx_error_t *err) {
+  if (!YAJL_IS_OBJECT(root))
+    return REFUSE(err, "config", "expected an object");
+  static const char *const refused[] = {"solaris", "windows", "vm", "zos"};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(refused); i++)
+    if (present(root, refused[i]))
+      return UNSUPPORTED(err, refused[i]);
+  if (get_string(root, "ociVersion", "ociVersion", &s->oci_version, err) < 0 ||
+      check_version(s->oci_version, err) < 0)
+    return -1;
+  int r;
+  if (parse_root_and_names(root, s, err) < 0)
+    return -1;
   yajl_val proc = get_obj(root, "process", "process", err, &r);
   if (r < 0)
     return -1;

@@ -90,6 +90,14 @@ struct agsx_oci_device_rule {
   char access[4];
 };
 
+/* linux.resources.blockIO's throttles: one device's rate. */
+enum { AGSX_OCI_READ_BPS, AGSX_OCI_WRITE_BPS, AGSX_OCI_READ_IOPS, AGSX_OCI_WRITE_IOPS };
+struct agsx_oci_throttle {
+  int kind; /* AGSX_OCI_READ_BPS... */
+  int64_t major, minor;
+  uint64_t rate; /* 0: no limit */
+};
+
 struct agsx_oci_resources {
   int64_t memory_limit, memory_reservation, memory_swap; /* -1: unset */
   uint64_t cpu_shares, cpu_period;
@@ -98,6 +106,9 @@ struct agsx_oci_resources {
   int64_t pids_limit; /* 0: unset, -1: unlimited */
   struct agsx_oci_device_rule *devices;
   size_t n_devices;
+  uint64_t blkio_weight; /* 10..1000, 0: unset */
+  struct agsx_oci_throttle *throttle;
+  size_t n_throttle;
 };
 
 struct agsx_oci_process {

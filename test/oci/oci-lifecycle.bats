@@ -162,6 +162,33 @@ PY
   rt delete c1
 }
 
+@test "blockIO: the weight and throttles in blkio, changed by update --resources" {
+  [ -d /sys/fs/cgroup/blkio ] || skip "no v1 blkio hierarchy"
+  local dev
+  dev=$(findmnt -no MAJ:MIN -T "$T" | tr -d ' ')
+  [ -n "$dev" ] && [ -e "/sys/dev/block/$dev" ] && [ ! -e "/sys/dev/block/$dev/partition" ] ||
+    skip "$T is not on a whole disk"
+  b=$(make_bundle b sleep 1000)
+  cfg "$b" '.linux.resources.blockIO = {"weight":500,"throttleReadBpsDevice":[{"major":$ma,"minor":$mi,"rate":1048576}],"throttleWriteIOPSDevice":[{"major":$ma,"minor":$mi,"rate":200}]}' \
+    --argjson ma "${dev%:*}" --argjson mi "${dev#*:}"
+  rtc --bundle "$b" c1 || { cat "$T/create.err" >&3; false; }
+  pid=$(state_field c1 pid)
+  d=/sys/fs/cgroup/blkio$(grep -E ':blkio:' /proc/$pid/cgroup | cut -d: -f3)
+  grep -qx "$dev 1048576" "$d/blkio.throttle.read_bps_device" || { cat "$d/blkio.throttle.read_bps_device" >&3; false; }
+  grep -qx "$dev 200" "$d/blkio.throttle.write_iops_device"
+  # BFQ's weight file when the kernel has one (as runc), else blkio.weight.
+  w=$d/blkio.bfq.weight
+  [ -e "$w" ] || w=$d/blkio.weight
+  [ "$(awk '{ print $NF }' "$w")" = 500 ] || { cat "$w" >&3; false; }
+  jq -n --argjson ma "${dev%:*}" --argjson mi "${dev#*:}" \
+    '{"blockIO":{"weight":300,"throttleReadBpsDevice":[{"major":$ma,"minor":$mi,"rate":2097152}]}}' >"$T/r.json"
+  rt update --resources "$T/r.json" c1
+  [ "$(awk '{ print $NF }' "$w")" = 300 ]
+  # runc 1.1's update takes the weight from the JSON, not the throttles.
+  ! is_agsx || grep -qx "$dev 2097152" "$d/blkio.throttle.read_bps_device"
+  rt delete --force c1
+}
+
 @test "the container is in its cgroupsPath and its own namespaces" {
   b=$(make_bundle b sleep 1000)
   rtc --bundle "$b" c1
@@ -186,6 +213,44 @@ PY
   run_rt exec c1 sh -c 'echo $((6*7))'
   assert_success
   [ "$output" = 42 ]
+  rt delete --force c1
+}
+
+@test "exec -t in a terminal without --console-socket: a pty relayed, raw mode, SIGWINCH, exit code" {
+  b=$(make_bundle b sleep 1000)
+  rtc --bundle "$b" c1
+  rt start c1
+  wait_status c1 running
+  # The caller's terminal is 33x101; the process's stdin is a pty of its
+  # own in the container, of that size, and follows a resize.
+  run timeout --kill-after=5 60 python3 "$BATS_TEST_DIRNAME/ptyrun.py" 33 101 \
+    'wait:ready;send:hello\n;wait:got:hello;resize:40,120;send:x\n;wait:size2' -- \
+    "$RUNTIME" --root "$ROOT" exec -t c1 sh -c \
+    'stty size; tty; echo ready; read l; echo got:$l; read y; echo size2 $(stty size); exit 42'
+  RT_CMD="ptyrun exec -t"
+  [[ "$output" == *"status=42"* ]] || { show_run; false; }
+  assert_output_contains "33 101"
+  assert_output_contains "/dev/pts/"
+  assert_output_contains "got:hello"
+  assert_output_contains "size2 40 120"
+  # Raw while it ran (the container's pty echoes, the caller's does not:
+  # "hello" twice, not three times), and restored afterwards.
+  assert_output_contains "was-raw=1"
+  assert_output_contains "echo-restored=1"
+  [ "$(grep -o hello <<<"$output" | wc -l)" -eq 2 ] || { show_run; false; }
+  # Without a terminal of the caller's (a pipe): the pty still, stdin's end
+  # its EOF (runc refuses: it opens /dev/tty).
+  if is_agsx; then
+    run_rt exec -t c1 sh -c 'tty; cat; echo after-eof; exit 7' <<<"piped"
+    [ "$status" -eq 7 ] || { show_run; false; }
+    assert_output_contains "/dev/pts/"
+    assert_output_contains "piped"
+    assert_output_contains "after-eof"
+  fi
+  # Detached, a terminal needs somewhere to go.
+  run_rt exec -d -t c1 true
+  assert_failure
+  assert_output_contains "console socket"
   rt delete --force c1
 }
 

@@ -112,6 +112,37 @@ teardown() {
   P rm -f c1
 }
 
+@test "podman, injected user namespace: what the container writes is in the engine's upper with the owners Podman expects" {
+  P run -d --name c1 --network none $IMG sh -c \
+    'echo made >/new; mkdir /newdir; echo f >/newdir/f; chown 1000:1000 /newdir/f; echo x >>/etc/group; rm /etc/passwd; touch /ready; sleep 1000'
+  for _ in $(seq 100); do P exec c1 test -e /ready 2>/dev/null && break; sleep 0.1; done
+  run P exec c1 sh -c 'ls -ln /new /newdir/f /etc/group; cat /proc/self/uid_map'
+  [[ "$output" == *"65536"* && "$output" != *"         0          0"* ]] || { echo "# $output" >&3; false; }
+  upper=$(pm inspect -f '{{.GraphDriver.Data.UpperDir}}' c1)
+  # Container root is host root there (rootful Podman without --userns),
+  # uid 1000 is 1000, a copied-up file keeps the image's owner.
+  [ "$(stat -c %u:%g "$upper/new" "$upper/newdir" "$upper/newdir/f" "$upper/etc" "$upper/etc/group")" = \
+    "$(printf '0:0\n0:0\n1000:1000\n0:0\n0:0')" ] || { stat -c '%n %u:%g' "$upper"/* "$upper"/*/* >&3; false; }
+  # The whiteout for the removed file.
+  [ "$(stat -c %F:%t:%T "$upper/etc/passwd")" = "character special file:0:0" ]
+  run pm diff c1
+  [[ "$output" == *"A /new"* && "$output" == *"A /newdir/f"* && "$output" == *"C /etc/group"* && "$output" == *"D /etc/passwd"* ]] ||
+    { echo "# $output" >&3; false; }
+  # podman cp and export read the engine's own mount: root's file is root's.
+  pm export c1 | tar --numeric-owner -tvf - >"$T/tv"
+  grep -Eq '^-rw-r--r-- 0/0 .* (\./)?new$' "$T/tv" && grep -Eq ' 1000/1000 .* (\./)?newdir/f$' "$T/tv" ||
+    { grep new "$T/tv" >&3; false; }
+  pm cp c1:/newdir/f "$T/f"
+  [ "$(cat "$T/f")" = f ]
+  # A commit of it runs again with the same owners.
+  pm commit -q c1 localhost/agsx-test:committed >/dev/null
+  P rm -f -t 0 c1
+  run P run --rm --network none localhost/agsx-test:committed sh -c 'ls -ln /new /newdir/f; test -e /etc/passwd || echo gone'
+  pm rmi -f localhost/agsx-test:committed >/dev/null
+  [[ "$output" == *" 0        0 "*"/new"* && "$output" == *" 1000     1000 "*"/newdir/f"* && "$output" == *gone* ]] ||
+    { echo "# $output" >&3; false; }
+}
+
 @test "podman passes config through: --cap-drop ALL, --read-only, -v, --tmpfs, --user, --uidmap" {
   mkdir -p "$T/vol" && echo data >"$T/vol/f"
   run P run --rm --network none --cap-drop ALL $IMG grep CapEff /proc/self/status

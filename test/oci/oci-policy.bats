@@ -68,6 +68,123 @@ teardown() {
 EOF2
 }
 
+# The field labels of agsx-oci(1)'s Refused list (.TP rows under
+# ".B Refused", up to .RE), "\-" as "-".
+man_refused() {
+  awk '/^\.B Refused$/ { on = 1; next }
+       on && /^\.RE$/ { exit }
+       on && prev ~ /^\.TP/ && /^\.B / { sub(/^\.B /, ""); gsub(/\\-/, "-"); print }
+       { prev = $0 }' "$BATS_TEST_DIRNAME/../../man/agsx-oci.1"
+}
+
+# The fields src/oci/spec.c refuses by name: its refused[] tables (with the
+# prefix their message adds) and UNSUPPORTED("...") calls.
+code_refused() {
+  python3 - "$BATS_TEST_DIRNAME/../../src/oci/spec.c" <<'PY'
+import re, sys
+src = open(sys.argv[1]).read()
+for m in re.finditer(r'refused\[\] = \{(.*?)\};(.{0,400})', src, re.S):
+    body, after = m.group(1), m.group(2)
+    pre = re.search(r'snprintf\(field, sizeof\(field\), "([a-z.]*)%s"', after)
+    for k in re.findall(r'"([A-Za-z]+)"', body):
+        print((pre.group(1) if pre else "") + k)
+for k in re.findall(r'UNSUPPORTED\(err, "([^"]+)"\)', src):
+    print(k)
+PY
+}
+
+@test "agsx-oci(1)'s Refused list: each row is refused by the code, each refusal of the code is a row" {
+  agsx_only
+  local labels
+  labels=$(man_refused)
+  [ "$(wc -l <<<"$labels")" -ge 30 ] || { echo "# parsed: $labels" >&3; false; }
+  # The code's refusals by name are all in the table.
+  local k missing=""
+  for k in $(code_refused); do
+    grep -qxF "$k" <<<"$labels" || missing+="$k "
+  done
+  [ -z "$missing" ] || { echo "# refused by spec.c, not in agsx-oci(1): $missing" >&3; false; }
+  # Each row: the configs that must be refused (LABEL @@ JQ @@ WORDS).
+  local cases
+  cases=$(cat <<'EOF2'
+process.capabilities @@ .process.capabilities.bounding+=["CAP_SYS_ADMIN"] @@ privileged containers are not supported by agsx
+process.capabilities @@ .process.capabilities.permitted+=["CAP_CHECKPOINT_RESTORE"] @@ privileged containers
+process.user.username @@ .process.user.username="root" @@ process.user.username
+process.ioPriority @@ .process.ioPriority={"class":"IOPRIO_CLASS_IDLE"} @@ process.ioPriority
+process.scheduler @@ .process.scheduler={"policy":"SCHED_IDLE"} @@ process.scheduler
+process.execCPUAffinity @@ .process.execCPUAffinity={"initial":"0"} @@ process.execCPUAffinity
+linux.namespaces @@ .linux.namespaces|=map(select(.type!="pid")) @@ linux.namespaces: the host's pid namespace
+linux.namespaces @@ .linux.namespaces|=map(select(.type!="ipc")) @@ linux.namespaces: the host's ipc namespace
+linux.namespaces @@ .linux.namespaces|=map(select(.type!="uts")) @@ linux.namespaces: the host's uts namespace
+linux.namespaces @@ .linux.namespaces|=map(select(.type!="mount")) @@ linux.namespaces: the host's mount namespace
+linux.namespaces @@ .linux.namespaces|=map(select(.type!="network")) @@ linux.namespaces: host networking
+linux.namespaces @@ .linux.namespaces+=[{"type":"ipc"}] @@ appears twice
+linux.namespaces @@ .linux.namespaces+=[{"type":"bogus"}] @@ unknown namespace type
+linux.namespaces[mount].path @@ (.linux.namespaces[]|select(.type=="mount")).path="/proc/1/ns/mnt" @@ linux.namespaces[mount].path
+linux.namespaces[time] @@ .linux.namespaces+=[{"type":"time"}] @@ linux.namespaces[time]
+linux.uidMappings @@ .linux.namespaces+=[{"type":"user"}]|.linux.uidMappings=[{"containerID":0,"hostID":0,"size":65536}]|.linux.gidMappings=[{"containerID":0,"hostID":300000,"size":65536}] @@ linux.uidMappings: a mapping onto host root
+linux.uidMappings @@ .linux.uidMappings=[{"containerID":0,"hostID":300000,"size":65536}]|.linux.gidMappings=.linux.uidMappings @@ linux.uidMappings: mappings without a user namespace
+linux.gidMappings @@ .linux.namespaces+=[{"type":"user"}]|.linux.uidMappings=[{"containerID":0,"hostID":300000,"size":65536}]|.linux.gidMappings=[{"containerID":0,"hostID":0,"size":65536}] @@ linux.gidMappings: a mapping onto host root
+linux.gidMappings @@ .linux.namespaces+=[{"type":"user"}]|.linux.uidMappings=[{"containerID":0,"hostID":300000,"size":65536}] @@ linux.gidMappings: uid and gid mappings must come together
+mounts.type @@ .mounts+=[{"destination":"/x","type":"ext4","source":"/dev/null"}] @@ mount type `ext4` is not supported
+mounts.options @@ .mounts+=[{"destination":"/x","type":"tmpfs","source":"tmpfs","options":["rshared"]}] @@ mounts.options: shared propagation
+mounts.options @@ .mounts+=[{"destination":"/x","type":"bind","source":"/tmp","options":["rbind","idmap"]}] @@ mounts.options: `idmap`
+mounts.uidMappings @@ .mounts+=[{"destination":"/x","type":"bind","source":"/tmp","options":["rbind"],"uidMappings":[{"containerID":0,"hostID":300000,"size":1}]}] @@ mounts.uidMappings
+linux.rootfsPropagation @@ .linux.rootfsPropagation="shared" @@ linux.rootfsPropagation: shared propagation
+linux.devices @@ .linux.devices=[{"path":"/dev/vdz","type":"b","major":254,"minor":99}] @@ linux.devices: block device
+linux.sysctl @@ .linux.sysctl={"vm.swappiness":"10"} @@ linux.sysctl: `vm.swappiness` is not a namespaced sysctl
+linux.cgroupsPath @@ .linux.cgroupsPath="system.slice:agsx:x" @@ linux.cgroupsPath: the systemd form
+linux.resources.rdma @@ .linux.resources.rdma={"mlx":{"hcaHandles":1}} @@ linux.resources.rdma
+linux.resources.network @@ .linux.resources.network={"classID":1} @@ linux.resources.network
+linux.resources.blockIO.weightDevice @@ .linux.resources.blockIO={"weightDevice":[{"major":8,"minor":0,"weight":100}]} @@ linux.resources.blockIO.weightDevice
+linux.resources.blockIO.leafWeight @@ .linux.resources.blockIO={"leafWeight":100} @@ linux.resources.blockIO.leafWeight
+linux.resources.hugepageLimits @@ .linux.resources.hugepageLimits=[{"pageSize":"2MB","limit":1}] @@ linux.resources.hugepageLimits
+linux.resources.unified @@ .linux.resources.unified={"memory.high":"1"} @@ linux.resources.unified
+linux.resources.memory.kernel @@ .linux.resources.memory={"kernel":1048576} @@ linux.resources.memory.kernel
+linux.resources.memory.kernel @@ .linux.resources.memory={"kernelTCP":1048576} @@ linux.resources.memory.kernel
+linux.resources.cpu.realtimeRuntime @@ .linux.resources.cpu={"realtimeRuntime":1000} @@ linux.resources.cpu.realtimeRuntime
+linux.resources.cpu.realtimeRuntime @@ .linux.resources.cpu={"realtimePeriod":1000} @@ linux.resources.cpu.realtimeRuntime
+linux.seccomp.listenerPath @@ .linux.seccomp={"defaultAction":"SCMP_ACT_ALLOW","listenerPath":"/run/x.sock"} @@ linux.seccomp.listenerPath
+linux.intelRdt @@ .linux.intelRdt={"closID":"x"} @@ linux.intelRdt
+linux.personality @@ .linux.personality={"domain":"LINUX32"} @@ linux.personality
+linux.timeOffsets @@ .linux.timeOffsets={"monotonic":{"secs":1}} @@ linux.timeOffsets
+linux.netDevices @@ .linux.netDevices={"eth9":{"name":"eth9"}} @@ linux.netDevices
+linux.memoryPolicy @@ .linux.memoryPolicy={"mode":"MPOL_BIND","nodes":"0"} @@ linux.memoryPolicy
+linux.mountLabel @@ .linux.mountLabel="system_u:object_r:container_file_t:s0" @@ linux.mountLabel
+hooks.createContainer @@ .hooks.createContainer=[{"path":"/bin/true"}] @@ hooks.createContainer
+hooks.startContainer @@ .hooks.startContainer=[{"path":"/bin/true"}] @@ hooks.startContainer
+ociVersion @@ .ociVersion="2.0.0" @@ ociVersion
+solaris @@ .solaris={"milestone":"x"} @@ solaris
+windows @@ .windows={"layerFolders":["x"]} @@ windows
+vm @@ .vm={"kernel":{"path":"/x"}} @@ vm
+zos @@ .zos={"namespaces":[{"type":"pid"}]} @@ zos
+EOF2
+)
+  b=$(make_bundle b true)
+  cp "$b/config.json" "$T/orig.json"
+  local label rest filter words untested=""
+  for label in $labels; do
+    awk -F' @@ ' -v l="$label" '$1 == l { f = 1 } END { exit !f }' <<<"$cases" || untested+="$label "
+  done
+  [ -z "$untested" ] || { echo "# rows of agsx-oci(1) with no case here: $untested" >&3; false; }
+  while IFS= read -r line; do
+    label=${line%% @@ *}
+    rest=${line#* @@ }
+    filter=${rest% @@ *}
+    words=${rest##* @@ }
+    grep -qxF "$label" <<<"$labels" || { echo "# case for $label: not a row of agsx-oci(1)" >&3; false; }
+    jq "$filter" "$T/orig.json" >"$b/config.json" || { echo "# jq: $filter" >&3; false; }
+    if [ "$label" = linux.mountLabel ] && ! grep -q ' selinuxfs ' /proc/mounts; then
+      # Ignored where SELinux is not enabled, as the row says.
+      rtc --bundle "$b" ml || { cat "$T/create.err" >&3; false; }
+      rt delete --force ml
+      continue
+    fi
+    refuse "$b" "config: " || { echo "# row $label: $filter" >&3; false; }
+    assert_output_contains "$words" || { echo "# row $label" >&3; false; }
+  done <<<"$cases"
+}
+
 @test "apparmorProfile, selinuxLabel, mountLabel: ignored with a debug line where the host does not enforce them" {
   agsx_only
   [ "$(cat /sys/module/apparmor/parameters/enabled 2>/dev/null)" != Y ] ||
