@@ -522,3 +522,133 @@ void agsx_egress_nl_learn(struct agsx_nfb *b, uint32_t sandbox, uint32_t addr, u
   agsx_nfb_nest_end(b);
   agsx_nfb_end(b);
 }
+
+/* ---- targeted looks --------------------------------------------------------------------------- */
+
+#include <sys/time.h>
+
+int agsx_nfq_open(agsx_error_t *err) {
+  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "nftables: netlink socket");
+  int one = 1;
+  setsockopt(fd, SOL_NETLINK, NETLINK_CAP_ACK, &one, sizeof(one));
+  /* The kernel answers in the sender's call; a bound, not a wait. */
+  struct timeval tv = {.tv_sec = 2};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+/* What a look at one rule found: does its user data carry comment MARK? */
+static bool rule_marked(const struct nlmsghdr *h, const char *mark) {
+  size_t off = NLMSG_HDRLEN + NLMSG_ALIGN(sizeof(struct nfgenmsg));
+  size_t mlen = strlen(mark) + 1;
+  while (off + NLA_HDRLEN <= h->nlmsg_len) {
+    const struct nlattr *a = (const struct nlattr *)((const char *)h + off);
+    if (a->nla_len < NLA_HDRLEN || off + a->nla_len > h->nlmsg_len)
+      return false;
+    if ((a->nla_type & NLA_TYPE_MASK) == NFTA_RULE_USERDATA) {
+      /* libnftnl's user data: type, length, value; the comment is type 0. */
+      const unsigned char *u = (const unsigned char *)a + NLA_HDRLEN;
+      size_t n = a->nla_len - NLA_HDRLEN;
+      for (size_t i = 0; i + 2 <= n && i + 2 + u[i + 1] <= n; i += 2 + u[i + 1])
+        if (u[i] == 0 && u[i + 1] == mlen && memcmp(u + i + 2, mark, mlen) == 0)
+          return true;
+      return false;
+    }
+    off += NLA_ALIGN(a->nla_len);
+  }
+  return false;
+}
+
+/* Sends request B (one message, no batch) on FD and reads its answers:
+ * with DUMP, until its end; each object message goes to EACH (may be NULL).
+ * 1: answered with objects (or a dump's end), 0: ENOENT, -1: error. */
+static int ask(int fd, struct agsx_nfb *b, bool dump, const char *mark, bool *ret_marked,
+               agsx_error_t *err) {
+  struct nlmsghdr *q = (struct nlmsghdr *)(b->buf + b->msg);
+  uint32_t seq = q->nlmsg_seq;
+  struct sockaddr_nl sa = {.nl_family = AF_NETLINK};
+  ssize_t n;
+  do
+    n = sendto(fd, b->buf + b->msg, q->nlmsg_len, 0, (struct sockaddr *)&sa, sizeof(sa));
+  while (n < 0 && errno == EINTR);
+  if (n != (ssize_t)q->nlmsg_len)
+    return agsx_error_set(err, n < 0 ? errno : EMSGSIZE, "nftables: send a look"), -1;
+  union {
+    char b[32768];
+    struct nlmsghdr align;
+  } u;
+  for (;;) {
+    do
+      n = recv(fd, u.b, sizeof(u.b), 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+      return agsx_error_set(err, errno == EAGAIN ? ETIMEDOUT : errno, "nftables: read a look"), -1;
+    for (size_t off = 0; off + NLMSG_HDRLEN <= (size_t)n;) {
+      const struct nlmsghdr *h = (const struct nlmsghdr *)(u.b + off);
+      if (h->nlmsg_len < NLMSG_HDRLEN || off + h->nlmsg_len > (size_t)n)
+        break;
+      off += NLMSG_ALIGN(h->nlmsg_len);
+      if (h->nlmsg_seq != seq)
+        continue; /* (an earlier look's late answer) */
+      if (h->nlmsg_type == NLMSG_ERROR && h->nlmsg_len >= NLMSG_LENGTH(sizeof(int))) {
+        int e = -*(const int *)NLMSG_DATA(h);
+        if (e == 0)
+          return 1;
+        if (e == ENOENT)
+          return 0;
+        return agsx_error_set(err, e, "nftables"), -1;
+      }
+      if (h->nlmsg_type == NLMSG_DONE)
+        return 1;
+      if (ret_marked)
+        *ret_marked = rule_marked(h, mark);
+      if (!dump)
+        return 1;
+    }
+  }
+}
+
+int agsx_nfq_table(int fd, agsx_error_t *err) {
+  struct agsx_nfb b;
+  agsx_nfb_init(&b);
+  agsx_nfb_begin(&b, NFT_MSG_GETTABLE, 0);
+  agsx_nfb_attr_str(&b, NFTA_TABLE_NAME, TABLE_NAME);
+  agsx_nfb_end(&b);
+  int r = ask(fd, &b, false, NULL, NULL, err);
+  agsx_nfb_clear(&b);
+  return r;
+}
+
+int agsx_nfq_elem(int fd, const char *set, const void *key, size_t n, agsx_error_t *err) {
+  struct agsx_nfb b;
+  agsx_nfb_init(&b);
+  agsx_nfb_begin(&b, NFT_MSG_GETSETELEM, 0);
+  agsx_nfb_attr_str(&b, NFTA_SET_ELEM_LIST_TABLE, TABLE_NAME);
+  agsx_nfb_attr_str(&b, NFTA_SET_ELEM_LIST_SET, set);
+  agsx_nfb_nest(&b, NFTA_SET_ELEM_LIST_ELEMENTS);
+  agsx_nfb_nest(&b, NFTA_LIST_ELEM);
+  data_value(&b, NFTA_SET_ELEM_KEY, key, n);
+  agsx_nfb_nest_end(&b);
+  agsx_nfb_nest_end(&b);
+  agsx_nfb_end(&b);
+  int r = ask(fd, &b, false, NULL, NULL, err);
+  agsx_nfb_clear(&b);
+  return r;
+}
+
+int agsx_nfq_chain_marked(int fd, const char *chain, const char *mark, agsx_error_t *err) {
+  struct agsx_nfb b;
+  agsx_nfb_init(&b);
+  /* A dump filtered by table and chain: the kernel looks the chain up by
+   * name and lists its rules only. */
+  agsx_nfb_begin(&b, NFT_MSG_GETRULE, NLM_F_DUMP);
+  agsx_nfb_attr_str(&b, NFTA_RULE_TABLE, TABLE_NAME);
+  agsx_nfb_attr_str(&b, NFTA_RULE_CHAIN, chain);
+  agsx_nfb_end(&b);
+  bool marked = false;
+  int r = ask(fd, &b, true, mark, &marked, err);
+  agsx_nfb_clear(&b);
+  return r < 0 ? -1 : r == 1 && marked;
+}

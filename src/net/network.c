@@ -584,64 +584,107 @@ static const char base_rules[] =
  * and each supervisor watches the table's changes and cuts its sandbox
  * off when what protects it went (agsx_net_attach_watch). */
 
-/* Does chain NAME end in END_MARK? (One chain a command: libnftables 1.0
- * fails a batch of several list commands.) */
+/* The checks are targeted netlink looks (egress_nl.h), not libnftables:
+ * a `get element` or `list chain` of libnftables first fetches the whole
+ * ruleset (every sandbox's chains: thousands of rules with many sandboxes),
+ * which made each start cost O(sandboxes). A look asks for one element or
+ * one chain's rules; a start costs the same with 0 or 1000 sandboxes. */
+
+/* A set key of N's bridge (an ifname: 16 bytes, zero-padded), followed
+ * by address MEMBER (0: none) for the egress and ingress maps. */
+static size_t bridge_key(const struct agsx_network *n, uint32_t member, unsigned char key[20]) {
+  memset(key, 0, 20);
+  memcpy(key, n->bridge, strnlen(n->bridge, 15));
+  if (member == 0)
+    return 16;
+  uint32_t be = htonl(member);
+  memcpy(key + 16, &be, 4);
+  return 20;
+}
+
+/* Does chain NAME of FD's table end in END_MARK? (-1: no answer) */
+static int chain_intact_at(int fd, const char *name, agsx_error_t *err) {
+  return agsx_nfq_chain_marked(fd, name, "agsx:end", err);
+}
+
 static bool chain_intact(const char *name) {
-  _cleanup_free_ char *cmd = xasprintf("list chain " TABLE " %s\n", name), *out = NULL;
   agsx_error_t e = NULL;
-  bool ok = agsx_nft_run(cmd, &out, &e) == 0 && strstr(out, "agsx:end");
+  int fd = agsx_nfq_open(&e);
+  int r = fd < 0 ? -1 : chain_intact_at(fd, name, &e);
+  if (fd >= 0)
+    close(fd);
   agsx_error_free(&e);
-  return ok;
+  return r == 1;
 }
 
 /* With MEMBER 0: are the base chains and N's bridge's set elements in
- * place? Else: vpc member MEMBER's map entries and chains? */
-static bool guards_present(const struct agsx_network *n, uint32_t member) {
-  char ip[16], e_chain[16], i_chain[16];
-  _cleanup_free_ char *gets = NULL;
-  if (member == 0)
-    gets = n->public_ ? xasprintf("get element " TABLE " bridges { \"%s\" }\nget element " TABLE
-                                  " public { \"%s\" }\n",
-                                  n->bridge, n->bridge)
-                      : xasprintf("get element " TABLE " bridges { \"%s\" }\n", n->bridge);
-  else
-    gets = xasprintf("get element " TABLE " egress { \"%s\" . %s }\nget element " TABLE
-                     " ingress { \"%s\" . %s }\n",
-                     n->bridge, agsx_ipv4_format(member, ip), n->bridge, ip);
+ * place? Else: vpc member MEMBER's map entries and chains? 1, 0, or -1
+ * with ERR (no answer, or EPERM). */
+static int guards_at(int fd, const struct agsx_network *n, uint32_t member, agsx_error_t *err) {
+  char e_chain[16], i_chain[16];
+  unsigned char key[20];
+  size_t klen = bridge_key(n, member, key);
+  int r;
+  if (member == 0) {
+    if ((r = agsx_nfq_elem(fd, "bridges", key, klen, err)) != 1 ||
+        (n->public_ && (r = agsx_nfq_elem(fd, "public", key, klen, err)) != 1))
+      return r;
+  } else if ((r = agsx_nfq_elem(fd, "egress", key, klen, err)) != 1 ||
+             (r = agsx_nfq_elem(fd, "ingress", key, klen, err)) != 1)
+    return r;
   snprintf(e_chain, sizeof(e_chain), "e_%08x", member);
   snprintf(i_chain, sizeof(i_chain), "i_%08x", member);
+  if ((r = chain_intact_at(fd, member ? e_chain : "input", err)) != 1)
+    return r;
+  return chain_intact_at(fd, member ? i_chain : "forward", err);
+}
+
+static bool guards_present(const struct agsx_network *n, uint32_t member) {
   agsx_error_t e = NULL;
-  bool ok = agsx_nft_run(gets, NULL, &e) == 0;
+  int fd = agsx_nfq_open(&e);
+  int r = fd < 0 ? -1 : guards_at(fd, n, member, &e);
+  if (fd >= 0)
+    close(fd);
   agsx_error_free(&e);
-  return ok && chain_intact(member ? e_chain : "input") &&
-         chain_intact(member ? i_chain : "forward");
+  return r == 1;
 }
 
 /* Why guards_present() said no; -1 (EPERM) when the ruleset is not ours to
  * read (ls by another user): no verdict then. */
 static int why_missing(const char **ret_why, agsx_error_t *err) {
   agsx_error_t e = NULL;
-  if (agsx_nft_run("list table " TABLE "\n", NULL, &e) == 0) {
+  int fd = agsx_nfq_open(&e);
+  int r = fd < 0 ? -1 : agsx_nfq_table(fd, &e);
+  if (fd >= 0)
+    close(fd);
+  if (r == 1) {
     *ret_why = "its rules in the firewall table inet agsx are gone (a host firewall reload?)";
     return 0;
   }
-  bool eperm = strstr(e->msg, "Operation not permitted") != NULL;
+  bool eperm = r < 0 && agsx_error_errno(&e) == EPERM;
   if (eperm)
-    agsx_error_set_quiet(err, EPERM, "%s", e->msg);
+    agsx_error_set_quiet(err, EPERM, "nftables: %s", strerror(EPERM));
   agsx_error_free(&e);
   *ret_why = "the firewall table inet agsx is gone (a host firewall reload?)";
   return eperm ? -1 : 0;
 }
 
 /* Are the rules protecting N's sandboxes (and member MEMBER, if not 0) in
- * place? *RET_WHY says what is missing when not. */
+ * place? *RET_WHY says what is missing when not. Fails closed: a look
+ * that got no answer counts as missing. */
 static int firewall_intact(const struct agsx_network *n, uint32_t member, bool *ret_ok,
                            const char **ret_why, agsx_error_t *err) {
   *ret_ok = false;
   *ret_why = NULL;
-  if (agsx_nft_load(err) < 0)
-    return -1;
-  *ret_ok = guards_present(n, 0) && (n->public_ || member == 0 || guards_present(n, member));
+  agsx_error_t e = NULL;
+  int fd = agsx_nfq_open(&e);
+  int r = fd < 0 ? -1 : guards_at(fd, n, 0, &e);
+  if (r == 1 && !n->public_ && member != 0)
+    r = guards_at(fd, n, member, &e);
+  if (fd >= 0)
+    close(fd);
+  agsx_error_free(&e);
+  *ret_ok = r == 1;
   return *ret_ok ? 0 : why_missing(ret_why, err);
 }
 
@@ -1067,13 +1110,14 @@ void agsx_net_attach_end(struct agsx_net_attach *a) {
 
 /* Is sandbox ADDR's egress chain hooked in (its xmap element)? */
 static bool egress_present(uint32_t addr) {
-  char ip[16];
-  _cleanup_free_ char *cmd =
-      xasprintf("get element " TABLE " xmap { %s }\n", agsx_ipv4_format(addr, ip));
+  uint32_t key = htonl(addr);
   agsx_error_t e = NULL;
-  bool ok = agsx_nft_run(cmd, NULL, &e) == 0;
+  int fd = agsx_nfq_open(&e);
+  int r = fd < 0 ? -1 : agsx_nfq_elem(fd, "xmap", &key, sizeof(key), &e);
+  if (fd >= 0)
+    close(fd);
   agsx_error_free(&e);
-  return ok;
+  return r == 1;
 }
 
 int agsx_net_attach_watch(struct agsx_net_attach *a, char **ret_cut, agsx_error_t *err) {
