@@ -523,6 +523,151 @@ void agsx_egress_nl_learn(struct agsx_nfb *b, uint32_t sandbox, uint32_t addr, u
   agsx_nfb_end(b);
 }
 
+/* ---- vpc members' security-group chains --------------------------------------------------- */
+
+/* `ip saddr CIDR` (OFF 12) or `ip daddr CIDR` (OFF 16) */
+static void ip_in(struct agsx_nfb *b, uint32_t off, const struct agsx_cidr *c) {
+  is_ipv4(b);
+  payload(b, NFT_PAYLOAD_NETWORK_HEADER, off, 4, NFT_REG_1);
+  uint32_t net = htonl(c->addr & agsx_cidr_mask(c->prefix));
+  if (c->prefix < 32) {
+    uint32_t mask = htonl(agsx_cidr_mask(c->prefix)), zero = 0;
+    bitwise(b, &mask, &zero, 4);
+  }
+  cmp(b, NFT_CMP_EQ, &net, 4);
+}
+
+/* `iifname NAME` (KEY NFT_META_IIFNAME) or `oifname NAME` */
+static void ifname_is(struct agsx_nfb *b, uint32_t key, const char *name) {
+  char v[16] = {0};
+  memcpy(v, name, strnlen(name, 15));
+  meta(b, key, NFT_REG_1);
+  cmp(b, NFT_CMP_EQ, v, sizeof(v));
+}
+
+/* The match of security-group rule R (network.c's rule_match, as
+ * expressions). */
+static void sg_match(struct agsx_nfb *b, const struct agsx_sg_rule *r) {
+  uint32_t off = r->in ? 12 : 16;
+  if (r->peer.prefix != 0)
+    ip_in(b, off, &r->peer);
+  else if (r->allow && !r->in) { /* `ip daddr != @private`: the default peer out */
+    is_ipv4(b);
+    payload(b, NFT_PAYLOAD_NETWORK_HEADER, off, 4, NFT_REG_1);
+    expr_begin(b, "lookup");
+    agsx_nfb_attr_str(b, NFTA_LOOKUP_SET, "private");
+    attr_be32(b, NFTA_LOOKUP_SREG, NFT_REG_1);
+    attr_be32(b, NFTA_LOOKUP_FLAGS, NFT_LOOKUP_F_INV);
+    expr_end(b);
+  }
+  switch (r->proto) {
+  case AGSX_SG_TCP:
+  case AGSX_SG_UDP:
+    l4proto(b, r->proto);
+    if (r->port_lo) {
+      payload(b, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, NFT_REG_1);
+      uint16_t lo = htons(r->port_lo), hi = htons(r->port_hi ? r->port_hi : r->port_lo);
+      if (lo == hi)
+        cmp(b, NFT_CMP_EQ, &lo, 2);
+      else {
+        expr_begin(b, "range");
+        attr_be32(b, NFTA_RANGE_SREG, NFT_REG_1);
+        attr_be32(b, NFTA_RANGE_OP, NFT_RANGE_EQ);
+        data_value(b, NFTA_RANGE_FROM_DATA, &lo, 2);
+        data_value(b, NFTA_RANGE_TO_DATA, &hi, 2);
+        expr_end(b);
+      }
+    }
+    break;
+  case AGSX_SG_ICMP: l4proto(b, IPPROTO_ICMP); break;
+  default: is_ipv4(b); break;
+  }
+}
+
+/* The chain's last rule: `drop comment "agsx:end"` (the comment as nft(8)
+ * stores it, so that the checks and `nft list` read it). */
+static void end_rule(struct agsx_nfb *b, const char *chain) {
+  static const char mark[] = "agsx:end";
+  unsigned char ud[2 + sizeof(mark)];
+  ud[0] = 0; /* NFTNL_UDATA_RULE_COMMENT */
+  ud[1] = sizeof(mark);
+  memcpy(ud + 2, mark, sizeof(mark));
+  rule_begin(b, chain);
+  verdict(b, NF_DROP, NULL);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_attr(b, NFTA_RULE_USERDATA, ud, sizeof(ud));
+  agsx_nfb_end(b);
+}
+
+static void sg_chain(struct agsx_nfb *b, const char *chain, bool in, const char *bridge,
+                     const struct agsx_cidr *subnet, const struct agsx_sg_rule *const sets[2],
+                     const size_t counts[2]) {
+  chain_msg(b, NFT_MSG_NEWCHAIN, NLM_F_CREATE, chain);
+  flush_chain(b, chain);                 /* a chain a crashed sandbox with this address left */
+  for (int pass = 0; pass < 2; pass++) { /* denials first */
+    bool allow = pass == 1;
+    for (int s = 0; s < 2; s++)
+      for (size_t i = 0; i < counts[s]; i++) {
+        const struct agsx_sg_rule *r = &sets[s][i];
+        if (r->allow != allow || r->in != in)
+          continue;
+        rule_begin(b, chain);
+        sg_match(b, r);
+        verdict(b, !allow ? NF_DROP : in ? NF_ACCEPT : NFT_RETURN, NULL);
+        rule_end(b);
+      }
+  }
+  /* The vpc's default: its members reach each other. */
+  rule_begin(b, chain);
+  ifname_is(b, in ? NFT_META_IIFNAME : NFT_META_OIFNAME, bridge);
+  ip_in(b, in ? 12 : 16, subnet);
+  verdict(b, in ? NF_ACCEPT : NFT_RETURN, NULL);
+  rule_end(b);
+  end_rule(b, chain);
+}
+
+static void member_elem(struct agsx_nfb *b, bool add, const char *map, const char *bridge,
+                        uint32_t addr, const char *chain) {
+  agsx_nfb_begin(b, add ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, add ? NLM_F_CREATE : 0);
+  agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_TABLE, TABLE_NAME);
+  agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_SET, map);
+  agsx_nfb_nest(b, NFTA_SET_ELEM_LIST_ELEMENTS);
+  agsx_nfb_nest(b, NFTA_LIST_ELEM);
+  /* ifname . ipv4_addr: 16 bytes of name, zero-padded, then the address */
+  unsigned char key[20] = {0};
+  memcpy(key, bridge, strnlen(bridge, 15));
+  uint32_t be = htonl(addr);
+  memcpy(key + 16, &be, 4);
+  data_value(b, NFTA_SET_ELEM_KEY, key, sizeof(key));
+  if (add)
+    data_verdict(b, NFTA_SET_ELEM_DATA, NFT_JUMP, chain);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_end(b);
+}
+
+void agsx_vpc_nl_member(struct agsx_nfb *b, const char *bridge, const struct agsx_cidr *subnet,
+                        uint32_t addr, const struct agsx_sg_rule *const sets[2],
+                        const size_t counts[2]) {
+  char e[16], i[16];
+  snprintf(e, sizeof(e), "e_%08x", addr);
+  snprintf(i, sizeof(i), "i_%08x", addr);
+  sg_chain(b, e, false, bridge, subnet, sets, counts);
+  sg_chain(b, i, true, bridge, subnet, sets, counts);
+  member_elem(b, true, "egress", bridge, addr, e);
+  member_elem(b, true, "ingress", bridge, addr, i);
+}
+
+void agsx_vpc_nl_member_delete(struct agsx_nfb *b, const char *bridge, uint32_t addr) {
+  char e[16], i[16];
+  snprintf(e, sizeof(e), "e_%08x", addr);
+  snprintf(i, sizeof(i), "i_%08x", addr);
+  member_elem(b, false, "egress", bridge, addr, NULL);
+  member_elem(b, false, "ingress", bridge, addr, NULL);
+  chain_msg(b, NFT_MSG_DELCHAIN, 0, e);
+  chain_msg(b, NFT_MSG_DELCHAIN, 0, i);
+}
+
 /* ---- targeted looks --------------------------------------------------------------------------- */
 
 #include <sys/time.h>
