@@ -148,6 +148,24 @@ traced_run() {
   [[ "$output" == *"s1: cut off from network \`public\`"* ]] || { show_run; false; }
 }
 
+@test "firewall: a removal after many additions in one transaction still cuts a sandbox off" {
+  # The supervisors' watch drops notifications made only of additions in
+  # the kernel (a socket filter): a removal at the end of a long batch
+  # must still be heard.
+  run_nax run -d --name s1 --network public busybox sleep 60
+  assert_success
+  local veth i
+  veth=$(veth_of s1)
+  {
+    echo "add chain inet agsx zz_filler"
+    for i in $(seq 400); do echo "add rule inet agsx zz_filler counter accept"; done
+    echo "delete element inet agsx bridges { \"agsx0\" }"
+  } >"$T/batch.nft"
+  outer nft -f "$T/batch.nft"
+  wait_link_gone "$veth"
+  outer nft delete chain inet agsx zz_filler
+}
+
 @test "firewall: ls warns while a public sandbox's rules are missing" {
   run_nax run -d --name s1 --network public busybox sleep 60
   assert_success
