@@ -522,3 +522,278 @@ void agsx_egress_nl_learn(struct agsx_nfb *b, uint32_t sandbox, uint32_t addr, u
   agsx_nfb_nest_end(b);
   agsx_nfb_end(b);
 }
+
+/* ---- vpc members' security-group chains --------------------------------------------------- */
+
+/* `ip saddr CIDR` (OFF 12) or `ip daddr CIDR` (OFF 16) */
+static void ip_in(struct agsx_nfb *b, uint32_t off, const struct agsx_cidr *c) {
+  is_ipv4(b);
+  payload(b, NFT_PAYLOAD_NETWORK_HEADER, off, 4, NFT_REG_1);
+  uint32_t net = htonl(c->addr & agsx_cidr_mask(c->prefix));
+  if (c->prefix < 32) {
+    uint32_t mask = htonl(agsx_cidr_mask(c->prefix)), zero = 0;
+    bitwise(b, &mask, &zero, 4);
+  }
+  cmp(b, NFT_CMP_EQ, &net, 4);
+}
+
+/* `iifname NAME` (KEY NFT_META_IIFNAME) or `oifname NAME` */
+static void ifname_is(struct agsx_nfb *b, uint32_t key, const char *name) {
+  char v[16] = {0};
+  memcpy(v, name, strnlen(name, 15));
+  meta(b, key, NFT_REG_1);
+  cmp(b, NFT_CMP_EQ, v, sizeof(v));
+}
+
+/* The match of security-group rule R (network.c's rule_match, as
+ * expressions). */
+static void sg_match(struct agsx_nfb *b, const struct agsx_sg_rule *r) {
+  uint32_t off = r->in ? 12 : 16;
+  if (r->peer.prefix != 0)
+    ip_in(b, off, &r->peer);
+  else if (r->allow && !r->in) { /* `ip daddr != @private`: the default peer out */
+    is_ipv4(b);
+    payload(b, NFT_PAYLOAD_NETWORK_HEADER, off, 4, NFT_REG_1);
+    expr_begin(b, "lookup");
+    agsx_nfb_attr_str(b, NFTA_LOOKUP_SET, "private");
+    attr_be32(b, NFTA_LOOKUP_SREG, NFT_REG_1);
+    attr_be32(b, NFTA_LOOKUP_FLAGS, NFT_LOOKUP_F_INV);
+    expr_end(b);
+  }
+  switch (r->proto) {
+  case AGSX_SG_TCP:
+  case AGSX_SG_UDP:
+    l4proto(b, r->proto);
+    if (r->port_lo) {
+      payload(b, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, NFT_REG_1);
+      uint16_t lo = htons(r->port_lo), hi = htons(r->port_hi ? r->port_hi : r->port_lo);
+      if (lo == hi)
+        cmp(b, NFT_CMP_EQ, &lo, 2);
+      else {
+        expr_begin(b, "range");
+        attr_be32(b, NFTA_RANGE_SREG, NFT_REG_1);
+        attr_be32(b, NFTA_RANGE_OP, NFT_RANGE_EQ);
+        data_value(b, NFTA_RANGE_FROM_DATA, &lo, 2);
+        data_value(b, NFTA_RANGE_TO_DATA, &hi, 2);
+        expr_end(b);
+      }
+    }
+    break;
+  case AGSX_SG_ICMP: l4proto(b, IPPROTO_ICMP); break;
+  default: is_ipv4(b); break;
+  }
+}
+
+/* The chain's last rule: `drop comment "agsx:end"` (the comment as nft(8)
+ * stores it, so that the checks and `nft list` read it). */
+static void end_rule(struct agsx_nfb *b, const char *chain) {
+  static const char mark[] = "agsx:end";
+  unsigned char ud[2 + sizeof(mark)];
+  ud[0] = 0; /* NFTNL_UDATA_RULE_COMMENT */
+  ud[1] = sizeof(mark);
+  memcpy(ud + 2, mark, sizeof(mark));
+  rule_begin(b, chain);
+  verdict(b, NF_DROP, NULL);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_attr(b, NFTA_RULE_USERDATA, ud, sizeof(ud));
+  agsx_nfb_end(b);
+}
+
+static void sg_chain(struct agsx_nfb *b, const char *chain, bool in, const char *bridge,
+                     const struct agsx_cidr *subnet, const struct agsx_sg_rule *const sets[2],
+                     const size_t counts[2]) {
+  chain_msg(b, NFT_MSG_NEWCHAIN, NLM_F_CREATE, chain);
+  flush_chain(b, chain);                 /* a chain a crashed sandbox with this address left */
+  for (int pass = 0; pass < 2; pass++) { /* denials first */
+    bool allow = pass == 1;
+    for (int s = 0; s < 2; s++)
+      for (size_t i = 0; i < counts[s]; i++) {
+        const struct agsx_sg_rule *r = &sets[s][i];
+        if (r->allow != allow || r->in != in)
+          continue;
+        rule_begin(b, chain);
+        sg_match(b, r);
+        verdict(b, !allow ? NF_DROP : in ? NF_ACCEPT : NFT_RETURN, NULL);
+        rule_end(b);
+      }
+  }
+  /* The vpc's default: its members reach each other. */
+  rule_begin(b, chain);
+  ifname_is(b, in ? NFT_META_IIFNAME : NFT_META_OIFNAME, bridge);
+  ip_in(b, in ? 12 : 16, subnet);
+  verdict(b, in ? NF_ACCEPT : NFT_RETURN, NULL);
+  rule_end(b);
+  end_rule(b, chain);
+}
+
+static void member_elem(struct agsx_nfb *b, bool add, const char *map, const char *bridge,
+                        uint32_t addr, const char *chain) {
+  agsx_nfb_begin(b, add ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, add ? NLM_F_CREATE : 0);
+  agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_TABLE, TABLE_NAME);
+  agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_SET, map);
+  agsx_nfb_nest(b, NFTA_SET_ELEM_LIST_ELEMENTS);
+  agsx_nfb_nest(b, NFTA_LIST_ELEM);
+  /* ifname . ipv4_addr: 16 bytes of name, zero-padded, then the address */
+  unsigned char key[20] = {0};
+  memcpy(key, bridge, strnlen(bridge, 15));
+  uint32_t be = htonl(addr);
+  memcpy(key + 16, &be, 4);
+  data_value(b, NFTA_SET_ELEM_KEY, key, sizeof(key));
+  if (add)
+    data_verdict(b, NFTA_SET_ELEM_DATA, NFT_JUMP, chain);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_end(b);
+}
+
+void agsx_vpc_nl_member(struct agsx_nfb *b, const char *bridge, const struct agsx_cidr *subnet,
+                        uint32_t addr, const struct agsx_sg_rule *const sets[2],
+                        const size_t counts[2]) {
+  char e[16], i[16];
+  snprintf(e, sizeof(e), "e_%08x", addr);
+  snprintf(i, sizeof(i), "i_%08x", addr);
+  sg_chain(b, e, false, bridge, subnet, sets, counts);
+  sg_chain(b, i, true, bridge, subnet, sets, counts);
+  member_elem(b, true, "egress", bridge, addr, e);
+  member_elem(b, true, "ingress", bridge, addr, i);
+}
+
+void agsx_vpc_nl_member_delete(struct agsx_nfb *b, const char *bridge, uint32_t addr) {
+  char e[16], i[16];
+  snprintf(e, sizeof(e), "e_%08x", addr);
+  snprintf(i, sizeof(i), "i_%08x", addr);
+  member_elem(b, false, "egress", bridge, addr, NULL);
+  member_elem(b, false, "ingress", bridge, addr, NULL);
+  chain_msg(b, NFT_MSG_DELCHAIN, 0, e);
+  chain_msg(b, NFT_MSG_DELCHAIN, 0, i);
+}
+
+/* ---- targeted looks --------------------------------------------------------------------------- */
+
+#include <sys/time.h>
+
+int agsx_nfq_open(agsx_error_t *err) {
+  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "nftables: netlink socket");
+  int one = 1;
+  setsockopt(fd, SOL_NETLINK, NETLINK_CAP_ACK, &one, sizeof(one));
+  /* The kernel answers in the sender's call; a bound, not a wait. */
+  struct timeval tv = {.tv_sec = 2};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+/* What a look at one rule found: does its user data carry comment MARK? */
+static bool rule_marked(const struct nlmsghdr *h, const char *mark) {
+  size_t off = NLMSG_HDRLEN + NLMSG_ALIGN(sizeof(struct nfgenmsg));
+  size_t mlen = strlen(mark) + 1;
+  while (off + NLA_HDRLEN <= h->nlmsg_len) {
+    const struct nlattr *a = (const struct nlattr *)((const char *)h + off);
+    if (a->nla_len < NLA_HDRLEN || off + a->nla_len > h->nlmsg_len)
+      return false;
+    if ((a->nla_type & NLA_TYPE_MASK) == NFTA_RULE_USERDATA) {
+      /* libnftnl's user data: type, length, value; the comment is type 0. */
+      const unsigned char *u = (const unsigned char *)a + NLA_HDRLEN;
+      size_t n = a->nla_len - NLA_HDRLEN;
+      for (size_t i = 0; i + 2 <= n && i + 2 + u[i + 1] <= n; i += 2 + u[i + 1])
+        if (u[i] == 0 && u[i + 1] == mlen && memcmp(u + i + 2, mark, mlen) == 0)
+          return true;
+      return false;
+    }
+    off += NLA_ALIGN(a->nla_len);
+  }
+  return false;
+}
+
+/* Sends request B (one message, no batch) on FD and reads its answers:
+ * with DUMP, until its end; each object message goes to EACH (may be NULL).
+ * 1: answered with objects (or a dump's end), 0: ENOENT, -1: error. */
+static int ask(int fd, struct agsx_nfb *b, bool dump, const char *mark, bool *ret_marked,
+               agsx_error_t *err) {
+  struct nlmsghdr *q = (struct nlmsghdr *)(b->buf + b->msg);
+  uint32_t seq = q->nlmsg_seq;
+  struct sockaddr_nl sa = {.nl_family = AF_NETLINK};
+  ssize_t n;
+  do
+    n = sendto(fd, b->buf + b->msg, q->nlmsg_len, 0, (struct sockaddr *)&sa, sizeof(sa));
+  while (n < 0 && errno == EINTR);
+  if (n != (ssize_t)q->nlmsg_len)
+    return agsx_error_set(err, n < 0 ? errno : EMSGSIZE, "nftables: send a look"), -1;
+  union {
+    char b[32768];
+    struct nlmsghdr align;
+  } u;
+  for (;;) {
+    do
+      n = recv(fd, u.b, sizeof(u.b), 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+      return agsx_error_set(err, errno == EAGAIN ? ETIMEDOUT : errno, "nftables: read a look"), -1;
+    for (size_t off = 0; off + NLMSG_HDRLEN <= (size_t)n;) {
+      const struct nlmsghdr *h = (const struct nlmsghdr *)(u.b + off);
+      if (h->nlmsg_len < NLMSG_HDRLEN || off + h->nlmsg_len > (size_t)n)
+        break;
+      off += NLMSG_ALIGN(h->nlmsg_len);
+      if (h->nlmsg_seq != seq)
+        continue; /* (an earlier look's late answer) */
+      if (h->nlmsg_type == NLMSG_ERROR && h->nlmsg_len >= NLMSG_LENGTH(sizeof(int))) {
+        int e = -*(const int *)NLMSG_DATA(h);
+        if (e == 0)
+          return 1;
+        if (e == ENOENT)
+          return 0;
+        return agsx_error_set(err, e, "nftables"), -1;
+      }
+      if (h->nlmsg_type == NLMSG_DONE)
+        return 1;
+      if (ret_marked)
+        *ret_marked = rule_marked(h, mark);
+      if (!dump)
+        return 1;
+    }
+  }
+}
+
+int agsx_nfq_table(int fd, agsx_error_t *err) {
+  struct agsx_nfb b;
+  agsx_nfb_init(&b);
+  agsx_nfb_begin(&b, NFT_MSG_GETTABLE, 0);
+  agsx_nfb_attr_str(&b, NFTA_TABLE_NAME, TABLE_NAME);
+  agsx_nfb_end(&b);
+  int r = ask(fd, &b, false, NULL, NULL, err);
+  agsx_nfb_clear(&b);
+  return r;
+}
+
+int agsx_nfq_elem(int fd, const char *set, const void *key, size_t n, agsx_error_t *err) {
+  struct agsx_nfb b;
+  agsx_nfb_init(&b);
+  agsx_nfb_begin(&b, NFT_MSG_GETSETELEM, 0);
+  agsx_nfb_attr_str(&b, NFTA_SET_ELEM_LIST_TABLE, TABLE_NAME);
+  agsx_nfb_attr_str(&b, NFTA_SET_ELEM_LIST_SET, set);
+  agsx_nfb_nest(&b, NFTA_SET_ELEM_LIST_ELEMENTS);
+  agsx_nfb_nest(&b, NFTA_LIST_ELEM);
+  data_value(&b, NFTA_SET_ELEM_KEY, key, n);
+  agsx_nfb_nest_end(&b);
+  agsx_nfb_nest_end(&b);
+  agsx_nfb_end(&b);
+  int r = ask(fd, &b, false, NULL, NULL, err);
+  agsx_nfb_clear(&b);
+  return r;
+}
+
+int agsx_nfq_chain_marked(int fd, const char *chain, const char *mark, agsx_error_t *err) {
+  struct agsx_nfb b;
+  agsx_nfb_init(&b);
+  /* A dump filtered by table and chain: the kernel looks the chain up by
+   * name and lists its rules only. */
+  agsx_nfb_begin(&b, NFT_MSG_GETRULE, NLM_F_DUMP);
+  agsx_nfb_attr_str(&b, NFTA_RULE_TABLE, TABLE_NAME);
+  agsx_nfb_attr_str(&b, NFTA_RULE_CHAIN, chain);
+  agsx_nfb_end(&b);
+  bool marked = false;
+  int r = ask(fd, &b, true, mark, &marked, err);
+  agsx_nfb_clear(&b);
+  return r < 0 ? -1 : r == 1 && marked;
+}

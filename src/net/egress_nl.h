@@ -75,4 +75,36 @@ void agsx_egress_nl_learn(struct agsx_nfb *b, uint32_t sandbox, uint32_t addr, u
 void agsx_egress_nl_learnt_delete(struct agsx_nfb *b, uint32_t sandbox,
                                   const struct agsx_egress_learnt *l, size_t k);
 
+/* ---- the security-group chains of vpc member ADDR (network.c) ---- */
+struct agsx_sg_rule;
+/* (Re)makes chains e_ADDR (out) and i_ADDR (in) of the rules of SETS[0]
+ * (COUNTS[0] of them: the vpc's) and SETS[1] (the member's own), denials
+ * first, then allowances, then the vpc's default (its own SUBNET on
+ * BRIDGE) and a drop marked "agsx:end"; and hooks them into maps egress
+ * and ingress under BRIDGE . ADDR. The same rules nft(8) would make of
+ * the text network.c wrote before, without libnftables' ruleset cache. */
+void agsx_vpc_nl_member(struct agsx_nfb *b, const char *bridge, const struct agsx_cidr *subnet,
+                        uint32_t addr, const struct agsx_sg_rule *const sets[2],
+                        const size_t counts[2]);
+/* Removes them: the two map elements, then the two chains. */
+void agsx_vpc_nl_member_delete(struct agsx_nfb *b, const char *bridge, uint32_t addr);
+
+/* ---- targeted looks at table inet agsx (no ruleset dump) ----
+ * libnftables' `get element` and `list chain` fetch the whole ruleset into
+ * their cache first (every sandbox's chains and sets): a check at each
+ * start would cost O(sandboxes). These ask the kernel for one object each,
+ * on a socket of agsx_nfq_open (blocking, bounded by a receive timeout).
+ * Each returns 1 (there), 0 (not there: no such element, set, chain or
+ * table) or -1 with ERR (EPERM: not ours to read; else no answer). */
+int agsx_nfq_open(agsx_error_t *err);
+/* Does table inet agsx exist? */
+int agsx_nfq_table(int fd, agsx_error_t *err);
+/* Does set (or map) SET hold the element of key KEY (N bytes, the set's
+ * key length: an ifname is 16 bytes, zero-padded; a concatenation's fields
+ * each take whole 32-bit words)? */
+int agsx_nfq_elem(int fd, const char *set, const void *key, size_t n, agsx_error_t *err);
+/* Does CHAIN's last rule carry comment MARK (nft's `comment "MARK"`)? A
+ * chain whose rules were flushed says 0. */
+int agsx_nfq_chain_marked(int fd, const char *chain, const char *mark, agsx_error_t *err);
+
 #endif

@@ -584,64 +584,107 @@ static const char base_rules[] =
  * and each supervisor watches the table's changes and cuts its sandbox
  * off when what protects it went (agsx_net_attach_watch). */
 
-/* Does chain NAME end in END_MARK? (One chain a command: libnftables 1.0
- * fails a batch of several list commands.) */
+/* The checks are targeted netlink looks (egress_nl.h), not libnftables:
+ * a `get element` or `list chain` of libnftables first fetches the whole
+ * ruleset (every sandbox's chains: thousands of rules with many sandboxes),
+ * which made each start cost O(sandboxes). A look asks for one element or
+ * one chain's rules; a start costs the same with 0 or 1000 sandboxes. */
+
+/* A set key of N's bridge (an ifname: 16 bytes, zero-padded), followed
+ * by address MEMBER (0: none) for the egress and ingress maps. */
+static size_t bridge_key(const struct agsx_network *n, uint32_t member, unsigned char key[20]) {
+  memset(key, 0, 20);
+  memcpy(key, n->bridge, strnlen(n->bridge, 15));
+  if (member == 0)
+    return 16;
+  uint32_t be = htonl(member);
+  memcpy(key + 16, &be, 4);
+  return 20;
+}
+
+/* Does chain NAME of FD's table end in END_MARK? (-1: no answer) */
+static int chain_intact_at(int fd, const char *name, agsx_error_t *err) {
+  return agsx_nfq_chain_marked(fd, name, "agsx:end", err);
+}
+
 static bool chain_intact(const char *name) {
-  _cleanup_free_ char *cmd = xasprintf("list chain " TABLE " %s\n", name), *out = NULL;
   agsx_error_t e = NULL;
-  bool ok = agsx_nft_run(cmd, &out, &e) == 0 && strstr(out, "agsx:end");
+  int fd = agsx_nfq_open(&e);
+  int r = fd < 0 ? -1 : chain_intact_at(fd, name, &e);
+  if (fd >= 0)
+    close(fd);
   agsx_error_free(&e);
-  return ok;
+  return r == 1;
 }
 
 /* With MEMBER 0: are the base chains and N's bridge's set elements in
- * place? Else: vpc member MEMBER's map entries and chains? */
-static bool guards_present(const struct agsx_network *n, uint32_t member) {
-  char ip[16], e_chain[16], i_chain[16];
-  _cleanup_free_ char *gets = NULL;
-  if (member == 0)
-    gets = n->public_ ? xasprintf("get element " TABLE " bridges { \"%s\" }\nget element " TABLE
-                                  " public { \"%s\" }\n",
-                                  n->bridge, n->bridge)
-                      : xasprintf("get element " TABLE " bridges { \"%s\" }\n", n->bridge);
-  else
-    gets = xasprintf("get element " TABLE " egress { \"%s\" . %s }\nget element " TABLE
-                     " ingress { \"%s\" . %s }\n",
-                     n->bridge, agsx_ipv4_format(member, ip), n->bridge, ip);
+ * place? Else: vpc member MEMBER's map entries and chains? 1, 0, or -1
+ * with ERR (no answer, or EPERM). */
+static int guards_at(int fd, const struct agsx_network *n, uint32_t member, agsx_error_t *err) {
+  char e_chain[16], i_chain[16];
+  unsigned char key[20];
+  size_t klen = bridge_key(n, member, key);
+  int r;
+  if (member == 0) {
+    if ((r = agsx_nfq_elem(fd, "bridges", key, klen, err)) != 1 ||
+        (n->public_ && (r = agsx_nfq_elem(fd, "public", key, klen, err)) != 1))
+      return r;
+  } else if ((r = agsx_nfq_elem(fd, "egress", key, klen, err)) != 1 ||
+             (r = agsx_nfq_elem(fd, "ingress", key, klen, err)) != 1)
+    return r;
   snprintf(e_chain, sizeof(e_chain), "e_%08x", member);
   snprintf(i_chain, sizeof(i_chain), "i_%08x", member);
+  if ((r = chain_intact_at(fd, member ? e_chain : "input", err)) != 1)
+    return r;
+  return chain_intact_at(fd, member ? i_chain : "forward", err);
+}
+
+static bool guards_present(const struct agsx_network *n, uint32_t member) {
   agsx_error_t e = NULL;
-  bool ok = agsx_nft_run(gets, NULL, &e) == 0;
+  int fd = agsx_nfq_open(&e);
+  int r = fd < 0 ? -1 : guards_at(fd, n, member, &e);
+  if (fd >= 0)
+    close(fd);
   agsx_error_free(&e);
-  return ok && chain_intact(member ? e_chain : "input") &&
-         chain_intact(member ? i_chain : "forward");
+  return r == 1;
 }
 
 /* Why guards_present() said no; -1 (EPERM) when the ruleset is not ours to
  * read (ls by another user): no verdict then. */
 static int why_missing(const char **ret_why, agsx_error_t *err) {
   agsx_error_t e = NULL;
-  if (agsx_nft_run("list table " TABLE "\n", NULL, &e) == 0) {
+  int fd = agsx_nfq_open(&e);
+  int r = fd < 0 ? -1 : agsx_nfq_table(fd, &e);
+  if (fd >= 0)
+    close(fd);
+  if (r == 1) {
     *ret_why = "its rules in the firewall table inet agsx are gone (a host firewall reload?)";
     return 0;
   }
-  bool eperm = strstr(e->msg, "Operation not permitted") != NULL;
+  bool eperm = r < 0 && agsx_error_errno(&e) == EPERM;
   if (eperm)
-    agsx_error_set_quiet(err, EPERM, "%s", e->msg);
+    agsx_error_set_quiet(err, EPERM, "nftables: %s", strerror(EPERM));
   agsx_error_free(&e);
   *ret_why = "the firewall table inet agsx is gone (a host firewall reload?)";
   return eperm ? -1 : 0;
 }
 
 /* Are the rules protecting N's sandboxes (and member MEMBER, if not 0) in
- * place? *RET_WHY says what is missing when not. */
+ * place? *RET_WHY says what is missing when not. Fails closed: a look
+ * that got no answer counts as missing. */
 static int firewall_intact(const struct agsx_network *n, uint32_t member, bool *ret_ok,
                            const char **ret_why, agsx_error_t *err) {
   *ret_ok = false;
   *ret_why = NULL;
-  if (agsx_nft_load(err) < 0)
-    return -1;
-  *ret_ok = guards_present(n, 0) && (n->public_ || member == 0 || guards_present(n, member));
+  agsx_error_t e = NULL;
+  int fd = agsx_nfq_open(&e);
+  int r = fd < 0 ? -1 : guards_at(fd, n, 0, &e);
+  if (r == 1 && !n->public_ && member != 0)
+    r = guards_at(fd, n, member, &e);
+  if (fd >= 0)
+    close(fd);
+  agsx_error_free(&e);
+  *ret_ok = r == 1;
   return *ret_ok ? 0 : why_missing(ret_why, err);
 }
 
@@ -671,88 +714,17 @@ static int firewall_restore(const struct agsx_network *n, agsx_error_t *err) {
   return agsx_nft_run(cmds, NULL, err);
 }
 
-/* The match of a rule's peer, protocol and ports. */
-static char *rule_match(const struct agsx_sg_rule *r) {
-  char cidr[20], ports[24] = "";
-  const char *dir = r->in ? "saddr" : "daddr";
-  /* The default peer of an allowance out is the internet, as on the public
-   * network: not the private ranges (the host's LAN), unless named. */
-  _cleanup_free_ char *peer = r->peer.prefix != 0
-                                  ? xasprintf("ip %s %s ", dir, agsx_cidr_format(&r->peer, cidr))
-                              : (r->allow && !r->in) ? xstrdup("ip daddr != @private ")
-                                                     : xstrdup("");
-  if (r->port_lo == r->port_hi && r->port_lo)
-    snprintf(ports, sizeof(ports), " dport %u", r->port_lo);
-  else if (r->port_lo)
-    snprintf(ports, sizeof(ports), " dport %u-%u", r->port_lo, r->port_hi);
-  switch (r->proto) {
-  case AGSX_SG_TCP:
-    return *ports ? xasprintf("%stcp%s", peer, ports) : xasprintf("%smeta l4proto tcp", peer);
-  case AGSX_SG_UDP:
-    return *ports ? xasprintf("%sudp%s", peer, ports) : xasprintf("%smeta l4proto udp", peer);
-  case AGSX_SG_ICMP: return xasprintf("%smeta l4proto icmp", peer);
-  default: return xasprintf("%smeta nfproto ipv4", peer);
-  }
-}
-
-/* Appends to *BUF the rules of one direction: denials, allowances, then
- * the vpc default. */
-static void chain_rules(char **buf, const char *chain, bool in, const struct agsx_network *n,
-                        const struct agsx_sg_rule *const sets[2], const size_t counts[2]) {
-  char sub[20];
-  for (int pass = 0; pass < 2; pass++) { /* denials first */
-    bool allow = pass == 1;
-    for (int s = 0; s < 2; s++)
-      for (size_t i = 0; i < counts[s]; i++) {
-        const struct agsx_sg_rule *r = &sets[s][i];
-        if (r->allow != allow || r->in != in)
-          continue;
-        _cleanup_free_ char *m = rule_match(r);
-        char *old = *buf;
-        *buf = xasprintf("%sadd rule " TABLE " %s %s %s\n", old, chain, m,
-                         allow ? (in ? "accept" : "return") : "drop");
-        free(old);
-      }
-  }
-  char *old = *buf;
-  *buf = xasprintf("%sadd rule " TABLE " %s %s \"%s\" ip %s %s %s\nadd rule " TABLE
-                   " %s drop " END_MARK "\n",
-                   old, chain, in ? "iifname" : "oifname", n->bridge, in ? "saddr" : "daddr",
-                   agsx_cidr_format(&n->subnet, sub), in ? "accept" : "return", chain);
-  free(old);
-}
-
-static char *member_delete_cmds(const char *bridge, uint32_t addr) {
-  char ip[16];
-  agsx_ipv4_format(addr, ip);
-  return xasprintf("delete element " TABLE " egress { \"%s\" . %s }\n"
-                   "delete element " TABLE " ingress { \"%s\" . %s }\n"
-                   "delete chain " TABLE " e_%08x\n"
-                   "delete chain " TABLE " i_%08x\n",
-                   bridge, ip, bridge, ip, addr, addr);
-}
-
+/* Member A's chains and map elements: one netlink batch (egress_nl.h), not
+ * libnftables, whose every call fetches the whole ruleset (O(sandboxes)). */
 static int add_member(struct agsx_net_attach *a, const struct agsx_sg_rule *rules, size_t n_rules,
                       agsx_error_t *err) {
-  char ip[16], e[16], i[16];
-  agsx_ipv4_format(a->addr, ip);
-  snprintf(e, sizeof(e), "e_%08x", a->addr);
-  snprintf(i, sizeof(i), "i_%08x", a->addr);
   const struct agsx_sg_rule *sets[2] = {a->net.rules, rules};
   const size_t counts[2] = {a->net.n_rules, n_rules};
-  /* A chain left by a crashed sandbox with this address goes first. */
-  char *cmds = xasprintf("add chain " TABLE " %s\nflush chain " TABLE " %s\nadd chain " TABLE
-                         " %s\nflush chain " TABLE " %s\n",
-                         e, e, i, i);
-  chain_rules(&cmds, e, false, &a->net, sets, counts);
-  chain_rules(&cmds, i, true, &a->net, sets, counts);
-  char *old = cmds;
-  cmds = xasprintf("%sadd element " TABLE " egress { \"%s\" . %s : jump %s }\n"
-                   "add element " TABLE " ingress { \"%s\" . %s : jump %s }\n",
-                   old, a->net.bridge, ip, e, a->net.bridge, ip, i);
-  free(old);
-  int r = agsx_nft_run(cmds, NULL, err);
-  free(cmds);
+  struct agsx_nfb b;
+  agsx_nfb_init(&b);
+  agsx_vpc_nl_member(&b, a->net.bridge, &a->net.subnet, a->addr, sets, counts);
+  int r = agsx_nfb_run(&b, err);
+  agsx_nfb_clear(&b);
   if (r < 0)
     return agsx_error_wrap(err, "security-group rules");
   a->chains = true;
@@ -809,13 +781,13 @@ static int delete_egress(uint32_t addr, agsx_error_t *err) {
 static void lease_leftovers(const char *bridge, const char *text, uint32_t addr, bool dry_run) {
   if (dry_run || text == NULL)
     return;
-  _cleanup_free_ char *cmds = NULL;
-  if (strstr(text, "\nvpc\n"))
-    cmds = member_delete_cmds(bridge, addr);
-  agsx_error_t nerr = NULL;
-  if (cmds)
-    agsx_nft_run(cmds, NULL, &nerr); /* gone already when the sandbox ended cleanly */
-  agsx_error_free(&nerr);
+  if (strstr(text, "\nvpc\n")) { /* gone already when the sandbox ended cleanly */
+    struct agsx_nfb b;
+    agsx_nfb_init(&b);
+    agsx_vpc_nl_member_delete(&b, bridge, addr);
+    agsx_nfb_run(&b, NULL);
+    agsx_nfb_clear(&b);
+  }
   if (strstr(text, "\negress\n")) { /* (also when an update gave it rules) */
     agsx_egress_forget(addr, NULL);
     delete_egress(addr, NULL);
@@ -1029,12 +1001,18 @@ void agsx_net_attach_end(struct agsx_net_attach *a) {
     agsx_error_free(&err);
     a->egress_chains = false;
   }
+  /* The vpc member's chains the same way: one batch, read after the veth
+   * went. (Cut off: they may be gone already.) */
+  int pending_member = -1;
+  bool warn_member = a->chains && !a->cut;
   if (a->chains) {
     agsx_error_t err = NULL;
-    _cleanup_free_ char *cmds = member_delete_cmds(a->net.bridge, a->addr);
-    /* (cut off: they may be gone already) */
-    if (agsx_nft_run(cmds, NULL, &err) < 0 && !a->cut)
+    struct agsx_nfb b;
+    agsx_nfb_init(&b);
+    agsx_vpc_nl_member_delete(&b, a->net.bridge, a->addr);
+    if (agsx_nfb_send(&b, &pending_member, &err) < 0 && warn_member)
       agsx_warn("network `%s`: remove the rules of %08x: %s", a->net.name, a->addr, err->msg);
+    agsx_nfb_clear(&b);
     agsx_error_free(&err);
     a->chains = false;
   }
@@ -1050,6 +1028,13 @@ void agsx_net_attach_end(struct agsx_net_attach *a) {
                 err->msg);
     agsx_error_free(&err);
     close(pending);
+  }
+  if (pending_member >= 0) {
+    agsx_error_t err = NULL;
+    if (agsx_nfb_wait(pending_member, &err) < 0 && warn_member)
+      agsx_warn("network `%s`: remove the rules of %08x: %s", a->net.name, a->addr, err->msg);
+    agsx_error_free(&err);
+    close(pending_member);
   }
   /* Free, but the holder's id stays for the next lease to check. */
   if (a->lease_fd >= 0 && a->link.host_ifname[0]) {
@@ -1067,13 +1052,14 @@ void agsx_net_attach_end(struct agsx_net_attach *a) {
 
 /* Is sandbox ADDR's egress chain hooked in (its xmap element)? */
 static bool egress_present(uint32_t addr) {
-  char ip[16];
-  _cleanup_free_ char *cmd =
-      xasprintf("get element " TABLE " xmap { %s }\n", agsx_ipv4_format(addr, ip));
+  uint32_t key = htonl(addr);
   agsx_error_t e = NULL;
-  bool ok = agsx_nft_run(cmd, NULL, &e) == 0;
+  int fd = agsx_nfq_open(&e);
+  int r = fd < 0 ? -1 : agsx_nfq_elem(fd, "xmap", &key, sizeof(key), &e);
+  if (fd >= 0)
+    close(fd);
   agsx_error_free(&e);
-  return ok;
+  return r == 1;
 }
 
 int agsx_net_attach_watch(struct agsx_net_attach *a, char **ret_cut, agsx_error_t *err) {
@@ -1574,7 +1560,7 @@ static bool private_addr(uint32_t a) {
   return false;
 }
 
-/* rule_match(), for one flow: PEER is the remote end. */
+/* A rule's match (egress_nl.c's sg_match), for one flow: PEER is the remote end. */
 static bool rule_hits(const struct agsx_sg_rule *r, uint8_t proto, uint16_t port, uint32_t peer) {
   if (r->peer.prefix != 0 ? !agsx_cidr_contains(&r->peer, peer)
                           : (r->allow && !r->in && private_addr(peer)))
@@ -1586,7 +1572,7 @@ static bool rule_hits(const struct agsx_sg_rule *r, uint8_t proto, uint16_t port
   return !r->port_lo || (port >= r->port_lo && port <= r->port_hi);
 }
 
-/* The verdict of a member's chain (chain_rules()) on a new flow. */
+/* The verdict of a member's chain (agsx_vpc_nl_member) on a new flow. */
 static bool sg_allows(const struct agsx_network *n, const struct member *m, bool in, uint8_t proto,
                       uint16_t port, uint32_t peer) {
   const struct agsx_sg_rule *sets[2] = {n->rules, m->rules};
@@ -1621,7 +1607,7 @@ int agsx_network_update(const char *root, const char *name, const struct agsx_sg
   struct member *ms = NULL;
   size_t nm = 0;
   int r = -1;
-  _cleanup_free_ char *cmds = NULL, *json = NULL, *file = xasprintf("%s.json", n.name);
+  _cleanup_free_ char *json = NULL, *file = xasprintf("%s.json", n.name);
   _cleanup_close_ int netdir = networks_dir(root, true, err);
   _cleanup_close_ int nlock = netdir < 0 ? -1 : agsx_lock_at(netdir, ".lock", true, err);
   _cleanup_close_ int dir = nlock < 0 ? -1 : lease_dir(n.bridge, true, err);
@@ -1638,23 +1624,23 @@ int agsx_network_update(const char *root, const char *name, const struct agsx_sg
   json = agsx_network_to_json(&n, false);
   if (members_of(&n, dir, &ms, &nm, err) < 0)
     goto out;
+  /* One batch for every member (egress_nl.h): the chains remade with the
+   * new rules, all or none. */
+  struct agsx_nfb b;
+  agsx_nfb_init(&b);
   for (size_t i = 0; i < nm; i++) {
-    char e[16], in[16];
-    snprintf(e, sizeof(e), "e_%08x", ms[i].addr);
-    snprintf(in, sizeof(in), "i_%08x", ms[i].addr);
     const struct agsx_sg_rule *sets[2] = {n.rules, ms[i].rules};
     const size_t counts[2] = {n.n_rules, ms[i].n_rules};
-    char *old = cmds;
-    cmds =
-        xasprintf("%sflush chain " TABLE " %s\nflush chain " TABLE " %s\n", old ? old : "", e, in);
-    free(old);
-    chain_rules(&cmds, e, false, &n, sets, counts);
-    chain_rules(&cmds, in, true, &n, sets, counts);
+    agsx_vpc_nl_member(&b, n.bridge, &n.subnet, ms[i].addr, sets, counts);
   }
   /* The definition first: a sandbox started from now on gets the new rules. */
-  if (agsx_write_file_atomic(netdir, file, json, strlen(json), 0600, err) < 0)
+  if (agsx_write_file_atomic(netdir, file, json, strlen(json), 0600, err) < 0) {
+    agsx_nfb_clear(&b);
     goto out;
-  if (cmds && agsx_nft_run(cmds, NULL, err) < 0) {
+  }
+  int sent = agsx_nfb_run(&b, err);
+  agsx_nfb_clear(&b);
+  if (sent < 0) {
     agsx_error_wrap(err, "network `%s`: apply the rules to its %zu sandbox%s", n.name, nm,
                     nm == 1 ? "" : "es");
     goto out;

@@ -108,6 +108,88 @@ int agsx_nft_run_json(const char *cmds, char **ret_out, agsx_error_t *err) {
 #include <linux/netlink.h>
 #include <sys/socket.h>
 
+/* A socket filter that lets through only what may be a removal: every
+ * supervisor listens, so without it each start of a vpc or allow-listed
+ * sandbox (its chains and rules made: additions only) woke every supervisor
+ * on the host, an O(sandboxes) cost in CPU and in the starter's commit. The
+ * kernel coalesces a commit's notifications into one buffer of several
+ * messages: the filter walks them (unrolled: classic BPF has no loops) and
+ * accepts the buffer when any message is a removal of nf_tables (the types
+ * removes_from() reads), is not of nf_tables, looks malformed, or lies past
+ * the walk's reach; it drops only a buffer made entirely of other nf_tables
+ * messages (additions, the generation's end). The message fields are in
+ * host order: little-endian hosts only (else no filter; removes_from()
+ * decides alone either way). */
+#include <linux/filter.h>
+
+#define WALK_MSGS 120
+#define WALK_INSNS 33
+
+static void walk_filter(struct sock_filter *f) {
+  static const uint8_t removals[] = {NFT_MSG_DELTABLE, NFT_MSG_DELCHAIN, NFT_MSG_DELRULE,
+                                     NFT_MSG_DELSET, NFT_MSG_DELSETELEM};
+  for (int m = 0; m < WALK_MSGS; m++) {
+    struct sock_filter *p = f + m * WALK_INSNS;
+    /* ACC is the iteration's last instruction (index 32): jumps to it are
+     * relative to the next instruction. */
+#define TO_ACC(i) ((uint8_t)(WALK_INSNS - 1 - (i)-1))
+    int i = 0;
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_STX, 2);                   /* M[2] = X (offset) */
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_LEN, 0);  /* A = length */
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_ALU | BPF_SUB | BPF_X, 0); /* A -= X */
+    p[i] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 20, 1, 0);
+    i++;
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, 0);          /* no more messages: drop */
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_B | BPF_IND, 5); /* subsystem */
+    p[i] =
+        (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NFNL_SUBSYS_NFTABLES, 0, TO_ACC(i));
+    i++;
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_B | BPF_IND, 4); /* message type */
+    for (size_t r = 0; r < sizeof(removals); r++, i++)
+      p[i] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, removals[r], TO_ACC(i), 0);
+    for (int b = 2; b <= 3; b++) { /* a length of 64 KiB or more: accept */
+      p[i++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_B | BPF_IND, (uint32_t)b);
+      p[i] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, TO_ACC(i));
+      i++;
+    }
+    /* A = the length's low 16 bits (little-endian: bytes 0 and 1 swapped) */
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_H | BPF_IND, 0);
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_ST, 0);
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0xff);
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_ALU | BPF_LSH | BPF_K, 8);
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_MISC | BPF_TAX, 0);
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_MEM, 0);
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_ALU | BPF_RSH | BPF_K, 8);
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_ALU | BPF_OR | BPF_X, 0);
+    p[i] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 20, 0, TO_ACC(i));
+    i++;
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_ALU | BPF_ADD | BPF_K, 3); /* NLMSG_ALIGN */
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_ALU | BPF_AND | BPF_K, ~3u);
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_LDX | BPF_MEM, 2);
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_ALU | BPF_ADD | BPF_X, 0);
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_MISC | BPF_TAX, 0); /* X = the next message */
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_JMP | BPF_JA, 1);
+    p[i++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, 0xffffffff); /* ACC */
+#undef TO_ACC
+    if (i != WALK_INSNS)
+      abort(); /* a bug of this file */
+  }
+  f[WALK_MSGS * WALK_INSNS] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, 0xffffffff);
+}
+
+static void attach_walk_filter(int fd) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  size_t n = WALK_MSGS * WALK_INSNS + 1;
+  struct sock_filter *f = xmalloc(n * sizeof(*f));
+  walk_filter(f);
+  struct sock_fprog prog = {.len = (unsigned short)n, .filter = f};
+  setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)); /* (else: unfiltered) */
+  free(f);
+#else
+  (void)fd;
+#endif
+}
+
 int agsx_nft_watch_open(agsx_error_t *err) {
   int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_NETFILTER);
   if (fd < 0)
@@ -118,6 +200,7 @@ int agsx_nft_watch_open(agsx_error_t *err) {
     close(fd);
     return agsx_error_set(err, e, "watch the nftables ruleset");
   }
+  attach_walk_filter(fd);
   return fd;
 }
 

@@ -79,6 +79,52 @@ teardown() {
   [[ "$output" == *'agsx:end'* ]] || { echo "$output" >&3; false; }
 }
 
+# agsx run traced (openat only) in the outer namespace, into $T/trace.
+traced_run() {
+  nsenter -t "$OUTER" --net --mount -- env AGSX_PUBLIC_SUBNET=198.19.0.0/24 AGSX_PULL=never \
+    strace -f -qq -e trace=openat -o "$T/trace" "$AGSX" --root "$ROOT" --state "$STATE" run "$@"
+}
+
+@test "firewall: a reload between two starts is caught by the second; intact rules cost no ruleset dump" {
+  command -v strace >/dev/null || skip "no strace"
+  run_nax run -d --name s1 --network public busybox sleep 60
+  assert_success
+  # Rules in place: the start's check is a few targeted netlink looks, not
+  # libnftables (whose every call fetches the whole ruleset).
+  run traced_run --rm --network public busybox true
+  assert_success
+  grep -q 'openat(' "$T/trace" # (traced at all)
+  ! grep -q libnftables "$T/trace" || { grep libnftables "$T/trace" >&3; false; }
+  # Only the bridge's element of set bridges goes (a partial reload): the
+  # next start sees it, puts it back (through libnftables) and is isolated.
+  outer nft delete element inet agsx bridges '{ "agsx0" }'
+  run traced_run --rm --network public busybox probe http 198.19.0.1 8081 1000
+  assert_success
+  [ "$output" = "http 198.19.0.1:8081: timeout" ] || { show_run; false; }
+  grep -q libnftables "$T/trace" || { echo "# the start did not restore the rules" >&3; false; }
+  outer nft get element inet agsx bridges '{ "agsx0" }' >/dev/null
+  # Then a whole flush: the start after it restores the table.
+  outer nft flush ruleset
+  run_nax run --rm --network public busybox probe http 198.19.0.1 8081 1000
+  [ "$output" = "http 198.19.0.1:8081: timeout" ] || { show_run; false; }
+  run outer nft list chain inet agsx forward
+  [[ "$output" == *'agsx:end'* ]] || { echo "$output" >&3; false; }
+  # The forward chain's end mark alone goes (its last rule deleted).
+  local h
+  h=$(outer nft -a list chain inet agsx forward | sed -n 's/.*agsx:end.*# handle \([0-9]*\)$/\1/p')
+  [ -n "$h" ]
+  outer nft delete rule inet agsx forward handle "$h"
+  run traced_run --rm --network public busybox probe http 198.19.0.1 8081 1000
+  [ "$output" = "http 198.19.0.1:8081: timeout" ] || { show_run; false; }
+  grep -q libnftables "$T/trace" || { echo "# the start did not restore the rules" >&3; false; }
+  run outer nft list chain inet agsx forward
+  [[ "$output" == *'agsx:end'* ]] || { echo "$output" >&3; false; }
+  # And the start after that finds everything in place again.
+  run traced_run --rm --network public busybox true
+  assert_success
+  ! grep -q libnftables "$T/trace" || { grep libnftables "$T/trace" >&3; false; }
+}
+
 @test "firewall: a running public sandbox is cut off when the rules go; ls and gc say so" {
   run_nax run -d --name s1 --network public busybox sleep 60
   assert_success
@@ -100,6 +146,24 @@ teardown() {
   [[ "$output" == *"agsx: warning: sandbox "*" s1: cut off from network \`public\`"* ]] || { show_run; false; }
   run_nax gc --dry-run
   [[ "$output" == *"s1: cut off from network \`public\`"* ]] || { show_run; false; }
+}
+
+@test "firewall: a removal after many additions in one transaction still cuts a sandbox off" {
+  # The supervisors' watch drops notifications made only of additions in
+  # the kernel (a socket filter): a removal at the end of a long batch
+  # must still be heard.
+  run_nax run -d --name s1 --network public busybox sleep 60
+  assert_success
+  local veth i
+  veth=$(veth_of s1)
+  {
+    echo "add chain inet agsx zz_filler"
+    for i in $(seq 400); do echo "add rule inet agsx zz_filler counter accept"; done
+    echo "delete element inet agsx bridges { \"agsx0\" }"
+  } >"$T/batch.nft"
+  outer nft -f "$T/batch.nft"
+  wait_link_gone "$veth"
+  outer nft delete chain inet agsx zz_filler
 }
 
 @test "firewall: ls warns while a public sandbox's rules are missing" {

@@ -259,6 +259,35 @@ int main(void) {
   agsx_nfb_init(&nb);
   tap_ok(agsx_nfb_run(&nb, NULL) == 0, "nl: an empty batch sends nothing");
   agsx_nfb_clear(&nb);
+  {
+    /* A vpc member's chains: the vpc's rules and its own. */
+    struct agsx_sg_rule vpc[3], own[1];
+    bool parsed = agsx_sg_rule_parse("out udp/53", false, &vpc[0], NULL) == 0 &&
+                  agsx_sg_rule_parse("out tcp/80 198.18.0.0/24", true, &vpc[1], NULL) == 0 &&
+                  agsx_sg_rule_parse("in tcp/22", true, &vpc[2], NULL) == 0 &&
+                  agsx_sg_rule_parse("in tcp/8000-8080 198.18.0.0/16", true, &own[0], NULL) == 0;
+    const struct agsx_sg_rule *sets[2] = {vpc, own};
+    const size_t counts[2] = {3, 1};
+    struct agsx_cidr sub = {0xc6131400, 24};
+    agsx_nfb_init(&nb);
+    agsx_vpc_nl_member(&nb, "agsxv0123456789", &sub, 0xc6131405, sets, counts);
+    c = batch_walk(&nb);
+    /* e: the denial, the allowance, the vpc default, the end; i: two
+     * allowances, the default, the end; the two map elements */
+    tap_ok(parsed && c.ok && c.chains == 2 && c.flushes == 2 && c.rules == 8 && c.elems == 2 &&
+               nb.n_msgs == 14 && memmem(nb.buf, nb.len, "e_c6131405", 11) &&
+               memmem(nb.buf, nb.len, "i_c6131405", 11) && memmem(nb.buf, nb.len, "agsx:end", 9) &&
+               memmem(nb.buf, nb.len, "range", 6),
+           "nl: a vpc member's chains (%d %zu %zu %zu %zu %zu)", c.ok, c.chains, c.flushes, c.rules,
+           c.elems, nb.n_msgs);
+    agsx_nfb_clear(&nb);
+    agsx_nfb_init(&nb);
+    agsx_vpc_nl_member_delete(&nb, "agsxv0123456789", 0xc6131405);
+    c = batch_walk(&nb);
+    tap_ok(c.ok && nb.n_msgs == 4 && c.rules == 0 && c.elems == 0,
+           "nl: a vpc member's removal: 2 elements, 2 chains");
+    agsx_nfb_clear(&nb);
+  }
   char *json = agsx_egress_to_json(&e);
   struct agsx_egress back;
   tap_ok(agsx_egress_from_json(json, strlen(json), &back, NULL) == 0 && back.n == e.n,
