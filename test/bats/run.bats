@@ -939,6 +939,21 @@ END
   ax kill "$id" >/dev/null
 }
 
+@test "without libcrypto, image load hashes with agsx's own SHA-256 after one warning" {
+  # The busybox layer is over 64 KiB: with libcrypto it goes to OpenSSL.
+  run --separate-stderr env AGSX_LIBCRYPTO=/nonexistent/libcrypto.so.3 \
+    "$AGSX" --root "$T/r2" --state "$STATE" image load "$BB"
+  [ "$status" -eq 0 ]
+  [ "$(grep -c 'agsx: warning: fast SHA-256 needs libcrypto (apt-get install libssl3)' <<<"$stderr")" -eq 1 ]
+  # The same digests as the store loaded with libcrypto.
+  [ "$(ls "$T/r2/blobs/sha256" | wc -l)" -ge 4 ]
+  [ "$(ls "$T/r2/blobs/sha256" | sort)" = "$(ls "$ROOT/blobs/sha256" | sort)" ]
+  run ax image ls
+  local want=$output
+  run "$AGSX" --root "$T/r2" --state "$STATE" image ls
+  [ "$output" = "$want" ]
+}
+
 @test "the sandbox init keeps no fd of its supervisor (directories, locks, listeners)" {
   local id pid fds
   id=$(ax run -d -p 127.0.0.1::80 busybox sleep 30)
