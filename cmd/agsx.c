@@ -108,6 +108,36 @@ static const struct agsx_option run_opts[] = {
      O_SECURITY_OPT},
     {"pull", 0, "POLICY", "Pull the image: missing (default), always or never", O_PULL},
     {"timing", 0, NULL, "Print the start-up time of each phase on stderr", O_TIMING},
+    {"pool", 0, "NAME",
+     "Claim a parked sandbox of pool NAME (IMAGE optional; empty pool: a cold start)", O_POOL},
+    {0},
+};
+
+static const struct agsx_option pool_create_opts[] = {
+    {"image", 0, "IMAGE", "The pool's image (required)", O_IMAGE},
+    {"size", 0, "N", "How many sandboxes to keep parked (required, 1 to 1024)", O_SIZE},
+    {"timeout", 0, "DURATION", "A parked sandbox's lifetime, then replaced (default 1h)",
+     O_TIMEOUT},
+    {"network", 0, "MODE", "internal (default: loopback only), public or vpc:NAME", O_NETWORK},
+    {"memory", 0, "SIZE", "Memory limit of each sandbox (e.g. 512m)", O_MEMORY},
+    {"cpus", 0, "N", "CPU quota in CPUs (e.g. 0.5)", O_CPUS},
+    {"pids", 0, "N", "Maximum number of processes (default 4096)", O_PIDS},
+    {"disk", 0, "SIZE", "Size of the writable layer (default 1g)", O_DISK},
+    {"read-only", 0, NULL, "Make the root filesystem read-only", O_READ_ONLY},
+    {"volume", 'v', "SRC:DST[:ro]", "Bind-mount a host path into each sandbox", O_VOLUME},
+    {"security-opt", 0, "seccomp=FILE", "Seccomp profile (OCI/Docker JSON, or unconfined)",
+     O_SECURITY_OPT},
+    {"env", 'e', "KEY=VALUE", "Default environment variable (a claim's -e come after)", O_ENV},
+    {"workdir", 'w', "DIR", "Default working directory (a claim's -w wins)", O_WORKDIR},
+    {"user", 'u', "USER[:GROUP]", "Default user (a claim's -u wins)", O_USER},
+    {"pull", 0, "POLICY", "Pull the image: missing (default), always or never", O_PULL},
+    {"json", 0, NULL, "Print the pool as JSON (see agsx-pool(1))", O_JSON},
+    {0},
+};
+
+static const struct agsx_option pool_ls_opts[] = {
+    {"quiet", 'q', NULL, "Print pool names only", O_QUIET},
+    {"json", 0, NULL, "Print a JSON list (see agsx-pool(1))", O_JSON},
     {0},
 };
 
@@ -299,6 +329,8 @@ static const struct agsx_option serve_opts[] = {
      O_TEMPLATE},
     {"default-user", 0, "USER",
      "envd's default user (default: user if the image has it, else root)", O_DEFAULT_USER},
+    {"pool", 0, "TEMPLATE=POOL",
+     "Sandbox.create() of TEMPLATE claims a parked sandbox of warm pool POOL (repeatable)", O_POOL},
     {0},
 };
 
@@ -384,6 +416,12 @@ const struct agsx_command agsx_commands[] = {
      agsx_cmd_image_pull, "image pull"},
     {"push", "[OPTIONS] IMAGE [[REGISTRY/]REPO[:TAG]]", "Push an image (alias of image push)",
      image_push_opts, agsx_cmd_image_push, "image push"},
+    {"pool create", "NAME --image IMAGE --size N [OPTIONS]",
+     "Create a warm pool of parked sandboxes (claimed by run --pool)", pool_create_opts,
+     agsx_cmd_pool_create, NULL},
+    {"pool ls", "[OPTIONS]", "List warm pools", pool_ls_opts, agsx_cmd_pool_ls, NULL},
+    {"pool rm", "NAME...", "Remove warm pools and their parked sandboxes", none, agsx_cmd_pool_rm,
+     NULL},
     {"network create", "[OPTIONS] --subnet CIDR NAME", "Create a vpc network", network_create_opts,
      agsx_cmd_network_create, NULL},
     {"network update", "[OPTIONS] NAME", "Replace a vpc network's rules, live", network_update_opts,
@@ -496,7 +534,8 @@ int main(int argc, char **argv) {
   }
   int words;
   const struct agsx_command *c = lookup(argc - i, argv + i, &words);
-  if (c == NULL && (strcmp(argv[i], "image") == 0 || strcmp(argv[i], "network") == 0)) {
+  if (c == NULL && (strcmp(argv[i], "image") == 0 || strcmp(argv[i], "network") == 0 ||
+                    strcmp(argv[i], "pool") == 0)) {
     const char *group = argv[i];
     bool help =
         i + 1 >= argc || strcmp(argv[i + 1], "--help") == 0 || strcmp(argv[i + 1], "-h") == 0;

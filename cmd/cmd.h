@@ -101,6 +101,8 @@ enum {
   O_EGRESS_DENY,
   O_EGRESS_RULES,
   O_EGRESS_CLEAR,
+  O_POOL,
+  O_SIZE,
 };
 
 /* The table, in cmd/agsx.c. */
@@ -140,6 +142,9 @@ int agsx_cmd_image_tag(struct agsx_ctx *, const struct agsx_command *, int, char
 int agsx_cmd_image_save(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_image_push(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_run(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_pool_create(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_pool_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_pool_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_cp(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_exec(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);

@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include "cmd.h"
+#include "run.h"
 #include "io.h"
 #include "image/registry/registry.h"
 #include "net/egress.h"
@@ -18,26 +19,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-struct run_opts {
-  bool rm, interactive, tty, json, read_only, timing, detach;
-  const char *user, *workdir, *hostname, *name, *network, *seccomp;
-  char **env;
-  size_t n_env;
-  char **labels;
-  struct agsx_bind *binds;
-  size_t n_binds;
-  enum agsx_net_mode net_mode;
-  const char *net_name;
-  struct agsx_sg_rule *rules;
-  size_t n_rules;
-  struct agsx_egress egress;
-  const char *pull;        /* --pull POLICY, or NULL: $AGSX_PULL / missing */
-  struct agsx_port *ports; /* -p; host ports as bound once started */
-  size_t n_ports;
-  uint64_t timeout, memory, pids, disk;
-  double cpus;
-};
 
 static int add_env(struct run_opts *o, const char *kv) {
   if (*kv == '\0' || *kv == '=')
@@ -130,11 +111,16 @@ static int parse_size_opt(const char *flag, const char *v, uint64_t min, uint64_
   return 0;
 }
 
-static int on_run_opt(void *data, int id, const char *v) {
+int agsx_run_opt(void *data, int id, const char *v) {
   struct run_opts *o = data;
   agsx_error_t err = NULL;
   switch (id) {
   case O_RM: o->rm = true; return 0;
+  case O_POOL:
+    if (!agsx_name_is_valid(v))
+      return agsx_failf("run: invalid pool name `%s`", v), -1;
+    o->pool = v;
+    return 0;
   case O_DETACH: o->detach = true; return 0;
   case O_NAME:
     if (!agsx_name_is_valid(v))
@@ -326,7 +312,7 @@ static int run_detached(struct agsx_lifecycle *lc, const struct run_opts *o, int
   return 0;
 }
 
-static void run_opts_clear(struct run_opts *o) {
+void agsx_run_opts_clear(struct run_opts *o) {
   agsx_strv_free(o->env);
   agsx_strv_free(o->labels);
   free(o->rules);
@@ -339,15 +325,72 @@ static void run_opts_clear(struct run_opts *o) {
   free(o->ports);
 }
 
+void agsx_run_fill_spec(struct agsx_ctx *ctx, const struct run_opts *o, const char *image,
+                        char **cmd, int64_t t0, struct agsx_run_spec *spec) {
+  *spec = (struct agsx_run_spec){
+      .root = ctx->root,
+      .state = ctx->state,
+      .image = image,
+      .cmd = cmd,
+      .pull = o->pull,
+      .pull_image = pull_image,
+      .pull_data = ctx,
+      .env = o->env,
+      .labels = o->labels,
+      .user = o->user,
+      .workdir = o->workdir,
+      .hostname = o->hostname,
+      .name = o->name,
+      .seccomp = o->seccomp,
+      .binds = o->binds,
+      .n_binds = o->n_binds,
+      .network = o->network,
+      .rules = o->rules,
+      .n_rules = o->n_rules,
+      .egress = &o->egress,
+      .ports = o->ports,
+      .n_ports = o->n_ports,
+      .timeout = o->timeout,
+      .memory = o->memory,
+      .pids = o->pids,
+      .disk = o->disk,
+      .cpus = o->cpus,
+      .read_only = o->read_only,
+      .rm = o->rm,
+      .timing = o->timing,
+      .caller_exits = o->detach, /* run -d prints the id and exits */
+      .interactive = o->interactive && !o->detach,
+      .tty = o->tty,
+      .capture = o->json && !o->detach,
+      .t0 = t0,
+  };
+}
+
+int agsx_run_start(const struct run_opts *o, const struct agsx_run_spec *spec, int64_t startup) {
+  struct agsx_lifecycle *lc = NULL;
+  agsx_error_t err = NULL;
+  if (agsx_lifecycle_create(spec, &lc, &err) < 0)
+    return agsx_fail(&err);
+  struct end_timing et = {0};
+  int64_t t0 = spec->t0;
+  int code = o->detach ? run_detached(lc, o, t0, startup) : run_foreground(lc, o, t0, startup, &et);
+  agsx_lifecycle_free(lc);
+  if (et.ended)
+    dprintf(STDERR_FILENO, "agsx: timing: command %.3f ms, teardown %.3f ms, exit %.3f ms\n",
+            (double)et.command / 1e6, (double)et.teardown / 1e6,
+            (double)(agsx_mono_ns() - et.ended) / 1e6);
+  return code;
+}
+
 int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
   int64_t t0 = agsx_mono_ns();
   int64_t startup = wants_timing(argc, argv) ? startup_ns() : 0;
   struct run_opts o = {.json = ctx->json};
-  int i = agsx_parse_options(cmd, argc, argv, on_run_opt, &o);
+  int i = agsx_parse_options(cmd, argc, argv, agsx_run_opt, &o);
   int code = AGSX_EXIT_FAILURE;
   if (i < 0)
     goto done;
-  if (i >= argc) {
+  if (i >= argc && !o.pool) {
     agsx_failf("run: expected an IMAGE (see agsx run --help)");
     goto done;
   }
@@ -368,57 +411,14 @@ int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
                "networks");
     goto done;
   }
-  struct agsx_run_spec spec = {
-      .root = ctx->root,
-      .state = ctx->state,
-      .image = argv[i],
-      .cmd = argv + i + 1,
-      .pull = o.pull,
-      .pull_image = pull_image,
-      .pull_data = ctx,
-      .env = o.env,
-      .labels = o.labels,
-      .user = o.user,
-      .workdir = o.workdir,
-      .hostname = o.hostname,
-      .name = o.name,
-      .seccomp = o.seccomp,
-      .binds = o.binds,
-      .n_binds = o.n_binds,
-      .network = o.network,
-      .rules = o.rules,
-      .n_rules = o.n_rules,
-      .egress = &o.egress,
-      .ports = o.ports,
-      .n_ports = o.n_ports,
-      .timeout = o.timeout,
-      .memory = o.memory,
-      .pids = o.pids,
-      .disk = o.disk,
-      .cpus = o.cpus,
-      .read_only = o.read_only,
-      .rm = o.rm,
-      .timing = o.timing,
-      .caller_exits = o.detach, /* run -d prints the id and exits */
-      .interactive = o.interactive && !o.detach,
-      .tty = o.tty,
-      .capture = o.json && !o.detach,
-      .t0 = t0,
-  };
-  struct agsx_lifecycle *lc = NULL;
-  agsx_error_t err = NULL;
-  if (agsx_lifecycle_create(&spec, &lc, &err) < 0) {
-    code = agsx_fail(&err);
+  if (o.pool) {
+    code = agsx_run_pool(ctx, &o, argc - i, argv + i, t0);
     goto done;
   }
-  struct end_timing et = {0};
-  code = o.detach ? run_detached(lc, &o, t0, startup) : run_foreground(lc, &o, t0, startup, &et);
-  agsx_lifecycle_free(lc);
-  if (et.ended)
-    dprintf(STDERR_FILENO, "agsx: timing: command %.3f ms, teardown %.3f ms, exit %.3f ms\n",
-            (double)et.command / 1e6, (double)et.teardown / 1e6,
-            (double)(agsx_mono_ns() - et.ended) / 1e6);
+  struct agsx_run_spec spec;
+  agsx_run_fill_spec(ctx, &o, argv[i], argv + i + 1, t0, &spec);
+  code = agsx_run_start(&o, &spec, startup);
 done:
-  run_opts_clear(&o);
+  agsx_run_opts_clear(&o);
   return code;
 }

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "cmd.h"
+#include "sandbox/pool.h"
 #include "sandbox/snapshot.h"
 #include "net/egress.h"
 #include "net/network.h"
@@ -607,6 +608,8 @@ int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
      * copies a killed agsx left (sandbox/snapshot.h); before the records
      * go, which tell the layers ended sandboxes used. */
     agsx_snapshot_layers_gc(statefd, dry_run, gc_report, &o);
+    /* Pools: entries of dead supervisors, what a crashed create or rm left. */
+    agsx_pool_gc(ctx->state, dry_run, gc_report, &o);
     agsx_state_gc_records(statefd, v, n, dry_run, gc_report, &o);
     agsx_state_prune_names(statefd, gc_report, &o, dry_run);
   }

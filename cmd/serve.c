@@ -6,6 +6,7 @@
 #include "api/server.h"
 #include "cmd.h"
 #include "net/netspec.h"
+#include "state/state.h"
 #include "util/conf.h"
 
 #include <string.h>
@@ -14,6 +15,7 @@ struct serve_opts {
   const char *listen, *api_key, *api_key_file, *network, *default_user;
   bool listen_public;
   char **templates;
+  char **pools;
 };
 
 static int on_serve_opt(void *data, int id, const char *v) {
@@ -31,6 +33,13 @@ static int on_serve_opt(void *data, int id, const char *v) {
     if (agsx_net_mode_parse(v, &mode, &name, &err) < 0)
       return agsx_failf("serve: --network: %s", err->msg), agsx_error_free(&err), -1;
     o->network = v;
+    return 0;
+  }
+  case O_POOL: {
+    const char *eq = strchr(v, '=');
+    if (eq == NULL || eq == v || !agsx_name_is_valid(eq + 1))
+      return agsx_failf("serve: invalid --pool `%s` (want TEMPLATE=POOL)", v), -1;
+    agsx_strv_push(&o->pools, v);
     return 0;
   }
   case O_TEMPLATE: {
@@ -107,6 +116,7 @@ int agsx_cmd_serve(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
       .api_key_file = o.api_key_file,
       .network = o.network,
       .templates = templates,
+      .pools = o.pools,
       .default_user = o.default_user,
       .ready = on_ready,
   };
@@ -119,5 +129,6 @@ int agsx_cmd_serve(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
   rc = 0;
 out:
   agsx_strv_free(o.templates);
+  agsx_strv_free(o.pools);
   return rc;
 }

@@ -28,7 +28,7 @@ function __agsx_command
                     continue
             end
             set cmd $t
-        else if test "$cmd" = image; or test "$cmd" = network
+        else if test "$cmd" = image; or test "$cmd" = network; or test "$cmd" = pool
             string match -q -- '-*' $t; and continue
             set cmd $cmd $t
             break
@@ -45,6 +45,19 @@ end
 # True when the command typed so far is exactly ARGV ("" when none).
 function __agsx_cmd
     test (__agsx_command) = "$argv"
+end
+
+# Warm pools (`agsx pool ls -q`), from the state directory, read only when
+# it exists.
+function __agsx_pool_names
+    set -l tokens (commandline -opc)
+    set -l state $AGSX_STATE
+    test -n "$state"; or set state /run/agsx
+    set -l i (contains -i -- --state $tokens)
+    and set -q tokens[(math $i + 1)]
+    and set state $tokens[(math $i + 1)]
+    test -d "$state"; or return 0
+    command agsx --state "$state" pool ls -q 2>/dev/null
 end
 
 # Image names from the store, read only when it exists (completing must not
@@ -169,7 +182,7 @@ function __agsx_run_image_index
     set i (math $i + 1)
     while test $i -le $n
         switch $tokens[$i]
-            case --name -l --label -e --env -w --workdir -u --user --hostname --timeout --network --allow --deny --rules --egress-allow --egress-deny --egress-rules -p --publish --memory --cpus --pids --disk -v --volume --security-opt --pull
+            case --pool --name -l --label -e --env -w --workdir -u --user --hostname --timeout --network --allow --deny --rules --egress-allow --egress-deny --egress-rules -p --publish --memory --cpus --pids --disk -v --volume --security-opt --pull
                 set i (math $i + 2)
                 continue
             case '-*'
@@ -251,6 +264,7 @@ complete -c agsx -n '__agsx_cmd' -a load -d 'Load images (alias of image load)'
 complete -c agsx -n '__agsx_cmd' -a pull -d 'Pull an image (alias of image pull)'
 complete -c agsx -n '__agsx_cmd' -a push -d 'Push an image (alias of image push)'
 complete -c agsx -n '__agsx_cmd' -a network -d 'Manage networks'
+complete -c agsx -n '__agsx_cmd' -a pool -d 'Manage warm pools of parked sandboxes'
 
 # agsx image
 complete -c agsx -n '__agsx_cmd image' -a ls -d 'List images'
@@ -270,6 +284,38 @@ complete -c agsx -n '__agsx_cmd network' -a ls -d 'List networks'
 complete -c agsx -n '__agsx_cmd network' -a rm -d 'Remove vpc networks no sandbox uses'
 complete -c agsx -n '__agsx_cmd network' -a inspect -d 'Show networks as JSON'
 complete -c agsx -n '__agsx_cmd network' -s h -l help -d 'Show this help'
+
+# agsx pool
+complete -c agsx -n '__agsx_cmd pool' -a create -d 'Create a warm pool of parked sandboxes'
+complete -c agsx -n '__agsx_cmd pool' -a ls -d 'List warm pools'
+complete -c agsx -n '__agsx_cmd pool' -a rm -d 'Remove warm pools and their parked sandboxes'
+complete -c agsx -n '__agsx_cmd pool' -s h -l help -d 'Show this help'
+
+# agsx pool create: NAME is the user's to choose.
+complete -c agsx -n '__agsx_cmd pool create' -l image -x -a '(__agsx_image_names)' -d "The pool's image (required)"
+complete -c agsx -n '__agsx_cmd pool create' -l size -x -d 'How many sandboxes to keep parked (required, 1 to 1024)'
+complete -c agsx -n '__agsx_cmd pool create' -l timeout -x -d "A parked sandbox's lifetime, then replaced (default 1h)"
+complete -c agsx -n '__agsx_cmd pool create' -l network -x -a '(__agsx_network_modes)' -d 'internal (default: loopback only), public or vpc:NAME'
+complete -c agsx -n '__agsx_cmd pool create' -l memory -x -d 'Memory limit of each sandbox (e.g. 512m)'
+complete -c agsx -n '__agsx_cmd pool create' -l cpus -x -d 'CPU quota in CPUs (e.g. 0.5)'
+complete -c agsx -n '__agsx_cmd pool create' -l pids -x -d 'Maximum number of processes (default 4096)'
+complete -c agsx -n '__agsx_cmd pool create' -l disk -x -d 'Size of the writable layer (default 1g)'
+complete -c agsx -n '__agsx_cmd pool create' -l read-only -d 'Make the root filesystem read-only'
+complete -c agsx -n '__agsx_cmd pool create' -s v -l volume -r -F -d 'Bind-mount a host path into each sandbox (SRC:DST[:ro])'
+complete -c agsx -n '__agsx_cmd pool create' -l security-opt -x -a 'seccomp=unconfined' -d 'Seccomp profile (seccomp=FILE or seccomp=unconfined)'
+complete -c agsx -n '__agsx_cmd pool create' -s e -l env -x -d "Default environment variable (a claim's -e come after)"
+complete -c agsx -n '__agsx_cmd pool create' -s w -l workdir -x -d "Default working directory (a claim's -w wins)"
+complete -c agsx -n '__agsx_cmd pool create' -s u -l user -x -d "Default user (a claim's -u wins)"
+complete -c agsx -n '__agsx_cmd pool create' -l pull -x -a 'missing always never' -d 'Pull the image: missing (default), always or never'
+complete -c agsx -n '__agsx_cmd pool create' -l json -d 'Print the pool as JSON'
+complete -c agsx -n '__agsx_cmd pool create' -s h -l help -d 'Show this help'
+
+complete -c agsx -n '__agsx_cmd pool ls' -s q -l quiet -d 'Print pool names only'
+complete -c agsx -n '__agsx_cmd pool ls' -l json -d 'Print a JSON list'
+complete -c agsx -n '__agsx_cmd pool ls' -s h -l help -d 'Show this help'
+
+complete -c agsx -n '__agsx_cmd pool rm' -a '(__agsx_pool_names)' -d Pool
+complete -c agsx -n '__agsx_cmd pool rm' -s h -l help -d 'Show this help'
 
 # agsx run: options until IMAGE, then IMAGE, then a command line.
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s d -l detach -d 'Start in the background; print the id once the command runs'
@@ -301,6 +347,7 @@ complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s v -l volum
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l pull -x -a 'missing always never' -d 'Pull the image: missing (default), always or never'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l security-opt -x -a '(__agsx_security_opt)' -d 'Seccomp profile (OCI/Docker JSON, or unconfined)'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l timing -d 'Print the start-up time of each phase on stderr'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l pool -x -a '(__agsx_pool_names)' -d 'Claim a parked sandbox of pool NAME (IMAGE optional)'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -a '(__agsx_run_images)' -d Image
 complete -c agsx -n '__agsx_cmd run' -n __agsx_run_has_image -a '(__agsx_run_command)'
@@ -418,6 +465,7 @@ complete -c agsx -n '__agsx_cmd serve' -l api-key -x -d 'The API key (default $A
 complete -c agsx -n '__agsx_cmd serve' -l api-key-file -r -F -d 'Read (or generate) the key here'
 complete -c agsx -n '__agsx_cmd serve' -l network -x -a 'internal public' -d 'Network of sandboxes allowed internet access'
 complete -c agsx -n '__agsx_cmd serve' -l template -x -d 'Map a templateID to an image: NAME=IMAGE'
+complete -c agsx -n '__agsx_cmd serve' -l pool -x -d 'Sandbox.create() of TEMPLATE claims from warm pool POOL: TEMPLATE=POOL'
 complete -c agsx -n '__agsx_cmd serve' -l default-user -x -d "envd's default user"
 complete -c agsx -n '__agsx_cmd serve' -s h -l help -d 'Show this help'
 

@@ -13,6 +13,7 @@
 #include "net/network.h"
 #include "sandbox/control.h"
 #include "sandbox/freeze.h"
+#include "sandbox/pool.h"
 #include "sandbox/stats.h"
 
 #include <string.h>
@@ -222,6 +223,60 @@ static const char *template_image(const struct agsx_api_config *cfg, const char 
   return tmpl;
 }
 
+/* The pool configured for template TMPL (serve --pool TMPL=POOL), or NULL. */
+static const char *template_pool(const struct agsx_api_config *cfg, const char *tmpl) {
+  size_t n = strlen(tmpl);
+  const char *pool = NULL;
+  for (size_t i = 0; cfg->pools && cfg->pools[i]; i++)
+    if (strncmp(cfg->pools[i], tmpl, n) == 0 && cfg->pools[i][n] == '=')
+      pool = cfg->pools[i] + n + 1;
+  return pool;
+}
+
+/* A parked sandbox of the template's pool, claimed as an API sandbox (no
+ * command, detached, removed at its end): true with ID set. A pool that
+ * does not fit the request (another network, egress rules), is empty or
+ * fails the claim leaves the start to the spawner. */
+static bool claim_pooled(const struct agsx_api_config *cfg, const char *tmpl,
+                         const struct agsx_spawn_req *q, char id[33]) {
+  const char *name = template_pool(cfg, tmpl);
+  if (name == NULL || q->egress)
+    return false;
+  agsx_error_t err = NULL;
+  struct agsx_pool_config pc;
+  if (agsx_pool_read(cfg->state, name, &pc, &err) < 0) {
+    agsx_warn("serve: template %s: %s", tmpl, err->msg);
+    agsx_error_free(&err);
+    return false;
+  }
+  bool claimed = false;
+  const char *want = q->network ? q->network : "internal";
+  if (strcmp(want, pc.network ? pc.network : "internal") == 0 && strcmp(pc.image, q->image) == 0) {
+    struct agsx_claim cl = {
+        .env = q->env,
+        .labels = q->labels,
+        .timeout = q->timeout,
+        .rm = true,
+        .detach = true,
+        .idle = true,
+    };
+    struct agsx_pool_claimed got;
+    int code;
+    if (agsx_pool_claim(cfg->root, cfg->state, &pc, &cl, NULL, &claimed, &got, &code, &err) < 0) {
+      agsx_warn("serve: template %s: pool %s: %s", tmpl, name, err->msg);
+      agsx_error_free(&err);
+      claimed = false;
+    } else if (claimed) {
+      memcpy(id, got.id, 33);
+      agsx_info("serve: claimed sandbox %.20s of pool %s (template %s)", id, name, tmpl);
+    } else {
+      agsx_pool_refill_async(cfg->root, cfg->state, name); /* empty: refilled meanwhile */
+    }
+  }
+  agsx_pool_config_clear(&pc);
+  return claimed;
+}
+
 static void create(struct req *r) {
   struct agsx_api_create c;
   int status;
@@ -254,7 +309,8 @@ static void create(struct req *r) {
     agsx_respond_error(r, 400, "network.allowOut/denyOut: the sandbox has no internet access (%s)",
                        c.internet ? "agsx serve --network internal"
                                   : "allow_internet_access false");
-  else if (agsx_spawn(&r->s->spawner, &q, id, &status, &err) < 0 && status == 400)
+  else if (!claim_pooled(cfg, c.template_id, &q, id) &&
+           agsx_spawn(&r->s->spawner, &q, id, &status, &err) < 0 && status == 400)
     agsx_respond_error(r, 400, "template `%s`: %s", c.template_id, err->msg);
   else if (err)
     agsx_respond_error(r, 500, "start the sandbox: %s", err->msg);

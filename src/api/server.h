@@ -52,6 +52,11 @@ struct agsx_api_config {
    * the store's `code-interpreter` image when it has one); any other
    * templateID names an image of the store. */
   char **templates;
+  /* TEMPLATE=POOL: Sandbox.create() of TEMPLATE claims a parked sandbox of
+   * warm pool POOL (sandbox/pool.h) when the pool's network is the one
+   * the sandbox gets and it asks for no egress rules; else, or when the
+   * pool is empty, it starts one as without. */
+  char **pools;
   const char *default_user; /* NULL: "user" when the image has one, else root */
   /* Called once the listener is up, with its address (the front end says so). */
   void (*ready)(void *data, const char *addr, const char *key_note);

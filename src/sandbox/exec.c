@@ -200,6 +200,12 @@ int agsx_exec_start(const struct agsx_record *rec, const struct agsx_exec_config
   *ret_code = 125;
   if (rec->status == AGSX_STATUS_EXITED)
     return agsx_error_set_quiet(err, ESRCH, "sandbox `%.12s` is not running", rec->id);
+  /* A parked sandbox (sandbox/pool.h) is its claimer's, untouched until
+   * then: nothing may run in it before, or leave files there. */
+  if (rec->parked)
+    return agsx_error_set_quiet(err, EBUSY,
+                                "sandbox `%.12s` is parked in pool `%s` (claim it: run --pool)",
+                                rec->id, rec->pool ? rec->pool : "?");
   /* Its processes are frozen: the command would hang until unpause. */
   if (rec->paused)
     return agsx_error_set_quiet(err, EAGAIN, "sandbox `%.12s` is paused (agsx unpause it first)",

@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "sandbox/caps.h"
+#include "sandbox/pool.h"
 #include "sandbox/sandbox-internal.h"
 
 #include <fcntl.h>
@@ -17,6 +18,7 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -263,6 +265,8 @@ static int init_channels(struct agsx_child_ctx *c, int ep[2]) {
   return sfd;
 }
 
+static pid_t await_exec(struct agsx_child_ctx *c, int ep[2], pid_t cmd);
+
 /* Forks the command and waits for its exec: an exec error is reported and
  * ends the init; success (EOF on EP, closed by the exec) sends READY.
  * vfork, as posix_spawn does: the init waits for the exec anyway, and
@@ -284,6 +288,10 @@ static pid_t start_command(struct agsx_child_ctx *c, int ep[2]) {
       close(c->tmpfsfd); /* (closed, not reset: the init's memory) */
     run_command(c, ep[1]);
   }
+  return await_exec(c, ep, cmd);
+}
+
+static pid_t await_exec(struct agsx_child_ctx *c, int ep[2], pid_t cmd) {
   close(ep[1]);
   agsx_closep(&c->pty_slave);
   /* Our command line names host paths; the sandbox sees pid 1 as this.
@@ -310,6 +318,160 @@ static pid_t start_command(struct agsx_child_ctx *c, int ep[2]) {
   return cmd;
 }
 
+/* ---- a parked sandbox (sandbox/pool.h) --------------------------------------------------
+ * The command's process (X) is forked while parked, so that a claim costs
+ * no fork of the init: X reads the claim from the sync socket itself, takes
+ * its stdio, host name, user and environment and goes on as a started
+ * command does (agsx_proc_exec). Its errors before the exec travel on the
+ * exec error pipe, as the exec's; the init only waits on that pipe. */
+
+/* The claim's configuration: the parked one's, with the claimed command. */
+static struct agsx_sandbox_config claimed_cfg;
+static struct agsx_claim claimed;
+
+static _Noreturn void claim_fail(int errpipe, agsx_error_t *err) {
+  struct agsx_msg m = {.type = AGSX_MSG_ERROR, .code = 125, .err = *err ? (*err)->errno_ : 0};
+  snprintf(m.text, sizeof(m.text), "%s", *err ? (*err)->msg : "claim failed");
+  if (write(errpipe, &m, sizeof(m)) < 0) {
+  }
+  _exit(125);
+}
+
+/* X: the claim's stdio, host name, user and environment. */
+static void take_claim(struct agsx_child_ctx *c, const int *fds, size_t nfds, int errpipe) {
+  agsx_error_t err = NULL;
+  claimed_cfg = *c->cfg;
+  claimed_cfg.argv = claimed.argv;
+  claimed_cfg.env = claimed.env;
+  if (claimed.cwd && *claimed.cwd)
+    claimed_cfg.cwd = claimed.cwd;
+  if (claimed.user && *claimed.user)
+    claimed_cfg.user = claimed.user;
+  if (claimed.hostname && *claimed.hostname)
+    claimed_cfg.hostname = claimed.hostname;
+  c->cfg = &claimed_cfg;
+  for (size_t i = 0; i < nfds && i < 3; i++)
+    if (dup2(fds[i], (int)i) < 0)
+      _exit(125);
+  for (size_t i = 0; i < nfds; i++)
+    close(fds[i]);
+  if ((claimed.hostname && *claimed.hostname &&
+       sethostname(claimed.hostname, strlen(claimed.hostname)) < 0 &&
+       agsx_error_set(&err, errno, "set the hostname") < 0) ||
+      resolve_user(c, &err) < 0)
+    claim_fail(errpipe, &err);
+  build_env(c);
+}
+
+/* Receives the claim on SOCK: the message with 0 or 3 stdio fds, then the
+ * claim itself. 0 on EOF (no claim); -1 with ERR when malformed. */
+static int receive_claim(int sock, int fds[3], size_t *ret_nfds, char **ret_buf, size_t *ret_len,
+                         agsx_error_t *err) {
+  struct agsx_msg m;
+  ssize_t n = agsx_msg_recv(sock, &m, fds, 3, ret_nfds);
+  if (n <= 0 || m.type != AGSX_MSG_CLAIM)
+    return n == 0 ? 0 : agsx_error_set(err, EBADMSG, "expected a claim");
+  if (*ret_nfds != 0 && *ret_nfds != 3)
+    return agsx_error_set(err, EINVAL, "a claim passes 0 or 3 stdio fds, not %zu", *ret_nfds);
+  char *buf = xmalloc(AGSX_CLAIM_MAX);
+  do
+    n = recv(sock, buf, AGSX_CLAIM_MAX, 0);
+  while (n < 0 && errno == EINTR);
+  if (n <= 0 || agsx_claim_decode(buf, (size_t)n, &claimed, err) < 0) {
+    free(buf);
+    return *err ? -1 : agsx_error_set(err, EBADMSG, "no claim after its message");
+  }
+  *ret_buf = buf;
+  *ret_len = (size_t)n;
+  return 1;
+}
+
+/* X while parked: reads the claim from the supervisor itself (the init
+ * does not read the sync socket meanwhile), then becomes the command. An
+ * idle claim is told to the init on the exec error pipe (a CLAIM message). */
+static _Noreturn void parked_command(struct agsx_child_ctx *c, int errpipe) {
+  agsx_error_t err = NULL;
+  int fds[3] = {-1, -1, -1};
+  size_t nfds = 0, len;
+  char *buf = NULL;
+  int r = receive_claim(c->sync, fds, &nfds, &buf, &len, &err);
+  if (r == 0)
+    _exit(0); /* the supervisor is gone (the init dies with it) */
+  if (r < 0)
+    claim_fail(errpipe, &err);
+  if (claimed.idle) {
+    struct agsx_msg m = {.type = AGSX_MSG_CLAIM};
+    if (write(errpipe, &m, sizeof(m)) < 0) {
+    }
+    _exit(0);
+  }
+  free(buf);
+  /* It resolves the user inside the root next, holding nothing of the
+   * host but the claim's stdio and the error pipe. */
+  agsx_closep(&c->sync);
+  take_claim(c, fds, nfds, errpipe);
+  run_command(c, errpipe);
+}
+
+/* Parked: set up, X forked and waiting for the claim, READY sent; the init
+ * waits for X's exec (EOF on EP, then READY as a start sends it), its
+ * error, an idle claim, or a stop (the pool's lifetime, pool rm): no CPU
+ * while it waits. Returns X (0 after an idle claim: X has ended). */
+static pid_t park(struct agsx_child_ctx *c, int sfd, int ep[2]) {
+  agsx_error_t err = NULL;
+  pid_t x = fork();
+  if (x < 0) {
+    agsx_error_set(&err, errno, "fork the command");
+    agsx_child_fail(c, 125, &err);
+  }
+  if (x == 0) {
+    close(ep[0]);
+    agsx_closep(&c->tmpfsfd); /* above its root: the init hands it over, not X */
+    parked_command(c, ep[1]);
+  }
+  agsx_closep(&ep[1]);
+  send_ready(c);
+  agsx_proc_title_set("agsx-init");
+  for (;;) {
+    struct pollfd p[2] = {{.fd = ep[0], .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      _exit(125);
+    }
+    /* X's exec first: its SIGCHLD (a quick command) must stay queued for
+     * the init loop, not be read here. */
+    if (p[0].revents)
+      break;
+    struct signalfd_siginfo si;
+    if (p[1].revents && read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+      int sig = (int)si.ssi_signo;
+      if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT)
+        report_exit(c, sig); /* a wait status: killed by SIG */
+    }
+  }
+  struct agsx_msg m;
+  ssize_t n;
+  do
+    n = read(ep[0], &m, sizeof(m));
+  while (n < 0 && errno == EINTR);
+  if (n == (ssize_t)sizeof(m) && m.type == AGSX_MSG_CLAIM) {
+    waitpid(x, NULL, 0); /* idle: X has ended */
+    return 0;
+  }
+  if (n == (ssize_t)sizeof(m)) {
+    /* The command never ran: report its error, then reap it. */
+    m.text[sizeof(m.text) - 1] = '\0';
+    agsx_msg_send(c->sync, &m, NULL, 0);
+    waitpid(x, NULL, 0);
+    _exit(m.code);
+  }
+  agsx_closep(&ep[0]);
+  c->phase_ns[4] = agsx_mono_ns();
+  send_ready(c);
+  return x;
+}
+
 _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
   take_stdio_close_host_fds(c);
   join_cgroup_wait_go(c);
@@ -319,6 +481,13 @@ _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
   c->phase_ns[3] = agsx_mono_ns();
   if (c->cfg->idle)
     start_idle(c, ep, sfd);
-  pid_t cmd = start_command(c, ep);
+  pid_t cmd;
+  if (c->cfg->park) {
+    cmd = park(c, sfd, ep);
+    if (cmd == 0)
+      start_idle(c, ep, sfd);
+  } else {
+    cmd = start_command(c, ep);
+  }
   init_loop(c, cmd, sfd);
 }

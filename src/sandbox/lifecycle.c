@@ -12,6 +12,7 @@
 #include "sandbox/lifecycle.h"
 #include "sandbox/supervisor.h"
 #include "sandbox/procs-internal.h"
+#include "sandbox/pool.h"
 #include "image/registry/registry.h"
 #include "image/store.h"
 #include "net/egress.h"
@@ -78,6 +79,9 @@ int agsx_run_spec_check(const struct agsx_run_spec *o, agsx_error_t *err) {
     return agsx_error_set(err, 0, "a terminal and captured output do not go together");
   if (o->idle && (agsx_strv_len(o->cmd) || o->tty || o->interactive || o->capture || o->layers))
     return agsx_error_set(err, 0, "an idle sandbox has no command, terminal or output");
+  if (o->pool && (o->idle || agsx_strv_len(o->cmd) || o->tty || o->interactive || o->capture ||
+                  o->layers || o->name || o->rm))
+    return agsx_error_set(err, 0, "a parked sandbox gets its command, name and stdio when claimed");
   enum agsx_net_mode mode;
   const char *net_name;
   if (agsx_net_mode_parse(o->network ? o->network : "internal", &mode, &net_name, err) < 0)
@@ -162,7 +166,12 @@ static int build_config(const struct agsx_run_spec *o, char **cmd, struct prepar
   }
   if (cfg->host_image && agsx_strv_len(p->argv) == 0 && !o->idle)
     p->argv = agsx_strv_concat((char *[]){"/bin/sh", NULL}, NULL);
-  if (agsx_strv_len(p->argv) == 0 && !o->idle)
+  if (o->pool) {
+    agsx_strv_free(p->argv);
+    p->argv = agsx_strv_concat(NULL, NULL); /* the claim brings it */
+    cfg->park = true;
+  }
+  if (agsx_strv_len(p->argv) == 0 && !o->idle && !o->pool)
     return agsx_error_set(err, 0, "no command given and the image has no Cmd or Entrypoint");
   p->env = agsx_strv_concat(ic->env, o->env);
   cfg->argv = p->argv;
@@ -302,6 +311,8 @@ static void fill_record(struct sup *f, struct agsx_record *r) {
   r->seccomp = xstrdup(f->o->seccomp ? f->o->seccomp : "default");
   r->rm = f->o->rm;
   r->idle = f->o->idle;
+  r->pool = f->o->pool ? xstrdup(f->o->pool) : NULL;
+  r->parked = f->o->pool != NULL && !(f->pool && agsx_pool_sup_claimed(f));
   r->tmpfs_fd = f->sb->tmpfsfd; /* sandbox/snapshot.h */
   r->layers = agsx_strv_concat(f->o->extra_layers, NULL);
   r->labels = f->o->labels ? agsx_strv_concat(f->o->labels, NULL) : NULL;
@@ -515,6 +526,7 @@ static int finish(struct sup *f, agsx_error_t *err) {
 }
 
 static void sup_clear(struct sup *f) {
+  agsx_pool_sup_free(f);
   agsx_procs_free(f->procs);
   f->procs = NULL;
   if (f->log)
@@ -560,6 +572,8 @@ static _Noreturn void detached_supervisor(struct sup *f, int report) {
   signal(SIGPIPE, SIG_IGN);
   int64_t began = agsx_mono_ns();
   int r = start(f, pipes, &err);
+  if (r == 0 && agsx_pool_sup_park(f, &err) < 0)
+    r = -1;
   struct report m = {.ok = r == 0, .began_ns = began, .starting_ns = f->starting_ns};
   if (r == 0 && f->o->timing)
     m.timing = f->sb->timing;
@@ -570,7 +584,8 @@ static _Noreturn void detached_supervisor(struct sup *f, int report) {
   close(report);
   if (r == 0)
     agsx_supervise(f, &err);
-  finish(f, &err);
+  int code = finish(f, &err);
+  agsx_pool_sup_end(f, code, err ? err->msg : NULL);
   agsx_error_free(&err);
   sup_clear(f);
   _exit(0);

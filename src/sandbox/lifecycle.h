@@ -67,6 +67,9 @@ struct agsx_run_spec {
    * or reaches its deadline; its processes come through processes.h (API
    * sandboxes, whose images may have no shell). Detached only. */
   bool idle;
+  /* A parked sandbox of pool POOL (sandbox/pool.h): set up, then waiting
+   * for a claim, which brings the command. Detached only. */
+  const char *pool;
   /* Foreground stdio: the caller's stdin (interactive), a pty (tty), or
    * stdout and stderr captured for the result document (capture). */
   bool interactive, tty, capture;

@@ -395,6 +395,17 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
 
 /* ---- running ----------------------------------------------------------------------- */
 
+int agsx_sandbox_claim(struct agsx_sandbox *sb, const char *claim, size_t len, const int fds[3],
+                       agsx_error_t *err) {
+  struct agsx_msg m = {.type = AGSX_MSG_CLAIM, .code = fds ? 3 : 0};
+  int r = agsx_msg_send(sb->sync, &m, fds, fds ? 3 : 0);
+  if (r == 0 && send(sb->sync, claim, len, MSG_NOSIGNAL) != (ssize_t)len)
+    r = -(errno ? errno : EMSGSIZE);
+  if (r < 0)
+    return agsx_error_set(err, -r, "send the claim to the sandbox init");
+  return wait_ready(sb, err);
+}
+
 int agsx_sandbox_handle_event(struct agsx_sandbox *sb, agsx_error_t *err) {
   struct agsx_msg m;
   int fd = -1;

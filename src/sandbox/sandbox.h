@@ -87,6 +87,11 @@ struct agsx_sandbox_config {
   /* agsx rollback's restart: STATE/<id> and the name are the sandbox's
    * already (sandbox/snapshot.h). */
   bool restart;
+  /* A pool's parked sandbox (sandbox/pool.h): the init does every step,
+   * forks the command's process, which waits, reports READY, and waits
+   * for a claim (agsx_sandbox_claim), which brings argv, env, cwd, user,
+   * hostname and stdio (argv unused until then) and which it passes on. */
+  bool park;
 };
 
 enum agsx_stop_reason {
@@ -140,6 +145,13 @@ struct agsx_sandbox {
  * agsx.conf `default-pids` (env AGSX_DEFAULT_PIDS): a count, or `none`/0. */
 int agsx_sandbox_default_pids(uint64_t *ret, agsx_error_t *err);
 int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbox **ret,
+                       agsx_error_t *err);
+
+/* A parked sandbox (cfg->park) is given its command: CLAIM (agsx_claim_encode's
+ * bytes) and, when FDS is not NULL, the command's stdin, stdout and stderr go
+ * to the init, which starts it; returns once it was exec'd, or -1 with the
+ * exec error's 126/127 (or 125) in sb->exit_code, as agsx_sandbox_start. */
+int agsx_sandbox_claim(struct agsx_sandbox *sb, const char *claim, size_t len, const int fds[3],
                        agsx_error_t *err);
 
 /* Reads one message from the init after READY: returns 1 when the command

@@ -9,6 +9,7 @@
 #include "sandbox/supervisor.h"
 #include "net/network.h"
 #include "sandbox/control.h"
+#include "sandbox/pool.h"
 #include "sandbox/procs-internal.h"
 #include "sandbox/snapshot.h"
 #include "state/state.h"
@@ -329,6 +330,14 @@ static void procs_dispatch(struct sup *f, const struct pollfd *p, size_t n) {
 }
 static int procs_timeout(const struct sup *f) { return agsx_procs_timeout_ms(f->procs); }
 
+/* A pool's sandbox: its claim socket while parked, then the attached
+ * claimer's connection (sandbox/pool.h). */
+static size_t pool_nfds(const struct sup *f) { return agsx_pool_sup_nfds(f); }
+static size_t pool_fill(struct sup *f, struct pollfd *p) { return agsx_pool_sup_fill(f, p); }
+static void pool_dispatch(struct sup *f, const struct pollfd *p, size_t n) {
+  agsx_pool_sup_dispatch(f, p, n);
+}
+
 /* The sandbox's events: the command's end ends the loop. */
 static size_t sync_fill(struct sup *f, struct pollfd *p) { return put(p, f->sb->sync); }
 static void sync_dispatch(struct sup *f, const struct pollfd *p, size_t n) {
@@ -351,6 +360,7 @@ static const struct component components[] = {
     {two, pty_fill, pty_dispatch, NULL, pty_drain},
     {ctl_nfds, ctl_fill, ctl_dispatch, NULL, NULL},
     {procs_nfds, procs_fill, procs_dispatch, procs_timeout, NULL},
+    {pool_nfds, pool_fill, pool_dispatch, NULL, NULL},
     {one, sync_fill, sync_dispatch, NULL, NULL},
 };
 #define N_COMPONENTS AGSX_ARRAY_SIZE(components)

@@ -23,6 +23,7 @@
 
 struct agsx_store;
 struct agsx_procs;
+struct agsx_pool_sup;
 
 struct prepared {
   const char *image_name;
@@ -48,6 +49,7 @@ struct sup {
   struct agsx_output out[2];
   struct agsx_log_writer *log; /* detached: the command's output (STATE/<id>/log) */
   struct agsx_procs *procs;    /* detached: the control socket and owned processes */
+  struct agsx_pool_sup *pool;  /* a pool's sandbox: its claim (sandbox/pool.h) */
   bool detached, handed_off;
   int64_t teardown_ns;
   int64_t starting_ns; /* agsx_mono_ns when the sandbox's own start began (--timing) */

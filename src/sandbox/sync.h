@@ -17,6 +17,10 @@ enum agsx_msg_type {
                       master with -t, the sandbox's tmpfs (image sandboxes) */
   AGSX_MSG_ERROR,  /* C→P: setup or exec failed; code = 125/126/127, text */
   AGSX_MSG_EXIT,   /* C→P: the command ended; status = its wait status */
+  AGSX_MSG_CLAIM,  /* P→C: a parked sandbox's command (sandbox/pool.h); fds: its
+                      stdin, stdout, stderr (code = how many: 0 or 3); the next
+                      message is the claim (agsx_claim_encode), then C answers
+                      READY or ERROR as at a start */
 };
 
 /* READY's code: the fds it carries, in this order. */

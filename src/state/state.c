@@ -19,6 +19,7 @@ static const char *const status_names[] = {"created", "running", "exited"};
 void agsx_record_clear(struct agsx_record *r) {
   free(r->name);
   free(r->image);
+  free(r->pool);
   free(r->image_digest);
   free(r->stop_reason);
   free(r->network);
@@ -107,6 +108,10 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len) {
   agsx_json_kv_bool(g, "rm", r->rm);
   if (r->idle)
     agsx_json_kv_bool(g, "idle", true);
+  if (r->pool) {
+    agsx_json_kv_str(g, "pool", r->pool);
+    agsx_json_kv_bool(g, "parked", r->parked);
+  }
   agsx_json_kv_bool(g, "stop_request", r->stop_request);
   agsx_json_kv_bool(g, "reported", r->reported);
   agsx_json_kv_bool(g, "paused", r->paused);
@@ -129,6 +134,8 @@ const char *agsx_record_status_name(enum agsx_status s) {
 }
 
 const char *agsx_record_status(const struct agsx_record *r) {
+  if (r->status == AGSX_STATUS_RUNNING && r->parked)
+    return "parked";
   return r->status == AGSX_STATUS_RUNNING && r->paused ? "paused"
                                                        : agsx_record_status_name(r->status);
 }
@@ -177,6 +184,8 @@ void agsx_record_gen(yajl_gen g, const struct agsx_record *r, int64_t now, bool 
   agsx_json_kv_str(g, "image_digest", r->image_digest);
   agsx_json_kv_str(g, "status", agsx_record_status(r));
   agsx_json_kv_bool(g, "paused", r->status == AGSX_STATUS_RUNNING && r->paused);
+  if (r->pool) /* sandbox/pool.h: started for this pool */
+    agsx_json_kv_str(g, "pool", r->pool);
   _cleanup_free_ char *created = agsx_format_rfc3339(r->created);
   _cleanup_free_ char *deadline = agsx_format_rfc3339(r->deadline);
   agsx_json_kv_str(g, "created", created);
@@ -350,6 +359,9 @@ int agsx_record_from_json(const char *buf, size_t len, struct agsx_record *r, ag
   r->rm = b && YAJL_IS_TRUE(b);
   b = agsx_json_get(v, "idle");
   r->idle = b && YAJL_IS_TRUE(b);
+  r->pool = opt_str(v, "pool");
+  b = agsx_json_get(v, "parked");
+  r->parked = b && YAJL_IS_TRUE(b);
   b = agsx_json_get(v, "stop_request");
   r->stop_request = b && YAJL_IS_TRUE(b);
   b = agsx_json_get(v, "reported");

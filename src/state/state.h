@@ -52,10 +52,14 @@ struct agsx_record {
   uint32_t uid_base;
   char **argv, **env;
   char *user, *cwd, *hostname;
-  char *seccomp;     /* "default", "unconfined" or the path of the profile used */
-  char **labels;     /* KEY=VALUE (agsx_labels_check), NULL: none */
-  bool rm;           /* remove the record when the sandbox ends */
-  bool idle;         /* no command (agsx_run_spec.idle): a fork is idle too */
+  char *seccomp; /* "default", "unconfined" or the path of the profile used */
+  char **labels; /* KEY=VALUE (agsx_labels_check), NULL: none */
+  bool rm;       /* remove the record when the sandbox ends */
+  bool idle;     /* no command (agsx_run_spec.idle): a fork is idle too */
+  /* sandbox/pool.h: the pool it was started for, and whether it still
+   * waits there for a claim (status "parked" while it does). */
+  char *pool;
+  bool parked;
   bool stop_request; /* `agsx kill` asked the supervisor to stop it */
   bool reported;     /* an ended sandbox's end was shown by ls -a or waited for */
   bool paused;       /* frozen by agsx pause (sandbox/freeze.h); only while running */
@@ -85,8 +89,8 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len);
 int agsx_record_from_json(const char *buf, size_t len, struct agsx_record *r, agsx_error_t *err);
 /* "created", "running" or "exited". */
 const char *agsx_record_status_name(enum agsx_status s);
-/* What ls and inspect show: the status name, or "paused" for a running
- * sandbox that is paused. */
+/* What ls and inspect show: the status name, "paused" for a running
+ * sandbox that is paused, "parked" for one waiting in a pool. */
 const char *agsx_record_status(const struct agsx_record *r);
 /* The public JSON object of a sandbox: `ls --json`'s fields (id, name,
  * image, image_digest, status (paused too), paused, created, deadline, time_left, stop_reason,

@@ -84,6 +84,7 @@ man_file() {
     image\ *) echo "$SRC/man/agsx-image.1" ;;
     snapshot\ *) echo "$SRC/man/agsx-snapshot.1" ;;
     network\ *) echo "$SRC/man/agsx-network.1" ;;
+    pool\ *) echo "$SRC/man/agsx-pool.1" ;;
     *) echo "$SRC/man/agsx-$1.1" ;;
   esac
 }
@@ -91,7 +92,7 @@ man_file() {
 man_section() {
   case $1 in
     global) echo "GLOBAL OPTIONS" ;;
-    image\ * | network\ * | snapshot\ *) echo "agsx $1" ;;
+    image\ * | network\ * | snapshot\ * | pool\ *) echo "agsx $1" ;;
     *) echo "OPTIONS" ;;
   esac
 }
@@ -262,6 +263,10 @@ EOF
 @test "docs: network rm options" { doc_sets_agree "network rm"; }
 @test "docs: network inspect options" { doc_sets_agree "network inspect"; }
 
+@test "docs: pool create options" { doc_sets_agree "pool create"; }
+@test "docs: pool ls options" { doc_sets_agree "pool ls"; }
+@test "docs: pool rm options" { doc_sets_agree "pool rm"; }
+
 @test "docs: port options" { doc_sets_agree port; }
 @test "docs: pause options" { doc_sets_agree pause; }
 @test "docs: commit options" { doc_sets_agree commit; }
@@ -306,6 +311,9 @@ network ls
 network rm
 network update
 pause
+pool create
+pool ls
+pool rm
 port
 pull
 push
@@ -331,9 +339,9 @@ wait'
   bash_top=$(sed -nE 's/^_agsx_commands="([^"]*)".*/ \1 /p' "$SRC/completions/bash/agsx")
   local zsh_top
   zsh_top=$(opts_from_zsh_body _agsx)
-  # Command groups: the subcommands of `image`, `network` and `snapshot`.
+  # Command groups: the subcommands of `image`, `network`, `pool` and `snapshot`.
   local -A bash_sub zsh_sub
-  for group in image network snapshot; do
+  for group in image network pool snapshot; do
     bash_sub[$group]=$(sed -nE "s/^_agsx_${group}_commands=\"([^\"]*)\".*/ \\1 /p" \
       "$SRC/completions/bash/agsx")
     zsh_sub[$group]=$(opts_from_zsh_body "_agsx_$group")
@@ -343,7 +351,7 @@ wait'
       echo "agsx.1: no entry for \`$cmd\`"; missing=1
     fi
     case $cmd in
-      image\ * | network\ * | snapshot\ *)
+      image\ * | network\ * | pool\ * | snapshot\ *)
         group=${cmd%% *}
         sub=${cmd#* }
         [[ $bash_top == *" $group "* && ${bash_sub[$group]} == *" $sub "* ]] ||

@@ -150,6 +150,7 @@ PY
     'agsx run -d --name work --timeout 30m host sleep infinity   # prints the id once running'
     'agsx run -d --name web -p 8080:80 busybox httpd -f -p 80   # http://127.0.0.1:8080/'
     'agsx run -d --name agent busybox sleep 1h            # a workspace for an agent'
+    'agsx pool create warm --image busybox --size 2 --memory 256m   # two parked sandboxes'
     'agsx run -d --name lab --timeout 10m host sleep infinity   # a sandbox for code contexts'
   )
   local k bad=0
@@ -195,6 +196,10 @@ PY
 
 @test "readme: snapshots, rollback, pause, fork, commit" {
   run_block 'agsx run -d --name agent busybox sleep 1h            # a workspace for an agent'
+}
+
+@test "readme: warm pools" {
+  run_block 'agsx pool create warm --image busybox --size 2 --memory 256m   # two parked sandboxes'
 }
 
 @test "readme: code contexts" {

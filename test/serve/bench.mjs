@@ -1,5 +1,6 @@
 // bench/serve's SDK side: node bench.mjs PHASE [N]; prints one JSON line.
 //   roundtrip N   Sandbox.create -> commands.run('true') -> kill, N times
+//   createrun N   Sandbox.create -> commands.run('true'), N times (each killed untimed)
 //   creates N     N concurrent Sandbox.create, then kill them all
 //   output MB     commands.run writing MB MiB to stdout, counted by onStdout
 //   files MB      files.write / files.read of MB MiB
@@ -27,6 +28,17 @@ if (phase === 'roundtrip') {
     t.push(now() - t0);
   }
   console.log(JSON.stringify({ phase, ...stats(t) }));
+} else if (phase === 'createrun') {
+  const t = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = now();
+    const sbx = await Sandbox.create(TEMPLATE, { timeoutMs: 60000 });
+    const r = await sbx.commands.run('true');
+    t.push(now() - t0);
+    assert(r.exitCode === 0, 'true exits 0');
+    await sbx.kill();
+  }
+  console.log(JSON.stringify({ phase, template: TEMPLATE, ...stats(t) }));
 } else if (phase === 'creates') {
   const t0 = now();
   const res = await Promise.allSettled(
