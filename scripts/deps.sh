@@ -13,6 +13,9 @@ pkgs+=(libmicrohttpd-dev)
 pkgs+=(libnftables1)
 # pull: libcurl is dlopen()ed at pull time; HTTPS registries need the CAs
 pkgs+=(libcurl4 ca-certificates)
+# image load/pull/push/build/commit: libcrypto.so.3 is dlopen()ed by the first
+# large SHA-256 (OpenSSL's SHA-NI/AVX2 code; without it, slower portable code)
+pkgs+=(libssl3)
 # demo, tests and fixtures: bats, busybox-static (file tells it is static)
 # and a static libc for the probe, python3, skopeo/umoci for
 # interoperability, debootstrap for the Python rootfs, clang with libFuzzer

@@ -3,9 +3,8 @@
 
 #include "api/auth.h"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include "util/digest.h"
+
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -83,11 +82,10 @@ int agsx_api_key_load(const char *path, char **ret_key, bool *ret_created, agsx_
 }
 
 void agsx_api_envd_token(const char *key, const char *id, char ret[65]) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
+  unsigned char md[32];
   _cleanup_free_ char *msg = xasprintf("agsx-envd-token:%s", id);
-  HMAC(EVP_sha256(), key, (int)strlen(key), (const unsigned char *)msg, strlen(msg), md, &len);
-  for (unsigned i = 0; i < 32 && i < len; i++)
+  agsx_hmac_sha256(key, strlen(key), msg, strlen(msg), md);
+  for (unsigned i = 0; i < 32; i++)
     snprintf(ret + 2 * i, 3, "%02x", md[i]);
   ret[64] = '\0';
 }

@@ -917,6 +917,43 @@ END
   assert_agsx_error "at most 249"
 }
 
+@test "a sandbox's supervisor and init do not map libcrypto (SHA-256 loads it only for large inputs)" {
+  local id spid ipid
+  # The default seccomp profile is compiled, its cache key hashed: the run
+  # path's hashing stays in agsx's own SHA-256.
+  id=$(ax run -d busybox sleep 30)
+  read -r spid ipid < <(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["supervisor"]["pid"], r["init"]["pid"])' "$STATE/$id/state.json")
+  [ -n "$spid" ] && [ -n "$ipid" ] && [ "$spid" != "$ipid" ]
+  # Both alive and really agsx: the maps are theirs, not a recycled pid's.
+  grep -q agsx "/proc/$spid/maps"
+  grep -q agsx "/proc/$ipid/maps"
+  if grep -E 'libcrypto|libssl' "/proc/$spid/maps" "/proc/$ipid/maps"; then
+    echo "# libcrypto mapped on the run path" >&3
+    false
+  fi
+  # Nor is it linked in, shared or static (its constructor, which probes
+  # the CPU at every exec, reads OPENSSL_ia32cap).
+  run ldd "$AGSX"
+  [[ "$output" != *libcrypto* ]]
+  run -1 grep -ca OPENSSL_ia32cap "$AGSX"
+  ax kill "$id" >/dev/null
+}
+
+@test "without libcrypto, image load hashes with agsx's own SHA-256 after one warning" {
+  # The busybox layer is over 64 KiB: with libcrypto it goes to OpenSSL.
+  run --separate-stderr env AGSX_LIBCRYPTO=/nonexistent/libcrypto.so.3 \
+    "$AGSX" --root "$T/r2" --state "$STATE" image load "$BB"
+  [ "$status" -eq 0 ]
+  [ "$(grep -c 'agsx: warning: fast SHA-256 needs libcrypto (apt-get install libssl3)' <<<"$stderr")" -eq 1 ]
+  # The same digests as the store loaded with libcrypto.
+  [ "$(ls "$T/r2/blobs/sha256" | wc -l)" -ge 4 ]
+  [ "$(ls "$T/r2/blobs/sha256" | sort)" = "$(ls "$ROOT/blobs/sha256" | sort)" ]
+  run ax image ls
+  local want=$output
+  run "$AGSX" --root "$T/r2" --state "$STATE" image ls
+  [ "$output" = "$want" ]
+}
+
 @test "the sandbox init keeps no fd of its supervisor (directories, locks, listeners)" {
   local id pid fds
   id=$(ax run -d -p 127.0.0.1::80 busybox sleep 30)
