@@ -168,7 +168,6 @@ static _Noreturn void idle_loop(struct agsx_child_ctx *c, int sfd) {
 static _Noreturn void start_idle(struct agsx_child_ctx *c, int ep[2], int sfd) {
   close(ep[0]);
   close(ep[1]);
-  agsx_proc_title_set("agsx-init");
   send_ready(c);
   idle_loop(c, sfd);
 }
@@ -294,9 +293,6 @@ static pid_t start_command(struct agsx_child_ctx *c, int ep[2]) {
 static pid_t await_exec(struct agsx_child_ctx *c, int ep[2], pid_t cmd) {
   close(ep[1]);
   agsx_closep(&c->pty_slave);
-  /* Our command line names host paths; the sandbox sees pid 1 as this.
-   * (Only now: configuration strings may point into it until the fork.) */
-  agsx_proc_title_set("agsx-init");
   struct agsx_msg m;
   ssize_t n;
   do
@@ -431,7 +427,6 @@ static pid_t park(struct agsx_child_ctx *c, int sfd, int ep[2]) {
   }
   agsx_closep(&ep[1]);
   send_ready(c);
-  agsx_proc_title_set("agsx-init");
   for (;;) {
     struct pollfd p[2] = {{.fd = ep[0], .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
     if (poll(p, 2, -1) < 0) {
@@ -473,6 +468,9 @@ static pid_t park(struct agsx_child_ctx *c, int sfd, int ep[2]) {
 }
 
 _Noreturn void agsx_child_main(struct agsx_child_ctx *c) {
+  /* Our command line names host paths; the sandbox sees pid 1 as this,
+   * from before anything of it can run (argv is a copy: util.h). */
+  agsx_proc_title_set("agsx-init");
   take_stdio_close_host_fds(c);
   join_cgroup_wait_go(c);
   setup_sandbox(c);

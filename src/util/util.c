@@ -971,6 +971,12 @@ void agsx_proc_title_init(int argc, char **argv) {
   char *end = argv[argc - 1] + strlen(argv[argc - 1]);
   title_area = argv[0];
   title_len = (size_t)(end - argv[0]);
+  /* argv now points at copies, so that the area can be overwritten at any
+   * time (a sandbox's init does it first thing: /proc/1/cmdline is
+   * readable by the sandbox and names host paths) while the program still
+   * reads its arguments. */
+  for (int i = 0; i < argc; i++)
+    argv[i] = xstrdup(argv[i]);
 }
 
 void agsx_proc_title_set(const char *title) {

@@ -221,7 +221,9 @@ int agsx_wait_status_exit_code(int status, int *ret_signal);
 void agsx_term_winsize(int master);
 
 /* The process title: the sandbox init overwrites agsx's command line (which
- * names host paths) with its own title, as seen in the sandbox's /proc. */
+ * names host paths) with its own title, as seen in the sandbox's /proc.
+ * _init points ARGV's strings at heap copies, so the original area may be
+ * overwritten at any time. */
 void agsx_proc_title_init(int argc, char **argv);
 void agsx_proc_title_set(const char *title);
 

@@ -218,6 +218,23 @@ END
   assert_output_contains "/proc/sys: ro,"
 }
 
+@test "/proc/1/cmdline is the init's title from the first instruction: no host path" {
+  # The init is a fork of agsx, whose command line names the store and
+  # state; a command that reads it at once must not see them.
+  local i
+  for i in $(seq 20); do
+    run_ax run --rm busybox sh -c 'tr -d "\0" </proc/1/cmdline'
+    assert_success
+    [ "$output" = "agsx-init" ] || { show_run; false; }
+  done
+  run_ax run -d busybox sleep 30
+  local id=$output
+  echo "$id" >>"$T/ids"
+  run_ax exec "$id" sh -c 'tr -d "\0" </proc/1/cmdline'
+  [ "$output" = "agsx-init" ] || { show_run; false; }
+  ax kill "$id" >/dev/null
+}
+
 @test "/sys is read-only" {
   run_ax run busybox sh -c 'probe write /sys/kernel; probe statfs /sys; probe write /sys/fs/cgroup'
   assert_success
