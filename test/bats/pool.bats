@@ -410,12 +410,15 @@ PY
     'ls -A /dev /dev/shm /run 2>&1; cat /etc/hosts /etc/resolv.conf 2>&1 | grep -v "$HOSTNAME"'; do
     run_ax run --rm busybox sh -c "$script"
     local cold=$output
+    wait_parked p1 1 # a claim, not the cold fallback of a pool still refilling
     run_ax run --pool p1 --rm busybox sh -c "$script"
     [ "$status" -eq 0 ] && [ "$output" = "$cold" ] || { echo "# cold: $cold" >&3; show_run; false; }
   done
   # Nothing runs in a parked sandbox before its claim: exec is refused.
+  wait_parked p1 1
   run_ax exec "$(parked_ids p1)" touch /tmp/left-behind
   [ "$status" -eq 125 ] && [[ "$output" == *parked* ]] || { show_run; false; }
+  wait_parked p1 1
   run_ax run --pool p1 --rm ls -A /tmp
   [ "$status" -eq 0 ] && [ -z "$output" ] || { show_run; false; }
   # A signal to the claimer reaches the command, as with a foreground run.
