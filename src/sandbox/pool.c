@@ -1140,6 +1140,7 @@ struct agsx_pool_sup {
   char *name;
   int pooldir, parked, listen_fd, conn;
   bool claimed;
+  bool ended; /* the command's end is known, the supervisor's loop ended without error */
   struct agsx_claim claim; /* what the sandbox now runs (owned: the spec points in) */
 };
 
@@ -1193,6 +1194,8 @@ static int register_entry(struct sup *f, struct agsx_pool_sup *ps, agsx_error_t 
   return 0;
 }
 
+static void on_dead(void *data);
+
 int agsx_pool_sup_park(struct sup *f, agsx_error_t *err) {
   if (f->o->pool == NULL)
     return 0;
@@ -1210,6 +1213,8 @@ int agsx_pool_sup_park(struct sup *f, agsx_error_t *err) {
     return agsx_error_set(err, errno, "pool `%s`", ps->name);
   if (listen_claims(f, ps, err) < 0)
     return -1;
+  f->sb->on_dead = on_dead;
+  f->sb->on_dead_data = f;
   return register_entry(f, ps, err);
 }
 
@@ -1466,19 +1471,59 @@ void agsx_pool_sup_dispatch(struct sup *f, const struct pollfd *p, size_t n) {
   on_claim(f, fd);
 }
 
+/* The attached claimer's answer: how the command ended. */
+static void send_end(struct sup *f, int exit_code, const char *error) {
+  struct agsx_pool_sup *ps = f->pool;
+  struct agsx_msg m = {.type = AGSX_CLAIM_END,
+                       .code = exit_code,
+                       .status = f->sb->term_signal,
+                       .err = (int)f->sb->reason};
+  snprintf(m.text, sizeof(m.text), "%s", error ? error : "");
+  agsx_msg_send(ps->conn, &m, NULL, 0);
+  agsx_closep(&ps->conn);
+}
+
+void agsx_pool_sup_ended(struct sup *f) {
+  if (f->pool)
+    f->pool->ended = true;
+}
+
+/* sb->on_dead: every process of the claimed sandbox is gone and its end is
+ * final. An attached --rm claim is answered now, before the teardown
+ * (cgroups, the record's directory: ~10 ms of a claim's 15), once the
+ * sandbox is out of every listing: its record file is unlinked (under the
+ * record lock: `agsx ls` right after the claimer returns never shows it,
+ * `agsx wait` finds it gone as after any --rm) and its name is free again.
+ * Not with a waiter (`agsx wait` gets the end record first, as always), nor
+ * when the supervisor failed (its error is the answer's). */
+static void on_dead(void *data) {
+  struct sup *f = data;
+  struct agsx_pool_sup *ps = f->pool;
+  struct agsx_sandbox *sb = f->sb;
+  if (ps == NULL || !ps->ended || !ps->claimed || ps->conn < 0 || !f->o->rm || !sb->exited ||
+      sb->statefd < 0 || sb->dirfd < 0 || agsx_state_has_waiters(sb->dirfd))
+    return;
+  {
+    agsx_error_t err = NULL;
+    _cleanup_close_ int lock = agsx_record_lock(sb->statefd, sb->id, &err);
+    agsx_error_free(&err);
+    if (lock < 0 || (unlinkat(sb->dirfd, "state.json", 0) < 0 && errno != ENOENT))
+      return;
+  }
+  if (sb->name) {
+    agsx_name_release(sb->statefd, sb->name, sb->id);
+    free(sb->name);
+    sb->name = NULL;
+  }
+  send_end(f, sb->exit_code, NULL);
+}
+
 void agsx_pool_sup_end(struct sup *f, int exit_code, const char *error) {
   struct agsx_pool_sup *ps = f->pool;
   if (ps == NULL)
     return;
-  if (ps->conn >= 0 && f->sb) {
-    struct agsx_msg m = {.type = AGSX_CLAIM_END,
-                         .code = exit_code,
-                         .status = f->sb->term_signal,
-                         .err = (int)f->sb->reason};
-    snprintf(m.text, sizeof(m.text), "%s", error ? error : "");
-    agsx_msg_send(ps->conn, &m, NULL, 0);
-    agsx_closep(&ps->conn);
-  }
+  if (ps->conn >= 0 && f->sb)
+    send_end(f, exit_code, error);
   if (!ps->claimed && f->sb) {
     /* Ended unclaimed: replaced at its lifetime's end or its init's death;
      * stopped on request (agsx kill, pool rm) it is not (the next claim of

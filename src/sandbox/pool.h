@@ -167,8 +167,13 @@ int agsx_pool_sup_park(struct sup *f, agsx_error_t *err);
 size_t agsx_pool_sup_nfds(const struct sup *f);
 size_t agsx_pool_sup_fill(struct sup *f, struct pollfd *p);
 void agsx_pool_sup_dispatch(struct sup *f, const struct pollfd *p, size_t n);
+/* The supervisor's loop ended without error (the command's end is known):
+ * an attached --rm claimer is then answered as soon as the sandbox's
+ * processes are gone, before its teardown (sb->on_dead). */
+void agsx_pool_sup_ended(struct sup *f);
 /* After the end (EXIT_CODE as a foreground run would return it): the
- * attached claimer told, the entry gone, a refill started. */
+ * attached claimer told (unless it was already), the entry gone, a refill
+ * started. */
 void agsx_pool_sup_end(struct sup *f, int exit_code, const char *error);
 void agsx_pool_sup_free(struct sup *f);
 bool agsx_pool_sup_claimed(const struct sup *f);
