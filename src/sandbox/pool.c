@@ -34,6 +34,10 @@
 #define CLAIM_MAGIC "AGSXCLAIM1"
 #define CLAIM_REPLY_MS 60000 /* a claim's exec on a loaded machine */
 #define CLAIM_REQUEST_MS 2000
+/* A claim's refill waits this long, or for the command's end if that comes
+ * first: the refiller's fork (and the wait for its first child) is then
+ * not between a quick command's end and its answer. */
+#define REFILL_DEFER_NS (10 * 1000000LL)
 
 /* ---- the configuration --------------------------------------------------------------------- */
 
@@ -1140,7 +1144,8 @@ struct agsx_pool_sup {
   char *name;
   int pooldir, parked, listen_fd, conn;
   bool claimed;
-  bool ended; /* the command's end is known, the supervisor's loop ended without error */
+  bool ended;        /* the command's end is known, the supervisor's loop ended without error */
+  int64_t refill_at; /* monotonic ns of the claim's deferred refill; 0: none */
   struct agsx_claim claim; /* what the sandbox now runs (owned: the spec points in) */
 };
 
@@ -1428,8 +1433,26 @@ static void on_claim(struct sup *f, int fd) {
     close(fds[i]); /* the init has them */
   agsx_error_free(&err);
   close(fd);
-  if (!parked && faccessat(ps->pooldir, POOL_JSON, F_OK, 0) == 0)
+  if (!parked)
+    ps->refill_at = agsx_mono_ns() + REFILL_DEFER_NS;
+}
+
+/* The claim's refill, if one is due (NOW: 0, whenever it is pending). */
+static void refill_due(struct sup *f, int64_t now) {
+  struct agsx_pool_sup *ps = f->pool;
+  if (ps->refill_at == 0 || (now && now < ps->refill_at))
+    return;
+  ps->refill_at = 0;
+  if (faccessat(ps->pooldir, POOL_JSON, F_OK, 0) == 0)
     agsx_pool_refill_async(f->o->root, f->o->state, ps->name);
+}
+
+int agsx_pool_sup_timeout_ms(const struct sup *f) {
+  const struct agsx_pool_sup *ps = f->pool;
+  if (ps == NULL || ps->refill_at == 0)
+    return -1;
+  int64_t left = ps->refill_at - agsx_mono_ns();
+  return left <= 0 ? 0 : (int)((left + 999999) / 1000000);
 }
 
 /* The attached claimer: its signals for the command, or its death (the
@@ -1457,6 +1480,8 @@ void agsx_pool_sup_dispatch(struct sup *f, const struct pollfd *p, size_t n) {
   struct agsx_pool_sup *ps = f->pool;
   if (ps == NULL || n < 2)
     return;
+  if (ps->refill_at)
+    refill_due(f, agsx_mono_ns());
   if (p[1].revents && ps->conn >= 0)
     on_claimer(f);
   if (!p[0].revents || ps->claimed || f->stopping)
@@ -1524,6 +1549,7 @@ void agsx_pool_sup_end(struct sup *f, int exit_code, const char *error) {
     return;
   if (ps->conn >= 0 && f->sb)
     send_end(f, exit_code, error);
+  refill_due(f, 0); /* a claimed command that ended before its refill was due */
   if (!ps->claimed && f->sb) {
     /* Ended unclaimed: replaced at its lifetime's end or its init's death;
      * stopped on request (agsx kill, pool rm) it is not (the next claim of

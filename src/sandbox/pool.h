@@ -167,6 +167,8 @@ int agsx_pool_sup_park(struct sup *f, agsx_error_t *err);
 size_t agsx_pool_sup_nfds(const struct sup *f);
 size_t agsx_pool_sup_fill(struct sup *f, struct pollfd *p);
 void agsx_pool_sup_dispatch(struct sup *f, const struct pollfd *p, size_t n);
+/* The poll timeout for a claim's deferred refill, or -1. */
+int agsx_pool_sup_timeout_ms(const struct sup *f);
 /* The supervisor's loop ended without error (the command's end is known):
  * an attached --rm claimer is then answered as soon as the sandbox's
  * processes are gone, before its teardown (sb->on_dead). */
