@@ -968,6 +968,7 @@ static int claim_one(int statefd, const char *id, const char *req, size_t len, c
   _cleanup_close_ int conn = connect_claim(statefd, id);
   if (conn < 0)
     return -2; /* its supervisor is gone */
+  ret->sent_ns = agsx_mono_ns();
   if (send_with_fds(conn, req, len, fds, fds ? 3 : 0) < 0)
     return 0;
   struct pollfd p = {.fd = conn, .events = POLLIN};
@@ -983,6 +984,8 @@ static int claim_one(int statefd, const char *id, const char *req, size_t len, c
   }
   if (m.type != AGSX_CLAIM_OK)
     return 0;
+  ret->answered_ns = agsx_mono_ns();
+  ret->supervisor_us = m.status > 0 ? m.status : 0;
   snprintf(ret->id, sizeof(ret->id), "%.32s", m.text);
   ret->conn = detach ? -1 : steal_fd(&conn);
   return 1;
@@ -1030,8 +1033,8 @@ static int claim(const char *root, const char *state, const struct agsx_pool_con
                  struct agsx_pool_claimed *ret, int *ret_code, agsx_error_t *err) {
   *ret_claimed = false;
   *ret_code = 125;
+  memset(ret, 0, sizeof(*ret));
   ret->conn = -1;
-  ret->id[0] = '\0';
   size_t len;
   _cleanup_free_ char *req = agsx_claim_encode(cl, &len, err);
   if (req == NULL)
@@ -1146,7 +1149,8 @@ struct agsx_pool_sup {
   bool claimed;
   bool ended;        /* the command's end is known, the supervisor's loop ended without error */
   int64_t refill_at; /* monotonic ns of the claim's deferred refill; 0: none */
-  struct agsx_claim claim; /* what the sandbox now runs (owned: the spec points in) */
+  int64_t accepted_ns, exec_ns; /* the claim's connection accepted; its command's exec */
+  struct agsx_claim claim;      /* what the sandbox now runs (owned: the spec points in) */
 };
 
 static void ps_free(struct agsx_pool_sup *ps) {
@@ -1370,6 +1374,7 @@ static int take_claim(struct sup *f, struct agsx_claim *c, const int *fds, bool 
   size_t len;
   _cleanup_free_ char *buf = agsx_claim_encode(&to_init, &len, err);
   int r = buf ? agsx_sandbox_claim(sb, buf, len, fds, err) : -1;
+  ps->exec_ns = agsx_mono_ns();
   /* What the record and the end tell: the claim as run. */
   agsx_strv_free(c->argv);
   c->argv = steal_ptr(&argv);
@@ -1423,7 +1428,10 @@ static void on_claim(struct sup *f, int fd) {
       ps->claim = c; /* the spec points into it */
   } else {
     ps->claim = c;
-    reply(fd, AGSX_CLAIM_OK, 0, 0, f->sb->id);
+    struct agsx_msg m = {.type = AGSX_CLAIM_OK,
+                         .status = (int)((ps->exec_ns - ps->accepted_ns) / 1000)};
+    snprintf(m.text, sizeof(m.text), "%s", f->sb->id);
+    agsx_msg_send(fd, &m, NULL, 0); /* status: the claimer's --timing */
     if (!c.detach) {
       ps->conn = fcntl(fd, F_DUPFD_CLOEXEC, 3);
       record_claim(f, &ps->claim, ps->claim.hostname ? ps->claim.hostname : ps->claim.name);
@@ -1489,6 +1497,7 @@ void agsx_pool_sup_dispatch(struct sup *f, const struct pollfd *p, size_t n) {
   int fd = accept4(ps->listen_fd, NULL, NULL, SOCK_CLOEXEC);
   if (fd < 0)
     return;
+  ps->accepted_ns = agsx_mono_ns();
   if (!peer_allowed(fd)) {
     close(fd);
     return;

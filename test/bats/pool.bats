@@ -231,6 +231,16 @@ for r in json.loads(sys.argv[1]):
   run_ax wait "$output"
   [ "$status" -eq 0 ] || { show_run; false; }
   wait_parked p1 2
+  # --timing: the claim's phases, each part of the one before.
+  run_ax run --pool p1 --timing --rm true
+  [ "$status" -eq 0 ] || { show_run; false; }
+  python3 -c '
+import re, sys
+m = re.search(r"agsx: timing: claim ([0-9.]+) ms, before the request ([0-9.]+) ms, "
+              r"request to answer ([0-9.]+) ms, supervisor accept to exec ([0-9.]+) ms", sys.argv[1])
+assert m, sys.argv[1]
+t, b, a, s = map(float, m.groups())
+assert 0 < s <= a and b + a <= t + 0.002, m.groups()' "$output"
 }
 
 @test "pool: a detached claim (-d): id, --json, name, logs, exec, kill, deadline from the claim" {
