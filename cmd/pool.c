@@ -341,7 +341,11 @@ static int do_claim(struct agsx_ctx *ctx, struct run_opts *o, const struct agsx_
     return r < 0 ? claim_failed(o, code, &err, t0) : 0;
   }
   if (o->timing)
-    dprintf(STDERR_FILENO, "agsx: timing: claim %.3f ms\n", (double)(agsx_mono_ns() - t0) / 1e6);
+    dprintf(STDERR_FILENO,
+            "agsx: timing: claim %.3f ms, before the request %.3f ms, request to answer %.3f ms, "
+            "supervisor accept to exec %.3f ms\n",
+            (double)(agsx_mono_ns() - t0) / 1e6, (double)(c.sent_ns - t0) / 1e6,
+            (double)(c.answered_ns - c.sent_ns) / 1e6, (double)c.supervisor_us / 1e3);
   if (o->detach) {
     if (o->json) {
       size_t len;

@@ -582,8 +582,8 @@ static _Noreturn void detached_supervisor(struct sup *f, int report) {
   if (write(report, &m, sizeof(m)) < 0) {
   }
   close(report);
-  if (r == 0)
-    agsx_supervise(f, &err);
+  if (r == 0 && agsx_supervise(f, &err) == 0)
+    agsx_pool_sup_ended(f);
   int code = finish(f, &err);
   agsx_pool_sup_end(f, code, err ? err->msg : NULL);
   agsx_error_free(&err);

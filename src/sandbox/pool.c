@@ -34,6 +34,10 @@
 #define CLAIM_MAGIC "AGSXCLAIM1"
 #define CLAIM_REPLY_MS 60000 /* a claim's exec on a loaded machine */
 #define CLAIM_REQUEST_MS 2000
+/* A claim's refill waits this long, or for the command's end if that comes
+ * first: the refiller's fork (and the wait for its first child) is then
+ * not between a quick command's end and its answer. */
+#define REFILL_DEFER_NS (10 * 1000000LL)
 
 /* ---- the configuration --------------------------------------------------------------------- */
 
@@ -964,6 +968,7 @@ static int claim_one(int statefd, const char *id, const char *req, size_t len, c
   _cleanup_close_ int conn = connect_claim(statefd, id);
   if (conn < 0)
     return -2; /* its supervisor is gone */
+  ret->sent_ns = agsx_mono_ns();
   if (send_with_fds(conn, req, len, fds, fds ? 3 : 0) < 0)
     return 0;
   struct pollfd p = {.fd = conn, .events = POLLIN};
@@ -979,6 +984,8 @@ static int claim_one(int statefd, const char *id, const char *req, size_t len, c
   }
   if (m.type != AGSX_CLAIM_OK)
     return 0;
+  ret->answered_ns = agsx_mono_ns();
+  ret->supervisor_us = m.status > 0 ? m.status : 0;
   snprintf(ret->id, sizeof(ret->id), "%.32s", m.text);
   ret->conn = detach ? -1 : steal_fd(&conn);
   return 1;
@@ -1026,8 +1033,8 @@ static int claim(const char *root, const char *state, const struct agsx_pool_con
                  struct agsx_pool_claimed *ret, int *ret_code, agsx_error_t *err) {
   *ret_claimed = false;
   *ret_code = 125;
+  memset(ret, 0, sizeof(*ret));
   ret->conn = -1;
-  ret->id[0] = '\0';
   size_t len;
   _cleanup_free_ char *req = agsx_claim_encode(cl, &len, err);
   if (req == NULL)
@@ -1140,7 +1147,10 @@ struct agsx_pool_sup {
   char *name;
   int pooldir, parked, listen_fd, conn;
   bool claimed;
-  struct agsx_claim claim; /* what the sandbox now runs (owned: the spec points in) */
+  bool ended;        /* the command's end is known, the supervisor's loop ended without error */
+  int64_t refill_at; /* monotonic ns of the claim's deferred refill; 0: none */
+  int64_t accepted_ns, exec_ns; /* the claim's connection accepted; its command's exec */
+  struct agsx_claim claim;      /* what the sandbox now runs (owned: the spec points in) */
 };
 
 static void ps_free(struct agsx_pool_sup *ps) {
@@ -1193,6 +1203,8 @@ static int register_entry(struct sup *f, struct agsx_pool_sup *ps, agsx_error_t 
   return 0;
 }
 
+static void on_dead(void *data);
+
 int agsx_pool_sup_park(struct sup *f, agsx_error_t *err) {
   if (f->o->pool == NULL)
     return 0;
@@ -1210,6 +1222,8 @@ int agsx_pool_sup_park(struct sup *f, agsx_error_t *err) {
     return agsx_error_set(err, errno, "pool `%s`", ps->name);
   if (listen_claims(f, ps, err) < 0)
     return -1;
+  f->sb->on_dead = on_dead;
+  f->sb->on_dead_data = f;
   return register_entry(f, ps, err);
 }
 
@@ -1360,6 +1374,7 @@ static int take_claim(struct sup *f, struct agsx_claim *c, const int *fds, bool 
   size_t len;
   _cleanup_free_ char *buf = agsx_claim_encode(&to_init, &len, err);
   int r = buf ? agsx_sandbox_claim(sb, buf, len, fds, err) : -1;
+  ps->exec_ns = agsx_mono_ns();
   /* What the record and the end tell: the claim as run. */
   agsx_strv_free(c->argv);
   c->argv = steal_ptr(&argv);
@@ -1413,7 +1428,10 @@ static void on_claim(struct sup *f, int fd) {
       ps->claim = c; /* the spec points into it */
   } else {
     ps->claim = c;
-    reply(fd, AGSX_CLAIM_OK, 0, 0, f->sb->id);
+    struct agsx_msg m = {.type = AGSX_CLAIM_OK,
+                         .status = (int)((ps->exec_ns - ps->accepted_ns) / 1000)};
+    snprintf(m.text, sizeof(m.text), "%s", f->sb->id);
+    agsx_msg_send(fd, &m, NULL, 0); /* status: the claimer's --timing */
     if (!c.detach) {
       ps->conn = fcntl(fd, F_DUPFD_CLOEXEC, 3);
       record_claim(f, &ps->claim, ps->claim.hostname ? ps->claim.hostname : ps->claim.name);
@@ -1423,8 +1441,26 @@ static void on_claim(struct sup *f, int fd) {
     close(fds[i]); /* the init has them */
   agsx_error_free(&err);
   close(fd);
-  if (!parked && faccessat(ps->pooldir, POOL_JSON, F_OK, 0) == 0)
+  if (!parked)
+    ps->refill_at = agsx_mono_ns() + REFILL_DEFER_NS;
+}
+
+/* The claim's refill, if one is due (NOW: 0, whenever it is pending). */
+static void refill_due(struct sup *f, int64_t now) {
+  struct agsx_pool_sup *ps = f->pool;
+  if (ps->refill_at == 0 || (now && now < ps->refill_at))
+    return;
+  ps->refill_at = 0;
+  if (faccessat(ps->pooldir, POOL_JSON, F_OK, 0) == 0)
     agsx_pool_refill_async(f->o->root, f->o->state, ps->name);
+}
+
+int agsx_pool_sup_timeout_ms(const struct sup *f) {
+  const struct agsx_pool_sup *ps = f->pool;
+  if (ps == NULL || ps->refill_at == 0)
+    return -1;
+  int64_t left = ps->refill_at - agsx_mono_ns();
+  return left <= 0 ? 0 : (int)((left + 999999) / 1000000);
 }
 
 /* The attached claimer: its signals for the command, or its death (the
@@ -1452,6 +1488,8 @@ void agsx_pool_sup_dispatch(struct sup *f, const struct pollfd *p, size_t n) {
   struct agsx_pool_sup *ps = f->pool;
   if (ps == NULL || n < 2)
     return;
+  if (ps->refill_at)
+    refill_due(f, agsx_mono_ns());
   if (p[1].revents && ps->conn >= 0)
     on_claimer(f);
   if (!p[0].revents || ps->claimed || f->stopping)
@@ -1459,6 +1497,7 @@ void agsx_pool_sup_dispatch(struct sup *f, const struct pollfd *p, size_t n) {
   int fd = accept4(ps->listen_fd, NULL, NULL, SOCK_CLOEXEC);
   if (fd < 0)
     return;
+  ps->accepted_ns = agsx_mono_ns();
   if (!peer_allowed(fd)) {
     close(fd);
     return;
@@ -1466,19 +1505,60 @@ void agsx_pool_sup_dispatch(struct sup *f, const struct pollfd *p, size_t n) {
   on_claim(f, fd);
 }
 
+/* The attached claimer's answer: how the command ended. */
+static void send_end(struct sup *f, int exit_code, const char *error) {
+  struct agsx_pool_sup *ps = f->pool;
+  struct agsx_msg m = {.type = AGSX_CLAIM_END,
+                       .code = exit_code,
+                       .status = f->sb->term_signal,
+                       .err = (int)f->sb->reason};
+  snprintf(m.text, sizeof(m.text), "%s", error ? error : "");
+  agsx_msg_send(ps->conn, &m, NULL, 0);
+  agsx_closep(&ps->conn);
+}
+
+void agsx_pool_sup_ended(struct sup *f) {
+  if (f->pool)
+    f->pool->ended = true;
+}
+
+/* sb->on_dead: every process of the claimed sandbox is gone and its end is
+ * final. An attached --rm claim is answered now, before the teardown
+ * (cgroups, the record's directory: ~10 ms of a claim's 15), once the
+ * sandbox is out of every listing: its record file is unlinked (under the
+ * record lock: `agsx ls` right after the claimer returns never shows it,
+ * `agsx wait` finds it gone as after any --rm) and its name is free again.
+ * Not with a waiter (`agsx wait` gets the end record first, as always), nor
+ * when the supervisor failed (its error is the answer's). */
+static void on_dead(void *data) {
+  struct sup *f = data;
+  struct agsx_pool_sup *ps = f->pool;
+  struct agsx_sandbox *sb = f->sb;
+  if (ps == NULL || !ps->ended || !ps->claimed || ps->conn < 0 || !f->o->rm || !sb->exited ||
+      sb->statefd < 0 || sb->dirfd < 0 || agsx_state_has_waiters(sb->dirfd))
+    return;
+  {
+    agsx_error_t err = NULL;
+    _cleanup_close_ int lock = agsx_record_lock(sb->statefd, sb->id, &err);
+    agsx_error_free(&err);
+    if (lock < 0 || (unlinkat(sb->dirfd, "state.json", 0) < 0 && errno != ENOENT))
+      return;
+  }
+  if (sb->name) {
+    agsx_name_release(sb->statefd, sb->name, sb->id);
+    free(sb->name);
+    sb->name = NULL;
+  }
+  send_end(f, sb->exit_code, NULL);
+}
+
 void agsx_pool_sup_end(struct sup *f, int exit_code, const char *error) {
   struct agsx_pool_sup *ps = f->pool;
   if (ps == NULL)
     return;
-  if (ps->conn >= 0 && f->sb) {
-    struct agsx_msg m = {.type = AGSX_CLAIM_END,
-                         .code = exit_code,
-                         .status = f->sb->term_signal,
-                         .err = (int)f->sb->reason};
-    snprintf(m.text, sizeof(m.text), "%s", error ? error : "");
-    agsx_msg_send(ps->conn, &m, NULL, 0);
-    agsx_closep(&ps->conn);
-  }
+  if (ps->conn >= 0 && f->sb)
+    send_end(f, exit_code, error);
+  refill_due(f, 0); /* a claimed command that ended before its refill was due */
   if (!ps->claimed && f->sb) {
     /* Ended unclaimed: replaced at its lifetime's end or its init's death;
      * stopped on request (agsx kill, pool rm) it is not (the next claim of

@@ -129,6 +129,11 @@ int agsx_claim_decode(const char *buf, size_t len, struct agsx_claim *ret, agsx_
 struct agsx_pool_claimed {
   char id[33];
   int conn; /* attached: the connection the end comes on (agsx_pool_claim_wait) */
+  /* --timing: when the claim was sent and answered (agsx_mono_ns), and the
+   * supervisor's own part, from its accept to the command's exec (us; 0:
+   * not told). */
+  int64_t sent_ns, answered_ns;
+  int supervisor_us;
 };
 /* Claims a parked sandbox of pool PC for CL. FDS: the command's stdin,
  * stdout, stderr (attached), or NULL (CL->detach: the sandbox's log).
@@ -167,8 +172,15 @@ int agsx_pool_sup_park(struct sup *f, agsx_error_t *err);
 size_t agsx_pool_sup_nfds(const struct sup *f);
 size_t agsx_pool_sup_fill(struct sup *f, struct pollfd *p);
 void agsx_pool_sup_dispatch(struct sup *f, const struct pollfd *p, size_t n);
+/* The poll timeout for a claim's deferred refill, or -1. */
+int agsx_pool_sup_timeout_ms(const struct sup *f);
+/* The supervisor's loop ended without error (the command's end is known):
+ * an attached --rm claimer is then answered as soon as the sandbox's
+ * processes are gone, before its teardown (sb->on_dead). */
+void agsx_pool_sup_ended(struct sup *f);
 /* After the end (EXIT_CODE as a foreground run would return it): the
- * attached claimer told, the entry gone, a refill started. */
+ * attached claimer told (unless it was already), the entry gone, a refill
+ * started. */
 void agsx_pool_sup_end(struct sup *f, int exit_code, const char *error);
 void agsx_pool_sup_free(struct sup *f);
 bool agsx_pool_sup_claimed(const struct sup *f);

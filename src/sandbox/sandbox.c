@@ -497,12 +497,19 @@ int agsx_sandbox_destroy(struct agsx_sandbox *sb, agsx_error_t *err) {
     reap_init(sb);
   }
   int r = 0;
-  if (sb->cg) {
-    if (sb->reason != AGSX_STOP_TIMEOUT && sb->reason != AGSX_STOP_KILLED &&
-        agsx_cgroup_oom_killed(sb->cg))
-      sb->reason = AGSX_STOP_OOM;
+  if (sb->cg && sb->reason != AGSX_STOP_TIMEOUT && sb->reason != AGSX_STOP_KILLED &&
+      agsx_cgroup_oom_killed(sb->cg))
+    sb->reason = AGSX_STOP_OOM;
+  /* Killed from outside (agsx kill -s KILL, the OOM killer checked above). */
+  if (sb->reason == AGSX_STOP_NONE && !sb->exited && sb->term_signal == SIGKILL)
+    sb->reason = AGSX_STOP_KILLED;
+  if (sb->reason == AGSX_STOP_NONE)
+    sb->reason = AGSX_STOP_ERROR;
+  /* The init is reaped: its pid namespace, every process in it, is gone. */
+  if (sb->on_dead)
+    sb->on_dead(sb->on_dead_data);
+  if (sb->cg)
     r = agsx_cgroup_destroy(sb->cg, err);
-  }
   /* Hierarchies other processes made the sandbox's cgroup in: an exec's
    * tracking cgroup (v1 without limits), a pause's freezer. (With the
    * cached layout this costs one open of each hierarchy's leaf.) */
@@ -510,11 +517,6 @@ int agsx_sandbox_destroy(struct agsx_sandbox *sb, agsx_error_t *err) {
   _cleanup_error_ agsx_error_t e = NULL;
   if (r == 0 && agsx_cgroup_open(sb->id, &more, &e) == 0)
     r = agsx_cgroup_destroy(more, err);
-  /* Killed from outside (agsx kill -s KILL, the OOM killer checked above). */
-  if (sb->reason == AGSX_STOP_NONE && !sb->exited && sb->term_signal == SIGKILL)
-    sb->reason = AGSX_STOP_KILLED;
-  if (sb->reason == AGSX_STOP_NONE)
-    sb->reason = AGSX_STOP_ERROR;
   /* The sandbox's mounts lived in its own mount namespace and died with
    * it. The record stays until the caller removes it
    * (agsx_sandbox_remove_record); its snapshots die with it. */

@@ -137,6 +137,11 @@ struct agsx_sandbox {
    * supervisor with pidfd_getfd (the record's tmpfs_fd). */
   int tmpfsfd;
   bool keep_snapshots; /* destroy for a restart: its snapshots stay */
+  /* Called by agsx_sandbox_destroy once every process of the sandbox is
+   * gone and how it ended is final (exit_code, term_signal, reason), before
+   * its cgroups are removed (a claimed pool sandbox's early answer). */
+  void (*on_dead)(void *data);
+  void *on_dead_data;
 };
 
 /* Starts the sandbox; returns once the command has been exec'd (or its

@@ -337,6 +337,7 @@ static size_t pool_fill(struct sup *f, struct pollfd *p) { return agsx_pool_sup_
 static void pool_dispatch(struct sup *f, const struct pollfd *p, size_t n) {
   agsx_pool_sup_dispatch(f, p, n);
 }
+static int pool_timeout(const struct sup *f) { return agsx_pool_sup_timeout_ms(f); }
 
 /* The sandbox's events: the command's end ends the loop. */
 static size_t sync_fill(struct sup *f, struct pollfd *p) { return put(p, f->sb->sync); }
@@ -360,7 +361,7 @@ static const struct component components[] = {
     {two, pty_fill, pty_dispatch, NULL, pty_drain},
     {ctl_nfds, ctl_fill, ctl_dispatch, NULL, NULL},
     {procs_nfds, procs_fill, procs_dispatch, procs_timeout, NULL},
-    {pool_nfds, pool_fill, pool_dispatch, NULL, NULL},
+    {pool_nfds, pool_fill, pool_dispatch, pool_timeout, NULL},
     {one, sync_fill, sync_dispatch, NULL, NULL},
 };
 #define N_COMPONENTS AGSX_ARRAY_SIZE(components)

@@ -202,6 +202,47 @@ v = [s for s in json.loads(sys.argv[1]) if s["status"] == "exited"]
 assert len(v) == 1 and v[0]["exit_code"] == 7 and v[0]["stop_reason"] == "exit", v' "$output"
 }
 
+@test "pool: an attached --rm claim returns at its end, the sandbox already gone from ls, its name free" {
+  ax pool create p1 --image busybox --size 2 >/dev/null
+  local id i
+  id=$(parked_ids p1 | head -1)
+  # Answered before the teardown, yet never shown as running (nor at all)
+  # right after, its name free at once, and nothing of it (a background
+  # process holding the claimer's stdout) outlives the answer.
+  for i in 1 2 3; do
+    run_ax run --pool p1 --rm --name same sh -c '(sleep 0.5; echo late) & echo now; exit 3'
+    [ "$status" -eq 3 ] || { show_run; false; }
+    [ "$output" = now ] || { show_run; false; }
+    run_ax ls -a --json
+    [ "$status" -eq 0 ] || { show_run; false; }
+    python3 -c '
+import json, sys
+for r in json.loads(sys.argv[1]):
+    assert r.get("name") != "same" and (r["status"] != "running" or r.get("parked")), r' "$output"
+  done
+  sleep 0.8
+  # --json keeps the end as a cold run's.
+  run_ax run --pool p1 --rm --json sh -c 'kill -9 $$'
+  [ "$status" -eq 137 ] || { show_run; false; }
+  [[ "$output" == *'"exit_code": 137'* || "$output" == *'"exit_code":137'* ]] || { show_run; false; }
+  # With a waiter, the end record comes first as always (agsx wait gets it).
+  run_ax run --pool p1 -d --rm sleep 0.5
+  [ "$status" -eq 0 ] || { show_run; false; }
+  run_ax wait "$output"
+  [ "$status" -eq 0 ] || { show_run; false; }
+  wait_parked p1 2
+  # --timing: the claim's phases, each part of the one before.
+  run_ax run --pool p1 --timing --rm true
+  [ "$status" -eq 0 ] || { show_run; false; }
+  python3 -c '
+import re, sys
+m = re.search(r"agsx: timing: claim ([0-9.]+) ms, before the request ([0-9.]+) ms, "
+              r"request to answer ([0-9.]+) ms, supervisor accept to exec ([0-9.]+) ms", sys.argv[1])
+assert m, sys.argv[1]
+t, b, a, s = map(float, m.groups())
+assert 0 < s <= a and b + a <= t + 0.002, m.groups()' "$output"
+}
+
 @test "pool: a detached claim (-d): id, --json, name, logs, exec, kill, deadline from the claim" {
   ax pool create p1 --image busybox --size 1 --timeout 1h >/dev/null
   local parked id
