@@ -963,6 +963,9 @@ void agsx_term_winsize(int master) {
 
 static char *title_area;
 static size_t title_len;
+/* The argv copies, kept (volatile: a store nothing reads would be
+ * optimised away) so that leak checkers see them as reachable. */
+static char **volatile title_copies;
 
 void agsx_proc_title_init(int argc, char **argv) {
   if (argc < 1 || argv[0] == NULL)
@@ -975,13 +978,10 @@ void agsx_proc_title_init(int argc, char **argv) {
    * time (a sandbox's init does it first thing: /proc/1/cmdline is
    * readable by the sandbox and names host paths) while the program still
    * reads its arguments. */
-  /* Kept (volatile: a store nothing reads would be optimised away), so
-   * that leak checkers see the copies as reachable. */
-  static char **volatile copies;
   char **v = xmalloc((size_t)argc * sizeof(*v));
   for (int i = 0; i < argc; i++)
     argv[i] = v[i] = xstrdup(argv[i]);
-  copies = v;
+  title_copies = v;
 }
 
 void agsx_proc_title_set(const char *title) {
