@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1146,6 +1147,7 @@ int agsx_pool_claim_wait(int conn, struct agsx_output out[2], struct agsx_claim_
 struct agsx_pool_sup {
   char *name;
   int pooldir, parked, listen_fd, conn;
+  int utsfd; /* the supervisor's own UTS namespace (set_hostname comes back to it) */
   bool claimed;
   bool ended;        /* the command's end is known, the supervisor's loop ended without error */
   int64_t refill_at; /* monotonic ns of the claim's deferred refill; 0: none */
@@ -1161,6 +1163,7 @@ static void ps_free(struct agsx_pool_sup *ps) {
   agsx_closep(&ps->parked);
   agsx_closep(&ps->listen_fd);
   agsx_closep(&ps->conn);
+  agsx_closep(&ps->utsfd);
   agsx_claim_clear(&ps->claim);
   free(ps);
 }
@@ -1214,6 +1217,9 @@ int agsx_pool_sup_park(struct sup *f, agsx_error_t *err) {
   struct agsx_pool_sup *ps = f->pool = xzalloc(sizeof(*ps));
   ps->pooldir = ps->parked = ps->listen_fd = ps->conn = -1;
   ps->name = xstrdup(f->o->pool);
+  ps->utsfd = open("/proc/thread-self/ns/uts", O_RDONLY | O_CLOEXEC);
+  if (ps->utsfd < 0)
+    return agsx_error_set(err, errno, "open /proc/thread-self/ns/uts");
   ps->pooldir = open_pool(f->o->state, ps->name, err);
   if (ps->pooldir < 0)
     return -1;
@@ -1337,6 +1343,21 @@ static void record_claim(struct sup *f, const struct agsx_claim *c, const char *
   agsx_record_clear(&r);
 }
 
+/* The claim's host name, set from here in the sandbox's UTS namespace
+ * (entered through the init's pidfd; the supervisor then returns to its
+ * own): the parked command may run under agsx's filter already, which
+ * denies sethostname (init.c, prepare_parked). Nothing is opened or
+ * resolved meanwhile. Not coming back is an error: the claim fails, and
+ * the supervisor does nothing that reads its host name before it ends. */
+static int set_hostname(struct agsx_pool_sup *ps, int pidfd, const char *name, agsx_error_t *err) {
+  if (setns(pidfd, CLONE_NEWUTS) < 0)
+    return agsx_error_set(err, errno, "enter the sandbox's UTS namespace");
+  int r = sethostname(name, strlen(name)) < 0 ? -errno : 0;
+  if (setns(ps->utsfd, CLONE_NEWUTS) < 0)
+    return agsx_error_set(err, errno, "return to the supervisor's UTS namespace");
+  return r < 0 ? agsx_error_set(err, -r, "set the hostname") : 0;
+}
+
 /* Takes the claim C (FDS: the claimer's stdio, or none): 0 claimed, -1
  * refused (still parked: *RET_PARKED) or failed (ERR, *RET_CODE). */
 static int take_claim(struct sup *f, struct agsx_claim *c, const int *fds, bool *ret_parked,
@@ -1373,7 +1394,13 @@ static int take_claim(struct sup *f, struct agsx_claim *c, const int *fds, bool 
   };
   size_t len;
   _cleanup_free_ char *buf = agsx_claim_encode(&to_init, &len, err);
-  int r = buf ? agsx_sandbox_claim(sb, buf, len, fds, err) : -1;
+  int r = buf ? 0 : -1;
+  if (r == 0 && to_init.hostname && *to_init.hostname)
+    r = set_hostname(ps, sb->pidfd, to_init.hostname, err);
+  if (r < 0)
+    agsx_sandbox_kill(sb); /* the command never got its claim: it must not wait on */
+  else
+    r = agsx_sandbox_claim(sb, buf, len, fds, err);
   ps->exec_ns = agsx_mono_ns();
   /* What the record and the end tell: the claim as run. */
   agsx_strv_free(c->argv);
