@@ -987,6 +987,7 @@ static int claim_one(int statefd, const char *id, const char *req, size_t len, c
     return 0;
   ret->answered_ns = agsx_mono_ns();
   ret->supervisor_us = m.status > 0 ? m.status : 0;
+  ret->exec_ns = m.phase_ns[0] > 0 ? m.phase_ns[0] : 0;
   snprintf(ret->id, sizeof(ret->id), "%.32s", m.text);
   ret->conn = detach ? -1 : steal_fd(&conn);
   return 1;
@@ -1457,6 +1458,7 @@ static void on_claim(struct sup *f, int fd) {
     ps->claim = c;
     struct agsx_msg m = {.type = AGSX_CLAIM_OK,
                          .status = (int)((ps->exec_ns - ps->accepted_ns) / 1000)};
+    m.phase_ns[0] = f->sb->child_ns[4]; /* the init's stamp of the command's exec */
     snprintf(m.text, sizeof(m.text), "%s", f->sb->id);
     agsx_msg_send(fd, &m, NULL, 0); /* status: the claimer's --timing */
     if (!c.detach) {

@@ -246,11 +246,13 @@ for r in json.loads(sys.argv[1]):
   [ "$status" -eq 0 ] || { show_run; false; }
   python3 -c '
 import re, sys
-m = re.search(r"agsx: timing: claim ([0-9.]+) ms, before the request ([0-9.]+) ms, "
-              r"request to answer ([0-9.]+) ms, supervisor accept to exec ([0-9.]+) ms", sys.argv[1])
+m = re.search(r"agsx: timing: claim ([0-9.]+) ms, start to exec ([0-9.]+) ms, before the request "
+              r"([0-9.]+) ms, request to answer ([0-9.]+) ms, supervisor accept to exec ([0-9.]+) ms",
+              sys.argv[1])
 assert m, sys.argv[1]
-t, b, a, s = map(float, m.groups())
-assert 0 < s <= a and b + a <= t + 0.002, m.groups()' "$output"
+t, e, b, a, s = map(float, m.groups())
+# The exec (stamped by the init) comes after the request and before the answer.
+assert 0 < s <= a and b + a <= t + 0.002 and b < e <= t + 0.002, m.groups()' "$output"
 }
 
 @test "pool: a detached claim (-d): id, --json, name, logs, exec, kill, deadline from the claim" {
