@@ -925,30 +925,6 @@ static void claim_addr(int dirfd, struct sockaddr_un *a) {
   snprintf(a->sun_path, sizeof(a->sun_path), "/proc/self/fd/%d/%s", dirfd, CLAIM_SOCKET);
 }
 
-static int send_with_fds(int sock, const void *buf, size_t len, const int *fds, size_t nfds) {
-  union {
-    char buf[CMSG_SPACE(sizeof(int) * 3)];
-    struct cmsghdr align;
-  } u;
-  struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
-  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-  if (nfds) {
-    memset(u.buf, 0, sizeof(u.buf));
-    mh.msg_control = u.buf;
-    mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-    memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
-  }
-  ssize_t n;
-  do
-    n = sendmsg(sock, &mh, MSG_NOSIGNAL);
-  while (n < 0 && errno == EINTR);
-  return n == (ssize_t)len ? 0 : -1;
-}
-
 /* The connection to parked sandbox ID's claim socket, or -1. */
 static int connect_claim(int statefd, const char *id) {
   _cleanup_close_ int dir = openat(statefd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -970,7 +946,7 @@ static int claim_one(int statefd, const char *id, const char *req, size_t len, c
   if (conn < 0)
     return -2; /* its supervisor is gone */
   ret->sent_ns = agsx_mono_ns();
-  if (send_with_fds(conn, req, len, fds, fds ? 3 : 0) < 0)
+  if (agsx_send_fds(conn, req, len, fds, fds ? 3 : 0) < 0)
     return 0;
   struct pollfd p = {.fd = conn, .events = POLLIN};
   if (poll(&p, 1, CLAIM_REPLY_MS) <= 0)
@@ -1261,35 +1237,15 @@ static bool peer_allowed(int fd) {
   return c.uid == 0 || c.uid == geteuid();
 }
 
-/* The request: the claim and 0 or 3 fds (FDS). */
+/* The request: the claim and 0 or 3 fds (FDS; more are closed). */
 static ssize_t recv_request(int fd, char *buf, size_t cap, int fds[3], size_t *ret_nfds) {
-  union {
-    char buf[CMSG_SPACE(sizeof(int) * 8)];
-    struct cmsghdr align;
-  } u;
-  struct iovec iov = {.iov_base = buf, .iov_len = cap};
-  struct msghdr mh = {
-      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
   *ret_nfds = 0;
   struct pollfd p = {.fd = fd, .events = POLLIN};
   if (poll(&p, 1, CLAIM_REQUEST_MS) <= 0)
     return -1;
-  ssize_t n;
-  do
-    n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-  while (n < 0 && errno == EINTR);
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); n >= 0 && cm; cm = CMSG_NXTHDR(&mh, cm)) {
-    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-      continue;
-    size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    int *in = (int *)CMSG_DATA(cm);
-    for (size_t i = 0; i < k; i++)
-      if (*ret_nfds < 3)
-        fds[(*ret_nfds)++] = in[i];
-      else
-        close(in[i]);
-  }
-  if (n > 0 && (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+  int flags = 0;
+  ssize_t n = agsx_recv_fds(fd, buf, cap, MSG_DONTWAIT, fds, 3, ret_nfds, &flags);
+  if (n > 0 && (flags & (MSG_TRUNC | MSG_CTRUNC)))
     return -1;
   return n;
 }
