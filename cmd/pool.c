@@ -255,6 +255,10 @@ static int claimed_end(const struct run_opts *o, const struct agsx_pool_claimed 
     agsx_error_free(&err);
   }
   code = end.exit_code;
+  /* The end's own time: from the command's exec to its end's answer. */
+  if (o->timing && c->exec_ns)
+    dprintf(STDERR_FILENO, "agsx: timing: exec to end %.3f ms, total %.3f ms\n",
+            (double)(agsx_mono_ns() - c->exec_ns) / 1e6, (double)(agsx_mono_ns() - t0) / 1e6);
   if (strcmp(end.stop_reason, "oom") == 0 && !o->json)
     dprintf(STDERR_FILENO, "agsx: sandbox %.12s: out of memory: killed\n", c->id);
   if (strcmp(end.stop_reason, "timeout") == 0 && !o->json)

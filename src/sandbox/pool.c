@@ -1126,6 +1126,7 @@ struct agsx_pool_sup {
   int pooldir, parked, listen_fd, conn;
   int utsfd; /* the supervisor's own UTS namespace (set_hostname comes back to it) */
   bool claimed;
+  bool record_due;   /* attached: the claim's record is still to be written (settle_record) */
   bool ended;        /* the command's end is known, the supervisor's loop ended without error */
   int64_t refill_at; /* monotonic ns of the claim's deferred refill; 0: none */
   int64_t accepted_ns, exec_ns; /* the claim's connection accepted; its command's exec */
@@ -1419,7 +1420,7 @@ static void on_claim(struct sup *f, int fd) {
     agsx_msg_send(fd, &m, NULL, 0); /* status: the claimer's --timing */
     if (!c.detach) {
       ps->conn = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-      record_claim(f, &ps->claim, ps->claim.hostname ? ps->claim.hostname : ps->claim.name);
+      ps->record_due = true; /* settle_record, after any event already pending */
     }
   }
   for (size_t i = 0; i < nfds; i++)
@@ -1440,8 +1441,32 @@ static void refill_due(struct sup *f, int64_t now) {
     agsx_pool_refill_async(f->o->root, f->o->state, ps->name);
 }
 
+/* An attached claim's record (the claimed command, name, user...): written
+ * once the supervisor has nothing else to do, not between the answer and a
+ * quick command's end (a record read, parse and rewrite: ~0.1 ms). When the
+ * command's end is already pending, it is written before the end is
+ * handled (ENDING), unless that end removes the record at once (--rm, no
+ * `agsx wait` waiter): then nobody could read it. Meanwhile `agsx ls`
+ * shows the sandbox as it was parked, for less than a round of the loop. */
+static void settle_record(struct sup *f, bool ending) {
+  struct agsx_pool_sup *ps = f->pool;
+  if (ps == NULL || !ps->record_due)
+    return;
+  if (!ending) {
+    struct pollfd p = {.fd = f->sb->sync, .events = POLLIN};
+    if (f->sb->sync >= 0 && poll(&p, 1, 0) > 0)
+      return; /* the end (or another event) first: this same round handles it */
+  }
+  ps->record_due = false;
+  if (ending && f->o->rm && f->sb->dirfd >= 0 && !agsx_state_has_waiters(f->sb->dirfd))
+    return;
+  record_claim(f, &ps->claim, ps->claim.hostname ? ps->claim.hostname : ps->claim.name);
+}
+
 int agsx_pool_sup_timeout_ms(const struct sup *f) {
   const struct agsx_pool_sup *ps = f->pool;
+  if (ps && ps->record_due)
+    return 0;
   if (ps == NULL || ps->refill_at == 0)
     return -1;
   int64_t left = ps->refill_at - agsx_mono_ns();
@@ -1473,6 +1498,8 @@ void agsx_pool_sup_dispatch(struct sup *f, const struct pollfd *p, size_t n) {
   struct agsx_pool_sup *ps = f->pool;
   if (ps == NULL || n < 2)
     return;
+  if (ps->record_due)
+    settle_record(f, false);
   if (ps->refill_at)
     refill_due(f, agsx_mono_ns());
   if (p[1].revents && ps->conn >= 0)
@@ -1503,6 +1530,7 @@ static void send_end(struct sup *f, int exit_code, const char *error) {
 }
 
 void agsx_pool_sup_ended(struct sup *f) {
+  settle_record(f, true);
   if (f->pool)
     f->pool->ended = true;
 }
@@ -1519,6 +1547,7 @@ static void on_dead(void *data) {
   struct sup *f = data;
   struct agsx_pool_sup *ps = f->pool;
   struct agsx_sandbox *sb = f->sb;
+  settle_record(f, true); /* (the loop failed: agsx_pool_sup_ended was not called) */
   if (ps == NULL || !ps->ended || !ps->claimed || ps->conn < 0 || !f->o->rm || !sb->exited ||
       sb->statefd < 0 || sb->dirfd < 0 || agsx_state_has_waiters(sb->dirfd))
     return;

@@ -648,3 +648,30 @@ END
   run_ax run --pool pn --rm -u 1000 --hostname hn sh -c "$script"
   [ "$status" -eq 0 ] && [ "$output" = "$cold" ] || { echo "# cold: $cold" >&3; show_run; false; }
 }
+
+@test "pool: an attached claim's record is the claim's, for a quick command's end and while it runs" {
+  ax pool create p1 --image busybox --size 1 >/dev/null
+  wait_parked p1 1
+  # A quick command without --rm: its ended record names the claim.
+  run_ax run --pool p1 --name quick -u 1000 -w /tmp true
+  [ "$status" -eq 0 ] || { show_run; false; }
+  local id
+  id=$(python3 -c '
+import json, sys
+print(next(s["id"] for s in json.loads(sys.argv[1]) if s.get("name") == "quick"))' "$(ax ls -a --json)")
+  [ "$(rec "$id" name)" = quick ] && [ "$(rec "$id" argv)" = '["true"]' ] &&
+    [ "$(rec "$id" user)" = 1000 ] && [ "$(rec "$id" cwd)" = /tmp ] &&
+    [ "$(rec "$id" parked)" = false ] && [ "$(rec "$id" status)" = exited ] ||
+    { cat "$STATE/$id/state.json" >&3; false; }
+  ax rm "$id" >/dev/null
+  # A running one: its record is the claim's while the command runs.
+  wait_parked p1 1
+  id=$(parked_ids p1)
+  "$AGSX" --root "$ROOT" --state "$STATE" run --pool p1 --rm --name slow sleep 30 >/dev/null 2>&1 &
+  local pid=$! i
+  for i in $(seq 100); do [ "$(rec "$id" name 2>/dev/null)" = slow ] && break; sleep 0.05; done
+  [ "$(rec "$id" name)" = slow ] && [ "$(rec "$id" argv)" = '["sleep", "30"]' ] &&
+    [ "$(rec "$id" parked)" = false ] || { cat "$STATE/$id/state.json" >&3; false; }
+  kill -TERM "$pid"
+  wait "$pid" || true
+}
