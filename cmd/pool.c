@@ -255,6 +255,10 @@ static int claimed_end(const struct run_opts *o, const struct agsx_pool_claimed 
     agsx_error_free(&err);
   }
   code = end.exit_code;
+  /* The end's own time: from the command's exec to its end's answer. */
+  if (o->timing && c->exec_ns)
+    dprintf(STDERR_FILENO, "agsx: timing: exec to end %.3f ms, total %.3f ms\n",
+            (double)(agsx_mono_ns() - c->exec_ns) / 1e6, (double)(agsx_mono_ns() - t0) / 1e6);
   if (strcmp(end.stop_reason, "oom") == 0 && !o->json)
     dprintf(STDERR_FILENO, "agsx: sandbox %.12s: out of memory: killed\n", c->id);
   if (strcmp(end.stop_reason, "timeout") == 0 && !o->json)
@@ -340,11 +344,14 @@ static int do_claim(struct agsx_ctx *ctx, struct run_opts *o, const struct agsx_
       agsx_output_clear(&out[i]);
     return r < 0 ? claim_failed(o, code, &err, t0) : 0;
   }
+  /* "start to exec": run's start to the command's execve, stamped by the
+   * sandbox's init (the same clock); "claim": to the answer, here. */
   if (o->timing)
     dprintf(STDERR_FILENO,
-            "agsx: timing: claim %.3f ms, before the request %.3f ms, request to answer %.3f ms, "
-            "supervisor accept to exec %.3f ms\n",
-            (double)(agsx_mono_ns() - t0) / 1e6, (double)(c.sent_ns - t0) / 1e6,
+            "agsx: timing: claim %.3f ms, start to exec %.3f ms, before the request %.3f ms, "
+            "request to answer %.3f ms, supervisor accept to exec %.3f ms\n",
+            (double)(agsx_mono_ns() - t0) / 1e6,
+            c.exec_ns > t0 ? (double)(c.exec_ns - t0) / 1e6 : 0.0, (double)(c.sent_ns - t0) / 1e6,
             (double)(c.answered_ns - c.sent_ns) / 1e6, (double)c.supervisor_us / 1e3);
   if (o->detach) {
     if (o->json) {

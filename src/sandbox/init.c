@@ -32,6 +32,9 @@ _Noreturn void agsx_child_fail(struct agsx_child_ctx *c, int code, agsx_error_t 
   _exit(code);
 }
 
+/* X, parked: the steps agsx_proc_prepare did before the claim. */
+static unsigned parked_prepared;
+
 /* X: runs in the child of the init; never returns. */
 static _Noreturn void run_command(struct agsx_child_ctx *c, int errpipe) {
   struct agsx_proc_spec p = {
@@ -41,6 +44,7 @@ static _Noreturn void run_command(struct agsx_child_ctx *c, int errpipe) {
       .user = &c->user,
       .tty_slave = c->cfg->tty ? c->pty_slave : -1,
       .seccomp = c->cfg->seccomp,
+      .prepared = parked_prepared,
   };
   agsx_proc_exec(&p, errpipe);
 }
@@ -333,9 +337,16 @@ static _Noreturn void claim_fail(int errpipe, agsx_error_t *err) {
   _exit(125);
 }
 
-/* X: the claim's stdio, host name, user and environment. */
+/* X: the claim's stdio, user and environment. The host name is the
+ * supervisor's to set (pool.c: the filter X may already run under denies
+ * sethostname); here it only goes into HOSTNAME. The user is the init's,
+ * resolved before X was forked, unless the claim names another: nothing
+ * runs in a parked sandbox, so its /etc/passwd and /etc/group are the same
+ * files now; another user is resolved the same way, inside the root. */
 static void take_claim(struct agsx_child_ctx *c, const int *fds, size_t nfds, int errpipe) {
   agsx_error_t err = NULL;
+  bool same_user = !(claimed.user && *claimed.user) ||
+                   strcmp(claimed.user, c->cfg->user ? c->cfg->user : "") == 0;
   claimed_cfg = *c->cfg;
   claimed_cfg.argv = claimed.argv;
   claimed_cfg.env = claimed.env;
@@ -351,11 +362,10 @@ static void take_claim(struct agsx_child_ctx *c, const int *fds, size_t nfds, in
       _exit(125);
   for (size_t i = 0; i < nfds; i++)
     close(fds[i]);
-  if ((claimed.hostname && *claimed.hostname &&
-       sethostname(claimed.hostname, strlen(claimed.hostname)) < 0 &&
-       agsx_error_set(&err, errno, "set the hostname") < 0) ||
-      resolve_user(c, &err) < 0)
-    claim_fail(errpipe, &err);
+  if (!same_user) {
+    if (resolve_user(c, &err) < 0)
+      claim_fail(errpipe, &err);
+  }
   build_env(c);
 }
 
@@ -382,11 +392,25 @@ static int receive_claim(int sock, int fds[3], size_t *ret_nfds, char **ret_buf,
   return 1;
 }
 
+/* X, before it waits: what agsx_proc_exec would do first thing after the
+ * claim and does not depend on it (procexec.h): the bounding set, no new
+ * privileges, the signals' dispositions, and agsx's default filter, which
+ * lets every later step through (agsx_proc_after_filter, checked by
+ * test_pool). A custom profile, which may not, is installed at the claim,
+ * as for any start; `unconfined` has none. An error is kept for the claim
+ * (the sandbox stays parked meanwhile, and the claimer gets it). */
+static void prepare_parked(struct agsx_child_ctx *c, agsx_error_t *err) {
+  struct agsx_proc_spec p = {.tty_slave = -1, .seccomp = c->cfg->seccomp};
+  agsx_proc_prepare(&p, c->cfg->seccomp_default ? AGSX_PREP_SECCOMP : 0, err);
+  parked_prepared = p.prepared;
+}
+
 /* X while parked: reads the claim from the supervisor itself (the init
  * does not read the sync socket meanwhile), then becomes the command. An
  * idle claim is told to the init on the exec error pipe (a CLAIM message). */
 static _Noreturn void parked_command(struct agsx_child_ctx *c, int errpipe) {
-  agsx_error_t err = NULL;
+  agsx_error_t err = NULL, prep_err = NULL;
+  prepare_parked(c, &prep_err);
   int fds[3] = {-1, -1, -1};
   size_t nfds = 0, len;
   char *buf = NULL;
@@ -395,6 +419,8 @@ static _Noreturn void parked_command(struct agsx_child_ctx *c, int errpipe) {
     _exit(0); /* the supervisor is gone (the init dies with it) */
   if (r < 0)
     claim_fail(errpipe, &err);
+  if (prep_err && !claimed.idle)
+    claim_fail(errpipe, &prep_err); /* fail closed: the claim gets the error */
   if (claimed.idle) {
     struct agsx_msg m = {.type = AGSX_MSG_CLAIM};
     if (write(errpipe, &m, sizeof(m)) < 0) {

@@ -220,6 +220,7 @@ static int prepare_seccomp(const struct agsx_run_spec *o, struct prepared *p,
       agsx_seccomp_load_cached(cache, json, len, &p->bpf, err) < 0)
     return -1;
   cfg->seccomp = &p->bpf;
+  cfg->seccomp_default = json == NULL;
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -924,30 +925,6 @@ static void claim_addr(int dirfd, struct sockaddr_un *a) {
   snprintf(a->sun_path, sizeof(a->sun_path), "/proc/self/fd/%d/%s", dirfd, CLAIM_SOCKET);
 }
 
-static int send_with_fds(int sock, const void *buf, size_t len, const int *fds, size_t nfds) {
-  union {
-    char buf[CMSG_SPACE(sizeof(int) * 3)];
-    struct cmsghdr align;
-  } u;
-  struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
-  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-  if (nfds) {
-    memset(u.buf, 0, sizeof(u.buf));
-    mh.msg_control = u.buf;
-    mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-    memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
-  }
-  ssize_t n;
-  do
-    n = sendmsg(sock, &mh, MSG_NOSIGNAL);
-  while (n < 0 && errno == EINTR);
-  return n == (ssize_t)len ? 0 : -1;
-}
-
 /* The connection to parked sandbox ID's claim socket, or -1. */
 static int connect_claim(int statefd, const char *id) {
   _cleanup_close_ int dir = openat(statefd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -969,7 +946,7 @@ static int claim_one(int statefd, const char *id, const char *req, size_t len, c
   if (conn < 0)
     return -2; /* its supervisor is gone */
   ret->sent_ns = agsx_mono_ns();
-  if (send_with_fds(conn, req, len, fds, fds ? 3 : 0) < 0)
+  if (agsx_send_fds(conn, req, len, fds, fds ? 3 : 0) < 0)
     return 0;
   struct pollfd p = {.fd = conn, .events = POLLIN};
   if (poll(&p, 1, CLAIM_REPLY_MS) <= 0)
@@ -986,6 +963,7 @@ static int claim_one(int statefd, const char *id, const char *req, size_t len, c
     return 0;
   ret->answered_ns = agsx_mono_ns();
   ret->supervisor_us = m.status > 0 ? m.status : 0;
+  ret->exec_ns = m.phase_ns[0] > 0 ? m.phase_ns[0] : 0;
   snprintf(ret->id, sizeof(ret->id), "%.32s", m.text);
   ret->conn = detach ? -1 : steal_fd(&conn);
   return 1;
@@ -1146,7 +1124,9 @@ int agsx_pool_claim_wait(int conn, struct agsx_output out[2], struct agsx_claim_
 struct agsx_pool_sup {
   char *name;
   int pooldir, parked, listen_fd, conn;
+  int utsfd; /* the supervisor's own UTS namespace (set_hostname comes back to it) */
   bool claimed;
+  bool record_due;   /* attached: the claim's record is still to be written (settle_record) */
   bool ended;        /* the command's end is known, the supervisor's loop ended without error */
   int64_t refill_at; /* monotonic ns of the claim's deferred refill; 0: none */
   int64_t accepted_ns, exec_ns; /* the claim's connection accepted; its command's exec */
@@ -1161,6 +1141,7 @@ static void ps_free(struct agsx_pool_sup *ps) {
   agsx_closep(&ps->parked);
   agsx_closep(&ps->listen_fd);
   agsx_closep(&ps->conn);
+  agsx_closep(&ps->utsfd);
   agsx_claim_clear(&ps->claim);
   free(ps);
 }
@@ -1214,6 +1195,9 @@ int agsx_pool_sup_park(struct sup *f, agsx_error_t *err) {
   struct agsx_pool_sup *ps = f->pool = xzalloc(sizeof(*ps));
   ps->pooldir = ps->parked = ps->listen_fd = ps->conn = -1;
   ps->name = xstrdup(f->o->pool);
+  ps->utsfd = open("/proc/thread-self/ns/uts", O_RDONLY | O_CLOEXEC);
+  if (ps->utsfd < 0)
+    return agsx_error_set(err, errno, "open /proc/thread-self/ns/uts");
   ps->pooldir = open_pool(f->o->state, ps->name, err);
   if (ps->pooldir < 0)
     return -1;
@@ -1254,35 +1238,15 @@ static bool peer_allowed(int fd) {
   return c.uid == 0 || c.uid == geteuid();
 }
 
-/* The request: the claim and 0 or 3 fds (FDS). */
+/* The request: the claim and 0 or 3 fds (FDS; more are closed). */
 static ssize_t recv_request(int fd, char *buf, size_t cap, int fds[3], size_t *ret_nfds) {
-  union {
-    char buf[CMSG_SPACE(sizeof(int) * 8)];
-    struct cmsghdr align;
-  } u;
-  struct iovec iov = {.iov_base = buf, .iov_len = cap};
-  struct msghdr mh = {
-      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
   *ret_nfds = 0;
   struct pollfd p = {.fd = fd, .events = POLLIN};
   if (poll(&p, 1, CLAIM_REQUEST_MS) <= 0)
     return -1;
-  ssize_t n;
-  do
-    n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-  while (n < 0 && errno == EINTR);
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); n >= 0 && cm; cm = CMSG_NXTHDR(&mh, cm)) {
-    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-      continue;
-    size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    int *in = (int *)CMSG_DATA(cm);
-    for (size_t i = 0; i < k; i++)
-      if (*ret_nfds < 3)
-        fds[(*ret_nfds)++] = in[i];
-      else
-        close(in[i]);
-  }
-  if (n > 0 && (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+  int flags = 0;
+  ssize_t n = agsx_recv_fds(fd, buf, cap, MSG_DONTWAIT, fds, 3, ret_nfds, &flags);
+  if (n > 0 && (flags & (MSG_TRUNC | MSG_CTRUNC)))
     return -1;
   return n;
 }
@@ -1337,6 +1301,21 @@ static void record_claim(struct sup *f, const struct agsx_claim *c, const char *
   agsx_record_clear(&r);
 }
 
+/* The claim's host name, set from here in the sandbox's UTS namespace
+ * (entered through the init's pidfd; the supervisor then returns to its
+ * own): the parked command may run under agsx's filter already, which
+ * denies sethostname (init.c, prepare_parked). Nothing is opened or
+ * resolved meanwhile. Not coming back is an error: the claim fails, and
+ * the supervisor does nothing that reads its host name before it ends. */
+static int set_hostname(struct agsx_pool_sup *ps, int pidfd, const char *name, agsx_error_t *err) {
+  if (setns(pidfd, CLONE_NEWUTS) < 0)
+    return agsx_error_set(err, errno, "enter the sandbox's UTS namespace");
+  int r = sethostname(name, strlen(name)) < 0 ? -errno : 0;
+  if (setns(ps->utsfd, CLONE_NEWUTS) < 0)
+    return agsx_error_set(err, errno, "return to the supervisor's UTS namespace");
+  return r < 0 ? agsx_error_set(err, -r, "set the hostname") : 0;
+}
+
 /* Takes the claim C (FDS: the claimer's stdio, or none): 0 claimed, -1
  * refused (still parked: *RET_PARKED) or failed (ERR, *RET_CODE). */
 static int take_claim(struct sup *f, struct agsx_claim *c, const int *fds, bool *ret_parked,
@@ -1373,7 +1352,13 @@ static int take_claim(struct sup *f, struct agsx_claim *c, const int *fds, bool 
   };
   size_t len;
   _cleanup_free_ char *buf = agsx_claim_encode(&to_init, &len, err);
-  int r = buf ? agsx_sandbox_claim(sb, buf, len, fds, err) : -1;
+  int r = buf ? 0 : -1;
+  if (r == 0 && to_init.hostname && *to_init.hostname)
+    r = set_hostname(ps, sb->pidfd, to_init.hostname, err);
+  if (r < 0)
+    agsx_sandbox_kill(sb); /* the command never got its claim: it must not wait on */
+  else
+    r = agsx_sandbox_claim(sb, buf, len, fds, err);
   ps->exec_ns = agsx_mono_ns();
   /* What the record and the end tell: the claim as run. */
   agsx_strv_free(c->argv);
@@ -1430,11 +1415,12 @@ static void on_claim(struct sup *f, int fd) {
     ps->claim = c;
     struct agsx_msg m = {.type = AGSX_CLAIM_OK,
                          .status = (int)((ps->exec_ns - ps->accepted_ns) / 1000)};
+    m.phase_ns[0] = f->sb->child_ns[4]; /* the init's stamp of the command's exec */
     snprintf(m.text, sizeof(m.text), "%s", f->sb->id);
     agsx_msg_send(fd, &m, NULL, 0); /* status: the claimer's --timing */
     if (!c.detach) {
       ps->conn = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-      record_claim(f, &ps->claim, ps->claim.hostname ? ps->claim.hostname : ps->claim.name);
+      ps->record_due = true; /* settle_record, after any event already pending */
     }
   }
   for (size_t i = 0; i < nfds; i++)
@@ -1455,8 +1441,32 @@ static void refill_due(struct sup *f, int64_t now) {
     agsx_pool_refill_async(f->o->root, f->o->state, ps->name);
 }
 
+/* An attached claim's record (the claimed command, name, user...): written
+ * once the supervisor has nothing else to do, not between the answer and a
+ * quick command's end (a record read, parse and rewrite: ~0.1 ms). When the
+ * command's end is already pending, it is written before the end is
+ * handled (ENDING), unless that end removes the record at once (--rm, no
+ * `agsx wait` waiter): then nobody could read it. Meanwhile `agsx ls`
+ * shows the sandbox as it was parked, for less than a round of the loop. */
+static void settle_record(struct sup *f, bool ending) {
+  struct agsx_pool_sup *ps = f->pool;
+  if (ps == NULL || !ps->record_due)
+    return;
+  if (!ending) {
+    struct pollfd p = {.fd = f->sb->sync, .events = POLLIN};
+    if (f->sb->sync >= 0 && poll(&p, 1, 0) > 0)
+      return; /* the end (or another event) first: this same round handles it */
+  }
+  ps->record_due = false;
+  if (ending && f->o->rm && f->sb->dirfd >= 0 && !agsx_state_has_waiters(f->sb->dirfd))
+    return;
+  record_claim(f, &ps->claim, ps->claim.hostname ? ps->claim.hostname : ps->claim.name);
+}
+
 int agsx_pool_sup_timeout_ms(const struct sup *f) {
   const struct agsx_pool_sup *ps = f->pool;
+  if (ps && ps->record_due)
+    return 0;
   if (ps == NULL || ps->refill_at == 0)
     return -1;
   int64_t left = ps->refill_at - agsx_mono_ns();
@@ -1488,6 +1498,8 @@ void agsx_pool_sup_dispatch(struct sup *f, const struct pollfd *p, size_t n) {
   struct agsx_pool_sup *ps = f->pool;
   if (ps == NULL || n < 2)
     return;
+  if (ps->record_due)
+    settle_record(f, false);
   if (ps->refill_at)
     refill_due(f, agsx_mono_ns());
   if (p[1].revents && ps->conn >= 0)
@@ -1518,6 +1530,7 @@ static void send_end(struct sup *f, int exit_code, const char *error) {
 }
 
 void agsx_pool_sup_ended(struct sup *f) {
+  settle_record(f, true);
   if (f->pool)
     f->pool->ended = true;
 }
@@ -1534,6 +1547,7 @@ static void on_dead(void *data) {
   struct sup *f = data;
   struct agsx_pool_sup *ps = f->pool;
   struct agsx_sandbox *sb = f->sb;
+  settle_record(f, true); /* (the loop failed: agsx_pool_sup_ended was not called) */
   if (ps == NULL || !ps->ended || !ps->claimed || ps->conn < 0 || !f->o->rm || !sb->exited ||
       sb->statefd < 0 || sb->dirfd < 0 || agsx_state_has_waiters(sb->dirfd))
     return;

@@ -134,6 +134,10 @@ struct agsx_pool_claimed {
    * not told). */
   int64_t sent_ns, answered_ns;
   int supervisor_us;
+  /* When the command's execve completed (agsx_mono_ns), as the sandbox's
+   * init saw it (EOF on its exec pipe, which closes at the exec); 0: not
+   * told. */
+  int64_t exec_ns;
 };
 /* Claims a parked sandbox of pool PC for CL. FDS: the command's stdin,
  * stdout, stderr (attached), or NULL (CL->detach: the sandbox's log).

@@ -227,6 +227,80 @@ static int drop_to_user(const struct agsx_user *u, agsx_error_t *err) {
   return 0;
 }
 
+static void reset_signal_actions(void) {
+  for (int sig = 1; sig < NSIG; sig++)
+    if (sig != SIGKILL && sig != SIGSTOP)
+      signal(sig, SIG_DFL);
+}
+
+int agsx_proc_prepare(struct agsx_proc_spec *p, unsigned what, agsx_error_t *err) {
+  p->prepared = 0;
+  if (p->caps)
+    return agsx_error_set(err, EINVAL, "prepare: only Docker's default capability set");
+  if (drop_bounding(NULL, err) < 0)
+    return -1;
+  p->prepared |= AGSX_PREP_BOUNDING;
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+    return agsx_error_set(err, errno, "no_new_privs");
+  p->prepared |= AGSX_PREP_NO_NEW_PRIVS;
+  reset_signal_actions();
+  p->prepared |= AGSX_PREP_SIGNALS;
+  if ((what & AGSX_PREP_SECCOMP) && p->seccomp) {
+    int r = agsx_seccomp_install(p->seccomp);
+    if (r < 0)
+      return agsx_error_set(err, -r, "load the seccomp filter");
+    p->prepared |= AGSX_PREP_SECCOMP;
+  }
+  return 0;
+}
+
+/* What agsx_proc_prepare's filter must let through, from the claim's
+ * receipt to the exec (init.c's parked_command, take_claim, then
+ * agsx_proc_exec): recvmsg/recvfrom (the claim), mmap/munmap/brk/mremap
+ * (allocation), dup2/dup3/close/fcntl (stdio), openat2/openat/read/fstat/
+ * newfstatat/lseek (the sandbox's passwd and group, the cwd, the PATH
+ * search), close_range (the fd sweep, CLOEXEC), setsid, mkdirat/fchdir/
+ * getcwd (the cwd), setgroups/setresgid/setresuid/prctl/capset (ids and
+ * capabilities), rt_sigprocmask/rt_sigaction, execve, write (an error's
+ * report) and exit_group. A step added to those paths adds its syscalls
+ * here; test_pool checks agsx's default filter allows each. */
+const int agsx_proc_after_filter[] = {
+    SYS_recvmsg,
+    SYS_recvfrom,
+    SYS_mmap,
+    SYS_munmap,
+    SYS_brk,
+    SYS_mremap,
+    SYS_dup2,
+    SYS_dup3,
+    SYS_close,
+    SYS_fcntl,
+    SYS_openat2,
+    SYS_openat,
+    SYS_read,
+    SYS_fstat,
+    SYS_newfstatat,
+    SYS_lseek,
+    SYS_close_range,
+    SYS_setsid,
+    SYS_mkdirat,
+    SYS_fchdir,
+    SYS_getcwd,
+    SYS_setgroups,
+    SYS_setresgid,
+    SYS_setresuid,
+    SYS_prctl,
+    SYS_capset,
+    SYS_rt_sigprocmask,
+    SYS_rt_sigaction,
+    SYS_execve,
+    SYS_write,
+    SYS_exit_group,
+    SYS_getpid,
+    SYS_getdents64,
+    -1,
+};
+
 _Noreturn void agsx_proc_exec(const struct agsx_proc_spec *p, int errfd) {
   agsx_error_t err = NULL;
   int code = 125;
@@ -252,10 +326,11 @@ _Noreturn void agsx_proc_exec(const struct agsx_proc_spec *p, int errfd) {
   }
   /* Bounding set while still root (dropping needs CAP_SETPCAP in the
    * effective set), then ids, then the process sets. */
-  if (enter_cwd(p->cwd ? p->cwd : "/", &err) < 0 || drop_bounding(p->caps, &err) < 0 ||
+  if (enter_cwd(p->cwd ? p->cwd : "/", &err) < 0 ||
+      (!(p->prepared & AGSX_PREP_BOUNDING) && drop_bounding(p->caps, &err) < 0) ||
       drop_to_user(p->user, &err) < 0 || set_caps(p->caps, &err) < 0)
     goto fail;
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+  if (!(p->prepared & AGSX_PREP_NO_NEW_PRIVS) && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
     agsx_error_set(&err, errno, "no_new_privs");
     goto fail;
   }
@@ -265,9 +340,8 @@ _Noreturn void agsx_proc_exec(const struct agsx_proc_spec *p, int errfd) {
     fcntl(errfd, F_SETFD, FD_CLOEXEC);
   /* A clean signal state: agsx blocks and ignores signals the command must
    * receive (exec keeps both the mask and ignored dispositions). */
-  for (int sig = 1; sig < NSIG; sig++)
-    if (sig != SIGKILL && sig != SIGSTOP)
-      signal(sig, SIG_DFL);
+  if (!(p->prepared & AGSX_PREP_SIGNALS))
+    reset_signal_actions();
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
@@ -278,7 +352,7 @@ _Noreturn void agsx_proc_exec(const struct agsx_proc_spec *p, int errfd) {
       goto fail;
     }
   }
-  if (p->seccomp) {
+  if (p->seccomp && !(p->prepared & AGSX_PREP_SECCOMP)) {
     int r = agsx_seccomp_install(p->seccomp);
     if (r < 0) {
       agsx_error_set(&err, -r, "load the seccomp filter");

@@ -30,8 +30,33 @@ struct agsx_proc_spec {
                                                   both apply (agsx's baseline
                                                   under an engine's filter) */
   int preserve_fds;                            /* fds 3 .. 3+N-1 stay open across exec (N <= 14) */
+  unsigned prepared; /* AGSX_PREP_*: steps agsx_proc_prepare has done already */
 };
 _Noreturn void agsx_proc_exec(const struct agsx_proc_spec *p, int errfd);
+
+/* Steps that depend on nothing of the command, done ahead by a pool's
+ * parked command process (sandbox/pool.h) before it waits for its claim,
+ * so that the claim does not pay them: the bounding set's drop (Docker's
+ * default set: P->caps must be NULL), no_new_privs, every signal's
+ * disposition back to the default (the mask stays: it is set at the exec,
+ * so no signal reaches the waiting process), and, with AGSX_PREP_SECCOMP
+ * in WHAT, P->seccomp's installation. Only for a filter proven to allow
+ * every syscall agsx_proc_exec makes after it (agsx_proc_after_filter:
+ * agsx's default filter, test/unit/test_pool.c); a custom profile may deny
+ * one, and is installed at the exec as for any start. Sets P->prepared to
+ * what was done (a failed step and the ones after it are not), so that
+ * agsx_proc_exec skips those; -1 with ERR on failure, and the caller must
+ * then not exec (it reports ERR when claimed). */
+#define AGSX_PREP_BOUNDING 1u
+#define AGSX_PREP_NO_NEW_PRIVS 2u
+#define AGSX_PREP_SIGNALS 4u
+#define AGSX_PREP_SECCOMP 8u
+int agsx_proc_prepare(struct agsx_proc_spec *p, unsigned what, agsx_error_t *err);
+/* The syscalls a process makes between agsx_proc_prepare's installation
+ * of the filter and its exec (a claim's: receive it, stdio, the user's
+ * files, cwd, session, ids, capabilities, signal mask, PATH search, exec,
+ * an error's report, allocation), native numbers, ending with -1. */
+extern const int agsx_proc_after_filter[];
 /* The errno execve of ARGV[0] (searched in ENV's PATH under the current
  * root) would fail with before running anything: 0 when found and
  * executable-looking. For a check ahead of the exec itself. */

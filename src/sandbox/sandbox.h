@@ -65,6 +65,8 @@ struct agsx_sandbox_config {
   /* limits and security */
   struct agsx_cgroup_limits limits;
   const struct agsx_seccomp_bpf *seccomp;
+  bool seccomp_default; /* SECCOMP is agsx's default filter: a parked command
+                           installs it before its claim (init.c) */
   /* host side */
   const char *state_dir;
   uint32_t address; /* on public and vpc networks: eth0's, for /etc/hosts; 0: none */

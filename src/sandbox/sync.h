@@ -41,8 +41,21 @@ struct agsx_msg {
   char text[1024];
 };
 
+/* 0, or -errno (-EMSGSIZE: sent short). */
 int agsx_msg_send(int sock, const struct agsx_msg *m, const int *fds, size_t nfds);
-/* Receives one message and up to MAXFDS fds (CLOEXEC). 0 on EOF. */
+/* Receives one message and up to MAXFDS fds (CLOEXEC). 0 on EOF, -errno. */
 ssize_t agsx_msg_recv(int sock, struct agsx_msg *m, int *fds, size_t maxfds, size_t *ret_nfds);
+
+/* Any one message of LEN bytes (a claim's, pool.c) with up to
+ * AGSX_MSG_MAX_FDS fds in SCM_RIGHTS, retried on EINTR, without SIGPIPE:
+ * 0 or -errno. The same fd passing as agsx_msg_send's, for messages that
+ * are not struct agsx_msg. */
+int agsx_send_fds(int sock, const void *buf, size_t len, const int *fds, size_t nfds);
+/* Receives one message of at most CAP bytes into BUF (recvmsg FLAGS, plus
+ * MSG_CMSG_CLOEXEC), its first MAXFDS fds into FDS (*RET_NFDS of them; the
+ * rest are closed) and the message's flags (MSG_TRUNC, MSG_CTRUNC) into
+ * *RET_MSG_FLAGS: its length, 0 on EOF, -errno. */
+ssize_t agsx_recv_fds(int sock, void *buf, size_t cap, int flags, int *fds, size_t maxfds,
+                      size_t *ret_nfds, int *ret_msg_flags);
 
 #endif

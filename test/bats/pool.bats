@@ -65,6 +65,16 @@ wait_parked() {
   return 1
 }
 
+# parked_status POOL FIELD: FIELD of /proc/PID/status of the waiting
+# command's process of the pool's (one) parked sandbox: the init's child.
+parked_status() {
+  local id init x
+  id=$(parked_ids "$1")
+  init=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["init"]["pid"])' "$STATE/$id/state.json")
+  x=$(cat "/proc/$init/task/$init/children")
+  awk -v f="$2:" '$1 == f { print $2 }' "/proc/${x% }/status"
+}
+
 # rec ID FIELD: a field of the sandbox's record.
 rec() {
   python3 -c 'import json,sys; v=json.load(open(sys.argv[1])).get(sys.argv[2]); print(json.dumps(v) if isinstance(v,(bool,type(None),list)) else v)' \
@@ -236,11 +246,13 @@ for r in json.loads(sys.argv[1]):
   [ "$status" -eq 0 ] || { show_run; false; }
   python3 -c '
 import re, sys
-m = re.search(r"agsx: timing: claim ([0-9.]+) ms, before the request ([0-9.]+) ms, "
-              r"request to answer ([0-9.]+) ms, supervisor accept to exec ([0-9.]+) ms", sys.argv[1])
+m = re.search(r"agsx: timing: claim ([0-9.]+) ms, start to exec ([0-9.]+) ms, before the request "
+              r"([0-9.]+) ms, request to answer ([0-9.]+) ms, supervisor accept to exec ([0-9.]+) ms",
+              sys.argv[1])
 assert m, sys.argv[1]
-t, b, a, s = map(float, m.groups())
-assert 0 < s <= a and b + a <= t + 0.002, m.groups()' "$output"
+t, e, b, a, s = map(float, m.groups())
+# The exec (stamped by the init) comes after the request and before the answer.
+assert 0 < s <= a and b + a <= t + 0.002 and b < e <= t + 0.002, m.groups()' "$output"
 }
 
 @test "pool: a detached claim (-d): id, --json, name, logs, exec, kill, deadline from the claim" {
@@ -537,4 +549,129 @@ assert (" " + sys.argv[2] + "/") in out[1] or (" " + sys.argv[3] + "/") in out[1
   [ -n "$claimed" ] || { sed 's/^/# serve: /' "$T/serve.log" >&3; false; }
   [[ "$before" == *"$claimed"* ]]
   wait_parked pbb 2
+}
+
+@test "pool: a claim keeps the filter installed while parked: Seccomp 2, unshare denied, name, hostname, -u" {
+  ax pool create p1 --image busybox --size 1 >/dev/null
+  # The waiting process runs under the filter, no_new_privs and the
+  # bounding set already.
+  wait_parked p1 1
+  [ "$(parked_status p1 Seccomp)" = 2 ] && [ "$(parked_status p1 NoNewPrivs)" = 1 ] &&
+    [ "$(parked_status p1 CapBnd)" = 00000000a80425fb ] ||
+    { echo "# parked: $(parked_status p1 Seccomp) $(parked_status p1 NoNewPrivs) $(parked_status p1 CapBnd)" >&3; false; }
+  local script='probe seccomp; probe nnp; probe syscall unshare-user 2>/dev/null; probe syscall setns 2>/dev/null; probe caps; probe id'
+  run_ax run --rm busybox sh -c "$script"
+  local cold=$output
+  [[ "$cold" == *"Seccomp=2"* && "$cold" == *"unshare-user: blocked (errno=EPERM)"* ]] || { show_run; false; }
+  wait_parked p1 1
+  run_ax run --pool p1 --rm busybox sh -c "$script"
+  [ "$status" -eq 0 ] && [ "$output" = "$cold" ] || { echo "# cold: $cold" >&3; show_run; false; }
+  # --name and --hostname: set in the sandbox's UTS namespace by its
+  # supervisor (the parked command's filter denies sethostname), which
+  # returns to the host's: the host's name and namespace are unchanged.
+  local host_name host_uts
+  host_name=$(hostname)
+  host_uts=$(readlink /proc/self/ns/uts)
+  wait_parked p1 1
+  run_ax run --pool p1 --rm --name named1 sh -c 'probe hostname; echo $HOSTNAME; cat /proc/sys/kernel/hostname'
+  [ "$status" -eq 0 ] && [ "$output" = $'hostname=named1\nnamed1\nnamed1' ] || { show_run; false; }
+  wait_parked p1 1
+  run_ax run --pool p1 --rm --name named2 --hostname box2 sh -c 'probe hostname; echo $HOSTNAME'
+  [ "$status" -eq 0 ] && [ "$output" = $'hostname=box2\nbox2' ] || { show_run; false; }
+  wait_parked p1 1
+  local id sup
+  id=$(ax run --pool p1 -d --hostname box3 sleep 30)
+  sup=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["supervisor"]["pid"])' "$STATE/$id/state.json")
+  [ "$(readlink "/proc/$sup/ns/uts")" = "$host_uts" ] || { echo "# supervisor $sup in $(readlink "/proc/$sup/ns/uts")" >&3; false; }
+  run_ax exec "$id" hostname
+  [ "$status" -eq 0 ] && [ "$output" = box3 ] || { show_run; false; }
+  ax kill "$id" >/dev/null
+  [ "$(hostname)" = "$host_name" ]
+  # -u: the pool's default user resolved while parked, another at the claim.
+  local u
+  for u in 1000 agent 1000:0 root; do
+    run_ax run --rm -u "$u" busybox sh -c 'probe id; echo $HOME; probe caps'
+    cold=$output
+    wait_parked p1 1
+    run_ax run --pool p1 --rm -u "$u" busybox sh -c 'probe id; echo $HOME; probe caps'
+    [ "$status" -eq 0 ] && [ "$output" = "$cold" ] || { echo "# -u $u cold: $cold" >&3; show_run; false; }
+  done
+  # A user that does not exist fails as a cold run does; the pool's next
+  # claim is not affected.
+  run_ax run --rm -u nosuchuser busybox true
+  local cold_status=$status
+  cold=$output
+  [ "$cold_status" -eq 125 ] || { show_run; false; }
+  wait_parked p1 1
+  run_ax run --pool p1 --rm -u nosuchuser busybox true
+  [ "$status" -eq "$cold_status" ] && [ "$output" = "$cold" ] || { echo "# cold: $cold" >&3; show_run; false; }
+  wait_parked p1 1
+  run_ax run --pool p1 --rm probe id
+  [ "$status" -eq 0 ] && [[ "$output" == "uid=0 "* ]] || { show_run; false; }
+}
+
+@test "pool: a pool's default user (-u at create) is the claim's; another -u still works" {
+  ax pool create pu --image busybox --size 1 -u 1000 >/dev/null
+  wait_parked pu 1
+  run_ax run --pool pu --rm sh -c 'probe id; echo $HOME'
+  [ "$status" -eq 0 ] && [ "$output" = $'uid=1000 gid=1000 euid=1000 egid=1000 groups=1000\n/home/agent' ] ||
+    { show_run; false; }
+  wait_parked pu 1
+  run_ax run --pool pu --rm -u 0 probe id
+  [ "$status" -eq 0 ] && [[ "$output" == "uid=0 gid=0 "* ]] || { show_run; false; }
+}
+
+@test "pool: a custom seccomp profile and unconfined are installed at the claim, as a cold run does" {
+  # A profile that denies what the claim's path needs after a filter
+  # installed early would be (setresuid, setgroups, capset): installed
+  # last, as at a start, it cannot break the claim.
+  cat >"$T/deny.json" <<'END'
+{"defaultAction":"SCMP_ACT_ALLOW",
+ "syscalls":[{"names":["mkdir","mkdirat","setresuid","setgroups","capset","sethostname"],"action":"SCMP_ACT_ERRNO","errnoRet":1}]}
+END
+  ax pool create pc --image busybox --size 1 --security-opt "seccomp=$T/deny.json" >/dev/null
+  ax pool create pn --image busybox --size 1 --security-opt seccomp=unconfined >/dev/null
+  wait_parked pc 1
+  [ "$(parked_status pc Seccomp)" = 0 ] && [ "$(parked_status pc NoNewPrivs)" = 1 ] ||
+    { echo "# parked: $(parked_status pc Seccomp) $(parked_status pc NoNewPrivs)" >&3; false; }
+  local script='probe seccomp; probe id; mkdir /tmp/x 2>/dev/null; echo mkdir=$?; probe syscall keyctl 2>/dev/null; probe hostname'
+  run_ax run --rm -u 1000 --hostname hc --security-opt "seccomp=$T/deny.json" busybox sh -c "$script"
+  local cold=$output
+  [[ "$cold" == *"Seccomp=2"*"uid=1000"*"mkdir=1"*"keyctl: allowed"*"hostname=hc"* ]] || { show_run; false; }
+  wait_parked pc 1
+  run_ax run --pool pc --rm -u 1000 --hostname hc sh -c "$script"
+  [ "$status" -eq 0 ] && [ "$output" = "$cold" ] || { echo "# cold: $cold" >&3; show_run; false; }
+  run_ax run --rm -u 1000 --hostname hn --security-opt seccomp=unconfined busybox sh -c "$script"
+  cold=$output
+  [[ "$cold" == *"Seccomp=0"*"uid=1000"*"mkdir=0"*"keyctl: allowed"*"hostname=hn"* ]] || { show_run; false; }
+  wait_parked pn 1
+  run_ax run --pool pn --rm -u 1000 --hostname hn sh -c "$script"
+  [ "$status" -eq 0 ] && [ "$output" = "$cold" ] || { echo "# cold: $cold" >&3; show_run; false; }
+}
+
+@test "pool: an attached claim's record is the claim's, for a quick command's end and while it runs" {
+  ax pool create p1 --image busybox --size 1 >/dev/null
+  wait_parked p1 1
+  # A quick command without --rm: its ended record names the claim.
+  run_ax run --pool p1 --name quick -u 1000 -w /tmp true
+  [ "$status" -eq 0 ] || { show_run; false; }
+  local id
+  id=$(python3 -c '
+import json, sys
+print(next(s["id"] for s in json.loads(sys.argv[1]) if s.get("name") == "quick"))' "$(ax ls -a --json)")
+  [ "$(rec "$id" name)" = quick ] && [ "$(rec "$id" argv)" = '["true"]' ] &&
+    [ "$(rec "$id" user)" = 1000 ] && [ "$(rec "$id" cwd)" = /tmp ] &&
+    [ "$(rec "$id" parked)" = false ] && [ "$(rec "$id" status)" = exited ] ||
+    { cat "$STATE/$id/state.json" >&3; false; }
+  ax rm "$id" >/dev/null
+  # A running one: its record is the claim's while the command runs.
+  wait_parked p1 1
+  id=$(parked_ids p1)
+  "$AGSX" --root "$ROOT" --state "$STATE" run --pool p1 --rm --name slow sleep 30 >/dev/null 2>&1 &
+  local pid=$! i
+  for i in $(seq 100); do [ "$(rec "$id" name 2>/dev/null)" = slow ] && break; sleep 0.05; done
+  [ "$(rec "$id" name)" = slow ] && [ "$(rec "$id" argv)" = '["sleep", "30"]' ] &&
+    [ "$(rec "$id" parked)" = false ] || { cat "$STATE/$id/state.json" >&3; false; }
+  kill -TERM "$pid"
+  wait "$pid" || true
 }
