@@ -237,18 +237,24 @@ static void setup_sandbox(struct agsx_child_ctx *c) {
   }
   c->phase_ns[0] = agsx_mono_ns();
   if (become_root(&err) < 0 || unshare(CLONE_NEWCGROUP) < 0 ||
-      (c->phase_ns[1] = agsx_mono_ns(), agsx_child_rootfs(c, &err)) < 0 ||
-      sethostname(cfg->hostname, strlen(cfg->hostname)) < 0 || resolve_user(c, &err) < 0 ||
-      (cfg->tty && open_pty(c, &err) < 0)) {
-    if (err == NULL)
-      agsx_error_set(&err, errno, "sandbox setup");
-    agsx_child_fail(c, 125, &err);
-  }
-  c->phase_ns[2] = agsx_mono_ns();
-  build_env(c);
+      (c->phase_ns[1] = agsx_mono_ns(), agsx_child_rootfs(c, &err)) < 0)
+    goto fail;
+  /* The stage and the layers', volumes' and /sys's mount fds are the
+   * host's: the root is built, so none is held while the sandbox's own
+   * paths (/etc/passwd, /etc/group, /dev/ptmx) are resolved below. */
   agsx_closep(&c->stagefd);
   for (size_t i = 0; i < c->nfds; i++)
     agsx_closep(&c->fds[i]);
+  if (sethostname(cfg->hostname, strlen(cfg->hostname)) < 0 || resolve_user(c, &err) < 0 ||
+      (cfg->tty && open_pty(c, &err) < 0))
+    goto fail;
+  c->phase_ns[2] = agsx_mono_ns();
+  build_env(c);
+  return;
+fail:
+  if (err == NULL)
+    agsx_error_set(&err, errno, "sandbox setup");
+  agsx_child_fail(c, 125, &err);
 }
 
 /* The forwarded signals, blocked and read from a signalfd (returned), and
