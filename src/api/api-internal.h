@@ -14,6 +14,20 @@ struct agsx_fs_watch;
 struct agsx_fs_watchers;
 struct agsx_fs_receive;
 
+/* Where a request's time goes, for `serve --log-level debug` (bench/serve
+ * reads it): named marks in CLOCK_MONOTONIC from the request's headers. */
+#define AGSX_API_MARKS 12
+struct agsx_api_timing {
+  int64_t t0;
+  unsigned n;
+  struct {
+    const char *what; /* a string literal */
+    int64_t ns;
+  } m[AGSX_API_MARKS];
+};
+/* Marks WHAT now (nothing once the marks are full, or below debug level). */
+void agsx_api_mark(struct agsx_api_timing *t, const char *what);
+
 struct server {
   const struct agsx_api_config *cfg;
   struct MHD_Daemon *d;
@@ -48,6 +62,8 @@ struct req {
   bool upload;
   int upload_status;
   char *upload_error;
+  unsigned status; /* the response's, once answered */
+  struct agsx_api_timing tm;
 };
 
 /* A streamed response (Connect server-streaming). The loop pumps it; the
@@ -73,6 +89,10 @@ struct stream {
   struct agsx_fs_watch *watch;
   /* a code execution (port 49999's /execute, code-routes.c) */
   struct agsx_api_code_stream *code;
+  /* its request's marks, and the frames' (logged when it is freed) */
+  struct agsx_api_timing tm;
+  char what[48];
+  bool first_marked;
 };
 
 /* ---- responses (server.c) ---- */

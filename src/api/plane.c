@@ -237,8 +237,9 @@ static const char *template_pool(const struct agsx_api_config *cfg, const char *
  * command, detached, removed at its end): true with ID set. A pool that
  * does not fit the request (another network, egress rules), is empty or
  * fails the claim leaves the start to the spawner. */
-static bool claim_pooled(const struct agsx_api_config *cfg, const char *tmpl,
-                         const struct agsx_spawn_req *q, char id[33]) {
+static bool claim_pooled(struct req *r, const char *tmpl, const struct agsx_spawn_req *q,
+                         char id[33]) {
+  const struct agsx_api_config *cfg = r->s->cfg;
   const char *name = template_pool(cfg, tmpl);
   if (name == NULL || q->egress)
     return false;
@@ -274,6 +275,7 @@ static bool claim_pooled(const struct agsx_api_config *cfg, const char *tmpl,
     }
   }
   agsx_pool_config_clear(&pc);
+  agsx_api_mark(&r->tm, claimed ? "claimed" : "no claim");
   return claimed;
 }
 
@@ -309,12 +311,12 @@ static void create(struct req *r) {
     agsx_respond_error(r, 400, "network.allowOut/denyOut: the sandbox has no internet access (%s)",
                        c.internet ? "agsx serve --network internal"
                                   : "allow_internet_access false");
-  else if (!claim_pooled(cfg, c.template_id, &q, id) &&
+  else if (!claim_pooled(r, c.template_id, &q, id) &&
            agsx_spawn(&r->s->spawner, &q, id, &status, &err) < 0 && status == 400)
     agsx_respond_error(r, 400, "template `%s`: %s", c.template_id, err->msg);
   else if (err)
     agsx_respond_error(r, 500, "start the sandbox: %s", err->msg);
-  else if (agsx_record_read(r->s->statefd, id, &rec, &err) < 0)
+  else if (agsx_api_mark(&r->tm, "started"), agsx_record_read(r->s->statefd, id, &rec, &err) < 0)
     agsx_respond_error(r, 500, "read the new sandbox's record: %s", err->msg);
   else {
     agsx_info("serve: created sandbox %.20s (template %s, image %s)", id, c.template_id, q.image);
