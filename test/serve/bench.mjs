@@ -1,6 +1,10 @@
 // bench/serve's SDK side: node bench.mjs PHASE [N]; prints one JSON line.
 //   roundtrip N   Sandbox.create -> commands.run('true') -> kill, N times
-//   createrun N   Sandbox.create -> commands.run('true'), N times (each killed untimed)
+//   createrun N   Sandbox.create -> commands.run('true'), N times (each killed untimed;
+//                 PACE_MS: a pause before each round, so that the last round's
+//                 teardown and the pool's refill are done); the create and the
+//                 run are timed apart too
+//   empty N       N GET /health of no sandbox: an HTTP round trip, the floor
 //   creates N     N concurrent Sandbox.create, then kill them all
 //   output MB     commands.run writing MB MiB to stdout, counted by onStdout
 //   files MB      files.write / files.read of MB MiB
@@ -29,16 +33,33 @@ if (phase === 'roundtrip') {
   }
   console.log(JSON.stringify({ phase, ...stats(t) }));
 } else if (phase === 'createrun') {
-  const t = [];
+  const t = [], tc = [], tr = [];
+  const pace = Number(process.env.PACE_MS || 0);
   for (let i = 0; i < n; i++) {
+    if (pace) await new Promise((r) => setTimeout(r, pace));
     const t0 = now();
     const sbx = await Sandbox.create(TEMPLATE, { timeoutMs: 60000 });
+    const t1 = now();
     const r = await sbx.commands.run('true');
-    t.push(now() - t0);
+    const t2 = now();
+    t.push(t2 - t0);
+    tc.push(t1 - t0);
+    tr.push(t2 - t1);
     assert(r.exitCode === 0, 'true exits 0');
     await sbx.kill();
   }
-  console.log(JSON.stringify({ phase, template: TEMPLATE, ...stats(t) }));
+  console.log(JSON.stringify({ phase, template: TEMPLATE, pace_ms: pace, ...stats(t),
+    create_median_ms: stats(tc).median_ms, run_median_ms: stats(tr).median_ms }));
+} else if (phase === 'empty') {
+  const t = [];
+  const url = process.env.E2B_SANDBOX_URL + '/health';
+  for (let i = 0; i < n; i++) {
+    const t0 = now();
+    const res = await fetch(url, { headers: { 'E2b-Sandbox-Id': 'none' } });
+    await res.arrayBuffer();
+    t.push(now() - t0);
+  }
+  console.log(JSON.stringify({ phase, ...stats(t) }));
 } else if (phase === 'creates') {
   const t0 = now();
   const res = await Promise.allSettled(
