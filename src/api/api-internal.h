@@ -28,8 +28,18 @@ struct agsx_api_timing {
 /* Marks WHAT now (nothing once the marks are full, or below debug level). */
 void agsx_api_mark(struct agsx_api_timing *t, const char *what);
 
+/* E2B ids (20 hex digits) the server has seen, and their sandbox's full
+ * id: an envd request then costs one stat, not a listing of every
+ * sandbox's directory. Direct-mapped; a miss or a stale entry falls back
+ * to the listing. */
+#define AGSX_API_ID_CACHE 1024
+struct agsx_api_id {
+  char e2b[21], id[33];
+};
+
 struct server {
   const struct agsx_api_config *cfg;
+  struct agsx_api_id *ids; /* AGSX_API_ID_CACHE of them */
   struct MHD_Daemon *d;
   int epfd, sigfd, statefd;
   char *key;
@@ -151,6 +161,8 @@ bool agsx_api_envd_admit(struct req *r, bool token_required);
  * 0 and *RET, or -1 with ENOENT (none, ended or being stopped). */
 int agsx_api_find_sandbox(struct server *s, const char *e2b_id, struct agsx_record *ret,
                           agsx_error_t *err);
+/* Puts a sandbox the server made in the E2B id cache. */
+void agsx_api_remember_id(struct server *s, const char id[33]);
 /* A JSON body of a control-plane request: NULL after answering 400. */
 yajl_val agsx_api_parse_body(struct req *r, bool connect);
 /* The `Sandbox` object of a create or connect answer. */

@@ -647,6 +647,7 @@ out:
     close(s.epfd);
   if (s.statefd >= 0)
     close(s.statefd);
+  free(s.ids);
   free(s.key);
   return ret;
 }
