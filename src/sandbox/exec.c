@@ -65,7 +65,7 @@ static int install_stdio(const int stdio[3]) {
  * inside as /proc/self/fd/N through a link the sandbox planted on a path we
  * resolve (CVE-2024-21626). */
 static _Noreturn void child(const struct agsx_record *rec, const struct agsx_exec_config *cfg,
-                            int pidfd, int sock) {
+                            int pidfd, int sock, const int *tasks, size_t ntasks) {
   agsx_error_t err = NULL;
   /* Not dumpable: sandbox processes must not reach our fds or memory
    * through /proc/<pid> or ptrace while we are still privileged. */
@@ -77,8 +77,18 @@ static _Noreturn void child(const struct agsx_record *rec, const struct agsx_exe
     agsx_error_set(&err, errno, "exec: set up stdio");
     fail(sock, 125, &err);
   }
-  int keep[2] = {sock, pidfd};
-  agsx_close_all_except(keep, AGSX_ARRAY_SIZE(keep));
+  int keep[2 + 8] = {sock, pidfd};
+  size_t nkeep = 2;
+  for (size_t i = 0; i < ntasks && nkeep < AGSX_ARRAY_SIZE(keep); i++)
+    keep[nkeep++] = tasks[i];
+  agsx_close_all_except(keep, nkeep);
+  /* Into the exec cgroup before any sandbox code can run: its limits and
+   * its kill cover the command from its first instruction. */
+  int r = agsx_cgroup_self_attach(tasks, ntasks);
+  if (r < 0) {
+    agsx_error_set(&err, -r, "join the exec cgroup");
+    fail(sock, 125, &err);
+  }
   if (setns(pidfd, JOIN_NS) < 0) {
     agsx_error_set(&err, errno, "join the sandbox");
     fail(sock, 125, &err);
@@ -105,25 +115,6 @@ static _Noreturn void child(const struct agsx_record *rec, const struct agsx_exe
   agsx_msg_send(sock, &ready, &master, master >= 0 ? 1 : 0);
   if (master >= 0)
     close(master);
-  /* The parent makes the exec cgroup meanwhile (exec_cgroup) and sends
-   * its `tasks` (v2: `cgroup.procs`) fds: we join it ourselves, because
-   * only a task writing "0" (itself) spares the kernel its threadgroup lock
-   * (taken for writing, it waits for an RCU grace period: milliseconds).
-   * Before any sandbox code runs, so its limits and its kill cover the
-   * command from its first instruction; the fds are closed before any
-   * path of the sandbox is resolved again. */
-  struct agsx_msg go;
-  int tasks[8];
-  size_t ntasks = 0;
-  if (agsx_msg_recv(sock, &go, tasks, AGSX_ARRAY_SIZE(tasks), &ntasks) <= 0 ||
-      go.type != AGSX_MSG_GO)
-    _exit(125); /* the parent failed (and says why) or is gone */
-  int r = agsx_cgroup_self_attach(tasks, ntasks);
-  agsx_cgroup_close_fds(tasks, ntasks);
-  if (r < 0 || ntasks != (size_t)go.code) {
-    agsx_error_set(&err, r < 0 ? -r : EBADF, "join the exec cgroup");
-    fail(sock, 125, &err);
-  }
   struct agsx_proc_spec p = {
       .argv = cfg->argv,
       .env = env,
@@ -161,26 +152,20 @@ static int sandbox_cgroup(const struct agsx_record *rec, struct agsx_cgroup **re
   return agsx_cgroup_open(rec->id, ret, err);
 }
 
-/* The exec cgroup, made while the child joins the sandbox and reads its
- * user (the two overlap: a cgroup v1 mkdir is among the slowest steps of
- * an exec), and the child moved into it; then the child may go on. */
-static int exec_cgroup(const struct agsx_record *rec, struct agsx_exec *e, int sock,
-                       agsx_error_t *err) {
+static int exec_cgroup(const struct agsx_record *rec, struct agsx_exec *e, int *tasks,
+                       size_t *ntasks, agsx_error_t *err) {
   _cleanup_cgroup_ struct agsx_cgroup *cg = NULL;
+  *ntasks = 0;
   if (sandbox_cgroup(rec, &cg, err) < 0)
     return agsx_error_wrap(err, "exec cgroup");
   char name[24];
   snprintf(name, sizeof(name), "exec-%08x", (unsigned)(agsx_mono_ns() ^ getpid()));
   if (agsx_cgroup_create_sub(cg, name, &e->cg, err) < 0)
-    return agsx_error_wrap(err, "exec cgroup");
-  int fds[8];
-  int n = agsx_cgroup_join_fds(e->cg, fds, AGSX_ARRAY_SIZE(fds), err);
+    return -1;
+  int n = agsx_cgroup_join_fds(e->cg, tasks, 8, err);
   if (n < 0)
-    return agsx_error_wrap(err, "exec cgroup");
-  /* (A child that failed before has said why: wait_started reads it.) */
-  struct agsx_msg go = {.type = AGSX_MSG_GO, .code = n};
-  agsx_msg_send(sock, &go, fds, (size_t)n);
-  agsx_cgroup_close_fds(fds, (size_t)n);
+    return -1;
+  *ntasks = (size_t)n;
   return 0;
 }
 
@@ -228,15 +213,22 @@ int agsx_exec_start(const struct agsx_record *rec, const struct agsx_exec_config
   _cleanup_close_ int initfd = open_init(rec, err);
   if (initfd < 0)
     return -1;
+  int tasks[8];
+  size_t ntasks = 0;
+  if (exec_cgroup(rec, e, tasks, &ntasks, err) < 0)
+    return -1;
   int sp[2];
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
+    agsx_cgroup_close_fds(tasks, ntasks);
     return agsx_error_set(err, errno, "socketpair");
+  }
   /* The next child of this process is born in the sandbox's pid namespace;
    * afterwards ours go back to our own (anything forking later — the leak
    * checker of a sanitizer build, say — must not land in the sandbox). */
   int ownpid = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
   if (ownpid < 0 || setns(initfd, CLONE_NEWPID) < 0) {
     agsx_closep(&ownpid);
+    agsx_cgroup_close_fds(tasks, ntasks);
     close(sp[0]);
     close(sp[1]);
     return agsx_error_set(err, errno, "join the sandbox's pid namespace");
@@ -244,12 +236,13 @@ int agsx_exec_start(const struct agsx_record *rec, const struct agsx_exec_config
   pid_t pid = fork();
   if (pid == 0) {
     close(sp[0]);
-    child(rec, cfg, initfd, sp[1]);
+    child(rec, cfg, initfd, sp[1], tasks, ntasks);
   }
   int back = setns(ownpid, CLONE_NEWPID);
   close(ownpid);
   if (back < 0)
     agsx_warn("return to our pid namespace: %s", strerror(errno));
+  agsx_cgroup_close_fds(tasks, ntasks);
   close(sp[1]);
   if (pid < 0) {
     close(sp[0]);
@@ -257,24 +250,10 @@ int agsx_exec_start(const struct agsx_record *rec, const struct agsx_exec_config
   }
   e->pid = pid;
   e->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-  int r = exec_cgroup(rec, e, sp[0], err);
-  if (r < 0) {
-    /* It waits for GO, before any sandbox code: it goes. Its own error,
-     * if it failed first, is the one to report. */
-    kill(pid, SIGKILL);
-    agsx_error_t first = NULL;
-    if (wait_started(e, sp[0], ret_code, &first) < 0) {
-      agsx_error_free(err);
-      *err = first;
-    } else {
-      *ret_code = 125;
-    }
-  } else {
-    r = wait_started(e, sp[0], ret_code, err);
-  }
+  int r = wait_started(e, sp[0], ret_code, err);
+  close(sp[0]);
   if (r < 0)
     agsx_exec_reap(e);
-  close(sp[0]);
   return r;
 }
 
