@@ -272,19 +272,6 @@ void agsx_stream_free(struct stream *st) { stream_free(st); }
 
 void agsx_respond_stream(struct req *r, struct stream *st) {
   struct server *s = r->s;
-  /* Whole already (a command that ended before its log was opened, an
-   * error): one response of known length, so that the headers and every
-   * frame leave in one write, not one write each, and the client reads
-   * them at once. The same frames either way. */
-  if (st->ended) {
-    struct MHD_Response *resp = agsx_mhd.create_response_from_buffer(
-        st->out.len - st->off, st->out.p + st->off, MHD_RESPMEM_MUST_COPY);
-    if (resp)
-      agsx_mhd.add_response_header(resp, "Content-Type", "application/connect+json");
-    agsx_respond_queue(r, 200, resp);
-    stream_free(st);
-    return;
-  }
   st->next = s->streams;
   if (s->streams)
     s->streams->pprev = &st->next;
