@@ -14,8 +14,32 @@ struct agsx_fs_watch;
 struct agsx_fs_watchers;
 struct agsx_fs_receive;
 
+/* Where a request's time goes, for `serve --log-level debug` (bench/serve
+ * reads it): named marks in CLOCK_MONOTONIC from the request's headers. */
+#define AGSX_API_MARKS 12
+struct agsx_api_timing {
+  int64_t t0;
+  unsigned n;
+  struct {
+    const char *what; /* a string literal */
+    int64_t ns;
+  } m[AGSX_API_MARKS];
+};
+/* Marks WHAT now (nothing once the marks are full, or below debug level). */
+void agsx_api_mark(struct agsx_api_timing *t, const char *what);
+
+/* E2B ids (20 hex digits) the server has seen, and their sandbox's full
+ * id: an envd request then costs one stat, not a listing of every
+ * sandbox's directory. Direct-mapped; a miss or a stale entry falls back
+ * to the listing. */
+#define AGSX_API_ID_CACHE 1024
+struct agsx_api_id {
+  char e2b[21], id[33];
+};
+
 struct server {
   const struct agsx_api_config *cfg;
+  struct agsx_api_id *ids; /* AGSX_API_ID_CACHE of them */
   struct MHD_Daemon *d;
   int epfd, sigfd, statefd;
   char *key;
@@ -48,6 +72,8 @@ struct req {
   bool upload;
   int upload_status;
   char *upload_error;
+  unsigned status; /* the response's, once answered */
+  struct agsx_api_timing tm;
 };
 
 /* A streamed response (Connect server-streaming). The loop pumps it; the
@@ -73,6 +99,10 @@ struct stream {
   struct agsx_fs_watch *watch;
   /* a code execution (port 49999's /execute, code-routes.c) */
   struct agsx_api_code_stream *code;
+  /* its request's marks, and the frames' (logged when it is freed) */
+  struct agsx_api_timing tm;
+  char what[48];
+  bool first_marked;
 };
 
 /* ---- responses (server.c) ---- */
@@ -131,6 +161,8 @@ bool agsx_api_envd_admit(struct req *r, bool token_required);
  * 0 and *RET, or -1 with ENOENT (none, ended or being stopped). */
 int agsx_api_find_sandbox(struct server *s, const char *e2b_id, struct agsx_record *ret,
                           agsx_error_t *err);
+/* Puts a sandbox the server made in the E2B id cache. */
+void agsx_api_remember_id(struct server *s, const char id[33]);
 /* A JSON body of a control-plane request: NULL after answering 400. */
 yajl_val agsx_api_parse_body(struct req *r, bool connect);
 /* The `Sandbox` object of a create or connect answer. */

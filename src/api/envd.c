@@ -389,6 +389,7 @@ static void process_start(struct req *r) {
     unary_error(r, &err);
     goto out;
   }
+  agsx_api_mark(&r->tm, "user");
   /* The SDK runs everything through /bin/bash; images without bash get
    * /bin/sh, which takes the same -l, -i and -c. */
   agsx_strv_push(&argv, strcmp(q.cmd, "/bin/bash") == 0 && !u.has_bash ? "/bin/sh" : q.cmd);
@@ -441,6 +442,7 @@ static void process_start(struct req *r) {
     agsx_respond_stream(r, st);
     goto out;
   }
+  agsx_api_mark(&r->tm, "process started");
   uint32_t pid = info.pid;
   agsx_process_info_clear(&info);
   follow(r, st, pid);

@@ -17,6 +17,7 @@
 #include "sandbox/stats.h"
 
 #include <string.h>
+#include <sys/stat.h>
 
 #define CLIENT_ID "6532622b" /* what E2B always sends; Python requires the field */
 #define LABEL_TEMPLATE "e2b.template"
@@ -31,13 +32,49 @@ static bool valid_e2b_id(const char *s) {
   return (n == 20 || n == 32) && strspn(s, "0123456789abcdef") == n;
 }
 
+static struct agsx_api_id *id_slot(struct server *s, const char *e2b_id) {
+  if (s->ids == NULL)
+    s->ids = xzalloc(AGSX_API_ID_CACHE * sizeof(*s->ids));
+  uint32_t h = 2166136261u; /* FNV-1a of the first 20 digits */
+  for (size_t i = 0; i < 20 && e2b_id[i]; i++)
+    h = (h ^ (unsigned char)e2b_id[i]) * 16777619u;
+  return &s->ids[h % AGSX_API_ID_CACHE];
+}
+
+/* The full id of E2B_ID: the cache's if its directory is still there,
+ * else agsx_state_resolve's (which then goes into the cache). */
+static int resolve_id(struct server *s, const char *e2b_id, char id[33], agsx_error_t *err) {
+  struct agsx_api_id *c = strlen(e2b_id) == 20 ? id_slot(s, e2b_id) : NULL;
+  struct stat st;
+  if (c && strcmp(c->e2b, e2b_id) == 0 &&
+      fstatat(s->statefd, c->id, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    memcpy(id, c->id, 33);
+    return 0;
+  }
+  if (agsx_state_resolve(s->statefd, e2b_id, id, err) < 0)
+    return -1;
+  if (c) {
+    memcpy(c->e2b, e2b_id, 21);
+    memcpy(c->id, id, 33);
+  }
+  return 0;
+}
+
+void agsx_api_remember_id(struct server *s, const char id[33]) {
+  char e2b[21];
+  snprintf(e2b, sizeof(e2b), "%.20s", id);
+  struct agsx_api_id *c = id_slot(s, e2b);
+  memcpy(c->e2b, e2b, 21);
+  memcpy(c->id, id, 33);
+}
+
 int agsx_api_find_sandbox(struct server *s, const char *e2b_id, struct agsx_record *ret,
                           agsx_error_t *err) {
   if (!valid_e2b_id(e2b_id))
     return agsx_error_set(err, ENOENT, "sandbox `%.40s` not found", e2b_id);
   char id[33];
   agsx_error_t e = NULL;
-  if (agsx_state_resolve(s->statefd, e2b_id, id, &e) < 0) {
+  if (resolve_id(s, e2b_id, id, &e) < 0) {
     agsx_error_free(&e);
     return agsx_error_set(err, ENOENT, "sandbox `%s` not found", e2b_id);
   }
@@ -237,8 +274,9 @@ static const char *template_pool(const struct agsx_api_config *cfg, const char *
  * command, detached, removed at its end): true with ID set. A pool that
  * does not fit the request (another network, egress rules), is empty or
  * fails the claim leaves the start to the spawner. */
-static bool claim_pooled(const struct agsx_api_config *cfg, const char *tmpl,
-                         const struct agsx_spawn_req *q, char id[33]) {
+static bool claim_pooled(struct req *r, const char *tmpl, const struct agsx_spawn_req *q,
+                         char id[33]) {
+  const struct agsx_api_config *cfg = r->s->cfg;
   const char *name = template_pool(cfg, tmpl);
   if (name == NULL || q->egress)
     return false;
@@ -274,6 +312,7 @@ static bool claim_pooled(const struct agsx_api_config *cfg, const char *tmpl,
     }
   }
   agsx_pool_config_clear(&pc);
+  agsx_api_mark(&r->tm, claimed ? "claimed" : "no claim");
   return claimed;
 }
 
@@ -309,14 +348,15 @@ static void create(struct req *r) {
     agsx_respond_error(r, 400, "network.allowOut/denyOut: the sandbox has no internet access (%s)",
                        c.internet ? "agsx serve --network internal"
                                   : "allow_internet_access false");
-  else if (!claim_pooled(cfg, c.template_id, &q, id) &&
+  else if (!claim_pooled(r, c.template_id, &q, id) &&
            agsx_spawn(&r->s->spawner, &q, id, &status, &err) < 0 && status == 400)
     agsx_respond_error(r, 400, "template `%s`: %s", c.template_id, err->msg);
   else if (err)
     agsx_respond_error(r, 500, "start the sandbox: %s", err->msg);
-  else if (agsx_record_read(r->s->statefd, id, &rec, &err) < 0)
+  else if (agsx_api_mark(&r->tm, "started"), agsx_record_read(r->s->statefd, id, &rec, &err) < 0)
     agsx_respond_error(r, 500, "read the new sandbox's record: %s", err->msg);
   else {
+    agsx_api_remember_id(r->s, id);
     agsx_info("serve: created sandbox %.20s (template %s, image %s)", id, c.template_id, q.image);
     respond_sandbox(r, 201, &rec, SHAPE_SANDBOX);
     agsx_record_clear(&rec);

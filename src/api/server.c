@@ -60,6 +60,35 @@ int agsx_api_listen_parse(const char *listen, void *ret_sa, unsigned *ret_len, b
   return 0;
 }
 
+/* ---- timing ------------------------------------------------------------------------------ */
+
+void agsx_api_mark(struct agsx_api_timing *t, const char *what) {
+  if (t->t0 == 0 || t->n >= AGSX_API_MARKS)
+    return;
+  t->m[t->n].what = what;
+  t->m[t->n].ns = agsx_mono_ns();
+  t->n++;
+}
+
+/* One debug line: WHAT, then each mark in ms since the request's headers. */
+static void timing_log(const struct agsx_api_timing *t, const char *what, unsigned status) {
+  if (t->t0 == 0)
+    return;
+  char line[512];
+  size_t k = 0;
+  for (unsigned i = 0; i < t->n && k < sizeof(line); i++) {
+    int n = snprintf(line + k, sizeof(line) - k, "%s%s %.3f", i ? ", " : "", t->m[i].what,
+                     (double)(t->m[i].ns - t->t0) / 1e6);
+    if (n < 0)
+      break;
+    k += (size_t)n;
+  }
+  line[k < sizeof(line) ? k : sizeof(line) - 1] = '\0';
+  /* The start on CLOCK_MONOTONIC too, which a client on this host can
+   * line up with its own (Node's process.hrtime, say). */
+  agsx_debug("serve: timing: %s %u: at %.3f: %s ms", what, status, (double)t->t0 / 1e6, line);
+}
+
 /* ---- responses --------------------------------------------------------------------------- */
 
 const char *agsx_req_header(struct req *r, const char *name) {
@@ -77,6 +106,8 @@ void agsx_respond_queue(struct req *r, unsigned status, struct MHD_Response *res
   }
   agsx_debug("serve: %s %s%s%s: %u", r->method, r->path, r->envd ? " for " : "",
              r->envd ? r->e2b_id : "", status);
+  agsx_api_mark(&r->tm, "answered");
+  r->status = status;
   if (agsx_mhd.queue_response(r->c, status, resp) != MHD_YES)
     agsx_debug("serve: %s %s: the response could not be queued", r->method, r->path);
   agsx_mhd.destroy_response(resp);
@@ -198,6 +229,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
   struct stream *st = cls;
   (void)pos;
   if (st->off < st->out.len) {
+    if (!st->first_marked) {
+      st->first_marked = true;
+      agsx_api_mark(&st->tm, "first frame");
+    }
     size_t n = st->out.len - st->off;
     if (n > max)
       n = max;
@@ -207,8 +242,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
       st->off = st->out.len = 0;
     return (ssize_t)n;
   }
-  if (st->ended)
+  if (st->ended) {
+    agsx_api_mark(&st->tm, "end");
     return MHD_CONTENT_READER_END_OF_STREAM;
+  }
   /* Nothing yet: returning 0 would have MHD call again at once. */
   agsx_mhd.suspend_connection(st->c);
   st->suspended = true;
@@ -217,6 +254,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_free(void *cls) {
   struct stream *st = cls;
+  timing_log(&st->tm, st->what, 200);
   if (st->pollfd >= 0)
     epoll_ctl(st->s->epfd, EPOLL_CTL_DEL, st->pollfd, NULL);
   agsx_api_stream_free_parts(st);
@@ -240,6 +278,10 @@ void agsx_respond_stream(struct req *r, struct stream *st) {
   st->pprev = &s->streams;
   s->streams = st;
   s->n_streams++;
+  st->tm = r->tm;
+  agsx_api_mark(&st->tm, "stream");
+  snprintf(st->what, sizeof(st->what), "%s %s", r->method, r->path);
+  r->tm.t0 = 0; /* the stream logs it */
   struct MHD_Response *resp = agsx_mhd.create_response_from_callback(MHD_SIZE_UNKNOWN, 256 * 1024,
                                                                      stream_read, st, stream_free);
   if (resp == NULL) {
@@ -318,6 +360,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   (void)cls;
   (void)c;
   (void)toe;
+  struct req *r = *con_cls;
+  if (r) {
+    agsx_api_mark(&r->tm, "sent");
+    char what[48];
+    snprintf(what, sizeof(what), "%s %s", r->method, r->path);
+    timing_log(&r->tm, what, r->status);
+  }
   if (*con_cls)
     req_free(*con_cls);
   *con_cls = NULL;
@@ -344,6 +393,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     r->c = c;
     r->method = method;
     r->path = xstrdup(url);
+    if (agsx_log_level >= AGSX_LOG_DEBUG)
+      r->tm.t0 = agsx_mono_ns();
     *con_cls = r;
     r->envd = agsx_req_header(r, "E2b-Sandbox-Id") != NULL;
     if (r->envd && strcmp(method, "POST") == 0 && strcmp(url, "/files") == 0) {
@@ -387,6 +438,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   }
   agsx_buf_add(&r->body, "", 1); /* NUL-terminated for the parsers; len excludes it */
   r->body.len--;
+  agsx_api_mark(&r->tm, "body");
   dispatch(r);
   return MHD_YES;
 }
@@ -582,6 +634,7 @@ out:
     close(s.epfd);
   if (s.statefd >= 0)
     close(s.statefd);
+  free(s.ids);
   free(s.key);
   return ret;
 }

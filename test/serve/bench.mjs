@@ -1,6 +1,13 @@
 // bench/serve's SDK side: node bench.mjs PHASE [N]; prints one JSON line.
 //   roundtrip N   Sandbox.create -> commands.run('true') -> kill, N times
-//   createrun N   Sandbox.create -> commands.run('true'), N times (each killed untimed)
+//   createrun N   Sandbox.create -> commands.run('true'), N times (each killed untimed;
+//                 PACE_MS: a pause before each round, so that the last round's
+//                 teardown and the pool's refill are done); the create and the
+//                 run are timed apart too
+//   empty N       N GET /health of no sandbox: an HTTP round trip, the floor
+//   ab N          paired rounds against two servers (AB_URLS="URL_A URL_B", each
+//                 with TEMPLATE pooled): create+run of each in a random order per
+//                 round (PACE_MS before each), medians and the paired difference
 //   creates N     N concurrent Sandbox.create, then kill them all
 //   output MB     commands.run writing MB MiB to stdout, counted by onStdout
 //   files MB      files.write / files.read of MB MiB
@@ -29,16 +36,64 @@ if (phase === 'roundtrip') {
   }
   console.log(JSON.stringify({ phase, ...stats(t) }));
 } else if (phase === 'createrun') {
-  const t = [];
+  const t = [], tc = [], tr = [];
+  const pace = Number(process.env.PACE_MS || 0);
   for (let i = 0; i < n; i++) {
+    if (pace) await new Promise((r) => setTimeout(r, pace));
     const t0 = now();
     const sbx = await Sandbox.create(TEMPLATE, { timeoutMs: 60000 });
+    const t1 = now();
     const r = await sbx.commands.run('true');
-    t.push(now() - t0);
+    const t2 = now();
+    t.push(t2 - t0);
+    tc.push(t1 - t0);
+    tr.push(t2 - t1);
     assert(r.exitCode === 0, 'true exits 0');
     await sbx.kill();
   }
-  console.log(JSON.stringify({ phase, template: TEMPLATE, ...stats(t) }));
+  console.log(JSON.stringify({ phase, template: TEMPLATE, pace_ms: pace, ...stats(t),
+    create_median_ms: stats(tc).median_ms, run_median_ms: stats(tr).median_ms }));
+} else if (phase === 'ab') {
+  const urls = process.env.AB_URLS.split(' ');
+  const pace = Number(process.env.PACE_MS || 0);
+  const t = urls.map(() => ({ c: [], r: [], all: [] }));
+  const one = async (k) => {
+    if (pace) await new Promise((r) => setTimeout(r, pace));
+    const o = { apiUrl: urls[k], sandboxUrl: urls[k], timeoutMs: 60000 };
+    const t0 = now();
+    const sbx = await Sandbox.create(TEMPLATE, o);
+    const t1 = now();
+    const r = await sbx.commands.run('true');
+    const t2 = now();
+    assert(r.exitCode === 0, 'true exits 0');
+    await sbx.kill();
+    t[k].c.push(t1 - t0);
+    t[k].r.push(t2 - t1);
+    t[k].all.push(t2 - t0);
+  };
+  await one(0);
+  await one(1);
+  for (const x of t) x.c.length = x.r.length = x.all.length = 0; /* the warm-up */
+  for (let i = 0; i < n; i++) {
+    const order = Math.random() < 0.5 ? [0, 1] : [1, 0];
+    for (const k of order) await one(k);
+  }
+  const d = t[1].all.map((v, i) => v - t[0].all[i]);
+  const m = (v) => stats(v).median_ms;
+  console.log(JSON.stringify({ phase, pace_ms: pace, n,
+    a: { median_ms: m(t[0].all), create_ms: m(t[0].c), run_ms: m(t[0].r) },
+    b: { median_ms: m(t[1].all), create_ms: m(t[1].c), run_ms: m(t[1].r) },
+    b_minus_a_median_ms: m(d) }));
+} else if (phase === 'empty') {
+  const t = [];
+  const url = process.env.E2B_SANDBOX_URL + '/health';
+  for (let i = 0; i < n; i++) {
+    const t0 = now();
+    const res = await fetch(url, { headers: { 'E2b-Sandbox-Id': 'none' } });
+    await res.arrayBuffer();
+    t.push(now() - t0);
+  }
+  console.log(JSON.stringify({ phase, ...stats(t) }));
 } else if (phase === 'creates') {
   const t0 = now();
   const res = await Promise.allSettled(
