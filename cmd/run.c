@@ -359,7 +359,6 @@ void agsx_run_fill_spec(struct agsx_ctx *ctx, const struct run_opts *o, const ch
       .rm = o->rm,
       .timing = o->timing,
       .caller_exits = o->detach, /* run -d prints the id and exits */
-      .exits_after = true,       /* and run in the foreground once it ends */
       .interactive = o->interactive && !o->detach,
       .tty = o->tty,
       .capture = o->json && !o->detach,

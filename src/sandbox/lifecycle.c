@@ -511,8 +511,6 @@ static int finish(struct sup *f, agsx_error_t *err) {
    * exiting while one of them is an unreaped zombie of ours (and the
    * destroy waits for the init). */
   agsx_procs_end(f->procs, "the sandbox ended");
-  /* A detached supervisor exits after this; so does a caller that says so. */
-  f->sb->release_behind = f->detached || f->o->exits_after;
   agsx_error_t derr = NULL;
   if (agsx_sandbox_destroy(f->sb, &derr) < 0 && *err == NULL)
     *err = derr;

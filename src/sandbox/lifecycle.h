@@ -63,10 +63,6 @@ struct agsx_run_spec {
    * reparents it. A caller that lives on (a server) leaves this false and
    * gets a grandchild, which it never has to reap. */
   bool caller_exits;
-  /* The caller exits once the run returns (the CLI): the sandbox's mounts
-   * are released behind it, by a short-lived process of its own (see
-   * sandbox.h release_behind), after the answer instead of before it. */
-  bool exits_after;
   /* No command: the sandbox's init only reaps until the sandbox is stopped
    * or reaches its deadline; its processes come through processes.h (API
    * sandboxes, whose images may have no shell). Detached only. */

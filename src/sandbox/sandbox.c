@@ -15,9 +15,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/mount.h>
-#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -473,32 +471,6 @@ void agsx_sandbox_kill(struct agsx_sandbox *sb) {
   agsx_sandbox_signal(sb, SIGKILL);
 }
 
-/* The releaser: a child sharing our memory (CLONE_VM, so nothing is copied
- * but the fd table) that closes its copy of every fd, the mount namespace's
- * last one among them, and exits. Until then it runs only these two calls,
- * on a stack of its own that is never freed: the process exits soon. It
- * touches no libc state (errno is written on failure only: close_range
- * cannot fail here). */
-static int releaser(void *arg) {
-  (void)arg;
-  /* (raw calls: a sanitizer's interceptors would touch the parent's state) */
-  syscall(SYS_prctl, PR_SET_NAME, "agsx-release", 0, 0, 0);
-  syscall(SYS_close_range, 0U, ~0U, 0U);
-  return 0;
-}
-
-static bool release_behind(void) {
-  static bool used; /* one stack, one releaser a process */
-  const size_t size = 64 * 1024;
-  if (used)
-    return false;
-  void *stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (stack == MAP_FAILED)
-    return false;
-  used = true;
-  return clone(releaser, (char *)stack + size, CLONE_VM | SIGCHLD, NULL) > 0;
-}
-
 static void reap_init(struct agsx_sandbox *sb) {
   if (sb->init_pid <= 0)
     return;
@@ -544,8 +516,6 @@ int agsx_sandbox_destroy(struct agsx_sandbox *sb, agsx_error_t *err) {
    * namespace unmounts its tree and frees the filesystems' superblocks. */
   if (sb->mntns >= 0) {
     int64_t t = agsx_mono_ns();
-    if (sb->release_behind)
-      release_behind(); /* (if it fails, the close below releases) */
     agsx_closep(&sb->mntns);
     sb->release_ns = agsx_mono_ns() - t;
   }

@@ -125,13 +125,6 @@ struct agsx_sandbox {
    * down (the tmpfs, the overlay, /proc, /dev: their superblocks) on the
    * way to the answer. Never resolved through: only held, then closed. */
   int mntns;
-  /* Destroy releases it in a child sharing our memory (no copy of it),
-   * which closes every fd it has and exits: the unmounting then runs after
-   * (and beside) the rest of the end. For a caller that exits soon after
-   * (the CLI, a detached supervisor): the child is its, reaped at its exit
-   * (or by the subreaper it is reparented to), and must not outlive it by
-   * more than the release. */
-  bool release_behind;
   int statefd; /* STATE */
   int dirfd;   /* STATE/<id> */
   struct agsx_cgroup *cg;
