@@ -139,8 +139,8 @@ int64_t agsx_lifecycle_prepare_ns(const struct agsx_lifecycle *lc);
  * supervisor's, with its fork first and the report last); NULL if none. */
 const struct agsx_timing *agsx_lifecycle_timing(const struct agsx_lifecycle *lc);
 /* The end after the command: the init's reaping, the cgroups, the record
- * (teardown), and the release of the sandbox's mounts, done last (release:
- * not part of teardown's figure). */
+ * (teardown), and the release of the sandbox's mounts, right after the
+ * reaping and on_dead (release: not part of teardown's figure). */
 int64_t agsx_lifecycle_teardown_ns(const struct agsx_lifecycle *lc);
 int64_t agsx_lifecycle_release_ns(const struct agsx_lifecycle *lc);
 /* From the command's start to the supervisor's seeing its end (the
