@@ -263,7 +263,7 @@ static void on_ended(void *data, struct agsx_lifecycle *lc) {
  * end), the teardown, and run's own exit (the result, freeing), which ends
  * just before the process's exit. */
 struct end_timing {
-  int64_t command, teardown, ended;
+  int64_t command, teardown, release, ended;
 };
 
 static int run_foreground(struct agsx_lifecycle *lc, const struct run_opts *o, int64_t t0,
@@ -275,7 +275,7 @@ static int run_foreground(struct agsx_lifecycle *lc, const struct run_opts *o, i
   const struct agsx_sandbox *sb = agsx_lifecycle_sandbox(lc);
   if (sb && o->timing)
     *et = (struct end_timing){agsx_lifecycle_command_ns(lc), agsx_lifecycle_teardown_ns(lc),
-                              agsx_mono_ns()};
+                              agsx_lifecycle_release_ns(lc), agsx_mono_ns()};
   if (sb && sb->reason == AGSX_STOP_OOM && !o->json)
     dprintf(STDERR_FILENO, "agsx: sandbox %.12s: out of memory: killed\n", sb->id);
   if (sb && sb->reason == AGSX_STOP_TIMEOUT && !o->json)
@@ -376,8 +376,9 @@ int agsx_run_start(const struct run_opts *o, const struct agsx_run_spec *spec, i
   int code = o->detach ? run_detached(lc, o, t0, startup) : run_foreground(lc, o, t0, startup, &et);
   agsx_lifecycle_free(lc);
   if (et.ended)
-    dprintf(STDERR_FILENO, "agsx: timing: command %.3f ms, teardown %.3f ms, exit %.3f ms\n",
-            (double)et.command / 1e6, (double)et.teardown / 1e6,
+    dprintf(STDERR_FILENO,
+            "agsx: timing: command %.3f ms, teardown %.3f ms, release %.3f ms, exit %.3f ms\n",
+            (double)et.command / 1e6, (double)et.teardown / 1e6, (double)et.release / 1e6,
             (double)(agsx_mono_ns() - et.ended) / 1e6);
   return code;
 }

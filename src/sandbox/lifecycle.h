@@ -138,7 +138,11 @@ int64_t agsx_lifecycle_prepare_ns(const struct agsx_lifecycle *lc);
 /* The start's phases after prepare (run: the sandbox's; detach: the
  * supervisor's, with its fork first and the report last); NULL if none. */
 const struct agsx_timing *agsx_lifecycle_timing(const struct agsx_lifecycle *lc);
+/* The end after the command: the init's reaping, the cgroups, the record
+ * (teardown), and the release of the sandbox's mounts, right after the
+ * reaping and on_dead (release: not part of teardown's figure). */
 int64_t agsx_lifecycle_teardown_ns(const struct agsx_lifecycle *lc);
+int64_t agsx_lifecycle_release_ns(const struct agsx_lifecycle *lc);
 /* From the command's start to the supervisor's seeing its end (the
  * command, its reaping by the init, the EXIT message): before teardown. */
 int64_t agsx_lifecycle_command_ns(const struct agsx_lifecycle *lc);

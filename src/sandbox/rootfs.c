@@ -422,7 +422,19 @@ static int readonly_path(int root, const char *path, agsx_error_t *err) {
   return 0;
 }
 
-static int mount_proc_sys(struct agsx_child_ctx *c, int root, int devnull, agsx_error_t *err) {
+/* A directory of the sandbox tmpfs T (created), cloned as a detached bind
+ * mount with ATTRS (besides T's nodev, nosuid). Cheaper than a tmpfs of its
+ * own: no superblock (its shrinker and LRU lists, their global locks) to
+ * make at the start and to tear down at the end. Nothing above it is
+ * reachable through it: `..` at its root goes to its mount point. */
+static int tmpfs_dir(int t, const char *name, mode_t mode, unsigned attrs, agsx_error_t *err) {
+  if (mkdirat(t, name, mode) < 0 || fchmodat(t, name, mode, 0) < 0)
+    return agsx_error_set(err, errno, "mkdir `%s` in the sandbox tmpfs", name);
+  return bind_clone(t, name, attrs, false, err);
+}
+
+static int mount_proc_sys(struct agsx_child_ctx *c, int t, int root, int devnull,
+                          agsx_error_t *err) {
   _cleanup_close_ int proc =
       fs_new("proc", NULL, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, err);
   if (proc < 0 || attach(root, "/proc", proc, true, err) < 0)
@@ -432,11 +444,12 @@ static int mount_proc_sys(struct agsx_child_ctx *c, int root, int devnull, agsx_
   int sys = c->fds[c->cfg->n_layers + c->cfg->n_binds];
   if (attach(root, "/sys", sys, true, err) < 0)
     return -1;
-  /* The first masked directory gets the empty tmpfs itself, the others
-   * clones of it: closing a mount that was never attached dissolves it,
-   * which waits for an RCU grace period (2-6 ms on a busy machine). */
-  const char *opts[] = {"size", "0", "mode", "0555", NULL};
-  _cleanup_close_ int empty = fs_new("tmpfs", opts, MOUNT_ATTR_RDONLY, err);
+  /* Masked directories show an empty read-only directory of the sandbox
+   * tmpfs (nothing is ever written there). The first gets the clone
+   * itself, the others clones of it: closing a mount that was never
+   * attached dissolves it, which waits for an RCU grace period (2-6 ms on
+   * a busy machine). */
+  _cleanup_close_ int empty = tmpfs_dir(t, "mask", 0555, MOUNT_ATTR_RDONLY, err);
   if (empty < 0)
     return -1;
   bool attached = false;
@@ -451,9 +464,11 @@ static int mount_proc_sys(struct agsx_child_ctx *c, int root, int devnull, agsx_
 
 static const char *const devices[] = {"null", "zero", "full", "random", "urandom", "tty"};
 
-static int mount_dev(int root, agsx_error_t *err) {
-  const char *topts[] = {"size", "65536k", "mode", "0755", NULL};
-  _cleanup_close_ int dev = fs_new("tmpfs", topts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, err);
+/* /dev: a directory of the sandbox tmpfs (its few entries count against
+ * --disk), nosuid, noexec and nodev (its device nodes are bind mounts of
+ * the host's, with their own flags); /dev/shm keeps a tmpfs of its own. */
+static int mount_dev(int t, int root, agsx_error_t *err) {
+  _cleanup_close_ int dev = tmpfs_dir(t, "dev", 0755, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, err);
   if (dev < 0)
     return -1;
   /* Device nodes cannot be made in a user namespace: bind the host's. */
@@ -565,7 +580,7 @@ int agsx_child_rootfs(struct agsx_child_ctx *c, agsx_error_t *err) {
   if (devnull < 0)
     return agsx_error_set(err, errno, "open /dev/null");
   if (etc_files(c, root, err) < 0 || mount_binds(c, root, err) < 0 ||
-      mount_proc_sys(c, root, devnull, err) < 0 || mount_dev(root, err) < 0)
+      mount_proc_sys(c, t, root, devnull, err) < 0 || mount_dev(t, root, err) < 0)
     return -1;
   /* --read-only, once the files agsx provides are written. The host
    * image's root holds only mount points and generated files: always. */

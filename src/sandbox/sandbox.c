@@ -253,6 +253,10 @@ static int send_go(struct agsx_sandbox *sb, const struct agsx_sandbox_config *cf
   _cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
   if (userns < 0)
     return agsx_error_set(err, errno, "open `%s`", path);
+  /* (The init is our unreaped child: its pid names it until we wait.) */
+  snprintf(path, sizeof(path), "/proc/%d/ns/mnt", sb->init_pid);
+  if ((sb->mntns = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+    return agsx_error_set(err, errno, "open `%s`", path);
   /* Layers, volumes and the sysfs travel in one message (see
    * AGSX_MSG_MAX_FDS); more would overflow it. */
   if (cfg->n_layers + cfg->n_binds + 1 > AGSX_MSG_MAX_FDS)
@@ -338,7 +342,7 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
                        agsx_error_t *err) {
   struct agsx_sandbox *sb = xzalloc(sizeof(*sb));
   sb->pidfd = sb->sync = sb->pty_master = sb->statefd = sb->dirfd = sb->ids.lockfd = -1;
-  sb->sysfs = sb->netns = sb->upperfd = sb->tmpfsfd = -1;
+  sb->sysfs = sb->netns = sb->mntns = sb->upperfd = sb->tmpfsfd = -1;
   sb->init_pid = -1;
   sb->exit_code = 125;
   memcpy(sb->id, cfg->id, sizeof(sb->id));
@@ -508,6 +512,13 @@ int agsx_sandbox_destroy(struct agsx_sandbox *sb, agsx_error_t *err) {
   /* The init is reaped: its pid namespace, every process in it, is gone. */
   if (sb->on_dead)
     sb->on_dead(sb->on_dead_data);
+  /* Its mounts go now, the answer given: the last reference to the mount
+   * namespace unmounts its tree and frees the filesystems' superblocks. */
+  if (sb->mntns >= 0) {
+    int64_t t = agsx_mono_ns();
+    agsx_closep(&sb->mntns);
+    sb->release_ns = agsx_mono_ns() - t;
+  }
   if (sb->cg)
     r = agsx_cgroup_destroy(sb->cg, err);
   /* Hierarchies other processes made the sandbox's cgroup in: an exec's
@@ -547,6 +558,7 @@ void agsx_sandbox_free(struct agsx_sandbox *sb) {
   agsx_closep(&sb->pidfd);
   agsx_closep(&sb->sysfs);
   agsx_closep(&sb->netns);
+  agsx_closep(&sb->mntns);
   agsx_closep(&sb->sync);
   agsx_closep(&sb->pty_master);
   agsx_closep(&sb->statefd);

@@ -122,12 +122,18 @@ struct agsx_sandbox {
   int pty_master; /* -t: the terminal's master side, else -1 */
   int sysfs;      /* a detached sysfs of the sandbox's network namespace */
   int netns;      /* the sandbox's network namespace (published ports) */
-  int statefd;    /* STATE */
-  int dirfd;      /* STATE/<id> */
+  /* The sandbox's mount namespace, held from GO until destroy has
+   * answered (on_dead): the init's exit then does not tear its mounts
+   * down (the tmpfs, the overlay, /proc, /dev: their superblocks) on the
+   * way to the answer. Never resolved through: only held, then closed. */
+  int mntns;
+  int statefd; /* STATE */
+  int dirfd;   /* STATE/<id> */
   struct agsx_cgroup *cg;
   struct agsx_idrange ids;
   struct agsx_timing timing;
   int64_t child_ns[6];
+  int64_t release_ns; /* destroy: the mount namespace's release (--timing) */
   /* filled by agsx_sandbox_wait */
   int exit_code;
   int term_signal; /* the command died of this signal, 0 if not */

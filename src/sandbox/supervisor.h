@@ -51,8 +51,8 @@ struct sup {
   struct agsx_procs *procs;    /* detached: the control socket and owned processes */
   struct agsx_pool_sup *pool;  /* a pool's sandbox: its claim (sandbox/pool.h) */
   bool detached, handed_off;
-  int64_t teardown_ns;
-  int64_t starting_ns; /* agsx_mono_ns when the sandbox's own start began (--timing) */
+  int64_t teardown_ns, release_ns; /* release: the sandbox's mounts (--timing) */
+  int64_t starting_ns;             /* agsx_mono_ns when the sandbox's own start began (--timing) */
   bool cancelled;
   char *cut; /* cut_kills: why the firewall cut the sandbox off */
   bool stopping, killed, recorded;

@@ -523,7 +523,7 @@ timing_adds_up() {
   [ "$(grep -c '^agsx: timing: ' <<<"$stderr")" -eq 2 ] || { show_run; false; }
   [[ "$start" == *", prepare "*", state+ids "*", cgroup "*", netns wait "*", netns+clone "*", go "*", rootfs "*", exec "*", ready "*", record "*", total "*" ms" ]] || { show_run; false; }
   timing_adds_up "$start" || { echo "# phases do not add up: $start" >&3; false; }
-  [[ "$end" =~ ^"agsx: timing: command "([0-9]+)\.[0-9]+" ms, teardown "[0-9.]+" ms, exit "[0-9.]+" ms"$ ]] || { show_run; false; }
+  [[ "$end" =~ ^"agsx: timing: command "([0-9]+)\.[0-9]+" ms, teardown "[0-9.]+" ms, release "[0-9.]+" ms, exit "[0-9.]+" ms"$ ]] || { show_run; false; }
   # (sleep began at its exec, before READY and the record: under load a
   # little of its 200 ms falls before `command`)
   [ "${BASH_REMATCH[1]}" -ge 100 ] || { show_run; false; }
