@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <linux/openat2.h>
 
 static const char *const status_names[] = {"created", "running", "exited"};
 
@@ -780,37 +781,103 @@ int agsx_state_reap_one(int statefd, const char *id, const struct agsx_reap_repo
   return reaped;
 }
 
+/* Whether agsx_state_reap_one would act on R: running, and its supervisor
+ * gone or alive past the deadline and the grace. */
+static bool reap_due(const struct agsx_record *r, int64_t now) {
+  if (r->status == AGSX_STATUS_EXITED)
+    return false;
+  if (r->deadline > 0 && now > r->deadline + AGSX_STUCK_GRACE_SEC)
+    return true;
+  return !agsx_proc_ref_alive(&r->supervisor);
+}
+
+/* Reads ID's record without its lock, in one open: records are replaced
+ * by rename, so what is read is a whole record, never half of one. 0 and
+ * *R filled; ENOENT (no state.json yet: starting) or another errno. */
+static int read_unlocked(int statefd, const char *id, struct agsx_record *r) {
+  char path[48];
+  snprintf(path, sizeof(path), "%s/state.json", id);
+  _cleanup_close_ int fd =
+      agsx_openat2(statefd, path, O_RDONLY | O_CLOEXEC, 0, RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH);
+  if (fd < 0)
+    return errno;
+  _cleanup_free_ char *buf = NULL;
+  size_t len;
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (agsx_read_fd(fd, AGSX_RECORD_MAX, &buf, &len, &e) < 0 ||
+      agsx_record_from_json(buf, len, r, &e) < 0)
+    return EINVAL;
+  if (strcmp(r->id, id) != 0) {
+    agsx_record_clear(r);
+    return EINVAL;
+  }
+  return 0;
+}
+
+/* Claims this second's reaping of the state directory: the stamp, -2 when it was
+ * reaped less than a second ago, or another invocation reaps it right now
+ * (it holds the stamp's lock until it is done), -1 when the stamp cannot
+ * be written (reap anyway). */
+static int claim_reaping(int statefd, bool force) {
+  struct stat st;
+  int64_t now = agsx_now_ns() / 1000000000LL;
+  if (!force && fstatat(statefd, ".reaped", &st, 0) == 0 && st.st_mtime >= now - 1 &&
+      st.st_mtime <= now)
+    return -2;
+  int stamp = openat(statefd, ".reaped", O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (stamp < 0)
+    return -1; /* a state directory we cannot write: reap what we can */
+  if (!force && (flock(stamp, LOCK_EX | LOCK_NB) < 0 ||
+                 (fstat(stamp, &st) == 0 && st.st_mtime >= now - 1 && st.st_mtime <= now))) {
+    close(stamp);
+    return -2;
+  }
+  futimens(stamp, NULL);
+  return stamp;
+}
+
+/* Every agsx invocation calls this, so with many sandboxes it must stay
+ * cheap: each record is read once, without its lock, and only one that
+ * is due (agsx_state_reap_one, which checks again under the lock) or has
+ * a capture's freeze on it (agsx_snapshot_thaw_orphan) is looked at
+ * further. One invocation at a time reaps a state directory without
+ * FORCE; the others go on meanwhile. */
 void agsx_state_reap_all(const char *state_dir, bool force, const struct agsx_reap_report *rep) {
   agsx_error_t err = NULL;
   _cleanup_close_ int statefd = open(state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (statefd < 0)
     return;
-  struct stat st;
-  int64_t now = agsx_now_ns() / 1000000000LL;
-  if (!force && fstatat(statefd, ".reaped", &st, 0) == 0 && st.st_mtime >= now - 1 &&
-      st.st_mtime <= now)
+  _cleanup_close_ int stamp = claim_reaping(statefd, force);
+  if (stamp == -2)
     return;
-  _cleanup_close_ int stamp =
-      openat(statefd, ".reaped", O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (stamp >= 0)
-    futimens(stamp, NULL);
   _cleanup_strv_ char **ids = NULL;
   if (agsx_state_list(statefd, &ids, &err) < 0) {
     agsx_error_free(&err);
     return;
   }
   for (char **id = ids; *id; id++) {
-    _cleanup_free_ char *rec = xasprintf("%s/state.json", *id);
-    if (faccessat(statefd, rec, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
+    struct agsx_record r;
+    int e = read_unlocked(statefd, *id, &r);
+    if (e == ENOENT)
       continue; /* starting, or not a record: gc's business */
-    int reaped = agsx_state_reap_one(statefd, *id, rep, &err);
-    if (reaped < 0)
-      agsx_debug("reap `%.12s`: %s", *id, err->msg);
-    agsx_error_free(&err);
+    if (e != 0) {
+      agsx_debug("reap `%.12s`: unreadable record", *id);
+      continue;
+    }
+    int64_t now = agsx_now_ns() / 1000000000LL;
+    bool due = reap_due(&r, now), frozen = r.frozen_by.pid > 0;
+    agsx_record_clear(&r);
+    int reaped = 0;
+    if (due) {
+      reaped = agsx_state_reap_one(statefd, *id, rep, &err);
+      if (reaped < 0)
+        agsx_debug("reap `%.12s`: %s", *id, err->msg);
+      agsx_error_free(&err);
+    }
     /* Snapshots die with their sandbox; a capture that died thaws. */
     if (reaped == 1)
       agsx_snapshot_drop_all(statefd, *id);
-    else
+    else if (frozen)
       agsx_snapshot_thaw_orphan(statefd, *id);
   }
 }
