@@ -668,6 +668,10 @@ static uint64_t count_lines(int dfd, const char *file) {
   return n;
 }
 
+uint64_t agsx_cgroup_tasks(struct agsx_cgroup *cg) {
+  return read_u64(hier_fd(cg, CTRL_PIDS), "pids.current");
+}
+
 int agsx_cgroup_stats(struct agsx_cgroup *cg, uint64_t *ret_mem, uint64_t *ret_pids) {
   int mfd = hier_fd(cg, CTRL_MEMORY), pfd = hier_fd(cg, CTRL_PIDS);
   if (ret_mem)

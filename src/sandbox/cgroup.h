@@ -81,6 +81,9 @@ void agsx_cgroup_close_fds(int *fds, size_t n);
  * (v2: memory.events oom_kill; v1: memory.oom_control oom_kill, under_oom on
  * kernels older than 4.13). False without a memory hierarchy. */
 bool agsx_cgroup_oom_killed(struct agsx_cgroup *cg);
+/* The pids controller's count of the cgroup's tasks, its child cgroups'
+ * included (an exec's); 0 without a pids hierarchy or when unreadable. */
+uint64_t agsx_cgroup_tasks(struct agsx_cgroup *cg);
 /* Reads current usage: memory bytes and number of processes. What cannot be
  * read is reported as 0. Returns 0. */
 int agsx_cgroup_stats(struct agsx_cgroup *cg, uint64_t *ret_mem, uint64_t *ret_pids);

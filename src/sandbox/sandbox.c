@@ -493,14 +493,8 @@ static void reap_init(struct agsx_sandbox *sb) {
   sb->init_pid = -1;
 }
 
-int agsx_sandbox_destroy(struct agsx_sandbox *sb, agsx_error_t *err) {
-  if (sb == NULL)
-    return 0;
-  if (sb->init_pid > 0) {
-    agsx_sandbox_kill(sb);
-    reap_init(sb);
-  }
-  int r = 0;
+/* Why the sandbox stopped, once its end is final; then sb->on_dead. */
+static void settle_end(struct agsx_sandbox *sb) {
   if (sb->cg && sb->reason != AGSX_STOP_TIMEOUT && sb->reason != AGSX_STOP_KILLED &&
       agsx_cgroup_oom_killed(sb->cg))
     sb->reason = AGSX_STOP_OOM;
@@ -509,9 +503,34 @@ int agsx_sandbox_destroy(struct agsx_sandbox *sb, agsx_error_t *err) {
     sb->reason = AGSX_STOP_KILLED;
   if (sb->reason == AGSX_STOP_NONE)
     sb->reason = AGSX_STOP_ERROR;
-  /* The init is reaped: its pid namespace, every process in it, is gone. */
   if (sb->on_dead)
     sb->on_dead(sb->on_dead_data);
+  sb->on_dead = NULL;
+}
+
+/* The command has ended (the init's EXIT, which the init sends just before
+ * it exits by itself) and it was the last of the sandbox's processes: the
+ * pids controller counts one task, the init, with any exec's process in a
+ * child cgroup counted too. An exec that joins after this count dies with
+ * the init, as one racing any end does. */
+static bool only_init_left(struct agsx_sandbox *sb) {
+  return sb->exited && sb->init_pid > 0 && sb->cg && agsx_cgroup_tasks(sb->cg) == 1;
+}
+
+int agsx_sandbox_destroy(struct agsx_sandbox *sb, agsx_error_t *err) {
+  if (sb == NULL)
+    return 0;
+  /* Every process but the exiting init gone, the end is final: it is told
+   * (on_dead: a pool claim's --rm answer) before the init's own exit. */
+  if (sb->on_dead && only_init_left(sb))
+    settle_end(sb);
+  if (sb->init_pid > 0) {
+    agsx_sandbox_kill(sb);
+    reap_init(sb);
+  }
+  int r = 0;
+  /* The init is reaped: its pid namespace, every process in it, is gone. */
+  settle_end(sb);
   /* Its mounts go now, the answer given: the last reference to the mount
    * namespace unmounts its tree and frees the filesystems' superblocks. */
   if (sb->mntns >= 0) {
