@@ -390,6 +390,24 @@ rund() {
   echo "$id"
 }
 
+# rec ID KEY: a field of $STATE/ID/state.json, read directly (KEY a.b for a
+# nested one): JSON for true/false/null, lists and objects, else as is.
+rec() {
+  python3 -c '
+import json, sys
+v = json.load(open(sys.argv[1]))
+for k in sys.argv[2].split("."):
+    v = v.get(k) if isinstance(v, dict) else None
+print(json.dumps(v) if isinstance(v, (bool, type(None), list, dict)) else v)' "$STATE/$1/state.json" "$2"
+}
+
+# alive PID: the process exists and is not a zombie.
+alive() {
+  local s
+  s=$(awk '/^State:/ {print $2}' "/proc/$1/status" 2>/dev/null) || return 1
+  [ -n "$s" ] && [ "$s" != Z ] && [ "$s" != X ]
+}
+
 # setup_file: the busybox test image (with the probe) in $BB.
 busybox_setup_file() {
   export BB="$BATS_FILE_TMPDIR/bb"

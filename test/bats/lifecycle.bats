@@ -37,22 +37,6 @@ for s in json.load(sys.stdin):
 print("<absent>")' "$1" "$2"
 }
 
-# rec ID KEY: a field of $STATE/ID/state.json, read directly (a.b nested).
-rec() {
-  python3 -c '
-import json, sys
-v = json.load(open(sys.argv[1]))
-for k in sys.argv[2].split("."): v = v[k]
-print(v)' "$STATE/$1/state.json" "$2"
-}
-
-# alive PID: the process exists and is not a zombie.
-alive() {
-  local s
-  s=$(awk '/^State:/ {print $2}' "/proc/$1/status" 2>/dev/null) || return 1
-  [ -n "$s" ] && [ "$s" != Z ] && [ "$s" != X ]
-}
-
 # Children pids of PID (from /proc).
 children_of() { cat /proc/"$1"/task/*/children 2>/dev/null | tr ' ' '\n' | grep . || true; }
 

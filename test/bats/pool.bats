@@ -75,12 +75,6 @@ parked_status() {
   awk -v f="$2:" '$1 == f { print $2 }' "/proc/${x% }/status"
 }
 
-# rec ID FIELD: a field of the sandbox's record.
-rec() {
-  python3 -c 'import json,sys; v=json.load(open(sys.argv[1])).get(sys.argv[2]); print(json.dumps(v) if isinstance(v,(bool,type(None),list)) else v)' \
-    "$STATE/$1/state.json" "$2"
-}
-
 # without_run_fields: a --json result without what differs between any
 # two runs (id, duration, hostname-derived lines).
 without_run_fields() {

@@ -13,21 +13,6 @@ setup_file() { busybox_setup_file; }
 
 setup() { busybox_setup 30; }
 
-# rec ID KEY: a field of $STATE/ID/state.json, read directly (a.b nested).
-rec() {
-  python3 -c '
-import json, sys
-v = json.load(open(sys.argv[1]))
-for k in sys.argv[2].split("."): v = v[k]
-print(v)' "$STATE/$1/state.json" "$2"
-}
-
-alive() {
-  local s
-  s=$(awk '/^State:/ {print $2}' "/proc/$1/status" 2>/dev/null) || return 1
-  [ -n "$s" ] && [ "$s" != Z ] && [ "$s" != X ]
-}
-
 @test "any command reaps a dead supervisor's sandbox and a stuck one past its deadline, not the live ones" {
   local a b c spa spb spc ipa i
   a=$(rund --timeout 5m busybox sleep 4242)
