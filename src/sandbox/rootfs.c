@@ -556,8 +556,9 @@ static int pivot(int root, agsx_error_t *err) {
     return agsx_error_set(err, errno, "pivot_root");
   if (umount2(".", MNT_DETACH) < 0)
     return agsx_error_set(err, errno, "detach the old root");
-  if (chdir("/") < 0)
-    return agsx_error_set(err, errno, "chdir /");
+  /* The new root's own fd: nothing is looked up by path. */
+  if (fchdir(root) < 0)
+    return agsx_error_set(err, errno, "chdir to the new root");
   return 0;
 }
 
