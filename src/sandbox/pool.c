@@ -942,10 +942,12 @@ static int connect_claim(int statefd, const char *id) {
  * claim failed (ERR, *RET_CODE). */
 static int claim_one(int statefd, const char *id, const char *req, size_t len, const int fds[3],
                      bool detach, struct agsx_pool_claimed *ret, int *ret_code, agsx_error_t *err) {
+  /* Stamped before the connect: the supervisor may accept before we send,
+   * and its "accept to exec" must lie within our "request to answer". */
+  ret->sent_ns = agsx_mono_ns();
   _cleanup_close_ int conn = connect_claim(statefd, id);
   if (conn < 0)
     return -2; /* its supervisor is gone */
-  ret->sent_ns = agsx_mono_ns();
   if (agsx_send_fds(conn, req, len, fds, fds ? 3 : 0) < 0)
     return 0;
   struct pollfd p = {.fd = conn, .events = POLLIN};

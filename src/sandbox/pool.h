@@ -129,9 +129,9 @@ int agsx_claim_decode(const char *buf, size_t len, struct agsx_claim *ret, agsx_
 struct agsx_pool_claimed {
   char id[33];
   int conn; /* attached: the connection the end comes on (agsx_pool_claim_wait) */
-  /* --timing: when the claim was sent and answered (agsx_mono_ns), and the
-   * supervisor's own part, from its accept to the command's exec (us; 0:
-   * not told). */
+  /* --timing: when the claim's connect began and its answer came
+   * (agsx_mono_ns), and the supervisor's own part, from its accept to the
+   * command's exec (us; 0: not told). */
   int64_t sent_ns, answered_ns;
   int supervisor_us;
   /* When the command's execve completed (agsx_mono_ns), as the sandbox's

@@ -121,25 +121,32 @@ PY
 }
 
 @test "pause and resume freeze the container; state says paused" {
-  b=$(make_bundle b sh -c 'while :; do date +%s%N >/tmp/t; sleep 0.05; done')
+  # Written whole and renamed into place: a read (or the pause) never sees
+  # a truncated, empty /tmp/t.
+  b=$(make_bundle b sh -c 'while :; do date +%s%N >/tmp/t.new; mv /tmp/t.new /tmp/t; sleep 0.05; done')
   rtc --bundle "$b" c1
   rt start c1
   wait_status c1 running
+  local i
+  for i in $(seq 50); do [ -s "$b/rootfs/tmp/t" ] && break; sleep 0.1; done
   run_rt pause c1
   assert_success
   [ "$(state_field c1 status)" = paused ]
   a=$(cat "$b/rootfs/tmp/t"); sleep 0.4; z=$(cat "$b/rootfs/tmp/t")
+  [ -n "$z" ]
   [ "$a" = "$z" ]
   run_rt resume c1
   assert_success
   [ "$(state_field c1 status)" = running ]
   # It runs again: the file changes (within 5 s, however loaded the host).
-  local i
+  local now=$z
   for i in $(seq 50); do
-    [ "$(cat "$b/rootfs/tmp/t")" != "$z" ] && break
+    now=$(cat "$b/rootfs/tmp/t")
+    [ "$now" != "$z" ] && break
     sleep 0.1
   done
-  [ "$(cat "$b/rootfs/tmp/t")" != "$z" ]
+  [ -n "$now" ]
+  [ "$now" != "$z" ]
   rt delete --force c1
 }
 
