@@ -120,7 +120,7 @@ teardown() {
   run_ax run -d --name box busybox sleep 300
   assert_success
   local id=$output
-  run_ax exec box sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done >/dev/null 2>&1 & echo ok'
+  run_ax exec box sh -c 'i=0; while :; do i=$((i+1)); echo $i >/tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.05; done >/dev/null 2>&1 & echo ok'
   assert_success
   local cg
   cg=$(ls -d "$V2/$AGSX_CGROUP_PARENT/$id"/exec-*/ | head -n 1)

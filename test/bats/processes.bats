@@ -226,7 +226,7 @@ wait_ended() {
 @test "processes: a paused sandbox refuses new ones (EAGAIN), its processes keep their state" {
   idle
   local p
-  p=$(px start "$id" sh -c 'i=0; while :; do i=$((i+1)); echo $i >/tmp/count; sleep 0.1; done')
+  p=$(px start "$id" sh -c 'i=0; while :; do i=$((i+1)); echo $i >/tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done')
   sleep 0.5
   ax pause "$id"
   run px start "$id" true

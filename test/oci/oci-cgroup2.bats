@@ -74,26 +74,31 @@ fake_v2() {
 
 @test "cgroup v2: pause freezes through cgroup.freeze; resume thaws; delete --force of a paused one" {
   use_v2
-  b=$(make_bundle b sh -c 'while :; do date +%s%N >/tmp/t; sleep 0.05; done')
+  b=$(make_bundle b sh -c 'while :; do date +%s%N >/tmp/t.new; mv /tmp/t.new /tmp/t; sleep 0.05; done')
   rtc --bundle "$b" c1
   rt start c1
   wait_status c1 running
+  for _ in $(seq 50); do [ -s "$b/rootfs/tmp/t" ] && break; sleep 0.1; done
   run_rt pause c1
   assert_success
   [ "$(state_field c1 status)" = paused ]
   [ "$(cat "$V2/$CGP/b/cgroup.freeze")" = 1 ]
   grep -qx 'frozen 1' "$V2/$CGP/b/cgroup.events"
   a=$(cat "$b/rootfs/tmp/t"); sleep 0.4; z=$(cat "$b/rootfs/tmp/t")
+  [ -n "$z" ]
   [ "$a" = "$z" ]
   run_rt resume c1
   assert_success
   [ "$(state_field c1 status)" = running ]
   grep -qx 'frozen 0' "$V2/$CGP/b/cgroup.events"
+  local now=$z
   for _ in $(seq 50); do
-    [ "$(cat "$b/rootfs/tmp/t")" != "$z" ] && break
+    now=$(cat "$b/rootfs/tmp/t")
+    [ "$now" != "$z" ] && break
     sleep 0.1
   done
-  [ "$(cat "$b/rootfs/tmp/t")" != "$z" ]
+  [ -n "$now" ]
+  [ "$now" != "$z" ]
   rt pause c1
   run_rt delete --force c1
   assert_success
