@@ -212,7 +212,17 @@ start_sb() { # NAME RULE-OPTIONS...
   assert_output_contains "resolve port.egress.test: 198.18.0.12"
   assert_output_contains "udp 198.18.0.12:7: reply"
   refute_output_contains "udp 198.18.0.12:9: reply"
-  sleep 1.5
+  # The log is flushed about once a second: wait (up to 10 s, however
+  # loaded the host) for the last drop in it, then check it all.
+  local i
+  for i in $(seq 50); do
+    sleep 0.2
+    nax netlog --json e10 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+sys.exit(not any(e["kind"] == "connection" and e["address"] == "198.18.0.12" and
+                 e["protocol"] == "udp" and e["port"] == 9 for e in d["entries"]))' && break
+  done
   run_nax netlog --json e10
   assert_success
   echo "$output" | python3 -c '
@@ -278,7 +288,17 @@ assert not has("198.18.0.14", "icmp") and not has("198.18.0.15", "udp", 7), c'
   run fetch e7 denied.egress.test 80
   run nax exec e7 probe connect 198.18.0.11 80 2000
   run nax exec e7 probe connect 198.18.0.11 80 2000
-  sleep 1.5
+  # The log is flushed about once a second: wait for both attempts in it
+  # (up to 10 s, however loaded the host).
+  local i
+  for i in $(seq 50); do
+    sleep 0.2
+    nax netlog --json e7 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+c = [e for e in d["entries"] if e["kind"] == "connection" and e["address"] == "198.18.0.11"]
+sys.exit(not (c and c[0]["count"] >= 2 and any(e.get("name") == "denied.egress.test" for e in d["entries"])))' && break
+  done
   run_nax netlog e7
   assert_success
   assert_output_contains "denied.egress.test"
