@@ -18,6 +18,8 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 static void nl_sock_freep(struct nl_sock **s) {
   if (*s)
@@ -266,12 +268,29 @@ static int attach_link(struct nl_sock *host, int netns, int sysctls, const struc
   return 0;
 }
 
+/* A bridge without an address of its own takes the lowest of its ports'
+ * (br_stp_recalculate_bridge_id): it changes as sandboxes come and go, and
+ * every sandbox that learnt the gateway's old one (REACHABLE for up to
+ * ~45 s) sends into the void once that port is gone. An address given at
+ * creation (or set later) is kept: NET_ADDR_SET. A random, locally
+ * administered unicast one, as Docker gives its bridges. */
+static void random_mac(uint8_t mac[6]) {
+  if (getrandom(mac, 6, 0) != 6) {
+    uint64_t t = (uint64_t)agsx_mono_ns() ^ ((uint64_t)getpid() << 24);
+    memcpy(mac, &t, 6);
+  }
+  mac[0] = (uint8_t)((mac[0] & 0xfe) | 0x02);
+}
+
 int agsx_net_bridge_create(const char *name, uint32_t gateway, uint8_t prefix, agsx_error_t *err) {
   _cleanup_nlsock_ struct nl_sock *sk = NULL;
   if (connect_route(&sk, err) < 0)
     return -1;
+  uint8_t mac[6];
+  random_mac(mac);
   _cleanup_nlmsg_ struct nl_msg *m = link_msg(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, 0, false);
-  if (m == NULL || nla_put_string(m, IFLA_IFNAME, name) < 0)
+  if (m == NULL || nla_put_string(m, IFLA_IFNAME, name) < 0 ||
+      nla_put(m, IFLA_ADDRESS, sizeof(mac), mac) < 0)
     return agsx_error_set(err, ENOMEM, "netlink message");
   struct nlattr *info = nla_nest_start(m, IFLA_LINKINFO);
   if (info == NULL || nla_put_string(m, IFLA_INFO_KIND, "bridge") < 0)
@@ -305,6 +324,48 @@ int agsx_net_bridge_create(const char *name, uint32_t gateway, uint8_t prefix, a
 fail:
   agsx_net_link_delete(name, NULL);
   return agsx_error_wrap(err, "bridge `%s`", name);
+}
+
+/* An attribute of link NAME in /sys/class/net, as a number; -1 when
+ * unreadable. */
+static long sysfs_link_attr(const char *name, const char *attr) {
+  _cleanup_free_ char *path = xasprintf("/sys/class/net/%s/%s", name, attr);
+  _cleanup_free_ char *text = NULL;
+  agsx_error_t e = NULL;
+  if (agsx_read_file_at(AT_FDCWD, path, 64, &text, NULL, &e) < 0) {
+    agsx_error_free(&e);
+    return -1;
+  }
+  char *end;
+  long v = strtol(text, &end, 10);
+  return end != text ? v : -1;
+}
+
+int agsx_net_bridge_keep_mac(const char *name, agsx_error_t *err) {
+  int ifindex = (int)if_nametoindex(name);
+  if (ifindex == 0)
+    return agsx_error_set(err, errno, "bridge `%s`", name);
+  /* This /sys shows another network namespace's links (agsx run through
+   * nsenter --net): we cannot tell, and the bridges agsx makes have an
+   * address of their own anyway. 3: NET_ADDR_SET. */
+  if (sysfs_link_attr(name, "ifindex") != ifindex || sysfs_link_attr(name, "addr_assign_type") == 3)
+    return 0;
+  /* A bridge an older agsx made still follows its ports: give it its
+   * present address, which it then keeps. */
+  struct ifreq ifr = {0};
+  snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
+  _cleanup_close_ int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0 || ioctl(s, SIOCGIFHWADDR, &ifr) < 0)
+    return agsx_error_set(err, errno, "bridge `%s`: read its address", name);
+  _cleanup_nlsock_ struct nl_sock *sk = NULL;
+  if (connect_route(&sk, err) < 0)
+    return -1;
+  _cleanup_nlmsg_ struct nl_msg *m = link_msg(RTM_NEWLINK, 0, ifindex, false);
+  if (m == NULL || nla_put(m, IFLA_ADDRESS, 6, ifr.ifr_hwaddr.sa_data) < 0)
+    return agsx_error_set(err, ENOMEM, "netlink message");
+  if (talk(sk, m, "keep its address", err) < 0)
+    return agsx_error_wrap(err, "bridge `%s`", name);
+  return 0;
 }
 
 int agsx_net_bridge_route_ports(const char *name, agsx_error_t *err) {

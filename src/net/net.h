@@ -52,6 +52,10 @@ int agsx_net_loopback_up(agsx_error_t *err);
  * is passed through the netfilter hooks too (per bridge nf_call_iptables).
  * Returns its ifindex. */
 int agsx_net_bridge_create(const char *name, uint32_t gateway, uint8_t prefix, agsx_error_t *err);
+/* Makes bridge NAME keep its present MAC address (a bridge made without
+ * one follows its ports' lowest, which changes the gateway's address under
+ * every sandbox when a port goes). 0 at once when it does already. */
+int agsx_net_bridge_keep_mac(const char *name, agsx_error_t *err);
 /* Lets the sandboxes of bridge NAME (isolated ports) reach each other
  * through the host: it answers their ARP queries for each other's
  * addresses with its own (private VLAN proxy ARP, RFC 3069), at once.

@@ -861,7 +861,8 @@ static int bridge_ensure(const struct agsx_network *n, int *ret_ifindex, agsx_er
     checked = bridge_check(n, err) == 0;
     if (!checked)
       agsx_error_free(err);
-    else if (firewall_intact(n, 0, &ok, &why, err) < 0)
+    else if (agsx_net_bridge_keep_mac(n->bridge, err) < 0 ||
+             firewall_intact(n, 0, &ok, &why, err) < 0)
       return -1;
   }
   if (ifindex == 0 || !ok) {
