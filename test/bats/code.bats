@@ -122,9 +122,11 @@ a.bar(["x", "y"], [3, 5], label="n"); a.set_ylabel("size (MiB)"); b.pie([1, 3], 
 }
 
 @test "code: stdout comes line by line, before the cell ends" {
+  # 5 s between the lines, seen at least 2 s apart: room for the first
+  # line's way out on a loaded host.
   ax code lab 'import time
 print("first", flush=True)
-time.sleep(3)
+time.sleep(5)
 print("second")' | while IFS= read -r l; do echo "$(date +%s%N) $l"; done >"$T/lines"
   cat "$T/lines"
   [ "$(wc -l <"$T/lines")" = 2 ]

@@ -207,7 +207,12 @@ PY
   run_ax cp x
   assert_agsx_error
   ax run -d --name dead busybox true >/dev/null
-  sleep 1
+  # Ended (its record says so: 10 s at most, however loaded the host).
+  local i
+  for i in $(seq 50); do
+    ax ls -a --json | grep -q '"name":"dead",[^}]*"status":"exited"' && break
+    sleep 0.2
+  done
   run_ax cp dead:/etc/passwd "$T/p"
   assert_agsx_error "not running"
   start_box

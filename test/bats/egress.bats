@@ -115,6 +115,17 @@ egress_serve_stop() {
   wait "$EGRESS_SRV" 2>/dev/null || true
 }
 
+# Waits (10 s at most, however loaded the host) until the outer
+# namespace's conntrack table has an established connection to ADDR:PORT.
+wait_established() { # ADDR PORT
+  local _
+  for _ in $(seq 50); do
+    outer grep -q "ESTABLISHED src=[0-9.]* dst=$1 sport=[0-9]* dport=$2 " /proc/net/nf_conntrack && return 0
+    sleep 0.2
+  done
+  return 0
+}
+
 start_sb() { # NAME RULE-OPTIONS...
   local name=$1
   shift
@@ -256,14 +267,15 @@ assert not has("198.18.0.14", "icmp") and not has("198.18.0.15", "udp", 7), c'
   assert_success
   run fetch e6 other.egress.test 80
   assert_output_contains "http 198.18.0.16:80: 198.18.0.16:80"
-  # a connection open to allowed.egress.test (its request sent 3 s later),
-  # then the name is denied: the update cuts it
+  # a connection open to allowed.egress.test (its request sent 6 s later,
+  # time enough for the update on a loaded host), then the name is
+  # denied: the update cuts it
   run fetch e6 allowed.egress.test 80
   assert_output_contains "http 198.18.0.10:80"
-  nax exec e6 sh -c '(sleep 3; printf "GET / HTTP/1.0\r\n\r\n") | nc 198.18.0.10 80 >/tmp/out 2>&1
+  nax exec e6 sh -c '(sleep 6; printf "GET / HTTP/1.0\r\n\r\n") | nc 198.18.0.10 80 >/tmp/out 2>&1
     echo "rc=$?" >>/tmp/out' </dev/null >/dev/null 2>&1 3>&- &
   local held=$!
-  sleep 1
+  wait_established 198.18.0.10 80
   run_nax --json update --egress-allow other.egress.test e6
   assert_success
   assert_output_contains '"egress":["allow other.egress.test"]'
@@ -391,9 +403,9 @@ print("allow allowed.egress.test")' >"$BATS_TEST_TMPDIR/rules"
   refute_output_contains "http 198.18.0.10:443: 198.18.0.10"
   # a connection held open on :80, cut by the update (a security group
   # drops: it stalls; PROBE_RST: no socket lingers once it is killed)
-  nax exec --timeout 8s -e PROBE_RST=1 v1 probe hold 198.18.0.10 80 1 </dev/null >/dev/null 2>&1 3>&- &
+  nax exec --timeout 15s -e PROBE_RST=1 v1 probe hold 198.18.0.10 80 1 </dev/null >/dev/null 2>&1 3>&- &
   local held=$!
-  sleep 1
+  wait_established 198.18.0.10 80
   outer grep -q 'ESTABLISHED src=198.19.8.[0-9]* dst=198.18.0.10 sport=[0-9]* dport=80 ' \
     /proc/net/nf_conntrack
   run_nax --json network update --allow "out tcp/443 198.18.0.0/24" ev

@@ -227,8 +227,12 @@ traced_run() {
   printf 'FROM busybox\nRUN sleep 20\n' >"$T/ctx/Dockerfile"
   nax build -q "$T/ctx" >"$T/build.out" 2>&1 &
   local pid=$! i st=0
+  # The step's sandbox started (its veth, and its record says running:
+  # its rules are in and watched), 10 s at most however loaded the host;
+  # a flush before its rules went in would be repaired by its own start.
   for i in $(seq 100); do
-    outer ip -o link show | grep -qE 'agsx[0-9a-f]{11}' && break
+    outer ip -o link show | grep -qE 'agsx[0-9a-f]{11}' &&
+      grep -qsE '"status": ?"running"' "$STATE"/*/state.json && break
     sleep 0.1
   done
   outer nft flush ruleset

@@ -468,7 +468,10 @@ while True:
   dt=$(($(date +%s%N) / 1000000 - t0))
   assert_success
   refute_output_contains "does not answer"
-  [ "$dt" -lt 4000 ] || { echo "# kill took $dt ms" >&3; false; }
+  # (the supervisor answers within its stop, 2 s of grace and the
+  # teardown, or the client escalates and says so: refuted above; the
+  # bound leaves the client's own start room on a loaded host)
+  [ "$dt" -lt 6000 ] || { echo "# kill took $dt ms" >&3; false; }
   run_nax ls -a --json
   [[ "$output" == *'"stop_reason":"killed"'* ]] || { show_run; false; }
 }

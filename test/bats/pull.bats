@@ -473,9 +473,15 @@ make_certs() { # CA and a server certificate for 127.0.0.2 in $T/tls
   run_ax gc --images --dry-run
   [[ "$output" == *"partial download 0123456789abcdef"* ]] || { show_run; false; }
   [ -f "$p" ]
-  # held by a pull (flocked): kept
-  flock "$p" sleep 3 &
-  sleep 0.5
+  # held by a pull (flocked): kept. The lock is held for 10 s from when
+  # it is seen taken (10 s at most, however loaded the host), time enough
+  # for the gc on a loaded host.
+  flock "$p" sleep 10 &
+  local i
+  for i in $(seq 100); do
+    flock -n "$p" true || break
+    sleep 0.1
+  done
   run_ax gc --images
   [ -f "$p" ]
   wait

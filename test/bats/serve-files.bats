@@ -247,7 +247,8 @@ field() { # field KEY: KEY's value from the JSON object in $output
 
 @test "fsops: watch events from sandbox code, recursive, names relative" {
   start_box
-  timeout 30 "$DRIVE" "$STATE" box - watch /tmp/w 1 4 >"$T/events" 2>&1 &
+  # (a watch of 10 s: time for two agsx runs and an upload on a loaded host)
+  timeout 30 "$DRIVE" "$STATE" box - watch /tmp/w 1 10 >"$T/events" 2>&1 &
   local wpid=$! i
   for i in $(seq 50); do grep -q start "$T/events" && break; sleep 0.1; done
   run_ax exec box sh -c 'echo 1 >/tmp/w/a; mkdir /tmp/w/sub; sleep 0.5; echo 2 >/tmp/w/sub/b;
@@ -401,10 +402,16 @@ print(urllib.parse.quote(v, safe=""))' "$1" "$2" "$TOK" "${@:3}"
   wid=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["watcherId"])' "${lines[0]}")
   [[ $wid =~ ^[0-9a-f]{32}$ ]]
   run ax exec "$SID" sh -c 'echo 1 >/tmp/pw/a; echo 2 >/tmp/pw/sub/b; rm /tmp/pw/a'
-  sleep 0.3
-  run rpc GetWatcherEvents "{\"watcherId\":\"$wid\"}"
-  [ "${lines[1]}" = 200 ]
-  got=$(python3 -c 'import json,sys; print(" ".join(e["type"][11:]+":"+e["name"] for e in json.loads(sys.argv[1])["events"]))' "${lines[0]}")
+  # Events come in order, the removal last: gather them until it is in
+  # (10 s at most, however loaded the host).
+  local got="" i
+  for i in $(seq 50); do
+    run rpc GetWatcherEvents "{\"watcherId\":\"$wid\"}"
+    [ "${lines[1]}" = 200 ]
+    got+=" $(python3 -c 'import json,sys; print(" ".join(e["type"][11:]+":"+e["name"] for e in json.loads(sys.argv[1]).get("events", [])))' "${lines[0]}")"
+    [[ " $got " == *" REMOVE:a "* ]] && break
+    sleep 0.2
+  done
   for e in CREATE:a WRITE:a CREATE:sub/b REMOVE:a; do
     [[ " $got " == *" $e "* ]] || { echo "# no $e in: $got" >&3; false; }
   done

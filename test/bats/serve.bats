@@ -236,9 +236,12 @@ run_sdk() {
   "$AGSX" --root "$ROOT" --state "$STATE" serve --listen "127.0.0.1:$PORT" \
     --api-key-file "$T/etc/api-key" >"$T/serve.log" 2>&1 &
   SRV_PID=$!
-  for i in $(seq 100); do [ -s "$T/etc/api-key" ] && break; sleep 0.05; done
+  # The key is written before the server listens: wait (10 s at most,
+  # however loaded the host) for both, then note its fds.
+  for i in $(seq 200); do grep -qxE 'e2b_[0-9a-f]{40}' "$T/etc/api-key" 2>/dev/null && break; sleep 0.05; done
   grep -qxE 'e2b_[0-9a-f]{40}' "$T/etc/api-key"
   [ "$(stat -c %a "$T/etc/api-key")" = 600 ]
+  for i in $(seq 200); do curl -s -o /dev/null "http://127.0.0.1:$PORT/" && break; sleep 0.05; done
   SRV_FDS=$(ls /proc/$SRV_PID/fd | wc -l)
   k=$(cat "$T/etc/api-key")
   run curl -s -w '\n%{http_code}' -H "X-API-KEY: $k" "http://127.0.0.1:$PORT/v2/sandboxes"

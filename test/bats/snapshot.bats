@@ -396,25 +396,58 @@ copy_started() {
   fi
 }
 
+# A counter that a frozen sandbox cannot move: a whole file renamed into
+# place, so that a reading is never the empty file between a truncate and
+# a write.
+COUNTER='i=0; while :; do i=$((i+1)); echo $i >/tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.05; done'
+
+# Waits for box's counter to move on from a first reading (10 s at most,
+# however loaded the host; a sandbox just rolled back may not have written
+# its first yet). Prints the two readings.
+counter_moves() {
+  local a="" b="" c _
+  for _ in $(seq 50); do
+    c=$(ax exec box cat /tmp/c 2>/dev/null) || c=""
+    if [ -z "$a" ]; then
+      a=$c
+    elif [ -n "$c" ] && [ "$c" -gt "$a" ]; then
+      b=$c
+      break
+    fi
+    sleep 0.2
+  done
+  echo "${a:-none} ${b:-none}"
+}
+
+# After agsx died holding box frozen: runs agsx (each invocation thaws
+# what a dead capture froze, but reaps at most once a second, so one run
+# may come too soon) until box's record names no freezer (10 s at most),
+# then counter_moves.
+thawed_counter() {
+  local id _
+  id=$(ax inspect box | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+  for _ in $(seq 50); do
+    ax ls >/dev/null
+    case $(rec "$id" frozen_by.pid) in 0 | None | null | "") break ;; esac
+    sleep 0.2
+  done
+  counter_moves
+}
+
 @test "faults: agsx SIGKILLed during a copy: the sandbox is thawed, gc removes the remains" {
   heavy
-  run_ax run -d --name box --disk 1g busybox sh -c 'i=0; while :; do i=$((i+1)); echo $i >/tmp/c; sleep 0.05; done'
+  run_ax run -d --name box --disk 1g busybox sh -c "$COUNTER"
   assert_success
   ax exec box sh -c 'dd if=/dev/urandom of=/big bs=1M count=600 2>/dev/null'
   "$AGSX" --root "$ROOT" --state "$STATE" snapshot box s >/dev/null 2>&1 &
   local p=$!
-  sleep 0.2
+  copy_started # (it froze box first)
   kill -9 "$p" 2>/dev/null || true
   wait "$p" || true
   # The next agsx thaws what the dead copy froze.
-  ax ls >/dev/null
-  sleep 1.1
-  ax ls >/dev/null
   local a b
-  a=$(ax exec box cat /tmp/c)
-  sleep 0.5
-  b=$(ax exec box cat /tmp/c)
-  [ "$b" -gt "$a" ] || { echo "# still frozen: $a $b" >&3; return 1; }
+  read -r a b < <(thawed_counter)
+  [ "$b" != none ] && [ "$b" -gt "$a" ] || { echo "# still frozen: $a $b" >&3; return 1; }
   run_ax snapshot ls -q box
   [ -z "$output" ]
   AGSX_GC_MIN_AGE=0 ax gc >/dev/null
@@ -437,17 +470,13 @@ copy_started() {
   sleep 0.3
   kill -9 "$p" 2>/dev/null || true # (a fast host may have finished the fork)
   wait "$p" || true
-  ax ls >/dev/null
-  sleep 1.1
-  a=$(ax exec box cat /tmp/c)
-  sleep 0.5
-  b=$(ax exec box cat /tmp/c)
-  [ "$b" -gt "$a" ] || { echo "# frozen after the fork was killed: $a $b" >&3; return 1; }
+  read -r a b < <(thawed_counter)
+  [ "$b" != none ] && [ "$b" -gt "$a" ] || { echo "# frozen after the fork was killed: $a $b" >&3; return 1; }
 }
 
 @test "faults: agsx SIGKILLed during a rollback: the sandbox runs on one state or the other, nothing half-made" {
   heavy
-  run_ax run -d --name box busybox sh -c 'i=0; while :; do i=$((i+1)); echo $i >/tmp/c; sleep 0.05; done'
+  run_ax run -d --name box busybox sh -c "$COUNTER"
   assert_success
   ax exec box sh -c 'echo v1 >/f; dd if=/dev/urandom of=/big bs=1M count=50 2>/dev/null'
   run_ax snapshot box s
@@ -469,10 +498,8 @@ copy_started() {
     python3 -c 'import json,sys; v=json.loads(sys.argv[1])[0]; assert v["status"]=="running" and not v.get("paused"), v' "$output"
     f=$(ax exec box cat /f)
     [[ "$f" == v1 || "$f" == v2 ]] || { echo "# /f after a rollback killed after $d s: $f" >&3; return 1; }
-    a=$(ax exec box cat /tmp/c)
-    sleep 0.3
-    b=$(ax exec box cat /tmp/c)
-    [ "$b" -gt "$a" ] || { echo "# not running after a rollback killed after $d s: $a $b" >&3; return 1; }
+    read -r a b < <(counter_moves)
+    [ "$b" != none ] && [ "$b" -gt "$a" ] || { echo "# not running after a rollback killed after $d s: $a $b" >&3; return 1; }
     # A request its killed client left behind is not carried out later
     # (an update signals the supervisor).
     ax exec box sh -c 'echo v3 >/f'

@@ -119,7 +119,7 @@ teardown() {
   run C run --rm $(R) --with-ns network:/proc/$pid/ns/net $IMG t2 readlink /proc/self/ns/net
   [ "$output" = "$(readlink /proc/$pid/ns/net)" ] || { echo "# $output" >&3; false; }
   C task kill -s SIGKILL t1
-  sleep 0.3
+  for i in $(seq 100); do [[ "$(C task ls | grep t1)" == *STOPPED* ]] && break; sleep 0.1; done
   C task delete t1
   C container rm t1
 }
@@ -129,12 +129,13 @@ teardown() {
   [[ "$output" == *"unshare-user: blocked"* && "$output" == *"keyctl: blocked"* ]] || { echo "# $output" >&3; false; }
   # The OOM is an event: the shim watches the init's memory cgroup (v1:
   # memory.oom_control through cgroup.event_control; v2: memory.events)
-  # from the path in /proc/PID/cgroup once start returns.
+  # from the path in /proc/PID/cgroup once start returns (2 s before the
+  # allocation: time for that on a loaded host; the event comes within 10 s).
   C events >"$CT/events" 2>&1 &
   local ev=$!
-  run C run --rm --memory-limit 16777216 $(R) $IMG t2 sh -c 'sleep 0.5; /usr/local/bin/probe alloc 256'
+  run C run --rm --memory-limit 16777216 $(R) $IMG t2 sh -c 'sleep 2; /usr/local/bin/probe alloc 256'
   [ "$status" -eq 137 ] || { echo "# $status $output" >&3; kill $ev; false; }
-  for i in $(seq 30); do grep -q /tasks/oom "$CT/events" && break; sleep 0.1; done
+  for i in $(seq 100); do grep -q /tasks/oom "$CT/events" && break; sleep 0.1; done
   kill $ev
   wait $ev || true
   grep /tasks/oom "$CT/events" | grep -q t2 || { echo "# events: $(cat "$CT/events")" >&3; false; }

@@ -96,11 +96,13 @@ PY
 }
 
 @test "kill: by name, SIG-name and number; --all reaches a child; stopped → not running" {
-  b=$(make_bundle b sh -c 'trap "echo usr1 >>/tmp/sig" USR1; trap "echo usr2 >>/tmp/sig" USR2; trap "echo hup >>/tmp/sig" HUP; sleep 1000 & while :; do wait; done')
+  b=$(make_bundle b sh -c 'trap "echo usr1 >>/tmp/sig" USR1; trap "echo usr2 >>/tmp/sig" USR2; trap "echo hup >>/tmp/sig" HUP; : >/tmp/trapped; sleep 1000 & while :; do wait; done')
   rtc --bundle "$b" c1
   rt start c1
   wait_status c1 running
-  sleep 0.3
+  # Its traps are set (10 s at most, however loaded the host): a signal
+  # before them would be lost (an init ignores what it does not catch).
+  for i in $(seq 100); do [ -e "$b/rootfs/tmp/trapped" ] && break; sleep 0.1; done
   rt kill c1 USR1
   rt kill c1 SIGUSR2
   rt kill c1 1
