@@ -75,7 +75,8 @@ teardown() {
   assert_success
   [[ "$output" == *"0::/exec-"* ]] || { show_run; return 1; }
   # From the host: the command's pid is listed in that cgroup.
-  run_ax exec box sh -c 'sleep 5 >/dev/null 2>&1 & echo started'
+  # (long enough to be there however long exec takes to return)
+  run_ax exec box sh -c 'sleep 30 >/dev/null 2>&1 & echo started'
   assert_success
   local procs
   procs=$(cat "$V2/$AGSX_CGROUP_PARENT/$id"/exec-*/cgroup.procs 2>/dev/null | wc -l)
@@ -102,7 +103,8 @@ teardown() {
   run_ax run -d --name box busybox sleep 300
   assert_success
   local id=$output
-  run_ax exec box sh -c 'sleep 200 >/dev/null 2>&1 & sleep 201 >/dev/null 2>&1 & echo ok'
+  # (sleeps of lengths no other test uses: the check below is host-wide)
+  run_ax exec box sh -c 'sleep 20071 >/dev/null 2>&1 & sleep 20072 >/dev/null 2>&1 & echo ok'
   assert_success
   [ "$(cat "$V2/$AGSX_CGROUP_PARENT/$id"/cgroup.procs "$V2/$AGSX_CGROUP_PARENT/$id"/exec-*/cgroup.procs | wc -l)" -ge 3 ]
   run_ax kill box
@@ -112,7 +114,7 @@ teardown() {
     sleep 0.1
   done
   [ ! -d "$V2/$AGSX_CGROUP_PARENT/$id" ] || { echo "# cgroup left: $(ls "$V2/$AGSX_CGROUP_PARENT/$id")" >&3; return 1; }
-  ! pgrep -f 'sleep 20[01]' >/dev/null || { echo "# processes left: $(pgrep -af 'sleep 20[01]')" >&3; return 1; }
+  ! pgrep -f 'sleep 2007[12]' >/dev/null || { echo "# processes left: $(pgrep -af 'sleep 2007[12]')" >&3; return 1; }
 }
 
 @test "cgroup v2: the kernel's cgroup.freeze stops an exec'd tree and thaws it" {
@@ -122,6 +124,8 @@ teardown() {
   local id=$output
   run_ax exec box sh -c 'i=0; while :; do i=$((i+1)); echo $i >/tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.05; done >/dev/null 2>&1 & echo ok'
   assert_success
+  # the counter's first file (a frozen, fileless counter would prove nothing)
+  for _ in $(seq 100); do ax exec box test -s /tmp/count 2>/dev/null && break; sleep 0.1; done
   local cg
   cg=$(ls -d "$V2/$AGSX_CGROUP_PARENT/$id"/exec-*/ | head -n 1)
   echo 1 >"$cg/cgroup.freeze"
@@ -129,12 +133,17 @@ teardown() {
   grep -q '^frozen 1' "$cg/cgroup.events" || { echo "# not frozen" >&3; return 1; }
   local a b
   a=$(ax exec -w / box cat /tmp/count)
+  [ -n "$a" ] || { echo "# no counter file before the freeze" >&3; return 1; }
   sleep 0.5
   b=$(ax exec -w / box cat /tmp/count)
   [ "$a" = "$b" ] || { echo "# counter moved while frozen: $a $b" >&3; return 1; }
   echo 0 >"$cg/cgroup.freeze"
-  sleep 0.5
-  b=$(ax exec -w / box cat /tmp/count)
+  # it moves again (however loaded the host: within 10 s)
+  for _ in $(seq 100); do
+    sleep 0.1
+    b=$(ax exec -w / box cat /tmp/count)
+    [ "$a" != "$b" ] && break
+  done
   [ "$a" != "$b" ] || { echo "# counter did not move after thaw" >&3; return 1; }
 }
 
@@ -153,8 +162,9 @@ teardown() {
   sleep 3
   run_ax exec box ls /tmp
   refute_output_contains orphan-survived
-  # A command that ended before its deadline leaves its background alone.
-  sleep 1
+  # A command that ended before its deadline leaves its background alone
+  # (its touch comes 4 s after its start: up to 10 s more on a loaded host).
+  for _ in $(seq 100); do ax exec box test -e /tmp/grandchild-survived && break; sleep 0.1; done
   run_ax exec box ls /tmp
   assert_output_contains grandchild-survived
   # The tracking cgroup goes with the sandbox.

@@ -133,10 +133,11 @@ for k, v in short.items():
 
 @test "wait: joins run -d, an ended sandbox and one at its deadline; prints each code, exits with the last" {
   local a b c t0 t1
-  a=$(rund busybox sh -c 'sleep 1; exit 3')
+  # a last: its 1 s runs from (about) t0, however long the other starts take
   b=$(rund busybox sh -c 'exit 5')
   c=$(rund --name late --timeout 2 busybox sleep 600)
   sleep 0.3
+  a=$(rund busybox sh -c 'sleep 1; exit 3')
   t0=$(date +%s%N)
   run_ax wait "$a" "${b:0:12}"
   t1=$(date +%s%N)
@@ -246,6 +247,12 @@ assert l == [{"id": sys.argv[1], "name": "late", "exit_code": 143, "stop_reason"
   a=$(rund --name busy --memory 128m --timeout 60 busybox sh -c \
     'dd if=/dev/zero of=/tmp/blob bs=1M count=8 2>/dev/null; while :; do :; done')
   b=$(rund --name idle --timeout 60 busybox sleep 600)
+  # the 8 MB file is written, the shell spins from then on (at most 10 s on a loaded host)
+  local i
+  for i in $(seq 100); do
+    ax exec busy sh -c '[ "$(stat -c %s /tmp/blob)" -ge 8388608 ]' 2>/dev/null && break
+    sleep 0.1
+  done
   sleep 0.5
   run_ax stats --no-stream --json
   assert_success

@@ -47,8 +47,13 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
   [ $((SECONDS - t0)) -lt 8 ] || { echo "# took $((SECONDS - t0)) s" >&3; return 1; }
   [ "$(json_field stop_reason <<<"$output")" = timeout ] || { show_run; return 1; }
   # SIGTERM to agsx exec: forwarded, the command ends, exec returns soon.
-  "$AGSX" --root "$ROOT" --state "$STATE" exec --json box sh -c 'sleep 60 & sleep 50' >"$T/out" 2>&1 &
-  local pid=$!
+  "$AGSX" --root "$ROOT" --state "$STATE" exec --json box sh -c 'sleep 61 & sleep 51' >"$T/out" 2>&1 &
+  local pid=$! i
+  # the command runs (agsx exec's start, which uses CPU, is over), then 1 s
+  for i in $(seq 100); do
+    ax exec box sh -c 'ps -o args | grep -q "^sleep 51"' 2>/dev/null && break
+    sleep 0.1
+  done
   sleep 1
   local before
   before=$(cpu_ticks $pid)
@@ -56,8 +61,7 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
   # Not spinning while it waits (a busy loop uses ~100 ticks a second).
   [ $(( $(cpu_ticks $pid) - before )) -lt 20 ] || { echo "# agsx exec spins" >&3; kill -9 $pid; return 1; }
   kill -TERM $pid
-  local i
-  for i in $(seq 60); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+  for i in $(seq 100); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
   if kill -0 $pid 2>/dev/null; then
     echo "# agsx exec ignored SIGTERM" >&3
     kill -9 $pid

@@ -17,6 +17,16 @@ start_sh() {
   echo "$id" >>"$T/ids"
 }
 
+# logs_are SANDBOX TEXT: polls (at most 10 s) until `agsx logs SANDBOX` is TEXT.
+logs_are() {
+  local i
+  for i in $(seq 100); do
+    [ "$(ax logs "$1" 2>/dev/null)" = "$2" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
 @test "logs: stdout to stdout, stderr to stderr, after the sandbox ended" {
   start_sh 'echo out1; echo err1 >&2; echo out2'
   ax wait "$id" >/dev/null
@@ -29,7 +39,7 @@ start_sh() {
 @test "logs: by name and prefix; output written while no reader existed is there" {
   id=$(ax run -d --name talker busybox sh -c 'for i in 1 2 3; do echo line$i; done; sleep 300')
   echo "$id" >>"$T/ids"
-  sleep 0.5
+  logs_are talker $'line1\nline2\nline3' || true
   run_ax logs talker
   assert_success
   [ "$output" = $'line1\nline2\nline3' ] || { show_run; return 1; }
@@ -70,7 +80,7 @@ start_sh() {
 
 @test "logs -f: a stopped sandbox ends the follow (kill, deadline)" {
   start_sh 'echo up; sleep 300'
-  (sleep 1; ax kill "$id" >/dev/null) &
+  (logs_are "$id" up || true; sleep 1; ax kill "$id" >/dev/null) &
   run_ax logs -f "$id"
   wait
   assert_success
@@ -137,14 +147,14 @@ start_sh() {
 
 @test "logs -f: ends when the supervisor is killed (no end record)" {
   start_sh 'echo up; sleep 300'
-  sleep 0.5
+  logs_are "$id" up || true
   local sup
   sup=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["supervisor"]["pid"])' "$STATE/$id/state.json")
   ax logs -f "$id" >"$T/out" 2>&1 &
-  local lp=$!
-  sleep 0.5
+  local lp=$! i
+  # the follower printed what there was (and follows) before the kill
+  for i in $(seq 100); do [ "$(cat "$T/out")" = up ] && break; sleep 0.1; done
   kill -9 "$sup"
-  local i
   for i in $(seq 1 50); do
     kill -0 "$lp" 2>/dev/null || break
     sleep 0.1

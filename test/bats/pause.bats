@@ -53,7 +53,9 @@ count() { ax cp box:/tmp/count - | tar -xO; }
 pause_and_resume() {
   run_ax run -d --name box --timeout 60s busybox sh -c "$COUNTER"
   assert_success
-  sleep 0.5
+  # the counter's first file is there (at most 10 s on a loaded machine)
+  local i
+  for i in $(seq 100); do [ -n "$(count 2>/dev/null)" ] && break; sleep 0.1; done
   run_ax pause box
   assert_success
   [ "$output" = box ]

@@ -38,6 +38,34 @@ wait_ended() {
   return 1
 }
 
+# box_ok CMD: polls (at most 10 s) until sh -c CMD, started in the
+# sandbox, ends with 0.
+box_ok() {
+  local i q
+  for i in $(seq 100); do
+    q=$(px start "$id" sh -c "$1") && wait_ended "$q" 2>/dev/null &&
+      [[ "$(px get "$id" "$q")" == "$q ended 0 0 "* ]] && return 0
+    sleep 0.1
+  done
+  echo "# never true in the sandbox: $1" >&3
+  return 1
+}
+
+# log_has P PATTERN: polls (at most 10 s) until process P's output so far,
+# without carriage returns (and trailing newlines), matches the glob PATTERN.
+log_has() {
+  local i out
+  for i in $(seq 100); do
+    out=$(px log "$id" "$1" 2>/dev/null)
+    out=${out//$'\r'/}
+    # shellcheck disable=SC2053
+    [[ "$out" == $2 ]] && return 0
+    sleep 0.1
+  done
+  echo "# output of $1 never matched: $out" >&3
+  return 1
+}
+
 @test "processes: start, output, exit codes 0 and 3, 126 and 127" {
   idle
   local p
@@ -91,10 +119,12 @@ wait_ended() {
 @test "processes: input to a process that closed its stdin: EPIPE, the supervisor lives on" {
   idle
   local p
-  p=$(px start --stdin "$id" sh -c 'exec 0<&-; sleep 1; echo alive')
-  sleep 0.3
+  # (it lives until told to go: the input below must find it running)
+  p=$(px start --stdin "$id" sh -c 'exec 0<&-; : >/tmp/closed; while [ ! -e /tmp/go ]; do sleep 0.05; done; echo alive')
+  box_ok 'test -e /tmp/closed'
   run px input "$id" "$p" 'into the void\n'
   [ "$status" -eq 1 ] && [[ "$output" == *EPIPE* ]] || { show_run; return 1; }
+  box_ok ': >/tmp/go'
   wait_ended "$p"
   [ "$(px log "$id" "$p" 2>/dev/null)" = alive ]
   p=$(px start "$id" echo still-here)
@@ -106,13 +136,15 @@ wait_ended() {
   idle
   local p
   p=$(px start --pty --cols 100 --rows 30 "$id" sh -c 'tty; stty size; while read l; do echo "got $l"; stty size; done')
-  sleep 0.5
+  log_has "$p" "*30 100*"
   px input --pty "$id" "$p" 'hi\n'
   run px input "$id" "$p" 'x'
   [ "$status" -eq 1 ] && [[ "$output" == *"has a pty"*EINVAL* ]] || { show_run; return 1; }
+  # the loop answered hi (with the old size) before the resize
+  log_has "$p" "*got hi"$'\n'"30 100*"
   px resize "$id" "$p" 120 40
   px input --pty "$id" "$p" 'again\n'
-  sleep 0.5
+  log_has "$p" "*got again"$'\n'"40 120*"
   px input --pty "$id" "$p" '\x04'
   wait_ended "$p"
   run px log "$id" "$p"
@@ -161,6 +193,8 @@ wait_ended() {
   run px find-tag "$id" nosuchtag
   [ "$status" -eq 1 ] && [[ "$output" == *ENOENT* ]] || { show_run; return 1; }
   sleep 2
+  # (no reader meanwhile; on a loaded machine the echo may come later still)
+  log_has "$p" late || true
   run --separate-stderr px log "$id" "$p"
   [ "$output" = late ] || { show_run; return 1; }
   # A reader from an offset and a follower.
@@ -227,7 +261,7 @@ wait_ended() {
   idle
   local p
   p=$(px start "$id" sh -c 'i=0; while :; do i=$((i+1)); echo $i >/tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done')
-  sleep 0.5
+  box_ok 'test -s /tmp/count'
   ax pause "$id"
   run px start "$id" true
   [ "$status" -eq 125 ] && [[ "$output" == *"is paused"*EAGAIN* ]] || { show_run; return 1; }

@@ -312,7 +312,10 @@ null ok
 }
 
 @test "network internal: a server in the sandbox answers on 127.0.0.1" {
-  run_ax run --timeout 10 busybox sh -c 'probe listen 8080 & sleep 0.3; probe connect 127.0.0.1 8080 2000; kill %1'
+  # (the connect once the listener is up: at most 10 s on a loaded host)
+  run_ax run --timeout 30 busybox sh -c 'probe listen 8080 & i=0
+    until netstat -ltn 2>/dev/null | grep -q ":8080 " || [ $i -ge 100 ]; do sleep 0.1; i=$((i+1)); done
+    probe connect 127.0.0.1 8080 2000; kill %1'
   assert_success
   assert_output_contains "listening 8080"
   assert_output_contains "connect 127.0.0.1:8080: ok"
@@ -452,7 +455,13 @@ null ok
   for sig in INT TERM; do
     timeout 20 $cmd run --timeout 15 busybox sleep 30 &
     pid=$!
-    sleep 0.5
+    # the sandbox runs (agsx is past its start: at most 10 s on a loaded host)
+    local i
+    for i in $(seq 100); do
+      our_processes | awk '{print "/proc/" $1 "/cmdline"}' | xargs -r cat 2>/dev/null | tr '\0' ' ' |
+        grep -q 'sleep 30' && break
+      sleep 0.1
+    done
     # timeout(1) forwards the signal to agsx
     kill -$sig $pid
     local rc=0
@@ -616,9 +625,10 @@ assert d["stdout"] == "" and not d["stdout_truncated"]
   # agsx arms a timerfd with the deadline; its fdinfo shows what is left.
   local cmd pid i left=""
   cmd=$(agsx_cmdline)
-  $cmd run busybox sleep 2 &
+  # (long enough to be seen however slowly agsx starts on a loaded host)
+  $cmd run busybox sleep 5 &
   pid=$!
-  for i in $(seq 40); do
+  for i in $(seq 200); do
     left=$(grep -h '^it_value:' /proc/$pid/fdinfo/* 2>/dev/null | head -1)
     [ -n "$left" ] && break
     sleep 0.05
