@@ -214,7 +214,7 @@ assert len(v) == 1 and v[0]["exit_code"] == 7 and v[0]["stop_reason"] == "exit",
   # right after, its name free at once, and nothing of it (a background
   # process holding the claimer's stdout) outlives the answer.
   for i in 1 2 3; do
-    run_ax run --pool p1 --rm --name same sh -c '(sleep 0.5; echo late) & echo now; exit 3'
+    run_ax run --pool p1 --rm --name same sh -c '(sleep 3; echo late) & echo now; exit 3'
     [ "$status" -eq 3 ] || { show_run; false; }
     [ "$output" = now ] || { show_run; false; }
     run_ax ls -a --json
