@@ -18,8 +18,6 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <string.h>
-#include <sys/random.h>
-#include <unistd.h>
 
 static void nl_sock_freep(struct nl_sock **s) {
   if (*s)
@@ -268,26 +266,23 @@ static int attach_link(struct nl_sock *host, int netns, int sysctls, const struc
   return 0;
 }
 
-/* A bridge without an address of its own takes the lowest of its ports'
- * (br_stp_recalculate_bridge_id): it changes as sandboxes come and go, and
- * every sandbox that learnt the gateway's old one (REACHABLE for up to
- * ~45 s) sends into the void once that port is gone. An address given at
- * creation (or set later) is kept: NET_ADDR_SET. A random, locally
- * administered unicast one, as Docker gives its bridges. */
-static void random_mac(uint8_t mac[6]) {
-  if (getrandom(mac, 6, 0) != 6) {
-    uint64_t t = (uint64_t)agsx_mono_ns() ^ ((uint64_t)getpid() << 24);
-    memcpy(mac, &t, 6);
-  }
-  mac[0] = (uint8_t)((mac[0] & 0xfe) | 0x02);
+void agsx_net_mac_of(uint32_t addr, uint8_t mac[6]) {
+  mac[0] = 0x02; /* locally administered, unicast */
+  mac[1] = 0x41;
+  for (int i = 0; i < 4; i++)
+    mac[2 + i] = (uint8_t)(addr >> (24 - 8 * i));
 }
 
 int agsx_net_bridge_create(const char *name, uint32_t gateway, uint8_t prefix, agsx_error_t *err) {
   _cleanup_nlsock_ struct nl_sock *sk = NULL;
   if (connect_route(&sk, err) < 0)
     return -1;
+  /* Its own address (else it takes its ports' lowest, which changes under
+   * every sandbox that learnt it when that port goes): the gateway's,
+   * derived as a sandbox's is from its own, so a bridge made again has the
+   * same one. Given at creation, the kernel keeps it (NET_ADDR_SET). */
   uint8_t mac[6];
-  random_mac(mac);
+  agsx_net_mac_of(gateway, mac);
   _cleanup_nlmsg_ struct nl_msg *m = link_msg(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, 0, false);
   if (m == NULL || nla_put_string(m, IFLA_IFNAME, name) < 0 ||
       nla_put(m, IFLA_ADDRESS, sizeof(mac), mac) < 0)
@@ -342,13 +337,15 @@ static long sysfs_link_attr(const char *name, const char *attr) {
 }
 
 int agsx_net_bridge_keep_mac(const char *name, agsx_error_t *err) {
+  /* 3: NET_ADDR_SET, as every bridge agsx makes now (one read per start). */
+  if (sysfs_link_attr(name, "addr_assign_type") == 3)
+    return 0;
   int ifindex = (int)if_nametoindex(name);
   if (ifindex == 0)
     return agsx_error_set(err, errno, "bridge `%s`", name);
   /* This /sys shows another network namespace's links (agsx run through
-   * nsenter --net): we cannot tell, and the bridges agsx makes have an
-   * address of their own anyway. 3: NET_ADDR_SET. */
-  if (sysfs_link_attr(name, "ifindex") != ifindex || sysfs_link_attr(name, "addr_assign_type") == 3)
+   * nsenter --net): we cannot tell. */
+  if (sysfs_link_attr(name, "ifindex") != ifindex)
     return 0;
   /* A bridge an older agsx made still follows its ports: give it its
    * present address, which it then keeps. */

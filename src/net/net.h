@@ -52,6 +52,9 @@ int agsx_net_loopback_up(agsx_error_t *err);
  * is passed through the netfilter hooks too (per bridge nf_call_iptables).
  * Returns its ifindex. */
 int agsx_net_bridge_create(const char *name, uint32_t gateway, uint8_t prefix, agsx_error_t *err);
+/* The MAC address of a link with IPv4 address ADDR: 02:41 and the address
+ * (a reused address keeps its neighbour entries valid, as Docker does). */
+void agsx_net_mac_of(uint32_t addr, uint8_t mac[6]);
 /* Makes bridge NAME keep its present MAC address (a bridge made without
  * one follows its ports' lowest, which changes the gateway's address under
  * every sandbox when a port goes). 0 at once when it does already. */

@@ -945,12 +945,7 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
   snprintf(a->id, sizeof(a->id), "%s", id);
   snprintf(l->host_ifname, sizeof(l->host_ifname), "agsx%.11s", id);
   l->bridge_ifindex = ifindex;
-  /* A MAC derived from the address, as Docker does: a reused address
-   * keeps its neighbour entries valid. */
-  l->mac[0] = 0x02;
-  l->mac[1] = 0x41;
-  for (int i = 0; i < 4; i++)
-    l->mac[2 + i] = (uint8_t)(a->addr >> (24 - 8 * i));
+  agsx_net_mac_of(a->addr, l->mac);
   l->addr = a->addr;
   l->gateway = a->net.gateway;
   l->prefix = a->net.subnet.prefix;
