@@ -402,6 +402,17 @@ print(json.dumps(v) if isinstance(v, (bool, type(None), list, dict)) else v)' "$
 }
 
 # alive PID: the process exists and is not a zombie.
+# poll N CMD...: runs CMD until it succeeds, at most N times 0.1 s apart.
+poll() {
+  local n=$1 i
+  shift
+  for i in $(seq "$n"); do
+    "$@" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
 alive() {
   local s
   s=$(awk '/^State:/ {print $2}' "/proc/$1/status" 2>/dev/null) || return 1

@@ -59,15 +59,8 @@ wait_ended() {
 }
 
 # in_box ID CMD: polls (at most 10 s) until CMD succeeds in the sandbox.
-in_box() {
-  local id=$1 i
-  shift
-  for i in $(seq 100); do
-    ax exec "$id" sh -c "$1" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  return 1
-}
+in_box() { poll 100 in_box_once "$@"; }
+in_box_once() { ax exec "$1" sh -c "$2" >/dev/null 2>&1; }
 
 # json FIELD: a field of the JSON document in $output.
 json() {

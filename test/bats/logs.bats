@@ -18,14 +18,8 @@ start_sh() {
 }
 
 # logs_are SANDBOX TEXT: polls (at most 10 s) until `agsx logs SANDBOX` is TEXT.
-logs_are() {
-  local i
-  for i in $(seq 100); do
-    [ "$(ax logs "$1" 2>/dev/null)" = "$2" ] && return 0
-    sleep 0.1
-  done
-  return 1
-}
+logs_are() { poll 100 logs_is "$1" "$2"; }
+logs_is() { [ "$(ax logs "$1" 2>/dev/null)" = "$2" ]; }
 
 @test "logs: stdout to stdout, stderr to stderr, after the sandbox ended" {
   start_sh 'echo out1; echo err1 >&2; echo out2'
