@@ -338,10 +338,12 @@ PY
   done
   # A claimer killed after it found the pool empty (its two refilling, on a
   # loaded host) was starting cold: gc takes what that left once it is a
-  # minute old (a start under way looks the same before), here at once.
+  # minute old (a start under way looks the same before), here at once:
+  # once the claims' refills are done, so that no start of ours is under way.
+  wait_parked p1 2
   AGSX_GC_MIN_AGE=0 run_ax gc
   [ "$status" -eq 0 ] || { show_run; false; }
-  wait_parked p1 2
+  [ "$(pool_field p1 parked)" = 2 ]
 }
 
 @test "pool: SIGKILL of a parked sandbox's supervisor: not handed out, refilled, gc cleans" {
