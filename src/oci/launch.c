@@ -4,6 +4,7 @@
 
 #include "net/net.h"
 #include "oci/cgroup.h"
+#include "host/kernel.h"
 #include "oci/oci.h"
 #include "sandbox/procexec.h"
 #include "sandbox/rootfs.h"
@@ -402,11 +403,12 @@ static int mask_all(const struct agsx_oci_spec *s, int root, agsx_error_t *err) 
   if (devnull < 0 || empty < 0)
     return agsx_error_set(err, errno, "masked paths");
   /* The union: an engine can add, never remove (unmask=ALL, privileged). */
+  bool attached = false;
   for (size_t i = 0; i < agsx_rootfs_n_masked_paths; i++)
-    if (agsx_rootfs_mask(root, agsx_rootfs_masked_paths[i], devnull, empty, err) < 0)
+    if (agsx_rootfs_mask(root, agsx_rootfs_masked_paths[i], devnull, empty, &attached, err) < 0)
       return -1;
   for (char **p = s->masked; p && *p; p++)
-    if (agsx_rootfs_mask(root, *p, devnull, empty, err) < 0)
+    if (agsx_rootfs_mask(root, *p, devnull, empty, &attached, err) < 0)
       return -1;
   for (size_t i = 0; i < agsx_rootfs_n_readonly_paths; i++)
     if (agsx_rootfs_readonly(root, agsx_rootfs_readonly_paths[i], err) < 0)
@@ -1681,6 +1683,11 @@ int agsx_oci_create(const struct agsx_oci_global *g, const struct agsx_oci_creat
   if (agsx_mkdir_p(rootpath, 0700, err) < 0 || (absroot = realpath(rootpath, NULL)) == NULL) {
     create_free(&cr);
     return err && *err ? -1 : agsx_error_set(err, errno, "state root `%s`", rootpath);
+  }
+  _cleanup_free_ char *kcache = xasprintf("%s/.cache", absroot);
+  if (agsx_kernel_ensure(kcache, err) < 0) {
+    create_free(&cr);
+    return -1;
   }
   _cleanup_free_ char *stage = xasprintf("%s/%s/mnt", absroot, o->id);
   struct child c = {.s = s,

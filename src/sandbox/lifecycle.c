@@ -620,8 +620,10 @@ int agsx_lifecycle_create(const struct agsx_run_spec *spec, struct agsx_lifecycl
                           agsx_error_t *err) {
   enum agsx_net_mode mode;
   const char *net_name;
+  /* A kernel that cannot run sandboxes fails before anything is made. */
   if (agsx_run_spec_check(spec, err) < 0 ||
-      agsx_net_mode_parse(spec->network ? spec->network : "internal", &mode, &net_name, err) < 0)
+      agsx_net_mode_parse(spec->network ? spec->network : "internal", &mode, &net_name, err) < 0 ||
+      (agsx_mkdir_p(spec->state, 0711, err) < 0 || agsx_sandbox_kernel_check(spec->state, err) < 0))
     return -1;
   struct agsx_lifecycle *lc = xzalloc(sizeof(*lc));
   lc->spec = *spec;

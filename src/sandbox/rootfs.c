@@ -10,9 +10,18 @@
  * Every target inside the new root is resolved with openat2(RESOLVE_IN_ROOT)
  * so image symlinks cannot point a mount outside it; /proc, /dev and /sys
  * targets must not be symlinks at all. Nothing here is visible on the host:
- * the whole tree dies with the mount namespace. */
+ * the whole tree dies with the mount namespace.
+ *
+ * Two ways to assemble a subtree (the host image's root, /dev): on Linux
+ * 6.15 and later it is built on a detached mount and attached once whole;
+ * older kernels refuse mounts on detached trees (and clones of them), so
+ * there it is attached first and built in place. The mounts, their flags and
+ * what the command can reach are the same: nothing of the sandbox runs
+ * before pivot_root, and the mount namespace is private either way. The
+ * kernel is probed once per boot (host/kernel.h). */
 #include "config.h"
 
+#include "host/kernel.h"
 #include "net/netspec.h"
 #include "sandbox/rootfs.h"
 #include "sandbox/sandbox-internal.h"
@@ -26,6 +35,9 @@
 #include <sys/syscall.h>
 
 /* ---- helpers ----------------------------------------------------------------------- */
+
+/* Subtrees are built on detached mounts (Linux 6.15), or attached first. */
+static bool in_place(void) { return !agsx_kernel_has(AGSX_KF_DETACHED_MOUNTS); }
 
 static int fs_new(const char *type, const char *const *opts, unsigned attrs, agsx_error_t *err) {
   _cleanup_close_ int fs = fsopen(type, FSOPEN_CLOEXEC);
@@ -291,10 +303,16 @@ static int host_layers(struct agsx_child_ctx *c, int t, agsx_error_t *err) {
   return 0;
 }
 
+static int attach_root(int t, int root, agsx_error_t *err) {
+  if (mkdirat(t, "root", 0755) < 0 || move_mount(root, "", t, "root", MOVE_MOUNT_F_EMPTY_PATH) < 0)
+    return agsx_error_set(err, errno, "attach the root filesystem");
+  return 0;
+}
+
 static int host_root(struct agsx_child_ctx *c, int t, agsx_error_t *err) {
   const char *opts[] = {"size", "4m", "mode", "0755", NULL};
   _cleanup_close_ int root = fs_new("tmpfs", opts, MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID, err);
-  if (root < 0)
+  if (root < 0 || (in_place() && attach_root(t, root, err) < 0))
     return -1;
   _cleanup_close_ int hostroot = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
   _cleanup_close_ int hostetc = open("/etc", O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -329,8 +347,8 @@ static int host_root(struct agsx_child_ctx *c, int t, agsx_error_t *err) {
   if (home < 0 || move_mount(tmp, "", root, "tmp", MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
       move_mount(home, "", root, "root", MOVE_MOUNT_F_EMPTY_PATH) < 0)
     return agsx_error_set(err, errno, "mount /tmp and /root");
-  if (mkdirat(t, "root", 0755) < 0 || move_mount(root, "", t, "root", MOVE_MOUNT_F_EMPTY_PATH) < 0)
-    return agsx_error_set(err, errno, "attach the root filesystem");
+  if (!in_place() && attach_root(t, root, err) < 0)
+    return -1;
   return steal_fd(&root);
 }
 
@@ -380,9 +398,9 @@ static const char *const masked[] = {
 };
 static const char *const readonly[] = {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys"};
 
-/* Masks PATH with a clone of DEVNULL (a file) or of EMPTYDIR (a directory).
- * With ATTACHED, a directory is masked with EMPTYDIR itself if *ATTACHED is
- * false (then set): see mount_proc_sys. */
+/* Masks PATH with a clone of DEVNULL (a file) or of EMPTYDIR (a directory);
+ * the first directory with EMPTYDIR itself (*ATTACHED false, then set): see
+ * rootfs.h. */
 static int mask_at(int root, const char *path, int devnull, int emptydir, bool *attached,
                    agsx_error_t *err) {
   _cleanup_close_ int fd =
@@ -392,7 +410,7 @@ static int mask_at(int root, const char *path, int devnull, int emptydir, bool *
   struct stat st;
   if (fstat(fd, &st) < 0)
     return agsx_error_set(err, errno, "mask `%s`", path);
-  if (S_ISDIR(st.st_mode) && attached && !*attached) {
+  if (S_ISDIR(st.st_mode) && !*attached) {
     if (move_mount(emptydir, "", fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
       return agsx_error_set(err, errno, "mask `%s`", path);
     *attached = true;
@@ -469,7 +487,7 @@ static const char *const devices[] = {"null", "zero", "full", "random", "urandom
  * the host's, with their own flags); /dev/shm keeps a tmpfs of its own. */
 static int mount_dev(int t, int root, agsx_error_t *err) {
   _cleanup_close_ int dev = tmpfs_dir(t, "dev", 0755, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, err);
-  if (dev < 0)
+  if (dev < 0 || (in_place() && attach(root, "/dev", dev, true, err) < 0))
     return -1;
   /* Device nodes cannot be made in a user namespace: bind the host's. */
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(devices); i++) {
@@ -506,7 +524,7 @@ static int mount_dev(int t, int root, agsx_error_t *err) {
       move_mount(shm, "", dev, "shm", MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
       move_mount(mq, "", dev, "mqueue", MOVE_MOUNT_F_EMPTY_PATH) < 0)
     return agsx_error_set(err, errno, "/dev mounts");
-  return attach(root, "/dev", dev, true, err);
+  return in_place() ? 0 : attach(root, "/dev", dev, true, err);
 }
 
 /* ---- volumes ----------------------------------------------------------------------------- */
@@ -614,8 +632,9 @@ int agsx_rootfs_bind_clone(int dirfd, const char *path, unsigned attrs, bool rec
   return bind_clone(dirfd, path, attrs, recursive, err);
 }
 
-int agsx_rootfs_mask(int root, const char *path, int devnull, int emptydir, agsx_error_t *err) {
-  return mask_at(root, path, devnull, emptydir, NULL, err);
+int agsx_rootfs_mask(int root, const char *path, int devnull, int emptydir, bool *attached,
+                     agsx_error_t *err) {
+  return mask_at(root, path, devnull, emptydir, attached, err);
 }
 
 int agsx_rootfs_readonly(int root, const char *path, agsx_error_t *err) {

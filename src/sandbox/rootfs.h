@@ -23,8 +23,13 @@ int agsx_rootfs_attach(int rootfd, const char *path, int mfd, bool strict, agsx_
 int agsx_rootfs_bind_clone(int dirfd, const char *path, unsigned attrs, bool recursive,
                            agsx_error_t *err);
 /* Masks PATH inside ROOT (a file with DEVNULL, a directory with EMPTYDIR,
- * an empty read-only tmpfs); a missing PATH or a symlink is left alone. */
-int agsx_rootfs_mask(int root, const char *path, int devnull, int emptydir, agsx_error_t *err);
+ * an empty read-only detached mount); a missing PATH or a symlink is left
+ * alone. The first directory gets EMPTYDIR itself (*ATTACHED false, then
+ * set), later ones clones of it: a detached mount cannot be cloned before
+ * Linux 6.15, an attached one can, and one attached is not dissolved
+ * (an RCU grace period) when closed. */
+int agsx_rootfs_mask(int root, const char *path, int devnull, int emptydir, bool *attached,
+                     agsx_error_t *err);
 /* Remounts PATH inside ROOT read-only (recursively); missing: nothing. */
 int agsx_rootfs_readonly(int root, const char *path, agsx_error_t *err);
 /* Docker's masked and read-only paths, as every agsx sandbox has them. */

@@ -3,6 +3,7 @@
 
 #include "util/conf.h"
 
+#include "host/kernel.h"
 #include "net/net.h"
 #include "state/state.h"
 #include "sandbox/sandbox-internal.h"
@@ -135,6 +136,11 @@ static int make_state_dir(struct agsx_sandbox *sb, const struct agsx_sandbox_con
     sb->name = xstrdup(cfg->name);
   }
   return 0;
+}
+
+int agsx_sandbox_kernel_check(const char *state_dir, agsx_error_t *err) {
+  _cleanup_free_ char *cache = xasprintf("%s/cache", state_dir);
+  return agsx_kernel_ensure(cache, err);
 }
 
 static pid_t do_clone3(uint64_t flags, int cgroupfd, int *ret_pidfd) {
@@ -348,7 +354,8 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
   memcpy(sb->id, cfg->id, sizeof(sb->id));
   *ret = sb;
   int64_t t0 = agsx_mono_ns();
-  if (make_state_dir(sb, cfg, err) < 0 || agsx_userns_reserve(sb->statefd, &sb->ids, err) < 0)
+  if (agsx_sandbox_kernel_check(cfg->state_dir, err) < 0 || make_state_dir(sb, cfg, err) < 0 ||
+      agsx_userns_reserve(sb->statefd, &sb->ids, err) < 0)
     return -1;
   phase(sb, "state+ids", &t0);
   if (agsx_cgroup_create(sb->id, &cfg->limits, &sb->cg, err) < 0)

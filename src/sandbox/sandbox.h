@@ -152,11 +152,16 @@ struct agsx_sandbox {
   void *on_dead_data;
 };
 
-/* Starts the sandbox; returns once the command has been exec'd (or its
- * exec failed: then ret_exec_error holds 126/127 and *err says why). */
 /* The pids limit of a sandbox whose caller gave none: AGSX_DEFAULT_PIDS, or
  * agsx.conf `default-pids` (env AGSX_DEFAULT_PIDS): a count, or `none`/0. */
 int agsx_sandbox_default_pids(uint64_t *ret, agsx_error_t *err);
+/* The kernel's features (host/kernel.h), probed once per process, cached
+ * for the boot in STATE/cache beside the seccomp programs: what a kernel
+ * lacks that agsx needs fails here, naming it. agsx_sandbox_start calls it
+ * first; a front end may call it earlier, to fail before anything is made. */
+int agsx_sandbox_kernel_check(const char *state_dir, agsx_error_t *err);
+/* Starts the sandbox; returns once the command has been exec'd (or its
+ * exec failed: then ret_exec_error holds 126/127 and *err says why). */
 int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbox **ret,
                        agsx_error_t *err);
 
