@@ -339,6 +339,11 @@ static const struct agsx_option netlog_opts[] = {
     {0},
 };
 
+static const struct agsx_option info_opts[] = {
+    {"json", 0, NULL, "Print the same as one JSON object (see agsx-info(1))", O_JSON},
+    {0},
+};
+
 static const struct agsx_option none[] = {{0}};
 
 /* Commands of DESIGN.md §3 that later work fills in say so and exit 125. */
@@ -385,6 +390,8 @@ const struct agsx_command agsx_commands[] = {
      NULL},
     {"gc", "[OPTIONS]", "Remove what ended sandboxes and crashes left behind", gc_opts, agsx_cmd_gc,
      NULL},
+    {"info", "[--json]", "Show the kernel features and cgroups agsx finds, and the path it takes",
+     info_opts, agsx_cmd_info, NULL},
     {"browser", "[OPTIONS] [-- CHROMIUM-FLAG...]",
      "Start headless Chromium in a sandbox; print its DevTools WebSocket URL", browser_opts,
      agsx_cmd_browser, NULL},

@@ -175,6 +175,7 @@ int agsx_cmd_network_rm(struct agsx_ctx *, const struct agsx_command *, int, cha
 int agsx_cmd_network_inspect(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_browser(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_port(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_info(struct agsx_ctx *, const struct agsx_command *, int, char **);
 /* agsx code keeps its option table and ids in cmd/code.c. */
 extern const struct agsx_option agsx_code_opts[];
 int agsx_cmd_code(struct agsx_ctx *, const struct agsx_command *, int, char **);

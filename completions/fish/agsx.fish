@@ -255,6 +255,7 @@ complete -c agsx -n '__agsx_cmd' -a snapshot -d "Record a running sandbox's file
 complete -c agsx -n '__agsx_cmd' -a rollback -d 'Restart a sandbox on one of its snapshots'
 complete -c agsx -n '__agsx_cmd' -a fork -d "Start new sandboxes from a running sandbox's filesystem"
 complete -c agsx -n '__agsx_cmd' -a gc -d 'Remove what ended sandboxes and crashes left behind'
+complete -c agsx -n '__agsx_cmd' -a info -d 'Show the kernel features and cgroups agsx finds, and the path it takes'
 complete -c agsx -n '__agsx_cmd' -a browser -d 'Start headless Chromium in a sandbox; print its DevTools WebSocket URL'
 complete -c agsx -n '__agsx_cmd' -a serve -d 'Serve the E2B-compatible HTTP API (SDKs run unmodified)'
 complete -c agsx -n '__agsx_cmd' -a code -d "Run code in a sandbox's stateful code context (Python, bash)"
@@ -496,6 +497,10 @@ complete -c agsx -n '__agsx_cmd browser' -l image -x -a 'host (__agsx_image_name
 complete -c agsx -n '__agsx_cmd browser' -s u -l user -x -d 'Run Chromium as this user (default 1000:1000)'
 complete -c agsx -n '__agsx_cmd browser' -l json -d 'Print id, ws_url, http_url... as JSON'
 complete -c agsx -n '__agsx_cmd browser' -s h -l help -d 'Show this help'
+
+# agsx info
+complete -c agsx -n '__agsx_cmd info' -l json -d 'Print the same as one JSON object'
+complete -c agsx -n '__agsx_cmd info' -s h -l help -d 'Show this help'
 
 # agsx gc
 complete -c agsx -n '__agsx_cmd gc' -l images -d 'Also remove blobs and unpacked layers no image uses'

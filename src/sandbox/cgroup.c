@@ -1089,3 +1089,40 @@ int agsx_cgroup_gc(bool (*keep)(const char *name, void *data),
   }
   return r;
 }
+
+/* ---- info ---------------------------------------------------------------------------------- */
+
+int agsx_cgroup_info(struct agsx_cgroup_info *ret, agsx_error_t *err) {
+  memset(ret, 0, sizeof(*ret));
+  _cleanup_layout_ struct layout *l = NULL;
+  const char *parent = NULL;
+  if (layout_get(&l, err) < 0 || parent_get(&parent, err) < 0)
+    return -1;
+  ret->v2 = l->v2;
+  ret->root = xstrdup(l->root);
+  ret->manager = "cgroupfs";
+  ret->parent = xstrdup(parent);
+  if (l->v2) {
+    _cleanup_error_ agsx_error_t e = NULL;
+    _cleanup_free_ char *path = xasprintf("%s/cgroup.controllers", l->root);
+    if (agsx_read_file_at(AT_FDCWD, path, SMALL_FILE_MAX, &ret->controllers, NULL, &e) == 0)
+      ret->controllers[strcspn(ret->controllers, "\n")] = '\0';
+  } else {
+    _cleanup_free_ char *list = xstrdup("");
+    for (int c = 0; c < CTRL_N; c++)
+      if (l->mnt[c]) {
+        char *next = xasprintf("%s%s%s", list, *list ? " " : "", ctrl_name[c]);
+        free(list);
+        list = next;
+      }
+    ret->controllers = steal_ptr(&list);
+  }
+  return 0;
+}
+
+void agsx_cgroup_info_clear(struct agsx_cgroup_info *i) {
+  free(i->root);
+  free(i->controllers);
+  free(i->parent);
+  memset(i, 0, sizeof(*i));
+}

@@ -128,6 +128,17 @@ int agsx_cgroup_gc(bool (*keep)(const char *name, void *data),
                    void (*report)(const char *what, void *data), void *data, bool dry_run,
                    agsx_error_t *err);
 
+/* What `agsx info` shows of the cgroups sandboxes get. */
+struct agsx_cgroup_info {
+  bool v2;
+  char *root;          /* the cgroup root (v1: where the controllers are mounted) */
+  char *controllers;   /* v2: the root's cgroup.controllers; v1: the mounted ones agsx uses */
+  const char *manager; /* "cgroupfs" */
+  char *parent;        /* sandboxes' cgroups are PARENT/<id> */
+};
+int agsx_cgroup_info(struct agsx_cgroup_info *ret, agsx_error_t *err);
+void agsx_cgroup_info_clear(struct agsx_cgroup_info *i);
+
 /* Forgets the cached layout: the next call detects it again (a long-lived
  * process after cgroup mounts changed). Thread-safe. */
 void agsx_cgroup_reset(void);

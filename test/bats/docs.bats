@@ -234,6 +234,7 @@ EOF
 
 @test "docs: global options" { doc_sets_agree global; }
 @test "docs: gc options" { doc_sets_agree gc; }
+@test "docs: info options" { doc_sets_agree info; }
 @test "docs: image ls options" { doc_sets_agree "image ls"; }
 @test "docs: image load options" { doc_sets_agree "image load"; }
 @test "docs: load options" { doc_sets_agree load; }
@@ -299,6 +300,7 @@ image push
 image rm
 image save
 image tag
+info
 inspect
 kill
 load

@@ -1,0 +1,116 @@
+/* agsx info: what this host gives agsx — the kernel's features and the path
+ * agsx takes for each, the cgroups sandboxes get, where state and images
+ * live. Probed now, not read from the per-boot cache (host/kernel.h). */
+#include "config.h"
+
+#include "cmd.h"
+#include "host/kernel.h"
+#include "sandbox/cgroup.h"
+#include "util/json.h"
+
+#include <string.h>
+#include <sys/utsname.h>
+
+static int on_info_opt(void *data, int id, const char *arg) {
+  (void)arg;
+  if (id == O_JSON)
+    *(bool *)data = true;
+  return 0;
+}
+
+static void print_json(struct agsx_ctx *ctx, const struct agsx_kernel *k, const char *machine,
+                       const struct agsx_cgroup_info *cg, const char *cg_error) {
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  yajl_gen_map_open(g);
+  agsx_json_kv_str(g, "version", PACKAGE_VERSION);
+  agsx_json_key(g, "kernel");
+  yajl_gen_map_open(g);
+  agsx_json_kv_str(g, "release", k->release);
+  agsx_json_kv_str(g, "machine", machine);
+  agsx_json_kv_bool(g, "below_floor", agsx_kernel_below_floor(k));
+  _cleanup_free_ char *floor = xasprintf("%d.%d", AGSX_KERNEL_FLOOR_MAJOR, AGSX_KERNEL_FLOOR_MINOR);
+  agsx_json_kv_str(g, "floor", floor);
+  agsx_json_key(g, "features");
+  yajl_gen_array_open(g);
+  for (int f = 0; f < AGSX_KF_N; f++) {
+    bool have = (k->have >> f) & 1, off = (k->disabled >> f) & 1;
+    yajl_gen_map_open(g);
+    agsx_json_kv_str(g, "name", agsx_kernel_feature_name(f));
+    agsx_json_kv_str(g, "what", agsx_kernel_feature_what(f));
+    agsx_json_kv_str(g, "since", agsx_kernel_feature_since(f));
+    agsx_json_kv_bool(g, "required", agsx_kernel_feature_required(f));
+    agsx_json_kv_bool(g, "present", have || off);
+    agsx_json_kv_bool(g, "used", have);
+    agsx_json_kv_str(g, "path", agsx_kernel_feature_path(f, have));
+    yajl_gen_map_close(g);
+  }
+  yajl_gen_array_close(g);
+  yajl_gen_map_close(g);
+  agsx_json_key(g, "cgroup");
+  yajl_gen_map_open(g);
+  if (cg_error) {
+    agsx_json_kv_str(g, "error", cg_error);
+  } else {
+    agsx_json_kv_int(g, "version", cg->v2 ? 2 : 1);
+    agsx_json_kv_str(g, "root", cg->root);
+    agsx_json_kv_str(g, "controllers", cg->controllers);
+    agsx_json_kv_str(g, "manager", cg->manager);
+    agsx_json_kv_str(g, "parent", cg->parent);
+  }
+  yajl_gen_map_close(g);
+  agsx_json_kv_str(g, "store", ctx->root);
+  agsx_json_kv_str(g, "state", ctx->state);
+  yajl_gen_map_close(g);
+  size_t len;
+  _cleanup_free_ char *s = agsx_json_gen_steal(g, &len);
+  printf("%s\n", s);
+}
+
+static void print_text(struct agsx_ctx *ctx, const struct agsx_kernel *k, const char *machine,
+                       const struct agsx_cgroup_info *cg, const char *cg_error) {
+  printf("agsx %s\n", PACKAGE_VERSION);
+  printf("kernel: Linux %s (%s)%s\n", k->release, machine,
+         agsx_kernel_below_floor(k) ? ", older than the oldest agsx is tested on" : "");
+  printf("  agsx supports Linux %d.%d and later\n", AGSX_KERNEL_FLOOR_MAJOR,
+         AGSX_KERNEL_FLOOR_MINOR);
+  for (int f = 0; f < AGSX_KF_N; f++) {
+    bool have = (k->have >> f) & 1, off = (k->disabled >> f) & 1;
+    const char *state = have ? "yes" : off ? "off" : "no";
+    printf("  %-26s %-3s  %s (Linux %s)%s\n", agsx_kernel_feature_name(f), state,
+           agsx_kernel_feature_what(f), agsx_kernel_feature_since(f),
+           agsx_kernel_feature_required(f) ? ", required" : "");
+    printf("  %-26s      -> %s%s\n", "", agsx_kernel_feature_path(f, have),
+           off ? " (AGSX_KERNEL_DISABLE)" : "");
+  }
+  if (cg_error)
+    printf("cgroup: %s\n", cg_error);
+  else
+    printf("cgroup: v%d at %s, manager %s; sandboxes in %s/<id>\n  controllers: %s\n",
+           cg->v2 ? 2 : 1, cg->root, cg->manager, cg->parent,
+           cg->controllers && *cg->controllers ? cg->controllers : "(none)");
+  printf("store: %s\nstate: %s\n", ctx->root, ctx->state);
+}
+
+int agsx_cmd_info(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
+  bool json = ctx->json;
+  int i = agsx_parse_options(cmd, argc, argv, on_info_opt, &json);
+  if (i < 0)
+    return AGSX_EXIT_FAILURE;
+  if (i < argc)
+    return agsx_failf("info: unexpected argument `%s`", argv[i]);
+  struct agsx_kernel k;
+  agsx_kernel_probe(&k);
+  struct utsname u;
+  if (uname(&u) < 0)
+    snprintf(u.machine, sizeof(u.machine), "unknown");
+  struct agsx_cgroup_info cg;
+  agsx_error_t err = NULL;
+  int r = agsx_cgroup_info(&cg, &err);
+  if (json)
+    print_json(ctx, &k, u.machine, &cg, r < 0 ? err->msg : NULL);
+  else
+    print_text(ctx, &k, u.machine, &cg, r < 0 ? err->msg : NULL);
+  agsx_error_free(&err);
+  agsx_cgroup_info_clear(&cg);
+  return 0;
+}
