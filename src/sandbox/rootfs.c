@@ -390,13 +390,15 @@ static const char *const masked[] = {
     "/proc/timer_stats",
     "/proc/sched_debug",
     "/proc/scsi",
-    "/proc/sysrq-trigger",
     "/sys/firmware",
     "/sys/devices/virtual/powercap",
     "/sys/kernel/security",
     "/sys/kernel/debug",
 };
-static const char *const readonly[] = {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys"};
+/* /proc/sysrq-trigger is read-only, as Docker has it, not masked: a write
+ * then fails (EROFS) instead of going to a /dev/null that stands in for it. */
+static const char *const readonly[] = {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
+                                       "/proc/sysrq-trigger"};
 
 /* Masks PATH with a clone of DEVNULL (a file) or of EMPTYDIR (a directory);
  * the first directory with EMPTYDIR itself (*ATTACHED false, then set): see
