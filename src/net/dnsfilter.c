@@ -749,7 +749,10 @@ enum agsx_dns_verdict agsx_dns_filter_answer(struct agsx_dns_filter *f, char *ms
     v = AGSX_DNS_REPLY;
   } else if (!by_name(&f->e)) {
     /* no name rules: nothing to open or close (the network's own rules apply) */
-  } else if (agsx_dns_answer_chain(m, *len, &c, on_a, f) < 0) {
+  } else if (agsx_dns_cap_ttl(m, *len, (uint32_t)f->ttl_max) < 0 ||
+             agsx_dns_answer_chain(m, *len, &c, on_a, f) < 0) {
+    /* (The TTLs first: a crafted answer's names may point into them, so
+     * the chain is read from the bytes the client gets.) */
     *len = make_reply(m, end, 2); /* SERVFAIL: what we cannot read we do not open */
     v = AGSX_DNS_REPLY;
   } else {
@@ -771,8 +774,6 @@ enum agsx_dns_verdict agsx_dns_filter_answer(struct agsx_dns_filter *f, char *ms
       if (batch_run(f, name, type) < 0) {
         *len = make_reply(m, end, 2);
         v = AGSX_DNS_REPLY;
-      } else {
-        agsx_dns_cap_ttl(m, *len, (uint32_t)f->ttl_max);
       }
     }
   }
