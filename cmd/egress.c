@@ -41,8 +41,10 @@ static void print_entry(yajl_val e) {
   const char *kind = agsx_json_get_string(e, "kind"), *last = agsx_json_get_string(e, "last");
   int64_t count = 0, port = 0;
   agsx_json_get_int64(e, "count", &count);
-  if (kind && strcmp(kind, "dns") == 0) {
-    printf("%-20s %-10s %-40s %-6s %" PRId64 "\n", last ? last : "-", "dns",
+  /* dns: a refused name; limit: a name answered whose addresses a bound
+   * kept closed (egress.h). */
+  if (kind && (strcmp(kind, "dns") == 0 || strcmp(kind, "limit") == 0)) {
+    printf("%-20s %-10s %-40s %-6s %" PRId64 "\n", last ? last : "-", kind,
            agsx_json_get_string(e, "name") ? agsx_json_get_string(e, "name") : "?", "-", count);
     return;
   }

@@ -54,48 +54,153 @@ int agsx_dns_question(const unsigned char *msg, size_t len, char *name, uint16_t
   return 0;
 }
 
-/* Skips a (possibly compressed) name at *OFF. */
-static int skip_name(const unsigned char *msg, size_t len, size_t *off) {
-  for (int labels = 0; labels < 128; labels++) {
-    if (*off >= len)
+/* Reads the (possibly compressed) name at *OFF into BUF (AGSX_EGRESS_NAME_MAX
+ * + 1) in canonical form, or "" when it is none a rule can match (too long,
+ * odd bytes); *OFF moves past it. -1 if malformed. Pointers must point
+ * back, and a name has at most 128 labels and pointers: no loop, however
+ * the message is made. */
+static int read_name(const unsigned char *msg, size_t len, size_t *off, char *buf) {
+  char raw[AGSX_EGRESS_NAME_MAX + 2];
+  size_t pos = *off, n = 0;
+  bool jumped = false, ok = true;
+  for (int steps = 0;; steps++) {
+    if (pos >= len || steps > 128)
       return -1;
-    unsigned l = msg[*off];
-    if (l == 0) {
-      (*off)++;
-      return 0;
-    }
+    unsigned l = msg[pos];
     if ((l & 0xc0) == 0xc0) {
-      if (*off + 2 > len)
+      if (pos + 2 > len)
         return -1;
-      *off += 2;
-      return 0;
+      size_t to = (size_t)(l & 0x3f) << 8 | msg[pos + 1];
+      if (to >= pos)
+        return -1;
+      if (!jumped)
+        *off = pos + 2;
+      jumped = true;
+      pos = to;
+      continue;
     }
-    if (l > 63)
+    if (l > 63 || pos + 1 + l > len)
       return -1;
-    *off += 1 + l;
+    if (l == 0)
+      break;
+    if (n + l + 1 > AGSX_EGRESS_NAME_MAX + 1 || memchr(msg + pos + 1, '.', l))
+      ok = false;
+    else {
+      if (n)
+        raw[n++] = '.';
+      memcpy(raw + n, msg + pos + 1, l);
+      n += l;
+    }
+    pos += 1 + l;
   }
-  return -1;
+  if (!jumped)
+    *off = pos + 1;
+  if (!ok || agsx_egress_name_canon(raw, n, buf) < 0)
+    buf[0] = '\0';
+  return 0;
 }
 
-int agsx_dns_answers_a(const unsigned char *msg, size_t len,
-                       void (*fn)(void *data, uint32_t addr, uint32_t ttl), void *data) {
+/* One resource record at *OFF: its owner (read_name's form), type, class,
+ * TTL and data; *OFF moves past it. */
+struct rr {
+  char owner[AGSX_EGRESS_NAME_MAX + 1];
+  uint16_t type, class;
+  uint32_t ttl;
+  size_t ttl_off, data, dlen;
+};
+
+static int read_rr(const unsigned char *msg, size_t len, size_t *off, struct rr *r) {
+  if (read_name(msg, len, off, r->owner) < 0 || *off + 10 > len)
+    return -1;
+  r->type = be16(msg + *off);
+  r->class = be16(msg + *off + 2);
+  r->ttl_off = *off + 4;
+  r->ttl = be32(msg + *off + 4);
+  r->dlen = be16(msg + *off + 8);
+  r->data = *off + 10;
+  if (r->data + r->dlen > len)
+    return -1;
+  *off = r->data + r->dlen;
+  return 0;
+}
+
+#define TYPE_A 1
+#define TYPE_CNAME 5
+#define CLASS_IN 1
+
+/* The CNAME of NAME in the answer section (AN records from START) into
+ * TARGET: 1, or 0 when there is none. -1 if malformed, with two, or with
+ * a target that is no name a rule can match. */
+static int cname_of(const unsigned char *msg, size_t len, size_t start, unsigned an,
+                    const char *name, char *target) {
+  int found = 0;
+  struct rr r;
+  for (unsigned i = 0; i < an; i++) {
+    if (read_rr(msg, len, &start, &r) < 0)
+      return -1;
+    if (r.type != TYPE_CNAME || r.class != CLASS_IN || strcmp(r.owner, name) != 0)
+      continue;
+    size_t t = r.data;
+    if (found || read_name(msg, len, &t, target) < 0 || t != r.data + r.dlen || !target[0])
+      return -1;
+    found = 1;
+  }
+  return found;
+}
+
+static bool in_chain(const struct agsx_dns_chain *c, const char *name) {
+  for (size_t i = 0; name[0] && i < c->n; i++)
+    if (strcmp(c->names[i], name) == 0)
+      return true;
+  return false;
+}
+
+int agsx_dns_answer_chain(const unsigned char *msg, size_t len, struct agsx_dns_chain *c,
+                          void (*fn)(void *data, uint32_t addr, uint32_t ttl), void *data) {
+  uint16_t type;
+  size_t start;
+  c->n = 0;
+  if (agsx_dns_question(msg, len, c->names[0], &type, &start) < 0)
+    return -1;
+  c->n = 1;
+  unsigned an = be16(msg + 6);
+  for (;;) {
+    char target[AGSX_EGRESS_NAME_MAX + 1];
+    int r = cname_of(msg, len, start, an, c->names[c->n - 1], target);
+    if (r < 0)
+      return -1;
+    if (r == 0)
+      break;
+    if (in_chain(c, target) || c->n == AGSX_DNS_CHAIN_MAX)
+      return -1; /* a loop, or longer than a client follows */
+    snprintf(c->names[c->n++], sizeof(c->names[0]), "%s", target);
+  }
+  size_t off = start;
+  struct rr r;
+  for (unsigned i = 0; i < an; i++) {
+    if (read_rr(msg, len, &off, &r) < 0)
+      return -1;
+    if (r.type == TYPE_A && r.class == CLASS_IN && r.dlen == 4 && in_chain(c, r.owner))
+      fn(data, be32(msg + r.data), r.ttl);
+  }
+  return 0;
+}
+
+int agsx_dns_cap_ttl(unsigned char *msg, size_t len, uint32_t max) {
   char name[AGSX_EGRESS_NAME_MAX + 1];
   uint16_t type;
   size_t off;
   if (agsx_dns_question(msg, len, name, &type, &off) < 0)
     return -1;
   unsigned an = be16(msg + 6);
+  struct rr r;
   for (unsigned i = 0; i < an; i++) {
-    if (skip_name(msg, len, &off) < 0 || off + 10 > len)
+    if (read_rr(msg, len, &off, &r) < 0)
       return -1;
-    uint16_t t = be16(msg + off), c = be16(msg + off + 2), rdlen = be16(msg + off + 8);
-    uint32_t ttl = be32(msg + off + 4);
-    off += 10;
-    if (off + rdlen > len)
-      return -1;
-    if (t == 1 && c == 1 && rdlen == 4)
-      fn(data, be32(msg + off), ttl);
-    off += rdlen;
+    if (r.ttl > max) {
+      uint32_t t = htonl(max);
+      memcpy(msg + r.ttl_off, &t, 4);
+    }
   }
   return 0;
 }
@@ -111,20 +216,36 @@ static size_t make_reply(unsigned char *msg, size_t qend, unsigned rcode) {
 /* ---- the filter ----------------------------------------------------------------------------- */
 
 #define CACHE_MAX 4096
+#define ADDRS_MAX 256        /* addresses of one answer looked at (the rest stay closed) */
+#define RESOLVE_TRIES 3      /* sends of one query for a denied name, a second apart */
+#define RESOLVE_WAIT_MS 1000 /* for the first answers, at the start */
 
 struct learnt {
   uint32_t addr;
   uint16_t port; /* 0: every port */
+  uint8_t set;   /* enum agsx_egress_set */
   int64_t until_ms;
 };
 
+enum log_kind { LOG_DNS, LOG_CONNECTION, LOG_LIMIT };
+
 struct log_entry {
-  bool query;
+  enum log_kind kind;
   char what[AGSX_EGRESS_NAME_MAX + 1]; /* the name, or the address */
   uint16_t port, type;                 /* port (connections), query type */
   uint8_t proto;
   int64_t first, last; /* wall clock, s */
   uint64_t count;
+};
+
+/* A denied name the relay resolves itself, so that its addresses are
+ * closed before the sandbox looks it up, or without it ever doing so. */
+struct denied {
+  char name[AGSX_EGRESS_NAME_MAX + 1];
+  uint16_t id; /* of the query out, while WAITING */
+  bool waiting;
+  int tries;
+  int64_t due_ms; /* the next send */
 };
 
 struct agsx_dns_filter {
@@ -146,19 +267,25 @@ struct agsx_dns_filter {
   bool dirty;
   int64_t flushed_ms;
   int nflog;
-  bool active;  /* it had rules: nflog bound */
-  bool *learnt; /* set once an address went into the sets (agsx_dns_filter_set_learnt) */
+  bool active; /* it had rules: nflog bound */
   struct agsx_dns_filter_stats st;
+  /* the denied names it resolves, on a socket of its own to UPSTREAM */
+  struct denied *denied;
+  size_t ndenied;
+  struct sockaddr_storage upstream;
+  bool has_upstream;
+  int rfd;
   /* one answer's addresses, while it is looked at */
-  struct agsx_nfb batch; /* the answer's addresses */
-  const char *name;
-  bool any;
-  uint16_t ports[16];
-  size_t nports;
+  struct agsx_nfb batch;
+  struct {
+    uint32_t addr, ttl;
+  } addrs[ADDRS_MAX];
+  size_t naddrs;
   int64_t now_ms;
 };
 
 static int64_t mono_ms(void) { return agsx_mono_ns() / 1000000; }
+static void denied_reload(struct agsx_dns_filter *f);
 
 static int64_t conf_secs(const char *key, const char *env, int64_t def) {
   _cleanup_free_ char *v = NULL;
@@ -286,7 +413,7 @@ struct agsx_dns_filter *agsx_dns_filter_new(const struct agsx_egress *e, uint32_
     f->has_subnet = true;
     f->subnet = *subnet;
   }
-  f->dirfd = f->lockfd = f->nflog = -1;
+  f->dirfd = f->lockfd = f->nflog = f->rfd = -1;
   if (state_dir && id)
     f->dir_path = xasprintf("%s/%s", state_dir, id);
   f->ttl_min = conf_secs("egress-ttl-min", "AGSX_EGRESS_TTL_MIN", AGSX_EGRESS_TTL_MIN);
@@ -306,6 +433,7 @@ struct agsx_dns_filter *agsx_dns_filter_new(const struct agsx_egress *e, uint32_
     agsx_dns_filter_free(f);
     return NULL;
   }
+  denied_reload(f);
   return f;
 }
 
@@ -324,10 +452,10 @@ void agsx_dns_filter_free(struct agsx_dns_filter *f) {
   agsx_closep(&f->dirfd);
   agsx_closep(&f->lockfd);
   agsx_closep(&f->nflog);
+  agsx_closep(&f->rfd);
+  free(f->denied);
   free(f);
 }
-
-void agsx_dns_filter_set_learnt(struct agsx_dns_filter *f, bool *flag) { f->learnt = flag; }
 
 void agsx_dns_filter_stats(const struct agsx_dns_filter *f, struct agsx_dns_filter_stats *ret) {
   *ret = f->st;
@@ -372,6 +500,7 @@ static int rules_lock(struct agsx_dns_filter *f) {
   agsx_egress_clear(&f->e);
   f->e = e;
   f->ncache = 0; /* the update may have removed addresses */
+  denied_reload(f);
   if (e.n && activate(f, &err) < 0) {
     agsx_warn("egress: %s", err->msg);
     agsx_error_free(&err);
@@ -389,13 +518,13 @@ static void rules_unlock(int fd) {
 
 /* ---- the blocked log ---- */
 
-static void log_add(struct agsx_dns_filter *f, bool query, const char *what, uint16_t type,
+static void log_add(struct agsx_dns_filter *f, enum log_kind kind, const char *what, uint16_t type,
                     uint16_t port, uint8_t proto) {
   int64_t now = agsx_now_ns() / 1000000000LL;
   struct log_entry *e = NULL;
   for (size_t i = 0; i < f->nlog && e == NULL; i++) {
     struct log_entry *x = &f->log[i];
-    if (x->query == query && x->port == port && x->proto == proto && x->type == type &&
+    if (x->kind == kind && x->port == port && x->proto == proto && x->type == type &&
         strcmp(x->what, what) == 0)
       e = x;
   }
@@ -412,7 +541,7 @@ static void log_add(struct agsx_dns_filter *f, bool query, const char *what, uin
     f->log_evicted++;
   }
   if (e->count == 0) {
-    e->query = query;
+    e->kind = kind;
     snprintf(e->what, sizeof(e->what), "%s", what);
     e->type = type;
     e->port = port;
@@ -442,8 +571,9 @@ static void log_flush(struct agsx_dns_filter *f) {
   for (size_t i = 0; i < f->nlog; i++) {
     const struct log_entry *e = &f->log[i];
     yajl_gen_map_open(g);
-    agsx_json_kv_str(g, "kind", e->query ? "dns" : "connection");
-    if (e->query) {
+    static const char *const kinds[] = {"dns", "connection", "limit"};
+    agsx_json_kv_str(g, "kind", kinds[e->kind]);
+    if (e->kind != LOG_CONNECTION) {
       agsx_json_kv_str(g, "name", e->what);
       agsx_json_kv_int(g, "qtype", e->type);
     } else {
@@ -493,17 +623,17 @@ enum agsx_dns_verdict agsx_dns_filter_query(struct agsx_dns_filter *f, char *msg
   if (ok)
     return AGSX_DNS_PASS;
   f->st.refused++;
-  log_add(f, true, name, type, 0, 0);
+  log_add(f, LOG_DNS, name, type, 0, 0);
   *len = make_reply(m, end, 5); /* REFUSED */
   return AGSX_DNS_REPLY;
 }
 
-/* Is ADDR (PORT) in the sets for at least half of TTL_MS more? If not it is
+/* Is ADDR (PORT) in SET for at least half of TTL_MS more? If not it is
  * (re)written, and remembered as good until UNTIL. */
-static bool cached(struct agsx_dns_filter *f, uint32_t addr, uint16_t port, int64_t ttl_ms,
-                   int64_t until) {
+static bool cached(struct agsx_dns_filter *f, enum agsx_egress_set set, uint32_t addr,
+                   uint16_t port, int64_t ttl_ms, int64_t until) {
   for (size_t i = 0; i < f->ncache; i++)
-    if (f->cache[i].addr == addr && f->cache[i].port == port) {
+    if (f->cache[i].addr == addr && f->cache[i].port == port && f->cache[i].set == set) {
       if (f->cache[i].until_ms - f->now_ms >= ttl_ms / 2)
         return true;
       f->cache[i].until_ms = until;
@@ -517,7 +647,7 @@ static bool cached(struct agsx_dns_filter *f, uint32_t addr, uint16_t port, int6
     f->cache[k] = f->cache[--f->ncache];
   }
   f->cache = xrealloc(f->cache, (f->ncache + 1) * sizeof(*f->cache));
-  f->cache[f->ncache++] = (struct learnt){addr, port, until};
+  f->cache[f->ncache++] = (struct learnt){addr, port, (uint8_t)set, until};
   return false;
 }
 
@@ -531,22 +661,71 @@ static void comment_of(const char *name, char *buf, size_t len) {
     snprintf(buf, len, "~%s", name + n - 119);
 }
 
-static void add_elem(struct agsx_dns_filter *f, uint32_t addr, uint16_t port, int64_t ttl) {
-  char comment[128];
-  comment_of(f->name, comment, sizeof(comment));
-  agsx_egress_nl_learn(&f->batch, f->addr, addr, port, ttl, comment);
-}
-
 static void on_a(void *data, uint32_t addr, uint32_t ttl) {
   struct agsx_dns_filter *f = data;
-  int64_t t = (int64_t)ttl < f->ttl_min ? f->ttl_min : (int64_t)ttl > f->ttl_max ? f->ttl_max : ttl;
-  /* Due again a little before the element expires. */
-  int64_t until = f->now_ms + t * 1000 - 2000;
-  if (f->any && !cached(f, addr, 0, t * 1000, until))
-    add_elem(f, addr, 0, t);
-  for (size_t i = 0; i < f->nports; i++)
-    if (!cached(f, addr, f->ports[i], t * 1000, until))
-      add_elem(f, addr, f->ports[i], t);
+  if (f->naddrs < ADDRS_MAX)
+    f->addrs[f->naddrs++].addr = addr, f->addrs[f->naddrs - 1].ttl = ttl;
+}
+
+static int64_t bounded_ttl(const struct agsx_dns_filter *f, uint32_t ttl) {
+  return (int64_t)ttl < f->ttl_min ? f->ttl_min : (int64_t)ttl > f->ttl_max ? f->ttl_max : ttl;
+}
+
+/* Adds the answer's addresses (f->addrs) to SET (on PORT), for NAME. */
+static void learn(struct agsx_dns_filter *f, enum agsx_egress_set set, uint16_t port,
+                  const char *name) {
+  char comment[128];
+  comment_of(name, comment, sizeof(comment));
+  for (size_t i = 0; i < f->naddrs; i++) {
+    int64_t t = bounded_ttl(f, f->addrs[i].ttl);
+    /* Due again a little before the element expires. */
+    if (!cached(f, set, f->addrs[i].addr, port, t * 1000, f->now_ms + t * 1000 - 2000))
+      agsx_egress_nl_learn(&f->batch, f->addr, set, f->addrs[i].addr, port, t, comment);
+  }
+}
+
+/* What an allow-list lets the chain's addresses reach: for each name of
+ * the chain it allows (the question's, and any alias's), its ports. */
+static void learn_allowed(struct agsx_dns_filter *f, const struct agsx_dns_chain *c) {
+  for (size_t k = 0; k < c->n; k++) {
+    bool any;
+    uint16_t ports[16];
+    size_t np = 0;
+    if (!agsx_egress_name_allowed(&f->e, c->names[k], &any, ports, 16, &np))
+      continue;
+    if (any)
+      learn(f, AGSX_EGRESS_SET_ANY, 0, c->names[k]);
+    for (size_t i = 0; i < np; i++)
+      learn(f, AGSX_EGRESS_SET_PORTS, ports[i], c->names[k]);
+  }
+}
+
+/* Sends f->batch: 0, or 1 when a bound refused an element (ENFILE: the
+ * sandbox's set, or the host's count, is full), or -1. Either way the
+ * cache forgets, since the transaction may have half-applied nothing. */
+static int batch_run(struct agsx_dns_filter *f, const char *name, uint16_t type) {
+  if (f->batch.n_msgs == 0)
+    return 0;
+  agsx_error_t err = NULL;
+  f->st.nft_calls++;
+  if (agsx_nfb_run(&f->batch, &err) == 0)
+    return 0;
+  int r = err->errno_ == ENFILE ? 1 : -1;
+  if (r == 1) {
+    f->st.limited++;
+    log_add(f, LOG_LIMIT, name, type, 0, 0);
+  } else {
+    agsx_warn("egress: add the addresses of `%s`: %s", name, err->msg);
+    f->st.nft_failed++;
+  }
+  agsx_error_free(&err);
+  f->ncache = 0;
+  return r;
+}
+
+/* Does rule set E look at names at all (an allow-list, or a denied name)? */
+static bool by_name(const struct agsx_egress *e) {
+  return agsx_egress_has_allow(e) || agsx_egress_has_name_deny(e);
 }
 
 enum agsx_dns_verdict agsx_dns_filter_answer(struct agsx_dns_filter *f, char *msg, size_t *len) {
@@ -558,39 +737,192 @@ enum agsx_dns_verdict agsx_dns_filter_answer(struct agsx_dns_filter *f, char *ms
     return AGSX_DNS_DROP;
   int lock = rules_lock(f);
   enum agsx_dns_verdict v = AGSX_DNS_PASS;
-  f->name = name;
-  f->nports = 0;
+  bool any;
   f->now_ms = mono_ms();
+  f->naddrs = 0;
   agsx_nfb_init(&f->batch);
+  struct agsx_dns_chain c;
+  const char *denied = NULL;
   /* The rules again: they may have changed since the query went out. */
-  if (!agsx_egress_name_allowed(&f->e, name, &f->any, f->ports, 16, &f->nports)) {
+  if (!agsx_egress_name_allowed(&f->e, name, &any, NULL, 0, NULL)) {
     *len = make_reply(m, end, 5);
     v = AGSX_DNS_REPLY;
-  } else if (!agsx_egress_has_allow(&f->e)) {
-    /* no allow-list: nothing to open (the network's own rules apply) */
-  } else if (agsx_dns_answers_a(m, *len, on_a, f) < 0) {
+  } else if (!by_name(&f->e)) {
+    /* no name rules: nothing to open or close (the network's own rules apply) */
+  } else if (agsx_dns_cap_ttl(m, *len, (uint32_t)f->ttl_max) < 0 ||
+             agsx_dns_answer_chain(m, *len, &c, on_a, f) < 0) {
+    /* (The TTLs first: a crafted answer's names may point into them, so
+     * the chain is read from the bytes the client gets.) */
     *len = make_reply(m, end, 2); /* SERVFAIL: what we cannot read we do not open */
     v = AGSX_DNS_REPLY;
-  } else if (f->batch.n_msgs) {
-    agsx_error_t err = NULL;
-    f->st.nft_calls++;
-    if (f->learnt)
-      *f->learnt = true; /* (before: a failed transaction may have half-applied) */
-    if (agsx_nfb_run(&f->batch, &err) < 0) {
-      agsx_warn("egress: add the addresses of `%s`: %s", name, err->msg);
-      agsx_error_free(&err);
-      f->st.nft_failed++;
-      f->ncache = 0;
-      *len = make_reply(m, end, 2);
+  } else {
+    for (size_t k = 1; k < c.n && denied == NULL; k++)
+      if (agsx_egress_name_denied(&f->e, c.names[k]))
+        denied = c.names[k];
+    if (denied) { /* an alias of a denied name: refused, and its addresses closed */
+      f->st.refused++;
+      log_add(f, LOG_DNS, denied, type, 0, 0);
+      learn(f, AGSX_EGRESS_SET_DENIED, 0, denied);
+      batch_run(f, denied, type);
+      *len = make_reply(m, end, 5);
       v = AGSX_DNS_REPLY;
+    } else {
+      if (agsx_egress_has_allow(&f->e))
+        learn_allowed(f, &c);
+      /* At a bound the answer goes out unopened (logged); on a failure a
+       * SERVFAIL (the connect would fail anyway). */
+      if (batch_run(f, name, type) < 0) {
+        *len = make_reply(m, end, 2);
+        v = AGSX_DNS_REPLY;
+      }
     }
   }
   rules_unlock(lock);
   agsx_nfb_clear(&f->batch);
-  f->name = NULL;
   if (v == AGSX_DNS_PASS)
     f->st.answered++;
   return v;
+}
+
+/* ---- the denied names' own lookups ---- */
+
+/* The exact names E denies (a wildcard's names are not known ahead). */
+static void denied_reload(struct agsx_dns_filter *f) {
+  free(f->denied);
+  f->denied = NULL;
+  f->ndenied = 0;
+  int64_t now = mono_ms();
+  for (size_t i = 0; i < f->e.n; i++) {
+    const struct agsx_egress_rule *r = &f->e.rules[i];
+    if (r->allow || r->kind != AGSX_EGRESS_NAME)
+      continue;
+    f->denied = xrealloc(f->denied, (f->ndenied + 1) * sizeof(*f->denied));
+    struct denied *d = &f->denied[f->ndenied++];
+    memset(d, 0, sizeof(*d));
+    snprintf(d->name, sizeof(d->name), "%s", r->name);
+    d->due_ms = now;
+  }
+}
+
+/* An A query for D's name, with a fresh id. */
+static void denied_send(struct agsx_dns_filter *f, struct denied *d) {
+  unsigned char q[AGSX_EGRESS_NAME_MAX + 2 + 16];
+  if (getrandom(&d->id, sizeof(d->id), 0) != sizeof(d->id))
+    d->id = (uint16_t)(d->id * 31 + 7);
+  memset(q, 0, 12);
+  q[0] = (unsigned char)(d->id >> 8), q[1] = (unsigned char)d->id;
+  q[2] = 0x01; /* RD */
+  q[5] = 1;
+  size_t off = 12;
+  for (const char *p = d->name; *p;) {
+    size_t l = strcspn(p, ".");
+    q[off++] = (unsigned char)l;
+    memcpy(q + off, p, l);
+    off += l;
+    p += l + (p[l] == '.');
+  }
+  q[off++] = 0;
+  q[off++] = 0, q[off++] = TYPE_A, q[off++] = 0, q[off++] = CLASS_IN;
+  if (send(f->rfd, q, off, MSG_DONTWAIT) < 0) {
+  } /* (lost: sent again) */
+  d->waiting = true;
+  d->tries++;
+  d->due_ms = mono_ms() + 1000;
+}
+
+/* Sends what is due: the first query, a retry, or the next round. */
+static void denied_tick(struct agsx_dns_filter *f) {
+  if (f->ndenied == 0 || !f->has_upstream)
+    return;
+  if (f->rfd < 0) {
+    f->rfd = socket(f->upstream.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    socklen_t sl = f->upstream.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                     : sizeof(struct sockaddr_in);
+    if (f->rfd >= 0 && connect(f->rfd, (struct sockaddr *)&f->upstream, sl) < 0)
+      agsx_closep(&f->rfd);
+    if (f->rfd < 0) {
+      agsx_warn("egress: look up the denied names: %s", strerror(errno));
+      f->has_upstream = false;
+      return;
+    }
+  }
+  int64_t now = mono_ms();
+  for (size_t i = 0; i < f->ndenied; i++) {
+    struct denied *d = &f->denied[i];
+    if (d->due_ms > now)
+      continue;
+    if (d->waiting && d->tries >= RESOLVE_TRIES) { /* no answer: again later */
+      d->waiting = false;
+      d->tries = 0;
+      d->due_ms = now + f->ttl_min * 1000;
+      continue;
+    }
+    denied_send(f, d);
+  }
+}
+
+/* An answer to one of the denied names' queries: its chain's addresses
+ * closed until its TTL runs out, and the name asked again by then. */
+static void denied_answer(struct agsx_dns_filter *f, unsigned char *m, size_t len) {
+  char name[AGSX_EGRESS_NAME_MAX + 1];
+  uint16_t type;
+  size_t end;
+  if (len < 12 || !(m[2] & 0x80) || agsx_dns_question(m, len, name, &type, &end) < 0)
+    return;
+  struct denied *d = NULL;
+  for (size_t i = 0; i < f->ndenied && d == NULL; i++)
+    if (f->denied[i].waiting && f->denied[i].id == be16(m) && strcmp(f->denied[i].name, name) == 0)
+      d = &f->denied[i];
+  if (d == NULL)
+    return;
+  struct agsx_dns_chain c;
+  f->now_ms = mono_ms();
+  f->naddrs = 0;
+  d->waiting = false;
+  d->tries = 0;
+  d->due_ms = f->now_ms + f->ttl_min * 1000;
+  if (agsx_dns_answer_chain(m, len, &c, on_a, f) < 0 || f->naddrs == 0)
+    return;
+  int64_t t = f->ttl_max;
+  for (size_t i = 0; i < f->naddrs; i++)
+    t = bounded_ttl(f, f->addrs[i].ttl) < t ? bounded_ttl(f, f->addrs[i].ttl) : t;
+  d->due_ms = f->now_ms + t * 1000 - 2000; /* before the first closes */
+  agsx_nfb_init(&f->batch);
+  learn(f, AGSX_EGRESS_SET_DENIED, 0, d->name);
+  batch_run(f, d->name, TYPE_A);
+  agsx_nfb_clear(&f->batch);
+}
+
+static void denied_read(struct agsx_dns_filter *f) {
+  unsigned char buf[4096];
+  for (int k = 0; k < 64; k++) {
+    ssize_t n = recv(f->rfd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n < 0)
+      return;
+    int lock = rules_lock(f); /* (may reload: then the answer matches nothing) */
+    denied_answer(f, buf, (size_t)n);
+    rules_unlock(lock);
+  }
+}
+
+void agsx_dns_filter_set_upstream(struct agsx_dns_filter *f, const struct sockaddr_storage *ss) {
+  f->upstream = *ss;
+  f->has_upstream = true;
+  denied_tick(f);
+  /* The first answers before the sandbox's command runs (bounded): its
+   * denied names are closed from its first instant. */
+  int64_t until = mono_ms() + RESOLVE_WAIT_MS;
+  for (;;) {
+    bool waiting = false;
+    for (size_t i = 0; i < f->ndenied; i++)
+      waiting |= f->denied[i].waiting;
+    int left = (int)(until - mono_ms());
+    if (!waiting || f->rfd < 0 || left <= 0)
+      break;
+    struct pollfd p = {.fd = f->rfd, .events = POLLIN};
+    if (poll(&p, 1, left) > 0)
+      denied_read(f);
+  }
 }
 
 /* ---- nflog: refused connections ---- */
@@ -613,7 +945,7 @@ static void nflog_packet(struct agsx_dns_filter *f, const struct nlmsghdr *h) {
         port = be16(p + ihl + 2);
       char ip[16];
       agsx_ipv4_format(be32(p + 16), ip);
-      log_add(f, false, ip, 0, port, proto);
+      log_add(f, LOG_CONNECTION, ip, 0, port, proto);
       return;
     }
     off += NLA_ALIGN(a->nla_len);
@@ -640,27 +972,42 @@ static void nflog_read(struct agsx_dns_filter *f) {
   }
 }
 
-size_t agsx_dns_filter_nfds(const struct agsx_dns_filter *f) { return f ? 1 : 0; }
+size_t agsx_dns_filter_nfds(const struct agsx_dns_filter *f) { return f ? 2 : 0; }
 
 size_t agsx_dns_filter_fill(struct agsx_dns_filter *f, struct pollfd *p) {
   if (f == NULL)
     return 0;
   p[0] = (struct pollfd){.fd = f->nflog, .events = POLLIN};
-  return 1;
+  p[1] = (struct pollfd){.fd = f->rfd, .events = POLLIN};
+  return 2;
 }
 
 void agsx_dns_filter_dispatch(struct agsx_dns_filter *f, const struct pollfd *p, size_t n) {
-  if (f == NULL || n != 1)
+  if (f == NULL || n != 2)
     return;
   if (p[0].revents && f->nflog >= 0)
     nflog_read(f);
+  if (p[1].revents && f->rfd >= 0)
+    denied_read(f);
+  if (f->ndenied) {
+    int lock = rules_lock(f); /* (an update's new denied names are looked up at once) */
+    denied_tick(f);
+    rules_unlock(lock);
+  }
   if (f->dirty && mono_ms() - f->flushed_ms >= AGSX_DNS_FILTER_FLUSH_MS)
     log_flush(f);
 }
 
 int agsx_dns_filter_timeout_ms(const struct agsx_dns_filter *f) {
-  if (f == NULL || !f->dirty)
+  if (f == NULL)
     return -1;
-  int64_t left = f->flushed_ms + AGSX_DNS_FILTER_FLUSH_MS - mono_ms();
-  return left <= 0 ? 0 : (int)left + 1;
+  int64_t now = mono_ms(), at = INT64_MAX;
+  if (f->dirty)
+    at = f->flushed_ms + AGSX_DNS_FILTER_FLUSH_MS;
+  for (size_t i = 0; f->has_upstream && i < f->ndenied; i++)
+    at = f->denied[i].due_ms < at ? f->denied[i].due_ms : at;
+  if (at == INT64_MAX)
+    return -1;
+  int64_t left = at - now;
+  return left <= 0 ? 0 : left > INT32_MAX ? INT32_MAX : (int)left + 1;
 }

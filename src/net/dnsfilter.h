@@ -3,13 +3,25 @@
  *
  * Queries: a name the rules do not allow is answered REFUSED at once (not
  * forwarded: no name leaves the sandbox, so DNS cannot carry data out);
- * a malformed query or one with several questions gets FORMERR. Answers:
- * the A records of an allowed name's answer section (CNAME targets
- * included) go into the sandbox's sets with their TTL, bounded, in one nft
- * transaction, before the answer is released; when that fails the client
- * gets SERVFAIL (the connect would fail anyway). An address written with
- * more than half its TTL left is not written again (no nft call): a
- * client's repeated lookups cost no transaction.
+ * a malformed query or one with several questions gets FORMERR. Answers
+ * (with name rules): read as a chain from the question name through its
+ * CNAMEs (agsx_dns_answer_chain; what cannot be read gets SERVFAIL). A
+ * denied name in the chain: REFUSED, logged, and the chain's addresses
+ * into the sandbox's deny set. Otherwise, with an allow-list, the A
+ * records of the chain's owners go into the sandbox's sets for the ports
+ * of each allowed name of the chain, with their TTL, bounded, in one nft
+ * transaction, before the answer is released, and the answer's TTLs are
+ * cut to the bound; when a bound refuses an element (ENFILE) the answer
+ * is released unopened and logged ("limit"); when the transaction fails
+ * otherwise the client gets SERVFAIL (the connect would fail anyway). An
+ * address written with more than half its TTL left is not written again
+ * (no nft call): a client's repeated lookups cost no transaction.
+ *
+ * Denied names (exact ones): looked up by the filter itself, on a socket
+ * of its own to the relay's name server, when the rules (re)load and
+ * again before the answer's TTL runs out (a query unanswered is sent
+ * again, a second apart, three times, then a minimum TTL later); their
+ * chains' addresses go into the deny set.
  *
  * The blocked log: denied queries (name, type) and refused connections
  * (address, port, protocol, read from the nflog group of the sandbox's
@@ -29,6 +41,7 @@
 #include "util/util.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 
 #define AGSX_DNS_FILTER_FLUSH_MS 1000
 
@@ -57,11 +70,15 @@ enum agsx_dns_verdict agsx_dns_filter_query(struct agsx_dns_filter *f, char *msg
  * SERVFAIL) or DROP (not an answer to pass on). */
 enum agsx_dns_verdict agsx_dns_filter_answer(struct agsx_dns_filter *f, char *msg, size_t *len);
 
-/* *FLAG becomes true once the filter writes an address into the sets, so
- * that the sandbox's end knows whether there is anything to forget. */
-void agsx_dns_filter_set_learnt(struct agsx_dns_filter *f, bool *flag);
+/* The name server the relay forwards to, SS: the filter looks up each
+ * name its rules deny (not a wildcard) there itself, and closes its
+ * addresses (xd_ADDR, egress.h) for their TTL, asking again before it runs
+ * out; the first answers are waited for here, at most a second, so
+ * that they are closed before the sandbox's command runs. */
+void agsx_dns_filter_set_upstream(struct agsx_dns_filter *f, const struct sockaddr_storage *ss);
 
-/* A poll component (relay.h's shape): the nflog socket, the log's flush. */
+/* A poll component (relay.h's shape): the nflog socket, the denied names'
+ * lookups (their socket and due times), the log's flush. */
 size_t agsx_dns_filter_nfds(const struct agsx_dns_filter *f);
 size_t agsx_dns_filter_fill(struct agsx_dns_filter *f, struct pollfd *p);
 void agsx_dns_filter_dispatch(struct agsx_dns_filter *f, const struct pollfd *p, size_t n);
@@ -70,7 +87,8 @@ int agsx_dns_filter_timeout_ms(const struct agsx_dns_filter *f);
 /* Counters, for tests and the benchmark. */
 struct agsx_dns_filter_stats {
   uint64_t refused, answered, nft_calls, nft_failed, logged;
-  int log_group; /* -1: none */
+  uint64_t limited; /* answers released with addresses a bound kept closed */
+  int log_group;    /* -1: none */
 };
 void agsx_dns_filter_stats(const struct agsx_dns_filter *f, struct agsx_dns_filter_stats *ret);
 
@@ -79,8 +97,23 @@ void agsx_dns_filter_stats(const struct agsx_dns_filter *f, struct agsx_dns_filt
  * + 1), type and the offset just past it. -1 unless exactly one question. */
 int agsx_dns_question(const unsigned char *msg, size_t len, char *name, uint16_t *ret_type,
                       size_t *ret_end);
-/* Calls FN for each A record (IN) of MSG's answer section. -1 if malformed. */
-int agsx_dns_answers_a(const unsigned char *msg, size_t len,
-                       void (*fn)(void *data, uint32_t addr, uint32_t ttl), void *data);
+/* The names an answer is for: its question's, then the CNAME targets it
+ * leads to, in order. */
+#define AGSX_DNS_CHAIN_MAX 8
+struct agsx_dns_chain {
+  char names[AGSX_DNS_CHAIN_MAX][AGSX_EGRESS_NAME_MAX + 1];
+  size_t n;
+};
+/* Walks MSG's answer section as a chain from its question name: the CNAME
+ * of the chain's last name (class IN, wherever it is in the section) adds
+ * its target, until a name has none; then calls FN for each A record (IN)
+ * whose owner is in the chain, and for no other. -1 if malformed, or for a
+ * name with two CNAMEs, a loop, a chain longer than AGSX_DNS_CHAIN_MAX, or
+ * a target that is no name a rule can match. */
+int agsx_dns_answer_chain(const unsigned char *msg, size_t len, struct agsx_dns_chain *c,
+                          void (*fn)(void *data, uint32_t addr, uint32_t ttl), void *data);
+/* Cuts the TTL of every record of MSG's answer section to at most MAX
+ * (clients then ask again before the addresses close). -1 if malformed. */
+int agsx_dns_cap_ttl(unsigned char *msg, size_t len, uint32_t max);
 
 #endif

@@ -3,6 +3,8 @@
 #include "config.h"
 
 #include "net/egress.h"
+#include "net/egress_nl.h"
+#include "net/nft.h"
 #include "util/json.h"
 #include "util/lines.h"
 
@@ -260,6 +262,20 @@ bool agsx_egress_name_allowed(const struct agsx_egress *e, const char *name, boo
   return allowed;
 }
 
+bool agsx_egress_name_denied(const struct agsx_egress *e, const char *name) {
+  for (size_t i = 0; i < e->n; i++)
+    if (!e->rules[i].allow && name_matches(&e->rules[i], name))
+      return true;
+  return false;
+}
+
+bool agsx_egress_has_name_deny(const struct agsx_egress *e) {
+  for (size_t i = 0; e && i < e->n; i++)
+    if (!e->rules[i].allow && e->rules[i].kind != AGSX_EGRESS_CIDR)
+      return true;
+  return false;
+}
+
 bool agsx_egress_cidr_allowed(const struct agsx_egress *e, uint32_t addr, uint16_t port,
                               bool *ret_denied) {
   bool allowed = false;
@@ -280,9 +296,6 @@ bool agsx_egress_cidr_allowed(const struct agsx_egress *e, uint32_t addr, uint16
 
 /* ---- the learnt addresses ------------------------------------------------------------------- */
 
-#include "net/egress_nl.h"
-#include "net/nft.h"
-
 void agsx_egress_learnt_clear(struct agsx_egress_learnt *l) {
   for (size_t i = 0; i < l->n; i++)
     free(l->v[i].name);
@@ -290,41 +303,48 @@ void agsx_egress_learnt_clear(struct agsx_egress_learnt *l) {
   memset(l, 0, sizeof(*l));
 }
 
-/* The elements of xa or xp (PORTS) whose first key is SANDBOX, from nft's JSON. */
 #define TABLE "inet agsx"
 
-static int learnt_add(uint32_t sandbox, bool ports, struct agsx_egress_learnt *l,
+/* The elements of sandbox SANDBOX's set SET, from nft's JSON (its own
+ * set: no other sandbox's elements to read past). */
+static int learnt_add(uint32_t sandbox, enum agsx_egress_set set, struct agsx_egress_learnt *l,
                       agsx_error_t *err) {
-  _cleanup_free_ char *out = NULL;
-  if (agsx_nft_run_json(ports ? "list set " TABLE " xp\n" : "list set " TABLE " xa\n", &out, err) <
-      0)
+  char name[16];
+  agsx_egress_set_name(sandbox, set, name);
+  _cleanup_free_ char *cmd = xasprintf("list set " TABLE " %s\n", name), *out = NULL;
+  if (agsx_nft_run_json(cmd, &out, err) < 0)
     return -1;
-  _cleanup_json_ yajl_val v = agsx_json_parse(out, strlen(out), 256 << 20, err);
+  _cleanup_json_ yajl_val v = agsx_json_parse(out, strlen(out), 64 << 20, err);
   if (v == NULL)
     return -1;
+  bool ports = set == AGSX_EGRESS_SET_PORTS;
   yajl_val list = agsx_json_get_array(v, "nftables");
   for (size_t i = 0; list && i < list->u.array.len; i++) {
-    yajl_val set = agsx_json_get_object(list->u.array.values[i], "set");
-    yajl_val elems = set ? agsx_json_get_array(set, "elem") : NULL;
+    yajl_val s = agsx_json_get_object(list->u.array.values[i], "set");
+    yajl_val elems = s ? agsx_json_get_array(s, "elem") : NULL;
     for (size_t k = 0; elems && k < elems->u.array.len; k++) {
       yajl_val e = agsx_json_get_object(elems->u.array.values[k], "elem");
       yajl_val val = e ? agsx_json_get(e, "val") : NULL;
-      yajl_val cc = val && YAJL_IS_OBJECT(val) ? agsx_json_get_array(val, "concat") : NULL;
-      size_t want = ports ? 3 : 2;
-      if (cc == NULL || cc->u.array.len != want || !YAJL_IS_STRING(cc->u.array.values[0]) ||
-          !YAJL_IS_STRING(cc->u.array.values[1]) ||
-          (ports && !YAJL_IS_INTEGER(cc->u.array.values[2])))
+      yajl_val cc = ports && val && YAJL_IS_OBJECT(val) ? agsx_json_get_array(val, "concat") : NULL;
+      const char *ip = ports ? NULL : val ? YAJL_GET_STRING(val) : NULL;
+      int64_t port = 0;
+      if (ports) {
+        if (cc == NULL || cc->u.array.len != 2 || !YAJL_IS_STRING(cc->u.array.values[0]) ||
+            !YAJL_IS_INTEGER(cc->u.array.values[1]))
+          continue;
+        ip = YAJL_GET_STRING(cc->u.array.values[0]);
+        port = YAJL_GET_INTEGER(cc->u.array.values[1]);
+      }
+      uint32_t a;
+      if (ip == NULL || agsx_ipv4_parse(ip, &a, NULL) < 0 || port < 0 || port > 65535)
         continue;
-      uint32_t s, a;
-      int64_t port = ports ? YAJL_GET_INTEGER(cc->u.array.values[2]) : 0;
-      if (agsx_ipv4_parse(YAJL_GET_STRING(cc->u.array.values[0]), &s, NULL) < 0 || s != sandbox ||
-          agsx_ipv4_parse(YAJL_GET_STRING(cc->u.array.values[1]), &a, NULL) < 0 || port < 0 ||
-          port > 65535)
-        continue;
+      yajl_val ex = agsx_json_get(e, "expires");
       const char *c = agsx_json_get_string(e, "comment");
       l->v = xrealloc(l->v, (l->n + 1) * sizeof(*l->v));
       l->v[l->n].addr = a;
       l->v[l->n].port = (uint16_t)port;
+      l->v[l->n].denied = set == AGSX_EGRESS_SET_DENIED;
+      l->v[l->n].expires = ex && YAJL_IS_INTEGER(ex) ? YAJL_GET_INTEGER(ex) : 0;
       l->v[l->n++].name = xstrdup(c ? c : "");
     }
   }
@@ -333,28 +353,10 @@ static int learnt_add(uint32_t sandbox, bool ports, struct agsx_egress_learnt *l
 
 int agsx_egress_learnt_list(uint32_t sandbox, struct agsx_egress_learnt *l, agsx_error_t *err) {
   memset(l, 0, sizeof(*l));
-  if (learnt_add(sandbox, false, l, err) < 0 || learnt_add(sandbox, true, l, err) < 0) {
-    agsx_egress_learnt_clear(l);
-    return -1;
-  }
+  for (int s = 0; s < AGSX_EGRESS_SETS; s++)
+    if (learnt_add(sandbox, (enum agsx_egress_set)s, l, err) < 0) {
+      agsx_egress_learnt_clear(l);
+      return -1;
+    }
   return 0;
-}
-
-/* The deletes of what sandbox ADDR learnt, appended to B. */
-static int forget_nl(uint32_t addr, struct agsx_nfb *b, agsx_error_t *err) {
-  struct agsx_egress_learnt l;
-  if (agsx_egress_learnt_list(addr, &l, err) < 0)
-    return -1;
-  for (size_t i = 0; i < l.n; i++)
-    agsx_egress_nl_learnt_delete(b, addr, &l, i);
-  agsx_egress_learnt_clear(&l);
-  return 0;
-}
-
-int agsx_egress_forget(uint32_t addr, agsx_error_t *err) {
-  struct agsx_nfb b;
-  agsx_nfb_init(&b);
-  int r = forget_nl(addr, &b, err) < 0 ? -1 : agsx_nfb_run(&b, err);
-  agsx_nfb_clear(&b);
-  return r;
 }

@@ -18,17 +18,39 @@
  * Enforcement (nftables, table inet agsx): the forward chain sends every
  * packet from the sandbox's address through its chain x_ADDR (a verdict
  * map keyed by source address: subnets never overlap):
- *   denied CIDRs                         → refused (even established flows)
+ *   denied CIDRs, @xd_ADDR               → refused (even established flows)
  *   established, related                 → on to the network's rules
  *   DNS/DoT elsewhere                    → refused
  *   allowed CIDRs, own vpc subnet        → on
- *   @xa (sandbox . address), @xp (sandbox . address . port): learnt → on
+ *   @xa_ADDR (address), @xp_ADDR (address . port): learnt → on
  *   the rest (with an allow-list)        → refused (logged, rate-limited)
  * "Refused" is a TCP reset or an ICMP administratively-prohibited, so
- * tools fail at once rather than time out. The relay adds an answer's
- * A-record addresses to the sets before it releases the answer, with the
- * record's TTL bounded to [AGSX_EGRESS_TTL_MIN, AGSX_EGRESS_TTL_MAX]
- * (agsx.conf egress-ttl-min, egress-ttl-max; AGSX_EGRESS_TTL_MIN/MAX).
+ * tools fail at once rather than time out.
+ *
+ * Names (dnsfilter.h): the relay walks each answer as a chain from the
+ * question name through its CNAMEs (at most AGSX_DNS_CHAIN_MAX names).
+ * A denied name anywhere in the chain refuses the answer; otherwise the
+ * answer's A records whose owner is in the chain (no other) go into
+ * xa_ADDR (or xp_ADDR, per allowed port: the ports of every name of the
+ * chain) before the answer is released, with the record's TTL bounded to
+ * [AGSX_EGRESS_TTL_MIN, AGSX_EGRESS_TTL_MAX] (agsx.conf egress-ttl-min,
+ * egress-ttl-max; AGSX_EGRESS_TTL_MIN/MAX), and the released answer's TTLs
+ * are cut to that maximum. Denied names' addresses go into xd_ADDR, with
+ * and without an allow-list: the relay resolves each denied name (not a
+ * wildcard) itself, when the rules load and again as its TTL runs out, and
+ * adds the addresses of any chain a denied name is part of.
+ *
+ * Bounds: each set of a sandbox holds at most egress-learnt-max elements
+ * (AGSX_EGRESS_LEARNT_MAX); every learnt element is also counted, with
+ * the same timeout, in the shared set xcount (sandbox . address . port) of
+ * AGSX_EGRESS_LEARNT_TOTAL elements. At either bound the kernel refuses
+ * the element (ENFILE): the answer is released, its addresses stay
+ * closed, and the netlog says so (fail closed).
+ *
+ * A sandbox's sets are its own (xa_, xp_, xd_ADDR), made with its chains
+ * and removed with them in one transaction: no element by element, so an
+ * element expiring meanwhile cannot fail the clean-up; a start removes
+ * (and logs) whatever a previous holder of the address left.
  * The egress list narrows the network's rules and never widens them (the
  * host, metadata services and, on public, private ranges stay blocked). */
 #ifndef AGSX_NET_EGRESS_H
@@ -42,9 +64,12 @@
 
 #define AGSX_EGRESS_MAX_RULES 512
 #define AGSX_EGRESS_NAME_MAX 253
-#define AGSX_EGRESS_TTL_MIN 60   /* s: clients reuse an answer for a while */
-#define AGSX_EGRESS_TTL_MAX 3600 /* s: a stale answer closes within the hour */
-#define AGSX_EGRESS_LOG_MAX 256  /* distinct entries kept in the blocked log */
+#define AGSX_EGRESS_TTL_MIN 60         /* s: clients reuse an answer for a while */
+#define AGSX_EGRESS_TTL_MAX 300        /* s: a stale answer closes within minutes */
+#define AGSX_EGRESS_LEARNT_MAX 1024    /* elements in each of a sandbox's sets */
+#define AGSX_EGRESS_LEARNT_HARD 65536  /* the most egress-learnt-max may say */
+#define AGSX_EGRESS_LEARNT_TOTAL 65536 /* learnt elements on the host (set xcount) */
+#define AGSX_EGRESS_LOG_MAX 256        /* distinct entries kept in the blocked log */
 #define AGSX_EGRESS_LOG_RATE "10/second burst 20 packets" /* of dropped packets logged */
 
 enum agsx_egress_kind { AGSX_EGRESS_NAME, AGSX_EGRESS_WILDCARD, AGSX_EGRESS_CIDR };
@@ -88,6 +113,10 @@ int agsx_egress_name_canon(const char *name, size_t len, char *buf);
  * RET_PORTS (at most MAX, may be NULL) the single ports allowed. */
 bool agsx_egress_name_allowed(const struct agsx_egress *e, const char *name, bool *ret_any,
                               uint16_t *ret_ports, size_t max, size_t *ret_n);
+/* Does a deny rule of E match NAME (canonical)? */
+bool agsx_egress_name_denied(const struct agsx_egress *e, const char *name);
+/* Does E deny any name (not a CIDR)? */
+bool agsx_egress_has_name_deny(const struct agsx_egress *e);
 /* Does E let a new connection to ADDR:PORT (PORT 0: not TCP/UDP) through
  * by its CIDR rules alone? *RET_DENIED: a deny rule matched. */
 bool agsx_egress_cidr_allowed(const struct agsx_egress *e, uint32_t addr, uint16_t port,
@@ -103,18 +132,29 @@ bool agsx_egress_cidr_allowed(const struct agsx_egress *e, uint32_t addr, uint16
  * LOG_GROUP: the nflog group refused packets go to (FRESH only; -1: none),
  * at AGSX_EGRESS_LOG_RATE. */
 
-/* The addresses learnt for sandbox ADDR, from the shared sets xa and xp. */
+/* The elements of sandbox ADDR's sets. */
 struct agsx_egress_learnt {
   struct {
     uint32_t addr;
-    uint16_t port; /* 0: any port (xa) */
-    char *name;    /* the element's comment: the name it was learnt for */
+    uint16_t port;   /* 0: any port (xa_, xd_) */
+    bool denied;     /* of xd_ */
+    int64_t expires; /* s left */
+    char *name;      /* the element's comment: the name it was learnt for */
   } * v;
   size_t n;
 };
 void agsx_egress_learnt_clear(struct agsx_egress_learnt *l);
 int agsx_egress_learnt_list(uint32_t sandbox, struct agsx_egress_learnt *l, agsx_error_t *err);
-/* Deletes every address learnt for sandbox ADDR (its end, a crashed holder's). */
-int agsx_egress_forget(uint32_t addr, agsx_error_t *err);
+
+/* ---- a sandbox's objects in the ruleset (egress_sets.c) ---- */
+struct agsx_nfb;
+/* egress-learnt-max (AGSX_EGRESS_LEARNT_MAX): the size of a new sandbox's sets. */
+uint32_t agsx_egress_set_size(void);
+/* Which of sandbox ADDR's objects exist (AGSX_EGRESS_OBJ_* of
+ * egress_nl.h), by targeted looks (no ruleset dump). */
+int agsx_egress_objects(uint32_t addr, unsigned *ret, agsx_error_t *err);
+/* Removes every object of sandbox ADDR that exists: one transaction;
+ * should that fail, one per object. 0 once none is left. */
+int agsx_egress_remove(uint32_t addr, agsx_error_t *err);
 
 #endif

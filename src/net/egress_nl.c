@@ -334,6 +334,71 @@ static void names(uint32_t addr, char x[16], char xl[16]) {
   snprintf(xl, 16, "xl_%08x", addr);
 }
 
+void agsx_egress_set_name(uint32_t addr, enum agsx_egress_set set, char name[16]) {
+  static const char *const prefix[] = {"xa", "xp", "xd"};
+  snprintf(name, 16, "%s_%08x", prefix[set], addr);
+}
+
+/* The key of SET's elements: an address, or an address . port (each field
+ * of a concatenation in a 32-bit word of its own). */
+static size_t set_key(enum agsx_egress_set set, uint32_t addr, uint16_t port, uint32_t key[2]) {
+  key[0] = htonl(addr);
+  key[1] = 0;
+  if (set != AGSX_EGRESS_SET_PORTS)
+    return 4;
+  uint16_t p = htons(port);
+  memcpy(&key[1], &p, 2);
+  return 8;
+}
+
+/* nft(8)'s datatypes (ipv4_addr, inet_service), a concatenation's as
+ * nft(8) writes it (6 bits a field), so that `nft list` shows the sets. */
+#define TYPE_IPV4 7
+#define TYPE_SERVICE 13
+#define TYPE_BITS 6
+
+/* `add set inet agsx NAME { type KEY; flags timeout; size SIZE; }` */
+static void set_msg(struct agsx_nfb *b, const char *name, uint32_t type, uint32_t klen,
+                    uint32_t size) {
+  static uint32_t id;
+  agsx_nfb_begin(b, NFT_MSG_NEWSET, NLM_F_CREATE);
+  agsx_nfb_attr_str(b, NFTA_SET_TABLE, TABLE_NAME);
+  agsx_nfb_attr_str(b, NFTA_SET_NAME, name);
+  attr_be32(b, NFTA_SET_FLAGS, NFT_SET_TIMEOUT);
+  attr_be32(b, NFTA_SET_KEY_TYPE, type);
+  attr_be32(b, NFTA_SET_KEY_LEN, klen);
+  attr_be32(b, NFTA_SET_ID, ++id);
+  agsx_nfb_nest(b, NFTA_SET_DESC);
+  attr_be32(b, NFTA_SET_DESC_SIZE, size);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_end(b);
+}
+
+void agsx_egress_nl_sets(struct agsx_nfb *b, uint32_t addr, uint32_t size) {
+  char name[16];
+  for (int s = 0; s < AGSX_EGRESS_SETS; s++) {
+    agsx_egress_set_name(addr, (enum agsx_egress_set)s, name);
+    if (s == AGSX_EGRESS_SET_PORTS)
+      set_msg(b, name, TYPE_IPV4 << TYPE_BITS | TYPE_SERVICE, 8, size);
+    else
+      set_msg(b, name, TYPE_IPV4, 4, size);
+  }
+  /* The host's count (egress.h): made with the table, and here for a
+   * table an older agsx made (the same set again is no change). */
+  set_msg(b, "xcount", (TYPE_IPV4 << TYPE_BITS | TYPE_IPV4) << TYPE_BITS | TYPE_SERVICE, 12,
+          AGSX_EGRESS_LEARNT_TOTAL);
+}
+
+void agsx_egress_nl_flush_set(struct agsx_nfb *b, uint32_t addr, enum agsx_egress_set set) {
+  char name[16];
+  agsx_egress_set_name(addr, set, name);
+  /* A DELSETELEM without elements: all of them, whatever expired meanwhile. */
+  agsx_nfb_begin(b, NFT_MSG_DELSETELEM, 0);
+  agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_TABLE, TABLE_NAME);
+  agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_SET, name);
+  agsx_nfb_end(b);
+}
+
 void agsx_egress_nl_log(struct agsx_nfb *b, uint32_t addr, int log_group) {
   char x[16], xl[16];
   names(addr, x, xl);
@@ -385,21 +450,23 @@ static void cidr_rules(struct agsx_nfb *b, const char *x, const struct agsx_egre
   }
 }
 
-/* `ip saddr . ip daddr [. PROTO dport] @SET return` */
-static void learnt_rule(struct agsx_nfb *b, const char *x, uint8_t proto) {
+/* `ip daddr [. PROTO dport] @SET VERDICT`: SET one of sandbox ADDR's. */
+static void set_rule(struct agsx_nfb *b, const char *x, uint32_t addr, enum agsx_egress_set set,
+                     uint8_t proto, int code, const char *chain) {
+  char name[16];
+  agsx_egress_set_name(addr, set, name);
   rule_begin(b, x);
   is_ipv4(b);
   if (proto)
     l4proto(b, proto);
-  payload(b, NFT_PAYLOAD_NETWORK_HEADER, 12, 4, NFT_REG_1);
-  payload(b, NFT_PAYLOAD_NETWORK_HEADER, 16, 4, NFT_REG32_01);
+  payload(b, NFT_PAYLOAD_NETWORK_HEADER, 16, 4, NFT_REG_1);
   if (proto)
-    payload(b, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, NFT_REG32_02);
+    payload(b, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, NFT_REG32_01);
   expr_begin(b, "lookup");
-  agsx_nfb_attr_str(b, NFTA_LOOKUP_SET, proto ? "xp" : "xa");
+  agsx_nfb_attr_str(b, NFTA_LOOKUP_SET, name);
   attr_be32(b, NFTA_LOOKUP_SREG, NFT_REG_1);
   expr_end(b);
-  verdict(b, NFT_RETURN, NULL);
+  verdict(b, code, chain);
   rule_end(b);
 }
 
@@ -419,17 +486,21 @@ static void xmap_elem(struct agsx_nfb *b, bool add, uint32_t addr, const char *x
 }
 
 void agsx_egress_nl_chain(struct agsx_nfb *b, const struct agsx_egress *e, uint32_t addr,
-                          const struct agsx_cidr *subnet, bool fresh, int log_group) {
+                          const struct agsx_cidr *subnet, bool fresh, int log_group,
+                          uint32_t set_size) {
   char x[16], xl[16];
   names(addr, x, xl);
   chain_msg(b, NFT_MSG_NEWCHAIN, NLM_F_CREATE, x);
   flush_chain(b, x);
   chain_msg(b, NFT_MSG_NEWCHAIN, NLM_F_CREATE, xl);
-  if (fresh)
+  if (fresh) {
     agsx_egress_nl_log(b, addr, log_group);
+    agsx_egress_nl_sets(b, addr, set_size);
+  }
   for (size_t i = 0; i < e->n; i++) /* denials first, even for established flows */
     if (!e->rules[i].allow && e->rules[i].kind == AGSX_EGRESS_CIDR)
       cidr_rules(b, x, &e->rules[i], NFT_GOTO, xl);
+  set_rule(b, x, addr, AGSX_EGRESS_SET_DENIED, 0, NFT_GOTO, xl); /* denied names' addresses */
   rule_begin(b, x); /* ct state established,related return */
   expr_begin(b, "ct");
   attr_be32(b, NFTA_CT_DREG, NFT_REG_1);
@@ -458,9 +529,9 @@ void agsx_egress_nl_chain(struct agsx_nfb *b, const struct agsx_egress *e, uint3
   for (size_t i = 0; i < e->n; i++)
     if (e->rules[i].allow && e->rules[i].kind == AGSX_EGRESS_CIDR)
       cidr_rules(b, x, &e->rules[i], NFT_RETURN, NULL);
-  learnt_rule(b, x, 0);
-  learnt_rule(b, x, IPPROTO_TCP);
-  learnt_rule(b, x, IPPROTO_UDP);
+  set_rule(b, x, addr, AGSX_EGRESS_SET_ANY, 0, NFT_RETURN, NULL);
+  set_rule(b, x, addr, AGSX_EGRESS_SET_PORTS, IPPROTO_TCP, NFT_RETURN, NULL);
+  set_rule(b, x, addr, AGSX_EGRESS_SET_PORTS, IPPROTO_UDP, NFT_RETURN, NULL);
   if (agsx_egress_has_allow(e)) {
     rule_begin(b, x);
     verdict(b, NFT_GOTO, xl);
@@ -469,58 +540,71 @@ void agsx_egress_nl_chain(struct agsx_nfb *b, const struct agsx_egress *e, uint3
   xmap_elem(b, true, addr, x);
 }
 
-void agsx_egress_nl_delete(struct agsx_nfb *b, uint32_t addr) {
-  char x[16], xl[16];
+void agsx_egress_nl_delete(struct agsx_nfb *b, uint32_t addr, unsigned what) {
+  char x[16], xl[16], set[16];
   names(addr, x, xl);
-  xmap_elem(b, false, addr, NULL);
-  chain_msg(b, NFT_MSG_DELCHAIN, 0, x);
-  chain_msg(b, NFT_MSG_DELCHAIN, 0, xl);
+  if (what & AGSX_EGRESS_OBJ_HOOK)
+    xmap_elem(b, false, addr, NULL);
+  /* The chains before the sets their rules look into. */
+  if (what & AGSX_EGRESS_OBJ_CHAIN)
+    chain_msg(b, NFT_MSG_DELCHAIN, 0, x);
+  if (what & AGSX_EGRESS_OBJ_REFUSE)
+    chain_msg(b, NFT_MSG_DELCHAIN, 0, xl);
+  for (int s = 0; s < AGSX_EGRESS_SETS; s++) {
+    if (!(what & (AGSX_EGRESS_OBJ_SET << s)))
+      continue;
+    agsx_egress_set_name(addr, (enum agsx_egress_set)s, set);
+    agsx_nfb_begin(b, NFT_MSG_DELSET, 0);
+    agsx_nfb_attr_str(b, NFTA_SET_TABLE, TABLE_NAME);
+    agsx_nfb_attr_str(b, NFTA_SET_NAME, set);
+    agsx_nfb_end(b);
+  }
 }
 
-void agsx_egress_nl_learnt_delete(struct agsx_nfb *b, uint32_t sandbox,
-                                  const struct agsx_egress_learnt *l, size_t k) {
-  agsx_nfb_begin(b, NFT_MSG_DELSETELEM, 0);
+/* An element of sandbox ADDR's SET (NEWSETELEM, or DELSETELEM when TTL_S < 0). */
+static void set_elem(struct agsx_nfb *b, const char *set, const void *key, size_t klen,
+                     int64_t ttl_s, const char *comment) {
+  agsx_nfb_begin(b, ttl_s < 0 ? NFT_MSG_DELSETELEM : NFT_MSG_NEWSETELEM,
+                 ttl_s < 0 ? 0 : NLM_F_CREATE);
   agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_TABLE, TABLE_NAME);
-  agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_SET, l->v[k].port ? "xp" : "xa");
+  agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_SET, set);
   agsx_nfb_nest(b, NFTA_SET_ELEM_LIST_ELEMENTS);
   agsx_nfb_nest(b, NFTA_LIST_ELEM);
-  /* A concatenation's key: each field in a 32-bit word of its own. */
-  uint32_t key[3] = {htonl(sandbox), htonl(l->v[k].addr), 0};
-  uint16_t port = htons(l->v[k].port);
-  memcpy(&key[2], &port, 2);
-  data_value(b, NFTA_SET_ELEM_KEY, key, l->v[k].port ? 12 : 8);
+  data_value(b, NFTA_SET_ELEM_KEY, key, klen);
+  if (ttl_s >= 0) {
+    attr_be64(b, NFTA_SET_ELEM_TIMEOUT, (uint64_t)ttl_s * 1000);
+    /* The comment as nft(8) stores it (libnftnl's user data: type 0, the
+     * length, the text with its NUL), so that `nft list` and
+     * agsx_egress_learnt_list read it back. */
+    size_t n = comment ? strnlen(comment, 127) : 0;
+    unsigned char ud[2 + 128];
+    ud[0] = 0; /* NFTNL_UDATA_SET_ELEM_COMMENT */
+    ud[1] = (unsigned char)(n + 1);
+    if (n)
+      memcpy(ud + 2, comment, n);
+    ud[2 + n] = '\0';
+    if (n)
+      agsx_nfb_attr(b, NFTA_SET_ELEM_USERDATA, ud, n + 3);
+  }
   agsx_nfb_nest_end(b);
   agsx_nfb_nest_end(b);
   agsx_nfb_end(b);
 }
 
-void agsx_egress_nl_learn(struct agsx_nfb *b, uint32_t sandbox, uint32_t addr, uint16_t port,
-                          int64_t ttl_s, const char *comment) {
+void agsx_egress_nl_learn(struct agsx_nfb *b, uint32_t sandbox, enum agsx_egress_set set,
+                          uint32_t addr, uint16_t port, int64_t ttl_s, const char *comment) {
   /* A plain add (no NLM_F_EXCL): Linux 6.10 and later refresh an existing
    * element's timeout this way (before, it keeps its first expiry). */
-  agsx_nfb_begin(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE);
-  agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_TABLE, TABLE_NAME);
-  agsx_nfb_attr_str(b, NFTA_SET_ELEM_LIST_SET, port ? "xp" : "xa");
-  agsx_nfb_nest(b, NFTA_SET_ELEM_LIST_ELEMENTS);
-  agsx_nfb_nest(b, NFTA_LIST_ELEM);
-  uint32_t key[3] = {htonl(sandbox), htonl(addr), 0};
-  uint16_t p = htons(port);
-  memcpy(&key[2], &p, 2);
-  data_value(b, NFTA_SET_ELEM_KEY, key, port ? 12 : 8);
-  attr_be64(b, NFTA_SET_ELEM_TIMEOUT, (uint64_t)ttl_s * 1000);
-  /* The comment as nft(8) stores it (libnftnl's user data: type 0, the
-   * length, the text with its NUL), so that `nft list` and
-   * agsx_egress_learnt_list read it back. */
-  size_t n = strnlen(comment, 127);
-  unsigned char ud[2 + 128];
-  ud[0] = 0; /* NFTNL_UDATA_SET_ELEM_COMMENT */
-  ud[1] = (unsigned char)(n + 1);
-  memcpy(ud + 2, comment, n);
-  ud[2 + n] = '\0';
-  agsx_nfb_attr(b, NFTA_SET_ELEM_USERDATA, ud, n + 3);
-  agsx_nfb_nest_end(b);
-  agsx_nfb_nest_end(b);
-  agsx_nfb_end(b);
+  char name[16];
+  uint32_t key[2];
+  agsx_egress_set_name(sandbox, set, name);
+  size_t klen = set_key(set, addr, port, key);
+  set_elem(b, name, key, klen, ttl_s, comment);
+  /* The host's count, for as long (egress.h): sandbox . address . port. */
+  uint32_t all[3] = {htonl(sandbox), htonl(addr), 0};
+  uint16_t p = htons(set == AGSX_EGRESS_SET_PORTS ? port : 0);
+  memcpy(&all[2], &p, 2);
+  set_elem(b, "xcount", all, sizeof(all), ttl_s, NULL);
 }
 
 /* ---- vpc members' security-group chains --------------------------------------------------- */
@@ -777,6 +861,18 @@ int agsx_nfq_elem(int fd, const char *set, const void *key, size_t n, agsx_error
   data_value(&b, NFTA_SET_ELEM_KEY, key, n);
   agsx_nfb_nest_end(&b);
   agsx_nfb_nest_end(&b);
+  agsx_nfb_end(&b);
+  int r = ask(fd, &b, false, NULL, NULL, err);
+  agsx_nfb_clear(&b);
+  return r;
+}
+
+int agsx_nfq_object(int fd, bool set, const char *name, agsx_error_t *err) {
+  struct agsx_nfb b;
+  agsx_nfb_init(&b);
+  agsx_nfb_begin(&b, set ? NFT_MSG_GETSET : NFT_MSG_GETCHAIN, 0);
+  agsx_nfb_attr_str(&b, set ? NFTA_SET_TABLE : NFTA_CHAIN_TABLE, TABLE_NAME);
+  agsx_nfb_attr_str(&b, set ? NFTA_SET_NAME : NFTA_CHAIN_NAME, name);
   agsx_nfb_end(&b);
   int r = ask(fd, &b, false, NULL, NULL, err);
   agsx_nfb_clear(&b);

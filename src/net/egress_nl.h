@@ -57,23 +57,41 @@ void agsx_nfb_end(struct agsx_nfb *b);
 /* ---- the egress objects of sandbox ADDR (egress.h) ---- */
 struct agsx_egress;
 struct agsx_cidr;
-struct agsx_egress_learnt;
+/* Its three sets, each of at most SIZE elements with a timeout. */
+enum agsx_egress_set {
+  AGSX_EGRESS_SET_ANY,    /* xa_ADDR: addresses learnt for every port */
+  AGSX_EGRESS_SET_PORTS,  /* xp_ADDR: address . port, learnt for one port */
+  AGSX_EGRESS_SET_DENIED, /* xd_ADDR: denied names' addresses */
+  AGSX_EGRESS_SETS
+};
+void agsx_egress_set_name(uint32_t addr, enum agsx_egress_set set, char name[16]);
 /* (Re)makes chain x_ADDR from E and hooks it into xmap (egress.h says
- * what FRESH, SUBNET and LOG_GROUP do). */
+ * what FRESH, SUBNET and LOG_GROUP do). FRESH also makes its sets, of at
+ * most SET_SIZE elements each (they must not exist: agsx_egress_nl_delete
+ * them first; else they are kept as they are). */
 void agsx_egress_nl_chain(struct agsx_nfb *b, const struct agsx_egress *e, uint32_t addr,
-                          const struct agsx_cidr *subnet, bool fresh, int log_group);
+                          const struct agsx_cidr *subnet, bool fresh, int log_group,
+                          uint32_t set_size);
+/* Makes its sets (and the host's count xcount, if missing). */
+void agsx_egress_nl_sets(struct agsx_nfb *b, uint32_t addr, uint32_t size);
 /* Rewrites xl_ADDR to log to nflog group LOG_GROUP (-1: none), rate-limited. */
 void agsx_egress_nl_log(struct agsx_nfb *b, uint32_t addr, int log_group);
-/* Removes x_ADDR, xl_ADDR and the xmap element. */
-void agsx_egress_nl_delete(struct agsx_nfb *b, uint32_t addr);
-/* Adds (or refreshes) ADDR (on PORT; 0: every port, set xa) to what
- * SANDBOX learnt, for TTL_S seconds, with COMMENT (the name; at most 127
- * bytes are kept). */
-void agsx_egress_nl_learn(struct agsx_nfb *b, uint32_t sandbox, uint32_t addr, uint16_t port,
-                          int64_t ttl_s, const char *comment);
-/* Deletes element K of L (learnt by SANDBOX). */
-void agsx_egress_nl_learnt_delete(struct agsx_nfb *b, uint32_t sandbox,
-                                  const struct agsx_egress_learnt *l, size_t k);
+/* Removes WHAT of sandbox ADDR's objects (AGSX_EGRESS_OBJ_*): the xmap
+ * element, then the chains, then the sets. Never element by element, so
+ * that no element expiring meanwhile can fail the removal. */
+#define AGSX_EGRESS_OBJ_HOOK 1u   /* its xmap element */
+#define AGSX_EGRESS_OBJ_CHAIN 2u  /* x_ADDR */
+#define AGSX_EGRESS_OBJ_REFUSE 4u /* xl_ADDR */
+#define AGSX_EGRESS_OBJ_SET 8u    /* << enum agsx_egress_set: xa_, xp_, xd_ADDR */
+#define AGSX_EGRESS_OBJ_ALL 63u
+void agsx_egress_nl_delete(struct agsx_nfb *b, uint32_t addr, unsigned what);
+/* Empties set SET of sandbox ADDR (every element, however many expired). */
+void agsx_egress_nl_flush_set(struct agsx_nfb *b, uint32_t addr, enum agsx_egress_set set);
+/* Adds (or refreshes) ADDR (with PORT in AGSX_EGRESS_SET_PORTS) to set SET
+ * of sandbox SANDBOX, and to the host's count xcount, for TTL_S seconds, with
+ * COMMENT (the name; at most 127 bytes are kept). */
+void agsx_egress_nl_learn(struct agsx_nfb *b, uint32_t sandbox, enum agsx_egress_set set,
+                          uint32_t addr, uint16_t port, int64_t ttl_s, const char *comment);
 
 /* ---- the security-group chains of vpc member ADDR (network.c) ---- */
 struct agsx_sg_rule;
@@ -103,6 +121,8 @@ int agsx_nfq_table(int fd, agsx_error_t *err);
  * key length: an ifname is 16 bytes, zero-padded; a concatenation's fields
  * each take whole 32-bit words)? */
 int agsx_nfq_elem(int fd, const char *set, const void *key, size_t n, agsx_error_t *err);
+/* Does chain (SET false) or set (SET true) NAME exist? */
+int agsx_nfq_object(int fd, bool set, const char *name, agsx_error_t *err);
 /* Does CHAIN's last rule carry comment MARK (nft's `comment "MARK"`)? A
  * chain whose rules were flushed says 0. */
 int agsx_nfq_chain_marked(int fd, const char *chain, const char *mark, agsx_error_t *err);

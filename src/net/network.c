@@ -152,7 +152,7 @@ int agsx_net_dns_listen(struct agsx_relay **relay, int netns, struct agsx_net_at
       agsx_relay_free(r);
       return agsx_error_wrap(err, "the sandbox's DNS relay");
     }
-    agsx_dns_filter_set_learnt(df, &a->learnt);
+    agsx_dns_filter_set_upstream(df, &target);
     agsx_relay_set_filter(r, df);
   }
   agsx_relay_set_limits(r, AGSX_DNS_MAX_CONNS, AGSX_DNS_MAX_FLOWS, AGSX_DNS_UDP_IDLE_MS);
@@ -501,11 +501,6 @@ static int lease(struct agsx_net_attach *a, int dir, const char *id,
         close(fd);
         continue;
       }
-      /* A holder with egress rules that did not end cleanly left what it
-       * learnt: the new one must not inherit it (add_egress). */
-      char prev[128] = "";
-      if (pread(fd, prev, sizeof(prev) - 1, 0) > 0 && strstr(prev, "\negress\n"))
-        a->stale_learnt = true;
       _cleanup_free_ char *text = lease_text(a, id, rules, n_rules);
       if (ftruncate(fd, 0) < 0 || pwrite(fd, text, strlen(text), 0) != (ssize_t)strlen(text)) {
         int e = errno;
@@ -526,6 +521,8 @@ static int lease(struct agsx_net_attach *a, int dir, const char *id,
 /* ---- rules ------------------------------------------------------------------------------------ */
 
 #define TABLE "inet agsx"
+#define STR_(x) #x
+#define STR(x) STR_(x)
 /* The last rule of every chain that protects sandboxes carries it: a chain
  * whose rules were flushed (by a host firewall reload) is told apart from
  * an intact one by one listing. */
@@ -544,36 +541,39 @@ static const char base_rules[] =
     "  map ingress { type ifname . ipv4_addr : verdict; }\n"
     /* Sandboxes with egress rules, by address (egress.h). */
     "  map xmap { type ipv4_addr : verdict; }\n"
-    "  set xa { type ipv4_addr . ipv4_addr; flags timeout; }\n"
-    "  set xp { type ipv4_addr . ipv4_addr . inet_service; flags timeout; }\n"
-    "  chain input {\n"
-    "    type filter hook input priority filter - 5; policy accept;\n"
-    "    iifname @bridges ct state established,related accept\n"
-    "    iifname @bridges drop " END_MARK "\n"
-    "  }\n"
-    "  chain forward {\n"
-    "    type filter hook forward priority filter - 5; policy accept;\n"
-    "    iifname @bridges meta nfproto ipv6 drop\n"
-    "    oifname @bridges meta nfproto ipv6 drop\n"
-    /* Before established flows pass: a live update cuts them (egress.h). */
-    "    iifname @bridges ip saddr vmap @xmap\n"
-    "    iifname @bridges ct state established,related accept\n"
-    "    oifname @bridges ct state established,related accept\n"
-    "    iifname @bridges ct state invalid drop\n"
-    "    oifname @bridges ct state invalid drop\n"
-    "    iifname @bridges ip daddr @never drop\n"
-    /* A vpc sandbox without its chains (lost, or not made yet) sends nothing. */
-    "    iifname @bridges iifname != @public iifname . ip saddr != @egress drop\n"
-    "    iifname . ip saddr vmap @egress\n"
-    "    oifname . ip daddr vmap @ingress\n"
-    "    oifname @bridges drop\n"
-    "    iifname @public ip daddr @private drop " END_MARK "\n"
-    "  }\n"
-    "  chain postrouting {\n"
-    "    type nat hook postrouting priority srcnat; policy accept;\n"
-    "    ip saddr @subnets oifname != @bridges masquerade\n"
-    "  }\n"
-    "}\n";
+    /* (Each one's learnt addresses are in sets of its own; this counts them all.) */
+    "  set xcount { type ipv4_addr . ipv4_addr . inet_service; flags timeout; size " STR(
+        AGSX_EGRESS_LEARNT_TOTAL) "; }\n"
+                                  "  chain input {\n"
+                                  "    type filter hook input priority filter - 5; policy accept;\n"
+                                  "    iifname @bridges ct state established,related accept\n"
+                                  "    iifname @bridges drop " END_MARK "\n"
+                                  "  }\n"
+                                  "  chain forward {\n"
+                                  "    type filter hook forward priority filter - 5; policy "
+                                  "accept;\n"
+                                  "    iifname @bridges meta nfproto ipv6 drop\n"
+                                  "    oifname @bridges meta nfproto ipv6 drop\n"
+                                  /* Before established flows pass: a live update cuts them (egress.h). */
+                                  "    iifname @bridges ip saddr vmap @xmap\n"
+                                  "    iifname @bridges ct state established,related accept\n"
+                                  "    oifname @bridges ct state established,related accept\n"
+                                  "    iifname @bridges ct state invalid drop\n"
+                                  "    oifname @bridges ct state invalid drop\n"
+                                  "    iifname @bridges ip daddr @never drop\n"
+                                  /* A vpc sandbox without its chains (lost, or not made yet) sends nothing. */
+                                  "    iifname @bridges iifname != @public iifname . ip saddr != "
+                                  "@egress drop\n"
+                                  "    iifname . ip saddr vmap @egress\n"
+                                  "    oifname . ip daddr vmap @ingress\n"
+                                  "    oifname @bridges drop\n"
+                                  "    iifname @public ip daddr @private drop " END_MARK "\n"
+                                  "  }\n"
+                                  "  chain postrouting {\n"
+                                  "    type nat hook postrouting priority srcnat; policy accept;\n"
+                                  "    ip saddr @subnets oifname != @bridges masquerade\n"
+                                  "  }\n"
+                                  "}\n";
 
 /* ---- keeping the rules in place --------------------------------------------------------------
  * A host firewall reload (`nft flush ruleset`: Debian's nftables.service,
@@ -731,52 +731,6 @@ static int add_member(struct agsx_net_attach *a, const struct agsx_sg_rule *rule
   return 0;
 }
 
-/* The sandbox's egress chain and sets (egress.h), when it has rules: in
- * place before its veth exists, so nothing leaves unfiltered. One netlink
- * batch (egress_nl.h), no libnftables and no helper process: the kernel
- * commits it in the sendmsg, and its answer waits on A->egress_pipe (the
- * batch's socket) until agsx_net_egress_wait reads it, before the
- * sandbox's command can run (the DNS relay's set-up). */
-static int add_egress(struct agsx_net_attach *a, agsx_error_t *err) {
-  if (!a->egress_on)
-    return 0;
-  /* The log's nflog group is bound here, so that one transaction makes
-   * everything (the supervisor's relay takes the socket over). */
-  a->nflog_fd = agsx_dns_filter_nflog_open(&a->nflog_group);
-  /* (apart: one of its elements expiring meanwhile fails its delete, and
-   * must not fail the chain's) */
-  if (a->stale_learnt && agsx_egress_forget(a->addr, err) < 0)
-    return agsx_error_wrap(err, "egress rules: what a crashed sandbox learnt");
-  struct agsx_nfb b;
-  agsx_nfb_init(&b);
-  agsx_egress_nl_chain(&b, a->egress, a->addr, a->net.public_ ? NULL : &a->net.subnet, true,
-                       a->nflog_group);
-  int r = agsx_nfb_send(&b, &a->egress_pipe, err);
-  agsx_nfb_clear(&b);
-  if (r < 0)
-    return agsx_error_wrap(err, "egress rules");
-  a->egress_chains = true; /* (removing what failed to be made fails quietly) */
-  return 0;
-}
-
-int agsx_net_egress_wait(struct agsx_net_attach *a, agsx_error_t *err) {
-  if (a->egress_pipe < 0)
-    return 0;
-  int r = agsx_nfb_wait(a->egress_pipe, err);
-  agsx_closep(&a->egress_pipe);
-  return r < 0 ? agsx_error_wrap(err, "egress rules") : 0;
-}
-
-/* Removes sandbox ADDR's egress chains (not what it learnt). */
-static int delete_egress(uint32_t addr, agsx_error_t *err) {
-  struct agsx_nfb b;
-  agsx_nfb_init(&b);
-  agsx_egress_nl_delete(&b, addr);
-  int r = agsx_nfb_run(&b, err);
-  agsx_nfb_clear(&b);
-  return r;
-}
-
 /* What a lease file says a crashed holder left: vpc chains, egress chains. */
 static void lease_leftovers(const char *bridge, const char *text, uint32_t addr, bool dry_run) {
   if (dry_run || text == NULL)
@@ -788,10 +742,8 @@ static void lease_leftovers(const char *bridge, const char *text, uint32_t addr,
     agsx_nfb_run(&b, NULL);
     agsx_nfb_clear(&b);
   }
-  if (strstr(text, "\negress\n")) { /* (also when an update gave it rules) */
-    agsx_egress_forget(addr, NULL);
-    delete_egress(addr, NULL);
-  }
+  if (strstr(text, "\negress\n")) /* (also when an update gave it rules) */
+    agsx_egress_remove(addr, NULL);
 }
 
 /* ---- bridges ---------------------------------------------------------------------------------- */
@@ -915,7 +867,6 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
   a->egress_on = a->egress && a->egress->n > 0;
   a->egress_chains = false;
   a->nflog_fd = a->nflog_group = a->egress_pipe = -1;
-  a->stale_learnt = a->learnt = false;
   int r = mode == AGSX_NET_PUBLIC ? agsx_network_public(&a->net, err)
                                   : agsx_network_load(root, name, &a->net, err);
   if (r < 0)
@@ -936,7 +887,8 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
     return -1;
   int ifindex = 0;
   if (bridge_ensure(&a->net, &ifindex, err) < 0 ||
-      (!a->net.public_ && add_member(a, rules, n_rules, err) < 0) || add_egress(a, err) < 0) {
+      (!a->net.public_ && add_member(a, rules, n_rules, err) < 0) ||
+      agsx_net_egress_add(a, err) < 0) {
     agsx_net_attach_end(a);
     return -1;
   }
@@ -979,20 +931,17 @@ void agsx_net_attach_end(struct agsx_net_attach *a) {
    * grace period, ~10 ms), which by then has passed meanwhile. */
   int pending = -1;
   bool warn = !a->cut && a->egress_chains;
-  if (a->egress_chains || lease_says_egress(a->lease_fd)) {
+  bool egress = a->egress_chains || lease_says_egress(a->lease_fd);
+  if (egress) {
     agsx_error_t err = NULL;
-    /* (apart: an element expiring meanwhile fails its delete, and must not
-     * fail the chains') An address reused must not inherit what it learnt;
-     * a relay that learnt nothing (or another process's end) skips the
-     * listing, which costs a teardown two nft calls. */
-    if (a->learnt || !a->egress_chains)
-      agsx_egress_forget(a->addr, NULL);
+    /* Its chains and sets, in one transaction that no element expiring
+     * meanwhile can fail (egress_nl.h): an address reused must not inherit
+     * what it learnt. */
     struct agsx_nfb b;
     agsx_nfb_init(&b);
-    agsx_egress_nl_delete(&b, a->addr);
-    if (agsx_nfb_send(&b, &pending, &err) < 0 && warn)
-      agsx_warn("network `%s`: remove the egress rules of %08x: %s", a->net.name, a->addr,
-                err->msg);
+    agsx_egress_nl_delete(&b, a->addr, AGSX_EGRESS_OBJ_ALL);
+    if (agsx_nfb_send(&b, &pending, &err) < 0)
+      pending = -1;
     agsx_nfb_clear(&b);
     agsx_error_free(&err);
     a->egress_chains = false;
@@ -1017,13 +966,15 @@ void agsx_net_attach_end(struct agsx_net_attach *a) {
    * the address already leased again). Already gone (cut off): no matter. */
   if (a->link.host_ifname[0])
     agsx_net_link_delete(a->link.host_ifname, NULL);
-  if (pending >= 0) {
+  if (pending >= 0 || egress) {
     agsx_error_t err = NULL;
-    if (agsx_nfb_wait(pending, &err) < 0 && warn)
+    /* Not all there (an update removed them, a cut): what is, one by one. */
+    if ((pending < 0 || agsx_nfb_wait(pending, NULL) < 0) &&
+        agsx_egress_remove(a->addr, &err) < 0 && warn)
       agsx_warn("network `%s`: remove the egress rules of %08x: %s", a->net.name, a->addr,
                 err->msg);
     agsx_error_free(&err);
-    close(pending);
+    agsx_closep(&pending);
   }
   if (pending_member >= 0) {
     agsx_error_t err = NULL;
@@ -1350,156 +1301,6 @@ int agsx_net_gc(bool dry_run, void (*report)(const char *what, void *data), void
     }
     agsx_error_free(&nerr);
   }
-  return r;
-}
-
-/* ---- live egress updates ---------------------------------------------------------------------- */
-
-/* Is learnt element K still allowed by E? (A truncated name is not.) */
-static bool learnt_allowed(const struct agsx_egress *e, const char *name, uint16_t port) {
-  bool any;
-  uint16_t ports[16];
-  size_t n = 0;
-  if (name[0] == '~' || name[0] == '\0' ||
-      !agsx_egress_name_allowed(e, name, &any, ports, 16, &n) || !agsx_egress_has_allow(e))
-    return false;
-  if (port == 0)
-    return any;
-  for (size_t i = 0; i < n; i++)
-    if (ports[i] == port)
-      return true;
-  return false;
-}
-
-struct keep_ctx {
-  const struct agsx_egress *e;
-  const struct agsx_network *net;
-  struct agsx_egress_learnt *l; /* what stays */
-};
-
-static bool keep_flow(void *data, const struct agsx_ct_flow *f) {
-  const struct keep_ctx *k = data;
-  bool tcpudp = f->proto == 6 || f->proto == 17, denied;
-  bool allowed = agsx_egress_cidr_allowed(k->e, f->dst, tcpudp ? f->dport : 0, &denied);
-  if (denied)
-    return false;
-  if (!agsx_egress_has_allow(k->e) || allowed ||
-      (!k->net->public_ && agsx_cidr_contains(&k->net->subnet, f->dst)))
-    return true;
-  for (size_t i = 0; i < k->l->n; i++)
-    if (k->l->v[i].addr == f->dst &&
-        (k->l->v[i].port == 0 || (tcpudp && k->l->v[i].port == f->dport)))
-      return true;
-  return false;
-}
-
-/* Marks the lease: its egress objects go with it (agsx_net_attach_end, gc). */
-static void lease_mark_egress(const struct agsx_network *n, uint32_t addr, const char *id) {
-  char ip[16];
-  _cleanup_free_ char *path =
-      xasprintf("%s/%s/%s", AGSX_NET_RUN_DIR, n->bridge, agsx_ipv4_format(addr, ip));
-  _cleanup_close_ int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-  _cleanup_free_ char *text = NULL;
-  size_t len = 0;
-  if (fd < 0 || agsx_read_fd(fd, LEASE_MAX, &text, &len, NULL) < 0 || len < 33 ||
-      strncmp(text, id, 32) != 0 || strstr(text, "\negress\n"))
-    return;
-  if (pwrite(fd, "egress\n", 7, (off_t)len) != 7) {
-  }
-}
-
-/* The lease says no egress any more: before the rules go, so that the
- * supervisor's watch does not take their removal for an attack. */
-static void lease_unmark_egress(const struct agsx_network *n, uint32_t addr, const char *id) {
-  char ip[16];
-  _cleanup_free_ char *path =
-      xasprintf("%s/%s/%s", AGSX_NET_RUN_DIR, n->bridge, agsx_ipv4_format(addr, ip));
-  _cleanup_close_ int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-  _cleanup_free_ char *text = NULL;
-  size_t len = 0;
-  if (fd < 0 || agsx_read_fd(fd, LEASE_MAX, &text, &len, NULL) < 0 || len < 33 ||
-      strncmp(text, id, 32) != 0)
-    return;
-  char *e = strstr(text, "\negress\n");
-  if (e == NULL)
-    return;
-  memmove(e + 1, e + 8, strlen(e + 8) + 1);
-  if (pwrite(fd, text, strlen(text), 0) < 0 || ftruncate(fd, (off_t)strlen(text)) < 0) {
-  }
-}
-
-int agsx_net_egress_update(const char *root, const char *state_dir, const char *id,
-                           const char *network, const char *address, const struct agsx_egress *e,
-                           size_t *ret_cut, agsx_error_t *err) {
-  *ret_cut = 0;
-  enum agsx_net_mode mode;
-  const char *name = NULL;
-  uint32_t addr;
-  if (network == NULL || agsx_net_mode_parse(network, &mode, &name, err) < 0 ||
-      mode == AGSX_NET_INTERNAL)
-    return agsx_error_set_quiet(err, EINVAL,
-                                "egress rules are for sandboxes on the public or a vpc network"),
-           -1;
-  if (address == NULL || agsx_ipv4_parse(address, &addr, err) < 0)
-    return agsx_error_set_quiet(err, EINVAL, "the sandbox has no address recorded"), -1;
-  struct agsx_network n;
-  if ((mode == AGSX_NET_PUBLIC ? agsx_network_public(&n, err)
-                               : agsx_network_load(root, name, &n, err)) < 0)
-    return -1;
-  _cleanup_free_ char *dpath = xasprintf("%s/%s", state_dir, id);
-  _cleanup_close_ int dir = open(dpath, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  int r = -1;
-  struct agsx_egress_learnt old = {0}, keep = {0};
-  _cleanup_free_ char *probe = NULL, *json = agsx_egress_to_json(e);
-  struct agsx_nfb b;
-  agsx_nfb_init(&b);
-  _cleanup_close_ int lock = dir < 0 ? -1 : agsx_lock_at(dir, "egress.lock", true, err);
-  if (dir < 0)
-    agsx_error_set(err, errno, "open `%s`", dpath);
-  if (lock < 0)
-    goto out;
-  /* The relay reads the rules from here: first, so that no name the new
-   * rules deny gets addresses after the sets are cleaned. */
-  if (agsx_write_file_atomic(dir, "egress.json", json, strlen(json), 0600, err) < 0)
-    goto out;
-  probe = xasprintf("list chain " TABLE " x_%08x\n", addr);
-  agsx_error_t perr = NULL;
-  bool exists = agsx_nft_run(probe, NULL, &perr) == 0;
-  agsx_error_free(&perr);
-  if (e->n == 0) {
-    lease_unmark_egress(&n, addr, id);
-    if (exists && agsx_egress_forget(addr, err) < 0)
-      goto out;
-    if (exists)
-      agsx_egress_nl_delete(&b, addr);
-  } else {
-    /* (a chain made anew: what a crashed holder of the address learnt goes) */
-    if (exists ? agsx_egress_learnt_list(addr, &old, err) < 0 : agsx_egress_forget(addr, err) < 0)
-      goto out;
-    agsx_egress_nl_chain(&b, e, addr, n.public_ ? NULL : &n.subnet, !exists, -1);
-    for (size_t i = 0; i < old.n; i++) {
-      if (learnt_allowed(e, old.v[i].name, old.v[i].port)) {
-        keep.v = xrealloc(keep.v, (keep.n + 1) * sizeof(*keep.v));
-        keep.v[keep.n] = old.v[i];
-        keep.v[keep.n++].name = NULL;
-        continue;
-      }
-      agsx_egress_nl_learnt_delete(&b, addr, &old, i);
-    }
-  }
-  if (agsx_nfb_run(&b, err) < 0) {
-    agsx_error_wrap(err, "egress rules");
-    goto out;
-  }
-  if (e->n)
-    lease_mark_egress(&n, addr, id);
-  struct keep_ctx k = {e, &n, &keep};
-  r = e->n == 0 ? 0 : agsx_conntrack_cut(addr, false, keep_flow, &k, ret_cut, err);
-out:
-  agsx_nfb_clear(&b);
-  agsx_egress_learnt_clear(&old);
-  agsx_egress_learnt_clear(&keep);
-  agsx_network_clear(&n);
   return r;
 }
 

@@ -111,9 +111,7 @@ struct agsx_net_attach {
   const struct agsx_egress *egress;
   bool egress_on, egress_chains; /* it has some; its chain and sets are in place */
   int nflog_fd, nflog_group;     /* the blocked log's nflog socket and group, or -1 */
-  bool stale_learnt;             /* the address's last holder crashed with learnt addresses */
   int egress_pipe;               /* the egress batch's netlink socket (its answer), until read */
-  bool learnt;                   /* its DNS relay put addresses into the learnt sets */
   int watch_fd;                  /* hears changes to the ruleset */
   char id[33];                   /* the sandbox's */
   struct agsx_net_link link;
@@ -127,6 +125,10 @@ struct agsx_net_attach {
 int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char *name,
                           const struct agsx_sg_rule *rules, size_t n_rules, const char *id,
                           struct agsx_net_attach *a, agsx_error_t *err);
+/* (egress_sets.c) Removes what a previous holder of A's address left in
+ * the ruleset (and warns that it was there); then, when A has egress
+ * rules, sends the batch that makes its chains and sets. */
+int agsx_net_egress_add(struct agsx_net_attach *a, agsx_error_t *err);
 /* Reads the answer to the egress rules' batch agsx_net_attach_begin sent
  * (the kernel committed it then; the answer waits on A->egress_pipe);
  * fails if they could not be made. Done at most once; 0 without egress
@@ -165,12 +167,13 @@ void agsx_net_attach_end(struct agsx_net_attach *a);
 /* Lets go of A in a process that handed it to another (run -d's parent). */
 void agsx_net_attach_disown(struct agsx_net_attach *a);
 
-/* Replaces the egress rules (net/egress.h) of running sandbox ID, recorded
- * on NETWORK at ADDRESS with its state under STATE_DIR, by E (none: the
- * network's default egress again), live: STATE_DIR/ID/egress.json for its
- * DNS relay, then one nft transaction (its chain rebuilt, the addresses
- * learnt for names E no longer allows removed), then its tracked
- * connections that E refuses are cut (conntrack.h; *RET_CUT of them). */
+/* (egress_sets.c) Replaces the egress rules (net/egress.h) of running
+ * sandbox ID, recorded on NETWORK at ADDRESS with its state under
+ * STATE_DIR, by E (none: the network's default egress again), live:
+ * STATE_DIR/ID/egress.json for its DNS relay, then one nft transaction (its
+ * chain rebuilt, its sets emptied and what E still allows added back),
+ * then its tracked connections that E refuses are cut (conntrack.h;
+ * *RET_CUT of them). */
 struct agsx_egress;
 int agsx_net_egress_update(const char *root, const char *state_dir, const char *id,
                            const char *network, const char *address, const struct agsx_egress *e,

@@ -212,12 +212,13 @@ int agsx_nft_watch_open(agsx_error_t *err) {
  * sandbox SELF (its address): its egress chains x_ADDR and xl_ADDR
  * (egress.h), a vpc member's security-group chains e_ADDR and i_ADDR, and
  * their rules; their elements of xmap and of the egress and ingress maps;
- * the learnt sets' elements that come and go. Otherwise every sandbox's end
+ * its sets xa_, xp_ and xd_ADDR; the learnt sets' elements that come and
+ * go. Otherwise every sandbox's end
  * would set every supervisor on the host checking its firewall. (A chain a
  * map element jumps to cannot be removed before the element, whose removal
  * is heard.) */
 static bool chain_of_other(const char *name, size_t n, uint32_t self) {
-  static const char *const prefixes[] = {"x_", "xl_", "e_", "i_"};
+  static const char *const prefixes[] = {"x_", "xl_", "e_", "i_", "xa_", "xp_", "xd_"};
   size_t len = strnlen(name, n);
   for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
     size_t p = strlen(prefixes[i]);
@@ -302,17 +303,20 @@ static bool removes_from(const struct nlmsghdr *h, const char *table, uint32_t s
     int at = a->nla_type & NLA_TYPE_MASK;
     if (at == 1) {
       ours = strnlen(name, n) == strlen(table) && memcmp(name, table, strlen(table)) == 0;
-      if (!ours || type == NFT_MSG_DELTABLE || type == NFT_MSG_DELSET)
+      if (!ours || type == NFT_MSG_DELTABLE)
         return ours;
+    } else if (type == NFT_MSG_DELSET && at == NFTA_SET_NAME) {
+      return !chain_of_other(name, n, self); /* (a sandbox's own sets: egress.h) */
     } else if (type == NFT_MSG_DELCHAIN && at == NFTA_CHAIN_NAME) {
       return !chain_of_other(name, n, self);
     } else if (type == NFT_MSG_DELRULE && at == NFTA_RULE_CHAIN) {
       return !chain_of_other(name, n, self);
     } else if (type == NFT_MSG_DELSETELEM && at == NFTA_SET_ELEM_LIST_SET) {
       /* Addresses learnt from DNS come and go (egress.h): no alarm. */
-      if (strnlen(name, n) == 2 && (memcmp(name, "xa", 2) == 0 || memcmp(name, "xp", 2) == 0))
-        return false;
       size_t l = strnlen(name, n);
+      if ((l == 6 && memcmp(name, "xcount", 6) == 0) ||
+          (l == 11 && name[0] == 'x' && strchr("apd", name[1]) && name[2] == '_'))
+        return false;
       if (l == 4 && memcmp(name, "xmap", 4) == 0)
         key_off = 0;
       else if ((l == 6 && memcmp(name, "egress", 6) == 0) ||

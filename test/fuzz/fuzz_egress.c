@@ -1,6 +1,6 @@
 /* Fuzz target: egress rules and rules files, and the DNS messages the
- * relay's filter reads (questions, answers). Every accepted rule formats
- * to text that parses back to the same rule. */
+ * relay's filter reads (questions, answers as CNAME chains). Every
+ * accepted rule formats to text that parses back to the same rule. */
 #include "config.h"
 
 #include "fuzz.h"
@@ -37,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       __builtin_trap();
     struct agsx_nfb b;
     agsx_nfb_init(&b);
-    agsx_egress_nl_chain(&b, &e, 0xc6130005, NULL, true, 20);
+    agsx_egress_nl_chain(&b, &e, 0xc6130005, NULL, true, 20, 1024);
     agsx_nfb_clear(&b);
     bool any;
     uint16_t ports[16];
@@ -52,8 +52,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (agsx_dns_question(data, size, name, &type, &end) == 0 &&
       (end > size || strlen(name) > AGSX_EGRESS_NAME_MAX))
     __builtin_trap();
+  /* An answer's chain, as the filter reads it (its TTLs cut first): from
+   * the question, every name canonical, bounded, each once. */
   int n = 0;
-  agsx_dns_answers_a(data, size, on_a, &n);
+  struct agsx_dns_chain c;
+  unsigned char *copy = xmalloc(size ? size : 1);
+  memcpy(copy, data, size);
+  if (agsx_dns_cap_ttl(copy, size, 60) == 0 &&
+      agsx_dns_answer_chain(copy, size, &c, on_a, &n) == 0) {
+    if (c.n < 1 || c.n > AGSX_DNS_CHAIN_MAX || strcmp(c.names[0], name) != 0)
+      __builtin_trap();
+    for (size_t i = 0; i < c.n; i++) {
+      char canon[AGSX_EGRESS_NAME_MAX + 1];
+      if (agsx_egress_name_canon(c.names[i], strlen(c.names[i]), canon) < 0 ||
+          strcmp(canon, c.names[i]) != 0)
+        __builtin_trap();
+      for (size_t k = 0; k < i; k++)
+        if (strcmp(c.names[k], c.names[i]) == 0)
+          __builtin_trap();
+    }
+  }
+  free(copy);
+  agsx_dns_answer_chain(data, size, &c, on_a, &n);
   free(s);
   return 0;
 }

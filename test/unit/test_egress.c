@@ -40,7 +40,7 @@ static void rule_bad(const char *line, const char *why) {
 /* Walks a batch: every message and (nested) attribute within its parent. */
 struct batch_count {
   bool ok;
-  size_t chains, flushes, rules, elems;
+  size_t chains, flushes, rules, elems, sets, delelems, delsets;
 };
 
 static bool attrs_ok(const char *p, size_t len, int depth) {
@@ -71,6 +71,9 @@ static struct batch_count batch_walk(const struct agsx_nfb *b) {
       c.flushes += t == NFT_MSG_DELRULE;
       c.rules += t == NFT_MSG_NEWRULE;
       c.elems += t == NFT_MSG_NEWSETELEM;
+      c.sets += t == NFT_MSG_NEWSET;
+      c.delelems += t == NFT_MSG_DELSETELEM;
+      c.delsets += t == NFT_MSG_DELSET;
     }
     off += NLMSG_ALIGN(h->nlmsg_len);
   }
@@ -109,14 +112,154 @@ static size_t query(unsigned char *m, const char *name) {
   return off;
 }
 
-static uint32_t got_addr[4], got_ttl[4];
+static uint32_t got_addr[8], got_ttl[8];
 static int got_n;
 static void on_a(void *data, uint32_t addr, uint32_t ttl) {
   (void)data;
-  if (got_n < 4) {
+  if (got_n < 8) {
     got_addr[got_n] = addr;
     got_ttl[got_n++] = ttl;
   }
+}
+
+/* ---- answers as chains ---- */
+
+/* An answer to QNAME (type A) under construction: records are added
+ * uncompressed, or with a pointer to the question's name ("@"). */
+struct ans {
+  unsigned char m[2048];
+  size_t n;
+};
+
+static void ans_name(struct ans *a, const char *name) {
+  if (strcmp(name, "@") == 0) {
+    a->m[a->n++] = 0xc0, a->m[a->n++] = 12;
+    return;
+  }
+  for (const char *p = name; *p;) {
+    size_t l = strcspn(p, ".");
+    a->m[a->n++] = (unsigned char)l;
+    memcpy(a->m + a->n, p, l);
+    a->n += l;
+    p += l + (p[l] == '.');
+  }
+  a->m[a->n++] = 0;
+}
+
+static void ans_begin(struct ans *a, const char *qname) {
+  a->n = query(a->m, qname);
+  a->m[2] = 0x81, a->m[3] = 0x80;
+}
+
+/* A record: TYPE 1 (DATA an address "a.b.c.d") or 5 (DATA a name). */
+static void ans_rr(struct ans *a, const char *owner, int type, uint32_t ttl, const char *data) {
+  a->m[7]++;
+  ans_name(a, owner);
+  unsigned char h[10] = {0,
+                         (unsigned char)type,
+                         0,
+                         1,
+                         (unsigned char)(ttl >> 24),
+                         (unsigned char)(ttl >> 16),
+                         (unsigned char)(ttl >> 8),
+                         (unsigned char)ttl};
+  memcpy(a->m + a->n, h, 10);
+  size_t len_at = a->n + 8;
+  a->n += 10;
+  size_t start = a->n;
+  if (type == 1) {
+    struct in_addr in;
+    inet_pton(AF_INET, data, &in);
+    memcpy(a->m + a->n, &in, 4);
+    a->n += 4;
+  } else {
+    ans_name(a, data);
+  }
+  a->m[len_at] = (unsigned char)((a->n - start) >> 8);
+  a->m[len_at + 1] = (unsigned char)(a->n - start);
+}
+
+/* The addresses of A's chain, "a.b.c.d a.b.c.d" (or "malformed"), into BUF. */
+static const char *chain_addrs(struct ans *a, struct agsx_dns_chain *c, char *buf, size_t len) {
+  got_n = 0;
+  if (agsx_dns_answer_chain(a->m, a->n, c, on_a, NULL) < 0)
+    return "malformed";
+  buf[0] = '\0';
+  for (int i = 0; i < got_n; i++) {
+    char ip[16];
+    snprintf(buf + strlen(buf), len - strlen(buf), "%s%s", i ? " " : "",
+             agsx_ipv4_format(got_addr[i], ip));
+  }
+  return buf;
+}
+
+static void chain_tests(void) {
+  struct ans a;
+  struct agsx_dns_chain c;
+  char buf[256];
+  ans_begin(&a, "q.test");
+  ans_rr(&a, "@", 1, 30, "198.18.0.1");
+  ans_rr(&a, "other.test", 1, 30, "198.18.0.2");
+  tap_is_str(chain_addrs(&a, &c, buf, sizeof(buf)), "198.18.0.1",
+             "chain: an unrelated owner's A record is not the question's");
+  ans_begin(&a, "q.test");
+  ans_rr(&a, "@", 5, 30, "alias.test");
+  ans_rr(&a, "alias.test", 5, 30, "cdn.test");
+  ans_rr(&a, "cdn.test", 1, 30, "198.18.0.3");
+  ans_rr(&a, "q.test", 1, 30, "198.18.0.4"); /* (beside a CNAME: still its owner's) */
+  ans_rr(&a, "elsewhere.test", 1, 30, "198.18.0.5");
+  tap_is_str(chain_addrs(&a, &c, buf, sizeof(buf)), "198.18.0.3 198.18.0.4",
+             "chain: through two aliases, not the unrelated owner");
+  tap_ok(c.n == 3 && strcmp(c.names[0], "q.test") == 0 && strcmp(c.names[1], "alias.test") == 0 &&
+             strcmp(c.names[2], "cdn.test") == 0,
+         "chain: the names in order");
+  ans_begin(&a, "q.test");
+  ans_rr(&a, "cdn.test", 1, 30, "198.18.0.3");
+  ans_rr(&a, "alias.test", 5, 30, "CDN.test.");
+  ans_rr(&a, "@", 5, 30, "alias.test");
+  tap_is_str(chain_addrs(&a, &c, buf, sizeof(buf)), "198.18.0.3",
+             "chain: records in any order, names in any case");
+  ans_begin(&a, "q.test");
+  ans_rr(&a, "@", 5, 30, "a.test");
+  ans_rr(&a, "@", 5, 30, "b.test");
+  tap_is_str(chain_addrs(&a, &c, buf, sizeof(buf)), "malformed", "chain: two CNAMEs of one name");
+  ans_begin(&a, "q.test");
+  ans_rr(&a, "@", 5, 30, "a.test");
+  ans_rr(&a, "a.test", 5, 30, "q.test");
+  tap_is_str(chain_addrs(&a, &c, buf, sizeof(buf)), "malformed", "chain: a loop");
+  for (int len = AGSX_DNS_CHAIN_MAX; len <= AGSX_DNS_CHAIN_MAX + 1; len++) {
+    ans_begin(&a, "n0.test");
+    for (int i = 0; i + 1 < len; i++) {
+      char o[16], t[16];
+      snprintf(o, sizeof(o), "n%d.test", i);
+      snprintf(t, sizeof(t), "n%d.test", i + 1);
+      ans_rr(&a, o, 5, 30, t);
+    }
+    char last[16];
+    snprintf(last, sizeof(last), "n%d.test", len - 1);
+    ans_rr(&a, last, 1, 30, "198.18.0.9");
+    tap_is_str(chain_addrs(&a, &c, buf, sizeof(buf)),
+               len == AGSX_DNS_CHAIN_MAX ? "198.18.0.9" : "malformed", "chain: %d names", len);
+  }
+  ans_begin(&a, "q.test");
+  ans_rr(&a, "@", 5, 30, "bad name.test");
+  tap_is_str(chain_addrs(&a, &c, buf, sizeof(buf)), "malformed",
+             "chain: an alias no rule could match");
+  /* A pointer forward, and one to itself: malformed, no loop. */
+  ans_begin(&a, "q.test");
+  size_t at = a.n;
+  ans_rr(&a, "@", 1, 30, "198.18.0.1");
+  a.m[at + 1] = (unsigned char)(at + 2);
+  tap_is_str(chain_addrs(&a, &c, buf, sizeof(buf)), "malformed", "chain: a pointer forward");
+  a.m[at + 1] = (unsigned char)at;
+  tap_is_str(chain_addrs(&a, &c, buf, sizeof(buf)), "malformed", "chain: a pointer to itself");
+  /* TTLs cut to the bound in the released answer. */
+  ans_begin(&a, "q.test");
+  ans_rr(&a, "@", 5, 86400, "cdn.test");
+  ans_rr(&a, "cdn.test", 1, 20, "198.18.0.3");
+  tap_ok(agsx_dns_cap_ttl(a.m, a.n, 300) == 0 && chain_addrs(&a, &c, buf, sizeof(buf)) &&
+             got_n == 1 && got_ttl[0] == 20 && memmem(a.m, a.n, "\0\0\x01\x2c", 4),
+         "ttl: cut to the bound, a shorter one kept");
 }
 
 /* ---- the firewall watch: whose removals wake whom ---- */
@@ -162,12 +305,22 @@ static void watch_tests(void) {
   uint32_t self = 0xc6130005, other = 0xc6130006;
   struct agsx_nfb b;
   agsx_nfb_init(&b);
-  agsx_egress_nl_delete(&b, other);
-  tap_ok(!wakes(self, b.buf, b.len), "watch: another sandbox's egress objects going: no alarm");
+  agsx_egress_nl_delete(&b, other, AGSX_EGRESS_OBJ_ALL);
+  agsx_egress_nl_flush_set(&b, other, AGSX_EGRESS_SET_PORTS);
+  tap_ok(!wakes(self, b.buf, b.len),
+         "watch: another sandbox's egress chains and sets going: no alarm");
   agsx_nfb_clear(&b);
   agsx_nfb_init(&b);
-  agsx_egress_nl_delete(&b, self);
+  agsx_egress_nl_delete(&b, self, AGSX_EGRESS_OBJ_ALL);
   tap_ok(wakes(self, b.buf, b.len), "watch: its own egress objects going: alarm");
+  agsx_nfb_clear(&b);
+  agsx_nfb_init(&b);
+  agsx_egress_nl_delete(&b, self, AGSX_EGRESS_OBJ_SET << AGSX_EGRESS_SET_DENIED);
+  tap_ok(wakes(self, b.buf, b.len), "watch: its own deny set going: alarm");
+  agsx_nfb_clear(&b);
+  agsx_nfb_init(&b);
+  agsx_egress_nl_flush_set(&b, self, AGSX_EGRESS_SET_ANY);
+  tap_ok(!wakes(self, b.buf, b.len), "watch: its learnt addresses emptied (an update): no alarm");
   agsx_nfb_clear(&b);
 #define AGAIN() (agsx_nfb_clear(&b), agsx_nfb_init(&b))
   AGAIN();
@@ -236,25 +389,42 @@ int main(void) {
          "cidr with a port");
   struct agsx_nfb nb;
   agsx_nfb_init(&nb);
-  agsx_egress_nl_chain(&nb, &e, 0xc6130005, NULL, true, 20);
+  agsx_egress_nl_chain(&nb, &e, 0xc6130005, NULL, true, 20, 100);
   struct batch_count c = batch_walk(&nb);
-  /* x, flush x, xl, flush xl, log, 2 rejects, deny 198.19.20.9, ct, 4 DNS,
-   * allowed CIDRs (198.19.20.0/24, 198.18.0.0/15:80 tcp and udp), 3
-   * learnt, the final goto, the xmap element */
-  tap_ok(c.ok && c.chains == 2 && c.flushes == 2 && c.rules == 16 && c.elems == 1 &&
-             nb.n_msgs == 21,
-         "nl: a well-formed batch: 2 chains, 2 flushes, 16 rules, the hook (%d %zu %zu %zu %zu "
-         "%zu)",
-         c.ok, c.chains, c.flushes, c.rules, c.elems, nb.n_msgs);
-  tap_ok(memmem(nb.buf, nb.len, "xl_c6130005", 12) && memmem(nb.buf, nb.len, "xa", 3) &&
-             memmem(nb.buf, nb.len, "xp", 3) && memmem(nb.buf, nb.len, "reject", 7) &&
-             memmem(nb.buf, nb.len, "log", 4),
-         "nl: the refusing chain, the learnt sets, the log");
+  /* x, flush x, xl, flush xl, log, 2 rejects, its 3 sets and the host's
+   * count, deny 198.19.20.9, the deny set, ct, 4 DNS, allowed CIDRs
+   * (198.19.20.0/24, 198.18.0.0/15:80 tcp and udp), 3 learnt, the final
+   * goto, the xmap element */
+  tap_ok(c.ok && c.chains == 2 && c.flushes == 2 && c.rules == 17 && c.elems == 1 && c.sets == 4 &&
+             nb.n_msgs == 26,
+         "nl: a well-formed batch: 2 chains, 2 flushes, 4 sets, 17 rules, the hook (%d %zu %zu "
+         "%zu %zu %zu %zu)",
+         c.ok, c.chains, c.flushes, c.sets, c.rules, c.elems, nb.n_msgs);
+  tap_ok(memmem(nb.buf, nb.len, "xl_c6130005", 12) && memmem(nb.buf, nb.len, "xa_c6130005", 12) &&
+             memmem(nb.buf, nb.len, "xp_c6130005", 12) &&
+             memmem(nb.buf, nb.len, "xd_c6130005", 12) && memmem(nb.buf, nb.len, "xcount", 7) &&
+             memmem(nb.buf, nb.len, "reject", 7) && memmem(nb.buf, nb.len, "log", 4),
+         "nl: the refusing chain, the sandbox's own sets, the host's count, the log");
   agsx_nfb_clear(&nb);
   agsx_nfb_init(&nb);
-  agsx_egress_nl_chain(&nb, &e, 0xc6130005, NULL, false, -1);
+  agsx_egress_nl_chain(&nb, &e, 0xc6130005, NULL, false, -1, 0);
   c = batch_walk(&nb);
-  tap_ok(c.ok && c.flushes == 1 && c.rules == 13, "nl: a live update keeps the refusing chain");
+  tap_ok(c.ok && c.flushes == 1 && c.rules == 14 && c.sets == 0,
+         "nl: a live update keeps the refusing chain and the sets");
+  agsx_nfb_clear(&nb);
+  agsx_nfb_init(&nb);
+  agsx_egress_nl_delete(&nb, 0xc6130005, AGSX_EGRESS_OBJ_ALL);
+  c = batch_walk(&nb);
+  tap_ok(c.ok && nb.n_msgs == 6 && c.elems == 0 && c.delelems == 1 && c.delsets == 3,
+         "nl: the end: the hook, 2 chains, 3 whole sets, no element one by one (%zu %zu %zu)",
+         nb.n_msgs, c.delelems, c.delsets);
+  agsx_nfb_clear(&nb);
+  agsx_nfb_init(&nb);
+  agsx_egress_nl_learn(&nb, 0xc6130005, AGSX_EGRESS_SET_PORTS, 0xc612000a, 443, 60, "a.test");
+  c = batch_walk(&nb);
+  tap_ok(c.ok && c.elems == 2 && memmem(nb.buf, nb.len, "xp_c6130005", 12) &&
+             memmem(nb.buf, nb.len, "xcount", 7) && memmem(nb.buf, nb.len, "a.test", 7),
+         "nl: a learnt address: its set and the host's count");
   agsx_nfb_clear(&nb);
   agsx_nfb_init(&nb);
   tap_ok(agsx_nfb_run(&nb, NULL) == 0, "nl: an empty batch sends nothing");
@@ -296,9 +466,13 @@ int main(void) {
   agsx_egress_clear(&back);
   agsx_egress_clear(&e);
 
-  struct agsx_egress deny_only = rules("deny evil.example\n");
+  struct agsx_egress deny_only = rules("deny evil.example\ndeny 198.18.0.0/24\n");
   tap_ok(name_ok(&deny_only, "pypi.org", &any, &np) && any, "deny-only: other names resolve");
   tap_ok(!name_ok(&deny_only, "evil.example", &any, &np), "deny-only: the denied name not");
+  tap_ok(agsx_egress_name_denied(&deny_only, "evil.example") &&
+             !agsx_egress_name_denied(&deny_only, "pypi.org") &&
+             agsx_egress_has_name_deny(&deny_only),
+         "deny-only: the denied name is told apart");
   agsx_egress_clear(&deny_only);
 
   unsigned char m[512];
@@ -327,11 +501,15 @@ int main(void) {
     off += sizeof(rr);
     a[off++] = (unsigned char)(10 + i);
   }
-  tap_ok(agsx_dns_answers_a(a, off, on_a, NULL) == 0 && got_n == 2 && got_addr[0] == 0xc612000a &&
-             got_addr[1] == 0xc612000b && got_ttl[0] == 256,
-         "answers: the A records, past a CNAME");
+  struct agsx_dns_chain ch;
+  int rc = agsx_dns_answer_chain(a, off, &ch, on_a, NULL);
+  tap_ok(rc == 0 && got_n == 2 && got_addr[0] == 0xc612000a && got_addr[1] == 0xc612000b &&
+             got_ttl[0] == 256 && ch.n == 2 && strcmp(ch.names[1], "x.pypi.org") == 0,
+         "answers: a compressed CNAME, the A records of the chain (%d, %zu)", got_n, ch.n);
   got_n = 0;
-  tap_ok(agsx_dns_answers_a(a, off - 3, on_a, NULL) < 0, "answers: a cut record is malformed");
+  tap_ok(agsx_dns_answer_chain(a, off - 3, &ch, on_a, NULL) < 0,
+         "answers: a cut record is malformed");
+  chain_tests();
   watch_tests();
   return tap_done();
 }
