@@ -222,17 +222,26 @@ traced_run() {
   [[ "$output" == *'agsx:end'* ]] || { echo "$output" >&3; false; }
 }
 
+# The build step's `sleep 20` runs: a process of this test's uid ranges,
+# descended from this test's agsx (our_processes, helpers.bash).
+step_sleeps() {
+  local p
+  for p in $(our_processes | awk '{ print $1 }'); do
+    [ "$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)" = "sleep 20 " ] && return 0
+  done
+  return 1
+}
+
 @test "firewall: a build's RUN step whose rules go is stopped and fails" {
   mkdir -p "$T/ctx"
   printf 'FROM busybox\nRUN sleep 20\n' >"$T/ctx/Dockerfile"
   nax build -q "$T/ctx" >"$T/build.out" 2>&1 &
   local pid=$! i st=0
-  # The step's sandbox started (its veth, and its record says running:
-  # its rules are in and watched), 10 s at most however loaded the host;
-  # a flush before its rules went in would be repaired by its own start.
+  # The step's command runs (its rules are in and watched before the
+  # command starts; a build step has no record to say so), 20 s at most
+  # however loaded the host.
   for i in $(seq 100); do
-    outer ip -o link show | grep -qE 'agsx[0-9a-f]{11}' &&
-      grep -qsE '"status": ?"running"' "$STATE"/*/state.json && break
+    step_sleeps && break
     sleep 0.1
   done
   outer nft flush ruleset
