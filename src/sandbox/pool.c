@@ -691,7 +691,7 @@ int agsx_pool_remove(const char *state, const char *name, agsx_error_t *err) {
 static void gc_orphans(int statefd, int pools, bool dry_run,
                        void (*report)(const char *what, void *data), void *data) {
   struct agsx_record *v = NULL;
-  size_t n = agsx_state_load(statefd, &v);
+  size_t n = agsx_state_load(statefd, 0, &v);
   for (size_t i = 0; i < n; i++) {
     if (v[i].status == AGSX_STATUS_RUNNING && v[i].parked && v[i].pool &&
         agsx_pool_name_is_valid(v[i].pool) && faccessat(pools, v[i].pool, F_OK, 0) < 0) {
