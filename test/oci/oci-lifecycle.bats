@@ -157,11 +157,8 @@ PY
   cfg "$b" '.linux.resources.memory.limit=67108864'
   rtc --bundle "$b" c1
   pid=$(state_field c1 pid)
-  if [ -d /sys/fs/cgroup/memory ]; then
-    f=/sys/fs/cgroup/memory$(grep -E ':memory:' /proc/$pid/cgroup | cut -d: -f3)/memory.limit_in_bytes
-  else
-    f=/sys/fs/cgroup$(grep '^0::' /proc/$pid/cgroup | cut -d: -f3)/memory.max
-  fi
+  d=$(proc_cgroup_dir "$pid" memory)
+  if cgroup_agsx_is_v2; then f=$d/memory.max; else f=$d/memory.limit_in_bytes; fi
   [ "$(cat "$f")" = 67108864 ]
   echo '{"memory":{"limit":33554432}}' | rt update --resources - c1
   [ "$(cat "$f")" = 33554432 ]
