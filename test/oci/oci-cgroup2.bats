@@ -187,6 +187,29 @@ fake_v2() {
   rt delete --force c1
 }
 
+# issue 24 finding 11: a kernel without BFQ's or iocost's weight file has
+# no blockIO weight to give; agsx-oci refuses it, naming both files.
+@test "cgroup v2 (fake layout): a blockIO weight without io.weight or io.bfq.weight is refused; throttles alone apply" {
+  fake_v2 "$CGP/b"
+  local L=$T/cg2/$CGP/b
+  rm "$L/io.weight"
+  b=$(make_bundle b sleep 1000)
+  cfg "$b" '.linux.resources.blockIO = {"weight":500,"throttleReadBpsDevice":[{"major":8,"minor":0,"rate":1048576}]}'
+  run rt create --bundle "$b" c1 </dev/null
+  assert_failure
+  assert_output_contains "no \`io.bfq.weight\` or \`io.weight\`"
+  [ -z "$(ls "$ROOT" 2>/dev/null)" ]
+  [ ! -s "$L/io.max" ]
+  cfg "$b" 'del(.linux.resources.blockIO.weight)'
+  rtc --bundle "$b" c1 || { cat "$T/create.err" >&3; false; }
+  [ "$(cat "$L/io.max")" = "8:0 rbps=1048576" ]
+  run_rt update --resources - c1 <<<'{"blockIO":{"weight":300}}'
+  assert_failure
+  assert_output_contains "linux.resources.blockIO.weight"
+  [ ! -e "$L/io.weight" ] && [ ! -e "$L/io.bfq.weight" ]
+  rt delete --force c1
+}
+
 @test "cgroup v2 (fake layout): create refuses a swap below the memory limit, leaving nothing" {
   fake_v2 "$CGP/b"
   b=$(make_bundle b sleep 1000)
