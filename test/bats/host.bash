@@ -105,3 +105,26 @@ block_device() {
   echo "$best"
 }
 
+# swap_unbounded: the host has swap that a memory cgroup cannot bound (v1
+# without swap accounting: no memory.memsw.*; v2 without memory.swap.max),
+# so that a memory limit holds RAM only and an allocation past it swaps.
+swap_unbounded() {
+  local kb m
+  kb=$(awk '/^SwapTotal:/ { print $2 }' /proc/meminfo)
+  [ "${kb:-0}" -gt 0 ] || return 1
+  if cgroup_agsx_is_v2; then
+    m=${AGSX_CGROUP_ROOT:-$(cgroup2_mount)} || return 1
+    ! ls "$m"/*/memory.swap.max >/dev/null 2>&1
+  else
+    m=$(cgroup_v1_mount memory) || return 1
+    [ ! -e "$m/memory.memsw.limit_in_bytes" ]
+  fi
+}
+
+# host_has_ipv6: the kernel has IPv6 (not booted with ipv6.disable=1).
+host_has_ipv6() { [ -d /proc/sys/net/ipv6 ]; }
+
+# host_has_ipv6_loopback: a socket can bind ::1.
+host_has_ipv6_loopback() {
+  python3 -c 'import socket; s = socket.socket(socket.AF_INET6); s.bind(("::1", 0))' 2>/dev/null
+}
