@@ -398,7 +398,7 @@ null ok
     cgroup_v1_mount cpu >/dev/null || skip "the host has no v1 cpu hierarchy"
   fi
   # The host name is the short id.
-  timeout 20 $(agsx_cmdline) run --timeout 15 --cpus 0.5 busybox sh -c 'hostname; sleep 3' >"$T/out" 2>&1 &
+  timeout 40 $(agsx_cmdline) run --timeout 30 --cpus 0.5 busybox sh -c 'hostname; sleep 30' >"$T/out" 2>&1 &
   local pid=$! i id12 id cg
   for i in $(seq 100); do [ -s "$T/out" ] && break; sleep 0.05; done
   id12=$(head -1 "$T/out")
@@ -412,7 +412,8 @@ null ok
     quota=$(cat "$cg/cpu.cfs_quota_us")
     period=$(cat "$cg/cpu.cfs_period_us")
   fi
-  wait $pid
+  ax kill "$id" >/dev/null
+  wait $pid || true
   [ "$quota" -eq $((period / 2)) ] || { echo "# $cg: quota $quota period $period" >&3; false; }
   [ "$quota" -eq 50000 ]
 }
