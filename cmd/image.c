@@ -86,7 +86,9 @@ static void describe(struct agsx_store *s, const struct agsx_store_image *img, s
   struct agsx_image_config c;
   if (agsx_store_read_blob(s, m.config.digest, AGSX_IMAGE_JSON_MAX, &cbuf, &len, NULL) == 0 &&
       agsx_image_config_parse(cbuf, len, &c, NULL) == 0) {
-    if (c.created && agsx_parse_rfc3339(c.created, &r->created_sec) == 0)
+    /* The Unix epoch is what reproducible builds write for "no date"
+     * (SOURCE_DATE_EPOCH=0): shown as none, N/A, as Docker does. */
+    if (c.created && agsx_parse_rfc3339(c.created, &r->created_sec) == 0 && r->created_sec > 0)
       r->created = agsx_format_rfc3339(r->created_sec);
     agsx_image_config_clear(&c);
   }

@@ -107,7 +107,11 @@ static void record_row(struct agsx_table *t, const struct agsx_record *r, int64_
   _cleanup_free_ char *age =
       agsx_format_duration((uint64_t)(now > r->created ? now - r->created : 0));
   _cleanup_free_ char *left = NULL;
-  if (r->status == AGSX_STATUS_EXITED) {
+  if (r->status == AGSX_STATUS_UNKNOWN) { /* a damaged record tells neither (Docker's N/A) */
+    free(age);
+    age = xstrdup("N/A");
+    left = xstrdup("N/A");
+  } else if (r->status == AGSX_STATUS_EXITED) {
     left = xasprintf("exited (%d)%s%s", r->exit_code, r->stop_reason ? " " : "",
                      r->stop_reason ? r->stop_reason : "");
   } else {
@@ -128,6 +132,14 @@ static void record_row(struct agsx_table *t, const struct agsx_record *r, int64_
                          age,   left,    r->network, r->address ? r->address : "-",
                          ports, labels};
   agsx_table_add(t, cells);
+}
+
+/* One warning per damaged record, naming its file: ls and kill --all
+ * leave it to gc. */
+static void warn_damaged(const struct agsx_record *v, size_t n) {
+  for (size_t k = 0; k < n; k++)
+    if (v[k].status == AGSX_STATUS_UNKNOWN)
+      agsx_warn("%s (status unknown: `agsx gc` removes it)", v[k].damage);
 }
 
 static int cmp_created(const void *a, const void *b) {
@@ -167,7 +179,8 @@ int agsx_cmd_ls(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
   agsx_state_reap_all(ctx->state, true, &reap_log);
   _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   struct agsx_record *v = NULL;
-  size_t n = statefd >= 0 ? agsx_state_load(statefd, &v) : 0;
+  size_t n = statefd >= 0 ? agsx_state_load(statefd, AGSX_LOAD_DAMAGED, &v) : 0;
+  warn_damaged(v, n);
   qsort(v, n, sizeof(*v), cmp_created);
   int64_t now = agsx_now_ns() / 1000000000LL;
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
@@ -310,11 +323,12 @@ int agsx_cmd_kill(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc
   if (!f.all)
     return kill_targets(ctx, &f, argv + i, argc - i, statefd);
   struct agsx_record *v = NULL;
-  size_t n = agsx_state_load(statefd, &v);
+  size_t n = agsx_state_load(statefd, AGSX_LOAD_DAMAGED, &v);
+  warn_damaged(v, n);
   char **names = xzalloc((n + 1) * sizeof(char *));
   int m = 0;
   for (size_t k = 0; k < n; k++)
-    if (v[k].status != AGSX_STATUS_EXITED)
+    if (v[k].status != AGSX_STATUS_EXITED && v[k].status != AGSX_STATUS_UNKNOWN)
       names[m++] = xstrdup(v[k].id);
   int rc = kill_targets(ctx, &f, names, m, statefd);
   agsx_strv_free(names);
@@ -593,12 +607,14 @@ int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
     agsx_state_reap_all(ctx->state, true, &reap_log);
   _cleanup_close_ int statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   struct agsx_record *v = NULL;
-  size_t n = statefd >= 0 ? agsx_state_load(statefd, &v) : 0;
+  size_t n = statefd >= 0 ? agsx_state_load(statefd, AGSX_LOAD_DAMAGED, &v) : 0;
   char **running = xzalloc((n + 1) * sizeof(char *));
   char **digests = xzalloc((n + 1) * sizeof(char *));
   size_t nr = 0, nd = 0;
+  /* A damaged record is not a running sandbox: agsx_state_gc_records
+   * stops what is left of it and removes it. */
   for (size_t k = 0; k < n; k++)
-    if (v[k].status != AGSX_STATUS_EXITED) {
+    if (v[k].status != AGSX_STATUS_EXITED && v[k].status != AGSX_STATUS_UNKNOWN) {
       running[nr++] = xstrdup(v[k].id);
       if (v[k].image_digest)
         digests[nd++] = xstrdup(v[k].image_digest);

@@ -111,7 +111,7 @@ int agsx_cmd_snapshot_ls(struct agsx_ctx *ctx, const struct agsx_command *cmd, i
     agsx_state_reap_all(ctx->state, true, NULL);
     statefd = open(ctx->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     struct agsx_record *v = NULL;
-    size_t n = statefd < 0 ? 0 : agsx_state_load(statefd, &v);
+    size_t n = statefd < 0 ? 0 : agsx_state_load(statefd, 0, &v);
     for (size_t k = 0; k < n; k++) {
       if (v[k].status == AGSX_STATUS_RUNNING)
         agsx_strv_push(&ids, v[k].id);

@@ -654,7 +654,7 @@ static void list(struct req *r, bool v2) {
   const char *order = agsx_req_query(r, "order");
   bool desc = order && strcmp(order, "desc") == 0;
   struct agsx_record *v = NULL;
-  size_t n = agsx_state_load(r->s->statefd, &v);
+  size_t n = agsx_state_load(r->s->statefd, 0, &v);
   qsort(v, n, sizeof(*v), cmp_started);
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
   yajl_gen_array_open(g);

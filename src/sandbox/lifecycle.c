@@ -164,8 +164,10 @@ static int build_config(const struct agsx_run_spec *o, char **cmd, struct prepar
     p->argv = agsx_strv_concat(NULL, NULL); /* (recorded as no command) */
     cfg->idle = true;
   }
-  if (cfg->host_image && agsx_strv_len(p->argv) == 0 && !o->idle)
+  if (cfg->host_image && agsx_strv_len(p->argv) == 0 && !o->idle) {
+    agsx_strv_free(p->argv);
     p->argv = agsx_strv_concat((char *[]){"/bin/sh", NULL}, NULL);
+  }
   if (o->pool) {
     agsx_strv_free(p->argv);
     p->argv = agsx_strv_concat(NULL, NULL); /* the claim brings it */

@@ -468,7 +468,7 @@ static int check_create_spec(const struct agsx_run_spec *s, const char *name, un
                           name);
   if (size == 0 || size > AGSX_POOL_MAX_SIZE)
     return agsx_error_set(err, EINVAL, "a pool's size is 1 to %d", AGSX_POOL_MAX_SIZE);
-  if (s->image == NULL || strcmp(s->image, "host") == 0)
+  if (s->image == NULL)
     return agsx_error_set(err, EINVAL, "a pool needs an image (--image IMAGE)");
   const char *what = agsx_strv_len(s->cmd)       ? "a command"
                      : s->n_ports                ? "--publish"
@@ -486,8 +486,15 @@ static int check_create_spec(const struct agsx_run_spec *s, const char *name, un
   return agsx_run_spec_check(s, err);
 }
 
-/* The manifest digest IMAGE resolves to now, or NULL (ERR: why). */
+/* The host image (sandbox/lifecycle.h) is no image of the store: it has no
+ * manifest, so its parked sandboxes' entries hold the empty digest. */
+static bool is_host(const char *image) { return strcmp(image, "host") == 0; }
+
+/* The manifest digest IMAGE resolves to now ("" for the host image), or
+ * NULL (ERR: why). */
 static char *resolve_digest(const char *root, const char *image, agsx_error_t *err) {
+  if (is_host(image))
+    return xstrdup("");
   _cleanup_store_ struct agsx_store *s = NULL;
   if (agsx_store_open(root, false, &s, err) < 0)
     return NULL;
@@ -529,7 +536,7 @@ int agsx_pool_create(const struct agsx_run_spec *s, const char *name, unsigned s
   struct agsx_pool_config pc = {
       .name = xstrdup(name),
       .image = xstrdup(s->image),
-      .image_digest = steal_ptr(&digest),
+      .image_digest = *digest ? steal_ptr(&digest) : NULL,
       .size = size,
       .lifetime = s->timeout ? s->timeout : AGSX_POOL_DEFAULT_LIFETIME,
       .network = s->network ? xstrdup(s->network) : NULL,
@@ -691,7 +698,7 @@ int agsx_pool_remove(const char *state, const char *name, agsx_error_t *err) {
 static void gc_orphans(int statefd, int pools, bool dry_run,
                        void (*report)(const char *what, void *data), void *data) {
   struct agsx_record *v = NULL;
-  size_t n = agsx_state_load(statefd, &v);
+  size_t n = agsx_state_load(statefd, 0, &v);
   for (size_t i = 0; i < n; i++) {
     if (v[i].status == AGSX_STATUS_RUNNING && v[i].parked && v[i].pool &&
         agsx_pool_name_is_valid(v[i].pool) && faccessat(pools, v[i].pool, F_OK, 0) < 0) {
@@ -971,11 +978,11 @@ static int claim_one(int statefd, const char *id, const char *req, size_t len, c
   return 1;
 }
 
-/* Whether entry FD (locked) runs DIGEST. */
+/* Whether entry FD (locked) runs DIGEST ("": the host image's). */
 static bool entry_digest_is(int fd, const char *digest) {
   char buf[128];
   ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-  if (n <= 0 || digest == NULL)
+  if (n < 0 || digest == NULL)
     return false;
   buf[n] = '\0';
   return strcmp(buf, digest) == 0;
@@ -1254,9 +1261,12 @@ static ssize_t recv_request(int fd, char *buf, size_t cap, int fds[3], size_t *r
 }
 
 /* The sandbox's command line: the image's Entrypoint, then the claim's
- * command or the image's Cmd (as build_config does for a start). */
+ * command or the image's Cmd (as build_config does for a start; the host
+ * image's default is /bin/sh). */
 static char **claim_argv(struct sup *f, const struct agsx_claim *c) {
   const struct agsx_image_config *ic = &f->p->info.config;
+  if (f->cfg->host_image && agsx_strv_len(c->argv) == 0)
+    return agsx_strv_concat((char *[]){"/bin/sh", NULL}, NULL);
   return agsx_strv_concat(ic->entrypoint, agsx_strv_len(c->argv) ? c->argv : ic->cmd);
 }
 

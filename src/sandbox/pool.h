@@ -10,7 +10,8 @@
  *   STATE/pools/<name>/pool.json    the configuration (written once)
  *   STATE/pools/<name>/lock         flock: one refill (or rm) at a time
  *   STATE/pools/<name>/parked/<id>  one per parked sandbox: the manifest
- *                                   digest it runs; made by its supervisor
+ *                                   digest it runs (empty: the host
+ *                                   image); made by its supervisor
  *                                   once it is ready, removed by it when it
  *                                   is claimed or ends
  *   STATE/<id>/claim                the parked supervisor's claim socket
@@ -50,7 +51,7 @@
 /* ---- the configuration ---- */
 struct agsx_pool_config {
   char *name;
-  char *image, *image_digest; /* as given; the manifest at create (informative) */
+  char *image, *image_digest; /* as given; the manifest at create (informative; NULL: host) */
   unsigned size;
   uint64_t lifetime; /* a parked sandbox's, seconds */
   char *network;     /* NULL: internal */

@@ -36,6 +36,7 @@ void agsx_record_clear(struct agsx_record *r) {
   agsx_strv_free(r->restart_layers);
   free(r->restart_error);
   agsx_strv_free(r->labels);
+  free(r->damage);
   memset(r, 0, sizeof(*r));
 }
 
@@ -79,7 +80,7 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len) {
   agsx_json_kv_str(g, "name", r->name);
   agsx_json_kv_str(g, "image", r->image);
   agsx_json_kv_str(g, "image_digest", r->image_digest);
-  agsx_json_kv_str(g, "status", status_names[r->status]);
+  agsx_json_kv_str(g, "status", agsx_record_status_name(r->status));
   agsx_json_kv_str(g, "stop_reason", r->stop_reason);
   agsx_json_kv_int(g, "exit_code", r->exit_code);
   agsx_json_kv_int(g, "created", r->created);
@@ -131,6 +132,8 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len) {
 }
 
 const char *agsx_record_status_name(enum agsx_status s) {
+  if (s == AGSX_STATUS_UNKNOWN)
+    return "unknown";
   return (size_t)s < AGSX_ARRAY_SIZE(status_names) ? status_names[s] : "exited";
 }
 
@@ -176,7 +179,39 @@ static void gen_full(yajl_gen g, const struct agsx_record *r) {
   gen_time(g, "paused_at", r->status == AGSX_STATUS_RUNNING && r->paused ? r->paused_at : 0);
 }
 
+/* A damaged record: ls --json's keys, null where the record would have
+ * said (nothing of it can be trusted), and why. */
+static void gen_damaged(yajl_gen g, const struct agsx_record *r) {
+  yajl_gen_map_open(g);
+  agsx_json_kv_str(g, "id", r->id);
+  agsx_json_kv_str(g, "name", r->name);
+  static const char *const none[] = {"image", "image_digest"};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(none); i++)
+    agsx_json_kv_str(g, none[i], NULL);
+  agsx_json_kv_str(g, "status", "unknown");
+  agsx_json_kv_bool(g, "paused", false);
+  static const char *const unknown[] = {"created",   "deadline", "time_left", "stop_reason",
+                                        "exit_code", "network",  "address",   "pid"};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(unknown); i++)
+    agsx_json_kv_str(g, unknown[i], NULL);
+  agsx_json_key(g, "ports");
+  agsx_record_gen_ports(g, NULL, 0);
+  agsx_json_key(g, "limits");
+  yajl_gen_map_open(g);
+  static const char *const limits[] = {"memory", "pids", "disk", "cpu_quota_us"};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(limits); i++)
+    agsx_json_kv_str(g, limits[i], NULL);
+  yajl_gen_map_close(g);
+  gen_labels(g, NULL);
+  agsx_json_kv_str(g, "damage", r->damage);
+  yajl_gen_map_close(g);
+}
+
 void agsx_record_gen(yajl_gen g, const struct agsx_record *r, int64_t now, bool full) {
+  if (r->status == AGSX_STATUS_UNKNOWN) {
+    gen_damaged(g, r);
+    return;
+  }
   bool ended = r->status == AGSX_STATUS_EXITED;
   yajl_gen_map_open(g);
   agsx_json_kv_str(g, "id", r->id);
@@ -474,6 +509,8 @@ static int open_record_dir(int statefd, const char *id, agsx_error_t *err) {
  * record is gone anyway (state lives in /run); skipping fsync keeps disk
  * latency out of a sandbox's start. */
 int agsx_record_write(int statefd, const struct agsx_record *r, agsx_error_t *err) {
+  if (r->status == AGSX_STATUS_UNKNOWN) /* it would replace the damaged file with nothing true */
+    return agsx_error_set(err, EINVAL, "the damaged record of `%.12s` is not rewritten", r->id);
   _cleanup_close_ int dir = open_record_dir(statefd, r->id, err);
   if (dir < 0)
     return -1;
@@ -1061,8 +1098,19 @@ char **agsx_state_running_images(const char *state_dir) {
 }
 
 int agsx_state_remove_corrupt(int statefd, const char *id, agsx_error_t *err) {
-  struct agsx_cgroup *cg = NULL;
+  /* Under the record's lock, and only if it is still damaged: a live
+   * supervisor may have replaced it with a whole one meanwhile. */
+  _cleanup_close_ int lock = agsx_record_lock(statefd, id, err);
+  if (lock < 0)
+    return -1;
+  struct agsx_record now;
   agsx_error_t e = NULL;
+  if (agsx_record_read(statefd, id, &now, &e) == 0) {
+    agsx_record_clear(&now);
+    return 0;
+  }
+  agsx_error_free(&e);
+  struct agsx_cgroup *cg = NULL;
   if (agsx_cgroup_open(id, &cg, &e) == 0)
     agsx_cgroup_destroy(cg, &e);
   agsx_cgroup_free(cg);
@@ -1102,8 +1150,38 @@ void agsx_state_prune_names(int statefd, void (*report_fn)(const char *what, voi
 
 /* ---- listing and gc policy ---------------------------------------------------------------- */
 
-/* Reads every record; a corrupt one is reported and removed. */
-size_t agsx_state_load(int statefd, struct agsx_record **ret) {
+/* The name whose names/ link points at ID, or NULL: a damaged record
+ * cannot say its own. */
+static char *name_of(int statefd, const char *id) {
+  _cleanup_close_ int dir =
+      openat(statefd, "names", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  _cleanup_dir_ DIR *d = dir >= 0 ? agsx_dir_stream(dir) : NULL;
+  struct dirent *de;
+  while (d && (de = readdir(d)) != NULL) {
+    char target[64];
+    ssize_t n = de->d_name[0] == '.' ? -1 : readlinkat(dir, de->d_name, target, sizeof(target) - 1);
+    if (n == 32 && memcmp(target, id, 32) == 0)
+      return xstrdup(de->d_name);
+  }
+  return NULL;
+}
+
+/* A damaged record as ls shows it: the path of its file is what a person
+ * needs to look at it (the state directory's, as this process sees it). */
+static void damaged_record(int statefd, const char *id, const char *why, struct agsx_record *r) {
+  memset(r, 0, sizeof(*r));
+  memcpy(r->id, id, 33);
+  r->status = AGSX_STATUS_UNKNOWN;
+  r->name = name_of(statefd, id);
+  char link[64], dir[PATH_MAX];
+  snprintf(link, sizeof(link), "/proc/self/fd/%d", statefd);
+  ssize_t n = readlink(link, dir, sizeof(dir) - 1);
+  dir[n > 0 ? n : 0] = '\0';
+  r->damage = xasprintf("damaged record `%s%s%s/state.json`: %s", dir, n > 0 ? "/" : "", id, why);
+}
+
+/* Reads every record; a damaged one is left for gc (agsx_state_gc_records). */
+size_t agsx_state_load(int statefd, unsigned flags, struct agsx_record **ret) {
   agsx_error_t err = NULL;
   _cleanup_strv_ char **ids = NULL;
   *ret = NULL;
@@ -1122,10 +1200,10 @@ size_t agsx_state_load(int statefd, struct agsx_record **ret) {
       n++;
       continue;
     }
-    agsx_warn("sandbox %.12s: corrupt record: sandbox stopped and record removed: %s", *id,
-              err->msg);
-    agsx_error_free(&err);
-    agsx_state_remove_corrupt(statefd, *id, &err);
+    if (flags & AGSX_LOAD_DAMAGED)
+      damaged_record(statefd, *id, err->msg, &v[n++]);
+    else
+      agsx_debug("sandbox %.12s: damaged record skipped: %s", *id, err->msg);
     agsx_error_free(&err);
   }
   *ret = v;
@@ -1145,13 +1223,20 @@ void agsx_state_gc_records(int statefd, const struct agsx_record *v, size_t n, b
                            void (*on_item)(const char *what, void *data), void *data) {
   agsx_error_t err = NULL;
   for (size_t k = 0; k < n; k++) {
-    if (v[k].status != AGSX_STATUS_EXITED)
+    bool damaged = v[k].status == AGSX_STATUS_UNKNOWN;
+    if (v[k].status != AGSX_STATUS_EXITED && !damaged)
       continue;
+    const char *name = v[k].name ? v[k].name : "";
     _cleanup_free_ char *what =
-        xasprintf("sandbox %.12s%s%s (%s)", v[k].id, v[k].name ? " " : "",
-                  v[k].name ? v[k].name : "", v[k].stop_reason ? v[k].stop_reason : "exited");
+        damaged ? xasprintf("damaged record of sandbox %.12s%s%s", v[k].id, *name ? " " : "", name)
+                : xasprintf("sandbox %.12s%s%s (%s)", v[k].id, *name ? " " : "", name,
+                            v[k].stop_reason ? v[k].stop_reason : "exited");
     on_item(what, data);
-    if (!dry_run && agsx_record_remove(statefd, &v[k], &err) < 0) {
+    if (dry_run)
+      continue;
+    int r = damaged ? agsx_state_remove_corrupt(statefd, v[k].id, &err)
+                    : agsx_record_remove(statefd, &v[k], &err);
+    if (r < 0) {
       agsx_warn("%s", err->msg);
       agsx_error_free(&err);
     }

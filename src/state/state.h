@@ -12,8 +12,10 @@
  *
  * A pid in a record is trusted only with its start time (field 22 of
  * /proc/PID/stat): a recycled pid never passes for the supervisor. A record
- * that cannot be parsed is reported and removed by `ls` and `gc`, never
- * fatal. */
+ * that cannot be parsed (damaged: records are replaced whole, so that is
+ * never a write in progress) is never fatal: `ls` lists it as `unknown`
+ * with a warning naming the file, `gc` stops what is left of its sandbox
+ * and removes it. */
 #ifndef AGSX_STATE_H
 #define AGSX_STATE_H
 
@@ -25,7 +27,14 @@
 #define AGSX_RECORD_MAX (1u << 20)
 #define AGSX_NAME_MAX 64
 
-enum agsx_status { AGSX_STATUS_CREATED, AGSX_STATUS_RUNNING, AGSX_STATUS_EXITED };
+/* UNKNOWN is never written: it marks a damaged record that
+ * agsx_state_load returns on request (AGSX_LOAD_DAMAGED). */
+enum agsx_status {
+  AGSX_STATUS_CREATED,
+  AGSX_STATUS_RUNNING,
+  AGSX_STATUS_EXITED,
+  AGSX_STATUS_UNKNOWN
+};
 
 struct agsx_proc_ref {
   pid_t pid;
@@ -82,12 +91,16 @@ struct agsx_record {
    * signal) is dropped, not carried out at the next `agsx update`. */
   struct agsx_proc_ref restart_by;
   char *restart_error;
+  /* AGSX_STATUS_UNKNOWN only: why the record could not be read, naming
+   * its file. Such a record has its id and name (from names/), nothing
+   * else. */
+  char *damage;
 };
 
 void agsx_record_clear(struct agsx_record *r);
 char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len);
 int agsx_record_from_json(const char *buf, size_t len, struct agsx_record *r, agsx_error_t *err);
-/* "created", "running" or "exited". */
+/* "created", "running", "exited" or "unknown". */
 const char *agsx_record_status_name(enum agsx_status s);
 /* What ls and inspect show: the status name, "paused" for a running
  * sandbox that is paused, "parked" for one waiting in a pool. */
@@ -155,7 +168,8 @@ char **agsx_state_running_images(const char *state_dir);
 
 /* Removes the record of a sandbox whose record cannot be read: stops
  * whatever still runs in its cgroup (its supervisor then ends), removes
- * the directory and any name pointing at it. */
+ * the directory and any name pointing at it. Under the record's lock;
+ * nothing is done (0) when the record has become readable meanwhile. */
 int agsx_state_remove_corrupt(int statefd, const char *id, agsx_error_t *err);
 /* Removes names/ links whose sandbox record is gone. */
 void agsx_state_prune_names(int statefd, void (*report)(const char *what, void *data), void *data,
@@ -164,15 +178,19 @@ void agsx_state_prune_names(int statefd, void (*report)(const char *what, void *
 /* Lists the ids of every record directory (valid or not). */
 int agsx_state_list(int statefd, char ***ret_ids, agsx_error_t *err);
 /* Reads every record into *RET (the caller clears each and frees the
- * array); one still starting is skipped, a corrupt one reported, its
- * sandbox stopped and its record removed. Returns how many. */
-size_t agsx_state_load(int statefd, struct agsx_record **ret);
+ * array); one still starting is skipped. A damaged one is left in place
+ * (gc removes it): with AGSX_LOAD_DAMAGED in FLAGS it is returned as an
+ * AGSX_STATUS_UNKNOWN record (id, name, damage), otherwise skipped.
+ * Returns how many. */
+#define AGSX_LOAD_DAMAGED 1u
+size_t agsx_state_load(int statefd, unsigned flags, struct agsx_record **ret);
 /* gc's grace for what may still be starting: AGSX_GC_MIN_AGE seconds,
  * default 60. */
 int64_t agsx_state_gc_min_age(void);
-/* gc's policy for records: removes the ended ones of V and record
- * directories that never got a record (a start that crashed) once older
- * than the grace, REPORT naming each (only naming them with DRY_RUN). */
+/* gc's policy for records: removes the ended and the damaged ones of V
+ * (agsx_state_remove_corrupt for the latter) and record directories that
+ * never got a record (a start that crashed) once older than the grace,
+ * REPORT naming each (only naming them with DRY_RUN). */
 void agsx_state_gc_records(int statefd, const struct agsx_record *v, size_t n, bool dry_run,
                            void (*report)(const char *what, void *data), void *data);
 /* gc's policy for cgroups (agsx_cgroup_gc): keeps those of RUNNING (ids of

@@ -79,16 +79,8 @@ client() {
   timeout 60 "$@"
 }
 
-# The memory cgroup directory of sandbox $1 (v1 or v2).
-mem_cgroup() {
-  local pid=$1 rel
-  rel=$(sed -n 's/^[0-9]*:memory:\(.*\)/\1/p' "/proc/$pid/cgroup")
-  if [ -n "$rel" ] && [ -d "/sys/fs/cgroup/memory$rel" ]; then
-    echo "/sys/fs/cgroup/memory$rel"
-  else
-    echo "/sys/fs/cgroup$(sed -n 's/^0:://p' "/proc/$pid/cgroup")"
-  fi
-}
+# The memory cgroup directory of process $1 (v1 or v2: host.bash).
+mem_cgroup() { proc_cgroup_dir "$1" memory; }
 
 # PNG check: signature and a sane IHDR; prints WIDTHxHEIGHT.
 png_size() {

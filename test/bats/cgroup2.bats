@@ -1,18 +1,21 @@
 #!/usr/bin/env bats
 # test-runner: parallel
-# cgroup v2 for real: this machine's cgroup2 mount (/sys/fs/cgroup/unified:
-# no controllers, but real cgroup.procs, cgroup.kill and cgroup.freeze) as
-# agsx's v2 root, so that membership and kill are exercised on the kernel's
-# v2 code, not on a mock. Without controllers there are no limits to set:
-# AGSX_DEFAULT_PIDS=0 drops the default pids limit. Each test has its own
-# cgroup parent, removed and checked in teardown. Also exec's process tree
-# on v1 when the sandbox has no cgroup of its own (no limits).
+# cgroup v2 for real, wherever the host mounts it (host.bash: cgroup2_mount
+# reads /proc/self/mountinfo): on a v2 host /sys/fs/cgroup, with its
+# controllers, agsx's default; on a v1 host with a cgroup2 mount (this
+# project's development machine: /sys/fs/cgroup/unified, no controllers,
+# but real cgroup.procs, cgroup.kill and cgroup.freeze) that mount as
+# agsx's v2 root (AGSX_CGROUP_ROOT). Either way membership and kill run on
+# the kernel's v2 code, not on a mock. Where the v2 hierarchy has no pids
+# controller there is no default pids limit to set: AGSX_DEFAULT_PIDS=0.
+# A sandbox's cgroup is read from its init (sandbox_cgroup), not composed.
+# Each test has its own cgroup parent, removed and checked in teardown.
+# Also exec's process tree on v1 when the sandbox has no cgroup of its own
+# (no limits).
 
 load helpers
 
 bats_require_minimum_version 1.5.0
-
-V2=/sys/fs/cgroup/unified
 
 setup_file() { busybox_setup_file; }
 
@@ -20,13 +23,15 @@ setup() {
   common_setup
   AX_TIMEOUT=40
   export AGSX_CGROUP_PARENT="agsx-bats-cg2-$$-$BATS_TEST_NUMBER"
-  export AGSX_DEFAULT_PIDS=0
+  V2=$(cgroup2_mount) || V2=
   ax image load "$BB" >/dev/null
 }
 
 use_v2() {
-  [ "$(stat -f -c %T "$V2" 2>/dev/null)" = cgroup2fs ] || skip "no cgroup2 mount at $V2"
-  export AGSX_CGROUP_ROOT=$V2
+  [ -n "$V2" ] || skip "the host has no cgroup v2 hierarchy (no cgroup2 mount in /proc/self/mountinfo)"
+  # A v1 host's own cgroup root is v1: point agsx at the v2 mount.
+  cgroup_host_is_v2 || export AGSX_CGROUP_ROOT=$V2
+  grep -qw pids "$V2/cgroup.controllers" || export AGSX_DEFAULT_PIDS=0
 }
 
 # AGSX_CGROUP_ROOT: a directory holding only the host's v1 pids hierarchy,
@@ -34,13 +39,15 @@ use_v2() {
 # cpuacct and memory controllers, whose sandboxes without limits have no
 # cgroup of their own (not even agsx stats's accounting ones).
 pids_only_root() {
+  cgroup_v1_mount pids >/dev/null ||
+    skip "the host has no v1 pids hierarchy (its pids controller is cgroup v2's)"
   mkdir -p "$T/cg/pids"
-  mount -t cgroup -o pids cgroup "$T/cg/pids" || skip "cannot mount the v1 pids hierarchy"
-  export AGSX_CGROUP_ROOT=$T/cg
+  mount -t cgroup -o pids cgroup "$T/cg/pids" || skip "cannot mount the v1 pids hierarchy again"
+  export AGSX_CGROUP_ROOT=$T/cg AGSX_DEFAULT_PIDS=0
 }
 
 our_cgroups() {
-  find /sys/fs/cgroup/*/"$AGSX_CGROUP_PARENT" "$V2/$AGSX_CGROUP_PARENT" -mindepth 1 -type d \
+  find /sys/fs/cgroup/*/"$AGSX_CGROUP_PARENT" ${V2:+"$V2/$AGSX_CGROUP_PARENT"} -mindepth 1 -type d \
     2>/dev/null | sort -u
 }
 
@@ -57,7 +64,7 @@ teardown() {
     rc=1
   fi
   # The parent directories are the test's own.
-  for d in /sys/fs/cgroup/*/"$AGSX_CGROUP_PARENT" "$V2/$AGSX_CGROUP_PARENT"; do
+  for d in /sys/fs/cgroup/*/"$AGSX_CGROUP_PARENT" ${V2:+"$V2/$AGSX_CGROUP_PARENT"}; do
     [ -d "$d" ] && { find "$d" -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null; rmdir "$d"; }
   done
   if mountpoint -q "$T/cg/pids" 2>/dev/null; then umount "$T/cg/pids" || rc=1; fi
@@ -78,9 +85,10 @@ teardown() {
   # (long enough to be there however long exec takes to return)
   run_ax exec box sh -c 'sleep 30 >/dev/null 2>&1 & echo started'
   assert_success
-  local procs
-  procs=$(cat "$V2/$AGSX_CGROUP_PARENT/$id"/exec-*/cgroup.procs 2>/dev/null | wc -l)
-  [ "$procs" -ge 1 ] || { echo "# no process in an exec cgroup: $(find "$V2/$AGSX_CGROUP_PARENT" -name cgroup.procs -exec grep -H . {} +) id=$id" >&3; return 1; }
+  local procs cg
+  cg=$(sandbox_cgroup "$id") || { echo "# no cgroup for $id" >&3; return 1; }
+  procs=$(cat "$cg"/exec-*/cgroup.procs 2>/dev/null | wc -l)
+  [ "$procs" -ge 1 ] || { echo "# no process in an exec cgroup: $(find "$cg" -name cgroup.procs -exec grep -H . {} +) id=$id" >&3; return 1; }
 }
 
 @test "cgroup v2: exec --timeout kills the whole tree" {
@@ -106,14 +114,13 @@ teardown() {
   # (sleeps of lengths no other test uses: the check below is host-wide)
   run_ax exec box sh -c 'sleep 20071 >/dev/null 2>&1 & sleep 20072 >/dev/null 2>&1 & echo ok'
   assert_success
-  [ "$(cat "$V2/$AGSX_CGROUP_PARENT/$id"/cgroup.procs "$V2/$AGSX_CGROUP_PARENT/$id"/exec-*/cgroup.procs | wc -l)" -ge 3 ]
+  local cg
+  cg=$(sandbox_cgroup "$id") || { echo "# no cgroup for $id" >&3; return 1; }
+  [ "$(cat "$cg"/cgroup.procs "$cg"/exec-*/cgroup.procs | wc -l)" -ge 3 ]
   run_ax kill box
   assert_success
-  for _ in $(seq 50); do
-    [ ! -d "$V2/$AGSX_CGROUP_PARENT/$id" ] && break
-    sleep 0.1
-  done
-  [ ! -d "$V2/$AGSX_CGROUP_PARENT/$id" ] || { echo "# cgroup left: $(ls "$V2/$AGSX_CGROUP_PARENT/$id")" >&3; return 1; }
+  poll 50 test ! -d "$cg"
+  [ ! -d "$cg" ] || { echo "# cgroup left: $(ls "$cg")" >&3; return 1; }
   ! pgrep -f 'sleep 2007[12]' >/dev/null || { echo "# processes left: $(pgrep -af 'sleep 2007[12]')" >&3; return 1; }
 }
 
@@ -127,7 +134,7 @@ teardown() {
   # the counter's first file (a frozen, fileless counter would prove nothing)
   for _ in $(seq 100); do ax exec box test -s /tmp/count 2>/dev/null && break; sleep 0.1; done
   local cg
-  cg=$(ls -d "$V2/$AGSX_CGROUP_PARENT/$id"/exec-*/ | head -n 1)
+  cg=$(ls -d "$(sandbox_cgroup "$id")"/exec-*/ | head -n 1)
   echo 1 >"$cg/cgroup.freeze"
   for _ in $(seq 50); do grep -q '^frozen 1' "$cg/cgroup.events" && break; sleep 0.1; done
   grep -q '^frozen 1' "$cg/cgroup.events" || { echo "# not frozen" >&3; return 1; }
@@ -148,7 +155,6 @@ teardown() {
 }
 
 @test "cgroup v1, no limits: exec --timeout kills a grandchild that left its parent" {
-  [ "$(stat -f -c %T /sys/fs/cgroup)" != cgroup2fs ] || skip "the host is cgroup v2"
   pids_only_root
   run_ax run -d --name box busybox sleep 300
   assert_success

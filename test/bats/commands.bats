@@ -19,14 +19,6 @@ setup() { busybox_setup 30; }
 
 # ---- helpers -----------------------------------------------------------
 
-# Cgroup directories of the test's sandboxes still on the host.
-cgroups_of() {
-  local id
-  for id in "$@"; do
-    ls -d /sys/fs/cgroup/*/agsx/"$id" /sys/fs/cgroup/agsx/"$id" 2>/dev/null || true
-  done
-}
-
 # py CODE ARGS...: runs python3 CODE on $output (as stdin), for JSON checks.
 py() {
   local code=$1
@@ -227,12 +219,15 @@ assert l == [{"id": sys.argv[1], "name": "late", "exit_code": 143, "stop_reason"
   run_ax rm live
   assert_agsx_error "sandbox \`${b:0:12}\` is running"
   [ -e "$STATE/$b/state.json" ]
-  [ -n "$(cgroups_of "$b")" ]
+  # (read from their inits: where agsx put them)
+  local cgb cgc
+  cgb=$(sandbox_cgroup "$b" pids) && cgc=$(sandbox_cgroup "$c" pids)
+  [[ "$cgb" == *"$b"* && -d "$cgb" && "$cgc" == *"$c"* ]] || { echo "# cgroups: $cgb $cgc" >&3; false; }
   run_ax rm -f --json live "${c:0:12}"
   assert_success
   py 'import json, sys; assert json.load(sys.stdin) == sys.argv[1:], sys.argv' "$b" "$c"
   [ ! -e "$STATE/$b" ] && [ ! -e "$STATE/$c" ] && [ ! -e "$STATE/names/live" ]
-  [ -z "$(cgroups_of "$b" "$c")" ] || { echo "# cgroups: $(cgroups_of "$b" "$c")" >&3; false; }
+  [ ! -d "$cgb" ] && [ ! -d "$cgc" ] || { echo "# cgroups left: $(ls -d "$cgb" "$cgc" 2>/dev/null)" >&3; false; }
   ! grep -qF "$STATE" /proc/self/mountinfo
   run_ax ls -a -q
   [ -z "$output" ] || { show_run; false; }

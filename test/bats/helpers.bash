@@ -38,6 +38,9 @@
 # per range ever used); scan them with awk or python, not a shell loop, which
 # bats' DEBUG trap makes cost a fraction of a millisecond per command.
 
+# What the host offers (cgroup hierarchies, block devices): host.bash.
+source "$BATS_TEST_DIRNAME/host.bash"
+
 AGSX=${AGSX:-$BATS_TEST_DIRNAME/../../build/agsx}
 AGSX_SRCDIR=${AGSX_SRCDIR:-$(cd "$BATS_TEST_DIRNAME/../.." && pwd)}
 FIXTURES=$AGSX_SRCDIR/test/fixtures
@@ -133,11 +136,26 @@ PY
 
 # Cgroup directories of the test's sandboxes still on the host.
 sandbox_cgroups() {
-  local id p
+  local id p m mounts
   p=$(cgroup_parent)
+  mounts=$(cgroup_mounts)
   for id in $(sandbox_ids); do
-    ls -d /sys/fs/cgroup/*/"$p/$id" /sys/fs/cgroup/"$p/$id" 2>/dev/null || true
+    for m in $mounts; do [ -d "$m/$p/$id" ] && echo "$m/$p/$id"; done
   done
+  return 0
+}
+
+# sandbox_cgroup ID [CONTROLLER]: the host directory of sandbox ID's cgroup
+# (in the v1 hierarchy of CONTROLLER when agsx uses v1), read from its
+# init's /proc/PID/cgroup (the record's pid, trusted only with its start
+# time), never composed from agsx's layout (host.bash). Status 1 when the
+# sandbox's init is gone.
+sandbox_cgroup() {
+  local pid st
+  pid=$(rec "$1" init.pid 2>/dev/null) && st=$(rec "$1" init.start_time 2>/dev/null) || return 1
+  [ -n "$pid" ] && [ "$pid" != 0 ] || return 1
+  [ "$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f20)" = "$st" ] || return 1
+  proc_cgroup_dir "$pid" "${2:-}"
 }
 
 # Per-sandbox state dirs and names left in $STATE.
@@ -231,7 +249,7 @@ private_cgroup_parent() {
 remove_private_cgroup_parent() {
   local p=${AGSX_CGROUP_PARENT:-} d c left=""
   [[ "$p" == agsx-bats-* ]] || return 0
-  for d in /sys/fs/cgroup/*/"$p" /sys/fs/cgroup/"$p"; do
+  for d in $(cgroup_mounts | sed "s|\$|/$p|"); do
     [ -d "$d" ] || continue
     for c in "$d"/*/; do
       [ -d "$c" ] || continue
@@ -264,7 +282,7 @@ unaided_setup() {
 cgroup_dirs() {
   local p
   p=$(cgroup_parent)
-  ls -d /sys/fs/cgroup/*/"$p"/*/ /sys/fs/cgroup/"$p"/*/ 2>/dev/null | sort
+  cgroup_mounts | while read -r m; do ls -d "$m/$p"/*/ 2>/dev/null; done | sort
 }
 
 # Host uid bases of the ranges this test's state dir handed out: a slot's

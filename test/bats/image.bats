@@ -230,6 +230,31 @@ assert v[0]["config"]["config"]["Cmd"] == ["/bin/sh"]
   assert_agsx_error "not found"
 }
 
+# issue 24 finding 10: an image whose config has no real creation date
+# (the Unix epoch that reproducible builds write in its place, as this
+# busybox fixture does) showed "56 years ago"; Docker shows N/A.
+@test "image ls: N/A (null in --json) for an image with no creation date; a real one shows its age" {
+  run_ax image load "$BB"
+  assert_success
+  "$FIXTURES/busybox-image" "$T/dated" --probe "$PROBE" --ref dated:1 \
+    --mtime $(($(date +%s) - 3 * 3600 - 60)) >/dev/null
+  run_ax image load "$T/dated"
+  assert_success
+  run_ax image ls
+  assert_success
+  [[ "$(grep '^busybox ' <<<"$output")" =~ \ N/A\ +[0-9.]+[kMG]?B$ ]] || { show_run; false; }
+  [[ "$(grep '^dated ' <<<"$output")" == *" 3 hours ago "* ]] || { show_run; false; }
+  refute_output_contains "years ago"
+  run_ax image ls --json
+  assert_success
+  python3 -c '
+import json, sys
+v = {i["name"]: i for i in json.loads(sys.argv[1])}
+assert v["busybox"]["created"] is None, v
+assert v["dated"]["created"].endswith("Z") and not v["dated"]["created"].startswith("1970"), v
+' "$output" || { show_run; false; }
+}
+
 @test "unnamed images are listed as <none> and removable by id" {
   python3 - "$BB/index.json" "$T/un" <<'PY'
 import json, shutil, sys

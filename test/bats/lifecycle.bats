@@ -462,7 +462,7 @@ assert all(s["status"] == "running" for s in l), l
 
 # ---- records -----------------------------------------------------------------
 
-@test "a corrupt or truncated record: ls works, warns and removes it; gc never fails on it" {
+@test "a corrupt or truncated record: ls works, warns and lists it; gc removes it, never fails on it" {
   local a b c
   a=$(rund --name ca busybox true)
   b=$(rund busybox true)
@@ -477,11 +477,15 @@ assert all(s["status"] == "running" for s in l), l
   assert_output_contains "agsx: warning"
   assert_output_contains "${a:0:12}"
   assert_output_contains "${b:0:12}"
+  [ "$(sb_json "$a" status)" = unknown ] && [ "$(sb_json "$b" status)" = unknown ]
+  [ "$(sb_json "$c" status)" = running ]
+  # gc removes both and frees the name
+  run ax gc
+  [ "$status" -eq 0 ] || { show_run; false; }
   [ ! -e "$STATE/$a" ] && [ ! -e "$STATE/$b" ]
   [ ! -e "$STATE/names/ca" ] || { echo "# the corrupt record's name stays taken" >&3; false; }
-  [ "$(sb_json "$c" status)" = running ]
   run ax ls -a
-  [ "$status" -eq 0 ] && [[ "$output" != *warning* ]] || { echo "# warned twice" >&3; show_run; false; }
+  [ "$status" -eq 0 ] && [[ "$output" != *warning* ]] || { echo "# warned after gc" >&3; show_run; false; }
   # gc: on an empty and on a truncated record
   d=$(rund busybox true)
   e=$(rund busybox true)
@@ -498,6 +502,56 @@ assert all(s["status"] == "running" for s in l), l
   rund --name ca busybox true >/dev/null
 }
 
+# issue 24 finding 9: a sandbox whose supervisor was SIGKILLed (its init
+# dies with it) and whose record was then truncated stays in `ls -a`, as
+# `unknown`, with a warning naming the file, until gc removes it.
+@test "a damaged record (supervisor SIGKILLed, record truncated): ls -a shows it unknown, gc removes it" {
+  local id sp f
+  id=$(rund --name dmg busybox sleep 600)
+  sp=$(rec "$id" supervisor.pid)
+  kill -9 "$sp"
+  poll 50 eval '! alive "$sp"'
+  f=$STATE/$id/state.json
+  head -c 300 "$f" >"$T/trunc" && cat "$T/trunc" >"$f"
+  run_ax ls -a
+  assert_success
+  local row
+  row=$(grep "^${id:0:12} " <<<"$output") || { echo "# not listed" >&3; show_run; false; }
+  [[ "$row" == *" dmg "* && "$row" == *" unknown "* ]] || { echo "# row: $row" >&3; false; }
+  assert_output_contains "agsx: warning: damaged record \`$f\`"
+  # ls did not remove it: it is listed again, without -a too
+  run_ax ls
+  assert_success
+  assert_output_contains "${id:0:12}"
+  ax ls -a --json >"$T/ls.json" 2>"$T/ls.err" || { cat "$T/ls.err" >&3; false; }
+  python3 -c '
+import json, sys
+v = json.load(open(sys.argv[2]))
+e = [s for s in v if s["id"] == sys.argv[1]]
+assert len(e) == 1 and e[0]["status"] == "unknown" and e[0]["name"] == "dmg", v
+assert e[0]["created"] is None and e[0]["exit_code"] is None and "state.json" in e[0]["damage"], e
+' "$id" "$T/ls.json" || { cat "$T/ls.json" >&3; false; }
+  grep -q "agsx: warning: damaged record" "$T/ls.err"
+  run_ax ls -a -q
+  assert_success
+  assert_output_contains "${id:0:12}"
+  # kill --all goes on past it (gc's to remove), warning
+  run_ax kill --all
+  assert_success
+  assert_output_contains "damaged record"
+  # gc --dry-run names it and leaves it; gc removes it and frees its name
+  run ax gc --dry-run
+  [ "$status" -eq 0 ] && [[ "$output" == *"damaged record of sandbox ${id:0:12} dmg"* ]] || { show_run; false; }
+  [ -e "$f" ]
+  run ax gc
+  [ "$status" -eq 0 ] && [[ "$output" == *"damaged record of sandbox ${id:0:12}"* ]] || { show_run; false; }
+  [ ! -e "$STATE/$id" ] && [ ! -e "$STATE/names/dmg" ]
+  run_ax ls -a
+  assert_success
+  refute_output_contains "${id:0:12}"
+  refute_output_contains warning
+}
+
 @test "crash leftovers: gc removes a record dir without a record and a dangling name" {
   local a id=0123456789abcdef0123456789abcdef
   private_cgroup_parent
@@ -506,7 +560,7 @@ assert all(s["status"] == "running" for s in l), l
   echo junk >"$STATE/$a/state.json"
   run ax ls -a
   [ "$status" -eq 0 ] || { show_run; false; }
-  [ ! -e "$STATE/$a" ]
+  assert_output_contains "${a:0:12}"
   mkdir "$STATE/$id"
   echo "$id" >>"$T/ids"
   run ax ls -a
@@ -515,6 +569,7 @@ assert all(s["status"] == "running" for s in l), l
   AGSX_GC_MIN_AGE=0 run ax gc
   [ "$status" -eq 0 ] || { show_run; false; }
   local left=""
+  [ ! -e "$STATE/$a" ] || left+="$STATE/$a (damaged); "
   [ ! -e "$STATE/$id" ] || left+="$STATE/$id (no state.json); "
   [ ! -L "$STATE/names/dn" ] || left+="names/dn -> $(readlink "$STATE/names/dn") (dangling); "
   [ -z "$left" ] || { echo "# left after ls + gc: $left" >&3; rm -rf "$STATE/$id" "$STATE/names/dn"; false; }

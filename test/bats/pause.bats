@@ -1,16 +1,14 @@
 #!/usr/bin/env bats
 # test-runner: parallel
-# agsx pause / unpause (sandbox/freeze.h): the freezer on cgroup v1 (this
-# host) and on cgroup v2 (this machine's cgroup2 mount at
-# /sys/fs/cgroup/unified as agsx's v2 root, as in cgroup2.bats); the
-# deadline and kill of a paused sandbox, which leave nothing frozen; exec
-# refused; bad input.
+# agsx pause / unpause (sandbox/freeze.h): the freezer on cgroup v1 (where
+# the host has a v1 freezer hierarchy) and on cgroup v2 (wherever the host
+# mounts it, as in cgroup2.bats: /sys/fs/cgroup on a v2 host, a v1 host's
+# cgroup2 mount as agsx's v2 root); the deadline and kill of a paused
+# sandbox, which leave nothing frozen; exec refused; bad input.
 
 load helpers
 
 bats_require_minimum_version 1.5.0
-
-V2=/sys/fs/cgroup/unified
 
 setup_file() {
   export BB="$BATS_FILE_TMPDIR/bb"
@@ -21,19 +19,28 @@ setup() {
   common_setup
   AX_TIMEOUT=40
   private_cgroup_parent
+  V2=$(cgroup2_mount) || V2=
   ax image load "$BB" >/dev/null
 }
 
 use_v2() {
-  [ "$(stat -f -c %T "$V2" 2>/dev/null)" = cgroup2fs ] || skip "no cgroup2 mount at $V2"
-  export AGSX_CGROUP_ROOT=$V2
-  # No controllers there: no default pids limit to set.
-  export AGSX_DEFAULT_PIDS=0
+  [ -n "$V2" ] || skip "the host has no cgroup v2 hierarchy (no cgroup2 mount in /proc/self/mountinfo)"
+  # A v1 host's own cgroup root is v1: point agsx at the v2 mount.
+  cgroup_host_is_v2 || export AGSX_CGROUP_ROOT=$V2
+  # Without the pids controller there: no default pids limit to set.
+  grep -qw pids "$V2/cgroup.controllers" || export AGSX_DEFAULT_PIDS=0
+}
+
+# use_v1: the host's v1 hierarchies, with a freezer.
+use_v1() {
+  cgroup_host_is_v2 && skip "the host has no cgroup v1 hierarchies (it is cgroup v2)"
+  cgroup_v1_mount freezer >/dev/null || skip "the host has no v1 freezer hierarchy"
 }
 
 teardown() {
   local rc=0
   sandbox_teardown || rc=1
+  # (a v1 host's cgroup2 mount: common_teardown looks under /sys/fs/cgroup)
   if [ -n "${AGSX_CGROUP_ROOT:-}" ] && [ -d "$V2/$AGSX_CGROUP_PARENT" ]; then
     find "$V2/$AGSX_CGROUP_PARENT" -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null
     local left
@@ -104,8 +111,7 @@ deadline_while_paused() {
 }
 
 @test "pause: cgroup v1: a counting process stops and goes on after unpause" {
-  [ "$(stat -f -c %T /sys/fs/cgroup)" != cgroup2fs ] || skip "the host is cgroup v2"
-  grep -q ' - cgroup cgroup .*freezer' /proc/self/mountinfo || skip "no v1 freezer"
+  use_v1
   pause_and_resume
 }
 
@@ -115,7 +121,7 @@ deadline_while_paused() {
 }
 
 @test "pause: cgroup v1: a paused sandbox still dies on its deadline, nothing left frozen" {
-  [ "$(stat -f -c %T /sys/fs/cgroup)" != cgroup2fs ] || skip "the host is cgroup v2"
+  use_v1
   deadline_while_paused
 }
 

@@ -152,6 +152,39 @@ assert len(v) == 2 and all(s["status"] == "parked" and s["pool"] == "p1" for s i
   [ "$status" -eq 125 ] && [[ "$output" == *"no such pool"* ]] || { show_run; false; }
 }
 
+# issue 24 finding 10: `--image host` was refused as "a pool needs an
+# image" though one was given. A parked host-image sandbox is as useful as
+# any: it has no digest to compare at the claim, and no image Cmd (a claim
+# without a command runs /bin/sh, as a cold `run host` does).
+@test "pool: the host image: parked, claimed like a cold run host, refilled" {
+  run_ax pool create ph --image host --size 1
+  [ "$status" -eq 0 ] || { show_run; false; }
+  run_ax pool ls --json
+  python3 -c '
+import json, sys
+p = json.loads(sys.argv[1])[0]
+assert p["image"] == "host" and p["image_digest"] is None and p["parked"] == 1, p' "$output" ||
+    { show_run; false; }
+  local parked cold
+  parked=$(parked_ids ph)
+  [ -n "$parked" ]
+  cold=$(ax run --rm host sh -c 'echo "$0 $*"; id -u; test -x /usr/bin/env && echo hostfs' a b)
+  run_ax run --pool ph --rm sh -c 'echo "$0 $*"; id -u; test -x /usr/bin/env && echo hostfs' a b
+  [ "$status" -eq 0 ] && [ "$output" = "$cold" ] || { echo "# cold: $cold" >&3; show_run; false; }
+  # The claim took the parked sandbox (it is gone from the pool).
+  [ ! -e "$STATE/pools/ph/parked/$parked" ] || { echo "# $parked still parked" >&3; false; }
+  wait_parked ph 1
+  # No command: /bin/sh, reading the claimer's stdin.
+  run ax run --pool ph --rm -i <<<'echo from-sh; exit 7'
+  [ "$status" -eq 7 ] && [ "$output" = from-sh ] || { show_run; false; }
+  wait_parked ph 1
+  # A detached claim is the parked sandbox, with the host image recorded.
+  parked=$(parked_ids ph)
+  run_ax run --pool ph -d sleep 100
+  [ "$status" -eq 0 ] && [ "$output" = "$parked" ] || { echo "# parked: $parked" >&3; show_run; false; }
+  [ "$(rec "$parked" image)" = host ] && [ "$(rec "$parked" image_digest)" = null ]
+}
+
 @test "pool: claims give what cold runs give: output, exit codes, env, user, cwd, --json" {
   ax pool create p1 --image busybox --size 2 >/dev/null
   local c

@@ -202,8 +202,8 @@ wait_exited() {
 }
 
 @test "ports: IPv6 [::1] host address" {
-  if ! python3 -c 'import socket; s=socket.socket(socket.AF_INET6); s.bind(("::1",0))' 2>/dev/null; then
-    skip "no IPv6 loopback"
+  if ! host_has_ipv6_loopback; then
+    skip "the host has no IPv6 loopback (::1)"
   fi
   rund --name web -p '[::1]::80' $(httpd_args) >/dev/null
   local a

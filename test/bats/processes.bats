@@ -275,7 +275,8 @@ log_has() {
   # -d` as well: a bug of pause, not of processes; removed here so that the
   # leak check looks at what this test owns.)
   ax kill "$id" >/dev/null
-  rmdir "/sys/fs/cgroup/freezer/$(cgroup_parent)/$id" 2>/dev/null || true
+  local fz
+  if fz=$(cgroup_v1_mount freezer); then rmdir "$fz/$(cgroup_parent)/$id" 2>/dev/null || true; fi
 }
 
 @test "idle sandboxes: listed, exec works, a stop is quick (143) with no command to wait for" {

@@ -39,7 +39,8 @@ REWRITES=(
   '| ssh host agsx image load -' '| agsx image load -'
   # fixed host ports may be taken: ports the kernel picks
   '-p 8080:80' '-p 80'
-  "'[::1]:5353:53/udp'" "'[::1]:0:53/udp'"
+  # (on IPv4 alone where the host has no IPv6 loopback)
+  "'[::1]:5353:53/udp'" "$(host_has_ipv6_loopback && echo "'[::1]:0:53/udp'" || echo "'127.0.0.1:0:53/udp'")"
   # "img": an image serving on 3000; busybox, kept alive
   ' img  #' ' busybox sleep 60  #'
   # the user's project: a test step that leaves the report the next line copies

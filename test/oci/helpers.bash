@@ -12,6 +12,9 @@
 # (delete --force) and checks that nothing is left: no state directory, no
 # cgroup, no process naming $T, no mount under $T.
 
+# What the host offers (cgroup hierarchies, block devices).
+source "$BATS_TEST_DIRNAME/../bats/host.bash"
+
 AGSX=${AGSX:-$BATS_TEST_DIRNAME/../../build/agsx}
 AGSX_OCI=${AGSX_OCI:-$(dirname "$AGSX")/agsx-oci}
 PROBE=${PROBE:-$(dirname "$AGSX")/test/fixtures/probe}
@@ -138,7 +141,7 @@ oci_teardown() {
     kill -9 $(pgrep -f "$T") 2>/dev/null || true
   fi
   local d c
-  for d in /sys/fs/cgroup/*/"$CGP" /sys/fs/cgroup/"$CGP"; do
+  for d in $(cgroup_mounts | sed "s|\$|/$CGP|"); do
     [ -d "$d" ] || continue
     for c in "$d"/*/; do
       [ -d "$c" ] || continue

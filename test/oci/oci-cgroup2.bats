@@ -1,27 +1,32 @@
 #!/usr/bin/env bats
-# agsx-oci on cgroup v2, on a v1 host (see helpers.bash).
+# agsx-oci on cgroup v2 (see helpers.bash).
 #
 # Two layouts, as test/bats/cgroup2.bats does for native agsx:
-# - the kernel's own: this host's cgroup2 mount (/sys/fs/cgroup/unified,
-#   hugetlb its only controller) as AGSX_CGROUP_ROOT: placement, ps, exec's
-#   cgroup, pause through cgroup.freeze, kill --all and delete's rmdir run
-#   on the kernel's v2 code; a resource whose controller is not delegated
-#   is refused, nothing left.
-# - a fake one for the resource files (no v2 memory, cpu or pids
-#   controller can exist next to their v1 hierarchies):
+# - the kernel's own, wherever the host mounts it (host.bash:
+#   cgroup2_mount): /sys/fs/cgroup on a v2 host, agsx-oci's default; on a
+#   v1 host its cgroup2 mount (this project's development machine:
+#   /sys/fs/cgroup/unified, hugetlb its only controller) as
+#   AGSX_CGROUP_ROOT. Placement, ps, exec's cgroup, pause through
+#   cgroup.freeze, kill --all and delete's rmdir run on the kernel's v2
+#   code; a memory limit is applied where the hierarchy has the memory
+#   controller and refused, nothing left, where it has not.
+# - a fake one for the resource files (on a v1 host no v2 memory, cpu or
+#   pids controller can exist next to their v1 hierarchies):
 #   AGSX_OCI_CGROUP_LAYOUT=v2 takes a directory tree the test made (the
 #   engine's leaf, with empty interface files) as the v2 hierarchy; what
 #   agsx-oci writes there is what a v2 kernel would be asked.
-# The oracle (crun) refuses this host's hybrid cgroups: agsx-oci only.
+# The oracle (crun) refuses a hybrid host's cgroups, and has no fake
+# layout: there, agsx-oci only.
 
 load helpers
 
-V2=/sys/fs/cgroup/unified
-
 use_v2() {
-  agsx_only
-  [ "$(stat -f -c %T "$V2" 2>/dev/null)" = cgroup2fs ] || skip "no cgroup2 mount at $V2"
-  export AGSX_CGROUP_ROOT=$V2
+  V2=$(cgroup2_mount) ||
+    skip "the host has no cgroup v2 hierarchy (no cgroup2 mount in /proc/self/mountinfo)"
+  if ! cgroup_host_is_v2; then
+    is_agsx || skip "crun refuses a hybrid host's cgroups (v1 controllers beside a cgroup2 mount)"
+    export AGSX_CGROUP_ROOT=$V2
+  fi
 }
 
 # fake_v2 LEAF: $T/cg2 as a v2 hierarchy with every controller delegated
@@ -105,11 +110,19 @@ fake_v2() {
   [ ! -d "$V2/$CGP/b" ]
 }
 
-@test "cgroup v2: a limit whose controller is not delegated is refused, naming it; nothing is left" {
+@test "cgroup v2: a memory limit: memory.max where the hierarchy has the controller, else refused naming it, nothing left" {
   use_v2
-  grep -qw memory "$V2/cgroup.controllers" && skip "memory is a v2 controller here"
   b=$(make_bundle b sleep 1000)
   cfg "$b" '.linux.resources.memory.limit=67108864'
+  if grep -qw memory "$V2/cgroup.controllers"; then
+    rtc --bundle "$b" c1 || { cat "$T/create.err" >&3; false; }
+    pid=$(state_field c1 pid)
+    [ "$(cat "$V2/$CGP/b/memory.max")" = 67108864 ]
+    grep -qx "$pid" "$V2/$CGP/b/cgroup.procs"
+    rt delete --force c1
+    return 0
+  fi
+  agsx_only
   run rt create --bundle "$b" c1 </dev/null
   assert_failure
   assert_output_contains "the \`memory\` controller is not enabled for cgroup v2"
@@ -171,6 +184,29 @@ fake_v2() {
   : >"$L/io.bfq.weight"
   echo '{"blockIO":{"weight":300}}' | rt update --resources - c1
   [ "$(cat "$L/io.bfq.weight")" = 300 ]
+  rt delete --force c1
+}
+
+# issue 24 finding 11: a kernel without BFQ's or iocost's weight file has
+# no blockIO weight to give; agsx-oci refuses it, naming both files.
+@test "cgroup v2 (fake layout): a blockIO weight without io.weight or io.bfq.weight is refused; throttles alone apply" {
+  fake_v2 "$CGP/b"
+  local L=$T/cg2/$CGP/b
+  rm "$L/io.weight"
+  b=$(make_bundle b sleep 1000)
+  cfg "$b" '.linux.resources.blockIO = {"weight":500,"throttleReadBpsDevice":[{"major":8,"minor":0,"rate":1048576}]}'
+  run rt create --bundle "$b" c1 </dev/null
+  assert_failure
+  assert_output_contains "no \`io.bfq.weight\` or \`io.weight\`"
+  [ -z "$(ls "$ROOT" 2>/dev/null)" ]
+  [ ! -s "$L/io.max" ]
+  cfg "$b" 'del(.linux.resources.blockIO.weight)'
+  rtc --bundle "$b" c1 || { cat "$T/create.err" >&3; false; }
+  [ "$(cat "$L/io.max")" = "8:0 rbps=1048576" ]
+  run_rt update --resources - c1 <<<'{"blockIO":{"weight":300}}'
+  assert_failure
+  assert_output_contains "linux.resources.blockIO.weight"
+  [ ! -e "$L/io.weight" ] && [ ! -e "$L/io.bfq.weight" ]
   rt delete --force c1
 }
 

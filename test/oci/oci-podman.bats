@@ -45,9 +45,9 @@ teardown() {
   local leaks=""
   P rm -af -t 0 >/dev/null 2>&1 || true
   if [ -n "$(ls "$PM/state" 2>/dev/null)" ]; then leaks+="state: $(ls "$PM/state"); "; fi
-  if ls -d /sys/fs/cgroup/*/libpod_parent/libpod-* 2>/dev/null | grep -q .; then
-    leaks+="cgroups: $(ls -d /sys/fs/cgroup/*/libpod_parent/libpod-* | head -3); "
-  fi
+  local left
+  left=$(cgroup_mounts | while read -r m; do ls -d "$m"/libpod_parent/libpod-* 2>/dev/null; done)
+  [ -z "$left" ] || leaks+="cgroups: $(echo "$left" | head -3 | tr '\n' ' '); "
   oci_teardown || true
   [ -z "$leaks" ] || { echo "# leaked: $leaks" >&3; return 1; }
 }
@@ -103,8 +103,13 @@ teardown() {
   P unpause c1
   [ "$(P inspect -f '{{.State.Status}}' c1)" = running ]
   P update --memory 64m c1
-  f=$(ls -d /sys/fs/cgroup/memory/libpod_parent/libpod-$id 2>/dev/null || true)
-  [ -z "$f" ] || [ "$(cat "$f/memory.limit_in_bytes")" = 67108864 ]
+  # (the container's cgroup, read from its init: v1 or v2, wherever podman put it)
+  f=$(proc_cgroup_dir "$pid" memory)
+  if [ -f "$f/memory.max" ]; then
+    [ "$(cat "$f/memory.max")" = 67108864 ] || { echo "# $f/memory.max: $(cat "$f/memory.max")" >&3; false; }
+  else
+    [ "$(cat "$f/memory.limit_in_bytes")" = 67108864 ] || { echo "# $f: $(cat "$f/memory.limit_in_bytes")" >&3; false; }
+  fi
   start=$(date +%s%N)
   P stop -t 1 c1
   el=$(( ($(date +%s%N) - start) / 1000000 ))

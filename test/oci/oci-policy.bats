@@ -24,14 +24,16 @@ for line in open(sys.argv[1]):
     datetime.datetime.fromisoformat(o["time"][:26] + "+00:00")
 PY
   [ ! -e "$ROOT/refused" ]
-  ! ls -d /sys/fs/cgroup/*/"$CGP"/b /sys/fs/cgroup/"$CGP"/b 2>/dev/null | grep -q .
+  ! cgroup_mounts | while read -r m; do ls -d "$m/$CGP/b" 2>/dev/null; done | grep -q .
 }
 
 # The slices the --systemd-cgroup test makes (agsx removes only its leaf).
 teardown() {
-  local d
-  for d in /sys/fs/cgroup/*/agsxt$$.slice/agsxt$$-s.slice /sys/fs/cgroup/*/agsxt$$.slice; do
-    [ ! -d "$d" ] || rmdir "$d" 2>/dev/null || true
+  local d m
+  for m in $(cgroup_mounts); do
+    for d in "$m/agsxt$$.slice/agsxt$$-s.slice" "$m/agsxt$$.slice"; do
+      [ ! -d "$d" ] || rmdir "$d" 2>/dev/null || true
+    done
   done
   oci_teardown
 }
