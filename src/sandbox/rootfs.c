@@ -380,20 +380,11 @@ static int etc_files(struct agsx_child_ctx *c, int root, agsx_error_t *err) {
 
 /* Docker's masked and read-only paths. */
 static const char *const masked[] = {
-    "/proc/acpi",
-    "/proc/asound",
-    "/proc/interrupts",
-    "/proc/kcore",
-    "/proc/keys",
-    "/proc/latency_stats",
-    "/proc/timer_list",
-    "/proc/timer_stats",
-    "/proc/sched_debug",
-    "/proc/scsi",
-    "/sys/firmware",
-    "/sys/devices/virtual/powercap",
-    "/sys/kernel/security",
-    "/sys/kernel/debug",
+    "/proc/acpi",           "/proc/asound",      "/proc/interrupts",
+    "/proc/kcore",          "/proc/keys",        "/proc/latency_stats",
+    "/proc/timer_list",     "/proc/timer_stats", "/proc/sched_debug",
+    "/proc/scsi",           "/sys/firmware",     "/sys/devices/virtual/powercap",
+    "/sys/kernel/security", "/sys/kernel/debug",
 };
 /* /proc/sysrq-trigger is read-only, as Docker has it, not masked: a write
  * then fails (EROFS) instead of going to a /dev/null that stands in for it. */
