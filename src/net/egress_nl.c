@@ -723,7 +723,7 @@ static void member_elem(struct agsx_nfb *b, bool add, const char *map, const cha
   uint32_t be = htonl(addr);
   memcpy(key + 16, &be, 4);
   data_value(b, NFTA_SET_ELEM_KEY, key, sizeof(key));
-  if (add)
+  if (add && chain)
     data_verdict(b, NFTA_SET_ELEM_DATA, NFT_JUMP, chain);
   agsx_nfb_nest_end(b);
   agsx_nfb_nest_end(b);
@@ -740,12 +740,19 @@ void agsx_vpc_nl_member(struct agsx_nfb *b, const char *bridge, const struct ags
   sg_chain(b, i, true, bridge, subnet, sets, counts);
   member_elem(b, true, "egress", bridge, addr, e);
   member_elem(b, true, "ingress", bridge, addr, i);
+  /* The forward chain drops a vpc address without its chains by this
+   * set: Linux 6.1 refuses an inverted lookup in the map itself. */
+  member_elem(b, true, "members", bridge, addr, NULL);
 }
 
 void agsx_vpc_nl_member_delete(struct agsx_nfb *b, const char *bridge, uint32_t addr) {
   char e[16], i[16];
   snprintf(e, sizeof(e), "e_%08x", addr);
   snprintf(i, sizeof(i), "i_%08x", addr);
+  /* (added first: a member an older agsx started has no element there,
+   * and one missing element would fail the whole batch) */
+  member_elem(b, true, "members", bridge, addr, NULL);
+  member_elem(b, false, "members", bridge, addr, NULL);
   member_elem(b, false, "egress", bridge, addr, NULL);
   member_elem(b, false, "ingress", bridge, addr, NULL);
   chain_msg(b, NFT_MSG_DELCHAIN, 0, e);

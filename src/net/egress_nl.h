@@ -99,12 +99,14 @@ struct agsx_sg_rule;
  * (COUNTS[0] of them: the vpc's) and SETS[1] (the member's own), denials
  * first, then allowances, then the vpc's default (its own SUBNET on
  * BRIDGE) and a drop marked "agsx:end"; and hooks them into maps egress
- * and ingress under BRIDGE . ADDR. The same rules nft(8) would make of
- * the text network.c wrote before, without libnftables' ruleset cache. */
+ * and ingress under BRIDGE . ADDR, which set members lists too (the forward
+ * chain's `!= @members`: Linux 6.1 refuses `!=` on a map). The same
+ * rules nft(8) would make of the text network.c wrote before, without
+ * libnftables' ruleset cache. */
 void agsx_vpc_nl_member(struct agsx_nfb *b, const char *bridge, const struct agsx_cidr *subnet,
                         uint32_t addr, const struct agsx_sg_rule *const sets[2],
                         const size_t counts[2]);
-/* Removes them: the two map elements, then the two chains. */
+/* Removes them: the members element, the two map elements, then the two chains. */
 void agsx_vpc_nl_member_delete(struct agsx_nfb *b, const char *bridge, uint32_t addr);
 
 /* ---- targeted looks at table inet agsx (no ruleset dump) ----

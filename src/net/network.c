@@ -527,6 +527,7 @@ static int lease(struct agsx_net_attach *a, int dir, const char *id,
  * whose rules were flushed (by a host firewall reload) is told apart from
  * an intact one by one listing. */
 #define END_MARK "comment \"agsx:end\""
+#define MEMBERS_SET "  set members { type ifname . ipv4_addr; }\n"
 
 static const char base_rules[] =
     "table inet agsx {\n"
@@ -539,6 +540,8 @@ static const char base_rules[] =
     "172.16.0.0/12, 192.168.0.0/16 }; }\n"
     "  map egress { type ifname . ipv4_addr : verdict; }\n"
     "  map ingress { type ifname . ipv4_addr : verdict; }\n"
+    /* The keys of egress, as a set: Linux 6.1 refuses `!= @map` (EINVAL). */
+    MEMBERS_SET
     /* Sandboxes with egress rules, by address (egress.h). */
     "  map xmap { type ipv4_addr : verdict; }\n"
     /* (Each one's learnt addresses are in sets of its own; this counts them all.) */
@@ -563,7 +566,7 @@ static const char base_rules[] =
                                   "    iifname @bridges ip daddr @never drop\n"
                                   /* A vpc sandbox without its chains (lost, or not made yet) sends nothing. */
                                   "    iifname @bridges iifname != @public iifname . ip saddr != "
-                                  "@egress drop\n"
+                                  "@members drop\n"
                                   "    iifname . ip saddr vmap @egress\n"
                                   "    oifname . ip daddr vmap @ingress\n"
                                   "    oifname @bridges drop\n"
@@ -627,7 +630,8 @@ static int guards_at(int fd, const struct agsx_network *n, uint32_t member, agsx
   int r;
   if (member == 0) {
     if ((r = agsx_nfq_elem(fd, "bridges", key, klen, err)) != 1 ||
-        (n->public_ && (r = agsx_nfq_elem(fd, "public", key, klen, err)) != 1))
+        (n->public_ && (r = agsx_nfq_elem(fd, "public", key, klen, err)) != 1) ||
+        (r = agsx_nfq_object(fd, true, "members", err)) != 1)
       return r;
   } else if ((r = agsx_nfq_elem(fd, "egress", key, klen, err)) != 1 ||
              (r = agsx_nfq_elem(fd, "ingress", key, klen, err)) != 1)
@@ -701,11 +705,13 @@ static int firewall_restore(const struct agsx_network *n, agsx_error_t *err) {
     return 0;
   bool base = chain_intact("input") && chain_intact("forward");
   char sub[20];
-  /* (add then delete: a delete alone fails on a missing table) */
-  _cleanup_free_ char *cmds = xasprintf(
-      "%s%sadd element " TABLE " bridges { \"%s\" }\nadd element " TABLE " subnets { %s }\n",
-      base ? "" : "add table " TABLE "\ndelete table " TABLE "\n", base ? "" : base_rules,
-      n->bridge, agsx_cidr_format(&n->subnet, sub));
+  /* (add then delete: a delete alone fails on a missing table; the
+   * members set is added to a table an older agsx made without it) */
+  _cleanup_free_ char *cmds =
+      xasprintf("%s%sadd set " TABLE " members { type ifname . ipv4_addr; }\n"
+                "add element " TABLE " bridges { \"%s\" }\nadd element " TABLE " subnets { %s }\n",
+                base ? "" : "add table " TABLE "\ndelete table " TABLE "\n", base ? "" : base_rules,
+                n->bridge, agsx_cidr_format(&n->subnet, sub));
   if (n->public_) {
     char *old = cmds;
     cmds = xasprintf("%sadd element " TABLE " public { \"%s\" }\n", old, n->bridge);

@@ -320,7 +320,8 @@ static bool removes_from(const struct nlmsghdr *h, const char *table, uint32_t s
       if (l == 4 && memcmp(name, "xmap", 4) == 0)
         key_off = 0;
       else if ((l == 6 && memcmp(name, "egress", 6) == 0) ||
-               (l == 7 && memcmp(name, "ingress", 7) == 0))
+               (l == 7 && memcmp(name, "ingress", 7) == 0) ||
+               (l == 7 && memcmp(name, "members", 7) == 0))
         key_off = 16; /* IFNAMSIZ */
       else
         return true;
