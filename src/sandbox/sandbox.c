@@ -384,6 +384,7 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
   if (nfd < 0)
     return -1;
   child.n_cgroup_fds = (size_t)nfd;
+  child.exit_ack = agsx_cgroup_is_pending(sb->cg);
   int r = spawn_init(sb, cfg, netns, sysfs, &child, err);
   agsx_cgroup_close_fds(child.cgroup_fds, child.n_cgroup_fds);
   if (r < 0)
@@ -448,8 +449,12 @@ int agsx_sandbox_handle_event(struct agsx_sandbox *sb, agsx_error_t *err) {
   }
   if (m.type != AGSX_MSG_EXIT)
     return 0;
-  if (agsx_cgroup_goes_with_sandbox(sb->cg))
+  if (agsx_cgroup_goes_with_sandbox(sb->cg)) {
+    /* The init waits for this word before it exits (exit_ack): until then
+     * the scope has a process and its files are there to read. */
     sb->oom_seen = agsx_cgroup_oom_killed(sb->cg);
+    send(sb->sync, "", 1, MSG_NOSIGNAL);
+  }
   int sig;
   int code = agsx_wait_status_exit_code(m.status, &sig);
   if (code >= 0)

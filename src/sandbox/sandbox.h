@@ -143,7 +143,7 @@ struct agsx_sandbox {
   bool exited;     /* the init reported the command's end */
   /* The OOM killer struck, as read when the init reported the end: a
    * foreground sandbox's systemd scope (host/cgroup.h) goes away with its
-   * last process, before the init is reaped. */
+   * last process, so its init waits for that read (exit_ack). */
   bool oom_seen;
   enum agsx_stop_reason reason;
   int upperfd; /* with cfg->keep_upper: the upper directory, after EXIT */
