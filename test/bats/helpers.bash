@@ -125,7 +125,8 @@ for p in os.listdir('/proc'):
     except Exception:
         continue
     ours_cmd = ('--state ' + state + ' ') in cmd
-    ours_cg = any(('/' + parent + '/' + i) in cg for i in ids)
+    ours_cg = any(('/' + parent + '/' + i) in cg or ('/agsx.slice/agsx-' + i + '.scope/') in cg
+                  for i in ids)
     if ours_cmd or (uid >= base and ours_cg):
         print(p, uid, cmd[:100].strip())
 PY
@@ -136,7 +137,8 @@ sandbox_cgroups() {
   local id p
   p=$(cgroup_parent)
   for id in $(sandbox_ids); do
-    ls -d /sys/fs/cgroup/*/"$p/$id" /sys/fs/cgroup/"$p/$id" 2>/dev/null || true
+    ls -d /sys/fs/cgroup/*/"$p/$id" /sys/fs/cgroup/"$p/$id" \
+      /sys/fs/cgroup/agsx.slice/agsx-"$id".scope 2>/dev/null || true
   done
 }
 
@@ -214,7 +216,10 @@ sandbox_teardown() {
 teardown() { sandbox_teardown; }
 
 # Sandbox cgroups live in a parent directory of each cgroup hierarchy:
-# `agsx`, shared by every agsx on the host, or $AGSX_CGROUP_PARENT.
+# `agsx`, shared by every agsx on the host, or $AGSX_CGROUP_PARENT. Under
+# systemd's manager (a systemd host on cgroup v2) a sandbox is the scope
+# agsx.slice/agsx-<id>.scope instead (sandbox/ and supervisor/ in it; the
+# parent does not apply), which the checks below look for as well.
 cgroup_parent() { echo "${AGSX_CGROUP_PARENT:-agsx}"; }
 
 # private_cgroup_parent: the sandboxes this test starts from now on (and
@@ -264,7 +269,8 @@ unaided_setup() {
 cgroup_dirs() {
   local p
   p=$(cgroup_parent)
-  ls -d /sys/fs/cgroup/*/"$p"/*/ /sys/fs/cgroup/"$p"/*/ 2>/dev/null | sort
+  ls -d /sys/fs/cgroup/*/"$p"/*/ /sys/fs/cgroup/"$p"/*/ \
+    /sys/fs/cgroup/agsx.slice/agsx-*.scope/sandbox/ 2>/dev/null | sort
 }
 
 # Host uid bases of the ranges this test's state dir handed out: a slot's
