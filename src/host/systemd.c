@@ -151,12 +151,14 @@ static int open_address(const char *address, sd_bus **ret) {
  * private socket, which needs no dbus-daemon (a minimal host may have
  * none) and no polkit; anyone else, or a host without that socket, uses
  * the system bus. AGSX_SYSTEMD_BUS names another address (tests: a bus
- * that is not there). */
-static int bus_open(sd_bus **ret, agsx_error_t *err) {
+ * that is not there). *RET_DIRECT: a connection to systemd itself, not
+ * through a bus daemon. */
+static int bus_open(sd_bus **ret, bool *ret_direct, agsx_error_t *err) {
   if (load(err) < 0)
     return -1;
   const char *env = getenv("AGSX_SYSTEMD_BUS");
   int r;
+  *ret_direct = true;
   if (env && *env) {
     if ((r = open_address(env, ret)) < 0)
       return agsx_error_set(err, -r, "connect to systemd at `%s`", env);
@@ -164,6 +166,7 @@ static int bus_open(sd_bus **ret, agsx_error_t *err) {
   }
   if (geteuid() == 0 && open_address(AGSX_SYSTEMD_PRIVATE_BUS, ret) == 0)
     return 0;
+  *ret_direct = false;
   if ((r = sd.open_system(ret)) < 0)
     return agsx_error_set(err, -r, "connect to systemd (%s, then the system bus)",
                           AGSX_SYSTEMD_PRIVATE_BUS + strlen("unix:path="));
@@ -273,12 +276,17 @@ static void job_wait_clear(struct job_wait *w) {
   agsx_strset_clear(&w->early);
 }
 
-/* Subscribes to JobRemoved before the call that makes the job: the private
- * socket gets every signal, the system bus only once subscribed. */
-static int job_watch(sd_bus *bus, struct job_wait *w, sd_bus_slot **slot, agsx_error_t *err) {
+/* Watches JobRemoved from before the call that makes the job. A direct
+ * connection gets every signal systemd sends (it sends them to each of its
+ * private connections unconditionally); on the system bus systemd sends
+ * them only once someone subscribed (one more round trip). */
+static int job_watch(sd_bus *bus, bool direct, struct job_wait *w, sd_bus_slot **slot,
+                     agsx_error_t *err) {
   int r = sd.match_signal(bus, slot, NULL, PATH, MANAGER, "JobRemoved", on_job_removed, w);
   if (r < 0)
     return agsx_error_set(err, -r, "watch systemd's jobs");
+  if (direct)
+    return 0;
   _cleanup_sderr_ sd_bus_error e = SD_BUS_ERROR_NULL;
   _cleanup_msg_ sd_bus_message *m = NULL, *reply = NULL;
   if ((r = sd.new_call(bus, &m, DEST, PATH, MANAGER, "Subscribe")) < 0 ||
@@ -319,13 +327,13 @@ static int job_wait(sd_bus *bus, sd_bus_message *reply, struct job_wait *w, cons
 
 /* ---- the calls ------------------------------------------------------------------------- */
 
-static int stop_unit(sd_bus *bus, const char *unit, bool wait, agsx_error_t *err) {
+static int stop_unit(sd_bus *bus, bool direct, const char *unit, bool wait, agsx_error_t *err) {
   struct job_wait w = {0};
   _cleanup_slot_ sd_bus_slot *slot = NULL;
   _cleanup_sderr_ sd_bus_error e = SD_BUS_ERROR_NULL;
   _cleanup_msg_ sd_bus_message *m = NULL, *reply = NULL;
   int r = 0;
-  if (wait && job_watch(bus, &w, &slot, err) < 0)
+  if (wait && job_watch(bus, direct, &w, &slot, err) < 0)
     r = -1;
   else if ((r = sd.new_call(bus, &m, DEST, PATH, MANAGER, "StopUnit")) < 0 ||
            (r = sd.append(m, "ss", unit, "replace")) < 0 ||
@@ -345,17 +353,21 @@ static int stop_unit(sd_bus *bus, const char *unit, bool wait, agsx_error_t *err
 
 int agsx_systemd_stop_unit(const char *unit, bool wait, agsx_error_t *err) {
   _cleanup_bus_ sd_bus *bus = NULL;
-  if (bus_open(&bus, err) < 0)
+  bool direct;
+  if (bus_open(&bus, &direct, err) < 0)
     return agsx_error_wrap(err, "stop `%s`", unit);
-  return stop_unit(bus, unit, wait, err);
+  return stop_unit(bus, direct, unit, wait, err);
 }
 
 int agsx_systemd_start_scope(const char *unit, const char *slice, const char *description,
                              pid_t pid, const struct agsx_systemd_prop *props, size_t n_props,
                              agsx_error_t *err) {
+  int64_t t0 = agsx_mono_ns();
   _cleanup_bus_ sd_bus *bus = NULL;
-  if (bus_open(&bus, err) < 0)
+  bool direct;
+  if (bus_open(&bus, &direct, err) < 0)
     return agsx_error_wrap(err, "start scope `%s`", unit);
+  int64_t t1 = agsx_mono_ns();
   struct job_wait w = {0};
   _cleanup_slot_ sd_bus_slot *slot = NULL;
   _cleanup_sderr_ sd_bus_error e = SD_BUS_ERROR_NULL;
@@ -367,7 +379,7 @@ int agsx_systemd_start_scope(const char *unit, const char *slice, const char *de
       {.name = "PIDs", .type = 'U', .u = (uint32_t)pid},
   };
   int r;
-  if (job_watch(bus, &w, &slot, err) < 0) {
+  if (job_watch(bus, direct, &w, &slot, err) < 0) {
     job_wait_clear(&w);
     return agsx_error_wrap(err, "start scope `%s`", unit);
   }
@@ -379,18 +391,24 @@ int agsx_systemd_start_scope(const char *unit, const char *slice, const char *de
     job_wait_clear(&w);
     return agsx_error_set(err, -r, "start scope `%s`: build the call", unit);
   }
+  int64_t t2 = agsx_mono_ns();
   if ((r = sd.call(bus, m, timeout_usec(), &e, &reply)) < 0) {
     job_wait_clear(&w);
     call_error(err, r, &e, "start");
     return agsx_error_wrap(err, "scope `%s`", unit);
   }
+  int64_t t3 = agsx_mono_ns();
   r = job_wait(bus, reply, &w, unit, err);
   job_wait_clear(&w);
+  int64_t t4 = agsx_mono_ns();
+  agsx_debug("systemd: scope `%s`: connect %.3f ms, watch %.3f ms, start %.3f ms, job %.3f ms",
+             unit, (double)(t1 - t0) / 1e6, (double)(t2 - t1) / 1e6, (double)(t3 - t2) / 1e6,
+             (double)(t4 - t3) / 1e6);
   if (r < 0) {
     /* A scope whose job failed or never answered may still come up: it
      * must not outlive the failure. */
     _cleanup_error_ agsx_error_t e2 = NULL;
-    if (stop_unit(bus, unit, false, &e2) < 0)
+    if (stop_unit(bus, direct, unit, false, &e2) < 0)
       agsx_debug("%s", e2->msg);
     return agsx_error_wrap(err, "start scope");
   }
@@ -400,7 +418,8 @@ int agsx_systemd_start_scope(const char *unit, const char *slice, const char *de
 int agsx_systemd_set_properties(const char *unit, const struct agsx_systemd_prop *props, size_t n,
                                 agsx_error_t *err) {
   _cleanup_bus_ sd_bus *bus = NULL;
-  if (bus_open(&bus, err) < 0)
+  bool direct;
+  if (bus_open(&bus, &direct, err) < 0)
     return agsx_error_wrap(err, "set properties of `%s`", unit);
   _cleanup_sderr_ sd_bus_error e = SD_BUS_ERROR_NULL;
   _cleanup_msg_ sd_bus_message *m = NULL, *reply = NULL;
@@ -419,7 +438,8 @@ int agsx_systemd_set_properties(const char *unit, const struct agsx_systemd_prop
 int agsx_systemd_version(unsigned *ret, agsx_error_t *err) {
   *ret = 0;
   _cleanup_bus_ sd_bus *bus = NULL;
-  if (bus_open(&bus, err) < 0)
+  bool direct;
+  if (bus_open(&bus, &direct, err) < 0)
     return -1;
   _cleanup_sderr_ sd_bus_error e = SD_BUS_ERROR_NULL;
   _cleanup_free_ char *v = NULL;
