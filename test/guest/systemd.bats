@@ -198,6 +198,24 @@ run_d_cmd() {
   assert_success
 }
 
+@test "systemd: gc stops a stale scope: an empty sandbox/, no record, a stuck supervisor" {
+  id=$(rund busybox sleep 1000)
+  s=$(scope "$id")
+  sup=$(cat "$s/supervisor/cgroup.procs")
+  # what a crash leaves: the supervisor stuck, its sandbox gone, its record
+  # gone; gc keeps a scope whose sandbox/ has processes (another state
+  # directory's), never one like this
+  kill -STOP $sup
+  echo 1 >"$s/sandbox/cgroup.kill"
+  poll 100 sh -c "[ -z \"\$(cat $s/sandbox/cgroup.procs)\" ]"
+  rm -rf "${STATE:?}/$id" "$STATE/names"
+  AGSX_GC_MIN_AGE=0 run_ax gc
+  assert_success
+  assert_output_contains "agsx.slice/agsx-$id.scope"
+  poll 300 gone "$s" || { ls -R "$s" >&3; false; }
+  ! systemctl is-active -q "agsx-$id.scope"
+}
+
 @test "systemd: no bus, one line and nothing left" {
   AGSX_SYSTEMD_BUS=unix:path=/nonexistent run_ax run --rm busybox true
   assert_agsx_error "connect to systemd at \`unix:path=/nonexistent\`"
