@@ -23,7 +23,8 @@ setup() { busybox_setup 30; }
 cgroups_of() {
   local id
   for id in "$@"; do
-    ls -d /sys/fs/cgroup/*/agsx/"$id" /sys/fs/cgroup/agsx/"$id" 2>/dev/null || true
+    ls -d /sys/fs/cgroup/*/agsx/"$id" /sys/fs/cgroup/agsx/"$id" \
+      /sys/fs/cgroup/agsx.slice/agsx-"$id".scope 2>/dev/null || true
   done
 }
 

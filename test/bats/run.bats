@@ -390,18 +390,28 @@ null ok
 }
 
 @test "--cpus 0.5: the sandbox's cpu cgroup has a quota of half a period" {
-  [ -d /sys/fs/cgroup/cpu ] || skip "no cgroup v1 cpu hierarchy on this host"
+  # v1's cpu hierarchy, or on a systemd host (cgroup v2) the scope's sandbox/
+  local v2=""
+  [ -d /sys/fs/cgroup/cpu ] || [ -d /sys/fs/cgroup/agsx.slice ] || [ -d /run/systemd/system ] ||
+    skip "no cgroup v1 cpu hierarchy and no systemd-managed cgroup v2 on this host"
+  [ -d /sys/fs/cgroup/cpu ] || v2=1
   # The host name is the short id, which names the cgroup.
   timeout 20 $(agsx_cmdline) run --timeout 15 --cpus 0.5 busybox sh -c 'hostname; sleep 1.5' >"$T/out" 2>&1 &
   local pid=$! i id12 dirs
   for i in $(seq 100); do [ -s "$T/out" ] && break; sleep 0.05; done
   id12=$(head -1 "$T/out")
   [[ "$id12" =~ ^[0-9a-f]{12}$ ]] || { cat "$T/out" >&3; false; }
-  dirs=$(ls -d /sys/fs/cgroup/cpu/"$(cgroup_parent)/$id12"*/)
-  [ "$(echo "$dirs" | wc -l)" -eq 1 ]
   local quota period
-  quota=$(cat "${dirs}cpu.cfs_quota_us")
-  period=$(cat "${dirs}cpu.cfs_period_us")
+  if [ -n "$v2" ]; then
+    dirs=$(ls -d /sys/fs/cgroup/agsx.slice/agsx-"$id12"*.scope/sandbox/)
+    [ "$(echo "$dirs" | wc -l)" -eq 1 ]
+    read -r quota period <"${dirs}cpu.max"
+  else
+    dirs=$(ls -d /sys/fs/cgroup/cpu/"$(cgroup_parent)/$id12"*/)
+    [ "$(echo "$dirs" | wc -l)" -eq 1 ]
+    quota=$(cat "${dirs}cpu.cfs_quota_us")
+    period=$(cat "${dirs}cpu.cfs_period_us")
+  fi
   wait $pid
   [ "$quota" -eq $((period / 2)) ] || { echo "# quota $quota period $period" >&3; false; }
   [ "$quota" -eq 50000 ]
