@@ -5,7 +5,7 @@
 
 #include "cmd.h"
 #include "host/kernel.h"
-#include "sandbox/cgroup.h"
+#include "host/cgroup.h"
 #include "util/json.h"
 
 #include <string.h>
@@ -55,7 +55,9 @@ static void print_json(struct agsx_ctx *ctx, const struct agsx_kernel *k, const 
     agsx_json_kv_str(g, "root", cg->root);
     agsx_json_kv_str(g, "controllers", cg->controllers);
     agsx_json_kv_str(g, "manager", cg->manager);
+    agsx_json_kv_str(g, "manager_reason", cg->why);
     agsx_json_kv_str(g, "parent", cg->parent);
+    agsx_json_kv_str(g, "path", cg->path);
   }
   yajl_gen_map_close(g);
   agsx_json_kv_str(g, "store", ctx->root);
@@ -85,8 +87,8 @@ static void print_text(struct agsx_ctx *ctx, const struct agsx_kernel *k, const 
   if (cg_error)
     printf("cgroup: %s\n", cg_error);
   else
-    printf("cgroup: v%d at %s, manager %s; sandboxes in %s/<id>\n  controllers: %s\n",
-           cg->v2 ? 2 : 1, cg->root, cg->manager, cg->parent,
+    printf("cgroup: v%d at %s, manager %s; sandboxes in %s\n  manager: %s\n  controllers: %s\n",
+           cg->v2 ? 2 : 1, cg->root, cg->manager, cg->path, cg->why,
            cg->controllers && *cg->controllers ? cg->controllers : "(none)");
   printf("store: %s\nstate: %s\n", ctx->root, ctx->state);
 }

@@ -6,7 +6,7 @@ set -euo pipefail
 # build: toolchain and the libraries of configure.ac
 pkgs=(autoconf automake libtool pkg-config make gcc libc6-dev
       libseccomp-dev libyajl-dev libnl-3-dev libnl-route-3-dev zlib1g-dev
-      libarchive-dev libssl-dev libzstd-dev libcurl4-openssl-dev)
+      libarchive-dev libssl-dev libzstd-dev libcurl4-openssl-dev libsystemd-dev)
 # agsx serve: the HTTP server library
 pkgs+=(libmicrohttpd-dev)
 # run time: public and vpc networks load libnftables with dlopen()

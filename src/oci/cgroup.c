@@ -3,6 +3,8 @@
 
 #include "oci/cgroup.h"
 
+#include "host/systemd.h"
+
 #include <ctype.h>
 #include <inttypes.h>
 #include <linux/magic.h>
@@ -75,21 +77,13 @@ int agsx_oci_cgroup_systemd_path(const char *spec, char **ret, agsx_error_t *err
   if ((sl && !slice_is_valid(spec, sl)) || !unit_part_is_valid(c1 + 1, pl) || nl == 0 ||
       !unit_part_is_valid(name, nl) || strcmp(name, ".") == 0 || strstr(name, ".."))
     return agsx_error_set(err, 0, "config: linux.cgroupsPath: invalid systemd form \"%s\"", spec);
-  char *path = xstrdup("");
+  char *path = NULL;
   if (sl == 0) {
-    free(path);
     path = xstrdup("system.slice");
-  } else if (!(sl == 7 && spec[0] == '-')) {
-    /* every prefix up to a '-', then the slice itself */
-    for (size_t i = 0; i < sl - 6; i++)
-      if (spec[i] == '-') {
-        char *p = xasprintf("%s%s%.*s.slice", path, *path ? "/" : "", (int)i, spec);
-        free(path);
-        path = p;
-      }
-    char *p = xasprintf("%s%s%.*s", path, *path ? "/" : "", (int)sl, spec);
-    free(path);
-    path = p;
+  } else {
+    _cleanup_free_ char *sname = xstrndup(spec, sl);
+    if (agsx_systemd_slice_path(sname, &path, err) < 0)
+      return agsx_error_wrap(err, "config: linux.cgroupsPath");
   }
   bool slice = nl > 6 && strcmp(name + nl - 6, ".slice") == 0;
   char *p = slice ? xasprintf("%s/%s", path, name)
@@ -100,10 +94,7 @@ int agsx_oci_cgroup_systemd_path(const char *spec, char **ret, agsx_error_t *err
   return 0;
 }
 
-bool agsx_oci_systemd_running(void) {
-  struct stat st;
-  return lstat("/run/systemd/system", &st) == 0 && S_ISDIR(st.st_mode);
-}
+bool agsx_oci_systemd_running(void) { return agsx_systemd_booted(); }
 
 static const char *cg_root(void) {
   const char *env = getenv("AGSX_CGROUP_ROOT");

@@ -16,6 +16,7 @@
 #ifndef AGSX_OCI_CGROUP_H
 #define AGSX_OCI_CGROUP_H
 
+#include "host/systemd.h"
 #include "oci/spec.h"
 #include "util/util.h"
 
@@ -75,5 +76,40 @@ int agsx_oci_cgroup_swap_v2(int64_t swap, int64_t memory, int64_t *ret, agsx_err
 
 /* A systemd manages this host's cgroups (/run/systemd/system exists). */
 bool agsx_oci_systemd_running(void);
+
+/* ---- --systemd-cgroup where systemd runs (cgroup-systemd.c) -------------------------------
+ * The container's cgroup is a transient scope, `prefix-name.scope` in the
+ * slice (empty: system.slice), started with the container's init as its
+ * first process, Delegate=yes, and the resources as unit properties where
+ * systemd has them (as runc's systemd driver sets them); agsx then writes
+ * every resource to the scope's cgroupfs files too, as with cgroupfs.
+ * update sets both; delete stops the unit. */
+
+/* systemd runs here on the unified cgroup2 hierarchy (and no
+ * AGSX_CGROUP_ROOT stands in for it): --systemd-cgroup means a scope. On a
+ * v1 or hybrid systemd host the path is mapped to cgroupfs as where no
+ * systemd runs. */
+bool agsx_oci_systemd_manages(void);
+/* `slice:prefix:name` → the scope's unit name and its slice. */
+int agsx_oci_cgroup_systemd_unit(const char *spec, char **ret_unit, char **ret_slice,
+                                 agsx_error_t *err);
+/* linux.resources as unit properties (MemoryMax, MemoryLow, MemorySwapMax,
+ * CPUWeight, CPUQuotaPerSecUSec rounded up to systemd's 10 ms steps,
+ * CPUQuotaPeriodUSec, AllowedCPUs, AllowedMemoryNodes, TasksMax, IOWeight);
+ * -1 (unlimited) as infinity; unset ones left out. */
+struct agsx_oci_systemd_props {
+  struct agsx_systemd_prop p[16];
+  size_t n;
+  uint8_t *cpus, *mems; /* the masks' storage */
+};
+int agsx_oci_cgroup_systemd_props(const struct agsx_oci_resources *res,
+                                  struct agsx_oci_systemd_props *ret, agsx_error_t *err);
+void agsx_oci_systemd_props_clear(struct agsx_oci_systemd_props *p);
+/* Starts UNIT in SLICE with PID and the properties of RES; waits for it. */
+int agsx_oci_cgroup_systemd_start(const char *unit, const char *slice, const char *id, pid_t pid,
+                                  const struct agsx_oci_resources *res, agsx_error_t *err);
+/* SetUnitProperties with the properties of RES (update). */
+int agsx_oci_cgroup_systemd_update(const char *unit, const struct agsx_oci_resources *res,
+                                   agsx_error_t *err);
 
 #endif

@@ -5,6 +5,7 @@
 #include "net/net.h"
 #include "oci/cgroup.h"
 #include "host/kernel.h"
+#include "host/systemd.h"
 #include "oci/oci.h"
 #include "sandbox/procexec.h"
 #include "sandbox/rootfs.h"
@@ -646,6 +647,7 @@ struct create {
   struct agsx_oci_record rec;
   struct agsx_idrange ids;
   struct agsx_oci_cgroup *cg;
+  bool scope_started; /* --systemd-cgroup: the scope is up (create_abort stops it) */
   pid_t pid;
   int pidfd, sync;
   bool dir_made;
@@ -1034,6 +1036,9 @@ static void create_abort(struct create *cr) {
   }
   if (cr->cg && agsx_oci_cgroup_destroy(cr->cg, &e) < 0)
     agsx_warn("remove cgroup: %s", e->msg);
+  agsx_error_free(&e);
+  if (cr->scope_started && agsx_systemd_stop_unit(cr->rec.unit, false, &e) < 0)
+    agsx_warn("%s", e->msg);
   agsx_userns_release(&cr->ids); /* its flock first: unlease takes it */
   if (cr->rec.slot >= 0 && cr->pid > 0)
     agsx_userns_unlease((unsigned)cr->rec.slot, cr->pid, cr->rec.start_time, NULL);
@@ -1083,9 +1088,9 @@ static int clone_init(struct create *cr, struct child *c, uint64_t flags, agsx_e
 }
 
 /* The cgroupsPath as a cgroupfs path. systemd's form (with
- * --systemd-cgroup, as the engines send it) only where no systemd runs:
- * agsx has no D-Bus client, and cgroups made behind a running systemd's
- * back are not what its user asked for. */
+ * --systemd-cgroup, as the engines send it) is, where systemd manages the
+ * cgroups, a scope started with the init (go(): cgroup-systemd.c), at
+ * the path systemd gives it; elsewhere the same path made on cgroupfs. */
 static int cgroup_path(struct create *cr, agsx_error_t *err) {
   const char *p = cr->s->cgroups_path;
   bool colon = p && strchr(p, ':');
@@ -1094,11 +1099,12 @@ static int cgroup_path(struct create *cr, agsx_error_t *err) {
       return agsx_error_set(err, 0,
                             "config: linux.cgroupsPath: the systemd form `slice:prefix:name` "
                             "needs --systemd-cgroup");
-    if (agsx_oci_systemd_running())
-      return agsx_error_set(err, 0,
-                            "the systemd cgroup manager is not supported by agsx on a host "
-                            "that runs systemd; use podman --cgroup-manager=cgroupfs, or "
-                            "containerd SystemdCgroup = false");
+    _cleanup_free_ char *dflt = NULL;
+    bool scope = agsx_oci_systemd_manages();
+    if (scope && (!p || !p[0])) /* as runc: system.slice:agsx-oci:<id> */
+      p = dflt = xasprintf(":agsx-oci:%s", cr->o->id);
+    if (scope && agsx_oci_cgroup_systemd_unit(p, &cr->rec.unit, &cr->rec.slice, err) < 0)
+      return -1;
     if (p && p[0])
       return agsx_oci_cgroup_systemd_path(p, &cr->rec.cgroup, err);
   }
@@ -1264,6 +1270,9 @@ static int prepare(struct create *cr, agsx_error_t *err) {
       return -1;
     cr->rec.slot = (int)cr->ids.slot;
   }
+  /* A systemd scope comes with the init (go()); systemd removes it. */
+  if (cr->rec.unit)
+    return 0;
   /* Recorded as ours before it is made: a create killed right after the
    * mkdir leaves a cgroup that delete --force must find and remove. */
   {
@@ -1501,9 +1510,24 @@ static int rebuild_overlay(struct create *cr, const struct child *c, int userns,
   return ovl;
 }
 
+/* --systemd-cgroup under systemd: the scope, with the init (stopped before
+ * its start) as first process, then the resources on cgroupfs as well. */
+static int systemd_scope(struct create *cr, agsx_error_t *err) {
+  const struct agsx_oci_spec *s = cr->s;
+  if (agsx_oci_cgroup_systemd_start(cr->rec.unit, cr->rec.slice, cr->o->id, cr->pid, &s->resources,
+                                    err) < 0)
+    return -1;
+  cr->scope_started = true;
+  if (agsx_oci_cgroup_create(cr->rec.cgroup, &s->resources, s->devices, s->n_devices, &cr->cg,
+                             err) < 0)
+    return -1;
+  return write_record(cr, err);
+}
+
 static int go(struct create *cr, struct child *c, int sysfs, int startsock, agsx_error_t *err) {
   const struct agsx_oci_spec *s = cr->s;
   if (write_maps(cr->pid, s, &cr->ids, err) < 0 || set_rlimits(cr->pid, &s->process, err) < 0 ||
+      (cr->rec.unit && systemd_scope(cr, err) < 0) ||
       agsx_oci_cgroup_attach(cr->cg, cr->pid, err) < 0)
     return -1;
   cr->rec.pid = cr->pid;

@@ -2,6 +2,7 @@
  * features, exec, and the hooks. See oci.h. */
 #include "config.h"
 
+#include "host/systemd.h"
 #include "oci/cgroup.h"
 #include "oci/oci.h"
 #include "sandbox/procexec.h"
@@ -349,6 +350,10 @@ static int destroy(struct ctr *c, const char *id, agsx_error_t *err) {
         agsx_oci_cgroup_destroy(cg, err) < 0)
       return agsx_error_wrap(err, "delete");
   }
+  /* --systemd-cgroup: what is left goes with the scope (killed above,
+   * it is empty: systemd would end it anyway; stopping it is certain). */
+  if (c->has_rec && c->rec.unit && agsx_systemd_stop_unit(c->rec.unit, true, err) < 0)
+    return agsx_error_wrap(err, "delete");
   agsx_error_free(&e);
   if (c->has_rec && c->rec.complete && agsx_oci_read_config(c->dirfd, &s, &e) == 0) {
     _cleanup_free_ char *state = agsx_oci_state_json(&c->rec, AGSX_OCI_STOPPED);
@@ -439,7 +444,10 @@ int agsx_oci_update(const struct agsx_oci_global *g, const char *id, const char 
   if (agsx_oci_resources_parse(json, len, &r, err) < 0)
     return -1;
   _cleanup_oci_cgroup_ struct agsx_oci_cgroup *cg = NULL;
-  int rv = agsx_oci_cgroup_open(c.rec.cgroup, c.rec.cgroup_owned, &cg, err) < 0 ||
+  /* systemd's properties first: a daemon-reload re-applies them, so they
+   * must say what the cgroupfs files say. */
+  int rv = (c.rec.unit && agsx_oci_cgroup_systemd_update(c.rec.unit, &r, err) < 0) ||
+                   agsx_oci_cgroup_open(c.rec.cgroup, c.rec.cgroup_owned, &cg, err) < 0 ||
                    agsx_oci_cgroup_update(cg, &r, err) < 0
                ? -1
                : 0;
@@ -501,7 +509,7 @@ char *agsx_oci_features(void) {
       "\"CAP_FSETID\", \"CAP_KILL\", \"CAP_SETGID\", \"CAP_SETUID\", \"CAP_SETPCAP\", "
       "\"CAP_NET_BIND_SERVICE\", \"CAP_SYS_CHROOT\", \"CAP_MKNOD\", \"CAP_AUDIT_WRITE\", "
       "\"CAP_SETFCAP\"],\n"
-      "    \"cgroup\": {\"v1\": true, \"v2\": true, \"systemd\": false, \"systemdUser\": false, "
+      "    \"cgroup\": {\"v1\": true, \"v2\": true, \"systemd\": true, \"systemdUser\": false, "
       "\"rdma\": false},\n"
       "    \"seccomp\": {\"enabled\": true, \"actions\": [\"SCMP_ACT_ALLOW\", "
       "\"SCMP_ACT_ERRNO\", \"SCMP_ACT_KILL\", \"SCMP_ACT_KILL_PROCESS\", \"SCMP_ACT_KILL_THREAD\", "

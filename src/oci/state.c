@@ -24,6 +24,8 @@ void agsx_oci_record_clear(struct agsx_oci_record *r) {
   free(r->owner);
   free(r->annotations);
   free(r->cgroup);
+  free(r->unit);
+  free(r->slice);
   free(r->workdir);
   memset(r, 0, sizeof(*r));
   r->slot = -1;
@@ -82,6 +84,10 @@ int agsx_oci_record_write(int dirfd, const struct agsx_oci_record *r, agsx_error
   agsx_json_kv_bool(g, "cgroup_owned", r->cgroup_owned);
   agsx_json_kv_int(g, "slot", r->slot);
   agsx_json_kv_bool(g, "complete", r->complete);
+  if (r->unit) {
+    agsx_json_kv_str(g, "unit", r->unit);
+    agsx_json_kv_str(g, "slice", r->slice ? r->slice : "");
+  }
   if (r->workdir)
     agsx_json_kv_str(g, "workdir", r->workdir);
   agsx_json_kv_int(g, "poststop_done", r->poststop_done);
@@ -137,6 +143,8 @@ int agsx_oci_record_read(int dirfd, struct agsx_oci_record *r, agsx_error_t *err
   r->owner = dup_or_null(o, "owner");
   r->cgroup = dup_or_null(o, "cgroup");
   r->workdir = dup_or_null(o, "workdir");
+  r->unit = dup_or_null(o, "unit");
+  r->slice = dup_or_null(o, "slice");
   int64_t v = 0;
   if (agsx_json_get_int64(o, "pid", &v))
     r->pid = (pid_t)v;

@@ -40,6 +40,9 @@ struct agsx_oci_record {
   uint64_t start_time;
   char *cgroup; /* the cgroupsPath agsx used */
   bool cgroup_owned;
+  /* --systemd-cgroup where systemd manages the cgroups: the container's
+   * transient scope ("prefix-name.scope") and its slice; delete stops it. */
+  char *unit, *slice;
   int slot;      /* agsx uid range slot, -1: the engine's mappings */
   bool complete; /* create finished: pid and everything recorded */
   char *workdir; /* the overlay work directory agsx made beside the engine's */

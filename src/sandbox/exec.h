@@ -10,7 +10,7 @@
 #ifndef AGSX_EXEC_H
 #define AGSX_EXEC_H
 
-#include "sandbox/cgroup.h"
+#include "host/cgroup.h"
 #include "sandbox/seccomp.h"
 #include "state/state.h"
 

@@ -3,7 +3,7 @@
 
 #include "sandbox/freeze.h"
 
-#include "sandbox/cgroup.h"
+#include "host/cgroup.h"
 
 #include <fcntl.h>
 #include <string.h>

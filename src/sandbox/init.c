@@ -99,6 +99,9 @@ static int open_pty(struct agsx_child_ctx *c, agsx_error_t *err) {
 static void report_exit(struct agsx_child_ctx *c, int status) {
   struct agsx_msg m = {.type = AGSX_MSG_EXIT, .status = status};
   agsx_msg_send(c->sync, &m, &c->upperfd, c->upperfd >= 0 ? 1 : 0);
+  char ack;
+  while (c->exit_ack && recv(c->sync, &ack, 1, 0) < 0 && errno == EINTR) {
+  }
   _exit(0);
 }
 

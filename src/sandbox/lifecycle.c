@@ -21,7 +21,7 @@
 #include "net/relay.h"
 #include "sandbox/control.h"
 #include "sandbox/seccomp.h"
-#include "sandbox/cgroup.h"
+#include "host/cgroup.h"
 #include "sandbox/snapshot.h"
 #include "state/state.h"
 #include "util/json.h"
@@ -204,6 +204,10 @@ static int build_config(const struct agsx_run_spec *o, char **cmd, struct prepar
   cfg->timing = o->timing;
   cfg->name = o->name;
   cfg->keep_upper = o->keep_upper;
+  /* The name, or the short id as agsx ls shows it. */
+  snprintf(p->description, sizeof(p->description), "agsx sandbox %.*s (%.100s)", o->name ? 64 : 12,
+           o->name ? o->name : cfg->id, p->image_name ? p->image_name : "host");
+  cfg->description = p->description;
   return 0;
 }
 
@@ -576,7 +580,11 @@ static _Noreturn void detached_supervisor(struct sup *f, int report) {
    * its death (the command's dispositions are reset before exec). */
   signal(SIGPIPE, SIG_IGN);
   int64_t began = agsx_mono_ns();
-  int r = start(f, pipes, &err);
+  /* systemd: a scope of its own, so that the sandbox outlives the unit that
+   * started it (its stop kills the whole of that unit's cgroup). */
+  int r = agsx_cgroup_scope_self(f->cfg->id, f->p->description, &err);
+  if (r == 0)
+    r = start(f, pipes, &err);
   if (r == 0 && agsx_pool_sup_park(f, &err) < 0)
     r = -1;
   struct report m = {.ok = r == 0, .began_ns = began, .starting_ns = f->starting_ns};

@@ -25,6 +25,10 @@ struct agsx_child_ctx {
   int64_t phase_ns[AGSX_CHILD_PHASES];
   int cgroup_fds[8]; /* v1 `tasks` files the init writes itself into */
   size_t n_cgroup_fds;
+  /* After EXIT, wait for the parent's word (or its end) before exiting: a
+   * foreground sandbox's systemd scope, whose last process the init is,
+   * must outlive the parent's reading of it (OOM; host/cgroup.h). */
+  bool exit_ack;
   int upperfd; /* cfg->keep_upper: sent with EXIT */
   int tmpfsfd; /* the sandbox's tmpfs (upper, work, layers): sent with READY */
 };

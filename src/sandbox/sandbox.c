@@ -384,11 +384,23 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
   if (nfd < 0)
     return -1;
   child.n_cgroup_fds = (size_t)nfd;
+  child.exit_ack = agsx_cgroup_is_pending(sb->cg);
   int r = spawn_init(sb, cfg, netns, sysfs, &child, err);
   agsx_cgroup_close_fds(child.cgroup_fds, child.n_cgroup_fds);
   if (r < 0)
     return -1;
   phase(sb, "netns+clone", &t0);
+  /* systemd, a foreground sandbox: its scope comes now, with the init (still
+   * waiting for GO, so nothing of the sandbox has run outside it). */
+  if (agsx_cgroup_is_pending(sb->cg)) {
+    char desc[96];
+    if (cfg->description == NULL)
+      snprintf(desc, sizeof(desc), "agsx sandbox %.12s", sb->id);
+    if (agsx_cgroup_place(sb->cg, sb->init_pid, cfg->description ? cfg->description : desc, err) <
+        0)
+      return -1;
+    phase(sb, "scope", &t0);
+  }
   if (cfg->on_netns && cfg->on_netns(cfg->on_netns_data, sb->netns, err) < 0)
     return -1;
   if (agsx_userns_write_maps(sb->init_pid, sb->ids.base, err) < 0)
@@ -437,6 +449,12 @@ int agsx_sandbox_handle_event(struct agsx_sandbox *sb, agsx_error_t *err) {
   }
   if (m.type != AGSX_MSG_EXIT)
     return 0;
+  if (agsx_cgroup_goes_with_sandbox(sb->cg)) {
+    /* The init waits for this word before it exits (exit_ack): until then
+     * the scope has a process and its files are there to read. */
+    sb->oom_seen = agsx_cgroup_oom_killed(sb->cg);
+    send(sb->sync, "", 1, MSG_NOSIGNAL);
+  }
   int sig;
   int code = agsx_wait_status_exit_code(m.status, &sig);
   if (code >= 0)
@@ -503,7 +521,7 @@ static void reap_init(struct agsx_sandbox *sb) {
 /* Why the sandbox stopped, once its end is final; then sb->on_dead. */
 static void settle_end(struct agsx_sandbox *sb) {
   if (sb->cg && sb->reason != AGSX_STOP_TIMEOUT && sb->reason != AGSX_STOP_KILLED &&
-      agsx_cgroup_oom_killed(sb->cg))
+      (sb->oom_seen || agsx_cgroup_oom_killed(sb->cg)))
     sb->reason = AGSX_STOP_OOM;
   /* Killed from outside (agsx kill -s KILL, the OOM killer checked above). */
   if (sb->reason == AGSX_STOP_NONE && !sb->exited && sb->term_signal == SIGKILL)

@@ -22,7 +22,7 @@
 #ifndef AGSX_SANDBOX_H
 #define AGSX_SANDBOX_H
 
-#include "sandbox/cgroup.h"
+#include "host/cgroup.h"
 #include "net/net.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/userns.h"
@@ -64,6 +64,9 @@ struct agsx_sandbox_config {
   int stdio[3];           /* the command's stdin/out/err when !tty */
   /* limits and security */
   struct agsx_cgroup_limits limits;
+  /* The systemd scope's Description (host/cgroup.h): "agsx sandbox <name or
+   * short id> (<image>)"; NULL: one from the id. */
+  const char *description;
   const struct agsx_seccomp_bpf *seccomp;
   bool seccomp_default; /* SECCOMP is agsx's default filter: a parked command
                            installs it before its claim (init.c) */
@@ -138,6 +141,10 @@ struct agsx_sandbox {
   int exit_code;
   int term_signal; /* the command died of this signal, 0 if not */
   bool exited;     /* the init reported the command's end */
+  /* The OOM killer struck, as read when the init reported the end: a
+   * foreground sandbox's systemd scope (host/cgroup.h) goes away with its
+   * last process, so its init waits for that read (exit_ack). */
+  bool oom_seen;
   enum agsx_stop_reason reason;
   int upperfd; /* with cfg->keep_upper: the upper directory, after EXIT */
   /* The sandbox's tmpfs (upper, work; not for the host image), held for

@@ -3,7 +3,7 @@
 
 #include "sandbox/stats.h"
 
-#include "sandbox/cgroup.h"
+#include "host/cgroup.h"
 #include "sandbox/proc.h"
 
 #include <fcntl.h>

@@ -33,6 +33,9 @@ struct prepared {
   struct agsx_seccomp_bpf bpf;
   char hostname[65];
   char **layers; /* the image's and spec->extra_layers, when there are extra ones */
+  /* The systemd scope's description (host/cgroup.h), for a person reading
+   * systemd-cgls or systemctl status. */
+  char description[192];
 };
 
 struct sup {

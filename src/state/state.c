@@ -756,7 +756,7 @@ int agsx_proc_ref_self(struct agsx_proc_ref *ret) {
 
 /* ---- reaping ----------------------------------------------------------------------------------- */
 
-#include "sandbox/cgroup.h"
+#include "host/cgroup.h"
 #include "sandbox/proc.h"
 #include "sandbox/snapshot.h"
 

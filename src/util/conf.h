@@ -11,6 +11,7 @@
  *   max-image-size = 64g     (store.h: the image budget)
  *   store-reserve = 1g       (store.h: free space kept)
  *   log-size = 8m            (logbuf.h: the cap of sandbox and process logs)
+ *   cgroup-manager = auto    (host/cgroup.h: auto, systemd or cgroupfs)
  */
 #ifndef AGSX_CONF_H
 #define AGSX_CONF_H

@@ -128,7 +128,8 @@ for p in os.listdir('/proc'):
     except Exception:
         continue
     ours_cmd = ('--state ' + state + ' ') in cmd
-    ours_cg = any(('/' + parent + '/' + i) in cg for i in ids)
+    ours_cg = any(('/' + parent + '/' + i) in cg or ('/agsx.slice/agsx-' + i + '.scope/') in cg
+                  for i in ids)
     if ours_cmd or (uid >= base and ours_cg):
         print(p, uid, cmd[:100].strip())
 PY
@@ -141,6 +142,8 @@ sandbox_cgroups() {
   mounts=$(cgroup_mounts)
   for id in $(sandbox_ids); do
     for m in $mounts; do [ -d "$m/$p/$id" ] && echo "$m/$p/$id"; done
+    # (systemd hosts: a transient scope per sandbox, host/cgroup.h)
+    [ -d /sys/fs/cgroup/agsx.slice/agsx-"$id".scope ] && echo /sys/fs/cgroup/agsx.slice/agsx-"$id".scope
   done
   return 0
 }
@@ -232,7 +235,10 @@ sandbox_teardown() {
 teardown() { sandbox_teardown; }
 
 # Sandbox cgroups live in a parent directory of each cgroup hierarchy:
-# `agsx`, shared by every agsx on the host, or $AGSX_CGROUP_PARENT.
+# `agsx`, shared by every agsx on the host, or $AGSX_CGROUP_PARENT. Under
+# systemd's manager (a systemd host on cgroup v2) a sandbox is the scope
+# agsx.slice/agsx-<id>.scope instead (sandbox/ and supervisor/ in it; the
+# parent does not apply), which the checks below look for as well.
 cgroup_parent() { echo "${AGSX_CGROUP_PARENT:-agsx}"; }
 
 # private_cgroup_parent: the sandboxes this test starts from now on (and
@@ -282,7 +288,8 @@ unaided_setup() {
 cgroup_dirs() {
   local p
   p=$(cgroup_parent)
-  cgroup_mounts | while read -r m; do ls -d "$m/$p"/*/ 2>/dev/null; done | sort
+  { cgroup_mounts | while read -r m; do ls -d "$m/$p"/*/ 2>/dev/null; done
+    ls -d /sys/fs/cgroup/agsx.slice/agsx-*.scope/sandbox/ 2>/dev/null; } | sort
 }
 
 # Host uid bases of the ranges this test's state dir handed out: a slot's

@@ -148,7 +148,7 @@ teardown() {
 }
 
 @test "ctr --runc-systemd-cgroup: slice:prefix:name placed where systemd would put it" {
-  [ ! -d /run/systemd/system ] || skip "systemd runs here: agsx-oci refuses --systemd-cgroup"
+  [ ! -d /run/systemd/system ] || skip "systemd runs here: the scope is test/guest/systemd.bats's"
   C run -d --runc-systemd-cgroup --cgroup "agsxc$$-pod.slice:cri:t1" $(R) $IMG t1 sleep 1000
   pid=$(C task ls | awk '$1=="t1"{print $2}')
   run grep ':memory:' /proc/$pid/cgroup

@@ -5,7 +5,7 @@
  * fresh cgroup2 mount in a private mount namespace. */
 #include "config.h"
 
-#include "sandbox/cgroup.h"
+#include "host/cgroup.h"
 #include "tap.h"
 #include "util/util.h"
 

@@ -1,13 +1,37 @@
-/* agsx — cgroup: per-sandbox control groups on cgroup v1 and v2.
+/* agsx — host/cgroup: per-sandbox control groups, on cgroup v1 and v2,
+ * made by agsx itself (the "cgroupfs" manager) or delegated by systemd
+ * (the "systemd" manager).
  *
- * A sandbox's cgroup is "<parent>/<name>" in each hierarchy its limits need,
- * where <parent> is "agsx" (AGSX_CGROUP_PARENT overrides it, for tests) and
- * <name> is the sandbox id. The mode is detected from the cgroup root,
- * /sys/fs/cgroup (AGSX_CGROUP_ROOT overrides it): cgroup2 there means v2,
- * anything else means v1 with one mount per controller, found in
- * /proc/self/mountinfo (only mounts under AGSX_CGROUP_ROOT when it is set).
- * The layout is detected once per process and root (paths only, no fds)
- * and cached until agsx_cgroup_reset(). */
+ * cgroupfs: a sandbox's cgroup is "<parent>/<name>" in each hierarchy its
+ * limits need, where <parent> is "agsx" (AGSX_CGROUP_PARENT overrides it,
+ * for tests) and <name> is the sandbox id. The mode is detected from the
+ * cgroup root, /sys/fs/cgroup (AGSX_CGROUP_ROOT overrides it): cgroup2
+ * there means v2, anything else means v1 with one mount per controller,
+ * found in /proc/self/mountinfo (only mounts under AGSX_CGROUP_ROOT when
+ * it is set).
+ *
+ * systemd: where systemd is PID 1 and the root is the unified cgroup2
+ * hierarchy, each sandbox gets a transient scope of its own,
+ * agsx.slice/agsx-<id>.scope, Delegate=yes (host/systemd.h), laid out as
+ *   agsx-<id>.scope/sandbox     the sandbox: its init, every process, exec's
+ *                               sub-cgroups; the limits, written by agsx
+ *   agsx-<id>.scope/supervisor  a detached sandbox's supervisor
+ * (v2 allows controllers for children only of a cgroup without processes,
+ * so nothing stays in the scope itself). The scope's first process is the
+ * detached supervisor (agsx_cgroup_scope_self), or for a foreground sandbox
+ * its init (agsx_cgroup_place: the caller stays in its own unit, so the
+ * sandbox still dies with it). A sandbox thus outlives the unit that
+ * started it, and systemd stops the scope once it is empty. A systemd
+ * cgroup is a v2 cgroup for every other call: freeze, kill, stats, exec
+ * cgroups, destroy (which removes sandbox/, not the scope). On v1 or
+ * hybrid systemd hosts agsx keeps cgroupfs (agsx info says why).
+ *
+ * Which one: agsx.conf `cgroup-manager = auto|systemd|cgroupfs`, or
+ * AGSX_CGROUP_MANAGER; auto is systemd where both hold, else cgroupfs
+ * (also whenever AGSX_CGROUP_ROOT names another root).
+ *
+ * The layout and manager are detected once per process, root and setting
+ * (paths only, no fds) and cached until agsx_cgroup_reset(). */
 #ifndef AGSX_CGROUP_H
 #define AGSX_CGROUP_H
 
@@ -20,6 +44,21 @@
 #define AGSX_CGROUP_DEFAULT_ROOT "/sys/fs/cgroup"
 #define AGSX_CGROUP_DEFAULT_PARENT "agsx"
 #define AGSX_CGROUP_CPU_PERIOD_US 100000 /* --cpus N → quota = N * period */
+#define AGSX_CGROUP_SLICE "agsx.slice"   /* systemd: where the sandboxes' scopes go */
+
+enum agsx_cgroup_manager { AGSX_CGROUP_CGROUPFS, AGSX_CGROUP_SYSTEMD };
+
+/* The manager for SETTING (NULL or "auto", "systemd", "cgroupfs") on a host
+ * where systemd is PID 1 (SYSTEMD) or not, whose root is the unified cgroup2
+ * hierarchy (UNIFIED) or not, and whose root was given (CUSTOM_ROOT:
+ * AGSX_CGROUP_ROOT). *RET_WHY says why, for agsx info. An explicit
+ * "systemd" the host cannot honour, and an unknown setting, fail (EINVAL,
+ * ENOTSUP) naming what is missing. */
+int agsx_cgroup_manager_choose(const char *setting, bool systemd, bool unified, bool custom_root,
+                               enum agsx_cgroup_manager *ret, const char **ret_why,
+                               agsx_error_t *err);
+/* The manager this process uses (detected once, see above). */
+int agsx_cgroup_manager(enum agsx_cgroup_manager *ret, agsx_error_t *err);
 
 struct agsx_cgroup_limits {
   uint64_t memory;        /* bytes; 0 = none */
@@ -49,6 +88,27 @@ struct agsx_cgroup;
  * pid namespace still bounds the sandbox's processes). */
 int agsx_cgroup_create(const char *name, const struct agsx_cgroup_limits *lim,
                        struct agsx_cgroup **ret, agsx_error_t *err);
+/* systemd: the scope of sandbox NAME for a detached supervisor, the caller:
+ * starts agsx.slice/agsx-NAME.scope with the caller as its first process
+ * (DESCRIPTION: "agsx sandbox <name> (<image>)") and moves the caller into
+ * its supervisor/; agsx_cgroup_create then makes sandbox/ beside it. The
+ * caller must be single-threaded. Nothing to do under cgroupfs. */
+int agsx_cgroup_scope_self(const char *name, const char *description, agsx_error_t *err);
+/* systemd, a foreground sandbox: agsx_cgroup_create found no scope (the
+ * caller is not in one), so CG is pending: no directory yet, fd -1 (clone
+ * the init without CLONE_INTO_CGROUP). This starts the scope with PID (the
+ * init, stopped before its GO) as first process, makes sandbox/, moves PID
+ * there and applies the limits. A no-op for any other cgroup. On failure
+ * the scope is stopped again; PID is the caller's to kill. */
+int agsx_cgroup_place(struct agsx_cgroup *cg, pid_t pid, const char *description,
+                      agsx_error_t *err);
+/* True when CG waits for agsx_cgroup_place (NULL: false). */
+bool agsx_cgroup_is_pending(const struct agsx_cgroup *cg);
+/* True when CG's scope was started with the sandbox's init
+ * (agsx_cgroup_place): systemd removes it, files and all, as soon as the
+ * sandbox's last process is gone, so what is to be read of it at the end
+ * (OOM) is read before the init is reaped. */
+bool agsx_cgroup_goes_with_sandbox(const struct agsx_cgroup *cg);
 /* Re-opens an existing sandbox cgroup in every hierarchy that has it (for
  * exec, ls, kill and gc). ENOENT when no hierarchy has it. */
 int agsx_cgroup_open(const char *name, struct agsx_cgroup **ret, agsx_error_t *err);
@@ -60,7 +120,7 @@ int agsx_cgroup_create_sub(struct agsx_cgroup *cg, const char *name, struct agsx
 /* Moves PID into the cgroup, in every hierarchy it has. */
 int agsx_cgroup_attach(struct agsx_cgroup *cg, pid_t pid, agsx_error_t *err);
 /* v2: an O_DIRECTORY fd of the leaf for clone3(CLONE_INTO_CGROUP), owned by
- * CG. v1: -1. */
+ * CG. v1, and a pending systemd cgroup: -1. */
 int agsx_cgroup_fd(struct agsx_cgroup *cg);
 /* Seconds since the cgroup's directory was created (or last changed). */
 int64_t agsx_cgroup_age(struct agsx_cgroup *cg);
@@ -123,7 +183,9 @@ void agsx_cgroup_freep(struct agsx_cgroup **cg);
  * which KEEP(name, data) returns false, reporting each one through
  * REPORT("cgroup `<parent>/<name>`", data) — also with DRY_RUN, which removes
  * nothing. Entries that are not sandbox ids are left alone. Keeps going after
- * a failure; returns -1 with the first error. */
+ * a failure; returns -1 with the first error. systemd: each stale
+ * agsx.slice/agsx-<name>.scope ("cgroup `agsx.slice/agsx-<name>.scope`"):
+ * its sandbox/ destroyed, then the scope stopped. */
 int agsx_cgroup_gc(bool (*keep)(const char *name, void *data),
                    void (*report)(const char *what, void *data), void *data, bool dry_run,
                    agsx_error_t *err);
@@ -133,8 +195,10 @@ struct agsx_cgroup_info {
   bool v2;
   char *root;          /* the cgroup root (v1: where the controllers are mounted) */
   char *controllers;   /* v2: the root's cgroup.controllers; v1: the mounted ones agsx uses */
-  const char *manager; /* "cgroupfs" */
-  char *parent;        /* sandboxes' cgroups are PARENT/<id> */
+  const char *manager; /* "cgroupfs" or "systemd" */
+  const char *why;     /* why that manager: the setting, or what auto found */
+  char *parent;        /* cgroupfs: the directory of sandboxes' cgroups; systemd: the slice */
+  char *path;          /* where a sandbox goes, "<id>" standing for its id */
 };
 int agsx_cgroup_info(struct agsx_cgroup_info *ret, agsx_error_t *err);
 void agsx_cgroup_info_clear(struct agsx_cgroup_info *i);
