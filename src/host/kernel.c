@@ -12,15 +12,17 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
+#include <sys/xattr.h>
 
 #define BIT(f) (1u << (f))
 #define CACHE_NAME "kernel"
-#define CACHE_FORMAT "agsx-kernel 1"
+#define CACHE_FORMAT "agsx-kernel 2"
 
 struct feature {
   const char *name, *what, *since;
   bool required;
   const char *with, *without; /* the path agsx takes */
+  bool switchable;            /* AGSX_KERNEL_DISABLE may make agsx take the other path */
 };
 
 static const struct feature features[AGSX_KF_N] = {
@@ -39,11 +41,17 @@ static const struct feature features[AGSX_KF_N] = {
     [AGSX_KF_OVERLAY_USERNS] = {"overlayfs-idmapped-layers",
                                 "overlayfs in a user namespace over idmapped layers", "5.19", true,
                                 "mounted by the sandbox's own root", NULL},
+    [AGSX_KF_TMPFS_XATTR] =
+        {"tmpfs-user-xattrs", "user.* extended attributes on tmpfs", "6.6", false,
+         "programs in a sandbox set user.* xattrs in its writable layer (a tmpfs)",
+         "setting a user.* xattr in a sandbox's writable layer (a tmpfs) fails "
+         "with EOPNOTSUPP; the image's own are kept and read"},
     [AGSX_KF_DETACHED_MOUNTS] = {"detached-mounts", "mounting on and cloning detached mount trees",
                                  "6.15", false,
                                  "the root filesystem is assembled detached, then attached",
                                  "the root filesystem is attached first, then assembled in place "
-                                 "(same mounts, same isolation)"},
+                                 "(same mounts, same isolation)",
+                                 true},
 };
 
 const char *agsx_kernel_feature_name(enum agsx_kernel_feature f) { return features[f].name; }
@@ -98,22 +106,27 @@ static bool probe_overlay(void) {
   return fs >= 0 || (errno != ENODEV && errno != ENOSYS);
 }
 
-/* A tmpfs mounted detached; a clone of it (6.15: EINVAL before) mounted on
- * a directory of it (6.15: EINVAL before). Needs CAP_SYS_ADMIN where we
- * are: without it the answer is "no", and the fallback is taken. Closing
- * the two mounts waits for an RCU grace period: a few ms, once per boot. */
-static bool probe_detached(void) {
+/* A tmpfs mounted detached: a user.* xattr on a file of it (6.6:
+ * EOPNOTSUPP before); a clone of it (6.15: EINVAL before) mounted on a
+ * directory of it (6.15: EINVAL before). Needs CAP_SYS_ADMIN where we are:
+ * without it the answers are "no" (the fallback is taken). Closing the two
+ * mounts waits for an RCU grace period: a few ms, once per boot. */
+static uint32_t probe_tmpfs(void) {
+  uint32_t b = 0;
   _cleanup_close_ int fs = fsopen("tmpfs", FSOPEN_CLOEXEC);
   if (fs < 0 || fsconfig(fs, FSCONFIG_SET_STRING, "size", "64k", 0) < 0 ||
       fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
-    return false;
+    return 0;
   _cleanup_close_ int m = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID);
   if (m < 0 || mkdirat(m, "d", 0700) < 0)
-    return false;
+    return 0;
+  _cleanup_close_ int f = openat(m, "f", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (f >= 0 && fsetxattr(f, "user.agsx", "1", 1, 0) == 0)
+    b |= BIT(AGSX_KF_TMPFS_XATTR);
   _cleanup_close_ int c = open_tree(m, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
-  if (c < 0)
-    return false;
-  return move_mount(c, "", m, "d", MOVE_MOUNT_F_EMPTY_PATH) == 0;
+  if (c >= 0 && move_mount(c, "", m, "d", MOVE_MOUNT_F_EMPTY_PATH) == 0)
+    b |= BIT(AGSX_KF_DETACHED_MOUNTS);
+  return b;
 }
 
 static void parse_release(struct agsx_kernel *k) {
@@ -145,13 +158,13 @@ static uint32_t probe_all(const struct agsx_kernel *k) {
     if (version_at_least(k, 5, 19))
       b |= BIT(AGSX_KF_OVERLAY_USERNS);
   }
-  if (probe_detached())
-    b |= BIT(AGSX_KF_DETACHED_MOUNTS);
+  b |= probe_tmpfs();
   return b;
 }
 
-/* AGSX_KERNEL_DISABLE: better paths to leave unused (required ones cannot
- * be turned off). Unknown names are ignored with a warning. */
+/* AGSX_KERNEL_DISABLE: better paths to leave unused (only those agsx has
+ * a fallback for; required ones and mere abilities cannot be turned off).
+ * Unknown names are ignored with a warning. */
 static uint32_t disabled_by_env(void) {
   const char *v = getenv("AGSX_KERNEL_DISABLE");
   if (v == NULL || *v == '\0')
@@ -162,7 +175,7 @@ static uint32_t disabled_by_env(void) {
     int f = 0;
     while (f < AGSX_KF_N && strcmp(features[f].name, t) != 0)
       f++;
-    if (f == AGSX_KF_N || features[f].required)
+    if (f == AGSX_KF_N || !features[f].switchable)
       agsx_warn("AGSX_KERNEL_DISABLE: `%s` is not an optional kernel feature, ignored", t);
     else
       d |= BIT(f);

@@ -36,7 +36,8 @@ enum agsx_kernel_feature {
   AGSX_KF_IDMAPPED,       /* mount_setattr and MOUNT_ATTR_IDMAP: 5.12 */
   AGSX_KF_OVERLAY,        /* overlayfs (CONFIG_OVERLAY_FS) */
   AGSX_KF_OVERLAY_USERNS, /* overlayfs in a user namespace over idmapped layers: 5.19 */
-  /* better paths */
+  /* better paths, and what sandboxes can do where the kernel has it */
+  AGSX_KF_TMPFS_XATTR,     /* user.* xattrs on tmpfs (the writable layer): 6.6 */
   AGSX_KF_DETACHED_MOUNTS, /* mounting on, and cloning, detached mount trees: 6.15 */
   AGSX_KF_N,
 };

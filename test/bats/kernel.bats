@@ -35,7 +35,7 @@ mount_table() {
   [[ "$output" == *"agsx supports Linux 6.1 and later"* ]]
   local f
   for f in user-namespaces mount-api openat2 clone-into-cgroup idmapped-mounts overlayfs \
-    overlayfs-idmapped-layers detached-mounts; do
+    overlayfs-idmapped-layers tmpfs-user-xattrs detached-mounts; do
     echo "$output" | grep -E "^  $f +(yes|no|off) " || { echo "no line for $f"; return 1; }
   done
   [[ "$output" == *"cgroup: v"* ]]
@@ -148,4 +148,18 @@ assert "attached first" in d["path"], d'
   [ -z "$(ls "$STATE" | grep -vx -e cache -e slots -e names)" ]
   [ -z "$(ls "$STATE/names" 2>/dev/null)" ]
   [ -z "$(cgroup_dirs)" ]
+}
+
+@test "kernel: user.* xattrs in the writable layer where agsx info says the kernel has them, EOPNOTSUPP elsewhere" {
+  local used
+  used=$(ax info --json | python3 -c '
+import json, sys
+f = {x["name"]: x for x in json.load(sys.stdin)["kernel"]["features"]}
+print(f["tmpfs-user-xattrs"]["used"])')
+  run_ax run --rm busybox sh -c 'echo x >/tmp/f && probe setxattr /tmp/f user.agsx v && probe getxattr /tmp/f user.agsx'
+  if [ "$used" = True ]; then
+    [[ "$output" == *"user.agsx=v"* ]] || { show_run; false; }
+  else
+    [[ "$output" == *"EOPNOTSUPP"* ]] || { show_run; false; }
+  fi
 }
