@@ -157,11 +157,15 @@ int agsx_fs_mkdir(struct agsx_fs_ctx *c, const char *path, struct agsx_fs_entry 
                   agsx_error_t *err);
 /* Move: rename(2) inside the sandbox (replacing DST as rename does; a
  * missing DST parent is created); not_found for a missing SRC. RET is the
- * entry at DST. */
+ * entry at DST. Both directories must be the sandbox's root's to write,
+ * and a directory that changes parent its own (its ".."). */
 int agsx_fs_move(struct agsx_fs_ctx *c, const char *src, const char *dst, struct agsx_fs_entry *ret,
                  agsx_error_t *err);
-/* Remove: recursive (agsx_rm_rf_at), a missing path is no error; "/" is
- * refused (invalid_argument). */
+/* Remove: recursive, a missing path is no error; "/" is refused
+ * (invalid_argument). Every entry removed, at every level, passes what the
+ * sandbox's root would need (fs_check_unlink, and no mount point): the
+ * first one that does not stops the removal (permission_denied or
+ * invalid_argument), what was removed before it stays removed. */
 int agsx_fs_remove(struct agsx_fs_ctx *c, const char *path, agsx_error_t *err);
 
 /* ---- uploads (POST /files) ----
