@@ -61,9 +61,11 @@ struct req {
   size_t body_max;      /* AGSX_API_BODY_MAX, or AGSX_API_CODE_BODY_MAX for /execute */
   bool body_dropped;    /* too large: answered already */
   bool answered;
-  /* envd: the sandbox (a running record) and its 20-digit E2B id */
+  /* a sandbox's request (E2b-Sandbox-Id): the sandbox (a running record),
+   * its 20-digit E2B id and the port (E2b-Sandbox-Port), set by admission */
   bool envd;
   char e2b_id[21];
+  unsigned port;
   struct agsx_record rec;
   bool has_rec;
   /* POST /files, streamed to the sandbox as it arrives */
@@ -149,12 +151,20 @@ void agsx_api_code(struct req *r);
 void agsx_api_code_pump(struct stream *st, int64_t now);
 void agsx_api_code_free(struct stream *st);
 
+/* ---- admission (admit.c) ---- */
+#define AGSX_API_PORT_ENVD 49983u
+#define AGSX_API_PORT_CODE 49999u
+/* The one check of every request's credentials, once its headers are in
+ * and before its body is read or a route runs: the API key on the control
+ * plane; on a sandbox's ports its sandbox running (else 502), the port one
+ * the server serves (else 502) and the port's token (else 401); see
+ * admit.c for the rule and its exceptions. Fills the request's sandbox
+ * (rec, e2b_id, port). false after answering. */
+bool agsx_api_admit(struct req *r);
+
 /* ---- envd (envd.c) ---- */
 /* The 502 of a sandbox that is not running (E2B's proxy's words). */
 void agsx_api_respond_gone(struct req *r);
-/* Admits an envd request: its sandbox running (else 502) and, with
- * TOKEN_REQUIRED, its X-Access-Token (else 401). false after answering. */
-bool agsx_api_envd_admit(struct req *r, bool token_required);
 
 /* ---- sandboxes (plane.c) ---- */
 /* The running sandbox of an E2B id (20 hex digits; 32 also accepted):

@@ -193,10 +193,6 @@ static const char *nonnull_string(yajl_val body, const char *key, bool *bad) {
 }
 
 static void execute(struct req *r) {
-  char token[65];
-  agsx_api_envd_token(r->s->key, r->rec.id, token);
-  if (!agsx_api_secret_equal(agsx_req_header(r, "X-Access-Token"), token))
-    return respond_text(r, 401, "invalid or missing X-Access-Token");
   _cleanup_json_ yajl_val body = agsx_api_parse_body(r, false);
   if (body == NULL)
     return;
@@ -304,15 +300,8 @@ static void context_op(struct req *r, const char *id, bool restart) {
   respond_raw_json(r, 200, "null", 4);
 }
 
+/* Admitted already (admit.c): the sandbox runs, the credentials hold. */
 void agsx_api_code(struct req *r) {
-  const char *id = agsx_req_header(r, "E2b-Sandbox-Id");
-  snprintf(r->e2b_id, sizeof(r->e2b_id), "%.20s", id ? id : "");
-  agsx_error_t err = NULL;
-  if (agsx_api_find_sandbox(r->s, id ? id : "", &r->rec, &err) < 0) {
-    agsx_error_free(&err);
-    return agsx_api_respond_gone(r);
-  }
-  r->has_rec = true;
   const char *p = r->path, *m = r->method;
   if (strcmp(p, "/health") == 0 && strcmp(m, "GET") == 0)
     return respond_raw_json(r, 200, "\"OK\"", 4);

@@ -310,39 +310,7 @@ void agsx_api_files_rpc(struct req *r, const char *method) {
 
 /* ---- GET and POST /files ---------------------------------------------------------------------- */
 
-/* The token or, for /files, a signed URL (e2b-protocol.md §3.2). */
-static bool files_admit(struct req *r, const char *operation) {
-  if (!agsx_api_envd_admit(r, false))
-    return false;
-  char token[65];
-  agsx_api_envd_token(r->s->key, r->rec.id, token);
-  const char *given = agsx_req_header(r, "X-Access-Token");
-  if (given) {
-    if (agsx_api_secret_equal(given, token))
-      return true;
-    agsx_respond_error(r, 401,
-                       "unauthorized access, please provide a valid access token or "
-                       "method signing if supported");
-    return false;
-  }
-  const char *sig = agsx_req_query(r, "signature");
-  const char *path = agsx_req_query(r, "path"), *user = agsx_req_query(r, "username");
-  agsx_error_t err = NULL;
-  if (sig && agsx_fs_signature_check(path ? path : "", operation, user ? user : "", token, sig,
-                                     agsx_req_query(r, "signature_expiration"),
-                                     agsx_now_ns() / 1000000000LL, &err) == 0)
-    return true;
-  agsx_respond_error(r, 401, "%s",
-                     err ? err->msg
-                         : "unauthorized access, please provide a valid access token or method "
-                           "signing if supported");
-  agsx_error_free(&err);
-  return false;
-}
-
 static void download(struct req *r) {
-  if (!files_admit(r, "read"))
-    return;
   _cleanup_fs_ctx_ struct agsx_fs_ctx *c = open_ctx(r, false);
   if (c == NULL)
     return;
@@ -387,8 +355,6 @@ static void upload_fail(struct req *r, agsx_error_t *err) {
 }
 
 int agsx_api_upload_begin(struct req *r) {
-  if (!files_admit(r, "write"))
-    return -1;
   r->fs = open_ctx(r, false);
   if (r->fs == NULL)
     return -1;

@@ -397,14 +397,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       r->tm.t0 = agsx_mono_ns();
     *con_cls = r;
     r->envd = agsx_req_header(r, "E2b-Sandbox-Id") != NULL;
-    if (r->envd && strcmp(method, "POST") == 0 && strcmp(url, "/files") == 0) {
+    /* Credentials first: nothing of a refused request's body is read. */
+    if (!agsx_api_admit(r)) {
+      r->body_dropped = true;
+      return MHD_YES;
+    }
+    if (r->envd && r->port == AGSX_API_PORT_ENVD && strcmp(method, "POST") == 0 &&
+        strcmp(url, "/files") == 0) {
       r->upload = true;
       agsx_api_upload_begin(r);
       return MHD_YES;
     }
     /* Only a cell of code may be bigger than other bodies. */
-    const char *port = agsx_req_header(r, "E2b-Sandbox-Port");
-    bool code = r->envd && port && strcmp(port, "49999") == 0; /* plain HTTP, not Connect */
+    bool code = r->envd && r->port == AGSX_API_PORT_CODE; /* plain HTTP, not Connect */
     bool execute = code && strcmp(method, "POST") == 0 && strcmp(url, "/execute") == 0;
     r->body_max = execute ? AGSX_API_CODE_BODY_MAX : AGSX_API_BODY_MAX;
     /* A body announced too large is refused before it is read. */
