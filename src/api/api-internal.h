@@ -48,6 +48,8 @@ struct server {
   size_t queued; /* bytes the streams hold, as of the last pump */
   struct agsx_fs_watchers *watchers;
   struct agsx_spawner spawner;
+  struct pending *code_ops; /* code context operations under way (code-routes.c) */
+  size_t n_code_ops;
   bool stopping;
 };
 
@@ -76,6 +78,12 @@ struct req {
   char *upload_error;
   unsigned status; /* the response's, once answered */
   struct agsx_api_timing tm;
+  /* A route waiting for a component of the loop (a kernel's start): its
+   * connection is suspended (waiting) until agsx_req_continue, then CONT
+   * answers. */
+  void (*cont)(struct req *r);
+  bool waiting;
+  struct pending *code_op; /* code-routes.c's */
 };
 
 /* A streamed response (Connect server-streaming). The loop pumps it; the
@@ -119,6 +127,11 @@ void agsx_respond_error(struct req *r, unsigned status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void agsx_respond_connect_error(struct req *r, enum agsx_connect_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Suspends R's connection until agsx_req_continue(R); then libmicrohttpd
+ * calls the request's handler again, which calls CONT to answer. For a
+ * route whose work takes long: the loop serves everyone else meanwhile. */
+void agsx_req_wait(struct req *r, void (*cont)(struct req *r));
+void agsx_req_continue(struct req *r);
 /* 200 application/connect+json streaming from ST (which the response owns). */
 void agsx_respond_stream(struct req *r, struct stream *st);
 struct stream *agsx_stream_new(struct server *s, struct MHD_Connection *c);
@@ -147,9 +160,19 @@ void agsx_api_envd_tick(struct server *s); /* each turn of the loop */
 void agsx_api_envd_drop_sandbox(struct server *s, const char *id);
 
 /* ---- port 49999: the code interpreter (code-routes.c) ---- */
+/* Context operations under way at once (kernel starts, restarts, removals). */
+#define AGSX_API_CODE_OPS_SANDBOX 8u
+#define AGSX_API_CODE_OPS_MAX 64u
 void agsx_api_code(struct req *r);
 void agsx_api_code_pump(struct stream *st, int64_t now);
 void agsx_api_code_free(struct stream *st);
+/* The operations under way: each turn of the loop, its timeout (-1: none),
+ * the server's stop (each is answered 500 "the server is stopping"), and a
+ * request freed with one. */
+void agsx_api_code_tick(struct server *s);
+int agsx_api_code_timeout_ms(struct server *s);
+void agsx_api_code_stop(struct server *s);
+void agsx_api_code_req_free(struct req *r);
 
 /* ---- admission (admit.c) ---- */
 #define AGSX_API_PORT_ENVD 49983u

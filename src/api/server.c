@@ -345,7 +345,21 @@ static int64_t streams_timeout_ms(struct server *s) {
 
 /* ---- requests ----------------------------------------------------------------------------- */
 
+void agsx_req_wait(struct req *r, void (*cont)(struct req *r)) {
+  r->cont = cont;
+  r->waiting = true;
+  agsx_mhd.suspend_connection(r->c);
+}
+
+void agsx_req_continue(struct req *r) {
+  if (!r->waiting)
+    return;
+  r->waiting = false;
+  agsx_mhd.resume_connection(r->c);
+}
+
 static void req_free(struct req *r) {
+  agsx_api_code_req_free(r);
   agsx_api_req_free_parts(r);
   if (r->has_rec)
     agsx_record_clear(&r->rec);
@@ -377,7 +391,7 @@ static void dispatch(struct req *r) {
     agsx_api_envd(r);
   else
     agsx_api_control_plane(r);
-  if (!r->answered)
+  if (!r->answered && !r->waiting)
     agsx_respond_error(r, 500, "no response");
 }
 
@@ -435,8 +449,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     *data_size = 0;
     return MHD_YES;
   }
-  if (r->answered)
+  if (r->answered || r->waiting)
     return MHD_YES;
+  if (r->cont) { /* resumed: the route's work is done */
+    void (*cont)(struct req *) = r->cont;
+    r->cont = NULL;
+    cont(r);
+    if (!r->answered && !r->waiting)
+      agsx_respond_error(r, 500, "no response");
+    return MHD_YES;
+  }
   if (r->upload) {
     agsx_api_upload_finish(r);
     return MHD_YES;
@@ -535,6 +557,9 @@ static void loop(struct server *s) {
   struct epoll_event evs[64];
   while (!s->stopping) {
     int64_t t = streams_timeout_ms(s);
+    int ct = agsx_api_code_timeout_ms(s);
+    if (ct >= 0 && ct < t)
+      t = ct;
     MHD_UNSIGNED_LONG_LONG mt;
     if (agsx_mhd.get_timeout(s->d, &mt) == MHD_YES && (int64_t)mt < t)
       t = (int64_t)mt;
@@ -548,6 +573,7 @@ static void loop(struct server *s) {
         on_signals(s);
     reap_children(s);
     agsx_api_envd_tick(s);
+    agsx_api_code_tick(s);
     pump_streams(s);
     agsx_mhd.run(s->d);
   }
@@ -557,6 +583,7 @@ static void loop(struct server *s) {
  * SDK retries elsewhere or reports the sandbox unreachable) and is resumed,
  * for libmicrohttpd refuses to stop with suspended connections. */
 static void drain(struct server *s) {
+  agsx_api_code_stop(s);
   for (struct stream *st = s->streams; st; st = st->next) {
     agsx_stream_end(st, AGSX_CONNECT_UNAVAILABLE, "the server is stopping");
     if (st->suspended) {
@@ -565,7 +592,7 @@ static void drain(struct server *s) {
     }
   }
   int64_t until = agsx_mono_ns() + 2000000000LL;
-  while (s->streams && agsx_mono_ns() < until) {
+  while ((s->streams || s->code_ops) && agsx_mono_ns() < until) {
     struct epoll_event ev[8];
     epoll_wait(s->epfd, ev, AGSX_ARRAY_SIZE(ev), 50);
     agsx_mhd.run(s->d);

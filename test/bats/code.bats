@@ -482,6 +482,59 @@ else:
   for x in $id $other; do curl -s -X DELETE -H "X-API-KEY: $KEY" "$U/sandboxes/$x" >/dev/null; done
 }
 
+holds_lock() { ls -l "/proc/$SRV_PID/fd" 2>/dev/null | grep -q code.lock; }
+
+# Issue 24, finding 1: a kernel's start held the server's one loop (four
+# creates delayed everyone by 18 s), and so did the lock of a default
+# context another front end was making.
+@test "code: a kernel's start, or a lock another front end holds, stalls no other request" {
+  serve_start
+  local c id tok full
+  c=$(curl -s -X POST -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
+    -d '{"templateID":"code-interpreter-v1","timeout":120}' "$U/sandboxes")
+  id=$(echo "$c" | jq -r .sandboxID)
+  tok=$(echo "$c" | jq -r .envdAccessToken)
+  full=$(ax ls -q --no-trunc | grep "^$id")
+  local h=(-H "E2b-Sandbox-Id: $id" -H "E2b-Sandbox-Port: 49999" -H 'Content-Type: application/json'
+    -H "X-Access-Token: $tok")
+  # Another front end (agsx code) making the default context: its lock,
+  # held for 20 s at most (an old server would wait that long in flock).
+  flock -o -x "$STATE/$full/code.lock" sleep 20 &
+  local holder=$!
+  poll 50 bash -c "! flock -n '$STATE/$full/code.lock' true"
+  curl -sN -m 60 "${h[@]}" -d '{"code":"6 * 7"}' "$U/execute" >"$T/exec.out" &
+  local cpid=$!
+  poll 100 holds_lock # the server has the request and waits for the lock
+  local t0=$SECONDS
+  run curl -s -m 10 -o /dev/null -w '%{http_code}' -H "X-API-KEY: $KEY" "$U/v2/sandboxes"
+  [ "$output" = 200 ]
+  run curl -s -m 10 -o /dev/null -w '%{http_code}' -H "E2b-Sandbox-Id: $id" "$U/health"
+  [ "$output" = 204 ]
+  [ $((SECONDS - t0)) -lt 5 ]
+  kill "$holder" # released: the execution goes on
+  wait "$holder" || true
+  wait "$cpid"
+  grep -q '"text":"42"' "$T/exec.out" || { cat "$T/exec.out"; false; }
+  # Kernels starting in parallel: a request sent after them is answered
+  # before the first of them is up.
+  local i pids=()
+  for i in 1 2 3; do
+    (curl -s -m 120 "${h[@]}" -d '{"language":"python"}' "$U/contexts" >"$T/ctx$i" &&
+      date +%s%N >"$T/ctx$i.at") &
+    pids+=($!)
+  done
+  poll 100 bash -c "[ \$(ls -l /proc/$SRV_PID/fd | grep -c 'procs.*log') -ge 3 ]" || true
+  curl -s -m 10 -o /dev/null -H "E2b-Sandbox-Id: $id" "$U/health"
+  local answered
+  answered=$(date +%s%N)
+  wait "${pids[@]}"
+  for i in 1 2 3; do
+    [[ $(cat "$T/ctx$i") == '{"id":"'* ]] || { cat "$T/ctx$i"; false; }
+    [ "$answered" -lt "$(cat "$T/ctx$i.at")" ]
+  done
+  curl -s -X DELETE -H "X-API-KEY: $KEY" "$U/sandboxes/$id" >/dev/null
+}
+
 @test "code: port 49999 /execute takes a 4 MiB cell; 16 MiB is its cap, other routes keep 1 MiB" {
   serve_start
   local c id tok
