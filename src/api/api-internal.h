@@ -49,6 +49,7 @@ struct server {
   struct agsx_fs_watchers *watchers;
   struct agsx_spawner spawner;
   struct pending *code_ops; /* code context operations under way (code-routes.c) */
+  char **hosts;             /* the host names it answers (--host), normalised */
   size_t n_code_ops;
   bool stopping;
 };

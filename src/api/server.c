@@ -503,6 +503,18 @@ static int listen_socket(const struct agsx_api_config *cfg, agsx_error_t *err) {
   return steal_fd(&fd);
 }
 
+/* A --host NAME as requests' Host headers are compared with: a DNS name
+ * or an address (an IPv6 one bare or in brackets), never a port. */
+static int host_name(const char *name, char ret[static AGSX_API_HOST_MAX + 1], agsx_error_t *err) {
+  size_t n = strlen(name);
+  bool v6 = strchr(name, ':') != NULL;
+  _cleanup_free_ char *b = v6 && name[0] != '[' ? xasprintf("[%s]", name) : xstrdup(name);
+  if ((v6 && b[strlen(b) - 1] != ']') || n == 0 || agsx_api_host_parse(b, ret, NULL) < 0)
+    return agsx_error_set(err, EINVAL, "invalid host `%s` (a DNS name or an address, no port)",
+                          name);
+  return 0;
+}
+
 static int signals_fd(agsx_error_t *err) {
   sigset_t set;
   sigemptyset(&set);
@@ -621,6 +633,12 @@ int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err) {
                                &created, err) < 0) {
     goto out;
   }
+  for (size_t i = 0; cfg->hosts && cfg->hosts[i]; i++) {
+    char h[AGSX_API_HOST_MAX + 1];
+    if (host_name(cfg->hosts[i], h, err) < 0)
+      goto out;
+    agsx_strv_push(&s.hosts, h);
+  }
   /* First, while this process has no fd worth keeping from a supervisor. */
   if (agsx_spawner_start(&s.spawner, err) < 0)
     goto out;
@@ -668,5 +686,6 @@ out:
     close(s.statefd);
   free(s.ids);
   free(s.key);
+  agsx_strv_free(s.hosts);
   return ret;
 }

@@ -41,6 +41,10 @@ struct agsx_api_config {
   const char *root, *state; /* the image store and the state directory */
   const char *listen;       /* ADDR:PORT (IPv4 or [IPv6]); NULL: AGSX_API_DEFAULT_LISTEN */
   bool listen_public;       /* a non-loopback ADDR is refused without it */
+  /* Host names (or addresses) requests may name in Host and Origin besides
+   * the address they reached and localhost; one label below a name is
+   * also its (E2B's api.NAME, PORT-ID.NAME). NULL: none. */
+  char **hosts;
   const char *api_key;      /* NULL: read (or generate) API_KEY_FILE */
   const char *api_key_file; /* NULL: AGSX_API_KEY_FILE */
   /* The network of sandboxes whose creator allows internet access:

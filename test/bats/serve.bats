@@ -226,6 +226,77 @@ run_sdk() {
   wait_gone "$id"
 }
 
+# Issue 24, finding 3: a web page could reach the server through DNS
+# rebinding (its own name resolved to 127.0.0.1) and send requests as the
+# server's own; curl --resolve is that page's browser.
+code_as() { curl -s -o /dev/null -w '%{http_code}' -H "X-API-KEY: $KEY" "$@"; }
+
+@test "serve: a rebinding page's Host and a cross-site Origin get 403; the listen address and localhost work" {
+  serve_start
+  run code_as --resolve "rebind.example:$PORT:127.0.0.1" "http://rebind.example:$PORT/v2/sandboxes"
+  [ "$output" = 403 ]
+  run curl -s --resolve "rebind.example:$PORT:127.0.0.1" -H "X-API-KEY: $KEY" \
+    "http://rebind.example:$PORT/v2/sandboxes"
+  [[ $output == '{"code":403,"message":"host `rebind.example:'* ]]
+  for h in "127.0.0.1:$PORT" 127.0.0.1 "localhost:$PORT" LOCALHOST. 49999-x.localhost; do
+    run code_as -H "Host: $h" "$U/v2/sandboxes"
+    [ "$output" = 200 ] || { echo "Host $h: $output" >&3; false; }
+  done
+  for h in 127.0.0.2 "[::1]" a.b.localhost localhost.example "localhost:x" 'a b' "localhost:65536"; do
+    run code_as -H "Host: $h" "$U/v2/sandboxes"
+    [ "$output" = 403 ] || { echo "Host '$h': $output" >&3; false; }
+  done
+  # Origins: the page's own site, never a cross-site one (nor "null").
+  for o in "http://localhost:5173" "http://127.0.0.1:$PORT"; do
+    run code_as -H "Origin: $o" "$U/v2/sandboxes"
+    [ "$output" = 200 ] || { echo "Origin $o: $output" >&3; false; }
+  done
+  for o in "http://rebind.example" null "file://" "http://localhost/x" "ftp://localhost"; do
+    run code_as -H "Origin: $o" "$U/v2/sandboxes"
+    [ "$output" = 403 ] || { echo "Origin $o: $output" >&3; false; }
+  done
+  # The same on a sandbox's ports, with its token, before anything runs.
+  id=$(create)
+  tok=$(api POST "/v2/sandboxes/$id/connect" '{"timeout":60}' | head -1 |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["envdAccessToken"])')
+  run curl -s -o /dev/null -w '%{http_code}' --resolve "rebind.example:$PORT:127.0.0.1" \
+    -H "E2b-Sandbox-Id: $id" -H "X-Access-Token: $tok" -H 'Content-Type: application/json' \
+    -d '{}' "http://rebind.example:$PORT/process.Process/List"
+  [ "$output" = 403 ]
+  run curl -s -o /dev/null -w '%{http_code}' -H 'Origin: http://rebind.example' \
+    -H "E2b-Sandbox-Id: $id" -H "E2b-Sandbox-Port: 49999" "$U/health"
+  [ "$output" = 403 ]
+  api DELETE "/sandboxes/$id" >/dev/null
+  wait_gone "$id"
+}
+
+@test "serve: --host NAME answers NAME and one label below it (E2B_DOMAIN's hosts); a bad NAME is refused" {
+  serve_start --host e2b.test --host 10.9.8.7
+  for h in "e2b.test:$PORT" api.e2b.test sandbox.e2b.test:443 E2B.TEST. 10.9.8.7 "127.0.0.1:$PORT"; do
+    run code_as -H "Host: $h" "$U/v2/sandboxes"
+    [ "$output" = 200 ] || { echo "Host $h: $output" >&3; false; }
+  done
+  for h in a.b.e2b.test e2b.test.example xe2b.test .e2b.test 1.10.9.8.7 rebind.example; do
+    run code_as -H "Host: $h" "$U/v2/sandboxes"
+    [ "$output" = 403 ] || { echo "Host '$h': $output" >&3; false; }
+  done
+  run code_as -H "Origin: https://api.e2b.test" "$U/v2/sandboxes"
+  [ "$output" = 200 ]
+  id=$(create)
+  tok=$(api POST "/v2/sandboxes/$id/connect" '{"timeout":60}' | head -1 |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["envdAccessToken"])')
+  run curl -s -o /dev/null -w '%{http_code}' -H "Host: 49983-$id.e2b.test" -H "E2b-Sandbox-Id: $id" \
+    -H "X-Access-Token: $tok" -H 'Content-Type: application/json' -d '{}' "$U/process.Process/List"
+  [ "$output" = 200 ]
+  api DELETE "/sandboxes/$id" >/dev/null
+  wait_gone "$id"
+  for h in e2b.test:80 'a/b' '' '[::1' .. 'a b'; do
+    run "$AGSX" --state "$STATE" serve --listen "127.0.0.1:$(free_port)" --api-key "$KEY" --host "$h"
+    [ "$status" -eq 125 ] || { echo "--host '$h': $status $output" >&3; false; }
+    [[ $output == "agsx: serve: invalid host"* ]]
+  done
+}
+
 @test "serve: listening off loopback needs --listen-public; the key file is generated 0600" {
   run "$AGSX" --state "$STATE" serve --listen 0.0.0.0:1 --api-key "$KEY"
   [ "$status" -eq 125 ]

@@ -1,7 +1,8 @@
 /* Fuzz target: the API server's wire parsers over untrusted request bytes.
  * The first byte picks one: 0 the Connect envelope reader, 1 the metadata
  * filter of GET /v2/sandboxes, 2 Basic auth, 3 base64, 4 percent-decoding,
- * 5 the listen address. The rest is the input. */
+ * 5 the listen address, 6 a Host header, 7 an Origin header (each then
+ * judged against the names a server may have). The rest is the input. */
 #include "config.h"
 
 #include "api/server.h"
@@ -19,7 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t n = size - 1;
   _cleanup_free_ char *s = xstrndup(p, n); /* NUL-terminated, as headers are */
   agsx_error_t err = NULL;
-  switch (data[0] % 6) {
+  switch (data[0] % 8) {
   case 0: {
     const char *msg;
     size_t len;
@@ -78,6 +79,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     unsigned len;
     bool lo;
     agsx_api_listen_parse(s, &ss, &len, &lo, &err);
+    break;
+  }
+  case 6:
+  case 7: {
+    char h[AGSX_API_HOST_MAX + 1];
+    memset(h, 'x', sizeof(h));
+    int r = data[0] % 8 == 6 ? agsx_api_host_parse(s, h, &err) : agsx_api_origin_parse(s, h, &err);
+    if (r == 0) {
+      size_t hl = strnlen(h, sizeof(h));
+      if (hl == 0 || hl > AGSX_API_HOST_MAX)
+        __builtin_trap();
+      for (size_t i = 0; i < hl; i++)
+        if (h[i] >= 'A' && h[i] <= 'Z')
+          __builtin_trap(); /* compared lowercased */
+      char *names[] = {"e2b.test", "10.0.0.1", "::1", NULL};
+      bool ok = agsx_api_host_allowed(h, "127.0.0.1", names);
+      /* A name this server has nothing to do with is never its. */
+      if (ok && strstr(h, "rebind"))
+        __builtin_trap();
+    }
     break;
   }
   }
