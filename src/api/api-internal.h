@@ -37,9 +37,12 @@ struct agsx_api_id {
   char e2b[21], id[33];
 };
 
+struct agsx_api_conns;
+
 struct server {
   const struct agsx_api_config *cfg;
-  struct agsx_api_id *ids; /* AGSX_API_ID_CACHE of them */
+  struct agsx_api_conns *conns; /* every connection's account (conns.c) */
+  struct agsx_api_id *ids;      /* AGSX_API_ID_CACHE of them */
   struct MHD_Daemon *d;
   int epfd, sigfd, statefd;
   char *key;
@@ -174,6 +177,22 @@ void agsx_api_code_tick(struct server *s);
 int agsx_api_code_timeout_ms(struct server *s);
 void agsx_api_code_stop(struct server *s);
 void agsx_api_code_req_free(struct req *r);
+
+/* ---- connections (conns.c): per-client limits, header deadlines ---- */
+struct agsx_api_conns *agsx_api_conns_new(void);
+void agsx_api_conns_free(struct agsx_api_conns *a);
+/* MHD's MHD_OPTION_NOTIFY_CONNECTION (CLS: the server): a connection
+ * starts waiting for headers, and makes room past a bound; or it ended. */
+void agsx_api_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe);
+/* C's request's headers are in; its request completed (it waits again). */
+void agsx_api_conn_request(struct server *s, struct MHD_Connection *c);
+void agsx_api_conn_idle(struct server *s, struct MHD_Connection *c);
+/* Each turn of the loop: closes what waited past AGSX_API_HEADER_SEC;
+ * when the next one is due (-1: none). */
+void agsx_api_conns_tick(struct server *s);
+int agsx_api_conns_timeout_ms(struct server *s);
+size_t agsx_api_conns_count(struct server *s);
 
 /* ---- admission (admit.c) ---- */
 #define AGSX_API_PORT_ENVD 49983u

@@ -10,6 +10,7 @@
 
 #include "api/api-internal.h"
 #include "api/auth.h"
+#include "net/relay.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -91,6 +92,10 @@ static void timing_log(const struct agsx_api_timing *t, const char *what, unsign
 
 /* ---- responses --------------------------------------------------------------------------- */
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define KEEPALIVE_TIMEOUT STR(AGSX_API_HEADER_SEC)
+
 const char *agsx_req_header(struct req *r, const char *name) {
   return agsx_mhd.lookup_connection_value(r->c, MHD_HEADER_KIND, name);
 }
@@ -108,6 +113,9 @@ void agsx_respond_queue(struct req *r, unsigned status, struct MHD_Response *res
              r->envd ? r->e2b_id : "", status);
   agsx_api_mark(&r->tm, "answered");
   r->status = status;
+  /* How long a kept-alive connection may wait for its next request
+   * (conns.c): clients that read it (undici: the JS SDKs) let go first. */
+  agsx_mhd.add_response_header(resp, "Keep-Alive", "timeout=" KEEPALIVE_TIMEOUT);
   if (agsx_mhd.queue_response(r->c, status, resp) != MHD_YES)
     agsx_debug("serve: %s %s: the response could not be queued", r->method, r->path);
   agsx_mhd.destroy_response(resp);
@@ -371,9 +379,8 @@ static void req_free(struct req *r) {
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-  (void)cls;
-  (void)c;
   (void)toe;
+  agsx_api_conn_idle(cls, c); /* kept alive: it waits for the next request's headers */
   struct req *r = *con_cls;
   if (r) {
     agsx_api_mark(&r->tm, "sent");
@@ -410,6 +417,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (agsx_log_level >= AGSX_LOG_DEBUG)
       r->tm.t0 = agsx_mono_ns();
     *con_cls = r;
+    agsx_api_conn_request(s, c);
     r->envd = agsx_req_header(r, "E2b-Sandbox-Id") != NULL;
     /* Credentials first: nothing of a refused request's body is read. */
     if (!agsx_api_admit(r)) {
@@ -546,12 +554,17 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
   agsx_debug("serve: libmicrohttpd: %s", msg);
 }
 
+/* Connections closed from conns.c that MHD has not noticed yet. */
+#define CONNECTION_SLACK 64
+
 static int start_daemon(struct server *s, int lfd, agsx_error_t *err) {
   unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
   s->d = agsx_mhd.start_daemon(
       flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
       MHD_OPTION_LISTEN_SOCKET, lfd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)AGSX_API_MAX_CONNECTIONS,
+      MHD_OPTION_NOTIFY_CONNECTION, agsx_api_conn_notify, s,
+      /* Above ours, so that a newcomer reaches conns.c, which makes room. */
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)(AGSX_API_MAX_CONNECTIONS + CONNECTION_SLACK),
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)AGSX_API_IDLE_SEC,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(512 * 1024), MHD_OPTION_END);
   if (s->d == NULL)
@@ -572,6 +585,9 @@ static void loop(struct server *s) {
     int ct = agsx_api_code_timeout_ms(s);
     if (ct >= 0 && ct < t)
       t = ct;
+    ct = agsx_api_conns_timeout_ms(s);
+    if (ct >= 0 && ct < t)
+      t = ct;
     MHD_UNSIGNED_LONG_LONG mt;
     if (agsx_mhd.get_timeout(s->d, &mt) == MHD_YES && (int64_t)mt < t)
       t = (int64_t)mt;
@@ -586,6 +602,7 @@ static void loop(struct server *s) {
     reap_children(s);
     agsx_api_envd_tick(s);
     agsx_api_code_tick(s);
+    agsx_api_conns_tick(s);
     pump_streams(s);
     agsx_mhd.run(s->d);
   }
@@ -620,6 +637,7 @@ int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err) {
   if (agsx_mhd_load(err) < 0)
     return -1;
   struct server s = {.cfg = cfg, .epfd = -1, .sigfd = -1, .statefd = -1, .spawner = {-1, 0}};
+  s.conns = agsx_api_conns_new();
   int ret = -1;
   _cleanup_close_ int lfd = -1;
   bool created = false;
@@ -648,6 +666,8 @@ int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err) {
   lfd = listen_socket(cfg, err);
   if (lfd < 0)
     goto out;
+  /* Every connection an fd, and the streams' and watchers' beside them. */
+  agsx_relay_fd_limit_raise(AGSX_API_MAX_CONNECTIONS + CONNECTION_SLACK + 1024);
   s.epfd = epoll_create1(EPOLL_CLOEXEC);
   if (s.epfd < 0) {
     agsx_error_set(err, errno, "epoll_create1");
@@ -675,7 +695,8 @@ int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err) {
   ret = 0;
 out:
   if (s.d)
-    agsx_mhd.stop_daemon(s.d); /* frees the streams through their responses */
+    agsx_mhd.stop_daemon(s.d);  /* frees the streams through their responses */
+  agsx_api_conns_free(s.conns); /* after MHD's last close notification */
   agsx_api_envd_fini(&s);
   agsx_spawner_stop(&s.spawner);
   if (s.sigfd >= 0)

@@ -474,6 +474,91 @@ create_with_token() {
 
 rpc() { python3 "$AGSX_SRCDIR/test/serve/connect.py" "$PORT" "$ID" "$TOK" "$@"; }
 
+# Issue 24, finding 2: 1024 idle or trickling connections filled the
+# server's one connection limit, with no per-client bound and no deadline
+# for headers (each trickled byte restarted libmicrohttpd's idle timer).
+@test "serve: idle and trickling connections (one client, or many) never lock a well-behaved client out" {
+  serve_start
+  python3 - "$PORT" "$KEY" <<'PY'
+import socket, sys, time
+port, key = int(sys.argv[1]), sys.argv[2]
+def conn(src):
+    return socket.create_connection(('127.0.0.1', port), timeout=5, source_address=(src, 0))
+def request(what):
+    t0 = time.monotonic()
+    s = conn('127.0.0.1')
+    s.sendall(b'GET /v2/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-KEY: ' + key.encode() +
+              b'\r\nConnection: close\r\n\r\n')
+    data = b''
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        data += b
+    s.close()
+    took = time.monotonic() - t0
+    assert data.startswith(b'HTTP/1.1 200'), (what, data[:100])
+    assert took < 3, (what, took)  # generous: it is answered at once
+    print('%s: answered in %.0f ms' % (what, took * 1000), file=sys.stderr)
+def closed(s):
+    s.settimeout(0)
+    try:
+        return s.recv(1) == b''
+    except (BlockingIOError, ):
+        return False
+    except OSError:
+        return True
+# Many clients, more than the server holds, half of them trickling a request.
+many = []
+for i in range(5):
+    many += [conn('127.0.0.%d' % (3 + i)) for _ in range(220)]
+for s in many[::2]:
+    s.sendall(b'GET /v2/sand')
+request('1100 connections from 5 clients, half trickling')
+for s in many:
+    s.close()
+# One client, idle connections past its bound: its oldest give way.
+one = [conn('127.0.0.2') for _ in range(300)]
+request('one client with 300 idle connections')
+time.sleep(0.5)
+n = sum(closed(s) for s in one)
+assert n >= 300 - 256, ('connections of a client past its bound were not closed', n)
+for s in one:
+    s.close()
+print('ok')
+PY
+  # The server is left with nothing but its own fds.
+  poll 50 bash -c "[ \$(ls /proc/$SRV_PID/fd | wc -l) -le $SRV_FDS ]"
+}
+
+@test "serve: a connection trickling its headers is closed after 10 s" {
+  serve_start
+  python3 - "$PORT" <<'PY'
+import socket, sys, time
+port = int(sys.argv[1])
+s = socket.create_connection(('127.0.0.1', port), timeout=5)
+t0 = time.monotonic()
+req = b'GET /v2/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: ' + b'a' * 100
+gone = None
+for b in req:  # a byte a second, for 20 s at most
+    try:
+        s.sendall(bytes([b]))
+        s.settimeout(1)
+        if s.recv(1) == b'':
+            gone = time.monotonic() - t0
+            break
+    except socket.timeout:
+        continue
+    except OSError:
+        gone = time.monotonic() - t0
+        break
+    if time.monotonic() - t0 > 20:
+        break
+assert gone is not None and 9 <= gone <= 15, gone
+print('closed after %.1f s' % gone, file=sys.stderr)
+PY
+}
+
 @test "serve: Start streams start, data, end, then the end-stream frame; exitCode omitted when 0" {
   serve_start
   create_with_token
