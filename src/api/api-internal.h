@@ -12,6 +12,8 @@
 struct agsx_log_reader;
 struct agsx_fs_watch;
 struct agsx_fs_watchers;
+struct agsx_fs_watch_pool;
+struct agsx_inotify;
 struct agsx_fs_receive;
 
 /* Where a request's time goes, for `serve --log-level debug` (bench/serve
@@ -50,6 +52,8 @@ struct server {
   size_t n_streams;
   size_t queued; /* bytes the streams hold, as of the last pump */
   struct agsx_fs_watchers *watchers;
+  struct agsx_inotify *hub;              /* every inotify watch of the server's (files.c) */
+  struct agsx_fs_watch_pool *watch_pool; /* bounds on watchers */
   struct agsx_spawner spawner;
   struct pending *code_ops; /* code context operations under way (code-routes.c) */
   char **hosts;             /* the host names it answers (--host), normalised */
@@ -156,10 +160,15 @@ void agsx_api_stream_free_parts(struct stream *st);        /* envd.c */
 int agsx_api_upload_begin(struct req *r); /* envd.c: POST /files, 0 or -1 (answered) */
 void agsx_api_upload_data(struct req *r, const char *buf, size_t len);
 void agsx_api_upload_finish(struct req *r);
-void agsx_api_req_free_parts(struct req *r);                 /* envd.c */
-int agsx_api_envd_init(struct server *s, agsx_error_t *err); /* files.c: the watcher registry */
+void agsx_api_req_free_parts(struct req *r); /* envd.c */
+/* files.c: the inotify hub (watchers and followed logs), the watchers'
+ * bounds and the polling watchers' registry */
+#define AGSX_API_WATCHERS_SANDBOX 64u /* WatchDir streams and polling watchers of a sandbox */
+#define AGSX_API_WATCHERS_MAX 1024u   /* and of the server */
+int agsx_api_envd_init(struct server *s, agsx_error_t *err);
 void agsx_api_envd_fini(struct server *s);
-void agsx_api_envd_tick(struct server *s); /* each turn of the loop */
+void agsx_api_envd_tick(struct server *s);      /* each turn of the loop */
+int agsx_api_envd_timeout_ms(struct server *s); /* -1: none */
 /* The sandbox ID was killed: its polling watchers go. */
 void agsx_api_envd_drop_sandbox(struct server *s, const char *id);
 

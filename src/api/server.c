@@ -226,6 +226,8 @@ void agsx_stream_end(struct stream *st, int code, const char *message) {
 }
 
 int agsx_stream_watch_fd(struct stream *st, int fd) {
+  if (fd < 0)
+    return 0; /* a subscription of the hub, whose fd the loop has */
   struct epoll_event ev = {.events = EPOLLIN, .data.ptr = st};
   if (epoll_ctl(st->s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
     return -1;
@@ -586,6 +588,9 @@ static void loop(struct server *s) {
     if (ct >= 0 && ct < t)
       t = ct;
     ct = agsx_api_conns_timeout_ms(s);
+    if (ct >= 0 && ct < t)
+      t = ct;
+    ct = agsx_api_envd_timeout_ms(s);
     if (ct >= 0 && ct < t)
       t = ct;
     MHD_UNSIGNED_LONG_LONG mt;

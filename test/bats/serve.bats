@@ -559,6 +559,105 @@ print('closed after %.1f s' % gone, file=sys.stderr)
 PY
 }
 
+inotify_instances() { # of process $1
+  python3 -c 'import os,sys
+d="/proc/%s/fd" % sys.argv[1]
+n=0
+for f in os.listdir(d):
+    try:
+        n += os.readlink(os.path.join(d, f)) == "anon_inode:inotify"
+    except OSError:
+        pass
+print(n)' "$1"
+}
+
+no_inotify_left() { [ "$(inotify_instances "$SRV_PID")" -eq 0 ]; }
+
+# Issue 24, finding 5: each watcher and each process stream was an inotify
+# instance of host root's (128 for the whole host by default), and the
+# server allowed 1024 of each.
+@test "serve: watchers and process streams share a few inotify instances; a sandbox's watchers are bounded" {
+  serve_start
+  create_with_token
+  python3 - "$PORT" "$ID" "$TOK" "$SRV_PID" <<'PY'
+import json, os, socket, struct, sys, time
+port, sid, tok, srv = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+def instances():
+    d = '/proc/%s/fd' % srv
+    n = 0
+    for f in os.listdir(d):
+        try:
+            n += os.readlink(os.path.join(d, f)) == 'anon_inode:inotify'
+        except OSError:
+            pass
+    return n
+def stream(method, msg):
+    body = json.dumps(msg).encode()
+    env = struct.pack('>BI', 0, len(body)) + body
+    s = socket.create_connection(('127.0.0.1', port), timeout=30)
+    s.sendall(('POST /%s HTTP/1.1\r\nHost: 127.0.0.1\r\nE2b-Sandbox-Id: %s\r\n'
+               'X-Access-Token: %s\r\nContent-Type: application/connect+json\r\n'
+               'Connect-Timeout-Ms: 60000\r\nContent-Length: %d\r\n\r\n'
+               % (method, sid, tok, len(env))).encode() + env)
+    got = b''
+    while b'{"' not in got.split(b'\r\n\r\n', 1)[-1] or b'\r\n\r\n' not in got:
+        b = s.recv(4096)
+        assert b, ('stream ended', method, got)
+        got += b
+    assert got.startswith(b'HTTP/1.1 200'), got[:200]
+    return s
+def unary(method, msg):
+    body = json.dumps(msg).encode()
+    s = socket.create_connection(('127.0.0.1', port), timeout=30)
+    s.sendall(('POST /%s HTTP/1.1\r\nHost: 127.0.0.1\r\nE2b-Sandbox-Id: %s\r\n'
+               'X-Access-Token: %s\r\nContent-Type: application/json\r\nConnection: close\r\n'
+               'Content-Length: %d\r\n\r\n' % (method, sid, tok, len(body))).encode() + body)
+    data = b''
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        data += b
+    head, _, rest = data.partition(b'\r\n\r\n')
+    return int(head.split()[1]), rest
+before = instances()
+held = [stream('process.Process/Start', {'process': {'cmd': '/bin/sh', 'args': ['-c', 'sleep 60']}})
+        for _ in range(40)]
+held += [stream('filesystem.Filesystem/WatchDir', {'path': '/tmp', 'recursive': True})
+         for _ in range(40)]
+after = instances()
+print('inotify instances: %d before, %d with 40 process streams and 40 watchers' % (before, after),
+      file=sys.stderr)
+assert after - before <= 2, (before, after)  # the logs' and the sandbox's
+# 64 watchers per sandbox: 24 more polling ones, then a clear refusal.
+ids = []
+for i in range(24):
+    st, body = unary('filesystem.Filesystem/CreateWatcher', {'path': '/tmp'})
+    assert st == 200, (i, st, body)
+    ids.append(json.loads(body)['watcherId'])
+st, body = unary('filesystem.Filesystem/CreateWatcher', {'path': '/tmp'})
+assert st == 429 and b'"code":"resource_exhausted"' in body and b'at most 64' in body, (st, body)
+st, body = unary('filesystem.Filesystem/RemoveWatcher', {'watcherId': ids[0]})
+assert st == 200, body
+st, body = unary('filesystem.Filesystem/CreateWatcher', {'path': '/tmp'})
+assert st == 200, ('room again after a removal', st, body)
+assert instances() - before <= 2
+# Host root still has its instances.
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0o2000000)
+assert fd >= 0, ctypes.get_errno()
+os.close(fd)
+for s in held:
+    s.close()
+print('ok')
+PY
+  api DELETE "/sandboxes/$ID" >/dev/null
+  wait_gone "$ID"
+  # The instances go a moment after their last watch (the loop's timer).
+  poll 100 no_inotify_left
+}
+
 @test "serve: Start streams start, data, end, then the end-stream frame; exitCode omitted when 0" {
   serve_start
   create_with_token
