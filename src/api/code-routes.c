@@ -223,7 +223,7 @@ void agsx_api_code_stop(struct server *s) {
     if (!p->finished) {
       p->finished = true;
       p->rc = -1;
-      agsx_error_set(&p->err, ESHUTDOWN, "the server is stopping");
+      agsx_error_set_quiet(&p->err, ESHUTDOWN, "the server is stopping");
       agsx_req_continue(p->r);
     }
 }
