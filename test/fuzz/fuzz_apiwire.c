@@ -94,10 +94,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (h[i] >= 'A' && h[i] <= 'Z')
           __builtin_trap(); /* compared lowercased */
       char *names[] = {"e2b.test", "10.0.0.1", "::1", NULL};
-      bool ok = agsx_api_host_allowed(h, "127.0.0.1", names);
-      /* A name this server has nothing to do with is never its. */
-      if (ok && strstr(h, "rebind"))
-        __builtin_trap();
+      /* An oracle of its own: allowed is one of the addresses, or a name
+       * that is localhost or e2b.test or one label below one of them. */
+      if (agsx_api_host_allowed(h, "127.0.0.1", names)) {
+        bool addr = strcmp(h, "127.0.0.1") == 0 || strcmp(h, "10.0.0.1") == 0 ||
+                    strcmp(h, "::1") == 0 || strcmp(h, "::ffff:127.0.0.1") == 0 ||
+                    strcmp(h, "::ffff:10.0.0.1") == 0 || strcmp(h, "::ffff:a00:1") == 0 ||
+                    strcmp(h, "::ffff:7f00:1") == 0;
+        bool name = false;
+        const char *bases[] = {"localhost", "e2b.test"};
+        for (size_t b = 0; b < 2 && !addr && !name; b++) {
+          size_t bl = strlen(bases[b]);
+          if (strcmp(h, bases[b]) == 0)
+            name = true;
+          else if (hl > bl + 1 && h[hl - bl - 1] == '.' && strcmp(h + hl - bl, bases[b]) == 0 &&
+                   memchr(h, '.', hl - bl - 1) == NULL)
+            name = true;
+        }
+        if (!addr && !name)
+          __builtin_trap();
+      }
     }
     break;
   }
