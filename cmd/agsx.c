@@ -316,6 +316,10 @@ static const struct agsx_option serve_opts[] = {
      "Allow a non-loopback --listen (risky: plain HTTP, and whoever reaches it with the key "
      "runs code on this host)",
      O_LISTEN_PUBLIC},
+    {"host", 0, "NAME",
+     "Also answer requests for host NAME and one label below it (E2B_DOMAIN; repeatable; "
+     "the listen address and localhost always)",
+     O_SERVE_HOST},
     {"api-key", 0, "KEY", "The API key (default $AGSX_API_KEY, else the key file's)", O_API_KEY},
     {"api-key-file", 0, "FILE", "Read (or generate) the key here (default /etc/agsx/api-key)",
      O_API_KEY_FILE},

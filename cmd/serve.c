@@ -14,6 +14,7 @@
 struct serve_opts {
   const char *listen, *api_key, *api_key_file, *network, *default_user;
   bool listen_public;
+  char **hosts;
   char **templates;
   char **pools;
 };
@@ -24,6 +25,7 @@ static int on_serve_opt(void *data, int id, const char *v) {
   switch (id) {
   case O_LISTEN: o->listen = v; return 0;
   case O_LISTEN_PUBLIC: o->listen_public = true; return 0;
+  case O_SERVE_HOST: agsx_strv_push(&o->hosts, v); return 0;
   case O_API_KEY: o->api_key = v; return 0;
   case O_API_KEY_FILE: o->api_key_file = v; return 0;
   case O_DEFAULT_USER: o->default_user = v; return 0;
@@ -112,6 +114,7 @@ int agsx_cmd_serve(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
       .state = ctx->state,
       .listen = o.listen,
       .listen_public = o.listen_public,
+      .hosts = o.hosts,
       .api_key = o.api_key,
       .api_key_file = o.api_key_file,
       .network = o.network,
@@ -130,5 +133,6 @@ int agsx_cmd_serve(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
 out:
   agsx_strv_free(o.templates);
   agsx_strv_free(o.pools);
+  agsx_strv_free(o.hosts);
   return rc;
 }

@@ -462,6 +462,7 @@ complete -c agsx -n '__agsx_cmd port' -a '(__agsx_sandbox_names)' -d Sandbox
 # agsx serve
 complete -c agsx -n '__agsx_cmd serve' -l listen -x -d 'Listen here (default 127.0.0.1:3000)'
 complete -c agsx -n '__agsx_cmd serve' -l listen-public -d 'Allow a non-loopback --listen (risky)'
+complete -c agsx -n '__agsx_cmd serve' -l host -x -a '(__fish_print_hostnames)' -d 'Also answer requests for host NAME and one label below it'
 complete -c agsx -n '__agsx_cmd serve' -l api-key -x -d 'The API key (default $AGSX_API_KEY, else the key file)'
 complete -c agsx -n '__agsx_cmd serve' -l api-key-file -r -F -d 'Read (or generate) the key here'
 complete -c agsx -n '__agsx_cmd serve' -l network -x -a 'internal public' -d 'Network of sandboxes allowed internet access'

@@ -12,6 +12,8 @@
 struct agsx_log_reader;
 struct agsx_fs_watch;
 struct agsx_fs_watchers;
+struct agsx_fs_watch_pool;
+struct agsx_inotify;
 struct agsx_fs_receive;
 
 /* Where a request's time goes, for `serve --log-level debug` (bench/serve
@@ -37,9 +39,12 @@ struct agsx_api_id {
   char e2b[21], id[33];
 };
 
+struct agsx_api_conns;
+
 struct server {
   const struct agsx_api_config *cfg;
-  struct agsx_api_id *ids; /* AGSX_API_ID_CACHE of them */
+  struct agsx_api_conns *conns; /* every connection's account (conns.c) */
+  struct agsx_api_id *ids;      /* AGSX_API_ID_CACHE of them */
   struct MHD_Daemon *d;
   int epfd, sigfd, statefd;
   char *key;
@@ -47,7 +52,12 @@ struct server {
   size_t n_streams;
   size_t queued; /* bytes the streams hold, as of the last pump */
   struct agsx_fs_watchers *watchers;
+  struct agsx_inotify *hub;              /* every inotify watch of the server's (files.c) */
+  struct agsx_fs_watch_pool *watch_pool; /* bounds on watchers */
   struct agsx_spawner spawner;
+  struct pending *code_ops; /* code context operations under way (code-routes.c) */
+  char **hosts;             /* the host names it answers (--host), normalised */
+  size_t n_code_ops;
   bool stopping;
 };
 
@@ -61,9 +71,11 @@ struct req {
   size_t body_max;      /* AGSX_API_BODY_MAX, or AGSX_API_CODE_BODY_MAX for /execute */
   bool body_dropped;    /* too large: answered already */
   bool answered;
-  /* envd: the sandbox (a running record) and its 20-digit E2B id */
+  /* a sandbox's request (E2b-Sandbox-Id): the sandbox (a running record),
+   * its 20-digit E2B id and the port (E2b-Sandbox-Port), set by admission */
   bool envd;
   char e2b_id[21];
+  unsigned port;
   struct agsx_record rec;
   bool has_rec;
   /* POST /files, streamed to the sandbox as it arrives */
@@ -74,6 +86,12 @@ struct req {
   char *upload_error;
   unsigned status; /* the response's, once answered */
   struct agsx_api_timing tm;
+  /* A route waiting for a component of the loop (a kernel's start): its
+   * connection is suspended (waiting) until agsx_req_continue, then CONT
+   * answers. */
+  void (*cont)(struct req *r);
+  bool waiting;
+  struct pending *code_op; /* code-routes.c's */
 };
 
 /* A streamed response (Connect server-streaming). The loop pumps it; the
@@ -117,6 +135,11 @@ void agsx_respond_error(struct req *r, unsigned status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void agsx_respond_connect_error(struct req *r, enum agsx_connect_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Suspends R's connection until agsx_req_continue(R); then libmicrohttpd
+ * calls the request's handler again, which calls CONT to answer. For a
+ * route whose work takes long: the loop serves everyone else meanwhile. */
+void agsx_req_wait(struct req *r, void (*cont)(struct req *r));
+void agsx_req_continue(struct req *r);
 /* 200 application/connect+json streaming from ST (which the response owns). */
 void agsx_respond_stream(struct req *r, struct stream *st);
 struct stream *agsx_stream_new(struct server *s, struct MHD_Connection *c);
@@ -137,24 +160,63 @@ void agsx_api_stream_free_parts(struct stream *st);        /* envd.c */
 int agsx_api_upload_begin(struct req *r); /* envd.c: POST /files, 0 or -1 (answered) */
 void agsx_api_upload_data(struct req *r, const char *buf, size_t len);
 void agsx_api_upload_finish(struct req *r);
-void agsx_api_req_free_parts(struct req *r);                 /* envd.c */
-int agsx_api_envd_init(struct server *s, agsx_error_t *err); /* files.c: the watcher registry */
+void agsx_api_req_free_parts(struct req *r); /* envd.c */
+/* files.c: the inotify hub (watchers and followed logs), the watchers'
+ * bounds and the polling watchers' registry */
+#define AGSX_API_WATCHERS_SANDBOX 64u /* WatchDir streams and polling watchers of a sandbox */
+#define AGSX_API_WATCHERS_MAX 1024u   /* and of the server */
+int agsx_api_envd_init(struct server *s, agsx_error_t *err);
 void agsx_api_envd_fini(struct server *s);
-void agsx_api_envd_tick(struct server *s); /* each turn of the loop */
+void agsx_api_envd_tick(struct server *s);      /* each turn of the loop */
+int agsx_api_envd_timeout_ms(struct server *s); /* -1: none */
 /* The sandbox ID was killed: its polling watchers go. */
 void agsx_api_envd_drop_sandbox(struct server *s, const char *id);
 
 /* ---- port 49999: the code interpreter (code-routes.c) ---- */
+/* Context operations under way at once (kernel starts, restarts, removals). */
+#define AGSX_API_CODE_OPS_SANDBOX 8u
+#define AGSX_API_CODE_OPS_MAX 64u
 void agsx_api_code(struct req *r);
 void agsx_api_code_pump(struct stream *st, int64_t now);
 void agsx_api_code_free(struct stream *st);
+/* The operations under way: each turn of the loop, its timeout (-1: none),
+ * the server's stop (each is answered 500 "the server is stopping"), and a
+ * request freed with one. */
+void agsx_api_code_tick(struct server *s);
+int agsx_api_code_timeout_ms(struct server *s);
+void agsx_api_code_stop(struct server *s);
+void agsx_api_code_req_free(struct req *r);
+
+/* ---- connections (conns.c): per-client limits, header deadlines ---- */
+struct agsx_api_conns *agsx_api_conns_new(void);
+void agsx_api_conns_free(struct agsx_api_conns *a);
+/* MHD's MHD_OPTION_NOTIFY_CONNECTION (CLS: the server): a connection
+ * starts waiting for headers, and makes room past a bound; or it ended. */
+void agsx_api_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe);
+/* C's request's headers are in; its request completed (it waits again). */
+void agsx_api_conn_request(struct server *s, struct MHD_Connection *c);
+void agsx_api_conn_idle(struct server *s, struct MHD_Connection *c);
+/* Each turn of the loop: closes what waited past AGSX_API_HEADER_SEC;
+ * when the next one is due (-1: none). */
+void agsx_api_conns_tick(struct server *s);
+int agsx_api_conns_timeout_ms(struct server *s);
+size_t agsx_api_conns_count(struct server *s);
+
+/* ---- admission (admit.c) ---- */
+#define AGSX_API_PORT_ENVD 49983u
+#define AGSX_API_PORT_CODE 49999u
+/* The one check of every request's credentials, once its headers are in
+ * and before its body is read or a route runs: the API key on the control
+ * plane; on a sandbox's ports its sandbox running (else 502), the port one
+ * the server serves (else 502) and the port's token (else 401); see
+ * admit.c for the rule and its exceptions. Fills the request's sandbox
+ * (rec, e2b_id, port). false after answering. */
+bool agsx_api_admit(struct req *r);
 
 /* ---- envd (envd.c) ---- */
 /* The 502 of a sandbox that is not running (E2B's proxy's words). */
 void agsx_api_respond_gone(struct req *r);
-/* Admits an envd request: its sandbox running (else 502) and, with
- * TOKEN_REQUIRED, its X-Access-Token (else 401). false after answering. */
-bool agsx_api_envd_admit(struct req *r, bool token_required);
 
 /* ---- sandboxes (plane.c) ---- */
 /* The running sandbox of an E2B id (20 hex digits; 32 also accepted):

@@ -1,4 +1,4 @@
-/* agsx — api: the API key file and the derived envd tokens. */
+/* agsx — api: the API key file and the derived sandbox tokens. */
 #include "config.h"
 
 #include "api/auth.h"
@@ -81,13 +81,21 @@ int agsx_api_key_load(const char *path, char **ret_key, bool *ret_created, agsx_
   return 0;
 }
 
-void agsx_api_envd_token(const char *key, const char *id, char ret[65]) {
+static void derive(const char *key, const char *label, const char *id, char ret[65]) {
   unsigned char md[32];
-  _cleanup_free_ char *msg = xasprintf("agsx-envd-token:%s", id);
+  _cleanup_free_ char *msg = xasprintf("%s:%s", label, id);
   agsx_hmac_sha256(key, strlen(key), msg, strlen(msg), md);
   for (unsigned i = 0; i < 32; i++)
     snprintf(ret + 2 * i, 3, "%02x", md[i]);
   ret[64] = '\0';
+}
+
+void agsx_api_envd_token(const char *key, const char *id, char ret[65]) {
+  derive(key, "agsx-envd-token", id, ret);
+}
+
+void agsx_api_traffic_token(const char *key, const char *id, char ret[65]) {
+  derive(key, "agsx-traffic-token", id, ret);
 }
 
 bool agsx_api_secret_equal(const char *a, const char *b) {

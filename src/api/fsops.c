@@ -820,6 +820,21 @@ static int open_parent(const struct agsx_fs_ctx *c, const char *abs, char **ret_
   return fd;
 }
 
+/* A directory that moves to another parent has its ".." rewritten, which
+ * the kernel lets only a writer of that directory do: the sandbox's root
+ * cannot move a host directory (a volume's) away, nor may the API. */
+static int check_dir_reparent(const struct agsx_fs_ctx *c, int sfd, const char *sbase, int dfd,
+                              const char *path, agsx_error_t *err) {
+  struct stat st, sp, dp;
+  if (fstatat(sfd, sbase, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode))
+    return 0; /* not a directory (a missing one is rename's to report) */
+  if (fstat(sfd, &sp) < 0 || fstat(dfd, &dp) < 0)
+    return agsx_error_set(err, errno, "stat the directories of %s", path);
+  if ((sp.st_dev == dp.st_dev && sp.st_ino == dp.st_ino) || fs_sandbox_may(c, &st, W_OK))
+    return 0;
+  return agsx_error_set_quiet(err, EACCES, "permission denied: %s", path);
+}
+
 int agsx_fs_move(struct agsx_fs_ctx *c, const char *src, const char *dst, struct agsx_fs_entry *ret,
                  agsx_error_t *err) {
   _cleanup_free_ char *from = agsx_fs_path(c, src, err);
@@ -848,6 +863,8 @@ int agsx_fs_move(struct agsx_fs_ctx *c, const char *src, const char *dst, struct
     r = agsx_error_set_quiet(err, EACCES, "cannot move to %s: on a kernel filesystem", to);
   if (r == 0)
     r = fs_check_unlink(c, dfd, dbase, to, err);
+  if (r == 0)
+    r = check_dir_reparent(c, sfd, sbase, dfd, from, err);
   if (r == 0 && renameat(sfd, sbase, dfd, dbase) < 0) {
     e = errno;
     r = -1;
@@ -860,6 +877,36 @@ int agsx_fs_move(struct agsx_fs_ctx *c, const char *src, const char *dst, struct
   if (r < 0)
     return -1;
   return fs_stat_abs(c, to, ret, err);
+}
+
+/* What the sandbox's root must be allowed for the entry NAME of DFD to go
+ * in a Remove: fs_check_unlink's rule, and no mount point (a host image's
+ * /tmp, a volume, /proc), which would be emptied and then not removed
+ * (EBUSY). PATH names it in the message. */
+static int check_remove(const struct agsx_fs_ctx *c, int dfd, const char *name, const char *path,
+                        agsx_error_t *err) {
+  if (fs_check_unlink(c, dfd, name, path, err) < 0)
+    return -1;
+  struct statx sx;
+  if (statx(dfd, name, AT_SYMLINK_NOFOLLOW, STATX_TYPE, &sx) == 0 &&
+      (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) &&
+      (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT))
+    return agsx_error_set_quiet(err, EINVAL, "cannot remove %s: a mount point", path);
+  return 0;
+}
+
+struct remove_gate {
+  const struct agsx_fs_ctx *c;
+  const char *abs;
+};
+
+/* Every level below the top passes the top's check: host root removes
+ * nothing that the sandbox's root could not (a host file in a volume below
+ * the removed directory stays, and the removal stops there). */
+static int remove_may(void *data, int dfd, const char *name, agsx_error_t *err) {
+  const struct remove_gate *g = data;
+  _cleanup_free_ char *path = xasprintf("`%s` below %s", name, g->abs);
+  return check_remove(g->c, dfd, name, path, err);
 }
 
 int agsx_fs_remove(struct agsx_fs_ctx *c, const char *path, agsx_error_t *err) {
@@ -878,16 +925,11 @@ int agsx_fs_remove(struct agsx_fs_ctx *c, const char *path, agsx_error_t *err) {
   struct stat st;
   if (fstatat(pfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT)
     return 0;
-  if (fs_check_unlink(c, pfd, base, abs, err) < 0)
+  if (check_remove(c, pfd, base, abs, err) < 0)
     return -1;
-  /* A mount point (a host image's /tmp, a volume, /proc) would be emptied
-   * and then not removed (EBUSY): refused first. */
-  struct statx sx;
-  if (statx(pfd, base, AT_SYMLINK_NOFOLLOW, STATX_TYPE, &sx) == 0 &&
-      (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) &&
-      (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT))
-    return agsx_error_set_quiet(err, EINVAL, "cannot remove %s: a mount point", abs);
-  if (agsx_rm_rf_at(pfd, base, err) < 0)
+  struct remove_gate g = {.c = c, .abs = abs};
+  struct agsx_rm_gate gate = {.may = remove_may, .data = &g};
+  if (agsx_rm_rf_gated_at(pfd, base, &gate, err) < 0)
     return agsx_error_wrap(err, "error removing file or directory %s", abs);
   return 0;
 }

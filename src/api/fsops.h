@@ -157,11 +157,15 @@ int agsx_fs_mkdir(struct agsx_fs_ctx *c, const char *path, struct agsx_fs_entry 
                   agsx_error_t *err);
 /* Move: rename(2) inside the sandbox (replacing DST as rename does; a
  * missing DST parent is created); not_found for a missing SRC. RET is the
- * entry at DST. */
+ * entry at DST. Both directories must be the sandbox's root's to write,
+ * and a directory that changes parent its own (its ".."). */
 int agsx_fs_move(struct agsx_fs_ctx *c, const char *src, const char *dst, struct agsx_fs_entry *ret,
                  agsx_error_t *err);
-/* Remove: recursive (agsx_rm_rf_at), a missing path is no error; "/" is
- * refused (invalid_argument). */
+/* Remove: recursive, a missing path is no error; "/" is refused
+ * (invalid_argument). Every entry removed, at every level, passes what the
+ * sandbox's root would need (fs_check_unlink, and no mount point): the
+ * first one that does not stops the removal (permission_denied or
+ * invalid_argument), what was removed before it stays removed. */
 int agsx_fs_remove(struct agsx_fs_ctx *c, const char *path, agsx_error_t *err);
 
 /* ---- uploads (POST /files) ----
@@ -228,7 +232,8 @@ int agsx_fs_signature_check(const char *path, const char *operation, const char 
 
 /* ---- watchers (WatchDir, CreateWatcher) ----
  * inotify on PATH (a directory), and with RECURSIVE on every directory
- * below it, present or created later (up to AGSX_FS_WATCH_MAX_DIRS).
+ * below it, present or created later (up to AGSX_FS_WATCH_MAX_DIRS, and
+ * the pool's bound on the watches of a sandbox).
  * inotify_add_watch only ever sees /proc/self/fd/N of a directory opened
  * safely inside the root. Events: IN_CREATE, IN_MOVED_TO → CREATE;
  * IN_MODIFY → WRITE; IN_DELETE, IN_DELETE_SELF → REMOVE;
@@ -236,9 +241,14 @@ int agsx_fs_signature_check(const char *path, const char *operation, const char 
  * relative to PATH ("a.txt", "sub/b.txt"). An upload's temporary file is
  * not shown; its rename into place is CREATE then WRITE of the file, what
  * envd's write in place shows (for a file that existed too: envd would
- * show WRITE only). The watcher never blocks: the
- * server polls its fd (or the registry's) and calls agsx_fs_watch_dispatch,
- * which moves kernel events into a bounded queue; past
+ * show WRITE only). Watchers take no inotify instance of their own: their
+ * watches are subscriptions of the pool's hub (util/inotify.h), whose
+ * instances are shared (one per sandbox while the hub's part of the host's
+ * limit allows), and the pool bounds the watchers of a sandbox and of the
+ * process (past either, or past the sandbox's share of watches: ENOSPC,
+ * resource_exhausted, with a message that says which). The watcher never
+ * blocks: the hub's dispatch (the server's loop, or
+ * agsx_fs_watch_dispatch) moves kernel events into its bounded queue; past
  * AGSX_FS_WATCH_QUEUE events (or the kernel's queue overflowing) the
  * watcher is marked overflowed and agsx_fs_watch_next() fails with ENOBUFS
  * (resource_exhausted, "events were lost"). The watcher keeps its own
@@ -271,15 +281,27 @@ enum {
   AGSX_FS_WATCH_ENTRY = 1 << 1, /* include_entry: stat each event's entry */
 };
 
+struct agsx_inotify;
+/* Watchers of one process: their hub, and at most PER_SANDBOX watchers of
+ * a sandbox, TOTAL in all, WATCHES_PER_SANDBOX inotify watches of a
+ * sandbox's watchers together. Freed after its watchers. */
+struct agsx_fs_watch_pool;
+struct agsx_fs_watch_pool *agsx_fs_watch_pool_new(struct agsx_inotify *hub, unsigned per_sandbox,
+                                                  unsigned total, unsigned watches_per_sandbox);
+void agsx_fs_watch_pool_free(struct agsx_fs_watch_pool *p);
+/* Its watchers of SANDBOX_ID (NULL: all). */
+unsigned agsx_fs_watch_pool_count(const struct agsx_fs_watch_pool *p, const char *sandbox_id);
+
 struct agsx_fs_watch;
-/* not_found for a missing PATH, invalid_argument for a file. */
-int agsx_fs_watch_open(struct agsx_fs_ctx *c, const char *path, unsigned flags,
-                       struct agsx_fs_watch **ret, agsx_error_t *err);
+/* not_found for a missing PATH, invalid_argument for a file,
+ * resource_exhausted past the pool's bounds. */
+int agsx_fs_watch_open(struct agsx_fs_watch_pool *pool, struct agsx_fs_ctx *c, const char *path,
+                       unsigned flags, struct agsx_fs_watch **ret, agsx_error_t *err);
 void agsx_fs_watch_free(struct agsx_fs_watch *w);
-/* An epoll fd (CLOEXEC) over the inotify fd and the sandbox's init's
- * pidfd: readable when events wait or the sandbox ended. */
+/* The hub's fd: readable when events wait (for W or another watcher). */
 int agsx_fs_watch_fd(const struct agsx_fs_watch *w);
-/* Reads what the kernel has for W into its queue (never blocks). */
+/* Delivers what the hub has into the queues (never blocks); notes the
+ * sandbox's end. */
 void agsx_fs_watch_dispatch(struct agsx_fs_watch *w);
 /* The next queued event into *RET (agsx_fs_event_clear it): 1, or 0 when
  * none is queued; -1 with ENOBUFS after an overflow, ENOENT once the
@@ -290,8 +312,9 @@ int agsx_fs_watch_next(struct agsx_fs_watch *w, struct agsx_fs_event *ret, agsx_
 /* The polling watchers of one server process (CreateWatcher,
  * GetWatcherEvents, RemoveWatcher): a table by random id (32 hex digits),
  * bounded in count, each bound to its sandbox id, removed after IDLE_MS
- * without a GetWatcherEvents. The registry composes into the server's poll
- * loop like the relay: nfds/fill/dispatch/timeout_ms. */
+ * without a GetWatcherEvents or once its sandbox ended. Their events come
+ * through the hub; the server's loop calls agsx_fs_watchers_tick each turn
+ * and waits at most agsx_fs_watchers_timeout_ms. */
 struct agsx_fs_watchers;
 struct agsx_fs_watchers *agsx_fs_watchers_new(size_t max, int idle_ms);
 void agsx_fs_watchers_free(struct agsx_fs_watchers *r);
@@ -309,10 +332,8 @@ int agsx_fs_watchers_remove(struct agsx_fs_watchers *r, const char *sandbox_id, 
 /* Removes every watcher of SANDBOX_ID (it was killed). */
 void agsx_fs_watchers_drop_sandbox(struct agsx_fs_watchers *r, const char *sandbox_id);
 size_t agsx_fs_watchers_count(const struct agsx_fs_watchers *r);
-size_t agsx_fs_watchers_nfds(const struct agsx_fs_watchers *r);
-size_t agsx_fs_watchers_fill(struct agsx_fs_watchers *r, struct pollfd *p);
-/* Reads the ready watchers' events and removes the idle ones. */
-void agsx_fs_watchers_dispatch(struct agsx_fs_watchers *r, const struct pollfd *p, size_t n);
+/* Removes the idle ones, and those whose sandbox ended. */
+void agsx_fs_watchers_tick(struct agsx_fs_watchers *r);
 /* Until the next idle expiry; -1 when there is no watcher. */
 int agsx_fs_watchers_timeout_ms(const struct agsx_fs_watchers *r);
 

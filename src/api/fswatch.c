@@ -3,16 +3,18 @@
  *
  * A directory is watched through /proc/self/fd/N of an fd opened safely
  * inside the sandbox's root: inotify_add_watch never walks a sandbox path.
- * Each watch descriptor remembers its directory relative to the watched
- * one, so event names come out relative ("sub/b.txt"). */
+ * Watches are subscriptions of the pool's hub (util/inotify.h: instances
+ * shared per sandbox, within a part of the host's limits), not instances of
+ * their own. Each watch descriptor remembers its directory relative to
+ * the watched one, so event names come out relative ("sub/b.txt"). */
 #include "config.h"
 
 #include "api/fsops-internal.h"
+#include "util/inotify.h"
 
 #include <limits.h>
 #include <poll.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/inotify.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -25,13 +27,27 @@
 struct wdir {
   int wd;
   char *rel; /* "" for the watched directory itself */
+  struct agsx_inotify_sub *sub;
+};
+
+struct watch_count {
+  char id[33];
+  unsigned n;
+};
+
+struct agsx_fs_watch_pool {
+  struct agsx_inotify *hub;
+  unsigned per_sandbox, total, watches_per_sandbox;
+  unsigned n;
+  struct watch_count *v; /* watchers per sandbox */
+  size_t nv;
 };
 
 struct agsx_fs_watch {
+  struct agsx_fs_watch_pool *pool;
+  bool counted;
   struct agsx_fs_ctx *c;
   char *abs;
-  int ifd;
-  int efd; /* epoll over IFD and the sandbox's pidfd */
   unsigned flags;
   struct wdir *dirs;
   size_t ndirs, cap;
@@ -71,15 +87,64 @@ void agsx_fs_event_gen(yajl_gen g, const struct agsx_fs_event *e) {
   yajl_gen_map_close(g);
 }
 
+static struct watch_count *count_of(struct agsx_fs_watch_pool *p, const char *id, bool make) {
+  for (size_t i = 0; i < p->nv; i++)
+    if (strcmp(p->v[i].id, id) == 0)
+      return &p->v[i];
+  if (!make)
+    return NULL;
+  p->v = xrealloc(p->v, (p->nv + 1) * sizeof(*p->v));
+  struct watch_count *c = &p->v[p->nv++];
+  snprintf(c->id, sizeof(c->id), "%s", id);
+  c->n = 0;
+  return c;
+}
+
+static void uncount(struct agsx_fs_watch *w) {
+  if (!w->counted)
+    return;
+  struct agsx_fs_watch_pool *p = w->pool;
+  struct watch_count *c = count_of(p, w->c->sandbox_id, false);
+  if (c && --c->n == 0)
+    *c = p->v[--p->nv];
+  p->n--;
+  w->counted = false;
+}
+
+struct agsx_fs_watch_pool *agsx_fs_watch_pool_new(struct agsx_inotify *hub, unsigned per_sandbox,
+                                                  unsigned total, unsigned watches_per_sandbox) {
+  struct agsx_fs_watch_pool *p = xzalloc(sizeof(*p));
+  p->hub = hub;
+  p->per_sandbox = per_sandbox;
+  p->total = total;
+  p->watches_per_sandbox = watches_per_sandbox;
+  return p;
+}
+
+void agsx_fs_watch_pool_free(struct agsx_fs_watch_pool *p) {
+  if (p == NULL)
+    return;
+  free(p->v);
+  free(p);
+}
+
+unsigned agsx_fs_watch_pool_count(const struct agsx_fs_watch_pool *p, const char *sandbox_id) {
+  if (sandbox_id == NULL)
+    return p->n;
+  for (size_t i = 0; i < p->nv; i++)
+    if (strcmp(p->v[i].id, sandbox_id) == 0)
+      return p->v[i].n;
+  return 0;
+}
+
 void agsx_fs_watch_free(struct agsx_fs_watch *w) {
   if (w == NULL)
     return;
-  if (w->ifd >= 0)
-    close(w->ifd);
-  if (w->efd >= 0)
-    close(w->efd);
-  for (size_t i = 0; i < w->ndirs; i++)
+  for (size_t i = 0; i < w->ndirs; i++) {
+    agsx_inotify_rm(w->dirs[i].sub);
     free(w->dirs[i].rel);
+  }
+  uncount(w);
   free(w->dirs);
   for (size_t i = 0; i < w->qlen; i++)
     agsx_fs_event_clear(&w->q[(w->qhead + i) % AGSX_FS_WATCH_QUEUE]);
@@ -94,21 +159,7 @@ static void watch_freep(struct agsx_fs_watch **w) {
   *w = NULL;
 }
 
-int agsx_fs_watch_fd(const struct agsx_fs_watch *w) { return w->efd; }
-
-/* One fd for the server's loop: the events and the sandbox's end. */
-static int watch_epoll(struct agsx_fs_watch *w, agsx_error_t *err) {
-  w->efd = epoll_create1(EPOLL_CLOEXEC);
-  if (w->efd < 0)
-    return agsx_error_set(err, errno, "error creating watcher: epoll");
-  int fds[2] = {w->ifd, w->c->pidfd};
-  for (int i = 0; i < 2; i++) {
-    struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
-    if (fds[i] >= 0 && epoll_ctl(w->efd, EPOLL_CTL_ADD, fds[i], &ev) < 0)
-      return agsx_error_set(err, errno, "error creating watcher: epoll_ctl");
-  }
-  return 0;
-}
+int agsx_fs_watch_fd(const struct agsx_fs_watch *w) { return agsx_inotify_fd(w->pool->hub); }
 
 /* The sandbox's init exited (its pidfd is readable). */
 static bool sandbox_ended(const struct agsx_fs_watch *w) {
@@ -127,25 +178,34 @@ static void drop_wd(struct agsx_fs_watch *w, int wd) {
   struct wdir *d = find_wd(w, wd);
   if (d == NULL)
     return;
+  agsx_inotify_rm(d->sub);
   free(d->rel);
   *d = w->dirs[--w->ndirs];
 }
+
+static void on_inotify(void *data, const struct inotify_event *ev);
 
 /* Watches the directory FD (opened safely) as REL. */
 static int add_dir(struct agsx_fs_watch *w, int fd, const char *rel, agsx_error_t *err) {
   if (w->ndirs >= AGSX_FS_WATCH_MAX_DIRS)
     return agsx_error_set_quiet(err, E2BIG, "watching %s: more than %u directories", w->abs,
                                 AGSX_FS_WATCH_MAX_DIRS);
-  char proc[64];
-  snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
-  int wd = inotify_add_watch(w->ifd, proc, WATCH_MASK);
-  if (wd < 0 && errno == ENOSPC)
-    return agsx_error_set_quiet(err, ENOSPC, "watching %s: the inotify watch limit is reached",
-                                w->abs);
-  if (wd < 0)
-    return agsx_error_set(err, errno, "error adding path %s to watcher", w->abs);
+  struct agsx_inotify_sub *sub = NULL;
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (agsx_inotify_add(w->pool->hub, w->c->sandbox_id, w->pool->watches_per_sandbox, fd, WATCH_MASK,
+                       on_inotify, w, &sub, &e) < 0) {
+    if (agsx_error_errno(&e) == ENOSPC)
+      return agsx_error_set_quiet(err, ENOSPC,
+                                  "watching %s: %s (watchers of this sandbox watch %u "
+                                  "directories at most)",
+                                  w->abs, e->msg, w->pool->watches_per_sandbox);
+    return agsx_error_set(err, agsx_error_errno(&e), "error adding path %s to watcher: %s", w->abs,
+                          e->msg);
+  }
+  int wd = agsx_inotify_wd(sub);
   struct wdir *old = find_wd(w, wd); /* the same directory reached twice */
   if (old) {
+    agsx_inotify_rm(sub);
     free(old->rel);
     old->rel = xstrdup(rel);
     return 0;
@@ -154,7 +214,7 @@ static int add_dir(struct agsx_fs_watch *w, int fd, const char *rel, agsx_error_
     w->cap = w->cap ? w->cap * 2 : 16;
     w->dirs = xrealloc(w->dirs, w->cap * sizeof(*w->dirs));
   }
-  w->dirs[w->ndirs++] = (struct wdir){.wd = wd, .rel = xstrdup(rel)};
+  w->dirs[w->ndirs++] = (struct wdir){.wd = wd, .rel = xstrdup(rel), .sub = sub};
   return 0;
 }
 
@@ -187,11 +247,29 @@ static int add_tree(struct agsx_fs_watch *w, int fd, const char *rel, unsigned d
   return 0;
 }
 
-int agsx_fs_watch_open(struct agsx_fs_ctx *c, const char *path, unsigned flags,
-                       struct agsx_fs_watch **ret, agsx_error_t *err) {
+/* The pool's bounds on watchers, checked before anything is opened. */
+static int count_in(struct agsx_fs_watch *w, agsx_error_t *err) {
+  struct agsx_fs_watch_pool *p = w->pool;
+  struct watch_count *c = count_of(p, w->c->sandbox_id, false);
+  if (p->n >= p->total)
+    return agsx_error_set_quiet(
+        err, ENOSPC, "too many watchers on this server (at most %u): remove some", p->total);
+  if (c && c->n >= p->per_sandbox)
+    return agsx_error_set_quiet(
+        err, ENOSPC, "too many watchers of this sandbox (at most %u): remove some", p->per_sandbox);
+  count_of(p, w->c->sandbox_id, true)->n++;
+  p->n++;
+  w->counted = true;
+  return 0;
+}
+
+int agsx_fs_watch_open(struct agsx_fs_watch_pool *pool, struct agsx_fs_ctx *c, const char *path,
+                       unsigned flags, struct agsx_fs_watch **ret, agsx_error_t *err) {
   _cleanup_(watch_freep) struct agsx_fs_watch *w = xzalloc(sizeof(*w));
-  w->ifd = w->efd = -1;
+  w->pool = pool;
   w->c = fs_ctx_ref(c);
+  if (count_in(w, err) < 0)
+    return -1;
   w->flags = flags;
   w->abs = agsx_fs_path(c, path, err);
   if (w->abs == NULL)
@@ -207,11 +285,6 @@ int agsx_fs_watch_open(struct agsx_fs_ctx *c, const char *path, unsigned flags,
   if (fd < 0)
     return agsx_error_set(err, errno, "error statting path %s", w->abs);
   if (fs_check_may(c, fd, R_OK | X_OK, w->abs, err) < 0 || fs_check_search(c, w->abs, err) < 0)
-    return -1;
-  w->ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (w->ifd < 0)
-    return agsx_error_set(err, errno, "error creating watcher");
-  if (watch_epoll(w, err) < 0)
     return -1;
   w->q = xzalloc(AGSX_FS_WATCH_QUEUE * sizeof(*w->q));
   if (add_dir(w, fd, "", err) < 0)
@@ -267,7 +340,10 @@ static bool tmpfile_name(const struct agsx_fs_watch *w, const char *rel) {
   return fd < 0 && errno == ENOENT;
 }
 
-static void handle(struct agsx_fs_watch *w, const struct inotify_event *ev) {
+/* The hub's callback: one event of one of W's directories (or an
+ * overflow of W's instance, which lost events of W's too). */
+static void on_inotify(void *data, const struct inotify_event *ev) {
+  struct agsx_fs_watch *w = data;
   if (ev->mask & IN_Q_OVERFLOW) {
     w->overflow = true;
     return;
@@ -285,7 +361,7 @@ static void handle(struct agsx_fs_watch *w, const struct inotify_event *ev) {
   bool self = ev->len == 0 || ev->name[0] == '\0';
   if (self && !top) { /* its parent reports it; a moved directory is re-added there */
     if (ev->mask & IN_MOVE_SELF)
-      inotify_rm_watch(w->ifd, ev->wd);
+      drop_wd(w, ev->wd);
     return;
   }
   _cleanup_free_ char *name = self ? xstrdup(".") : rel_join(d->rel, ev->name);
@@ -317,26 +393,16 @@ static void handle(struct agsx_fs_watch *w, const struct inotify_event *ev) {
     watch_new_dir(w, name);
 }
 
-void agsx_fs_watch_dispatch(struct agsx_fs_watch *w) {
-  char buf[16384] __attribute__((aligned(__alignof__(struct inotify_event))));
-  if (!w->ended && sandbox_ended(w)) {
-    /* Stop polling the pidfd (readable for good now) and let go of the
-     * sandbox's inodes; what was queued is still returned. */
+/* The sandbox's init exited: W stops, and lets go of the sandbox's inodes
+ * at its free; what was queued is still returned. */
+static void check_end(struct agsx_fs_watch *w) {
+  if (!w->ended && sandbox_ended(w))
     w->ended = true;
-    epoll_ctl(w->efd, EPOLL_CTL_DEL, w->c->pidfd, NULL);
-  }
-  for (int rounds = 0; rounds < 64; rounds++) {
-    ssize_t n = read(w->ifd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return;
-    for (ssize_t off = 0; off + (ssize_t)sizeof(struct inotify_event) <= n;) {
-      const struct inotify_event *ev = (const struct inotify_event *)(buf + off);
-      handle(w, ev);
-      off += (ssize_t)(sizeof(*ev) + ev->len);
-    }
-  }
+}
+
+void agsx_fs_watch_dispatch(struct agsx_fs_watch *w) {
+  check_end(w);
+  agsx_inotify_dispatch(w->pool->hub);
 }
 
 int agsx_fs_watch_next(struct agsx_fs_watch *w, struct agsx_fs_event *ret, agsx_error_t *err) {
@@ -369,6 +435,7 @@ struct agsx_fs_watchers {
   struct slot *v;
   size_t n, max;
   int idle_ms;
+  int64_t next_end_check_ns;
 };
 
 struct agsx_fs_watchers *agsx_fs_watchers_new(size_t max, int idle_ms) {
@@ -486,26 +553,19 @@ void agsx_fs_watchers_drop_sandbox(struct agsx_fs_watchers *r, const char *sandb
       slot_drop(r, i);
 }
 
-size_t agsx_fs_watchers_nfds(const struct agsx_fs_watchers *r) { return r->n; }
-
-size_t agsx_fs_watchers_fill(struct agsx_fs_watchers *r, struct pollfd *p) {
-  for (size_t i = 0; i < r->n; i++)
-    p[i] = (struct pollfd){.fd = r->v[i].w->efd, .events = POLLIN};
-  return r->n;
-}
-
-void agsx_fs_watchers_dispatch(struct agsx_fs_watchers *r, const struct pollfd *p, size_t n) {
-  for (size_t k = 0; k < n; k++) {
-    if (!(p[k].revents & (POLLIN | POLLERR | POLLHUP)))
-      continue;
-    for (size_t i = 0; i < r->n; i++)
-      if (r->v[i].w->efd == p[k].fd)
-        agsx_fs_watch_dispatch(r->v[i].w);
-  }
+void agsx_fs_watchers_tick(struct agsx_fs_watchers *r) {
   int64_t now = agsx_mono_ns();
-  for (size_t i = r->n; i-- > 0;)
+  /* Their events come through the hub; their sandboxes' ends are looked
+   * at once a second (a pidfd poll each). */
+  bool look = now >= r->next_end_check_ns;
+  if (look)
+    r->next_end_check_ns = now + 1000000000LL;
+  for (size_t i = r->n; i-- > 0;) {
+    if (look)
+      check_end(r->v[i].w);
     if (now - r->v[i].used_ns >= (int64_t)r->idle_ms * 1000000 || r->v[i].w->ended)
       slot_drop(r, i); /* idle, or its sandbox ended: its inodes are let go */
+  }
 }
 
 int agsx_fs_watchers_timeout_ms(const struct agsx_fs_watchers *r) {

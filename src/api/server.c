@@ -10,6 +10,7 @@
 
 #include "api/api-internal.h"
 #include "api/auth.h"
+#include "net/relay.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -91,6 +92,10 @@ static void timing_log(const struct agsx_api_timing *t, const char *what, unsign
 
 /* ---- responses --------------------------------------------------------------------------- */
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define KEEPALIVE_TIMEOUT STR(AGSX_API_HEADER_SEC)
+
 const char *agsx_req_header(struct req *r, const char *name) {
   return agsx_mhd.lookup_connection_value(r->c, MHD_HEADER_KIND, name);
 }
@@ -108,6 +113,9 @@ void agsx_respond_queue(struct req *r, unsigned status, struct MHD_Response *res
              r->envd ? r->e2b_id : "", status);
   agsx_api_mark(&r->tm, "answered");
   r->status = status;
+  /* How long a kept-alive connection may wait for its next request
+   * (conns.c): clients that read it (undici: the JS SDKs) let go first. */
+  agsx_mhd.add_response_header(resp, "Keep-Alive", "timeout=" KEEPALIVE_TIMEOUT);
   if (agsx_mhd.queue_response(r->c, status, resp) != MHD_YES)
     agsx_debug("serve: %s %s: the response could not be queued", r->method, r->path);
   agsx_mhd.destroy_response(resp);
@@ -218,6 +226,8 @@ void agsx_stream_end(struct stream *st, int code, const char *message) {
 }
 
 int agsx_stream_watch_fd(struct stream *st, int fd) {
+  if (fd < 0)
+    return 0; /* a subscription of the hub, whose fd the loop has */
   struct epoll_event ev = {.events = EPOLLIN, .data.ptr = st};
   if (epoll_ctl(st->s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
     return -1;
@@ -345,7 +355,21 @@ static int64_t streams_timeout_ms(struct server *s) {
 
 /* ---- requests ----------------------------------------------------------------------------- */
 
+void agsx_req_wait(struct req *r, void (*cont)(struct req *r)) {
+  r->cont = cont;
+  r->waiting = true;
+  agsx_mhd.suspend_connection(r->c);
+}
+
+void agsx_req_continue(struct req *r) {
+  if (!r->waiting)
+    return;
+  r->waiting = false;
+  agsx_mhd.resume_connection(r->c);
+}
+
 static void req_free(struct req *r) {
+  agsx_api_code_req_free(r);
   agsx_api_req_free_parts(r);
   if (r->has_rec)
     agsx_record_clear(&r->rec);
@@ -357,9 +381,8 @@ static void req_free(struct req *r) {
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-  (void)cls;
-  (void)c;
   (void)toe;
+  agsx_api_conn_idle(cls, c); /* kept alive: it waits for the next request's headers */
   struct req *r = *con_cls;
   if (r) {
     agsx_api_mark(&r->tm, "sent");
@@ -377,7 +400,7 @@ static void dispatch(struct req *r) {
     agsx_api_envd(r);
   else
     agsx_api_control_plane(r);
-  if (!r->answered)
+  if (!r->answered && !r->waiting)
     agsx_respond_error(r, 500, "no response");
 }
 
@@ -396,15 +419,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (agsx_log_level >= AGSX_LOG_DEBUG)
       r->tm.t0 = agsx_mono_ns();
     *con_cls = r;
+    agsx_api_conn_request(s, c);
     r->envd = agsx_req_header(r, "E2b-Sandbox-Id") != NULL;
-    if (r->envd && strcmp(method, "POST") == 0 && strcmp(url, "/files") == 0) {
+    /* Credentials first: nothing of a refused request's body is read. */
+    if (!agsx_api_admit(r)) {
+      r->body_dropped = true;
+      return MHD_YES;
+    }
+    if (r->envd && r->port == AGSX_API_PORT_ENVD && strcmp(method, "POST") == 0 &&
+        strcmp(url, "/files") == 0) {
       r->upload = true;
       agsx_api_upload_begin(r);
       return MHD_YES;
     }
     /* Only a cell of code may be bigger than other bodies. */
-    const char *port = agsx_req_header(r, "E2b-Sandbox-Port");
-    bool code = r->envd && port && strcmp(port, "49999") == 0; /* plain HTTP, not Connect */
+    bool code = r->envd && r->port == AGSX_API_PORT_CODE; /* plain HTTP, not Connect */
     bool execute = code && strcmp(method, "POST") == 0 && strcmp(url, "/execute") == 0;
     r->body_max = execute ? AGSX_API_CODE_BODY_MAX : AGSX_API_BODY_MAX;
     /* A body announced too large is refused before it is read. */
@@ -430,8 +459,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     *data_size = 0;
     return MHD_YES;
   }
-  if (r->answered)
+  if (r->answered || r->waiting)
     return MHD_YES;
+  if (r->cont) { /* resumed: the route's work is done */
+    void (*cont)(struct req *) = r->cont;
+    r->cont = NULL;
+    cont(r);
+    if (!r->answered && !r->waiting)
+      agsx_respond_error(r, 500, "no response");
+    return MHD_YES;
+  }
   if (r->upload) {
     agsx_api_upload_finish(r);
     return MHD_YES;
@@ -476,6 +513,18 @@ static int listen_socket(const struct agsx_api_config *cfg, agsx_error_t *err) {
   return steal_fd(&fd);
 }
 
+/* A --host NAME as requests' Host headers are compared with: a DNS name
+ * or an address (an IPv6 one bare or in brackets), never a port. */
+static int host_name(const char *name, char ret[static AGSX_API_HOST_MAX + 1], agsx_error_t *err) {
+  size_t n = strlen(name);
+  bool v6 = strchr(name, ':') != NULL;
+  _cleanup_free_ char *b = v6 && name[0] != '[' ? xasprintf("[%s]", name) : xstrdup(name);
+  if ((v6 && b[strlen(b) - 1] != ']') || n == 0 || agsx_api_host_parse(b, ret, NULL) < 0)
+    return agsx_error_set(err, EINVAL, "invalid host `%s` (a DNS name or an address, no port)",
+                          name);
+  return 0;
+}
+
 static int signals_fd(agsx_error_t *err) {
   sigset_t set;
   sigemptyset(&set);
@@ -507,12 +556,17 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
   agsx_debug("serve: libmicrohttpd: %s", msg);
 }
 
+/* Connections closed from conns.c that MHD has not noticed yet. */
+#define CONNECTION_SLACK 64
+
 static int start_daemon(struct server *s, int lfd, agsx_error_t *err) {
   unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
   s->d = agsx_mhd.start_daemon(
       flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
       MHD_OPTION_LISTEN_SOCKET, lfd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)AGSX_API_MAX_CONNECTIONS,
+      MHD_OPTION_NOTIFY_CONNECTION, agsx_api_conn_notify, s,
+      /* Above ours, so that a newcomer reaches conns.c, which makes room. */
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)(AGSX_API_MAX_CONNECTIONS + CONNECTION_SLACK),
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)AGSX_API_IDLE_SEC,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(512 * 1024), MHD_OPTION_END);
   if (s->d == NULL)
@@ -530,6 +584,15 @@ static void loop(struct server *s) {
   struct epoll_event evs[64];
   while (!s->stopping) {
     int64_t t = streams_timeout_ms(s);
+    int ct = agsx_api_code_timeout_ms(s);
+    if (ct >= 0 && ct < t)
+      t = ct;
+    ct = agsx_api_conns_timeout_ms(s);
+    if (ct >= 0 && ct < t)
+      t = ct;
+    ct = agsx_api_envd_timeout_ms(s);
+    if (ct >= 0 && ct < t)
+      t = ct;
     MHD_UNSIGNED_LONG_LONG mt;
     if (agsx_mhd.get_timeout(s->d, &mt) == MHD_YES && (int64_t)mt < t)
       t = (int64_t)mt;
@@ -543,6 +606,8 @@ static void loop(struct server *s) {
         on_signals(s);
     reap_children(s);
     agsx_api_envd_tick(s);
+    agsx_api_code_tick(s);
+    agsx_api_conns_tick(s);
     pump_streams(s);
     agsx_mhd.run(s->d);
   }
@@ -552,6 +617,7 @@ static void loop(struct server *s) {
  * SDK retries elsewhere or reports the sandbox unreachable) and is resumed,
  * for libmicrohttpd refuses to stop with suspended connections. */
 static void drain(struct server *s) {
+  agsx_api_code_stop(s);
   for (struct stream *st = s->streams; st; st = st->next) {
     agsx_stream_end(st, AGSX_CONNECT_UNAVAILABLE, "the server is stopping");
     if (st->suspended) {
@@ -560,7 +626,7 @@ static void drain(struct server *s) {
     }
   }
   int64_t until = agsx_mono_ns() + 2000000000LL;
-  while (s->streams && agsx_mono_ns() < until) {
+  while ((s->streams || s->code_ops) && agsx_mono_ns() < until) {
     struct epoll_event ev[8];
     epoll_wait(s->epfd, ev, AGSX_ARRAY_SIZE(ev), 50);
     agsx_mhd.run(s->d);
@@ -576,6 +642,7 @@ int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err) {
   if (agsx_mhd_load(err) < 0)
     return -1;
   struct server s = {.cfg = cfg, .epfd = -1, .sigfd = -1, .statefd = -1, .spawner = {-1, 0}};
+  s.conns = agsx_api_conns_new();
   int ret = -1;
   _cleanup_close_ int lfd = -1;
   bool created = false;
@@ -589,6 +656,12 @@ int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err) {
                                &created, err) < 0) {
     goto out;
   }
+  for (size_t i = 0; cfg->hosts && cfg->hosts[i]; i++) {
+    char h[AGSX_API_HOST_MAX + 1];
+    if (host_name(cfg->hosts[i], h, err) < 0)
+      goto out;
+    agsx_strv_push(&s.hosts, h);
+  }
   /* First, while this process has no fd worth keeping from a supervisor. */
   if (agsx_spawner_start(&s.spawner, err) < 0)
     goto out;
@@ -598,6 +671,8 @@ int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err) {
   lfd = listen_socket(cfg, err);
   if (lfd < 0)
     goto out;
+  /* Every connection an fd, and the streams' and watchers' beside them. */
+  agsx_relay_fd_limit_raise(AGSX_API_MAX_CONNECTIONS + CONNECTION_SLACK + 1024);
   s.epfd = epoll_create1(EPOLL_CLOEXEC);
   if (s.epfd < 0) {
     agsx_error_set(err, errno, "epoll_create1");
@@ -625,7 +700,8 @@ int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err) {
   ret = 0;
 out:
   if (s.d)
-    agsx_mhd.stop_daemon(s.d); /* frees the streams through their responses */
+    agsx_mhd.stop_daemon(s.d);  /* frees the streams through their responses */
+  agsx_api_conns_free(s.conns); /* after MHD's last close notification */
   agsx_api_envd_fini(&s);
   agsx_spawner_stop(&s.spawner);
   if (s.sigfd >= 0)
@@ -636,5 +712,6 @@ out:
     close(s.statefd);
   free(s.ids);
   free(s.key);
+  agsx_strv_free(s.hosts);
   return ret;
 }

@@ -28,10 +28,16 @@
 #define AGSX_API_STREAM_QUEUE (128u << 20)
 #define AGSX_API_STREAM_QUEUE_LOW (4u << 20)
 #define AGSX_API_QUEUE_TOTAL (512u << 20)
+/* Connections (conns.c): all together, and of one client (address). Past
+ * either, the oldest connection waiting for a request's headers is closed
+ * to make room (the newcomer when none waits). */
 #define AGSX_API_MAX_CONNECTIONS 1024
-/* An idle connection is closed after this; so is one whose client sent a
- * partial request and closed at once (libmicrohttpd reads it in one go and
- * sees the end only at its timeout). */
+#define AGSX_API_PER_CLIENT 256
+/* A connection waiting for a request's headers (a new one, or a kept-alive
+ * one between requests) is closed after this, however it trickles them. */
+#define AGSX_API_HEADER_SEC 10
+/* A connection in a request that stays idle (a body that stopped coming)
+ * is closed after this (libmicrohttpd's timeout, restarted by each byte). */
 #define AGSX_API_IDLE_SEC 30
 #define AGSX_API_TIMEOUT_MAX 86400 /* seconds, a sandbox's lifetime (DESIGN.md: 24 h) */
 #define AGSX_API_TIMEOUT_DEFAULT 300
@@ -41,6 +47,10 @@ struct agsx_api_config {
   const char *root, *state; /* the image store and the state directory */
   const char *listen;       /* ADDR:PORT (IPv4 or [IPv6]); NULL: AGSX_API_DEFAULT_LISTEN */
   bool listen_public;       /* a non-loopback ADDR is refused without it */
+  /* Host names (or addresses) requests may name in Host and Origin besides
+   * the address they reached and localhost; one label below a name is
+   * also its (E2B's api.NAME, PORT-ID.NAME). NULL: none. */
+  char **hosts;
   const char *api_key;      /* NULL: read (or generate) API_KEY_FILE */
   const char *api_key_file; /* NULL: AGSX_API_KEY_FILE */
   /* The network of sandboxes whose creator allows internet access:

@@ -3,8 +3,10 @@
 
 #include "api/wire.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <string.h>
+#include <strings.h>
 
 void agsx_buf_add(struct agsx_buf *b, const void *data, size_t len) {
   if (len == 0)
@@ -290,4 +292,122 @@ int agsx_base64_decode(const char *s, size_t max, char **ret, size_t *ret_len, a
   *ret = (char *)out;
   *ret_len = o;
   return 0;
+}
+
+/* ---- Host and Origin ---------------------------------------------------------------------- */
+
+/* A port after a host: 1 to 5 digits, 0 to 65535. */
+static bool port_ok(const char *s, size_t n) {
+  if (n == 0 || n > 5)
+    return false;
+  unsigned long v = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] < '0' || s[i] > '9')
+      return false;
+    v = v * 10 + (unsigned long)(s[i] - '0');
+  }
+  return v <= 65535;
+}
+
+/* S[0..N) as RFC 3986's host: "[v6]" (the brackets dropped), or a name or
+ * IPv4 address of letters, digits, '-', '.', '_' (lowercased; one final
+ * dot, a fully qualified name's, dropped). */
+static int host_part(const char *s, size_t n, char ret[static AGSX_API_HOST_MAX + 1],
+                     agsx_error_t *err) {
+  if (n > 0 && s[0] == '[') {
+    if (n < 3 || s[n - 1] != ']' || n - 2 > AGSX_API_HOST_MAX)
+      return agsx_error_set_quiet(err, EINVAL, "invalid IPv6 host");
+    char v6[AGSX_API_HOST_MAX + 1];
+    memcpy(v6, s + 1, n - 2);
+    v6[n - 2] = '\0';
+    struct in6_addr a;
+    if (inet_pton(AF_INET6, v6, &a) != 1)
+      return agsx_error_set_quiet(err, EINVAL, "invalid IPv6 host");
+    inet_ntop(AF_INET6, &a, ret, AGSX_API_HOST_MAX + 1);
+    return 0;
+  }
+  if (n > 0 && s[n - 1] == '.')
+    n--;
+  if (n == 0 || n > AGSX_API_HOST_MAX)
+    return agsx_error_set_quiet(err, EINVAL, "empty or overlong host");
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (!isalnum(c) && c != '-' && c != '.' && c != '_')
+      return agsx_error_set_quiet(err, EINVAL, "invalid character in host");
+    if (c == '.' && (i == 0 || s[i - 1] == '.'))
+      return agsx_error_set_quiet(err, EINVAL, "empty label in host");
+    ret[i] = (char)tolower(c);
+  }
+  ret[n] = '\0';
+  return 0;
+}
+
+int agsx_api_host_parse(const char *value, char ret[static AGSX_API_HOST_MAX + 1],
+                        agsx_error_t *err) {
+  size_t n = strlen(value);
+  /* The port is what follows the last colon after any "]". */
+  const char *close = memchr(value, ']', n);
+  const char *colon = strrchr(close ? close : value, ':');
+  size_t hn = colon ? (size_t)(colon - value) : n;
+  if (colon && !port_ok(colon + 1, n - hn - 1))
+    return agsx_error_set_quiet(err, EINVAL, "invalid port in host");
+  if (close && close != value + hn - 1)
+    return agsx_error_set_quiet(err, EINVAL, "invalid IPv6 host");
+  return host_part(value, hn, ret, err);
+}
+
+int agsx_api_origin_parse(const char *value, char ret[static AGSX_API_HOST_MAX + 1],
+                          agsx_error_t *err) {
+  size_t skip = strncasecmp(value, "http://", 7) == 0    ? 7
+                : strncasecmp(value, "https://", 8) == 0 ? 8
+                                                         : 0;
+  if (skip == 0) /* "null" (a sandboxed frame, a file:), other schemes */
+    return agsx_error_set_quiet(err, EINVAL, "not an http(s) origin");
+  if (strpbrk(value + skip, "/?#@\\"))
+    return agsx_error_set_quiet(err, EINVAL, "an origin has no path, query or user");
+  return agsx_api_host_parse(value + skip, ret, err);
+}
+
+/* A as an address (IPv4-mapped IPv6 taken as IPv4): its family, 0 for a name. */
+static int ip_of(const char *s, unsigned char out[16]) {
+  struct in6_addr a6;
+  if (inet_pton(AF_INET, s, out) == 1)
+    return AF_INET;
+  if (inet_pton(AF_INET6, s, &a6) != 1)
+    return 0;
+  if (IN6_IS_ADDR_V4MAPPED(&a6)) {
+    memcpy(out, a6.s6_addr + 12, 4);
+    return AF_INET;
+  }
+  memcpy(out, a6.s6_addr, 16);
+  return AF_INET6;
+}
+
+/* HOST is NAME, or one label below it (LABEL.NAME). */
+static bool name_or_below(const char *host, const char *name) {
+  size_t h = strlen(host), n = strlen(name);
+  if (h == n)
+    return strcasecmp(host, name) == 0;
+  if (h < n + 2 || host[h - n - 1] != '.' || strcasecmp(host + h - n, name) != 0)
+    return false;
+  return memchr(host, '.', h - n - 1) == NULL;
+}
+
+bool agsx_api_host_allowed(const char *host, const char *local, char *const *names) {
+  unsigned char a[16], b[16];
+  int fa = ip_of(host, a);
+  if (fa) {
+    if (local && ip_of(local, b) == fa && memcmp(a, b, fa == AF_INET ? 4 : 16) == 0)
+      return true;
+    for (size_t i = 0; names && names[i]; i++)
+      if (ip_of(names[i], b) == fa && memcmp(a, b, fa == AF_INET ? 4 : 16) == 0)
+        return true;
+    return false;
+  }
+  if (name_or_below(host, "localhost"))
+    return true;
+  for (size_t i = 0; names && names[i]; i++)
+    if (!ip_of(names[i], b) && name_or_below(host, names[i]))
+      return true;
+  return false;
 }

@@ -9,6 +9,8 @@
  *                           once more by the SDK)
  *   Basic auth              envd's user: "Basic base64(user:)"
  *   base64                  standard, with padding (protobuf-JSON bytes)
+ *   Host and Origin         the host a request names, and whether it is
+ *                           this server's (against DNS rebinding)
  *
  * Nothing here allocates without a bound. */
 #ifndef AGSX_API_WIRE_H
@@ -90,5 +92,31 @@ bool agsx_api_user_is_valid(const char *name);
  * parsers do); *RET_LEN the decoded size; at most MAX decoded bytes. */
 char *agsx_base64_encode(const void *buf, size_t len);
 int agsx_base64_decode(const char *s, size_t max, char **ret, size_t *ret_len, agsx_error_t *err);
+
+/* ---- Host and Origin ----
+ * A web page can reach a server on loopback through DNS rebinding: its own
+ * name, resolved again to 127.0.0.1, makes the browser send the page's
+ * requests here, with the page's name as Host and its origin as Origin.
+ * The server therefore answers only the hosts it is (see server.h's
+ * hosts) and no cross-site Origin. */
+#define AGSX_API_HOST_MAX 253 /* a DNS name's longest text */
+/* The host of a Host header ("name", "name:port", "1.2.3.4:port",
+ * "[v6]:port"): lowercased, without port, brackets or a final dot; an IPv6
+ * address in its canonical text. EINVAL for anything else (an empty or
+ * overlong name, a character outside letters, digits, '-', '.', '_', an
+ * empty label, a bad port). */
+int agsx_api_host_parse(const char *value, char ret[static AGSX_API_HOST_MAX + 1],
+                        agsx_error_t *err);
+/* The host of an Origin header ("http[s]://host[:port]"); EINVAL for
+ * "null", another scheme, a path, a query or user info. */
+int agsx_api_origin_parse(const char *value, char ret[static AGSX_API_HOST_MAX + 1],
+                          agsx_error_t *err);
+/* Whether HOST (as parsed above) is this server's: an address equal to
+ * LOCAL (the address the client reached, NULL: none) or to one of NAMES;
+ * "localhost"; or a name of NAMES, or one label below one ("api.NAME",
+ * "sandbox.NAME" and "PORT-ID.NAME", as E2B's SDKs build them from
+ * E2B_DOMAIN), and the same below "localhost". Ports do not matter: a
+ * rebinding page's name is what gives it away. */
+bool agsx_api_host_allowed(const char *host, const char *local, char *const *names);
 
 #endif

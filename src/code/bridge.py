@@ -899,6 +899,7 @@ def reader():
                 pending[rid] = ex
                 requests.put(("execute", ex))
             elif op == "interrupt":
+                chunks.pop(rid, None)  # cancelled before its execute line came
                 ex = pending.get(rid)
                 if ex is not None:
                     ex.cancelled.set()

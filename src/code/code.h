@@ -67,6 +67,31 @@ int agsx_code_context_restart(int statefd, const char *sandbox, const struct ags
 int agsx_code_context_remove(int statefd, const char *sandbox, const struct agsx_code_context *c,
                              agsx_error_t *err);
 
+/* The four calls above block for a kernel's start, a lock or a bridge's
+ * end (seconds). The same operations as poll components, for a front end
+ * with one loop (the server), which none of them may stall: poll
+ * agsx_code_op_fd() (-1: none now) for POLLIN with
+ * agsx_code_op_timeout_ms(), then call agsx_code_op_dispatch(): 1 done,
+ * 0 not yet, -1 failed (ERR, worded as the blocking call's). A create or
+ * default that is done has its context in agsx_code_op_context(). The
+ * blocking calls run these under poll(): one implementation. Freeing an
+ * operation that has not finished closes the stdin of a bridge it started
+ * (the bridge ends, with its kernel) and waits for nothing. */
+struct agsx_code_op;
+int agsx_code_op_create(int statefd, const char *sandbox, const char *language, const char *cwd,
+                        struct agsx_code_op **ret, agsx_error_t *err);
+int agsx_code_op_default(int statefd, const char *sandbox, const char *language,
+                         struct agsx_code_op **ret, agsx_error_t *err);
+int agsx_code_op_restart(int statefd, const char *sandbox, const struct agsx_code_context *c,
+                         struct agsx_code_op **ret, agsx_error_t *err);
+int agsx_code_op_remove(int statefd, const char *sandbox, const struct agsx_code_context *c,
+                        struct agsx_code_op **ret, agsx_error_t *err);
+int agsx_code_op_fd(const struct agsx_code_op *op);
+int agsx_code_op_timeout_ms(const struct agsx_code_op *op);
+int agsx_code_op_dispatch(struct agsx_code_op *op, agsx_error_t *err);
+const struct agsx_code_context *agsx_code_op_context(const struct agsx_code_op *op);
+void agsx_code_op_free(struct agsx_code_op *op);
+
 /* ---- one execution ------------------------------------------------------ */
 
 enum agsx_code_item_type {
@@ -126,7 +151,9 @@ typedef int (*agsx_code_item_fn)(const struct agsx_code_item *item, void *data);
 
 /* A running execution, for any poll loop (as relay.h): poll
  * agsx_code_exec_fd() for POLLIN with agsx_code_exec_timeout_ms(), then
- * call agsx_code_exec_dispatch(). */
+ * call agsx_code_exec_dispatch(). The code goes to the bridge as it takes
+ * it (a bridge that reads nothing for a minute fails the execution), never
+ * waited for: the start sends a first part, dispatch the rest. */
 struct agsx_code_exec;
 int agsx_code_exec_start(int statefd, const char *sandbox, const struct agsx_code_context *c,
                          const struct agsx_code_exec_spec *spec, struct agsx_code_exec **ret,

@@ -13,6 +13,7 @@
 
 #include "sandbox/logbuf.h"
 #include "util/conf.h"
+#include "util/inotify.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -322,72 +323,42 @@ void agsx_log_writer_free(struct agsx_log_writer *w) {
 
 /* ---- the reader --------------------------------------------------------------------------- */
 
-/* Closing an inotify instance that had a watch waits for the kernel to
- * destroy its marks (an SRCU grace period: 60-90 ms here, per close), which
- * stalls a server's loop at the end of every stream. With a pool
- * (agsx_log_reader_pool) instances are kept for reuse instead, their watch
- * removed (which does not wait), up to its size; a forked child forgets its
- * parent's (they are not its to hand out, and may be closed). */
+/* Readers follow their writer through inotify: an instance each, or, in a
+ * process that shares a hub (agsx_log_readers_share: a server following
+ * many logs), a subscription of the hub's "logs" group, whose events only
+ * wake its loop (every reader reads to the end of its log anyway). A
+ * forked child forgets its parent's hub: it is not its to use. */
 static struct {
   pthread_mutex_t lock;
   pid_t owner;
-  int fd[AGSX_LOG_POOL_MAX];
-  size_t n, max;
-} pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  struct agsx_inotify *hub;
+} share = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-void agsx_log_reader_pool(size_t max) {
-  pthread_mutex_lock(&pool.lock);
-  pool.max = max < AGSX_LOG_POOL_MAX ? max : AGSX_LOG_POOL_MAX;
-  while (pool.owner == getpid() && pool.n > pool.max)
-    close(pool.fd[--pool.n]);
-  pthread_mutex_unlock(&pool.lock);
+void agsx_log_readers_share(struct agsx_inotify *hub) {
+  pthread_mutex_lock(&share.lock);
+  share.owner = getpid();
+  share.hub = hub;
+  pthread_mutex_unlock(&share.lock);
+}
+
+static struct agsx_inotify *shared_hub(void) {
+  pthread_mutex_lock(&share.lock);
+  struct agsx_inotify *h = share.owner == getpid() ? share.hub : NULL;
+  pthread_mutex_unlock(&share.lock);
+  return h;
 }
 
 static void drain_fd(int fd) {
   char buf[4096];
-  while (read(fd, buf, sizeof(buf)) > 0) {
+  while (fd >= 0 && read(fd, buf, sizeof(buf)) > 0) {
   }
-}
-
-static int inotify_take(void) {
-  int fd = -1;
-  pthread_mutex_lock(&pool.lock);
-  if (pool.owner != getpid()) {
-    pool.owner = getpid();
-    pool.n = 0;
-    pool.max = 0;
-  }
-  if (pool.n > 0)
-    fd = pool.fd[--pool.n];
-  pthread_mutex_unlock(&pool.lock);
-  if (fd >= 0) {
-    drain_fd(fd); /* the old watch's IN_IGNORED */
-    return fd;
-  }
-  return inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-}
-
-static void inotify_give(int fd, int wd) {
-  if (fd < 0)
-    return;
-  if (wd < 0 || inotify_rm_watch(fd, wd) < 0) {
-    close(fd);
-    return;
-  }
-  pthread_mutex_lock(&pool.lock);
-  bool kept = pool.owner == getpid() && pool.n < pool.max;
-  if (kept)
-    pool.fd[pool.n++] = fd;
-  pthread_mutex_unlock(&pool.lock);
-  if (!kept)
-    close(fd);
 }
 
 struct agsx_log_reader {
-  int dirfd, inofd, segfd;
-  int wd;             /* the watch of inofd */
-  uint64_t seg_start; /* of the open segment */
-  uint64_t offset;    /* of the next record */
+  int dirfd, inofd, segfd;      /* inofd: its own instance, or -1 */
+  struct agsx_inotify_sub *sub; /* or its subscription of the shared hub */
+  uint64_t seg_start;           /* of the open segment */
+  uint64_t offset;              /* of the next record */
   bool positioned, from_end;
   bool ended;
   struct agsx_log_rec end;
@@ -400,21 +371,30 @@ static int position(struct agsx_log_reader *r, uint64_t *ret_lost);
 int agsx_log_reader_open(int dirfd, const char *name, uint64_t from, struct agsx_log_reader **ret,
                          agsx_error_t *err) {
   struct agsx_log_reader *r = xzalloc(sizeof(*r));
-  r->segfd = r->inofd = r->wd = -1;
+  r->segfd = r->inofd = -1;
   r->buf = xmalloc(AGSX_LOG_REC_MAX);
   r->dirfd = open_log_dir(dirfd, name, false, err);
   if (r->dirfd < 0) {
     agsx_log_reader_free(r);
     return -1;
   }
-  r->inofd = inotify_take();
-  char path[64];
-  snprintf(path, sizeof(path), "/proc/self/fd/%d", r->dirfd);
-  if (r->inofd < 0 || (r->wd = inotify_add_watch(
-                           r->inofd, path, IN_MODIFY | IN_CREATE | IN_MOVED_TO | IN_DELETE)) < 0) {
-    agsx_error_set(err, errno, "watch log `%s`", name);
-    agsx_log_reader_free(r);
-    return -1;
+  const uint32_t mask = IN_MODIFY | IN_CREATE | IN_MOVED_TO | IN_DELETE;
+  struct agsx_inotify *hub = shared_hub();
+  if (hub) {
+    if (agsx_inotify_add(hub, "logs", 0, r->dirfd, mask, NULL, NULL, &r->sub, err) < 0) {
+      agsx_error_wrap(err, "follow log `%s`", name);
+      agsx_log_reader_free(r);
+      return -1;
+    }
+  } else {
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", r->dirfd);
+    r->inofd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    if (r->inofd < 0 || inotify_add_watch(r->inofd, path, mask) < 0) {
+      agsx_error_set(err, errno, "watch log `%s`", name);
+      agsx_log_reader_free(r);
+      return -1;
+    }
   }
   r->from_end = from == AGSX_LOG_FROM_END;
   r->offset = r->from_end ? 0 : from;
@@ -600,8 +580,8 @@ void agsx_log_reader_free(struct agsx_log_reader *r) {
   if (r == NULL)
     return;
   agsx_closep(&r->segfd);
-  inotify_give(r->inofd, r->wd);
-  r->inofd = -1;
+  agsx_inotify_rm(r->sub);
+  agsx_closep(&r->inofd);
   agsx_closep(&r->dirfd);
   free(r->buf);
   free(r);

@@ -77,17 +77,19 @@ int agsx_log_reader_open(int dirfd, const char *name, uint64_t from, struct agsx
 /* The next record: 1 (filled), 0 (nothing yet: poll agsx_log_reader_fd, then
  * call again), 2 (the end was read: no more records), -1 error. Never blocks. */
 int agsx_log_next(struct agsx_log_reader *r, struct agsx_log_rec *ret, agsx_error_t *err);
-/* An inotify fd: readable when more may be there. */
+/* An inotify fd: readable when more may be there; -1 for a reader of a
+ * shared hub (agsx_log_readers_share). */
 int agsx_log_reader_fd(const struct agsx_log_reader *r);
 /* The offset of the next record to read (a resume point). */
 uint64_t agsx_log_reader_offset(const struct agsx_log_reader *r);
 void agsx_log_reader_free(struct agsx_log_reader *r);
-/* Closing a reader's inotify instance waits for the kernel (60-90 ms on a
- * busy machine): a long-lived process (a server ending many streams) may
- * keep up to MAX (at most AGSX_LOG_POOL_MAX) instances of freed readers
- * for the next ones instead. Default 0: each is closed. The kept fds are
- * CLOEXEC and show in /proc/self/fd; a forked child does not use them. */
-#define AGSX_LOG_POOL_MAX 64
-void agsx_log_reader_pool(size_t max);
+/* From now on this process's new readers subscribe to HUB (util/inotify.h,
+ * group "logs") instead of making an inotify instance each: a server that
+ * follows many logs at once would otherwise spend host root's instances
+ * (128 for the whole host by default). Their agsx_log_reader_fd() is then
+ * -1: the hub's fd wakes the process's loop, which calls agsx_log_next()
+ * of its readers. NULL: an instance each again. One thread uses the hub. */
+struct agsx_inotify;
+void agsx_log_readers_share(struct agsx_inotify *hub);
 
 #endif

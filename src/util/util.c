@@ -492,6 +492,7 @@ struct rm_level {
 struct rm_walk {
   struct rm_level *v;
   size_t n, cap;
+  const struct agsx_rm_gate *gate; /* NULL: everything goes */
 };
 
 static void rm_level_clear(struct rm_level *l) {
@@ -508,8 +509,9 @@ static void rm_walk_clear(struct rm_walk *w) {
 }
 
 /* Unlinks everything in the directory FD but its subdirectories, which it
- * records in L. The stream reads a duplicate: FD stays ours. */
-static int rm_scan(int fd, struct rm_level *l, agsx_error_t *err) {
+ * records in L; with a gate, each entry passes it first (the first refusal
+ * stops the walk). The stream reads a duplicate: FD stays ours. */
+static int rm_scan(int fd, struct rm_level *l, const struct agsx_rm_gate *gate, agsx_error_t *err) {
   _cleanup_dir_ DIR *dir = agsx_dir_stream(fd);
   if (dir == NULL)
     return agsx_error_set(err, errno, "read directory");
@@ -517,6 +519,8 @@ static int rm_scan(int fd, struct rm_level *l, agsx_error_t *err) {
   while ((errno = 0, de = readdir(dir)) != NULL) {
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
       continue;
+    if (gate && gate->may(gate->data, fd, de->d_name, err) < 0)
+      return -1;
     if (unlinkat(fd, de->d_name, 0) == 0 || errno == ENOENT)
       continue;
     if (errno != EISDIR && errno != EPERM)
@@ -535,6 +539,9 @@ static int rm_scan(int fd, struct rm_level *l, agsx_error_t *err) {
 /* Enters subdirectory NAME of *FD: *FD becomes the child's. */
 static int rm_down(struct rm_walk *w, int *fd, char *name, agsx_error_t *err) {
   _cleanup_free_ char *owned = name;
+  /* Again at the descent: the entry may have been replaced since the scan. */
+  if (w->gate && w->gate->may(w->gate->data, *fd, name, err) < 0)
+    return -1;
   int sub = openat(*fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (sub < 0 && errno == ENOENT)
     return 0;
@@ -552,7 +559,7 @@ static int rm_down(struct rm_walk *w, int *fd, char *name, agsx_error_t *err) {
     w->v = xrealloc(w->v, w->cap * sizeof(*w->v));
   }
   w->v[w->n++] = (struct rm_level){.dev = st.st_dev, .ino = st.st_ino, .name = steal_ptr(&owned)};
-  return rm_scan(*fd, &w->v[w->n - 1], err);
+  return rm_scan(*fd, &w->v[w->n - 1], w->gate, err);
 }
 
 /* Leaves the emptied top level for its parent and removes it there. */
@@ -580,15 +587,16 @@ static int rm_up(struct rm_walk *w, int *fd, agsx_error_t *err) {
 }
 
 /* Empties the directory FD (ours: closed here) depth first, iteratively. */
-static int rm_rf_children(int fd, agsx_error_t *err) {
+static int rm_rf_children(int fd, const struct agsx_rm_gate *gate, agsx_error_t *err) {
   _cleanup_close_ int cur = fd;
-  _cleanup_(rm_walk_clear) struct rm_walk w = {.v = xzalloc(16 * sizeof(*w.v)), .n = 1, .cap = 16};
+  _cleanup_(rm_walk_clear) struct rm_walk w = {
+      .v = xzalloc(16 * sizeof(*w.v)), .n = 1, .cap = 16, .gate = gate};
   struct stat st;
   if (fstat(cur, &st) < 0)
     return agsx_error_set(err, errno, "stat");
   w.v[0].dev = st.st_dev;
   w.v[0].ino = st.st_ino;
-  if (rm_scan(cur, &w.v[0], err) < 0)
+  if (rm_scan(cur, &w.v[0], gate, err) < 0)
     return -1;
   while (w.n > 1 || w.v[0].n > 0) {
     struct rm_level *l = &w.v[w.n - 1];
@@ -599,7 +607,8 @@ static int rm_rf_children(int fd, agsx_error_t *err) {
   return 0;
 }
 
-int agsx_rm_rf_at(int dirfd, const char *name, agsx_error_t *err) {
+int agsx_rm_rf_gated_at(int dirfd, const char *name, const struct agsx_rm_gate *gate,
+                        agsx_error_t *err) {
   if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT)
     return 0;
   if (errno != EISDIR && errno != EPERM)
@@ -607,11 +616,15 @@ int agsx_rm_rf_at(int dirfd, const char *name, agsx_error_t *err) {
   int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0)
     return agsx_error_set(err, errno, "open `%s`", name);
-  if (rm_rf_children(fd, err) < 0)
+  if (rm_rf_children(fd, gate, err) < 0)
     return agsx_error_wrap(err, "remove `%s`", name);
   if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
     return agsx_error_set(err, errno, "rmdir `%s`", name);
   return 0;
+}
+
+int agsx_rm_rf_at(int dirfd, const char *name, agsx_error_t *err) {
+  return agsx_rm_rf_gated_at(dirfd, name, NULL, err);
 }
 
 int agsx_rm_children_at(int dirfd, const char *name, agsx_error_t *err) {
@@ -620,7 +633,7 @@ int agsx_rm_children_at(int dirfd, const char *name, agsx_error_t *err) {
     return 0;
   if (fd < 0)
     return agsx_error_set(err, errno, "open `%s`", name);
-  if (rm_rf_children(fd, err) < 0)
+  if (rm_rf_children(fd, NULL, err) < 0)
     return agsx_error_wrap(err, "empty `%s`", name);
   return 0;
 }

@@ -163,6 +163,17 @@ int agsx_write_file_atomic(int dirfd, const char *name, const void *data, size_t
 int agsx_mkdir_p(const char *path, mode_t mode, agsx_error_t *err);
 /* Removes NAME under DIRFD and everything below it without following symlinks. */
 int agsx_rm_rf_at(int dirfd, const char *name, agsx_error_t *err);
+/* The same for a tree that is not all ours to remove (a sandbox's, by the
+ * API on its root's behalf): every entry below NAME, at every level, first
+ * passes MAY(DATA, the fd of its directory, its name), which fails (< 0,
+ * ERR set) to refuse it; the first refusal stops the removal, leaving what
+ * was not removed yet. NAME itself is the caller's to check. */
+struct agsx_rm_gate {
+  int (*may)(void *data, int dirfd, const char *name, agsx_error_t *err);
+  void *data;
+};
+int agsx_rm_rf_gated_at(int dirfd, const char *name, const struct agsx_rm_gate *gate,
+                        agsx_error_t *err);
 /* Empties the directory NAME under DIRFD (everything below it, as
  * agsx_rm_rf_at), leaving the directory itself; a missing NAME is empty. */
 int agsx_rm_children_at(int dirfd, const char *name, agsx_error_t *err);

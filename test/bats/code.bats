@@ -421,8 +421,10 @@ else:
   [ "$output" = "Context 0123456789abcdef0123456789abcdef not found 404" ]
   [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -H "X-Access-Token: $tok" \
     -d '{"code":"1","language":"r"}' "$U/execute")" = 500 ]
-  [ "$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "${h[@]}" "$U/contexts/nope")" = 404 ]
-  [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -d 'junk' "$U/contexts")" = 400 ]
+  [ "$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "${h[@]}" -H "X-Access-Token: $tok" \
+    "$U/contexts/nope")" = 404 ]
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -H "X-Access-Token: $tok" -d 'junk' \
+    "$U/contexts")" = 400 ]
   # A silent cell gets keepalives; a client that goes away interrupts it.
   curl -sN -m 7 "${h[@]}" -H "X-Access-Token: $tok" \
     -d '{"code":"import time\nmark = 1\ntime.sleep(300)"}' "$U/execute" >"$T/ka" || true
@@ -434,6 +436,103 @@ else:
   # A sandbox that is gone: 502.
   curl -s -X DELETE -H "X-API-KEY: $KEY" "$U/sandboxes/$id" >/dev/null
   [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" "$U/health")" = 502 ]
+}
+
+# Issue 24, finding 1: the context routes took no credentials at all.
+@test "code: port 49999 admits every route with the sandbox's token, as envd's (401 before anything runs)" {
+  serve_start
+  local c id tok traffic other otok
+  c=$(curl -s -X POST -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
+    -d '{"templateID":"code-interpreter-v1","timeout":120}' "$U/sandboxes")
+  id=$(echo "$c" | jq -r .sandboxID)
+  tok=$(echo "$c" | jq -r .envdAccessToken)
+  traffic=$(echo "$c" | jq -r .trafficAccessToken)
+  c=$(curl -s -X POST -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
+    -d '{"templateID":"code-interpreter-v1","timeout":120}' "$U/sandboxes")
+  other=$(echo "$c" | jq -r .sandboxID)
+  otok=$(echo "$c" | jq -r .trafficAccessToken)
+  local h=(-H "E2b-Sandbox-Id: $id" -H "E2b-Sandbox-Port: 49999" -H 'Content-Type: application/json')
+  local ctx=0123456789abcdef0123456789abcdef
+  # No token, a wrong one, another sandbox's: 401 on every route but /health.
+  local cred req
+  for cred in "" "E2B-Traffic-Access-Token: $otok" "X-Access-Token: x" "E2B-Traffic-Access-Token: $tok"; do
+    for req in "POST /contexts {}" "GET /contexts" "POST /contexts/$ctx/restart" \
+      "DELETE /contexts/$ctx" 'POST /execute {"code":"1"}' "GET /nope"; do
+      read -r m p b <<<"$req"
+      run curl -s -w ' %{http_code}' -X "$m" "${h[@]}" ${cred:+-H "$cred"} ${b:+-d "$b"} "$U$p"
+      [[ $output == '{"code":401,'*' 401' ]] || { echo "$cred $req: $output" >&3; false; }
+    done
+  done
+  [ "$(curl -s "${h[@]}" "$U/health")" = '"OK"' ]
+  [[ $traffic =~ ^[0-9a-f]{64}$ ]]
+  [ "$traffic" != "$tok" ]
+  # Nothing was started by those requests.
+  run curl -s "${h[@]}" -H "E2B-Traffic-Access-Token: $traffic" "$U/contexts"
+  [ "$output" = "[]" ]
+  # The traffic token opens port 49999 (what the SDK sends), not envd.
+  run curl -s -w ' %{http_code}' "${h[@]}" -H "E2B-Traffic-Access-Token: $traffic" \
+    -d '{"language":"bash"}' "$U/contexts"
+  [[ $output == '{"id":"'*'","language":"bash",'*' 200' ]]
+  local cid=${output:7:32}
+  run curl -s -w ' %{http_code}' -X POST -H "E2b-Sandbox-Id: $id" -H 'Content-Type: application/json' \
+    -H "E2B-Traffic-Access-Token: $traffic" -d '{}' "$U/process.Process/List"
+  [[ $output == *' 401' ]]
+  run curl -s -w ' %{http_code}' -X DELETE "${h[@]}" -H "X-Access-Token: $tok" "$U/contexts/$cid"
+  [ "$output" = 'null 200' ]
+  for x in $id $other; do curl -s -X DELETE -H "X-API-KEY: $KEY" "$U/sandboxes/$x" >/dev/null; done
+}
+
+holds_lock() { ls -l "/proc/$SRV_PID/fd" 2>/dev/null | grep -q code.lock; }
+
+# Issue 24, finding 1: a kernel's start held the server's one loop (four
+# creates delayed everyone by 18 s), and so did the lock of a default
+# context another front end was making.
+@test "code: a kernel's start, or a lock another front end holds, stalls no other request" {
+  serve_start
+  local c id tok full
+  c=$(curl -s -X POST -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
+    -d '{"templateID":"code-interpreter-v1","timeout":120}' "$U/sandboxes")
+  id=$(echo "$c" | jq -r .sandboxID)
+  tok=$(echo "$c" | jq -r .envdAccessToken)
+  full=$(ax ls -q --no-trunc | grep "^$id")
+  local h=(-H "E2b-Sandbox-Id: $id" -H "E2b-Sandbox-Port: 49999" -H 'Content-Type: application/json'
+    -H "X-Access-Token: $tok")
+  # Another front end (agsx code) making the default context: its lock,
+  # held for 20 s at most (an old server would wait that long in flock).
+  flock -o -x "$STATE/$full/code.lock" sleep 20 &
+  local holder=$!
+  poll 50 bash -c "! flock -n '$STATE/$full/code.lock' true"
+  curl -sN -m 60 "${h[@]}" -d '{"code":"6 * 7"}' "$U/execute" >"$T/exec.out" &
+  local cpid=$!
+  poll 100 holds_lock # the server has the request and waits for the lock
+  local t0=$SECONDS
+  run curl -s -m 10 -o /dev/null -w '%{http_code}' -H "X-API-KEY: $KEY" "$U/v2/sandboxes"
+  [ "$output" = 200 ]
+  run curl -s -m 10 -o /dev/null -w '%{http_code}' -H "E2b-Sandbox-Id: $id" "$U/health"
+  [ "$output" = 204 ]
+  [ $((SECONDS - t0)) -lt 5 ]
+  kill "$holder" # released: the execution goes on
+  wait "$holder" || true
+  wait "$cpid"
+  grep -q '"text":"42"' "$T/exec.out" || { cat "$T/exec.out"; false; }
+  # Kernels starting in parallel: a request sent after them is answered
+  # before the first of them is up.
+  local i pids=()
+  for i in 1 2 3; do
+    (curl -s -m 120 "${h[@]}" -d '{"language":"python"}' "$U/contexts" >"$T/ctx$i" &&
+      date +%s%N >"$T/ctx$i.at") &
+    pids+=($!)
+  done
+  poll 100 bash -c "[ \$(ls -l /proc/$SRV_PID/fd | grep -c 'procs.*log') -ge 3 ]" || true
+  curl -s -m 10 -o /dev/null -H "E2b-Sandbox-Id: $id" "$U/health"
+  local answered
+  answered=$(date +%s%N)
+  wait "${pids[@]}"
+  for i in 1 2 3; do
+    [[ $(cat "$T/ctx$i") == '{"id":"'* ]] || { cat "$T/ctx$i"; false; }
+    [ "$answered" -lt "$(cat "$T/ctx$i.at")" ]
+  done
+  curl -s -X DELETE -H "X-API-KEY: $KEY" "$U/sandboxes/$id" >/dev/null
 }
 
 @test "code: port 49999 /execute takes a 4 MiB cell; 16 MiB is its cap, other routes keep 1 MiB" {
@@ -459,8 +558,8 @@ else:
   # The other routes keep 1 MiB, on port 49999 too.
   python3 -c 'import json; print(json.dumps({"language": "python", "cwd": "/" + "a" * (2 << 20)}))' \
     >"$T/ctx.json"
-  [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" --data-binary @"$T/ctx.json" \
-    "$U/contexts")" = 413 ]
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -H "X-Access-Token: $tok" \
+    --data-binary @"$T/ctx.json" "$U/contexts")" = 413 ]
   [ "$(curl -s -o /dev/null -w '%{http_code}' -X POST -H "X-API-KEY: $KEY" \
     -H 'Content-Type: application/json' --data-binary @"$T/big.json" "$U/sandboxes")" = 413 ]
   curl -sN "${h[@]}" -H "X-Access-Token: $tok" -d '{"code":"6 * 7"}' "$U/execute" | grep -q '"text":"42"'

@@ -204,6 +204,56 @@ field() { # field KEY: KEY's value from the JSON object in $output
   ax kill hbox >/dev/null
 }
 
+# Issue 24, finding 6: host root removed what lay below a removable top.
+@test "fsops: a recursive Remove or Move passes the sandbox root's checks at every level" {
+  mkdir -p "$T/vol/open" "$T/vol/hdir"
+  echo host >"$T/vol/hostfile" && echo host >"$T/vol/hdir/f"
+  chmod 0755 "$T/vol" "$T/vol/hdir" && chmod 1777 "$T/vol/open"
+  ax run -d --name hbox --timeout 10m -v "$T/vol:/data/vol" busybox sleep 600 >/dev/null
+  BOX=hbox
+  # The sandbox's own root may not empty the volume: neither may the API.
+  run_ax exec hbox rm -rf /data
+  [ "$status" -ne 0 ]
+  [[ $output == *"Permission denied"* || $output == *"busy"* ]]
+  [ -e "$T/vol/hostfile" ]
+  fs - rm /data
+  [ "$status" = 1 ]
+  [[ $output == "invalid_argument: "*"cannot remove \`vol\` below /data: a mount point"* ]]
+  [ -e "$T/vol/hostfile" ]
+  [ -e "$T/vol/hdir/f" ]
+  # A directory of the sandbox's, with a host directory put in it: its
+  # entries are not the sandbox's to remove, nor the API's.
+  fs - mkdir /data/vol/open/mine
+  assert_success
+  mkdir "$T/vol/open/mine/hostdir" && echo host >"$T/vol/open/mine/hostdir/hostfile"
+  echo ours >"$T/vol/open/mine/z-ours"
+  chown "$(stat -c %u:%g "$T/vol/open/mine")" "$T/vol/open/mine/z-ours"
+  run_ax exec hbox rm -rf /data/vol/open/mine
+  [ "$status" -ne 0 ]
+  [[ $output == *"Permission denied"* ]]
+  [ -e "$T/vol/open/mine/hostdir/hostfile" ]
+  fs - rm /data/vol/open/mine
+  [ "$status" = 1 ]
+  [[ $output == "permission_denied: "*"hostfile"* ]]
+  [ -e "$T/vol/open/mine/hostdir/hostfile" ]
+  # A host directory moved to another parent (its ".." rewritten): no.
+  fs - mkdir /data/vol/open/other
+  assert_success
+  fs - mv /data/vol/open/mine/hostdir /data/vol/open/other/hostdir
+  [ "$status" = 1 ]
+  [[ $output == permission_denied:* ]]
+  [ -e "$T/vol/open/mine/hostdir/hostfile" ]
+  run_ax exec hbox mv /data/vol/open/mine/hostdir /data/vol/open/other/hostdir
+  [ "$status" -ne 0 ]
+  # What the sandbox owns still goes, host files aside.
+  rm -rf "$T/vol/open/mine/hostdir"
+  fs - rm /data/vol/open/mine
+  assert_success
+  [ ! -e "$T/vol/open/mine" ]
+  [ -e "$T/vol/hostfile" ]
+  ax kill hbox >/dev/null
+}
+
 @test "fsops: a 50 MiB upload is streamed, read back the same, in little memory" {
   start_box
   head -c $((50 << 20)) /dev/urandom >"$T/big"

@@ -226,6 +226,77 @@ run_sdk() {
   wait_gone "$id"
 }
 
+# Issue 24, finding 3: a web page could reach the server through DNS
+# rebinding (its own name resolved to 127.0.0.1) and send requests as the
+# server's own; curl --resolve is that page's browser.
+code_as() { curl -s -o /dev/null -w '%{http_code}' -H "X-API-KEY: $KEY" "$@"; }
+
+@test "serve: a rebinding page's Host and a cross-site Origin get 403; the listen address and localhost work" {
+  serve_start
+  run code_as --resolve "rebind.example:$PORT:127.0.0.1" "http://rebind.example:$PORT/v2/sandboxes"
+  [ "$output" = 403 ]
+  run curl -s --resolve "rebind.example:$PORT:127.0.0.1" -H "X-API-KEY: $KEY" \
+    "http://rebind.example:$PORT/v2/sandboxes"
+  [[ $output == '{"code":403,"message":"host `rebind.example:'* ]]
+  for h in "127.0.0.1:$PORT" 127.0.0.1 "localhost:$PORT" LOCALHOST. 49999-x.localhost; do
+    run code_as -H "Host: $h" "$U/v2/sandboxes"
+    [ "$output" = 200 ] || { echo "Host $h: $output" >&3; false; }
+  done
+  for h in 127.0.0.2 "[::1]" a.b.localhost localhost.example "localhost:x" 'a b' "localhost:65536"; do
+    run code_as -H "Host: $h" "$U/v2/sandboxes"
+    [ "$output" = 403 ] || { echo "Host '$h': $output" >&3; false; }
+  done
+  # Origins: the page's own site, never a cross-site one (nor "null").
+  for o in "http://localhost:5173" "http://127.0.0.1:$PORT"; do
+    run code_as -H "Origin: $o" "$U/v2/sandboxes"
+    [ "$output" = 200 ] || { echo "Origin $o: $output" >&3; false; }
+  done
+  for o in "http://rebind.example" null "file://" "http://localhost/x" "ftp://localhost"; do
+    run code_as -H "Origin: $o" "$U/v2/sandboxes"
+    [ "$output" = 403 ] || { echo "Origin $o: $output" >&3; false; }
+  done
+  # The same on a sandbox's ports, with its token, before anything runs.
+  id=$(create)
+  tok=$(api POST "/v2/sandboxes/$id/connect" '{"timeout":60}' | head -1 |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["envdAccessToken"])')
+  run curl -s -o /dev/null -w '%{http_code}' --resolve "rebind.example:$PORT:127.0.0.1" \
+    -H "E2b-Sandbox-Id: $id" -H "X-Access-Token: $tok" -H 'Content-Type: application/json' \
+    -d '{}' "http://rebind.example:$PORT/process.Process/List"
+  [ "$output" = 403 ]
+  run curl -s -o /dev/null -w '%{http_code}' -H 'Origin: http://rebind.example' \
+    -H "E2b-Sandbox-Id: $id" -H "E2b-Sandbox-Port: 49999" "$U/health"
+  [ "$output" = 403 ]
+  api DELETE "/sandboxes/$id" >/dev/null
+  wait_gone "$id"
+}
+
+@test "serve: --host NAME answers NAME and one label below it (E2B_DOMAIN's hosts); a bad NAME is refused" {
+  serve_start --host e2b.test --host 10.9.8.7
+  for h in "e2b.test:$PORT" api.e2b.test sandbox.e2b.test:443 E2B.TEST. 10.9.8.7 "127.0.0.1:$PORT"; do
+    run code_as -H "Host: $h" "$U/v2/sandboxes"
+    [ "$output" = 200 ] || { echo "Host $h: $output" >&3; false; }
+  done
+  for h in a.b.e2b.test e2b.test.example xe2b.test .e2b.test 1.10.9.8.7 rebind.example; do
+    run code_as -H "Host: $h" "$U/v2/sandboxes"
+    [ "$output" = 403 ] || { echo "Host '$h': $output" >&3; false; }
+  done
+  run code_as -H "Origin: https://api.e2b.test" "$U/v2/sandboxes"
+  [ "$output" = 200 ]
+  id=$(create)
+  tok=$(api POST "/v2/sandboxes/$id/connect" '{"timeout":60}' | head -1 |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["envdAccessToken"])')
+  run curl -s -o /dev/null -w '%{http_code}' -H "Host: 49983-$id.e2b.test" -H "E2b-Sandbox-Id: $id" \
+    -H "X-Access-Token: $tok" -H 'Content-Type: application/json' -d '{}' "$U/process.Process/List"
+  [ "$output" = 200 ]
+  api DELETE "/sandboxes/$id" >/dev/null
+  wait_gone "$id"
+  for h in e2b.test:80 'a/b' '' '[::1' .. 'a b'; do
+    run "$AGSX" --state "$STATE" serve --listen "127.0.0.1:$(free_port)" --api-key "$KEY" --host "$h"
+    [ "$status" -eq 125 ] || { echo "--host '$h': $status $output" >&3; false; }
+    [[ $output == "agsx: serve: invalid host"* ]]
+  done
+}
+
 @test "serve: listening off loopback needs --listen-public; the key file is generated 0600" {
   run "$AGSX" --state "$STATE" serve --listen 0.0.0.0:1 --api-key "$KEY"
   [ "$status" -eq 125 ]
@@ -402,6 +473,190 @@ create_with_token() {
 }
 
 rpc() { python3 "$AGSX_SRCDIR/test/serve/connect.py" "$PORT" "$ID" "$TOK" "$@"; }
+
+# Issue 24, finding 2: 1024 idle or trickling connections filled the
+# server's one connection limit, with no per-client bound and no deadline
+# for headers (each trickled byte restarted libmicrohttpd's idle timer).
+@test "serve: idle and trickling connections (one client, or many) never lock a well-behaved client out" {
+  serve_start
+  python3 - "$PORT" "$KEY" <<'PY'
+import socket, sys, time
+port, key = int(sys.argv[1]), sys.argv[2]
+def conn(src):
+    return socket.create_connection(('127.0.0.1', port), timeout=5, source_address=(src, 0))
+def request(what):
+    t0 = time.monotonic()
+    s = conn('127.0.0.1')
+    s.sendall(b'GET /v2/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-KEY: ' + key.encode() +
+              b'\r\nConnection: close\r\n\r\n')
+    data = b''
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        data += b
+    s.close()
+    took = time.monotonic() - t0
+    assert data.startswith(b'HTTP/1.1 200'), (what, data[:100])
+    assert took < 3, (what, took)  # generous: it is answered at once
+    print('%s: answered in %.0f ms' % (what, took * 1000), file=sys.stderr)
+def closed(s):
+    s.settimeout(0)
+    try:
+        return s.recv(1) == b''
+    except (BlockingIOError, ):
+        return False
+    except OSError:
+        return True
+# Many clients, more than the server holds, half of them trickling a request.
+many = []
+for i in range(5):
+    many += [conn('127.0.0.%d' % (3 + i)) for _ in range(220)]
+for s in many[::2]:
+    s.sendall(b'GET /v2/sand')
+request('1100 connections from 5 clients, half trickling')
+for s in many:
+    s.close()
+# One client, idle connections past its bound: its oldest give way.
+one = [conn('127.0.0.2') for _ in range(300)]
+request('one client with 300 idle connections')
+time.sleep(0.5)
+n = sum(closed(s) for s in one)
+assert n >= 300 - 256, ('connections of a client past its bound were not closed', n)
+for s in one:
+    s.close()
+print('ok')
+PY
+  # The server is left with nothing but its own fds.
+  poll 50 bash -c "[ \$(ls /proc/$SRV_PID/fd | wc -l) -le $SRV_FDS ]"
+}
+
+@test "serve: a connection trickling its headers is closed after 10 s" {
+  serve_start
+  python3 - "$PORT" <<'PY'
+import socket, sys, time
+port = int(sys.argv[1])
+s = socket.create_connection(('127.0.0.1', port), timeout=5)
+t0 = time.monotonic()
+req = b'GET /v2/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: ' + b'a' * 100
+gone = None
+for b in req:  # a byte a second, for 20 s at most
+    try:
+        s.sendall(bytes([b]))
+        s.settimeout(1)
+        if s.recv(1) == b'':
+            gone = time.monotonic() - t0
+            break
+    except socket.timeout:
+        continue
+    except OSError:
+        gone = time.monotonic() - t0
+        break
+    if time.monotonic() - t0 > 20:
+        break
+assert gone is not None and 9 <= gone <= 15, gone
+print('closed after %.1f s' % gone, file=sys.stderr)
+PY
+}
+
+inotify_instances() { # of process $1
+  python3 -c 'import os,sys
+d="/proc/%s/fd" % sys.argv[1]
+n=0
+for f in os.listdir(d):
+    try:
+        n += os.readlink(os.path.join(d, f)) == "anon_inode:inotify"
+    except OSError:
+        pass
+print(n)' "$1"
+}
+
+no_inotify_left() { [ "$(inotify_instances "$SRV_PID")" -eq 0 ]; }
+
+# Issue 24, finding 5: each watcher and each process stream was an inotify
+# instance of host root's (128 for the whole host by default), and the
+# server allowed 1024 of each.
+@test "serve: watchers and process streams share a few inotify instances; a sandbox's watchers are bounded" {
+  serve_start
+  create_with_token
+  python3 - "$PORT" "$ID" "$TOK" "$SRV_PID" <<'PY'
+import json, os, socket, struct, sys, time
+port, sid, tok, srv = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+def instances():
+    d = '/proc/%s/fd' % srv
+    n = 0
+    for f in os.listdir(d):
+        try:
+            n += os.readlink(os.path.join(d, f)) == 'anon_inode:inotify'
+        except OSError:
+            pass
+    return n
+def stream(method, msg):
+    body = json.dumps(msg).encode()
+    env = struct.pack('>BI', 0, len(body)) + body
+    s = socket.create_connection(('127.0.0.1', port), timeout=30)
+    s.sendall(('POST /%s HTTP/1.1\r\nHost: 127.0.0.1\r\nE2b-Sandbox-Id: %s\r\n'
+               'X-Access-Token: %s\r\nContent-Type: application/connect+json\r\n'
+               'Connect-Timeout-Ms: 60000\r\nContent-Length: %d\r\n\r\n'
+               % (method, sid, tok, len(env))).encode() + env)
+    got = b''
+    while b'{"' not in got.split(b'\r\n\r\n', 1)[-1] or b'\r\n\r\n' not in got:
+        b = s.recv(4096)
+        assert b, ('stream ended', method, got)
+        got += b
+    assert got.startswith(b'HTTP/1.1 200'), got[:200]
+    return s
+def unary(method, msg):
+    body = json.dumps(msg).encode()
+    s = socket.create_connection(('127.0.0.1', port), timeout=30)
+    s.sendall(('POST /%s HTTP/1.1\r\nHost: 127.0.0.1\r\nE2b-Sandbox-Id: %s\r\n'
+               'X-Access-Token: %s\r\nContent-Type: application/json\r\nConnection: close\r\n'
+               'Content-Length: %d\r\n\r\n' % (method, sid, tok, len(body))).encode() + body)
+    data = b''
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        data += b
+    head, _, rest = data.partition(b'\r\n\r\n')
+    return int(head.split()[1]), rest
+before = instances()
+held = [stream('process.Process/Start', {'process': {'cmd': '/bin/sh', 'args': ['-c', 'sleep 60']}})
+        for _ in range(40)]
+held += [stream('filesystem.Filesystem/WatchDir', {'path': '/tmp', 'recursive': True})
+         for _ in range(40)]
+after = instances()
+print('inotify instances: %d before, %d with 40 process streams and 40 watchers' % (before, after),
+      file=sys.stderr)
+assert after - before <= 2, (before, after)  # the logs' and the sandbox's
+# 64 watchers per sandbox: 24 more polling ones, then a clear refusal.
+ids = []
+for i in range(24):
+    st, body = unary('filesystem.Filesystem/CreateWatcher', {'path': '/tmp'})
+    assert st == 200, (i, st, body)
+    ids.append(json.loads(body)['watcherId'])
+st, body = unary('filesystem.Filesystem/CreateWatcher', {'path': '/tmp'})
+assert st == 429 and b'"code":"resource_exhausted"' in body and b'at most 64' in body, (st, body)
+st, body = unary('filesystem.Filesystem/RemoveWatcher', {'watcherId': ids[0]})
+assert st == 200, body
+st, body = unary('filesystem.Filesystem/CreateWatcher', {'path': '/tmp'})
+assert st == 200, ('room again after a removal', st, body)
+assert instances() - before <= 2
+# Host root still has its instances.
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0o2000000)
+assert fd >= 0, ctypes.get_errno()
+os.close(fd)
+for s in held:
+    s.close()
+print('ok')
+PY
+  api DELETE "/sandboxes/$ID" >/dev/null
+  wait_gone "$ID"
+  # The instances go a moment after their last watch (the loop's timer).
+  poll 100 no_inotify_left
+}
 
 @test "serve: Start streams start, data, end, then the end-stream frame; exitCode omitted when 0" {
   serve_start

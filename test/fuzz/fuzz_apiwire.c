@@ -1,7 +1,8 @@
 /* Fuzz target: the API server's wire parsers over untrusted request bytes.
  * The first byte picks one: 0 the Connect envelope reader, 1 the metadata
  * filter of GET /v2/sandboxes, 2 Basic auth, 3 base64, 4 percent-decoding,
- * 5 the listen address. The rest is the input. */
+ * 5 the listen address, 6 a Host header, 7 an Origin header (each then
+ * judged against the names a server may have). The rest is the input. */
 #include "config.h"
 
 #include "api/server.h"
@@ -19,7 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t n = size - 1;
   _cleanup_free_ char *s = xstrndup(p, n); /* NUL-terminated, as headers are */
   agsx_error_t err = NULL;
-  switch (data[0] % 6) {
+  switch (data[0] % 8) {
   case 0: {
     const char *msg;
     size_t len;
@@ -78,6 +79,42 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     unsigned len;
     bool lo;
     agsx_api_listen_parse(s, &ss, &len, &lo, &err);
+    break;
+  }
+  case 6:
+  case 7: {
+    char h[AGSX_API_HOST_MAX + 1];
+    memset(h, 'x', sizeof(h));
+    int r = data[0] % 8 == 6 ? agsx_api_host_parse(s, h, &err) : agsx_api_origin_parse(s, h, &err);
+    if (r == 0) {
+      size_t hl = strnlen(h, sizeof(h));
+      if (hl == 0 || hl > AGSX_API_HOST_MAX)
+        __builtin_trap();
+      for (size_t i = 0; i < hl; i++)
+        if (h[i] >= 'A' && h[i] <= 'Z')
+          __builtin_trap(); /* compared lowercased */
+      char *names[] = {"e2b.test", "10.0.0.1", "::1", NULL};
+      /* An oracle of its own: allowed is one of the addresses, or a name
+       * that is localhost or e2b.test or one label below one of them. */
+      if (agsx_api_host_allowed(h, "127.0.0.1", names)) {
+        bool addr = strcmp(h, "127.0.0.1") == 0 || strcmp(h, "10.0.0.1") == 0 ||
+                    strcmp(h, "::1") == 0 || strcmp(h, "::ffff:127.0.0.1") == 0 ||
+                    strcmp(h, "::ffff:10.0.0.1") == 0 || strcmp(h, "::ffff:a00:1") == 0 ||
+                    strcmp(h, "::ffff:7f00:1") == 0;
+        bool name = false;
+        const char *bases[] = {"localhost", "e2b.test"};
+        for (size_t b = 0; b < 2 && !addr && !name; b++) {
+          size_t bl = strlen(bases[b]);
+          if (strcmp(h, bases[b]) == 0)
+            name = true;
+          else if (hl > bl + 1 && h[hl - bl - 1] == '.' && strcmp(h + hl - bl, bases[b]) == 0 &&
+                   memchr(h, '.', hl - bl - 1) == NULL)
+            name = true;
+        }
+        if (!addr && !name)
+          __builtin_trap();
+      }
+    }
     break;
   }
   }

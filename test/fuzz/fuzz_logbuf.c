@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include "sandbox/logbuf.h"
+#include "util/inotify.h"
 #include "fuzz.h"
 
 #include <fcntl.h>
@@ -54,7 +55,13 @@ static void drain(int dirfd, uint64_t from, size_t size) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  agsx_log_reader_pool(4); /* (a close per input would make it 20x slower) */
+  /* Readers of a shared hub, as in the server: its instance stays open
+   * (a close per input would make it 20x slower). */
+  static struct agsx_inotify *hub;
+  if (hub == NULL && agsx_inotify_new(&(struct agsx_inotify_budget){1, 64}, &hub, NULL) == 0)
+    agsx_log_readers_share(hub);
+  if (hub)
+    agsx_inotify_dispatch(hub); /* the last input's IN_IGNORED */
   /* $TMPDIR (a tmpfs such as /dev/shm makes fuzzing much faster) or /tmp. */
   char dir[4096];
   const char *tmp = getenv("TMPDIR");

@@ -210,6 +210,62 @@ static void labels(void) {
   agsx_strv_free(many);
 }
 
+/* Host and Origin against DNS rebinding. */
+static bool host_ok(const char *header, const char *local, char *const *names) {
+  char h[AGSX_API_HOST_MAX + 1];
+  return agsx_api_host_parse(header, h, NULL) == 0 && agsx_api_host_allowed(h, local, names);
+}
+
+static bool origin_ok(const char *header, const char *local, char *const *names) {
+  char h[AGSX_API_HOST_MAX + 1];
+  return agsx_api_origin_parse(header, h, NULL) == 0 && agsx_api_host_allowed(h, local, names);
+}
+
+static void hosts(void) {
+  char *names[] = {"e2b.test", "10.1.2.3", NULL};
+  char h[AGSX_API_HOST_MAX + 1];
+  tap_ok(agsx_api_host_parse("API.E2B.Test.:443", h, NULL) == 0 && strcmp(h, "api.e2b.test") == 0,
+         "host: lowercased, final dot and port dropped");
+  tap_ok(agsx_api_host_parse("[::FFFF:127.0.0.1]:80", h, NULL) == 0 &&
+             strcmp(h, "::ffff:127.0.0.1") == 0,
+         "host: IPv6 in brackets, canonical");
+  const char *bad[] = {"",     ":80", "a:",     "a:123456", "a:8x", "a b", "a..b", ".a",
+                       "[::1", "::1", "[::1]x", "[zz]:1",   "a/b",  "a@b", "%61",  NULL};
+  bool all = true;
+  for (size_t i = 0; bad[i]; i++)
+    if (agsx_api_host_parse(bad[i], h, NULL) == 0) {
+      printf("#   accepted `%s`\n", bad[i]);
+      all = false;
+    }
+  tap_ok(all, "host: malformed ones refused");
+  tap_ok(host_ok("127.0.0.1:3000", "127.0.0.1", NULL), "the address reached");
+  tap_ok(host_ok("1.2.3.4", "::ffff:1.2.3.4", NULL), "the address reached, v4-mapped");
+  tap_ok(!host_ok("127.0.0.2", "127.0.0.1", NULL), "another address");
+  tap_ok(!host_ok("127.0.0.1", NULL, NULL), "no address known: none");
+  tap_ok(host_ok("10.1.2.3:80", "127.0.0.1", names), "an address of --host");
+  tap_ok(host_ok("localhost", NULL, NULL) && host_ok("49999-abc.localhost", NULL, NULL),
+         "localhost and one label below");
+  tap_ok(!host_ok("a.b.localhost", NULL, NULL) && !host_ok("localhost.evil", NULL, NULL),
+         "not two labels below, nor a suffix");
+  tap_ok(host_ok("e2b.test", NULL, names) &&
+             host_ok("49983-0123456789abcdef0123.e2b.test", NULL, names),
+         "a --host name and one label below (E2B's per-port hosts)");
+  tap_ok(!host_ok("xe2b.test", NULL, names) && !host_ok("e2b.test.evil", NULL, names) &&
+             !host_ok("a.b.e2b.test", NULL, names) && !host_ok(".e2b.test", NULL, names),
+         "not a longer label, a suffix, two labels, an empty label");
+  tap_ok(!host_ok("3.10.1.2.3", NULL, names), "an address of --host is no domain");
+  tap_ok(!host_ok("rebind.example", "127.0.0.1", names), "a rebinding page's name");
+  tap_ok(origin_ok("http://localhost:5173", NULL, NULL) &&
+             origin_ok("HTTPS://API.e2b.test", NULL, names),
+         "origins of this server's sites");
+  tap_ok(!origin_ok("null", NULL, NULL) && !origin_ok("file://", NULL, NULL) &&
+             !origin_ok("ftp://localhost", NULL, NULL) &&
+             !origin_ok("http://localhost/", NULL, NULL) &&
+             !origin_ok("http://u@localhost", NULL, NULL) &&
+             !origin_ok("http://rebind.example", "127.0.0.1", NULL),
+         "null, other schemes, paths, user info, other sites");
+}
+
 int main(void) {
   envelopes();
   filters();
@@ -218,5 +274,6 @@ int main(void) {
   credentials();
   listen_addrs();
   labels();
+  hosts();
   return tap_done();
 }

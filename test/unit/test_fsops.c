@@ -4,6 +4,7 @@
 #include "config.h"
 
 #include "api/fsops.h"
+#include "util/inotify.h"
 #include "tap.h"
 
 #include <poll.h>
@@ -12,6 +13,10 @@
 #include <zlib.h>
 
 #define BASE 200000u /* the tree's uid base: host id = BASE + sandbox id */
+
+/* The watchers' hub and bounds, as a server has them (made in main). */
+static struct agsx_inotify *hub;
+static struct agsx_fs_watch_pool *pool;
 
 static char root[64];
 static int rootfd = -1;
@@ -540,7 +545,7 @@ static void test_host_files(struct agsx_fs_ctx *c) {
   agsx_fs_entries_free(v, n);
   r = agsx_fs_list(c, "/hostpriv", 1, &v, &n, &err);
   fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "a host directory of mode 0700 does not");
-  r = agsx_fs_watch_open(c, "/hostpriv", 0, &(struct agsx_fs_watch *){NULL}, &err);
+  r = agsx_fs_watch_open(pool, c, "/hostpriv", 0, &(struct agsx_fs_watch *){NULL}, &err);
   fails(r, &err, AGSX_FS_PERMISSION_DENIED, NULL, "nor is it watched");
   host_owned("hostpriv/readable", 0644, false);
   host_owned("hostpriv/sub", 0755, true);
@@ -697,7 +702,7 @@ static void test_watch(struct agsx_fs_ctx *c) {
   dir("home/user/w", 1000);
   struct agsx_fs_watch *w = NULL;
   agsx_error_t err = NULL;
-  int r = agsx_fs_watch_open(c, "~/w", AGSX_FS_WATCH_RECURSIVE, &w, &err);
+  int r = agsx_fs_watch_open(pool, c, "~/w", AGSX_FS_WATCH_RECURSIVE, &w, &err);
   tap_ok(r == 0, "watch a directory recursively: %s", err ? err->msg : "ok");
   agsx_error_free(&err);
   if (r < 0)
@@ -720,7 +725,7 @@ static void test_watch(struct agsx_fs_ctx *c) {
          "events with names relative to the watched directory: %s", log);
   agsx_fs_watch_free(w);
 
-  r = agsx_fs_watch_open(c, "~/w", 0, &w, &err);
+  r = agsx_fs_watch_open(pool, c, "~/w", 0, &w, &err);
   for (unsigned i = 0; r == 0 && i < AGSX_FS_WATCH_QUEUE + 10; i++) {
     snprintf(p, sizeof(p), "%s/home/user/w/n%u", root, i);
     close(open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644)); /* distinct names: never merged */
@@ -741,28 +746,28 @@ static void test_watch(struct agsx_fs_ctx *c) {
   tap_ok(n == AGSX_FS_WATCH_QUEUE, "after the %zu events it held", n);
   agsx_fs_watch_free(w);
 
-  r = agsx_fs_watch_open(c, "~/hello.txt", 0, &w, &err);
+  r = agsx_fs_watch_open(pool, c, "~/hello.txt", 0, &w, &err);
   fails(r, &err, AGSX_FS_INVALID_ARGUMENT, "not a directory", "watching a file");
-  r = agsx_fs_watch_open(c, "~/none", 0, &w, &err);
+  r = agsx_fs_watch_open(pool, c, "~/none", 0, &w, &err);
   fails(r, &err, AGSX_FS_NOT_FOUND, "not found", "watching a missing directory");
 
   /* The registry of polling watchers. */
   struct agsx_fs_watchers *reg = agsx_fs_watchers_new(2, 300);
   char id[33], id2[33], id3[33];
   struct agsx_fs_watch *w1 = NULL, *w2 = NULL, *w3 = NULL;
-  agsx_fs_watch_open(c, "~/w", 0, &w1, &err);
-  agsx_fs_watch_open(c, "~/w", 0, &w2, &err);
-  agsx_fs_watch_open(c, "~/w", 0, &w3, &err);
+  agsx_fs_watch_open(pool, c, "~/w", 0, &w1, &err);
+  agsx_fs_watch_open(pool, c, "~/w", 0, &w2, &err);
+  agsx_fs_watch_open(pool, c, "~/w", 0, &w3, &err);
   r = agsx_fs_watchers_add(reg, "sbx", w1, id, &err);
   r |= agsx_fs_watchers_add(reg, "sbx", w2, id2, &err);
   tap_ok(r == 0 && strlen(id) == 32 && strcmp(id, id2) != 0, "watchers get random ids");
   r = agsx_fs_watchers_add(reg, "sbx", w3, id3, &err);
   fails(r, &err, AGSX_FS_RESOURCE_EXHAUSTED, "too many watchers", "the registry is bounded");
   write_all(c, "~/w/polled.txt", "x", &err);
-  struct pollfd pf[4];
-  size_t k = agsx_fs_watchers_fill(reg, pf);
-  poll(pf, k, 100);
-  agsx_fs_watchers_dispatch(reg, pf, k);
+  struct pollfd pf = {.fd = agsx_inotify_fd(hub), .events = POLLIN};
+  poll(&pf, 1, 100);
+  agsx_inotify_dispatch(hub);
+  agsx_fs_watchers_tick(reg);
   struct agsx_fs_event *v = NULL;
   r = agsx_fs_watchers_events(reg, "sbx", id, &v, &n, &err);
   bool seen = false;
@@ -781,11 +786,35 @@ static void test_watch(struct agsx_fs_ctx *c) {
   tap_ok(agsx_fs_watchers_timeout_ms(reg) > 0 && agsx_fs_watchers_timeout_ms(reg) <= 300,
          "the registry's timeout is the next idle expiry");
   usleep(350000);
-  k = agsx_fs_watchers_fill(reg, pf);
-  agsx_fs_watchers_dispatch(reg, pf, k);
+  agsx_fs_watchers_tick(reg);
   tap_ok(agsx_fs_watchers_count(reg) == 0 && agsx_fs_watchers_timeout_ms(reg) == -1,
          "an idle watcher expires");
   agsx_fs_watchers_free(reg);
+
+  /* Watchers share the hub's instances, within the pool's bounds. */
+  struct agsx_fs_watch_pool *small = agsx_fs_watch_pool_new(hub, 2, 3, 1000);
+  struct agsx_fs_watch *a = NULL, *b = NULL, *x = NULL;
+  r = agsx_fs_watch_open(small, c, "~/w", AGSX_FS_WATCH_RECURSIVE, &a, &err);
+  r |= agsx_fs_watch_open(small, c, "~/w", 0, &b, &err);
+  unsigned insts = 0, watches = 0;
+  agsx_inotify_usage(hub, NULL, &insts, &watches, NULL);
+  tap_ok(r == 0 && insts == 1, "two watchers (and the same directory twice): one instance (%u)",
+         insts);
+  r = agsx_fs_watch_open(small, c, "~/w", 0, &x, &err);
+  fails(r, &err, AGSX_FS_RESOURCE_EXHAUSTED, "too many watchers of this sandbox (at most 2)",
+        "a sandbox's watchers are bounded");
+  agsx_fs_watch_free(b);
+  struct agsx_fs_watch_pool *few = agsx_fs_watch_pool_new(hub, 8, 8, 1);
+  r = agsx_fs_watch_open(few, c, "~/w", AGSX_FS_WATCH_RECURSIVE, &x, &err);
+  fails(r, &err, AGSX_FS_RESOURCE_EXHAUSTED, "directories at most",
+        "and so are the watches of a sandbox's watchers");
+  tap_ok(agsx_fs_watch_pool_count(few, NULL) == 0, "a refused watcher is not counted");
+  agsx_fs_watch_free(a);
+  agsx_inotify_usage(hub, NULL, NULL, &watches, NULL);
+  tap_ok(watches == 0 && agsx_fs_watch_pool_count(small, NULL) == 0,
+         "freed watchers leave no watch (%u)", watches);
+  agsx_fs_watch_pool_free(few);
+  agsx_fs_watch_pool_free(small);
 }
 
 static int count_fds(void) {
@@ -807,6 +836,11 @@ int main(void) {
   setup();
   test_codes();
   test_paths();
+  struct agsx_inotify_budget budget;
+  agsx_inotify_budget_host(&budget);
+  agsx_error_t herr = NULL;
+  must(agsx_inotify_new(&budget, &hub, &herr) == 0, "inotify hub");
+  pool = agsx_fs_watch_pool_new(hub, 64, 1024, budget.watches / 4);
   struct agsx_fs_ctx *c = ctx_for(NULL, NULL);
   must(c != NULL, "context");
   test_stat(c);
@@ -818,6 +852,8 @@ int main(void) {
   test_receive(c);
   test_signature();
   test_watch(c);
+  agsx_fs_watch_pool_free(pool);
+  agsx_inotify_free(hub);
   agsx_fs_close(c);
   close(rootfd);
   tap_is_int(count_fds(), fds, "no fd is left open");

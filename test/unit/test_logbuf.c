@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "sandbox/logbuf.h"
+#include "util/inotify.h"
 #include "tap.h"
 
 #include <dirent.h>
@@ -248,26 +249,40 @@ static void hostile(void) {
   close(d);
 }
 
-/* With a pool, a freed reader's inotify instance serves the next reader,
- * which still hears only its own log. */
-static void pooled(void) {
-  agsx_log_reader_pool(2);
-  struct agsx_log_writer *a = wopen("pool-a", 1 << 20), *b = wopen("pool-b", 1 << 20);
-  struct agsx_log_reader *r = ropen("pool-a", AGSX_LOG_FROM_START);
-  int fd = agsx_log_reader_fd(r);
-  agsx_log_reader_free(r);
-  r = ropen("pool-b", AGSX_LOG_FROM_START);
-  tap_is_int(agsx_log_reader_fd(r), fd, "a pooled inotify instance is reused");
-  put(a, AGSX_LOG_STDOUT, "not for b");
-  struct pollfd p = {.fd = agsx_log_reader_fd(r), .events = POLLIN};
-  tap_is_int(poll(&p, 1, 100), 0, "it does not hear the old reader's log");
-  put(b, AGSX_LOG_STDOUT, "for b");
-  tap_ok(poll(&p, 1, 2000) == 1 && is_rec(r, AGSX_LOG_STDOUT, "for b"), "it hears its own");
-  agsx_log_reader_free(r);
-  agsx_log_reader_pool(0);
-  tap_ok(fcntl(fd, F_GETFD) < 0, "a pool of 0 closes what it kept");
+/* Readers of a process that shares a hub take no instance of their own:
+ * the hub's fd wakes for any of their logs, each still reads only its own,
+ * and the hub holds one watch per log however many follow it. */
+static void shared(void) {
+  struct agsx_inotify *hub = NULL;
+  struct agsx_inotify_budget b = {.instances = 2, .watches = 64};
+  agsx_error_t err = NULL;
+  tap_ok(agsx_inotify_new(&b, &hub, &err) == 0, "a hub");
+  agsx_log_readers_share(hub);
+  struct agsx_log_writer *a = wopen("share-a", 1 << 20), *w = wopen("share-b", 1 << 20);
+  struct agsx_log_reader *ra = ropen("share-a", AGSX_LOG_FROM_START);
+  struct agsx_log_reader *ra2 = ropen("share-a", AGSX_LOG_FROM_START);
+  struct agsx_log_reader *rb = ropen("share-b", AGSX_LOG_FROM_START);
+  tap_ok(agsx_log_reader_fd(ra) == -1 && agsx_log_reader_fd(rb) == -1, "no fd of their own");
+  unsigned insts = 0, watches = 0;
+  agsx_inotify_usage(hub, NULL, &insts, &watches, NULL);
+  tap_ok(insts == 1 && watches == 2, "one instance, a watch per log (%u, %u)", insts, watches);
+  put(a, AGSX_LOG_STDOUT, "for a");
+  struct pollfd p = {.fd = agsx_inotify_fd(hub), .events = POLLIN};
+  tap_ok(poll(&p, 1, 2000) == 1, "the hub's fd wakes");
+  agsx_inotify_dispatch(hub);
+  struct agsx_log_rec rec;
+  tap_ok(is_rec(ra, AGSX_LOG_STDOUT, "for a") && is_rec(ra2, AGSX_LOG_STDOUT, "for a"),
+         "both readers of a read it");
+  tap_is_int(next(rb, &rec), 0, "b's reader reads nothing of a's");
+  agsx_log_reader_free(ra);
+  agsx_log_reader_free(ra2);
+  agsx_log_reader_free(rb);
+  agsx_inotify_usage(hub, NULL, NULL, &watches, NULL);
+  tap_is_int((int)watches, 0, "freed readers leave no watch");
+  agsx_log_readers_share(NULL);
+  agsx_inotify_free(hub);
   agsx_log_writer_free(a);
-  agsx_log_writer_free(b);
+  agsx_log_writer_free(w);
 }
 
 int main(void) {
@@ -280,7 +295,7 @@ int main(void) {
   follow();
   torn();
   hostile();
-  pooled();
+  shared();
   agsx_error_t err = NULL;
   agsx_rm_rf_at(AT_FDCWD, dir, &err);
   agsx_error_free(&err);

@@ -210,6 +210,43 @@ static void test_rm_deep(void) {
   rmdir(tmpl);
 }
 
+/* A gate refusing one entry deep down stops the removal there: it and its
+ * directories stay, and the gate saw every entry before it went. */
+struct gate_seen {
+  unsigned calls;
+};
+
+static int refuse_keep(void *data, int dirfd, const char *name, agsx_error_t *err) {
+  (void)dirfd;
+  ((struct gate_seen *)data)->calls++;
+  if (strcmp(name, "keep") == 0)
+    return agsx_error_set(err, EACCES, "refused `%s`", name);
+  return 0;
+}
+
+static void test_rm_gated(void) {
+  char tmpl[] = "/tmp/agsx-test-rmgate-XXXXXX";
+  tap_ok(mkdtemp(tmpl) != NULL, "mkdtemp");
+  int top = open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  bool built = mkdirat(top, "t", 0700) == 0 && mkdirat(top, "t/a", 0700) == 0 &&
+               mkdirat(top, "t/a/b", 0700) == 0;
+  close(openat(top, "t/a/b/keep", O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+  tap_ok(built, "a tree with t/a/b/keep");
+  struct gate_seen seen = {0};
+  struct agsx_rm_gate gate = {.may = refuse_keep, .data = &seen};
+  agsx_error_t err = NULL;
+  tap_ok(agsx_rm_rf_gated_at(top, "t", &gate, &err) < 0 && agsx_error_errno(&err) == EACCES,
+         "a refused entry fails the removal");
+  agsx_error_free(&err);
+  tap_ok(faccessat(top, "t/a/b/keep", F_OK, AT_SYMLINK_NOFOLLOW) == 0, "the refused entry stays");
+  tap_ok(seen.calls >= 3, "the gate saw every level (a, b, keep)");
+  unlinkat(top, "t/a/b/keep", 0);
+  tap_is_int(agsx_rm_rf_gated_at(top, "t", &gate, &err), 0, "without it, the tree goes");
+  tap_ok(faccessat(top, "t", F_OK, AT_SYMLINK_NOFOLLOW) < 0, "nothing left");
+  close(top);
+  rmdir(tmpl);
+}
+
 static void test_time(void) {
   int64_t t = 0;
   tap_ok(agsx_parse_rfc3339("2024-01-02T03:04:05Z", &t) == 0 && t == 1704164645, "rfc3339 Z");
@@ -492,6 +529,7 @@ int main(void) {
   test_errors();
   test_files();
   test_rm_deep();
+  test_rm_gated();
   test_time();
   test_log_sink();
   test_conf();
