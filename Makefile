@@ -8,7 +8,11 @@
 #   make demo       install missing Debian packages, build, run the demo
 #   make check      build (plain + ASan/UBSan + libFuzzer) and run every test,
 #                   TEST_JOBS suites at once (default: the number of CPUs),
-#                   each fuzz target for CHECK_FUZZ_SECONDS (default 2)
+#                   each fuzz target for CHECK_FUZZ_SECONDS (default 2), and
+#                   the guest lane on Debian 12's kernel (CHECK_GUESTS,
+#                   default 6.1; empty: none): test/guest/lane
+#   make check-hosts  the guest lane on every kernel of HOST_KERNELS
+#                   (6.1 6.12 newest), one after the other
 #   make fuzz       run each fuzz target for FUZZ_SECONDS (default 60)
 #   make format-check  list the C files that differ from .clang-format (make
 #                   check runs it first); make format rewrites them
@@ -27,9 +31,11 @@ export CONFIGURE_FLAGS
 FUZZ_SECONDS ?= 60
 CHECK_FUZZ_SECONDS ?= 2
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CHECK_GUESTS ?= 6.1
+HOST_KERNELS ?= 6.1 6.12 newest
 TEST_JOBS ?= $(JOBS)
 
-.PHONY: all deps demo check check-quick format-check format fuzz bench install clean distclean FORCE
+.PHONY: all deps demo check check-hosts check-quick format-check format fuzz bench install clean distclean FORCE
 
 all: $(B)/Makefile
 	@$(MAKE) --no-print-directory -C $(B) -j$(JOBS)
@@ -72,7 +78,12 @@ check: format-check $(B)/Makefile $(BASAN)/Makefile $(BFUZZ)/Makefile
 	@$(MAKE) --no-print-directory -C $(BASAN) -j$(JOBS) check-build
 	@$(MAKE) --no-print-directory -C $(BFUZZ) -j$(JOBS) all
 	@FUZZ_SECONDS=$(CHECK_FUZZ_SECONDS) $(top)/test/run-tests --jobs $(TEST_JOBS) \
-	  --fuzz $(BFUZZ) $(B) $(BASAN)
+	  --fuzz $(BFUZZ) $(foreach k,$(CHECK_GUESTS),--guest $(k)) $(B) $(BASAN)
+
+# The kernel matrix in guests (systemd, cgroup v2), against the plain build.
+check-hosts: $(B)/Makefile
+	@$(MAKE) --no-print-directory -C $(B) -j$(JOBS) check-build
+	@$(top)/test/run-tests --jobs 1 --guests-only $(foreach k,$(HOST_KERNELS),--guest $(k)) $(B)
 
 # Only the plain build, for a quick edit-test loop.
 check-quick: $(B)/Makefile

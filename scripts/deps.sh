@@ -35,6 +35,11 @@ pkgs+=(crun bubblewrap)
 # agsx-oci's engine tests (test/oci): Podman with conmon, containerd, and
 # runc as the oracle (crun refuses hybrid cgroup layouts)
 pkgs+=(podman conmon containerd runc jq)
+# the guest lane (test/guest/lane, run by make check): debootstrap (above)
+# builds its image, qemu boots it; not inside that image itself
+if [ "${AGSX_DEPS_GUEST:-0}" != 1 ]; then
+  pkgs+=(qemu-system-x86 e2fsprogs)
+fi
 # optional: `agsx browser` with the host image, its tests and bench/browser.
 # Only with --browser (or AGSX_DEPS_BROWSER=1): build and demo never need
 # them; test/bats/browser.bats installs Chromium itself or skips. (Node
