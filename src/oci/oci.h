@@ -84,7 +84,7 @@ struct agsx_oci_exec_opts {
 int agsx_oci_exec(const struct agsx_oci_global *g, const struct agsx_oci_exec_opts *o,
                   int *ret_status, agsx_error_t *err);
 
-/* Internal, shared by launch.c and oci.c. */
+/* Internal, shared by launch*.c and oci.c. */
 int agsx_oci_run_hooks(const struct agsx_oci_spec *s, int kind, const char *state_json,
                        agsx_error_t *err);
 int agsx_oci_load_seccomp(const char *root, const struct agsx_oci_spec *s,

@@ -347,7 +347,7 @@ static _Noreturn void claim_fail(int errpipe, agsx_error_t *err) {
 }
 
 /* X: the claim's stdio, user and environment. The host name is the
- * supervisor's to set (pool.c: the filter X may already run under denies
+ * supervisor's to set (pool-sup.c: the filter X may already run under denies
  * sethostname); here it only goes into HOSTNAME. The user is the init's,
  * resolved before X was forked, unless the claim names another: nothing
  * runs in a parked sandbox, so its /etc/passwd and /etc/group are the same

@@ -1,7 +1,7 @@
 /* agsx — rootfs steps shared with other launchers: the new-mount-API
  * helpers of rootfs.c (every target resolved inside the root with
  * openat2(RESOLVE_IN_ROOT)), Docker's masked and read-only paths, and
- * pivot_root. The OCI runtime (src/oci/launch.c) builds an engine-given
+ * pivot_root. The OCI runtime (src/oci/launch-init.c) builds an engine-given
  * mount list with these; the native sandbox's tree stays rootfs.c's. */
 #ifndef AGSX_ROOTFS_H
 #define AGSX_ROOTFS_H

@@ -46,7 +46,7 @@ int agsx_msg_send(int sock, const struct agsx_msg *m, const int *fds, size_t nfd
 /* Receives one message and up to MAXFDS fds (CLOEXEC). 0 on EOF, -errno. */
 ssize_t agsx_msg_recv(int sock, struct agsx_msg *m, int *fds, size_t maxfds, size_t *ret_nfds);
 
-/* Any one message of LEN bytes (a claim's, pool.c) with up to
+/* Any one message of LEN bytes (a claim's, pool-claim.c) with up to
  * AGSX_MSG_MAX_FDS fds in SCM_RIGHTS, retried on EINTR, without SIGPIPE:
  * 0 or -errno. The same fd passing as agsx_msg_send's, for messages that
  * are not struct agsx_msg. */

@@ -2,7 +2,8 @@
 # test-runner: parallel
 # Build hygiene (issue 12 item 7): scripts/format-check passes on a tree in
 # .clang-format's style and fails naming a file that is not; the generated
-# fuzz automake lines are current; a hardened build has full RELRO.
+# fuzz automake lines are current; a hardened build has full RELRO; no C
+# source file is over 1500 lines (split by concern, with a -internal.h).
 
 load helpers
 
@@ -56,6 +57,16 @@ need_clang_format() {
   run scripts/format-check src/util/util.c src/util/json.c
   assert_status 1
   assert_output_contains "  src/util/json.c"
+}
+
+@test "size: no C source file in src/, cmd/ or test/ is over 1500 lines" {
+  local over
+  over=$(find "$AGSX_SRCDIR/src" "$AGSX_SRCDIR/cmd" "$AGSX_SRCDIR/test" -name '*.[ch]' -exec wc -l {} + |
+    awk -v top="$AGSX_SRCDIR/" '$2 != "total" && $1 > 1500 {
+      if (index($2, top) == 1) $2 = substr($2, length(top) + 1)
+      printf "%s (%d) ", $2, $1
+    }')
+  [ -z "$over" ] || { echo "# over 1500 lines: $over" >&3; false; }
 }
 
 @test "gen-fuzz-am: test/fuzz/targets.am matches FUZZ_TARGETS in Makefile.am" {

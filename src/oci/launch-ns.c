@@ -1,0 +1,354 @@
+/* agsx — oci/launch: the namespaces and the clone of the init, P's side
+ * (see oci.h for the order): namespaces joined by path (pods) entered
+ * around the clone, the new network namespace a helper made meanwhile
+ * entered, net.* sysctls written there, clone3 of the init (from inside a
+ * joined user namespace: by a helper, after P checked that namespace's
+ * maps), and the init's id maps. Invariant: P is back in every namespace
+ * of its own when agsx_oci_launch_spawn returns, failed or not; a joined
+ * user namespace that maps host root is refused before the init exists. */
+#include "config.h"
+
+#include "oci/launch-internal.h"
+
+#include <fcntl.h>
+#include <linux/nsfs.h>
+#include <linux/openat2.h>
+#include <linux/sched.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+static int open_ns(const char *path, int type, agsx_error_t *err) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "namespace `%s`", path);
+  int t = ioctl(fd, NS_GET_NSTYPE);
+  if (t != type) {
+    close(fd);
+    return agsx_error_set(err, 0, "config: linux.namespaces: `%s` is not a namespace of its type",
+                          path);
+  }
+  return fd;
+}
+
+/* Namespaces joined by path (pods share network, ipc, uts and pid this
+ * way), entered by P around the clone: what P joins, the init is created
+ * in. HOST holds P's own to return to. */
+struct joined {
+  int type;
+  int host, target;
+};
+
+static void leave_joined(struct joined *j, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (j[i].host >= 0 && setns(j[i].host, j[i].type) < 0)
+      agsx_warn("return to the host's namespace: %s", strerror(errno));
+    agsx_closep(&j[i].host);
+    agsx_closep(&j[i].target);
+  }
+}
+
+static int enter_joined(const struct agsx_oci_spec *s, struct joined *j, size_t *n,
+                        agsx_error_t *err) {
+  static const struct {
+    int type;
+    const char *self;
+  } kinds[] = {{CLONE_NEWNET, "net"},
+               {CLONE_NEWIPC, "ipc"},
+               {CLONE_NEWUTS, "uts"},
+               {CLONE_NEWPID, "pid_for_children"},
+               {CLONE_NEWCGROUP, "cgroup"}};
+  *n = 0;
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(kinds); i++) {
+    const struct agsx_oci_ns *ns = agsx_oci_spec_ns(s, kinds[i].type);
+    if (ns == NULL || ns->path == NULL)
+      continue;
+    char self[64];
+    snprintf(self, sizeof(self), "/proc/thread-self/ns/%s", kinds[i].self);
+    struct joined *e = &j[(*n)++];
+    e->type = kinds[i].type;
+    e->host = open(self, O_RDONLY | O_CLOEXEC);
+    e->target = open_ns(ns->path, kinds[i].type, err);
+    if (e->host < 0 || e->target < 0)
+      return e->host < 0 ? agsx_error_set(err, errno, "open `%s`", self) : -1;
+    if (setns(e->target, kinds[i].type) < 0) {
+      agsx_closep(&e->host);
+      return agsx_error_set(err, errno, "join namespace `%s`", ns->path);
+    }
+  }
+  return 0;
+}
+
+/* net.* sysctls, written by P in the container's network namespace (one
+ * agsx made is owned by the host user namespace: the container's root
+ * could not write them itself). */
+static int net_sysctls(const struct agsx_oci_spec *s, agsx_error_t *err) {
+  for (char **kv = s->sysctl; kv && *kv; kv++) {
+    if (!agsx_str_has_prefix(*kv, "net."))
+      continue;
+    _cleanup_free_ char *path = xasprintf("/proc/sys/%s", *kv);
+    char *eq = strchr(path, '=');
+    *eq = '\0';
+    for (char *p = path + 10; *p; p++)
+      if (*p == '.')
+        *p = '/';
+    _cleanup_close_ int fd = agsx_openat2(AT_FDCWD, path, O_WRONLY | O_TRUNC, 0,
+                                          RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+    if (fd < 0 || agsx_write_all(fd, eq + 1, strlen(eq + 1)) < 0)
+      return agsx_error_set(err, errno, "sysctl `%s`", *kv);
+  }
+  return 0;
+}
+
+/* linux.namespaces[user].path: the container joins it (pods), with its
+ * mappings and no idmap: the rootfs's owners are the engine's business, as
+ * with mappings it sends. */
+static bool joins_user(const struct agsx_oci_spec *s) {
+  const struct agsx_oci_ns *u = agsx_oci_spec_ns(s, CLONE_NEWUSER);
+  return u && u->path;
+}
+
+bool agsx_oci_launch_own_range(const struct agsx_oci_spec *s) {
+  return s->n_uid_maps == 0 && !joins_user(s);
+}
+
+int agsx_oci_launch_write_maps(pid_t pid, const struct agsx_oci_spec *s,
+                               const struct agsx_idrange *ids, agsx_error_t *err) {
+  if (joins_user(s))
+    return 0;
+  if (s->n_uid_maps == 0)
+    return agsx_userns_write_maps(pid, ids->base, err);
+  static const char *const files[] = {"gid_map", "uid_map"};
+  for (int f = 0; f < 2; f++) {
+    const struct agsx_oci_idmap *m = f ? s->uid_maps : s->gid_maps;
+    size_t n = f ? s->n_uid_maps : s->n_gid_maps;
+    char buf[64 * AGSX_OCI_MAX_MAPS], path[64];
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++)
+      len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%u %u %u\n", m[i].container, m[i].host,
+                              m[i].size);
+    snprintf(path, sizeof(path), "/proc/%d/%s", pid, files[f]);
+    _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, buf, len) != (ssize_t)len)
+      return agsx_error_set(err, errno, "write `%s`", path);
+  }
+  return 0;
+}
+
+static int clone_init(struct create *cr, struct child *c, uint64_t flags, agsx_error_t *err) {
+  int sp[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
+    return agsx_error_set(err, errno, "socketpair");
+  struct clone_args args = {
+      .flags = flags | CLONE_PIDFD,
+      .pidfd = (uint64_t)(uintptr_t)&cr->pidfd,
+      .exit_signal = SIGCHLD,
+  };
+  pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+  if (pid == 0) {
+    close(sp[0]);
+    c->sync = sp[1];
+    agsx_oci_launch_child_main(c);
+  }
+  int saved = errno;
+  close(sp[1]);
+  if (pid < 0) {
+    close(sp[0]);
+    return agsx_error_set(err, saved, "clone3");
+  }
+  cr->pid = pid;
+  cr->sync = sp[0];
+  return 0;
+}
+
+/* Whether the user namespace H (the helper) is in maps host uid or gid 0,
+ * read from the host's side (ids as the host sees them, however deep). */
+static int check_joined_maps(const struct agsx_oci_spec *s, pid_t h, const char *path,
+                             agsx_error_t *err) {
+  static const char *const files[] = {"uid_map", "gid_map"};
+  for (int f = 0; f < 2; f++) {
+    const struct agsx_oci_idmap *want = f ? s->gid_maps : s->uid_maps;
+    size_t nwant = f ? s->n_gid_maps : s->n_uid_maps, n_lines = 0, matched = 0;
+    char p[64];
+    snprintf(p, sizeof(p), "/proc/%d/%s", (int)h, files[f]);
+    _cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
+    char buf[4096];
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+    if (n < 0)
+      return agsx_error_set(err, errno, "read the %s of `%s`", files[f], path);
+    buf[n] = '\0';
+    bool any = false;
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+      unsigned long in, out, count;
+      if (sscanf(line, "%lu %lu %lu", &in, &out, &count) != 3)
+        continue;
+      any = true;
+      n_lines++;
+      for (size_t i = 0; i < nwant; i++)
+        matched += want[i].container == in && want[i].host == out && want[i].size == count;
+      if (out == 0 && count > 0)
+        return agsx_error_set(err, 0,
+                              "config: linux.namespaces[user].path: `%s` maps host root (%s); "
+                              "agsx never runs a container as host root",
+                              path, files[f]);
+    }
+    if (!any)
+      return agsx_error_set(err, 0, "config: linux.namespaces[user].path: `%s` has no %s yet", path,
+                            files[f]);
+    if (nwant && (matched != n_lines || nwant != n_lines))
+      return agsx_error_set(err, 0, "config: linux.%s: not the mappings of the user namespace `%s`",
+                            f ? "gidMappings" : "uidMappings", path);
+  }
+  return 0;
+}
+
+/* H: in the joined user namespace (full capabilities there, host root's
+ * ids unmapped), once P has checked its mappings, clones the init with the
+ * other new namespaces, owned by it, as P's child (CLONE_PARENT: the
+ * engine's child in the end, as always), and hands P its pidfd. */
+static _Noreturn void joined_helper(struct child *c, uint64_t flags, int userns, int hs, int sync) {
+  char b = 0;
+  prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  if (setns(userns, CLONE_NEWUSER) < 0) {
+    struct agsx_msg m = {.type = AGSX_MSG_ERROR, .err = errno};
+    snprintf(m.text, sizeof(m.text), "join the user namespace: %s", strerror(errno));
+    agsx_msg_send(hs, &m, NULL, 0);
+    _exit(1);
+  }
+  close(userns);
+  struct agsx_msg m = {.type = AGSX_MSG_READY};
+  if (agsx_msg_send(hs, &m, NULL, 0) < 0 || read(hs, &b, 1) != 1)
+    _exit(1);
+  int pidfd = -1;
+  struct clone_args args = {
+      .flags = flags | CLONE_PIDFD | CLONE_PARENT,
+      .pidfd = (uint64_t)(uintptr_t)&pidfd,
+      .exit_signal = 0, /* with CLONE_PARENT: H's own (SIGCHLD), to P */
+  };
+  pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+  if (pid == 0) {
+    close(hs);
+    c->sync = sync;
+    agsx_oci_launch_child_main(c);
+  }
+  struct agsx_msg r = {.type = pid < 0 ? AGSX_MSG_ERROR : AGSX_MSG_GO, .status = pid, .err = errno};
+  if (pid < 0)
+    snprintf(r.text, sizeof(r.text), "clone3: %s", strerror(errno));
+  agsx_msg_send(hs, &r, &pidfd, pid < 0 ? 0 : 1);
+  _exit(pid < 0);
+}
+
+static int clone_init_joined(struct create *cr, struct child *c, uint64_t flags,
+                             agsx_error_t *err) {
+  const char *path = agsx_oci_spec_ns(cr->s, CLONE_NEWUSER)->path;
+  _cleanup_close_ int userns = open_ns(path, CLONE_NEWUSER, err);
+  int sp[2], hs[2];
+  if (userns < 0)
+    return -1;
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
+    return agsx_error_set(err, errno, "socketpair");
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, hs) < 0) {
+    close(sp[0]);
+    close(sp[1]);
+    return agsx_error_set(err, errno, "socketpair");
+  }
+  pid_t h = fork();
+  if (h == 0) {
+    close(sp[0]);
+    close(hs[0]);
+    joined_helper(c, flags, userns, hs[1], sp[1]);
+  }
+  close(sp[1]);
+  close(hs[1]);
+  cr->sync = sp[0];
+  _cleanup_close_ int hsock = hs[0];
+  if (h < 0)
+    return agsx_error_set(err, errno, "fork");
+  struct agsx_msg m = {0};
+  int fd = -1;
+  size_t nfds = 0;
+  int r = 0;
+  ssize_t got = agsx_msg_recv(hsock, &m, &fd, 1, &nfds);
+  m.text[sizeof(m.text) - 1] = '\0';
+  if (got <= 0 || m.type != AGSX_MSG_READY)
+    r = agsx_error_set(err, m.err, "%s",
+                       m.type == AGSX_MSG_ERROR ? m.text : "join the user namespace");
+  else if (check_joined_maps(cr->s, h, path, err) < 0)
+    r = -1;
+  else if (write(hsock, "g", 1) != 1 || agsx_msg_recv(hsock, &m, &fd, 1, &nfds) <= 0 ||
+           m.type != AGSX_MSG_GO || nfds != 1 || m.status <= 0) {
+    m.text[sizeof(m.text) - 1] = '\0';
+    r = agsx_error_set(err, m.err, "%s", m.type == AGSX_MSG_ERROR ? m.text : "clone the init");
+  } else {
+    cr->pid = m.status;
+    cr->pidfd = fd;
+  }
+  if (r < 0)
+    kill(h, SIGKILL);
+  while (waitpid(h, NULL, 0) < 0 && errno == EINTR) {
+  }
+  return r;
+}
+
+static bool wants_sysfs(const struct agsx_oci_spec *s) {
+  for (size_t i = 0; i < s->n_mounts; i++)
+    if (!s->mounts[i].bind && strcmp(s->mounts[i].type, "sysfs") == 0)
+      return true;
+  return false;
+}
+
+/* The network namespace the helper made while P prepared (creating one
+ * waits for the kernel's cleanup of dead ones: from 1 to 700 ms here under
+ * load), entered; its sysfs if a sysfs mount is asked for. */
+static int enter_new_net(struct create *cr, int *ret_hostns, int *ret_sysfs, agsx_error_t *err) {
+  _cleanup_close_ int netns = -1, sysfs = -1;
+  if (agsx_net_collect(&cr->net, &netns, &sysfs, err) < 0)
+    return -1;
+  _cleanup_close_ int host = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (host < 0)
+    return agsx_error_set(err, errno, "open the host network namespace");
+  if (setns(netns, CLONE_NEWNET) < 0)
+    return agsx_error_set(err, errno, "enter the container's network namespace");
+  *ret_hostns = steal_fd(&host);
+  if (wants_sysfs(cr->s))
+    *ret_sysfs = steal_fd(&sysfs);
+  return 0;
+}
+
+int agsx_oci_launch_spawn(struct create *cr, struct child *c, int *ret_sysfs, agsx_error_t *err) {
+  const struct agsx_oci_spec *s = cr->s;
+  struct joined j[8];
+  size_t nj = 0;
+  int hostnet = -1, r = -1;
+  const struct agsx_oci_ns *net = agsx_oci_spec_ns(s, CLONE_NEWNET);
+  uint64_t flags = joins_user(s) ? CLONE_NEWNS : CLONE_NEWUSER | CLONE_NEWNS;
+  static const int maybe[] = {CLONE_NEWPID, CLONE_NEWIPC, CLONE_NEWUTS};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(maybe); i++) {
+    const struct agsx_oci_ns *ns = agsx_oci_spec_ns(s, maybe[i]);
+    if (ns && ns->path == NULL)
+      flags |= (uint64_t)maybe[i];
+  }
+  const struct agsx_oci_ns *uts = agsx_oci_spec_ns(s, CLONE_NEWUTS);
+  const struct agsx_oci_ns *cgns = agsx_oci_spec_ns(s, CLONE_NEWCGROUP);
+  c->new_uts = uts && uts->path == NULL;
+  c->new_cgroupns = cgns && cgns->path == NULL;
+  if (enter_joined(s, j, &nj, err) < 0)
+    goto out;
+  if (net && net->path == NULL && enter_new_net(cr, &hostnet, ret_sysfs, err) < 0)
+    goto out;
+  if (net_sysctls(s, err) < 0)
+    goto out;
+  if (wants_sysfs(s) && *ret_sysfs < 0 && (*ret_sysfs = agsx_net_new_sysfs(err)) < 0)
+    goto out;
+  r = joins_user(s) ? clone_init_joined(cr, c, flags, err) : clone_init(cr, c, flags, err);
+out:
+  if (hostnet >= 0 && agsx_net_leave(hostnet) < 0 && r == 0)
+    r = agsx_error_set(err, errno, "return to the host network namespace");
+  leave_joined(j, nj);
+  return r;
+}
