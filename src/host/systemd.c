@@ -169,7 +169,7 @@ static int bus_open(sd_bus **ret, bool *ret_direct, agsx_error_t *err) {
   *ret_direct = false;
   if ((r = sd.open_system(ret)) < 0)
     return agsx_error_set(err, -r, "connect to systemd (%s, then the system bus)",
-                          AGSX_SYSTEMD_PRIVATE_BUS + strlen("unix:path="));
+                          AGSX_SYSTEMD_PRIVATE_SOCKET);
   return 0;
 }
 

@@ -28,7 +28,8 @@
 #include <sys/types.h>
 
 #define AGSX_SYSTEMD_TIMEOUT_SEC 30 /* a job on a slow (emulated) host */
-#define AGSX_SYSTEMD_PRIVATE_BUS "unix:path=/run/systemd/private"
+#define AGSX_SYSTEMD_PRIVATE_SOCKET "/run/systemd/private"
+#define AGSX_SYSTEMD_PRIVATE_BUS "unix:path=" AGSX_SYSTEMD_PRIVATE_SOCKET
 #define AGSX_SYSTEMD_INFINITY UINT64_MAX
 
 /* One unit property as StartTransientUnit and SetUnitProperties take it
