@@ -11,8 +11,8 @@
 #                   each fuzz target for CHECK_FUZZ_SECONDS (default 2), and
 #                   the guest lane on Debian 12's kernel (CHECK_GUESTS,
 #                   default 6.1; empty: none): test/guest/lane
-#   make check-hosts  the guest lane on every kernel of HOST_KERNELS
-#                   (6.1 6.12 newest), one after the other
+#   make check-hosts  the guest lane's full set on every kernel of
+#                   HOST_KERNELS (6.1 6.12 newest), one after the other
 #   make fuzz       run each fuzz target for FUZZ_SECONDS (default 60)
 #   make format-check  list the C files that differ from .clang-format (make
 #                   check runs it first); make format rewrites them
@@ -83,7 +83,7 @@ check: format-check $(B)/Makefile $(BASAN)/Makefile $(BFUZZ)/Makefile
 # The kernel matrix in guests (systemd, cgroup v2), against the plain build.
 check-hosts: $(B)/Makefile
 	@$(MAKE) --no-print-directory -C $(B) -j$(JOBS) check-build
-	@$(top)/test/run-tests --jobs 1 --guests-only $(foreach k,$(HOST_KERNELS),--guest $(k)) $(B)
+	@LANE_SET=full $(top)/test/run-tests --jobs 1 --guests-only $(foreach k,$(HOST_KERNELS),--guest $(k)) $(B)
 
 # Only the plain build, for a quick edit-test loop.
 check-quick: $(B)/Makefile
