@@ -9,22 +9,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* mountinfo escapes space, tab, newline and backslash as \ooo. */
-static char *mountinfo_unescape(const char *s) {
-  char *out = xmalloc(strlen(s) + 1), *o = out;
-  for (; *s; s++) {
-    if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' && s[3] >= '0' &&
-        s[3] <= '7') {
-      *o++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
-      s += 3;
-    } else {
-      *o++ = *s;
-    }
-  }
-  *o = '\0';
-  return out;
-}
-
 static bool path_is_under(const char *path, const char *root) {
   size_t n = strlen(root);
   while (n > 1 && root[n - 1] == '/')
@@ -34,16 +18,12 @@ static bool path_is_under(const char *path, const char *root) {
 
 /* One mountinfo line: "36 25 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory". */
 static void layout_add_mount(struct layout *l, char *line, bool restrict_to_root) {
-  char *tok[64], *save = NULL;
-  int n = 0, sep = -1;
-  for (char *t = strtok_r(line, " \n", &save); t && n < 64; t = strtok_r(NULL, " \n", &save)) {
-    if (sep < 0 && n >= 6 && strcmp(t, "-") == 0)
-      sep = n;
-    tok[n++] = t;
-  }
-  if (sep < 0 || sep + 3 >= n || strcmp(tok[sep + 1], "cgroup") != 0)
+  char *tok[64];
+  int sep;
+  agsx_mountinfo_split(line, tok, 64, &sep);
+  if (sep < 0 || strcmp(tok[sep + 1], "cgroup") != 0)
     return;
-  _cleanup_free_ char *mnt = mountinfo_unescape(tok[4]);
+  const char *mnt = agsx_mountinfo_unescape(tok[4]);
   if (restrict_to_root && !path_is_under(mnt, l->root))
     return;
   for (int c = 0; c < CTRL_N; c++)

@@ -475,7 +475,7 @@ char *agsx_systemd_escape(const char *s) {
     if (c == '/')
       *o++ = '-';
     else if ((p == s && c == '.') || !(isalnum(c) || c == ':' || c == '_' || c == '.'))
-      o += sprintf(o, "\\x%02x", c);
+      o += snprintf(o, 5, "\\x%02x", c); /* \\xNN: the 4 bytes allotted a character */
     else
       *o++ = (char)c;
   }

@@ -177,20 +177,6 @@ static bool has_word(const char *list, const char *word) {
   return false;
 }
 
-static void unescape(char *s) {
-  char *o = s;
-  for (; *s; s++) {
-    if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' && s[3] >= '0' &&
-        s[3] <= '7') {
-      *o++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
-      s += 3;
-    } else {
-      *o++ = *s;
-    }
-  }
-  *o = '\0';
-}
-
 /* The hierarchies: v2 the root alone; v1 every cgroup (v1) mount below the
  * root, one per superblock. */
 static int layout(struct agsx_oci_cgroup *cg, agsx_error_t *err) {
@@ -213,16 +199,12 @@ static int layout(struct agsx_oci_cgroup *cg, agsx_error_t *err) {
   size_t cap = 0;
   size_t rl = strlen(root);
   while (getline(&line, &cap, f) > 0 && cg->n < MAX_HIER) {
-    char *tok[64], *save = NULL;
-    int n = 0, sep = -1;
-    for (char *t = strtok_r(line, " \n", &save); t && n < 64; t = strtok_r(NULL, " \n", &save)) {
-      if (sep < 0 && n >= 6 && strcmp(t, "-") == 0)
-        sep = n;
-      tok[n++] = t;
-    }
-    if (sep < 0 || sep + 3 >= n || strcmp(tok[sep + 1], "cgroup") != 0)
+    char *tok[64];
+    int sep;
+    agsx_mountinfo_split(line, tok, 64, &sep);
+    if (sep < 0 || strcmp(tok[sep + 1], "cgroup") != 0)
       continue;
-    unescape(tok[4]);
+    agsx_mountinfo_unescape(tok[4]);
     if (strncmp(tok[4], root, rl) != 0 || tok[4][rl] != '/')
       continue;
     bool dup = false;

@@ -22,21 +22,6 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
-static char *unescape_mountinfo(const char *s) {
-  char *out = xmalloc(strlen(s) + 1), *o = out;
-  for (; *s; s++) {
-    if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' && s[3] >= '0' &&
-        s[3] <= '7') {
-      *o++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
-      s += 3;
-    } else {
-      *o++ = *s;
-    }
-  }
-  *o = '\0';
-  return out;
-}
-
 /* The engine's overlay mounted on PATH (Podman's and containerd's
  * drivers): its lowerdir, upperdir and workdir from mountinfo. 0 with
  * *RET_N 0 when PATH is no overlay mount. */
@@ -51,18 +36,12 @@ static int overlay_of(const char *path, char ***ret_lower, size_t *ret_n, char *
   _cleanup_free_ char *line = NULL, *found = NULL;
   size_t cap = 0;
   while (getline(&line, &cap, f) > 0) {
-    char *tok[64], *save = NULL;
-    int n = 0, sep = -1;
-    _cleanup_free_ char *copy = xstrdup(line);
-    for (char *t = strtok_r(copy, " \n", &save); t && n < 64; t = strtok_r(NULL, " \n", &save)) {
-      if (sep < 0 && n >= 6 && strcmp(t, "-") == 0)
-        sep = n;
-      tok[n++] = t;
-    }
-    if (sep < 0 || sep + 3 >= n)
+    char *tok[64];
+    int sep;
+    agsx_mountinfo_split(line, tok, 64, &sep);
+    if (sep < 0)
       continue;
-    _cleanup_free_ char *mnt = unescape_mountinfo(tok[4]);
-    if (strcmp(mnt, path) != 0)
+    if (strcmp(agsx_mountinfo_unescape(tok[4]), path) != 0)
       continue;
     free(found);
     found = strcmp(tok[sep + 1], "overlay") == 0 ? xstrdup(tok[sep + 3]) : NULL;
@@ -70,7 +49,7 @@ static int overlay_of(const char *path, char ***ret_lower, size_t *ret_n, char *
   if (found == NULL)
     return 0;
   for (char *save = NULL, *o = strtok_r(found, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
-    _cleanup_free_ char *v = unescape_mountinfo(o);
+    char *v = agsx_mountinfo_unescape(o);
     if (agsx_str_has_prefix(v, "lowerdir=")) {
       for (char *s2 = NULL, *l = strtok_r(v + 9, ":", &s2); l; l = strtok_r(NULL, ":", &s2))
         if (l[0])

@@ -1004,3 +1004,34 @@ void agsx_proc_title_set(const char *title) {
   memset(title_area, 0, title_len);
   snprintf(title_area, title_len, "%s", title);
 }
+
+/* ---- mountinfo ------------------------------------------------------------ */
+
+int agsx_mountinfo_split(char *line, char **tok, int max, int *ret_sep) {
+  char *save = NULL;
+  int n = 0;
+  *ret_sep = -1;
+  for (char *t = strtok_r(line, " \n", &save); t && n < max; t = strtok_r(NULL, " \n", &save)) {
+    if (*ret_sep < 0 && n >= 6 && strcmp(t, "-") == 0)
+      *ret_sep = n;
+    tok[n++] = t;
+  }
+  if (*ret_sep >= 0 && *ret_sep + 3 >= n)
+    *ret_sep = -1; /* no type, source and options after it */
+  return n;
+}
+
+char *agsx_mountinfo_unescape(char *s) {
+  char *o = s, *in = s;
+  for (; *in; in++) {
+    if (in[0] == '\\' && in[1] >= '0' && in[1] <= '3' && in[2] >= '0' && in[2] <= '7' &&
+        in[3] >= '0' && in[3] <= '7') {
+      *o++ = (char)((in[1] - '0') * 64 + (in[2] - '0') * 8 + (in[3] - '0'));
+      in += 3;
+    } else {
+      *o++ = *in;
+    }
+  }
+  *o = '\0';
+  return s;
+}

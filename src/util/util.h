@@ -200,6 +200,17 @@ void agsx_close_all_except(const int *keep, size_t n);
  * is not absolute, and stays within the given limits. */
 bool agsx_path_is_clean(const char *path, size_t max_len, size_t max_depth);
 
+/* One line of /proc/PID/mountinfo ("36 25 0:32 / /sys/fs/cgroup/memory rw
+ * - cgroup cgroup rw,memory"), split in place into at most MAX fields
+ * (TOK); returns how many, with *RET_SEP the index of the "-" that ends
+ * the optional fields, or -1 when the line has none (then it is no mount
+ * line to use: the caller skips it). The mount point is TOK[4], the type
+ * TOK[*RET_SEP + 1], the source + 2, the super options + 3. */
+int agsx_mountinfo_split(char *line, char **tok, int max, int *ret_sep);
+/* Undoes mountinfo's \ooo escapes (space, tab, newline, backslash) of S
+ * in place; returns S. */
+char *agsx_mountinfo_unescape(char *s);
+
 /* ---- parsing ------------------------------------------------------------- */
 #define AGSX_DURATION_MAX_SEC (24 * 3600)
 /* "300", "300s", "5m", "1h", "1h30m", "2h5m10s", "1500ms"? no: whole seconds.

@@ -222,7 +222,7 @@ static bool origin_ok(const char *header, const char *local, char *const *names)
 }
 
 static void hosts(void) {
-  char *names[] = {"e2b.test", "10.1.2.3", NULL};
+  char *names[] = {"e2b.test", "198.18.2.3", NULL};
   char h[AGSX_API_HOST_MAX + 1];
   tap_ok(agsx_api_host_parse("API.E2B.Test.:443", h, NULL) == 0 && strcmp(h, "api.e2b.test") == 0,
          "host: lowercased, final dot and port dropped");
@@ -239,10 +239,10 @@ static void hosts(void) {
     }
   tap_ok(all, "host: malformed ones refused");
   tap_ok(host_ok("127.0.0.1:3000", "127.0.0.1", NULL), "the address reached");
-  tap_ok(host_ok("1.2.3.4", "::ffff:1.2.3.4", NULL), "the address reached, v4-mapped");
+  tap_ok(host_ok("198.19.2.4", "::ffff:198.19.2.4", NULL), "the address reached, v4-mapped");
   tap_ok(!host_ok("127.0.0.2", "127.0.0.1", NULL), "another address");
   tap_ok(!host_ok("127.0.0.1", NULL, NULL), "no address known: none");
-  tap_ok(host_ok("10.1.2.3:80", "127.0.0.1", names), "an address of --host");
+  tap_ok(host_ok("198.18.2.3:80", "127.0.0.1", names), "an address of --host");
   tap_ok(host_ok("localhost", NULL, NULL) && host_ok("49999-abc.localhost", NULL, NULL),
          "localhost and one label below");
   tap_ok(!host_ok("a.b.localhost", NULL, NULL) && !host_ok("localhost.evil", NULL, NULL),
@@ -253,7 +253,7 @@ static void hosts(void) {
   tap_ok(!host_ok("xe2b.test", NULL, names) && !host_ok("e2b.test.evil", NULL, names) &&
              !host_ok("a.b.e2b.test", NULL, names) && !host_ok(".e2b.test", NULL, names),
          "not a longer label, a suffix, two labels, an empty label");
-  tap_ok(!host_ok("3.10.1.2.3", NULL, names), "an address of --host is no domain");
+  tap_ok(!host_ok("3.198.18.2.3", NULL, names), "an address of --host is no domain");
   tap_ok(!host_ok("rebind.example", "127.0.0.1", names), "a rebinding page's name");
   tap_ok(origin_ok("http://localhost:5173", NULL, NULL) &&
              origin_ok("HTTPS://API.e2b.test", NULL, names),

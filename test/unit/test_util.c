@@ -522,6 +522,30 @@ static void test_log_sink(void) {
   agsx_log_level = saved;
 }
 
+static void test_mountinfo(void) {
+  char line[] = "36 25 0:32 / /sys/fs/cgroup/my\\040mem rw,nosuid shared:9 master:2 - cgroup "
+                "cgroup rw,memory\n";
+  char *tok[64];
+  int sep;
+  int n = agsx_mountinfo_split(line, tok, 64, &sep);
+  tap_ok(n == 12 && sep == 8 && strcmp(tok[sep + 1], "cgroup") == 0 &&
+             strcmp(tok[sep + 3], "rw,memory") == 0,
+         "mountinfo: fields, the separator after the optional ones (%d %d)", n, sep);
+  tap_ok(strcmp(agsx_mountinfo_unescape(tok[4]), "/sys/fs/cgroup/my mem") == 0,
+         "mountinfo: \\040 is a space");
+  char esc[] = "a\\134b\\011c\\012d\\9\\0";
+  tap_ok(strcmp(agsx_mountinfo_unescape(esc), "a\\b\tc\nd\\9\\0") == 0,
+         "mountinfo: backslash, tab, newline; a short or bad escape stays");
+  char none[] = "1 2 3:4 / /x rw shared:1\n", cut[] = "1 2 3:4 / /x rw - overlay\n";
+  agsx_mountinfo_split(none, tok, 64, &sep);
+  int sep2;
+  agsx_mountinfo_split(cut, tok, 64, &sep2);
+  tap_ok(sep == -1 && sep2 == -1, "mountinfo: no separator, or nothing after it: skipped");
+  char many[] = "1 2 3:4 / /x rw a b c d e f g h - t s o";
+  tap_ok(agsx_mountinfo_split(many, tok, 8, &sep) == 8 && sep == -1,
+         "mountinfo: at most MAX fields");
+}
+
 int main(void) {
   test_durations();
   test_sizes();
@@ -536,5 +560,6 @@ int main(void) {
   test_dir_stream();
   test_strv_strset();
   test_processes();
+  test_mountinfo();
   return tap_done();
 }
