@@ -90,8 +90,10 @@ sdk() {
 }
 
 run_sdk() {
+  # skip here, not in sdk: under `run` it would only end the subshell
+  [ -n "$NODE_LATEST" ] || skip "the npm e2b SDK is not installed (npm or its registry unreachable)"
   run sdk "$@"
-  if [ "$status" -ne 0 ] || [ "${lines[${#lines[@]}-1]}" != ok ]; then
+  if [ "$status" -ne 0 ] || [ "${#lines[@]}" -eq 0 ] || [ "${lines[${#lines[@]}-1]}" != ok ]; then
     echo "# node $2 ($1): status $status" >&3
     printf '%s\n' "$output" | sed 's/^/#   /' >&3
     sed 's/^/# serve: /' "$T/serve.log" | tail -30 >&3
