@@ -42,11 +42,6 @@
 source "$(dirname "${BASH_SOURCE[0]}")/host.bash"
 
 AGSX=${AGSX:-$BATS_TEST_DIRNAME/../../build/agsx}
-# How much slower than a normal host this one is, for the generous bounds
-# of time that tests assert (`slow N`: N of them): the guest lane sets 10
-# under qemu's TCG emulation (test/guest/focused).
-AGSX_TEST_SLOW=${AGSX_TEST_SLOW:-1}
-slow() { echo $(($1 * AGSX_TEST_SLOW)); }
 AGSX_SRCDIR=${AGSX_SRCDIR:-$(cd "$BATS_TEST_DIRNAME/../.." && pwd)}
 FIXTURES=$AGSX_SRCDIR/test/fixtures
 PROBE=${PROBE:-$(dirname "$AGSX")/test/fixtures/probe}

@@ -13,6 +13,12 @@
 #
 # A test that skips says what the host lacks, in those terms.
 
+# How much slower than a normal host this one is, for the generous bounds
+# of time that tests assert (`slow N`: N of them): the guest lane sets 10
+# under qemu's TCG emulation (test/guest/focused).
+AGSX_TEST_SLOW=${AGSX_TEST_SLOW:-1}
+slow() { echo $(($1 * AGSX_TEST_SLOW)); }
+
 # cgroup2_mount: the mount point of the cgroup v2 hierarchy: /sys/fs/cgroup
 # when it is the unified one, else the first cgroup2 mount in
 # /proc/self/mountinfo; status 1 (nothing printed) when there is none.

@@ -136,7 +136,7 @@ stop_sampler() {
   id=$(rund --timeout 60 busybox sleep 600)
   t1=$(now_ms)
   [[ "$id" =~ ^[0-9a-f]{32}$ ]] || { echo "# id: '$id'" >&3; false; }
-  [ $((t1 - t0)) -lt 2000 ] || { echo "# run -d took $((t1 - t0)) ms" >&3; false; }
+  [ $((t1 - t0)) -lt $(slow 2000) ] || { echo "# run -d took $((t1 - t0)) ms" >&3; false; }
   # the command is running now, in the sandbox's uid range
   local ip cmdpid
   ip=$(rec "$id" init.pid)
@@ -745,7 +745,7 @@ assert r["truncated"] is False and isinstance(r["duration_ms"], int), r
   t1=$(now_ms)
   assert_status 137
   assert_output_contains "deadline reached"
-  [ $((t1 - t0)) -lt 3000 ] || { echo "# took $((t1 - t0)) ms" >&3; false; }
+  [ $((t1 - t0)) -lt $(slow 3000) ] || { echo "# took $((t1 - t0)) ms" >&3; false; }
   [ $((t1 - t0)) -ge 900 ] || { echo "# took only $((t1 - t0)) ms" >&3; false; }
   # (killed processes may take a moment to go on a loaded machine)
   in_box "$id" '! ps -o args | grep -q "^sleep 10[12]"' || true
@@ -761,7 +761,7 @@ assert r["truncated"] is False and isinstance(r["duration_ms"], int), r
   # (its output to a file: the background sleep keeps bats' pipe open)
   t0=$(now_ms)
   ax exec "$id" sh -c 'sleep 300 &' >"$T/bg.out" 2>&1 || { cat "$T/bg.out" >&3; false; }
-  [ $(($(now_ms) - t0)) -lt 3000 ] || { echo "# exec of sh -c 'sleep 300 &' took $(($(now_ms) - t0)) ms" >&3; false; }
+  [ $(($(now_ms) - t0)) -lt $(slow 3000) ] || { echo "# exec of sh -c 'sleep 300 &' took $(($(now_ms) - t0)) ms" >&3; false; }
   sleep 1
   run_ax exec "$id" ps -o args
   assert_output_contains "sleep 300"
@@ -817,7 +817,7 @@ assert r["truncated"] is False and isinstance(r["duration_ms"], int), r
   t0=$(now_ms)
   run_ax kill --all
   assert_success
-  [ $(($(now_ms) - t0)) -lt 4000 ]
+  [ $(($(now_ms) - t0)) -lt $(slow 4000) ]
   run_ax ls -q
   [ -z "$output" ] || { show_run; false; }
   for s in "$a" "$b" "$c"; do
@@ -840,7 +840,7 @@ assert r["truncated"] is False and isinstance(r["duration_ms"], int), r
   run_ax kill "$id"
   assert_success
   local dt=$(($(now_ms) - t0))
-  [ "$dt" -ge 1500 ] && [ "$dt" -lt 5000 ] || { echo "# kill took $dt ms" >&3; false; }
+  [ "$dt" -ge 1500 ] && [ "$dt" -lt $(slow 5000) ] || { echo "# kill took $dt ms" >&3; false; }
   [ "$(sb_json "$id" stop_reason)" = killed ]
   [ "$(sb_json "$id" exit_code)" = 137 ]
 }
@@ -859,7 +859,7 @@ assert r["truncated"] is False and isinstance(r["duration_ms"], int), r
   kill -CONT "$sp" 2>/dev/null || true
   assert_success
   assert_output_contains "does not answer"
-  [ "$dt" -lt 14000 ] || { echo "# kill took $dt ms" >&3; false; }
+  [ "$dt" -lt $(slow 14000) ] || { echo "# kill took $dt ms" >&3; false; }
   ! alive "$cmdpid" || { echo "# the command still runs" >&3; false; }
   ! alive "$ip" || { echo "# the init still runs" >&3; false; }
   ! alive "$sp" || { echo "# the stopped supervisor still runs" >&3; false; }

@@ -480,7 +480,7 @@ while True:
   # (the supervisor answers within its stop, 2 s of grace and the
   # teardown, or the client escalates and says so: refuted above; the
   # bound leaves the client's own start room on a loaded host)
-  [ "$dt" -lt 6000 ] || { echo "# kill took $dt ms" >&3; false; }
+  [ "$dt" -lt $(slow 6000) ] || { echo "# kill took $dt ms" >&3; false; }
   run_nax ls -a --json
   [[ "$output" == *'"stop_reason":"killed"'* ]] || { show_run; false; }
 }

@@ -374,7 +374,7 @@ null ok
   assert_success
   [[ "$output" =~ ^forked=([0-9]+)\ failed_errno=EAGAIN$ ]] || { show_run; false; }
   [ "${BASH_REMATCH[1]}" -lt 20 ]
-  [ $(($(now_ms) - t0)) -lt 5000 ]
+  [ $(($(now_ms) - t0)) -lt $(slow 5000) ]
   # the default limit (4096) lets a normal number of processes start
   run_ax run --timeout 20 busybox probe fork-bomb 100
   assert_success
@@ -517,7 +517,7 @@ assert len(d["id"]) == 32 and all(c in "0123456789abcdef" for c in d["id"]), d
   [ "$status" -eq 0 ] || { show_run; false; }
   local d
   d=$(json duration_ms)
-  [ "$d" -ge 450 ] && [ "$d" -lt 3000 ] || { show_run; false; }
+  [ "$d" -ge 450 ] && [ "$d" -lt $(slow 3000) ] || { show_run; false; }
 }
 
 # The phases between prepare and total follow one another: their sum is
@@ -597,7 +597,7 @@ assert d["stdout"] == "" and not d["stdout_truncated"]
   el=$(($(now_ms) - t0))
   [ "$status" -eq 143 ] || { show_run; false; }
   [[ "$stderr" =~ ^agsx:\ sandbox\ [0-9a-f]{12}:\ deadline\ reached ]] || { echo "# stderr: $stderr" >&3; false; }
-  [ "$el" -ge 900 ] && [ "$el" -lt 3000 ] || { echo "# took $el ms" >&3; false; }
+  [ "$el" -ge 900 ] && [ "$el" -lt $(slow 3000) ] || { echo "# took $el ms" >&3; false; }
   run --separate-stderr ax run --json --timeout 1 busybox sleep 10
   [ "$status" -eq 143 ]
   [ "$(json stop_reason)" = timeout ] || { show_run; false; }
@@ -612,7 +612,7 @@ assert d["stdout"] == "" and not d["stdout_truncated"]
   [ "$status" -eq 137 ] || { show_run; false; }
   [ "$(json stop_reason)" = timeout ] || { show_run; false; }
   [ "$(json signal)" = 9 ]
-  [ "$el" -ge 2500 ] && [ "$el" -lt 5000 ] || { echo "# took $el ms" >&3; false; }
+  [ "$el" -ge 2500 ] && [ "$el" -lt $(slow 5000) ] || { echo "# took $el ms" >&3; false; }
 }
 
 @test "--timeout: bad durations are refused with one agsx: line" {

@@ -113,7 +113,7 @@ teardown() {
   start=$(date +%s%N)
   P stop -t 1 c1
   el=$(( ($(date +%s%N) - start) / 1000000 ))
-  [ "$el" -lt 8000 ]
+  [ "$el" -lt $(slow 8000) ]
   P rm -f c1
 }
 
