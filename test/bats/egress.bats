@@ -14,8 +14,7 @@
 load helpers
 
 setup_file() {
-  export BB=$BATS_FILE_TMPDIR/bb
-  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
+  busybox_setup_file
   export NW=$BATS_FILE_TMPDIR/world
   "$FIXTURES/networld" start "$NW"
   export OUTER WORLD

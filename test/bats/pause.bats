@@ -11,8 +11,7 @@ load helpers
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-  export BB="$BATS_FILE_TMPDIR/bb"
-  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
+  busybox_setup_file
 }
 
 setup() {

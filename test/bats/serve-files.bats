@@ -13,8 +13,7 @@ load helpers
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-  export BB="$BATS_FILE_TMPDIR/bb"
-  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
+  busybox_setup_file
   export NODE_LATEST=
   if command -v node >/dev/null && [ -f "$AGSX_SRCDIR/test/serve/lib.mjs" ] &&
     mods=$("$AGSX_SRCDIR/test/serve/npm-install" 2>/dev/null); then

@@ -15,8 +15,7 @@ bats_require_minimum_version 1.5.0
 KEY=e2b_0123456789abcdef0123456789abcdef01234567
 
 setup_file() {
-  export BB="$BATS_FILE_TMPDIR/bb"
-  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
+  busybox_setup_file
   export NODE_LATEST NODE_V250
   if command -v node >/dev/null && mods=$("$AGSX_SRCDIR/test/serve/npm-install" 2>/dev/null); then
     NODE_LATEST=$(echo "$mods" | sed -n 1p)

@@ -12,8 +12,7 @@ load helpers
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-  export BB="$BATS_FILE_TMPDIR/bb"
-  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
+  busybox_setup_file
   # A sandbox's writable layer is a tmpfs: user.* xattrs there need Linux
   # 6.6 (agsx info: tmpfs-user-xattrs); before it the tree has none.
   XATTR=$("$AGSX" info --json | python3 -c '
