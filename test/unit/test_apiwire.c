@@ -88,6 +88,12 @@ static void bodies(void) {
              !c.internet && strcmp(c.metadata[0], "k=v") == 0,
          "the v1 create body of JS 2.50 and Python");
   agsx_api_create_clear(&c);
+  const char *life =
+      "{\"autoPause\":true,\"autoPauseMemory\":true,\"autoResume\":{\"enabled\":true}}";
+  tap_ok(agsx_api_create_parse(life, strlen(life), &c, &st, &err) == 0 && c.pause_on_timeout &&
+             c.auto_resume,
+         "lifecycle.onTimeout pause with autoResume (the latest SDK's body)");
+  agsx_api_create_clear(&c);
   static const struct {
     const char *body;
     int status;
@@ -96,7 +102,12 @@ static void bodies(void) {
              {"{\"network\":{\"maskRequestHost\":\"x\"}}", 501},
              {"{\"network\":{\"allowOut\":[\"a*b\"]}}", 400},
              {"{\"network\":{\"denyOut\":\"x\"}}", 400},
-             {"{\"autoPause\":true}", 501},
+             {"{\"network\":{\"denyOut\":[\"x.org\"]}}", 400},
+             {"{\"network\":{\"denyOut\":[\"*.x.org\"]}}", 400},
+             {"{\"autoPause\":true,\"autoPauseMemory\":false}", 501},
+             {"{\"autoPause\":\"x\"}", 400},
+             {"{\"autoResume\":{\"enabled\":true}}", 400},
+             {"{\"autoResume\":true}", 400},
              {"{\"timeout\":0}", 400},
              {"{\"timeout\":1.5}", 400},
              {"{\"x\":1}", 400},
