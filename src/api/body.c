@@ -85,10 +85,10 @@ static int unsupported(yajl_val body, int *ret_status, agsx_error_t *err) {
   return 0;
 }
 
-/* E2B's allowOut and denyOut (CIDRs, addresses and domains) as egress rule
- * lines. As in E2B, allowOut wins over denyOut's 0.0.0.0/0 ("all traffic":
- * then the sandbox is default-deny, which any allowOut makes it already);
- * other denyOut entries win over allowOut, as agsx's rules do. */
+/* E2B's allowOut (CIDRs, addresses and domains) and denyOut (CIDRs and
+ * addresses) as egress rule lines. As in E2B, allowOut wins over denyOut:
+ * any allowOut makes the sandbox default-deny (agsx's allow-list), so
+ * denyOut then adds nothing and is dropped (see agsx_api_egress_parse). */
 static int egress_list(yajl_val v, const char *what, bool allow, char ***rules, bool *all,
                        int *ret_status, agsx_error_t *err) {
   if (is_null(v))
@@ -138,15 +138,23 @@ int agsx_api_egress_parse(yajl_val net, char ***ret_rules, int *ret_status, agsx
     agsx_strv_free(steal_ptr(ret_rules));
     return -1;
   }
-  /* All traffic denied and nothing allowed: deny-all as a rule. */
-  if (all && !agsx_strv_len(*ret_rules))
-    agsx_strv_push(ret_rules, "deny 0.0.0.0/0");
-  else if (all) {
-    bool any_allow = false;
-    for (size_t i = 0; (*ret_rules)[i]; i++)
-      any_allow |= agsx_str_has_prefix((*ret_rules)[i], "allow ");
-    if (!any_allow)
-      agsx_strv_push(ret_rules, "deny 0.0.0.0/0");
+  bool any_allow = false;
+  for (size_t i = 0; *ret_rules && (*ret_rules)[i]; i++)
+    any_allow |= agsx_str_has_prefix((*ret_rules)[i], "allow ");
+  if (any_allow) {
+    /* E2B: allowed entries always win over denied ones. With an allow-list
+     * the sandbox is default-deny, so denyOut's entries add nothing, and
+     * kept they would win (agsx's deny rules do): dropped. */
+    size_t k = 0;
+    for (size_t i = 0; (*ret_rules)[i]; i++) {
+      if (agsx_str_has_prefix((*ret_rules)[i], "deny "))
+        free((*ret_rules)[i]);
+      else
+        (*ret_rules)[k++] = (*ret_rules)[i];
+    }
+    (*ret_rules)[k] = NULL;
+  } else if (all) {
+    agsx_strv_push(ret_rules, "deny 0.0.0.0/0"); /* all traffic denied, nothing allowed */
   }
   return 0;
 }

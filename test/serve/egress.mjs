@@ -36,6 +36,12 @@ await main(async () => {
   has(out, 'resolve allowed.egress.test: failed', 'and closed the other');
   has(out, 'connect 198.18.0.10:80: failed', 'its learnt address too');
 
+  // allowed entries win over denied ones, as E2B documents
+  await sbx.updateNetwork({ allowOut: ['198.18.0.16'], denyOut: ['0.0.0.0/0', '198.18.0.0/24'] });
+  out = await run('probe http 198.18.0.16 80 2000; probe http 198.18.0.10 80 2000');
+  has(out, 'http 198.18.0.16:80: 198.18.0.16:80', 'an allowed address in a denied CIDR');
+  has(out, 'http 198.18.0.10:80: failed', 'the rest of the denied CIDR');
+
   // allowInternetAccess false: all traffic denied but allowOut's
   await sbx.updateNetwork({ allowInternetAccess: false });
   out = await run('probe http 198.18.0.16 80 2000');
