@@ -51,6 +51,10 @@ field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]
 # The record's paused flag of the one sandbox of the test.
 paused() { ax ls --json | python3 -c 'import json,sys; v=json.load(sys.stdin); print(v[0]["paused"])'; }
 
+wait_gone() { # the sandbox's record goes (the supervisor removed it)
+  poll $(slow 100) eval "[ -z \"\$(ax ls -q --no-trunc | grep '^$1')\" ]"
+}
+
 run_sdk() {
   [ -n "$NODE_LATEST" ] || skip "the npm e2b SDK is not installed (npm or its registry unreachable)"
   run env E2B_SDK="$NODE_LATEST" E2B_API_URL="$U" E2B_SANDBOX_URL="$U" E2B_API_KEY="$KEY" \
@@ -156,4 +160,20 @@ run_sdk() {
     [ "$(status_of "$output")" = 501 ] || { echo "$b: $output" >&3; false; }
   done
   api DELETE "/sandboxes/$id" >/dev/null
+}
+
+@test "serve-life: a fork keeps its source's lifecycle" {
+  private_cgroup_parent # for the gc at the end (helpers.bash)
+  serve_start
+  run api POST /v2/sandboxes '{"templateID":"bb","timeout":60,"autoPause":true,"autoResume":{"enabled":true}}'
+  [ "$(status_of "$output")" = 201 ]
+  id=$(field "$(body_of "$output")" sandboxID)
+  run api POST "/sandboxes/$id/fork" '{"timeout":60}'
+  [ "$(status_of "$output")" = 201 ]
+  fork=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])[0]["sandbox"]["sandboxID"])' "$(body_of "$output")")
+  run api GET "/sandboxes/$fork"
+  [[ $output == *'"lifecycle":{"onTimeout":"pause","autoResume":true}'* ]]
+  for x in $id $fork; do api DELETE "/sandboxes/$x" >/dev/null; done
+  for x in $id $fork; do wait_gone "$x"; done
+  AGSX_GC_MIN_AGE=0 ax gc >/dev/null # the fork's layer
 }
