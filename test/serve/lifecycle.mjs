@@ -51,6 +51,8 @@ await main(async () => {
   eq((await auto.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: true }, 'autoResume');
   await auto.commands.run('echo auto > /tmp/mark');
   await waitState(auto, 'paused', 20000);
+  await auto.isRunning(); // GET /health tells, and resumes nothing
+  eq((await auto.getInfo()).state, 'paused', 'GET /health did not resume it');
   eq((await auto.commands.run('cat /tmp/mark')).stdout, 'auto\n', 'a command resumed it');
   info = await auto.getInfo();
   eq(info.state, 'running', 'running again');
