@@ -19,7 +19,10 @@
  *
  * The traffic token is what E2B gives for a sandbox's ports other than
  * envd's (the code interpreter's SDK sends it with every request, the
- * envd token only with /execute); it opens those ports and not envd. */
+ * envd token only with /execute); it opens those ports and not envd.
+ *
+ * Admitted, a request to a paused sandbox created with autoResume resumes
+ * it (agsx_api_autoresume): only a request with credentials does. */
 #include "config.h"
 
 #include "api/api-internal.h"
@@ -153,5 +156,5 @@ bool agsx_api_admit(struct req *r) {
     respond_port_closed(r);
     return false;
   }
-  return sandbox_credentials(r);
+  return sandbox_credentials(r) && agsx_api_autoresume(r);
 }

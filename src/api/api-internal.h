@@ -225,6 +225,10 @@ int agsx_api_find_sandbox(struct server *s, const char *e2b_id, struct agsx_reco
                           agsx_error_t *err);
 /* Puts a sandbox the server made in the E2B id cache. */
 void agsx_api_remember_id(struct server *s, const char id[33]);
+/* An envd request (credentials checked) to a paused sandbox created with
+ * autoResume resumes it, as E2B's proxy does; not GET /health, which tells
+ * whether it runs. False after answering (the resume failed). */
+bool agsx_api_autoresume(struct req *r);
 /* A JSON body of a control-plane request: NULL after answering 400. */
 yajl_val agsx_api_parse_body(struct req *r, bool connect);
 /* The `Sandbox` object of a create or connect answer. */

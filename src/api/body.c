@@ -69,14 +69,6 @@ static int unsupported(yajl_val body, int *ret_status, agsx_error_t *err) {
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(no); i++)
     if (!is_empty(agsx_json_get(body, no[i].field)))
       return fail(ret_status, 501, err, "agsx: %s are not supported", no[i].what);
-  yajl_val ap = agsx_json_get(body, "autoPause");
-  if (ap && YAJL_IS_TRUE(ap))
-    return fail(ret_status, 501, err, "agsx: %s is not supported (sandboxes are killed)",
-                "pausing on timeout");
-  yajl_val ar = agsx_json_get(body, "autoResume");
-  yajl_val en = YAJL_IS_OBJECT(ar) ? agsx_json_get(ar, "enabled") : NULL;
-  if (en && YAJL_IS_TRUE(en))
-    return fail(ret_status, 501, err, "agsx: %s is not supported", "auto-resume");
   yajl_val net = agsx_json_get(body, "network");
   if (!is_null(net) && !YAJL_IS_OBJECT(net))
     return fail(ret_status, 400, err, "%s must be an object", "network");
@@ -93,10 +85,10 @@ static int unsupported(yajl_val body, int *ret_status, agsx_error_t *err) {
   return 0;
 }
 
-/* E2B's allowOut and denyOut (CIDRs, addresses and domains) as egress rule
- * lines. As in E2B, allowOut wins over denyOut's 0.0.0.0/0 ("all traffic":
- * then the sandbox is default-deny, which any allowOut makes it already);
- * other denyOut entries win over allowOut, as agsx's rules do. */
+/* E2B's allowOut (CIDRs, addresses and domains) and denyOut (CIDRs and
+ * addresses) as egress rule lines. As in E2B, allowOut wins over denyOut:
+ * any allowOut makes the sandbox default-deny (agsx's allow-list), so
+ * denyOut then adds nothing and is dropped (see agsx_api_egress_parse). */
 static int egress_list(yajl_val v, const char *what, bool allow, char ***rules, bool *all,
                        int *ret_status, agsx_error_t *err) {
   if (is_null(v))
@@ -119,6 +111,11 @@ static int egress_list(yajl_val v, const char *what, bool allow, char ***rules, 
       agsx_error_free(&e);
       return -1;
     }
+    if (!allow && r.kind != AGSX_EGRESS_CIDR) /* E2B's asymmetry: names only in allowOut */
+      return fail(ret_status, 400, err,
+                  "network.denyOut: `%.256s`: only IP addresses and CIDRs can be denied "
+                  "(domains go in allowOut)",
+                  s);
     char *line = agsx_egress_rule_format(&r);
     agsx_strv_push(rules, line);
     free(line);
@@ -141,16 +138,57 @@ int agsx_api_egress_parse(yajl_val net, char ***ret_rules, int *ret_status, agsx
     agsx_strv_free(steal_ptr(ret_rules));
     return -1;
   }
-  /* All traffic denied and nothing allowed: deny-all as a rule. */
-  if (all && !agsx_strv_len(*ret_rules))
-    agsx_strv_push(ret_rules, "deny 0.0.0.0/0");
-  else if (all) {
-    bool any_allow = false;
-    for (size_t i = 0; (*ret_rules)[i]; i++)
-      any_allow |= agsx_str_has_prefix((*ret_rules)[i], "allow ");
-    if (!any_allow)
-      agsx_strv_push(ret_rules, "deny 0.0.0.0/0");
+  bool any_allow = false;
+  for (size_t i = 0; *ret_rules && (*ret_rules)[i]; i++)
+    any_allow |= agsx_str_has_prefix((*ret_rules)[i], "allow ");
+  if (any_allow) {
+    /* E2B: allowed entries always win over denied ones. With an allow-list
+     * the sandbox is default-deny, so denyOut's entries add nothing, and
+     * kept they would win (agsx's deny rules do): dropped. */
+    size_t k = 0;
+    for (size_t i = 0; (*ret_rules)[i]; i++) {
+      if (agsx_str_has_prefix((*ret_rules)[i], "deny "))
+        free((*ret_rules)[i]);
+      else
+        (*ret_rules)[k++] = (*ret_rules)[i];
+    }
+    (*ret_rules)[k] = NULL;
+  } else if (all) {
+    agsx_strv_push(ret_rules, "deny 0.0.0.0/0"); /* all traffic denied, nothing allowed */
   }
+  return 0;
+}
+
+static bool is_bool(yajl_val v) { return YAJL_IS_TRUE(v) || YAJL_IS_FALSE(v); }
+
+/* The lifecycle (what the SDK's lifecycle.onTimeout and autoResume become):
+ * autoPause (onTimeout "pause"), autoPauseMemory (false: keepMemory false,
+ * refused) and autoResume {"enabled"}, checked as E2B's SDK checks them. */
+static int lifecycle(yajl_val body, struct agsx_api_create *c, int *ret_status, agsx_error_t *err) {
+  yajl_val ap = agsx_json_get(body, "autoPause"), mem = agsx_json_get(body, "autoPauseMemory");
+  yajl_val ar = agsx_json_get(body, "autoResume");
+  if (!is_null(ap) && !is_bool(ap))
+    return fail(ret_status, 400, err, "%s must be a boolean", "autoPause");
+  if (!is_null(mem) && !is_bool(mem))
+    return fail(ret_status, 400, err, "%s must be a boolean", "autoPauseMemory");
+  c->pause_on_timeout = ap && YAJL_IS_TRUE(ap);
+  if (!is_null(ar)) {
+    static const char *const known[] = {"enabled", NULL};
+    yajl_val en = YAJL_IS_OBJECT(ar) ? agsx_json_get(ar, "enabled") : NULL;
+    if (!YAJL_IS_OBJECT(ar) || unknown_key(ar, known) || !is_bool(en))
+      return fail(ret_status, 400, err, "%s must be {\"enabled\": true|false}", "autoResume");
+    c->auto_resume = YAJL_IS_TRUE(en);
+  }
+  bool keep = !(mem && YAJL_IS_FALSE(mem));
+  if (c->auto_resume && !c->pause_on_timeout)
+    return fail(ret_status, 400, err, "autoResume can only be enabled with %s",
+                "autoPause (lifecycle.onTimeout 'pause')");
+  if (c->auto_resume && !keep)
+    return fail(ret_status, 400, err, "autoResume can only be enabled with %s",
+                "autoPauseMemory true (a paused filesystem is resumed by Sandbox.connect)");
+  if (c->pause_on_timeout && !keep)
+    return fail(ret_status, 501, err, "agsx: %s is not supported",
+                "pausing without memory (onTimeout keepMemory false)");
   return 0;
 }
 
@@ -186,6 +224,9 @@ int agsx_api_create_parse(const char *buf, size_t len, struct agsx_api_create *r
   yajl_val inet = agsx_json_get(body, "allow_internet_access");
   if (!is_null(inet) && !YAJL_IS_TRUE(inet) && !YAJL_IS_FALSE(inet))
     return fail(ret_status, 400, err, "%s must be a boolean", "allow_internet_access");
+  struct agsx_api_create life = {0};
+  if (lifecycle(body, &life, ret_status, err) < 0)
+    return -1;
   char **egress = NULL;
   if (agsx_api_egress_parse(agsx_json_get(body, "network"), &egress, ret_status, err) < 0)
     return -1;
@@ -194,6 +235,8 @@ int agsx_api_create_parse(const char *buf, size_t len, struct agsx_api_create *r
       .template_id = xstrdup(is_null(t) ? "base" : t->u.string),
       .timeout = is_null(to) ? 0 : YAJL_GET_INTEGER(to),
       .internet = !(inet && YAJL_IS_FALSE(inet)),
+      .pause_on_timeout = life.pause_on_timeout,
+      .auto_resume = life.auto_resume,
   };
   if (!string_map(agsx_json_get(body, "envVars"), ENVS_MAX, &c.env)) {
     agsx_api_create_clear(&c);

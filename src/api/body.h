@@ -10,12 +10,14 @@
 
 /* NewSandbox / NewSandboxV2 (e2b-protocol.md §2.1). */
 struct agsx_api_create {
-  char *template_id; /* default "base" */
-  int64_t timeout;   /* seconds; 0: the default */
-  bool internet;     /* allow_internet_access (default true) */
-  char **env;        /* envVars as KEY=VALUE */
-  char **metadata;   /* as KEY=VALUE; keys starting with e2b. refused */
-  char **egress;     /* network.allowOut/denyOut as egress rule lines (net/egress.h) */
+  char *template_id;     /* default "base" */
+  int64_t timeout;       /* seconds; 0: the default */
+  bool internet;         /* allow_internet_access (default true) */
+  char **env;            /* envVars as KEY=VALUE */
+  char **metadata;       /* as KEY=VALUE; keys starting with e2b. refused */
+  char **egress;         /* network.allowOut/denyOut as egress rule lines (net/egress.h) */
+  bool pause_on_timeout; /* autoPause: paused, not killed, at the timeout */
+  bool auto_resume;      /* autoResume.enabled: a request to it resumes it */
 };
 void agsx_api_create_clear(struct agsx_api_create *c);
 /* NET ({"allowOut": [...], "denyOut": [...]}, or null) as egress rule lines

@@ -22,6 +22,7 @@
 #define CLIENT_ID "6532622b" /* what E2B always sends; Python requires the field */
 #define LABEL_TEMPLATE "e2b.template"
 #define LABEL_INTERNET "e2b.internet"
+#define LABEL_AUTORESUME "e2b.autoresume" /* autoResume.enabled at create */
 #define LABEL_PREFIX "e2b."
 #define LIST_LIMIT_MAX 1000
 
@@ -146,8 +147,8 @@ static void gen_sandbox(struct server *s, yajl_gen g, const struct agsx_record *
   if (how == SHAPE_DETAIL) {
     agsx_json_key(g, "lifecycle");
     yajl_gen_map_open(g);
-    agsx_json_kv_str(g, "onTimeout", "kill");
-    agsx_json_kv_bool(g, "autoResume", false);
+    agsx_json_kv_str(g, "onTimeout", r->pause_on_timeout ? "pause" : "kill");
+    agsx_json_kv_bool(g, "autoResume", agsx_label_get(r->labels, LABEL_AUTORESUME) != NULL);
     yajl_gen_map_close(g);
   }
   yajl_gen_map_close(g);
@@ -280,7 +281,7 @@ static bool claim_pooled(struct req *r, const char *tmpl, const struct agsx_spaw
                          char id[33]) {
   const struct agsx_api_config *cfg = r->s->cfg;
   const char *name = template_pool(cfg, tmpl);
-  if (name == NULL || q->egress)
+  if (name == NULL || q->egress || q->pause_on_timeout)
     return false;
   agsx_error_t err = NULL;
   struct agsx_pool_config pc;
@@ -331,6 +332,8 @@ static void create(struct req *r) {
   _cleanup_strv_ char **labels = agsx_strv_concat(c.metadata, NULL);
   agsx_labels_set(&labels, LABEL_TEMPLATE, c.template_id);
   agsx_labels_set(&labels, LABEL_INTERNET, c.internet ? "true" : "false");
+  if (c.auto_resume)
+    agsx_labels_set(&labels, LABEL_AUTORESUME, "true");
   char id[33];
   struct agsx_record rec;
   struct agsx_spawn_req q = {
@@ -343,6 +346,7 @@ static void create(struct req *r) {
       .network =
           c.internet && cfg->network && strcmp(cfg->network, "internal") != 0 ? cfg->network : NULL,
       .timeout = (uint64_t)(c.timeout ? c.timeout : AGSX_API_TIMEOUT_DEFAULT),
+      .pause_on_timeout = c.pause_on_timeout,
   };
   if (agsx_labels_check(labels, &err) < 0)
     agsx_respond_error(r, 400, "metadata: %s", err->msg);
@@ -371,6 +375,37 @@ static void create(struct req *r) {
 
 static bool find(struct req *r, const char *e2b_id, struct agsx_record *rec);
 
+/* What else an update may carry (the SDK's updateNetwork): rules and
+ * egressProxy are refused (501) as at create; allow_internet_access false
+ * is what E2B makes it: all traffic denied but allowOut's (as denyOut
+ * 0.0.0.0/0, the SDK's allTraffic). */
+static int network_update_check(yajl_val body, yajl_val net, bool *no_internet, int *status,
+                                agsx_error_t *err) {
+  static const char *const known[] = {
+      "allowOut", "denyOut", "rules", "egressProxy", "network", "allow_internet_access", NULL};
+  *status = 400;
+  if (!YAJL_IS_OBJECT(body) || !YAJL_IS_OBJECT(net))
+    return agsx_error_set_quiet(err, EINVAL, "the body is not a JSON object");
+  const char *bad = unknown_key(body, known);
+  if (bad == NULL && net != body)
+    bad = unknown_key(net, known);
+  if (bad)
+    return agsx_error_set_quiet(err, EINVAL, "unknown field `%.64s`", bad);
+  for (size_t i = 0; i < 2; i++) {
+    yajl_val v = agsx_json_get(net, i ? "egressProxy" : "rules");
+    if (v && !YAJL_IS_NULL(v) && !(YAJL_IS_OBJECT(v) && v->u.object.len == 0)) {
+      *status = 501;
+      return agsx_error_set_quiet(err, ENOTSUP, "agsx: network.%s is not supported",
+                                  i ? "egressProxy" : "rules");
+    }
+  }
+  yajl_val inet = agsx_json_get(body, "allow_internet_access");
+  if (inet && !YAJL_IS_NULL(inet) && !YAJL_IS_TRUE(inet) && !YAJL_IS_FALSE(inet))
+    return agsx_error_set_quiet(err, EINVAL, "allow_internet_access must be a boolean");
+  *no_internet = inet && YAJL_IS_FALSE(inet);
+  return 0;
+}
+
 /* PUT /sandboxes/{id}/network: {"allowOut": [...], "denyOut": [...]} (or
  * the same in a "network" object) replaces its egress rules, live, as
  * agsx update --egress-... does. */
@@ -388,11 +423,19 @@ static void update_network(struct req *r, const char *e2b_id) {
                      ? agsx_json_get(body, "network")
                      : body;
   size_t cut = 0;
+  bool no_internet = false;
   if (body == NULL)
     agsx_respond_error(r, 400, "invalid request body: %s", err->msg);
+  else if (network_update_check(body, net, &no_internet, &status, &err) < 0)
+    agsx_respond_error(r, (unsigned)status, "%s", err->msg);
   else if (agsx_api_egress_parse(net, &rules, &status, &err) < 0)
     agsx_respond_error(r, (unsigned)status, "%s", err->msg);
   else {
+    bool any_allow = false;
+    for (size_t i = 0; rules && rules[i]; i++)
+      any_allow |= agsx_str_has_prefix(rules[i], "allow ");
+    if (no_internet && !any_allow && !agsx_strv_contains(rules, "deny 0.0.0.0/0"))
+      agsx_strv_push(&rules, "deny 0.0.0.0/0");
     for (size_t i = 0; rules && rules[i] && err == NULL; i++) {
       struct agsx_egress_rule er;
       if (agsx_egress_rule_parse_line(rules[i], &er, &err) == 0)
@@ -501,10 +544,6 @@ static void connect_sandbox(struct req *r, const char *e2b_id, bool v1, bool res
     return;
   }
   yajl_val ap = agsx_json_get(body, "autoPause");
-  if (ap && YAJL_IS_TRUE(ap)) {
-    agsx_respond_error(r, 501, "agsx: pausing on timeout is not supported (sandboxes are killed)");
-    return;
-  }
   yajl_val mem = agsx_json_get(body, "memory");
   if (mem && YAJL_IS_FALSE(mem)) {
     agsx_respond_error(r, 501, "agsx: resuming without memory (a reboot) is not supported");
@@ -516,6 +555,17 @@ static void connect_sandbox(struct req *r, const char *e2b_id, bool v1, bool res
   struct agsx_record rec;
   if (!find(r, e2b_id, &rec))
     return;
+  if (ap && !YAJL_IS_NULL(ap) && (!YAJL_IS_TRUE(ap) && !YAJL_IS_FALSE(ap))) {
+    agsx_respond_error(r, 400, "autoPause must be a boolean");
+    agsx_record_clear(&rec);
+    return;
+  }
+  if (ap && (YAJL_IS_TRUE(ap) || YAJL_IS_FALSE(ap)) && YAJL_IS_TRUE(ap) != rec.pause_on_timeout) {
+    /* The supervisor has it from the start (sandbox/lifecycle.h). */
+    agsx_respond_error(r, 501, "agsx: autoPause is set at create and cannot be changed");
+    agsx_record_clear(&rec);
+    return;
+  }
   agsx_error_t err = NULL;
   bool resumed = false;
   if (rec.paused) {
@@ -551,6 +601,29 @@ static void connect_sandbox(struct req *r, const char *e2b_id, bool v1, bool res
     return;
   respond_sandbox(r, resumed ? 201 : 200, &rec, SHAPE_SANDBOX);
   agsx_record_clear(&rec);
+}
+
+bool agsx_api_autoresume(struct req *r) {
+  if (!r->rec.paused || !agsx_label_get(r->rec.labels, LABEL_AUTORESUME) ||
+      strcmp(r->path, "/health") == 0)
+    return true;
+  agsx_error_t err = NULL;
+  /* A sandbox paused at its deadline gets its lifetime again from now. */
+  if (agsx_sandbox_unpause(r->s->statefd, r->rec.id, &err) < 0 &&
+      agsx_error_errno(&err) != EALREADY) {
+    bool gone = agsx_error_errno(&err) == ESRCH;
+    agsx_warn("serve: auto-resume of %s: %s", r->e2b_id, err->msg);
+    agsx_error_free(&err);
+    if (gone)
+      agsx_api_respond_gone(r);
+    else
+      agsx_respond_error(r, 500, "resume sandbox \"%s\"", r->e2b_id);
+    return false;
+  }
+  agsx_error_free(&err);
+  agsx_info("serve: resumed sandbox %s on a request (autoResume)", r->e2b_id);
+  r->rec.paused = false;
+  return true;
 }
 
 static void pause_sandbox(struct req *r, const char *e2b_id) {

@@ -68,6 +68,7 @@ static void handle(int fd, const char *buf, size_t len) {
   }
   int64_t timeout = 0;
   agsx_json_get_int64(v, "timeout", &timeout);
+  yajl_val pause_on_timeout = agsx_json_get(v, "pause_on_timeout");
   struct agsx_run_spec spec = {
       .root = agsx_json_get_string(v, "root"),
       .state = agsx_json_get_string(v, "state"),
@@ -80,6 +81,7 @@ static void handle(int fd, const char *buf, size_t len) {
       .timeout = (uint64_t)(timeout > 0 ? timeout : 0),
       .rm = true,
       .idle = true,
+      .pause_on_timeout = pause_on_timeout && YAJL_IS_TRUE(pause_on_timeout),
   };
   struct agsx_lifecycle *lc = NULL;
   if (agsx_lifecycle_create(&spec, &lc, &err) < 0) {
@@ -168,6 +170,7 @@ int agsx_spawn(struct agsx_spawner *sp, const struct agsx_spawn_req *req, char r
   agsx_json_kv_str(g, "image", req->image);
   agsx_json_kv_str(g, "network", req->network);
   agsx_json_kv_int(g, "timeout", (int64_t)req->timeout);
+  agsx_json_kv_bool(g, "pause_on_timeout", req->pause_on_timeout);
   gen_strv(g, "env", req->env);
   gen_strv(g, "labels", req->labels);
   gen_strv(g, "egress", req->egress);

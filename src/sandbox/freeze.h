@@ -22,6 +22,10 @@
 /* Freezes sandbox ID (an id: resolve names with agsx_state_resolve). ESRCH:
  * not running; EALREADY: paused already. */
 int agsx_sandbox_pause(int statefd, const char *id, agsx_error_t *err);
+/* The same, but EAGAIN at once when a change (commit, snapshot, fork,
+ * rollback) holds the sandbox: for its supervisor (pause_on_timeout),
+ * which must never wait on a client that may be waiting on it. */
+int agsx_sandbox_pause_nowait(int statefd, const char *id, agsx_error_t *err);
 /* Thaws it. ESRCH: not running; EALREADY: not paused. */
 int agsx_sandbox_unpause(int statefd, const char *id, agsx_error_t *err);
 

@@ -318,6 +318,7 @@ static void fill_record(struct sup *f, struct agsx_record *r) {
   r->seccomp = xstrdup(f->o->seccomp ? f->o->seccomp : "default");
   r->rm = f->o->rm;
   r->idle = f->o->idle;
+  r->pause_on_timeout = f->o->pause_on_timeout && f->detached;
   r->pool = f->o->pool ? xstrdup(f->o->pool) : NULL;
   r->parked = f->o->pool != NULL && !(f->pool && agsx_pool_sup_claimed(f));
   r->tmpfs_fd = f->sb->tmpfsfd; /* sandbox/snapshot.h */

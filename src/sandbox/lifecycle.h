@@ -67,6 +67,11 @@ struct agsx_run_spec {
    * or reaches its deadline; its processes come through processes.h (API
    * sandboxes, whose images may have no shell). Detached only. */
   bool idle;
+  /* At the deadline the sandbox is paused (sandbox/freeze.h: processes
+   * frozen, memory kept) instead of stopped, and stays so until it is
+   * unpaused with a new deadline (the API's lifecycle.onTimeout "pause").
+   * Detached only; kept in the record. */
+  bool pause_on_timeout;
   /* A parked sandbox of pool POOL (sandbox/pool.h): set up, then waiting
    * for a claim, which brings the command. Detached only. */
   const char *pool;

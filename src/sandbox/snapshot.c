@@ -944,6 +944,7 @@ static int fork_one(const struct agsx_fork_opts *o, const struct agsx_capture *c
       .cpus = cpus,
       .extra_layers = c->layers,
       .labels = r->labels,
+      .pause_on_timeout = r->pause_on_timeout,
       .rm = r->rm,
       .ports = ports,
       .n_ports = r->n_ports,

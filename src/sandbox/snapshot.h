@@ -108,7 +108,8 @@ int agsx_snapshot_rollback(int statefd, const char *id, const char *name, agsx_e
  * captured one under each fork's own writable layer), with its image,
  * command (or CMD), environment, user, working directory, limits, network
  * mode and seccomp profile, each with its own id, uid range, address and
- * deadline (TIMEOUT, 0: the source's lifetime), its labels and --rm, listed by
+ * deadline (TIMEOUT, 0: the source's lifetime), its labels, --rm and
+ * pause_on_timeout, listed by
  * the source's image name. Published ports are copied with new host ports
  * (as -p 0:PORT); volumes are not (as docker commit: host data, and a
  * read-write one shared by forks would be changed by all of them). A

@@ -9,6 +9,7 @@
 #include "sandbox/supervisor.h"
 #include "net/network.h"
 #include "sandbox/control.h"
+#include "sandbox/freeze.h"
 #include "sandbox/pool.h"
 #include "sandbox/procs-internal.h"
 #include "sandbox/snapshot.h"
@@ -27,6 +28,7 @@
 #define GRACE_SEC AGSX_STOP_GRACE_SEC /* SIGTERM → SIGKILL at the deadline */
 #define SIG_CONTROL AGSX_SIG_CONTROL
 #define RELOAD_RETRY_MS 100
+#define PAUSE_RETRY_MS 200
 
 void agsx_sup_arm_deadline(struct sup *f) {
   int64_t ns = f->deadline_ns > 0 ? f->deadline_ns : 1;
@@ -46,9 +48,34 @@ static void begin_stop(struct sup *f, enum agsx_stop_reason reason) {
   timerfd_settime(f->timerfd, 0, &its, NULL);
 }
 
+/* pause_on_timeout: the deadline pauses the sandbox and is then off (a
+ * client that unpauses it sets a new one, which on_control arms). A change
+ * under way (a snapshot's freeze) is waited out by polling, never by
+ * blocking the loop; a pause that fails ends the lifetime as usual. */
+static bool pause_at_deadline(struct sup *f) {
+  agsx_error_t err = NULL;
+  struct itimerspec its = {0};
+  if (agsx_sandbox_pause_nowait(f->sb->statefd, f->sb->id, &err) < 0) {
+    int e = agsx_error_errno(&err);
+    if (e == EAGAIN)
+      its.it_value.tv_nsec = PAUSE_RETRY_MS * 1000000L;
+    else if (e != EALREADY)
+      agsx_warn("sandbox %.12s: pause at the deadline: %s: stopping it", f->sb->id, err->msg);
+    agsx_error_free(&err);
+    if (e != EAGAIN && e != EALREADY)
+      return false;
+  } else {
+    agsx_info("sandbox %.12s: paused at its deadline", f->sb->id);
+  }
+  timerfd_settime(f->timerfd, 0, &its, NULL);
+  return true;
+}
+
 static void on_deadline(struct sup *f) {
   uint64_t ticks;
   if (read(f->timerfd, &ticks, sizeof(ticks)) < 0)
+    return;
+  if (!f->stopping && f->detached && f->o->pause_on_timeout && pause_at_deadline(f))
     return;
   if (!f->stopping) {
     begin_stop(f, AGSX_STOP_TIMEOUT);

@@ -118,6 +118,8 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len) {
   agsx_json_kv_bool(g, "reported", r->reported);
   agsx_json_kv_bool(g, "paused", r->paused);
   agsx_json_kv_int(g, "paused_at", r->paused_at);
+  if (r->pause_on_timeout)
+    agsx_json_kv_str(g, "on_timeout", "pause");
   agsx_json_kv_int(g, "tmpfs_fd", r->tmpfs_fd);
   gen_strv(g, "layers", r->layers);
   gen_proc(g, "frozen_by", &r->frozen_by);
@@ -405,6 +407,8 @@ int agsx_record_from_json(const char *buf, size_t len, struct agsx_record *r, ag
   b = agsx_json_get(v, "paused");
   r->paused = b && YAJL_IS_TRUE(b);
   r->paused_at = opt_int(v, "paused_at");
+  yajl_val ot = agsx_json_get(v, "on_timeout");
+  r->pause_on_timeout = ot && YAJL_IS_STRING(ot) && strcmp(ot->u.string, "pause") == 0;
   r->tmpfs_fd = agsx_json_get(v, "tmpfs_fd") ? (int)opt_int(v, "tmpfs_fd") : -1;
   r->layers = opt_strv(v, "layers");
   opt_proc(v, "frozen_by", &r->frozen_by);
@@ -774,6 +778,15 @@ static void report(const struct agsx_reap_report *rep, const char *id, const cha
     rep->fn(id, what, rep->data);
 }
 
+/* A sandbox paused at its deadline (pause_on_timeout) has none until it is
+ * unpaused: its supervisor is not stuck. */
+static bool deadline_off(const struct agsx_record *r) { return r->pause_on_timeout && r->paused; }
+
+/* Alive past the deadline and the grace: the supervisor is stuck. */
+static bool past_deadline(const struct agsx_record *r, int64_t now) {
+  return r->deadline > 0 && !deadline_off(r) && now > r->deadline + AGSX_STUCK_GRACE_SEC;
+}
+
 int agsx_state_reap_one(int statefd, const char *id, const struct agsx_reap_report *rep,
                         agsx_error_t *err) {
   _cleanup_close_ int lock = agsx_record_lock(statefd, id, err);
@@ -786,7 +799,7 @@ int agsx_state_reap_one(int statefd, const char *id, const struct agsx_reap_repo
   int reaped = 0;
   if (r.status != AGSX_STATUS_EXITED) {
     bool alive = agsx_proc_ref_alive(&r.supervisor);
-    if (alive && r.deadline > 0 && now > r.deadline + AGSX_STUCK_GRACE_SEC) {
+    if (alive && past_deadline(&r, now)) {
       kill_ref(&r.supervisor);
       report(rep, id, "supervisor stuck past the deadline: killed");
       for (int i = 0; i < 100 && agsx_proc_ref_alive(&r.supervisor); i++)
@@ -823,7 +836,7 @@ int agsx_state_reap_one(int statefd, const char *id, const struct agsx_reap_repo
 static bool reap_due(const struct agsx_record *r, int64_t now) {
   if (r->status == AGSX_STATUS_EXITED)
     return false;
-  if (r->deadline > 0 && now > r->deadline + AGSX_STUCK_GRACE_SEC)
+  if (past_deadline(r, now))
     return true;
   return !agsx_proc_ref_alive(&r->supervisor);
 }
@@ -1028,7 +1041,8 @@ int agsx_state_wait(int statefd, const char *id, int64_t timeout_ms, struct agsx
     }
     int64_t now = agsx_now_ns() / 1000000000LL;
     /* (a record without a deadline is never stuck: reap_one leaves it) */
-    int64_t wake = r.deadline > 0 ? r.deadline + AGSX_STUCK_GRACE_SEC + 1 : INT64_MAX / 2;
+    int64_t wake =
+        r.deadline > 0 && !deadline_off(&r) ? r.deadline + AGSX_STUCK_GRACE_SEC + 1 : INT64_MAX / 2;
     if (agsx_proc_ref_alive(&r.supervisor) && now < wake) {
       int64_t ms =
           (wake - now) < WAIT_MAX_SLEEP_MS / 1000 ? (wake - now) * 1000 : WAIT_MAX_SLEEP_MS;

@@ -73,6 +73,10 @@ struct agsx_record {
   bool reported;     /* an ended sandbox's end was shown by ls -a or waited for */
   bool paused;       /* frozen by agsx pause (sandbox/freeze.h); only while running */
   int64_t paused_at; /* seconds since the epoch, while paused */
+  /* At its deadline the supervisor pauses it (freeze.h) instead of
+   * stopping it: the API's lifecycle.onTimeout "pause". A state of the
+   * sandbox, so it holds whoever started it and whatever runs meanwhile. */
+  bool pause_on_timeout;
   /* sandbox/snapshot.h: the supervisor's fd of the sandbox's tmpfs (-1:
    * none), the layers (STATE/layers/<id>) under its writable one, above
    * the image's (a fork's, a rollback's), and the process (commit,

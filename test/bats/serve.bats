@@ -172,7 +172,6 @@ run_sdk() {
   for r in "GET /templates" \
     'POST /v2/sandboxes {"templateID":"bb","mcp":{"x":{}}}' \
     'POST /v2/sandboxes {"templateID":"bb","volumeMounts":[{"name":"v","path":"/m"}]}' \
-    'POST /v2/sandboxes {"templateID":"bb","autoPause":true}' \
     'POST /v2/sandboxes {"templateID":"bb","network":{"maskRequestHost":"x"}}'; do
     read -r m p b <<<"$r"
     run api "$m" "$p" "$b"

@@ -1,7 +1,8 @@
 // network.allowOut/denyOut through the SDK (test/bats/egress.bats, in its world
 // namespace): Sandbox.create with an allow-list, commands.run connections that
 // work and fail, then sbx.updateNetwork (PUT /sandboxes/{id}/network) opening
-// one name and closing another live; an invalid rule is refused.
+// one name and closing another live, allowInternetAccess false denying all
+// but allowOut; an invalid rule and a domain in denyOut are refused.
 import { Sandbox, assert, main, cleanup, rejects, TEMPLATE } from './lib.mjs';
 
 const has = (out, s, what) => assert(out.includes(s), `${what}: want "${s}" in: ${out}`);
@@ -34,6 +35,24 @@ await main(async () => {
   has(out, 'http 198.18.0.16:80: 198.18.0.16:80', 'the update opened a name');
   has(out, 'resolve allowed.egress.test: failed', 'and closed the other');
   has(out, 'connect 198.18.0.10:80: failed', 'its learnt address too');
+
+  // allowed entries win over denied ones, as E2B documents
+  await sbx.updateNetwork({ allowOut: ['198.18.0.16'], denyOut: ['0.0.0.0/0', '198.18.0.0/24'] });
+  out = await run('probe http 198.18.0.16 80 2000; probe http 198.18.0.10 80 2000');
+  has(out, 'http 198.18.0.16:80: 198.18.0.16:80', 'an allowed address in a denied CIDR');
+  has(out, 'http 198.18.0.10:80: failed', 'the rest of the denied CIDR');
+
+  // allowInternetAccess false: all traffic denied but allowOut's
+  await sbx.updateNetwork({ allowInternetAccess: false });
+  out = await run('probe http 198.18.0.16 80 2000');
+  has(out, 'http 198.18.0.16:80: failed', 'allowInternetAccess false denies all');
+  await sbx.updateNetwork({ allowOut: ['other.egress.test'], allowInternetAccess: false });
+  out = await run('probe resolve other.egress.test; probe http 198.18.0.16 80 2000; ' +
+    'probe http 198.18.0.10 80 2000');
+  has(out, 'http 198.18.0.16:80: 198.18.0.16:80', 'but allowOut');
+  has(out, 'http 198.18.0.10:80: failed', 'and nothing else');
+  await rejects(() => sbx.updateNetwork({ denyOut: ['other.egress.test'] }), null,
+    'a domain in denyOut (E2B\'s 400)');
 
   await rejects(() => sbx.updateNetwork({ allowOut: ['a*b'] }), null, 'an invalid rule');
   // the rules stay what they were

@@ -88,6 +88,37 @@ static void bodies(void) {
              !c.internet && strcmp(c.metadata[0], "k=v") == 0,
          "the v1 create body of JS 2.50 and Python");
   agsx_api_create_clear(&c);
+  {
+    /* E2B: allowed entries win over denied ones; denyOut alone denies. */
+    static const struct {
+      const char *net, *want;
+    } eg[] = {
+        {"{\"denyOut\":[\"0.0.0.0/0\",\"1.2.3.0/24\"],\"allowOut\":[\"1.2.3.4\",\"x.org\"]}",
+         "allow 1.2.3.4/32,allow x.org,"},
+        {"{\"denyOut\":[\"1.2.3.0/24\"],\"allowOut\":[\"1.2.3.4\"]}", "allow 1.2.3.4/32,"},
+        {"{\"denyOut\":[\"0.0.0.0/0\"]}", "deny 0.0.0.0/0,"},
+        {"{\"denyOut\":[\"8.8.8.8\"]}", "deny 8.8.8.8/32,"},
+        {"{}", ""},
+    };
+    for (size_t i = 0; i < AGSX_ARRAY_SIZE(eg); i++) {
+      _cleanup_json_ yajl_val v = agsx_json_parse(eg[i].net, strlen(eg[i].net), 1 << 16, &err);
+      char **rules = NULL;
+      int r = agsx_api_egress_parse(v, &rules, &st, &err);
+      char got[256] = "";
+      for (size_t k = 0; rules && rules[k]; k++)
+        snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s,", rules[k]);
+      tap_ok(r == 0 && strcmp(got, eg[i].want) == 0, "network %s: %s", eg[i].net,
+             err ? err->msg : got);
+      agsx_strv_free(rules);
+      agsx_error_free(&err);
+    }
+  }
+  const char *life =
+      "{\"autoPause\":true,\"autoPauseMemory\":true,\"autoResume\":{\"enabled\":true}}";
+  tap_ok(agsx_api_create_parse(life, strlen(life), &c, &st, &err) == 0 && c.pause_on_timeout &&
+             c.auto_resume,
+         "lifecycle.onTimeout pause with autoResume (the latest SDK's body)");
+  agsx_api_create_clear(&c);
   static const struct {
     const char *body;
     int status;
@@ -96,7 +127,12 @@ static void bodies(void) {
              {"{\"network\":{\"maskRequestHost\":\"x\"}}", 501},
              {"{\"network\":{\"allowOut\":[\"a*b\"]}}", 400},
              {"{\"network\":{\"denyOut\":\"x\"}}", 400},
-             {"{\"autoPause\":true}", 501},
+             {"{\"network\":{\"denyOut\":[\"x.org\"]}}", 400},
+             {"{\"network\":{\"denyOut\":[\"*.x.org\"]}}", 400},
+             {"{\"autoPause\":true,\"autoPauseMemory\":false}", 501},
+             {"{\"autoPause\":\"x\"}", 400},
+             {"{\"autoResume\":{\"enabled\":true}}", 400},
+             {"{\"autoResume\":true}", 400},
              {"{\"timeout\":0}", 400},
              {"{\"timeout\":1.5}", 400},
              {"{\"x\":1}", 400},

@@ -125,6 +125,7 @@ static void test_record(void) {
   struct agsx_record back;
   agsx_error_t err = NULL;
   tap_ok(agsx_record_from_json(json, len, &back, &err) == 0, "record with ports parses");
+  tap_ok(!back.pause_on_timeout, "killed at its deadline by default");
   tap_is_int(back.n_ports, 2, "two ports back");
   if (back.n_ports == 2) {
     tap_is_str(fmt_port(&back.ports[0]), "127.0.0.1:8080->80/tcp", "first port");
@@ -133,6 +134,13 @@ static void test_record(void) {
   agsx_record_clear(&back);
   free(json);
   agsx_record_clear(&r);
+
+  r = (struct agsx_record){.id = "0123456789abcdef0123456789abcdef", .pause_on_timeout = true};
+  json = agsx_record_to_json(&r, &len);
+  tap_ok(agsx_record_from_json(json, len, &back, &err) == 0 && back.pause_on_timeout,
+         "pause_on_timeout is kept in the record");
+  agsx_record_clear(&back);
+  free(json);
 
   const char *old = "{\"id\":\"0123456789abcdef0123456789abcdef\",\"status\":\"running\"}";
   tap_ok(agsx_record_from_json(old, strlen(old), &back, &err) == 0 && back.n_ports == 0 &&
