@@ -249,6 +249,20 @@ def _agsx_formatters():
                 return None
             return v if isinstance(v, (int, float, str)) else str(v)
 
+        def rnd(v):
+            # E2B's rounding of derived values (pie angles, box statistics):
+            # eight significant digits before the point's magnitude, at least
+            # one, so 323.99999999999994 is 324.
+            import decimal
+            try:
+                d = decimal.Decimal(repr(float(v)))
+                if not d.is_finite():
+                    return None
+                ctx = decimal.Context(prec=max(1, 8 - d.adjusted()))
+                return float(ctx.plus(d))
+            except Exception:
+                return num(v)
+
         def unit(label):
             m = _re.search(r"[(\[]([^)\]]+)[)\]]\s*$", label or "")
             return m.group(1) if m else None
@@ -311,7 +325,7 @@ def _agsx_formatters():
 
         def pie(ax):
             return {"type": "pie", "title": ax.get_title() or None,
-                    "elements": [{"label": w.get_label(), "angle": num(w.theta2 - w.theta1),
+                    "elements": [{"label": w.get_label(), "angle": abs(rnd(w.theta2 - w.theta1)),
                                   "radius": num(w.r)} for w in ax.patches]}
 
         def box(ax):
@@ -329,9 +343,9 @@ def _agsx_formatters():
                        for x, y in zip(l.get_xdata(), l.get_ydata()) if x0 <= x <= x1]
                 caps = [y for y in ys if y <= q1 or y >= q3]
                 els.append({"label": tick_label(ax.xaxis, (x0 + x1) / 2),
-                            "min": min(caps + [q1]), "first_quartile": q1,
-                            "median": inside[0] if inside else None, "third_quartile": q3,
-                            "max": max(caps + [q3]), "outliers": out})
+                            "min": rnd(min(caps + [q1])), "first_quartile": rnd(q1),
+                            "median": rnd(inside[0]) if inside else None, "third_quartile": rnd(q3),
+                            "max": rnd(max(caps + [q3])), "outliers": [rnd(o) for o in out]})
             c["elements"] = els
             return c
 
@@ -378,6 +392,33 @@ def _agsx_formatters():
     f["e2b/chart"] = _E2bChart(parent=ip.display_formatter)
 _agsx_formatters()
 del _agsx_formatters
+
+
+def _agsx_pil():
+    # PIL images as results, as E2B's template does: show() and save() to
+    # a path display the image (its png), and no external viewer is
+    # started (the host image has xdg-open).
+    try:
+        from PIL import Image, ImageShow
+    except Exception:
+        return
+    from IPython.display import display
+
+    # Only IPython's viewer (Pillow has one since 9.0): the others start
+    # programs (xdg-open) that have no display here.
+    ipv = getattr(ImageShow, "IPythonViewer", None)
+    ImageShow._viewers[:] = [v for v in ImageShow._viewers if ipv is not None and isinstance(v, ipv)]
+    if ipv is not None and not ImageShow._viewers:
+        ImageShow.register(ipv)
+    saved = Image.Image.save
+
+    def save(self, fp, format=None, **params):
+        if isinstance(fp, str):
+            display(self)
+        return saved(self, fp, format, **params)
+    Image.Image.save = save
+_agsx_pil()
+del _agsx_pil
 '''
 
 
@@ -658,11 +699,18 @@ class BashShell(ChildKernel):
         with open(cell, "w", encoding="utf-8", errors="replace") as f:
             f.write(ex.code)
             f.write("\n")
-        cmd = ""
-        for k, v in (ex.env or {}).items():
-            if str(k).isidentifier():
-                cmd += "export %s=%s; " % (k, shlex.quote(str(v)))
-        cmd += ". %s; printf '\\036%s %%d\\n' $?\n" % (shlex.quote(cell), token)
+        # Per-execution env vars hold for this cell only (as E2B's): each
+        # is saved before and put back (or unset) after, in the same line,
+        # so the next cell sees the shell's own value.
+        names = [str(k) for k in (ex.env or {}) if str(k).isidentifier() and not str(k).startswith("__agsx")]
+        save = restore = ""
+        for i, k in enumerate(names):
+            save += ("if [ -n \"${%s+x}\" ]; then __agsx_s%d=1 __agsx_v%d=\"$%s\"; else __agsx_s%d=; fi; "
+                     "export %s=%s; " % (k, i, i, k, i, k, shlex.quote(str(ex.env[k]))))
+            restore += ("if [ -n \"$__agsx_s%d\" ]; then export %s=\"$__agsx_v%d\"; else unset %s; fi; "
+                        "unset __agsx_s%d __agsx_v%d; " % (i, k, i, k, i, i))
+        cmd = save + ". %s; __agsx_rc=$?; %sprintf '\\036%s %%d\\n' $__agsx_rc\n" % (
+            shlex.quote(cell), restore, token)
         marker = ("\x1e" + token + " ").encode()
         try:
             self.p.stdin.write(cmd.encode())
