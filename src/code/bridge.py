@@ -449,9 +449,23 @@ class Interrupts:
             self.kernel.interrupt()
 
 
+# R: Debian's IRkernel, driven as the IPython kernel is (jupyter_client,
+# no Jupyter server), so R contexts get the same queue, interrupts,
+# streaming and rich results.
+R_ARGV = ["R", "--slave", "--no-save", "--no-restore", "-e", "IRkernel::main()", "--args", "{connection_file}"]
+
+
+def r_str(v):
+    # An R string literal: JSON's escapes (\" \\ \n \uXXXX) are R's too.
+    return json.dumps(str(v), ensure_ascii=False)
+
+
 class PythonKernel:
-    def __init__(self, cwd):
+    """A Jupyter kernel through jupyter_client: IPython, or R's IRkernel."""
+
+    def __init__(self, cwd, language="python"):
         self.cwd = cwd
+        self.language = language
         self.km = None
         self.kc = None
         self.dead = None
@@ -478,15 +492,19 @@ class PythonKernel:
             f.write(STARTUP)
         spec = os.path.join(base, "jupyter", "kernels", "agsx-python3")
         os.makedirs(spec)
+        argv = [sys.executable, "-c", LAUNCHER, "-f", "{connection_file}"] if language == "python" else R_ARGV
         with open(os.path.join(spec, "kernel.json"), "w") as f:
-            json.dump({"argv": [sys.executable, "-c", LAUNCHER, "-f", "{connection_file}"],
-                       "display_name": "Python 3 (agsx)", "language": "python",
+            json.dump({"argv": argv, "display_name": "%s (agsx)" % language, "language": language,
                        "interrupt_mode": "signal"}, f)
         os.environ["JUPYTER_PATH"] = os.path.join(base, "jupyter")
 
     def start(self):
         from jupyter_client import KernelManager
         self.stop()
+        if self.language == "r":
+            import shutil
+            if shutil.which("R") is None:
+                raise RuntimeError("no kernel for language r: R (r-cran-irkernel) is not installed in the sandbox")
         km = KernelManager(kernel_name="agsx-python3", transport="ipc")
         km.ip = os.path.join(os.environ["JUPYTER_RUNTIME_DIR"], "kernel")
         os.makedirs(os.environ["JUPYTER_RUNTIME_DIR"], exist_ok=True)
@@ -542,7 +560,18 @@ class PythonKernel:
         if not self.alive():
             self.start()
         restore = None
-        if ex.env:
+        if ex.env and self.language == "r":
+            env = {str(k): str(v) for k, v in ex.env.items()}
+            names = "c(%s)" % ", ".join(r_str(k) for k in env)
+            self.silent(".agsx_env_saved <- Sys.getenv(%s, unset = NA, names = TRUE)\n"
+                        "do.call(Sys.setenv, setNames(as.list(c(%s)), %s))\n"
+                        % (names, ", ".join(r_str(v) for v in env.values()), names))
+            restore = ("for (.agsx_k in names(.agsx_env_saved)) {\n"
+                       "  .agsx_v <- .agsx_env_saved[[.agsx_k]]\n"
+                       "  if (is.na(.agsx_v)) Sys.unsetenv(.agsx_k) else "
+                       "do.call(Sys.setenv, setNames(list(.agsx_v), .agsx_k))\n"
+                       "}\nrm(.agsx_env_saved, .agsx_k, .agsx_v)\n")
+        elif ex.env:
             env = {str(k): str(v) for k, v in ex.env.items()}
             self.silent("import os as _agsx_os\n_agsx_env_saved = {k: _agsx_os.environ.get(k) for k in %r}\n"
                         "_agsx_os.environ.update(%r)\n" % (list(env), env))
@@ -772,24 +801,118 @@ NODE_DRIVER = r"""
 'use strict';
 const vm = require('vm'), util = require('util'), fs = require('fs'), readline = require('readline');
 const CTL = Number(process.env.AGSX_CODE_CTL_FD);
+const TS = process.env.AGSX_CODE_TS === '1';
 delete process.env.AGSX_CODE_CTL_FD;
+delete process.env.AGSX_CODE_TS;
 const send = (o) => fs.writeSync(CTL, JSON.stringify(o) + '\n');
+// TypeScript's compiler (Debian's node-typescript): it transpiles
+// typescript cells and parses every cell, to turn imports into requires and
+// run a cell with top-level await as an async function that keeps its
+// declarations and returns its last expression.
+let ts = null;
+for (const p of ['typescript', '/usr/share/nodejs/typescript', '/usr/lib/nodejs/typescript']) {
+  try { ts = require(p); break; } catch (e) { /* next */ }
+}
 const sandbox = { require, process, Buffer, setTimeout, clearTimeout, setInterval, clearInterval,
-  setImmediate, clearImmediate, URL, TextEncoder, TextDecoder, fetch: globalThis.fetch,
-  console };
+  setImmediate, clearImmediate, URL, URLSearchParams, TextEncoder, TextDecoder, AbortController,
+  fetch: globalThis.fetch, structuredClone: globalThis.structuredClone, console, module: { exports: {} } };
+sandbox.exports = sandbox.module.exports;
 sandbox.globalThis = sandbox;
+sandbox.__agsx_default = (m) => (m && m.__esModule && 'default' in m ? m.default : m);
 const ctx = vm.createContext(sandbox);
-const show = (v) => typeof v === 'string' ? v : util.inspect(v, { depth: 4 });
-async function run(code) {
-  let v;
+// text/plain as a REPL shows a value (strings quoted: the bridge strips one
+// pair, as E2B's server does with ijavascript's).
+const show = (v) => util.inspect(v, { depth: 4 });
+
+function transform(code) {
+  if (TS) {
+    if (!ts) throw Object.assign(new Error('typescript is not installed in the sandbox (node-typescript)'),
+      { name: 'KernelError' });
+    code = ts.transpileModule(code, { reportDiagnostics: false, compilerOptions: {
+      target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ESNext, isolatedModules: false,
+      verbatimModuleSyntax: false, removeComments: false } }).outputText
+      .replace(/^export \{\};\s*$/m, '');
+  }
+  if (!ts) return { code, pre: '', wrap: /\bawait\b/.test(code) ? 'retry' : null };
+  const sf = ts.createSourceFile('cell.js', code, ts.ScriptTarget.Latest, true, ts.ScriptKind.JS);
+  let hasAwait = false;
+  const visit = (n) => {
+    if (hasAwait || ts.isFunctionLike(n) || ts.isClassLike(n)) return;
+    if (n.kind === ts.SyntaxKind.AwaitExpression || (ts.isForOfStatement(n) && n.awaitModifier)) hasAwait = true;
+    else ts.forEachChild(n, visit);
+  };
+  sf.statements.forEach(visit);
+  const text = (n) => code.slice(n.getStart(sf), n.end);
+  // Top-level declarations become assignments to context globals (declared
+  // with var first), so they outlive the cell whether or not it is wrapped,
+  // and a cell can run again; function declarations are run first, hoisted.
+  const out = [], decl = [], fns = [];
+  let lastIsDecl = false;
+  sf.statements.forEach((s, i) => {
+    const last = i === sf.statements.length - 1;
+    lastIsDecl = true;
+    if (ts.isImportDeclaration(s)) {
+      const spec = text(s.moduleSpecifier), c = s.importClause;
+      if (!c) { out.push(`require(${spec});`); return; }
+      if (c.name) { decl.push(c.name.text); out.push(`${c.name.text} = __agsx_default(require(${spec}));`); }
+      const nb = c.namedBindings;
+      if (nb && ts.isNamespaceImport(nb)) { decl.push(nb.name.text); out.push(`${nb.name.text} = require(${spec});`); }
+      if (nb && ts.isNamedImports(nb)) {
+        const parts = nb.elements.map((e) => { decl.push(e.name.text);
+          return e.propertyName ? `${e.propertyName.text}: ${e.name.text}` : e.name.text; });
+        out.push(`({ ${parts.join(', ')} } = require(${spec}));`);
+      }
+      return;
+    }
+    if (ts.isExportDeclaration(s) || ts.isExportAssignment(s)) return;
+    if (ts.isVariableStatement(s)) {
+      for (const d of s.declarationList.declarations) {
+        const collect = (b) => { if (ts.isIdentifier(b)) decl.push(b.text);
+          else b.elements.forEach((e) => { if (!ts.isOmittedExpression(e)) collect(e.name); }); };
+        collect(d.name);
+        if (d.initializer) out.push(`(${text(d.name)} = ${text(d.initializer)});`);
+      }
+      return;
+    }
+    if (ts.isFunctionDeclaration(s) && s.name && s.body) {
+      decl.push(s.name.text);
+      fns.push(text(s).replace(/^export\s+(default\s+)?/, ''));
+      return;
+    }
+    if (ts.isClassDeclaration(s) && s.name) {
+      decl.push(s.name.text);
+      out.push(`${s.name.text} = ${text(s).replace(/^export\s+/, '')};`);
+      return;
+    }
+    lastIsDecl = false;
+    if (last && hasAwait && ts.isExpressionStatement(s)) { out.push(`return (${text(s.expression)});`); return; }
+    out.push(text(s));
+  });
+  if (lastIsDecl && !hasAwait) out.push('void 0;');
+  const pre = (decl.length ? `var ${[...new Set(decl)].join(', ')};\n` : '') + fns.join('\n');
+  return { code: out.join('\n'), pre, wrap: hasAwait ? 'async' : null };
+}
+
+async function run(code, env) {
+  const saved = {};
+  for (const [k, v] of Object.entries(env || {})) { saved[k] = process.env[k]; process.env[k] = v; }
   try {
-    try {
-      v = vm.runInContext(code, ctx, { filename: 'cell.js', breakOnSigint: true });
-    } catch (e) {
-      // Errors of the context come from its own realm: no instanceof.
-      if (!e || e.name !== 'SyntaxError' || !/await/.test(e.message)) throw e;
-      v = await vm.runInContext('(async () => {\n' + code + '\n})()', ctx,
-        { filename: 'cell.js', breakOnSigint: true });
+    const t = transform(code);
+    const opts = { filename: 'cell.js', breakOnSigint: true };
+    if (t.pre) vm.runInContext(t.pre, ctx, opts);
+    const wrapped = () => vm.runInContext('(async () => {\n' + t.code + '\n})()', ctx, opts);
+    let v;
+    if (t.wrap === 'async') {
+      v = await wrapped();
+    } else {
+      try {
+        v = vm.runInContext(t.code, ctx, opts);
+      } catch (e) {
+        // Without a parser: a cell with await fails as a script. Errors of
+        // the context come from its own realm: no instanceof.
+        if (t.wrap !== 'retry' || !e || e.name !== 'SyntaxError') throw e;
+        v = await wrapped();
+      }
     }
     if (v && typeof v.then === 'function') v = await v;
     if (v !== undefined) send({ type: 'result', text: show(v) });
@@ -798,12 +921,17 @@ async function run(code) {
     send({ type: 'error', name: obj && e.name ? String(e.name) : 'Error',
       value: obj && 'message' in e ? String(e.message) : String(e),
       traceback: obj && e.stack ? String(e.stack) : String(e) });
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k]; else process.env[k] = v;
+    }
   }
 }
 const rl = readline.createInterface({ input: process.stdin });
 let chain = Promise.resolve();
 rl.on('line', (l) => {
-  chain = chain.then(async () => { await run(JSON.parse(l).code); send({ type: 'done' }); });
+  const m = JSON.parse(l);
+  chain = chain.then(async () => { await run(m.code, m.env); send({ type: 'done' }); });
 });
 process.on('SIGINT', () => {});
 send({ type: 'ready' });
@@ -813,9 +941,10 @@ send({ type: 'ready' });
 class NodeKernel(ChildKernel):
     interrupt_group = False  # node only: breakOnSigint must see it, not its children
 
-    def __init__(self, cwd):
+    def __init__(self, cwd, typescript=False):
         super().__init__(cwd)
         self.ctl = None
+        self.typescript = typescript
 
     def extra_files(self):
         return (self.ctl,)
@@ -825,9 +954,9 @@ class NodeKernel(ChildKernel):
         self.stop()
         node = shutil.which("node") or shutil.which("nodejs")
         if node is None:
-            raise RuntimeError("no kernel for language javascript: node is not installed in the sandbox")
+            raise RuntimeError("no kernel for language %s: node is not installed in the sandbox" % LANGUAGE)
         r, w = os.pipe()
-        env = dict(os.environ, AGSX_CODE_CTL_FD=str(w))
+        env = dict(os.environ, AGSX_CODE_CTL_FD=str(w), AGSX_CODE_TS="1" if self.typescript else "0")
         self.p = subprocess.Popen([node, "-e", NODE_DRIVER], cwd=self.cwd, stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                   pass_fds=(w,), start_new_session=True)
@@ -861,10 +990,10 @@ class NodeKernel(ChildKernel):
             self.start()
         self.count += 1
         emit({"id": ex.id, "type": "number_of_executions", "execution_count": self.count})
-        env = "".join("process.env[%s] = %s;\n" % (json.dumps(str(k)), json.dumps(str(v)))
-                      for k, v in (ex.env or {}).items())
+        # The driver sets the cell's env vars and puts them back after it.
+        env = {str(k): str(v) for k, v in (ex.env or {}).items()}
         try:
-            self.p.stdin.write((json.dumps({"code": env + ex.code}) + "\n").encode())
+            self.p.stdin.write((json.dumps({"code": ex.code, "env": env}) + "\n").encode())
             self.p.stdin.flush()
         except OSError:
             pass
@@ -961,12 +1090,12 @@ kernel = None
 def main():
     global kernel
     cwd = os.getcwd()
-    if LANGUAGE == "python":
-        kernel = PythonKernel(cwd)
+    if LANGUAGE in ("python", "r"):
+        kernel = PythonKernel(cwd, LANGUAGE)
     elif LANGUAGE == "bash":
         kernel = BashShell(cwd)
-    elif LANGUAGE == "javascript":
-        kernel = NodeKernel(cwd)
+    elif LANGUAGE in ("javascript", "typescript"):
+        kernel = NodeKernel(cwd, LANGUAGE == "typescript")
     else:
         emit({"id": "", "type": "fatal", "error": "no kernel for language %s" % LANGUAGE})
         return 2

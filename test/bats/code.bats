@@ -346,8 +346,8 @@ else:
   assert_agsx_error "do not go together"
   run_ax code -c 0123456789abcdef0123456789abcdef lab 'x'
   assert_agsx_error "Context 0123456789abcdef0123456789abcdef not found"
-  run_ax code -l r lab '1'
-  assert_agsx_error "no kernel for language \`r\`"
+  run_ax code -l java lab '1'
+  assert_agsx_error "no kernel for language \`java\`"
   run_ax code -l 'r;rm' lab '1'
   assert_agsx_error "invalid language"
   run_ax code nosuchsandbox '1'
@@ -420,7 +420,7 @@ else:
     -d '{"code":"1","context_id":"0123456789abcdef0123456789abcdef"}' "$U/execute"
   [ "$output" = "Context 0123456789abcdef0123456789abcdef not found 404" ]
   [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -H "X-Access-Token: $tok" \
-    -d '{"code":"1","language":"r"}' "$U/execute")" = 500 ]
+    -d '{"code":"1","language":"java"}' "$U/execute")" = 500 ]
   [ "$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "${h[@]}" -H "X-Access-Token: $tok" \
     "$U/contexts/nope")" = 404 ]
   [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -H "X-Access-Token: $tok" -d 'junk' \
