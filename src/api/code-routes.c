@@ -143,6 +143,9 @@ static struct pending *pending_new(struct req *r, struct agsx_code_op *op, enum 
  * there (or could not start: the listing goes on without them). */
 static bool list_next_default(struct pending *p) {
   while (p->stage < AGSX_ARRAY_SIZE(default_languages)) {
+    /* Out of the loop's epoll before its fd closes: the next op's fd may
+     * get the same number. */
+    pending_watch(p, -1);
     agsx_code_op_free(p->op);
     p->op = NULL;
     agsx_error_free(&p->err);
