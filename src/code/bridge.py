@@ -835,6 +835,8 @@ function transform(code) {
   }
   if (!ts) return { code, pre: '', wrap: /\bawait\b/.test(code) ? 'retry' : null };
   const sf = ts.createSourceFile('cell.js', code, ts.ScriptTarget.Latest, true, ts.ScriptKind.JS);
+  // A cell that does not parse runs as written: node reports its own error.
+  if (sf.parseDiagnostics && sf.parseDiagnostics.length) return { code, pre: '', wrap: null };
   let hasAwait = false;
   const visit = (n) => {
     if (hasAwait || ts.isFunctionLike(n) || ts.isClassLike(n)) return;
