@@ -29,8 +29,8 @@ enum {
 
 const struct agsx_option agsx_code_opts[] = {
     {"context", 'c', "ID", "Run in context ID (an id or a unique prefix)", C_CONTEXT},
-    {"language", 'l', "LANG", "Use LANG's default context: python (default), bash or javascript",
-     C_LANGUAGE},
+    {"language", 'l', "LANG",
+     "Use LANG's default context: python (default), bash, javascript, typescript or r", C_LANGUAGE},
     {"json", 0, NULL, "Print the whole execution as one JSON document (see agsx-code(1))", C_JSON},
     {"save", 0, "DIR", "Write image results (png, jpeg, svg, pdf) as files into DIR", C_SAVE},
     {"timeout", 0, "DURATION", "Interrupt the cell after DURATION (the context survives)",

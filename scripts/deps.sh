@@ -30,6 +30,8 @@ pkgs+=(iproute2 util-linux nftables)
 # code contexts (test/bats/code.bats, bench/code) in the host image: a real
 # IPython kernel and the libraries of a code-interpreter sandbox
 pkgs+=(python3-ipykernel python3-jupyter-client python3-numpy python3-pandas python3-matplotlib)
+# PIL results, typescript and r contexts (test/bats/code-parity.bats)
+pkgs+=(python3-pil node-typescript r-base-core r-cran-irkernel)
 # benchmarks compare with these
 pkgs+=(crun bubblewrap)
 # agsx-oci's engine tests (test/oci): Podman with conmon, containerd, and

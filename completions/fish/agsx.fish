@@ -473,7 +473,7 @@ complete -c agsx -n '__agsx_cmd serve' -s h -l help -d 'Show this help'
 
 # agsx code
 complete -c agsx -n '__agsx_cmd code' -s c -l context -x -d 'Run in context ID (an id or a unique prefix)'
-complete -c agsx -n '__agsx_cmd code' -s l -l language -x -a 'python bash javascript' -d "Use LANG's default context"
+complete -c agsx -n '__agsx_cmd code' -s l -l language -x -a 'python bash javascript typescript r' -d "Use LANG's default context"
 complete -c agsx -n '__agsx_cmd code' -l json -d 'Print the whole execution as one JSON document'
 complete -c agsx -n '__agsx_cmd code' -l save -x -a '(__fish_complete_directories)' -d 'Write image results as files into DIR'
 complete -c agsx -n '__agsx_cmd code' -l timeout -x -d 'Interrupt the cell after DURATION'

@@ -80,7 +80,14 @@ static void execute_in(struct req *r, const struct agsx_code_context *c, const c
  * its operation (code.h's poll component) runs in the loop beside every
  * other request, and resumed to answer when it is done. Bounded per
  * sandbox and overall: past that, 429. */
-enum what { WHAT_CREATE, WHAT_EXECUTE, WHAT_RESTART, WHAT_REMOVE };
+enum what { WHAT_CREATE, WHAT_EXECUTE, WHAT_RESTART, WHAT_REMOVE, WHAT_LIST };
+
+/* The contexts E2B's server makes when the sandbox starts, in its order.
+ * Here the first listing makes them (each language's default context,
+ * once), so a fresh sandbox lists them as E2B's does and a sandbox that
+ * never lists pays for no kernel it does not use. One that cannot start
+ * (no node in the image) is left out of the listing. */
+static const char *const default_languages[] = {"python", "javascript"};
 
 struct pending {
   struct pending *next, **pprev;
@@ -94,6 +101,7 @@ struct pending {
   char ctx[64]; /* restart, remove: the context asked for */
   char *code;   /* execute: what to run once the context is there */
   char **env;
+  size_t stage; /* list: the next of default_languages to make */
 };
 
 static void pending_watch(struct pending *p, int fd) {
@@ -131,14 +139,41 @@ static struct pending *pending_new(struct req *r, struct agsx_code_op *op, enum 
   return p;
 }
 
+/* A listing: on to the next default context to make; false when all are
+ * there (or could not start: the listing goes on without them). */
+static bool list_next_default(struct pending *p) {
+  while (p->stage < AGSX_ARRAY_SIZE(default_languages)) {
+    /* Out of the loop's epoll before its fd closes: the next op's fd may
+     * get the same number. */
+    pending_watch(p, -1);
+    agsx_code_op_free(p->op);
+    p->op = NULL;
+    agsx_error_free(&p->err);
+    const char *lang = default_languages[p->stage++];
+    if (agsx_code_op_default(p->r->s->statefd, p->r->rec.id, lang, &p->op, &p->err) == 0)
+      return true;
+  }
+  agsx_error_free(&p->err);
+  return false;
+}
+
 /* Runs the operation one step; true once it finished. */
 static bool pending_step(struct pending *p) {
   if (p->finished)
     return true;
-  int rc = agsx_code_op_dispatch(p->op, &p->err);
-  if (rc == 0) {
-    pending_watch(p, agsx_code_op_fd(p->op));
-    return false;
+  int rc;
+  for (;;) {
+    rc = agsx_code_op_dispatch(p->op, &p->err);
+    if (rc == 0) {
+      pending_watch(p, agsx_code_op_fd(p->op));
+      return false;
+    }
+    if (p->what != WHAT_LIST)
+      break;
+    if (!list_next_default(p)) {
+      rc = 1;
+      break;
+    }
   }
   p->finished = true;
   p->rc = rc;
@@ -146,9 +181,13 @@ static bool pending_step(struct pending *p) {
   return true;
 }
 
+static void list_answer(struct req *r);
+
 static void pending_answer(struct req *r) {
   struct pending *p = r->code_op;
-  if (p->rc < 0) {
+  if (p->what == WHAT_LIST) {
+    list_answer(r);
+  } else if (p->rc < 0) {
     if (p->what == WHAT_CREATE && agsx_error_errno(&p->err) != ESRCH) {
       respond_text(r, 500, "Failed to create context: %s", p->err->msg);
     } else {
@@ -438,7 +477,9 @@ static void contexts_create(struct req *r) {
   pending_begin(pending_new(r, op, WHAT_CREATE));
 }
 
-static void contexts_list(struct req *r) {
+/* E2B's order: the default contexts first, then the others oldest first
+ * (so a context just made is the last). */
+static void list_answer(struct req *r) {
   struct agsx_code_context *v = NULL;
   size_t n = 0;
   agsx_error_t err = NULL;
@@ -446,20 +487,35 @@ static void contexts_list(struct req *r) {
     return respond_code_error(r, &err);
   char *b = xstrdup("[");
   size_t len = 1, cap = 2;
-  for (size_t i = 0; i < n; i++) {
-    if (i) {
-      if (len + 2 > cap)
-        b = xrealloc(b, cap = 2 * (len + 2));
-      b[len++] = ',';
+  bool first = true;
+  for (int defaults = 1; defaults >= 0; defaults--)
+    for (size_t i = 0; i < n; i++) {
+      if (v[i].is_default != (defaults == 1))
+        continue;
+      if (!first) {
+        if (len + 2 > cap)
+          b = xrealloc(b, cap = 2 * (len + 2));
+        b[len++] = ',';
+      }
+      first = false;
+      context_json(&b, &len, &cap, &v[i]);
     }
-    context_json(&b, &len, &cap, &v[i]);
-  }
   if (len + 2 > cap)
     b = xrealloc(b, cap = len + 2);
   b[len++] = ']';
   respond_raw_json(r, 200, b, len);
   free(b);
   agsx_code_context_list_free(v, n);
+}
+
+static void contexts_list(struct req *r) {
+  struct pending *p = pending_new(r, NULL, WHAT_LIST);
+  if (!list_next_default(p)) {
+    list_answer(r);
+    pending_free(p);
+    return;
+  }
+  pending_begin(p);
 }
 
 static void context_op(struct req *r, const char *id, bool restart) {

@@ -249,6 +249,20 @@ def _agsx_formatters():
                 return None
             return v if isinstance(v, (int, float, str)) else str(v)
 
+        def rnd(v):
+            # E2B's rounding of derived values (pie angles, box statistics):
+            # eight significant digits before the point's magnitude, at least
+            # one, so 323.99999999999994 is 324.
+            import decimal
+            try:
+                d = decimal.Decimal(repr(float(v)))
+                if not d.is_finite():
+                    return None
+                ctx = decimal.Context(prec=max(1, 8 - d.adjusted()))
+                return float(ctx.plus(d))
+            except Exception:
+                return num(v)
+
         def unit(label):
             m = _re.search(r"[(\[]([^)\]]+)[)\]]\s*$", label or "")
             return m.group(1) if m else None
@@ -311,7 +325,7 @@ def _agsx_formatters():
 
         def pie(ax):
             return {"type": "pie", "title": ax.get_title() or None,
-                    "elements": [{"label": w.get_label(), "angle": num(w.theta2 - w.theta1),
+                    "elements": [{"label": w.get_label(), "angle": abs(rnd(w.theta2 - w.theta1)),
                                   "radius": num(w.r)} for w in ax.patches]}
 
         def box(ax):
@@ -329,9 +343,9 @@ def _agsx_formatters():
                        for x, y in zip(l.get_xdata(), l.get_ydata()) if x0 <= x <= x1]
                 caps = [y for y in ys if y <= q1 or y >= q3]
                 els.append({"label": tick_label(ax.xaxis, (x0 + x1) / 2),
-                            "min": min(caps + [q1]), "first_quartile": q1,
-                            "median": inside[0] if inside else None, "third_quartile": q3,
-                            "max": max(caps + [q3]), "outliers": out})
+                            "min": rnd(min(caps + [q1])), "first_quartile": rnd(q1),
+                            "median": rnd(inside[0]) if inside else None, "third_quartile": rnd(q3),
+                            "max": rnd(max(caps + [q3])), "outliers": [rnd(o) for o in out]})
             c["elements"] = els
             return c
 
@@ -378,6 +392,33 @@ def _agsx_formatters():
     f["e2b/chart"] = _E2bChart(parent=ip.display_formatter)
 _agsx_formatters()
 del _agsx_formatters
+
+
+def _agsx_pil():
+    # PIL images as results, as E2B's template does: show() and save() to
+    # a path display the image (its png), and no external viewer is
+    # started (the host image has xdg-open).
+    try:
+        from PIL import Image, ImageShow
+    except Exception:
+        return
+    from IPython.display import display
+
+    # Only IPython's viewer (Pillow has one since 9.0): the others start
+    # programs (xdg-open) that have no display here.
+    ipv = getattr(ImageShow, "IPythonViewer", None)
+    ImageShow._viewers[:] = [v for v in ImageShow._viewers if ipv is not None and isinstance(v, ipv)]
+    if ipv is not None and not ImageShow._viewers:
+        ImageShow.register(ipv)
+    saved = Image.Image.save
+
+    def save(self, fp, format=None, **params):
+        if isinstance(fp, str):
+            display(self)
+        return saved(self, fp, format, **params)
+    Image.Image.save = save
+_agsx_pil()
+del _agsx_pil
 '''
 
 
@@ -408,9 +449,23 @@ class Interrupts:
             self.kernel.interrupt()
 
 
+# R: Debian's IRkernel, driven as the IPython kernel is (jupyter_client,
+# no Jupyter server), so R contexts get the same queue, interrupts,
+# streaming and rich results.
+R_ARGV = ["R", "--slave", "--no-save", "--no-restore", "-e", "IRkernel::main()", "--args", "{connection_file}"]
+
+
+def r_str(v):
+    # An R string literal: JSON's escapes (\" \\ \n \uXXXX) are R's too.
+    return json.dumps(str(v), ensure_ascii=False)
+
+
 class PythonKernel:
-    def __init__(self, cwd):
+    """A Jupyter kernel through jupyter_client: IPython, or R's IRkernel."""
+
+    def __init__(self, cwd, language="python"):
         self.cwd = cwd
+        self.language = language
         self.km = None
         self.kc = None
         self.dead = None
@@ -437,15 +492,19 @@ class PythonKernel:
             f.write(STARTUP)
         spec = os.path.join(base, "jupyter", "kernels", "agsx-python3")
         os.makedirs(spec)
+        argv = [sys.executable, "-c", LAUNCHER, "-f", "{connection_file}"] if language == "python" else R_ARGV
         with open(os.path.join(spec, "kernel.json"), "w") as f:
-            json.dump({"argv": [sys.executable, "-c", LAUNCHER, "-f", "{connection_file}"],
-                       "display_name": "Python 3 (agsx)", "language": "python",
+            json.dump({"argv": argv, "display_name": "%s (agsx)" % language, "language": language,
                        "interrupt_mode": "signal"}, f)
         os.environ["JUPYTER_PATH"] = os.path.join(base, "jupyter")
 
     def start(self):
         from jupyter_client import KernelManager
         self.stop()
+        if self.language == "r":
+            import shutil
+            if shutil.which("R") is None:
+                raise RuntimeError("no kernel for language r: R (r-cran-irkernel) is not installed in the sandbox")
         km = KernelManager(kernel_name="agsx-python3", transport="ipc")
         km.ip = os.path.join(os.environ["JUPYTER_RUNTIME_DIR"], "kernel")
         os.makedirs(os.environ["JUPYTER_RUNTIME_DIR"], exist_ok=True)
@@ -501,7 +560,18 @@ class PythonKernel:
         if not self.alive():
             self.start()
         restore = None
-        if ex.env:
+        if ex.env and self.language == "r":
+            env = {str(k): str(v) for k, v in ex.env.items()}
+            names = "c(%s)" % ", ".join(r_str(k) for k in env)
+            self.silent(".agsx_env_saved <- Sys.getenv(%s, unset = NA, names = TRUE)\n"
+                        "do.call(Sys.setenv, setNames(as.list(c(%s)), %s))\n"
+                        % (names, ", ".join(r_str(v) for v in env.values()), names))
+            restore = ("for (.agsx_k in names(.agsx_env_saved)) {\n"
+                       "  .agsx_v <- .agsx_env_saved[[.agsx_k]]\n"
+                       "  if (is.na(.agsx_v)) Sys.unsetenv(.agsx_k) else "
+                       "do.call(Sys.setenv, setNames(list(.agsx_v), .agsx_k))\n"
+                       "}\nrm(.agsx_env_saved, .agsx_k, .agsx_v)\n")
+        elif ex.env:
             env = {str(k): str(v) for k, v in ex.env.items()}
             self.silent("import os as _agsx_os\n_agsx_env_saved = {k: _agsx_os.environ.get(k) for k in %r}\n"
                         "_agsx_os.environ.update(%r)\n" % (list(env), env))
@@ -658,11 +728,18 @@ class BashShell(ChildKernel):
         with open(cell, "w", encoding="utf-8", errors="replace") as f:
             f.write(ex.code)
             f.write("\n")
-        cmd = ""
-        for k, v in (ex.env or {}).items():
-            if str(k).isidentifier():
-                cmd += "export %s=%s; " % (k, shlex.quote(str(v)))
-        cmd += ". %s; printf '\\036%s %%d\\n' $?\n" % (shlex.quote(cell), token)
+        # Per-execution env vars hold for this cell only (as E2B's): each
+        # is saved before and put back (or unset) after, in the same line,
+        # so the next cell sees the shell's own value.
+        names = [str(k) for k in (ex.env or {}) if str(k).isidentifier() and not str(k).startswith("__agsx")]
+        save = restore = ""
+        for i, k in enumerate(names):
+            save += ("if [ -n \"${%s+x}\" ]; then __agsx_s%d=1 __agsx_v%d=\"$%s\"; else __agsx_s%d=; fi; "
+                     "export %s=%s; " % (k, i, i, k, i, k, shlex.quote(str(ex.env[k]))))
+            restore += ("if [ -n \"$__agsx_s%d\" ]; then export %s=\"$__agsx_v%d\"; else unset %s; fi; "
+                        "unset __agsx_s%d __agsx_v%d; " % (i, k, i, k, i, i))
+        cmd = save + ". %s; __agsx_rc=$?; %sprintf '\\036%s %%d\\n' $__agsx_rc\n" % (
+            shlex.quote(cell), restore, token)
         marker = ("\x1e" + token + " ").encode()
         try:
             self.p.stdin.write(cmd.encode())
@@ -724,24 +801,120 @@ NODE_DRIVER = r"""
 'use strict';
 const vm = require('vm'), util = require('util'), fs = require('fs'), readline = require('readline');
 const CTL = Number(process.env.AGSX_CODE_CTL_FD);
+const TS = process.env.AGSX_CODE_TS === '1';
 delete process.env.AGSX_CODE_CTL_FD;
+delete process.env.AGSX_CODE_TS;
 const send = (o) => fs.writeSync(CTL, JSON.stringify(o) + '\n');
+// TypeScript's compiler (Debian's node-typescript): it transpiles
+// typescript cells and parses every cell, to turn imports into requires and
+// run a cell with top-level await as an async function that keeps its
+// declarations and returns its last expression.
+let ts = null;
+for (const p of ['typescript', '/usr/share/nodejs/typescript', '/usr/lib/nodejs/typescript']) {
+  try { ts = require(p); break; } catch (e) { /* next */ }
+}
 const sandbox = { require, process, Buffer, setTimeout, clearTimeout, setInterval, clearInterval,
-  setImmediate, clearImmediate, URL, TextEncoder, TextDecoder, fetch: globalThis.fetch,
-  console };
+  setImmediate, clearImmediate, URL, URLSearchParams, TextEncoder, TextDecoder, AbortController,
+  fetch: globalThis.fetch, structuredClone: globalThis.structuredClone, console, module: { exports: {} } };
+sandbox.exports = sandbox.module.exports;
 sandbox.globalThis = sandbox;
+sandbox.__agsx_default = (m) => (m && m.__esModule && 'default' in m ? m.default : m);
 const ctx = vm.createContext(sandbox);
-const show = (v) => typeof v === 'string' ? v : util.inspect(v, { depth: 4 });
-async function run(code) {
-  let v;
+// text/plain as a REPL shows a value (strings quoted: the bridge strips one
+// pair, as E2B's server does with ijavascript's).
+const show = (v) => util.inspect(v, { depth: 4 });
+
+function transform(code) {
+  if (TS) {
+    if (!ts) throw Object.assign(new Error('typescript is not installed in the sandbox (node-typescript)'),
+      { name: 'KernelError' });
+    code = ts.transpileModule(code, { reportDiagnostics: false, compilerOptions: {
+      target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ESNext, isolatedModules: false,
+      verbatimModuleSyntax: false, removeComments: false } }).outputText
+      .replace(/^export \{\};\s*$/m, '');
+  }
+  if (!ts) return { code, pre: '', wrap: /\bawait\b/.test(code) ? 'retry' : null };
+  const sf = ts.createSourceFile('cell.js', code, ts.ScriptTarget.Latest, true, ts.ScriptKind.JS);
+  // A cell that does not parse runs as written: node reports its own error.
+  if (sf.parseDiagnostics && sf.parseDiagnostics.length) return { code, pre: '', wrap: null };
+  let hasAwait = false;
+  const visit = (n) => {
+    if (hasAwait || ts.isFunctionLike(n) || ts.isClassLike(n)) return;
+    if (n.kind === ts.SyntaxKind.AwaitExpression || (ts.isForOfStatement(n) && n.awaitModifier)) hasAwait = true;
+    else ts.forEachChild(n, visit);
+  };
+  sf.statements.forEach(visit);
+  const text = (n) => code.slice(n.getStart(sf), n.end);
+  // Top-level declarations become assignments to context globals (declared
+  // with var first), so they outlive the cell whether or not it is wrapped,
+  // and a cell can run again; function declarations are run first, hoisted.
+  const out = [], decl = [], fns = [];
+  let lastIsDecl = false;
+  sf.statements.forEach((s, i) => {
+    const last = i === sf.statements.length - 1;
+    lastIsDecl = true;
+    if (ts.isImportDeclaration(s)) {
+      const spec = text(s.moduleSpecifier), c = s.importClause;
+      if (!c) { out.push(`require(${spec});`); return; }
+      if (c.name) { decl.push(c.name.text); out.push(`${c.name.text} = __agsx_default(require(${spec}));`); }
+      const nb = c.namedBindings;
+      if (nb && ts.isNamespaceImport(nb)) { decl.push(nb.name.text); out.push(`${nb.name.text} = require(${spec});`); }
+      if (nb && ts.isNamedImports(nb)) {
+        const parts = nb.elements.map((e) => { decl.push(e.name.text);
+          return e.propertyName ? `${e.propertyName.text}: ${e.name.text}` : e.name.text; });
+        out.push(`({ ${parts.join(', ')} } = require(${spec}));`);
+      }
+      return;
+    }
+    if (ts.isExportDeclaration(s) || ts.isExportAssignment(s)) return;
+    if (ts.isVariableStatement(s)) {
+      for (const d of s.declarationList.declarations) {
+        const collect = (b) => { if (ts.isIdentifier(b)) decl.push(b.text);
+          else b.elements.forEach((e) => { if (!ts.isOmittedExpression(e)) collect(e.name); }); };
+        collect(d.name);
+        if (d.initializer) out.push(`(${text(d.name)} = ${text(d.initializer)});`);
+      }
+      return;
+    }
+    if (ts.isFunctionDeclaration(s) && s.name && s.body) {
+      decl.push(s.name.text);
+      fns.push(text(s).replace(/^export\s+(default\s+)?/, ''));
+      return;
+    }
+    if (ts.isClassDeclaration(s) && s.name) {
+      decl.push(s.name.text);
+      out.push(`${s.name.text} = ${text(s).replace(/^export\s+/, '')};`);
+      return;
+    }
+    lastIsDecl = false;
+    if (last && hasAwait && ts.isExpressionStatement(s)) { out.push(`return (${text(s.expression)});`); return; }
+    out.push(text(s));
+  });
+  if (lastIsDecl && !hasAwait) out.push('void 0;');
+  const pre = (decl.length ? `var ${[...new Set(decl)].join(', ')};\n` : '') + fns.join('\n');
+  return { code: out.join('\n'), pre, wrap: hasAwait ? 'async' : null };
+}
+
+async function run(code, env) {
+  const saved = {};
+  for (const [k, v] of Object.entries(env || {})) { saved[k] = process.env[k]; process.env[k] = v; }
   try {
-    try {
-      v = vm.runInContext(code, ctx, { filename: 'cell.js', breakOnSigint: true });
-    } catch (e) {
-      // Errors of the context come from its own realm: no instanceof.
-      if (!e || e.name !== 'SyntaxError' || !/await/.test(e.message)) throw e;
-      v = await vm.runInContext('(async () => {\n' + code + '\n})()', ctx,
-        { filename: 'cell.js', breakOnSigint: true });
+    const t = transform(code);
+    const opts = { filename: 'cell.js', breakOnSigint: true };
+    if (t.pre) vm.runInContext(t.pre, ctx, opts);
+    const wrapped = () => vm.runInContext('(async () => {\n' + t.code + '\n})()', ctx, opts);
+    let v;
+    if (t.wrap === 'async') {
+      v = await wrapped();
+    } else {
+      try {
+        v = vm.runInContext(t.code, ctx, opts);
+      } catch (e) {
+        // Without a parser: a cell with await fails as a script. Errors of
+        // the context come from its own realm: no instanceof.
+        if (t.wrap !== 'retry' || !e || e.name !== 'SyntaxError') throw e;
+        v = await wrapped();
+      }
     }
     if (v && typeof v.then === 'function') v = await v;
     if (v !== undefined) send({ type: 'result', text: show(v) });
@@ -750,12 +923,17 @@ async function run(code) {
     send({ type: 'error', name: obj && e.name ? String(e.name) : 'Error',
       value: obj && 'message' in e ? String(e.message) : String(e),
       traceback: obj && e.stack ? String(e.stack) : String(e) });
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k]; else process.env[k] = v;
+    }
   }
 }
 const rl = readline.createInterface({ input: process.stdin });
 let chain = Promise.resolve();
 rl.on('line', (l) => {
-  chain = chain.then(async () => { await run(JSON.parse(l).code); send({ type: 'done' }); });
+  const m = JSON.parse(l);
+  chain = chain.then(async () => { await run(m.code, m.env); send({ type: 'done' }); });
 });
 process.on('SIGINT', () => {});
 send({ type: 'ready' });
@@ -765,9 +943,10 @@ send({ type: 'ready' });
 class NodeKernel(ChildKernel):
     interrupt_group = False  # node only: breakOnSigint must see it, not its children
 
-    def __init__(self, cwd):
+    def __init__(self, cwd, typescript=False):
         super().__init__(cwd)
         self.ctl = None
+        self.typescript = typescript
 
     def extra_files(self):
         return (self.ctl,)
@@ -777,9 +956,9 @@ class NodeKernel(ChildKernel):
         self.stop()
         node = shutil.which("node") or shutil.which("nodejs")
         if node is None:
-            raise RuntimeError("no kernel for language javascript: node is not installed in the sandbox")
+            raise RuntimeError("no kernel for language %s: node is not installed in the sandbox" % LANGUAGE)
         r, w = os.pipe()
-        env = dict(os.environ, AGSX_CODE_CTL_FD=str(w))
+        env = dict(os.environ, AGSX_CODE_CTL_FD=str(w), AGSX_CODE_TS="1" if self.typescript else "0")
         self.p = subprocess.Popen([node, "-e", NODE_DRIVER], cwd=self.cwd, stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                   pass_fds=(w,), start_new_session=True)
@@ -813,10 +992,10 @@ class NodeKernel(ChildKernel):
             self.start()
         self.count += 1
         emit({"id": ex.id, "type": "number_of_executions", "execution_count": self.count})
-        env = "".join("process.env[%s] = %s;\n" % (json.dumps(str(k)), json.dumps(str(v)))
-                      for k, v in (ex.env or {}).items())
+        # The driver sets the cell's env vars and puts them back after it.
+        env = {str(k): str(v) for k, v in (ex.env or {}).items()}
         try:
-            self.p.stdin.write((json.dumps({"code": env + ex.code}) + "\n").encode())
+            self.p.stdin.write((json.dumps({"code": ex.code, "env": env}) + "\n").encode())
             self.p.stdin.flush()
         except OSError:
             pass
@@ -913,12 +1092,12 @@ kernel = None
 def main():
     global kernel
     cwd = os.getcwd()
-    if LANGUAGE == "python":
-        kernel = PythonKernel(cwd)
+    if LANGUAGE in ("python", "r"):
+        kernel = PythonKernel(cwd, LANGUAGE)
     elif LANGUAGE == "bash":
         kernel = BashShell(cwd)
-    elif LANGUAGE == "javascript":
-        kernel = NodeKernel(cwd)
+    elif LANGUAGE in ("javascript", "typescript"):
+        kernel = NodeKernel(cwd, LANGUAGE == "typescript")
     else:
         emit({"id": "", "type": "fatal", "error": "no kernel for language %s" % LANGUAGE})
         return 2

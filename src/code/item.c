@@ -265,7 +265,7 @@ int agsx_code_item_parse(const char *line, size_t len, const char *rid, struct a
   return 1;
 }
 
-static const char *const languages[] = {"python", "bash", "javascript"};
+static const char *const languages[] = {"python", "bash", "javascript", "typescript", "r"};
 
 int agsx_code_language(const char *in, char **ret, agsx_error_t *err) {
   if (in == NULL)
@@ -292,5 +292,6 @@ int agsx_code_language(const char *in, char **ret, agsx_error_t *err) {
     if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_' && *p != '+')
       return agsx_error_set_quiet(err, EINVAL, "invalid language");
   return agsx_error_set_quiet(
-      err, ENOTSUP, "no kernel for language `%s` (agsx has python, bash and javascript)", norm);
+      err, ENOTSUP,
+      "no kernel for language `%s` (agsx has python, bash, javascript, typescript and r)", norm);
 }

@@ -204,6 +204,7 @@ static const char *const host_etc[] = {
     "debian_version",
     "python3",
     "python3.11",
+    "R", /* R's Renviron and ldpaths (r contexts of agsx code) */
     "xdg",
     "chromium",
     "chromium.d",

@@ -346,8 +346,8 @@ else:
   assert_agsx_error "do not go together"
   run_ax code -c 0123456789abcdef0123456789abcdef lab 'x'
   assert_agsx_error "Context 0123456789abcdef0123456789abcdef not found"
-  run_ax code -l r lab '1'
-  assert_agsx_error "no kernel for language \`r\`"
+  run_ax code -l java lab '1'
+  assert_agsx_error "no kernel for language \`java\`"
   run_ax code -l 'r;rm' lab '1'
   assert_agsx_error "invalid language"
   run_ax code nosuchsandbox '1'
@@ -420,7 +420,7 @@ else:
     -d '{"code":"1","context_id":"0123456789abcdef0123456789abcdef"}' "$U/execute"
   [ "$output" = "Context 0123456789abcdef0123456789abcdef not found 404" ]
   [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -H "X-Access-Token: $tok" \
-    -d '{"code":"1","language":"r"}' "$U/execute")" = 500 ]
+    -d '{"code":"1","language":"java"}' "$U/execute")" = 500 ]
   [ "$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "${h[@]}" -H "X-Access-Token: $tok" \
     "$U/contexts/nope")" = 404 ]
   [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -H "X-Access-Token: $tok" -d 'junk' \
@@ -466,9 +466,10 @@ else:
   [ "$(curl -s "${h[@]}" "$U/health")" = '"OK"' ]
   [[ $traffic =~ ^[0-9a-f]{64}$ ]]
   [ "$traffic" != "$tok" ]
-  # Nothing was started by those requests.
+  # Nothing was started by those requests: the listing has E2B's default
+  # contexts only, which it makes itself.
   run curl -s "${h[@]}" -H "E2B-Traffic-Access-Token: $traffic" "$U/contexts"
-  [ "$output" = "[]" ]
+  [ "$(echo "$output" | jq -c 'map(.language)')" = '["python","javascript"]' ] || { echo "$output" >&3; false; }
   # The traffic token opens port 49999 (what the SDK sends), not envd.
   run curl -s -w ' %{http_code}' "${h[@]}" -H "E2B-Traffic-Access-Token: $traffic" \
     -d '{"language":"bash"}' "$U/contexts"
@@ -566,11 +567,16 @@ holds_lock() { ls -l "/proc/$SRV_PID/fd" 2>/dev/null | grep -q code.lock; }
   curl -s -X DELETE -H "X-API-KEY: $KEY" "$U/sandboxes/$id" >/dev/null
 }
 
-# The image is big (430 MB of layer: matplotlib pulls scipy): a few minutes
-# the first time (apt-get into the cached rootfs), then image load's unpack.
-@test "code: an image made offline with Debian's packages (debootstrap): python contexts in it" {
+# The image is big (700 MB of layer: matplotlib pulls scipy, R its
+# toolchain): several minutes the first time (apt-get into the cached
+# rootfs), then image load's unpack. Its packages are the recipe's
+# (images/code-interpreter/Dockerfile), so the recipe is what is tested.
+@test "code: an image made offline with Debian's packages (debootstrap): python, js, ts, r contexts in it" {
   heavy
-  local pkgs=python3-ipykernel,python3-jupyter-client,python3-numpy,python3-pandas,python3-matplotlib,python3-matplotlib-inline
+  local pkgs
+  pkgs=$(awk '/apt-get install/ { on = 1; next } on && /&& rm/ { on = 0 } on' \
+    "$AGSX_SRCDIR/images/code-interpreter/Dockerfile" | tr -s ' \\\n' '\n' | grep -v '^-' | grep . | paste -sd,)
+  [[ "$pkgs" == python3,*r-cran-irkernel* ]] || { echo "packages: $pkgs"; false; }
   DEBIAN_ROOTFS_EXTRA=$pkgs "$FIXTURES/debian-rootfs" --oci "$T/ci" --ref code-interpreter:latest \
     >/dev/null 2>"$T/rootfs.log" || skip "debootstrap failed (no Debian archive?): $(tail -1 "$T/rootfs.log")"
   run_ax image load "$T/ci"
@@ -586,4 +592,15 @@ pd.DataFrame({"v": [1]})'
   run_ax code -l bash ci 'cat /etc/debian_version'
   assert_success
   [[ "$output" == 12.* ]] || { show_run; false; }
+  # Debian's node 18 and node-typescript, R 4.2 and IRkernel.
+  run_ax code -l js ci "import { platform } from 'os'
+await Promise.resolve(platform())"
+  assert_success
+  [ "$output" = linux ] || { show_run; false; }
+  run_ax code -l ts ci 'const n: number = 6; n * 7'
+  assert_success
+  [ "$output" = 42 ] || { show_run; false; }
+  run_ax code --json -l r ci 'x <- c(1, 2); plot(x); sum(x)'
+  assert_success
+  echo "$output" | jq_ '(.results | map(select(.png)) | length == 1) and any(.results[]; .text == "[1] 3")' >/dev/null
 }

@@ -91,9 +91,14 @@ static void test_language(void) {
   tap_ok(agsx_code_language("js", &l, &err) == 0 && strcmp(l, "javascript") == 0,
          "js -> javascript");
   free(l);
-  tap_ok(agsx_code_language("ts", &l, &err) < 0 && agsx_error_errno(&err) == ENOTSUP &&
-             strstr(err->msg, "typescript"),
-         "ts -> typescript, refused: %s", err ? err->msg : "");
+  tap_ok(agsx_code_language("ts", &l, &err) == 0 && strcmp(l, "typescript") == 0,
+         "ts -> typescript");
+  free(l);
+  tap_ok(agsx_code_language("R", &l, &err) == 0 && strcmp(l, "r") == 0, "R -> r");
+  free(l);
+  tap_ok(agsx_code_language("java", &l, &err) < 0 && agsx_error_errno(&err) == ENOTSUP &&
+             strstr(err->msg, "java"),
+         "java refused: %s", err ? err->msg : "");
   agsx_error_free(&err);
   tap_ok(agsx_code_language("a b", &l, &err) < 0 && agsx_error_errno(&err) == EINVAL,
          "junk refused");
