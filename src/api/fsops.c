@@ -521,8 +521,10 @@ static char *link_destination(const struct agsx_fs_ctx *c, const char *abs) {
     if (n > 0) {
       target[n] = '\0';
       hops++;
-      rest = target[0] == '/' ? xasprintf("%s%s", target, tail)
-                              : xasprintf("%s/%s%s", done, target, tail);
+      /* The target goes on from the link's directory (DONE), or from
+       * "/" when absolute; its text is never prefixed with DONE, which
+       * the walk would then append to DONE again. */
+      rest = xasprintf("%s%s", target, tail);
       if (target[0] == '/') {
         free(done);
         done = xstrdup("/");

@@ -251,6 +251,21 @@ static void test_stat(struct agsx_fs_ctx *c) {
              strcmp(e.symlink_target, "/etc/passwd") == 0,
          "`../../..` resolves inside the root (%s)", r == 0 ? e.symlink_target : err->msg);
   agsx_fs_entry_clear(&e);
+  /* Relative targets go on from the link's directory: once doubled
+   * ("/home/user/home/user/hello.txt"), which a `../..` target hid. */
+  link_("hello.txt", "home/user/rel");
+  r = agsx_fs_stat(c, "~/rel", &e, &err);
+  tap_is_str(r == 0 && e.symlink_target ? e.symlink_target : "", "/home/user/hello.txt",
+             "a relative symlink's target is absolute, not doubled");
+  agsx_fs_entry_clear(&e);
+  dir("home/user/d1", 1000);
+  link_("../rel", "home/user/d1/rel2");
+  link_("d1/./rel2", "home/user/chain");
+  r = agsx_fs_stat(c, "~/chain", &e, &err);
+  tap_is_str(r == 0 && e.symlink_target ? e.symlink_target : "", "/home/user/hello.txt",
+             "a chain of relative links, with . and .., ends at the file");
+  tap_ok(r == 0 && e.type == AGSX_FS_TYPE_FILE, "and has the file's type");
+  agsx_fs_entry_clear(&e);
   link_("/nonexistent", "home/user/dangling");
   r = agsx_fs_stat(c, "~/dangling", &e, &err);
   tap_ok(r == 0 && e.type == AGSX_FS_TYPE_SYMLINK, "a dangling symlink is a symlink");
