@@ -113,7 +113,10 @@ static bool bool_field(yajl_val body, const char *name, const char *alt) {
 
 static unsigned watch_flags(yajl_val body) {
   return (bool_field(body, "recursive", NULL) ? AGSX_FS_WATCH_RECURSIVE : 0) |
-         (bool_field(body, "includeEntry", "include_entry") ? AGSX_FS_WATCH_ENTRY : 0);
+         (bool_field(body, "includeEntry", "include_entry") ? AGSX_FS_WATCH_ENTRY : 0) |
+         (bool_field(body, "allowNetworkMounts", "allow_network_mounts")
+              ? AGSX_FS_WATCH_NETWORK_MOUNTS
+              : 0);
 }
 
 static void gen_events(yajl_gen g, const struct agsx_fs_event *v, size_t n) {
@@ -357,18 +360,44 @@ static void upload_fail(struct req *r, agsx_error_t *err) {
   r->recv = NULL;
 }
 
+struct meta_scan {
+  struct agsx_fs_meta meta;
+  agsx_error_t err; /* the first refusal */
+};
+
+static enum MHD_Result meta_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value) {
+  struct meta_scan *m = cls;
+  (void)kind;
+  if (m->err == NULL)
+    agsx_fs_meta_header(&m->meta, key, value, &m->err);
+  return MHD_YES;
+}
+
 int agsx_api_upload_begin(struct req *r) {
   r->fs = open_ctx(r, false);
   if (r->fs == NULL)
     return -1;
+  /* X-Metadata-* headers: checked before a byte of the body is written,
+   * as envd's */
+  struct meta_scan m = {0};
+  agsx_mhd.get_connection_values(r->c, MHD_HEADER_KIND, meta_header, &m);
+  if (m.err) {
+    agsx_fs_meta_clear(&m.meta);
+    agsx_respond_error(r, 400, "%s", m.err->msg);
+    agsx_error_free(&m.err);
+    return -1;
+  }
   const char *ct = agsx_req_header(r, "Content-Type");
   const char *enc = agsx_req_header(r, "Content-Encoding");
   agsx_error_t err = NULL;
   if (agsx_fs_receive_open(r->fs, ct ? ct : "", agsx_req_query(r, "path"),
                            enc && strcasecmp(enc, "gzip") == 0, &r->recv, &err) < 0) {
+    agsx_fs_meta_clear(&m.meta);
     rest_error(r, &err);
     return -1;
   }
+  agsx_fs_receive_set_meta(r->recv, &m.meta);
   return 0;
 }
 
@@ -398,6 +427,7 @@ void agsx_api_upload_finish(struct req *r) {
     agsx_json_kv_str(g, "path", v[i].path);
     agsx_json_kv_str(g, "name", v[i].name);
     agsx_json_kv_str(g, "type", v[i].type == AGSX_FS_TYPE_DIRECTORY ? "dir" : "file");
+    agsx_fs_meta_gen(g, &v[i].meta);
     yajl_gen_map_close(g);
   }
   yajl_gen_array_close(g);

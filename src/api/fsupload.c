@@ -235,6 +235,7 @@ struct agsx_fs_receive {
   bool gzip, z_ready, z_end;
   z_stream z;
   char *zbuf;
+  struct agsx_fs_meta meta; /* written on each file */
 };
 
 void agsx_fs_receive_free(struct agsx_fs_receive *r) {
@@ -247,6 +248,7 @@ void agsx_fs_receive_free(struct agsx_fs_receive *r) {
   if (r->z_ready)
     inflateEnd(&r->z);
   free(r->zbuf);
+  agsx_fs_meta_clear(&r->meta);
   free(r->query_path);
   agsx_fs_close(r->c);
   free(r);
@@ -270,15 +272,33 @@ static int begin_file(struct agsx_fs_receive *r, const char *dest, agsx_error_t 
   return agsx_fs_upload_open(r->c, abs, &r->cur, err);
 }
 
+void agsx_fs_receive_set_meta(struct agsx_fs_receive *r, struct agsx_fs_meta *meta) {
+  agsx_fs_meta_clear(&r->meta);
+  r->meta = *meta;
+  memset(meta, 0, sizeof(*meta));
+}
+
 static int end_file(struct agsx_fs_receive *r, agsx_error_t *err) {
-  if (agsx_fs_upload_commit(r->cur, NULL, err) < 0)
+  /* Before the file is in place: metadata that cannot be kept fails the
+   * upload, and the old file stays. The answer's set is read back from
+   * the file, as envd's. */
+  struct agsx_fs_meta kept = {0};
+  if (r->meta.n > 0) {
+    if (fs_meta_write(r->cur->fd, &r->meta, r->cur->abs, err) < 0)
+      return -1;
+    fs_meta_read(r->cur->fd, &kept);
+  }
+  if (agsx_fs_upload_commit(r->cur, NULL, err) < 0) {
+    agsx_fs_meta_clear(&kept);
     return -1;
+  }
   if (r->n == r->cap) {
     r->cap = r->cap ? r->cap * 2 : 4;
     r->v = xrealloc(r->v, r->cap * sizeof(*r->v));
   }
   struct agsx_fs_entry *e = &r->v[r->n++];
   memset(e, 0, sizeof(*e));
+  e->meta = kept;
   e->path = xstrdup(r->cur->abs);
   e->name = xstrdup(strrchr(r->cur->abs, '/') + 1);
   e->type = AGSX_FS_TYPE_FILE;
