@@ -249,6 +249,39 @@ int agsx_fs_receive_finish(struct agsx_fs_receive *r, struct agsx_fs_entry **ret
                            agsx_error_t *err);
 void agsx_fs_receive_free(struct agsx_fs_receive *r);
 
+/* ---- compose (POST /files/compose, envd's) ----
+ * Concatenates SOURCES (N absolute or envd-style paths, each a regular
+ * file the sandbox's root may read; symlinks followed inside the root) into
+ * DEST, written as an upload (above: an unnamed file put in place at the
+ * end, parents created, the user's), then unlinks each source's own name
+ * (a symlink, not its target; as envd, a source that cannot be removed
+ * stays, and no directory is ever removed). A source that is DEST (by
+ * path, or by inode through a symlink) is invalid_argument, as is an
+ * empty list or more than AGSX_FS_COMPOSE_MAX; a missing source is
+ * not_found ("source file not found: ..."). The copy goes in steps
+ * (copy_file_range), so a server's loop can interleave other work. */
+#define AGSX_FS_COMPOSE_MAX 10000u
+struct agsx_fs_compose;
+int agsx_fs_compose_open(struct agsx_fs_ctx *c, char *const *sources, size_t n, const char *dest,
+                         struct agsx_fs_compose **ret, agsx_error_t *err);
+/* Copies at most MAX bytes: 1 when every source is copied, 0 when more is
+ * left, -1 on failure (ENOSPC: resource_exhausted). */
+int agsx_fs_compose_step(struct agsx_fs_compose *k, uint64_t max, agsx_error_t *err);
+/* Puts DEST in place and removes the sources; RET (path, name, type) may be NULL. */
+int agsx_fs_compose_commit(struct agsx_fs_compose *k, struct agsx_fs_entry *ret, agsx_error_t *err);
+void agsx_fs_compose_free(struct agsx_fs_compose *k);
+/* The JSON body of POST /files/compose: {"source_paths":[...],
+ * "destination":"...","username"?:"..."}; invalid_argument when it is no
+ * such object (envd's messages), within AGSX_FS_COMPOSE_MAX sources. */
+struct agsx_fs_compose_req {
+  char **sources; /* NULL-terminated */
+  size_t n;
+  char *dest, *user; /* user NULL: the default */
+};
+int agsx_fs_compose_parse(const char *body, size_t len, struct agsx_fs_compose_req *ret,
+                          agsx_error_t *err);
+void agsx_fs_compose_req_clear(struct agsx_fs_compose_req *q);
+
 /* ---- downloads (GET /files) ----
  * A read-only fd of the regular file at PATH (symlinks followed inside the
  * root), its size when opened, and its absolute path. not_found with envd's

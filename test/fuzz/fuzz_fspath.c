@@ -4,7 +4,8 @@
  * The same bytes, split at their first ':', are also an X-Metadata-*
  * request header's name and value (agsx_fs_meta_header, taken in turn
  * until one is refused): the set stays sorted, printable and within
- * AGSX_FS_META_MAX. */
+ * AGSX_FS_META_MAX. And they are a POST /files/compose body
+ * (agsx_fs_compose_parse): sources and a destination, or an error. */
 #include "config.h"
 
 #include "api/fsops-internal.h"
@@ -73,6 +74,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   free(out);
   agsx_error_free(&err);
   fuzz_meta(in + 1);
+  struct agsx_fs_compose_req q;
+  agsx_error_t cerr = NULL;
+  if (agsx_fs_compose_parse((const char *)data, size, &q, &cerr) == 0) {
+    if (q.n == 0 || q.n > AGSX_FS_COMPOSE_MAX || q.dest == NULL || q.dest[0] == '\0' ||
+        agsx_strv_len(q.sources) != q.n || cerr)
+      __builtin_trap();
+    agsx_fs_compose_req_clear(&q);
+  } else if (cerr == NULL || cerr->errno_ != EINVAL) {
+    __builtin_trap();
+  }
+  agsx_error_free(&cerr);
   free(in);
   return 0;
 }

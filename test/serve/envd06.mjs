@@ -2,7 +2,8 @@
 // SDK: file metadata (0.6.2: X-Metadata-* headers kept as user.e2b.* xattrs,
 // EntryInfo.metadata), watch events with their entries (0.6.3) and watches
 // that allow network mounts (0.6.4). Below those versions the SDK refuses each
-// of them client-side (TemplateError). Also Stat of a relative symlink.
+// of them client-side (TemplateError). Also Stat of a relative symlink, and
+// envd's POST /files/compose.
 // META=0 when the sandbox's writable layer keeps no user xattrs (a tmpfs before
 // Linux 6.6): then an upload with metadata must fail (501) and write nothing.
 import { Sandbox, e2b, assert, eq, rejects, main, cleanup, TEMPLATE, sleep } from './lib.mjs';
@@ -32,6 +33,36 @@ await main(async () => {
   eq(up.symlinkTarget, '/tmp/l/file', 'a relative symlink to a relative symlink');
   const listed = (await f.list('/tmp/l')).find((e) => e.name === 'rel');
   eq(listed.symlinkTarget, '/tmp/l/file', 'ListDir shows the same target');
+
+  // POST /files/compose, through the SDK's own envd client (the SDK ships
+  // the route's types; no method of it calls the route yet)
+  const api = sbx.envdApi.api;
+  const compose = (body) => api.POST('/files/compose', { body });
+  await f.write([{ path: '/tmp/c/p1', data: 'ab' }, { path: '/tmp/c/p2', data: 'cd' },
+    { path: '/tmp/c/p3', data: 'ef' }]);
+  let res = await compose({ source_paths: ['/tmp/c/p1', '/tmp/c/p2', '/tmp/c/p3'], destination: '/tmp/c/out/all' });
+  eq([res.response.status, res.data], [200, { path: '/tmp/c/out/all', name: 'all', type: 'file' }],
+    'compose answers the new entry');
+  eq(await f.read('/tmp/c/out/all'), 'abcdef', 'the sources in order');
+  eq(await Promise.all(['/tmp/c/p1', '/tmp/c/p2', '/tmp/c/p3'].map((p) => f.exists(p))), [false, false, false],
+    'the sources are removed');
+  await sh(sbx, 'dd if=/dev/zero of=/tmp/c/big1 bs=1M count=40 2>/dev/null; dd if=/dev/zero of=/tmp/c/big2 bs=1M count=30 2>/dev/null');
+  res = await compose({ source_paths: ['/tmp/c/big1', '/tmp/c/big2'], destination: '/tmp/c/big' });
+  eq([res.response.status, (await f.getInfo('/tmp/c/big')).size], [200, 70 << 20], 'compose of 70 MiB, in steps');
+  res = await compose({ source_paths: ['nope'], destination: 'x' });
+  eq([res.response.status, res.error && res.error.code], [404, 404], 'a missing source: 404');
+  eq(await f.exists('x'), false, 'and nothing is written');
+  await f.write('/tmp/c/s', 'keep');
+  await sh(sbx, 'ln -s s /tmp/c/to-s');
+  for (const destination of ['/tmp/c/s', '/tmp/c/to-s']) {
+    res = await compose({ source_paths: ['/tmp/c/s'], destination });
+    eq(res.response.status, 400, 'the destination is a source: 400 (' + destination + ')');
+  }
+  eq(await f.read('/tmp/c/s'), 'keep', 'and the source stays');
+  res = await compose({ source_paths: [], destination: '/tmp/c/e' });
+  eq(res.response.status, 400, 'no source: 400');
+  res = await compose({ source_paths: ['/tmp/c'], destination: '/tmp/c/e' });
+  eq(res.response.status, 400, 'a directory source: 400');
 
   // File metadata
   await f.write('/tmp/m/a.txt', 'old');
