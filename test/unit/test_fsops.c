@@ -758,6 +758,69 @@ static void test_receive_meta_unsupported(void) {
   must(umount2(mnt, MNT_DETACH) == 0, "umount ramfs");
 }
 
+static void test_compose(struct agsx_fs_ctx *c) {
+  put("home/user/c1", "ab", 0644, 1000);
+  put("home/user/c2", "", 0644, 1000);
+  put("home/user/c3", "cde", 0644, 1000);
+  char *src[] = {"c1", "~/c2", "/home/user/c3", NULL};
+  struct agsx_fs_compose *k = NULL;
+  agsx_error_t err = NULL;
+  struct agsx_fs_entry e = {0};
+  int r = agsx_fs_compose_open(c, src, 3, "~/cdir/out", &k, &err), steps = 0;
+  while (r == 0 && (r = agsx_fs_compose_step(k, 1, &err)) == 0)
+    steps++;
+  if (r == 1)
+    r = agsx_fs_compose_commit(k, &e, &err);
+  agsx_fs_compose_free(k);
+  char *out = slurp("home/user/cdir/out"), *gone = slurp("home/user/c1");
+  tap_ok(r == 0 && out && strcmp(out, "abcde") == 0 && steps >= 5 && !gone &&
+             strcmp(e.path, "/home/user/cdir/out") == 0,
+         "compose of three sources, one byte a step (%d), the sources removed: %s", steps,
+         err ? err->msg : "ok");
+  free(out);
+  free(gone);
+  agsx_fs_entry_clear(&e);
+  agsx_error_free(&err);
+  put("home/user/keep", "keep", 0644, 1000);
+  link_("keep", "home/user/to-keep");
+  char *same[] = {"keep", NULL};
+  r = agsx_fs_compose_open(c, same, 1, "~/to-keep", &k, &err);
+  fails(r, &err, AGSX_FS_INVALID_ARGUMENT, "cannot be the same as destination",
+        "a destination that is the source through a symlink");
+  r = agsx_fs_compose_open(c, same, 1, "~/keep", &k, &err);
+  fails(r, &err, AGSX_FS_INVALID_ARGUMENT, "cannot be the same", "the source as destination");
+  char *missing[] = {"keep", "nope", NULL}, *isdir[] = {"cdir", NULL};
+  r = agsx_fs_compose_open(c, missing, 2, "~/new/x", &k, &err);
+  fails(r, &err, AGSX_FS_NOT_FOUND, "source file not found: nope", "a missing source");
+  r = agsx_fs_compose_open(c, isdir, 1, "~/x", &k, &err);
+  fails(r, &err, AGSX_FS_INVALID_ARGUMENT, "not a regular file", "a directory source");
+  char *k_ = slurp("home/user/keep");
+  struct stat st;
+  tap_ok(k_ && strcmp(k_, "keep") == 0 && fstatat(rootfd, "home/user/new", &st, 0) < 0,
+         "refusals change nothing, and make no directory");
+  free(k_);
+  struct agsx_fs_compose_req q;
+  const char *ok = "{\"source_paths\":[\"a\",\"b\"],\"destination\":\"d\",\"username\":\"u\"}";
+  r = agsx_fs_compose_parse(ok, strlen(ok), &q, &err);
+  tap_ok(r == 0 && q.n == 2 && strcmp(q.sources[1], "b") == 0 && q.sources[2] == NULL &&
+             strcmp(q.dest, "d") == 0 && strcmp(q.user, "u") == 0,
+         "a compose body parses");
+  agsx_fs_compose_req_clear(&q);
+  const char *bad[] = {"",
+                       "[]",
+                       "{\"source_paths\":[],\"destination\":\"d\"}",
+                       "{\"source_paths\":[\"a\"]}",
+                       "{\"source_paths\":[1],\"destination\":\"d\"}",
+                       "{\"source_paths\":\"a\",\"destination\":\"d\"}"};
+  int refused = 0;
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(bad); i++) {
+    refused +=
+        agsx_fs_compose_parse(bad[i], strlen(bad[i]), &q, &err) < 0 && err && err->errno_ == EINVAL;
+    agsx_error_free(&err);
+  }
+  tap_is_int(refused, (int)AGSX_ARRAY_SIZE(bad), "bad compose bodies are invalid_argument");
+}
+
 static void test_receive(struct agsx_fs_ctx *c) {
   char body[1024];
   multipart_body(body, sizeof(body), "rx/one.txt", "/tmp/rx-two.txt");
@@ -1025,6 +1088,7 @@ int main(void) {
   test_host_files(c);
   test_receive(c);
   test_receive_meta(c);
+  test_compose(c);
   test_receive_meta_unsupported();
   test_signature();
   test_watch(c);
