@@ -55,8 +55,10 @@ struct server {
   struct agsx_inotify *hub;              /* every inotify watch of the server's (files.c) */
   struct agsx_fs_watch_pool *watch_pool; /* bounds on watchers */
   struct agsx_spawner spawner;
-  struct pending *code_ops; /* code context operations under way (code-routes.c) */
-  char **hosts;             /* the host names it answers (--host), normalised */
+  struct pending *code_ops;     /* code context operations under way (code-routes.c) */
+  struct compose_job *composes; /* POST /files/compose under way (files.c) */
+  size_t n_composes;
+  char **hosts; /* the host names it answers (--host), normalised */
   size_t n_code_ops;
   bool stopping;
 };
@@ -171,6 +173,14 @@ void agsx_api_envd_tick(struct server *s);      /* each turn of the loop */
 int agsx_api_envd_timeout_ms(struct server *s); /* -1: none */
 /* The sandbox ID was killed: its polling watchers go. */
 void agsx_api_envd_drop_sandbox(struct server *s, const char *id);
+/* POST /files/compose: the copy goes on in the loop's turns (at most
+ * AGSX_API_COMPOSE_STEP bytes each) while the request waits; at most
+ * AGSX_API_COMPOSES at once (then 429). At the server's stop each is
+ * answered 500 "the server is stopping". */
+#define AGSX_API_COMPOSE_STEP (32u << 20)
+#define AGSX_API_COMPOSES 64u
+void agsx_api_files_compose(struct req *r);
+void agsx_api_files_stop(struct server *s);
 
 /* ---- port 49999: the code interpreter (code-routes.c) ---- */
 /* Context operations under way at once (kernel starts, restarts, removals). */

@@ -633,6 +633,8 @@ void agsx_api_envd(struct req *r) {
     return agsx_respond(r, 204, NULL, "", 0);
   if (strcmp(p, "/files") == 0)
     return agsx_api_files_rest(r);
+  if (strcmp(p, "/files/compose") == 0 && post)
+    return agsx_api_files_compose(r);
   if (post && agsx_str_has_prefix(p, "/process.Process/")) {
     const char *m = p + strlen("/process.Process/");
     bool stream = strcmp(m, "Start") == 0 || strcmp(m, "Connect") == 0;

@@ -69,10 +69,7 @@ static void rest_error(struct req *r, agsx_error_t *err) {
   agsx_error_free(err);
 }
 
-static struct agsx_fs_ctx *open_ctx(struct req *r, bool rpc) {
-  _cleanup_free_ char *user = NULL;
-  if (!user_of(r, rpc, &user))
-    return NULL;
+static struct agsx_fs_ctx *open_ctx_as(struct req *r, bool rpc, const char *user) {
   struct agsx_fs_opts o = {.user = user, .default_user = r->s->cfg->default_user};
   struct agsx_fs_ctx *c = NULL;
   agsx_error_t err = NULL;
@@ -84,6 +81,13 @@ static struct agsx_fs_ctx *open_ctx(struct req *r, bool rpc) {
     return NULL;
   }
   return c;
+}
+
+static struct agsx_fs_ctx *open_ctx(struct req *r, bool rpc) {
+  _cleanup_free_ char *user = NULL;
+  if (!user_of(r, rpc, &user))
+    return NULL;
+  return open_ctx_as(r, rpc, user);
 }
 
 /* ---- Filesystem RPCs ------------------------------------------------------------------------- */
@@ -113,7 +117,10 @@ static bool bool_field(yajl_val body, const char *name, const char *alt) {
 
 static unsigned watch_flags(yajl_val body) {
   return (bool_field(body, "recursive", NULL) ? AGSX_FS_WATCH_RECURSIVE : 0) |
-         (bool_field(body, "includeEntry", "include_entry") ? AGSX_FS_WATCH_ENTRY : 0);
+         (bool_field(body, "includeEntry", "include_entry") ? AGSX_FS_WATCH_ENTRY : 0) |
+         (bool_field(body, "allowNetworkMounts", "allow_network_mounts")
+              ? AGSX_FS_WATCH_NETWORK_MOUNTS
+              : 0);
 }
 
 static void gen_events(yajl_gen g, const struct agsx_fs_event *v, size_t n) {
@@ -357,18 +364,44 @@ static void upload_fail(struct req *r, agsx_error_t *err) {
   r->recv = NULL;
 }
 
+struct meta_scan {
+  struct agsx_fs_meta meta;
+  agsx_error_t err; /* the first refusal */
+};
+
+static enum MHD_Result meta_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value) {
+  struct meta_scan *m = cls;
+  (void)kind;
+  if (m->err == NULL)
+    agsx_fs_meta_header(&m->meta, key, value, &m->err);
+  return MHD_YES;
+}
+
 int agsx_api_upload_begin(struct req *r) {
   r->fs = open_ctx(r, false);
   if (r->fs == NULL)
     return -1;
+  /* X-Metadata-* headers: checked before a byte of the body is written,
+   * as envd's */
+  struct meta_scan m = {0};
+  agsx_mhd.get_connection_values(r->c, MHD_HEADER_KIND, meta_header, &m);
+  if (m.err) {
+    agsx_fs_meta_clear(&m.meta);
+    agsx_respond_error(r, 400, "%s", m.err->msg);
+    agsx_error_free(&m.err);
+    return -1;
+  }
   const char *ct = agsx_req_header(r, "Content-Type");
   const char *enc = agsx_req_header(r, "Content-Encoding");
   agsx_error_t err = NULL;
   if (agsx_fs_receive_open(r->fs, ct ? ct : "", agsx_req_query(r, "path"),
                            enc && strcasecmp(enc, "gzip") == 0, &r->recv, &err) < 0) {
+    agsx_fs_meta_clear(&m.meta);
     rest_error(r, &err);
     return -1;
   }
+  agsx_fs_receive_set_meta(r->recv, &m.meta);
   return 0;
 }
 
@@ -398,6 +431,7 @@ void agsx_api_upload_finish(struct req *r) {
     agsx_json_kv_str(g, "path", v[i].path);
     agsx_json_kv_str(g, "name", v[i].name);
     agsx_json_kv_str(g, "type", v[i].type == AGSX_FS_TYPE_DIRECTORY ? "dir" : "file");
+    agsx_fs_meta_gen(g, &v[i].meta);
     yajl_gen_map_close(g);
   }
   yajl_gen_array_close(g);
@@ -405,7 +439,113 @@ void agsx_api_upload_finish(struct req *r) {
   agsx_respond_json(r, 200, g);
 }
 
+/* ---- POST /files/compose ---------------------------------------------------------------------- */
+
+struct compose_job {
+  struct compose_job *next;
+  struct req *r;
+  struct agsx_fs_compose *k; /* NULL once done */
+  int rc;                    /* 0 under way, 1 done, -1 failed (ERR) */
+  agsx_error_t err;
+  struct agsx_fs_entry entry;
+};
+
+static struct compose_job *compose_unlink(struct server *s, struct req *r) {
+  for (struct compose_job **p = &s->composes; *p; p = &(*p)->next)
+    if ((*p)->r == r) {
+      struct compose_job *j = *p;
+      *p = j->next;
+      s->n_composes--;
+      return j;
+    }
+  return NULL;
+}
+
+static void compose_free(struct compose_job *j) {
+  if (j == NULL)
+    return;
+  agsx_fs_compose_free(j->k);
+  agsx_error_free(&j->err);
+  agsx_fs_entry_clear(&j->entry);
+  free(j);
+}
+
+static void compose_answer(struct req *r) {
+  struct compose_job *j = compose_unlink(r->s, r);
+  if (j == NULL)
+    return agsx_respond_error(r, 500, "compose: lost");
+  if (j->rc < 0) {
+    rest_error(r, &j->err);
+  } else {
+    _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+    yajl_gen_map_open(g);
+    agsx_json_kv_str(g, "path", j->entry.path);
+    agsx_json_kv_str(g, "name", j->entry.name);
+    agsx_json_kv_str(g, "type", "file");
+    yajl_gen_map_close(g);
+    agsx_respond_json(r, 200, g);
+  }
+  compose_free(j);
+}
+
+void agsx_api_files_compose(struct req *r) {
+  struct agsx_fs_compose_req q;
+  agsx_error_t err = NULL;
+  if (agsx_fs_compose_parse(r->body.p ? r->body.p : "", r->body.len, &q, &err) < 0)
+    return rest_error(r, &err);
+  if (q.user && *q.user && !agsx_api_user_is_valid(q.user)) {
+    agsx_respond_error(r, 401, "invalid username: '%.64s'", q.user);
+    return agsx_fs_compose_req_clear(&q);
+  }
+  if (r->s->n_composes >= AGSX_API_COMPOSES) {
+    agsx_respond_error(r, 429, "%u composes are under way", AGSX_API_COMPOSES);
+    return agsx_fs_compose_req_clear(&q);
+  }
+  _cleanup_fs_ctx_ struct agsx_fs_ctx *c = open_ctx_as(r, false, q.user);
+  struct agsx_fs_compose *k = NULL;
+  int rc = c ? agsx_fs_compose_open(c, q.sources, q.n, q.dest, &k, &err) : 0;
+  agsx_fs_compose_req_clear(&q);
+  if (c == NULL)
+    return; /* answered */
+  if (rc < 0)
+    return rest_error(r, &err);
+  struct compose_job *j = xzalloc(sizeof(*j));
+  j->r = r;
+  j->k = k;
+  j->next = r->s->composes;
+  r->s->composes = j;
+  r->s->n_composes++;
+  agsx_req_wait(r, compose_answer);
+}
+
+static void compose_tick(struct server *s) {
+  for (struct compose_job *j = s->composes; j; j = j->next) {
+    if (j->rc != 0)
+      continue;
+    j->rc = agsx_fs_compose_step(j->k, AGSX_API_COMPOSE_STEP, &j->err);
+    if (j->rc == 1 && agsx_fs_compose_commit(j->k, &j->entry, &j->err) < 0)
+      j->rc = -1;
+    if (j->rc != 0) {
+      agsx_fs_compose_free(j->k);
+      j->k = NULL;
+      agsx_req_continue(j->r);
+    }
+  }
+}
+
+void agsx_api_files_stop(struct server *s) {
+  for (struct compose_job *j = s->composes; j; j = j->next)
+    if (j->rc == 0) {
+      j->rc = -1;
+      agsx_error_set_quiet(&j->err, EIO, "the server is stopping");
+      agsx_fs_compose_free(j->k);
+      j->k = NULL;
+      agsx_req_continue(j->r);
+    }
+}
+
 void agsx_api_req_free_parts(struct req *r) {
+  compose_free(compose_unlink(r->s, r)); /* its client went away: the temp file goes */
   agsx_fs_receive_free(r->recv);
   r->recv = NULL;
   agsx_fs_close(r->fs);
@@ -436,6 +576,12 @@ int agsx_api_envd_init(struct server *s, agsx_error_t *err) {
 
 /* After the daemon stopped (its streams, their watchers and logs, freed). */
 void agsx_api_envd_fini(struct server *s) {
+  while (s->composes) { /* their requests are gone with the daemon */
+    struct compose_job *j = s->composes;
+    s->composes = j->next;
+    compose_free(j);
+  }
+  s->n_composes = 0;
   agsx_fs_watchers_free(s->watchers);
   s->watchers = NULL;
   agsx_fs_watch_pool_free(s->watch_pool);
@@ -448,9 +594,13 @@ void agsx_api_envd_fini(struct server *s) {
 void agsx_api_envd_tick(struct server *s) {
   agsx_inotify_dispatch(s->hub);
   agsx_fs_watchers_tick(s->watchers);
+  compose_tick(s);
 }
 
 int agsx_api_envd_timeout_ms(struct server *s) {
+  for (struct compose_job *j = s->composes; j; j = j->next)
+    if (j->rc == 0)
+      return 0; /* a copy goes on */
   int a = agsx_inotify_timeout_ms(s->hub), b = agsx_fs_watchers_timeout_ms(s->watchers);
   return a < 0 ? b : b < 0 || a < b ? a : b;
 }

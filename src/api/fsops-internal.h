@@ -61,6 +61,12 @@ int fs_open_regular(const struct agsx_fs_ctx *c, const char *abs, struct stat *r
                     agsx_error_t *err);
 /* NAME is an upload's temporary file (hidden from watchers). */
 bool fs_is_upload_temp(const char *name);
+/* The metadata of the inode at FD (any fd, O_PATH too) into *RET: best
+ * effort (none where it cannot be read), within AGSX_FS_META_MAX. */
+void fs_meta_read(int fd, struct agsx_fs_meta *ret);
+/* Writes M on the file open at FD (PATH for messages); EOPNOTSUPP where
+ * its filesystem keeps no user xattrs. */
+int fs_meta_write(int fd, const struct agsx_fs_meta *m, const char *path, agsx_error_t *err);
 int fs_stat_abs(const struct agsx_fs_ctx *c, const char *abs, struct agsx_fs_entry *ret,
                 agsx_error_t *err);
 

@@ -41,6 +41,7 @@ enum agsx_fs_code agsx_fs_code(const agsx_error_t *err) {
   case ENOBUFS: return AGSX_FS_RESOURCE_EXHAUSTED;
   case EKEYREJECTED: return AGSX_FS_UNAUTHENTICATED;
   case ESRCH: return AGSX_FS_UNAVAILABLE;
+  case EOPNOTSUPP: return AGSX_FS_UNIMPLEMENTED;
   default: return AGSX_FS_INTERNAL;
   }
 }
@@ -55,6 +56,7 @@ const char *agsx_fs_code_name(enum agsx_fs_code code) {
   case AGSX_FS_RESOURCE_EXHAUSTED: return "resource_exhausted";
   case AGSX_FS_UNAUTHENTICATED: return "unauthenticated";
   case AGSX_FS_UNAVAILABLE: return "unavailable";
+  case AGSX_FS_UNIMPLEMENTED: return "unimplemented";
   case AGSX_FS_INTERNAL: break;
   }
   return "internal";
@@ -70,6 +72,7 @@ int agsx_fs_code_connect_status(enum agsx_fs_code code) {
   case AGSX_FS_RESOURCE_EXHAUSTED: return 429;
   case AGSX_FS_UNAUTHENTICATED: return 401;
   case AGSX_FS_UNAVAILABLE: return 503;
+  case AGSX_FS_UNIMPLEMENTED: return 501;
   case AGSX_FS_INTERNAL: break;
   }
   return 500;
@@ -85,6 +88,7 @@ int agsx_fs_code_rest_status(enum agsx_fs_code code) {
   case AGSX_FS_RESOURCE_EXHAUSTED: return 507;
   case AGSX_FS_UNAUTHENTICATED: return 401;
   case AGSX_FS_UNAVAILABLE: return 502;
+  case AGSX_FS_UNIMPLEMENTED: return 501;
   case AGSX_FS_INTERNAL: break;
   }
   return 500;
@@ -454,6 +458,7 @@ void agsx_fs_entry_clear(struct agsx_fs_entry *e) {
   free(e->owner);
   free(e->group);
   free(e->symlink_target);
+  agsx_fs_meta_clear(&e->meta);
   memset(e, 0, sizeof(*e));
 }
 
@@ -521,8 +526,10 @@ static char *link_destination(const struct agsx_fs_ctx *c, const char *abs) {
     if (n > 0) {
       target[n] = '\0';
       hops++;
-      rest = target[0] == '/' ? xasprintf("%s%s", target, tail)
-                              : xasprintf("%s/%s%s", done, target, tail);
+      /* The target goes on from the link's directory (DONE), or from
+       * "/" when absolute; its text is never prefixed with DONE, which
+       * the walk would then append to DONE again. */
+      rest = xasprintf("%s%s", target, tail);
       if (target[0] == '/') {
         free(done);
         done = xstrdup("/");
@@ -534,6 +541,17 @@ static char *link_destination(const struct agsx_fs_ctx *c, const char *abs) {
     }
   }
   return xstrdup(abs);
+}
+
+/* The metadata of the file or directory at FD (opened in the root), when
+ * the sandbox's root may read it: a host file's xattrs are not read with
+ * the server's privileges. */
+static void fill_meta(const struct agsx_fs_ctx *c, int fd, struct agsx_fs_entry *e) {
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) < 0 || !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) ||
+      !fs_sandbox_may(c, &st, R_OK))
+    return;
+  fs_meta_read(fd, &e->meta);
 }
 
 /* The entry NAME in DFD (lstat ST), at ABS in the sandbox. */
@@ -551,14 +569,20 @@ void fs_fill_entry(const struct agsx_fs_ctx *c, const char *abs, const struct st
   e->group = id_name(c, st->st_gid, true);
   e->mtime_sec = st->st_mtim.tv_sec;
   e->mtime_nsec = st->st_mtim.tv_nsec;
-  if (!S_ISLNK(st->st_mode))
+  if (!S_ISLNK(st->st_mode)) {
+    if (S_ISREG(st->st_mode) || S_ISDIR(st->st_mode)) {
+      _cleanup_close_ int fd = fs_open(c, abs, O_PATH | O_NOFOLLOW);
+      fill_meta(c, fd, e);
+    }
     return;
+  }
   _cleanup_free_ char *dest = link_destination(c, abs);
   _cleanup_close_ int fd = fs_open(c, abs, O_PATH);
   struct stat tst;
   if (fd >= 0 && fstat(fd, &tst) == 0) {
     e->type = type_of(tst.st_mode);
     e->mode = tst.st_mode & 0777;
+    fill_meta(c, fd, e); /* the target's, as envd's xattr.List follows the link */
   } else {
     e->mode = 0; /* a dangling link: shown as a symlink (envd drops it) */
   }
@@ -649,6 +673,17 @@ void agsx_fs_entry_gen(yajl_gen g, const struct agsx_fs_entry *e) {
   }
   if (e->symlink_target)
     fs_gen_text(g, "symlinkTarget", e->symlink_target);
+  agsx_fs_meta_gen(g, &e->meta);
+  yajl_gen_map_close(g);
+}
+
+void agsx_fs_meta_gen(yajl_gen g, const struct agsx_fs_meta *m) {
+  if (m->n == 0)
+    return; /* protojson leaves an empty map out */
+  agsx_json_key(g, "metadata");
+  yajl_gen_map_open(g);
+  for (size_t i = 0; i < m->n; i++)
+    agsx_json_kv_str(g, m->keys[i], m->values[i]);
   yajl_gen_map_close(g);
 }
 
@@ -681,6 +716,7 @@ struct lister {
   struct agsx_fs_entry *v;
   size_t n, cap;
   unsigned depth;
+  size_t meta_bytes; /* of all entries, within AGSX_FS_LIST_META_MAX */
 };
 
 static int cmp_str(const void *a, const void *b) {
@@ -735,6 +771,10 @@ static int list_dir(struct lister *l, int fd, const char *path, unsigned level, 
     }
     _cleanup_free_ char *child = join_path(path, names[i]);
     fs_fill_entry(l->c, child, &st, &l->v[l->n++]);
+    l->meta_bytes += l->v[l->n - 1].meta.bytes;
+    if (l->meta_bytes > AGSX_FS_LIST_META_MAX)
+      return agsx_error_set_quiet(err, E2BIG, "listing %s: more than %u bytes of file metadata",
+                                  path, AGSX_FS_LIST_META_MAX);
     if (!S_ISDIR(st.st_mode) || level + 1 >= l->depth)
       continue;
     if (!fs_sandbox_may(l->c, &st, R_OK | X_OK))

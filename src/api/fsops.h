@@ -38,8 +38,9 @@
 struct agsx_record;
 
 /* ---- bounds ---- */
-#define AGSX_FS_LIST_MAX_ENTRIES 100000u /* ListDir: entries of one answer */
-#define AGSX_FS_LIST_MAX_DEPTH 64u       /* ListDir: larger depths are clamped */
+#define AGSX_FS_LIST_MAX_ENTRIES 100000u  /* ListDir: entries of one answer */
+#define AGSX_FS_LIST_MAX_DEPTH 64u        /* ListDir: larger depths are clamped */
+#define AGSX_FS_LIST_META_MAX (16u << 20) /* ListDir: file metadata of one answer */
 #define AGSX_FS_REMOVE_MAX_ENTRIES 1000000u
 #define AGSX_FS_PATH_MAX 4096u       /* a request path, in bytes */
 #define AGSX_FS_PATH_DEPTH 256u      /* and in components */
@@ -53,7 +54,8 @@ struct agsx_record;
  * permission_denied; ENOSPC, EDQUOT, E2BIG, EFBIG, ENOBUFS
  * resource_exhausted; EKEYREJECTED (an unknown user) unauthenticated; ESRCH
  * (the sandbox is not running) unavailable (the server answers envd routes
- * of a gone sandbox with its 502); anything else internal. */
+ * of a gone sandbox with its 502); EOPNOTSUPP (file metadata on a
+ * filesystem without user xattrs) unimplemented; anything else internal. */
 enum agsx_fs_code {
   AGSX_FS_OK,
   AGSX_FS_NOT_FOUND,
@@ -63,16 +65,17 @@ enum agsx_fs_code {
   AGSX_FS_RESOURCE_EXHAUSTED,
   AGSX_FS_UNAUTHENTICATED,
   AGSX_FS_UNAVAILABLE,
+  AGSX_FS_UNIMPLEMENTED,
   AGSX_FS_INTERNAL,
 };
 enum agsx_fs_code agsx_fs_code(const agsx_error_t *err);
 /* "not_found", "already_exists", ... ("" for AGSX_FS_OK). */
 const char *agsx_fs_code_name(enum agsx_fs_code code);
 /* The HTTP status of a unary Connect error with CODE (404, 409, 400, 403,
- * 429, 401, 503, 500). */
+ * 429, 401, 503, 501, 500). */
 int agsx_fs_code_connect_status(enum agsx_fs_code code);
 /* The status envd's REST /files answers CODE with: 404, 400 (also for
- * already_exists), 403, 507 (no space), 401, 502, 500. */
+ * already_exists), 403, 507 (no space), 401, 502, 501, 500. */
 int agsx_fs_code_rest_status(enum agsx_fs_code code);
 
 /* ---- context ---- */
@@ -108,6 +111,38 @@ const char *agsx_fs_home(const struct agsx_fs_ctx *c);
  * AGSX_FS_PATH_DEPTH components. */
 char *agsx_fs_path(const struct agsx_fs_ctx *c, const char *path, agsx_error_t *err);
 
+/* ---- file metadata (envd 0.6.2) ----
+ * User-defined pairs kept as extended attributes `user.e2b.KEY` of a file,
+ * where envd keeps them: POST /files takes them from its request's
+ * `X-Metadata-KEY: VALUE` headers (KEY lowercased), writes them on each file
+ * it uploads (an upload makes a new inode, so a file's old set goes with
+ * it, as envd replaces the set), and every EntryInfo carries its file's
+ * set (a symlink's: its target's). Keys and values are printable ASCII, a
+ * key at most AGSX_FS_META_KEY_MAX bytes, a set at most AGSX_FS_META_MAX
+ * bytes of names (with the prefix) and values together (envd's bounds,
+ * 400 past them). Sets written inside the sandbox (setfattr) are shown as
+ * far as they are valid text within those bounds. A filesystem without
+ * user xattrs (a tmpfs before Linux 6.6, the sandbox's writable layer
+ * there) cannot keep them: the upload fails (EOPNOTSUPP, 501) and leaves
+ * the old file, where envd would write the file and drop the metadata. */
+#define AGSX_FS_META_PREFIX "user.e2b."
+#define AGSX_FS_META_MAX 4096u                                         /* a set, as envd */
+#define AGSX_FS_META_KEY_MAX (255u - sizeof(AGSX_FS_META_PREFIX) + 1u) /* 246: the VFS's 255 */
+
+struct agsx_fs_meta {
+  char **keys, **values; /* sorted by key (agsx_fs_meta_header keeps them so) */
+  size_t n;
+  size_t bytes; /* the names with their prefix and the values, together */
+};
+void agsx_fs_meta_clear(struct agsx_fs_meta *m);
+/* Takes the request header NAME: VALUE into M when NAME is X-Metadata-KEY
+ * (any case; KEY lowercased): 1 when taken, 0 when NAME is no metadata
+ * header, KEY is empty or already in M (the first value wins, as Go's
+ * Header.Get). -1 with EINVAL for a key or value that is not printable
+ * ASCII or a key over AGSX_FS_META_KEY_MAX, E2BIG past AGSX_FS_META_MAX. */
+int agsx_fs_meta_header(struct agsx_fs_meta *m, const char *name, const char *value,
+                        agsx_error_t *err);
+
 /* ---- entries (envd's EntryInfo) ---- */
 enum agsx_fs_type {
   AGSX_FS_TYPE_UNSPECIFIED,
@@ -126,14 +161,18 @@ struct agsx_fs_entry {
   char *owner, *group;    /* names from the sandbox's /etc/passwd and /etc/group, else the number */
   int64_t mtime_sec;
   long mtime_nsec;
-  char *symlink_target; /* NULL unless the entry is a symlink: where it leads, absolute */
+  char *symlink_target;     /* NULL unless the entry is a symlink: where it leads, absolute */
+  struct agsx_fs_meta meta; /* its file's metadata (n == 0: none) */
 };
 void agsx_fs_entry_clear(struct agsx_fs_entry *e);
 void agsx_fs_entries_free(struct agsx_fs_entry *v, size_t n);
 /* EntryInfo as envd emits it: {"name","type":"FILE_TYPE_FILE","path",
  * "size":"12","mode":420,"permissions":"-rw-r--r--","owner","group",
- * "modifiedTime":"2026-12-01T13:22:00.123456789Z","symlinkTarget"?}. */
+ * "modifiedTime":"2026-12-01T13:22:00.123456789Z","symlinkTarget"?,
+ * "metadata"?:{"key":"value"}}. */
 void agsx_fs_entry_gen(yajl_gen g, const struct agsx_fs_entry *e);
+/* "metadata":{...} of M into the open map G; nothing when M is empty. */
+void agsx_fs_meta_gen(yajl_gen g, const struct agsx_fs_meta *m);
 /* Go's FileMode.String() of MODE (an st_mode) into BUF: "-rw-r--r--",
  * "drwxr-xr-x", "Lrwxrwxrwx", "dtrwxrwxrwx" (sticky), "urwxr-xr-x" (set-uid),
  * "Dcrw-rw-rw-" (a character device), "prw-r--r--" (a FIFO). */
@@ -200,11 +239,48 @@ struct agsx_fs_receive;
 int agsx_fs_receive_open(struct agsx_fs_ctx *c, const char *content_type, const char *query_path,
                          bool gzip, struct agsx_fs_receive **ret, agsx_error_t *err);
 int agsx_fs_receive_feed(struct agsx_fs_receive *r, const void *buf, size_t len, agsx_error_t *err);
+/* Writes META (taken: M is left empty) on each file of the body, before it
+ * is put in place. */
+void agsx_fs_receive_set_meta(struct agsx_fs_receive *r, struct agsx_fs_meta *meta);
 /* The body ended: checks it was complete and returns the written files
- * (path, name, type filled; the caller frees with agsx_fs_entries_free). */
+ * (path, name, type and meta filled; the caller frees with
+ * agsx_fs_entries_free). */
 int agsx_fs_receive_finish(struct agsx_fs_receive *r, struct agsx_fs_entry **ret, size_t *ret_n,
                            agsx_error_t *err);
 void agsx_fs_receive_free(struct agsx_fs_receive *r);
+
+/* ---- compose (POST /files/compose, envd's) ----
+ * Concatenates SOURCES (N absolute or envd-style paths, each a regular
+ * file the sandbox's root may read; symlinks followed inside the root) into
+ * DEST, written as an upload (above: an unnamed file put in place at the
+ * end, parents created, the user's), then unlinks each source's own name
+ * (a symlink, not its target; as envd, a source that cannot be removed
+ * stays, and no directory is ever removed). A source that is DEST (by
+ * path, or by inode through a symlink) is invalid_argument, as is an
+ * empty list or more than AGSX_FS_COMPOSE_MAX; a missing source is
+ * not_found ("source file not found: ..."). The copy goes in steps
+ * (copy_file_range), so a server's loop can interleave other work. */
+#define AGSX_FS_COMPOSE_MAX 10000u
+struct agsx_fs_compose;
+int agsx_fs_compose_open(struct agsx_fs_ctx *c, char *const *sources, size_t n, const char *dest,
+                         struct agsx_fs_compose **ret, agsx_error_t *err);
+/* Copies at most MAX bytes: 1 when every source is copied, 0 when more is
+ * left, -1 on failure (ENOSPC: resource_exhausted). */
+int agsx_fs_compose_step(struct agsx_fs_compose *k, uint64_t max, agsx_error_t *err);
+/* Puts DEST in place and removes the sources; RET (path, name, type) may be NULL. */
+int agsx_fs_compose_commit(struct agsx_fs_compose *k, struct agsx_fs_entry *ret, agsx_error_t *err);
+void agsx_fs_compose_free(struct agsx_fs_compose *k);
+/* The JSON body of POST /files/compose: {"source_paths":[...],
+ * "destination":"...","username"?:"..."}; invalid_argument when it is no
+ * such object (envd's messages), within AGSX_FS_COMPOSE_MAX sources. */
+struct agsx_fs_compose_req {
+  char **sources; /* NULL-terminated */
+  size_t n;
+  char *dest, *user; /* user NULL: the default */
+};
+int agsx_fs_compose_parse(const char *body, size_t len, struct agsx_fs_compose_req *ret,
+                          agsx_error_t *err);
+void agsx_fs_compose_req_clear(struct agsx_fs_compose_req *q);
 
 /* ---- downloads (GET /files) ----
  * A read-only fd of the regular file at PATH (symlinks followed inside the
@@ -278,8 +354,13 @@ void agsx_fs_event_gen(yajl_gen g, const struct agsx_fs_event *e);
 
 enum {
   AGSX_FS_WATCH_RECURSIVE = 1 << 0,
-  AGSX_FS_WATCH_ENTRY = 1 << 1, /* include_entry: stat each event's entry */
+  AGSX_FS_WATCH_ENTRY = 1 << 1, /* include_entry: stat each CREATE, WRITE or CHMOD's entry */
+  /* allow_network_mounts: without it a PATH on NFS, CIFS, SMB or FUSE is
+   * invalid_argument, as envd (whose inotify misses remote changes there) */
+  AGSX_FS_WATCH_NETWORK_MOUNTS = 1 << 2,
 };
+/* F_TYPE (statfs) is one of those network filesystems. */
+bool agsx_fs_network_fs(unsigned long f_type);
 
 struct agsx_inotify;
 /* Watchers of one process: their hub, and at most PER_SANDBOX watchers of
@@ -293,8 +374,9 @@ void agsx_fs_watch_pool_free(struct agsx_fs_watch_pool *p);
 unsigned agsx_fs_watch_pool_count(const struct agsx_fs_watch_pool *p, const char *sandbox_id);
 
 struct agsx_fs_watch;
-/* not_found for a missing PATH, invalid_argument for a file,
- * resource_exhausted past the pool's bounds. */
+/* not_found for a missing PATH, invalid_argument for a file (or a
+ * network filesystem, see above), resource_exhausted past the pool's
+ * bounds. */
 int agsx_fs_watch_open(struct agsx_fs_watch_pool *pool, struct agsx_fs_ctx *c, const char *path,
                        unsigned flags, struct agsx_fs_watch **ret, agsx_error_t *err);
 void agsx_fs_watch_free(struct agsx_fs_watch *w);

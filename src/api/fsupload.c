@@ -235,6 +235,7 @@ struct agsx_fs_receive {
   bool gzip, z_ready, z_end;
   z_stream z;
   char *zbuf;
+  struct agsx_fs_meta meta; /* written on each file */
 };
 
 void agsx_fs_receive_free(struct agsx_fs_receive *r) {
@@ -247,6 +248,7 @@ void agsx_fs_receive_free(struct agsx_fs_receive *r) {
   if (r->z_ready)
     inflateEnd(&r->z);
   free(r->zbuf);
+  agsx_fs_meta_clear(&r->meta);
   free(r->query_path);
   agsx_fs_close(r->c);
   free(r);
@@ -270,15 +272,33 @@ static int begin_file(struct agsx_fs_receive *r, const char *dest, agsx_error_t 
   return agsx_fs_upload_open(r->c, abs, &r->cur, err);
 }
 
+void agsx_fs_receive_set_meta(struct agsx_fs_receive *r, struct agsx_fs_meta *meta) {
+  agsx_fs_meta_clear(&r->meta);
+  r->meta = *meta;
+  memset(meta, 0, sizeof(*meta));
+}
+
 static int end_file(struct agsx_fs_receive *r, agsx_error_t *err) {
-  if (agsx_fs_upload_commit(r->cur, NULL, err) < 0)
+  /* Before the file is in place: metadata that cannot be kept fails the
+   * upload, and the old file stays. The answer's set is read back from
+   * the file, as envd's. */
+  struct agsx_fs_meta kept = {0};
+  if (r->meta.n > 0) {
+    if (fs_meta_write(r->cur->fd, &r->meta, r->cur->abs, err) < 0)
+      return -1;
+    fs_meta_read(r->cur->fd, &kept);
+  }
+  if (agsx_fs_upload_commit(r->cur, NULL, err) < 0) {
+    agsx_fs_meta_clear(&kept);
     return -1;
+  }
   if (r->n == r->cap) {
     r->cap = r->cap ? r->cap * 2 : 4;
     r->v = xrealloc(r->v, r->cap * sizeof(*r->v));
   }
   struct agsx_fs_entry *e = &r->v[r->n++];
   memset(e, 0, sizeof(*e));
+  e->meta = kept;
   e->path = xstrdup(r->cur->abs);
   e->name = xstrdup(strrchr(r->cur->abs, '/') + 1);
   e->type = AGSX_FS_TYPE_FILE;
@@ -407,6 +427,211 @@ int agsx_fs_receive_finish(struct agsx_fs_receive *r, struct agsx_fs_entry **ret
   *ret = steal_ptr(&r->v);
   *ret_n = r->n;
   r->n = r->cap = 0;
+  return 0;
+}
+
+/* ---- POST /files/compose --------------------------------------------------------------- */
+
+struct agsx_fs_compose {
+  struct agsx_fs_ctx *c;
+  struct agsx_fs_upload *u; /* DEST */
+  char **abs;               /* the sources' paths */
+  size_t n, cur;
+  int fd; /* source CUR, open while it is copied (never 10,000 fds at once) */
+};
+
+void agsx_fs_compose_free(struct agsx_fs_compose *k) {
+  if (k == NULL)
+    return;
+  for (size_t i = 0; i < k->n; i++)
+    free(k->abs[i]);
+  if (k->fd >= 0)
+    close(k->fd);
+  free(k->abs);
+  agsx_fs_upload_free(k->u);
+  agsx_fs_close(k->c);
+  free(k);
+}
+
+static void compose_freep(struct agsx_fs_compose **k) {
+  agsx_fs_compose_free(*k);
+  *k = NULL;
+}
+
+/* Opens source I of K (SRC as given, for messages): a regular file the
+ * sandbox may read; *RET_ST its inode. */
+static int compose_open_source(struct agsx_fs_compose *k, size_t i, const char *src,
+                               struct stat *ret_st, agsx_error_t *err) {
+  _cleanup_error_ agsx_error_t e = NULL;
+  int fd = fs_open_regular(k->c, k->abs[i], ret_st, &e);
+  if (fd >= 0)
+    return fd;
+  switch (agsx_fs_code(&e)) {
+  case AGSX_FS_NOT_FOUND:
+    return agsx_error_set_quiet(err, ENOENT, "source file not found: %s", src);
+  case AGSX_FS_INVALID_ARGUMENT:
+    return agsx_error_set_quiet(err, EINVAL, "source path is not a regular file: %s", src);
+  default: return fs_pass_error(err, &e);
+  }
+}
+
+static int same_as_dest(const char *src, agsx_error_t *err) {
+  return agsx_error_set_quiet(err, EINVAL, "source path \"%s\" cannot be the same as destination",
+                              src);
+}
+
+/* Source I of K: resolved, not DEST's path, a regular file the sandbox
+ * may read, whose inode goes in *RET_ST. */
+static int compose_source(struct agsx_fs_compose *k, size_t i, const char *src, const char *dest,
+                          struct stat *ret_st, agsx_error_t *err) {
+  k->abs[i] = agsx_fs_path(k->c, src, err);
+  if (k->abs[i] == NULL)
+    return agsx_error_wrap(err, "error resolving source path '%s'", src);
+  if (strcmp(k->abs[i], dest) == 0)
+    return same_as_dest(src, err);
+  int fd = compose_open_source(k, i, src, ret_st, err);
+  if (fd < 0)
+    return -1;
+  close(fd);
+  return 0;
+}
+
+int agsx_fs_compose_open(struct agsx_fs_ctx *c, char *const *sources, size_t n, const char *dest,
+                         struct agsx_fs_compose **ret, agsx_error_t *err) {
+  if (n == 0)
+    return agsx_error_set_quiet(err, EINVAL, "source_paths must not be empty");
+  if (n > AGSX_FS_COMPOSE_MAX)
+    return agsx_error_set_quiet(err, EINVAL, "more than %u source_paths", AGSX_FS_COMPOSE_MAX);
+  if (dest == NULL || *dest == '\0')
+    return agsx_error_set_quiet(err, EINVAL, "destination is required");
+  _cleanup_(compose_freep) struct agsx_fs_compose *k = xzalloc(sizeof(*k));
+  k->c = fs_ctx_ref(c);
+  k->fd = -1;
+  k->abs = xzalloc(n * sizeof(*k->abs));
+  k->n = n;
+  _cleanup_free_ char *dabs = agsx_fs_path(c, dest, err);
+  if (dabs == NULL)
+    return agsx_error_wrap(err, "error resolving destination path");
+  _cleanup_free_ struct stat *st = xmalloc(n * sizeof(*st));
+  for (size_t i = 0; i < n; i++)
+    if (compose_source(k, i, sources[i], dabs, &st[i], err) < 0)
+      return -1;
+  if (agsx_fs_upload_open(c, dabs, &k->u, err) < 0)
+    return -1;
+  /* DEST through a symlink may be a source: renaming over it and then
+   * unlinking the source would lose both */
+  struct stat dst;
+  if (fstatat(k->u->pfd, k->u->base, &dst, AT_SYMLINK_NOFOLLOW) == 0)
+    for (size_t i = 0; i < n; i++)
+      if (st[i].st_dev == dst.st_dev && st[i].st_ino == dst.st_ino)
+        return same_as_dest(sources[i], err);
+  *ret = steal_ptr(&k);
+  return 0;
+}
+
+/* Up to MAX bytes from IN to OUT: in the kernel where it can, else read
+ * and write. Returns what was copied, 0 at IN's end, -1 with errno. */
+static ssize_t copy_some(int in, int out, size_t max) {
+  ssize_t n = copy_file_range(in, NULL, out, NULL, max, 0);
+  if (n >= 0 || (errno != EXDEV && errno != EINVAL && errno != EOPNOTSUPP && errno != ENOSYS))
+    return n;
+  char buf[1 << 16];
+  n = read(in, buf, max < sizeof(buf) ? max : sizeof(buf));
+  if (n > 0 && agsx_write_all(out, buf, (size_t)n) < 0)
+    return -1;
+  return n;
+}
+
+int agsx_fs_compose_step(struct agsx_fs_compose *k, uint64_t max, agsx_error_t *err) {
+  uint64_t done = 0;
+  while (k->cur < k->n && done < max) {
+    struct stat st;
+    if (k->fd < 0 && (k->fd = compose_open_source(k, k->cur, k->abs[k->cur], &st, err)) < 0)
+      return -1;
+    ssize_t n = copy_some(k->fd, k->u->fd, (size_t)(max - done));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == ENOSPC || errno == EDQUOT))
+      return agsx_error_set_quiet(err, errno, "not enough disk space available");
+    if (n < 0)
+      return agsx_error_set(err, errno, "error composing source %s", k->abs[k->cur]);
+    if (n == 0) {
+      close(k->fd);
+      k->fd = -1;
+      k->cur++;
+    }
+    done += (uint64_t)n;
+  }
+  return k->cur == k->n;
+}
+
+int agsx_fs_compose_commit(struct agsx_fs_compose *k, struct agsx_fs_entry *ret,
+                           agsx_error_t *err) {
+  if (k->cur < k->n)
+    return agsx_error_set_quiet(err, EINVAL, "compose of %s is not complete", k->u->abs);
+  if (agsx_fs_upload_commit(k->u, NULL, err) < 0)
+    return -1;
+  /* Each source's own name goes, as the sandbox's root could remove it;
+   * what cannot be is left, as envd ignores os.Remove's error. */
+  for (size_t i = 0; i < k->n; i++) {
+    _cleanup_free_ char *parent = NULL, *base = NULL;
+    _cleanup_error_ agsx_error_t e = NULL;
+    if (fs_split(k->abs[i], &parent, &base, &e) < 0)
+      continue;
+    _cleanup_close_ int pfd = fs_open(k->c, parent, O_PATH | O_DIRECTORY);
+    if (pfd >= 0 && !agsx_copy_on_kernel_fs_fd(pfd) &&
+        fs_check_unlink(k->c, pfd, base, k->abs[i], &e) == 0)
+      unlinkat(pfd, base, 0); /* never a directory */
+  }
+  if (ret) {
+    memset(ret, 0, sizeof(*ret));
+    ret->path = xstrdup(k->u->abs);
+    ret->name = xstrdup(strrchr(k->u->abs, '/') + 1);
+    ret->type = AGSX_FS_TYPE_FILE;
+  }
+  return 0;
+}
+
+void agsx_fs_compose_req_clear(struct agsx_fs_compose_req *q) {
+  agsx_strv_free(q->sources);
+  free(q->dest);
+  free(q->user);
+  memset(q, 0, sizeof(*q));
+}
+
+int agsx_fs_compose_parse(const char *body, size_t len, struct agsx_fs_compose_req *ret,
+                          agsx_error_t *err) {
+  memset(ret, 0, sizeof(*ret));
+  _cleanup_error_ agsx_error_t e = NULL;
+  _cleanup_json_ yajl_val v = agsx_json_parse(body, len, len + 1, &e);
+  if (v == NULL || !YAJL_IS_OBJECT(v))
+    return agsx_error_set_quiet(err, EINVAL, "invalid request body: %s",
+                                e ? e->msg : "not a JSON object");
+  yajl_val src = agsx_json_get(v, "source_paths");
+  yajl_val dest = agsx_json_get(v, "destination"), user = agsx_json_get(v, "username");
+  if ((src && !YAJL_IS_ARRAY(src) && !YAJL_IS_NULL(src)) || (dest && !YAJL_IS_STRING(dest)) ||
+      (user && !YAJL_IS_STRING(user) && !YAJL_IS_NULL(user)))
+    return agsx_error_set_quiet(err, EINVAL, "invalid request body: a field of the wrong type");
+  size_t n = src && YAJL_IS_ARRAY(src) ? src->u.array.len : 0;
+  if (n == 0)
+    return agsx_error_set_quiet(err, EINVAL, "source_paths must not be empty");
+  if (n > AGSX_FS_COMPOSE_MAX)
+    return agsx_error_set_quiet(err, EINVAL, "more than %u source_paths", AGSX_FS_COMPOSE_MAX);
+  const char *d = dest ? YAJL_GET_STRING(dest) : NULL;
+  if (d == NULL || *d == '\0')
+    return agsx_error_set_quiet(err, EINVAL, "destination is required");
+  _cleanup_strv_ char **sources = xzalloc((n + 1) * sizeof(*sources));
+  for (size_t i = 0; i < n; i++) {
+    yajl_val s = src->u.array.values[i];
+    if (!YAJL_IS_STRING(s))
+      return agsx_error_set_quiet(err, EINVAL, "invalid request body: source_paths holds a %s",
+                                  "value that is not a string");
+    sources[i] = xstrdup(YAJL_GET_STRING(s));
+  }
+  ret->sources = steal_ptr(&sources);
+  ret->n = n;
+  ret->dest = xstrdup(d);
+  ret->user = user && YAJL_IS_STRING(user) ? xstrdup(YAJL_GET_STRING(user)) : NULL;
   return 0;
 }
 

@@ -18,6 +18,7 @@
 #include <sys/inotify.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 
 #define WATCH_MASK                                                                                 \
   (IN_CREATE | IN_MOVED_TO | IN_MODIFY | IN_DELETE | IN_DELETE_SELF | IN_MOVED_FROM |              \
@@ -56,6 +57,17 @@ struct agsx_fs_watch {
   bool overflow, gone, ended;
   uint32_t upload_cookie; /* an upload's temp file moved away: its rename into place */
 };
+
+bool agsx_fs_network_fs(unsigned long f_type) {
+  switch (f_type) {
+  case 0x6969:     /* NFS */
+  case 0xff534d42: /* CIFS */
+  case 0x517b:     /* SMB */
+  case 0xfe534d42: /* SMB2 */
+  case 0x65735546: /* FUSE */ return true;
+  }
+  return false;
+}
 
 const char *agsx_fs_event_type_name(enum agsx_fs_event_type t) {
   switch (t) {
@@ -286,6 +298,10 @@ int agsx_fs_watch_open(struct agsx_fs_watch_pool *pool, struct agsx_fs_ctx *c, c
     return agsx_error_set(err, errno, "error statting path %s", w->abs);
   if (fs_check_may(c, fd, R_OK | X_OK, w->abs, err) < 0 || fs_check_search(c, w->abs, err) < 0)
     return -1;
+  struct statfs sfs;
+  if (!(flags & AGSX_FS_WATCH_NETWORK_MOUNTS) && fstatfs(fd, &sfs) == 0 &&
+      agsx_fs_network_fs((unsigned long)sfs.f_type))
+    return agsx_error_set_quiet(err, EINVAL, "cannot watch path on network filesystem: %s", w->abs);
   w->q = xzalloc(AGSX_FS_WATCH_QUEUE * sizeof(*w->q));
   if (add_dir(w, fd, "", err) < 0)
     return -1;
@@ -304,7 +320,9 @@ static void push(struct agsx_fs_watch *w, const char *name, enum agsx_fs_event_t
   memset(e, 0, sizeof(*e));
   e->name = xstrdup(name);
   e->type = t;
-  if (!(w->flags & AGSX_FS_WATCH_ENTRY) || t == AGSX_FS_EVENT_REMOVE)
+  /* A removed or renamed path's entry is gone: a stat now could show what
+   * took its place (envd's opCarriesEntry). */
+  if (!(w->flags & AGSX_FS_WATCH_ENTRY) || t == AGSX_FS_EVENT_REMOVE || t == AGSX_FS_EVENT_RENAME)
     return;
   _cleanup_free_ char *abs = strcmp(name, ".") == 0
                                  ? xstrdup(w->abs)

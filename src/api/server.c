@@ -618,6 +618,7 @@ static void loop(struct server *s) {
  * for libmicrohttpd refuses to stop with suspended connections. */
 static void drain(struct server *s) {
   agsx_api_code_stop(s);
+  agsx_api_files_stop(s);
   for (struct stream *st = s->streams; st; st = st->next) {
     agsx_stream_end(st, AGSX_CONNECT_UNAVAILABLE, "the server is stopping");
     if (st->suspended) {
@@ -626,7 +627,7 @@ static void drain(struct server *s) {
     }
   }
   int64_t until = agsx_mono_ns() + 2000000000LL;
-  while ((s->streams || s->code_ops) && agsx_mono_ns() < until) {
+  while ((s->streams || s->code_ops || s->composes) && agsx_mono_ns() < until) {
     struct epoll_event ev[8];
     epoll_wait(s->epfd, ev, AGSX_ARRAY_SIZE(ev), 50);
     agsx_mhd.run(s->d);

@@ -41,7 +41,9 @@
 #define AGSX_API_IDLE_SEC 30
 #define AGSX_API_TIMEOUT_MAX 86400 /* seconds, a sandbox's lifetime (DESIGN.md: 24 h) */
 #define AGSX_API_TIMEOUT_DEFAULT 300
-#define AGSX_ENVD_VERSION "0.5.7" /* the envd features of e2b-protocol.md §3.6 served */
+/* The newest envd whose features are served (e2b-protocol.md §3.6): the
+ * SDKs refuse, client-side, what they gate on a later one. */
+#define AGSX_ENVD_VERSION "0.6.4"
 
 struct agsx_api_config {
   const char *root, *state; /* the image store and the state directory */

@@ -113,7 +113,7 @@ run_sdk() {
   serve_start
   run api POST /v2/sandboxes '{"templateID":"bb","timeout":60,"metadata":{"user":"a b","app":"x"},"envVars":{"FOO":"bar"}}'
   [ "$(status_of "$output")" = 201 ]
-  id=$(body_of "$output" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["clientID"]=="6532622b" and d["envdVersion"]=="0.5.7" and d["envdAccessToken"] and d["templateID"]=="bb"; print(d["sandboxID"])')
+  id=$(body_of "$output" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["clientID"]=="6532622b" and d["envdVersion"]=="0.6.4" and d["envdAccessToken"] and d["templateID"]=="bb"; print(d["sandboxID"])')
   [[ $id =~ ^[0-9a-f]{20}$ ]]
   # an ordinary agsx sandbox, its metadata its labels
   run ax ls --filter label=user='a b' --json

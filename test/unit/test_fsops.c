@@ -8,8 +8,11 @@
 #include "tap.h"
 
 #include <poll.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/xattr.h>
 #include <zlib.h>
 
 #define BASE 200000u /* the tree's uid base: host id = BASE + sandbox id */
@@ -144,6 +147,7 @@ static void test_codes(void) {
            {EDQUOT, "resource_exhausted", 429, 507},
            {EKEYREJECTED, "unauthenticated", 401, 401},
            {ESRCH, "unavailable", 503, 502},
+           {EOPNOTSUPP, "unimplemented", 501, 501},
            {EIO, "internal", 500, 500}};
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(t); i++) {
     agsx_error_t err = NULL;
@@ -250,6 +254,21 @@ static void test_stat(struct agsx_fs_ctx *c) {
   tap_ok(r == 0 && e.type == AGSX_FS_TYPE_FILE && e.symlink_target &&
              strcmp(e.symlink_target, "/etc/passwd") == 0,
          "`../../..` resolves inside the root (%s)", r == 0 ? e.symlink_target : err->msg);
+  agsx_fs_entry_clear(&e);
+  /* Relative targets go on from the link's directory: once doubled
+   * ("/home/user/home/user/hello.txt"), which a `../..` target hid. */
+  link_("hello.txt", "home/user/rel");
+  r = agsx_fs_stat(c, "~/rel", &e, &err);
+  tap_is_str(r == 0 && e.symlink_target ? e.symlink_target : "", "/home/user/hello.txt",
+             "a relative symlink's target is absolute, not doubled");
+  agsx_fs_entry_clear(&e);
+  dir("home/user/d1", 1000);
+  link_("../rel", "home/user/d1/rel2");
+  link_("d1/./rel2", "home/user/chain");
+  r = agsx_fs_stat(c, "~/chain", &e, &err);
+  tap_is_str(r == 0 && e.symlink_target ? e.symlink_target : "", "/home/user/hello.txt",
+             "a chain of relative links, with . and .., ends at the file");
+  tap_ok(r == 0 && e.type == AGSX_FS_TYPE_FILE, "and has the file's type");
   agsx_fs_entry_clear(&e);
   link_("/nonexistent", "home/user/dangling");
   r = agsx_fs_stat(c, "~/dangling", &e, &err);
@@ -585,6 +604,223 @@ static void multipart_body(char *out, size_t n, const char *f1, const char *f2) 
            f1, f2);
 }
 
+static void test_meta_headers(void) {
+  struct agsx_fs_meta m = {0};
+  agsx_error_t err = NULL;
+  tap_ok(agsx_fs_meta_header(&m, "X-Metadata-Zeta", "last", &err) == 1 &&
+             agsx_fs_meta_header(&m, "x-metadata-Author", "me, myself", &err) == 1 &&
+             agsx_fs_meta_header(&m, "X-METADATA-AUTHOR", "second", &err) == 0 &&
+             agsx_fs_meta_header(&m, "X-Metadata-", "empty key", &err) == 0 &&
+             agsx_fs_meta_header(&m, "Content-Type", "text/plain", &err) == 0 &&
+             agsx_fs_meta_header(&m, "X-Metadata-e", "", &err) == 1,
+         "X-Metadata-* headers are taken, keys lowercased, the first of a key wins");
+  tap_ok(m.n == 3 && strcmp(m.keys[0], "author") == 0 && strcmp(m.values[0], "me, myself") == 0 &&
+             strcmp(m.keys[1], "e") == 0 && strcmp(m.keys[2], "zeta") == 0 &&
+             m.bytes == 3 * 9 + strlen("authorme, myselfezetalast"),
+         "sorted by key, sized as envd counts (%zu)", m.bytes);
+  tap_ok(agsx_fs_meta_header(&m, "X-Metadata-bad", "tab\there", &err) < 0 && err &&
+             err->errno_ == EINVAL && strstr(err->msg, "non-printable"),
+         "a value that is not printable ASCII is refused");
+  agsx_error_free(&err);
+  char key[300] = "X-Metadata-";
+  memset(key + 11, 'k', 247);
+  tap_ok(agsx_fs_meta_header(&m, key, "v", &err) < 0 && err && err->errno_ == EINVAL,
+         "a key of 247 bytes is refused");
+  agsx_error_free(&err);
+  key[11 + 246] = '\0';
+  tap_ok(agsx_fs_meta_header(&m, key, "v", &err) == 1, "one of 246 is taken");
+  char big[4096];
+  memset(big, 'v', sizeof(big) - 1);
+  big[sizeof(big) - 1] = '\0';
+  tap_ok(agsx_fs_meta_header(&m, "X-Metadata-big", big, &err) < 0 && err && err->errno_ == E2BIG,
+         "a set over 4096 bytes is refused");
+  agsx_error_free(&err);
+  agsx_fs_meta_clear(&m);
+  tap_ok(agsx_fs_network_fs(0x6969) && agsx_fs_network_fs(0x65735546) &&
+             agsx_fs_network_fs(0xfe534d42) && !agsx_fs_network_fs(0xef53) &&
+             !agsx_fs_network_fs(0x01021994),
+         "NFS, FUSE and SMB2 are network filesystems; ext4 and tmpfs are not");
+}
+
+/* user.* xattrs where the test's tree lives (a tmpfs before 6.6 has none). */
+static bool tree_has_xattrs(void) {
+  int fd = openat(rootfd, "tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int t = fd < 0 ? -1 : openat(fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  bool ok = t >= 0 && fsetxattr(t, "user.agsx-probe", "1", 1, 0) == 0;
+  if (t >= 0)
+    close(t);
+  if (fd >= 0)
+    close(fd);
+  return ok;
+}
+
+static void test_receive_meta(struct agsx_fs_ctx *c) {
+  if (!tree_has_xattrs()) {
+    for (int i = 0; i < 3; i++)
+      tap_ok(1, "# SKIP the test tree's filesystem keeps no user xattrs");
+    return;
+  }
+  struct agsx_fs_meta m = {0};
+  agsx_error_t err = NULL;
+  must(agsx_fs_meta_header(&m, "X-Metadata-Owner", "team a", &err) == 1, "meta");
+  struct agsx_fs_receive *rx = NULL;
+  struct agsx_fs_entry *v = NULL;
+  size_t n = 0;
+  int r = agsx_fs_receive_open(c, "application/octet-stream", "~/meta.txt", false, &rx, &err);
+  if (r == 0) {
+    agsx_fs_receive_set_meta(rx, &m);
+    r = agsx_fs_receive_feed(rx, "m", 1, &err);
+  }
+  if (r == 0)
+    r = agsx_fs_receive_finish(rx, &v, &n, &err);
+  tap_ok(r == 0 && n == 1 && v[0].meta.n == 1 && strcmp(v[0].meta.keys[0], "owner") == 0 &&
+             strcmp(v[0].meta.values[0], "team a") == 0,
+         "an upload writes its metadata and answers it: %s", err ? err->msg : "ok");
+  agsx_fs_entries_free(v, n);
+  agsx_fs_receive_free(rx);
+  agsx_error_free(&err);
+  link_("meta.txt", "home/user/meta-link");
+  struct agsx_fs_entry e;
+  r = agsx_fs_stat(c, "~/meta-link", &e, &err);
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  if (r == 0)
+    agsx_fs_entry_gen(g, &e);
+  _cleanup_free_ char *json = agsx_json_gen_steal(g, NULL);
+  tap_ok(r == 0 && strstr(json, "\"metadata\":{\"owner\":\"team a\"}"),
+         "Stat of a link to it shows the target's metadata: %s", r == 0 ? json : err->msg);
+  agsx_fs_entry_clear(&e);
+  agsx_error_free(&err);
+  /* a new upload without metadata replaces the set */
+  r = agsx_fs_receive_open(c, "application/octet-stream", "~/meta.txt", false, &rx, &err);
+  if (r == 0)
+    r = agsx_fs_receive_feed(rx, "n", 1, &err);
+  if (r == 0)
+    r = agsx_fs_receive_finish(rx, &v, &n, &err);
+  agsx_fs_entries_free(v, n);
+  agsx_fs_receive_free(rx);
+  r = r == 0 ? agsx_fs_stat(c, "~/meta.txt", &e, &err) : r;
+  tap_ok(r == 0 && e.meta.n == 0, "an upload without metadata leaves the file none");
+  agsx_fs_entry_clear(&e);
+  agsx_error_free(&err);
+}
+
+/* A filesystem without user xattrs (ramfs; a tmpfs before Linux 6.6):
+ * an upload with metadata fails (unimplemented, 501) and the old file
+ * stays. The ramfs is mounted in a mount namespace of this process only. */
+static void test_receive_meta_unsupported(void) {
+  char mnt[512];
+  snprintf(mnt, sizeof(mnt), "%s/home/user/ram", root);
+  dir("home/user/ram", 1000);
+  if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+      mount("none", mnt, "ramfs", 0, "mode=0755") < 0) {
+    for (int i = 0; i < 2; i++)
+      tap_ok(1, "# SKIP no ramfs in a mount namespace of our own: %s", strerror(errno));
+    return;
+  }
+  must(chown(mnt, BASE + 1000, BASE + 1000) == 0, "chown ramfs");
+  put("home/user/ram/old.txt", "old", 0644, 1000);
+  /* a root opened in this namespace, where the ramfs is */
+  struct agsx_fs_ctx *c = NULL;
+  agsx_error_t oerr = NULL;
+  must(agsx_fs_open_root(open(root, O_PATH | O_DIRECTORY | O_CLOEXEC), BASE, "sbx", NULL, &c,
+                         &oerr) == 0,
+       "context");
+  struct agsx_fs_meta m = {0};
+  agsx_error_t err = NULL;
+  must(agsx_fs_meta_header(&m, "X-Metadata-k", "v", &err) == 1, "meta");
+  struct agsx_fs_receive *rx = NULL;
+  struct agsx_fs_entry *v = NULL;
+  size_t n = 0;
+  int r = agsx_fs_receive_open(c, "application/octet-stream", "~/ram/old.txt", false, &rx, &err);
+  if (r == 0) {
+    agsx_fs_receive_set_meta(rx, &m);
+    r = agsx_fs_receive_feed(rx, "new", 3, &err);
+  }
+  if (r == 0)
+    r = agsx_fs_receive_finish(rx, &v, &n, &err);
+  enum agsx_fs_code code = agsx_fs_code(&err);
+  tap_ok(r < 0 && code == AGSX_FS_UNIMPLEMENTED && agsx_fs_code_rest_status(code) == 501 &&
+             strstr(err->msg, "extended attributes"),
+         "metadata on a filesystem without user xattrs: 501 (%s)", err ? err->msg : "no error");
+  agsx_fs_entries_free(v, n);
+  agsx_fs_receive_free(rx);
+  agsx_error_free(&err);
+  char *old = slurp("home/user/ram/old.txt");
+  DIR *d = opendir(mnt);
+  int entries = 0;
+  for (struct dirent *de; d && (de = readdir(d));)
+    entries += de->d_name[0] != '.';
+  if (d)
+    closedir(d);
+  tap_ok(old && strcmp(old, "old") == 0 && entries == 1, "the old file stays, and no temp");
+  free(old);
+  agsx_fs_close(c);
+  must(umount2(mnt, MNT_DETACH) == 0, "umount ramfs");
+}
+
+static void test_compose(struct agsx_fs_ctx *c) {
+  put("home/user/c1", "ab", 0644, 1000);
+  put("home/user/c2", "", 0644, 1000);
+  put("home/user/c3", "cde", 0644, 1000);
+  char *src[] = {"c1", "~/c2", "/home/user/c3", NULL};
+  struct agsx_fs_compose *k = NULL;
+  agsx_error_t err = NULL;
+  struct agsx_fs_entry e = {0};
+  int r = agsx_fs_compose_open(c, src, 3, "~/cdir/out", &k, &err), steps = 0;
+  while (r == 0 && (r = agsx_fs_compose_step(k, 1, &err)) == 0)
+    steps++;
+  if (r == 1)
+    r = agsx_fs_compose_commit(k, &e, &err);
+  agsx_fs_compose_free(k);
+  char *out = slurp("home/user/cdir/out"), *gone = slurp("home/user/c1");
+  tap_ok(r == 0 && out && strcmp(out, "abcde") == 0 && steps >= 5 && !gone &&
+             strcmp(e.path, "/home/user/cdir/out") == 0,
+         "compose of three sources, one byte a step (%d), the sources removed: %s", steps,
+         err ? err->msg : "ok");
+  free(out);
+  free(gone);
+  agsx_fs_entry_clear(&e);
+  agsx_error_free(&err);
+  put("home/user/keep", "keep", 0644, 1000);
+  link_("keep", "home/user/to-keep");
+  char *same[] = {"keep", NULL};
+  r = agsx_fs_compose_open(c, same, 1, "~/to-keep", &k, &err);
+  fails(r, &err, AGSX_FS_INVALID_ARGUMENT, "cannot be the same as destination",
+        "a destination that is the source through a symlink");
+  r = agsx_fs_compose_open(c, same, 1, "~/keep", &k, &err);
+  fails(r, &err, AGSX_FS_INVALID_ARGUMENT, "cannot be the same", "the source as destination");
+  char *missing[] = {"keep", "nope", NULL}, *isdir[] = {"cdir", NULL};
+  r = agsx_fs_compose_open(c, missing, 2, "~/new/x", &k, &err);
+  fails(r, &err, AGSX_FS_NOT_FOUND, "source file not found: nope", "a missing source");
+  r = agsx_fs_compose_open(c, isdir, 1, "~/x", &k, &err);
+  fails(r, &err, AGSX_FS_INVALID_ARGUMENT, "not a regular file", "a directory source");
+  char *k_ = slurp("home/user/keep");
+  struct stat st;
+  tap_ok(k_ && strcmp(k_, "keep") == 0 && fstatat(rootfd, "home/user/new", &st, 0) < 0,
+         "refusals change nothing, and make no directory");
+  free(k_);
+  struct agsx_fs_compose_req q;
+  const char *ok = "{\"source_paths\":[\"a\",\"b\"],\"destination\":\"d\",\"username\":\"u\"}";
+  r = agsx_fs_compose_parse(ok, strlen(ok), &q, &err);
+  tap_ok(r == 0 && q.n == 2 && strcmp(q.sources[1], "b") == 0 && q.sources[2] == NULL &&
+             strcmp(q.dest, "d") == 0 && strcmp(q.user, "u") == 0,
+         "a compose body parses");
+  agsx_fs_compose_req_clear(&q);
+  const char *bad[] = {"",
+                       "[]",
+                       "{\"source_paths\":[],\"destination\":\"d\"}",
+                       "{\"source_paths\":[\"a\"]}",
+                       "{\"source_paths\":[1],\"destination\":\"d\"}",
+                       "{\"source_paths\":\"a\",\"destination\":\"d\"}"};
+  int refused = 0;
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(bad); i++) {
+    refused +=
+        agsx_fs_compose_parse(bad[i], strlen(bad[i]), &q, &err) < 0 && err && err->errno_ == EINVAL;
+    agsx_error_free(&err);
+  }
+  tap_is_int(refused, (int)AGSX_ARRAY_SIZE(bad), "bad compose bodies are invalid_argument");
+}
+
 static void test_receive(struct agsx_fs_ctx *c) {
   char body[1024];
   multipart_body(body, sizeof(body), "rx/one.txt", "/tmp/rx-two.txt");
@@ -836,6 +1072,7 @@ int main(void) {
   setup();
   test_codes();
   test_paths();
+  test_meta_headers();
   struct agsx_inotify_budget budget;
   agsx_inotify_budget_host(&budget);
   agsx_error_t herr = NULL;
@@ -850,6 +1087,9 @@ int main(void) {
   test_download(c);
   test_host_files(c);
   test_receive(c);
+  test_receive_meta(c);
+  test_compose(c);
+  test_receive_meta_unsupported();
   test_signature();
   test_watch(c);
   agsx_fs_watch_pool_free(pool);
