@@ -1,0 +1,109 @@
+#!/usr/bin/env bats
+# test-runner: parallel
+# setuid inside a sandbox: `--security-opt no-new-privileges=false` (run,
+# exec, pools) lets a setuid program of the image reach the sandbox's root,
+# keeping the seccomp filter and the capability bound; without it nothing
+# changes.
+
+load helpers
+
+bats_require_minimum_version 1.5.0
+
+KEY=e2b_0123456789abcdef0123456789abcdef01234567
+
+setup_file() {
+  busybox_setup_file
+  export NODE_LATEST=
+  if command -v node >/dev/null && mods=$("$AGSX_SRCDIR/test/serve/npm-install" 2>/dev/null); then
+    NODE_LATEST=$(echo "$mods" | sed -n 1p)
+  fi
+}
+
+setup() {
+  common_setup
+  AX_TIMEOUT=60
+  SRV_PID=
+  ax image load "$BB" >/dev/null
+}
+
+teardown() {
+  local rc=0
+  serve_stop || rc=1
+  sandbox_teardown || rc=1
+  return $rc
+}
+
+# suid: busybox with a setuid-root copy of the probe, made by agsx build (the
+# layer writer and the unpack keep the bit).
+suid_image() {
+  mkdir -p "$T/ctx"
+  printf '%s\n' 'FROM busybox' \
+    'RUN cp /usr/local/bin/probe /usr/local/bin/probe-suid && chmod 4755 /usr/local/bin/probe-suid' \
+    >"$T/ctx/Dockerfile"
+  ax build -t suid "$T/ctx" >/dev/null 2>"$T/build.log" || { cat "$T/build.log" >&3; return 1; }
+}
+
+@test "security-opt no-new-privileges=false: a setuid program reaches the sandbox's root; not by default" {
+  suid_image
+  run_ax run --rm -u agent suid sh -c 'probe-suid id; probe nnp'
+  assert_success
+  [ "$output" = $'uid=1000 gid=1000 euid=1000 egid=1000 groups=1000\nNoNewPrivs=1' ] || { show_run; false; }
+  for opt in no-new-privileges no-new-privileges=true no-new-privileges:true; do
+    run_ax run --rm -u agent --security-opt "$opt" suid probe-suid id
+    assert_output_contains "euid=1000"
+  done
+  for opt in no-new-privileges=false no-new-privileges:false; do
+    run_ax run --rm -u agent --security-opt "$opt" suid sh -c 'probe-suid id; probe nnp; probe seccomp; probe-suid caps'
+    assert_success
+    assert_output_contains "uid=1000 gid=1000 euid=0 egid=1000"
+    assert_output_contains "NoNewPrivs=0"
+    # the filter and the bounding set stay: the setuid process gets Docker's set at most
+    assert_output_contains "Seccomp=2"
+    assert_output_contains "CapEff=00000000a80425fb CapBnd=00000000a80425fb"
+  done
+  # the default filter still denies: a custom profile applies as well
+  run_ax run --rm --security-opt no-new-privileges=false suid probe syscall keyctl
+  assert_output_contains "keyctl: blocked"
+  run_ax run --rm -u agent --security-opt no-new-privileges=false --security-opt seccomp=unconfined \
+    suid sh -c 'probe-suid id; probe seccomp'
+  assert_output_contains "euid=0"
+  assert_output_contains "Seccomp=0"
+}
+
+@test "security-opt: exec and inspect follow the sandbox's setting" {
+  suid_image
+  local a b
+  a=$(ax run -d --timeout 60 --security-opt no-new-privileges=false suid sleep 600)
+  b=$(ax run -d --timeout 60 suid sleep 600)
+  run_ax exec -u agent "$a" sh -c 'probe-suid id; probe nnp'
+  assert_output_contains "euid=0"
+  assert_output_contains "NoNewPrivs=0"
+  run_ax exec -u agent "$b" sh -c 'probe-suid id; probe nnp'
+  assert_output_contains "euid=1000"
+  assert_output_contains "NoNewPrivs=1"
+  [ "$(ax inspect "$a" | jq -r '.[0].no_new_privileges')" = false ]
+  [ "$(ax inspect "$b" | jq -r '.[0].no_new_privileges')" = true ]
+  ax kill "$a" "$b" >/dev/null
+}
+
+@test "security-opt: bad values are refused (125), nothing is left" {
+  for v in no-new-privileges=maybe no-new-privileges=FALSE nnp=false no-new-privileges=; do
+    run_ax run --rm --security-opt "$v" busybox true
+    assert_agsx_error "unknown --security-opt"
+  done
+  [ -z "$(ax ls -a -q)" ]
+}
+
+@test "security-opt: a pool keeps its setting; a claim cannot raise it" {
+  suid_image
+  ax pool create --image suid --size 1 --security-opt no-new-privileges=false free >/dev/null
+  ax pool create --image suid --size 1 strict >/dev/null
+  run_ax run --rm -u agent --pool free probe-suid id
+  assert_output_contains "euid=0"
+  run_ax run --rm -u agent --pool strict probe-suid id
+  assert_output_contains "euid=1000"
+  run_ax run --rm --pool strict --security-opt no-new-privileges=false true
+  assert_agsx_error "--security-opt"
+  [ "$(ax pool ls --json | jq -r '[.[] | .no_new_privileges | tostring] | join(",")')" = false,true ]
+  ax pool rm free strict >/dev/null
+}
