@@ -329,9 +329,9 @@ static const struct agsx_option serve_opts[] = {
      "Network of sandboxes allowed internet access: internal (default), "
      "public or vpc:NAME",
      O_NETWORK},
-    {"template", 0, "NAME=IMAGE",
-     "Map a templateID to an image (repeatable; base and "
-     "code-interpreter-v1 default to host)",
+    {"template", 0, "NAME=IMAGE[,OPT]",
+     "Map a templateID to an image (repeatable; base: e2b-base once built, "
+     "code-interpreter-v1: code-interpreter, else host); OPT no-new-privileges=false: sudo works",
      O_TEMPLATE},
     {"default-user", 0, "USER",
      "envd's default user (default: user if the image has it, else root)", O_DEFAULT_USER},

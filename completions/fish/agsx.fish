@@ -468,7 +468,7 @@ complete -c agsx -n '__agsx_cmd serve' -l host -x -a '(__fish_print_hostnames)' 
 complete -c agsx -n '__agsx_cmd serve' -l api-key -x -d 'The API key (default $AGSX_API_KEY, else the key file)'
 complete -c agsx -n '__agsx_cmd serve' -l api-key-file -r -F -d 'Read (or generate) the key here'
 complete -c agsx -n '__agsx_cmd serve' -l network -x -a 'internal public' -d 'Network of sandboxes allowed internet access'
-complete -c agsx -n '__agsx_cmd serve' -l template -x -d 'Map a templateID to an image: NAME=IMAGE'
+complete -c agsx -n '__agsx_cmd serve' -l template -x -d 'Map a templateID to an image: NAME=IMAGE[,no-new-privileges=false]'
 complete -c agsx -n '__agsx_cmd serve' -l pool -x -d 'Sandbox.create() of TEMPLATE claims from warm pool POOL: TEMPLATE=POOL'
 complete -c agsx -n '__agsx_cmd serve' -l default-user -x -d "envd's default user"
 complete -c agsx -n '__agsx_cmd serve' -s h -l help -d 'Show this help'

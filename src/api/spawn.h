@@ -29,6 +29,7 @@ struct agsx_spawn_req {
   char **env, **labels;
   char **egress; /* egress rules ("allow pypi.org", net/egress.h), or NULL */
   uint64_t timeout;
+  bool new_privs; /* the template's no-new-privileges=false (sandbox/procexec.h) */
 };
 
 int agsx_spawner_start(struct agsx_spawner *sp, agsx_error_t *err);

@@ -1,9 +1,9 @@
 #!/usr/bin/env bats
 # test-runner: parallel
 # setuid inside a sandbox: `--security-opt no-new-privileges=false` (run,
-# exec, pools) lets a setuid program of the image reach the sandbox's root,
-# keeping the seccomp filter and the capability bound; without it nothing
-# changes.
+# exec, pools, serve's --template option) lets a setuid program of the image
+# reach the sandbox's root, keeping the seccomp filter and the capability
+# bound; without it nothing changes.
 
 load helpers
 
@@ -106,4 +106,30 @@ suid_image() {
   assert_agsx_error "--security-opt"
   [ "$(ax pool ls --json | jq -r '[.[] | .no_new_privileges | tostring] | join(",")')" = false,true ]
   ax pool rm free strict >/dev/null
+}
+
+@test "serve --template NAME=IMAGE,OPTION: bad options are refused" {
+  for t in 'x=bb,no-new-privileges=maybe' 'x=bb,foo' 'x=,no-new-privileges=false' 'x=bb,'; do
+    run_ax serve --listen 127.0.0.1:0 --template "$t"
+    assert_agsx_error "template"
+  done
+}
+
+@test "serve --template NAME=IMAGE,no-new-privileges=false: the template's sandboxes, and exec in them" {
+  suid_image
+  api_serve_start --template free=suid,no-new-privileges=false --template strict=suid \
+    --template both=suid,no-new-privileges=false --template both=suid
+  local t id
+  for t in free strict both; do
+    id=$(curl -s -X POST -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
+      -d "{\"templateID\":\"$t\",\"timeout\":60}" "$U/v2/sandboxes" | jq -r .sandboxID)
+    [ -n "$id" ] && [ "$id" != null ] || { cat "$T/serve.log" >&3; false; }
+    run_ax exec -u agent "$id" probe-suid id
+    case $t in
+    free) assert_output_contains "euid=0" ;;
+    *) assert_output_contains "euid=1000" ;; # both: the later entry wins
+    esac
+    [ "$(ax inspect "$id" | jq -r '.[0].no_new_privileges')" = "$([ $t = free ] && echo false || echo true)" ]
+    ax kill "$id" >/dev/null
+  done
 }
