@@ -3,7 +3,11 @@
 # setuid inside a sandbox: `--security-opt no-new-privileges=false` (run,
 # exec, pools, serve's --template option) lets a setuid program of the image
 # reach the sandbox's root, keeping the seccomp filter and the capability
-# bound; without it nothing changes.
+# bound; without it nothing changes. Then E2B's base template shape, the
+# e2b-base image (images/base, scripts/base-image.sh, built offline from
+# Debian's archive; skipped when it cannot be built): sudo with the flag
+# only, and the unmodified npm `e2b` SDK against serve's `base` template
+# (test/serve/base.mjs).
 
 load helpers
 
@@ -132,4 +136,49 @@ suid_image() {
     [ "$(ax inspect "$id" | jq -r '.[0].no_new_privileges')" = "$([ $t = free ] && echo false || echo true)" ]
     ax kill "$id" >/dev/null
   done
+}
+
+# ---- the e2b-base image --------------------------------------------------
+
+# Builds e2b-base once per file into a store of the file's
+# (scripts/base-image.sh: the debootstrap rootfs, cached, then agsx build),
+# and points $ROOT at it; skips when it cannot be built here.
+base_image() {
+  heavy
+  command -v debootstrap >/dev/null || skip "no debootstrap"
+  local r=$BATS_FILE_TMPDIR/base
+  if ! [ -e "$r/built" ]; then
+    AGSX_ROOT=$r/root AGSX_STATE=$r/state "$AGSX_SRCDIR/scripts/base-image.sh" "$(dirname "$AGSX")" \
+      >"$r.log" 2>&1 || skip "e2b-base could not be built: $(tail -1 "$r.log")"
+    touch "$r/built"
+  fi
+  ROOT=$r/root
+}
+
+@test "e2b-base: user, /home/user, the tools; sudo with no-new-privileges=false only" {
+  base_image
+  run_ax run --rm e2b-base bash -c 'whoami; pwd; sudo -n true'
+  [ "$status" -eq 1 ] || { show_run; false; }
+  assert_output_contains $'user\n/home/user\n'
+  assert_output_contains "no new privileges"
+  run_ax run --rm --security-opt no-new-privileges=false e2b-base \
+    bash -c 'sudo -n whoami; sudo -n true && echo ok; stat -c %a:%U /etc/sudoers.d/user /usr/bin/sudo'
+  assert_success
+  [ "$output" = $'root\nok\n440:root\n4755:root' ] || { show_run; false; }
+  run_ax run --rm e2b-base bash -c 'git --version && curl --version && python3 -m pip --version' >/dev/null
+  assert_success
+}
+
+@test "e2b-base: the unmodified SDK against serve's base template: whoami, cwd, sudo" {
+  [ -n "$NODE_LATEST" ] || skip "the npm e2b SDK is not installed (npm or its registry unreachable)"
+  base_image
+  SERVE_LOG_LEVEL=debug api_serve_start
+  run env E2B_SDK="$NODE_LATEST" E2B_API_URL="$U" E2B_SANDBOX_URL="$U" E2B_API_KEY="$KEY" \
+    E2B_TEMPLATE=base timeout --kill-after=5 120 node "$AGSX_SRCDIR/test/serve/base.mjs"
+  if [ "$status" -ne 0 ] || [ "${lines[${#lines[@]}-1]}" != ok ]; then
+    printf '%s\n' "$output" | sed 's/^/#   /' >&3
+    tail -30 "$T/serve.log" | sed 's/^/# serve: /' >&3
+    false
+  fi
+  grep -q 'template base, image e2b-base' "$T/serve.log"
 }
