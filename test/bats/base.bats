@@ -65,9 +65,19 @@ suid_image() {
     assert_output_contains "Seccomp=2"
     assert_output_contains "CapEff=00000000a80425fb CapBnd=00000000a80425fb"
   done
-  # the default filter still denies: a custom profile applies as well
+  # the default filter still denies; a custom profile or none apply as well
   run_ax run --rm --security-opt no-new-privileges=false suid probe syscall keyctl
   assert_output_contains "keyctl: blocked"
+  cat >"$T/deny-mkdir.json" <<'END'
+{"defaultAction":"SCMP_ACT_ALLOW",
+ "syscalls":[{"names":["mkdir","mkdirat"],"action":"SCMP_ACT_ERRNO","errnoRet":1}]}
+END
+  run_ax run --rm -u agent --security-opt no-new-privileges=false --security-opt "seccomp=$T/deny-mkdir.json" \
+    suid sh -c 'probe-suid id; probe seccomp; mkdir /tmp/x || echo mkdir-denied'
+  assert_success
+  assert_output_contains "euid=0"
+  assert_output_contains "Seccomp=2"
+  assert_output_contains "mkdir-denied"
   run_ax run --rm -u agent --security-opt no-new-privileges=false --security-opt seccomp=unconfined \
     suid sh -c 'probe-suid id; probe seccomp'
   assert_output_contains "euid=0"
