@@ -6,6 +6,8 @@
 #
 #   make            build ./build/agsx
 #   make demo       install missing Debian packages, build, run the demo
+#   make base-image build the e2b-base image (images/base, E2B's `base`
+#                   shape) offline from Debian's archive into the store
 #   make check      build (plain + ASan/UBSan + libFuzzer) and run every test,
 #                   TEST_JOBS suites at once (default: the number of CPUs),
 #                   each fuzz target for CHECK_FUZZ_SECONDS (default 2), and
@@ -35,7 +37,7 @@ CHECK_GUESTS ?= 6.1
 HOST_KERNELS ?= 6.1 6.12 newest
 TEST_JOBS ?= $(JOBS)
 
-.PHONY: all deps demo check check-hosts check-quick format-check format fuzz bench install clean distclean FORCE
+.PHONY: all deps demo base-image check check-hosts check-quick format-check format fuzz bench install clean distclean FORCE
 
 all: $(B)/Makefile
 	@$(MAKE) --no-print-directory -C $(B) -j$(JOBS)
@@ -70,6 +72,9 @@ $(BFUZZ)/Makefile: $(top)/configure $(BFUZZ)/.configure-flags
 
 demo: all
 	@$(top)/scripts/demo.sh $(B)
+
+base-image: all
+	@$(top)/scripts/base-image.sh $(B)
 
 # One run over every build; test/run-tests prints the one summary line.
 # The source format is checked first: it takes seconds.

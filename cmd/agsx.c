@@ -104,7 +104,8 @@ static const struct agsx_option run_opts[] = {
     {"disk", 0, "SIZE", "Size of the writable layer (default 1g)", O_DISK},
     {"read-only", 0, NULL, "Make the root filesystem read-only", O_READ_ONLY},
     {"volume", 'v', "SRC:DST[:ro]", "Bind-mount a host path into the sandbox", O_VOLUME},
-    {"security-opt", 0, "seccomp=FILE", "Seccomp profile (OCI/Docker JSON, or unconfined)",
+    {"security-opt", 0, "OPT",
+     "seccomp=FILE (OCI/Docker JSON) or seccomp=unconfined; no-new-privileges=false: setuid works",
      O_SECURITY_OPT},
     {"pull", 0, "POLICY", "Pull the image: missing (default), always or never", O_PULL},
     {"timing", 0, NULL, "Print the start-up time of each phase on stderr", O_TIMING},
@@ -125,7 +126,8 @@ static const struct agsx_option pool_create_opts[] = {
     {"disk", 0, "SIZE", "Size of the writable layer (default 1g)", O_DISK},
     {"read-only", 0, NULL, "Make the root filesystem read-only", O_READ_ONLY},
     {"volume", 'v', "SRC:DST[:ro]", "Bind-mount a host path into each sandbox", O_VOLUME},
-    {"security-opt", 0, "seccomp=FILE", "Seccomp profile (OCI/Docker JSON, or unconfined)",
+    {"security-opt", 0, "OPT",
+     "seccomp=FILE (OCI/Docker JSON) or seccomp=unconfined; no-new-privileges=false: setuid works",
      O_SECURITY_OPT},
     {"env", 'e', "KEY=VALUE", "Default environment variable (a claim's -e come after)", O_ENV},
     {"workdir", 'w', "DIR", "Default working directory (a claim's -w wins)", O_WORKDIR},
@@ -327,9 +329,9 @@ static const struct agsx_option serve_opts[] = {
      "Network of sandboxes allowed internet access: internal (default), "
      "public or vpc:NAME",
      O_NETWORK},
-    {"template", 0, "NAME=IMAGE",
-     "Map a templateID to an image (repeatable; base and "
-     "code-interpreter-v1 default to host)",
+    {"template", 0, "NAME=IMAGE[,OPT]",
+     "Map a templateID to an image (repeatable; base: e2b-base once built, "
+     "code-interpreter-v1: code-interpreter, else host); OPT no-new-privileges=false: sudo works",
      O_TEMPLATE},
     {"default-user", 0, "USER",
      "envd's default user (default: user if the image has it, else root)", O_DEFAULT_USER},

@@ -145,6 +145,7 @@ static void print_pool_json(const struct agsx_pool_config *pc, unsigned parked, 
   yajl_gen_map_close(g);
   agsx_json_kv_bool(g, "read_only", pc->read_only);
   agsx_json_kv_str(g, "seccomp", pc->seccomp ? pc->seccomp : "default");
+  agsx_json_kv_bool(g, "no_new_privileges", !pc->new_privs);
   agsx_json_key(g, "volumes");
   yajl_gen_array_open(g);
   for (size_t i = 0; i < pc->n_binds; i++) {
@@ -386,6 +387,7 @@ static int cold_start(struct agsx_ctx *ctx, struct run_opts *o, const struct ags
   spec.cpus = pool.cpus;
   spec.read_only = pool.read_only;
   spec.seccomp = pool.seccomp;
+  spec.new_privs = pool.new_privs;
   spec.binds = pool.binds;
   spec.n_binds = pool.n_binds;
   return agsx_run_start(o, &spec, 0);

@@ -171,10 +171,25 @@ int agsx_run_opt(void *data, int id, const char *v) {
     return 0;
   }
   case O_SECURITY_OPT:
-    if (!agsx_str_has_prefix(v, "seccomp="))
-      return agsx_failf("run: unknown --security-opt `%s` (seccomp=FILE|unconfined)", v), -1;
-    o->seccomp = v + 8;
-    return 0;
+    /* Docker's spellings: no-new-privileges alone (or =true) is the
+     * default; =false lets setuid programs work inside (agsx-run(1)). */
+    if (agsx_str_has_prefix(v, "seccomp=")) {
+      o->seccomp = v + 8;
+      return 0;
+    }
+    if (strcmp(v, "no-new-privileges") == 0 || strcmp(v, "no-new-privileges=true") == 0 ||
+        strcmp(v, "no-new-privileges:true") == 0) {
+      o->new_privs = false;
+      return 0;
+    }
+    if (strcmp(v, "no-new-privileges=false") == 0 || strcmp(v, "no-new-privileges:false") == 0) {
+      o->new_privs = true;
+      return 0;
+    }
+    return agsx_failf("run: unknown --security-opt `%s` "
+                      "(seccomp=FILE|unconfined, no-new-privileges=true|false)",
+                      v),
+           -1;
   case O_ENV: return add_env(o, v);
   case O_LABEL: {
     /* Docker's --label: a later KEY wins; checked whole by the library. */
@@ -342,6 +357,7 @@ void agsx_run_fill_spec(struct agsx_ctx *ctx, const struct run_opts *o, const ch
       .hostname = o->hostname,
       .name = o->name,
       .seccomp = o->seccomp,
+      .new_privs = o->new_privs,
       .binds = o->binds,
       .n_binds = o->n_binds,
       .network = o->network,

@@ -10,6 +10,7 @@
 
 struct run_opts {
   bool rm, interactive, tty, json, read_only, timing, detach;
+  bool new_privs;   /* --security-opt no-new-privileges=false */
   const char *pool; /* --pool NAME (sandbox/pool.h) */
   const char *user, *workdir, *hostname, *name, *network, *seccomp;
   char **env;

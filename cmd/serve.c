@@ -19,6 +19,37 @@ struct serve_opts {
   char **pools;
 };
 
+/* TEMPLATES' NAME=IMAGE[,no-new-privileges=true|false] entries become
+ * NAME=IMAGE in *RET, and *RET_NEW_PRIVS lists each NAME whose last entry
+ * says false (a later entry for a NAME wins, options included). */
+static int split_templates(char **templates, char ***ret, char ***ret_new_privs) {
+  size_t n = agsx_strv_len(templates);
+  for (size_t i = 0; i < n; i++) {
+    const char *t = templates[i], *comma = strchr(t, ','), *eq = strchr(t, '=');
+    if (eq == NULL || eq == t || eq[1] == '\0' || (comma && comma < eq) || comma == eq + 1)
+      return agsx_failf("serve: invalid --template `%s` (want NAME=IMAGE[,OPTION])", t), -1;
+    bool np = false;
+    if (comma) {
+      if (strcmp(comma + 1, "no-new-privileges=false") == 0)
+        np = true;
+      else if (strcmp(comma + 1, "no-new-privileges=true") != 0)
+        return agsx_failf("serve: --template `%s`: unknown option `%s` "
+                          "(no-new-privileges=true|false)",
+                          t, comma + 1),
+               -1;
+    }
+    _cleanup_free_ char *name = xstrndup(t, (size_t)(eq - t));
+    _cleanup_free_ char *map = comma ? xstrndup(t, (size_t)(comma - t)) : xstrdup(t);
+    agsx_strv_push(ret, map);
+    bool last = true;
+    for (size_t k = i + 1; k < n && last; k++)
+      last = !(strncmp(templates[k], name, strlen(name)) == 0 && templates[k][strlen(name)] == '=');
+    if (np && last)
+      agsx_strv_push(ret_new_privs, name);
+  }
+  return 0;
+}
+
 static int on_serve_opt(void *data, int id, const char *v) {
   struct serve_opts *o = data;
   agsx_error_t err = NULL;
@@ -47,7 +78,7 @@ static int on_serve_opt(void *data, int id, const char *v) {
   case O_TEMPLATE: {
     const char *eq = strchr(v, '=');
     if (eq == NULL || eq == v || eq[1] == '\0')
-      return agsx_failf("serve: invalid --template `%s` (want NAME=IMAGE)", v), -1;
+      return agsx_failf("serve: invalid --template `%s` (want NAME=IMAGE[,OPTION])", v), -1;
     agsx_strv_push(&o->templates, v);
     return 0;
   }
@@ -80,6 +111,7 @@ int agsx_cmd_serve(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
   _cleanup_free_ char *c_listen = NULL, *c_net = NULL, *c_user = NULL, *c_base = NULL, *c_ci = NULL,
                       *c_key = NULL;
   _cleanup_strv_ char **templates = NULL; /* before any goto: freed at the end */
+  _cleanup_strv_ char **maps = NULL, **new_privs = NULL;
   int i = agsx_parse_options(cmd, argc, argv, on_serve_opt, &o);
   if (i < 0)
     goto out;
@@ -109,6 +141,8 @@ int agsx_cmd_serve(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
   }
   for (size_t k = 0; o.templates && o.templates[k]; k++)
     agsx_strv_push(&templates, o.templates[k]);
+  if (split_templates(templates, &maps, &new_privs) < 0)
+    goto out;
   struct agsx_api_config cfg = {
       .root = ctx->root,
       .state = ctx->state,
@@ -118,7 +152,8 @@ int agsx_cmd_serve(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
       .api_key = o.api_key,
       .api_key_file = o.api_key_file,
       .network = o.network,
-      .templates = templates,
+      .templates = maps,
+      .new_privs = new_privs,
       .pools = o.pools,
       .default_user = o.default_user,
       .ready = on_ready,

@@ -212,7 +212,7 @@ function __agsx_run_images
     __agsx_image_names
 end
 
-# --security-opt seccomp=FILE|unconfined
+# --security-opt seccomp=FILE|unconfined, no-new-privileges=true|false
 function __agsx_security_opt
     set -l cur (commandline -ct)
     if string match -q -- 'seccomp=*' $cur
@@ -222,6 +222,8 @@ function __agsx_security_opt
         end
     else
         echo seccomp=
+        echo no-new-privileges=false
+        echo no-new-privileges=true
     end
 end
 
@@ -303,7 +305,7 @@ complete -c agsx -n '__agsx_cmd pool create' -l pids -x -d 'Maximum number of pr
 complete -c agsx -n '__agsx_cmd pool create' -l disk -x -d 'Size of the writable layer (default 1g)'
 complete -c agsx -n '__agsx_cmd pool create' -l read-only -d 'Make the root filesystem read-only'
 complete -c agsx -n '__agsx_cmd pool create' -s v -l volume -r -F -d 'Bind-mount a host path into each sandbox (SRC:DST[:ro])'
-complete -c agsx -n '__agsx_cmd pool create' -l security-opt -x -a 'seccomp=unconfined' -d 'Seccomp profile (seccomp=FILE or seccomp=unconfined)'
+complete -c agsx -n '__agsx_cmd pool create' -l security-opt -x -a '(__agsx_security_opt)' -d 'seccomp=FILE|unconfined, no-new-privileges=false'
 complete -c agsx -n '__agsx_cmd pool create' -s e -l env -x -d "Default environment variable (a claim's -e come after)"
 complete -c agsx -n '__agsx_cmd pool create' -s w -l workdir -x -d "Default working directory (a claim's -w wins)"
 complete -c agsx -n '__agsx_cmd pool create' -s u -l user -x -d "Default user (a claim's -u wins)"
@@ -346,7 +348,7 @@ complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l disk -x -d
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l read-only -d 'Make the root filesystem read-only'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s v -l volume -r -F -d 'Bind-mount a host path into the sandbox (SRC:DST[:ro])'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l pull -x -a 'missing always never' -d 'Pull the image: missing (default), always or never'
-complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l security-opt -x -a '(__agsx_security_opt)' -d 'Seccomp profile (OCI/Docker JSON, or unconfined)'
+complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l security-opt -x -a '(__agsx_security_opt)' -d 'seccomp=FILE|unconfined, no-new-privileges=false'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l timing -d 'Print the start-up time of each phase on stderr'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -l pool -x -a '(__agsx_pool_names)' -d 'Claim a parked sandbox of pool NAME (IMAGE optional)'
 complete -c agsx -n '__agsx_cmd run' -n 'not __agsx_run_has_image' -s h -l help -d 'Show this help'
@@ -466,7 +468,7 @@ complete -c agsx -n '__agsx_cmd serve' -l host -x -a '(__fish_print_hostnames)' 
 complete -c agsx -n '__agsx_cmd serve' -l api-key -x -d 'The API key (default $AGSX_API_KEY, else the key file)'
 complete -c agsx -n '__agsx_cmd serve' -l api-key-file -r -F -d 'Read (or generate) the key here'
 complete -c agsx -n '__agsx_cmd serve' -l network -x -a 'internal public' -d 'Network of sandboxes allowed internet access'
-complete -c agsx -n '__agsx_cmd serve' -l template -x -d 'Map a templateID to an image: NAME=IMAGE'
+complete -c agsx -n '__agsx_cmd serve' -l template -x -d 'Map a templateID to an image: NAME=IMAGE[,no-new-privileges=false]'
 complete -c agsx -n '__agsx_cmd serve' -l pool -x -d 'Sandbox.create() of TEMPLATE claims from warm pool POOL: TEMPLATE=POOL'
 complete -c agsx -n '__agsx_cmd serve' -l default-user -x -d "envd's default user"
 complete -c agsx -n '__agsx_cmd serve' -s h -l help -d 'Show this help'

@@ -258,9 +258,26 @@ static const char *template_image(const struct agsx_api_config *cfg, const char 
    * host's Python (scripts/deps.sh installs the kernel's packages). */
   if (strcmp(tmpl, "code-interpreter-v1") == 0)
     return store_has(cfg, "code-interpreter") ? "code-interpreter" : "host";
+  /* base: E2B's shape (user `user`, sudo) once built (`make base-image`:
+   * images/base), else the host image. */
   if (strcmp(tmpl, "base") == 0)
-    return "host";
+    return store_has(cfg, "e2b-base") ? "e2b-base" : "host";
   return tmpl;
+}
+
+/* Whether TMPL's sandboxes run without no_new_privs, so that sudo works in
+ * them: `serve --template NAME=IMAGE,no-new-privileges=false` (NAME in
+ * cfg->new_privs), and the base alias's default, the e2b-base image, which
+ * is built for passwordless sudo. */
+static bool template_new_privs(const struct agsx_api_config *cfg, const char *tmpl,
+                               const char *image) {
+  size_t n = strlen(tmpl);
+  bool mapped = false;
+  for (size_t i = 0; cfg->templates && cfg->templates[i]; i++)
+    mapped |= strncmp(cfg->templates[i], tmpl, n) == 0 && cfg->templates[i][n] == '=';
+  if (!mapped && strcmp(tmpl, "base") == 0 && strcmp(image, "e2b-base") == 0)
+    return true;
+  return mapped && agsx_strv_contains(cfg->new_privs, tmpl);
 }
 
 /* The pool configured for template TMPL (serve --pool TMPL=POOL), or NULL. */
@@ -292,7 +309,8 @@ static bool claim_pooled(struct req *r, const char *tmpl, const struct agsx_spaw
   }
   bool claimed = false;
   const char *want = q->network ? q->network : "internal";
-  if (strcmp(want, pc.network ? pc.network : "internal") == 0 && strcmp(pc.image, q->image) == 0) {
+  if (strcmp(want, pc.network ? pc.network : "internal") == 0 && strcmp(pc.image, q->image) == 0 &&
+      pc.new_privs == q->new_privs) {
     struct agsx_claim cl = {
         .env = q->env,
         .labels = q->labels,
@@ -348,6 +366,7 @@ static void create(struct req *r) {
       .timeout = (uint64_t)(c.timeout ? c.timeout : AGSX_API_TIMEOUT_DEFAULT),
       .pause_on_timeout = c.pause_on_timeout,
   };
+  q.new_privs = template_new_privs(cfg, c.template_id, q.image);
   if (agsx_labels_check(labels, &err) < 0)
     agsx_respond_error(r, 400, "metadata: %s", err->msg);
   else if (c.egress && q.network == NULL)

@@ -64,6 +64,9 @@ struct agsx_api_config {
    * the store's `code-interpreter` image when it has one); any other
    * templateID names an image of the store. */
   char **templates;
+  /* Templates (NAME) whose sandboxes run without no_new_privs (serve
+   * --template NAME=IMAGE,no-new-privileges=false), or NULL. */
+  char **new_privs;
   /* TEMPLATE=POOL: Sandbox.create() of TEMPLATE claims a parked sandbox of
    * warm pool POOL (sandbox/pool.h) when the pool's network is the one
    * the sandbox gets and it asks for no egress rules; else, or when the

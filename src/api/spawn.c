@@ -83,6 +83,8 @@ static void handle(int fd, const char *buf, size_t len) {
       .idle = true,
       .pause_on_timeout = pause_on_timeout && YAJL_IS_TRUE(pause_on_timeout),
   };
+  yajl_val np = agsx_json_get(v, "new_privs");
+  spec.new_privs = np && YAJL_IS_TRUE(np);
   struct agsx_lifecycle *lc = NULL;
   if (agsx_lifecycle_create(&spec, &lc, &err) < 0) {
     reply(fd, NULL, 400, err->msg);
@@ -171,6 +173,8 @@ int agsx_spawn(struct agsx_spawner *sp, const struct agsx_spawn_req *req, char r
   agsx_json_kv_str(g, "network", req->network);
   agsx_json_kv_int(g, "timeout", (int64_t)req->timeout);
   agsx_json_kv_bool(g, "pause_on_timeout", req->pause_on_timeout);
+  if (req->new_privs)
+    agsx_json_kv_bool(g, "new_privs", true);
   gen_strv(g, "env", req->env);
   gen_strv(g, "labels", req->labels);
   gen_strv(g, "egress", req->egress);

@@ -30,6 +30,7 @@ struct agsx_spawn_req {
   char **egress; /* egress rules ("allow pypi.org", net/egress.h), or NULL */
   uint64_t timeout;
   bool pause_on_timeout; /* lifecycle.onTimeout "pause" (agsx_run_spec) */
+  bool new_privs; /* the template's no-new-privileges=false (sandbox/procexec.h) */
 };
 
 int agsx_spawner_start(struct agsx_spawner *sp, agsx_error_t *err);

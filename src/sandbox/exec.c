@@ -122,6 +122,7 @@ static _Noreturn void child(const struct agsx_record *rec, const struct agsx_exe
       .user = &user,
       .tty_slave = slave,
       .seccomp = cfg->seccomp,
+      .new_privs = rec->new_privs, /* the sandbox's own setting, as its command's */
   };
   agsx_proc_exec(&p, sock);
 }

@@ -44,6 +44,7 @@ static _Noreturn void run_command(struct agsx_child_ctx *c, int errpipe) {
       .user = &c->user,
       .tty_slave = c->cfg->tty ? c->pty_slave : -1,
       .seccomp = c->cfg->seccomp,
+      .new_privs = c->cfg->new_privs,
       .prepared = parked_prepared,
   };
   agsx_proc_exec(&p, errpipe);
@@ -409,7 +410,8 @@ static int receive_claim(int sock, int fds[3], size_t *ret_nfds, char **ret_buf,
  * as for any start; `unconfined` has none. An error is kept for the claim
  * (the sandbox stays parked meanwhile, and the claimer gets it). */
 static void prepare_parked(struct agsx_child_ctx *c, agsx_error_t *err) {
-  struct agsx_proc_spec p = {.tty_slave = -1, .seccomp = c->cfg->seccomp};
+  struct agsx_proc_spec p = {
+      .tty_slave = -1, .seccomp = c->cfg->seccomp, .new_privs = c->cfg->new_privs};
   agsx_proc_prepare(&p, c->cfg->seccomp_default ? AGSX_PREP_SECCOMP : 0, err);
   parked_prepared = p.prepared;
 }

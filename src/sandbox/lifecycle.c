@@ -189,6 +189,7 @@ static int build_config(const struct agsx_run_spec *o, char **cmd, struct prepar
     p->hostname[12] = '\0';
   cfg->hostname = p->hostname;
   cfg->read_only = o->read_only;
+  cfg->new_privs = o->new_privs;
   cfg->disk = o->disk ? o->disk : AGSX_DEFAULT_DISK;
   cfg->binds = o->binds;
   cfg->n_binds = o->n_binds;
@@ -316,6 +317,7 @@ static void fill_record(struct sup *f, struct agsx_record *r) {
   r->cwd = xstrdup(cfg->cwd);
   r->hostname = xstrdup(cfg->hostname);
   r->seccomp = xstrdup(f->o->seccomp ? f->o->seccomp : "default");
+  r->new_privs = f->o->new_privs;
   r->rm = f->o->rm;
   r->idle = f->o->idle;
   r->pause_on_timeout = f->o->pause_on_timeout && f->detached;

@@ -46,6 +46,9 @@ struct agsx_run_spec {
   char **labels; /* KEY=VALUE, into the record (agsx_labels_check) */
   const char *user, *workdir, *hostname, *name;
   const char *seccomp; /* a profile file, "unconfined", or NULL: the default */
+  /* --security-opt no-new-privileges=false: the sandbox's processes start
+   * without no_new_privs (setuid works inside; sandbox/procexec.h). */
+  bool new_privs;
   struct agsx_bind *binds;
   size_t n_binds;
   const char *network;              /* internal (NULL), public or vpc:NAME */

@@ -73,6 +73,8 @@ static char *config_to_json(const struct agsx_pool_config *pc, size_t *ret_len) 
   agsx_json_kv_int(g, "cpu_millis", (int64_t)(pc->cpus * 1000 + 0.5));
   agsx_json_kv_bool(g, "read_only", pc->read_only);
   agsx_json_kv_str(g, "seccomp", pc->seccomp);
+  if (pc->new_privs)
+    agsx_json_kv_bool(g, "new_privs", true);
   agsx_json_key(g, "volumes");
   yajl_gen_array_open(g);
   for (size_t i = 0; i < pc->n_binds; i++) {
@@ -120,6 +122,8 @@ static int config_from_json(const char *buf, size_t len, struct agsx_pool_config
   yajl_val b = agsx_json_get(v, "read_only");
   pc->read_only = b && YAJL_IS_TRUE(b);
   pc->seccomp = opt_str(v, "seccomp");
+  yajl_val np = agsx_json_get(v, "new_privs");
+  pc->new_privs = np && YAJL_IS_TRUE(np);
   yajl_val vols = agsx_json_get_array(v, "volumes");
   size_t nv = vols ? vols->u.array.len : 0;
   if (nv > AGSX_MAX_BINDS)
@@ -222,6 +226,7 @@ void agsx_pool_spec(const struct agsx_pool_config *pc, const char *root, const c
       .user = pc->user,
       .workdir = pc->workdir,
       .seccomp = pc->seccomp,
+      .new_privs = pc->new_privs,
       .binds = pc->binds,
       .n_binds = pc->n_binds,
       .network = pc->network,
@@ -267,7 +272,8 @@ int agsx_pool_check(const struct agsx_pool_config *pc, const struct agsx_run_spe
     what = "--read-only";
   else if (s->n_binds && !same_binds(pc, s))
     what = "--volume";
-  else if (s->seccomp && !same_str(s->seccomp, pc->seccomp, ""))
+  else if ((s->seccomp && !same_str(s->seccomp, pc->seccomp, "")) ||
+           (s->new_privs && !pc->new_privs))
     what = "--security-opt";
   else if (s->n_ports)
     what = "--publish";
@@ -530,6 +536,7 @@ int agsx_pool_create(const struct agsx_run_spec *s, const char *name, unsigned s
       .cpus = s->cpus,
       .read_only = s->read_only,
       .seccomp = s->seccomp ? xstrdup(s->seccomp) : NULL,
+      .new_privs = s->new_privs,
       .env = s->env ? agsx_strv_concat(s->env, NULL) : NULL,
       .user = s->user ? xstrdup(s->user) : NULL,
       .workdir = s->workdir ? xstrdup(s->workdir) : NULL,

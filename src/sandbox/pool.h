@@ -58,7 +58,8 @@ struct agsx_pool_config {
   uint64_t memory, pids, disk;
   double cpus;
   bool read_only;
-  char *seccomp; /* NULL: the default */
+  char *seccomp;  /* NULL: the default */
+  bool new_privs; /* --security-opt no-new-privileges=false */
   struct agsx_bind *binds;
   size_t n_binds;
   char **env; /* defaults a claim adds to */

@@ -240,7 +240,9 @@ int agsx_proc_prepare(struct agsx_proc_spec *p, unsigned what, agsx_error_t *err
   if (drop_bounding(NULL, err) < 0)
     return -1;
   p->prepared |= AGSX_PREP_BOUNDING;
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+  /* With new_privs the flag stays clear; the filter below still goes in,
+   * as root holding CAP_SYS_ADMIN in the sandbox's user namespace. */
+  if (!p->new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
     return agsx_error_set(err, errno, "no_new_privs");
   p->prepared |= AGSX_PREP_NO_NEW_PRIVS;
   reset_signal_actions();
@@ -301,6 +303,22 @@ const int agsx_proc_after_filter[] = {
     -1,
 };
 
+/* agsx's baseline (OCI containers), then the command's filter unless
+ * agsx_proc_prepare installed it already. */
+static int install_filters(const struct agsx_proc_spec *p, agsx_error_t *err) {
+  if (p->seccomp_base) {
+    int r = agsx_seccomp_install(p->seccomp_base);
+    if (r < 0)
+      return agsx_error_set(err, -r, "load agsx's seccomp baseline");
+  }
+  if (p->seccomp && !(p->prepared & AGSX_PREP_SECCOMP)) {
+    int r = agsx_seccomp_install(p->seccomp);
+    if (r < 0)
+      return agsx_error_set(err, -r, "load the seccomp filter");
+  }
+  return 0;
+}
+
 _Noreturn void agsx_proc_exec(const struct agsx_proc_spec *p, int errfd) {
   agsx_error_t err = NULL;
   int code = 125;
@@ -327,10 +345,20 @@ _Noreturn void agsx_proc_exec(const struct agsx_proc_spec *p, int errfd) {
   /* Bounding set while still root (dropping needs CAP_SETPCAP in the
    * effective set), then ids, then the process sets. */
   if (enter_cwd(p->cwd ? p->cwd : "/", &err) < 0 ||
-      (!(p->prepared & AGSX_PREP_BOUNDING) && drop_bounding(p->caps, &err) < 0) ||
-      drop_to_user(p->user, &err) < 0 || set_caps(p->caps, &err) < 0)
+      (!(p->prepared & AGSX_PREP_BOUNDING) && drop_bounding(p->caps, &err) < 0))
     goto fail;
-  if (!(p->prepared & AGSX_PREP_NO_NEW_PRIVS) && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+  /* Without no_new_privs the kernel lets only a holder of CAP_SYS_ADMIN
+   * (in the sandbox's user namespace: still ours here, as its root)
+   * install a filter, so with new_privs the filters go in before the ids
+   * and capabilities drop, as runc does; the filter then also sees those
+   * steps and the exec (agsx's default allows them: agsx_proc_after_filter,
+   * checked by test_pool). */
+  if (p->new_privs && install_filters(p, &err) < 0)
+    goto fail;
+  if (drop_to_user(p->user, &err) < 0 || set_caps(p->caps, &err) < 0)
+    goto fail;
+  if (!p->new_privs && !(p->prepared & AGSX_PREP_NO_NEW_PRIVS) &&
+      prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
     agsx_error_set(&err, errno, "no_new_privs");
     goto fail;
   }
@@ -345,20 +373,8 @@ _Noreturn void agsx_proc_exec(const struct agsx_proc_spec *p, int errfd) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
-  if (p->seccomp_base) {
-    int r = agsx_seccomp_install(p->seccomp_base);
-    if (r < 0) {
-      agsx_error_set(&err, -r, "load agsx's seccomp baseline");
-      goto fail;
-    }
-  }
-  if (p->seccomp && !(p->prepared & AGSX_PREP_SECCOMP)) {
-    int r = agsx_seccomp_install(p->seccomp);
-    if (r < 0) {
-      agsx_error_set(&err, -r, "load the seccomp filter");
-      goto fail;
-    }
-  }
+  if (!p->new_privs && install_filters(p, &err) < 0)
+    goto fail;
   int e = exec_path(p->argv, p->env);
   code = e == ENOENT || e == ENOTDIR ? 127 : 126;
   agsx_error_set(&err, e, "exec `%s`", p->argv[0]);

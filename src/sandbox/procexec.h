@@ -30,6 +30,12 @@ struct agsx_proc_spec {
                                                   both apply (agsx's baseline
                                                   under an engine's filter) */
   int preserve_fds;                            /* fds 3 .. 3+N-1 stay open across exec (N <= 14) */
+  /* No no_new_privs (--security-opt no-new-privileges=false): setuid and
+   * file capabilities work, up to the sandbox's root and the capability
+   * bound (Docker's set). The filters then go in before the ids drop
+   * (the kernel needs CAP_SYS_ADMIN without no_new_privs), so they must
+   * allow agsx_proc_after_filter's syscalls, as agsx's default does. */
+  bool new_privs;
   unsigned prepared; /* AGSX_PREP_*: steps agsx_proc_prepare has done already */
 };
 _Noreturn void agsx_proc_exec(const struct agsx_proc_spec *p, int errfd);
@@ -37,7 +43,7 @@ _Noreturn void agsx_proc_exec(const struct agsx_proc_spec *p, int errfd);
 /* Steps that depend on nothing of the command, done ahead by a pool's
  * parked command process (sandbox/pool.h) before it waits for its claim,
  * so that the claim does not pay them: the bounding set's drop (Docker's
- * default set: P->caps must be NULL), no_new_privs, every signal's
+ * default set: P->caps must be NULL), no_new_privs (unless P->new_privs), every signal's
  * disposition back to the default (the mask stays: it is set at the exec,
  * so no signal reaches the waiting process), and, with AGSX_PREP_SECCOMP
  * in WHAT, P->seccomp's installation. Only for a filter proven to allow

@@ -70,6 +70,7 @@ struct agsx_sandbox_config {
   const struct agsx_seccomp_bpf *seccomp;
   bool seccomp_default; /* SECCOMP is agsx's default filter: a parked command
                            installs it before its claim (init.c) */
+  bool new_privs;       /* no no_new_privs for the command (procexec.h) */
   /* host side */
   const char *state_dir;
   uint32_t address; /* on public and vpc networks: eth0's, for /etc/hosts; 0: none */

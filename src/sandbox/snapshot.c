@@ -936,6 +936,7 @@ static int fork_one(const struct agsx_fork_opts *o, const struct agsx_capture *c
       .workdir = r->cwd,
       .name = name,
       .seccomp = r->seccomp && strcmp(r->seccomp, "default") != 0 ? r->seccomp : NULL,
+      .new_privs = r->new_privs,
       .network = r->network,
       .timeout = o->timeout ? o->timeout : r->timeout,
       .memory = r->memory,

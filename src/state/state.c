@@ -107,6 +107,8 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len) {
   agsx_json_kv_str(g, "cwd", r->cwd);
   agsx_json_kv_str(g, "hostname", r->hostname);
   agsx_json_kv_str(g, "seccomp", r->seccomp);
+  if (r->new_privs)
+    agsx_json_kv_bool(g, "new_privs", true);
   agsx_json_kv_bool(g, "rm", r->rm);
   if (r->idle)
     agsx_json_kv_bool(g, "idle", true);
@@ -176,6 +178,7 @@ static void gen_full(yajl_gen g, const struct agsx_record *r) {
   agsx_json_kv_str(g, "cwd", r->cwd);
   agsx_json_kv_str(g, "hostname", r->hostname);
   agsx_json_kv_str(g, "seccomp", r->seccomp);
+  agsx_json_kv_bool(g, "no_new_privileges", !r->new_privs);
   agsx_json_kv_bool(g, "rm", r->rm);
   agsx_json_kv_bool(g, "stop_requested", r->stop_request);
   gen_time(g, "paused_at", r->status == AGSX_STATUS_RUNNING && r->paused ? r->paused_at : 0);
@@ -392,6 +395,8 @@ int agsx_record_from_json(const char *buf, size_t len, struct agsx_record *r, ag
   r->cwd = opt_str(v, "cwd");
   r->hostname = opt_str(v, "hostname");
   r->seccomp = opt_str(v, "seccomp");
+  yajl_val np = agsx_json_get(v, "new_privs");
+  r->new_privs = np && YAJL_IS_TRUE(np);
   r->labels = opt_labels(v);
   yajl_val b = agsx_json_get(v, "rm");
   r->rm = b && YAJL_IS_TRUE(b);

@@ -62,6 +62,10 @@ struct agsx_record {
   char **argv, **env;
   char *user, *cwd, *hostname;
   char *seccomp; /* "default", "unconfined" or the path of the profile used */
+  /* --security-opt no-new-privileges=false: its processes (the command,
+   * exec's, the API's) start without no_new_privs, so setuid binaries of
+   * its image work (sandbox/procexec.h); false, the default, sets it. */
+  bool new_privs;
   char **labels; /* KEY=VALUE (agsx_labels_check), NULL: none */
   bool rm;       /* remove the record when the sandbox ends */
   bool idle;     /* no command (agsx_run_spec.idle): a fork is idle too */
@@ -113,8 +117,8 @@ const char *agsx_record_status(const struct agsx_record *r);
  * image, image_digest, status (paused too), paused, created, deadline, time_left, stop_reason,
  * exit_code, network, address, ports, pid, limits); with FULL, `inspect`'s
  * too (started, ended, timeout, deadline_ns, supervisor and init with their
- * start times, uid_range, argv, env, user, cwd, hostname, seccomp, rm,
- * stop_requested). NOW is the time (seconds) time_left counts from. */
+ * start times, uid_range, argv, env, user, cwd, hostname, seccomp,
+ * no_new_privileges, rm, stop_requested). NOW is the time (seconds) time_left counts from. */
 void agsx_record_gen(yajl_gen g, const struct agsx_record *r, int64_t now, bool full);
 /* The value of a record's "ports" (also in `ls --json` and `port --json`). */
 void agsx_record_gen_ports(yajl_gen g, const struct agsx_port *v, size_t n);
