@@ -24,6 +24,7 @@
 #define LABEL_INTERNET "e2b.internet"
 #define LABEL_PREFIX "e2b."
 #define LIST_LIMIT_MAX 1000
+#define LIST_LIMIT_DEFAULT 100 /* E2B's */
 
 /* ---- sandboxes -------------------------------------------------------------------------- */
 
@@ -110,6 +111,23 @@ static void gen_time(yajl_gen g, const char *key, int64_t sec) {
   agsx_json_kv_str(g, key, t);
 }
 
+/* When the API reports it started: to the ns (0 in records older than the
+ * field: their second). */
+static int64_t started_ns(const struct agsx_record *r) {
+  return r->started_ns ? r->started_ns : r->started * 1000000000LL;
+}
+
+/* With microseconds, as E2B's (Go's RFC 3339 with a fraction): two
+ * sandboxes started in the same second keep their order for a client. */
+static void gen_time_us(yajl_gen g, const char *key, int64_t ns) {
+  _cleanup_free_ char *t = agsx_format_rfc3339(ns / 1000000000LL);
+  size_t n = strlen(t);
+  char buf[64];
+  snprintf(buf, sizeof(buf), "%.*s.%06lldZ", (int)(n - 1), t,
+           (long long)(ns % 1000000000LL / 1000));
+  agsx_json_kv_str(g, key, buf);
+}
+
 static void gen_sandbox(struct server *s, yajl_gen g, const struct agsx_record *r, enum shape how) {
   char e2b_id[21], token[65], traffic[65];
   snprintf(e2b_id, sizeof(e2b_id), "%.20s", r->id);
@@ -129,7 +147,7 @@ static void gen_sandbox(struct server *s, yajl_gen g, const struct agsx_record *
     agsx_json_kv_str(g, "domain", NULL);
   }
   if (how != SHAPE_SANDBOX) {
-    gen_time(g, "startedAt", r->started);
+    gen_time_us(g, "startedAt", started_ns(r));
     gen_time(g, "endAt", r->deadline);
     agsx_json_kv_str(g, "state", r->paused ? "paused" : "running");
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -625,10 +643,17 @@ static void metrics(struct req *r, const char *e2b_id) {
 
 /* ---- list -------------------------------------------------------------------------------- */
 
+/* By start (to the ns), then id: the order pages follow. */
 static int cmp_started(const void *a, const void *b) {
   const struct agsx_record *x = a, *y = b;
-  return x->started < y->started ? -1 : x->started > y->started ? 1 : strcmp(x->id, y->id);
+  int64_t sx = started_ns(x), sy = started_ns(y);
+  return sx < sy ? -1 : sx > sy ? 1 : strcmp(x->id, y->id);
 }
+
+/* GET /v2/sandboxes (and v1's): E2B's filters (metadata, state, template,
+ * startedAfter), newest first unless order=asc, LIMIT (100 by default)
+ * per page; X-Next-Token is the position after the page's last one
+ * (wire.h), X-Total-Running the running ones that match, all pages. */
 
 static void list(struct req *r, bool v2) {
   _cleanup_strv_ char **filters = NULL;
@@ -640,53 +665,72 @@ static void list(struct req *r, bool v2) {
     return;
   }
   const char *state = agsx_req_query(r, "state");
-  bool want_running = !state || agsx_api_list_has(state, "running");
-  bool want_paused = !state || agsx_api_list_has(state, "paused");
-  long limit = LIST_LIMIT_MAX;
+  if (state && *state) {
+    _cleanup_free_ char *st = xstrdup(state);
+    for (char *save = NULL, *w = strtok_r(st, ",", &save); w; w = strtok_r(NULL, ",", &save))
+      if (strcmp(w, "running") != 0 && strcmp(w, "paused") != 0)
+        return agsx_respond_error(r, 400, "invalid state `%.32s` (running or paused)", w);
+  }
+  bool want_running = !state || !*state || agsx_api_list_has(state, "running");
+  bool want_paused = !state || !*state || agsx_api_list_has(state, "paused");
+  long limit = v2 ? LIST_LIMIT_DEFAULT : LIST_LIMIT_MAX;
   const char *l = agsx_req_query(r, "limit");
   if (v2 && l) {
     char *end;
+    errno = 0;
     limit = strtol(l, &end, 10);
-    if (*end || limit < 1 || limit > LIST_LIMIT_MAX) {
-      agsx_respond_error(r, 400, "limit must be 1 to %d", LIST_LIMIT_MAX);
-      return;
-    }
+    if (errno || *end || end == l || limit < 1 || limit > LIST_LIMIT_MAX)
+      return agsx_respond_error(r, 400, "limit must be 1 to %d", LIST_LIMIT_MAX);
   }
-  const char *next = v2 ? agsx_req_query(r, "nextToken") : NULL;
   const char *order = agsx_req_query(r, "order");
-  bool desc = order && strcmp(order, "desc") == 0;
+  if (order && strcmp(order, "asc") != 0 && strcmp(order, "desc") != 0)
+    return agsx_respond_error(r, 400, "order must be asc or desc");
+  bool desc = !(order && strcmp(order, "asc") == 0);
+  const char *after_s = agsx_req_query(r, "startedAfter");
+  int64_t after = 0;
+  if (after_s && agsx_api_time_parse(after_s, &after) < 0)
+    return agsx_respond_error(r, 400, "startedAfter must be an RFC 3339 time");
+  const char *tmpl = agsx_req_query(r, "template");
+  if (tmpl && !*tmpl)
+    tmpl = NULL;
+  const char *next = v2 ? agsx_req_query(r, "nextToken") : NULL;
+  struct agsx_record cur = {0};
+  if (next && *next && agsx_api_list_token_parse(next, &cur.started_ns, cur.id) < 0)
+    return agsx_respond_error(r, 400, "invalid nextToken");
+  bool has_cur = next && *next;
   struct agsx_record *v = NULL;
   size_t n = agsx_state_load(r->s->statefd, 0, &v);
   qsort(v, n, sizeof(*v), cmp_started);
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
   yajl_gen_array_open(g);
-  long count = 0;
-  bool past = next == NULL;
-  char last[33] = "";
-  _cleanup_free_ char *more = NULL;
+  long count = 0, running = 0;
+  bool more = false;
+  char last[AGSX_API_LIST_TOKEN_LEN + 1] = "";
   for (size_t k0 = 0; k0 < n; k0++) {
     size_t k = desc ? n - 1 - k0 : k0;
     struct agsx_record *x = &v[k];
-    if (x->status != AGSX_STATUS_RUNNING || x->stop_request ||
-        !agsx_label_get(x->labels, LABEL_TEMPLATE))
+    const char *t = agsx_label_get(x->labels, LABEL_TEMPLATE);
+    if (x->status != AGSX_STATUS_RUNNING || x->stop_request || t == NULL)
       continue;
     if (!(x->paused ? want_paused : want_running))
+      continue;
+    if ((tmpl && strcmp(t, tmpl) != 0) || started_ns(x) < after)
       continue;
     bool match = true;
     for (size_t j = 0; filters && filters[j] && match; j++)
       match = agsx_labels_match(x->labels, filters[j]);
     if (!match)
       continue;
-    if (!past) { /* the token is the id of the page's last sandbox */
-      past = strcmp(x->id, next) == 0;
+    running += !x->paused;
+    /* Pages go on strictly after the token's position in this order. */
+    if (has_cur && (desc ? cmp_started(x, &cur) >= 0 : cmp_started(x, &cur) <= 0))
       continue;
-    }
     if (count == limit) {
-      more = xstrdup(last);
-      break;
+      more = true;
+      continue; /* on, for X-Total-Running */
     }
     gen_sandbox(r->s, g, x, SHAPE_LISTED);
-    snprintf(last, sizeof(last), "%s", x->id);
+    agsx_api_list_token(started_ns(x), x->id, last);
     count++;
   }
   yajl_gen_array_close(g);
@@ -700,7 +744,12 @@ static void list(struct req *r, bool v2) {
     return;
   agsx_mhd.add_response_header(resp, "Content-Type", "application/json");
   if (more)
-    agsx_mhd.add_response_header(resp, "X-Next-Token", more);
+    agsx_mhd.add_response_header(resp, "X-Next-Token", last);
+  if (want_running) {
+    char total[24];
+    snprintf(total, sizeof(total), "%ld", running);
+    agsx_mhd.add_response_header(resp, "X-Total-Running", total);
+  }
   agsx_respond_queue(r, 200, resp);
 }
 

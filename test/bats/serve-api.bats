@@ -1,0 +1,95 @@
+#!/usr/bin/env bats
+# test-runner: parallel
+# agsx serve against what E2B's own js-sdk suite found (issue 25): a paused
+# sandbox's /health, signed file URLs with no header, the list's order,
+# filters and pages, the metrics' range, deleteSnapshot, and a sandbox
+# killed under a running command. Through the unmodified npm `e2b` SDK
+# (test/serve/parity.mjs, one scenario a test), and curl for the edges.
+# Each test starts its own server on a free loopback port with its own
+# store and state (helpers.bash: api_serve_start).
+
+load helpers
+
+bats_require_minimum_version 1.5.0
+
+KEY=e2b_0123456789abcdef0123456789abcdef01234567
+
+setup_file() {
+  export BB="$BATS_FILE_TMPDIR/bb"
+  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
+  export NODE_LATEST=
+  if command -v node >/dev/null && mods=$("$AGSX_SRCDIR/test/serve/npm-install" 2>/dev/null); then
+    NODE_LATEST=$(echo "$mods" | sed -n 1p)
+  fi
+}
+
+setup() {
+  common_setup
+  AX_TIMEOUT=60
+  ax image load --tag bb "$BB" >/dev/null
+  SRV_PID=
+}
+
+teardown() {
+  local rc=0
+  serve_stop || rc=1
+  sandbox_teardown || rc=1
+  return $rc
+}
+
+serve_start() { SERVE_LOG_LEVEL=debug api_serve_start --template bb=bb "$@"; }
+
+api() { # api METHOD PATH [BODY]: the body, then the status on a line of its own
+  local m=$1 p=$2
+  shift 2
+  curl -s -X "$m" -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
+    ${1:+--data-binary "$1"} -w '\n%{http_code}\n' "$U$p"
+}
+status_of() { tail -1 <<<"$1"; }
+body_of() { head -n -1 <<<"$1"; }
+
+create() { # prints the sandbox id
+  api POST /v2/sandboxes "${1:-{\"templateID\":\"bb\",\"timeout\":60}}" |
+    python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["sandboxID"])'
+}
+
+no_sandboxes() { [ -z "$(ax ls -q)" ]; }
+wait_no_sandboxes() {
+  poll 100 no_sandboxes || { ax ls >&3; return 1; }
+}
+
+# node test/serve/parity.mjs SCENARIO with the SDK pointed at the server.
+run_parity() {
+  [ -n "$NODE_LATEST" ] || skip "the npm e2b SDK is not installed (npm or its registry unreachable)"
+  run env E2B_SDK="$NODE_LATEST" E2B_API_URL="$U" E2B_SANDBOX_URL="$U" E2B_API_KEY="$KEY" \
+    E2B_TEMPLATE=bb timeout --kill-after=5 "${SDK_TIMEOUT:-120}" \
+    node "$AGSX_SRCDIR/test/serve/parity.mjs" "$1"
+  if [ "$status" -ne 0 ] || [ "${#lines[@]}" -eq 0 ] || [ "${lines[${#lines[@]}-1]}" != ok ]; then
+    echo "# node parity.mjs $1: status $status" >&3
+    printf '%s\n' "$output" | sed 's/^/#   /' >&3
+    sed 's/^/# serve: /' "$T/serve.log" | tail -30 >&3
+    return 1
+  fi
+}
+
+@test "serve-api: list: newest first, order, startedAfter, template, state, pages that survive a kill" {
+  serve_start
+  run_parity list
+  wait_no_sandboxes
+}
+
+@test "serve-api: list: bad filters are 400 in E2B's shape; startedAt has microseconds" {
+  serve_start
+  id=$(create)
+  for q in 'order=up' 'startedAfter=yesterday' 'state=gone' 'limit=0' 'limit=x' 'nextToken=zz'; do
+    run api GET "/v2/sandboxes?$q"
+    [ "$(status_of "$output")" = 400 ] || { echo "$q: $output" >&3; false; }
+    [[ $(body_of "$output") == '{"code":400,"message":'* ]]
+  done
+  run api GET "/v2/sandboxes"
+  [[ $(body_of "$output") =~ \"startedAt\":\"[0-9-]+T[0-9:]+\.[0-9]{6}Z\" ]] || { echo "$output" >&3; false; }
+  run curl -s -D "$T/h" -o /dev/null -H "X-API-KEY: $KEY" "$U/v2/sandboxes?state=running"
+  grep -qi '^X-Total-Running: 1' "$T/h"
+  api DELETE "/sandboxes/$id" >/dev/null
+  wait_no_sandboxes
+}
