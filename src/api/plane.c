@@ -599,10 +599,40 @@ static void pause_sandbox(struct req *r, const char *e2b_id) {
   agsx_record_clear(&rec);
 }
 
+/* A `start` or `end` query parameter: unix seconds (0 when absent); false
+ * after answering 400. */
+static bool unix_param(struct req *r, const char *name, int64_t *ret) {
+  const char *v = agsx_req_query(r, name);
+  *ret = 0;
+  if (v == NULL || *v == '\0')
+    return true;
+  char *end;
+  errno = 0;
+  long long n = strtoll(v, &end, 10);
+  if (errno || *end || n < 0 || n > (1LL << 40)) {
+    agsx_respond_error(r, 400, "%s must be a time in unix seconds", name);
+    return false;
+  }
+  *ret = n;
+  return true;
+}
+
 static void metrics(struct req *r, const char *e2b_id) {
+  int64_t from, to;
+  if (!unix_param(r, "start", &from) || !unix_param(r, "end", &to))
+    return;
+  if (to && from > to)
+    return agsx_respond_error(r, 400, "start must not be after end");
   struct agsx_record rec;
   if (!find(r, e2b_id, &rec))
     return;
+  int64_t now0 = agsx_now_ns() / 1000000000LL;
+  /* The one point is now's: none for a range that ends before the sandbox
+   * started or begins after now (the server keeps no history). */
+  if ((to && to < rec.started) || from > now0) {
+    agsx_record_clear(&rec);
+    return agsx_respond(r, 200, "application/json", "[]", 2);
+  }
   agsx_error_t err = NULL;
   struct agsx_stats st;
   if (agsx_stats_sample(&rec, &st, &err) < 0) {
@@ -625,8 +655,9 @@ static void metrics(struct req *r, const char *e2b_id) {
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
   yajl_gen_array_open(g);
   yajl_gen_map_open(g);
-  gen_time(g, "timestamp", now);
-  agsx_json_kv_int(g, "timestampUnix", now);
+  int64_t at = to && to < now ? to : now; /* within the range asked for */
+  gen_time(g, "timestamp", at);
+  agsx_json_kv_int(g, "timestampUnix", at);
   agsx_json_kv_int(g, "cpuCount", cpus);
   agsx_json_key(g, "cpuUsedPct");
   yajl_gen_double(g, pct > 100 ? 100 : pct);
@@ -654,7 +685,6 @@ static int cmp_started(const void *a, const void *b) {
  * startedAfter), newest first unless order=asc, LIMIT (100 by default)
  * per page; X-Next-Token is the position after the page's last one
  * (wire.h), X-Total-Running the running ones that match, all pages. */
-
 static void list(struct req *r, bool v2) {
   _cleanup_strv_ char **filters = NULL;
   agsx_error_t err = NULL;

@@ -93,3 +93,20 @@ run_parity() {
   api DELETE "/sandboxes/$id" >/dev/null
   wait_no_sandboxes
 }
+
+@test "serve-api: metrics honour start and end: none before the sandbox existed" {
+  serve_start
+  run_parity metrics
+  wait_no_sandboxes
+}
+
+@test "serve-api: metrics: a bad start or end is 400" {
+  serve_start
+  id=$(create)
+  for q in 'start=x' 'end=-1' 'start=20&end=10'; do
+    run api GET "/sandboxes/$id/metrics?$q"
+    [ "$(status_of "$output")" = 400 ] || { echo "$q: $output" >&3; false; }
+  done
+  api DELETE "/sandboxes/$id" >/dev/null
+  wait_no_sandboxes
+}
