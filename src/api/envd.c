@@ -625,6 +625,10 @@ static bool is_connect_json(struct req *r, bool stream) {
 
 /* Admitted already (admit.c): the sandbox runs, the credentials hold. */
 void agsx_api_envd(struct req *r) {
+  /* E2B's proxy knows no paused sandbox (its catalog holds running ones):
+   * the SDK's isRunning() is false until a connect resumes it. */
+  if (r->rec.paused && strcmp(r->path, "/health") == 0)
+    return agsx_api_respond_gone(r);
   if (r->port == AGSX_API_PORT_CODE)
     return agsx_api_code(r);
   const char *p = r->path;

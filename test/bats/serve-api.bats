@@ -72,6 +72,27 @@ run_parity() {
   fi
 }
 
+@test "serve-api: /health of a paused sandbox is 502, so isRunning() is false until connect" {
+  serve_start
+  run_parity health
+  wait_no_sandboxes
+}
+
+@test "serve-api: /health: 204 running, 502 paused, 204 resumed (curl)" {
+  serve_start
+  id=$(create)
+  h() { curl -s -o /dev/null -w '%{http_code}' -H "E2b-Sandbox-Id: $id" -H 'E2b-Sandbox-Port: 49983' "$U/health"; }
+  [ "$(h)" = 204 ]
+  api POST "/sandboxes/$id/pause" '{}' >/dev/null
+  [ "$(h)" = 502 ]
+  run curl -s -H "E2b-Sandbox-Id: $id" "$U/health"
+  [[ $output == *'"message":"The sandbox was not found","code":502'* ]]
+  api POST "/v2/sandboxes/$id/connect" '{"timeout":30}' >/dev/null
+  [ "$(h)" = 204 ]
+  api DELETE "/sandboxes/$id" >/dev/null
+  wait_no_sandboxes
+}
+
 @test "serve-api: list: newest first, order, startedAfter, template, state, pages that survive a kill" {
   serve_start
   run_parity list
