@@ -93,6 +93,30 @@ run_parity() {
   wait_no_sandboxes
 }
 
+@test "serve-api: signed downloadUrl/uploadUrl work with no header; expired, tampered or dead ones get 401" {
+  serve_start
+  run_parity signed
+  wait_no_sandboxes
+}
+
+@test "serve-api: a signed URL without a sandbox id: no key, no signature, or a bad one is 401 and touches nothing" {
+  serve_start
+  id=$(create)
+  run curl -s -w '\n%{http_code}' "$U/files?path=/etc/passwd"
+  [ "$(status_of "$output")" = 401 ]
+  [ "$(body_of "$output")" = '{"code":401,"message":"invalid API key"}' ]
+  run curl -s -w '\n%{http_code}' "$U/files?path=/etc/passwd&signature=v1_AAAA"
+  [ "$(status_of "$output")" = 401 ]
+  [ "$(body_of "$output")" = '{"code":401,"message":"invalid signature"}' ]
+  run curl -s -w '\n%{http_code}' -F file=@/etc/hostname "$U/files?path=/tmp/x&signature=v1_AAAA&signature_expiration=1"
+  [ "$(status_of "$output")" = 401 ]
+  # only GET and POST of /files
+  run curl -s -o /dev/null -w '%{http_code}' -X DELETE "$U/files?path=/tmp/x&signature=v1_AAAA"
+  [ "$output" = 401 ]
+  api DELETE "/sandboxes/$id" >/dev/null
+  wait_no_sandboxes
+}
+
 @test "serve-api: list: newest first, order, startedAfter, template, state, pages that survive a kill" {
   serve_start
   run_parity list
