@@ -234,5 +234,6 @@ void agsx_api_gen_sandbox(struct server *s, yajl_gen g, const struct agsx_record
 void agsx_api_fork(struct req *r, const char *e2b_id);            /* POST /sandboxes/ID/fork */
 void agsx_api_create_snapshot(struct req *r, const char *e2b_id); /* POST /sandboxes/ID/snapshots */
 void agsx_api_list_snapshots(struct req *r);                      /* GET /snapshots */
+void agsx_api_delete_snapshot(struct req *r, const char *id);     /* DELETE /templates/ID */
 
 #endif

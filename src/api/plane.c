@@ -845,6 +845,11 @@ void agsx_api_control_plane(struct req *r) {
   }
   if (n == 1 && get && strcmp(seg[0], "snapshots") == 0)
     return agsx_api_list_snapshots(r);
+  /* A snapshot's id may hold a '/' (e2b-snapshots/ID:N), which the SDK
+   * sends escaped and the HTTP layer decodes: the rest of the path. */
+  if (strcmp(m, "DELETE") == 0 && agsx_str_has_prefix(r->path, "/templates/") &&
+      r->path[strlen("/templates/")] != '\0')
+    return agsx_api_delete_snapshot(r, r->path + strlen("/templates/"));
   if (n >= 1 && (strcmp(seg[0], "snapshots") == 0 || strcmp(seg[0], "templates") == 0 ||
                  strcmp(seg[0], "volumes") == 0 || strcmp(seg[0], "secrets") == 0 ||
                  strcmp(seg[0], "volumecontent") == 0 ||

@@ -155,3 +155,33 @@ run_parity() {
   api DELETE "/sandboxes/$id" >/dev/null
   wait_no_sandboxes
 }
+
+# The store's content, as a list of files (blobs, unpacked layers, index).
+store_files() { (cd "$ROOT" && find . -path ./tmp -prune -o -type f -print | grep -v '\.lock$' | sort); }
+
+@test "serve-api: deleteSnapshot deletes the snapshot and leaves nothing in the store" {
+  serve_start
+  # one sandbox first, so the store holds what any sandbox of bb adds
+  id=$(create)
+  api DELETE "/sandboxes/$id" >/dev/null
+  wait_no_sandboxes
+  before=$(store_files)
+  SDK_TIMEOUT=240 run_parity snapshots
+  wait_no_sandboxes
+  after=$(store_files)
+  [ "$before" = "$after" ] || { diff <(echo "$before") <(echo "$after") >&3; false; }
+  run ax image ls -q
+  [ "$(echo "$output" | wc -l)" = 1 ] || { ax image ls >&3; false; }
+  AGSX_GC_MIN_AGE=0 ax gc >/dev/null # the snapshot sandboxes' layers
+}
+
+@test "serve-api: DELETE /templates/ID of an image that is no snapshot is a 404 and removes nothing" {
+  serve_start
+  run api DELETE /templates/bb
+  [ "$(status_of "$output")" = 404 ]
+  [[ $(body_of "$output") == '{"code":404,"message":"snapshot \"bb\" not found"}' ]]
+  run ax image ls -q
+  [ -n "$output" ]
+  run api DELETE /templates/e2b-snapshots%2F0123:1
+  [ "$(status_of "$output")" = 404 ]
+}
