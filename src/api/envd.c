@@ -172,11 +172,21 @@ static void process_ended(struct stream *st, const struct agsx_log_rec *rec, int
     } else {
       agsx_error_free(&err);
       agsx_process_info_clear(&info);
-      agsx_stream_end(st, AGSX_CONNECT_UNAVAILABLE, "the sandbox ended");
+      agsx_stream_abort(st); /* the sandbox ended */
       return;
     }
     agsx_process_info_clear(&info);
   }
+  /* Killed with its sandbox (a kill, the sandbox's timeout): no exit of
+   * its own but the end of the sandbox, as E2B's proxy drops it. */
+  struct agsx_record sb;
+  agsx_error_t gone = NULL;
+  if (agsx_api_find_sandbox(st->s, st->id, &sb, &gone) < 0) {
+    agsx_error_free(&gone);
+    agsx_stream_abort(st);
+    return;
+  }
+  agsx_record_clear(&sb);
   /* Killed at the stream's deadline (its Connect-Timeout-Ms, which the
    * supervisor enforces as the process's timeout): a timeout for the SDK,
    * as envd's context deadline is. */

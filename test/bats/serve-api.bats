@@ -3,8 +3,9 @@
 # agsx serve against what E2B's own js-sdk suite found (issue 25): a paused
 # sandbox's /health, signed file URLs with no header, the list's order,
 # filters and pages, the metrics' range, deleteSnapshot, and a sandbox
-# killed under a running command. Through the unmodified npm `e2b` SDK
-# (test/serve/parity.mjs, one scenario a test), and curl for the edges.
+# killed under a running command or cell. Through the unmodified npm `e2b`
+# SDK (test/serve/parity.mjs, one scenario a test; parity-code.mjs for the
+# code interpreter's), and curl for the edges.
 # Each test starts its own server on a free loopback port with its own
 # store and state (helpers.bash: api_serve_start).
 
@@ -184,4 +185,58 @@ store_files() { (cd "$ROOT" && find . -path ./tmp -prune -o -type f -print | gre
   [ -n "$output" ]
   run api DELETE /templates/e2b-snapshots%2F0123:1
   [ "$(status_of "$output")" = 404 ]
+}
+
+@test "serve-api: killing a sandbox under commands.run drops the stream: the SDK's TimeoutError" {
+  serve_start
+  run_parity killed
+  wait_no_sandboxes
+}
+
+@test "serve-api: killed under a Start stream: the connection closes with no end-stream frame" {
+  serve_start
+  id=$(create)
+  tok=$(api POST "/v2/sandboxes/$id/connect" '{"timeout":60}' |
+    python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["envdAccessToken"])')
+  body='{"process":{"cmd":"/bin/sh","args":["-c","echo hi; sleep 60"]},"stdin":false}'
+  python3 -c 'import struct,sys; b=sys.argv[1].encode(); sys.stdout.buffer.write(b"\0"+struct.pack(">I",len(b))+b)' \
+    "$body" >"$T/req"
+  curl -s -N -o "$T/out" -w '%{http_code}' -H "E2b-Sandbox-Id: $id" -H "X-Access-Token: $tok" \
+    -H 'Content-Type: application/connect+json' -H 'Connect-Protocol-Version: 1' \
+    --data-binary @"$T/req" "$U/process.Process/Start" >"$T/code" 2>&1 &
+  local cpid=$!
+  poll 100 grep -q aGkK "$T/out" # "hi\n", so the process runs
+  api DELETE "/sandboxes/$id" >/dev/null
+  local rc=0
+  wait $cpid || rc=$?
+  [ "$rc" = 18 ] || [ "$rc" = 56 ] || { echo "curl: $rc" >&3; false; } # partial / recv error
+  # frames: the start and the output, no end event and no end-stream frame
+  python3 - "$T/out" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read()
+kinds = []
+while b:
+    flags, n = b[0], struct.unpack('>I', b[1:5])[0]
+    assert flags == 0, 'an end-stream frame'
+    kinds.append(next(iter(json.loads(b[5:5 + n])['event'])))
+    b = b[5 + n:]
+assert kinds[0] == 'start' and 'end' not in kinds, kinds
+PY
+  wait_no_sandboxes
+}
+
+@test "serve-api: killing a sandbox under runCode drops the stream: the code interpreter SDK's TimeoutError" {
+  /usr/bin/python3 -c 'import ipykernel, jupyter_client' 2>/dev/null || skip "python3-ipykernel or jupyter-client missing"
+  local sdk
+  command -v node >/dev/null && sdk=$("$AGSX_SRCDIR/test/code/npm-install" 2>/dev/null) ||
+    skip "npm @e2b/code-interpreter not installable"
+  serve_start
+  run env E2B_SDK="$sdk" E2B_API_URL="$U" E2B_SANDBOX_URL="$U" E2B_API_KEY="$KEY" \
+    timeout --kill-after=5 120 node "$AGSX_SRCDIR/test/serve/parity-code.mjs"
+  [ "$status" = 0 ] && [ "${lines[${#lines[@]}-1]}" = ok ] || {
+    printf '%s\n' "$output" | sed 's/^/#   /' >&3
+    sed 's/^/# serve: /' "$T/serve.log" | tail -30 >&3
+    false
+  }
+  wait_no_sandboxes
 }
