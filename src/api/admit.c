@@ -11,7 +11,10 @@
  *                                       E2B-Traffic-Access-Token (its traffic token)
  *   exceptions                          GET /health on every port: none;
  *                                       GET and POST /files on 49983: the token
- *                                       or a signed URL (e2b-protocol.md §3.2)
+ *                                       or a signed URL (e2b-protocol.md §3.2);
+ *                                       a signed /files URL without
+ *                                       E2b-Sandbox-Id: the sandbox whose
+ *                                       token signs it
  *
  * Before the credentials, the Host and any Origin must be this server's
  * (wire.h): a web page reaching a loopback server through DNS rebinding
@@ -71,6 +74,53 @@ static bool files_signed(struct req *r, const char *token) {
   agsx_respond_error(r, 401, "%s", err ? err->msg : TOKEN_MSG);
   agsx_error_free(&err);
   return false;
+}
+
+/* A signed /files URL that names no sandbox: the SDK's downloadUrl() and
+ * uploadUrl() build it on E2B_SANDBOX_URL, one base for every sandbox,
+ * and a plain fetch() of it sends no E2b-Sandbox-Id. Its sandbox is the
+ * one whose envd token signs it (one hash per API sandbox, as many as a
+ * listing costs); then the request is that sandbox's, admitted or refused
+ * as envd would (401: an invalid or expired signature). */
+static bool files_signed_any(struct req *r) {
+  const char *operation = strcmp(r->method, "GET") == 0 ? "read" : "write";
+  const char *sig = agsx_req_query(r, "signature");
+  const char *path = agsx_req_query(r, "path"), *user = agsx_req_query(r, "username");
+  const char *exp = agsx_req_query(r, "signature_expiration");
+  struct agsx_record *v = NULL;
+  size_t n = agsx_state_load(r->s->statefd, 0, &v);
+  char found[21] = "";
+  for (size_t i = 0; i < n && !*found; i++) {
+    if (v[i].status != AGSX_STATUS_RUNNING || v[i].stop_request ||
+        !agsx_label_get(v[i].labels, "e2b.template"))
+      continue;
+    char token[65];
+    agsx_api_envd_token(r->s->key, v[i].id, token);
+    /* At time 0 no expiration has passed: whether it is this token's. */
+    if (agsx_fs_signature_check(path ? path : "", operation, user ? user : "", token, sig, exp, 0,
+                                NULL) == 0)
+      snprintf(found, sizeof(found), "%.20s", v[i].id);
+  }
+  for (size_t i = 0; i < n; i++)
+    agsx_record_clear(&v[i]);
+  free(v);
+  if (!*found) {
+    agsx_respond_error(r, 401, "invalid signature");
+    return false;
+  }
+  r->envd = true;
+  memcpy(r->e2b_id, found, sizeof(found));
+  agsx_error_t err = NULL;
+  if (agsx_api_find_sandbox(r->s, found, &r->rec, &err) < 0) {
+    agsx_error_free(&err);
+    agsx_api_respond_gone(r);
+    return false;
+  }
+  r->has_rec = true;
+  r->port = AGSX_API_PORT_ENVD;
+  char envd[65];
+  agsx_api_envd_token(r->s->key, r->rec.id, envd);
+  return files_signed(r, envd); /* now with the time: expired or not */
 }
 
 /* The token rule of a sandbox's route (the table above). */
@@ -139,6 +189,9 @@ bool agsx_api_admit(struct req *r) {
   if (!r->envd) {
     if (agsx_api_secret_equal(agsx_req_header(r, "X-API-KEY"), r->s->key))
       return true;
+    if (strcmp(r->path, "/files") == 0 && agsx_req_query(r, "signature") &&
+        (strcmp(r->method, "GET") == 0 || strcmp(r->method, "POST") == 0))
+      return files_signed_any(r);
     agsx_respond_error(r, 401, "invalid API key");
     return false;
   }

@@ -105,6 +105,7 @@ struct stream {
   struct agsx_buf out;
   size_t off;
   bool ended, suspended;
+  bool aborted; /* ended by a dropped connection (agsx_stream_abort) */
   int64_t deadline_ns, keepalive_ns, last_ns; /* CLOCK_MONOTONIC; 0: none */
   int pollfd;                                 /* registered in the loop's epoll, or -1 */
   /* the process (Start, Connect) */
@@ -150,6 +151,12 @@ void agsx_stream_event(struct stream *st, const char *json);
 bool agsx_stream_has_room(const struct stream *st);
 /* The end-stream frame: {} or {"error":{"code","message"}}; CODE < 0: success. */
 void agsx_stream_end(struct stream *st, int code, const char *message);
+/* Ends ST as E2B's proxy does when the sandbox goes away under a request:
+ * what is queued is sent, then the connection is closed with no end (no
+ * end-stream frame, no last chunk). The SDKs read that as a dropped
+ * connection, ask /health, get 502, and throw their TimeoutError ("the
+ * sandbox was killed"); an end frame would read as the command's end. */
+void agsx_stream_abort(struct stream *st);
 int agsx_stream_watch_fd(struct stream *st, int fd);
 /* Frees a stream never given to agsx_respond_stream. */
 void agsx_stream_free(struct stream *st);
@@ -248,5 +255,6 @@ void agsx_api_gen_sandbox(struct server *s, yajl_gen g, const struct agsx_record
 void agsx_api_fork(struct req *r, const char *e2b_id);            /* POST /sandboxes/ID/fork */
 void agsx_api_create_snapshot(struct req *r, const char *e2b_id); /* POST /sandboxes/ID/snapshots */
 void agsx_api_list_snapshots(struct req *r);                      /* GET /snapshots */
+void agsx_api_delete_snapshot(struct req *r, const char *id);     /* DELETE /templates/ID */
 
 #endif

@@ -307,7 +307,21 @@ void agsx_api_code_pump(struct stream *st, int64_t now) {
     return;
   if (st->out.len - st->off < (1u << 20)) {
     agsx_error_t err = NULL;
+    size_t mark = st->out.len;
     int r = agsx_code_exec_dispatch(cs->e, PUMP_RECORDS, on_item, st, &err);
+    /* A cell that ends because its sandbox did (a kill: the kernel died
+     * with it) ends as E2B's: dropped, without the dead kernel's error. */
+    struct agsx_record rec;
+    agsx_error_t gone = NULL;
+    if (r != 0 && agsx_api_find_sandbox(st->s, cs->sandbox, &rec, &gone) < 0) {
+      agsx_error_free(&gone);
+      agsx_error_free(&err);
+      st->out.len = mark;
+      agsx_stream_abort(st);
+      return;
+    }
+    if (r != 0)
+      agsx_record_clear(&rec);
     if (r < 0) {
       char *b = NULL;
       size_t n = 0, cap = 0;
@@ -333,10 +347,7 @@ void agsx_api_code_pump(struct stream *st, int64_t now) {
     agsx_error_t err = NULL;
     if (agsx_api_find_sandbox(st->s, cs->sandbox, &rec, &err) < 0) {
       agsx_error_free(&err);
-      static const char gone[] = "{\"type\":\"error\",\"name\":\"UnexpectedEndOfExecution\","
-                                 "\"value\":\"The sandbox is not running\",\"traceback\":\"\"}";
-      line(st, gone, sizeof(gone) - 1);
-      finish(st);
+      agsx_stream_abort(st); /* as E2B's proxy: the SDK's TimeoutError */
       return;
     }
     agsx_record_clear(&rec);

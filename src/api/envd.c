@@ -172,11 +172,21 @@ static void process_ended(struct stream *st, const struct agsx_log_rec *rec, int
     } else {
       agsx_error_free(&err);
       agsx_process_info_clear(&info);
-      agsx_stream_end(st, AGSX_CONNECT_UNAVAILABLE, "the sandbox ended");
+      agsx_stream_abort(st); /* the sandbox ended */
       return;
     }
     agsx_process_info_clear(&info);
   }
+  /* Killed with its sandbox (a kill, the sandbox's timeout): no exit of
+   * its own but the end of the sandbox, as E2B's proxy drops it. */
+  struct agsx_record sb;
+  agsx_error_t gone = NULL;
+  if (agsx_api_find_sandbox(st->s, st->id, &sb, &gone) < 0) {
+    agsx_error_free(&gone);
+    agsx_stream_abort(st);
+    return;
+  }
+  agsx_record_clear(&sb);
   /* Killed at the stream's deadline (its Connect-Timeout-Ms, which the
    * supervisor enforces as the process's timeout): a timeout for the SDK,
    * as envd's context deadline is. */
@@ -625,6 +635,10 @@ static bool is_connect_json(struct req *r, bool stream) {
 
 /* Admitted already (admit.c): the sandbox runs, the credentials hold. */
 void agsx_api_envd(struct req *r) {
+  /* E2B's proxy knows no paused sandbox (its catalog holds running ones):
+   * the SDK's isRunning() is false until a connect resumes it. */
+  if (r->rec.paused && strcmp(r->path, "/health") == 0)
+    return agsx_api_respond_gone(r);
   if (r->port == AGSX_API_PORT_CODE)
     return agsx_api_code(r);
   const char *p = r->path;

@@ -25,6 +25,7 @@
 #define LABEL_AUTORESUME "e2b.autoresume" /* autoResume.enabled at create */
 #define LABEL_PREFIX "e2b."
 #define LIST_LIMIT_MAX 1000
+#define LIST_LIMIT_DEFAULT 100 /* E2B's */
 
 /* ---- sandboxes -------------------------------------------------------------------------- */
 
@@ -111,6 +112,23 @@ static void gen_time(yajl_gen g, const char *key, int64_t sec) {
   agsx_json_kv_str(g, key, t);
 }
 
+/* When the API reports it started: to the ns (0 in records older than the
+ * field: their second). */
+static int64_t started_ns(const struct agsx_record *r) {
+  return r->started_ns ? r->started_ns : r->started * 1000000000LL;
+}
+
+/* With microseconds, as E2B's (Go's RFC 3339 with a fraction): two
+ * sandboxes started in the same second keep their order for a client. */
+static void gen_time_us(yajl_gen g, const char *key, int64_t ns) {
+  _cleanup_free_ char *t = agsx_format_rfc3339(ns / 1000000000LL);
+  size_t n = strlen(t);
+  char buf[64];
+  snprintf(buf, sizeof(buf), "%.*s.%06lldZ", (int)(n - 1), t,
+           (long long)(ns % 1000000000LL / 1000));
+  agsx_json_kv_str(g, key, buf);
+}
+
 static void gen_sandbox(struct server *s, yajl_gen g, const struct agsx_record *r, enum shape how) {
   char e2b_id[21], token[65], traffic[65];
   snprintf(e2b_id, sizeof(e2b_id), "%.20s", r->id);
@@ -130,7 +148,7 @@ static void gen_sandbox(struct server *s, yajl_gen g, const struct agsx_record *
     agsx_json_kv_str(g, "domain", NULL);
   }
   if (how != SHAPE_SANDBOX) {
-    gen_time(g, "startedAt", r->started);
+    gen_time_us(g, "startedAt", started_ns(r));
     gen_time(g, "endAt", r->deadline);
     agsx_json_kv_str(g, "state", r->paused ? "paused" : "running");
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -673,10 +691,40 @@ static void pause_sandbox(struct req *r, const char *e2b_id) {
   agsx_record_clear(&rec);
 }
 
+/* A `start` or `end` query parameter: unix seconds (0 when absent); false
+ * after answering 400. */
+static bool unix_param(struct req *r, const char *name, int64_t *ret) {
+  const char *v = agsx_req_query(r, name);
+  *ret = 0;
+  if (v == NULL || *v == '\0')
+    return true;
+  char *end;
+  errno = 0;
+  long long n = strtoll(v, &end, 10);
+  if (errno || *end || n < 0 || n > (1LL << 40)) {
+    agsx_respond_error(r, 400, "%s must be a time in unix seconds", name);
+    return false;
+  }
+  *ret = n;
+  return true;
+}
+
 static void metrics(struct req *r, const char *e2b_id) {
+  int64_t from, to;
+  if (!unix_param(r, "start", &from) || !unix_param(r, "end", &to))
+    return;
+  if (to && from > to)
+    return agsx_respond_error(r, 400, "start must not be after end");
   struct agsx_record rec;
   if (!find(r, e2b_id, &rec))
     return;
+  int64_t now0 = agsx_now_ns() / 1000000000LL;
+  /* The one point is now's: none for a range that ends before the sandbox
+   * started or begins after now (the server keeps no history). */
+  if ((to && to < rec.started) || from > now0) {
+    agsx_record_clear(&rec);
+    return agsx_respond(r, 200, "application/json", "[]", 2);
+  }
   agsx_error_t err = NULL;
   struct agsx_stats st;
   if (agsx_stats_sample(&rec, &st, &err) < 0) {
@@ -699,8 +747,9 @@ static void metrics(struct req *r, const char *e2b_id) {
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
   yajl_gen_array_open(g);
   yajl_gen_map_open(g);
-  gen_time(g, "timestamp", now);
-  agsx_json_kv_int(g, "timestampUnix", now);
+  int64_t at = to && to < now ? to : now; /* within the range asked for */
+  gen_time(g, "timestamp", at);
+  agsx_json_kv_int(g, "timestampUnix", at);
   agsx_json_kv_int(g, "cpuCount", cpus);
   agsx_json_key(g, "cpuUsedPct");
   yajl_gen_double(g, pct > 100 ? 100 : pct);
@@ -717,11 +766,17 @@ static void metrics(struct req *r, const char *e2b_id) {
 
 /* ---- list -------------------------------------------------------------------------------- */
 
+/* By start (to the ns), then id: the order pages follow. */
 static int cmp_started(const void *a, const void *b) {
   const struct agsx_record *x = a, *y = b;
-  return x->started < y->started ? -1 : x->started > y->started ? 1 : strcmp(x->id, y->id);
+  int64_t sx = started_ns(x), sy = started_ns(y);
+  return sx < sy ? -1 : sx > sy ? 1 : strcmp(x->id, y->id);
 }
 
+/* GET /v2/sandboxes (and v1's): E2B's filters (metadata, state, template,
+ * startedAfter), newest first unless order=asc, LIMIT (100 by default)
+ * per page; X-Next-Token is the position after the page's last one
+ * (wire.h), X-Total-Running the running ones that match, all pages. */
 static void list(struct req *r, bool v2) {
   _cleanup_strv_ char **filters = NULL;
   agsx_error_t err = NULL;
@@ -732,53 +787,72 @@ static void list(struct req *r, bool v2) {
     return;
   }
   const char *state = agsx_req_query(r, "state");
-  bool want_running = !state || agsx_api_list_has(state, "running");
-  bool want_paused = !state || agsx_api_list_has(state, "paused");
-  long limit = LIST_LIMIT_MAX;
+  if (state && *state) {
+    _cleanup_free_ char *st = xstrdup(state);
+    for (char *save = NULL, *w = strtok_r(st, ",", &save); w; w = strtok_r(NULL, ",", &save))
+      if (strcmp(w, "running") != 0 && strcmp(w, "paused") != 0)
+        return agsx_respond_error(r, 400, "invalid state `%.32s` (running or paused)", w);
+  }
+  bool want_running = !state || !*state || agsx_api_list_has(state, "running");
+  bool want_paused = !state || !*state || agsx_api_list_has(state, "paused");
+  long limit = v2 ? LIST_LIMIT_DEFAULT : LIST_LIMIT_MAX;
   const char *l = agsx_req_query(r, "limit");
   if (v2 && l) {
     char *end;
+    errno = 0;
     limit = strtol(l, &end, 10);
-    if (*end || limit < 1 || limit > LIST_LIMIT_MAX) {
-      agsx_respond_error(r, 400, "limit must be 1 to %d", LIST_LIMIT_MAX);
-      return;
-    }
+    if (errno || *end || end == l || limit < 1 || limit > LIST_LIMIT_MAX)
+      return agsx_respond_error(r, 400, "limit must be 1 to %d", LIST_LIMIT_MAX);
   }
-  const char *next = v2 ? agsx_req_query(r, "nextToken") : NULL;
   const char *order = agsx_req_query(r, "order");
-  bool desc = order && strcmp(order, "desc") == 0;
+  if (order && strcmp(order, "asc") != 0 && strcmp(order, "desc") != 0)
+    return agsx_respond_error(r, 400, "order must be asc or desc");
+  bool desc = !(order && strcmp(order, "asc") == 0);
+  const char *after_s = agsx_req_query(r, "startedAfter");
+  int64_t after = 0;
+  if (after_s && agsx_api_time_parse(after_s, &after) < 0)
+    return agsx_respond_error(r, 400, "startedAfter must be an RFC 3339 time");
+  const char *tmpl = agsx_req_query(r, "template");
+  if (tmpl && !*tmpl)
+    tmpl = NULL;
+  const char *next = v2 ? agsx_req_query(r, "nextToken") : NULL;
+  struct agsx_record cur = {0};
+  if (next && *next && agsx_api_list_token_parse(next, &cur.started_ns, cur.id) < 0)
+    return agsx_respond_error(r, 400, "invalid nextToken");
+  bool has_cur = next && *next;
   struct agsx_record *v = NULL;
   size_t n = agsx_state_load(r->s->statefd, 0, &v);
   qsort(v, n, sizeof(*v), cmp_started);
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
   yajl_gen_array_open(g);
-  long count = 0;
-  bool past = next == NULL;
-  char last[33] = "";
-  _cleanup_free_ char *more = NULL;
+  long count = 0, running = 0;
+  bool more = false;
+  char last[AGSX_API_LIST_TOKEN_LEN + 1] = "";
   for (size_t k0 = 0; k0 < n; k0++) {
     size_t k = desc ? n - 1 - k0 : k0;
     struct agsx_record *x = &v[k];
-    if (x->status != AGSX_STATUS_RUNNING || x->stop_request ||
-        !agsx_label_get(x->labels, LABEL_TEMPLATE))
+    const char *t = agsx_label_get(x->labels, LABEL_TEMPLATE);
+    if (x->status != AGSX_STATUS_RUNNING || x->stop_request || t == NULL)
       continue;
     if (!(x->paused ? want_paused : want_running))
+      continue;
+    if ((tmpl && strcmp(t, tmpl) != 0) || started_ns(x) < after)
       continue;
     bool match = true;
     for (size_t j = 0; filters && filters[j] && match; j++)
       match = agsx_labels_match(x->labels, filters[j]);
     if (!match)
       continue;
-    if (!past) { /* the token is the id of the page's last sandbox */
-      past = strcmp(x->id, next) == 0;
+    running += !x->paused;
+    /* Pages go on strictly after the token's position in this order. */
+    if (has_cur && (desc ? cmp_started(x, &cur) >= 0 : cmp_started(x, &cur) <= 0))
       continue;
-    }
     if (count == limit) {
-      more = xstrdup(last);
-      break;
+      more = true;
+      continue; /* on, for X-Total-Running */
     }
     gen_sandbox(r->s, g, x, SHAPE_LISTED);
-    snprintf(last, sizeof(last), "%s", x->id);
+    agsx_api_list_token(started_ns(x), x->id, last);
     count++;
   }
   yajl_gen_array_close(g);
@@ -792,7 +866,12 @@ static void list(struct req *r, bool v2) {
     return;
   agsx_mhd.add_response_header(resp, "Content-Type", "application/json");
   if (more)
-    agsx_mhd.add_response_header(resp, "X-Next-Token", more);
+    agsx_mhd.add_response_header(resp, "X-Next-Token", last);
+  if (want_running) {
+    char total[24];
+    snprintf(total, sizeof(total), "%ld", running);
+    agsx_mhd.add_response_header(resp, "X-Total-Running", total);
+  }
   agsx_respond_queue(r, 200, resp);
 }
 
@@ -858,6 +937,11 @@ void agsx_api_control_plane(struct req *r) {
   }
   if (n == 1 && get && strcmp(seg[0], "snapshots") == 0)
     return agsx_api_list_snapshots(r);
+  /* A snapshot's id may hold a '/' (e2b-snapshots/ID:N), which the SDK
+   * sends escaped and the HTTP layer decodes: the rest of the path. */
+  if (strcmp(m, "DELETE") == 0 && agsx_str_has_prefix(r->path, "/templates/") &&
+      r->path[strlen("/templates/")] != '\0')
+    return agsx_api_delete_snapshot(r, r->path + strlen("/templates/"));
   if (n >= 1 && (strcmp(seg[0], "snapshots") == 0 || strcmp(seg[0], "templates") == 0 ||
                  strcmp(seg[0], "volumes") == 0 || strcmp(seg[0], "secrets") == 0 ||
                  strcmp(seg[0], "volumecontent") == 0 ||

@@ -225,6 +225,12 @@ void agsx_stream_end(struct stream *st, int code, const char *message) {
   st->ended = true;
 }
 
+void agsx_stream_abort(struct stream *st) {
+  if (st->ended)
+    return;
+  st->ended = st->aborted = true;
+}
+
 int agsx_stream_watch_fd(struct stream *st, int fd) {
   if (fd < 0)
     return 0; /* a subscription of the hub, whose fd the loop has */
@@ -254,7 +260,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
   }
   if (st->ended) {
     agsx_api_mark(&st->tm, "end");
-    return MHD_CONTENT_READER_END_OF_STREAM;
+    return st->aborted ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
   }
   /* Nothing yet: returning 0 would have MHD call again at once. */
   agsx_mhd.suspend_connection(st->c);
@@ -321,7 +327,7 @@ static void pump_streams(struct server *s) {
         if (agsx_api_find_sandbox(s, st->id, &rec, &err) < 0) {
           agsx_error_free(&err);
           agsx_api_stream_pump(st, now); /* what the log still has */
-          agsx_stream_end(st, AGSX_CONNECT_UNAVAILABLE, "the sandbox is not running");
+          agsx_stream_abort(st);
         } else {
           agsx_record_clear(&rec);
         }

@@ -268,3 +268,52 @@ void agsx_api_list_snapshots(struct req *r) {
   agsx_store_free(s);
   agsx_respond_json(r, 200, g);
 }
+
+/* DELETE /templates/{id} for a snapshot (the SDK's deleteSnapshot): every
+ * name of its image goes (one listing entry is one image), then what no
+ * image names any more, unless a running sandbox still uses it (it goes
+ * at the next gc after that one ends). An id that names no snapshot (a
+ * template such as base) is a 404: this never removes other images. */
+void agsx_api_delete_snapshot(struct req *r, const char *id) {
+  agsx_error_t err = NULL;
+  _cleanup_free_ char *ref = agsx_image_ref_normalize(id, NULL);
+  struct agsx_store *s = NULL;
+  struct agsx_store_image *v = NULL;
+  size_t n = 0;
+  if (agsx_store_open(r->s->cfg->root, true, &s, &err) < 0 ||
+      agsx_store_list(s, &v, &n, &err) < 0) {
+    agsx_respond_error(r, 500, "delete snapshot: %s", err->msg);
+    agsx_error_free(&err);
+    agsx_store_free(s);
+    return;
+  }
+  const char *digest = NULL;
+  for (size_t i = 0; i < n && !digest; i++)
+    if (v[i].ref && ((ref && strcmp(v[i].ref, ref) == 0) || strcmp(v[i].ref, id) == 0))
+      digest = v[i].manifest.digest;
+  bool snapshot = false;
+  for (size_t i = 0; i < n && digest && !snapshot; i++) {
+    const char *p = v[i].ref ? strstr(v[i].ref, SNAP_PREFIX) : NULL;
+    snapshot = p && (p == v[i].ref || p[-1] == '/') && strcmp(v[i].manifest.digest, digest) == 0;
+  }
+  int rc = 0;
+  if (!snapshot)
+    agsx_respond_error(r, 404, "snapshot \"%.128s\" not found", id);
+  else if ((rc = agsx_store_remove(s, digest, &err)) < 0)
+    agsx_respond_error(r, 500, "delete snapshot: %s", err->msg);
+  if (snapshot && rc == 0) {
+    _cleanup_strv_ char **inuse = agsx_state_running_images(r->s->cfg->state);
+    rc = agsx_store_gc_try(s, inuse, &err);
+    if (rc < 0)
+      agsx_warn("serve: delete snapshot %s: %s", id, err->msg);
+    else if (rc == 1)
+      agsx_info("serve: delete snapshot %s: the store is in use; its content goes at the next gc",
+                id);
+    agsx_error_free(&err);
+    agsx_info("serve: deleted snapshot %s", id);
+    agsx_respond(r, 204, NULL, "", 0);
+  }
+  agsx_error_free(&err);
+  agsx_store_images_free(v, n);
+  agsx_store_free(s);
+}

@@ -188,6 +188,51 @@ bool agsx_api_list_has(const char *list, const char *word) {
   return false;
 }
 
+/* ---- times and list positions ------------------------------------------------------------- */
+
+int agsx_api_time_parse(const char *s, int64_t *ret_ns) {
+  int64_t sec;
+  if (s == NULL || strlen(s) > 64 || agsx_parse_rfc3339(s, &sec) < 0 || sec < 0 ||
+      sec > INT64_MAX / 1000000000LL - 1)
+    return -1;
+  /* agsx_parse_rfc3339 skips the fraction: its first nine digits here. */
+  int64_t frac = 0;
+  const char *dot = strchr(s, '.');
+  if (dot) {
+    int digits = 0;
+    for (const char *p = dot + 1; isdigit((unsigned char)*p); p++)
+      if (digits < 9) {
+        frac = frac * 10 + (*p - '0');
+        digits++;
+      }
+    for (; digits < 9; digits++)
+      frac *= 10;
+  }
+  *ret_ns = sec * 1000000000LL + frac;
+  return 0;
+}
+
+void agsx_api_list_token(int64_t started_ns, const char *id,
+                         char ret[AGSX_API_LIST_TOKEN_LEN + 1]) {
+  snprintf(ret, AGSX_API_LIST_TOKEN_LEN + 1, "%016llx%.32s", (unsigned long long)started_ns, id);
+}
+
+int agsx_api_list_token_parse(const char *token, int64_t *ret_ns, char ret_id[33]) {
+  if (token == NULL || strlen(token) != AGSX_API_LIST_TOKEN_LEN ||
+      strspn(token, "0123456789abcdef") != AGSX_API_LIST_TOKEN_LEN)
+    return -1;
+  uint64_t ns = 0;
+  for (size_t i = 0; i < 16; i++)
+    ns = ns << 4 |
+         (uint64_t)(isdigit((unsigned char)token[i]) ? token[i] - '0' : token[i] - 'a' + 10);
+  if (ns > INT64_MAX)
+    return -1;
+  *ret_ns = (int64_t)ns;
+  memcpy(ret_id, token + 16, 32);
+  ret_id[32] = '\0';
+  return 0;
+}
+
 /* ---- users --------------------------------------------------------------------------------- */
 
 bool agsx_api_user_is_valid(const char *s) {

@@ -78,6 +78,18 @@ int agsx_api_metadata_filter(const char *q, char ***ret, agsx_error_t *err);
  * is in it. */
 bool agsx_api_list_has(const char *list, const char *word);
 
+/* An RFC 3339 time with an optional fraction (`startedAfter`, the SDK's
+ * Date.toISOString()) in nanoseconds since the epoch; -1 for anything
+ * else or a time before 1970. */
+int agsx_api_time_parse(const char *s, int64_t *ret_ns);
+/* The position of GET /v2/sandboxes's pages (`nextToken`, X-Next-Token):
+ * the last listed sandbox's start (16 hex digits of ns) and full id (32),
+ * so a page goes on after it even once that sandbox is gone. Parse: -1
+ * for anything but such a token. */
+#define AGSX_API_LIST_TOKEN_LEN 48
+void agsx_api_list_token(int64_t started_ns, const char *id, char ret[AGSX_API_LIST_TOKEN_LEN + 1]);
+int agsx_api_list_token_parse(const char *token, int64_t *ret_ns, char ret_id[33]);
+
 /* The user of an `Authorization: Basic base64(user:password)` header; the
  * password is ignored (envd's is empty). EINVAL for another scheme, bad
  * base64, no colon, an empty or overlong name, or a name with characters

@@ -867,13 +867,9 @@ static int sweep_verified(struct agsx_store *s, const struct agsx_strset *blobs,
   return sweep(dfd, blobs, dry_run, "verified blob record", NULL, NULL, err);
 }
 
-int agsx_store_gc(struct agsx_store *s, char *const *keep, bool dry_run,
-                  void (*report)(const char *what, void *data), void *data, agsx_error_t *err) {
-  /* Our own shared lock would block the exclusive one: trade it. */
-  agsx_closep(&s->gc_lock);
-  _cleanup_close_ int lock = agsx_lock_at(s->rootfd, ".gc.lock", true, err);
-  if (lock < 0)
-    return -1;
+/* The collection itself, under the exclusive gc lock. */
+static int gc_locked(struct agsx_store *s, char *const *keep, bool dry_run,
+                     void (*report)(const char *what, void *data), void *data, agsx_error_t *err) {
   if (!dry_run && agsx_store_clean_tmp(s, err) < 0)
     return -1;
   struct agsx_store_image *v = NULL;
@@ -898,6 +894,27 @@ int agsx_store_gc(struct agsx_store *s, char *const *keep, bool dry_run,
   agsx_strset_clear(&blobs);
   agsx_strset_clear(&layers);
   return r;
+}
+
+int agsx_store_gc(struct agsx_store *s, char *const *keep, bool dry_run,
+                  void (*report)(const char *what, void *data), void *data, agsx_error_t *err) {
+  /* Our own shared lock would block the exclusive one: trade it. */
+  agsx_closep(&s->gc_lock);
+  _cleanup_close_ int lock = agsx_lock_at(s->rootfd, ".gc.lock", true, err);
+  if (lock < 0)
+    return -1;
+  return gc_locked(s, keep, dry_run, report, data, err);
+}
+
+int agsx_store_gc_try(struct agsx_store *s, char *const *keep, agsx_error_t *err) {
+  agsx_closep(&s->gc_lock);
+  _cleanup_close_ int lock =
+      openat(s->rootfd, ".gc.lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (lock < 0)
+    return agsx_error_set(err, errno, "open lock `.gc.lock`");
+  if (flock(lock, LOCK_EX | LOCK_NB) < 0)
+    return errno == EWOULDBLOCK ? 1 : agsx_error_set(err, errno, "lock `.gc.lock`");
+  return gc_locked(s, keep, false, NULL, NULL, err);
 }
 
 /* ---- running images ---------------------------------------------------------------------- */

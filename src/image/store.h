@@ -131,6 +131,10 @@ int agsx_store_clean_tmp(struct agsx_store *s, agsx_error_t *err);
  * lock. */
 int agsx_store_gc(struct agsx_store *s, char *const *keep, bool dry_run,
                   void (*report)(const char *what, void *data), void *data, agsx_error_t *err);
+/* The same, unless someone holds the store (a pull, a build, a start
+ * preparing its image): then 1 at once, nothing removed (the next gc
+ * does). For a caller that must not wait: the API server's loop. */
+int agsx_store_gc_try(struct agsx_store *s, char *const *keep, agsx_error_t *err);
 
 /* ---- space ---- */
 /* Charges N bytes of WHAT to the image budget; refuses when it is spent. */

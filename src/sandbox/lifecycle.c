@@ -288,7 +288,8 @@ static void fill_record(struct sup *f, struct agsx_record *r) {
   r->image_digest = cfg->host_image ? NULL : xstrdup(f->p->info.img.manifest.digest);
   r->status = AGSX_STATUS_RUNNING;
   r->exit_code = -1;
-  r->created = r->started = agsx_now_ns() / 1000000000LL;
+  r->started_ns = agsx_now_ns();
+  r->created = r->started = r->started_ns / 1000000000LL;
   r->timeout = f->o->timeout ? f->o->timeout : AGSX_DEFAULT_TIMEOUT_SEC;
   r->deadline = f->deadline;
   r->deadline_ns = f->deadline_ns;

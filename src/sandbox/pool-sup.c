@@ -209,7 +209,8 @@ static void record_claim(struct sup *f, const struct agsx_claim *c, const char *
   r.timeout = f->o->timeout;
   r.deadline = f->deadline;
   r.deadline_ns = f->deadline_ns;
-  r.started = agsx_now_ns() / 1000000000LL;
+  r.started_ns = agsx_now_ns(); /* claimed: what E2B's API reports as its start */
+  r.started = r.started_ns / 1000000000LL;
   if (agsx_record_write(sb->statefd, &r, &err) < 0) {
     agsx_warn("sandbox %.12s: claim: %s", sb->id, err->msg);
     agsx_error_free(&err);

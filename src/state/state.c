@@ -85,6 +85,7 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len) {
   agsx_json_kv_int(g, "exit_code", r->exit_code);
   agsx_json_kv_int(g, "created", r->created);
   agsx_json_kv_int(g, "started", r->started);
+  agsx_json_kv_int(g, "started_ns", r->started_ns);
   agsx_json_kv_int(g, "ended", r->ended);
   agsx_json_kv_int(g, "deadline", r->deadline);
   agsx_json_kv_int(g, "deadline_ns", r->deadline_ns);
@@ -374,6 +375,7 @@ int agsx_record_from_json(const char *buf, size_t len, struct agsx_record *r, ag
   r->exit_code = (int)opt_int(v, "exit_code");
   r->created = opt_int(v, "created");
   r->started = opt_int(v, "started");
+  r->started_ns = opt_int(v, "started_ns");
   r->ended = opt_int(v, "ended");
   r->deadline = opt_int(v, "deadline");
   r->deadline_ns = opt_int(v, "deadline_ns");

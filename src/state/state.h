@@ -49,6 +49,7 @@ struct agsx_record {
   char *stop_reason;               /* exit, timeout, killed, oom, error */
   int exit_code;                   /* -1 while running */
   int64_t created, started, ended; /* seconds since the epoch; 0 = not yet */
+  int64_t started_ns;              /* started, exact (0 in old records): the API's order */
   int64_t deadline;                /* seconds since the epoch */
   int64_t deadline_ns;             /* the same, exact (0 in old records) */
   uint64_t timeout;                /* the lifetime asked for, seconds */

@@ -715,7 +715,7 @@ PY
   wait_gone "$ID"
 }
 
-@test "serve: a sandbox killed during a stream ends it; its envd routes answer 502" {
+@test "serve: a sandbox killed during a stream drops it, with no end frame; its envd routes answer 502" {
   serve_start
   create_with_token
   rpc stream process.Process/Start '{"process":{"cmd":"/bin/sh","args":["-c","echo up; sleep 60"]}}' >"$T/frames" &
@@ -724,8 +724,9 @@ PY
   api DELETE "/sandboxes/$ID" >/dev/null
   for i in $(seq 100); do kill -0 $client 2>/dev/null || break; sleep 0.1; done
   ! kill -0 $client 2>/dev/null
-  wait $client
-  tail -1 "$T/frames" | grep -q '^2 '
+  ! wait $client # the connection closed mid-stream, as E2B's proxy drops it
+  grep -q 'stdout: up' "$T/frames"
+  ! grep -q '^2 ' "$T/frames"
   run rpc unary process.Process/List '{}'
   [[ $output == '502 {"sandboxId":'* ]]
   wait_gone "$ID"

@@ -2,7 +2,9 @@
  * The first byte picks one: 0 the Connect envelope reader, 1 the metadata
  * filter of GET /v2/sandboxes, 2 Basic auth, 3 base64, 4 percent-decoding,
  * 5 the listen address, 6 a Host header, 7 an Origin header (each then
- * judged against the names a server may have). The rest is the input. */
+ * judged against the names a server may have), 8 a list's startedAfter
+ * time, 9 its page token (which must read back as it was written). The
+ * rest is the input. */
 #include "config.h"
 
 #include "api/server.h"
@@ -20,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t n = size - 1;
   _cleanup_free_ char *s = xstrndup(p, n); /* NUL-terminated, as headers are */
   agsx_error_t err = NULL;
-  switch (data[0] % 8) {
+  switch (data[0] % 10) {
   case 0: {
     const char *msg;
     size_t len;
@@ -85,7 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   case 7: {
     char h[AGSX_API_HOST_MAX + 1];
     memset(h, 'x', sizeof(h));
-    int r = data[0] % 8 == 6 ? agsx_api_host_parse(s, h, &err) : agsx_api_origin_parse(s, h, &err);
+    int r = data[0] % 10 == 6 ? agsx_api_host_parse(s, h, &err) : agsx_api_origin_parse(s, h, &err);
     if (r == 0) {
       size_t hl = strnlen(h, sizeof(h));
       if (hl == 0 || hl > AGSX_API_HOST_MAX)
@@ -114,6 +116,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!addr && !name)
           __builtin_trap();
       }
+    }
+    break;
+  }
+  case 8: {
+    int64_t ns;
+    if (agsx_api_time_parse(s, &ns) == 0 && ns < 0)
+      __builtin_trap();
+    break;
+  }
+  case 9: {
+    int64_t ns;
+    char id[33], tok[AGSX_API_LIST_TOKEN_LEN + 1];
+    if (agsx_api_list_token_parse(s, &ns, id) == 0) {
+      agsx_api_list_token(ns, id, tok);
+      if (ns < 0 || strlen(id) != 32 || strcmp(tok, s) != 0)
+        __builtin_trap();
     }
     break;
   }

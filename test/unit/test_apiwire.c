@@ -302,9 +302,35 @@ static void hosts(void) {
          "null, other schemes, paths, user info, other sites");
 }
 
+/* startedAfter's times and the list's page tokens. */
+static void list_params(void) {
+  int64_t ns = 0;
+  tap_ok(agsx_api_time_parse("2026-12-03T17:02:25.123Z", &ns) == 0 && ns == 1796317345123000000LL,
+         "a time with ms (Date.toISOString)");
+  tap_ok(agsx_api_time_parse("2026-12-03T17:02:25.1234567891Z", &ns) == 0 &&
+             ns == 1796317345123456789LL,
+         "digits past ns are ignored");
+  tap_ok(agsx_api_time_parse("2026-12-03T18:02:25+01:00", &ns) == 0 && ns == 1796317345000000000LL,
+         "an offset, no fraction");
+  tap_ok(agsx_api_time_parse("yesterday", &ns) < 0, "junk is refused");
+  tap_ok(agsx_api_time_parse("1969-12-31T23:59:59Z", &ns) < 0, "before 1970 is refused");
+  char tok[AGSX_API_LIST_TOKEN_LEN + 1], id[33];
+  agsx_api_list_token(1796317345123456789LL, "0123456789abcdef0123456789abcdef", tok);
+  tap_is_str(tok, "18edcd1babf4d7150123456789abcdef0123456789abcdef", "a page token");
+  tap_ok(agsx_api_list_token_parse(tok, &ns, id) == 0 && ns == 1796317345123456789LL &&
+             strcmp(id, "0123456789abcdef0123456789abcdef") == 0,
+         "reads back");
+  tap_ok(agsx_api_list_token_parse("ffffffffffffffff0123456789abcdef0123456789abcdef", &ns, id) < 0,
+         "a start past int64 is refused");
+  tap_ok(agsx_api_list_token_parse("0123456789abcdef", &ns, id) < 0, "a short one is refused");
+  tap_ok(agsx_api_list_token_parse("18EDCD1BABF4D7150123456789abcdef0123456789abcdef", &ns, id) < 0,
+         "upper case is refused");
+}
+
 int main(void) {
   envelopes();
   filters();
+  list_params();
   users();
   bodies();
   credentials();
