@@ -235,4 +235,17 @@ void agsx_api_fork(struct req *r, const char *e2b_id);            /* POST /sandb
 void agsx_api_create_snapshot(struct req *r, const char *e2b_id); /* POST /sandboxes/ID/snapshots */
 void agsx_api_list_snapshots(struct req *r);                      /* GET /snapshots */
 
+/* ---- volumes (volumes.c, over sandbox/volume.h) ---- */
+/* /volumes[/ID]: SEG the path's N segments. */
+void agsx_api_volumes(struct req *r, char **seg, size_t n);
+/* Every volume of VOLUMES (NAME:/path, body.h) exists: ENOENT otherwise. */
+int agsx_api_volumes_check(const char *root, char *const *volumes, agsx_error_t *err);
+/* A sandbox's volumeMounts are kept in its record as the label
+ * AGSX_API_LABEL_VOLUMES, E2B's JSON list: sets it from VOLUMES (none: no
+ * label); EINVAL when it would be longer than a label may be. */
+#define AGSX_API_LABEL_VOLUMES "e2b.volumeMounts"
+int agsx_api_volumes_label(char ***labels, char *const *volumes, agsx_error_t *err);
+/* "volumeMounts": the label's list, or [] (SandboxDetail, ListedSandbox). */
+void agsx_api_gen_volume_mounts(yajl_gen g, char *const *labels);
+
 #endif

@@ -27,7 +27,8 @@ struct agsx_spawner {
 struct agsx_spawn_req {
   const char *root, *state, *image, *network;
   char **env, **labels;
-  char **egress; /* egress rules ("allow pypi.org", net/egress.h), or NULL */
+  char **egress;  /* egress rules ("allow pypi.org", net/egress.h), or NULL */
+  char **volumes; /* named volumes to mount, NAME:/path (sandbox/volume.h), or NULL */
   uint64_t timeout;
 };
 
