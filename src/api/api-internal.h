@@ -240,12 +240,8 @@ void agsx_api_list_snapshots(struct req *r);                      /* GET /snapsh
 void agsx_api_volumes(struct req *r, char **seg, size_t n);
 /* Every volume of VOLUMES (NAME:/path, body.h) exists: ENOENT otherwise. */
 int agsx_api_volumes_check(const char *root, char *const *volumes, agsx_error_t *err);
-/* A sandbox's volumeMounts are kept in its record as the label
- * AGSX_API_LABEL_VOLUMES, E2B's JSON list: sets it from VOLUMES (none: no
- * label); EINVAL when it would be longer than a label may be. */
-#define AGSX_API_LABEL_VOLUMES "e2b.volumeMounts"
-int agsx_api_volumes_label(char ***labels, char *const *volumes, agsx_error_t *err);
-/* "volumeMounts": the label's list, or [] (SandboxDetail, ListedSandbox). */
-void agsx_api_gen_volume_mounts(yajl_gen g, char *const *labels);
+/* "volumeMounts" (SandboxDetail, ListedSandbox): the record's volumes
+ * (state.h: NAME:/path[:ro]) as [{"name", "path"}]. */
+void agsx_api_gen_volume_mounts(yajl_gen g, char *const *volumes);
 
 #endif

@@ -177,9 +177,10 @@ static int volume_mount(yajl_val m, char ***ret, int *ret_status, agsx_error_t *
                 "volumeMounts: invalid volume name \"%.80s\": letters, digits and _.- (at most "
                 "64, starting with a letter or digit)",
                 name);
-  if (path[0] != '/' || !agsx_path_is_clean(path + 1, 4096, 64))
-    return fail(ret_status, 400, err, "volumeMounts: path \"%.200s\" must be absolute and clean",
-                path);
+  /* (no ':': the record keeps NAME:/path[:ro], state.h) */
+  if (path[0] != '/' || !agsx_path_is_clean(path + 1, 4096, 64) || strchr(path, ':'))
+    return fail(ret_status, 400, err,
+                "volumeMounts: path \"%.200s\" must be absolute, clean and without ':'", path);
   if (under(path, "/proc") || under(path, "/dev") || under(path, "/sys"))
     return fail(ret_status, 400, err, "volumeMounts: path \"%.200s\" is reserved", path);
   for (size_t i = 0; *ret && (*ret)[i]; i++)

@@ -142,7 +142,7 @@ static void gen_sandbox(struct server *s, yajl_gen g, const struct agsx_record *
     gen_metadata(g, r->labels);
     const char *inet = agsx_label_get(r->labels, LABEL_INTERNET);
     agsx_json_kv_bool(g, "allowInternetAccess", inet && strcmp(inet, "true") == 0);
-    agsx_api_gen_volume_mounts(g, r->labels);
+    agsx_api_gen_volume_mounts(g, r->volumes);
   }
   if (how == SHAPE_DETAIL) {
     agsx_json_key(g, "lifecycle");
@@ -332,7 +332,6 @@ static void create(struct req *r) {
   _cleanup_strv_ char **labels = agsx_strv_concat(c.metadata, NULL);
   agsx_labels_set(&labels, LABEL_TEMPLATE, c.template_id);
   agsx_labels_set(&labels, LABEL_INTERNET, c.internet ? "true" : "false");
-  int vl = agsx_api_volumes_label(&labels, c.volumes, &err);
   char id[33];
   struct agsx_record rec;
   struct agsx_spawn_req q = {
@@ -347,7 +346,7 @@ static void create(struct req *r) {
           c.internet && cfg->network && strcmp(cfg->network, "internal") != 0 ? cfg->network : NULL,
       .timeout = (uint64_t)(c.timeout ? c.timeout : AGSX_API_TIMEOUT_DEFAULT),
   };
-  if (vl < 0 || agsx_api_volumes_check(cfg->root, c.volumes, &err) < 0)
+  if (agsx_api_volumes_check(cfg->root, c.volumes, &err) < 0)
     agsx_respond_error(r, 400, "volumeMounts: %s", err->msg);
   else if (agsx_labels_check(labels, &err) < 0)
     agsx_respond_error(r, 400, "metadata: %s", err->msg);

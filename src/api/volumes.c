@@ -8,7 +8,6 @@
 
 #include "api/api-internal.h"
 #include "sandbox/volume.h"
-#include "state/state.h"
 
 #include <string.h>
 
@@ -119,41 +118,19 @@ int agsx_api_volumes_check(const char *root, char *const *volumes, agsx_error_t 
   return 0;
 }
 
-int agsx_api_volumes_label(char ***labels, char *const *volumes, agsx_error_t *err) {
-  if (volumes == NULL || volumes[0] == NULL)
-    return 0;
-  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
-  yajl_gen_array_open(g);
-  for (size_t i = 0; volumes[i]; i++) {
-    const char *colon = strchr(volumes[i], ':');
-    _cleanup_free_ char *name = xstrndup(volumes[i], colon ? (size_t)(colon - volumes[i]) : 0);
-    yajl_gen_map_open(g);
-    agsx_json_kv_str(g, "name", name);
-    agsx_json_kv_str(g, "path", colon ? colon + 1 : "");
-    yajl_gen_map_close(g);
-  }
-  yajl_gen_array_close(g);
-  size_t len;
-  _cleanup_free_ char *s = agsx_json_gen_steal(g, &len);
-  if (len > AGSX_LABEL_VALUE_MAX)
-    return agsx_error_set_quiet(err, EINVAL, "the volumes' paths are %zu bytes in all (at most %d)",
-                                len, AGSX_LABEL_VALUE_MAX);
-  agsx_labels_set(labels, AGSX_API_LABEL_VOLUMES, s);
-  return 0;
-}
-
-void agsx_api_gen_volume_mounts(yajl_gen g, char *const *labels) {
-  const char *s = agsx_label_get(labels, AGSX_API_LABEL_VOLUMES);
+void agsx_api_gen_volume_mounts(yajl_gen g, char *const *volumes) {
   agsx_json_key(g, "volumeMounts");
   yajl_gen_array_open(g);
-  agsx_error_t err = NULL;
-  _cleanup_json_ yajl_val v = s ? agsx_json_parse(s, strlen(s), AGSX_LABEL_VALUE_MAX, &err) : NULL;
-  agsx_error_free(&err);
-  for (size_t i = 0; v && YAJL_IS_ARRAY(v) && i < v->u.array.len; i++) {
-    yajl_val m = v->u.array.values[i];
+  for (size_t i = 0; volumes && volumes[i]; i++) {
+    const char *colon = strchr(volumes[i], ':');
+    if (colon == NULL)
+      continue;
+    _cleanup_free_ char *name = xstrndup(volumes[i], (size_t)(colon - volumes[i]));
+    /* The API's paths have no ':' (body.h); a CLI sandbox's may end in :ro. */
+    _cleanup_free_ char *path = xstrndup(colon + 1, strcspn(colon + 1, ":"));
     yajl_gen_map_open(g);
-    agsx_json_kv_str(g, "name", agsx_json_get_string(m, "name"));
-    agsx_json_kv_str(g, "path", agsx_json_get_string(m, "path"));
+    agsx_json_kv_str(g, "name", name);
+    agsx_json_kv_str(g, "path", path);
     yajl_gen_map_close(g);
   }
   yajl_gen_array_close(g);

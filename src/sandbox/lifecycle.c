@@ -350,6 +350,13 @@ static void fill_record(struct sup *f, struct agsx_record *r) {
   r->tmpfs_fd = f->sb->tmpfsfd; /* sandbox/snapshot.h */
   r->layers = agsx_strv_concat(f->o->extra_layers, NULL);
   r->labels = f->o->labels ? agsx_strv_concat(f->o->labels, NULL) : NULL;
+  for (size_t i = 0; i < f->o->n_binds; i++) {
+    const struct agsx_bind *b = &f->o->binds[i];
+    if (!b->volume)
+      continue;
+    _cleanup_free_ char *v = xasprintf("%s:%s%s", b->src, b->dst, b->ro ? ":ro" : "");
+    agsx_strv_push(&r->volumes, v);
+  }
 }
 
 static int write_start_record(struct sup *f, agsx_error_t *err) {

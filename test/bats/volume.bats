@@ -116,3 +116,22 @@ assert v[0]["path"].endswith("/volumes/a/_data"), v' "$output"
   assert_agsx_error "a pool's sandboxes take host paths, not named volumes"
   [ ! -e "$ROOT/volumes" ]
 }
+
+@test "volume: inspect lists a sandbox's volumes; a fork mounts them too (shared, not copied)" {
+  local id
+  id=$(rund -v fv:/data -v fro:/ro:ro busybox sleep 60)
+  run_ax inspect "$id"
+  assert_success
+  python3 -c '
+import json, sys
+assert json.loads(sys.argv[1])[0]["volumes"] == ["fv:/data", "fro:/ro:ro"], sys.argv[1]' "$output"
+  run_ax fork --name fk "$id" sh -c 'echo from-fork >/data/f; touch /ro/x 2>/dev/null || echo ro'
+  assert_success
+  note_sandbox_ids
+  ax wait fk >/dev/null || true
+  [ "$(cat "$ROOT/volumes/fv/_data/f")" = from-fork ]
+  [ ! -e "$ROOT/volumes/fro/_data/x" ]
+  run_ax exec "$id" cat /data/f
+  assert_success
+  [ "$output" = from-fork ]
+}
