@@ -108,6 +108,24 @@ static int stat_volume(int vdir, int lockfd, const char *name, struct agsx_volum
   return 0;
 }
 
+/* What a crash left: a creation's .tmp-* or a removal's .rm-* (renamed
+ * away, not deleted yet), once older than any live one can be. */
+#define STALE_SEC 3600
+static void sweep_stale(int vdir) {
+  _cleanup_dir_ DIR *d = agsx_dir_stream(vdir);
+  int64_t now = agsx_now_ns() / 1000000000LL;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    struct stat st;
+    if ((strncmp(e->d_name, ".tmp-", 5) != 0 && strncmp(e->d_name, ".rm-", 4) != 0) ||
+        fstatat(vdir, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+        now - st.st_mtim.tv_sec < STALE_SEC)
+      continue;
+    agsx_error_t ignored = NULL;
+    if (agsx_rm_rf_at(vdir, e->d_name, &ignored) < 0)
+      agsx_error_free(&ignored); /* another sweep's meanwhile */
+  }
+}
+
 int agsx_volume_create(const char *root, const char *name, bool exist_ok, agsx_error_t *err) {
   if (check_name(name, err) < 0)
     return -1;
@@ -124,6 +142,7 @@ int agsx_volume_create(const char *root, const char *name, bool exist_ok, agsx_e
     return exist_ok ? 0 : agsx_error_set_quiet(err, EEXIST, "volume `%s` already exists", name);
   }
   agsx_error_free(&e);
+  sweep_stale(vdir);
   /* Made whole under a temporary name, then renamed: a volume that is
    * listed always has its data directory. */
   _cleanup_free_ char *tmp = NULL;

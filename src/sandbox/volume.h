@@ -21,8 +21,10 @@
  * In use: a sandbox's start takes a shared lock of each of its volumes'
  * bytes on one fd, which its supervisor keeps to its end (a crash lets go
  * too). Removal takes the byte exclusively without waiting (EBUSY: in
- * use), renames the volume away, lets go and then deletes it; a start
- * checks that its volume is still there once it holds the lock. */
+ * use), renames the volume away (.rm-*), lets go and then deletes it; a
+ * start checks that its volume is still there once it holds the lock.
+ * What a crash leaves (.tmp-*, .rm-*) the next creation removes once an
+ * hour old. */
 #ifndef AGSX_SANDBOX_VOLUME_H
 #define AGSX_SANDBOX_VOLUME_H
 

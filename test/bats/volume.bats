@@ -135,3 +135,18 @@ assert json.loads(sys.argv[1])[0]["volumes"] == ["fv:/data", "fro:/ro:ro"], sys.
   assert_success
   [ "$output" = from-fork ]
 }
+
+@test "volume: what a crashed create or rm left is removed by a later create once old" {
+  ax volume create first >/dev/null
+  mkdir -p "$ROOT/volumes/.rm-old/v/_data/sub" "$ROOT/volumes/.tmp-old/_data" \
+    "$ROOT/volumes/.rm-young/v"
+  touch -d '2 hours ago' "$ROOT/volumes/.rm-old" "$ROOT/volumes/.tmp-old"
+  run_ax volume ls -q
+  [ "$output" = first ]
+  ax volume create second >/dev/null
+  [ ! -e "$ROOT/volumes/.rm-old" ]
+  [ ! -e "$ROOT/volumes/.tmp-old" ]
+  [ -d "$ROOT/volumes/.rm-young" ] # may be a removal under way
+  run_ax volume ls -q
+  [ "$output" = $'first\nsecond' ]
+}
