@@ -103,7 +103,9 @@ static const struct agsx_option run_opts[] = {
     {"pids", 0, "N", "Maximum number of processes (default 4096)", O_PIDS},
     {"disk", 0, "SIZE", "Size of the writable layer (default 1g)", O_DISK},
     {"read-only", 0, NULL, "Make the root filesystem read-only", O_READ_ONLY},
-    {"volume", 'v', "SRC:DST[:ro]", "Bind-mount a host path into the sandbox", O_VOLUME},
+    {"volume", 'v', "SRC:DST[:ro]",
+     "Bind-mount a host path, or mount named volume SRC (made if missing), into the sandbox",
+     O_VOLUME},
     {"security-opt", 0, "OPT",
      "seccomp=FILE (OCI/Docker JSON) or seccomp=unconfined; no-new-privileges=false: setuid works",
      O_SECURITY_OPT},
@@ -244,6 +246,12 @@ static const struct agsx_option network_update_opts[] = {
 };
 
 static const struct agsx_option network_ls_opts[] = {
+    {"quiet", 'q', NULL, "Print names only", O_QUIET},
+    {"json", 0, NULL, "Print a JSON list", O_JSON},
+    {0},
+};
+
+static const struct agsx_option volume_ls_opts[] = {
     {"quiet", 'q', NULL, "Print names only", O_QUIET},
     {"json", 0, NULL, "Print a JSON list", O_JSON},
     {0},
@@ -443,6 +451,11 @@ const struct agsx_command agsx_commands[] = {
     {"network rm", "NAME...", "Remove vpc networks no sandbox uses", none, agsx_cmd_network_rm,
      NULL},
     {"network inspect", "NAME...", "Show networks as JSON", none, agsx_cmd_network_inspect, NULL},
+    {"volume create", "NAME...", "Create named volumes (run -v NAME:/path mounts one)", none,
+     agsx_cmd_volume_create, NULL},
+    {"volume ls", "[OPTIONS]", "List named volumes", volume_ls_opts, agsx_cmd_volume_ls, NULL},
+    {"volume rm", "NAME...", "Remove named volumes and their data (none a sandbox uses)", none,
+     agsx_cmd_volume_rm, NULL},
     {0},
 };
 
@@ -548,7 +561,7 @@ int main(int argc, char **argv) {
   int words;
   const struct agsx_command *c = lookup(argc - i, argv + i, &words);
   if (c == NULL && (strcmp(argv[i], "image") == 0 || strcmp(argv[i], "network") == 0 ||
-                    strcmp(argv[i], "pool") == 0)) {
+                    strcmp(argv[i], "pool") == 0 || strcmp(argv[i], "volume") == 0)) {
     const char *group = argv[i];
     bool help =
         i + 1 >= argc || strcmp(argv[i + 1], "--help") == 0 || strcmp(argv[i + 1], "-h") == 0;

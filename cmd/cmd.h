@@ -173,6 +173,9 @@ int agsx_cmd_network_create(struct agsx_ctx *, const struct agsx_command *, int,
 int agsx_cmd_network_update(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_volume_create(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_volume_ls(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_volume_rm(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_network_inspect(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_browser(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_port(struct agsx_ctx *, const struct agsx_command *, int, char **);

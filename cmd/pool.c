@@ -81,6 +81,12 @@ int agsx_cmd_pool_create(struct agsx_ctx *ctx, const struct agsx_command *cmd, i
     agsx_failf("pool create: --detach, --json and --timing are run's, not a pool's");
     goto done;
   }
+  for (size_t k = 0; k < o.run.n_binds; k++)
+    if (o.run.binds[k].volume) {
+      agsx_failf("pool create: volume `%s`: a pool's sandboxes take host paths, not named volumes",
+                 o.run.binds[k].src);
+      goto done;
+    }
   struct agsx_run_spec spec;
   agsx_run_fill_spec(ctx, &o.run, o.image, NULL, agsx_mono_ns(), &spec);
   spec.pull_image = pull_quietly;

@@ -12,6 +12,7 @@
 #include "net/netspec.h"
 #include "net/relay.h"
 #include "sandbox/lifecycle.h"
+#include "sandbox/volume.h"
 #include "state/state.h"
 
 #include <fcntl.h>
@@ -53,13 +54,20 @@ static int add_bind(struct run_opts *o, const char *spec) {
     else if (strcmp(mode, "rw") != 0)
       return agsx_failf("run: invalid volume mode `%s` (ro or rw)", mode), -1;
   }
-  if (s[0] != '/' || dst[0] != '/' || !agsx_path_is_clean(dst + 1, 4096, 64))
+  /* SRC without a `/` names a volume (made on first use, as Docker's). */
+  bool volume = strchr(s, '/') == NULL;
+  if (volume && !agsx_volume_name_is_valid(s))
+    return agsx_failf("run: invalid volume name `%s`: letters, digits and _.- (at most %d, "
+                      "starting with a letter or digit)",
+                      s, AGSX_VOLUME_NAME_MAX),
+           -1;
+  if ((!volume && s[0] != '/') || dst[0] != '/' || !agsx_path_is_clean(dst + 1, 4096, 64))
     return agsx_failf("run: volume `%s`: both paths must be absolute and clean", spec), -1;
   struct stat st;
-  if (stat(s, &st) < 0)
+  if (!volume && stat(s, &st) < 0)
     return agsx_failf("run: volume source `%s`: %s", s, strerror(errno)), -1;
   o->binds = xrealloc(o->binds, (o->n_binds + 1) * sizeof(*o->binds));
-  o->binds[o->n_binds++] = (struct agsx_bind){xstrdup(s), xstrdup(dst), ro};
+  o->binds[o->n_binds++] = (struct agsx_bind){xstrdup(s), xstrdup(dst), ro, .volume = volume};
   return 0;
 }
 
@@ -431,6 +439,13 @@ int agsx_cmd_run(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
   if (o.pool) {
     code = agsx_run_pool(ctx, &o, argc - i, argv + i, t0);
     goto done;
+  }
+  for (size_t k = 0; k < o.n_binds; k++) {
+    agsx_error_t err = NULL;
+    if (o.binds[k].volume && agsx_volume_create(ctx->root, o.binds[k].src, true, &err) < 0) {
+      agsx_fail(&err);
+      goto done;
+    }
   }
   struct agsx_run_spec spec;
   agsx_run_fill_spec(ctx, &o, argv[i], argv + i + 1, t0, &spec);

@@ -28,7 +28,7 @@ function __agsx_command
                     continue
             end
             set cmd $t
-        else if test "$cmd" = image; or test "$cmd" = network; or test "$cmd" = pool
+        else if test "$cmd" = image; or test "$cmd" = network; or test "$cmd" = pool; or test "$cmd" = volume
             string match -q -- '-*' $t; and continue
             set cmd $cmd $t
             break
@@ -87,6 +87,21 @@ function __agsx_vpc_names
     end
     test -d "$root"; or return 0
     command agsx --root "$root" network ls -q 2>/dev/null | string match -v -- public
+end
+
+# Names of the named volumes (`agsx volume ls -q`), when the store exists.
+function __agsx_volume_names
+    set -l tokens (commandline -opc)
+    set -l root $AGSX_ROOT
+    test -n "$root"; or set root /var/lib/agsx
+    set -l i (contains -i -- --root $tokens)
+    and set -q tokens[(math $i + 1)]
+    and set root $tokens[(math $i + 1)]
+    for t in $tokens
+        string match -q -- '--root=*' $t; and set root (string replace -- --root= '' $t)
+    end
+    test -d "$root"; or return 0
+    command agsx --root "$root" volume ls -q 2>/dev/null
 end
 
 # MODE of `agsx run --network`: internal, public or vpc:NAME.
@@ -268,6 +283,7 @@ complete -c agsx -n '__agsx_cmd' -a pull -d 'Pull an image (alias of image pull)
 complete -c agsx -n '__agsx_cmd' -a push -d 'Push an image (alias of image push)'
 complete -c agsx -n '__agsx_cmd' -a network -d 'Manage networks'
 complete -c agsx -n '__agsx_cmd' -a pool -d 'Manage warm pools of parked sandboxes'
+complete -c agsx -n '__agsx_cmd' -a volume -d 'Manage named volumes'
 
 # agsx image
 complete -c agsx -n '__agsx_cmd image' -a ls -d 'List images'
@@ -287,6 +303,12 @@ complete -c agsx -n '__agsx_cmd network' -a ls -d 'List networks'
 complete -c agsx -n '__agsx_cmd network' -a rm -d 'Remove vpc networks no sandbox uses'
 complete -c agsx -n '__agsx_cmd network' -a inspect -d 'Show networks as JSON'
 complete -c agsx -n '__agsx_cmd network' -s h -l help -d 'Show this help'
+
+# agsx volume
+complete -c agsx -n '__agsx_cmd volume' -a create -d 'Create named volumes'
+complete -c agsx -n '__agsx_cmd volume' -a ls -d 'List named volumes'
+complete -c agsx -n '__agsx_cmd volume' -a rm -d 'Remove named volumes and their data'
+complete -c agsx -n '__agsx_cmd volume' -s h -l help -d 'Show this help'
 
 # agsx pool
 complete -c agsx -n '__agsx_cmd pool' -a create -d 'Create a warm pool of parked sandboxes'
@@ -576,6 +598,18 @@ complete -c agsx -n '__agsx_cmd network rm' -a '(__agsx_vpc_names)' -d Network
 # agsx network inspect
 complete -c agsx -n '__agsx_cmd network inspect' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd network inspect' -a 'public (__agsx_vpc_names)' -d Network
+
+# agsx volume create: NAME is the user's to choose.
+complete -c agsx -n '__agsx_cmd volume create' -s h -l help -d 'Show this help'
+
+# agsx volume ls
+complete -c agsx -n '__agsx_cmd volume ls' -s q -l quiet -d 'Print names only'
+complete -c agsx -n '__agsx_cmd volume ls' -l json -d 'Print a JSON list'
+complete -c agsx -n '__agsx_cmd volume ls' -s h -l help -d 'Show this help'
+
+# agsx volume rm
+complete -c agsx -n '__agsx_cmd volume rm' -s h -l help -d 'Show this help'
+complete -c agsx -n '__agsx_cmd volume rm' -a '(__agsx_volume_names)' -d Volume
 
 # agsx cp
 complete -c agsx -n '__agsx_cmd cp' -s a -l archive -d 'Keep uids and gids (mapped into and out of the sandbox'"'"'s range)'

@@ -257,4 +257,13 @@ void agsx_api_create_snapshot(struct req *r, const char *e2b_id); /* POST /sandb
 void agsx_api_list_snapshots(struct req *r);                      /* GET /snapshots */
 void agsx_api_delete_snapshot(struct req *r, const char *id);     /* DELETE /templates/ID */
 
+/* ---- volumes (volumes.c, over sandbox/volume.h) ---- */
+/* /volumes[/ID]: SEG the path's N segments. */
+void agsx_api_volumes(struct req *r, char **seg, size_t n);
+/* Every volume of VOLUMES (NAME:/path, body.h) exists: ENOENT otherwise. */
+int agsx_api_volumes_check(const char *root, char *const *volumes, agsx_error_t *err);
+/* "volumeMounts" (SandboxDetail, ListedSandbox): the record's volumes
+ * (state.h: NAME:/path[:ro]) as [{"name", "path"}]. */
+void agsx_api_gen_volume_mounts(yajl_gen g, char *const *volumes);
+
 #endif

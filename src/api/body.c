@@ -4,6 +4,7 @@
 #include "api/body.h"
 #include "api/server.h"
 #include "net/egress.h"
+#include "sandbox/volume.h"
 #include "state/state.h"
 #include "util/json.h"
 
@@ -58,6 +59,7 @@ void agsx_api_create_clear(struct agsx_api_create *c) {
   agsx_strv_free(c->env);
   agsx_strv_free(c->metadata);
   agsx_strv_free(c->egress);
+  agsx_strv_free(c->volumes);
   memset(c, 0, sizeof(*c));
 }
 
@@ -65,7 +67,7 @@ void agsx_api_create_clear(struct agsx_api_create *c) {
 static int unsupported(yajl_val body, int *ret_status, agsx_error_t *err) {
   static const struct {
     const char *field, *what;
-  } no[] = {{"mcp", "MCP gateways"}, {"volumeMounts", "volume mounts"}, {"iam", "IAM tokens"}};
+  } no[] = {{"mcp", "MCP gateways"}, {"iam", "IAM tokens"}};
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(no); i++)
     if (!is_empty(agsx_json_get(body, no[i].field)))
       return fail(ret_status, 501, err, "agsx: %s are not supported", no[i].what);
@@ -192,6 +194,56 @@ static int lifecycle(yajl_val body, struct agsx_api_create *c, int *ret_status, 
   return 0;
 }
 
+static bool under(const char *path, const char *dir) {
+  size_t n = strlen(dir);
+  return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+static int volume_mount(yajl_val m, char ***ret, int *ret_status, agsx_error_t *err) {
+  static const char *const known[] = {"name", "path", NULL};
+  if (!YAJL_IS_OBJECT(m))
+    return fail(ret_status, 400, err, "%s must be a list of {\"name\", \"path\"}", "volumeMounts");
+  const char *bad = unknown_key(m, known);
+  if (bad)
+    return fail(ret_status, 400, err, "volumeMounts: unknown field `%.64s`", bad);
+  const char *name = YAJL_GET_STRING(agsx_json_get(m, "name"));
+  const char *path = YAJL_GET_STRING(agsx_json_get(m, "path"));
+  if (name == NULL || path == NULL)
+    return fail(ret_status, 400, err, "%s: name and path are required strings", "volumeMounts");
+  if (!agsx_volume_name_is_valid(name))
+    return fail(ret_status, 400, err,
+                "volumeMounts: invalid volume name \"%.80s\": letters, digits and _.- (at most "
+                "64, starting with a letter or digit)",
+                name);
+  /* (no ':': the record keeps NAME:/path[:ro], state.h) */
+  if (path[0] != '/' || !agsx_path_is_clean(path + 1, 4096, 64) || strchr(path, ':'))
+    return fail(ret_status, 400, err,
+                "volumeMounts: path \"%.200s\" must be absolute, clean and without ':'", path);
+  if (under(path, "/proc") || under(path, "/dev") || under(path, "/sys"))
+    return fail(ret_status, 400, err, "volumeMounts: path \"%.200s\" is reserved", path);
+  for (size_t i = 0; *ret && (*ret)[i]; i++)
+    if (strcmp(strchr((*ret)[i], ':') + 1, path) == 0)
+      return fail(ret_status, 400, err, "volumeMounts: two volumes at \"%.200s\"", path);
+  _cleanup_free_ char *s = xasprintf("%s:%s", name, path);
+  agsx_strv_push(ret, s);
+  return 0;
+}
+
+int agsx_api_volume_mounts_parse(yajl_val v, char ***ret, int *ret_status, agsx_error_t *err) {
+  *ret = NULL;
+  *ret_status = 400;
+  if (is_null(v))
+    return 0;
+  if (!YAJL_IS_ARRAY(v) || v->u.array.len > AGSX_MAX_BINDS)
+    return fail(ret_status, 400, err, "volumeMounts must be a list of at most %s volumes", "64");
+  for (size_t i = 0; i < v->u.array.len; i++)
+    if (volume_mount(v->u.array.values[i], ret, ret_status, err) < 0) {
+      agsx_strv_free(steal_ptr(ret));
+      return -1;
+    }
+  return 0;
+}
+
 int agsx_api_create_parse(const char *buf, size_t len, struct agsx_api_create *ret, int *ret_status,
                           agsx_error_t *err) {
   static const char *const known[] = {"templateID",   "timeout",
@@ -227,11 +279,17 @@ int agsx_api_create_parse(const char *buf, size_t len, struct agsx_api_create *r
   struct agsx_api_create life = {0};
   if (lifecycle(body, &life, ret_status, err) < 0)
     return -1;
-  char **egress = NULL;
+  char **egress = NULL, **volumes = NULL;
   if (agsx_api_egress_parse(agsx_json_get(body, "network"), &egress, ret_status, err) < 0)
     return -1;
+  if (agsx_api_volume_mounts_parse(agsx_json_get(body, "volumeMounts"), &volumes, ret_status, err) <
+      0) {
+    agsx_strv_free(egress);
+    return -1;
+  }
   struct agsx_api_create c = {
       .egress = egress,
+      .volumes = volumes,
       .template_id = xstrdup(is_null(t) ? "base" : t->u.string),
       .timeout = is_null(to) ? 0 : YAJL_GET_INTEGER(to),
       .internet = !(inet && YAJL_IS_FALSE(inet)),

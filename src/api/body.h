@@ -16,6 +16,7 @@ struct agsx_api_create {
   char **env;            /* envVars as KEY=VALUE */
   char **metadata;       /* as KEY=VALUE; keys starting with e2b. refused */
   char **egress;         /* network.allowOut/denyOut as egress rule lines (net/egress.h) */
+  char **volumes;        /* volumeMounts as NAME:/path (a valid volume name, a clean path) */
   bool pause_on_timeout; /* autoPause: paused, not killed, at the timeout */
   bool auto_resume;      /* autoResume.enabled: a request to it resumes it */
 };
@@ -23,6 +24,10 @@ void agsx_api_create_clear(struct agsx_api_create *c);
 /* NET ({"allowOut": [...], "denyOut": [...]}, or null) as egress rule lines
  * ("allow pypi.org"); NULL when there are none. */
 int agsx_api_egress_parse(yajl_val net, char ***ret_rules, int *ret_status, agsx_error_t *err);
+/* volumeMounts ([{"name": "v", "path": "/mnt"}], or null) as NAME:/path
+ * strings: names valid (sandbox/volume.h), paths absolute, clean, unique
+ * and not /, /proc, /dev or /sys. */
+int agsx_api_volume_mounts_parse(yajl_val v, char ***ret, int *ret_status, agsx_error_t *err);
 int agsx_api_create_parse(const char *buf, size_t len, struct agsx_api_create *ret, int *ret_status,
                           agsx_error_t *err);
 

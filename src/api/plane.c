@@ -161,6 +161,7 @@ static void gen_sandbox(struct server *s, yajl_gen g, const struct agsx_record *
     gen_metadata(g, r->labels);
     const char *inet = agsx_label_get(r->labels, LABEL_INTERNET);
     agsx_json_kv_bool(g, "allowInternetAccess", inet && strcmp(inet, "true") == 0);
+    agsx_api_gen_volume_mounts(g, r->volumes);
   }
   if (how == SHAPE_DETAIL) {
     agsx_json_key(g, "lifecycle");
@@ -316,7 +317,7 @@ static bool claim_pooled(struct req *r, const char *tmpl, const struct agsx_spaw
                          char id[33]) {
   const struct agsx_api_config *cfg = r->s->cfg;
   const char *name = template_pool(cfg, tmpl);
-  if (name == NULL || q->egress || q->pause_on_timeout)
+  if (name == NULL || q->egress || q->pause_on_timeout || q->volumes)
     return false;
   agsx_error_t err = NULL;
   struct agsx_pool_config pc;
@@ -379,13 +380,16 @@ static void create(struct req *r) {
       .env = c.env,
       .labels = labels,
       .egress = c.egress,
+      .volumes = c.volumes,
       .network =
           c.internet && cfg->network && strcmp(cfg->network, "internal") != 0 ? cfg->network : NULL,
       .timeout = (uint64_t)(c.timeout ? c.timeout : AGSX_API_TIMEOUT_DEFAULT),
       .pause_on_timeout = c.pause_on_timeout,
   };
   q.new_privs = template_new_privs(cfg, c.template_id, q.image);
-  if (agsx_labels_check(labels, &err) < 0)
+  if (agsx_api_volumes_check(cfg->root, c.volumes, &err) < 0)
+    agsx_respond_error(r, 400, "volumeMounts: %s", err->msg);
+  else if (agsx_labels_check(labels, &err) < 0)
     agsx_respond_error(r, 400, "metadata: %s", err->msg);
   else if (c.egress && q.network == NULL)
     agsx_respond_error(r, 400, "network.allowOut/denyOut: the sandbox has no internet access (%s)",
@@ -942,8 +946,15 @@ void agsx_api_control_plane(struct req *r) {
   if (strcmp(m, "DELETE") == 0 && agsx_str_has_prefix(r->path, "/templates/") &&
       r->path[strlen("/templates/")] != '\0')
     return agsx_api_delete_snapshot(r, r->path + strlen("/templates/"));
+  if (n >= 1 && strcmp(seg[0], "volumes") == 0)
+    return agsx_api_volumes(r, seg, n);
+  if (n >= 1 && strcmp(seg[0], "secrets") == 0)
+    return agsx_respond_error(r, 501,
+                              "agsx: secrets are not supported: E2B resolves "
+                              "${e2b.secrets.NAME} in the headers of egress requests "
+                              "(network.rules) through a TLS-intercepting proxy, which "
+                              "agsx does not have (see agsx-serve(1))");
   if (n >= 1 && (strcmp(seg[0], "snapshots") == 0 || strcmp(seg[0], "templates") == 0 ||
-                 strcmp(seg[0], "volumes") == 0 || strcmp(seg[0], "secrets") == 0 ||
                  strcmp(seg[0], "volumecontent") == 0 ||
                  (n >= 2 && (strcmp(seg[0], "v2") == 0 || strcmp(seg[0], "v3") == 0) &&
                   strcmp(seg[1], "templates") == 0)))

@@ -66,6 +66,17 @@ static void handle(int fd, const char *buf, size_t len) {
       return;
     }
   }
+  _cleanup_strv_ char **volumes = get_strv(v, "volumes");
+  size_t nv = agsx_strv_len(volumes);
+  struct agsx_bind *binds = nv ? xzalloc(nv * sizeof(*binds)) : NULL;
+  for (size_t i = 0; i < nv; i++) {
+    char *colon = strchr(volumes[i], ':'); /* NAME:/path (body.h: no ':' in NAME) */
+    if (colon)
+      *colon = '\0';
+    binds[i] = (struct agsx_bind){.src = volumes[i],
+                                  .dst = colon ? colon + 1 : volumes[i] + strlen(volumes[i]),
+                                  .volume = true};
+  }
   int64_t timeout = 0;
   agsx_json_get_int64(v, "timeout", &timeout);
   yajl_val pause_on_timeout = agsx_json_get(v, "pause_on_timeout");
@@ -78,6 +89,8 @@ static void handle(int fd, const char *buf, size_t len) {
       .labels = labels,
       .network = agsx_json_get_string(v, "network"),
       .egress = &egress,
+      .binds = binds,
+      .n_binds = nv,
       .timeout = (uint64_t)(timeout > 0 ? timeout : 0),
       .rm = true,
       .idle = true,
@@ -90,12 +103,14 @@ static void handle(int fd, const char *buf, size_t len) {
     reply(fd, NULL, 400, err->msg);
     agsx_error_free(&err);
     agsx_egress_clear(&egress);
+    free(binds);
     return;
   }
   struct agsx_run_started st;
   int rc = agsx_lifecycle_detach(lc, &st, &err);
   agsx_lifecycle_free(lc);
   agsx_egress_clear(&egress);
+  free(binds);
   if (rc < 0) {
     reply(fd, NULL, 500, err->msg);
     agsx_error_free(&err);
@@ -178,6 +193,7 @@ int agsx_spawn(struct agsx_spawner *sp, const struct agsx_spawn_req *req, char r
   gen_strv(g, "env", req->env);
   gen_strv(g, "labels", req->labels);
   gen_strv(g, "egress", req->egress);
+  gen_strv(g, "volumes", req->volumes);
   yajl_gen_map_close(g);
   size_t len;
   _cleanup_free_ char *msg = agsx_json_gen_steal(g, &len);

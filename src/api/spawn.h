@@ -27,10 +27,11 @@ struct agsx_spawner {
 struct agsx_spawn_req {
   const char *root, *state, *image, *network;
   char **env, **labels;
-  char **egress; /* egress rules ("allow pypi.org", net/egress.h), or NULL */
+  char **egress;  /* egress rules ("allow pypi.org", net/egress.h), or NULL */
+  char **volumes; /* named volumes to mount, NAME:/path (sandbox/volume.h), or NULL */
   uint64_t timeout;
   bool pause_on_timeout; /* lifecycle.onTimeout "pause" (agsx_run_spec) */
-  bool new_privs; /* the template's no-new-privileges=false (sandbox/procexec.h) */
+  bool new_privs;        /* the template's no-new-privileges=false (sandbox/procexec.h) */
 };
 
 int agsx_spawner_start(struct agsx_spawner *sp, agsx_error_t *err);

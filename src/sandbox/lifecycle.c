@@ -13,6 +13,7 @@
 #include "sandbox/supervisor.h"
 #include "sandbox/procs-internal.h"
 #include "sandbox/pool.h"
+#include "sandbox/volume.h"
 #include "image/registry/registry.h"
 #include "image/store.h"
 #include "net/egress.h"
@@ -65,7 +66,12 @@ int agsx_run_spec_check(const struct agsx_run_spec *o, agsx_error_t *err) {
     return agsx_error_set(err, 0, "at most %d volumes", AGSX_MAX_BINDS);
   for (size_t i = 0; i < o->n_binds; i++) {
     const struct agsx_bind *b = &o->binds[i];
-    if (b->src[0] != '/' || b->dst[0] != '/' || !agsx_path_is_clean(b->dst + 1, 4096, 64))
+    if (b->volume && !agsx_volume_name_is_valid(b->src))
+      return agsx_error_set(err, 0, "invalid volume name `%.100s`", b->src);
+    if (b->volume && o->pool)
+      return agsx_error_set(err, 0, "a pool's sandboxes take no named volume (`%s`)", b->src);
+    if ((!b->volume && b->src[0] != '/') || b->dst[0] != '/' ||
+        !agsx_path_is_clean(b->dst + 1, 4096, 64))
       return agsx_error_set(err, 0, "volume `%s:%s`: both paths must be absolute and clean", b->src,
                             b->dst);
   }
@@ -212,6 +218,27 @@ static int build_config(const struct agsx_run_spec *o, char **cmd, struct prepar
   return 0;
 }
 
+/* Named volumes: resolved on a copy of the spec's binds and locked in use
+ * (sandbox/volume.h) until the supervisor ends. */
+static int prepare_volumes(const struct agsx_run_spec *o, struct prepared *p,
+                           struct agsx_sandbox_config *cfg, agsx_error_t *err) {
+  bool any = false;
+  for (size_t i = 0; i < o->n_binds; i++)
+    any |= o->binds[i].volume;
+  if (!any)
+    return 0;
+  p->binds = xzalloc(o->n_binds * sizeof(*p->binds));
+  for (; p->n_binds < o->n_binds; p->n_binds++) {
+    p->binds[p->n_binds] = o->binds[p->n_binds];
+    p->binds[p->n_binds].src = xstrdup(o->binds[p->n_binds].src);
+    p->binds[p->n_binds].dst = xstrdup(o->binds[p->n_binds].dst);
+  }
+  if (agsx_volume_attach(o->root, p->binds, p->n_binds, &p->volume_lock, err) < 0)
+    return -1;
+  cfg->binds = p->binds;
+  return 0;
+}
+
 static int prepare_seccomp(const struct agsx_run_spec *o, struct prepared *p,
                            struct agsx_sandbox_config *cfg, agsx_error_t *err) {
   if (o->seccomp && strcmp(o->seccomp, "unconfined") == 0)
@@ -327,6 +354,13 @@ static void fill_record(struct sup *f, struct agsx_record *r) {
   r->tmpfs_fd = f->sb->tmpfsfd; /* sandbox/snapshot.h */
   r->layers = agsx_strv_concat(f->o->extra_layers, NULL);
   r->labels = f->o->labels ? agsx_strv_concat(f->o->labels, NULL) : NULL;
+  for (size_t i = 0; i < f->o->n_binds; i++) {
+    const struct agsx_bind *b = &f->o->binds[i];
+    if (!b->volume)
+      continue;
+    _cleanup_free_ char *v = xasprintf("%s:%s%s", b->src, b->dst, b->ro ? ":ro" : "");
+    agsx_strv_push(&r->volumes, v);
+  }
 }
 
 static int write_start_record(struct sup *f, agsx_error_t *err) {
@@ -615,6 +649,12 @@ static void prepared_clear(struct prepared *p) {
   agsx_strv_free(p->env);
   agsx_strv_free(p->layers);
   agsx_seccomp_bpf_clear(&p->bpf);
+  for (size_t i = 0; i < p->n_binds; i++) {
+    free(p->binds[i].src);
+    free(p->binds[i].dst);
+  }
+  free(p->binds);
+  agsx_closep(&p->volume_lock);
 }
 
 /* ---- the API ------------------------------------------------------------------------------ */
@@ -644,6 +684,7 @@ int agsx_lifecycle_create(const struct agsx_run_spec *spec, struct agsx_lifecycl
   if (lc->spec.t0 == 0)
     lc->spec.t0 = agsx_mono_ns();
   lc->p.image_name = spec->image_name ? spec->image_name : spec->image;
+  lc->p.volume_lock = -1;
   lc->cfg.netns = lc->cfg.sysfs = -1;
   agsx_sandbox_new_id(lc->cfg.id);
   lc->job = (struct agsx_netns_job){-1, -1};
@@ -665,6 +706,7 @@ int agsx_lifecycle_create(const struct agsx_run_spec *spec, struct agsx_lifecycl
       agsx_net_prepare(&lc->job, linked ? &lc->net.link : NULL, err) < 0 ||
       prepare_image(&lc->spec, spec->image, spec->pull, &lc->p, &lc->cfg, err) < 0 ||
       build_config(&lc->spec, spec->cmd, &lc->p, &lc->cfg, err) < 0 ||
+      prepare_volumes(&lc->spec, &lc->p, &lc->cfg, err) < 0 ||
       prepare_seccomp(&lc->spec, &lc->p, &lc->cfg, err) < 0) {
     agsx_net_job_cancel(&lc->job);
     agsx_lifecycle_free(lc);
@@ -728,6 +770,7 @@ static void close_callers_fds(struct agsx_lifecycle *lc, int report) {
   keep[n++] = lc->net.watch_fd;
   keep[n++] = lc->net.nflog_fd;    /* egress: the blocked log's socket */
   keep[n++] = lc->net.egress_pipe; /* egress: its rules' transaction result */
+  keep[n++] = lc->p.volume_lock;   /* its volumes in use (sandbox/volume.h) */
   if (lc->p.store) {
     struct agsx_store *s = lc->p.store;
     keep[n++] = s->rootfd;

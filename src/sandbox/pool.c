@@ -136,7 +136,7 @@ static int config_from_json(const char *buf, size_t len, struct agsx_pool_config
       continue;
     yajl_val ro = agsx_json_get(e, "ro");
     pc->binds[pc->n_binds++] =
-        (struct agsx_bind){xstrdup(src), xstrdup(dst), ro && YAJL_IS_TRUE(ro)};
+        (struct agsx_bind){.src = xstrdup(src), .dst = xstrdup(dst), .ro = ro && YAJL_IS_TRUE(ro)};
   }
   yajl_val env = agsx_json_get_array(v, "env");
   for (size_t i = 0; env && i < env->u.array.len; i++)
@@ -544,8 +544,8 @@ int agsx_pool_create(const struct agsx_run_spec *s, const char *name, unsigned s
   };
   pc.binds = s->n_binds ? xzalloc(s->n_binds * sizeof(*pc.binds)) : NULL;
   for (size_t i = 0; i < s->n_binds; i++)
-    pc.binds[pc.n_binds++] =
-        (struct agsx_bind){xstrdup(s->binds[i].src), xstrdup(s->binds[i].dst), s->binds[i].ro};
+    pc.binds[pc.n_binds++] = (struct agsx_bind){
+        .src = xstrdup(s->binds[i].src), .dst = xstrdup(s->binds[i].dst), .ro = s->binds[i].ro};
   _cleanup_close_ int pools = open_pools(s->state, true, err);
   int r = pools < 0 ? -1 : write_config(pools, name, &pc, err);
   agsx_pool_config_clear(&pc);

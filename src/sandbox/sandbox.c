@@ -239,7 +239,10 @@ static int idmapped_layer(const char *path, int usernsfd, bool idmap, agsx_error
   return steal_fd(&fd);
 }
 
-static int bind_source(const struct agsx_bind *b, agsx_error_t *err) {
+/* A host directory is mounted as it is (its files are "nobody"'s inside);
+ * a named volume's data idmapped as the layers are, so that each sandbox
+ * sees the files its own ids wrote (sandbox/volume.h). */
+static int bind_source(const struct agsx_bind *b, int userns, agsx_error_t *err) {
   _cleanup_close_ int fd =
       open_tree(AT_FDCWD, b->src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
   if (fd < 0)
@@ -247,6 +250,10 @@ static int bind_source(const struct agsx_bind *b, agsx_error_t *err) {
   struct mount_attr attr = {.attr_set = MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID};
   if (b->ro)
     attr.attr_set |= MOUNT_ATTR_RDONLY;
+  if (b->idmap) {
+    attr.attr_set |= MOUNT_ATTR_IDMAP;
+    attr.userns_fd = (uint64_t)userns;
+  }
   if (mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0)
     return agsx_error_set(err, errno, "volume `%s`", b->src);
   return steal_fd(&fd);
@@ -278,7 +285,7 @@ static int send_go(struct agsx_sandbox *sb, const struct agsx_sandbox_config *cf
     else
       n++;
   for (size_t i = 0; r == 0 && i < cfg->n_binds; i++)
-    if ((fds[n] = bind_source(&cfg->binds[i], err)) < 0)
+    if ((fds[n] = bind_source(&cfg->binds[i], userns, err)) < 0)
       r = -1;
     else
       n++;

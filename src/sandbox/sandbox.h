@@ -36,9 +36,11 @@
 #define AGSX_MAX_BINDS 64
 
 struct agsx_bind {
-  char *src; /* host path */
+  char *src; /* host path; with volume, a volume's name (sandbox/volume.h) */
   char *dst; /* path inside the sandbox */
   bool ro;
+  bool volume; /* src names a volume: the lifecycle resolves it (agsx_volume_attach) */
+  bool idmap;  /* mounted idmapped with the sandbox's user namespace (a volume's data) */
 };
 
 struct agsx_sandbox_config {

@@ -914,10 +914,39 @@ static struct agsx_port *fork_ports(const struct agsx_record *r) {
   return v;
 }
 
+/* The source's named volumes (its record's NAME:/path[:ro]), mounted by
+ * each fork too: a volume is shared, not copied. */
+static size_t fork_volumes(const struct agsx_record *r, struct agsx_bind **ret) {
+  size_t n = agsx_strv_len(r->volumes);
+  *ret = n ? xzalloc(n * sizeof(**ret)) : NULL;
+  for (size_t i = 0; i < n; i++) {
+    char *s = xstrdup(r->volumes[i]), *colon = strchr(s, ':');
+    size_t len = strlen(s);
+    bool ro = len > 3 && strcmp(s + len - 3, ":ro") == 0 && colon != s + len - 3;
+    if (ro)
+      s[len - 3] = '\0';
+    if (colon)
+      *colon = '\0';
+    (*ret)[i] = (struct agsx_bind){
+        .src = s, .dst = xstrdup(colon ? colon + 1 : ""), .ro = ro, .volume = true};
+  }
+  return n;
+}
+
+static void fork_volumes_free(struct agsx_bind *v, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    free(v[i].src);
+    free(v[i].dst);
+  }
+  free(v);
+}
+
 static int fork_one(const struct agsx_fork_opts *o, const struct agsx_capture *c, const char *name,
                     struct agsx_fork *ret, agsx_error_t *err) {
   const struct agsx_record *r = &c->rec;
   _cleanup_free_ struct agsx_port *ports = fork_ports(r);
+  struct agsx_bind *binds = NULL;
+  size_t n_binds = fork_volumes(r, &binds);
   bool host = r->image_digest == NULL && r->image && strcmp(r->image, "host") == 0;
   double cpus = r->cpu_quota_us ? (double)r->cpu_quota_us / AGSX_CGROUP_CPU_PERIOD_US : 0;
   struct agsx_run_spec spec = {
@@ -949,6 +978,8 @@ static int fork_one(const struct agsx_fork_opts *o, const struct agsx_capture *c
       .rm = r->rm,
       .ports = ports,
       .n_ports = r->n_ports,
+      .binds = binds,
+      .n_binds = n_binds,
   };
   struct agsx_lifecycle *lc = NULL;
   struct agsx_run_started st;
@@ -956,6 +987,7 @@ static int fork_one(const struct agsx_fork_opts *o, const struct agsx_capture *c
   if (rc == 0)
     rc = agsx_lifecycle_detach(lc, &st, err);
   agsx_lifecycle_free(lc);
+  fork_volumes_free(binds, n_binds);
   if (rc < 0)
     return -1;
   memcpy(ret->id, st.id, sizeof(ret->id));

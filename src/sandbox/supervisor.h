@@ -33,6 +33,11 @@ struct prepared {
   struct agsx_seccomp_bpf bpf;
   char hostname[65];
   char **layers; /* the image's and spec->extra_layers, when there are extra ones */
+  /* The spec's binds with its named volumes resolved (sandbox/volume.h),
+   * when it has any; volume_lock holds them in use for the sandbox's life. */
+  struct agsx_bind *binds;
+  size_t n_binds;
+  int volume_lock;
   /* The systemd scope's description (host/cgroup.h), for a person reading
    * systemd-cgls or systemctl status. */
   char description[192];

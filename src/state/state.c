@@ -36,6 +36,7 @@ void agsx_record_clear(struct agsx_record *r) {
   agsx_strv_free(r->restart_layers);
   free(r->restart_error);
   agsx_strv_free(r->labels);
+  agsx_strv_free(r->volumes);
   free(r->damage);
   memset(r, 0, sizeof(*r));
 }
@@ -132,6 +133,8 @@ char *agsx_record_to_json(const struct agsx_record *r, size_t *ret_len) {
   gen_proc(g, "restart_by", &r->restart_by);
   agsx_json_kv_str(g, "restart_error", r->restart_error);
   gen_labels(g, r->labels);
+  if (r->volumes)
+    gen_strv(g, "volumes", r->volumes);
   yajl_gen_map_close(g);
   return agsx_json_gen_steal(g, ret_len);
 }
@@ -182,6 +185,7 @@ static void gen_full(yajl_gen g, const struct agsx_record *r) {
   agsx_json_kv_bool(g, "no_new_privileges", !r->new_privs);
   agsx_json_kv_bool(g, "rm", r->rm);
   agsx_json_kv_bool(g, "stop_requested", r->stop_request);
+  gen_strv(g, "volumes", r->volumes);
   gen_time(g, "paused_at", r->status == AGSX_STATUS_RUNNING && r->paused ? r->paused_at : 0);
 }
 
@@ -422,6 +426,7 @@ int agsx_record_from_json(const char *buf, size_t len, struct agsx_record *r, ag
   r->restart_seq = opt_int(v, "restart_seq");
   r->restarted_seq = opt_int(v, "restarted_seq");
   r->restart_layers = opt_strv(v, "restart_layers");
+  r->volumes = opt_strv(v, "volumes");
   opt_proc(v, "restart_by", &r->restart_by);
   r->restart_error = opt_str(v, "restart_error");
   return 0;

@@ -68,8 +68,11 @@ struct agsx_record {
    * its image work (sandbox/procexec.h); false, the default, sets it. */
   bool new_privs;
   char **labels; /* KEY=VALUE (agsx_labels_check), NULL: none */
-  bool rm;       /* remove the record when the sandbox ends */
-  bool idle;     /* no command (agsx_run_spec.idle): a fork is idle too */
+  /* Named volumes it mounts (sandbox/volume.h), NAME:/path or NAME:/path:ro:
+   * a fork mounts them too. */
+  char **volumes;
+  bool rm;   /* remove the record when the sandbox ends */
+  bool idle; /* no command (agsx_run_spec.idle): a fork is idle too */
   /* sandbox/pool.h: the pool it was started for, and whether it still
    * waits there for a claim (status "parked" while it does). */
   char *pool;
@@ -119,7 +122,7 @@ const char *agsx_record_status(const struct agsx_record *r);
  * exit_code, network, address, ports, pid, limits); with FULL, `inspect`'s
  * too (started, ended, timeout, deadline_ns, supervisor and init with their
  * start times, uid_range, argv, env, user, cwd, hostname, seccomp,
- * no_new_privileges, rm, stop_requested). NOW is the time (seconds) time_left counts from. */
+ * no_new_privileges, rm, stop_requested, volumes). NOW is the time (seconds) time_left counts from. */
 void agsx_record_gen(yajl_gen g, const struct agsx_record *r, int64_t now, bool full);
 /* The value of a record's "ports" (also in `ls --json` and `port --json`). */
 void agsx_record_gen_ports(yajl_gen g, const struct agsx_port *v, size_t n);

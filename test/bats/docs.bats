@@ -85,6 +85,7 @@ man_file() {
     snapshot\ *) echo "$SRC/man/agsx-snapshot.1" ;;
     network\ *) echo "$SRC/man/agsx-network.1" ;;
     pool\ *) echo "$SRC/man/agsx-pool.1" ;;
+    volume\ *) echo "$SRC/man/agsx-volume.1" ;;
     *) echo "$SRC/man/agsx-$1.1" ;;
   esac
 }
@@ -92,7 +93,7 @@ man_file() {
 man_section() {
   case $1 in
     global) echo "GLOBAL OPTIONS" ;;
-    image\ * | network\ * | snapshot\ * | pool\ *) echo "agsx $1" ;;
+    image\ * | network\ * | snapshot\ * | pool\ * | volume\ *) echo "agsx $1" ;;
     *) echo "OPTIONS" ;;
   esac
 }
@@ -267,6 +268,9 @@ EOF
 @test "docs: pool create options" { doc_sets_agree "pool create"; }
 @test "docs: pool ls options" { doc_sets_agree "pool ls"; }
 @test "docs: pool rm options" { doc_sets_agree "pool rm"; }
+@test "docs: volume create options" { doc_sets_agree "volume create"; }
+@test "docs: volume ls options" { doc_sets_agree "volume ls"; }
+@test "docs: volume rm options" { doc_sets_agree "volume rm"; }
 
 @test "docs: port options" { doc_sets_agree port; }
 @test "docs: pause options" { doc_sets_agree pause; }
@@ -329,6 +333,9 @@ snapshot rm
 stats
 unpause
 update
+volume create
+volume ls
+volume rm
 wait'
   run diff <(echo "$tested") <(help_commands -i | sort)
   echo "$output"
@@ -341,9 +348,9 @@ wait'
   bash_top=$(sed -nE 's/^_agsx_commands="([^"]*)".*/ \1 /p' "$SRC/completions/bash/agsx")
   local zsh_top
   zsh_top=$(opts_from_zsh_body _agsx)
-  # Command groups: the subcommands of `image`, `network`, `pool` and `snapshot`.
+  # Command groups: the subcommands of `image`, `network`, `pool`, `snapshot` and `volume`.
   local -A bash_sub zsh_sub
-  for group in image network pool snapshot; do
+  for group in image network pool snapshot volume; do
     bash_sub[$group]=$(sed -nE "s/^_agsx_${group}_commands=\"([^\"]*)\".*/ \\1 /p" \
       "$SRC/completions/bash/agsx")
     zsh_sub[$group]=$(opts_from_zsh_body "_agsx_$group")
@@ -353,7 +360,7 @@ wait'
       echo "agsx.1: no entry for \`$cmd\`"; missing=1
     fi
     case $cmd in
-      image\ * | network\ * | pool\ * | snapshot\ *)
+      image\ * | network\ * | pool\ * | snapshot\ * | volume\ *)
         group=${cmd%% *}
         sub=${cmd#* }
         [[ $bash_top == *" $group "* && ${bash_sub[$group]} == *" $sub "* ]] ||

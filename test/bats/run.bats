@@ -841,7 +841,7 @@ END
   mkdir -p "$T/vol"
   local v
   for v in "$T/vol:/proc" "$T/vol:/proc/x" "$T/vol:/sys/x" "$T/vol:/dev/x" \
-    "/nonexistent:/x" "rel:/x" "$T/vol:rel" "$T/vol:/../x" "$T/vol:/x:rw:z" "$T/vol"; do
+    "/nonexistent:/x" "./rel:/x" "rel/x:/x" "$T/vol:rel" "$T/vol:/../x" "$T/vol:/x:rw:z" "$T/vol"; do
     run_ax run -v "$v" busybox true
     assert_agsx_error || return 1
   done

@@ -171,7 +171,7 @@ run_sdk() {
   id=$(create)
   for r in "GET /templates" \
     'POST /v2/sandboxes {"templateID":"bb","mcp":{"x":{}}}' \
-    'POST /v2/sandboxes {"templateID":"bb","volumeMounts":[{"name":"v","path":"/m"}]}' \
+    'POST /secrets {"name":"k","value":"v"}' "GET /volumecontent/v/dir" \
     'POST /v2/sandboxes {"templateID":"bb","network":{"maskRequestHost":"x"}}'; do
     read -r m p b <<<"$r"
     run api "$m" "$p" "$b"

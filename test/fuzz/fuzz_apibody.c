@@ -1,9 +1,11 @@
 /* Fuzz target: the JSON request bodies the API server parses: the first
- * byte picks the create body (NewSandbox) or process Start (StartRequest). */
+ * byte picks the create body (NewSandbox, with its volumeMounts) or process
+ * Start (StartRequest). */
 #include "config.h"
 
 #include "api/body.h"
 #include "fuzz.h"
+#include "sandbox/volume.h"
 
 #include <string.h>
 
@@ -19,6 +21,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (agsx_api_create_parse(p, n, &c, &status, &err) == 0) {
       if (c.template_id == NULL || c.timeout < 0 || c.timeout > 86400)
         __builtin_trap();
+      /* volumeMounts: a valid name, then an absolute clean path */
+      for (size_t i = 0; c.volumes && c.volumes[i]; i++) {
+        char *colon = strchr(c.volumes[i], ':');
+        if (colon == NULL || colon[1] != '/' || !agsx_path_is_clean(colon + 2, 4096, 64))
+          __builtin_trap();
+        *colon = '\0';
+        if (!agsx_volume_name_is_valid(c.volumes[i]))
+          __builtin_trap();
+        *colon = ':';
+      }
       agsx_api_create_clear(&c);
     } else if (status != 400 && status != 501) {
       __builtin_trap();
