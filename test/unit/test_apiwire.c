@@ -123,7 +123,7 @@ static void bodies(void) {
     const char *body;
     int status;
   } bad[] = {{"{\"mcp\":{\"a\":{}}}", 501},
-             {"{\"volumeMounts\":[{}]}", 501},
+             {"{\"volumeMounts\":[{}]}", 400},
              {"{\"network\":{\"maskRequestHost\":\"x\"}}", 501},
              {"{\"network\":{\"allowOut\":[\"a*b\"]}}", 400},
              {"{\"network\":{\"denyOut\":\"x\"}}", 400},
