@@ -87,16 +87,18 @@ check: format-check $(B)/Makefile $(BASAN)/Makefile $(BFUZZ)/Makefile
 
 # The kernel matrix in guests (systemd, cgroup v2), against the plain build.
 check-hosts: $(B)/Makefile
+	@$(top)/scripts/deps.sh --test
 	@$(MAKE) --no-print-directory -C $(B) -j$(JOBS) check-build
 	@LANE_SET=full $(top)/test/run-tests --jobs 1 --guests-only $(foreach k,$(HOST_KERNELS),--guest $(k)) $(B)
 
 # Only the plain build, for a quick edit-test loop.
 check-quick: $(B)/Makefile
+	@$(top)/scripts/deps.sh --test
 	@$(MAKE) --no-print-directory -C $(B) -j$(JOBS) check-build
 	@$(top)/test/run-tests --jobs $(TEST_JOBS) $(B)
 
 format-check:
-	@$(top)/scripts/deps.sh
+	@$(top)/scripts/deps.sh --test
 	@$(top)/scripts/gen-fuzz-am --check
 	@$(top)/scripts/format-check
 

@@ -1,7 +1,19 @@
 #!/usr/bin/env bash
-# Installs the Debian packages agsx needs to build, test and demo, if any are
-# missing. As root it runs apt-get; otherwise it prints the exact command.
+# Installs the Debian packages agsx needs, if any are missing: to build it
+# and run `make demo` by default; with --test (make check, check-quick,
+# check-hosts, format-check) also every tool the tests, fuzzing and
+# benchmarks use. As root it runs apt-get; otherwise it prints the exact
+# command.
 set -euo pipefail
+test_too=0
+browser=0
+for a in "$@"; do
+  case $a in
+    --test) test_too=1 ;;
+    --browser) test_too=1 browser=1 ;;
+    *) echo "usage: deps.sh [--test] [--browser]" >&2; exit 2 ;;
+  esac
+done
 
 # build: toolchain and the libraries of configure.ac
 pkgs=(autoconf automake libtool pkg-config make gcc libc6-dev
@@ -16,38 +28,44 @@ pkgs+=(libcurl4 ca-certificates)
 # image load/pull/push/build/commit: libcrypto.so.3 is dlopen()ed by the first
 # large SHA-256 (OpenSSL's SHA-NI/AVX2 code; without it, slower portable code)
 pkgs+=(libssl3)
-# demo, tests and fixtures: bats, busybox-static (file tells it is static)
-# and a static libc for the probe, python3, skopeo/umoci for
-# interoperability, debootstrap for the Python rootfs, clang with libFuzzer
-# and the sanitizer runtimes, clang-format for `make format-check`, a
-# registry with htpasswd and openssl for pull.bats, curl for ports.bats and
-# browser.bats, pgrep/ps (procps), man for docs.bats
-pkgs+=(bats busybox-static file skopeo umoci debootstrap clang libclang-rt-14-dev clang-format
-       python3 xz-utils zstd docker-registry apache2-utils openssl curl procps man-db)
-# network tests build their namespaces with ip, nsenter and unshare, and
-# inspect agsx's rules with nft
-pkgs+=(iproute2 util-linux nftables)
-# code contexts (test/bats/code.bats, bench/code) in the host image: a real
-# IPython kernel and the libraries of a code-interpreter sandbox
-pkgs+=(python3-ipykernel python3-jupyter-client python3-numpy python3-pandas python3-matplotlib)
-# PIL results, typescript and r contexts (test/bats/code-parity.bats)
-pkgs+=(python3-pil node-typescript r-base-core r-cran-irkernel)
-# benchmarks compare with these
-pkgs+=(crun bubblewrap)
-# agsx-oci's engine tests (test/oci): Podman with conmon, containerd, and
-# runc as the oracle (crun refuses hybrid cgroup layouts)
-pkgs+=(podman conmon containerd runc jq)
-# the guest lane (test/guest/lane, run by make check): debootstrap (above)
-# builds its image, qemu boots it; not inside that image itself
-if [ "${AGSX_DEPS_GUEST:-0}" != 1 ]; then
-  pkgs+=(qemu-system-x86 e2fsprogs)
-fi
-# optional: `agsx browser` with the host image, its tests and bench/browser.
-# Only with --browser (or AGSX_DEPS_BROWSER=1): build and demo never need
-# them; test/bats/browser.bats installs Chromium itself or skips. (Node
-# and npm, for the Playwright/Puppeteer tests, are the user's: any node >= 18.)
-if [ "${1:-}" = --browser ] || [ "${AGSX_DEPS_BROWSER:-0}" = 1 ]; then
-  pkgs+=(chromium fonts-liberation)
+# make demo: its busybox image (busybox-static, which file tells is static;
+# python3 writes the image) and the host image's python3
+pkgs+=(busybox-static file python3)
+[ "${AGSX_DEPS_TEST:-0}" = 1 ] && test_too=1
+if [ "$test_too" = 1 ]; then
+  # tests and fixtures: bats, busybox-static (file tells it is static)
+  # and a static libc for the probe, python3, skopeo/umoci for
+  # interoperability, debootstrap for the Python rootfs, clang with libFuzzer
+  # and the sanitizer runtimes, clang-format for `make format-check`, a
+  # registry with htpasswd and openssl for pull.bats, curl for ports.bats and
+  # browser.bats, pgrep/ps (procps), man for docs.bats
+  pkgs+=(bats busybox-static file skopeo umoci debootstrap clang libclang-rt-14-dev clang-format
+         python3 xz-utils zstd docker-registry apache2-utils openssl curl procps man-db)
+  # network tests build their namespaces with ip, nsenter and unshare, and
+  # inspect agsx's rules with nft
+  pkgs+=(iproute2 util-linux nftables)
+  # code contexts (test/bats/code.bats, bench/code) in the host image: a real
+  # IPython kernel and the libraries of a code-interpreter sandbox
+  pkgs+=(python3-ipykernel python3-jupyter-client python3-numpy python3-pandas python3-matplotlib)
+  # PIL results, typescript and r contexts (test/bats/code-parity.bats)
+  pkgs+=(python3-pil node-typescript r-base-core r-cran-irkernel)
+  # benchmarks compare with these
+  pkgs+=(crun bubblewrap)
+  # agsx-oci's engine tests (test/oci): Podman with conmon, containerd, and
+  # runc as the oracle (crun refuses hybrid cgroup layouts)
+  pkgs+=(podman conmon containerd runc jq)
+  # the guest lane (test/guest/lane, run by make check): debootstrap (above)
+  # builds its image, qemu boots it; not inside that image itself
+  if [ "${AGSX_DEPS_GUEST:-0}" != 1 ]; then
+    pkgs+=(qemu-system-x86 e2fsprogs)
+  fi
+  # optional: `agsx browser` with the host image, its tests and bench/browser.
+  # Only with --browser (or AGSX_DEPS_BROWSER=1): build and demo never need
+  # them; test/bats/browser.bats installs Chromium itself or skips. (Node
+  # and npm, for the Playwright/Puppeteer tests, are the user's: any node >= 18.)
+  if [ "$browser" = 1 ] || [ "${AGSX_DEPS_BROWSER:-0}" = 1 ]; then
+    pkgs+=(chromium fonts-liberation)
+  fi
 fi
 
 missing=()
