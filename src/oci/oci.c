@@ -534,6 +534,7 @@ struct exec_child {
   int sock;  /* to P: X's pid, the pty master, an exec error */
   const struct agsx_seccomp_bpf *base, *eng;
   int nsflags;
+  struct winsize ws; /* the pty's size before the program runs (rows 0: the kernel's) */
 };
 
 /* X: in every namespace of the container already; never returns. */
@@ -551,6 +552,10 @@ static _Noreturn void exec_x(struct exec_child *c) {
   if (c->p->terminal) { /* process.json decides, as runc: the shim sends no --tty */
     if (agsx_child_open_pty(&master, &slave, &err) < 0)
       goto fail;
+    /* Sized here, before the program can look: P's relay sizing it after
+     * the master arrived raced the program's first TIOCGWINSZ. */
+    if (c->ws.ws_row && c->ws.ws_col)
+      ioctl(master, TIOCSWINSZ, &c->ws);
     struct agsx_msg m = {.type = AGSX_MSG_READY};
     if (agsx_msg_send(c->sock, &m, &master, 1) < 0)
       _exit(1);
@@ -974,17 +979,8 @@ static int exec_spawn(struct exec_child *ec, struct agsx_oci_cgroup *cg, pid_t *
     kill(*ret_x, SIGKILL);
     wr = -1;
   }
-  if (wr == 0 && ec->p->terminal && !o->console_socket) {
-    /* Ours to relay (foreground): the caller's size before the program
-     * looks, else the process's consoleSize. */
-    struct winsize ws = {.ws_row = (unsigned short)ec->p->rows,
-                         .ws_col = (unsigned short)ec->p->cols};
-    if (ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) < 0 && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) < 0 &&
-        ws.ws_row == 0)
-      ws = (struct winsize){.ws_row = 24, .ws_col = 80};
-    ioctl(master, TIOCSWINSZ, &ws);
-    *ret_master = steal_fd(&master);
-  }
+  if (wr == 0 && ec->p->terminal && !o->console_socket)
+    *ret_master = steal_fd(&master); /* ours to relay; X sized it (ec->ws) */
   if (wr == 0 && exec_started(sock, err) < 0)
     wr = -1;
   if (wr < 0 && *ret_x > 0 && !o->detach)
@@ -1042,6 +1038,14 @@ int agsx_oci_exec(const struct agsx_oci_global *g, const struct agsx_oci_exec_op
   _cleanup_oci_cgroup_ struct agsx_oci_cgroup *cg = NULL;
   _cleanup_strv_ char **env = agsx_strv_concat(p.env, NULL);
   struct exec_child ec = {.o = o, .p = &p, .env = env, .pidfd = -1, .sock = -1};
+  if (p.terminal) {
+    /* The process's consoleSize; relayed here (foreground, no console
+     * socket), the caller's terminal's size first, else 24x80. */
+    ec.ws = (struct winsize){.ws_row = (unsigned short)p.rows, .ws_col = (unsigned short)p.cols};
+    if (!o->console_socket && ioctl(STDIN_FILENO, TIOCGWINSZ, &ec.ws) < 0 &&
+        ioctl(STDOUT_FILENO, TIOCGWINSZ, &ec.ws) < 0 && ec.ws.ws_row == 0)
+      ec.ws = (struct winsize){.ws_row = 24, .ws_col = 80};
+  }
   sigset_t fwd, old;
   struct sigaction olds[NSIG];
   forwarded_signals(&fwd);
