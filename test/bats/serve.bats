@@ -85,7 +85,7 @@ sdk() {
   [ "$which" = v250 ] && mods=$NODE_V250
   [ -n "$mods" ] || skip "the npm e2b SDK is not installed (npm or its registry unreachable)"
   E2B_SDK=$mods E2B_API_URL=$U E2B_SANDBOX_URL=$U E2B_API_KEY=$KEY E2B_TEMPLATE=${E2B_TEMPLATE:-bb} \
-    timeout --kill-after=5 "${SDK_TIMEOUT:-120}" node "$AGSX_SRCDIR/test/serve/$script" "$@"
+    timeout --kill-after=5 "${SDK_TIMEOUT:-$(slow 120)}" node "$AGSX_SRCDIR/test/serve/$script" "$@"
 }
 
 run_sdk() {
