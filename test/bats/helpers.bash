@@ -474,6 +474,43 @@ busybox_setup() {
   ax image load "$BB" >/dev/null
 }
 
+# ---- a file of E2B API tests (serve*.bats) ---------------------------------
+# setup_file() { serve_setup_file; } and so on: the busybox image as template
+# bb, the npm e2b SDK where it can be had (NODE_LATEST, NODE_V250; empty: the
+# SDK tests skip), a server per test (serve_start), curl at it (api).
+serve_setup_file() {
+  busybox_setup_file
+  export NODE_LATEST= NODE_V250=
+  local mods
+  if command -v node >/dev/null && mods=$("$AGSX_SRCDIR/test/serve/npm-install" 2>/dev/null); then
+    NODE_LATEST=$(sed -n 1p <<<"$mods")
+    NODE_V250=$(sed -n 2p <<<"$mods")
+  fi
+}
+serve_setup() {
+  common_setup
+  AX_TIMEOUT=60
+  ax image load --tag bb "$BB" >/dev/null
+  SRV_PID=
+}
+serve_teardown() {
+  local rc=0
+  serve_stop || rc=1
+  sandbox_teardown || rc=1
+  return $rc
+}
+serve_start() { SERVE_LOG_LEVEL=debug api_serve_start --template bb=bb "$@"; }
+# curl against the control plane: api METHOD PATH [BODY]; prints the body
+# and then the status on a line of its own.
+api() {
+  local m=$1 p=$2
+  shift 2
+  curl -s -X "$m" -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
+    ${1:+--data-binary "$1"} -w '\n%{http_code}\n' "$U$p"
+}
+status_of() { tail -1 <<<"$1"; }
+body_of() { head -n -1 <<<"$1"; }
+
 # ---- agsx serve on a free loopback port ------------------------------------
 
 free_port() {

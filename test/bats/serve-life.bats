@@ -12,40 +12,12 @@ bats_require_minimum_version 1.5.0
 
 KEY=e2b_0123456789abcdef0123456789abcdef01234567
 
-setup_file() {
-  export BB="$BATS_FILE_TMPDIR/bb"
-  "$FIXTURES/busybox-image" "$BB" --probe "$PROBE" >/dev/null
-  export NODE_LATEST
-  if command -v node >/dev/null && mods=$("$AGSX_SRCDIR/test/serve/npm-install" 2>/dev/null); then
-    NODE_LATEST=$(echo "$mods" | sed -n 1p)
-  fi
-}
+setup_file() { serve_setup_file; }
 
-setup() {
-  common_setup
-  AX_TIMEOUT=60
-  ax image load --tag bb "$BB" >/dev/null
-  SRV_PID=
-}
+setup() { serve_setup; }
 
-serve_start() { SERVE_LOG_LEVEL=debug api_serve_start --template bb=bb "$@"; }
+teardown() { serve_teardown; }
 
-teardown() {
-  local rc=0
-  serve_stop || rc=1
-  sandbox_teardown || rc=1
-  return $rc
-}
-
-# api METHOD PATH [BODY]: the body, then the status on a line of its own.
-api() {
-  local m=$1 p=$2
-  shift 2
-  curl -s -X "$m" -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
-    ${1:+--data-binary "$1"} -w '\n%{http_code}\n' "$U$p"
-}
-status_of() { tail -1 <<<"$1"; }
-body_of() { head -n -1 <<<"$1"; }
 field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 
 # The record's paused flag of the one sandbox of the test.

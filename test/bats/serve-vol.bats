@@ -11,39 +11,11 @@ bats_require_minimum_version 1.5.0
 
 KEY=e2b_0123456789abcdef0123456789abcdef01234567
 
-setup_file() {
-  busybox_setup_file
-  export NODE_LATEST=
-  if command -v node >/dev/null && mods=$("$AGSX_SRCDIR/test/serve/npm-install" 2>/dev/null); then
-    NODE_LATEST=$(echo "$mods" | sed -n 1p)
-  fi
-}
+setup_file() { serve_setup_file; }
 
-setup() {
-  common_setup
-  AX_TIMEOUT=60
-  ax image load --tag bb "$BB" >/dev/null
-  SRV_PID=
-}
+setup() { serve_setup; }
 
-teardown() {
-  local rc=0
-  serve_stop || rc=1
-  sandbox_teardown || rc=1
-  return $rc
-}
-
-serve_start() { SERVE_LOG_LEVEL=debug api_serve_start --template bb=bb "$@"; }
-
-# api METHOD PATH [BODY]: the body, then the status on a line of its own.
-api() {
-  local m=$1 p=$2
-  shift 2
-  curl -s -X "$m" -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
-    ${1:+--data-binary "$1"} -w '\n%{http_code}\n' "$U$p"
-}
-status_of() { tail -1 <<<"$1"; }
-body_of() { head -n -1 <<<"$1"; }
+teardown() { serve_teardown; }
 
 # expect STATUS: the last `run api` answered STATUS with {"code": STATUS, ...}
 # (or no error body for a 2xx).

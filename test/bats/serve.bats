@@ -14,49 +14,16 @@ bats_require_minimum_version 1.5.0
 
 KEY=e2b_0123456789abcdef0123456789abcdef01234567
 
-setup_file() {
-  busybox_setup_file
-  export NODE_LATEST NODE_V250
-  if command -v node >/dev/null && mods=$("$AGSX_SRCDIR/test/serve/npm-install" 2>/dev/null); then
-    NODE_LATEST=$(echo "$mods" | sed -n 1p)
-    NODE_V250=$(echo "$mods" | sed -n 2p)
-  fi
-}
+setup_file() { serve_setup_file; }
 
-setup() {
-  common_setup
-  AX_TIMEOUT=60
-  ax image load --tag bb "$BB" >/dev/null
-  SRV_PID=
-}
+setup() { serve_setup; }
 
-
-# The server with the bb template and debug logs (helpers.bash).
-serve_start() { SERVE_LOG_LEVEL=debug api_serve_start --template bb=bb "$@"; }
-
-teardown() {
-  local rc=0
-  serve_stop || rc=1
-  sandbox_teardown || rc=1
-  return $rc
-}
-
-# curl against the control plane: api METHOD PATH [BODY]; prints the body
-# and then the status on a line of its own.
-api() {
-  local m=$1 p=$2
-  shift 2
-  curl -s -X "$m" -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
-    ${1:+--data-binary "$1"} -w '\n%{http_code}\n' "$U$p"
-}
+teardown() { serve_teardown; }
 
 create() { # prints the sandbox id
   api POST /v2/sandboxes "${1:-{\"templateID\":\"bb\",\"timeout\":60}}" |
     python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["sandboxID"])'
 }
-
-status_of() { tail -1 <<<"$1"; }
-body_of() { head -n -1 <<<"$1"; }
 
 wait_no_sandboxes() {
   local i
