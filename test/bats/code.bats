@@ -574,8 +574,7 @@ holds_lock() { ls -l "/proc/$SRV_PID/fd" 2>/dev/null | grep -q code.lock; }
 @test "code: an image made offline with Debian's packages (debootstrap): python, js, ts, r contexts in it" {
   heavy
   local pkgs
-  pkgs=$(awk '/apt-get install/ { on = 1; next } on && /&& rm/ { on = 0 } on' \
-    "$AGSX_SRCDIR/images/code-interpreter/Dockerfile" | tr -s ' \\\n' '\n' | grep -v '^-' | grep . | paste -sd,)
+  pkgs=$("$FIXTURES/debian-rootfs" --packages-of "$AGSX_SRCDIR/images/code-interpreter/Dockerfile")
   [[ "$pkgs" == python3,*r-cran-irkernel* ]] || { echo "packages: $pkgs"; false; }
   DEBIAN_ROOTFS_EXTRA=$pkgs "$FIXTURES/debian-rootfs" --oci "$T/ci" --ref code-interpreter:latest \
     >/dev/null 2>"$T/rootfs.log" || skip "debootstrap failed (no Debian archive?): $(tail -1 "$T/rootfs.log")"
