@@ -43,14 +43,22 @@ static void respond_raw_json(struct req *r, unsigned status, const char *json, s
 }
 
 /* An error of the library to E2B's statuses: 404 for a context that is not
- * there, 502 for a sandbox that stopped, 500 otherwise. */
+ * there, 502 for a sandbox that stopped, 501 for a language agsx has no
+ * kernel for (a refusal), 500 otherwise. */
 static void respond_code_error(struct req *r, agsx_error_t *err) {
   int e = agsx_error_errno(err);
   if (e == ESRCH)
     agsx_api_respond_gone(r);
   else
-    respond_text(r, e == ENOENT ? 404 : 500, "%s", (*err)->msg);
+    respond_text(r, e == ENOENT ? 404 : e == ENOTSUP ? 501 : 500, "%s", (*err)->msg);
   agsx_error_free(err);
+}
+
+/* A context that cannot be made: a language agsx has no kernel for is
+ * refused (501, as the API's other refusals), a malformed one is a 400. */
+static unsigned create_status(agsx_error_t *err) {
+  int e = agsx_error_errno(err);
+  return e == ENOTSUP ? 501 : e == EINVAL ? 400 : 500;
 }
 
 static void context_json(char **b, size_t *n, size_t *cap, const struct agsx_code_context *c) {
@@ -189,7 +197,7 @@ static void pending_answer(struct req *r) {
     list_answer(r);
   } else if (p->rc < 0) {
     if (p->what == WHAT_CREATE && agsx_error_errno(&p->err) != ESRCH) {
-      respond_text(r, 500, "Failed to create context: %s", p->err->msg);
+      respond_text(r, create_status(&p->err), "Failed to create context: %s", p->err->msg);
     } else {
       if (p->what == WHAT_RESTART)
         agsx_error_wrap(&p->err, "Failed to restart context %s", p->ctx);
@@ -481,7 +489,7 @@ static void contexts_create(struct req *r) {
   struct agsx_code_op *op = NULL;
   agsx_error_t err = NULL;
   if (agsx_code_op_create(r->s->statefd, r->rec.id, language, cwd, &op, &err) < 0) {
-    respond_text(r, 500, "Failed to create context: %s", err->msg);
+    respond_text(r, create_status(&err), "Failed to create context: %s", err->msg);
     agsx_error_free(&err);
     return;
   }

@@ -412,7 +412,7 @@ else:
   [ "$(tail -1 "$T/out")" = '{"type":"end_of_execution"}' ]
   grep -qx '{"type":"stdout","text":"h\\u00e9\\n","timestamp":"[^"]*"}' "$T/out"
   grep -qx '{"type":"result","text":"2","extra":{},"is_main_result":true}' "$T/out"
-  # Statuses: no token 401, both context and language 400, unknown context 404, no kernel 500.
+  # Statuses: no token 401, both context and language 400, unknown context 404, no kernel 501.
   [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -d '{"code":"1"}' "$U/execute")" = 401 ]
   [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -H "X-Access-Token: $tok" \
     -d '{"code":"1","context_id":"x","language":"python"}' "$U/execute")" = 400 ]
@@ -420,7 +420,7 @@ else:
     -d '{"code":"1","context_id":"0123456789abcdef0123456789abcdef"}' "$U/execute"
   [ "$output" = "Context 0123456789abcdef0123456789abcdef not found 404" ]
   [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -H "X-Access-Token: $tok" \
-    -d '{"code":"1","language":"java"}' "$U/execute")" = 500 ]
+    -d '{"code":"1","language":"java"}' "$U/execute")" = 501 ]
   [ "$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "${h[@]}" -H "X-Access-Token: $tok" \
     "$U/contexts/nope")" = 404 ]
   [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -H "X-Access-Token: $tok" -d 'junk' \

@@ -85,7 +85,8 @@ const scenarios = {
     await sbx.removeCodeContext(c);
     await rejects(() => sbx.runCode('1', { context: c }), 'NotFoundError', 'removed: 404');
     assert(!(await sbx.listCodeContexts()).some((x) => x.id === c.id), 'not listed');
-    await rejects(() => sbx.runCode('1', { language: 'java' }), 'SandboxError', 'no Java kernel');
+    const nojava = await rejects(() => sbx.runCode('1', { language: 'java' }), 'SandboxError', 'no Java kernel');
+    assert(/501/.test(nojava.message), 'no Java kernel: a 501, not ' + nojava.message);
   },
   async javascript(sbx) {
     await sbx.runCode('let n = 20; console.log("js")', { language: 'js' });
