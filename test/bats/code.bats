@@ -426,13 +426,16 @@ else:
   [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" -H "X-Access-Token: $tok" -d 'junk' \
     "$U/contexts")" = 400 ]
   # A silent cell gets keepalives; a client that goes away interrupts it.
-  curl -sN -m 7 "${h[@]}" -H "X-Access-Token: $tok" \
+  # (The first keepalive is due 5 s into the silence; 12 s leaves room for
+  # a loaded host.)
+  curl -sN -m 12 "${h[@]}" -H "X-Access-Token: $tok" \
     -d '{"code":"import time\nmark = 1\ntime.sleep(300)"}' "$U/execute" >"$T/ka" || true
-  grep -qx '{"type":"keepalive"}' "$T/ka"
+  grep -qx '{"type":"keepalive"}' "$T/ka" || { echo "no keepalive: $(cat "$T/ka")" >&3; false; }
   local t0=$SECONDS
-  curl -sN -m 30 "${h[@]}" -H "X-Access-Token: $tok" -d '{"code":"mark + 1"}' "$U/execute" >"$T/after"
-  grep -q '"text":"2"' "$T/after"
-  [ $((SECONDS - t0)) -lt 15 ]
+  curl -sN -m "$(slow 30)" "${h[@]}" -H "X-Access-Token: $tok" -d '{"code":"mark + 1"}' \
+    "$U/execute" >"$T/after"
+  grep -q '"text":"2"' "$T/after" || { echo "after the interrupt: $(cat "$T/after")" >&3; false; }
+  [ $((SECONDS - t0)) -lt "$(slow 20)" ] || { echo "interrupt took $((SECONDS - t0)) s" >&3; false; }
   # A sandbox that is gone: 502.
   curl -s -X DELETE -H "X-API-KEY: $KEY" "$U/sandboxes/$id" >/dev/null
   [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" "$U/health")" = 502 ]
