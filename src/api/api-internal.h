@@ -93,6 +93,7 @@ struct req {
    * answers. */
   void (*cont)(struct req *r);
   bool waiting;
+  bool dropped;            /* answered by closing the connection (agsx_req_drop) */
   struct pending *code_op; /* code-routes.c's */
 };
 
@@ -143,6 +144,11 @@ void agsx_respond_connect_error(struct req *r, enum agsx_connect_code code, cons
  * route whose work takes long: the loop serves everyone else meanwhile. */
 void agsx_req_wait(struct req *r, void (*cont)(struct req *r));
 void agsx_req_continue(struct req *r);
+/* Answers R by closing its connection without a response: what E2B's proxy
+ * does to a request in flight when its sandbox is killed (the SDKs turn a
+ * dropped connection to a sandbox that is gone into their "killed while
+ * the request was in progress" error). */
+void agsx_req_drop(struct req *r);
 /* 200 application/connect+json streaming from ST (which the response owns). */
 void agsx_respond_stream(struct req *r, struct stream *st);
 struct stream *agsx_stream_new(struct server *s, struct MHD_Connection *c);

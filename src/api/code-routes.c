@@ -193,9 +193,17 @@ static void list_answer(struct req *r);
 
 static void pending_answer(struct req *r) {
   struct pending *p = r->code_op;
+  struct agsx_record rec;
+  agsx_error_t gone = NULL;
   if (p->what == WHAT_LIST) {
     list_answer(r);
+  } else if (p->rc < 0 && agsx_api_find_sandbox(r->s, r->rec.id, &rec, &gone) < 0) {
+    /* Killed while its kernel was starting (the SDK's first runCode starts
+     * the default context): dropped, as a cell that was running. */
+    agsx_error_free(&gone);
+    agsx_req_drop(r);
   } else if (p->rc < 0) {
+    agsx_record_clear(&rec);
     if (p->what == WHAT_CREATE && agsx_error_errno(&p->err) != ESRCH) {
       respond_text(r, create_status(&p->err), "Failed to create context: %s", p->err->msg);
     } else {

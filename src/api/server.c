@@ -374,6 +374,8 @@ void agsx_req_continue(struct req *r) {
   agsx_mhd.resume_connection(r->c);
 }
 
+void agsx_req_drop(struct req *r) { r->answered = r->dropped = true; }
+
 static void req_free(struct req *r) {
   agsx_api_code_req_free(r);
   agsx_api_req_free_parts(r);
@@ -473,7 +475,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     cont(r);
     if (!r->answered && !r->waiting)
       agsx_respond_error(r, 500, "no response");
-    return MHD_YES;
+    return r->dropped ? MHD_NO : MHD_YES; /* MHD_NO: the connection is closed */
   }
   if (r->upload) {
     agsx_api_upload_finish(r);
@@ -483,7 +485,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   r->body.len--;
   agsx_api_mark(&r->tm, "body");
   dispatch(r);
-  return MHD_YES;
+  return r->dropped ? MHD_NO : MHD_YES;
 }
 
 /* ---- the loop ----------------------------------------------------------------------------- */

@@ -441,6 +441,38 @@ else:
   [ "$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" "$U/health")" = 502 ]
 }
 
+# A kill while the first /execute still starts its default context: the
+# connection is dropped, as E2B's proxy drops a request to a sandbox that
+# is gone (the SDK then reports "killed while the request was in
+# progress"), never a 500 with the dead kernel's error.
+@test "code: a sandbox killed while /execute starts its kernel: the connection is dropped" {
+  serve_start
+  local c id tok pid rc
+  c=$(curl -s -X POST -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
+    -d '{"templateID":"code-interpreter-v1","timeout":120}' "$U/sandboxes")
+  id=$(echo "$c" | jq -r .sandboxID)
+  tok=$(echo "$c" | jq -r .envdAccessToken)
+  curl -sN -o "$T/out" -w '%{http_code}' -H "E2b-Sandbox-Id: $id" -H "E2b-Sandbox-Port: 49999" \
+    -H "X-Access-Token: $tok" -d '{"code":"1"}' "$U/execute" >"$T/code" 2>"$T/err" &
+  pid=$!
+  local t0=$EPOCHREALTIME
+  sleep 0.3
+  curl -s -X DELETE -H "X-API-KEY: $KEY" "$U/sandboxes/$id" >/dev/null
+  rc=0
+  wait "$pid" || rc=$?
+  echo "curl $rc after $(awk "BEGIN{print $EPOCHREALTIME - $t0}") s, status $(cat "$T/code"), body $(cat "$T/out")"
+  # Closed without a response (52), or mid-stream if the cell had begun; on
+  # a host slow enough that the kill came first, the gone sandbox's 502.
+  case $(cat "$T/code") in
+  000 | 200) [ "$rc" != 0 ] ;;
+  502) ;;
+  *) false ;;
+  esac
+  ! grep -q '"type":"end_of_execution"' "$T/out"
+  # The server goes on.
+  [ "$(curl -s -o /dev/null -w '%{http_code}' -H "X-API-KEY: $KEY" "$U/sandboxes")" = 200 ]
+}
+
 # Issue 24, finding 1: the context routes took no credentials at all.
 @test "code: port 49999 admits every route with the sandbox's token, as envd's (401 before anything runs)" {
   serve_start
