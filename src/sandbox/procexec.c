@@ -108,9 +108,11 @@ static int open_sandbox_path(int root, const char *path, int flags) {
   return agsx_openat2(AT_FDCWD, path, flags, 0, RESOLVE_NO_MAGICLINKS);
 }
 
-/* 0 when PATH names something execve() may run, else the errno to report.
- * The kernel resolves PATH again in execve(); what it can find differently
- * in a race is still only inside the sandbox (see above). */
+/* 0 when PATH names something execve() may run, else the errno to report:
+ * it exists, is no directory, and the current ids may execute it (X_OK,
+ * which also fails on a noexec mount). The kernel resolves PATH again in
+ * execve(); what it can find differently in a race is still only inside
+ * the sandbox (see above). */
 static int check_exec_path(int root, const char *path) {
   _cleanup_close_ int fd = open_sandbox_path(root, path, O_PATH);
   if (fd < 0)
@@ -118,22 +120,29 @@ static int check_exec_path(int root, const char *path) {
   struct stat st;
   if (fstat(fd, &st) < 0)
     return errno;
-  return S_ISDIR(st.st_mode) ? EACCES : 0;
+  if (S_ISDIR(st.st_mode))
+    return EACCES;
+  if (faccessat(fd, "", X_OK, AT_EMPTY_PATH | AT_EACCESS) < 0)
+    return errno;
+  return 0;
 }
 
 /* execvpe() searches the PATH of our own environment, not the command's:
- * search the command's PATH. Returns the errno to report. */
-static int exec_path_at(char **argv, char **env, bool run) {
+ * the command's PATH is searched, under the current root, into FULL (SIZE
+ * bytes). Returns 0 or the errno to report. This is all the path work of
+ * the exec, done before the seccomp filters go in: an engine's profile
+ * need not allow openat2 or openat (runtime-tools' and older engines'
+ * defaults do not), only execve itself, as with runc. */
+static int resolve_exec(char **argv, char **env, char *full, size_t size) {
   const char *file = argv[0];
   _cleanup_close_ int root = open_root();
   if (root < 0)
     return errno;
   if (strchr(file, '/')) {
-    int e = check_exec_path(root, file);
-    if (e || !run)
-      return e;
-    execve(file, argv, env);
-    return errno;
+    if (strlen(file) >= size)
+      return ENAMETOOLONG;
+    snprintf(full, size, "%s", file);
+    return check_exec_path(root, file);
   }
   const char *path = env_get(env, "PATH");
   if (path == NULL)
@@ -142,17 +151,12 @@ static int exec_path_at(char **argv, char **env, bool run) {
   for (const char *p = path;;) {
     const char *colon = strchr(p, ':');
     size_t n = colon ? (size_t)(colon - p) : strlen(p);
-    char full[4096];
-    if (n + strlen(file) + 2 < sizeof(full)) {
-      snprintf(full, sizeof(full), "%.*s%s%s", (int)n, p, n ? "/" : "", file);
+    if (n + strlen(file) + 2 < size) {
+      snprintf(full, size, "%.*s%s%s", (int)n, p, n ? "/" : "", file);
       int e = check_exec_path(root, full);
-      if (e == 0 && !run)
+      if (e == 0)
         return 0;
-      if (e == 0) {
-        execve(full, argv, env);
-        e = errno;
-      }
-      if (e == EACCES || e == ENOEXEC || e == EPERM)
+      if (e == EACCES || e == EPERM)
         best = e; /* found but not executable: remember, keep looking */
       else if (e != ENOENT && e != ENOTDIR && e != ELOOP && e != EXDEV)
         return e; /* ELOOP, EXDEV: behind a magic link, as good as missing */
@@ -164,9 +168,10 @@ static int exec_path_at(char **argv, char **env, bool run) {
   return best;
 }
 
-static int exec_path(char **argv, char **env) { return exec_path_at(argv, env, true); }
-
-int agsx_proc_check_exec(char **argv, char **env) { return exec_path_at(argv, env, false); }
+int agsx_proc_check_exec(char **argv, char **env) {
+  char full[4096];
+  return resolve_exec(argv, env, full, sizeof(full));
+}
 
 /* Like Docker, a missing working directory is created: each missing
  * component with mkdirat() in its parent, the parent itself resolved
@@ -260,47 +265,20 @@ int agsx_proc_prepare(struct agsx_proc_spec *p, unsigned what, agsx_error_t *err
  * receipt to the exec (init.c's parked_command, take_claim, then
  * agsx_proc_exec): recvmsg/recvfrom (the claim), mmap/munmap/brk/mremap
  * (allocation), dup2/dup3/close/fcntl (stdio), openat2/openat/read/fstat/
- * newfstatat/lseek (the sandbox's passwd and group, the cwd, the PATH
- * search), close_range (the fd sweep, CLOEXEC), setsid, mkdirat/fchdir/
+ * newfstatat/faccessat2/lseek (the sandbox's passwd and group, the cwd,
+ * the PATH search), close_range (the fd sweep, CLOEXEC), setsid, mkdirat/fchdir/
  * getcwd (the cwd), setgroups/setresgid/setresuid/prctl/capset (ids and
  * capabilities), rt_sigprocmask/rt_sigaction, execve, write (an error's
  * report) and exit_group. A step added to those paths adds its syscalls
  * here; test_pool checks agsx's default filter allows each. */
 const int agsx_proc_after_filter[] = {
-    SYS_recvmsg,
-    SYS_recvfrom,
-    SYS_mmap,
-    SYS_munmap,
-    SYS_brk,
-    SYS_mremap,
-    SYS_dup2,
-    SYS_dup3,
-    SYS_close,
-    SYS_fcntl,
-    SYS_openat2,
-    SYS_openat,
-    SYS_read,
-    SYS_fstat,
-    SYS_newfstatat,
-    SYS_lseek,
-    SYS_close_range,
-    SYS_setsid,
-    SYS_mkdirat,
-    SYS_fchdir,
-    SYS_getcwd,
-    SYS_setgroups,
-    SYS_setresgid,
-    SYS_setresuid,
-    SYS_prctl,
-    SYS_capset,
-    SYS_rt_sigprocmask,
-    SYS_rt_sigaction,
-    SYS_execve,
-    SYS_write,
-    SYS_exit_group,
-    SYS_getpid,
-    SYS_getdents64,
-    -1,
+    SYS_recvmsg,    SYS_recvfrom,   SYS_mmap,           SYS_munmap,       SYS_brk,
+    SYS_mremap,     SYS_dup2,       SYS_dup3,           SYS_close,        SYS_fcntl,
+    SYS_openat2,    SYS_openat,     SYS_read,           SYS_fstat,        SYS_newfstatat,
+    SYS_faccessat2, SYS_lseek,      SYS_close_range,    SYS_setsid,       SYS_mkdirat,
+    SYS_fchdir,     SYS_getcwd,     SYS_setgroups,      SYS_setresgid,    SYS_setresuid,
+    SYS_prctl,      SYS_capset,     SYS_rt_sigprocmask, SYS_rt_sigaction, SYS_execve,
+    SYS_write,      SYS_exit_group, SYS_getpid,         SYS_getdents64,   -1,
 };
 
 /* agsx's baseline (OCI containers), then the command's filter unless
@@ -373,9 +351,15 @@ _Noreturn void agsx_proc_exec(const struct agsx_proc_spec *p, int errfd) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
-  if (!p->new_privs && install_filters(p, &err) < 0)
+  /* The executable is found first: after the filters, only execve. */
+  char full[4096];
+  int e = resolve_exec(p->argv, p->env, full, sizeof(full));
+  if (e == 0 && !p->new_privs && install_filters(p, &err) < 0)
     goto fail;
-  int e = exec_path(p->argv, p->env);
+  if (e == 0) {
+    execve(full, p->argv, p->env);
+    e = errno;
+  }
   code = e == ENOENT || e == ENOTDIR ? 127 : 126;
   agsx_error_set(&err, e, "exec `%s`", p->argv[0]);
 fail:;

@@ -1,8 +1,8 @@
 /* agsx — procexec: the last steps of a command inside a sandbox, in the
  * process that becomes the command (run's, exec's, build's RUN): session
  * and terminal, working directory, groups and ids, capabilities,
- * no_new_privs, fd sweep, signal state, seccomp, exec; and the sandbox
- * files those steps read. Every path is the sandbox's, resolved under the
+ * no_new_privs, fd sweep, signal state, PATH search, seccomp, exec; and
+ * the sandbox files those steps read. Every path is the sandbox's, resolved under the
  * current root (the sandbox's) without magic links, holding no host fd. */
 #ifndef AGSX_PROCEXEC_H
 #define AGSX_PROCEXEC_H
@@ -15,8 +15,12 @@
 
 /* The last steps of a command inside a sandbox (run's command and exec's):
  * session and terminal, cwd, groups and ids, capabilities, no_new_privs,
- * fd sweep, signal state, seccomp, exec. On failure an AGSX_MSG_ERROR goes
- * to ERRFD (code 126/127/125). */
+ * fd sweep, signal state, the executable's PATH search, seccomp (agsx's
+ * baseline, then the command's filter), exec. Every path is resolved
+ * before the filters go in, so a filter (an engine's profile without
+ * openat2 or open) need only allow execve, as with runc; with new_privs
+ * the filters go in before the ids drop and must allow the rest too. On
+ * failure an AGSX_MSG_ERROR goes to ERRFD (code 126/127/125). */
 struct agsx_proc_spec {
   char **argv, **env;
   const char *cwd;

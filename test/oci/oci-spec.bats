@@ -1,0 +1,69 @@
+#!/usr/bin/env bats
+# agsx-oci against the runtime spec where engines and runtime-tools'
+# validation found it apart from runc (issue 26): engines' own seccomp
+# profiles, mounts, devices, deprecated resources, groups, cgroup view,
+# the shim's directories. Also run against the oracle (test/oci/run-oracle).
+# See helpers.bash.
+
+load helpers
+
+# seccomp_profile DEFAULT-ACTION SYSCALL...: a linux.seccomp object that
+# allows the named syscalls on x86_64 and refuses the rest with DEFAULT-ACTION.
+seccomp_profile() {
+  local action=$1
+  shift
+  printf '%s\n' "$@" | jq -R . | jq -s --arg a "$action" \
+    '{"defaultAction":$a,"architectures":["SCMP_ARCH_X86_64"],"syscalls":[{"names":.,"action":"SCMP_ACT_ALLOW"}]}'
+}
+
+# What a static busybox applet and the runtimes' last steps need, and no
+# way to open a file: neither open, openat nor openat2.
+MINIMAL_SYSCALLS=(execve exit exit_group write writev brk arch_prctl set_tid_address
+  set_robust_list rseq mmap munmap mprotect rt_sigaction rt_sigprocmask rt_sigreturn
+  getuid geteuid getgid getegid getpid gettid getppid prlimit64 futex sigaltstack tgkill
+  nanosleep sched_yield madvise close fcntl read fstatfs statfs getdents64 epoll_pwait
+  epoll_ctl epoll_create1 pipe2 clone)
+
+@test "seccomp: a profile without openat2 or open still runs the program, found in PATH" {
+  b=$(make_bundle b echo minimal-ok)
+  local extra=()
+  # runc 1.1.5 itself opens /proc/self/fd under the engine's filter
+  is_agsx || extra=(openat)
+  cfg "$b" '.linux.seccomp=$p' --argjson p "$(seccomp_profile SCMP_ACT_ERRNO "${MINIMAL_SYSCALLS[@]}" "${extra[@]}")"
+  run_ctr "$b"
+  assert_success
+  assert_output_contains minimal-ok
+  # the same with an absolute path, and a failing open inside (EPERM, not a kill)
+  cfg "$b" '.process.args=["/bin/sh","-c","cat /etc/passwd 2>&1; echo abs-ok"]'
+  cfg "$b" '.linux.seccomp.syscalls[0].names+=["wait4","clone","clone3","vfork","getcwd","stat","fstat","newfstatat","ioctl","dup2","pipe2","getrandom","uname","umask","lseek","statx","getdents64","faccessat","faccessat2","access","chdir"]'
+  run_ctr "$b"
+  assert_success
+  assert_output_contains abs-ok
+  if is_agsx; then assert_output_contains "not permitted"; fi
+}
+
+@test "seccomp: defaultAction ERRNO with a sane allow list (no openat2) runs a shell" {
+  b=$(make_bundle b sh -c 'grep -c root /etc/passwd; ls / >/dev/null && echo sane-ok; /usr/local/bin/probe syscall keyctl')
+  # A runtime-tools-like default: the everyday syscalls, openat but no openat2.
+  sane=("${MINIMAL_SYSCALLS[@]}" openat open stat lstat fstat newfstatat statx lseek pread64
+    ioctl dup dup2 dup3 pipe pipe2 clone clone3 vfork fork wait4 getcwd chdir fchdir uname
+    getdents64 access faccessat faccessat2 readlink readlinkat getrandom umask getpgrp
+    setpgid getpgid getsid setsid poll ppoll select pselect6 kill sysinfo getrlimit
+    getgroups setuid setgid setgroups capget capset prctl)
+  cfg "$b" '.linux.seccomp=$p' --argjson p "$(seccomp_profile SCMP_ACT_ERRNO "${sane[@]}")"
+  run_ctr "$b"
+  assert_success
+  assert_output_contains sane-ok
+  assert_output_contains "keyctl: blocked"
+}
+
+@test "seccomp: agsx's baseline still applies under an engine's allow-all profile" {
+  agsx_only
+  b=$(make_bundle b sh -c '/usr/local/bin/probe syscall unshare-user; /usr/local/bin/probe syscall keyctl; echo done')
+  cfg "$b" '.linux.seccomp={"defaultAction":"SCMP_ACT_ALLOW"}'
+  run_ctr "$b"
+  assert_success
+  assert_output_contains "unshare-user: blocked"
+  assert_output_contains "keyctl: blocked"
+  assert_output_contains done
+}
