@@ -456,7 +456,9 @@ int agsx_net_link_ipv4(const char *ifname, uint32_t *ret_addr, uint8_t *ret_pref
 
 int agsx_net_new_sysfs(agsx_error_t *err) {
   _cleanup_close_ int fs = fsopen("sysfs", FSOPEN_CLOEXEC);
-  if (fs < 0 || fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+  /* "sysfs" as mountinfo's source, as mount(8) and runc give it. */
+  if (fs < 0 || fsconfig(fs, FSCONFIG_SET_STRING, "source", "sysfs", 0) < 0 ||
+      fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
     return agsx_error_set(err, errno, "create the sandbox's sysfs");
   int m = fsmount(fs, FSMOUNT_CLOEXEC,
                   MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);

@@ -214,20 +214,24 @@ static int mount_one(struct child *c, int root, const struct agsx_oci_mount *m, 
   int fd = -1;
   bool strict = under(m->destination, "/proc") || under(m->destination, "/sys") ||
                 under(m->destination, "/dev");
+  /* The engine's source ("shm", "my-scratch") is what mountinfo shows, as
+   * with runc's mount(2); the kernel takes at most 255 bytes of it. */
+  const char *src = m->source && m->source[0] && strlen(m->source) < 256 ? m->source : NULL;
+  const char *source[] = {src ? "source" : NULL, src, NULL, NULL, NULL};
   if (strcmp(t, "proc") == 0) {
-    fd = agsx_rootfs_fs_new("proc", NULL, attrs | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, err);
+    fd = agsx_rootfs_fs_new("proc", source, attrs | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, err);
   } else if (strcmp(t, "sysfs") == 0) {
     /* P's sysfs of the container's network namespace, read-only always. */
     fd = sysfs >= 0 ? fcntl(sysfs, F_DUPFD_CLOEXEC, 3) : -1;
     if (fd < 0)
       return agsx_error_set(err, errno, "mount sysfs on `%s`", m->destination);
   } else if (strcmp(t, "tmpfs") == 0) {
-    fd = fs_with_data("tmpfs", m->data, NULL, attrs, err);
+    fd = fs_with_data("tmpfs", m->data, source, attrs, err);
   } else if (strcmp(t, "devpts") == 0) {
-    static const char *const extra[] = {"newinstance", NULL, NULL};
+    const char *extra[] = {"newinstance", NULL, src ? "source" : NULL, src, NULL};
     fd = fs_with_data("devpts", m->data, extra, attrs, err);
   } else if (strcmp(t, "mqueue") == 0) {
-    fd = agsx_rootfs_fs_new("mqueue", NULL, attrs, err);
+    fd = agsx_rootfs_fs_new("mqueue", source, attrs, err);
   } else if (strcmp(t, "cgroup") == 0 || strcmp(t, "cgroup2") == 0) {
     return mount_cgroup(root, m, c->new_cgroupns, err);
   } else {

@@ -67,3 +67,18 @@ MINIMAL_SYSCALLS=(execve exit exit_group write writev brk arch_prctl set_tid_add
   assert_output_contains "keyctl: blocked"
   assert_output_contains done
 }
+
+# mnt_src: "mount-point fstype source" for each line of the container's
+# mountinfo (the output of run_ctr).
+MNT_SRC="awk '{ for (i = 7; \$i != \"-\"; i++); print \$5, \$(i + 1), \$(i + 2) }' /proc/self/mountinfo"
+
+@test "mounts: each filesystem reports its source in mountinfo, as runc" {
+  b=$(make_bundle b sh -c "$MNT_SRC")
+  cfg "$b" '.mounts+=[{"destination":"/data","type":"tmpfs","source":"my-scratch","options":["size=1m"]}]'
+  run_ctr "$b"
+  assert_success
+  for want in "/proc proc proc" "/dev tmpfs tmpfs" "/dev/pts devpts devpts" "/dev/shm tmpfs shm" \
+    "/dev/mqueue mqueue mqueue" "/sys sysfs sysfs" "/data tmpfs my-scratch"; do
+    assert_output_contains "$want"
+  done
+}
