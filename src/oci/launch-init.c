@@ -172,6 +172,30 @@ static bool under(const char *path, const char *dir) {
   return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
 }
 
+/* A new copy of a mount P made (a bind, the sysfs), taken at its turn:
+ * the kernel lists a namespace's mounts in the order their copies were
+ * made, and runc's mountinfo follows config.json. A detached tree clones
+ * only from the namespace that made it, so P's is attached to the stage
+ * (agsx's tmpfs, never the container's) first, cloned, and detached. When
+ * a step fails, P's copy stays: out of order, nothing else lost. */
+static int in_turn(int stage, int *fd) {
+  if (mkdirat(stage, "turn", 0700) < 0 && errno != EEXIST)
+    return *fd;
+  if (move_mount(*fd, "", stage, "turn", MOVE_MOUNT_F_EMPTY_PATH) < 0)
+    return *fd;
+  int n = open_tree(*fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE);
+  if (fchdir(stage) < 0 || umount2("turn", MNT_DETACH) < 0) {
+    if (n >= 0)
+      close(n);
+    return *fd;
+  }
+  if (n < 0)
+    return *fd; /* detached again: P's copy, still whole */
+  agsx_closep(fd);
+  *fd = n;
+  return n;
+}
+
 static int mount_bind(int root, const struct agsx_oci_mount *m, int fd, agsx_error_t *err) {
   struct mount_attr a = {.attr_set = attrs_of(m->flags) | MOUNT_ATTR_NODEV,
                          .propagation = m->propagation & ~MS_REC};
@@ -244,19 +268,26 @@ static int mount_one(struct child *c, int root, const struct agsx_oci_mount *m, 
   return r;
 }
 
-static int mount_all(struct child *c, int root, agsx_error_t *err) {
+/* The engine's mounts in config order (see in_turn), STAGE being agsx's. */
+static int mount_all(struct child *c, int stage, int root, agsx_error_t *err) {
   const struct agsx_oci_spec *s = c->s;
-  size_t next = first_bind(c);
+  size_t next = first_bind(c), nsys;
   int sysfs = -1;
+  bool sys_turned = false;
   for (size_t i = 0; i < s->n_mounts; i++)
     if (agsx_oci_launch_is_bind(&s->mounts[i]))
       next++;
+  nsys = next;
   if (next < c->nfds)
     sysfs = c->fds[next];
   next = first_bind(c);
   for (size_t i = 0; i < s->n_mounts; i++) {
     const struct agsx_oci_mount *m = &s->mounts[i];
-    int bindfd = agsx_oci_launch_is_bind(m) ? c->fds[next++] : -1;
+    int bindfd = agsx_oci_launch_is_bind(m) ? in_turn(stage, &c->fds[next++]) : -1;
+    if (!sys_turned && sysfs >= 0 && bindfd < 0 && strcmp(m->type, "sysfs") == 0) {
+      sysfs = in_turn(stage, &c->fds[nsys]);
+      sys_turned = true; /* a second sysfs mount shares it, attached already */
+    }
     if (mount_one(c, root, m, bindfd, sysfs, err) < 0)
       return -1;
   }
@@ -382,7 +413,7 @@ static int child_rootfs(struct child *c, int *ret_root, agsx_error_t *err) {
   if (root < 0)
     return agsx_error_set(err, errno, "open the root filesystem");
   *ret_root = root;
-  if (mount_all(c, root, err) < 0 || populate_dev(c, root, err) < 0 ||
+  if (mount_all(c, t, root, err) < 0 || populate_dev(c, root, err) < 0 ||
       write_sysctls(c->s, root, err) < 0 || mask_all(c->s, root, err) < 0)
     return -1;
   if (c->s->root_readonly) {

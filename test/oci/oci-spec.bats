@@ -82,3 +82,16 @@ MNT_SRC="awk '{ for (i = 7; \$i != \"-\"; i++); print \$5, \$(i + 1), \$(i + 2) 
     assert_output_contains "$want"
   done
 }
+
+@test "mounts: /proc first, then the config's order, in mountinfo" {
+  mkdir -p "$T/src"
+  b=$(make_bundle b sh -c "$MNT_SRC")
+  # a bind and a tmpfs after /sys, a bind before /dev
+  cfg "$b" '.mounts=[.mounts[0]] + [{"destination":"/m1","type":"bind","source":$s,"options":["rbind","ro"]}] + .mounts[1:] + [{"destination":"/m2","type":"tmpfs","source":"tmpfs"},{"destination":"/m3","type":"bind","source":$s,"options":["bind"]}]' --arg s "$T/src"
+  want=$(jq -r '.mounts[].destination' "$b/config.json" | tr '\n' ' ')
+  run_ctr "$b"
+  assert_success
+  got=$(printf '%s\n' "$output" | awk -v want="$want" 'BEGIN { n = split(want, w, " "); for (i = 1; i <= n; i++) in_cfg[w[i]] = 1 }
+    in_cfg[$1] && !seen[$1]++ { printf "%s ", $1 }')
+  [ "$got" = "$want" ] || { echo "# got:  $got" >&3; echo "# want: $want" >&3; false; }
+}
