@@ -15,7 +15,9 @@
 #include "sandbox/rootfs.h"
 
 #include <fcntl.h>
+#include <dirent.h>
 #include <grp.h>
+#include <inttypes.h>
 #include <linux/keyctl.h>
 #include <linux/openat2.h>
 #include <sched.h>
@@ -296,25 +298,69 @@ static int mount_all(struct child *c, int stage, int root, agsx_error_t *err) {
 
 /* The spec's default devices, and linux.devices: the host's nodes bound in
  * (no mknod in a user namespace), only where /dev is a tmpfs of ours. */
-static int bind_device(int dev, const char *name, const char *host, char type, int64_t major,
-                       int64_t minor, agsx_error_t *err) {
+static bool node_is(const struct stat *st, char type, int64_t major, int64_t minor) {
+  bool kind = type == 'b'   ? S_ISBLK(st->st_mode)
+              : type == 'p' ? S_ISFIFO(st->st_mode)
+                            : S_ISCHR(st->st_mode);
+  return kind && (type == 'p' ||
+                  ((int64_t)major(st->st_rdev) == major && (int64_t)minor(st->st_rdev) == minor));
+}
+
+/* The host's node of TYPE MAJOR:MINOR for a device asked for at PATH: PATH
+ * itself when it is that node, else one named anywhere in the host's /dev
+ * two levels deep (Docker's --device /dev/null:/dev/mynull sends the
+ * container's path with the host node's numbers). Into OUT; 0 or -1. */
+static int host_node(const char *path, char type, int64_t major, int64_t minor, char *out,
+                     size_t size) {
   struct stat st;
-  if (stat(host, &st) < 0)
-    return agsx_error_set(err, errno, "device `%s`", host);
-  if (major >= 0 && ((type == 'c' && !S_ISCHR(st.st_mode)) || (int64_t)major(st.st_rdev) != major ||
-                     (int64_t)minor(st.st_rdev) != minor))
-    return agsx_error_set(err, 0,
-                          "config: linux.devices: `%s` differs from the host's node (agsx binds "
-                          "host devices, it cannot create them)",
-                          host);
-  _cleanup_close_ int f = openat(dev, name, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (stat(path, &st) == 0 && node_is(&st, type, major, minor))
+    return snprintf(out, size, "%s", path) < (int)size ? 0 : -1;
+  static const char *const dirs[] = {"/dev",       "/dev/net",    "/dev/snd",  "/dev/dri",
+                                     "/dev/input", "/dev/mapper", "/dev/vfio", "/dev/fuse"};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(dirs); i++) {
+    _cleanup_dir_ DIR *d = opendir(dirs[i]);
+    for (struct dirent *e; d && (e = readdir(d));) {
+      if (e->d_type != DT_CHR && e->d_type != DT_BLK && e->d_type != DT_FIFO)
+        continue;
+      if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+          node_is(&st, type, major, minor))
+        return snprintf(out, size, "%s/%s", dirs[i], e->d_name) < (int)size ? 0 : -1;
+    }
+  }
+  return -1;
+}
+
+/* HOST's node bound at NAME in DIR (a directory of the container's /dev). */
+static int bind_node(int dir, const char *name, const char *host, const char *path,
+                     agsx_error_t *err) {
+  _cleanup_close_ int f = openat(dir, name, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
   if (f < 0)
-    return agsx_error_set(err, errno, "/dev/%s", name);
+    return agsx_error_set(err, errno, "%s", path);
   _cleanup_close_ int m =
       agsx_rootfs_bind_clone(AT_FDCWD, host, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false, err);
-  if (m < 0 || move_mount(m, "", dev, name, MOVE_MOUNT_F_EMPTY_PATH) < 0)
-    return agsx_error_set(err, errno, "/dev/%s", name);
+  if (m < 0 || move_mount(m, "", dir, name, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+    return agsx_error_set(err, errno, "%s", path);
   return 0;
+}
+
+/* linux.devices' D at its container path, missing directories made in
+ * the container's /dev (DEV), no symlink followed (/dev/net/tun). */
+static int bind_device(int dev, const struct agsx_oci_device *d, agsx_error_t *err) {
+  char host[512];
+  if (host_node(d->path, d->type, d->major, d->minor, host, sizeof(host)) < 0)
+    return agsx_error_set(err, 0,
+                          "config: linux.devices: `%s`: the host has no %c %" PRId64 ":%" PRId64
+                          " node (agsx binds host devices, it cannot create them)",
+                          d->path, d->type, d->major, d->minor);
+  _cleanup_free_ char *rel = xstrdup(d->path + 5);
+  char *slash = strrchr(rel, '/');
+  if (slash == NULL)
+    return bind_node(dev, rel, host, d->path, err);
+  *slash = '\0';
+  _cleanup_close_ int parent = agsx_rootfs_dir_in_root(dev, rel, true, true, err);
+  if (parent < 0)
+    return agsx_error_wrap(err, "%s", d->path);
+  return bind_node(parent, slash + 1, host, d->path, err);
 }
 
 static int populate_dev(struct child *c, int root, agsx_error_t *err) {
@@ -326,21 +372,15 @@ static int populate_dev(struct child *c, int root, agsx_error_t *err) {
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(defaults); i++) {
     char host[64];
     snprintf(host, sizeof(host), "/dev/%s", defaults[i]);
-    if (bind_device(dev, defaults[i], host, 'c', -1, -1, err) < 0)
+    if (bind_node(dev, defaults[i], host, host, err) < 0)
       return -1;
   }
   for (size_t i = 0; i < c->s->n_devices; i++) {
     const struct agsx_oci_device *d = &c->s->devices[i];
-    const char *name = d->path + 5;
     bool dflt = false;
     for (size_t k = 0; k < AGSX_ARRAY_SIZE(defaults); k++)
-      dflt |= strcmp(defaults[k], name) == 0;
-    if (dflt)
-      continue;
-    if (strchr(name, '/'))
-      return agsx_error_set(err, 0, "config: linux.devices: `%s`: only /dev/NAME is supported",
-                            d->path);
-    if (bind_device(dev, name, d->path, d->type, d->major, d->minor, err) < 0)
+      dflt |= strcmp(defaults[k], d->path + 5) == 0;
+    if (!dflt && bind_device(dev, d, err) < 0)
       return -1;
   }
   static const char *const links[][2] = {{"/proc/self/fd", "fd"},

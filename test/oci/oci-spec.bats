@@ -95,3 +95,28 @@ MNT_SRC="awk '{ for (i = 7; \$i != \"-\"; i++); print \$5, \$(i + 1), \$(i + 2) 
     in_cfg[$1] && !seen[$1]++ { printf "%s ", $1 }')
   [ "$got" = "$want" ] || { echo "# got:  $got" >&3; echo "# want: $want" >&3; false; }
 }
+
+@test "devices: created at their container path, by number, nested paths too" {
+  [ -c /dev/net/tun ] || skip "the host has no /dev/net/tun"
+  b=$(make_bundle b sh -c 'ls -l /dev/mynull /dev/net/tun /dev/deep/er/zero; echo x >/dev/mynull && echo wrote; head -c 3 /dev/deep/er/zero | od -An -tx1')
+  # Docker's --device /dev/null:/dev/mynull: the container's path, the host's numbers
+  cfg "$b" '.linux.devices=[{"path":"/dev/mynull","type":"c","major":1,"minor":3,"fileMode":438},{"path":"/dev/net/tun","type":"c","major":10,"minor":200},{"path":"/dev/deep/er/zero","type":"c","major":1,"minor":5}]'
+  cfg "$b" '.linux.resources.devices=[{"allow":false,"access":"rwm"},{"allow":true,"type":"c","major":1,"minor":3,"access":"rwm"},{"allow":true,"type":"c","major":1,"minor":5,"access":"rwm"},{"allow":true,"type":"c","major":10,"minor":200,"access":"rwm"},{"allow":true,"type":"c","major":1,"minor":9,"access":"rwm"},{"allow":true,"type":"c","major":1,"minor":8,"access":"rwm"},{"allow":true,"type":"c","major":1,"minor":7,"access":"rwm"},{"allow":true,"type":"c","major":5,"minor":0,"access":"rwm"},{"allow":true,"type":"c","major":136,"access":"rwm"},{"allow":true,"type":"c","major":5,"minor":2,"access":"rwm"}]'
+  run_ctr "$b"
+  assert_success
+  assert_output_contains "1,   3"
+  assert_output_contains "10, 200"
+  assert_output_contains "1,   5"
+  assert_output_contains wrote
+  assert_output_contains "00 00 00"
+}
+
+@test "devices: a number the host has no node for is refused, naming it" {
+  agsx_only
+  b=$(make_bundle b true)
+  cfg "$b" '.linux.devices=[{"path":"/dev/nothere","type":"c","major":4095,"minor":4095}]'
+  run_ctr "$b"
+  [ "$status" -ne 0 ] || { show_run; false; }
+  assert_output_contains "/dev/nothere"
+  assert_output_contains "4095:4095"
+}
