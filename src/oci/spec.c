@@ -804,8 +804,12 @@ static int resources_from(yajl_val o, struct agsx_oci_resources *r, agsx_error_t
   if (rr < 0)
     return -1;
   if (mem) {
-    if (present(mem, "kernel") || present(mem, "kernelTCP"))
-      return UNSUPPORTED(err, "linux.resources.memory.kernel");
+    /* Deprecated by the spec, still sent (Docker's update always sends
+     * kernel: 0): checked as numbers and ignored, as runc does. */
+    int64_t ignored;
+    if (get_limit(mem, "kernel", "linux.resources.memory.kernel", &ignored, err) < 0 ||
+        get_limit(mem, "kernelTCP", "linux.resources.memory.kernelTCP", &ignored, err) < 0)
+      return -1;
     if (get_limit(mem, "limit", "linux.resources.memory.limit", &r->memory_limit, err) < 0 ||
         get_limit(mem, "reservation", "linux.resources.memory.reservation", &r->memory_reservation,
                   err) < 0 ||

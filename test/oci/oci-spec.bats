@@ -120,3 +120,24 @@ MNT_SRC="awk '{ for (i = 7; \$i != \"-\"; i++); print \$5, \$(i + 1), \$(i + 2) 
   assert_output_contains "/dev/nothere"
   assert_output_contains "4095:4095"
 }
+
+@test "resources: the deprecated memory.kernel and kernelTCP are accepted and ignored, create and update" {
+  b=$(make_bundle b sleep 1000)
+  cfg "$b" '.linux.resources.memory={"limit":67108864,"kernel":0,"kernelTCP":0}'
+  rtc --bundle "$b" c1 || { cat "$T/create.err" >&3; false; }
+  pid=$(state_field c1 pid)
+  d=$(proc_cgroup_dir "$pid" memory)
+  if cgroup_agsx_is_v2; then f=$d/memory.max; else f=$d/memory.limit_in_bytes; fi
+  [ "$(cat "$f")" = 67108864 ]
+  # docker update --memory 32m: kernel 0 always with it
+  run_rt update --resources - c1 <<<'{"memory":{"limit":33554432,"kernel":0,"kernelTCP":0},"cpu":{}}'
+  assert_success
+  [ "$(cat "$f")" = 33554432 ]
+  # still numbers: garbage there is refused, nothing changed
+  if is_agsx; then
+    run_rt update --resources - c1 <<<'{"memory":{"limit":16777216,"kernel":"x"}}'
+    assert_failure
+    [ "$(cat "$f")" = 33554432 ]
+  fi
+  rt delete --force c1
+}
