@@ -341,7 +341,14 @@ static int parse_user(yajl_val u, struct agsx_oci_process *p, agsx_error_t *err)
       yajl_val e = g->u.array.values[i];
       if (!YAJL_IS_INTEGER(e) || YAJL_GET_INTEGER(e) < 0 || YAJL_GET_INTEGER(e) >= UINT32_MAX)
         return REFUSE(err, "process.user.additionalGids", "expected group ids");
-      p->groups[p->n_groups++] = (gid_t)YAJL_GET_INTEGER(e);
+      /* Each gid once, the primary one not again (the launch puts it
+       * first): the kernel keeps duplicates, runc's list has none. */
+      gid_t gid = (gid_t)YAJL_GET_INTEGER(e);
+      bool seen = gid == p->gid;
+      for (size_t k = 0; k < p->n_groups && !seen; k++)
+        seen = p->groups[k] == gid;
+      if (!seen)
+        p->groups[p->n_groups++] = gid;
     }
   }
   return 0;

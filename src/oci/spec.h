@@ -115,7 +115,7 @@ struct agsx_oci_process {
   char **args, **env;
   char *cwd;
   uint32_t uid, gid;
-  gid_t groups[AGSX_OCI_MAX_GROUPS];
+  gid_t groups[AGSX_OCI_MAX_GROUPS]; /* additionalGids: each once, never gid */
   size_t n_groups;
   int umask; /* -1: unset */
   bool terminal;
