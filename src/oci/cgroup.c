@@ -11,6 +11,7 @@
 #include <linux/openat2.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <time.h>
@@ -220,6 +221,33 @@ static int layout(struct agsx_oci_cgroup *cg, agsx_error_t *err) {
   if (cg->n == 0)
     return agsx_error_set(err, ENOENT, "no cgroup hierarchy under `%s`", root);
   return 0;
+}
+
+int agsx_oci_cgroup_leaf_binds(struct agsx_oci_cgroup *cg, int *fds, size_t max, char *names,
+                               size_t size, agsx_error_t *err) {
+  size_t n = 0, used = 0;
+  names[0] = '\0';
+  for (size_t i = 0; !cg->v2 && i < cg->n && n < max; i++) {
+    const char *name = strrchr(cg->h[i].mnt, '/');
+    name = name ? name + 1 : cg->h[i].mnt;
+    /* A name the container's tmpfs could not hold as one directory. */
+    if (cg->h[i].fd < 0 || !*name || strchr(name, ' ') || strlen(name) + 2 > size - used)
+      continue;
+    int fd = open_tree(cg->h[i].fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+    struct mount_attr a = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                       MOUNT_ATTR_NOEXEC};
+    if (fd < 0 || mount_setattr(fd, "", AT_EMPTY_PATH, &a, sizeof(a)) < 0) {
+      int e = errno;
+      if (fd >= 0)
+        close(fd);
+      for (size_t k = 0; k < n; k++)
+        close(fds[k]);
+      return agsx_error_set(err, e, "bind the container's cgroup of `%s`", cg->h[i].mnt);
+    }
+    fds[n++] = fd;
+    used += (size_t)snprintf(names + used, size - used, "%s%s", used ? " " : "", name);
+  }
+  return (int)n;
 }
 
 static struct hier *find(struct agsx_oci_cgroup *cg, const char *ctrl) {

@@ -46,6 +46,14 @@ int agsx_oci_cgroup_freeze(struct agsx_oci_cgroup *cg, bool frozen, agsx_error_t
 int agsx_oci_cgroup_is_frozen(struct agsx_oci_cgroup *cg, bool *ret, agsx_error_t *err);
 /* Signals every process in the cgroup. */
 int agsx_oci_cgroup_signal(struct agsx_oci_cgroup *cg, int sig, agsx_error_t *err);
+/* cgroup v1: the leaf of each hierarchy, as a detached read-only bind
+ * (fds into FDS, at most MAX), for the container's /sys/fs/cgroup: a v1
+ * hierarchy cannot be mounted from a user namespace, so it shows, as
+ * runc's, a tmpfs with the container's own cgroup bound in per hierarchy.
+ * NAMES (SIZE bytes) gets the hierarchies' directory names ("memory",
+ * "cpu,cpuacct"), space-separated. Returns how many; 0 on v2. */
+int agsx_oci_cgroup_leaf_binds(struct agsx_oci_cgroup *cg, int *fds, size_t max, char *names,
+                               size_t size, agsx_error_t *err);
 /* Thaws, kills what is left and removes the leaf if it is agsx's. */
 int agsx_oci_cgroup_destroy(struct agsx_oci_cgroup *cg, agsx_error_t *err);
 void agsx_oci_cgroup_free(struct agsx_oci_cgroup *cg);

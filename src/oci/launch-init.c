@@ -213,15 +213,46 @@ static int mount_bind(int root, const struct agsx_oci_mount *m, int fd, agsx_err
   return oci_attach(root, m->destination, fd, false, err);
 }
 
-/* cgroup v1 hierarchies cannot be mounted from a user namespace, and
- * agsx exposes none of the host's tree: an empty read-only tmpfs there
- * (v2 hosts get the container's own cgroup2 where the kernel allows). */
-static int mount_cgroup(int root, const struct agsx_oci_mount *m, bool v2ok, agsx_error_t *err) {
+/* The container's own cgroups, read-only, as runc shows them. cgroup v1
+ * hierarchies cannot be mounted from a user namespace: a tmpfs with P's
+ * binds of the container's cgroup in each hierarchy (cgroup.h), made
+ * read-only once filled when the engine asks for ro. v2: the container's
+ * cgroup namespace's own cgroup2 where the kernel allows; else (no cgroup
+ * namespace, or no binds) an empty read-only tmpfs: none of the host's
+ * tree is ever shown. */
+static int mount_cgroup(struct child *c, int root, const struct agsx_oci_mount *m,
+                        agsx_error_t *err) {
   unsigned attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+  const char *src = m->source && m->source[0] && strlen(m->source) < 256 ? m->source : NULL;
+  if (c->n_cg > 0) {
+    const char *opts[] = {"size", "64k", "mode", "0755", src ? "source" : NULL, src, NULL};
+    _cleanup_close_ int fd = agsx_rootfs_fs_new("tmpfs", opts, attrs & ~MOUNT_ATTR_RDONLY, err);
+    if (fd < 0 || oci_attach(root, m->destination, fd, true, err) < 0)
+      return -1;
+    _cleanup_close_ int dir = oci_dir(root, m->destination, true, err);
+    if (dir < 0)
+      return -1;
+    _cleanup_free_ char *names = xstrdup(c->cg_names);
+    size_t k = c->nfds - c->n_cg;
+    for (char *save = NULL, *n = strtok_r(names, " ", &save); n && k < c->nfds;
+         n = strtok_r(NULL, " ", &save), k++) {
+      if (strchr(n, '/') || strcmp(n, ".") == 0 || strcmp(n, "..") == 0)
+        return agsx_error_set(err, EINVAL, "cgroup hierarchy `%s`", n);
+      if (mkdirat(dir, n, 0555) < 0 && errno != EEXIST)
+        return agsx_error_set(err, errno, "mount point `%s/%s`", m->destination, n);
+      if (move_mount(c->fds[k], "", dir, n, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+        return agsx_error_set(err, errno, "mount the cgroup on `%s/%s`", m->destination, n);
+    }
+    struct mount_attr a = {.attr_set = MOUNT_ATTR_RDONLY};
+    if ((m->flags & MS_RDONLY) && mount_setattr(dir, "", AT_EMPTY_PATH, &a, sizeof(a)) < 0)
+      return agsx_error_set(err, errno, "mount `%s` read-only", m->destination);
+    return 0;
+  }
   _cleanup_error_ agsx_error_t e = NULL;
-  int fd = v2ok ? agsx_rootfs_fs_new("cgroup2", NULL, attrs, &e) : -1;
+  const char *source[] = {src ? "source" : NULL, src, NULL};
+  int fd = c->new_cgroupns ? agsx_rootfs_fs_new("cgroup2", source, attrs, &e) : -1;
   if (fd < 0) {
-    const char *opts[] = {"size", "0", "mode", "0555", NULL};
+    const char *opts[] = {"size", "0", "mode", "0555", src ? "source" : NULL, src, NULL};
     fd = agsx_rootfs_fs_new("tmpfs", opts, attrs, err);
   }
   if (fd < 0)
@@ -259,7 +290,7 @@ static int mount_one(struct child *c, int root, const struct agsx_oci_mount *m, 
   } else if (strcmp(t, "mqueue") == 0) {
     fd = agsx_rootfs_fs_new("mqueue", source, attrs, err);
   } else if (strcmp(t, "cgroup") == 0 || strcmp(t, "cgroup2") == 0) {
-    return mount_cgroup(root, m, c->new_cgroupns, err);
+    return mount_cgroup(c, root, m, err);
   } else {
     return agsx_error_set(err, 0, "mount type `%s` is not supported by agsx", t);
   }
@@ -280,7 +311,7 @@ static int mount_all(struct child *c, int stage, int root, agsx_error_t *err) {
     if (agsx_oci_launch_is_bind(&s->mounts[i]))
       next++;
   nsys = next;
-  if (next < c->nfds)
+  if (next < c->nfds - c->n_cg)
     sysfs = c->fds[next];
   next = first_bind(c);
   for (size_t i = 0; i < s->n_mounts; i++) {
@@ -535,8 +566,10 @@ static void child_root(struct child *c) {
   agsx_close_all_except(keep, nkeep);
   struct agsx_msg m;
   ssize_t n = agsx_msg_recv(c->sync, &m, c->fds, AGSX_MSG_MAX_FDS, &c->nfds);
-  if (n <= 0 || m.type != AGSX_MSG_GO)
+  if (n <= 0 || m.type != AGSX_MSG_GO || m.code < 0 || (size_t)m.code > c->nfds)
     _exit(1);
+  c->n_cg = (size_t)m.code;
+  snprintf(c->cg_names, sizeof(c->cg_names), "%.*s", (int)sizeof(m.text), m.text);
   int root = -1;
   /* The stage, by path: an fd of P's would name P's mount namespace. The
    * directory is host root's (0700): open it before becoming the user

@@ -30,6 +30,10 @@ struct child {
   bool new_cgroupns, new_uts;
   const struct agsx_seccomp_bpf *base, *eng;
   char *stage; /* ROOT/<id>/mnt, opened by the init in its own mount namespace */
+  /* cgroup v1: the last N_CG fds of GO are the container's cgroup in each
+   * hierarchy (cgroup.h's leaf binds), CG_NAMES their names. */
+  size_t n_cg;
+  char cg_names[1024];
   /* The engine's overlay to rebuild from idmapped layers (P does it):
    * its lower layers, and the names of upper and work in their parent. */
   size_t n_lower;

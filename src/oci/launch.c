@@ -352,6 +352,13 @@ static int systemd_scope(struct create *cr, agsx_error_t *err) {
   return agsx_oci_launch_write_record(cr, err);
 }
 
+static bool wants_cgroup(const struct agsx_oci_spec *s) {
+  for (size_t i = 0; i < s->n_mounts; i++)
+    if (!agsx_oci_launch_is_bind(&s->mounts[i]) && strcmp(s->mounts[i].type, "cgroup") == 0)
+      return true;
+  return false;
+}
+
 static int go(struct create *cr, struct child *c, int sysfs, int startsock, agsx_error_t *err) {
   const struct agsx_oci_spec *s = cr->s;
   if (agsx_oci_launch_write_maps(cr->pid, s, &cr->ids, err) < 0 ||
@@ -395,7 +402,16 @@ static int go(struct create *cr, struct child *c, int sysfs, int startsock, agsx
   }
   if (r == 0 && sysfs >= 0)
     fds[n++] = fcntl(sysfs, F_DUPFD_CLOEXEC, 3);
+  /* v1's cgroup mount: the container's own cgroups, last (code: how many). */
   struct agsx_msg m = {.type = AGSX_MSG_GO};
+  int ncg = 0;
+  if (r == 0 && cr->cg && wants_cgroup(s) &&
+      (ncg = agsx_oci_cgroup_leaf_binds(cr->cg, fds + n, AGSX_MSG_MAX_FDS - n, m.text,
+                                        sizeof(m.text), err)) < 0)
+    r = -1;
+  else if (ncg > 0)
+    n += (size_t)ncg;
+  m.code = ncg > 0 ? ncg : 0;
   if (r == 0 && agsx_msg_send(cr->sync, &m, fds, n) < 0)
     r = agsx_error_set(err, errno, "send to the container's init");
   for (size_t i = 0; i < n; i++)

@@ -162,3 +162,18 @@ MNT_SRC="awk '{ for (i = 7; \$i != \"-\"; i++); print \$5, \$(i + 1), \$(i + 2) 
   for g in 10 20; do grep -qx "$g" <<<"$groups"; done
   rt delete --force c1
 }
+
+@test "cgroup mount: /sys/fs/cgroup shows the container's own cgroup, read-only" {
+  b=$(make_bundle b sh -c 'cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/memory.max 2>/dev/null; ls /sys/fs/cgroup/pids/ /sys/fs/cgroup/ 2>/dev/null | grep -c "^agsx-oci-test"; grep -E "^[0-9]+:(memory)?:" /proc/self/cgroup; echo 1 >/sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || echo write-refused; mkdir /sys/fs/cgroup/x 2>/dev/null || echo mkdir-refused')
+  cfg "$b" '.linux.resources.memory.limit=67108864 | .linux.namespaces+=[{"type":"cgroup"}]'
+  jq -e '.mounts[] | select(.type=="cgroup") | .options | index("ro")' "$b/config.json" >/dev/null
+  run_ctr "$b"
+  assert_success
+  assert_output_contains 67108864
+  # the host's tree above the container's cgroup is not there
+  [[ "$output" == *$'\n0\n'* ]] || { show_run; false; }
+  # its own cgroup is the root of its cgroup namespace
+  [[ "$output" != *":/agsx-oci-test"* ]] || { show_run; false; }
+  assert_output_contains write-refused
+  assert_output_contains mkdir-refused
+}
