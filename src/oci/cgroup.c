@@ -233,16 +233,33 @@ int agsx_oci_cgroup_leaf_binds(struct agsx_oci_cgroup *cg, int *fds, size_t max,
     /* A name the container's tmpfs could not hold as one directory. */
     if (cg->h[i].fd < 0 || !*name || strchr(name, ' ') || strlen(name) + 2 > size - used)
       continue;
-    int fd = open_tree(cg->h[i].fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
-    struct mount_attr a = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-                                       MOUNT_ATTR_NOEXEC};
-    if (fd < 0 || mount_setattr(fd, "", AT_EMPTY_PATH, &a, sizeof(a)) < 0) {
+    /* The leaf again, in the current mount namespace: create may have
+     * moved to one of its own (the overlay rebuild), and a mount of
+     * another namespace does not clone (EINVAL). Checked to be the same
+     * directory as the leaf agsx holds. */
+    _cleanup_close_ int top = open(cg->h[i].mnt, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    _cleanup_close_ int leaf =
+        top < 0 ? -1
+                : agsx_openat2(top, cg->path, O_PATH | O_DIRECTORY, 0,
+                               RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV);
+    struct stat a1, a2;
+    if (leaf >= 0 && (fstat(leaf, &a1) < 0 || fstat(cg->h[i].fd, &a2) < 0 ||
+                      a1.st_dev != a2.st_dev || a1.st_ino != a2.st_ino)) {
+      agsx_closep(&leaf);
+      errno = ESTALE;
+    }
+    int fd =
+        leaf < 0 ? -1 : open_tree(leaf, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+    struct mount_attr ro = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                        MOUNT_ATTR_NOEXEC};
+    if (fd < 0 || mount_setattr(fd, "", AT_EMPTY_PATH, &ro, sizeof(ro)) < 0) {
       int e = errno;
       if (fd >= 0)
         close(fd);
       for (size_t k = 0; k < n; k++)
         close(fds[k]);
-      return agsx_error_set(err, e, "bind the container's cgroup of `%s`", cg->h[i].mnt);
+      return agsx_error_set(err, e, "bind the container's cgroup of `%s`%s", cg->h[i].mnt,
+                            fd < 0 ? "" : ": read-only");
     }
     fds[n++] = fd;
     used += (size_t)snprintf(names + used, size - used, "%s%s", used ? " " : "", name);
