@@ -91,6 +91,21 @@ static int fs_with_data(const char *type, const char *data, const char *const *e
   return agsx_rootfs_fs_new(type, opts, attrs, err);
 }
 
+/* A mount point the init cannot create: EACCES, EPERM and EROFS get the
+ * likely cause named (an engine's own mapping over a rootfs it did not
+ * chown, podman's --rootfs DIR:O with --uidmap: runc fails the same). */
+static int mount_point_error(agsx_error_t *err, int e, const char *path) {
+  if (e == EACCES || e == EPERM)
+    return agsx_error_set(err, e,
+                          "mount point `%s`: the container's root may not create it (the rootfs "
+                          "is not owned by the container's user namespace: chown it to the "
+                          "mapping, or leave the mapping to agsx)",
+                          path);
+  if (e == EROFS)
+    return agsx_error_set(err, e, "mount point `%s`: missing in a read-only rootfs", path);
+  return agsx_error_set(err, e, "mount point `%s`", path);
+}
+
 /* Directory PATH inside ROOT, missing components created. Unlike the
  * native tree's, the engine's mounts stack (/dev, then /dev/pts), so the
  * walk may cross mounts; it never leaves ROOT (RESOLVE_IN_ROOT) and
@@ -108,7 +123,7 @@ static int oci_dir_at(int root, const char *path, bool strict, int depth, agsx_e
     if (strcmp(c, ".") == 0 || strcmp(c, "..") == 0)
       return agsx_error_set(err, EINVAL, "mount point `%s`", path);
     if (mkdirat(cur, c, 0755) < 0 && errno != EEXIST)
-      return agsx_error_set(err, errno, "mount point `%s`", path);
+      return mount_point_error(err, errno, path);
     /* Re-resolved from ROOT each step: a symlink component stays inside. */
     size_t n = (size_t)(c - p) + strlen(c);
     _cleanup_free_ char *sofar = xmalloc(n + 1);
@@ -163,7 +178,7 @@ static int attach_file(int root, const char *dst, int mfd, agsx_error_t *err) {
     return agsx_error_wrap(err, "mount `%s`", dst);
   _cleanup_close_ int f = openat(p, slash + 1, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (f < 0 && errno != EISDIR)
-    return agsx_error_set(err, errno, "mount point `%s`", dst);
+    return mount_point_error(err, errno, dst);
   if (move_mount(mfd, "", p, slash + 1, MOVE_MOUNT_F_EMPTY_PATH) < 0)
     return agsx_error_set(err, errno, "mount on `%s`", dst);
   return 0;

@@ -192,3 +192,17 @@ teardown() {
   run P run --rm --network host $IMG true
   [ "$status" -eq 126 ] && [[ "$output" == *"host networking"* ]] || { echo "# $status $output" >&3; false; }
 }
+
+@test "podman run --rootfs DIR:O: an overlay over the directory, which stays untouched" {
+  local r=$BATS_FILE_TMPDIR/orootfs
+  [ -d "$r" ] || cp -a "$(base_rootfs)" "$r"
+  run P run --rm --network none --rootfs "$r:O" sh -c 'echo written >/tmp/f && cat /tmp/f && cat /etc/passwd | head -1'
+  [ "$status" -eq 0 ] || { echo "# $output" >&3; false; }
+  [[ "$output" == *written* && "$output" == *root:x:0:0* ]] || { echo "# $output" >&3; false; }
+  [ ! -e "$r/tmp/f" ]
+  # the engine's own mapping over a rootfs owned by host root: refused as
+  # runc refuses it, the cause named
+  run P run --rm --network none --uidmap 0:200000:65536 --gidmap 0:200000:65536 --rootfs "$r:O" true
+  [ "$status" -ne 0 ] || { echo "# $output" >&3; false; }
+  [[ "$output" == *"not owned by the container's user namespace"* ]] || { echo "# $output" >&3; false; }
+}
