@@ -586,11 +586,13 @@ static void child_root(struct child *c) {
   c->n_cg = (size_t)m.code;
   snprintf(c->cg_names, sizeof(c->cg_names), "%.*s", (int)sizeof(m.text), m.text);
   int root = -1;
-  /* The stage, by path: an fd of P's would name P's mount namespace. The
-   * directory is host root's (0700): open it before becoming the user
-   * namespace's root. */
+  /* The stage: an fd of P's would name P's mount namespace, a path would
+   * need search permission on the engine's directories above it; the
+   * working directory the clone gave us is the stage in our own mount
+   * namespace (launch-ns.c). Host root's (0700): opened before becoming
+   * the user namespace's root. */
   agsx_closep(&c->fds[0]);
-  c->fds[0] = open(c->stage, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  c->fds[0] = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (c->fds[0] < 0) {
     agsx_error_set(&err, errno, "open the stage");
     child_fail(c, &err);

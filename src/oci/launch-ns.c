@@ -324,7 +324,7 @@ int agsx_oci_launch_spawn(struct create *cr, struct child *c, int *ret_sysfs, ag
   const struct agsx_oci_spec *s = cr->s;
   struct joined j[8];
   size_t nj = 0;
-  int hostnet = -1, r = -1;
+  int hostnet = -1, r = -1, here = -1;
   const struct agsx_oci_ns *net = agsx_oci_spec_ns(s, CLONE_NEWNET);
   uint64_t flags = joins_user(s) ? CLONE_NEWNS : CLONE_NEWUSER | CLONE_NEWNS;
   static const int maybe[] = {CLONE_NEWPID, CLONE_NEWIPC, CLONE_NEWUTS};
@@ -345,8 +345,26 @@ int agsx_oci_launch_spawn(struct create *cr, struct child *c, int *ret_sysfs, ag
     goto out;
   if (wants_sysfs(s) && *ret_sysfs < 0 && (*ret_sysfs = agsx_net_new_sysfs(err)) < 0)
     goto out;
+  /* The init finds its stage as its working directory: the clone gives
+   * it the copy of P's in its own mount namespace, where a lookup by path
+   * would need search permission, as its user namespace's root, on every
+   * directory above the state root (containerd's shim makes
+   * /run/containerd 0600; runc, in the host's user namespace, never
+   * noticed). P's own directory is back right after. */
+  here = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  {
+    _cleanup_close_ int stage = open(c->stage, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (here < 0 || stage < 0 || fchdir(stage) < 0) {
+      r = agsx_error_set(err, errno, "the stage `%s`", c->stage);
+      goto out;
+    }
+  }
   r = joins_user(s) ? clone_init_joined(cr, c, flags, err) : clone_init(cr, c, flags, err);
 out:
+  if (here >= 0 && fchdir(here) < 0 && r == 0)
+    r = agsx_error_set(err, errno, "return to the working directory");
+  if (here >= 0)
+    close(here);
   if (hostnet >= 0 && agsx_net_leave(hostnet) < 0 && r == 0)
     r = agsx_error_set(err, errno, "return to the host network namespace");
   leave_joined(j, nj);

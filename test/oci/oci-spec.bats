@@ -177,3 +177,24 @@ MNT_SRC="awk '{ for (i = 7; \$i != \"-\"; i++); print \$5, \$(i + 1), \$(i + 2) 
   assert_output_contains write-refused
   assert_output_contains mkdir-refused
 }
+
+@test "state root and bundle below a directory without search bits (containerd's shim made /run/containerd 0600)" {
+  b=$(make_bundle b sh -c 'echo inside-ok; sleep 1000')
+  mkdir -p "$T/shim"
+  mv "$b" "$T/shim/bundle"
+  b=$T/shim/bundle
+  cfg "$b" '.root.path=$r' --arg r "$b/rootfs"
+  ROOT=$T/shim/state
+  chmod 0600 "$T/shim"
+  rtc --bundle "$b" c1 || { chmod 0700 "$T/shim"; cat "$T/create.err" >&3; false; }
+  run_rt start c1
+  assert_success
+  for i in $(seq 50); do grep -q inside-ok "$T/create.out" && break; sleep 0.1; done
+  grep -q inside-ok "$T/create.out"
+  jq '.process | .args=["echo","exec-ok"]' "$b/config.json" >"$T/p.json"
+  run_rt exec --process "$T/p.json" c1
+  assert_success
+  assert_output_contains exec-ok
+  rt delete --force c1
+  chmod 0700 "$T/shim"
+}
