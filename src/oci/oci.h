@@ -16,21 +16,27 @@
  *      "creating" → uid range (engine's mappings, a joined userns, or an
  *      agsx lease) → cgroup (systemd's form mapped) → the helper's netns
  *      entered (or one joined by path), net sysctls, ipc/uts/pid joined by
- *      path → clone3 (a joined userns: by a helper inside it, with
+ *      path → clone3 with the stage as working directory (the clone
+ *      makes it the init's own: no lookup through the engine's
+ *      directories) (a joined userns: by a helper inside it, with
  *      CLONE_PARENT, after P checked its maps) → host namespaces back →
  *      id maps, rlimits, oom_score_adj, cgroup.procs → lease →
- *      GO(rootfs [idmapped], bind sources, sysfs, stage, start socket)
+ *      GO(stage, start socket, rootfs [idmapped], bind sources, sysfs,
+ *      v1: the container's cgroup leaves read-only)
  *   C: become root of the userns (PDEATHSIG until create is done) →
- *      cgroup ns → stage tmpfs → rootfs → the engine's mounts, in order,
- *      each destination resolved inside the rootfs → /dev nodes → sysctls →
+ *      cgroup ns → stage tmpfs → rootfs → the engine's mounts, in order
+ *      (P's binds cloned at their turn: mountinfo follows the config),
+ *      each destination resolved inside the rootfs → /dev nodes (host
+ *      nodes found by number, bound at the container's path) → sysctls →
  *      masked (agsx's ∪ engine's) and read-only paths → MOUNTED
  *   P: prestart, createRuntime hooks → CONT
  *   C: pivot_root → hostname → program check → pty (now C's stdio) →
  *      READY(master)
  *   P: console socket ← master → pid file → record complete → DONE
  *   C: PDEATHSIG off → ACK; waits on start.sock
- *   start: connect → C (AppArmor/SELinux exec attrs where enforced)
- *      execs (EOF on the socket) → poststart hooks */
+ *   start: connect → C (AppArmor/SELinux exec attrs where enforced),
+ *      the PATH search, then the seccomp filters, execs (EOF on the
+ *      socket) → poststart hooks */
 #ifndef AGSX_OCI_H
 #define AGSX_OCI_H
 
