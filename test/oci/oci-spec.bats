@@ -149,7 +149,6 @@ MNT_SRC="awk '{ for (i = 7; \$i != \"-\"; i++); print \$5, \$(i + 1), \$(i + 2) 
   rt start c1
   for i in $(seq 50); do grep -q Groups "$T/create.out" && break; sleep 0.1; done
   groups=$(sed -n 's/^Groups:\s*//p' "$T/create.out" | tr -s ' \t' '\n' | grep . | sort -n)
-  echo "# init: $(echo $groups)" >&3
   [ -n "$groups" ]
   [ -z "$(uniq -d <<<"$groups")" ]
   for g in 10 20; do grep -qx "$g" <<<"$groups"; done
@@ -157,7 +156,6 @@ MNT_SRC="awk '{ for (i = 7; \$i != \"-\"; i++); print \$5, \$(i + 1), \$(i + 2) 
   run_rt exec --process "$T/p.json" c1
   assert_success
   groups=$(sed -n 's/^Groups:\s*//p' <<<"$output" | tr -s ' \t' '\n' | grep . | sort -n)
-  echo "# exec: $(echo $groups)" >&3
   [ -z "$(uniq -d <<<"$groups")" ]
   for g in 10 20; do grep -qx "$g" <<<"$groups"; done
   rt delete --force c1
