@@ -56,9 +56,11 @@ struct create {
   struct agsx_netns_job net; /* a new network namespace, made meanwhile */
   /* A pod's member: ipc, uts or pid joined by path, no user namespace by
    * path: the user namespace that owns them (pod_userns, until the clone)
-   * is joined instead of a new one; pod_idmap: it has an agsx range
-   * (shared, leased by this container too), through which the rootfs is
-   * idmapped as through a range of its own. pod_path names it in errors. */
+   * is joined instead of a new one. pod_idmap: the joined user namespace
+   * (a pod's, or one by path) is a container's of this root with an agsx
+   * range, shared (leased by this container too), through which the
+   * rootfs is idmapped as through a range of its own. pod_path names the
+   * pod's in errors. */
   bool pod, pod_idmap;
   int pod_userns;
   const char *pod_path;

@@ -175,6 +175,18 @@ static bool pod_member_of(int rootfd, const struct stat *st, int *slot) {
   return false;
 }
 
+/* The pod's range (SLOT; -1: the engine's mappings), leased by this
+ * container too: it stays taken while any container of the pod lives; the
+ * rootfs is idmapped through it unless the engine sent mappings. */
+static int share_range(struct create *cr, int slot, const char *kind, const char *path,
+                       agsx_error_t *err) {
+  if (slot >= 0 && agsx_userns_share_slot((unsigned)slot, &cr->ids, err) < 0)
+    return agsx_error_wrap(err, "config: linux.namespaces[%s].path: `%s`", kind, path);
+  cr->rec.slot = slot;
+  cr->pod_idmap = slot >= 0 && cr->s->n_uid_maps == 0;
+  return 0;
+}
+
 int agsx_oci_launch_pod(struct create *cr, int rootfd, agsx_error_t *err) {
   static const struct {
     int type;
@@ -202,43 +214,46 @@ int agsx_oci_launch_pod(struct create *cr, int rootfd, agsx_error_t *err) {
                             "namespaces (a pod's namespaces are one user namespace's)",
                             first, ns->path);
   }
-  if (owner < 0)
-    return 0;
-  /* The host's own ipc, uts or pid namespace (or another of the host user
-   * namespace's): the container would share it with the host, and could
-   * not mount for it (its root is never host root). */
-  if (stat("/proc/self/ns/user", &st) < 0)
-    return agsx_error_set(err, errno, "stat `/proc/self/ns/user`");
-  if (same_file(&st, &ost))
-    return agsx_error_set(err, 0,
-                          "config: linux.namespaces[%s].path: `%s` belongs to the host's user "
-                          "namespace: agsx joins only the namespaces of its own containers (their "
-                          "root is never host root)",
-                          kind, first);
+  if (owner >= 0) {
+    /* The host's own ipc, uts or pid namespace (or another of the host
+     * user namespace's): the container would share it with the host, and
+     * could not mount for it (its root is never host root). */
+    if (stat("/proc/self/ns/user", &st) < 0)
+      return agsx_error_set(err, errno, "stat `/proc/self/ns/user`");
+    if (same_file(&st, &ost))
+      return agsx_error_set(err, 0,
+                            "config: linux.namespaces[%s].path: `%s` belongs to the host's user "
+                            "namespace: agsx joins only the namespaces of its own containers "
+                            "(their root is never host root)",
+                            kind, first);
+  }
+  int slot = -1;
   if (joins_user(s)) {
+    /* Joined by path as well: the others must be its. If it is one of
+     * this root's containers', its range is shared as a pod's; another
+     * (the engine's own) is checked at the clone. */
     const char *up = agsx_oci_spec_ns(s, CLONE_NEWUSER)->path;
     if (stat(up, &st) < 0)
       return agsx_error_set(err, errno, "namespace `%s`", up);
-    if (!same_file(&st, &ost))
+    if (owner >= 0 && !same_file(&st, &ost))
       return agsx_error_set(err, 0,
                             "config: linux.namespaces[%s].path: `%s` belongs to another user "
                             "namespace than `%s`",
                             kind, first, up);
-    return 0;
+    if (!pod_member_of(rootfd, &st, &slot))
+      return 0;
+    return share_range(cr, slot, "user", up, err);
   }
-  int slot = -1;
+  if (owner < 0)
+    return 0;
   if (!pod_member_of(rootfd, &ost, &slot))
     return agsx_error_set(err, 0,
                           "config: linux.namespaces[%s].path: `%s` belongs to a user namespace "
                           "no container of this runtime root runs in: agsx joins only the "
                           "namespaces of its own containers",
                           kind, first);
-  /* The pod's range, leased by this container too: it stays taken while
-   * any container of the pod lives. */
-  if (slot >= 0 && agsx_userns_share_slot((unsigned)slot, &cr->ids, err) < 0)
-    return agsx_error_wrap(err, "config: linux.namespaces[%s].path: `%s`", kind, first);
-  cr->rec.slot = slot;
-  cr->pod_idmap = slot >= 0 && s->n_uid_maps == 0;
+  if (share_range(cr, slot, kind, first, err) < 0)
+    return -1;
   cr->pod = true;
   cr->pod_path = first;
   cr->pod_userns = steal_fd(&owner);

@@ -338,10 +338,23 @@ EOF2
     slot=$(jq .slot "$ROOT/pa/state.json")
     [ "$slot" -ge 0 ] && [ "$(jq .slot "$ROOT/pd/state.json")" = "$slot" ]
     dpid=$(state_field pd pid)
+    # Its user namespace joined by path (podman --userns container:pa):
+    # the same range, shared and leased, the rootfs idmapped through it.
+    e=$(make_bundle e sh -c 'ls -ln /etc/passwd; exec sleep 1000')
+    cfg "$e" '.linux.namespaces+=[{"type":"user","path":$p}]' --arg p "/proc/$pid/ns/user"
+    : >"$T/create.out"
+    rtc --bundle "$e" pe
+    rt start pe
+    [ "$(jq .slot "$ROOT/pe/state.json")" = "$slot" ]
+    epid=$(state_field pe pid)
+    for i in $(seq 50); do grep -q passwd "$T/create.out" && break; sleep 0.1; done
+    grep -q " 0 *0 .*/etc/passwd" "$T/create.out" || { cat "$T/create.out" >&3; false; }
     rt delete --force pa
-    grep -q "^$dpid " "/run/agsx-uid-ranges/$slot" || { cat "/run/agsx-uid-ranges/$slot" >&3; false; }
+    grep -q "^$dpid " "/run/agsx-uid-ranges/$slot" && grep -q "^$epid " "/run/agsx-uid-ranges/$slot" ||
+      { cat "/run/agsx-uid-ranges/$slot" >&3; false; }
     rt delete --force pd
-    ! grep -q "^$dpid " "/run/agsx-uid-ranges/$slot"
+    rt delete --force pe
+    ! grep -q "^$dpid \|^$epid " "/run/agsx-uid-ranges/$slot"
   fi
 }
 
