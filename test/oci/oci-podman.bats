@@ -49,8 +49,14 @@ teardown() {
   P pod rm -af -t 0 >/dev/null 2>&1 || true
   P rm -af -t 0 >/dev/null 2>&1 || true
   if [ -n "$(ls "$PM/state" 2>/dev/null)" ]; then leaks+="state: $(ls "$PM/state"); "; fi
-  local left
-  left=$(cgroup_mounts | while read -r m; do ls -d "$m"/libpod_parent/libpod-* 2>/dev/null; done)
+  # (polled: a pod's containers end with their infra, and their cleanup by
+  # conmon may still be removing a cgroup when `pod rm` returns)
+  local left i
+  for i in $(seq 50); do
+    left=$(cgroup_mounts | while read -r m; do ls -d "$m"/libpod_parent/libpod-* 2>/dev/null; done)
+    [ -n "$left" ] || break
+    sleep 0.1
+  done
   [ -z "$left" ] || leaks+="cgroups: $(echo "$left" | head -3 | tr '\n' ' '); "
   oci_teardown || true
   [ -z "$leaks" ] || { echo "# leaked: $leaks" >&3; return 1; }
