@@ -618,14 +618,18 @@ static void child_root(struct child *c) {
   close(root);
 }
 
+/* hostname and domainname, in a new uts namespace, or (non-empty, as runc
+ * does) in a joined one: a pod's, owned by the pod's user namespace the
+ * init is in (never the host's: refused at create). */
 static void child_names(struct child *c) {
   agsx_error_t err = NULL;
   const struct agsx_oci_spec *s = c->s;
-  if (c->new_uts && s->hostname && sethostname(s->hostname, strlen(s->hostname)) < 0) {
+  const char *h = s->hostname, *d = s->domainname;
+  if (h && (c->new_uts || h[0]) && sethostname(h, strlen(h)) < 0) {
     agsx_error_set(&err, errno, "sethostname");
     child_fail(c, &err);
   }
-  if (c->new_uts && s->domainname && setdomainname(s->domainname, strlen(s->domainname)) < 0) {
+  if (d && (c->new_uts || d[0]) && setdomainname(d, strlen(d)) < 0) {
     agsx_error_set(&err, errno, "setdomainname");
     child_fail(c, &err);
   }

@@ -58,6 +58,16 @@ struct create {
   char **ovl_lower;
   char *ovl_upper, *ovl_work;
   struct agsx_netns_job net; /* a new network namespace, made meanwhile */
+  /* A pod's member: ipc, uts or pid joined by path, no user namespace by
+   * path: the user namespace that owns them (pod_userns, until the clone)
+   * is joined instead of a new one. pod_idmap: the joined user namespace
+   * (a pod's, or one by path) is a container's of this root with an agsx
+   * range, shared (leased by this container too), through which the
+   * rootfs is idmapped as through a range of its own. pod_path names the
+   * pod's in errors. */
+  bool pod, pod_idmap;
+  int pod_userns;
+  const char *pod_path;
 };
 
 /* A bind mount of the engine's: P opens its source (idmapped) and hands
@@ -74,20 +84,28 @@ int agsx_oci_launch_wait_msg(int sock, int type, int *fd, agsx_error_t *err);
 int agsx_oci_launch_write_record(struct create *cr, agsx_error_t *err);
 
 /* launch-ns.c */
-/* Neither agsx's range nor the engine's mappings: agsx idmaps and leases. */
-bool agsx_oci_launch_own_range(const struct agsx_oci_spec *s);
+/* Neither the engine's mappings nor a joined user namespace (by path or a
+ * pod's): agsx reserves a range, idmaps and leases. */
+bool agsx_oci_launch_own_range(const struct create *cr);
+/* The rootfs and bind mounts idmapped through the container's user
+ * namespace: a range of its own or its pod's agsx range. */
+bool agsx_oci_launch_idmapped(const struct create *cr);
+/* Before anything is made: whether the container is a pod's member (see
+ * struct create), the pod found among the containers under ROOTFD; an ipc,
+ * uts or pid namespace of the host's user namespace, or of one no
+ * container there runs in, is refused. */
+int agsx_oci_launch_pod(struct create *cr, int rootfd, agsx_error_t *err);
 /* The init's uid_map and gid_map: agsx's range, the engine's mappings, or
  * none (a joined user namespace has its own). */
-int agsx_oci_launch_write_maps(pid_t pid, const struct agsx_oci_spec *s,
-                               const struct agsx_idrange *ids, agsx_error_t *err);
+int agsx_oci_launch_write_maps(pid_t pid, const struct create *cr, agsx_error_t *err);
 /* Namespaces → clone, leaving P back in its own (the id maps and limits
  * follow, in go()). */
 int agsx_oci_launch_spawn(struct create *cr, struct child *c, int *ret_sysfs, agsx_error_t *err);
 
 /* launch-overlay.c */
-/* With agsx's own range: whether the rootfs is the engine's overlay (its
- * layers then rebuilt idmapped), and that its upper and work directories
- * are siblings. */
+/* With agsx's range (its own or its pod's): whether the rootfs is the
+ * engine's overlay (its layers then rebuilt idmapped), and that its upper
+ * and work directories are siblings. */
 int agsx_oci_launch_engine_overlay(struct create *cr, struct child *c, agsx_error_t *err);
 /* The engine's overlay again, from idmapped clones of its lower layers: an
  * overlay mount cannot be idmapped (EINVAL), its ext4/xfs/btrfs layers

@@ -1,14 +1,19 @@
 /* agsx — oci/launch: the namespaces and the clone of the init, P's side
- * (see oci.h for the order): namespaces joined by path (pods) entered
- * around the clone, the new network namespace a helper made meanwhile
- * entered, net.* sysctls written there, clone3 of the init (from inside a
- * joined user namespace: by a helper, after P checked that namespace's
- * maps), and the init's id maps. Invariant: P is back in every namespace
- * of its own when agsx_oci_launch_spawn returns, failed or not; a joined
- * user namespace that maps host root is refused before the init exists. */
+ * (see oci.h for the order): a pod's user namespace, found from the ipc,
+ * uts and pid namespaces the container joins (the one another container
+ * of the same runtime root runs in: joined instead of a new one, its uid
+ * range shared and leased), namespaces joined by path entered around the
+ * clone, the new network namespace a helper made meanwhile entered, net.*
+ * sysctls written there, clone3 of the init (from inside a joined user
+ * namespace: by a helper, after P checked that namespace's maps), and the
+ * init's id maps. Invariant: P is back in every namespace of its own when
+ * agsx_oci_launch_spawn returns, failed or not; a joined user namespace
+ * that maps host root, and an ipc, uts or pid namespace of the host's user
+ * namespace, are refused before the init exists. */
 #include "config.h"
 
 #include "oci/launch-internal.h"
+#include "state/state.h"
 
 #include <fcntl.h>
 #include <linux/nsfs.h>
@@ -20,6 +25,7 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -113,16 +119,153 @@ static bool joins_user(const struct agsx_oci_spec *s) {
   return u && u->path;
 }
 
-bool agsx_oci_launch_own_range(const struct agsx_oci_spec *s) {
-  return s->n_uid_maps == 0 && !joins_user(s);
+bool agsx_oci_launch_own_range(const struct create *cr) {
+  return cr->s->n_uid_maps == 0 && !joins_user(cr->s) && !cr->pod;
 }
 
-int agsx_oci_launch_write_maps(pid_t pid, const struct agsx_oci_spec *s,
-                               const struct agsx_idrange *ids, agsx_error_t *err) {
-  if (joins_user(s))
+bool agsx_oci_launch_idmapped(const struct create *cr) {
+  return agsx_oci_launch_own_range(cr) || cr->pod_idmap;
+}
+
+/* ---- pods ---------------------------------------------------------------------------------- */
+
+static bool same_file(const struct stat *a, const struct stat *b) {
+  return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+/* The user namespace that owns the namespace at PATH (NS_GET_USERNS). */
+static int owner_userns(const char *path, int type, struct stat *st, agsx_error_t *err) {
+  _cleanup_close_ int ns = open_ns(path, type, err);
+  if (ns < 0)
+    return -1;
+  _cleanup_close_ int u = ioctl(ns, NS_GET_USERNS);
+  if (u < 0)
+    return agsx_error_set(err, errno, "namespace `%s`: its user namespace", path);
+  if (fstat(u, st) < 0)
+    return agsx_error_set(err, errno, "namespace `%s`: its user namespace", path);
+  return steal_fd(&u);
+}
+
+/* Whether a complete container under ROOTFD has its init, alive (the
+ * start time checked around the look), in the user namespace ST; its uid
+ * slot then in *SLOT (-1: the engine's mappings). */
+static bool pod_member_of(int rootfd, const struct stat *st, int *slot) {
+  _cleanup_dir_ DIR *d = agsx_dir_stream(rootfd);
+  for (struct dirent *de; d && (de = readdir(d));) {
+    if (de->d_name[0] == '.' || !agsx_oci_id_is_valid(de->d_name))
+      continue;
+    _cleanup_error_ agsx_error_t e = NULL;
+    _cleanup_close_ int dfd = agsx_oci_dir_open(rootfd, de->d_name, &e);
+    struct agsx_oci_record r = {.slot = -1};
+    if (dfd < 0 || agsx_oci_record_read(dfd, &r, &e) < 0) {
+      agsx_oci_record_clear(&r);
+      continue;
+    }
+    char path[64];
+    struct stat us;
+    snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)r.pid);
+    bool hit = r.complete && r.pid > 0 && agsx_proc_start_time(r.pid) == r.start_time &&
+               stat(path, &us) == 0 && same_file(&us, st) &&
+               agsx_proc_start_time(r.pid) == r.start_time;
+    *slot = r.slot;
+    agsx_oci_record_clear(&r);
+    if (hit)
+      return true;
+  }
+  return false;
+}
+
+/* The pod's range (SLOT; -1: the engine's mappings), leased by this
+ * container too: it stays taken while any container of the pod lives; the
+ * rootfs is idmapped through it unless the engine sent mappings. */
+static int share_range(struct create *cr, int slot, const char *kind, const char *path,
+                       agsx_error_t *err) {
+  if (slot >= 0 && agsx_userns_share_slot((unsigned)slot, &cr->ids, err) < 0)
+    return agsx_error_wrap(err, "config: linux.namespaces[%s].path: `%s`", kind, path);
+  cr->rec.slot = slot;
+  cr->pod_idmap = slot >= 0 && cr->s->n_uid_maps == 0;
+  return 0;
+}
+
+int agsx_oci_launch_pod(struct create *cr, int rootfd, agsx_error_t *err) {
+  static const struct {
+    int type;
+    const char *name;
+  } kinds[] = {{CLONE_NEWIPC, "ipc"}, {CLONE_NEWUTS, "uts"}, {CLONE_NEWPID, "pid"}};
+  const struct agsx_oci_spec *s = cr->s;
+  _cleanup_close_ int owner = -1;
+  struct stat ost = {0}, st;
+  const char *first = NULL, *kind = NULL;
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(kinds); i++) {
+    const struct agsx_oci_ns *ns = agsx_oci_spec_ns(s, kinds[i].type);
+    if (ns == NULL || ns->path == NULL)
+      continue;
+    _cleanup_close_ int u = owner_userns(ns->path, kinds[i].type, &st, err);
+    if (u < 0)
+      return -1;
+    if (owner < 0) {
+      owner = steal_fd(&u);
+      ost = st;
+      first = ns->path;
+      kind = kinds[i].name;
+    } else if (!same_file(&st, &ost))
+      return agsx_error_set(err, 0,
+                            "config: linux.namespaces: `%s` and `%s` belong to different user "
+                            "namespaces (a pod's namespaces are one user namespace's)",
+                            first, ns->path);
+  }
+  if (owner >= 0) {
+    /* The host's own ipc, uts or pid namespace (or another of the host
+     * user namespace's): the container would share it with the host, and
+     * could not mount for it (its root is never host root). */
+    if (stat("/proc/self/ns/user", &st) < 0)
+      return agsx_error_set(err, errno, "stat `/proc/self/ns/user`");
+    if (same_file(&st, &ost))
+      return agsx_error_set(err, 0,
+                            "config: linux.namespaces[%s].path: `%s` belongs to the host's user "
+                            "namespace: agsx joins only the namespaces of its own containers "
+                            "(their root is never host root)",
+                            kind, first);
+  }
+  int slot = -1;
+  if (joins_user(s)) {
+    /* Joined by path as well: the others must be its. If it is one of
+     * this root's containers', its range is shared as a pod's; another
+     * (the engine's own) is checked at the clone. */
+    const char *up = agsx_oci_spec_ns(s, CLONE_NEWUSER)->path;
+    if (stat(up, &st) < 0)
+      return agsx_error_set(err, errno, "namespace `%s`", up);
+    if (owner >= 0 && !same_file(&st, &ost))
+      return agsx_error_set(err, 0,
+                            "config: linux.namespaces[%s].path: `%s` belongs to another user "
+                            "namespace than `%s`",
+                            kind, first, up);
+    if (!pod_member_of(rootfd, &st, &slot))
+      return 0;
+    return share_range(cr, slot, "user", up, err);
+  }
+  if (owner < 0)
+    return 0;
+  if (!pod_member_of(rootfd, &ost, &slot))
+    return agsx_error_set(err, 0,
+                          "config: linux.namespaces[%s].path: `%s` belongs to a user namespace "
+                          "no container of this runtime root runs in: agsx joins only the "
+                          "namespaces of its own containers",
+                          kind, first);
+  if (share_range(cr, slot, kind, first, err) < 0)
+    return -1;
+  cr->pod = true;
+  cr->pod_path = first;
+  cr->pod_userns = steal_fd(&owner);
+  return 0;
+}
+
+int agsx_oci_launch_write_maps(pid_t pid, const struct create *cr, agsx_error_t *err) {
+  const struct agsx_oci_spec *s = cr->s;
+  if (joins_user(s) || cr->pod)
     return 0;
   if (s->n_uid_maps == 0)
-    return agsx_userns_write_maps(pid, ids->base, err);
+    return agsx_userns_write_maps(pid, cr->ids.base, err);
   static const char *const files[] = {"gid_map", "uid_map"};
   for (int f = 0; f < 2; f++) {
     const struct agsx_oci_idmap *m = f ? s->uid_maps : s->gid_maps;
@@ -243,10 +386,29 @@ static _Noreturn void joined_helper(struct child *c, uint64_t flags, int userns,
   _exit(pid < 0);
 }
 
+/* The pid of PIDFD's process in P's pid namespace (fdinfo's "Pid:"): H's
+ * clone3 returns it in H's, which is a pod's when the pid namespace is
+ * joined. */
+static pid_t pidfd_pid(int pidfd) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
+  _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+  if (n <= 0)
+    return -1;
+  buf[n] = '\0';
+  const char *p = strstr(buf, "\nPid:");
+  long v = p ? strtol(p + 5, NULL, 10) : -1;
+  return v > 0 && v <= INT32_MAX ? (pid_t)v : -1;
+}
+
 static int clone_init_joined(struct create *cr, struct child *c, uint64_t flags,
                              agsx_error_t *err) {
-  const char *path = agsx_oci_spec_ns(cr->s, CLONE_NEWUSER)->path;
-  _cleanup_close_ int userns = open_ns(path, CLONE_NEWUSER, err);
+  const char *path = cr->pod ? cr->pod_path : agsx_oci_spec_ns(cr->s, CLONE_NEWUSER)->path;
+  /* A pod's: the one its namespaces belong to (P keeps no copy: the init
+   * is forked with none). */
+  _cleanup_close_ int userns =
+      cr->pod ? steal_fd(&cr->pod_userns) : open_ns(path, CLONE_NEWUSER, err);
   int sp[2], hs[2];
   if (userns < 0)
     return -1;
@@ -284,10 +446,16 @@ static int clone_init_joined(struct create *cr, struct child *c, uint64_t flags,
            m.type != AGSX_MSG_GO || nfds != 1 || m.status <= 0) {
     m.text[sizeof(m.text) - 1] = '\0';
     r = agsx_error_set(err, m.err, "%s", m.type == AGSX_MSG_ERROR ? m.text : "clone the init");
-  } else {
-    cr->pid = m.status;
+  } else if ((cr->pid = pidfd_pid(fd)) <= 0) {
+    r = agsx_error_set(err, errno, "the init's pid");
+    /* P's child (CLONE_PARENT), known by its pidfd only. */
+    syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
+    siginfo_t si;
+    while (waitid(P_PIDFD, (id_t)fd, &si, WEXITED) < 0 && errno == EINTR) {
+    }
+    close(fd);
+  } else
     cr->pidfd = fd;
-  }
   if (r < 0)
     kill(h, SIGKILL);
   while (waitpid(h, NULL, 0) < 0 && errno == EINTR) {
@@ -326,7 +494,8 @@ int agsx_oci_launch_spawn(struct create *cr, struct child *c, int *ret_sysfs, ag
   size_t nj = 0;
   int hostnet = -1, r = -1, here = -1;
   const struct agsx_oci_ns *net = agsx_oci_spec_ns(s, CLONE_NEWNET);
-  uint64_t flags = joins_user(s) ? CLONE_NEWNS : CLONE_NEWUSER | CLONE_NEWNS;
+  bool join_user = joins_user(s) || cr->pod;
+  uint64_t flags = join_user ? CLONE_NEWNS : CLONE_NEWUSER | CLONE_NEWNS;
   static const int maybe[] = {CLONE_NEWPID, CLONE_NEWIPC, CLONE_NEWUTS};
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(maybe); i++) {
     const struct agsx_oci_ns *ns = agsx_oci_spec_ns(s, maybe[i]);
@@ -359,7 +528,7 @@ int agsx_oci_launch_spawn(struct create *cr, struct child *c, int *ret_sysfs, ag
       goto out;
     }
   }
-  r = joins_user(s) ? clone_init_joined(cr, c, flags, err) : clone_init(cr, c, flags, err);
+  r = join_user ? clone_init_joined(cr, c, flags, err) : clone_init(cr, c, flags, err);
 out:
   if (here >= 0 && fchdir(here) < 0 && r == 0)
     r = agsx_error_set(err, errno, "return to the working directory");

@@ -1,8 +1,8 @@
 /* agsx — oci/launch: the engine's overlay rebuilt for the init, P's side.
  * Podman's and containerd's rootfs is an overlay mount, which cannot be
- * idmapped; its layers can. With agsx's own range, P finds the overlay's
- * layers in mountinfo, clones each lower layer idmapped to the container's
- * range and the upper's directory idmapped for overlay's own writes, mounts
+ * idmapped; its layers can. With agsx's range (its own or its pod's), P
+ * finds the overlay's layers in mountinfo, clones each lower layer
+ * idmapped to the container's range and the upper's directory idmapped for overlay's own writes, mounts
  * an overlay of them in a mount namespace of its own and hands the init a
  * detached clone, with a work directory of agsx's beside the engine's
  * (recorded, removed at delete). Invariant: the container writes into the
@@ -234,7 +234,7 @@ int agsx_oci_launch_rebuild_overlay(struct create *cr, const struct child *c, in
 }
 
 int agsx_oci_launch_engine_overlay(struct create *cr, struct child *c, agsx_error_t *err) {
-  if (!agsx_oci_launch_own_range(cr->s))
+  if (!agsx_oci_launch_idmapped(cr))
     return 0;
   if (overlay_of(cr->rec.rootfs, &cr->ovl_lower, &c->n_lower, &cr->ovl_upper, &cr->ovl_work, err) <
       0)

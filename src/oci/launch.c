@@ -314,7 +314,7 @@ static int prepare(struct create *cr, agsx_error_t *err) {
     return agsx_error_set(err, 0, "config: linux.cgroupsPath: invalid path");
   if (agsx_oci_launch_write_record(cr, err) < 0)
     return -1;
-  if (agsx_oci_launch_own_range(s)) {
+  if (agsx_oci_launch_own_range(cr)) {
     if (agsx_userns_reserve(-1, &cr->ids, err) < 0)
       return -1;
     cr->rec.slot = (int)cr->ids.slot;
@@ -361,7 +361,7 @@ static bool wants_cgroup(const struct agsx_oci_spec *s) {
 
 static int go(struct create *cr, struct child *c, int sysfs, int startsock, agsx_error_t *err) {
   const struct agsx_oci_spec *s = cr->s;
-  if (agsx_oci_launch_write_maps(cr->pid, s, &cr->ids, err) < 0 ||
+  if (agsx_oci_launch_write_maps(cr->pid, cr, err) < 0 ||
       set_rlimits(cr->pid, &s->process, err) < 0 || (cr->rec.unit && systemd_scope(cr, err) < 0) ||
       agsx_oci_cgroup_attach(cr->cg, cr->pid, err) < 0)
     return -1;
@@ -376,7 +376,7 @@ static int go(struct create *cr, struct child *c, int sysfs, int startsock, agsx
   _cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
   if (userns < 0)
     return agsx_error_set(err, errno, "open `%s`", path);
-  bool idmap = agsx_oci_launch_own_range(s);
+  bool idmap = agsx_oci_launch_idmapped(cr);
   int fds[AGSX_MSG_MAX_FDS];
   size_t n = 0;
   int r = 0;
@@ -484,6 +484,7 @@ static void create_free(struct create *cr) {
   agsx_closep(&cr->lockfd);
   agsx_closep(&cr->dirfd);
   agsx_closep(&cr->rootfd);
+  agsx_closep(&cr->pod_userns);
   agsx_userns_release(&cr->ids);
   agsx_oci_cgroup_free(cr->cg);
   agsx_oci_record_clear(&cr->rec);
@@ -519,6 +520,7 @@ int agsx_oci_create(const struct agsx_oci_global *g, const struct agsx_oci_creat
                       .pidfd = -1,
                       .sync = -1,
                       .ids = {.lockfd = -1},
+                      .pod_userns = -1,
                       .config = config,
                       .config_len = config_len,
                       .net = {-1, -1}};
@@ -540,14 +542,15 @@ int agsx_oci_create(const struct agsx_oci_global *g, const struct agsx_oci_creat
                     .eng = eng.len ? &eng : NULL,
                     .stage = stage};
   int sysfs = -1, startsock = -1, r = -1;
-  if (agsx_oci_launch_engine_overlay(&cr, &c, err) < 0) {
+  if ((cr.rootfd = agsx_oci_root_open(rootpath, true, err)) < 0 ||
+      agsx_oci_launch_pod(&cr, cr.rootfd, err) < 0 ||
+      agsx_oci_launch_engine_overlay(&cr, &c, err) < 0) {
     create_free(&cr);
     return -1;
   }
   const struct agsx_oci_ns *net = agsx_oci_spec_ns(s, CLONE_NEWNET);
   if ((net == NULL || net->path || agsx_net_prepare(&cr.net, NULL, err) == 0) &&
-      (cr.rootfd = agsx_oci_root_open(rootpath, true, err)) >= 0 && prepare(&cr, err) == 0 &&
-      (startsock = make_start_socket(cr.dirfd, err)) >= 0 &&
+      prepare(&cr, err) == 0 && (startsock = make_start_socket(cr.dirfd, err)) >= 0 &&
       agsx_oci_launch_spawn(&cr, &c, &sysfs, err) == 0 && go(&cr, &c, sysfs, startsock, err) == 0 &&
       finish(&cr, err) == 0)
     r = 0;

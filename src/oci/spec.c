@@ -1337,8 +1337,9 @@ int agsx_oci_policy_apply(const struct agsx_oci_policy *pol, struct agsx_oci_spe
   if (check_maps(s->uid_maps, s->n_uid_maps, "linux.uidMappings", err) < 0 ||
       check_maps(s->gid_maps, s->n_gid_maps, "linux.gidMappings", err) < 0)
     return -1;
-  if (s->hostname && s->hostname[0] && agsx_oci_spec_ns(s, CLONE_NEWUTS)->path)
-    return REFUSE(err, "hostname", "set together with a joined uts namespace");
+  /* hostname with a uts namespace joined by path (a pod's: Podman sends the
+   * pod's name) is set in it, as runc does (its validation asks only for a
+   * uts namespace, new or joined). */
   for (size_t i = 0; i < s->n_devices; i++)
     if (s->devices[i].type == 'b')
       return agsx_error_set(err, 0,

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 
 /* Uid ranges are a host-wide resource: the slot locks live in one place
  * whatever --state says, so sandboxes of different state directories never
@@ -25,19 +26,57 @@ static int open_slots(int statefd, agsx_error_t *err) {
   return fd;
 }
 
-/* "PID START\n": a live OCI container's range. */
-static bool lease_is_live(int fd) {
-  char buf[64];
-  ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-  if (n <= 0)
-    return false;
-  buf[n] = '\0';
+/* One lease line, "PID START", names a live process. */
+static bool lease_line_is_live(const char *line) {
   int pid = 0;
   uint64_t start = 0;
-  if (sscanf(buf, "%d %" SCNu64, &pid, &start) != 2)
+  if (sscanf(line, "%d %" SCNu64, &pid, &start) != 2)
     return false;
   struct agsx_proc_ref ref = {.pid = pid, .start_time = start};
   return agsx_proc_ref_alive(&ref);
+}
+
+/* The slot file's leases, one "PID START\n" line each (a pod's containers
+ * share its range: one line per container), at most LEASES_MAX bytes. */
+#define LEASES_MAX 4096
+
+static ssize_t read_leases(int fd, char *buf) {
+  ssize_t n = pread(fd, buf, LEASES_MAX - 1, 0);
+  buf[n > 0 ? n : 0] = '\0';
+  return n;
+}
+
+/* Whether a line names a live OCI container's init: the range is taken. */
+static bool lease_is_live(int fd) {
+  char buf[LEASES_MAX];
+  if (read_leases(fd, buf) <= 0)
+    return false;
+  for (char *save = NULL, *l = strtok_r(buf, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
+    if (lease_line_is_live(l))
+      return true;
+  return false;
+}
+
+/* The slot file rewritten with its live lines but DROP, and ADD if not
+ * NULL (the caller holds the slot's flock). */
+static int rewrite_leases(int fd, const char *drop, const char *add) {
+  char buf[LEASES_MAX], out[LEASES_MAX];
+  size_t len = 0;
+  read_leases(fd, buf);
+  for (char *save = NULL, *l = strtok_r(buf, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+    if ((drop && strcmp(l, drop) == 0) || !lease_line_is_live(l))
+      continue;
+    if (len + strlen(l) + 1 >= sizeof(out) - 64) {
+      errno = ENOSPC;
+      return -1;
+    }
+    len += (size_t)snprintf(out + len, sizeof(out) - len, "%s\n", l);
+  }
+  if (add)
+    len += (size_t)snprintf(out + len, sizeof(out) - len, "%s\n", add);
+  if (ftruncate(fd, 0) < 0 || (len && pwrite(fd, out, len, 0) != (ssize_t)len) || fsync(fd) < 0)
+    return -1;
+  return 0;
 }
 
 static int try_slot(int slotsfd, unsigned slot, struct agsx_idrange *ret, agsx_error_t *err) {
@@ -103,12 +142,44 @@ int agsx_userns_write_maps(pid_t pid, uid_t base, agsx_error_t *err) {
   return 0;
 }
 
+int agsx_userns_share_slot(unsigned slot, struct agsx_idrange *ret, agsx_error_t *err) {
+  if (slot >= AGSX_UID_SLOTS)
+    return agsx_error_set(err, EINVAL, "uid range %u: no such range", slot);
+  _cleanup_close_ int slots = open_slots(-1, err);
+  if (slots < 0)
+    return -1;
+  char name[16];
+  snprintf(name, sizeof(name), "%u", slot);
+  _cleanup_close_ int fd = openat(slots, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "open slot `%s`", name);
+  /* Another create holds it for a moment (its lease follows); a native
+   * sandbox holds it for its life, and then it is not a pod's. */
+  for (int i = 0; flock(fd, LOCK_EX | LOCK_NB) < 0; i++) {
+    if (errno != EWOULDBLOCK)
+      return agsx_error_set(err, errno, "lock slot `%s`", name);
+    if (i == 100)
+      return agsx_error_set(err, EBUSY, "uid range %u is held by a sandbox, not leased", slot);
+    struct timespec ts = {.tv_nsec = 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  if (!lease_is_live(fd))
+    return agsx_error_set(err, ESRCH, "uid range %u is no longer leased", slot);
+  ret->slot = slot;
+  ret->base = AGSX_UID_BASE + slot * AGSX_UID_RANGE;
+  ret->lockfd = steal_fd(&fd);
+  return 0;
+}
+
+static void lease_line(char *buf, size_t size, pid_t pid, uint64_t start_time) {
+  snprintf(buf, size, "%d %" PRIu64, (int)pid, start_time);
+}
+
 int agsx_userns_lease(const struct agsx_idrange *r, pid_t pid, uint64_t start_time,
                       agsx_error_t *err) {
   char line[64];
-  int n = snprintf(line, sizeof(line), "%d %" PRIu64 "\n", (int)pid, start_time);
-  if (ftruncate(r->lockfd, 0) < 0 || pwrite(r->lockfd, line, (size_t)n, 0) != n ||
-      fsync(r->lockfd) < 0)
+  lease_line(line, sizeof(line), pid, start_time);
+  if (rewrite_leases(r->lockfd, NULL, line) < 0)
     return agsx_error_set(err, errno, "write the lease of uid range %u", r->slot);
   return 0;
 }
@@ -117,17 +188,15 @@ int agsx_userns_unlease(unsigned slot, pid_t pid, uint64_t start_time, agsx_erro
   _cleanup_close_ int slots = open_slots(-1, err);
   if (slots < 0)
     return -1;
-  char name[16], buf[64], want[64];
+  char name[16], want[64];
   snprintf(name, sizeof(name), "%u", slot);
   _cleanup_close_ int fd = openat(slots, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0)
     return errno == ENOENT ? 0 : agsx_error_set(err, errno, "open slot `%s`", name);
   if (flock(fd, LOCK_EX) < 0)
     return agsx_error_set(err, errno, "lock slot `%s`", name);
-  ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-  buf[n > 0 ? n : 0] = '\0';
-  snprintf(want, sizeof(want), "%d %" PRIu64 "\n", (int)pid, start_time);
-  if (strcmp(buf, want) == 0 && ftruncate(fd, 0) < 0)
+  lease_line(want, sizeof(want), pid, start_time);
+  if (rewrite_leases(fd, want, NULL) < 0)
     return agsx_error_set(err, errno, "clear the lease of uid range %s", name);
   return 0;
 }

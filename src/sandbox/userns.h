@@ -32,9 +32,17 @@ void agsx_userns_release(struct agsx_idrange *r);
 /* OCI containers outlive the process that reserved their range (the
  * engine, not an agsx supervisor, is their init's parent): the holder
  * writes a lease, the init's pid and start time, into the slot file before
- * it lets the flock go. A slot whose lease names a live process stays
+ * it lets the flock go. A slot with a lease naming a live process stays
  * taken; an empty (native sandboxes write none) or stale lease is free.
- * agsx_userns_unlease clears SLOT's lease if it is still PID's. */
+ * A pod's containers share one range: each adds its own lease line
+ * (agsx_userns_share_slot, then agsx_userns_lease), so that the range
+ * stays taken while any of them lives. agsx_userns_lease drops dead lines
+ * as it adds; agsx_userns_unlease removes SLOT's line for PID, if there. */
+/* Takes SLOT's flock (retrying for up to 5 s while a create holds it) for
+ * one more lease on a range that is leased now; EBUSY if a native sandbox
+ * holds it, ESRCH if no lease is live. The caller checked that the range
+ * is the one of the user namespace it joins. */
+int agsx_userns_share_slot(unsigned slot, struct agsx_idrange *ret, agsx_error_t *err);
 int agsx_userns_lease(const struct agsx_idrange *r, pid_t pid, uint64_t start_time,
                       agsx_error_t *err);
 int agsx_userns_unlease(unsigned slot, pid_t pid, uint64_t start_time, agsx_error_t *err);

@@ -3,8 +3,10 @@
 # defaults on a systemd host (cgroup manager systemd, --systemd-cgroup to
 # the runtime) and agsx-oci's own --systemd-cgroup: the container's
 # transient scope, its resources as unit properties and in the cgroup's
-# files, update, pause, kill, rm; a scope name taken fails with one line
-# and leaves nothing. Run by the guest lane; elsewhere every test skips.
+# files, update, pause, kill, rm; a pod (shared ipc, uts and pid: one user
+# namespace and range) in its slice; a scope name taken fails with one
+# line and leaves nothing. Run by the guest lane; elsewhere every test
+# skips.
 
 load ../oci/helpers
 
@@ -28,6 +30,9 @@ EOF2
   local r
   r=$(base_rootfs)
   tar -C "$r" -c . | pm import - localhost/agsx-test:busybox >/dev/null
+  # A pod's infra image (Podman's own pause image needs catatonit).
+  tar -C "$r" -c . | pm import --change 'ENTRYPOINT ["/bin/sleep","1000000"]' - \
+    localhost/agsx-test:pause >/dev/null
 }
 
 # Podman on its defaults: no --cgroup-manager (systemd here).
@@ -40,6 +45,7 @@ IMG=localhost/agsx-test:busybox
 
 teardown_file() {
   [ -n "${PM:-}" ] || return 0
+  pm pod rm -af -t 0 >/dev/null 2>&1 || true
   pm rm -af -t 0 >/dev/null 2>&1 || true
   pm rmi -af >/dev/null 2>&1 || true
   pm system reset -f >/dev/null 2>&1 || true
@@ -47,6 +53,7 @@ teardown_file() {
 
 teardown() {
   local leaks=""
+  P pod rm -af -t 0 >/dev/null 2>&1 || true
   P rm -af -t 0 >/dev/null 2>&1 || true
   systemctl stop "agsxt$$-x.scope" >/dev/null 2>&1 || true
   if [ -n "$(ls "$PM/state" 2>/dev/null)" ]; then leaks+="state: $(ls "$PM/state"); "; fi
@@ -93,6 +100,28 @@ teardown() {
   run P run --rm --network none $IMG sh -c 'echo hi; cat /proc/self/cgroup; exit 3'
   [ "$status" -eq 3 ] || { echo "# $output" >&3; false; }
   [[ "$output" == hi* ]] && [[ "$output" == *"0::/"* ]] || { echo "# $output" >&3; false; }
+}
+
+@test "podman pod on the defaults (systemd): shared ipc, uts and pid, one user namespace; another pod shares none" {
+  local show='/usr/local/bin/probe shm 4246; hostname; ps -o args | grep -c "^sleep 1000$"; readlink /proc/self/ns/user; cat /proc/self/cgroup'
+  P pod create --name p1 --infra-image localhost/agsx-test:pause --network none \
+    --share ipc,uts,pid --hostname pod-one >/dev/null
+  P pod create --name p2 --infra-image localhost/agsx-test:pause --network none \
+    --share ipc,uts --hostname pod-two >/dev/null
+  P run -d --pod p1 --name a1 $IMG sleep 1000
+  run P exec a1 /usr/local/bin/probe shm 4246
+  [ "$output" = "shm 4246: made" ] || { echo "# $status $output" >&3; false; }
+  run P run --rm --pod p1 $IMG sh -c "$show"
+  [ "$status" -eq 0 ] || { echo "# $status $output" >&3; false; }
+  local out1=$output user1
+  user1=$(P exec a1 readlink /proc/self/ns/user)
+  [[ "$out1" == "shm 4246: found"$'\n'pod-one$'\n'1$'\n'"$user1"$'\n'*"0::/"* ]] || { echo "# $out1" >&3; false; }
+  run P run --rm --pod p2 $IMG sh -c "$show"
+  [ "$status" -eq 0 ] || { echo "# $status $output" >&3; false; }
+  [[ "$output" == "shm 4246: made"$'\n'pod-two$'\n'0$'\n'* && "$output" != *"$user1"* ]] ||
+    { echo "# $output" >&3; false; }
+  P pod rm -f -t 0 p1 >/dev/null
+  P pod rm -f -t 0 p2 >/dev/null
 }
 
 @test "agsx-oci --systemd-cgroup: a scope name taken is one line, nothing left" {

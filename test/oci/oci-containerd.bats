@@ -124,6 +124,28 @@ teardown() {
   C container rm t1
 }
 
+@test "ctr --with-ns ipc, uts and pid: the pod's user namespace and range, shared; another container shares nothing" {
+  C run -d $(R) $IMG t1 sleep 1000
+  pid=$(C task ls | awk '$1=="t1"{print $2}')
+  local h
+  h=$(C task exec --exec-id h t1 hostname)
+  run C task exec --exec-id s t1 /usr/local/bin/probe shm 4245
+  [ "$output" = "shm 4245: made" ] || { echo "# $output" >&3; false; }
+  local show='/usr/local/bin/probe shm 4245; hostname; ps -o args | grep -c "^sleep 1000$"; readlink /proc/self/ns/user; readlink /proc/self/ns/ipc; cat /proc/self/uid_map'
+  run C run --rm $(R) --with-ns ipc:/proc/$pid/ns/ipc --with-ns uts:/proc/$pid/ns/uts \
+    --with-ns pid:/proc/$pid/ns/pid $IMG t2 sh -c "$show"
+  [[ "$output" == "shm 4245: found"$'\n'"$h"$'\n'1$'\n'"$(readlink /proc/$pid/ns/user)"$'\n'"$(readlink /proc/$pid/ns/ipc)"$'\n'*"$(awk '{print $2}' /proc/$pid/uid_map)"* ]] ||
+    { echo "# $output" >&3; false; }
+  run C run --rm $(R) $IMG t3 sh -c "$show"
+  [[ "$output" == "shm 4245: made"$'\n'*$'\n'0$'\n'* && "$output" != *"$(readlink /proc/$pid/ns/user)"* &&
+    "$output" != *"$(readlink /proc/$pid/ns/ipc)"* && "$output" != *"$(awk '{print $2}' /proc/$pid/uid_map)"* ]] ||
+    { echo "# $output" >&3; false; }
+  C task kill -s SIGKILL t1
+  for i in $(seq 100); do [[ "$(C task ls | grep t1)" == *STOPPED* ]] && break; sleep 0.1; done
+  C task delete t1
+  C container rm t1
+}
+
 @test "ctr: containerd's default seccomp profile plus agsx's baseline, a memory limit OOM, a refusal" {
   run C run --rm --seccomp $(R) $IMG t1 sh -c '/usr/local/bin/probe syscall unshare-user; /usr/local/bin/probe syscall keyctl'
   [[ "$output" == *"unshare-user: blocked"* && "$output" == *"keyctl: blocked"* ]] || { echo "# $output" >&3; false; }

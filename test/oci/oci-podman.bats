@@ -25,6 +25,9 @@ EOF2
   local r
   r=$(base_rootfs)
   tar -C "$r" -c . | pm import - localhost/agsx-test:busybox >/dev/null
+  # A pod's infra image (Podman's own pause image needs catatonit).
+  tar -C "$r" -c . | pm import --change 'ENTRYPOINT ["/bin/sleep","1000000"]' - \
+    localhost/agsx-test:pause >/dev/null
 }
 
 pm() {
@@ -43,10 +46,17 @@ teardown_file() {
 
 teardown() {
   local leaks=""
+  P pod rm -af -t 0 >/dev/null 2>&1 || true
   P rm -af -t 0 >/dev/null 2>&1 || true
   if [ -n "$(ls "$PM/state" 2>/dev/null)" ]; then leaks+="state: $(ls "$PM/state"); "; fi
-  local left
-  left=$(cgroup_mounts | while read -r m; do ls -d "$m"/libpod_parent/libpod-* 2>/dev/null; done)
+  # (polled: a pod's containers end with their infra, and their cleanup by
+  # conmon may still be removing a cgroup when `pod rm` returns)
+  local left i
+  for i in $(seq 50); do
+    left=$(cgroup_mounts | while read -r m; do ls -d "$m"/libpod_parent/libpod-* 2>/dev/null; done)
+    [ -n "$left" ] || break
+    sleep 0.1
+  done
   [ -z "$left" ] || leaks+="cgroups: $(echo "$left" | head -3 | tr '\n' ' '); "
   oci_teardown || true
   [ -z "$leaks" ] || { echo "# leaked: $leaks" >&3; return 1; }
@@ -206,3 +216,47 @@ teardown() {
   [ "$status" -ne 0 ] || { echo "# $output" >&3; false; }
   [[ "$output" == *"not owned by the container's user namespace"* ]] || { echo "# $output" >&3; false; }
 }
+
+# pod NAME ARGS: a pod with the test image's sleep as its infra.
+pod() {
+  local n=$1
+  shift
+  P pod create --name "$n" --infra-image localhost/agsx-test:pause --network none "$@" >/dev/null
+}
+
+@test "podman pods: containers share ipc and uts (pid with --share pid); two pods share nothing" {
+  pod p1 --share ipc,uts,pid --hostname pod-one
+  pod p2 --share ipc,uts --hostname pod-two
+  P run -d --pod p1 --name a1 $IMG sleep 1000
+  run P exec a1 /usr/local/bin/probe shm 4244
+  [ "$output" = "shm 4244: made" ] || { echo "# $status $output" >&3; false; }
+  # a2 sees a1's segment, the pod's hostname and a1's process, runs in
+  # the same user namespace and range, and writes its rootfs with the
+  # image's owners (idmapped through the pod's range).
+  local show='/usr/local/bin/probe shm 4244; hostname; ps -o args | grep -c "^sleep 1000$"; cat /proc/self/uid_map; readlink /proc/self/ns/user; readlink /proc/self/ns/ipc; ls -ln /etc/passwd; touch /etc/x && echo wrote'
+  run P run --rm --pod p1 $IMG sh -c "$show"
+  [ "$status" -eq 0 ] || { echo "# $status $output" >&3; false; }
+  local out1=$output
+  run P exec a1 sh -c 'cat /proc/self/uid_map; readlink /proc/self/ns/user; readlink /proc/self/ns/ipc'
+  [[ "$out1" == "shm 4244: found"$'\n'pod-one$'\n'1$'\n'"$output"$'\n'*" 0        0 "*$'\n'wrote ]] ||
+    { echo "# a2: $out1"$'\n'"# a1: $output" >&3; false; }
+  [[ "$output" != *"         0          0"* && "$output" == *65536* ]] || { echo "# $output" >&3; false; }
+  # The pod's other containers live in the infra's namespaces.
+  infra=$(pm pod inspect -f '{{.InfraContainerID}}' p1)
+  ipid=$(pm inspect -f '{{.State.Pid}}' "$infra")
+  [[ "$output" == *"$(readlink /proc/$ipid/ns/user)"*"$(readlink /proc/$ipid/ns/ipc)"* ]] || { echo "# $output" >&3; false; }
+  # p2: another user namespace, range, ipc namespace and hostname; no
+  # shared pid namespace there (the pod's sleep is not seen).
+  run P run --rm --pod p2 $IMG sh -c "$show"
+  [ "$status" -eq 0 ] || { echo "# $status $output" >&3; false; }
+  local out2=$output
+  [[ "$out2" == "shm 4244: made"$'\n'pod-two$'\n'0$'\n'* ]] || { echo "# p2: $out2" >&3; false; }
+  local map1 map2
+  map1=$(sed -n 4p <<<"$out1") map2=$(sed -n 4p <<<"$out2")
+  [ "$(awk '{print $2}' <<<"$map1")" != "$(awk '{print $2}' <<<"$map2")" ] || { echo "# $map1 / $map2" >&3; false; }
+  [ "$(sed -n 5p <<<"$out1")" != "$(sed -n 5p <<<"$out2")" ] && [ "$(sed -n 6p <<<"$out1")" != "$(sed -n 6p <<<"$out2")" ] ||
+    { echo "# p1: $out1"$'\n'"# p2: $out2" >&3; false; }
+  P pod rm -f -t 0 p1 >/dev/null
+  P pod rm -f -t 0 p2 >/dev/null
+}
+

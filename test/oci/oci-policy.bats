@@ -300,6 +300,79 @@ EOF2
   rt delete --force pa
 }
 
+@test "ipc, uts and pid joined by path (a pod): the owner's user namespace and range, shared; the hostname as runc" {
+  a=$(make_bundle a sleep 1000)
+  cfg "$a" '.hostname="pod-a"'
+  rtc --bundle "$a" pa
+  rt start pa
+  pid=$(state_field pa pid)
+  local join='.linux.namespaces|=map(if .type=="ipc" or .type=="uts" or .type=="pid" then .path=("/proc/"+$p+"/ns/"+.type) else . end)'
+  # A member with the pod's hostname (Podman sends it with the uts path):
+  # set in the joined namespace, as runc does.
+  b=$(make_bundle b /usr/local/bin/probe shm 4243)
+  cfg "$b" "$join"' | .hostname="pod-b"' --arg p "$pid"
+  run_ctr "$b"
+  assert_success
+  assert_output_contains "shm 4243: made"
+  # Another sees its segment, the hostname, the pod's processes; its
+  # /dev/mqueue and /proc are mounted for the pod's namespaces.
+  c=$(make_bundle c sh -c '/usr/local/bin/probe shm 4243; hostname; ps -o args; cat /proc/self/uid_map; readlink /proc/self/ns/user; readlink /proc/self/ns/ipc; grep -c " /dev/mqueue mqueue " /proc/self/mounts')
+  cfg "$c" "$join"' | del(.hostname)' --arg p "$pid"
+  run_ctr "$c"
+  assert_success
+  assert_output_contains "shm 4243: found"
+  assert_output_contains "pod-b"
+  assert_output_contains "sleep 1000"
+  assert_output_contains "$(readlink /proc/$pid/ns/ipc)"
+  if is_agsx; then
+    assert_output_contains "$(readlink /proc/$pid/ns/user)"
+    assert_output_contains "$(cat /proc/$pid/uid_map)"
+    # The pod's range stays leased while a member lives, its first
+    # container gone (ipc and uts shared: pid 1 of a shared pid namespace
+    # takes its members along).
+    d=$(make_bundle d sleep 1000)
+    cfg "$d" '.linux.namespaces|=map(if .type=="ipc" or .type=="uts" then .path=("/proc/"+$p+"/ns/"+.type) else . end)' --arg p "$pid"
+    rtc --bundle "$d" pd
+    slot=$(jq .slot "$ROOT/pa/state.json")
+    [ "$slot" -ge 0 ] && [ "$(jq .slot "$ROOT/pd/state.json")" = "$slot" ]
+    dpid=$(state_field pd pid)
+    # Its user namespace joined by path (podman --userns container:pa):
+    # the same range, shared and leased, the rootfs idmapped through it.
+    e=$(make_bundle e sh -c 'ls -ln /etc/passwd; exec sleep 1000')
+    cfg "$e" '.linux.namespaces+=[{"type":"user","path":$p}]' --arg p "/proc/$pid/ns/user"
+    : >"$T/create.out"
+    rtc --bundle "$e" pe
+    rt start pe
+    [ "$(jq .slot "$ROOT/pe/state.json")" = "$slot" ]
+    epid=$(state_field pe pid)
+    for i in $(seq 50); do grep -q passwd "$T/create.out" && break; sleep 0.1; done
+    grep -q " 0 *0 .*/etc/passwd" "$T/create.out" || { cat "$T/create.out" >&3; false; }
+    rt delete --force pa
+    grep -q "^$dpid " "/run/agsx-uid-ranges/$slot" && grep -q "^$epid " "/run/agsx-uid-ranges/$slot" ||
+      { cat "/run/agsx-uid-ranges/$slot" >&3; false; }
+    rt delete --force pd
+    rt delete --force pe
+    ! grep -q "^$dpid \|^$epid " "/run/agsx-uid-ranges/$slot"
+  fi
+}
+
+@test "ipc, uts or pid of the host's user namespace, or of one no container here runs in, are refused" {
+  agsx_only
+  b=$(make_bundle b true)
+  cfg "$b" '.linux.namespaces|=map(if .type=="ipc" then .path=$p else . end)' --arg p "/proc/$$/ns/ipc"
+  refuse "$b" "linux.namespaces[ipc].path: \`/proc/$$/ns/ipc\` belongs to the host's user namespace"
+  unshare -U -r -u sleep 100 &
+  local up=$!
+  for i in $(seq 20); do [ -s /proc/$up/uid_map ] && break; sleep 0.1; done
+  cfg "$b" '.linux.namespaces|=map(if .type=="ipc" then del(.path) elif .type=="uts" then .path=$p else . end)' --arg p "/proc/$up/ns/uts"
+  run rt create --bundle "$b" c2 </dev/null
+  kill $up
+  wait $up || true
+  [ "$status" -eq 1 ] || { show_run; false; }
+  assert_output_contains "no container of this runtime root runs in"
+  [ ! -e "$ROOT/c2" ]
+}
+
 @test "strict: new user namespaces denied, keyctl denied, NoNewPrivs forced, even without the engine's seccomp" {
   agsx_only
   b=$(make_bundle b sh -c '/usr/local/bin/probe syscall unshare-user; /usr/local/bin/probe syscall keyctl; /usr/local/bin/probe nnp')
