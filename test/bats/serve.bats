@@ -25,9 +25,9 @@ create() { # prints the sandbox id
     python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["sandboxID"])'
 }
 
-wait_no_sandboxes() {
+wait_no_sandboxes() { # 10 s, widened where the host is slow (a TCG guest)
   local i
-  for i in $(seq 100); do
+  for i in $(seq "$(slow 100)"); do
     [ -z "$(ax ls -q)" ] && return 0
     sleep 0.1
   done
@@ -37,7 +37,7 @@ wait_no_sandboxes() {
 
 wait_gone() { # the sandbox's record goes (the supervisor removed it)
   local i
-  for i in $(seq 100); do
+  for i in $(seq "$(slow 100)"); do
     [ -z "$(ax ls -q --no-trunc | grep "^$1")" ] && return 0
     sleep 0.1
   done

@@ -103,7 +103,13 @@ teardown() {
   run script -qec "podman --root '$PM/storage' --runroot '$PM/run' --cgroup-manager cgroupfs --events-backend none --runtime agsx exec -t c1 sh -c 'tty; exit 6'" /dev/null
   [[ "$output" == *"/dev/pts/"* ]] || { echo "# $status $output" >&3; false; }
   [ "$status" -eq 6 ] || { echo "# $status $output" >&3; false; }
-  run P top c1
+  # (podman top lists /proc, then reads each pid: the loop's short-lived
+  # sleeps can end in between, "read /proc/N/stat: no such process", as
+  # under runc; that one race is retried, a bounded few times)
+  for i in 1 2 3 4 5; do
+    run P top c1
+    [[ $status -ne 0 && $output == *"no such process"* ]] || break
+  done
   [ "$status" -eq 0 ] || { echo "# $output" >&3; false; }
   P kill -s USR1 c1
   for i in $(seq 30); do P exec c1 cat /tmp/usr1 2>/dev/null | grep -q usr1 && break; sleep 0.2; done
