@@ -72,6 +72,8 @@ struct req {
   struct agsx_buf body; /* JSON and Connect bodies, at most body_max */
   size_t body_max;      /* AGSX_API_BODY_MAX, or AGSX_API_CODE_BODY_MAX for /execute */
   bool body_dropped;    /* too large: answered already */
+  uint64_t body_seen;   /* body bytes received, kept or not */
+  uint64_t body_length; /* its Content-Length; UINT64_MAX: none (chunked) */
   bool answered;
   /* a sandbox's request (E2b-Sandbox-Id): the sandbox (a running record),
    * its 20-digit E2B id and the port (E2b-Sandbox-Port), set by admission */
@@ -220,8 +222,15 @@ void agsx_api_conn_notify(void *cls, struct MHD_Connection *c, void **socket_con
 /* C's request's headers are in; its request completed (it waits again). */
 void agsx_api_conn_request(struct server *s, struct MHD_Connection *c);
 void agsx_api_conn_idle(struct server *s, struct MHD_Connection *c);
-/* Each turn of the loop: closes what waited past AGSX_API_HEADER_SEC;
- * when the next one is due (-1: none). */
+/* Whether C's client has closed its end (POLLRDHUP, HUP or an error on
+ * the socket, asked without waiting). libmicrohttpd's edge-triggered epoll
+ * misses an end that came in with the last bytes it read, so the server
+ * asks: after each piece of a body that is not complete, and for waiting
+ * connections at each sweep. */
+bool agsx_api_conn_peer_gone(struct MHD_Connection *c);
+/* Each turn of the loop: closes what waited past AGSX_API_HEADER_SEC, and
+ * (once a second: AGSX_API_SWEEP_MS) the waiting connections whose client
+ * has gone; when the next one is due (-1: none). */
 void agsx_api_conns_tick(struct server *s);
 int agsx_api_conns_timeout_ms(struct server *s);
 size_t agsx_api_conns_count(struct server *s);

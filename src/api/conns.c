@@ -27,10 +27,13 @@
 #include "api/api-internal.h"
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #define CLIENT_BUCKETS 256
+#define AGSX_API_SWEEP_MS 1000
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
@@ -52,6 +55,7 @@ struct client {
 struct agsx_api_conns {
   struct conn *head, *tail; /* waiting */
   size_t n;                 /* counted connections */
+  int64_t sweep_ns;         /* the next look for waiting connections whose client has gone */
   struct client *bucket[CLIENT_BUCKETS];
 };
 
@@ -228,18 +232,65 @@ void agsx_api_conn_idle(struct server *s, struct MHD_Connection *c) {
     wait_headers(s->conns, k);
 }
 
+/* Gone: the client's end is closed and nothing it sent is left unread
+ * (what is left, MHD reads first, and a request it completes stands). */
+static bool nothing_unread(int fd) {
+  int n = 0;
+  return ioctl(fd, FIONREAD, &n) == 0 && n == 0;
+}
+
+static bool fd_peer_gone(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+  return fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) &&
+         nothing_unread(fd);
+}
+
+bool agsx_api_conn_peer_gone(struct MHD_Connection *c) {
+  struct conn *k = conn_of(c);
+  return k && !k->shut && fd_peer_gone(k->fd);
+}
+
+/* Closes the waiting connections whose client has closed its end: one
+ * poll(2) of them all. */
+static void sweep(struct agsx_api_conns *a) {
+  size_t n = 0;
+  for (struct conn *k = a->head; k; k = k->next)
+    n++;
+  if (n == 0)
+    return;
+  _cleanup_free_ struct pollfd *p = xzalloc(n * sizeof(*p));
+  _cleanup_free_ struct conn **of = xzalloc(n * sizeof(*of));
+  size_t i = 0;
+  for (struct conn *k = a->head; k; k = k->next, i++) {
+    p[i] = (struct pollfd){.fd = k->fd, .events = POLLRDHUP};
+    of[i] = k;
+  }
+  if (poll(p, n, 0) <= 0)
+    return;
+  for (i = 0; i < n; i++)
+    if ((p[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) && nothing_unread(p[i].fd))
+      shut(a, of[i], "its client has gone");
+}
+
 void agsx_api_conns_tick(struct server *s) {
   struct agsx_api_conns *a = s->conns;
   int64_t now = agsx_mono_ns(), limit = AGSX_API_HEADER_SEC * 1000000000LL;
   while (a->head && now - a->head->wait_ns >= limit)
     shut(a, a->head, "no request headers in " STR(AGSX_API_HEADER_SEC) " s");
+  if (a->head && now >= a->sweep_ns) {
+    sweep(a);
+    a->sweep_ns = now + AGSX_API_SWEEP_MS * 1000000LL;
+  }
 }
 
 int agsx_api_conns_timeout_ms(struct server *s) {
   struct agsx_api_conns *a = s->conns;
   if (a->head == NULL)
     return -1;
-  int64_t left = a->head->wait_ns + AGSX_API_HEADER_SEC * 1000000000LL - agsx_mono_ns();
+  int64_t now = agsx_mono_ns();
+  int64_t left = a->head->wait_ns + AGSX_API_HEADER_SEC * 1000000000LL - now;
+  if (a->sweep_ns - now < left)
+    left = a->sweep_ns - now;
   return left <= 0 ? 0 : (int)((left + 999999) / 1000000);
 }
 

@@ -427,6 +427,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (agsx_log_level >= AGSX_LOG_DEBUG)
       r->tm.t0 = agsx_mono_ns();
     *con_cls = r;
+    const char *length = agsx_req_header(r, "Content-Length");
+    r->body_length = length ? strtoull(length, NULL, 10) : UINT64_MAX;
     agsx_api_conn_request(s, c);
     r->envd = agsx_req_header(r, "E2b-Sandbox-Id") != NULL;
     /* Credentials first: nothing of a refused request's body is read. */
@@ -457,6 +459,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return MHD_YES;
   }
   if (*data_size > 0) {
+    /* A client that sent part of a body and closed: MHD may have read its
+     * end with those bytes and would wait for it until the idle timeout.
+     * (Only with a Content-Length: a chunked body's end is not known here,
+     * and a client may close its side once the whole body is sent.) */
+    r->body_seen += *data_size;
+    if (r->body_length != UINT64_MAX && r->body_seen < r->body_length &&
+        agsx_api_conn_peer_gone(c)) {
+      agsx_debug("serve: %s %s: the client closed before its body's end", r->method, r->path);
+      return MHD_NO;
+    }
     if (r->upload) {
       agsx_api_upload_data(r, data, *data_size);
     } else if (!r->body_dropped) {

@@ -413,10 +413,13 @@ wait_exited() {
   [ "$(cat "$T/idle1")" = $'open\neof' ]
   [ "$(cat "$T/idle2")" = $'open\neof' ]
   # the deadline too
-  rund --name dl --timeout 2s -p 80 $(httpd_args) >/dev/null
+  # (room for the start and the connect on a loaded host: the connection
+  # must be open before the deadline for the test to mean anything)
+  rund --name dl --timeout 6s -p 80 $(httpd_args) >/dev/null
   a=$(ax port dl 80)
   run tcp wait "$a"
   tcp idle "$a" >"$T/idle3" &
+  for _ in $(seq 100); do grep -q open "$T/idle3" && break; sleep 0.05; done
   wait_exited dl
   wait
   [ "$(cat "$T/idle3")" = $'open\neof' ]
