@@ -41,11 +41,12 @@
  * adds the addresses of any chain a denied name is part of.
  *
  * Bounds: each set of a sandbox holds at most egress-learnt-max elements
- * (AGSX_EGRESS_LEARNT_MAX); every learnt element is also counted, with
+ * (AGSX_EGRESS_LEARNT_MAX). Every allowed element is also counted, with
  * the same timeout, in the shared set xcount (sandbox . address . port) of
- * AGSX_EGRESS_LEARNT_TOTAL elements. At either bound the kernel refuses
- * the element (ENFILE): the answer is released, its addresses stay
- * closed, and the netlog says so (fail closed).
+ * AGSX_EGRESS_LEARNT_TOTAL elements; denied ones are not (a sandbox's
+ * denials never depend on what other sandboxes learnt). At a bound the
+ * kernel refuses the element (ENFILE): an allowed address stays closed
+ * (the answer is released, the netlog says "limit").
  *
  * A sandbox's sets are its own (xa_, xp_, xd_ADDR), made with its chains
  * and removed with them in one transaction: no element by element, so an

@@ -600,6 +600,10 @@ void agsx_egress_nl_learn(struct agsx_nfb *b, uint32_t sandbox, enum agsx_egress
   agsx_egress_set_name(sandbox, set, name);
   size_t klen = set_key(set, addr, port, key);
   set_elem(b, name, key, klen, ttl_s, comment);
+  /* A denied address is not counted: a sandbox's denials must not depend
+   * on what other sandboxes learnt (egress.h). */
+  if (set == AGSX_EGRESS_SET_DENIED)
+    return;
   /* The host's count, for as long (egress.h): sandbox . address . port. */
   uint32_t all[3] = {htonl(sandbox), htonl(addr), 0};
   uint16_t p = htons(set == AGSX_EGRESS_SET_PORTS ? port : 0);

@@ -88,8 +88,9 @@ void agsx_egress_nl_delete(struct agsx_nfb *b, uint32_t addr, unsigned what);
 /* Empties set SET of sandbox ADDR (every element, however many expired). */
 void agsx_egress_nl_flush_set(struct agsx_nfb *b, uint32_t addr, enum agsx_egress_set set);
 /* Adds (or refreshes) ADDR (with PORT in AGSX_EGRESS_SET_PORTS) to set SET
- * of sandbox SANDBOX, and to the host's count xcount, for TTL_S seconds, with
- * COMMENT (the name; at most 127 bytes are kept). */
+ * of sandbox SANDBOX for TTL_S seconds, with COMMENT (the name; at most 127
+ * bytes are kept); an allowed one is counted in the host's count xcount for
+ * as long, a denied one is not. */
 void agsx_egress_nl_learn(struct agsx_nfb *b, uint32_t sandbox, enum agsx_egress_set set,
                           uint32_t addr, uint16_t port, int64_t ttl_s, const char *comment);
 

@@ -321,6 +321,25 @@ for k in range(64):
   assert_output_contains "http 198.18.0.10:80: 198.18.0.10:80"
 }
 
+@test "egress: a full host count (others' learnt addresses) opens no denied address" {
+  start_sb e26a # (the table, and its count)
+  python3 -c '
+for k in range(64):
+    print("add element inet agsx xcount { " + ", ".join(
+        "10.0.0.1 . 10.%d.%d.%d . 0 timeout 5m" % (k, j // 256, j % 256) for j in range(1024)) + " }")
+' >"$BATS_TEST_TMPDIR/fill.nft"
+  outer nft -f "$BATS_TEST_TMPDIR/fill.nft"
+  start_sb e26 --egress-deny denied.egress.test
+  run nax exec e26 probe connect 198.18.0.11 80 2000
+  assert_output_contains "connect 198.18.0.11:80: failed"
+  run learnt_elements
+  assert_output_contains "198.18.0.11 timeout"
+  # the rest as the network allows: a sandbox's denials count on no other's
+  run nax exec e26 probe http 198.18.0.10 80 2000
+  assert_output_contains "http 198.18.0.10:80: 198.18.0.10:80"
+  outer nft flush set inet agsx xcount
+}
+
 @test "egress: what an earlier holder of an address left is removed at the next start, and said" {
   run_nax network create left --subnet 198.19.9.0/29 --allow "out tcp/80 198.18.0.0/24"
   assert_success

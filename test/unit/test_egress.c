@@ -427,6 +427,13 @@ int main(void) {
          "nl: a learnt address: its set and the host's count");
   agsx_nfb_clear(&nb);
   agsx_nfb_init(&nb);
+  agsx_egress_nl_learn(&nb, 0xc6130005, AGSX_EGRESS_SET_DENIED, 0xc612000b, 0, 70, "d.test");
+  c = batch_walk(&nb);
+  tap_ok(c.ok && c.elems == 1 && memmem(nb.buf, nb.len, "xd_c6130005", 12) &&
+             !memmem(nb.buf, nb.len, "xcount", 6) && memmem(nb.buf, nb.len, "d.test", 7),
+         "nl: a denied address: its own set, not the host's count");
+  agsx_nfb_clear(&nb);
+  agsx_nfb_init(&nb);
   tap_ok(agsx_nfb_run(&nb, NULL) == 0, "nl: an empty batch sends nothing");
   agsx_nfb_clear(&nb);
   {
