@@ -42,7 +42,15 @@ static void print_entry(yajl_val e) {
   int64_t count = 0, port = 0;
   agsx_json_get_int64(e, "count", &count);
   /* dns: a refused name; limit: a name answered whose addresses a bound
-   * kept closed (egress.h). */
+   * kept closed; closed: a denied name whose addresses were not recorded,
+   * so that the whole sandbox was closed, and why (egress.h). */
+  if (kind && strcmp(kind, "closed") == 0) {
+    const char *name = agsx_json_get_string(e, "name"), *why = agsx_json_get_string(e, "reason");
+    char what[320];
+    snprintf(what, sizeof(what), "%s (%s)", name ? name : "?", why ? why : "?");
+    printf("%-20s %-10s %-40s %-6s %" PRId64 "\n", last ? last : "-", kind, what, "-", count);
+    return;
+  }
   if (kind && (strcmp(kind, "dns") == 0 || strcmp(kind, "limit") == 0)) {
     printf("%-20s %-10s %-40s %-6s %" PRId64 "\n", last ? last : "-", kind,
            agsx_json_get_string(e, "name") ? agsx_json_get_string(e, "name") : "?", "-", count);

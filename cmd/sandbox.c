@@ -503,8 +503,8 @@ static int update_egress(struct agsx_ctx *ctx, const char *sandbox, const char *
   if (r.status != AGSX_STATUS_RUNNING) {
     agsx_error_set_quiet(err, EINVAL, "sandbox `%s` is not running", sandbox);
     rc = -1;
-  } else if (agsx_net_egress_update(ctx->root, ctx->state, r.id, r.network, r.address, e, ret_cut,
-                                    err) < 0)
+  } else if (agsx_net_egress_update(ctx->root, ctx->state, r.id, r.network, r.address, e,
+                                    AGSX_EGRESS_UPDATE_WAIT_MS, ret_cut, err) < 0)
     rc = agsx_error_wrap(err, "sandbox `%s`", sandbox);
   agsx_record_clear(&r);
   return rc;

@@ -485,7 +485,7 @@ static void update_network(struct req *r, const char *e2b_id) {
     if (err)
       agsx_respond_error(r, 400, "%s", err->msg);
     else if (agsx_net_egress_update(r->s->cfg->root, r->s->cfg->state, rec.id, rec.network,
-                                    rec.address, &e, &cut, &err) < 0)
+                                    rec.address, &e, 0, &cut, &err) < 0)
       agsx_respond_error(r, agsx_error_errno(&err) == EINVAL ? 400 : 500, "%s", err->msg);
     else
       agsx_respond(r, 204, NULL, "", 0);

@@ -216,9 +216,15 @@ static size_t make_reply(unsigned char *msg, size_t qend, unsigned rcode) {
 /* ---- the filter ----------------------------------------------------------------------------- */
 
 #define CACHE_MAX 4096
-#define ADDRS_MAX 256        /* addresses of one answer looked at (the rest stay closed) */
-#define RESOLVE_TRIES 3      /* sends of one query for a denied name, a second apart */
-#define RESOLVE_WAIT_MS 1000 /* for the first answers, at the start */
+/* Addresses of one answer looked at: the rest of an allowed name's stay
+ * closed; a denied name's close the sandbox (egress.h). */
+#define ADDRS_MAX 256
+#define RESOLVE_TRIES 3       /* sends of one query for a denied name, a second apart */
+#define RESOLVE_WAIT_MS 1000  /* for the first answers, at the start */
+#define RESOLVE_RETRY_MS 2000 /* the next round, after one unanswered or unrecorded */
+/* A denied name's addresses outlive their TTL by this much: time to look
+ * the name up again (two rounds) before the sandbox has to be closed. */
+#define DENY_GRACE_S 10
 
 struct learnt {
   uint32_t addr;
@@ -227,13 +233,18 @@ struct learnt {
   int64_t until_ms;
 };
 
-enum log_kind { LOG_DNS, LOG_CONNECTION, LOG_LIMIT };
+enum log_kind { LOG_DNS, LOG_CONNECTION, LOG_LIMIT, LOG_CLOSED };
+
+/* Why a denied name's addresses are not recorded (the sandbox closed). */
+enum closed_why { WHY_NONE, WHY_UNRESOLVED, WHY_LIMIT, WHY_ERROR };
+static const char *const why_names[] = {"", "unresolved", "limit", "error"};
 
 struct log_entry {
   enum log_kind kind;
   char what[AGSX_EGRESS_NAME_MAX + 1]; /* the name, or the address */
   uint16_t port, type;                 /* port (connections), query type */
   uint8_t proto;
+  uint8_t why;         /* enum closed_why (LOG_CLOSED) */
   int64_t first, last; /* wall clock, s */
   uint64_t count;
 };
@@ -242,10 +253,13 @@ struct log_entry {
  * closed before the sandbox looks it up, or without it ever doing so. */
 struct denied {
   char name[AGSX_EGRESS_NAME_MAX + 1];
-  uint16_t id; /* of the query out, while WAITING */
+  uint16_t id; /* of the query out (the same for a round's tries), while WAITING */
   bool waiting;
   int tries;
-  int64_t due_ms; /* the next send */
+  int64_t due_ms;      /* the next send */
+  int64_t ok_until_ms; /* its addresses are recorded until then (0: not yet) */
+  uint8_t why;         /* enum closed_why: why the last round recorded nothing */
+  bool logged;         /* the sandbox's closing for it is in the log */
 };
 
 struct agsx_dns_filter {
@@ -275,17 +289,26 @@ struct agsx_dns_filter {
   struct sockaddr_storage upstream;
   bool has_upstream;
   int rfd;
+  /* whether its chain is closed (egress.h), as last written (-1: not
+   * known, after a reload or a failed write), the next try of a failed
+   * write, and how long a denied chain's addresses that went unrecorded
+   * keep it closed */
+  int closed;
+  int64_t closed_retry_ms;
+  int64_t broken_until_ms;
   /* one answer's addresses, while it is looked at */
   struct agsx_nfb batch;
   struct {
     uint32_t addr, ttl;
   } addrs[ADDRS_MAX];
   size_t naddrs;
+  bool addrs_over; /* it had more than ADDRS_MAX */
   int64_t now_ms;
 };
 
 static int64_t mono_ms(void) { return agsx_mono_ns() / 1000000; }
 static void denied_reload(struct agsx_dns_filter *f);
+static void closed_sync(struct agsx_dns_filter *f);
 
 static int64_t conf_secs(const char *key, const char *env, int64_t def) {
   _cleanup_free_ char *v = NULL;
@@ -434,6 +457,8 @@ struct agsx_dns_filter *agsx_dns_filter_new(const struct agsx_egress *e, uint32_
     return NULL;
   }
   denied_reload(f);
+  /* As the start made it (agsx_net_egress_add): closed with a denied name. */
+  f->closed = agsx_egress_has_exact_deny(&f->e) ? 1 : 0;
   return f;
 }
 
@@ -501,6 +526,7 @@ static int rules_lock(struct agsx_dns_filter *f) {
   f->e = e;
   f->ncache = 0; /* the update may have removed addresses */
   denied_reload(f);
+  f->closed = -1; /* (the update set it, or failed to) */
   if (e.n && activate(f, &err) < 0) {
     agsx_warn("egress: %s", err->msg);
     agsx_error_free(&err);
@@ -518,14 +544,14 @@ static void rules_unlock(int fd) {
 
 /* ---- the blocked log ---- */
 
-static void log_add(struct agsx_dns_filter *f, enum log_kind kind, const char *what, uint16_t type,
-                    uint16_t port, uint8_t proto) {
+static void log_add_why(struct agsx_dns_filter *f, enum log_kind kind, const char *what,
+                        uint16_t type, uint16_t port, uint8_t proto, uint8_t why) {
   int64_t now = agsx_now_ns() / 1000000000LL;
   struct log_entry *e = NULL;
   for (size_t i = 0; i < f->nlog && e == NULL; i++) {
     struct log_entry *x = &f->log[i];
     if (x->kind == kind && x->port == port && x->proto == proto && x->type == type &&
-        strcmp(x->what, what) == 0)
+        x->why == why && strcmp(x->what, what) == 0)
       e = x;
   }
   if (e == NULL && f->nlog < AGSX_EGRESS_LOG_MAX) {
@@ -546,12 +572,18 @@ static void log_add(struct agsx_dns_filter *f, enum log_kind kind, const char *w
     e->type = type;
     e->port = port;
     e->proto = proto;
+    e->why = why;
     e->first = now;
   }
   e->last = now;
   e->count++;
   f->dirty = true;
   f->st.logged++;
+}
+
+static void log_add(struct agsx_dns_filter *f, enum log_kind kind, const char *what, uint16_t type,
+                    uint16_t port, uint8_t proto) {
+  log_add_why(f, kind, what, type, port, proto, WHY_NONE);
 }
 
 static const char *proto_name(uint8_t p) {
@@ -571,9 +603,12 @@ static void log_flush(struct agsx_dns_filter *f) {
   for (size_t i = 0; i < f->nlog; i++) {
     const struct log_entry *e = &f->log[i];
     yajl_gen_map_open(g);
-    static const char *const kinds[] = {"dns", "connection", "limit"};
+    static const char *const kinds[] = {"dns", "connection", "limit", "closed"};
     agsx_json_kv_str(g, "kind", kinds[e->kind]);
-    if (e->kind != LOG_CONNECTION) {
+    if (e->kind == LOG_CLOSED) {
+      agsx_json_kv_str(g, "name", e->what);
+      agsx_json_kv_str(g, "reason", why_names[e->why]);
+    } else if (e->kind != LOG_CONNECTION) {
       agsx_json_kv_str(g, "name", e->what);
       agsx_json_kv_int(g, "qtype", e->type);
     } else {
@@ -665,22 +700,27 @@ static void on_a(void *data, uint32_t addr, uint32_t ttl) {
   struct agsx_dns_filter *f = data;
   if (f->naddrs < ADDRS_MAX)
     f->addrs[f->naddrs++].addr = addr, f->addrs[f->naddrs - 1].ttl = ttl;
+  else
+    f->addrs_over = true;
 }
 
 static int64_t bounded_ttl(const struct agsx_dns_filter *f, uint32_t ttl) {
   return (int64_t)ttl < f->ttl_min ? f->ttl_min : (int64_t)ttl > f->ttl_max ? f->ttl_max : ttl;
 }
 
-/* Adds the answer's addresses (f->addrs) to SET (on PORT), for NAME. */
+/* Adds the answer's addresses (f->addrs) to SET (on PORT), for NAME.
+ * REFRESH (a denied name's own lookup): each written, whatever the cache
+ * says, to last DENY_GRACE_S past its TTL. */
 static void learn(struct agsx_dns_filter *f, enum agsx_egress_set set, uint16_t port,
-                  const char *name) {
+                  const char *name, bool refresh) {
   char comment[128];
   comment_of(name, comment, sizeof(comment));
   for (size_t i = 0; i < f->naddrs; i++) {
     int64_t t = bounded_ttl(f, f->addrs[i].ttl);
     /* Due again a little before the element expires. */
-    if (!cached(f, set, f->addrs[i].addr, port, t * 1000, f->now_ms + t * 1000 - 2000))
-      agsx_egress_nl_learn(&f->batch, f->addr, set, f->addrs[i].addr, port, t, comment);
+    if (!cached(f, set, f->addrs[i].addr, port, t * 1000, f->now_ms + t * 1000 - 2000) || refresh)
+      agsx_egress_nl_learn(&f->batch, f->addr, set, f->addrs[i].addr, port,
+                           refresh ? t + DENY_GRACE_S : t, comment);
   }
 }
 
@@ -694,16 +734,18 @@ static void learn_allowed(struct agsx_dns_filter *f, const struct agsx_dns_chain
     if (!agsx_egress_name_allowed(&f->e, c->names[k], &any, ports, 16, &np))
       continue;
     if (any)
-      learn(f, AGSX_EGRESS_SET_ANY, 0, c->names[k]);
+      learn(f, AGSX_EGRESS_SET_ANY, 0, c->names[k], false);
     for (size_t i = 0; i < np; i++)
-      learn(f, AGSX_EGRESS_SET_PORTS, ports[i], c->names[k]);
+      learn(f, AGSX_EGRESS_SET_PORTS, ports[i], c->names[k], false);
   }
 }
 
 /* Sends f->batch: 0, or 1 when a bound refused an element (ENFILE: the
- * sandbox's set, or the host's count, is full), or -1. Either way the
- * cache forgets, since the transaction may have half-applied nothing. */
-static int batch_run(struct agsx_dns_filter *f, const char *name, uint16_t type) {
+ * sandbox's set, or for allowed addresses the host's count, is full), or
+ * -1. Either way the cache forgets, since the transaction may have
+ * half-applied nothing. Allowed addresses at a bound are logged here
+ * ("limit"); denied ones close the sandbox, which its callers log. */
+static int batch_run(struct agsx_dns_filter *f, const char *name, uint16_t type, bool denied) {
   if (f->batch.n_msgs == 0)
     return 0;
   agsx_error_t err = NULL;
@@ -713,7 +755,8 @@ static int batch_run(struct agsx_dns_filter *f, const char *name, uint16_t type)
   int r = err->errno_ == ENFILE ? 1 : -1;
   if (r == 1) {
     f->st.limited++;
-    log_add(f, LOG_LIMIT, name, type, 0, 0);
+    if (!denied)
+      log_add(f, LOG_LIMIT, name, type, 0, 0);
   } else {
     agsx_warn("egress: add the addresses of `%s`: %s", name, err->msg);
     f->st.nft_failed++;
@@ -721,6 +764,19 @@ static int batch_run(struct agsx_dns_filter *f, const char *name, uint16_t type)
   agsx_error_free(&err);
   f->ncache = 0;
   return r;
+}
+
+/* The addresses of a chain through denied NAME (f->addrs) could not all be
+ * recorded (WHY): the sandbox is closed for as long as they would have
+ * been, and the log says why. */
+static void broken(struct agsx_dns_filter *f, const char *name, uint8_t why) {
+  int64_t t = f->ttl_min;
+  for (size_t i = 0; i < f->naddrs; i++)
+    t = bounded_ttl(f, f->addrs[i].ttl) > t ? bounded_ttl(f, f->addrs[i].ttl) : t;
+  if (f->now_ms + t * 1000 > f->broken_until_ms)
+    f->broken_until_ms = f->now_ms + t * 1000;
+  log_add_why(f, LOG_CLOSED, name, 0, 0, 0, why);
+  closed_sync(f);
 }
 
 /* Does rule set E look at names at all (an allow-list, or a denied name)? */
@@ -740,6 +796,7 @@ enum agsx_dns_verdict agsx_dns_filter_answer(struct agsx_dns_filter *f, char *ms
   bool any;
   f->now_ms = mono_ms();
   f->naddrs = 0;
+  f->addrs_over = false;
   agsx_nfb_init(&f->batch);
   struct agsx_dns_chain c;
   const char *denied = NULL;
@@ -762,8 +819,10 @@ enum agsx_dns_verdict agsx_dns_filter_answer(struct agsx_dns_filter *f, char *ms
     if (denied) { /* an alias of a denied name: refused, and its addresses closed */
       f->st.refused++;
       log_add(f, LOG_DNS, denied, type, 0, 0);
-      learn(f, AGSX_EGRESS_SET_DENIED, 0, denied);
-      batch_run(f, denied, type);
+      learn(f, AGSX_EGRESS_SET_DENIED, 0, denied, false);
+      int r = batch_run(f, denied, type, true);
+      if (r != 0 || f->addrs_over)
+        broken(f, denied, r < 0 ? WHY_ERROR : WHY_LIMIT);
       *len = make_reply(m, end, 5);
       v = AGSX_DNS_REPLY;
     } else {
@@ -771,7 +830,7 @@ enum agsx_dns_verdict agsx_dns_filter_answer(struct agsx_dns_filter *f, char *ms
         learn_allowed(f, &c);
       /* At a bound the answer goes out unopened (logged); on a failure a
        * SERVFAIL (the connect would fail anyway). */
-      if (batch_run(f, name, type) < 0) {
+      if (batch_run(f, name, type, false) < 0) {
         *len = make_reply(m, end, 2);
         v = AGSX_DNS_REPLY;
       }
@@ -786,9 +845,12 @@ enum agsx_dns_verdict agsx_dns_filter_answer(struct agsx_dns_filter *f, char *ms
 
 /* ---- the denied names' own lookups ---- */
 
-/* The exact names E denies (a wildcard's names are not known ahead). */
+/* The exact names E denies (a wildcard's names are not known ahead). What
+ * was known of a name denied before (an update) is kept: its addresses
+ * stay recorded. */
 static void denied_reload(struct agsx_dns_filter *f) {
-  free(f->denied);
+  struct denied *old = f->denied;
+  size_t nold = f->ndenied;
   f->denied = NULL;
   f->ndenied = 0;
   int64_t now = mono_ms();
@@ -801,18 +863,25 @@ static void denied_reload(struct agsx_dns_filter *f) {
     memset(d, 0, sizeof(*d));
     snprintf(d->name, sizeof(d->name), "%s", r->name);
     d->due_ms = now;
+    for (size_t k = 0; k < nold; k++)
+      if (strcmp(old[k].name, d->name) == 0)
+        *d = old[k];
   }
+  free(old);
 }
 
-/* An A query for D's name, with a fresh id. */
+/* An A query for D's name: a fresh id for a round's first try, the same
+ * for its retries (a late answer to an earlier one counts). EDNS0 asks
+ * for answers of up to 4096 bytes: one cut short (TC) records nothing. */
 static void denied_send(struct agsx_dns_filter *f, struct denied *d) {
-  unsigned char q[AGSX_EGRESS_NAME_MAX + 2 + 16];
-  if (getrandom(&d->id, sizeof(d->id), 0) != sizeof(d->id))
+  unsigned char q[AGSX_EGRESS_NAME_MAX + 2 + 32];
+  if (d->tries == 0 && getrandom(&d->id, sizeof(d->id), 0) != sizeof(d->id))
     d->id = (uint16_t)(d->id * 31 + 7);
   memset(q, 0, 12);
   q[0] = (unsigned char)(d->id >> 8), q[1] = (unsigned char)d->id;
   q[2] = 0x01; /* RD */
   q[5] = 1;
+  q[11] = 1; /* the OPT record */
   size_t off = 12;
   for (const char *p = d->name; *p;) {
     size_t l = strcspn(p, ".");
@@ -823,6 +892,9 @@ static void denied_send(struct agsx_dns_filter *f, struct denied *d) {
   }
   q[off++] = 0;
   q[off++] = 0, q[off++] = TYPE_A, q[off++] = 0, q[off++] = CLASS_IN;
+  static const unsigned char opt[11] = {0, 0, 41, 0x10, 0, 0, 0, 0, 0, 0, 0};
+  memcpy(q + off, opt, sizeof(opt));
+  off += sizeof(opt);
   if (send(f->rfd, q, off, MSG_DONTWAIT) < 0) {
   } /* (lost: sent again) */
   d->waiting = true;
@@ -841,7 +913,8 @@ static void denied_tick(struct agsx_dns_filter *f) {
     if (f->rfd >= 0 && connect(f->rfd, (struct sockaddr *)&f->upstream, sl) < 0)
       agsx_closep(&f->rfd);
     if (f->rfd < 0) {
-      agsx_warn("egress: look up the denied names: %s", strerror(errno));
+      agsx_warn("egress: look up the denied names: %s (the sandbox's egress stays closed)",
+                strerror(errno));
       f->has_upstream = false;
       return;
     }
@@ -851,10 +924,11 @@ static void denied_tick(struct agsx_dns_filter *f) {
     struct denied *d = &f->denied[i];
     if (d->due_ms > now)
       continue;
-    if (d->waiting && d->tries >= RESOLVE_TRIES) { /* no answer: again later */
+    if (d->waiting && d->tries >= RESOLVE_TRIES) { /* no answer: again shortly */
       d->waiting = false;
       d->tries = 0;
-      d->due_ms = now + f->ttl_min * 1000;
+      d->why = WHY_UNRESOLVED;
+      d->due_ms = now + RESOLVE_RETRY_MS;
       continue;
     }
     denied_send(f, d);
@@ -862,7 +936,9 @@ static void denied_tick(struct agsx_dns_filter *f) {
 }
 
 /* An answer to one of the denied names' queries: its chain's addresses
- * closed until its TTL runs out, and the name asked again by then. */
+ * recorded (closed) until DENY_GRACE_S past their TTL, and the name asked
+ * again before the TTL runs out. An answer that resolves nothing (not
+ * NOERROR or NXDOMAIN, cut short, unreadable) is no answer. */
 static void denied_answer(struct agsx_dns_filter *f, unsigned char *m, size_t len) {
   char name[AGSX_EGRESS_NAME_MAX + 1];
   uint16_t type;
@@ -873,24 +949,42 @@ static void denied_answer(struct agsx_dns_filter *f, unsigned char *m, size_t le
   for (size_t i = 0; i < f->ndenied && d == NULL; i++)
     if (f->denied[i].waiting && f->denied[i].id == be16(m) && strcmp(f->denied[i].name, name) == 0)
       d = &f->denied[i];
-  if (d == NULL)
+  unsigned rcode = m[3] & 0x0f;
+  if (d == NULL || (rcode != 0 && rcode != 3) || (m[2] & 0x02))
     return;
   struct agsx_dns_chain c;
   f->now_ms = mono_ms();
   f->naddrs = 0;
+  f->addrs_over = false;
+  if (agsx_dns_answer_chain(m, len, &c, on_a, f) < 0)
+    return;
   d->waiting = false;
   d->tries = 0;
-  d->due_ms = f->now_ms + f->ttl_min * 1000;
-  if (agsx_dns_answer_chain(m, len, &c, on_a, f) < 0 || f->naddrs == 0)
+  if (f->naddrs == 0 && !f->addrs_over) { /* no address: nothing to close */
+    d->ok_until_ms = INT64_MAX;
+    d->why = WHY_NONE;
+    d->logged = false;
+    d->due_ms = f->now_ms + f->ttl_min * 1000;
     return;
+  }
   int64_t t = f->ttl_max;
   for (size_t i = 0; i < f->naddrs; i++)
     t = bounded_ttl(f, f->addrs[i].ttl) < t ? bounded_ttl(f, f->addrs[i].ttl) : t;
-  d->due_ms = f->now_ms + t * 1000 - 2000; /* before the first closes */
   agsx_nfb_init(&f->batch);
-  learn(f, AGSX_EGRESS_SET_DENIED, 0, d->name);
-  batch_run(f, d->name, TYPE_A);
+  learn(f, AGSX_EGRESS_SET_DENIED, 0, d->name, true);
+  int r = batch_run(f, d->name, TYPE_A, true);
   agsx_nfb_clear(&f->batch);
+  if (r != 0 || f->addrs_over) {
+    d->why = r < 0 ? WHY_ERROR : WHY_LIMIT;
+    d->due_ms = f->now_ms + RESOLVE_RETRY_MS;
+    return;
+  }
+  /* Open until a second before the first address closes; asked again
+   * before its TTL runs out (halfway at the latest). */
+  d->ok_until_ms = f->now_ms + (t + DENY_GRACE_S) * 1000 - 1000;
+  d->why = WHY_NONE;
+  d->logged = false;
+  d->due_ms = f->now_ms + (t * 1000 - 2000 > t * 500 ? t * 1000 - 2000 : t * 500);
 }
 
 static void denied_read(struct agsx_dns_filter *f) {
@@ -901,8 +995,73 @@ static void denied_read(struct agsx_dns_filter *f) {
       return;
     int lock = rules_lock(f); /* (may reload: then the answer matches nothing) */
     denied_answer(f, buf, (size_t)n);
+    closed_sync(f);
     rules_unlock(lock);
   }
+}
+
+bool agsx_dns_deny_closed(const int64_t *ok_until_ms, size_t n, int64_t broken_until_ms,
+                          int64_t now_ms, int64_t *ret_next_ms) {
+  bool closed = now_ms < broken_until_ms;
+  int64_t next = closed ? broken_until_ms : INT64_MAX;
+  for (size_t i = 0; i < n; i++)
+    if (now_ms >= ok_until_ms[i])
+      closed = true;
+    else if (ok_until_ms[i] < next)
+      next = ok_until_ms[i];
+  *ret_next_ms = next;
+  return closed;
+}
+
+/* Is the sandbox to be closed now (*RET_NEXT: until when that holds)? */
+static bool want_closed(const struct agsx_dns_filter *f, int64_t now, int64_t *ret_next) {
+  int64_t until[AGSX_EGRESS_MAX_RULES];
+  size_t n = 0;
+  for (size_t i = 0; i < f->ndenied && n < AGSX_EGRESS_MAX_RULES; i++)
+    until[n++] = f->denied[i].ok_until_ms;
+  return agsx_dns_deny_closed(until, n, f->broken_until_ms, now, ret_next);
+}
+
+/* Closes or opens the sandbox's chain as it must be (egress.h: the chain
+ * made anew, with or without its closing rule, from the rules this filter
+ * holds under the rules lock), and logs the names it is closed for. A
+ * failed write is tried again shortly; until then the chain stays as it
+ * was (closed, unless a denial went away). */
+static void closed_sync(struct agsx_dns_filter *f) {
+  if (f->e.n == 0) { /* (no rules: no objects) */
+    f->closed_retry_ms = 0;
+    return;
+  }
+  int64_t now = mono_ms(), next;
+  bool want = want_closed(f, now, &next);
+  for (size_t i = 0; want && i < f->ndenied; i++) {
+    struct denied *d = &f->denied[i];
+    /* (not while its first round still waits: the start's wait marks what
+     * it left unresolved) */
+    if (now < d->ok_until_ms || d->logged || (d->why == WHY_NONE && d->ok_until_ms == 0))
+      continue;
+    log_add_why(f, LOG_CLOSED, d->name, 0, 0, 0, d->why ? d->why : WHY_UNRESOLVED);
+    d->logged = true;
+  }
+  if (f->closed == (want ? 1 : 0) || now < f->closed_retry_ms)
+    return;
+  struct agsx_nfb b;
+  agsx_nfb_init(&b);
+  agsx_egress_nl_chain(&b, &f->e, f->addr, f->has_subnet ? &f->subnet : NULL, false, -1, 0, want);
+  agsx_error_t err = NULL;
+  f->st.nft_calls++;
+  if (agsx_nfb_run(&b, &err) == 0) {
+    f->closed = want ? 1 : 0;
+    f->closed_retry_ms = 0;
+  } else {
+    if (f->closed_retry_ms == 0)
+      agsx_warn("egress: %s the sandbox's egress: %s", want ? "close" : "open", err->msg);
+    f->st.nft_failed++;
+    f->closed = -1;
+    f->closed_retry_ms = now + RESOLVE_RETRY_MS;
+  }
+  agsx_error_free(&err);
+  agsx_nfb_clear(&b);
 }
 
 void agsx_dns_filter_set_upstream(struct agsx_dns_filter *f, const struct sockaddr_storage *ss) {
@@ -910,7 +1069,7 @@ void agsx_dns_filter_set_upstream(struct agsx_dns_filter *f, const struct sockad
   f->has_upstream = true;
   denied_tick(f);
   /* The first answers before the sandbox's command runs (bounded): its
-   * denied names are closed from its first instant. */
+   * denied names are closed from its first instant, and the rest opens. */
   int64_t until = mono_ms() + RESOLVE_WAIT_MS;
   for (;;) {
     bool waiting = false;
@@ -923,6 +1082,10 @@ void agsx_dns_filter_set_upstream(struct agsx_dns_filter *f, const struct sockad
     if (poll(&p, 1, left) > 0)
       denied_read(f);
   }
+  for (size_t i = 0; i < f->ndenied; i++)
+    if (f->denied[i].ok_until_ms == 0 && f->denied[i].why == WHY_NONE)
+      f->denied[i].why = WHY_UNRESOLVED;
+  closed_sync(f);
 }
 
 /* ---- nflog: refused connections ---- */
@@ -989,11 +1152,12 @@ void agsx_dns_filter_dispatch(struct agsx_dns_filter *f, const struct pollfd *p,
     nflog_read(f);
   if (p[1].revents && f->rfd >= 0)
     denied_read(f);
-  if (f->ndenied) {
-    int lock = rules_lock(f); /* (an update's new denied names are looked up at once) */
-    denied_tick(f);
-    rules_unlock(lock);
-  }
+  /* (An update's new denied names are looked up at once: its transaction
+   * woke the supervisor's firewall watch.) */
+  int lock = rules_lock(f);
+  denied_tick(f);
+  closed_sync(f);
+  rules_unlock(lock);
   if (f->dirty && mono_ms() - f->flushed_ms >= AGSX_DNS_FILTER_FLUSH_MS)
     log_flush(f);
 }
@@ -1006,6 +1170,12 @@ int agsx_dns_filter_timeout_ms(const struct agsx_dns_filter *f) {
     at = f->flushed_ms + AGSX_DNS_FILTER_FLUSH_MS;
   for (size_t i = 0; f->has_upstream && i < f->ndenied; i++)
     at = f->denied[i].due_ms < at ? f->denied[i].due_ms : at;
+  if (f->e.n) { /* the next closing or opening by itself, or a write's retry */
+    int64_t next;
+    want_closed(f, now, &next);
+    at = next < at ? next : at;
+    at = f->closed_retry_ms && f->closed_retry_ms < at ? f->closed_retry_ms : at;
+  }
   if (at == INT64_MAX)
     return -1;
   int64_t left = at - now;

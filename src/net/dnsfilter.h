@@ -20,12 +20,22 @@
  * Denied names (exact ones): looked up by the filter itself, on a socket
  * of its own to the relay's name server, when the rules (re)load and
  * again before the answer's TTL runs out (a query unanswered is sent
- * again, a second apart, three times, then a minimum TTL later); their
- * chains' addresses go into the deny set.
+ * again, a second apart, three times, then a new round two seconds
+ * later); their chains' addresses go into the deny set, for their TTL
+ * (bounded) and ten seconds more, the time to look them up again. The
+ * sandbox is closed (egress.h: its chain's closing rule) while any is not
+ * recorded: not yet resolved (only NOERROR and NXDOMAIN answers, not cut
+ * short, resolve), its addresses refused by the set's bound or a failed
+ * transaction, or their time run out without a new answer. So is it, for
+ * the answer's TTL, when a sandbox's answer through a denied name (an
+ * alias, a wildcard) brings addresses that cannot be recorded. The log
+ * says so ("closed", with the name and the reason: unresolved, limit,
+ * error). An update keeps what was known of the names still denied.
  *
- * The blocked log: denied queries (name, type) and refused connections
+ * The blocked log: denied queries (name, type), refused connections
  * (address, port, protocol, read from the nflog group of the sandbox's
- * refusing chain, rate-limited there) are counted per distinct entry with
+ * refusing chain, rate-limited there), answers a bound kept closed
+ * ("limit") and the closings above are counted per distinct entry with
  * their first and last time, at most AGSX_EGRESS_LOG_MAX entries (the least
  * recently seen goes), and written to STATE/ID/netlog (JSON, atomically, at
  * most once a second) where `agsx logs --network` reads them.
@@ -73,8 +83,9 @@ enum agsx_dns_verdict agsx_dns_filter_answer(struct agsx_dns_filter *f, char *ms
 /* The name server the relay forwards to, SS: the filter looks up each
  * name its rules deny (not a wildcard) there itself, and closes its
  * addresses (xd_ADDR, egress.h) for their TTL, asking again before it runs
- * out; the first answers are waited for here, at most a second, so
- * that they are closed before the sandbox's command runs. */
+ * out; the first answers are waited for here, at most a second, so that
+ * they are closed before the sandbox's command runs, and the sandbox's
+ * egress, closed by its start, opens (or stays closed, logged). */
 void agsx_dns_filter_set_upstream(struct agsx_dns_filter *f, const struct sockaddr_storage *ss);
 
 /* A poll component (relay.h's shape): the nflog socket, the denied names'
@@ -91,6 +102,13 @@ struct agsx_dns_filter_stats {
   int log_group;    /* -1: none */
 };
 void agsx_dns_filter_stats(const struct agsx_dns_filter *f, struct agsx_dns_filter_stats *ret);
+
+/* Is a sandbox closed at NOW_MS, whose N denied names' addresses are
+ * recorded until OK_UNTIL_MS[i] (0: not yet; INT64_MAX: none to record),
+ * and a denied chain's unrecorded until BROKEN_UNTIL_MS? *RET_NEXT_MS: the
+ * next time the answer changes by itself (INT64_MAX: never). Pure. */
+bool agsx_dns_deny_closed(const int64_t *ok_until_ms, size_t n, int64_t broken_until_ms,
+                          int64_t now_ms, int64_t *ret_next_ms);
 
 /* ---- DNS messages (pure; fuzzed) ---- */
 /* The question of MSG: its canonical name into NAME (AGSX_EGRESS_NAME_MAX

@@ -276,6 +276,13 @@ bool agsx_egress_has_name_deny(const struct agsx_egress *e) {
   return false;
 }
 
+bool agsx_egress_has_exact_deny(const struct agsx_egress *e) {
+  for (size_t i = 0; e && i < e->n; i++)
+    if (!e->rules[i].allow && e->rules[i].kind == AGSX_EGRESS_NAME)
+      return true;
+  return false;
+}
+
 bool agsx_egress_cidr_allowed(const struct agsx_egress *e, uint32_t addr, uint16_t port,
                               bool *ret_denied) {
   bool allowed = false;

@@ -18,6 +18,7 @@
  * Enforcement (nftables, table inet agsx): the forward chain sends every
  * packet from the sandbox's address through its chain x_ADDR (a verdict
  * map keyed by source address: subnets never overlap):
+ *   closed (comment "agsx:closed")       → refused (everything, established too)
  *   denied CIDRs, @xd_ADDR               → refused (even established flows)
  *   established, related                 → on to the network's rules
  *   DNS/DoT elsewhere                    → refused
@@ -37,15 +38,34 @@
  * egress-ttl-max; AGSX_EGRESS_TTL_MIN/MAX), and the released answer's TTLs
  * are cut to that maximum. Denied names' addresses go into xd_ADDR, with
  * and without an allow-list: the relay resolves each denied name (not a
- * wildcard) itself, when the rules load and again as its TTL runs out, and
- * adds the addresses of any chain a denied name is part of.
+ * wildcard) itself, when the rules load and again before its TTL runs out,
+ * and adds the addresses of any chain a denied name is part of (for their
+ * bounded TTL; its own lookups' for ten seconds more, time to look again).
+ *
+ * Denials fail closed. While a denied name's addresses are not recorded
+ * (not resolved yet, its lookup unanswered or failed, an address refused
+ * by the bound or by a failed transaction, or their time run out without
+ * a new answer) the sandbox is closed: its chain's first rule (comment
+ * "agsx:closed") refuses everything it sends (its DNS relay is inside its
+ * namespace: lookups go on). A rule, not a set element: no bound can keep
+ * it out. A start with denied names makes its chain closed, so does an
+ * update that denies names, and the relay makes the chain anew without
+ * that rule once every denied name is recorded (a start waits up to a
+ * second for that, agsx update two), and with it again when one is not.
+ * The same, for the bounded TTL of the answer, when the
+ * addresses of a sandbox's answer through a denied name (an alias, a
+ * wildcard) cannot all be recorded. The netlog says why ("closed", with
+ * the name and unresolved, limit or error).
  *
  * Bounds: each set of a sandbox holds at most egress-learnt-max elements
- * (AGSX_EGRESS_LEARNT_MAX); every learnt element is also counted, with
- * the same timeout, in the shared set xcount (sandbox . address . port) of
- * AGSX_EGRESS_LEARNT_TOTAL elements. At either bound the kernel refuses
- * the element (ENFILE): the answer is released, its addresses stay
- * closed, and the netlog says so (fail closed).
+ * (AGSX_EGRESS_LEARNT_MAX). Every
+ * allowed element is also counted, with the same timeout, in the shared
+ * set xcount (sandbox . address . port) of AGSX_EGRESS_LEARNT_TOTAL
+ * elements; denied ones are not (a sandbox's denials never depend on what
+ * other sandboxes learnt). At a bound the kernel refuses the element
+ * (ENFILE): an allowed address stays closed (the answer is released, the
+ * netlog says "limit"); a denied one closes the sandbox, as above. Either
+ * way it fails closed.
  *
  * A sandbox's sets are its own (xa_, xp_, xd_ADDR), made with its chains
  * and removed with them in one transaction: no element by element, so an
@@ -117,6 +137,9 @@ bool agsx_egress_name_allowed(const struct agsx_egress *e, const char *name, boo
 bool agsx_egress_name_denied(const struct agsx_egress *e, const char *name);
 /* Does E deny any name (not a CIDR)? */
 bool agsx_egress_has_name_deny(const struct agsx_egress *e);
+/* Does E deny a name itself (not a wildcard: a name the relay looks up,
+ * and the sandbox stays closed until it did)? */
+bool agsx_egress_has_exact_deny(const struct agsx_egress *e);
 /* Does E let a new connection to ADDR:PORT (PORT 0: not TCP/UDP) through
  * by its CIDR rules alone? *RET_DENIED: a deny rule matched. */
 bool agsx_egress_cidr_allowed(const struct agsx_egress *e, uint32_t addr, uint16_t port,

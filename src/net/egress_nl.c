@@ -290,6 +290,25 @@ static void verdict(struct agsx_nfb *b, int code, const char *chain) {
   expr_end(b);
 }
 
+/* A rule of CHAIN matching everything, with verdict CODE (to TARGET) and
+ * comment MARK, as nft(8) stores it (so that the looks, agsx_nfq_chain_*,
+ * and `nft list` read it). */
+static void marked_rule(struct agsx_nfb *b, const char *chain, const char *mark, int code,
+                        const char *target) {
+  size_t n = strlen(mark) + 1;
+  unsigned char ud[2 + 32];
+  if (n > sizeof(ud) - 2)
+    abort(); /* a bug of this file, not of its input */
+  ud[0] = 0; /* NFTNL_UDATA_RULE_COMMENT */
+  ud[1] = (unsigned char)n;
+  memcpy(ud + 2, mark, n);
+  rule_begin(b, chain);
+  verdict(b, code, target);
+  agsx_nfb_nest_end(b);
+  agsx_nfb_attr(b, NFTA_RULE_USERDATA, ud, 2 + n);
+  agsx_nfb_end(b);
+}
+
 /* `meta nfproto ipv4` (an inet table's `ip` matches imply it). */
 static void is_ipv4(struct agsx_nfb *b) {
   uint8_t v = NFPROTO_IPV4;
@@ -487,7 +506,7 @@ static void xmap_elem(struct agsx_nfb *b, bool add, uint32_t addr, const char *x
 
 void agsx_egress_nl_chain(struct agsx_nfb *b, const struct agsx_egress *e, uint32_t addr,
                           const struct agsx_cidr *subnet, bool fresh, int log_group,
-                          uint32_t set_size) {
+                          uint32_t set_size, bool closed) {
   char x[16], xl[16];
   names(addr, x, xl);
   chain_msg(b, NFT_MSG_NEWCHAIN, NLM_F_CREATE, x);
@@ -497,6 +516,10 @@ void agsx_egress_nl_chain(struct agsx_nfb *b, const struct agsx_egress *e, uint3
     agsx_egress_nl_log(b, addr, log_group);
     agsx_egress_nl_sets(b, addr, set_size);
   }
+  /* Closed (a denied name not recorded, egress.h): everything, established
+   * flows too; marked, so that a look finds it. */
+  if (closed)
+    marked_rule(b, x, AGSX_EGRESS_CLOSED_MARK, NFT_GOTO, xl);
   for (size_t i = 0; i < e->n; i++) /* denials first, even for established flows */
     if (!e->rules[i].allow && e->rules[i].kind == AGSX_EGRESS_CIDR)
       cidr_rules(b, x, &e->rules[i], NFT_GOTO, xl);
@@ -600,6 +623,15 @@ void agsx_egress_nl_learn(struct agsx_nfb *b, uint32_t sandbox, enum agsx_egress
   agsx_egress_set_name(sandbox, set, name);
   size_t klen = set_key(set, addr, port, key);
   set_elem(b, name, key, klen, ttl_s, comment);
+  if (set == AGSX_EGRESS_SET_DENIED) {
+    /* A denied address lives exactly as long as said, on every kernel (the
+     * relay's closing counts on it): made, removed and made anew in the
+     * same transaction. It is not counted in xcount: a sandbox's denials
+     * must not depend on what other sandboxes learnt (egress.h). */
+    set_elem(b, name, key, klen, -1, NULL);
+    set_elem(b, name, key, klen, ttl_s, comment);
+    return;
+  }
   /* The host's count, for as long (egress.h): sandbox . address . port. */
   uint32_t all[3] = {htonl(sandbox), htonl(addr), 0};
   uint16_t p = htons(set == AGSX_EGRESS_SET_PORTS ? port : 0);
@@ -671,16 +703,7 @@ static void sg_match(struct agsx_nfb *b, const struct agsx_sg_rule *r) {
 /* The chain's last rule: `drop comment "agsx:end"` (the comment as nft(8)
  * stores it, so that the checks and `nft list` read it). */
 static void end_rule(struct agsx_nfb *b, const char *chain) {
-  static const char mark[] = "agsx:end";
-  unsigned char ud[2 + sizeof(mark)];
-  ud[0] = 0; /* NFTNL_UDATA_RULE_COMMENT */
-  ud[1] = sizeof(mark);
-  memcpy(ud + 2, mark, sizeof(mark));
-  rule_begin(b, chain);
-  verdict(b, NF_DROP, NULL);
-  agsx_nfb_nest_end(b);
-  agsx_nfb_attr(b, NFTA_RULE_USERDATA, ud, sizeof(ud));
-  agsx_nfb_end(b);
+  marked_rule(b, chain, "agsx:end", NF_DROP, NULL);
 }
 
 static void sg_chain(struct agsx_nfb *b, const char *chain, bool in, const char *bridge,
@@ -798,9 +821,10 @@ static bool rule_marked(const struct nlmsghdr *h, const char *mark) {
 }
 
 /* Sends request B (one message, no batch) on FD and reads its answers:
- * with DUMP, until its end; each object message goes to EACH (may be NULL).
+ * with DUMP, until its end. *RET_MARKED (may be NULL): does the last rule
+ * answered carry comment MARK (with ANY: does any)?
  * 1: answered with objects (or a dump's end), 0: ENOENT, -1: error. */
-static int ask(int fd, struct agsx_nfb *b, bool dump, const char *mark, bool *ret_marked,
+static int ask(int fd, struct agsx_nfb *b, bool dump, const char *mark, bool any, bool *ret_marked,
                agsx_error_t *err) {
   struct nlmsghdr *q = (struct nlmsghdr *)(b->buf + b->msg);
   uint32_t seq = q->nlmsg_seq;
@@ -838,8 +862,8 @@ static int ask(int fd, struct agsx_nfb *b, bool dump, const char *mark, bool *re
       }
       if (h->nlmsg_type == NLMSG_DONE)
         return 1;
-      if (ret_marked)
-        *ret_marked = rule_marked(h, mark);
+      if (ret_marked) /* (the last rule's, or with ANY: any rule's) */
+        *ret_marked = (any && *ret_marked) || rule_marked(h, mark);
       if (!dump)
         return 1;
     }
@@ -852,7 +876,7 @@ int agsx_nfq_table(int fd, agsx_error_t *err) {
   agsx_nfb_begin(&b, NFT_MSG_GETTABLE, 0);
   agsx_nfb_attr_str(&b, NFTA_TABLE_NAME, TABLE_NAME);
   agsx_nfb_end(&b);
-  int r = ask(fd, &b, false, NULL, NULL, err);
+  int r = ask(fd, &b, false, NULL, false, NULL, err);
   agsx_nfb_clear(&b);
   return r;
 }
@@ -869,7 +893,7 @@ int agsx_nfq_elem(int fd, const char *set, const void *key, size_t n, agsx_error
   agsx_nfb_nest_end(&b);
   agsx_nfb_nest_end(&b);
   agsx_nfb_end(&b);
-  int r = ask(fd, &b, false, NULL, NULL, err);
+  int r = ask(fd, &b, false, NULL, false, NULL, err);
   agsx_nfb_clear(&b);
   return r;
 }
@@ -881,12 +905,12 @@ int agsx_nfq_object(int fd, bool set, const char *name, agsx_error_t *err) {
   agsx_nfb_attr_str(&b, set ? NFTA_SET_TABLE : NFTA_CHAIN_TABLE, TABLE_NAME);
   agsx_nfb_attr_str(&b, set ? NFTA_SET_NAME : NFTA_CHAIN_NAME, name);
   agsx_nfb_end(&b);
-  int r = ask(fd, &b, false, NULL, NULL, err);
+  int r = ask(fd, &b, false, NULL, false, NULL, err);
   agsx_nfb_clear(&b);
   return r;
 }
 
-int agsx_nfq_chain_marked(int fd, const char *chain, const char *mark, agsx_error_t *err) {
+static int chain_marked(int fd, const char *chain, const char *mark, bool any, agsx_error_t *err) {
   struct agsx_nfb b;
   agsx_nfb_init(&b);
   /* A dump filtered by table and chain: the kernel looks the chain up by
@@ -896,7 +920,15 @@ int agsx_nfq_chain_marked(int fd, const char *chain, const char *mark, agsx_erro
   agsx_nfb_attr_str(&b, NFTA_RULE_CHAIN, chain);
   agsx_nfb_end(&b);
   bool marked = false;
-  int r = ask(fd, &b, true, mark, &marked, err);
+  int r = ask(fd, &b, true, mark, any, &marked, err);
   agsx_nfb_clear(&b);
   return r < 0 ? -1 : r == 1 && marked;
+}
+
+int agsx_nfq_chain_marked(int fd, const char *chain, const char *mark, agsx_error_t *err) {
+  return chain_marked(fd, chain, mark, false, err);
+}
+
+int agsx_nfq_chain_has(int fd, const char *chain, const char *mark, agsx_error_t *err) {
+  return chain_marked(fd, chain, mark, true, err);
 }

@@ -68,10 +68,13 @@ void agsx_egress_set_name(uint32_t addr, enum agsx_egress_set set, char name[16]
 /* (Re)makes chain x_ADDR from E and hooks it into xmap (egress.h says
  * what FRESH, SUBNET and LOG_GROUP do). FRESH also makes its sets, of at
  * most SET_SIZE elements each (they must not exist: agsx_egress_nl_delete
- * them first; else they are kept as they are). */
+ * them first; else they are kept as they are). CLOSED: its first rule
+ * refuses everything, marked AGSX_EGRESS_CLOSED_MARK (egress.h: a denied
+ * name whose addresses are not recorded). */
+#define AGSX_EGRESS_CLOSED_MARK "agsx:closed"
 void agsx_egress_nl_chain(struct agsx_nfb *b, const struct agsx_egress *e, uint32_t addr,
                           const struct agsx_cidr *subnet, bool fresh, int log_group,
-                          uint32_t set_size);
+                          uint32_t set_size, bool closed);
 /* Makes its sets (and the host's count xcount, if missing). */
 void agsx_egress_nl_sets(struct agsx_nfb *b, uint32_t addr, uint32_t size);
 /* Rewrites xl_ADDR to log to nflog group LOG_GROUP (-1: none), rate-limited. */
@@ -88,8 +91,10 @@ void agsx_egress_nl_delete(struct agsx_nfb *b, uint32_t addr, unsigned what);
 /* Empties set SET of sandbox ADDR (every element, however many expired). */
 void agsx_egress_nl_flush_set(struct agsx_nfb *b, uint32_t addr, enum agsx_egress_set set);
 /* Adds (or refreshes) ADDR (with PORT in AGSX_EGRESS_SET_PORTS) to set SET
- * of sandbox SANDBOX, and to the host's count xcount, for TTL_S seconds, with
- * COMMENT (the name; at most 127 bytes are kept). */
+ * of sandbox SANDBOX for TTL_S seconds, with COMMENT (the name; at most 127
+ * bytes are kept); an allowed one is counted in the host's count xcount for
+ * as long, a denied one is not (and its timeout is set anew on every
+ * kernel: added, removed and added again). */
 void agsx_egress_nl_learn(struct agsx_nfb *b, uint32_t sandbox, enum agsx_egress_set set,
                           uint32_t addr, uint16_t port, int64_t ttl_s, const char *comment);
 
@@ -128,5 +133,7 @@ int agsx_nfq_object(int fd, bool set, const char *name, agsx_error_t *err);
 /* Does CHAIN's last rule carry comment MARK (nft's `comment "MARK"`)? A
  * chain whose rules were flushed says 0. */
 int agsx_nfq_chain_marked(int fd, const char *chain, const char *mark, agsx_error_t *err);
+/* Does any rule of CHAIN carry comment MARK? */
+int agsx_nfq_chain_has(int fd, const char *chain, const char *mark, agsx_error_t *err);
 
 #endif

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define LEASE_MAX (64 * 1024) /* network.c's */
 
@@ -114,8 +115,11 @@ int agsx_net_egress_add(struct agsx_net_attach *a, agsx_error_t *err) {
   a->nflog_fd = agsx_dns_filter_nflog_open(&a->nflog_group);
   struct agsx_nfb b;
   agsx_nfb_init(&b);
+  /* Closed until the relay recorded the denied names' addresses (it opens
+   * it: agsx_dns_filter_set_upstream). */
   agsx_egress_nl_chain(&b, a->egress, a->addr, a->net.public_ ? NULL : &a->net.subnet, true,
-                       a->nflog_group, agsx_egress_set_size());
+                       a->nflog_group, agsx_egress_set_size(),
+                       agsx_egress_has_exact_deny(a->egress));
   int r = agsx_nfb_send(&b, &a->egress_pipe, err);
   agsx_nfb_clear(&b);
   if (r < 0)
@@ -220,13 +224,17 @@ static int update_batch(const struct agsx_egress *e, const struct agsx_network *
     if (what && agsx_egress_remove(addr, err) < 0)
       return -1;
     agsx_egress_nl_chain(b, e, addr, n->public_ ? NULL : &n->subnet, true, -1,
-                         agsx_egress_set_size());
+                         agsx_egress_set_size(), agsx_egress_has_exact_deny(e));
     return 0;
   }
   struct agsx_egress_learnt old;
   if (agsx_egress_learnt_list(addr, &old, err) < 0)
     return -1;
-  agsx_egress_nl_chain(b, e, addr, n->public_ ? NULL : &n->subnet, false, -1, 0);
+  /* A name newly denied is not recorded yet: closed until the relay did
+   * (it reloads the rules, keeps what it knew of the names still denied,
+   * and opens the chain again). */
+  agsx_egress_nl_chain(b, e, addr, n->public_ ? NULL : &n->subnet, false, -1, 0,
+                       agsx_egress_has_exact_deny(e));
   for (int s = 0; s < AGSX_EGRESS_SETS; s++)
     agsx_egress_nl_flush_set(b, addr, (enum agsx_egress_set)s);
   for (size_t i = 0; i < old.n; i++) {
@@ -245,9 +253,34 @@ static int update_batch(const struct agsx_egress *e, const struct agsx_network *
   return 0;
 }
 
+/* Waits (WAIT_MS at most) for sandbox ADDR's relay to open its chain
+ * after an update: what a start does too, so that the update's caller
+ * finds the sandbox as the new rules say. Still closed after it: said, not
+ * an error (the relay goes on trying; agsx netlog says why). */
+static void wait_open(uint32_t addr, int wait_ms) {
+  char x[16];
+  snprintf(x, sizeof(x), "x_%08x", addr);
+  agsx_error_t err = NULL;
+  _cleanup_close_ int fd = agsx_nfq_open(&err);
+  int64_t until = agsx_mono_ns() / 1000000 + wait_ms;
+  int r = -1;
+  while (fd >= 0 && (r = agsx_nfq_chain_has(fd, x, AGSX_EGRESS_CLOSED_MARK, &err)) == 1 &&
+         agsx_mono_ns() / 1000000 < until) {
+    struct timespec ts = {0, 20 * 1000000};
+    nanosleep(&ts, NULL);
+  }
+  if (r != 0) {
+    char ip[16];
+    agsx_warn("egress: %s: the denied names are not recorded yet: its egress stays closed until "
+              "they are (see agsx netlog)",
+              agsx_ipv4_format(addr, ip));
+  }
+  agsx_error_free(&err);
+}
+
 int agsx_net_egress_update(const char *root, const char *state_dir, const char *id,
                            const char *network, const char *address, const struct agsx_egress *e,
-                           size_t *ret_cut, agsx_error_t *err) {
+                           int wait_ms, size_t *ret_cut, agsx_error_t *err) {
   *ret_cut = 0;
   enum agsx_net_mode mode;
   const char *name = NULL;
@@ -296,6 +329,10 @@ int agsx_net_egress_update(const char *root, const char *state_dir, const char *
     lease_mark_egress(&n, addr, id, true);
   struct keep_ctx k = {e, &n, &keep};
   r = e->n == 0 ? 0 : agsx_conntrack_cut(addr, false, keep_flow, &k, ret_cut, err);
+  if (r == 0 && wait_ms > 0 && agsx_egress_has_exact_deny(e)) {
+    agsx_closep(&lock); /* (the relay reloads the rules under it) */
+    wait_open(addr, wait_ms);
+  }
 out:
   agsx_nfb_clear(&b);
   agsx_egress_learnt_clear(&keep);

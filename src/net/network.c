@@ -129,7 +129,10 @@ int agsx_net_dns_listen(struct agsx_relay **relay, int netns, struct agsx_net_at
   _cleanup_free_ char *upstream = NULL;
   agsx_error_t uerr = NULL;
   if (agsx_net_dns_upstream(&upstream, &uerr) < 0) {
-    agsx_warn("no name server for the sandbox: %s", uerr->msg);
+    agsx_warn("no name server for the sandbox: %s%s", uerr->msg,
+              a && agsx_egress_has_exact_deny(a->egress)
+                  ? " (its denied names cannot be looked up: its egress stays closed)"
+                  : "");
     agsx_error_free(&uerr);
     return 0;
   }

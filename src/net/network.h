@@ -173,11 +173,15 @@ void agsx_net_attach_disown(struct agsx_net_attach *a);
  * STATE_DIR/ID/egress.json for its DNS relay, then one nft transaction (its
  * chain rebuilt, its sets emptied and what E still allows added back),
  * then its tracked connections that E refuses are cut (conntrack.h;
- * *RET_CUT of them). */
+ * *RET_CUT of them). When E denies names, the sandbox is closed until its
+ * relay recorded them (egress.h): WAIT_MS (0: none) is how long to wait
+ * for that, with a warning when it is still closed after it (the CLI
+ * waits; the API server's loop must not). */
 struct agsx_egress;
+#define AGSX_EGRESS_UPDATE_WAIT_MS 2000
 int agsx_net_egress_update(const char *root, const char *state_dir, const char *id,
                            const char *network, const char *address, const struct agsx_egress *e,
-                           size_t *ret_cut, agsx_error_t *err);
+                           int wait_ms, size_t *ret_cut, agsx_error_t *err);
 
 /* Removes what crashed sandboxes left (stale leases and their chains) and
  * bridges no sandbox uses; the table when no bridge is left. A bridge that

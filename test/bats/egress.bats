@@ -7,9 +7,10 @@
 # Everything runs inside the outer namespace of test/fixtures/networld. The
 # world gets a name server of its own on 198.18.0.3 (the sandboxes' relay
 # forwards to it: AGSX_DNS) answering names under egress.test with world
-# addresses 198.18.0.10-.16, each serving HTTP on :80 and :443 and a UDP
-# echo on :7 (test/fixtures/egress-world.py). Nothing leaves the outer
-# namespace.
+# addresses 198.18.0.10-.24, each serving HTTP on :80 and :443 and a UDP
+# echo on :7 (test/fixtures/egress-world.py); it leaves held.egress.test
+# unanswered while $BATS_FILE_TMPDIR/held-gate exists. Nothing leaves the
+# outer namespace.
 
 load helpers
 
@@ -21,7 +22,7 @@ setup_file() {
   OUTER=$(cat "$NW/outer.pid")
   WORLD=$(cat "$NW/world.pid")
   local a
-  for a in 3 10 11 12 13 14 15 16 17 20 21 22 23 24; do
+  for a in 3 10 11 12 13 14 15 16 17 18 20 21 22 23 24; do
     nsenter -t "$WORLD" --net -- ip addr add "198.18.0.$a/32" dev wi0
   done
   nsenter -t "$WORLD" --net -- "$FIXTURES/egress-world.py" 198.18.0.3 \
@@ -32,7 +33,7 @@ setup_file() {
     'hop.egress.test>allowed.egress.test' mixed.egress.test=198.18.0.16+stray.egress.test:198.18.0.17 \
     n1.many.egress.test=198.18.0.20 n2.many.egress.test=198.18.0.21 \
     n3.many.egress.test=198.18.0.22 n4.many.egress.test=198.18.0.23 \
-    n5.many.egress.test=198.18.0.24 \
+    n5.many.egress.test=198.18.0.24 "held.egress.test=198.18.0.18?$BATS_FILE_TMPDIR/held-gate" \
     </dev/null >"$BATS_FILE_TMPDIR/egress-world.log" 2>&1 3>&- &
   echo $! >"$BATS_FILE_TMPDIR/egress-world.pid"
   local i
@@ -319,6 +320,84 @@ for k in range(64):
   outer nft flush set inet agsx xcount
   run fetch e24 allowed.egress.test 80
   assert_output_contains "http 198.18.0.10:80: 198.18.0.10:80"
+}
+
+# Waits (10 s at most) for sandbox $1's netlog to hold text $2.
+wait_netlog() { # SANDBOX TEXT
+  local i
+  for i in $(seq 50); do
+    nax netlog --json "$1" 2>/dev/null | grep -qF "$2" && return 0
+    sleep 0.2
+  done
+  return 0
+}
+
+@test "egress: a denied name not resolved yet keeps the sandbox closed until it is" {
+  # the world's name server does not answer for held.egress.test yet
+  touch "$BATS_FILE_TMPDIR/held-gate"
+  start_sb e25 --egress-deny held.egress.test
+  # not by address either, before its relay could record it
+  run nax exec e25 probe connect 198.18.0.18 80 2000
+  assert_output_contains "connect 198.18.0.18:80: failed"
+  # closed whole (its chain's first rule)
+  run nax exec e25 probe http 198.18.0.10 80 2000
+  assert_output_contains "http 198.18.0.10:80: failed"
+  run outer nft list ruleset
+  [[ $output =~ "goto xl_c613"[0-9a-f]{4}" comment \"agsx:closed\"" ]]
+  wait_netlog e25 '"kind":"closed"'
+  run_nax netlog --json e25
+  assert_output_contains '"kind":"closed","name":"held.egress.test","reason":"unresolved"'
+  run_nax netlog e25
+  assert_output_contains "held.egress.test (unresolved)"
+  # answered now: its address recorded, then the rest opens
+  rm -f "$BATS_FILE_TMPDIR/held-gate"
+  local i
+  for i in $(seq 50); do
+    outer nft list ruleset | grep -q 'agsx:closed' || break
+    sleep 0.2
+  done
+  run learnt_elements
+  assert_output_contains "198.18.0.18 timeout"
+  run nax exec e25 probe http 198.18.0.10 80 2000
+  assert_output_contains "http 198.18.0.10:80: 198.18.0.10:80"
+  run nax exec e25 probe connect 198.18.0.18 80 2000
+  assert_output_contains "connect 198.18.0.18:80: failed"
+}
+
+@test "egress: a full host count (others' learnt addresses) opens no denied address" {
+  start_sb e26a # (the table, and its count)
+  python3 -c '
+for k in range(64):
+    print("add element inet agsx xcount { " + ", ".join(
+        "10.0.0.1 . 10.%d.%d.%d . 0 timeout 5m" % (k, j // 256, j % 256) for j in range(1024)) + " }")
+' >"$BATS_TEST_TMPDIR/fill.nft"
+  outer nft -f "$BATS_TEST_TMPDIR/fill.nft"
+  start_sb e26 --egress-deny denied.egress.test
+  run nax exec e26 probe connect 198.18.0.11 80 2000
+  assert_output_contains "connect 198.18.0.11:80: failed"
+  run learnt_elements
+  assert_output_contains "198.18.0.11 timeout"
+  # the rest as the network allows: a sandbox's denials count on no other's
+  run nax exec e26 probe http 198.18.0.10 80 2000
+  assert_output_contains "http 198.18.0.10:80: 198.18.0.10:80"
+  outer nft flush set inet agsx xcount
+}
+
+@test "egress: past its deny set's bound a sandbox is closed, and its log says why" {
+  # room for one denied address: the second name's cannot be recorded
+  AGSX_EGRESS_LEARNT_MAX=1 start_sb e27 --egress-deny denied.egress.test \
+    --egress-deny other.egress.test
+  run nax exec e27 probe http 198.18.0.10 80 2000
+  assert_output_contains "http 198.18.0.10:80: failed"
+  run nax exec e27 probe connect 198.18.0.11 80 2000
+  assert_output_contains "connect 198.18.0.11:80: failed"
+  run nax exec e27 probe connect 198.18.0.16 80 2000
+  assert_output_contains "connect 198.18.0.16:80: failed"
+  wait_netlog e27 '"kind":"closed"'
+  run_nax netlog --json e27
+  [[ $output =~ \"kind\":\"closed\",\"name\":\"(denied|other)\.egress\.test\",\"reason\":\"limit\" ]]
+  run_nax netlog e27
+  assert_output_contains ".egress.test (limit)"
 }
 
 @test "egress: what an earlier holder of an address left is removed at the next start, and said" {

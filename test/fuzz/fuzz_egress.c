@@ -37,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       __builtin_trap();
     struct agsx_nfb b;
     agsx_nfb_init(&b);
-    agsx_egress_nl_chain(&b, &e, 0xc6130005, NULL, true, 20, 1024);
+    agsx_egress_nl_chain(&b, &e, 0xc6130005, NULL, true, 20, 1024, agsx_egress_has_exact_deny(&e));
     agsx_nfb_clear(&b);
     bool any;
     uint16_t ports[16];

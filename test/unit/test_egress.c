@@ -389,16 +389,16 @@ int main(void) {
          "cidr with a port");
   struct agsx_nfb nb;
   agsx_nfb_init(&nb);
-  agsx_egress_nl_chain(&nb, &e, 0xc6130005, NULL, true, 20, 100);
+  agsx_egress_nl_chain(&nb, &e, 0xc6130005, NULL, true, 20, 100, false);
   struct batch_count c = batch_walk(&nb);
   /* x, flush x, xl, flush xl, log, 2 rejects, its 3 sets and the host's
    * count, deny 198.19.20.9, the deny set, ct, 4 DNS, allowed CIDRs
    * (198.19.20.0/24, 198.18.0.0/15:80 tcp and udp), 3 learnt, the final
    * goto, the xmap element */
   tap_ok(c.ok && c.chains == 2 && c.flushes == 2 && c.rules == 17 && c.elems == 1 && c.sets == 4 &&
-             nb.n_msgs == 26,
-         "nl: a well-formed batch: 2 chains, 2 flushes, 4 sets, 17 rules, the hook (%d %zu %zu "
-         "%zu %zu %zu %zu)",
+             nb.n_msgs == 26 && !memmem(nb.buf, nb.len, AGSX_EGRESS_CLOSED_MARK, 11),
+         "nl: a well-formed batch: 2 chains, 2 flushes, 4 sets, 17 rules, the hook, open (%d %zu "
+         "%zu %zu %zu %zu %zu)",
          c.ok, c.chains, c.flushes, c.sets, c.rules, c.elems, nb.n_msgs);
   tap_ok(memmem(nb.buf, nb.len, "xl_c6130005", 12) && memmem(nb.buf, nb.len, "xa_c6130005", 12) &&
              memmem(nb.buf, nb.len, "xp_c6130005", 12) &&
@@ -407,10 +407,17 @@ int main(void) {
          "nl: the refusing chain, the sandbox's own sets, the host's count, the log");
   agsx_nfb_clear(&nb);
   agsx_nfb_init(&nb);
-  agsx_egress_nl_chain(&nb, &e, 0xc6130005, NULL, false, -1, 0);
+  agsx_egress_nl_chain(&nb, &e, 0xc6130005, NULL, false, -1, 0, false);
   c = batch_walk(&nb);
   tap_ok(c.ok && c.flushes == 1 && c.rules == 14 && c.sets == 0,
          "nl: a live update keeps the refusing chain and the sets");
+  agsx_nfb_clear(&nb);
+  agsx_nfb_init(&nb);
+  agsx_egress_nl_chain(&nb, &e, 0xc6130005, NULL, false, -1, 0, true);
+  c = batch_walk(&nb);
+  tap_ok(c.ok && c.flushes == 1 && c.rules == 15 && c.sets == 0 && c.elems == 1 &&
+             memmem(nb.buf, nb.len, AGSX_EGRESS_CLOSED_MARK, 12),
+         "nl: closed: one more rule, marked (a rule: no set's bound can refuse it)");
   agsx_nfb_clear(&nb);
   agsx_nfb_init(&nb);
   agsx_egress_nl_delete(&nb, 0xc6130005, AGSX_EGRESS_OBJ_ALL);
@@ -426,6 +433,33 @@ int main(void) {
              memmem(nb.buf, nb.len, "xcount", 7) && memmem(nb.buf, nb.len, "a.test", 7),
          "nl: a learnt address: its set and the host's count");
   agsx_nfb_clear(&nb);
+  agsx_nfb_init(&nb);
+  agsx_egress_nl_learn(&nb, 0xc6130005, AGSX_EGRESS_SET_DENIED, 0xc612000b, 0, 70, "d.test");
+  c = batch_walk(&nb);
+  tap_ok(c.ok && c.elems == 2 && c.delelems == 1 && memmem(nb.buf, nb.len, "xd_c6130005", 12) &&
+             !memmem(nb.buf, nb.len, "xcount", 6) && memmem(nb.buf, nb.len, "d.test", 7),
+         "nl: a denied address: made anew in its own set (its timeout exact), not counted in "
+         "the host's count (%zu %zu)",
+         c.elems, c.delelems);
+  agsx_nfb_clear(&nb);
+  {
+    /* When the relay closes the sandbox: a denied name not recorded (yet,
+     * or any more), a denied chain unrecorded for a while. */
+    int64_t next, none[1] = {0};
+    int64_t ok[3] = {5000, INT64_MAX, 9000};
+    tap_ok(!agsx_dns_deny_closed(ok, 3, 0, 1000, &next) && next == 5000,
+           "closed: every denied name recorded: open until the first runs out (%lld)",
+           (long long)next);
+    tap_ok(agsx_dns_deny_closed(ok, 3, 0, 5000, &next) && next == 9000,
+           "closed: at a name's end (no new answer): closed");
+    tap_ok(agsx_dns_deny_closed(none, 1, 0, 1000, &next) && next == INT64_MAX,
+           "closed: a name never resolved: closed, with nothing to wait for");
+    tap_ok(agsx_dns_deny_closed(ok, 3, 3000, 1000, &next) && next == 3000 &&
+               !agsx_dns_deny_closed(ok, 3, 3000, 3000, &next),
+           "closed: a denied chain unrecorded: until its time");
+    tap_ok(!agsx_dns_deny_closed(NULL, 0, 0, 1000, &next) && next == INT64_MAX,
+           "closed: no denied name: open");
+  }
   agsx_nfb_init(&nb);
   tap_ok(agsx_nfb_run(&nb, NULL) == 0, "nl: an empty batch sends nothing");
   agsx_nfb_clear(&nb);
@@ -477,9 +511,13 @@ int main(void) {
   tap_ok(!name_ok(&deny_only, "evil.example", &any, &np), "deny-only: the denied name not");
   tap_ok(agsx_egress_name_denied(&deny_only, "evil.example") &&
              !agsx_egress_name_denied(&deny_only, "pypi.org") &&
-             agsx_egress_has_name_deny(&deny_only),
+             agsx_egress_has_name_deny(&deny_only) && agsx_egress_has_exact_deny(&deny_only),
          "deny-only: the denied name is told apart");
   agsx_egress_clear(&deny_only);
+  struct agsx_egress wild = rules("deny *.evil.example\nallow pypi.org\ndeny 198.18.0.0/24\n");
+  tap_ok(agsx_egress_has_name_deny(&wild) && !agsx_egress_has_exact_deny(&wild),
+         "a denied wildcard is no name to look up (nothing to wait for)");
+  agsx_egress_clear(&wild);
 
   unsigned char m[512];
   char name[AGSX_EGRESS_NAME_MAX + 1];
