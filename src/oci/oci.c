@@ -590,6 +590,7 @@ static _Noreturn void exec_x(struct exec_child *c) {
       .seccomp_base = c->base,
       .caps = c->p->caps,
       .preserve_fds = c->o->preserve_fds,
+      .cwd_must_exist = true,
   };
   agsx_proc_exec(&ps, c->sock);
 fail:;

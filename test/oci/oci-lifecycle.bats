@@ -345,6 +345,31 @@ PY
   rt delete --force c1
 }
 
+@test "exec: a missing working directory (--cwd, process.cwd) fails naming it; nothing runs or is made" {
+  b=$(make_bundle b sleep 1000)
+  rtc --bundle "$b" c1
+  rt start c1
+  wait_status c1 running
+  run_rt exec --cwd /nonexistent c1 sh -c 'echo ran-in-$PWD'
+  assert_failure
+  [[ "$output" != *ran-in* ]] || { show_run; false; }
+  assert_output_contains /nonexistent
+  jq '.process | .args=["sh","-c","echo ran-in-$PWD"] | .cwd="/nope/deeper"' "$b/config.json" >"$T/p.json"
+  run_rt exec --process "$T/p.json" c1
+  assert_failure
+  [[ "$output" != *ran-in* ]] || { show_run; false; }
+  assert_output_contains /nope/deeper
+  run_rt exec --process "$T/p.json" --detach --pid-file "$T/e.pid" c1
+  assert_failure
+  [ ! -e "$T/e.pid" ]
+  [ ! -e "$b/rootfs/nonexistent" ] && [ ! -e "$b/rootfs/nope" ]
+  # an existing one
+  run_rt exec --cwd /tmp c1 sh -c 'echo ran-in-$PWD'
+  assert_success
+  assert_output_contains ran-in-/tmp
+  rt delete --force c1
+}
+
 @test "ids with / or .. are refused; a duplicate id leaves the first alone" {
   b=$(make_bundle b sleep 1000)
   run_rt create --bundle "$b" ../x
