@@ -345,6 +345,37 @@ PY
   rt delete --force c1
 }
 
+@test "exec: oomScoreAdj of process.json, else the container's, applied to the process (runc's nsexec)" {
+  b=$(make_bundle b sleep 1000)
+  cfg "$b" '.process.oomScoreAdj=200'
+  rtc --bundle "$b" c1
+  rt start c1
+  wait_status c1 running
+  [ "$(cat /proc/"$(state_field c1 pid)"/oom_score_adj)" = 200 ]
+  # exec ID CMD: the container's process, its score too
+  run_rt exec c1 cat /proc/self/oom_score_adj
+  assert_success
+  [ "$output" = 200 ] || { show_run; false; }
+  # process.json without one: the container's
+  jq '.process | .args=["cat","/proc/self/oom_score_adj"] | del(.oomScoreAdj)' "$b/config.json" >"$T/p.json"
+  run_rt exec --process "$T/p.json" c1
+  assert_success
+  [ "$output" = 200 ] || { show_run; false; }
+  # process.json's own (runc 1.1.5 applies the container's whatever it
+  # says). Raised: lowering a score below the caller's needs
+  # CAP_SYS_RESOURCE, which a test host may lack (runc fails there too).
+  if is_agsx; then
+    jq '.process | .args=["cat","/proc/self/oom_score_adj"] | .oomScoreAdj=300' "$b/config.json" >"$T/p.json"
+    run_rt exec --process "$T/p.json" c1
+    assert_success
+    [ "$output" = 300 ] || { show_run; false; }
+    jq '.process | .args=["sleep","999"] | .oomScoreAdj=700' "$b/config.json" >"$T/p.json"
+    rt exec --process "$T/p.json" --detach --pid-file "$T/e.pid" c1 </dev/null >"$T/e.out" 2>&1
+    [ "$(cat /proc/"$(cat "$T/e.pid")"/oom_score_adj)" = 700 ]
+  fi
+  rt delete --force c1
+}
+
 @test "exec: a missing working directory (--cwd, process.cwd) fails naming it; nothing runs or is made" {
   b=$(make_bundle b sleep 1000)
   rtc --bundle "$b" c1
