@@ -368,7 +368,7 @@ static bool wants_cgroup(const struct agsx_oci_spec *s) {
 
 static int go(struct create *cr, struct child *c, int sysfs, int startsock, agsx_error_t *err) {
   const struct agsx_oci_spec *s = cr->s;
-  if (agsx_oci_launch_write_maps(cr->pid, cr, err) < 0 ||
+  if (agsx_oci_launch_write_maps(cr->pid, cr, err) < 0 || agsx_oci_launch_ping_range(cr, err) < 0 ||
       set_rlimits(cr->pid, &s->process, err) < 0 || (cr->rec.unit && systemd_scope(cr, err) < 0) ||
       agsx_oci_cgroup_attach(cr->cg, cr->pid, err) < 0)
     return -1;

@@ -196,3 +196,24 @@ MNT_SRC="awk '{ for (i = 7; \$i != \"-\"; i++); print \$5, \$(i + 1), \$(i + 2) 
   rt delete --force c1
   chmod 0700 "$T/shim"
 }
+
+@test "sysctl: net.ipv4.ping_group_range names the container's gids, clamped to its gid map" {
+  b=$(make_bundle b sh -c 'cat /proc/sys/net/ipv4/ping_group_range; probe ping 127.0.0.1 2000')
+  cfg "$b" '.process.user={"uid":1000,"gid":1000} | .linux.sysctl={"net.ipv4.ping_group_range":"1000 1000"}'
+  run_ctr "$b"
+  assert_success
+  assert_output_contains $'1000\t1000'
+  assert_output_contains "ping 127.0.0.1: reply"
+  cfg "$b" '.linux.sysctl={"net.ipv4.ping_group_range":"0 999"}'
+  run_ctr "$b"
+  assert_success
+  assert_output_contains $'0\t999'
+  assert_output_contains "ping 127.0.0.1: failed"
+  # Docker's "every group": as much of it as the gid map covers (agsx's
+  # own range: 65536 gids)
+  cfg "$b" '.linux.sysctl={"net.ipv4.ping_group_range":"0 2147483647"}'
+  run_ctr "$b"
+  assert_success
+  assert_output_contains "ping 127.0.0.1: reply"
+  if is_agsx; then assert_output_contains $'0\t65535'; fi
+}
