@@ -458,6 +458,33 @@ static int write_sysctls(const struct agsx_oci_spec *s, int root, agsx_error_t *
   return 0;
 }
 
+/* A and B name the same path but for repeated and trailing slashes. */
+static bool same_path(const char *a, const char *b) {
+  for (;; a++, b++) {
+    while (*a == '/' && (a[1] == '/' || a[1] == '\0'))
+      a++;
+    while (*b == '/' && (b[1] == '/' || b[1] == '\0'))
+      b++;
+    if (*a != *b)
+      return false;
+    if (*a == '\0')
+      return true;
+  }
+}
+
+/* The engine's entry P is in agsx's own list OWN (N of them) or before P
+ * in its list V: done already. Docker sends the paths agsx masks anyway,
+ * engines repeat entries, and a second mount would only stack. */
+static bool done_already(char **v, char **p, const char *const *own, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (same_path(own[i], *p))
+      return true;
+  for (char **q = v; q < p; q++)
+    if (same_path(*q, *p))
+      return true;
+  return false;
+}
+
 static int mask_all(const struct agsx_oci_spec *s, int root, agsx_error_t *err) {
   _cleanup_close_ int devnull = open("/dev/null", O_PATH | O_CLOEXEC);
   const char *opts[] = {"size", "0", "mode", "0555", NULL};
@@ -470,13 +497,15 @@ static int mask_all(const struct agsx_oci_spec *s, int root, agsx_error_t *err) 
     if (agsx_rootfs_mask(root, agsx_rootfs_masked_paths[i], devnull, empty, &attached, err) < 0)
       return -1;
   for (char **p = s->masked; p && *p; p++)
-    if (agsx_rootfs_mask(root, *p, devnull, empty, &attached, err) < 0)
+    if (!done_already(s->masked, p, agsx_rootfs_masked_paths, agsx_rootfs_n_masked_paths) &&
+        agsx_rootfs_mask(root, *p, devnull, empty, &attached, err) < 0)
       return -1;
   for (size_t i = 0; i < agsx_rootfs_n_readonly_paths; i++)
     if (agsx_rootfs_readonly(root, agsx_rootfs_readonly_paths[i], err) < 0)
       return -1;
   for (char **p = s->readonly; p && *p; p++)
-    if (agsx_rootfs_readonly(root, *p, err) < 0)
+    if (!done_already(s->readonly, p, agsx_rootfs_readonly_paths, agsx_rootfs_n_readonly_paths) &&
+        agsx_rootfs_readonly(root, *p, err) < 0)
       return -1;
   return 0;
 }
