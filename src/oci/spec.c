@@ -470,8 +470,9 @@ static const struct {
     {"unbindable", MS_UNBINDABLE}, {"runbindable", MS_UNBINDABLE | MS_REC},
 };
 
-/* Shared propagation would let mounts travel between the container and the
- * host: refused (a stricter runtime keeps the container's tree its own). */
+/* linux.rootfsPropagation. Shared would let mounts travel between the
+ * container's root and the host's: refused (a stricter runtime keeps the
+ * container's tree its own; a mount's own shared option is honoured). */
 static int propagation_of(const char *s, const char *field, unsigned long *ret, agsx_error_t *err) {
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(propagations); i++)
     if (strcmp(propagations[i].name, s) == 0) {
@@ -506,8 +507,12 @@ static int mount_option(const char *o, struct agsx_oci_mount *out, size_t cap, s
       out->propagation = propagations[i].flags;
       return 0;
     }
-  if (strcmp(o, "shared") == 0 || strcmp(o, "rshared") == 0)
-    return REFUSE(err, "mounts.options", "shared propagation is not supported by agsx");
+  /* A mount's own: shared with its copies inside the container only
+   * (launch-init.c), never with the host's. */
+  if (strcmp(o, "shared") == 0 || strcmp(o, "rshared") == 0) {
+    out->propagation = MS_SHARED | (o[0] == 'r' ? MS_REC : 0);
+    return 0;
+  }
   if (strcmp(o, "idmap") == 0 || strcmp(o, "ridmap") == 0)
     return REFUSE(err, "mounts.options",
                   "`idmap` requested by the engine is not supported by "

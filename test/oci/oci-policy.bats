@@ -61,7 +61,7 @@ teardown() {
 .linux.namespaces+=[{"type":"pid"}] @@ appears twice
 .linux.sysctl={"kernel.panic":"1"} @@ kernel.panic
 .mounts+=[{"destination":"/x","type":"overlay","source":"overlay"}] @@ overlay
-.mounts+=[{"destination":"/x","type":"bind","source":"/tmp","options":["rbind","rshared"]}] @@ shared
+.linux.rootfsPropagation="rshared" @@ shared propagation
 .linux.resources.hugepageLimits=[{"pageSize":"2MB","limit":1}] @@ hugepageLimits
 .linux.resources.rdma={"mlx":{"hcaHandles":1}} @@ rdma
 .linux.personality={"domain":"LINUX32"} @@ personality
@@ -129,7 +129,6 @@ linux.uidMappings @@ .linux.uidMappings=[{"containerID":0,"hostID":300000,"size"
 linux.gidMappings @@ .linux.namespaces+=[{"type":"user"}]|.linux.uidMappings=[{"containerID":0,"hostID":300000,"size":65536}]|.linux.gidMappings=[{"containerID":0,"hostID":0,"size":65536}] @@ linux.gidMappings: a mapping onto host root
 linux.gidMappings @@ .linux.namespaces+=[{"type":"user"}]|.linux.uidMappings=[{"containerID":0,"hostID":300000,"size":65536}] @@ linux.gidMappings: uid and gid mappings must come together
 mounts.type @@ .mounts+=[{"destination":"/x","type":"ext4","source":"/dev/null"}] @@ mount type `ext4` is not supported
-mounts.options @@ .mounts+=[{"destination":"/x","type":"tmpfs","source":"tmpfs","options":["rshared"]}] @@ mounts.options: shared propagation
 mounts.options @@ .mounts+=[{"destination":"/x","type":"bind","source":"/tmp","options":["rbind","idmap"]}] @@ mounts.options: `idmap`
 mounts.uidMappings @@ .mounts+=[{"destination":"/x","type":"bind","source":"/tmp","options":["rbind"],"uidMappings":[{"containerID":0,"hostID":300000,"size":1}]}] @@ mounts.uidMappings
 linux.rootfsPropagation @@ .linux.rootfsPropagation="shared" @@ linux.rootfsPropagation: shared propagation

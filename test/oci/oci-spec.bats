@@ -233,3 +233,36 @@ MNT_SRC="awk '{ for (i = 7; \$i != \"-\"; i++); print \$5, \$(i + 1), \$(i + 2) 
     [ "$n" -eq 1 ] || { echo "# $p: $n mounts" >&3; show_run; false; }
   done
 }
+
+@test "mounts: binds' atime options applied; shared and rshared shared inside the container, never to the host" {
+  mkdir -p "$T/src"/{a,b,c/sub}
+  b=$(make_bundle b cat /proc/self/mountinfo)
+  cfg "$b" '.mounts += [
+    {"destination":"/a","type":"bind","source":($s+"/a"),"options":["bind","noatime"]},
+    {"destination":"/b","type":"bind","source":($s+"/b"),"options":["rbind","strictatime","nodiratime"]},
+    {"destination":"/c","type":"bind","source":($s+"/c"),"options":["bind","relatime","rshared"]},
+    {"destination":"/d","type":"tmpfs","source":"tmpfs","options":["noatime","shared"]}]' --arg s "$T/src"
+  if is_agsx; then
+    # The source a peer of a host mount; a mount below the container's
+    # shared copy must not reach it (runc, in the host's user namespace,
+    # propagates it: not the oracle's to check).
+    cfg "$b" '.mounts += [{"destination":"/c/sub","type":"tmpfs","source":"tmpfs"}]'
+    mount --bind "$T/src" "$T/src"
+    mount --make-shared "$T/src"
+  fi
+  run_ctr "$b"
+  local leaked
+  leaked=$(awk -v p="$T/src/c/sub" '$5 == p' /proc/self/mountinfo)
+  if is_agsx; then umount -R "$T/src"; fi
+  assert_success
+  [ -z "$leaked" ] || { echo "# on the host: $leaked" >&3; false; }
+  local a b c d
+  a=$(awk '$5 == "/a"' <<<"$output")
+  b=$(awk '$5 == "/b"' <<<"$output")
+  c=$(awk '$5 == "/c"' <<<"$output")
+  d=$(awk '$5 == "/d"' <<<"$output")
+  [[ "$a" == *,noatime* ]] || { show_run; false; }
+  [[ "$b" == *,nodiratime* && "$b" != *relatime* && "$b" != *noatime* ]] || { show_run; false; }
+  [[ "$c" == *,relatime* && "$c" == *" shared:"* ]] || { show_run; false; }
+  [[ "$d" == *,noatime* && "$d" == *" shared:"* ]] || { show_run; false; }
+}
