@@ -444,41 +444,57 @@ int agsx_oci_cgroup_open(const char *path, bool owned, struct agsx_oci_cgroup **
 
 bool agsx_oci_cgroup_owned(const struct agsx_oci_cgroup *cg) { return cg->owned; }
 
+/* v1's limit and memsw (memory+swap), which the kernel keeps at or above
+ * the limit (EINVAL otherwise): in runc's order, memsw first when it grows
+ * past the current limit (or is unlimited), else the limit first; a limit
+ * with no swap makes memsw unlimited first. */
+static int update_memory_v1(struct agsx_oci_cgroup *cg, const struct agsx_oci_resources *r,
+                            agsx_error_t *err) {
+  struct hier *h = find(cg, "memory");
+  bool memsw = h && faccessat(h->fd, "memory.memsw.limit_in_bytes", F_OK, 0) == 0;
+  bool limit = r->memory_limit > 0, swap = r->memory_swap > 0 && memsw;
+  char lv[32], sv[32];
+  snprintf(lv, sizeof(lv), "%" PRId64, r->memory_limit);
+  snprintf(sv, sizeof(sv), "%" PRId64, r->memory_swap);
+  if (limit && memsw && r->memory_swap <= 0) {
+    _cleanup_error_ agsx_error_t e = NULL;
+    write_at(h->fd, "memory.memsw.limit_in_bytes", "-1", &e);
+  }
+  bool swap_first = false;
+  if (limit && swap) {
+    _cleanup_free_ char *cur = NULL;
+    if (agsx_read_file_at(h->fd, "memory.limit_in_bytes", SMALL_MAX, &cur, NULL, err) < 0)
+      return agsx_error_wrap(err, "cgroup `%s`", cg->path);
+    swap_first = strtoull(cur, NULL, 10) < (uint64_t)r->memory_swap;
+  }
+  if (swap && swap_first && write_ctrl(cg, "memory", "memory.memsw.limit_in_bytes", sv, err) < 0)
+    return -1;
+  if (limit && write_ctrl(cg, "memory", "memory.limit_in_bytes", lv, err) < 0)
+    return -1;
+  if (swap && !swap_first && write_ctrl(cg, "memory", "memory.memsw.limit_in_bytes", sv, err) < 0)
+    return -1;
+  return 0;
+}
+
 static int update_memory(struct agsx_oci_cgroup *cg, const struct agsx_oci_resources *r,
                          agsx_error_t *err) {
   char v[32];
+  if (!cg->v2 && update_memory_v1(cg, r, err) < 0)
+    return -1;
   /* v2's swap first: a value that cannot be converted changes nothing. */
   int64_t swap = r->memory_swap;
   if (cg->v2 && swap > 0 &&
       agsx_oci_cgroup_swap_v2(r->memory_swap, r->memory_limit, &swap, err) < 0)
     return -1;
-  if (r->memory_limit > 0) {
+  if (cg->v2 && r->memory_limit > 0) {
     snprintf(v, sizeof(v), "%" PRId64, r->memory_limit);
-    if (cg->v2) {
-      if (write_ctrl(cg, "memory", "memory.max", v, err) < 0)
-        return -1;
-    } else {
-      /* memsw must stay >= the limit: raise it first when growing. */
-      struct hier *h = find(cg, "memory");
-      _cleanup_error_ agsx_error_t e = NULL;
-      if (h && r->memory_swap <= 0)
-        write_at(h->fd, "memory.memsw.limit_in_bytes", "-1", &e);
-      if (write_ctrl(cg, "memory", "memory.limit_in_bytes", v, err) < 0)
-        return -1;
-    }
+    if (write_ctrl(cg, "memory", "memory.max", v, err) < 0)
+      return -1;
   }
-  if (r->memory_swap > 0) {
-    if (cg->v2) {
-      snprintf(v, sizeof(v), "%" PRId64, swap);
-      if (write_ctrl(cg, "memory", "memory.swap.max", v, err) < 0)
-        return -1;
-    } else {
-      snprintf(v, sizeof(v), "%" PRId64, swap);
-      struct hier *h = find(cg, "memory");
-      if (h && faccessat(h->fd, "memory.memsw.limit_in_bytes", F_OK, 0) == 0 &&
-          write_ctrl(cg, "memory", "memory.memsw.limit_in_bytes", v, err) < 0)
-        return -1;
-    }
+  if (cg->v2 && r->memory_swap > 0) {
+    snprintf(v, sizeof(v), "%" PRId64, swap);
+    if (write_ctrl(cg, "memory", "memory.swap.max", v, err) < 0)
+      return -1;
   }
   if (r->memory_reservation > 0) {
     snprintf(v, sizeof(v), "%" PRId64, r->memory_reservation);

@@ -168,6 +168,35 @@ PY
   rt delete c1
 }
 
+# cgroup v1 keeps memory.memsw.limit_in_bytes (memory+swap) at or above
+# memory.limit_in_bytes: an update raising both writes memsw first, one
+# lowering both the limit first (runc's order).
+@test "update --resources raises and lowers memory limit and swap together (cgroup v1: in the kernel's order)" {
+  b=$(make_bundle b sleep 1000)
+  cfg "$b" '.linux.resources.memory={"limit":67108864,"swap":134217728}'
+  rtc --bundle "$b" c1 || { cat "$T/create.err" >&3; false; }
+  pid=$(state_field c1 pid)
+  d=$(proc_cgroup_dir "$pid" memory)
+  local lim=$d/memory.limit_in_bytes sw=$d/memory.memsw.limit_in_bytes
+  if cgroup_agsx_is_v2; then lim=$d/memory.max sw=; fi
+  [ -z "$sw" ] || [ -e "$sw" ] || sw=
+  [ "$(cat "$lim")" = 67108864 ]
+  run_rt update --resources - c1 <<<'{"memory":{"limit":268435456,"swap":536870912}}'
+  assert_success
+  [ "$(cat "$lim")" = 268435456 ]
+  [ -z "$sw" ] || [ "$(cat "$sw")" = 536870912 ]
+  run_rt update --resources - c1 <<<'{"memory":{"limit":33554432,"swap":50331648}}'
+  assert_success
+  [ "$(cat "$lim")" = 33554432 ]
+  [ -z "$sw" ] || [ "$(cat "$sw")" = 50331648 ]
+  # up past the old swap, with a new swap between the two limits
+  run_rt update --resources - c1 <<<'{"memory":{"limit":100663296,"swap":117440512}}'
+  assert_success
+  [ "$(cat "$lim")" = 100663296 ]
+  [ -z "$sw" ] || [ "$(cat "$sw")" = 117440512 ]
+  rt delete --force c1
+}
+
 # blockIO decides from what the kernel offers (issue 24 finding 11): the
 # throttles need blk-throttle (v1 blkio.throttle.*, v2 io.max); a weight
 # needs BFQ's file or the plain one (v1 blkio.weight, gone with CFQ; v2
