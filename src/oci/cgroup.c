@@ -473,6 +473,14 @@ static int update_memory_v1(struct agsx_oci_cgroup *cg, const struct agsx_oci_re
     return -1;
   if (swap && !swap_first && write_ctrl(cg, "memory", "memory.memsw.limit_in_bytes", sv, err) < 0)
     return -1;
+  /* Only v1 has them; v2 ignores them, as runc does. */
+  if (r->has_swappiness) {
+    snprintf(sv, sizeof(sv), "%u", r->swappiness);
+    if (write_ctrl(cg, "memory", "memory.swappiness", sv, err) < 0)
+      return -1;
+  }
+  if (r->disable_oom_killer && write_ctrl(cg, "memory", "memory.oom_control", "1", err) < 0)
+    return -1;
   return 0;
 }
 
@@ -496,6 +504,9 @@ static int update_memory(struct agsx_oci_cgroup *cg, const struct agsx_oci_resou
     if (write_ctrl(cg, "memory", "memory.swap.max", v, err) < 0)
       return -1;
   }
+  if (cg->v2 && (r->has_swappiness || r->disable_oom_killer))
+    agsx_debug("cgroup `%s`: memory.swappiness and disableOOMKiller ignored on cgroup v2",
+               cg->path);
   if (r->memory_reservation > 0) {
     snprintf(v, sizeof(v), "%" PRId64, r->memory_reservation);
     if (write_ctrl(cg, "memory", cg->v2 ? "memory.low" : "memory.soft_limit_in_bytes", v, err) < 0)

@@ -799,6 +799,21 @@ static int parse_blockio(yajl_val b, struct agsx_oci_resources *r, agsx_error_t 
   return 0;
 }
 
+/* linux.resources.memory's swappiness (-1 or above INT64_MAX: unset, as
+ * runc takes Docker's default) and disableOOMKiller. */
+static int parse_memory_v1(yajl_val mem, struct agsx_oci_resources *r, agsx_error_t *err) {
+  int64_t sw = -1;
+  if (get_limit(mem, "swappiness", "linux.resources.memory.swappiness", &sw, err) < 0 ||
+      get_bool(mem, "disableOOMKiller", "linux.resources.memory.disableOOMKiller",
+               &r->disable_oom_killer, err) < 0)
+    return -1;
+  if (sw > 100)
+    return REFUSE(err, "linux.resources.memory.swappiness", "must be 0 to 100");
+  r->has_swappiness = sw >= 0;
+  r->swappiness = sw >= 0 ? (unsigned)sw : 0;
+  return 0;
+}
+
 static int resources_from(yajl_val o, struct agsx_oci_resources *r, agsx_error_t *err) {
   memset(r, 0, sizeof(*r));
   r->memory_limit = r->memory_reservation = r->memory_swap = r->cpu_quota = -1;
@@ -825,7 +840,8 @@ static int resources_from(yajl_val o, struct agsx_oci_resources *r, agsx_error_t
     if (get_limit(mem, "limit", "linux.resources.memory.limit", &r->memory_limit, err) < 0 ||
         get_limit(mem, "reservation", "linux.resources.memory.reservation", &r->memory_reservation,
                   err) < 0 ||
-        get_limit(mem, "swap", "linux.resources.memory.swap", &r->memory_swap, err) < 0)
+        get_limit(mem, "swap", "linux.resources.memory.swap", &r->memory_swap, err) < 0 ||
+        parse_memory_v1(mem, r, err) < 0)
       return -1;
     if (r->memory_limit == 0)
       r->memory_limit = -1;

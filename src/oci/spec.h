@@ -100,6 +100,9 @@ struct agsx_oci_throttle {
 
 struct agsx_oci_resources {
   int64_t memory_limit, memory_reservation, memory_swap; /* -1: unset */
+  bool has_swappiness;                                   /* cgroup v1 only, as runc */
+  unsigned swappiness;                                   /* 0..100 */
+  bool disable_oom_killer;                               /* likewise */
   uint64_t cpu_shares, cpu_period;
   int64_t cpu_quota; /* -1: unset */
   char *cpus, *mems;

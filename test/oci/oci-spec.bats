@@ -266,3 +266,28 @@ MNT_SRC="awk '{ for (i = 7; \$i != \"-\"; i++); print \$5, \$(i + 1), \$(i + 2) 
   [[ "$c" == *,relatime* && "$c" == *" shared:"* ]] || { show_run; false; }
   [[ "$d" == *,noatime* && "$d" == *" shared:"* ]] || { show_run; false; }
 }
+
+@test "resources: cgroup v1 memory.swappiness and disableOOMKiller applied, create and update" {
+  ! cgroup_agsx_is_v2 || skip "cgroup v1 only (v2 has neither: ignored there, as runc; oci-cgroup2.bats)"
+  b=$(make_bundle b sleep 1000)
+  cfg "$b" '.linux.resources.memory={"limit":67108864,"swappiness":20,"disableOOMKiller":true}'
+  rtc --bundle "$b" c1 || { cat "$T/create.err" >&3; false; }
+  d=$(proc_cgroup_dir "$(state_field c1 pid)" memory)
+  [ "$(cat "$d/memory.swappiness")" = 20 ]
+  grep -qx "oom_kill_disable 1" "$d/memory.oom_control"
+  # runc 1.1's update takes no swappiness from the JSON; agsx-oci does
+  if is_agsx; then
+    run_rt update --resources - c1 <<<'{"memory":{"swappiness":40}}'
+    assert_success
+    [ "$(cat "$d/memory.swappiness")" = 40 ]
+    # Docker's "unset" (-1 as a uint64): left as it is
+    run_rt update --resources - c1 <<<'{"memory":{"swappiness":18446744073709551615}}'
+    assert_success
+    [ "$(cat "$d/memory.swappiness")" = 40 ]
+    run_rt update --resources - c1 <<<'{"memory":{"swappiness":101}}'
+    assert_failure
+    assert_output_contains linux.resources.memory.swappiness
+    [ "$(cat "$d/memory.swappiness")" = 40 ]
+  fi
+  rt delete --force c1
+}
