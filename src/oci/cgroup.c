@@ -339,8 +339,10 @@ static int mkdir_tree(int dfd, const char *path, bool *created, agsx_error_t *er
   return steal_fd(&cur);
 }
 
-static int enable_v2(struct agsx_oci_cgroup *cg, agsx_error_t *err) {
-  static const char *const want[] = {"cpu", "cpuset", "io", "memory", "pids"};
+/* HUGETLB: hugepageLimits asked for (only then is that controller enabled). */
+static int enable_v2(struct agsx_oci_cgroup *cg, bool hugetlb, agsx_error_t *err) {
+  static const char *const want[] = {"cpu", "cpuset", "io", "memory", "pids", "hugetlb"};
+  size_t n_want = AGSX_ARRAY_SIZE(want) - (hugetlb ? 0 : 1);
   _cleanup_close_ int cur = open(cg->h[0].mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (cur < 0)
     return agsx_error_set(err, errno, "open `%s`", cg->h[0].mnt);
@@ -353,7 +355,7 @@ static int enable_v2(struct agsx_oci_cgroup *cg, agsx_error_t *err) {
      * one by one when that failed (a controller busy in this ancestor). */
     char list[64] = "";
     if (agsx_read_file_at(cur, "cgroup.controllers", SMALL_MAX, &avail, NULL, &e) == 0)
-      for (size_t i = 0; i < AGSX_ARRAY_SIZE(want); i++)
+      for (size_t i = 0; i < n_want; i++)
         if (has_word(avail, want[i]))
           snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s+%s", *list ? " " : "",
                    want[i]);
@@ -396,7 +398,7 @@ int agsx_oci_cgroup_create(const char *path, const struct agsx_oci_resources *re
   if (layout(cg, err) < 0)
     return -1;
   bool any_created = false;
-  if (cg->v2 && enable_v2(cg, err) < 0)
+  if (cg->v2 && enable_v2(cg, res && res->n_hugepages, err) < 0)
     return -1;
   for (size_t i = 0; i < cg->n; i++) {
     _cleanup_close_ int root = open(cg->h[i].mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -634,10 +636,80 @@ static int update_io(struct agsx_oci_cgroup *cg, const struct agsx_oci_resources
   return 0;
 }
 
+/* Whether the host can hand out huge pages of SIZE ("2MB"): a pool or an
+ * overcommit allowance for it in /sys/kernel/mm/hugepages. A file that
+ * cannot be read but exists counts as yes (fail closed). */
+static bool hugepages_available(const char *size) {
+  size_t digits = strspn(size, "0123456789");
+  uint64_t kb = strtoull(size, NULL, 10) << (size[digits] == 'G'   ? 20
+                                             : size[digits] == 'M' ? 10
+                                                                   : 0);
+  static const char *const files[] = {"nr_hugepages", "nr_overcommit_hugepages"};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(files); i++) {
+    char path[128];
+    snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%" PRIu64 "kB/%s", kb,
+             files[i]);
+    _cleanup_free_ char *v = NULL;
+    _cleanup_error_ agsx_error_t e = NULL;
+    if (agsx_read_file_at(AT_FDCWD, path, SMALL_MAX, &v, NULL, &e) < 0 ? e->errno_ != ENOENT
+                                                                       : strtoull(v, NULL, 10) > 0)
+      return true;
+  }
+  return false;
+}
+
+/* hugepageLimits where the hugetlb controller is (v1 its hierarchy, v2
+ * in the leaf's cgroup.controllers). Without it a limit is skipped only
+ * where the host has no huge pages of that size to give, so that it
+ * limits nothing; else refused: agsx never applies less than asked (runc
+ * 1.1 refuses every limit there). A page size the kernel has no file for
+ * is an error. */
+static int update_hugetlb(struct agsx_oci_cgroup *cg, const struct agsx_oci_resources *r,
+                          agsx_error_t *err) {
+  if (r->n_hugepages == 0)
+    return 0;
+  struct hier *h = find(cg, "hugetlb");
+  _cleanup_free_ char *avail = NULL;
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (h && cg->v2 &&
+      (agsx_read_file_at(h->fd, "cgroup.controllers", SMALL_MAX, &avail, NULL, &e) < 0 ||
+       !has_word(avail, "hugetlb")))
+    h = NULL;
+  for (size_t i = 0; h == NULL && i < r->n_hugepages; i++)
+    if (hugepages_available(r->hugepages[i].size))
+      return agsx_error_set(err, 0,
+                            "cannot apply linux.resources.hugepageLimits: the host has %s huge "
+                            "pages and cgroup `%s` no hugetlb controller to limit them",
+                            r->hugepages[i].size, cg->path);
+  if (h == NULL) {
+    agsx_debug("cgroup `%s`: hugepageLimits not written (no hugetlb controller, and no such "
+               "huge pages on the host)",
+               cg->path);
+    return 0;
+  }
+  for (size_t i = 0; i < r->n_hugepages; i++) {
+    const struct agsx_oci_hugepage *hp = &r->hugepages[i];
+    char file[64], v[32];
+    snprintf(file, sizeof(file), cg->v2 ? "hugetlb.%s.max" : "hugetlb.%s.limit_in_bytes", hp->size);
+    if (hp->limit == UINT64_MAX || hp->limit > INT64_MAX)
+      snprintf(v, sizeof(v), "%s", cg->v2 ? "max" : "-1");
+    else
+      snprintf(v, sizeof(v), "%" PRIu64, hp->limit);
+    if (faccessat(h->fd, file, F_OK, 0) < 0)
+      return agsx_error_set(err, 0,
+                            "cannot apply linux.resources.hugepageLimits: page size `%s` is not "
+                            "one the kernel offers (cgroup `%s` has no `%s`)",
+                            hp->size, cg->path, file);
+    if (write_at(h->fd, file, v, err) < 0)
+      return agsx_error_wrap(err, "cgroup `%s`: linux.resources.hugepageLimits", cg->path);
+  }
+  return 0;
+}
+
 int agsx_oci_cgroup_update(struct agsx_oci_cgroup *cg, const struct agsx_oci_resources *r,
                            agsx_error_t *err) {
   if (update_memory(cg, r, err) < 0 || update_cpu(cg, r, err) < 0 || update_io(cg, r, err) < 0 ||
-      update_devices(cg, r, cg->devices, cg->n_devices, err) < 0)
+      update_hugetlb(cg, r, err) < 0 || update_devices(cg, r, cg->devices, cg->n_devices, err) < 0)
     return -1;
   if (r->pids_limit != 0) {
     char v[32];

@@ -814,12 +814,37 @@ static int parse_memory_v1(yajl_val mem, struct agsx_oci_resources *r, agsx_erro
   return 0;
 }
 
+/* linux.resources.hugepageLimits: a page size as the kernel names its
+ * files (digits, then KB, MB or GB), a limit in bytes. */
+static int parse_hugepages(yajl_val a, struct agsx_oci_resources *r, agsx_error_t *err) {
+  const char *field = "linux.resources.hugepageLimits";
+  if (a == NULL || YAJL_IS_NULL(a))
+    return 0;
+  if (!YAJL_IS_ARRAY(a) || a->u.array.len > AGSX_OCI_MAX_HUGEPAGES)
+    return REFUSE(err, field, "expected an array of at most 16 page sizes");
+  r->hugepages = xzalloc((a->u.array.len + 1) * sizeof(*r->hugepages));
+  for (size_t i = 0; i < a->u.array.len; i++) {
+    yajl_val h = a->u.array.values[i];
+    struct agsx_oci_hugepage *hp = &r->hugepages[r->n_hugepages++];
+    const char *size = YAJL_IS_OBJECT(h) ? agsx_json_get_string(h, "pageSize") : NULL;
+    size_t digits = size ? strspn(size, "0123456789") : 0;
+    if (size == NULL || digits == 0 || digits > 6 || strlen(size) != digits + 2 ||
+        !strchr("KMG", size[digits]) || size[digits + 1] != 'B')
+      return REFUSE(err, field, "expected a pageSize such as 2MB");
+    snprintf(hp->size, sizeof(hp->size), "%s", size);
+    hp->limit = UINT64_MAX;
+    if (get_u64(h, "limit", field, &hp->limit, err) < 0)
+      return -1;
+  }
+  return 0;
+}
+
 static int resources_from(yajl_val o, struct agsx_oci_resources *r, agsx_error_t *err) {
   memset(r, 0, sizeof(*r));
   r->memory_limit = r->memory_reservation = r->memory_swap = r->cpu_quota = -1;
   if (!YAJL_IS_OBJECT(o))
     return REFUSE(err, "linux.resources", "expected an object");
-  static const char *const refused[] = {"rdma", "network", "hugepageLimits", "unified"};
+  static const char *const refused[] = {"rdma", "network", "unified"};
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(refused); i++)
     if (present(o, refused[i])) {
       char field[64];
@@ -877,7 +902,8 @@ static int resources_from(yajl_val o, struct agsx_oci_resources *r, agsx_error_t
   if (r->pids_limit < 0)
     r->pids_limit = -1;
   yajl_val bio = agsx_json_get(o, "blockIO");
-  if (bio && !YAJL_IS_NULL(bio) && parse_blockio(bio, r, err) < 0)
+  if ((bio && !YAJL_IS_NULL(bio) && parse_blockio(bio, r, err) < 0) ||
+      parse_hugepages(agsx_json_get(o, "hugepageLimits"), r, err) < 0)
     return -1;
   return parse_device_rules(agsx_json_get(o, "devices"), r, err);
 }
@@ -887,6 +913,7 @@ void agsx_oci_resources_clear(struct agsx_oci_resources *r) {
   free(r->mems);
   free(r->devices);
   free(r->throttle);
+  free(r->hugepages);
   memset(r, 0, sizeof(*r));
 }
 

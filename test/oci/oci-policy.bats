@@ -62,7 +62,6 @@ teardown() {
 .linux.sysctl={"kernel.panic":"1"} @@ kernel.panic
 .mounts+=[{"destination":"/x","type":"overlay","source":"overlay"}] @@ overlay
 .linux.rootfsPropagation="rshared" @@ shared propagation
-.linux.resources.hugepageLimits=[{"pageSize":"2MB","limit":1}] @@ hugepageLimits
 .linux.resources.rdma={"mlx":{"hcaHandles":1}} @@ rdma
 .linux.personality={"domain":"LINUX32"} @@ personality
 .ociVersion="2.0.0" @@ ociVersion
@@ -139,7 +138,6 @@ linux.resources.rdma @@ .linux.resources.rdma={"mlx":{"hcaHandles":1}} @@ linux.
 linux.resources.network @@ .linux.resources.network={"classID":1} @@ linux.resources.network
 linux.resources.blockIO.weightDevice @@ .linux.resources.blockIO={"weightDevice":[{"major":8,"minor":0,"weight":100}]} @@ linux.resources.blockIO.weightDevice
 linux.resources.blockIO.leafWeight @@ .linux.resources.blockIO={"leafWeight":100} @@ linux.resources.blockIO.leafWeight
-linux.resources.hugepageLimits @@ .linux.resources.hugepageLimits=[{"pageSize":"2MB","limit":1}] @@ linux.resources.hugepageLimits
 linux.resources.unified @@ .linux.resources.unified={"memory.high":"1"} @@ linux.resources.unified
 linux.resources.cpu.realtimeRuntime @@ .linux.resources.cpu={"realtimeRuntime":1000} @@ linux.resources.cpu.realtimeRuntime
 linux.resources.cpu.realtimeRuntime @@ .linux.resources.cpu={"realtimePeriod":1000} @@ linux.resources.cpu.realtimeRuntime

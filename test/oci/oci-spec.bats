@@ -291,3 +291,36 @@ MNT_SRC="awk '{ for (i = 7; \$i != \"-\"; i++); print \$5, \$(i + 1), \$(i + 2) 
   fi
   rt delete --force c1
 }
+
+# Without the controller a limit is skipped only where the host has no
+# huge pages of that size (this development host: no hugetlb v1 hierarchy,
+# an empty 2MB pool); runc 1.1 refuses it there.
+@test "resources: hugepageLimits accepted, written where the hugetlb controller is, else skipped" {
+  agsx_only
+  b=$(make_bundle b sleep 1000)
+  cfg "$b" '.linux.resources.hugepageLimits=[{"pageSize":"2MB","limit":4194304}]'
+  local d f= pool
+  pool=$(cat /sys/kernel/mm/hugepages/hugepages-2048kB/nr_{,overcommit_}hugepages 2>/dev/null |
+    awk '{ s += $1 } END { print s + 0 }')
+  if ! rtc --bundle "$b" c1; then
+    # no controller, and 2MB pages the host could give: refused, nothing left
+    grep -q "no hugetlb controller to limit them" "$T/create.err" || { cat "$T/create.err" >&3; false; }
+    [ "$pool" -gt 0 ]
+    [ -z "$(ls "$ROOT" 2>/dev/null)" ]
+  else
+    d=$(proc_cgroup_dir "$(state_field c1 pid)" hugetlb) || true
+    if cgroup_agsx_is_v2; then
+      [ -z "$d" ] || ! grep -qw hugetlb "$d/cgroup.controllers" || f=$d/hugetlb.2MB.max
+    elif cgroup_v1_mount hugetlb >/dev/null; then
+      f=$d/hugetlb.2MB.limit_in_bytes
+    fi
+    [ -n "$f" ] || [ "$pool" -eq 0 ] || { echo "# skipped with a 2MB pool of $pool" >&3; false; }
+    [ -z "$f" ] || [ ! -e "$f" ] || [ "$(cat "$f")" = 4194304 ] || { cat "$f" >&3; false; }
+    rt delete --force c1
+  fi
+  cfg "$b" '.linux.resources.hugepageLimits=[{"pageSize":"2M","limit":1}]'
+  run rt create --bundle "$b" c2 </dev/null
+  assert_failure
+  assert_output_contains linux.resources.hugepageLimits
+  [ -z "$(ls "$ROOT" 2>/dev/null)" ]
+}
