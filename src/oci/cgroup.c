@@ -339,8 +339,10 @@ static int mkdir_tree(int dfd, const char *path, bool *created, agsx_error_t *er
   return steal_fd(&cur);
 }
 
-static int enable_v2(struct agsx_oci_cgroup *cg, agsx_error_t *err) {
-  static const char *const want[] = {"cpu", "cpuset", "io", "memory", "pids"};
+/* HUGETLB: hugepageLimits asked for (only then is that controller enabled). */
+static int enable_v2(struct agsx_oci_cgroup *cg, bool hugetlb, agsx_error_t *err) {
+  static const char *const want[] = {"cpu", "cpuset", "io", "memory", "pids", "hugetlb"};
+  size_t n_want = AGSX_ARRAY_SIZE(want) - (hugetlb ? 0 : 1);
   _cleanup_close_ int cur = open(cg->h[0].mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (cur < 0)
     return agsx_error_set(err, errno, "open `%s`", cg->h[0].mnt);
@@ -353,7 +355,7 @@ static int enable_v2(struct agsx_oci_cgroup *cg, agsx_error_t *err) {
      * one by one when that failed (a controller busy in this ancestor). */
     char list[64] = "";
     if (agsx_read_file_at(cur, "cgroup.controllers", SMALL_MAX, &avail, NULL, &e) == 0)
-      for (size_t i = 0; i < AGSX_ARRAY_SIZE(want); i++)
+      for (size_t i = 0; i < n_want; i++)
         if (has_word(avail, want[i]))
           snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s+%s", *list ? " " : "",
                    want[i]);
@@ -396,7 +398,7 @@ int agsx_oci_cgroup_create(const char *path, const struct agsx_oci_resources *re
   if (layout(cg, err) < 0)
     return -1;
   bool any_created = false;
-  if (cg->v2 && enable_v2(cg, err) < 0)
+  if (cg->v2 && enable_v2(cg, res && res->n_hugepages, err) < 0)
     return -1;
   for (size_t i = 0; i < cg->n; i++) {
     _cleanup_close_ int root = open(cg->h[i].mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -444,42 +446,69 @@ int agsx_oci_cgroup_open(const char *path, bool owned, struct agsx_oci_cgroup **
 
 bool agsx_oci_cgroup_owned(const struct agsx_oci_cgroup *cg) { return cg->owned; }
 
+/* v1's limit and memsw (memory+swap), which the kernel keeps at or above
+ * the limit (EINVAL otherwise): in runc's order, memsw first when it grows
+ * past the current limit (or is unlimited), else the limit first; a limit
+ * with no swap makes memsw unlimited first. */
+static int update_memory_v1(struct agsx_oci_cgroup *cg, const struct agsx_oci_resources *r,
+                            agsx_error_t *err) {
+  struct hier *h = find(cg, "memory");
+  bool memsw = h && faccessat(h->fd, "memory.memsw.limit_in_bytes", F_OK, 0) == 0;
+  bool limit = r->memory_limit > 0, swap = r->memory_swap > 0 && memsw;
+  char lv[32], sv[32];
+  snprintf(lv, sizeof(lv), "%" PRId64, r->memory_limit);
+  snprintf(sv, sizeof(sv), "%" PRId64, r->memory_swap);
+  if (limit && memsw && r->memory_swap <= 0) {
+    _cleanup_error_ agsx_error_t e = NULL;
+    write_at(h->fd, "memory.memsw.limit_in_bytes", "-1", &e);
+  }
+  bool swap_first = false;
+  if (limit && swap) {
+    _cleanup_free_ char *cur = NULL;
+    if (agsx_read_file_at(h->fd, "memory.limit_in_bytes", SMALL_MAX, &cur, NULL, err) < 0)
+      return agsx_error_wrap(err, "cgroup `%s`", cg->path);
+    swap_first = strtoull(cur, NULL, 10) < (uint64_t)r->memory_swap;
+  }
+  if (swap && swap_first && write_ctrl(cg, "memory", "memory.memsw.limit_in_bytes", sv, err) < 0)
+    return -1;
+  if (limit && write_ctrl(cg, "memory", "memory.limit_in_bytes", lv, err) < 0)
+    return -1;
+  if (swap && !swap_first && write_ctrl(cg, "memory", "memory.memsw.limit_in_bytes", sv, err) < 0)
+    return -1;
+  /* Only v1 has them; v2 ignores them, as runc does. */
+  if (r->has_swappiness) {
+    snprintf(sv, sizeof(sv), "%u", r->swappiness);
+    if (write_ctrl(cg, "memory", "memory.swappiness", sv, err) < 0)
+      return -1;
+  }
+  if (r->disable_oom_killer && write_ctrl(cg, "memory", "memory.oom_control", "1", err) < 0)
+    return -1;
+  return 0;
+}
+
 static int update_memory(struct agsx_oci_cgroup *cg, const struct agsx_oci_resources *r,
                          agsx_error_t *err) {
   char v[32];
+  if (!cg->v2 && update_memory_v1(cg, r, err) < 0)
+    return -1;
   /* v2's swap first: a value that cannot be converted changes nothing. */
   int64_t swap = r->memory_swap;
   if (cg->v2 && swap > 0 &&
       agsx_oci_cgroup_swap_v2(r->memory_swap, r->memory_limit, &swap, err) < 0)
     return -1;
-  if (r->memory_limit > 0) {
+  if (cg->v2 && r->memory_limit > 0) {
     snprintf(v, sizeof(v), "%" PRId64, r->memory_limit);
-    if (cg->v2) {
-      if (write_ctrl(cg, "memory", "memory.max", v, err) < 0)
-        return -1;
-    } else {
-      /* memsw must stay >= the limit: raise it first when growing. */
-      struct hier *h = find(cg, "memory");
-      _cleanup_error_ agsx_error_t e = NULL;
-      if (h && r->memory_swap <= 0)
-        write_at(h->fd, "memory.memsw.limit_in_bytes", "-1", &e);
-      if (write_ctrl(cg, "memory", "memory.limit_in_bytes", v, err) < 0)
-        return -1;
-    }
+    if (write_ctrl(cg, "memory", "memory.max", v, err) < 0)
+      return -1;
   }
-  if (r->memory_swap > 0) {
-    if (cg->v2) {
-      snprintf(v, sizeof(v), "%" PRId64, swap);
-      if (write_ctrl(cg, "memory", "memory.swap.max", v, err) < 0)
-        return -1;
-    } else {
-      snprintf(v, sizeof(v), "%" PRId64, swap);
-      struct hier *h = find(cg, "memory");
-      if (h && faccessat(h->fd, "memory.memsw.limit_in_bytes", F_OK, 0) == 0 &&
-          write_ctrl(cg, "memory", "memory.memsw.limit_in_bytes", v, err) < 0)
-        return -1;
-    }
+  if (cg->v2 && r->memory_swap > 0) {
+    snprintf(v, sizeof(v), "%" PRId64, swap);
+    if (write_ctrl(cg, "memory", "memory.swap.max", v, err) < 0)
+      return -1;
   }
+  if (cg->v2 && (r->has_swappiness || r->disable_oom_killer))
+    agsx_debug("cgroup `%s`: memory.swappiness and disableOOMKiller ignored on cgroup v2",
+               cg->path);
   if (r->memory_reservation > 0) {
     snprintf(v, sizeof(v), "%" PRId64, r->memory_reservation);
     if (write_ctrl(cg, "memory", cg->v2 ? "memory.low" : "memory.soft_limit_in_bytes", v, err) < 0)
@@ -607,10 +636,80 @@ static int update_io(struct agsx_oci_cgroup *cg, const struct agsx_oci_resources
   return 0;
 }
 
+/* Whether the host can hand out huge pages of SIZE ("2MB"): a pool or an
+ * overcommit allowance for it in /sys/kernel/mm/hugepages. A file that
+ * cannot be read but exists counts as yes (fail closed). */
+static bool hugepages_available(const char *size) {
+  size_t digits = strspn(size, "0123456789");
+  uint64_t kb = strtoull(size, NULL, 10) << (size[digits] == 'G'   ? 20
+                                             : size[digits] == 'M' ? 10
+                                                                   : 0);
+  static const char *const files[] = {"nr_hugepages", "nr_overcommit_hugepages"};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(files); i++) {
+    char path[128];
+    snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%" PRIu64 "kB/%s", kb,
+             files[i]);
+    _cleanup_free_ char *v = NULL;
+    _cleanup_error_ agsx_error_t e = NULL;
+    if (agsx_read_file_at(AT_FDCWD, path, SMALL_MAX, &v, NULL, &e) < 0 ? e->errno_ != ENOENT
+                                                                       : strtoull(v, NULL, 10) > 0)
+      return true;
+  }
+  return false;
+}
+
+/* hugepageLimits where the hugetlb controller is (v1 its hierarchy, v2
+ * in the leaf's cgroup.controllers). Without it a limit is skipped only
+ * where the host has no huge pages of that size to give, so that it
+ * limits nothing; else refused: agsx never applies less than asked (runc
+ * 1.1 refuses every limit there). A page size the kernel has no file for
+ * is an error. */
+static int update_hugetlb(struct agsx_oci_cgroup *cg, const struct agsx_oci_resources *r,
+                          agsx_error_t *err) {
+  if (r->n_hugepages == 0)
+    return 0;
+  struct hier *h = find(cg, "hugetlb");
+  _cleanup_free_ char *avail = NULL;
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (h && cg->v2 &&
+      (agsx_read_file_at(h->fd, "cgroup.controllers", SMALL_MAX, &avail, NULL, &e) < 0 ||
+       !has_word(avail, "hugetlb")))
+    h = NULL;
+  for (size_t i = 0; h == NULL && i < r->n_hugepages; i++)
+    if (hugepages_available(r->hugepages[i].size))
+      return agsx_error_set(err, 0,
+                            "cannot apply linux.resources.hugepageLimits: the host has %s huge "
+                            "pages and cgroup `%s` no hugetlb controller to limit them",
+                            r->hugepages[i].size, cg->path);
+  if (h == NULL) {
+    agsx_debug("cgroup `%s`: hugepageLimits not written (no hugetlb controller, and no such "
+               "huge pages on the host)",
+               cg->path);
+    return 0;
+  }
+  for (size_t i = 0; i < r->n_hugepages; i++) {
+    const struct agsx_oci_hugepage *hp = &r->hugepages[i];
+    char file[64], v[32];
+    snprintf(file, sizeof(file), cg->v2 ? "hugetlb.%s.max" : "hugetlb.%s.limit_in_bytes", hp->size);
+    if (hp->limit == UINT64_MAX || hp->limit > INT64_MAX)
+      snprintf(v, sizeof(v), "%s", cg->v2 ? "max" : "-1");
+    else
+      snprintf(v, sizeof(v), "%" PRIu64, hp->limit);
+    if (faccessat(h->fd, file, F_OK, 0) < 0)
+      return agsx_error_set(err, 0,
+                            "cannot apply linux.resources.hugepageLimits: page size `%s` is not "
+                            "one the kernel offers (cgroup `%s` has no `%s`)",
+                            hp->size, cg->path, file);
+    if (write_at(h->fd, file, v, err) < 0)
+      return agsx_error_wrap(err, "cgroup `%s`: linux.resources.hugepageLimits", cg->path);
+  }
+  return 0;
+}
+
 int agsx_oci_cgroup_update(struct agsx_oci_cgroup *cg, const struct agsx_oci_resources *r,
                            agsx_error_t *err) {
   if (update_memory(cg, r, err) < 0 || update_cpu(cg, r, err) < 0 || update_io(cg, r, err) < 0 ||
-      update_devices(cg, r, cg->devices, cg->n_devices, err) < 0)
+      update_hugetlb(cg, r, err) < 0 || update_devices(cg, r, cg->devices, cg->n_devices, err) < 0)
     return -1;
   if (r->pids_limit != 0) {
     char v[32];

@@ -56,13 +56,36 @@ static unsigned attrs_of(unsigned long flags) {
     a |= MOUNT_ATTR_NODEV;
   if (flags & MS_NOEXEC)
     a |= MOUNT_ATTR_NOEXEC;
-  if (flags & MS_NOATIME)
-    a |= MOUNT_ATTR_NOATIME;
+  /* One atime mode (the attributes hold a value, not bits), by mount(2)'s
+   * precedence: strictatime over noatime over relatime. */
   if (flags & MS_STRICTATIME)
     a |= MOUNT_ATTR_STRICTATIME;
+  else if (flags & MS_NOATIME)
+    a |= MOUNT_ATTR_NOATIME;
   if (flags & MS_NODIRATIME)
     a |= MOUNT_ATTR_NODIRATIME;
   return a;
+}
+
+/* mount_setattr changes the atime mode only with all of MOUNT_ATTR__ATIME
+ * cleared in the same call (else EINVAL). */
+static unsigned atime_clr(unsigned long flags) {
+  return flags & (MS_RELATIME | MS_NOATIME | MS_STRICTATIME) ? MOUNT_ATTR__ATIME : 0;
+}
+
+/* mounts[].options shared or rshared, once FD is attached. A bind of the
+ * host's shared mount was a peer of the host's until made a slave (before
+ * it was attached): shared now, it is a peer of its own copies inside the
+ * container, receiving from the host's, never propagating to it, as under
+ * runc in a user namespace. */
+static int make_shared(int fd, const struct agsx_oci_mount *m, agsx_error_t *err) {
+  if (!(m->propagation & MS_SHARED))
+    return 0;
+  struct mount_attr a = {.propagation = MS_SHARED};
+  if (mount_setattr(fd, "", AT_EMPTY_PATH | (m->propagation & MS_REC ? AT_RECURSIVE : 0), &a,
+                    sizeof(a)) < 0)
+    return agsx_error_set(err, errno, "mount `%s`: shared propagation", m->destination);
+  return 0;
 }
 
 /* ---- the init: mounts ------------------------------------------------------------------------ */
@@ -215,17 +238,21 @@ static int in_turn(int stage, int *fd) {
 
 static int mount_bind(int root, const struct agsx_oci_mount *m, int fd, agsx_error_t *err) {
   struct mount_attr a = {.attr_set = attrs_of(m->flags) | MOUNT_ATTR_NODEV,
+                         .attr_clr = atime_clr(m->flags),
                          .propagation = m->propagation & ~MS_REC};
   if (a.propagation == 0)
     a.propagation = MS_PRIVATE;
+  else if (a.propagation == MS_SHARED)
+    a.propagation = MS_SLAVE; /* out of the host's peer group first (make_shared) */
   if (mount_setattr(fd, "", AT_EMPTY_PATH | (m->recursive ? AT_RECURSIVE : 0), &a, sizeof(a)) < 0)
     return agsx_error_set(err, errno, "mount `%s`: set attributes", m->destination);
   struct stat st;
   if (fstat(fd, &st) < 0)
     return agsx_error_set(err, errno, "mount `%s`", m->destination);
-  if (!S_ISDIR(st.st_mode))
-    return attach_file(root, m->destination, fd, err);
-  return oci_attach(root, m->destination, fd, false, err);
+  if (!S_ISDIR(st.st_mode) ? attach_file(root, m->destination, fd, err) < 0
+                           : oci_attach(root, m->destination, fd, false, err) < 0)
+    return -1;
+  return make_shared(fd, m, err);
 }
 
 /* The container's own cgroups, read-only, as runc shows them. cgroup v1
@@ -312,6 +339,8 @@ static int mount_one(struct child *c, int root, const struct agsx_oci_mount *m, 
   if (fd < 0)
     return agsx_error_wrap(err, "mount %s on `%s`", t, m->destination);
   int r = oci_attach(root, m->destination, fd, strict, err);
+  if (r == 0)
+    r = make_shared(fd, m, err);
   close(fd);
   return r;
 }
@@ -458,6 +487,33 @@ static int write_sysctls(const struct agsx_oci_spec *s, int root, agsx_error_t *
   return 0;
 }
 
+/* A and B name the same path but for repeated and trailing slashes. */
+static bool same_path(const char *a, const char *b) {
+  for (;; a++, b++) {
+    while (*a == '/' && (a[1] == '/' || a[1] == '\0'))
+      a++;
+    while (*b == '/' && (b[1] == '/' || b[1] == '\0'))
+      b++;
+    if (*a != *b)
+      return false;
+    if (*a == '\0')
+      return true;
+  }
+}
+
+/* The engine's entry P is in agsx's own list OWN (N of them) or before P
+ * in its list V: done already. Docker sends the paths agsx masks anyway,
+ * engines repeat entries, and a second mount would only stack. */
+static bool done_already(char **v, char **p, const char *const *own, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (same_path(own[i], *p))
+      return true;
+  for (char **q = v; q < p; q++)
+    if (same_path(*q, *p))
+      return true;
+  return false;
+}
+
 static int mask_all(const struct agsx_oci_spec *s, int root, agsx_error_t *err) {
   _cleanup_close_ int devnull = open("/dev/null", O_PATH | O_CLOEXEC);
   const char *opts[] = {"size", "0", "mode", "0555", NULL};
@@ -470,13 +526,15 @@ static int mask_all(const struct agsx_oci_spec *s, int root, agsx_error_t *err) 
     if (agsx_rootfs_mask(root, agsx_rootfs_masked_paths[i], devnull, empty, &attached, err) < 0)
       return -1;
   for (char **p = s->masked; p && *p; p++)
-    if (agsx_rootfs_mask(root, *p, devnull, empty, &attached, err) < 0)
+    if (!done_already(s->masked, p, agsx_rootfs_masked_paths, agsx_rootfs_n_masked_paths) &&
+        agsx_rootfs_mask(root, *p, devnull, empty, &attached, err) < 0)
       return -1;
   for (size_t i = 0; i < agsx_rootfs_n_readonly_paths; i++)
     if (agsx_rootfs_readonly(root, agsx_rootfs_readonly_paths[i], err) < 0)
       return -1;
   for (char **p = s->readonly; p && *p; p++)
-    if (agsx_rootfs_readonly(root, *p, err) < 0)
+    if (!done_already(s->readonly, p, agsx_rootfs_readonly_paths, agsx_rootfs_n_readonly_paths) &&
+        agsx_rootfs_readonly(root, *p, err) < 0)
       return -1;
   return 0;
 }

@@ -98,6 +98,9 @@ int agsx_oci_launch_pod(struct create *cr, int rootfd, agsx_error_t *err);
 /* The init's uid_map and gid_map: agsx's range, the engine's mappings, or
  * none (a joined user namespace has its own). */
 int agsx_oci_launch_write_maps(pid_t pid, const struct create *cr, agsx_error_t *err);
+/* linux.sysctl's net.ipv4.ping_group_range, if any, once the init's id
+ * maps are written: its container gids as host gids (see launch-ns.c). */
+int agsx_oci_launch_ping_range(const struct create *cr, agsx_error_t *err);
 /* Namespaces → clone, leaving P back in its own (the id maps and limits
  * follow, in go()). */
 int agsx_oci_launch_spawn(struct create *cr, struct child *c, int *ret_sysfs, agsx_error_t *err);

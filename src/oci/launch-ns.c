@@ -16,6 +16,7 @@
 #include "state/state.h"
 
 #include <fcntl.h>
+#include <inttypes.h>
 #include <linux/nsfs.h>
 #include <linux/openat2.h>
 #include <linux/sched.h>
@@ -90,12 +91,15 @@ static int enter_joined(const struct agsx_oci_spec *s, struct joined *j, size_t 
   return 0;
 }
 
+#define PING_RANGE "net.ipv4.ping_group_range="
+
 /* net.* sysctls, written by P in the container's network namespace (one
  * agsx made is owned by the host user namespace: the container's root
- * could not write them itself). */
+ * could not write them itself). ping_group_range waits for the id maps
+ * (agsx_oci_launch_ping_range). */
 static int net_sysctls(const struct agsx_oci_spec *s, agsx_error_t *err) {
   for (char **kv = s->sysctl; kv && *kv; kv++) {
-    if (!agsx_str_has_prefix(*kv, "net."))
+    if (!agsx_str_has_prefix(*kv, "net.") || agsx_str_has_prefix(*kv, PING_RANGE))
       continue;
     _cleanup_free_ char *path = xasprintf("/proc/sys/%s", *kv);
     char *eq = strchr(path, '=');
@@ -109,6 +113,79 @@ static int net_sysctls(const struct agsx_oci_spec *s, agsx_error_t *err) {
       return agsx_error_set(err, errno, "sysctl `%s`", *kv);
   }
   return 0;
+}
+
+/* The host gids of container gids [LO, HI] through MAP (a gid_map read
+ * from the host's side): the largest part of the range one line covers
+ * (the kernel takes one range); *RET_LO > *RET_HI when no line does. */
+static void ping_range_host(char *map, uint64_t lo, uint64_t hi, uint64_t *ret_lo,
+                            uint64_t *ret_hi) {
+  uint64_t best = 0;
+  *ret_lo = 1;
+  *ret_hi = 0;
+  for (char *save = NULL, *l = strtok_r(map, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+    unsigned long in, out, count;
+    if (sscanf(l, "%lu %lu %lu", &in, &out, &count) != 3 || count == 0)
+      continue;
+    uint64_t a = lo > in ? lo : in, b = hi < in + count - 1 ? hi : in + count - 1;
+    if (a > b || b - a + 1 <= best)
+      continue;
+    best = b - a + 1;
+    *ret_lo = out + (a - in);
+    *ret_hi = out + (b - in);
+  }
+}
+
+/* linux.sysctl's net.ipv4.ping_group_range names container gids (Docker
+ * sends "0 2147483647": every group), the kernel reads the writer's, and
+ * P's are host gids: translated through the init's gid map (read from the
+ * host's side, however deep the user namespace) and clamped to what it
+ * maps, as the kernel does for a runtime inside the user namespace except
+ * that it refuses an unmapped gid. None mapped: "1 0", the kernel's "no
+ * group". Written in the init's network namespace, P back in its own. */
+int agsx_oci_launch_ping_range(const struct create *cr, agsx_error_t *err) {
+  const char *v = NULL;
+  for (char **kv = cr->s->sysctl; kv && *kv; kv++)
+    if (agsx_str_has_prefix(*kv, PING_RANGE))
+      v = *kv + strlen(PING_RANGE);
+  if (v == NULL)
+    return 0;
+  char *end, *mid;
+  errno = 0;
+  unsigned long long lo = strtoull(v, &mid, 10), hi = 0;
+  end = mid;
+  if (mid != v && (*mid == ' ' || *mid == '\t'))
+    hi = strtoull(mid, &end, 10);
+  if (errno || mid == v || end == mid || end[strspn(end, " \t")] != '\0' || lo > INT32_MAX ||
+      hi > INT32_MAX)
+    return agsx_error_set(err, 0,
+                          "config: linux.sysctl: net.ipv4.ping_group_range: expected two gids, "
+                          "got `%.64s`",
+                          v);
+  char path[64], val[64];
+  snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)cr->pid);
+  _cleanup_free_ char *map = NULL;
+  if (agsx_read_file_at(AT_FDCWD, path, 65536, &map, NULL, err) < 0)
+    return -1;
+  uint64_t hlo, hhi;
+  ping_range_host(map, lo, hi, &hlo, &hhi);
+  snprintf(val, sizeof(val), "%" PRIu64 " %" PRIu64, hlo, hhi);
+  snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)cr->pid);
+  _cleanup_close_ int net = open(path, O_RDONLY | O_CLOEXEC);
+  _cleanup_close_ int host = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (net < 0 || host < 0 || setns(net, CLONE_NEWNET) < 0)
+    return agsx_error_set(err, errno, "enter the container's network namespace");
+  _cleanup_close_ int fd =
+      agsx_openat2(AT_FDCWD, "/proc/sys/net/ipv4/ping_group_range", O_WRONLY | O_TRUNC, 0,
+                   RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+  int r = fd < 0 || agsx_write_all(fd, val, strlen(val)) < 0
+              ? agsx_error_set(err, errno, "sysctl `net.ipv4.ping_group_range=%s`", val)
+              : 0;
+  if (setns(host, CLONE_NEWNET) < 0) {
+    agsx_error_free(err);
+    return agsx_error_set(err, errno, "return to the host network namespace");
+  }
+  return r;
 }
 
 /* linux.namespaces[user].path: the container joins it (pods), with its

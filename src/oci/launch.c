@@ -64,6 +64,21 @@ int agsx_oci_launch_write_record(struct create *cr, agsx_error_t *err) {
   return agsx_oci_record_write(cr->dirfd, &cr->rec, err);
 }
 
+int agsx_oci_oom_score_adj(pid_t pid, const struct agsx_oci_process *p, agsx_error_t *err) {
+  if (!p->has_oom_score_adj)
+    return 0;
+  char path[64], v[16];
+  if (pid > 0)
+    snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", (int)pid);
+  else
+    snprintf(path, sizeof(path), "/proc/self/oom_score_adj");
+  int n = snprintf(v, sizeof(v), "%d", p->oom_score_adj);
+  _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || write(fd, v, (size_t)n) != n)
+    return agsx_error_set(err, errno, "process.oomScoreAdj");
+  return 0;
+}
+
 static int set_rlimits(pid_t pid, const struct agsx_oci_process *p, agsx_error_t *err) {
   for (size_t i = 0; i < p->n_rlimits; i++) {
     struct rlimit rl = {.rlim_cur = p->rlimits[i].soft, .rlim_max = p->rlimits[i].hard}, cur;
@@ -83,15 +98,7 @@ static int set_rlimits(pid_t pid, const struct agsx_oci_process *p, agsx_error_t
     if (prlimit(pid, p->rlimits[i].resource, &rl, NULL) < 0)
       return agsx_error_set(err, errno, "process.rlimits");
   }
-  if (p->has_oom_score_adj) {
-    char path[64], v[16];
-    snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", pid);
-    int n = snprintf(v, sizeof(v), "%d", p->oom_score_adj);
-    _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0 || write(fd, v, (size_t)n) != n)
-      return agsx_error_set(err, errno, "process.oomScoreAdj");
-  }
-  return 0;
+  return agsx_oci_oom_score_adj(pid, p, err);
 }
 
 /* The bundle's rootfs, idmapped through the container's user namespace
@@ -361,7 +368,7 @@ static bool wants_cgroup(const struct agsx_oci_spec *s) {
 
 static int go(struct create *cr, struct child *c, int sysfs, int startsock, agsx_error_t *err) {
   const struct agsx_oci_spec *s = cr->s;
-  if (agsx_oci_launch_write_maps(cr->pid, cr, err) < 0 ||
+  if (agsx_oci_launch_write_maps(cr->pid, cr, err) < 0 || agsx_oci_launch_ping_range(cr, err) < 0 ||
       set_rlimits(cr->pid, &s->process, err) < 0 || (cr->rec.unit && systemd_scope(cr, err) < 0) ||
       agsx_oci_cgroup_attach(cr->cg, cr->pid, err) < 0)
     return -1;

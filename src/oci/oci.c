@@ -501,7 +501,8 @@ char *agsx_oci_features(void) {
       "  \"mountOptions\": [\"ro\", \"rw\", \"nosuid\", \"suid\", \"nodev\", \"dev\", "
       "\"noexec\", \"exec\", \"relatime\", \"norelatime\", \"noatime\", \"atime\", "
       "\"strictatime\", \"nodiratime\", \"diratime\", \"bind\", \"rbind\", \"private\", "
-      "\"rprivate\", \"slave\", \"rslave\", \"unbindable\", \"runbindable\"],\n"
+      "\"rprivate\", \"slave\", \"rslave\", \"shared\", \"rshared\", \"unbindable\", "
+      "\"runbindable\"],\n"
       "  \"linux\": {\n"
       "    \"namespaces\": [\"cgroup\", \"ipc\", \"mount\", \"network\", \"pid\", \"user\", "
       "\"uts\"],\n"
@@ -590,6 +591,7 @@ static _Noreturn void exec_x(struct exec_child *c) {
       .seccomp_base = c->base,
       .caps = c->p->caps,
       .preserve_fds = c->o->preserve_fds,
+      .cwd_must_exist = true,
   };
   agsx_proc_exec(&ps, c->sock);
 fail:;
@@ -657,6 +659,12 @@ static int exec_process(const struct agsx_oci_exec_opts *o, const struct agsx_oc
   if (o->process_json) {
     if (agsx_oci_process_parse(o->process_json, o->process_len, p, err) < 0)
       return -1;
+    /* No score of its own: the container's (runc 1.1 gives every exec
+     * the container's, whatever process.json says). */
+    if (!p->has_oom_score_adj && s->process.has_oom_score_adj) {
+      p->has_oom_score_adj = true;
+      p->oom_score_adj = s->process.oom_score_adj;
+    }
   } else {
     /* `exec ID CMD...`: the container's process with another command. */
     memset(p, 0, sizeof(*p));
@@ -940,10 +948,12 @@ static int exec_started(int sock, agsx_error_t *err) {
   return 0;
 }
 
-/* C's side of the fork: the cgroup as host root, then exec_c. */
+/* C's side of the fork: the cgroup and oomScoreAdj as host root (X
+ * inherits the score; inside the user namespace it could only raise it),
+ * then exec_c. */
 static _Noreturn void exec_child(struct exec_child *ec, struct agsx_oci_cgroup *cg) {
   _cleanup_error_ agsx_error_t e = NULL;
-  if (agsx_oci_cgroup_attach(cg, getpid(), &e) < 0) {
+  if (agsx_oci_cgroup_attach(cg, getpid(), &e) < 0 || agsx_oci_oom_score_adj(0, ec->p, &e) < 0) {
     struct agsx_msg m = {.type = AGSX_MSG_ERROR, .code = 1};
     snprintf(m.text, sizeof(m.text), "%s", e->msg);
     agsx_msg_send(ec->sock, &m, NULL, 0);

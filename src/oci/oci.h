@@ -98,6 +98,11 @@ int agsx_oci_load_seccomp(const char *root, const struct agsx_oci_spec *s,
                           agsx_error_t *err);
 /* Sends MASTER over the console socket at PATH: one message, one fd. */
 int agsx_oci_send_console(const char *path, int master, agsx_error_t *err);
+/* P->oomScoreAdj, if set, written for PID (0: the caller). By host root,
+ * outside the container's user namespace: lowering a score needs
+ * CAP_SYS_RESOURCE in the host's (runc writes it from its nsexec's first
+ * stage likewise, for the init and for exec). */
+int agsx_oci_oom_score_adj(pid_t pid, const struct agsx_oci_process *p, agsx_error_t *err);
 /* Removes the overlay work directory create made beside the engine's. */
 void agsx_oci_remove_workdir(const char *path);
 int agsx_oci_read_config(int dirfd, struct agsx_oci_spec **ret, agsx_error_t *err);

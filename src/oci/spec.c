@@ -470,8 +470,9 @@ static const struct {
     {"unbindable", MS_UNBINDABLE}, {"runbindable", MS_UNBINDABLE | MS_REC},
 };
 
-/* Shared propagation would let mounts travel between the container and the
- * host: refused (a stricter runtime keeps the container's tree its own). */
+/* linux.rootfsPropagation. Shared would let mounts travel between the
+ * container's root and the host's: refused (a stricter runtime keeps the
+ * container's tree its own; a mount's own shared option is honoured). */
 static int propagation_of(const char *s, const char *field, unsigned long *ret, agsx_error_t *err) {
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(propagations); i++)
     if (strcmp(propagations[i].name, s) == 0) {
@@ -506,8 +507,12 @@ static int mount_option(const char *o, struct agsx_oci_mount *out, size_t cap, s
       out->propagation = propagations[i].flags;
       return 0;
     }
-  if (strcmp(o, "shared") == 0 || strcmp(o, "rshared") == 0)
-    return REFUSE(err, "mounts.options", "shared propagation is not supported by agsx");
+  /* A mount's own: shared with its copies inside the container only
+   * (launch-init.c), never with the host's. */
+  if (strcmp(o, "shared") == 0 || strcmp(o, "rshared") == 0) {
+    out->propagation = MS_SHARED | (o[0] == 'r' ? MS_REC : 0);
+    return 0;
+  }
   if (strcmp(o, "idmap") == 0 || strcmp(o, "ridmap") == 0)
     return REFUSE(err, "mounts.options",
                   "`idmap` requested by the engine is not supported by "
@@ -794,12 +799,52 @@ static int parse_blockio(yajl_val b, struct agsx_oci_resources *r, agsx_error_t 
   return 0;
 }
 
+/* linux.resources.memory's swappiness (-1 or above INT64_MAX: unset, as
+ * runc takes Docker's default) and disableOOMKiller. */
+static int parse_memory_v1(yajl_val mem, struct agsx_oci_resources *r, agsx_error_t *err) {
+  int64_t sw = -1;
+  if (get_limit(mem, "swappiness", "linux.resources.memory.swappiness", &sw, err) < 0 ||
+      get_bool(mem, "disableOOMKiller", "linux.resources.memory.disableOOMKiller",
+               &r->disable_oom_killer, err) < 0)
+    return -1;
+  if (sw > 100)
+    return REFUSE(err, "linux.resources.memory.swappiness", "must be 0 to 100");
+  r->has_swappiness = sw >= 0;
+  r->swappiness = sw >= 0 ? (unsigned)sw : 0;
+  return 0;
+}
+
+/* linux.resources.hugepageLimits: a page size as the kernel names its
+ * files (digits, then KB, MB or GB), a limit in bytes. */
+static int parse_hugepages(yajl_val a, struct agsx_oci_resources *r, agsx_error_t *err) {
+  const char *field = "linux.resources.hugepageLimits";
+  if (a == NULL || YAJL_IS_NULL(a))
+    return 0;
+  if (!YAJL_IS_ARRAY(a) || a->u.array.len > AGSX_OCI_MAX_HUGEPAGES)
+    return REFUSE(err, field, "expected an array of at most 16 page sizes");
+  r->hugepages = xzalloc((a->u.array.len + 1) * sizeof(*r->hugepages));
+  for (size_t i = 0; i < a->u.array.len; i++) {
+    yajl_val h = a->u.array.values[i];
+    struct agsx_oci_hugepage *hp = &r->hugepages[r->n_hugepages++];
+    const char *size = YAJL_IS_OBJECT(h) ? agsx_json_get_string(h, "pageSize") : NULL;
+    size_t digits = size ? strspn(size, "0123456789") : 0;
+    if (size == NULL || digits == 0 || digits > 6 || strlen(size) != digits + 2 ||
+        !strchr("KMG", size[digits]) || size[digits + 1] != 'B')
+      return REFUSE(err, field, "expected a pageSize such as 2MB");
+    snprintf(hp->size, sizeof(hp->size), "%s", size);
+    hp->limit = UINT64_MAX;
+    if (get_u64(h, "limit", field, &hp->limit, err) < 0)
+      return -1;
+  }
+  return 0;
+}
+
 static int resources_from(yajl_val o, struct agsx_oci_resources *r, agsx_error_t *err) {
   memset(r, 0, sizeof(*r));
   r->memory_limit = r->memory_reservation = r->memory_swap = r->cpu_quota = -1;
   if (!YAJL_IS_OBJECT(o))
     return REFUSE(err, "linux.resources", "expected an object");
-  static const char *const refused[] = {"rdma", "network", "hugepageLimits", "unified"};
+  static const char *const refused[] = {"rdma", "network", "unified"};
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(refused); i++)
     if (present(o, refused[i])) {
       char field[64];
@@ -820,7 +865,8 @@ static int resources_from(yajl_val o, struct agsx_oci_resources *r, agsx_error_t
     if (get_limit(mem, "limit", "linux.resources.memory.limit", &r->memory_limit, err) < 0 ||
         get_limit(mem, "reservation", "linux.resources.memory.reservation", &r->memory_reservation,
                   err) < 0 ||
-        get_limit(mem, "swap", "linux.resources.memory.swap", &r->memory_swap, err) < 0)
+        get_limit(mem, "swap", "linux.resources.memory.swap", &r->memory_swap, err) < 0 ||
+        parse_memory_v1(mem, r, err) < 0)
       return -1;
     if (r->memory_limit == 0)
       r->memory_limit = -1;
@@ -856,7 +902,8 @@ static int resources_from(yajl_val o, struct agsx_oci_resources *r, agsx_error_t
   if (r->pids_limit < 0)
     r->pids_limit = -1;
   yajl_val bio = agsx_json_get(o, "blockIO");
-  if (bio && !YAJL_IS_NULL(bio) && parse_blockio(bio, r, err) < 0)
+  if ((bio && !YAJL_IS_NULL(bio) && parse_blockio(bio, r, err) < 0) ||
+      parse_hugepages(agsx_json_get(o, "hugepageLimits"), r, err) < 0)
     return -1;
   return parse_device_rules(agsx_json_get(o, "devices"), r, err);
 }
@@ -866,6 +913,7 @@ void agsx_oci_resources_clear(struct agsx_oci_resources *r) {
   free(r->mems);
   free(r->devices);
   free(r->throttle);
+  free(r->hugepages);
   memset(r, 0, sizeof(*r));
 }
 

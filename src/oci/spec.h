@@ -98,8 +98,18 @@ struct agsx_oci_throttle {
   uint64_t rate; /* 0: no limit */
 };
 
+/* linux.resources.hugepageLimits: one page size's limit. */
+#define AGSX_OCI_MAX_HUGEPAGES 16
+struct agsx_oci_hugepage {
+  char size[16]; /* "2MB", "1GB", "64KB": as the kernel names its files */
+  uint64_t limit;
+};
+
 struct agsx_oci_resources {
   int64_t memory_limit, memory_reservation, memory_swap; /* -1: unset */
+  bool has_swappiness;                                   /* cgroup v1 only, as runc */
+  unsigned swappiness;                                   /* 0..100 */
+  bool disable_oom_killer;                               /* likewise */
   uint64_t cpu_shares, cpu_period;
   int64_t cpu_quota; /* -1: unset */
   char *cpus, *mems;
@@ -109,6 +119,8 @@ struct agsx_oci_resources {
   uint64_t blkio_weight; /* 10..1000, 0: unset */
   struct agsx_oci_throttle *throttle;
   size_t n_throttle;
+  struct agsx_oci_hugepage *hugepages;
+  size_t n_hugepages;
 };
 
 struct agsx_oci_process {

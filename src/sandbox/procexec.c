@@ -201,12 +201,12 @@ static int make_cwd(int root, const char *cwd, agsx_error_t *err) {
   return 0;
 }
 
-static int enter_cwd(const char *cwd, agsx_error_t *err) {
+static int enter_cwd(const char *cwd, bool must_exist, agsx_error_t *err) {
   _cleanup_close_ int root = open_root();
   if (root < 0)
     return agsx_error_set(err, errno, "open the sandbox root");
   _cleanup_close_ int fd = agsx_openat2(root, cwd, O_PATH | O_DIRECTORY, 0, RESOLVE_SANDBOX);
-  if (fd < 0 && errno == ENOENT) {
+  if (fd < 0 && errno == ENOENT && !must_exist) {
     if (make_cwd(root, cwd, err) < 0)
       return -1;
     fd = agsx_openat2(root, cwd, O_PATH | O_DIRECTORY, 0, RESOLVE_SANDBOX);
@@ -322,7 +322,7 @@ _Noreturn void agsx_proc_exec(const struct agsx_proc_spec *p, int errfd) {
   }
   /* Bounding set while still root (dropping needs CAP_SETPCAP in the
    * effective set), then ids, then the process sets. */
-  if (enter_cwd(p->cwd ? p->cwd : "/", &err) < 0 ||
+  if (enter_cwd(p->cwd ? p->cwd : "/", p->cwd_must_exist, &err) < 0 ||
       (!(p->prepared & AGSX_PREP_BOUNDING) && drop_bounding(p->caps, &err) < 0))
     goto fail;
   /* Without no_new_privs the kernel lets only a holder of CAP_SYS_ADMIN

@@ -40,6 +40,10 @@ struct agsx_proc_spec {
    * (the kernel needs CAP_SYS_ADMIN without no_new_privs), so they must
    * allow agsx_proc_after_filter's syscalls, as agsx's default does. */
   bool new_privs;
+  /* A missing cwd is an error, not made (runc's exec: an engine's exec
+   * --cwd naming a missing directory fails; the init's is made, as
+   * Docker's and runc's). */
+  bool cwd_must_exist;
   unsigned prepared; /* AGSX_PREP_*: steps agsx_proc_prepare has done already */
 };
 _Noreturn void agsx_proc_exec(const struct agsx_proc_spec *p, int errfd);

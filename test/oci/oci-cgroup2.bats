@@ -220,3 +220,27 @@ fake_v2() {
   [ -z "$(ls "$ROOT" 2>/dev/null)" ]
   ! pgrep -f "$T" >/dev/null
 }
+
+@test "cgroup v2 (fake layout): hugepageLimits as hugetlb.<size>.max; swappiness and disableOOMKiller ignored, as runc" {
+  fake_v2 "$CGP/b"
+  local L=$T/cg2/$CGP/b
+  : >"$L/hugetlb.2MB.max"
+  : >"$L/hugetlb.1GB.max"
+  b=$(make_bundle b sleep 1000)
+  cfg "$b" '.linux.resources = {"memory":{"limit":67108864,"swappiness":10,"disableOOMKiller":true},
+    "hugepageLimits":[{"pageSize":"2MB","limit":4194304},{"pageSize":"1GB","limit":18446744073709551615}]}'
+  rtc --bundle "$b" c1 || { cat "$T/create.err" >&3; false; }
+  [ "$(cat "$L/hugetlb.2MB.max")" = 4194304 ]
+  [ "$(cat "$L/hugetlb.1GB.max")" = max ]
+  [ "$(cat "$L/memory.max")" = 67108864 ]
+  [ ! -e "$L/memory.swappiness" ] && [ ! -e "$L/memory.oom_control" ]
+  # hugetlb enabled in each ancestor only when asked for
+  [ "$(cat "$T/cg2/cgroup.subtree_control")" = "+cpu +cpuset +io +memory +pids +hugetlb" ]
+  echo '{"hugepageLimits":[{"pageSize":"2MB","limit":2097152}],"memory":{"swappiness":20}}' | rt update --resources - c1
+  [ "$(cat "$L/hugetlb.2MB.max")" = 2097152 ]
+  # a page size the kernel has no file for
+  run_rt update --resources - c1 <<<'{"hugepageLimits":[{"pageSize":"64KB","limit":65536}]}'
+  assert_failure
+  assert_output_contains linux.resources.hugepageLimits
+  rt delete --force c1
+}

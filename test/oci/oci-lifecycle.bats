@@ -168,6 +168,35 @@ PY
   rt delete c1
 }
 
+# cgroup v1 keeps memory.memsw.limit_in_bytes (memory+swap) at or above
+# memory.limit_in_bytes: an update raising both writes memsw first, one
+# lowering both the limit first (runc's order).
+@test "update --resources raises and lowers memory limit and swap together (cgroup v1: in the kernel's order)" {
+  b=$(make_bundle b sleep 1000)
+  cfg "$b" '.linux.resources.memory={"limit":67108864,"swap":134217728}'
+  rtc --bundle "$b" c1 || { cat "$T/create.err" >&3; false; }
+  pid=$(state_field c1 pid)
+  d=$(proc_cgroup_dir "$pid" memory)
+  local lim=$d/memory.limit_in_bytes sw=$d/memory.memsw.limit_in_bytes
+  if cgroup_agsx_is_v2; then lim=$d/memory.max sw=; fi
+  [ -z "$sw" ] || [ -e "$sw" ] || sw=
+  [ "$(cat "$lim")" = 67108864 ]
+  run_rt update --resources - c1 <<<'{"memory":{"limit":268435456,"swap":536870912}}'
+  assert_success
+  [ "$(cat "$lim")" = 268435456 ]
+  [ -z "$sw" ] || [ "$(cat "$sw")" = 536870912 ]
+  run_rt update --resources - c1 <<<'{"memory":{"limit":33554432,"swap":50331648}}'
+  assert_success
+  [ "$(cat "$lim")" = 33554432 ]
+  [ -z "$sw" ] || [ "$(cat "$sw")" = 50331648 ]
+  # up past the old swap, with a new swap between the two limits
+  run_rt update --resources - c1 <<<'{"memory":{"limit":100663296,"swap":117440512}}'
+  assert_success
+  [ "$(cat "$lim")" = 100663296 ]
+  [ -z "$sw" ] || [ "$(cat "$sw")" = 117440512 ]
+  rt delete --force c1
+}
+
 # blockIO decides from what the kernel offers (issue 24 finding 11): the
 # throttles need blk-throttle (v1 blkio.throttle.*, v2 io.max); a weight
 # needs BFQ's file or the plain one (v1 blkio.weight, gone with CFQ; v2
@@ -342,6 +371,62 @@ PY
   done
   [ "$(grep memory /proc/$e/cgroup)" = "$(grep memory /proc/$pid/cgroup)" ] ||
     [ "$(grep '^0::' /proc/$e/cgroup)" = "$(grep '^0::' /proc/$pid/cgroup)" ]
+  rt delete --force c1
+}
+
+@test "exec: oomScoreAdj of process.json, else the container's, applied to the process (runc's nsexec)" {
+  b=$(make_bundle b sleep 1000)
+  cfg "$b" '.process.oomScoreAdj=200'
+  rtc --bundle "$b" c1
+  rt start c1
+  wait_status c1 running
+  [ "$(cat /proc/"$(state_field c1 pid)"/oom_score_adj)" = 200 ]
+  # exec ID CMD: the container's process, its score too
+  run_rt exec c1 cat /proc/self/oom_score_adj
+  assert_success
+  [ "$output" = 200 ] || { show_run; false; }
+  # process.json without one: the container's
+  jq '.process | .args=["cat","/proc/self/oom_score_adj"] | del(.oomScoreAdj)' "$b/config.json" >"$T/p.json"
+  run_rt exec --process "$T/p.json" c1
+  assert_success
+  [ "$output" = 200 ] || { show_run; false; }
+  # process.json's own (runc 1.1.5 applies the container's whatever it
+  # says). Raised: lowering a score below the caller's needs
+  # CAP_SYS_RESOURCE, which a test host may lack (runc fails there too).
+  if is_agsx; then
+    jq '.process | .args=["cat","/proc/self/oom_score_adj"] | .oomScoreAdj=300' "$b/config.json" >"$T/p.json"
+    run_rt exec --process "$T/p.json" c1
+    assert_success
+    [ "$output" = 300 ] || { show_run; false; }
+    jq '.process | .args=["sleep","999"] | .oomScoreAdj=700' "$b/config.json" >"$T/p.json"
+    rt exec --process "$T/p.json" --detach --pid-file "$T/e.pid" c1 </dev/null >"$T/e.out" 2>&1
+    [ "$(cat /proc/"$(cat "$T/e.pid")"/oom_score_adj)" = 700 ]
+  fi
+  rt delete --force c1
+}
+
+@test "exec: a missing working directory (--cwd, process.cwd) fails naming it; nothing runs or is made" {
+  b=$(make_bundle b sleep 1000)
+  rtc --bundle "$b" c1
+  rt start c1
+  wait_status c1 running
+  run_rt exec --cwd /nonexistent c1 sh -c 'echo ran-in-$PWD'
+  assert_failure
+  [[ "$output" != *ran-in* ]] || { show_run; false; }
+  assert_output_contains /nonexistent
+  jq '.process | .args=["sh","-c","echo ran-in-$PWD"] | .cwd="/nope/deeper"' "$b/config.json" >"$T/p.json"
+  run_rt exec --process "$T/p.json" c1
+  assert_failure
+  [[ "$output" != *ran-in* ]] || { show_run; false; }
+  assert_output_contains /nope/deeper
+  run_rt exec --process "$T/p.json" --detach --pid-file "$T/e.pid" c1
+  assert_failure
+  [ ! -e "$T/e.pid" ]
+  [ ! -e "$b/rootfs/nonexistent" ] && [ ! -e "$b/rootfs/nope" ]
+  # an existing one
+  run_rt exec --cwd /tmp c1 sh -c 'echo ran-in-$PWD'
+  assert_success
+  assert_output_contains ran-in-/tmp
   rt delete --force c1
 }
 

@@ -61,8 +61,7 @@ teardown() {
 .linux.namespaces+=[{"type":"pid"}] @@ appears twice
 .linux.sysctl={"kernel.panic":"1"} @@ kernel.panic
 .mounts+=[{"destination":"/x","type":"overlay","source":"overlay"}] @@ overlay
-.mounts+=[{"destination":"/x","type":"bind","source":"/tmp","options":["rbind","rshared"]}] @@ shared
-.linux.resources.hugepageLimits=[{"pageSize":"2MB","limit":1}] @@ hugepageLimits
+.linux.rootfsPropagation="rshared" @@ shared propagation
 .linux.resources.rdma={"mlx":{"hcaHandles":1}} @@ rdma
 .linux.personality={"domain":"LINUX32"} @@ personality
 .ociVersion="2.0.0" @@ ociVersion
@@ -129,7 +128,6 @@ linux.uidMappings @@ .linux.uidMappings=[{"containerID":0,"hostID":300000,"size"
 linux.gidMappings @@ .linux.namespaces+=[{"type":"user"}]|.linux.uidMappings=[{"containerID":0,"hostID":300000,"size":65536}]|.linux.gidMappings=[{"containerID":0,"hostID":0,"size":65536}] @@ linux.gidMappings: a mapping onto host root
 linux.gidMappings @@ .linux.namespaces+=[{"type":"user"}]|.linux.uidMappings=[{"containerID":0,"hostID":300000,"size":65536}] @@ linux.gidMappings: uid and gid mappings must come together
 mounts.type @@ .mounts+=[{"destination":"/x","type":"ext4","source":"/dev/null"}] @@ mount type `ext4` is not supported
-mounts.options @@ .mounts+=[{"destination":"/x","type":"tmpfs","source":"tmpfs","options":["rshared"]}] @@ mounts.options: shared propagation
 mounts.options @@ .mounts+=[{"destination":"/x","type":"bind","source":"/tmp","options":["rbind","idmap"]}] @@ mounts.options: `idmap`
 mounts.uidMappings @@ .mounts+=[{"destination":"/x","type":"bind","source":"/tmp","options":["rbind"],"uidMappings":[{"containerID":0,"hostID":300000,"size":1}]}] @@ mounts.uidMappings
 linux.rootfsPropagation @@ .linux.rootfsPropagation="shared" @@ linux.rootfsPropagation: shared propagation
@@ -140,7 +138,6 @@ linux.resources.rdma @@ .linux.resources.rdma={"mlx":{"hcaHandles":1}} @@ linux.
 linux.resources.network @@ .linux.resources.network={"classID":1} @@ linux.resources.network
 linux.resources.blockIO.weightDevice @@ .linux.resources.blockIO={"weightDevice":[{"major":8,"minor":0,"weight":100}]} @@ linux.resources.blockIO.weightDevice
 linux.resources.blockIO.leafWeight @@ .linux.resources.blockIO={"leafWeight":100} @@ linux.resources.blockIO.leafWeight
-linux.resources.hugepageLimits @@ .linux.resources.hugepageLimits=[{"pageSize":"2MB","limit":1}] @@ linux.resources.hugepageLimits
 linux.resources.unified @@ .linux.resources.unified={"memory.high":"1"} @@ linux.resources.unified
 linux.resources.cpu.realtimeRuntime @@ .linux.resources.cpu={"realtimeRuntime":1000} @@ linux.resources.cpu.realtimeRuntime
 linux.resources.cpu.realtimeRuntime @@ .linux.resources.cpu={"realtimePeriod":1000} @@ linux.resources.cpu.realtimeRuntime
