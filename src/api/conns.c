@@ -49,7 +49,8 @@ struct conn {
 struct client {
   struct client *next;
   unsigned char addr[16];
-  unsigned n; /* its counted connections */
+  unsigned n;    /* its counted connections */
+  unsigned refs; /* its connections until MHD closes them, counted or shut from here */
 };
 
 struct agsx_api_conns {
@@ -104,8 +105,11 @@ static struct client *client_get(struct agsx_api_conns *a, const unsigned char k
   return c;
 }
 
+/* Drops a reference of CL; the last one frees it. (Not its count: a
+ * connection shut from here stops counting at once but still points at
+ * its client until MHD's close notification.) */
 static void client_drop(struct agsx_api_conns *a, struct client *cl) {
-  if (cl->n > 0)
+  if (--cl->refs > 0)
     return;
   uint32_t h = 2166136261u;
   for (int i = 0; i < 16; i++)
@@ -204,6 +208,7 @@ void agsx_api_conn_notify(void *cls, struct MHD_Connection *c, void **socket_con
   unsigned char key[16];
   client_key(c, key);
   k->cl = client_get(a, key);
+  k->cl->refs++;
   k->cl->n++;
   a->n++;
   *socket_context = k;
