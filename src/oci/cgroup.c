@@ -309,8 +309,28 @@ static int write_ctrl(struct agsx_oci_cgroup *cg, const char *ctrl, const char *
   return 0;
 }
 
-/* mkdir -p PATH below DFD; the leaf's creation is reported in *CREATED. */
-static int mkdir_tree(int dfd, const char *path, bool *created, agsx_error_t *err) {
+/* v1 cpuset: a cgroup's cpus and mems start empty, and no task can join
+ * a cgroup whose are (ENOSPC). Each level of the path gets its parent's
+ * where they are empty: the levels made here, and those another create
+ * made and was killed before it filled them in (a leaf made below an empty
+ * level would copy its emptiness), as runc's cpusetEnsureParent does. */
+static void cpuset_fill(int parent, int dir) {
+  static const char *const files[] = {"cpuset.cpus", "cpuset.mems"};
+  for (size_t i = 0; i < 2; i++) {
+    _cleanup_free_ char *have = NULL, *v = NULL;
+    _cleanup_error_ agsx_error_t e = NULL;
+    if (agsx_read_file_at(dir, files[i], SMALL_MAX, &have, NULL, &e) < 0 ||
+        (have[0] && have[0] != '\n'))
+      continue;
+    if (agsx_read_file_at(parent, files[i], SMALL_MAX, &v, NULL, &e) == 0 && v[0] && v[0] != '\n')
+      write_at(dir, files[i], v, &e);
+  }
+}
+
+/* mkdir -p PATH below DFD; the leaf's creation is reported in *CREATED.
+ * V1_CPUSET: DFD is a v1 cpuset hierarchy's root (cpuset_fill). */
+static int mkdir_tree(int dfd, const char *path, bool v1_cpuset, bool *created,
+                      agsx_error_t *err) {
   _cleanup_free_ char *p = xstrdup(path);
   _cleanup_close_ int cur = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
   *created = false;
@@ -322,17 +342,8 @@ static int mkdir_tree(int dfd, const char *path, bool *created, agsx_error_t *er
     if (next < 0)
       return agsx_error_set(err, errno, "open cgroup `%s`", path);
     *created = made;
-    /* v1 cpuset: a new cgroup has no cpus or mems; a task cannot join it
-     * until they are copied from the parent. */
-    if (made && faccessat(cur, "cpuset.cpus", F_OK, 0) == 0) {
-      static const char *const files[] = {"cpuset.cpus", "cpuset.mems"};
-      for (size_t i = 0; i < 2; i++) {
-        _cleanup_free_ char *v = NULL;
-        _cleanup_error_ agsx_error_t e = NULL;
-        if (agsx_read_file_at(cur, files[i], SMALL_MAX, &v, NULL, &e) == 0 && v[0] && v[0] != '\n')
-          write_at(next, files[i], v, &e);
-      }
-    }
+    if (v1_cpuset)
+      cpuset_fill(cur, next);
     agsx_closep(&cur);
     cur = next;
   }
@@ -405,7 +416,8 @@ int agsx_oci_cgroup_create(const char *path, const struct agsx_oci_resources *re
     bool created;
     if (root < 0)
       return agsx_error_set(err, errno, "open `%s`", cg->h[i].mnt);
-    cg->h[i].fd = mkdir_tree(root, cg->path, &created, err);
+    bool v1_cpuset = !cg->v2 && faccessat(root, "cpuset.cpus", F_OK, 0) == 0;
+    cg->h[i].fd = mkdir_tree(root, cg->path, v1_cpuset, &created, err);
     if (cg->h[i].fd < 0) {
       agsx_oci_cgroup_destroy(cg, NULL);
       return -1;

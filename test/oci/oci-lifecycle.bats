@@ -484,7 +484,27 @@ PY
     ! pgrep -f agsx-oci-init -u "$(id -u)" >/dev/null 2>&1 || true
   done
   # and the id works again afterwards
-  rtc --bundle "$b" k1
+  rtc --bundle "$b" k1 || { cat "$T/create.err" >&3; false; }
   [ "$(state_field k1 status)" = created ]
   rt delete k1
+}
+
+# CI on a fresh machine: a create killed between making a v1 cpuset
+# cgroup's parent and filling in its cpus and mems left the parent empty;
+# every later container below it failed to join (ENOSPC). Each level gets
+# its parent's where they are empty, as runc's cpusetEnsureParent does.
+@test "cgroup v1 cpuset: a parent left with no cpus or mems (a killed create) is filled in" {
+  cgroup_agsx_is_v2 && skip "cgroup v1 only (v2's cpuset inherits)"
+  local cs
+  cs=$(cgroup_v1_mount cpuset) || skip "no v1 cpuset hierarchy"
+  mkdir "$cs/$CGP"
+  [ -z "$(cat "$cs/$CGP/cpuset.cpus")" ]
+  b=$(make_bundle b sleep 1000)
+  rtc --bundle "$b" c1 || { cat "$T/create.err" >&3; false; }
+  [ "$(cat "$cs/$CGP/cpuset.cpus")" = "$(cat "$cs/cpuset.cpus")" ]
+  [ "$(cat "$cs/$CGP/cpuset.mems")" = "$(cat "$cs/cpuset.mems")" ]
+  [ "$(cat "$cs/$CGP/b/cpuset.cpus")" = "$(cat "$cs/cpuset.cpus")" ]
+  rt start c1
+  wait_status c1 running
+  rt delete --force c1
 }
