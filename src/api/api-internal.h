@@ -51,6 +51,7 @@ struct server {
   struct stream *streams;
   size_t n_streams;
   size_t queued; /* bytes the streams hold, as of the last pump */
+  int64_t streams_peer_ns; /* when suspended streams' clients are next asked */
   struct agsx_fs_watchers *watchers;
   struct agsx_inotify *hub;              /* every inotify watch of the server's (files.c) */
   struct agsx_fs_watch_pool *watch_pool; /* bounds on watchers */
@@ -109,6 +110,7 @@ struct stream {
   size_t off;
   bool ended, suspended;
   bool aborted; /* ended by a dropped connection (agsx_stream_abort) */
+  bool gone;    /* its client went away (noticed while suspended) */
   int64_t deadline_ns, keepalive_ns, last_ns; /* CLOCK_MONOTONIC; 0: none */
   int pollfd;                                 /* registered in the loop's epoll, or -1 */
   /* the process (Start, Connect) */
@@ -228,6 +230,7 @@ void agsx_api_conn_idle(struct server *s, struct MHD_Connection *c);
  * asks: after each piece of a body that is not complete, and for waiting
  * connections at each sweep. */
 bool agsx_api_conn_peer_gone(struct MHD_Connection *c);
+#define AGSX_API_SWEEP_MS 1000
 /* Each turn of the loop: closes what waited past AGSX_API_HEADER_SEC, and
  * (once a second: AGSX_API_SWEEP_MS) the waiting connections whose client
  * has gone; when the next one is due (-1: none). */

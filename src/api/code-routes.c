@@ -390,7 +390,7 @@ void agsx_api_code_free(struct stream *st) {
   if (cs == NULL)
     return;
   agsx_error_t err = NULL;
-  if (!st->ended) /* the client went away (or timed out): interrupt the cell */
+  if (!st->ended || st->gone) /* the client went away (or timed out): interrupt the cell */
     agsx_code_exec_cancel(cs->e, &err);
   agsx_error_free(&err);
   agsx_code_exec_free(cs->e);

@@ -33,7 +33,6 @@
 #include <sys/socket.h>
 
 #define CLIENT_BUCKETS 256
-#define AGSX_API_SWEEP_MS 1000
 #define STR_(x) #x
 #define STR(x) STR_(x)
 

@@ -308,8 +308,25 @@ void agsx_respond_stream(struct req *r, struct stream *st) {
   agsx_respond_queue(r, 200, resp);
 }
 
+/* A suspended stream's socket is out of MHD's sight: a client that went
+ * away would be noticed only when the next keepalive fails to be written
+ * (two of them: the first still goes out), seconds to minutes later, with
+ * its cell or watch going on meanwhile. So the server asks the sockets of
+ * suspended streams itself, once a second. */
+static void streams_peer_check(struct server *s, int64_t now) {
+  if (now < s->streams_peer_ns)
+    return;
+  s->streams_peer_ns = now + AGSX_API_SWEEP_MS * 1000000LL;
+  for (struct stream *st = s->streams; st; st = st->next)
+    if (st->suspended && !st->ended && agsx_api_conn_peer_gone(st->c)) {
+      st->gone = true;
+      agsx_stream_abort(st);
+    }
+}
+
 static void pump_streams(struct server *s) {
   int64_t now = agsx_mono_ns();
+  streams_peer_check(s, now);
   s->queued = 0;
   for (struct stream *st = s->streams; st; st = st->next)
     s->queued += st->out.len - st->off;
