@@ -60,6 +60,28 @@ static void leave_joined(struct joined *j, size_t n) {
   }
 }
 
+/* Docker's and Podman's `--network host` sends no network entry, which the
+ * policy refuses; the same namespace joined by path (the engine's own, as
+ * /proc/PID/ns/net of a host process) is host networking all the same.
+ * A namespace made for the pod (CNI's, `ip netns add`) is another one. */
+static int host_network_joined(int own, int target, const char *path, agsx_error_t *err) {
+  struct stat a, b;
+  if (fstat(own, &a) < 0 || fstat(target, &b) < 0)
+    return agsx_error_set(err, errno, "namespace `%s`", path);
+  if (a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+    return 0;
+  struct agsx_oci_policy pol;
+  if (agsx_oci_policy_load(&pol, err) < 0)
+    return -1;
+  if (pol.host_network)
+    return 0;
+  return agsx_error_set(err, 0,
+                        "config: linux.namespaces[network].path: `%s` is the host's network "
+                        "namespace: host networking is not supported by agsx (a container "
+                        "needs its own network namespace)",
+                        path);
+}
+
 static int enter_joined(const struct agsx_oci_spec *s, struct joined *j, size_t *n,
                         agsx_error_t *err) {
   static const struct {
@@ -83,6 +105,8 @@ static int enter_joined(const struct agsx_oci_spec *s, struct joined *j, size_t 
     e->target = open_ns(ns->path, kinds[i].type, err);
     if (e->host < 0 || e->target < 0)
       return e->host < 0 ? agsx_error_set(err, errno, "open `%s`", self) : -1;
+    if (kinds[i].type == CLONE_NEWNET && host_network_joined(e->host, e->target, ns->path, err) < 0)
+      return -1;
     if (setns(e->target, kinds[i].type) < 0) {
       agsx_closep(&e->host);
       return agsx_error_set(err, errno, "join namespace `%s`", ns->path);

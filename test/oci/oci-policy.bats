@@ -119,6 +119,7 @@ linux.namespaces @@ .linux.namespaces|=map(select(.type!="ipc")) @@ linux.namesp
 linux.namespaces @@ .linux.namespaces|=map(select(.type!="uts")) @@ linux.namespaces: the host's uts namespace
 linux.namespaces @@ .linux.namespaces|=map(select(.type!="mount")) @@ linux.namespaces: the host's mount namespace
 linux.namespaces @@ .linux.namespaces|=map(select(.type!="network")) @@ linux.namespaces: host networking
+linux.namespaces @@ (.linux.namespaces[]|select(.type=="network")).path="/proc/self/ns/net" @@ is the host's network namespace: host networking is not supported
 linux.namespaces @@ .linux.namespaces+=[{"type":"ipc"}] @@ appears twice
 linux.namespaces @@ .linux.namespaces+=[{"type":"bogus"}] @@ unknown namespace type
 linux.namespaces[mount].path @@ (.linux.namespaces[]|select(.type=="mount")).path="/proc/1/ns/mnt" @@ linux.namespaces[mount].path
