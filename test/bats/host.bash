@@ -94,6 +94,18 @@ proc_cgroup_dir() {
   echo "${mnt%/}$rel"
 }
 
+# proc_cgroup_rel PID CONTROLLER: PID's cgroup path (from its hierarchy's
+# root), read from /proc/PID/cgroup: the v2 line's where agsx uses v2 here,
+# else the v1 line of the hierarchy holding CONTROLLER.
+proc_cgroup_rel() {
+  if cgroup_agsx_is_v2; then
+    sed -n 's/^0:://p' "/proc/$1/cgroup"
+  else
+    awk -F: -v c="$2" '{ n = split($2, a, ","); for (i = 1; i <= n; i++) if (a[i] == c) print $3 }' \
+      "/proc/$1/cgroup"
+  fi
+}
+
 # block_device: MAJ:MIN of a whole block device with a request queue (a
 # disk rather than a partition; loop devices last), for throttle rules
 # (they may name any such device: nothing reads from it); status 1 when

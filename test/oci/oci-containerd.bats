@@ -173,8 +173,8 @@ teardown() {
   [ ! -d /run/systemd/system ] || skip "systemd runs here: the scope is test/guest/systemd.bats's"
   C run -d --runc-systemd-cgroup --cgroup "agsxc$$-pod.slice:cri:t1" $(R) $IMG t1 sleep 1000
   pid=$(C task ls | awk '$1=="t1"{print $2}')
-  run grep ':memory:' /proc/$pid/cgroup
-  [[ "$output" == *":/agsxc$$.slice/agsxc$$-pod.slice/cri-t1.scope" ]] || { echo "# $output" >&3; false; }
+  run proc_cgroup_rel "$pid" memory
+  [ "$output" = "/agsxc$$.slice/agsxc$$-pod.slice/cri-t1.scope" ] || { echo "# $output" >&3; false; }
   run C task metrics t1
   [ "$status" -eq 0 ] || { echo "# $output" >&3; false; }
   C task kill -s SIGKILL t1
@@ -182,7 +182,8 @@ teardown() {
   C task delete t1
   C container rm t1
   local d
-  for d in /sys/fs/cgroup/*/agsxc$$.slice/agsxc$$-pod.slice /sys/fs/cgroup/*/agsxc$$.slice; do
+  for d in /sys/fs/cgroup/*/agsxc$$.slice/agsxc$$-pod.slice /sys/fs/cgroup/*/agsxc$$.slice \
+    /sys/fs/cgroup/agsxc$$.slice/agsxc$$-pod.slice /sys/fs/cgroup/agsxc$$.slice; do
     [ ! -d "$d" ] || rmdir "$d"
   done
 }

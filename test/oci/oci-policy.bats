@@ -215,10 +215,13 @@ EOF2
   cfg "$b" '.linux.cgroupsPath=$p' --arg p "agsxt$$-s.slice:agsx:c1"
   rt --systemd-cgroup create --bundle "$b" c1 </dev/null
   pid=$(state_field c1 pid)
-  run grep -E ':memory:' /proc/$pid/cgroup
-  assert_output_contains ":/agsxt$$.slice/agsxt$$-s.slice/agsx-c1.scope"
+  run proc_cgroup_rel "$pid" memory
+  [ "$output" = "/agsxt$$.slice/agsxt$$-s.slice/agsx-c1.scope" ] || { show_run; false; }
+  local dir
+  dir=$(proc_cgroup_dir "$pid" memory)
+  [ -d "$dir" ]
   rt --systemd-cgroup delete --force c1
-  [ ! -d /sys/fs/cgroup/memory/agsxt$$.slice/agsxt$$-s.slice/agsx-c1.scope ]
+  [ ! -d "$dir" ]
   # without the flag the form is refused, as is a plain path with it, and a bad slice
   run rt create --bundle "$b" c1 </dev/null
   [ "$status" -eq 1 ]
