@@ -50,7 +50,7 @@ struct server {
   char *key;
   struct stream *streams;
   size_t n_streams;
-  size_t queued; /* bytes the streams hold, as of the last pump */
+  size_t queued;           /* bytes the streams hold, as of the last pump */
   int64_t streams_peer_ns; /* when suspended streams' clients are next asked */
   struct agsx_fs_watchers *watchers;
   struct agsx_inotify *hub;              /* every inotify watch of the server's (files.c) */

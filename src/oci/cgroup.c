@@ -329,8 +329,7 @@ static void cpuset_fill(int parent, int dir) {
 
 /* mkdir -p PATH below DFD; the leaf's creation is reported in *CREATED.
  * V1_CPUSET: DFD is a v1 cpuset hierarchy's root (cpuset_fill). */
-static int mkdir_tree(int dfd, const char *path, bool v1_cpuset, bool *created,
-                      agsx_error_t *err) {
+static int mkdir_tree(int dfd, const char *path, bool v1_cpuset, bool *created, agsx_error_t *err) {
   _cleanup_free_ char *p = xstrdup(path);
   _cleanup_close_ int cur = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
   *created = false;
