@@ -38,9 +38,10 @@ if [ "$test_too" = 1 ]; then
   # interoperability, debootstrap for the Python rootfs, clang with libFuzzer
   # and the sanitizer runtimes, clang-format for `make format-check`, a
   # registry with htpasswd and openssl for pull.bats, curl for ports.bats and
-  # browser.bats, pgrep/ps (procps), man for docs.bats
+  # browser.bats, pgrep/ps (procps), man for docs.bats, strace for
+  # serve-api.bats and firewall.bats
   pkgs+=(bats busybox-static file skopeo umoci debootstrap clang libclang-rt-14-dev clang-format
-         python3 xz-utils zstd docker-registry apache2-utils openssl curl procps man-db)
+         python3 xz-utils zstd docker-registry apache2-utils openssl curl procps man-db strace)
   # network tests build their namespaces with ip, nsenter and unshare, and
   # inspect agsx's rules with nft
   pkgs+=(iproute2 util-linux nftables)

@@ -76,47 +76,42 @@ static bool files_signed(struct req *r, const char *token) {
   return false;
 }
 
-/* A signed /files URL that names no sandbox: the SDK's downloadUrl() and
+/* A signed /files URL without E2b-Sandbox-Id: the SDK's downloadUrl() and
  * uploadUrl() build it on E2B_SANDBOX_URL, one base for every sandbox,
  * and a plain fetch() of it sends no E2b-Sandbox-Id. Its sandbox is the
- * one whose envd token signs it (one hash per API sandbox, as many as a
- * listing costs); then the request is that sandbox's, admitted or refused
- * as envd would (401: an invalid or expired signature). */
+ * one whose envd token signs it: one hash per sandbox directory (a
+ * readdir), and only the record of the one found is read, so a bad
+ * signature from anyone costs hashes, never a read of every record. Then
+ * the request is that sandbox's if it is a running API sandbox, admitted
+ * or refused as envd would (401: an invalid or expired signature). */
 static bool files_signed_any(struct req *r) {
   const char *operation = strcmp(r->method, "GET") == 0 ? "read" : "write";
   const char *sig = agsx_req_query(r, "signature");
   const char *path = agsx_req_query(r, "path"), *user = agsx_req_query(r, "username");
   const char *exp = agsx_req_query(r, "signature_expiration");
-  struct agsx_record *v = NULL;
-  size_t n = agsx_state_load(r->s->statefd, 0, &v);
-  char found[21] = "";
-  for (size_t i = 0; i < n && !*found; i++) {
-    if (v[i].status != AGSX_STATUS_RUNNING || v[i].stop_request ||
-        !agsx_label_get(v[i].labels, "e2b.template"))
-      continue;
+  _cleanup_strv_ char **ids = NULL;
+  agsx_error_t err = NULL;
+  if (agsx_state_list(r->s->statefd, &ids, &err) < 0)
+    agsx_error_free(&err);
+  const char *found = NULL;
+  for (char **id = ids; id && *id && !found; id++) {
     char token[65];
-    agsx_api_envd_token(r->s->key, v[i].id, token);
+    agsx_api_envd_token(r->s->key, *id, token);
     /* At time 0 no expiration has passed: whether it is this token's. */
     if (agsx_fs_signature_check(path ? path : "", operation, user ? user : "", token, sig, exp, 0,
                                 NULL) == 0)
-      snprintf(found, sizeof(found), "%.20s", v[i].id);
+      found = *id;
   }
-  for (size_t i = 0; i < n; i++)
-    agsx_record_clear(&v[i]);
-  free(v);
-  if (!*found) {
+  /* (a running API sandbox: find_sandbox's rule) */
+  if (found)
+    snprintf(r->e2b_id, sizeof(r->e2b_id), "%.20s", found);
+  if (!found || agsx_api_find_sandbox(r->s, r->e2b_id, &r->rec, &err) < 0) {
+    agsx_error_free(&err);
     agsx_respond_error(r, 401, "invalid signature");
     return false;
   }
-  r->envd = true;
-  memcpy(r->e2b_id, found, sizeof(found));
-  agsx_error_t err = NULL;
-  if (agsx_api_find_sandbox(r->s, found, &r->rec, &err) < 0) {
-    agsx_error_free(&err);
-    agsx_api_respond_gone(r);
-    return false;
-  }
   r->has_rec = true;
+  r->envd = true;
   r->port = AGSX_API_PORT_ENVD;
   char envd[65];
   agsx_api_envd_token(r->s->key, r->rec.id, envd);

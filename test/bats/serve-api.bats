@@ -86,6 +86,23 @@ run_parity() {
   # only GET and POST of /files
   run curl -s -o /dev/null -w '%{http_code}' -X DELETE "$U/files?path=/tmp/x&signature=v1_AAAA"
   [ "$output" = 401 ]
+  # A bad signature costs a hash per sandbox, never a read of every record
+  # (issue 24's gap: anyone could make the server read them all).
+  strace -f -qq -e trace=open,openat,openat2,getdents64 -o "$T/trace" -p "$SRV_PID" &
+  local st=$! i
+  for i in $(seq 50); do
+    [ "$(awk '/^TracerPid/ {print $2}' "/proc/$SRV_PID/status")" != 0 ] && break
+    sleep 0.1
+  done
+  for i in $(seq 20); do
+    curl -s -o /dev/null "$U/files?path=/etc/passwd&signature=v1_AAAA$i"
+  done
+  run curl -s -w '\n%{http_code}' "$U/files?path=/etc/passwd&signature=v1_AAAA"
+  [ "$(status_of "$output")" = 401 ]
+  kill -INT "$st"
+  wait "$st" || true
+  grep -q 'getdents64' "$T/trace" || { echo "# strace saw no listing: $(head -3 "$T/trace")" >&3; false; }
+  ! grep 'state\.json' "$T/trace" || { echo "# records read for bad signatures" >&3; false; }
   api DELETE "/sandboxes/$id" >/dev/null
   wait_no_sandboxes
 }
