@@ -22,7 +22,7 @@ teardown() {
 @test "oci-conformance: --help names every option and the checkout's commit" {
   run -0 "$SCRIPT" --help
   local o
-  for o in --runtime-tools --agsx-oci --oracle --go --out --file --timeout; do
+  for o in --runtime-tools --podman-system --agsx-oci --oracle --go --out --file --timeout; do
     [[ "$output" == *"$o "* ]] || { echo "# --help lacks $o" >&3; false; }
   done
   [[ "$output" == *e5b454202754ff211f8dbeb98a398b5c3d346b79* ]]
@@ -31,12 +31,16 @@ teardown() {
 
 @test "oci-conformance: bad usage is one line and exit 2, nothing started" {
   run -2 "$SCRIPT"
-  [[ "$output" == "oci-conformance: give --runtime-tools DIR"* ]]
+  [[ "$output" == "oci-conformance: give --runtime-tools DIR and/or --podman-system DIR"* ]]
   run -2 "$SCRIPT" --runtime-tools /nonexistent
   [[ "$output" == "oci-conformance: /nonexistent: no such directory" ]]
   mkdir -p "$T/rt"
   run -2 "$SCRIPT" --runtime-tools "$T/rt"
   [[ "$output" == "oci-conformance: $T/rt is not a checkout of opencontainers/runtime-tools"* ]]
+  run -2 "$SCRIPT" --podman-system /nonexistent
+  [[ "$output" == "oci-conformance: /nonexistent: no such directory" ]]
+  run -2 "$SCRIPT" --podman-system "$T/rt"
+  [[ "$output" == "oci-conformance: $T/rt is not a checkout of containers/podman (test/system)" ]]
   # A tree shaped like a checkout gets as far as the options' values.
   mkdir -p "$T/rt/validation/util" "$T/rt/vendor"
   touch "$T/rt/validation/util/test.go" "$T/rt/vendor/modules.txt"
