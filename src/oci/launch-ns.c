@@ -60,6 +60,10 @@ static void leave_joined(struct joined *j, size_t n) {
   }
 }
 
+static bool same_file(const struct stat *a, const struct stat *b) {
+  return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
 /* Docker's and Podman's `--network host` sends no network entry, which the
  * policy refuses; the same namespace joined by path (the engine's own, as
  * /proc/PID/ns/net of a host process) is host networking all the same.
@@ -68,7 +72,7 @@ static int host_network_joined(int own, int target, const char *path, agsx_error
   struct stat a, b;
   if (fstat(own, &a) < 0 || fstat(target, &b) < 0)
     return agsx_error_set(err, errno, "namespace `%s`", path);
-  if (a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+  if (!same_file(&a, &b))
     return 0;
   struct agsx_oci_policy pol;
   if (agsx_oci_policy_load(&pol, err) < 0)
@@ -229,10 +233,6 @@ bool agsx_oci_launch_idmapped(const struct create *cr) {
 }
 
 /* ---- pods ---------------------------------------------------------------------------------- */
-
-static bool same_file(const struct stat *a, const struct stat *b) {
-  return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
-}
 
 /* The user namespace that owns the namespace at PATH (NS_GET_USERNS). */
 static int owner_userns(const char *path, int type, struct stat *st, agsx_error_t *err) {
