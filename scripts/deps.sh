@@ -52,9 +52,10 @@ if [ "$test_too" = 1 ]; then
   pkgs+=(python3-pil node-typescript r-base-core r-cran-irkernel)
   # benchmarks compare with these
   pkgs+=(crun bubblewrap)
-  # agsx-oci's engine tests (test/oci): Podman with conmon, containerd, and
-  # runc as the oracle (crun refuses hybrid cgroup layouts)
-  pkgs+=(podman conmon containerd runc jq)
+  # agsx-oci's engine tests (test/oci): Podman with conmon, containerd,
+  # Docker (docker.io: the tests start a private dockerd), and runc as the
+  # oracle (crun refuses hybrid cgroup layouts)
+  pkgs+=(podman conmon containerd docker.io runc jq)
   # the guest lane (test/guest/lane, run by make check): debootstrap (above)
   # builds its image, qemu boots it; not inside that image itself
   if [ "${AGSX_DEPS_GUEST:-0}" != 1 ]; then
@@ -84,5 +85,36 @@ fi
 echo "agsx: installing missing Debian packages: ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq >&2
-# shellcheck disable=SC2086
+# The tests start the daemons they need (dockerd, containerd, a registry)
+# privately and stop them: installing a package starts no service (a
+# policy-rc.d that denies every start, unless one is there already), and
+# the services of those installed here are left disabled, not started at
+# the next boot either. A daemon the machine ran before is not touched.
+policy=/usr/sbin/policy-rc.d
+made_policy=0
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\n# agsx scripts/deps.sh: no service starts while it installs\nexit 101\n' >"$policy"
+  chmod 0755 "$policy"
+  made_policy=1
+  trap 'rm -f "$policy"' EXIT
+fi
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+services=()
+for p in "${missing[@]}"; do
+  case $p in
+    docker.io) services+=(docker.socket docker.service) ;;
+    containerd) services+=(containerd.service) ;;
+    docker-registry) services+=(docker-registry.service) ;;
+  esac
+done
+if [ ${#services[@]} -gt 0 ]; then
+  if command -v systemctl >/dev/null; then
+    systemctl --root=/ --quiet disable "${services[@]}" 2>/dev/null || true
+  fi
+  for s in "${services[@]}"; do
+    s=${s%.*}
+    [ -x "/etc/init.d/$s" ] && update-rc.d "$s" disable >/dev/null 2>&1 || true
+  done
+  echo "agsx: left stopped and disabled (for the tests only): ${services[*]}" >&2
+fi
+[ "$made_policy" = 0 ] || { rm -f "$policy"; trap - EXIT; }
