@@ -385,6 +385,30 @@ EOF2
   assert_output_contains "NoNewPrivs=1"
 }
 
+@test "oci-host-network = allow (with compat): the host's network namespace, by omission or by path; alone refused" {
+  agsx_only
+  local host
+  host=$(readlink /proc/self/ns/net)
+  b=$(make_bundle b readlink /proc/self/ns/net)
+  cfg "$b" '.linux.namespaces|=map(select(.type!="network"))'
+  AGSX_OCI_POLICY=compat AGSX_OCI_HOST_NETWORK=allow run_ctr "$b"
+  assert_success
+  [ "$output" = "$host" ] || { show_run; false; }
+  # by path: the runtime's own namespace, as /proc/PID/ns/net of a host process names it
+  cfg "$b" '.linux.namespaces+=[{"type":"network","path":"/proc/'$$'/ns/net"}]'
+  AGSX_OCI_POLICY=compat AGSX_OCI_HOST_NETWORK=allow run_ctr "$b"
+  assert_success
+  [ "$output" = "$host" ] || { show_run; false; }
+  # the same config, host networking not allowed: refused, nothing made
+  AGSX_OCI_POLICY=compat run_ctr "$b"
+  assert_failure
+  assert_output_contains "is the host's network namespace: host networking is not supported"
+  # allow without compat: the configuration is refused, naming both keys
+  AGSX_OCI_HOST_NETWORK=allow run_ctr "$b"
+  assert_failure
+  assert_output_contains "oci-host-network = allow needs oci-policy = compat"
+}
+
 @test "strict: /proc/kcore stays masked with an empty maskedPaths; the engine's masks add" {
   # /proc/kcore where the kernel has it, /proc/timer_list here too
   b=$(make_bundle b sh -c 'for f in /proc/kcore /proc/timer_list; do [ -e $f ] && echo "$f $(head -c 64 $f | wc -c)"; done; cat /etc/hostname; echo end')
