@@ -53,9 +53,11 @@ if [ "$test_too" = 1 ]; then
   # benchmarks compare with these
   pkgs+=(crun bubblewrap)
   # agsx-oci's engine tests (test/oci): Podman with conmon, containerd,
-  # Docker (docker.io: the tests start a private dockerd), and runc as the
-  # oracle (crun refuses hybrid cgroup layouts)
-  pkgs+=(podman conmon containerd docker.io runc jq)
+  # Docker (docker.io: the tests start a private dockerd) with apparmor (its
+  # Recommends, as on Debian's default installs: where the kernel enables
+  # AppArmor, dockerd refuses containers without apparmor_parser), and runc
+  # as the oracle (crun refuses hybrid cgroup layouts)
+  pkgs+=(podman conmon containerd docker.io apparmor runc jq)
   # the guest lane (test/guest/lane, run by make check): debootstrap (above)
   # builds its image, qemu boots it; not inside that image itself
   if [ "${AGSX_DEPS_GUEST:-0}" != 1 ]; then

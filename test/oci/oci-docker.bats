@@ -35,6 +35,9 @@ setup_file() {
   [ -x "$DOCKER" ] || DOCKER=$(command -v docker)
   ip netns add "$DKNS"
   ip -n "$DKNS" link set lo up
+  # Only lo is in it: forwarding on changes nothing, but dockerd warns on
+  # every run where it is off (a new namespace inherits the host's value).
+  nsenter --net="/run/netns/$DKNS" sysctl -qw net.ipv4.ip_forward=1
   local cg=(--cgroup-parent "agsx-dk$$")
   if [ -d /run/systemd/system ]; then
     export DKSLICE=agsx-dk$$.slice
