@@ -2,8 +2,8 @@
 # containerd 1.6 (Debian's) with its runc shim v2 driving agsx-oci:
 # `ctr run --runc-binary`, a private daemon per file (its own root, state
 # and socket, the CRI plugin off) started and stopped here. The Kubernetes
-# path differs only in config (contrib/containerd/config.toml); no kubelet
-# or crictl exists in Debian 12 to drive it.
+# path (the CRI plugin, contrib/containerd/config.toml) is oci-cri.bats's,
+# driven through the CRI API by a client of its own.
 
 load helpers
 
