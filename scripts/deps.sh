@@ -58,6 +58,11 @@ if [ "$test_too" = 1 ]; then
   # AppArmor, dockerd refuses containers without apparmor_parser), and runc
   # as the oracle (crun refuses hybrid cgroup layouts)
   pkgs+=(podman conmon containerd docker.io apparmor runc jq)
+  # containerd's CRI plugin (test/oci/oci-cri.bats) networks its pods with
+  # CNI's bridge, host-local and loopback plugins. (Its CRI client runs on
+  # node, which node-typescript brings; its gRPC packages come from npm,
+  # test/oci/cri-npm-install, or the file skips.)
+  pkgs+=(containernetworking-plugins)
   # the guest lane (test/guest/lane, run by make check): debootstrap (above)
   # builds its image, qemu boots it; not inside that image itself
   if [ "${AGSX_DEPS_GUEST:-0}" != 1 ]; then

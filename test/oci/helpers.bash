@@ -177,3 +177,55 @@ run_ctr() {
   output=$(cat "$T/create.out" "$T/create.err")
   status=0
 }
+
+# A private containerd per file (oci-containerd.bats, oci-cri.bats): its own
+# root, state and socket under $CT, started and stopped by the file.
+#
+# ctd_config: the daemon's own part of a config.toml (version 2); the file
+# appends its plugin sections.
+ctd_config() {
+  cat <<EOF2
+version = 2
+root = "$CT/root"
+state = "$CT/state"
+[grpc]
+  address = "$CT/containerd.sock"
+[ttrpc]
+  address = "$CT/containerd.sock.ttrpc"
+EOF2
+}
+
+# ctd_start [PREFIX...]: containerd on $CT/config.toml, run through PREFIX
+# (which must exec it: its pid is containerd's), until its socket is there.
+ctd_start() {
+  # No fd of bats' may live on in the daemon or its shims (bats waits for them).
+  "$@" containerd --config "$CT/config.toml" </dev/null >"$CT/log" 2>&1 3>&- &
+  echo $! >"$CT/pid"
+  local i
+  for i in $(seq 50); do [ -S "$CT/containerd.sock" ] && return 0; sleep 0.1; done
+  echo "# containerd did not start: $(tail -3 "$CT/log")" >&3
+  return 1
+}
+
+# ctd_image NS REF [BUSYBOX-IMAGE-OPTIONS...]: test/fixtures/busybox-image
+# as REF in the daemon's namespace NS, unpacked.
+ctd_image() {
+  local ns=$1 ref=$2 d
+  shift 2
+  d=$(mktemp -d "$CT/img.XXXXXX")
+  "$BATS_TEST_DIRNAME/../fixtures/busybox-image" "$d/layout" --probe "$PROBE" "$@" >/dev/null
+  skopeo copy -q oci:"$d/layout":busybox:latest docker-archive:"$d/img.tar":"$ref"
+  timeout --kill-after=5 120 ctr -a "$CT/containerd.sock" -n "$ns" images import "$d/img.tar" >/dev/null 3>&-
+  rm -rf "$d"
+}
+
+# ctd_stop: ends the daemon (its shims end with their containers) and
+# unmounts what it left under $CT.
+ctd_stop() {
+  [ -n "${CT:-}" ] && [ -f "$CT/pid" ] || return 0
+  local pid i
+  pid=$(cat "$CT/pid")
+  kill "$pid" 2>/dev/null || true
+  for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  grep -F "$CT" /proc/self/mountinfo | awk '{print $5}' | sort -r | while read -r m; do umount -l "$m"; done
+}

@@ -2,8 +2,8 @@
 # containerd 1.6 (Debian's) with its runc shim v2 driving agsx-oci:
 # `ctr run --runc-binary`, a private daemon per file (its own root, state
 # and socket, the CRI plugin off) started and stopped here. The Kubernetes
-# path differs only in config (contrib/containerd/config.toml); no kubelet
-# or crictl exists in Debian 12 to drive it.
+# path (the CRI plugin, contrib/containerd/config.toml) is oci-cri.bats's,
+# driven through the CRI API by a client of its own.
 
 load helpers
 
@@ -12,24 +12,9 @@ setup_file() {
   export CT=$BATS_FILE_TMPDIR/ctd NS=agsxtest$$
   mkdir -p "$CT"
   chmod 0755 "$BATS_FILE_TMPDIR" "$CT"
-  cat >"$CT/config.toml" <<EOF2
-version = 2
-root = "$CT/root"
-state = "$CT/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
-[grpc]
-  address = "$CT/containerd.sock"
-[ttrpc]
-  address = "$CT/containerd.sock.ttrpc"
-EOF2
-  # No fd of bats' may live on in the daemon or its shims (bats waits for them).
-  containerd --config "$CT/config.toml" </dev/null >"$CT/log" 2>&1 3>&- &
-  echo $! >"$CT/pid"
-  local i
-  for i in $(seq 50); do [ -S "$CT/containerd.sock" ] && break; sleep 0.1; done
-  "$BATS_TEST_DIRNAME/../fixtures/busybox-image" "$CT/layout" --probe "$PROBE" >/dev/null
-  skopeo copy -q oci:"$CT/layout":busybox:latest docker-archive:"$CT/img.tar":localhost/agsx-test:busybox
-  C images import "$CT/img.tar" >/dev/null
+  { ctd_config; echo 'disabled_plugins = ["io.containerd.grpc.v1.cri"]'; } >"$CT/config.toml"
+  ctd_start
+  ctd_image "$NS" localhost/agsx-test:busybox
 }
 
 # The namespace names the containers' cgroups (/NS/ID): not agsx's own parent.
@@ -38,13 +23,9 @@ R() { echo --runc-binary "$AGSX_OCI" --runc-root "$CT/agsx"; }
 IMG=localhost/agsx-test:busybox
 
 teardown_file() {
-  [ -n "${CT:-}" ] && [ -f "$CT/pid" ] || return 0
-  local pid
-  pid=$(cat "$CT/pid")
-  kill "$pid" 2>/dev/null || true
-  for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  ctd_stop
   for d in /sys/fs/cgroup/*/"$NS" /sys/fs/cgroup/"$NS"; do [ -d "$d" ] && rmdir "$d" 2>/dev/null; done
-  grep -F "$CT" /proc/self/mountinfo | awk '{print $5}' | sort -r | while read -r m; do umount -l "$m"; done
+  return 0
 }
 
 teardown() {
