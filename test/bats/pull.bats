@@ -10,7 +10,9 @@ bats_require_minimum_version 1.5.0
 load helpers
 
 setup_file() {
-  command -v docker-registry >/dev/null || skip "docker-registry not installed"
+  # (no skip here: Debian's bats 1.8 fails a file whose setup_file skips;
+  # setup skips each test)
+  command -v docker-registry >/dev/null || return 0
   busybox_setup_file
 }
 

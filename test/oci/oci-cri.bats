@@ -13,20 +13,19 @@
 
 load helpers
 
-# A missing tool skips every test (setup reads CRI_SKIP: Debian's bats 1.8
-# fails a file whose setup_file skips).
+# A missing tool skips every test (FILE_SKIP, helpers.bash).
 setup_file() {
-  export CRI_SKIP=
-  command -v containerd >/dev/null || { CRI_SKIP="containerd is not installed (apt-get install containerd)"; return 0; }
-  command -v node >/dev/null || { CRI_SKIP="node is not installed (apt-get install nodejs npm)"; return 0; }
+  export FILE_SKIP=
+  command -v containerd >/dev/null || { FILE_SKIP="containerd is not installed (apt-get install containerd)"; return 0; }
+  command -v node >/dev/null || { FILE_SKIP="node is not installed (apt-get install nodejs npm)"; return 0; }
   local p
   for p in bridge host-local loopback; do
     [ -x /usr/lib/cni/$p ] ||
-      { CRI_SKIP="no CNI $p plugin (apt-get install containernetworking-plugins)"; return 0; }
+      { FILE_SKIP="no CNI $p plugin (apt-get install containernetworking-plugins)"; return 0; }
   done
   export NODE_PATH
   NODE_PATH=$("$BATS_TEST_DIRNAME/cri-npm-install" 2>"$BATS_FILE_TMPDIR/npm.err") || {
-    CRI_SKIP="no @grpc/grpc-js from npm (test/oci/cri-npm-install): $(grep -m1 . "$BATS_FILE_TMPDIR/npm.err")"
+    FILE_SKIP="no @grpc/grpc-js from npm (test/oci/cri-npm-install): $(grep -m1 . "$BATS_FILE_TMPDIR/npm.err")"
     return 0
   }
   export CT=$BATS_FILE_TMPDIR/ctd
@@ -78,11 +77,6 @@ EOF2
 }
 
 teardown_file() { ctd_stop; }
-
-setup() {
-  [ -z "$CRI_SKIP" ] || skip "$CRI_SKIP"
-  oci_setup
-}
 
 # cri METHOD [JSON]: the response, one line of JSON.
 cri() { CRI_TIMEOUT=60 timeout --kill-after=5 90 node "$BATS_TEST_DIRNAME/cri-client.js" "$CT/containerd.sock" "$@" 3>&-; }
@@ -138,7 +132,7 @@ remove_pod() {
 }
 
 teardown() {
-  [ -z "$CRI_SKIP" ] || return 0
+  [ -z "$FILE_SKIP" ] || return 0
   local leaks="" p
   for p in $(cat "$CT/pods" 2>/dev/null); do remove_pod "$p" 2>/dev/null || leaks+="pod $p not removed; "; done
   rm -f "$CT/pods"

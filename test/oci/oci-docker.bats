@@ -22,11 +22,10 @@ bats_require_minimum_version 1.5.0
 DRT=${DOCKER_RUNTIME:-agsx}
 IMG=localhost/agsx-test:busybox
 
-# A missing dockerd skips every test (setup reads DK_SKIP: Debian's bats
-# 1.8 fails a file whose setup_file skips).
+# A missing dockerd skips every test (FILE_SKIP, helpers.bash).
 setup_file() {
-  export DK_SKIP=
-  command -v dockerd >/dev/null || { DK_SKIP="dockerd is not installed (apt-get install docker.io)"; return 0; }
+  export FILE_SKIP=
+  command -v dockerd >/dev/null || { FILE_SKIP="dockerd is not installed (apt-get install docker.io)"; return 0; }
   local dk
   # Short: containerd's sockets live below it (a unix socket path is at
   # most 107 bytes).
@@ -100,10 +99,10 @@ agsx_only() { [ "$DRT" = agsx ] || skip "agsx-oci only (the oracle has no such p
 # The directory of the container's cgroup for CONTROLLER (v1) or v2.
 ctr_cgroup() { proc_cgroup_dir "$(D inspect -f '{{.State.Pid}}' "$1")" "$2"; }
 
-setup() { [ -z "$DK_SKIP" ] || skip "$DK_SKIP"; }
+setup() { [ -z "$FILE_SKIP" ] || skip "$FILE_SKIP"; }
 
 teardown() {
-  [ -z "$DK_SKIP" ] || return 0
+  [ -z "$FILE_SKIP" ] || return 0
   local leaks="" ids d
   ids=$(D ps -aq 2>/dev/null)
   [ -z "$ids" ] || D rm -f $ids >/dev/null 2>&1 || true
