@@ -3,12 +3,13 @@
 #define AGSX_MCP_INTERNAL_H
 
 #include "api/spawn.h"
+#include "mcp/rpc.h"
 #include "mcp/mcp.h"
 #include "util/json.h"
 
 struct agsx_mcp {
   const struct agsx_mcp_config *cfg;
-  int statefd;
+  int statefd, sigfd;
   struct agsx_spawner spawner;
   char session[17];
   /* the input: bytes read and not yet handled; SCANNED: how far an exec
@@ -23,8 +24,12 @@ struct agsx_mcp {
   bool cancelled;
 };
 
-/* Reads what IN_FD has (non-blocking): false at EOF or error. */
+/* Reads what IN_FD has (non-blocking): false at EOF or error. Reads
+ * nothing while the input holds AGSX_MCP_INPUT_MAX bytes not handled. */
 bool agsx_mcp_read_input(struct agsx_mcp *s);
+#define AGSX_MCP_INPUT_MAX (2 * AGSX_RPC_LINE_MAX)
+/* Whether the input has room for more (the fd is worth polling). */
+bool agsx_mcp_input_room(const struct agsx_mcp *s);
 /* Looks at the complete lines not scanned yet for notifications/cancelled
  * of the current request (they stay in the input, handled later). */
 void agsx_mcp_scan_cancel(struct agsx_mcp *s);

@@ -130,8 +130,10 @@ static void handle_line(struct agsx_mcp *s, const char *line, size_t len) {
   agsx_rpc_msg_clear(&m);
 }
 
+bool agsx_mcp_input_room(const struct agsx_mcp *s) { return s->in_len < AGSX_MCP_INPUT_MAX; }
+
 bool agsx_mcp_read_input(struct agsx_mcp *s) {
-  for (;;) {
+  while (agsx_mcp_input_room(s)) {
     if (s->in_cap - s->in_len < 65536) {
       s->in_cap = s->in_cap ? s->in_cap * 2 : 131072;
       s->in = xrealloc(s->in, s->in_cap);
@@ -139,9 +141,7 @@ bool agsx_mcp_read_input(struct agsx_mcp *s) {
     ssize_t n = read(s->cfg->in_fd, s->in + s->in_len, s->in_cap - s->in_len);
     if (n > 0) {
       s->in_len += (size_t)n;
-      if (s->in_len > 2 * AGSX_RPC_LINE_MAX)
-        return true; /* enough to work on; the rest waits in the pipe */
-      continue;
+      continue; /* up to the bound; the rest waits in the pipe */
     }
     if (n < 0 && errno == EINTR)
       continue;
@@ -152,6 +152,7 @@ bool agsx_mcp_read_input(struct agsx_mcp *s) {
     s->eof = true;
     return false;
   }
+  return true;
 }
 
 void agsx_mcp_scan_cancel(struct agsx_mcp *s) {
@@ -245,9 +246,10 @@ static int session_id(char ret[17], agsx_error_t *err) {
   return 0;
 }
 
-static void loop(struct agsx_mcp *s, int sigfd) {
+static void loop(struct agsx_mcp *s) {
   while (!s->stop && !s->eof) {
-    struct pollfd p[2] = {{.fd = s->cfg->in_fd, .events = POLLIN}, {.fd = sigfd, .events = POLLIN}};
+    struct pollfd p[2] = {{.fd = s->cfg->in_fd, .events = POLLIN},
+                          {.fd = s->sigfd, .events = POLLIN}};
     if (poll(p, 2, -1) < 0) {
       if (errno == EINTR)
         continue;
@@ -263,7 +265,7 @@ static void loop(struct agsx_mcp *s, int sigfd) {
 }
 
 int agsx_mcp_serve(const struct agsx_mcp_config *cfg, agsx_error_t *err) {
-  struct agsx_mcp s = {.cfg = cfg, .statefd = -1, .spawner = {-1, 0}};
+  struct agsx_mcp s = {.cfg = cfg, .statefd = -1, .sigfd = -1, .spawner = {-1, 0}};
   /* The spawner first: supervisors forked later keep nothing of ours. */
   if (session_id(s.session, err) < 0 || agsx_spawner_start(&s.spawner, err) < 0)
     return -1;
@@ -275,21 +277,22 @@ int agsx_mcp_serve(const struct agsx_mcp_config *cfg, agsx_error_t *err) {
   sigaddset(&set, SIGHUP);
   sigprocmask(SIG_BLOCK, &set, NULL);
   signal(SIGPIPE, SIG_IGN);
-  _cleanup_close_ int sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  s.sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
   int fl = fcntl(cfg->in_fd, F_GETFL);
-  if (sigfd < 0 || fl < 0 || fcntl(cfg->in_fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+  if (s.sigfd < 0 || fl < 0 || fcntl(cfg->in_fd, F_SETFL, fl | O_NONBLOCK) < 0) {
     agsx_error_set(err, errno, "set up the input");
     goto out;
   }
   if ((s.statefd = agsx_state_open(cfg->state, true, err)) < 0)
     goto out;
   agsx_info("mcp: session %s: serving MCP on stdio", s.session);
-  loop(&s, sigfd);
+  loop(&s);
   agsx_mcp_end_session(&s);
   rc = 0;
 out:
   agsx_spawner_stop(&s.spawner);
   agsx_closep(&s.statefd);
+  agsx_closep(&s.sigfd);
   free(s.in);
   return rc;
 }

@@ -446,12 +446,17 @@ static int follow(struct agsx_mcp *s, const char *id, uint32_t pid, struct captu
       }
       continue;
     }
-    struct pollfd p[2] = {{.fd = agsx_log_reader_fd(r), .events = POLLIN},
-                          {.fd = s->eof ? -1 : s->cfg->in_fd, .events = POLLIN}};
-    if (poll(p, 2, 1000) < 0 && errno != EINTR)
+    /* A full input is not read meanwhile: the client waits for us. */
+    bool room = !s->eof && agsx_mcp_input_room(s);
+    struct pollfd p[3] = {{.fd = agsx_log_reader_fd(r), .events = POLLIN},
+                          {.fd = room ? s->cfg->in_fd : -1, .events = POLLIN},
+                          {.fd = s->sigfd, .events = POLLIN}};
+    if (poll(p, 3, 1000) < 0 && errno != EINTR)
       break;
     if (p[1].revents && !agsx_mcp_read_input(s))
       s->cancelled = true; /* the session ends: nobody waits for the answer */
+    if (p[2].revents)
+      s->cancelled = s->stop = true; /* SIGTERM...: the loop then ends the session */
     agsx_mcp_scan_cancel(s);
     if (s->cancelled) {
       agsx_error_t e = NULL;
