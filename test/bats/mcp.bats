@@ -65,6 +65,9 @@ INIT='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":
   gone() { [ "$(ax ls -q | cut -c1-12)" = "${keep:0:12}" ]; }
   poll 100 gone
   ax exec "$keep" true
+  # its limits (memory: "64m", cpus: 0.5) are the sandbox's
+  [ "$(rec "$keep" memory)" = 67108864 ]
+  [ "$(rec "$keep" cpu_quota_us)" -gt 0 ]
   ax kill "$keep"
 }
 

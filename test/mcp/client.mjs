@@ -103,7 +103,7 @@ check(gone, 'and its process was killed in the sandbox', r);
 await client.ping();
 check(true, 'ping after the cancellation');
 
-r = await call('sandbox_create', { image, keep: true, timeout: 120 });
+r = await call('sandbox_create', { image, keep: true, timeout: 120, memory: '64m', cpus: 0.5 });
 ok(r, 'sandbox_create keep');
 console.log(`KEEP ${r.structuredContent.id}`);
 r = await call('sandbox_list', {});
