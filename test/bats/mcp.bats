@@ -56,6 +56,8 @@ INIT='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":
   echo "$output"
   [ "$status" -eq 0 ]
   ! grep -q '^not ok' <<<"$output"
+  # (the server's stderr is here too: no sanitizer report in the ASan build)
+  ! grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' <<<"$output"
   grep -q '^ok - closed' <<<"$output"
   keep=$(awk '$1 == "KEEP" {print $2}' <<<"$output")
   ends=$(awk '$1 == "ENDS" {print $2}' <<<"$output")
