@@ -13,7 +13,8 @@
  * a tool reaches only those, and at the end of IN_FD every one not created
  * with keep is stopped. Calls are handled one at a time; while an exec
  * runs, the input is still read, so notifications/cancelled of that exec
- * kills its process tree (other requests wait for the exec to end). */
+ * kills its process (its timeout kills its whole tree); other requests
+ * wait for the exec to end. */
 #ifndef AGSX_MCP_MCP_H
 #define AGSX_MCP_MCP_H
 

@@ -161,7 +161,7 @@ static int arg_env(yajl_val a, const char *k, char ***ret, agsx_error_t *err) {
   yajl_val v = a ? agsx_json_get(a, k) : NULL;
   for (size_t i = 0; YAJL_IS_OBJECT(v) && i < v->u.object.len; i++) {
     const char *key = v->u.object.keys[i];
-    if (*key == '\0' || strchr(key, '=') || strchr(key, '\0') != key + strlen(key))
+    if (*key == '\0' || strchr(key, '='))
       return agsx_error_set(err, EINVAL, "env: invalid variable name `%.64s`", key);
     _cleanup_free_ char *kv = xasprintf("%s=%s", key, v->u.object.values[i]->u.string);
     agsx_strv_push(ret, kv);
