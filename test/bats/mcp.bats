@@ -99,6 +99,18 @@ INIT='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":
   [ "$(grep -c '"code":-32600' <<<"$output")" -eq 2 ]
 }
 
+@test "mcp: a line over 8 MiB is a parse error, skipped to its newline" {
+  AX_CMD="agsx mcp <<< (9 MiB line, ping)"
+  run --separate-stderr ax mcp < <(python3 -c '
+import sys
+sys.stdout.write("{\"x\":\"" + "a" * (9 << 20) + "\"}\n")
+sys.stdout.write("{\"jsonrpc\":\"2.0\",\"id\":\"after\",\"method\":\"ping\"}\n")')
+  [ "$status" -eq 0 ]
+  [ "$(sed -n 1p <<<"$output")" = '{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error: a message over 8 MiB"}}' ]
+  [ "$(sed -n 2p <<<"$output")" = '{"jsonrpc":"2.0","id":"after","result":{}}' ]
+  [ "$(wc -l <<<"$output")" -eq 2 ]
+}
+
 @test "mcp: protocol versions: the client's when known, else the newest" {
   mcp_lines "$INIT" \
     '{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2024-11-05"}}' \
