@@ -278,6 +278,8 @@ int agsx_mcp_serve(const struct agsx_mcp_config *cfg, agsx_error_t *err) {
   sigprocmask(SIG_BLOCK, &set, NULL);
   signal(SIGPIPE, SIG_IGN);
   s.sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  /* O_NONBLOCK is the open file description's: a terminal shared with the
+   * shell gets its flags back at the end. */
   int fl = fcntl(cfg->in_fd, F_GETFL);
   if (s.sigfd < 0 || fl < 0 || fcntl(cfg->in_fd, F_SETFL, fl | O_NONBLOCK) < 0) {
     agsx_error_set(err, errno, "set up the input");
@@ -290,6 +292,8 @@ int agsx_mcp_serve(const struct agsx_mcp_config *cfg, agsx_error_t *err) {
   agsx_mcp_end_session(&s);
   rc = 0;
 out:
+  if (fl >= 0)
+    fcntl(cfg->in_fd, F_SETFL, fl);
   agsx_spawner_stop(&s.spawner);
   agsx_closep(&s.statefd);
   agsx_closep(&s.sigfd);
