@@ -48,6 +48,12 @@ r = await call('exec', { sandbox: id, command: 'echo "$GREETING" >&2; exit 3' })
 ok(r, 'exec command');
 check(r.structuredContent.exit_code === 3 && r.structuredContent.stderr === 'hi there\n', 'exit 3, stderr, the sandbox env', r.structuredContent);
 
+r = await call('exec', { sandbox: id, argv: ['sh', '-c', 'pwd; id -u; echo $X'], cwd: '/tmp', user: '1000', env: { X: 'y' } });
+check(r.structuredContent?.stdout === '/tmp\n1000\ny\n', 'exec cwd, user, env', r);
+r = await call('exec', { sandbox: id, argv: ['pwd'], cwd: 'tmp' });
+check(r.isError && /absolute/.test(r.content[0].text), 'a relative cwd: isError', r);
+r = await call('exec', { sandbox: id, argv: ['/no/such/program'] });
+check(r.isError && /127/.test(r.content[0].text), 'a missing program: isError, 127', r);
 r = await call('exec', { sandbox: id, argv: ['cat'], stdin: 'fed\n' });
 check(r.structuredContent?.stdout === 'fed\n', 'exec stdin', r);
 
