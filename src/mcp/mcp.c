@@ -188,7 +188,7 @@ static void handle_input(struct agsx_mcp *s) {
     size_t avail = s->in_len - off;
     if (nl == NULL) {
       if (avail > AGSX_RPC_LINE_MAX && !s->discarding) {
-        send_error(s, NULL, AGSX_RPC_PARSE_ERROR, "parse error: a message over 8 MiB");
+        send_error(s, NULL, AGSX_RPC_PARSE_ERROR, AGSX_RPC_TOO_LONG);
         s->discarding = true;
       }
       if (s->discarding)

@@ -33,7 +33,7 @@ int agsx_rpc_parse(const char *buf, size_t len, struct agsx_rpc_msg *ret, int *r
   *ret = (struct agsx_rpc_msg){0};
   *ret_code = AGSX_RPC_PARSE_ERROR;
   if (len > AGSX_RPC_LINE_MAX)
-    return agsx_error_set(err, 0, "parse error: a message over %u bytes", AGSX_RPC_LINE_MAX);
+    return agsx_error_set(err, 0, AGSX_RPC_TOO_LONG);
   agsx_error_t perr = NULL;
   ret->tree = agsx_json_parse(buf, len, AGSX_RPC_LINE_MAX, &perr);
   if (ret->tree == NULL) {

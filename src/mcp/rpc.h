@@ -16,6 +16,8 @@
 #include "util/util.h"
 
 #define AGSX_RPC_LINE_MAX (8u << 20) /* bytes of one message */
+/* The error of a longer one, whether it was seen whole or in part. */
+#define AGSX_RPC_TOO_LONG "parse error: a message over 8 MiB"
 
 enum {
   AGSX_RPC_PARSE_ERROR = -32700,
