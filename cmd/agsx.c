@@ -319,6 +319,16 @@ static const struct agsx_option fork_opts[] = {
     {0},
 };
 
+static const struct agsx_option mcp_opts[] = {
+    {"network", 0, "MODE",
+     "A network sandbox_create may ask for besides internal (default: internal only): "
+     "public or vpc:NAME",
+     O_NETWORK},
+    {"max-sandboxes", 0, "N", "Running sandboxes per session at most (default 8, at most 256)",
+     O_MAX_SANDBOXES},
+    {0},
+};
+
 static const struct agsx_option serve_opts[] = {
     {"listen", 0, "ADDR:PORT",
      "Listen here (default 127.0.0.1:3000; loopback unless --listen-public)", O_LISTEN},
@@ -416,6 +426,8 @@ const struct agsx_command agsx_commands[] = {
      NULL},
     {"serve", "[OPTIONS]", "Serve the E2B-compatible HTTP API (SDKs run unmodified)", serve_opts,
      agsx_cmd_serve, NULL},
+    {"mcp", "[OPTIONS]", "Serve sandboxes as MCP tools over stdio (for agents' MCP clients)",
+     mcp_opts, agsx_cmd_mcp, NULL},
     {"image ls", "[OPTIONS]", "List images", image_ls_opts, agsx_cmd_image_ls, NULL},
     {"image load", "[OPTIONS] PATH|-",
      "Load images from an OCI layout, an oci-archive or a docker-archive", image_load_opts,

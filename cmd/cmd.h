@@ -104,6 +104,7 @@ enum {
   O_EGRESS_CLEAR,
   O_POOL,
   O_SIZE,
+  O_MAX_SANDBOXES,
 };
 
 /* The table, in cmd/agsx.c. */
@@ -159,6 +160,7 @@ int agsx_cmd_stats(struct agsx_ctx *, const struct agsx_command *, int, char **)
 int agsx_cmd_build(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_gc(struct agsx_ctx *, const struct agsx_command *, int, char **);
 int agsx_cmd_serve(struct agsx_ctx *, const struct agsx_command *, int, char **);
+int agsx_cmd_mcp(struct agsx_ctx *, const struct agsx_command *, int, char **);
 /* --allow RULE, --deny RULE and --rules FILE (run and network create). */
 struct agsx_sg_rule;
 int agsx_cmd_parse_rule_opt(int id, const char *v, struct agsx_sg_rule **rules, size_t *n,

@@ -275,6 +275,7 @@ complete -c agsx -n '__agsx_cmd' -a gc -d 'Remove what ended sandboxes and crash
 complete -c agsx -n '__agsx_cmd' -a info -d 'Show the kernel features and cgroups agsx finds, and the path it takes'
 complete -c agsx -n '__agsx_cmd' -a browser -d 'Start headless Chromium in a sandbox; print its DevTools WebSocket URL'
 complete -c agsx -n '__agsx_cmd' -a serve -d 'Serve the E2B-compatible HTTP API (SDKs run unmodified)'
+complete -c agsx -n '__agsx_cmd' -a mcp -d "Serve sandboxes as MCP tools over stdio (for agents' MCP clients)"
 complete -c agsx -n '__agsx_cmd' -a code -d "Run code in a sandbox's stateful code context (Python, bash)"
 complete -c agsx -n '__agsx_cmd' -a build -d 'Build an image from a Dockerfile'
 complete -c agsx -n '__agsx_cmd' -a image -d 'Manage images'
@@ -482,6 +483,11 @@ complete -c agsx -n '__agsx_cmd rollback' -a '(__agsx_sandbox_names)' -d Sandbox
 # agsx port
 complete -c agsx -n '__agsx_cmd port' -s h -l help -d 'Show this help'
 complete -c agsx -n '__agsx_cmd port' -a '(__agsx_sandbox_names)' -d Sandbox
+
+# agsx mcp
+complete -c agsx -n '__agsx_cmd mcp' -l network -x -a 'internal public' -d 'A network sandbox_create may ask for besides internal'
+complete -c agsx -n '__agsx_cmd mcp' -l max-sandboxes -x -d 'Running sandboxes per session at most (default 8)'
+complete -c agsx -n '__agsx_cmd mcp' -s h -l help -d 'Show this help'
 
 # agsx serve
 complete -c agsx -n '__agsx_cmd serve' -l listen -x -d 'Listen here (default 127.0.0.1:3000)'

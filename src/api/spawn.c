@@ -77,8 +77,10 @@ static void handle(int fd, const char *buf, size_t len) {
                                   .dst = colon ? colon + 1 : volumes[i] + strlen(volumes[i]),
                                   .volume = true};
   }
-  int64_t timeout = 0;
+  int64_t timeout = 0, memory = 0;
   agsx_json_get_int64(v, "timeout", &timeout);
+  agsx_json_get_int64(v, "memory", &memory);
+  yajl_val cpus = agsx_json_get(v, "cpus");
   yajl_val pause_on_timeout = agsx_json_get(v, "pause_on_timeout");
   struct agsx_run_spec spec = {
       .root = agsx_json_get_string(v, "root"),
@@ -92,6 +94,8 @@ static void handle(int fd, const char *buf, size_t len) {
       .binds = binds,
       .n_binds = nv,
       .timeout = (uint64_t)(timeout > 0 ? timeout : 0),
+      .memory = (uint64_t)(memory > 0 ? memory : 0),
+      .cpus = YAJL_IS_DOUBLE(cpus) && cpus->u.number.d > 0 ? cpus->u.number.d : 0,
       .rm = true,
       .idle = true,
       .pause_on_timeout = pause_on_timeout && YAJL_IS_TRUE(pause_on_timeout),
@@ -188,6 +192,12 @@ int agsx_spawn(struct agsx_spawner *sp, const struct agsx_spawn_req *req, char r
   agsx_json_kv_str(g, "network", req->network);
   agsx_json_kv_int(g, "timeout", (int64_t)req->timeout);
   agsx_json_kv_bool(g, "pause_on_timeout", req->pause_on_timeout);
+  if (req->memory)
+    agsx_json_kv_int(g, "memory", (int64_t)req->memory);
+  if (req->cpus > 0) {
+    agsx_json_key(g, "cpus");
+    yajl_gen_double(g, req->cpus);
+  }
   if (req->new_privs)
     agsx_json_kv_bool(g, "new_privs", true);
   gen_strv(g, "env", req->env);

@@ -30,6 +30,8 @@ struct agsx_spawn_req {
   char **egress;  /* egress rules ("allow pypi.org", net/egress.h), or NULL */
   char **volumes; /* named volumes to mount, NAME:/path (sandbox/volume.h), or NULL */
   uint64_t timeout;
+  uint64_t memory;       /* bytes, 0: the default */
+  double cpus;           /* 0: no limit */
   bool pause_on_timeout; /* lifecycle.onTimeout "pause" (agsx_run_spec) */
   bool new_privs;        /* the template's no-new-privileges=false (sandbox/procexec.h) */
 };

@@ -283,6 +283,7 @@ EOF
 @test "docs: unpause options" { doc_sets_agree unpause; }
 @test "docs: browser options" { doc_sets_agree browser; }
 @test "docs: serve options" { doc_sets_agree serve; }
+@test "docs: mcp options" { doc_sets_agree mcp; }
 @test "docs: code options" { doc_sets_agree code; }
 
 @test "docs: build options" { doc_sets_agree build; }
@@ -310,6 +311,7 @@ kill
 load
 logs
 ls
+mcp
 netlog
 network create
 network inspect

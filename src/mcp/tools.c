@@ -1,0 +1,743 @@
+/* agsx — mcp: the tools. One table per tool describes its arguments: it
+ * gives tools/list its inputSchema and checks every call's arguments
+ * (unknown names, wrong types and out-of-range numbers are JSON-RPC invalid
+ * params), so the schema and the check cannot disagree. A failure of the
+ * tool itself is a result with isError and a message an agent can act on. */
+#include "config.h"
+
+#include "api/fsops.h"
+#include "mcp/mcp-internal.h"
+#include "mcp/rpc.h"
+#include "sandbox/control.h"
+#include "sandbox/processes.h"
+#include "state/state.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+enum arg_type { A_STR, A_INT, A_NUM, A_BOOL, A_STRV, A_ENV };
+
+struct arg {
+  const char *name;
+  enum arg_type type;
+  bool required;
+  int64_t min, max; /* A_INT, A_NUM (when max > 0) */
+  const char *desc;
+};
+
+struct tool {
+  const char *name, *title, *desc;
+  const struct arg *args;
+  const char *output; /* its outputSchema, JSON */
+  bool read_only, destructive;
+  int (*call)(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err);
+};
+
+/* ---- arguments ----------------------------------------------------------------------------- */
+
+static const char *type_name(enum arg_type t) {
+  switch (t) {
+  case A_STR: return "string";
+  case A_INT: return "integer";
+  case A_NUM: return "number";
+  case A_BOOL: return "boolean";
+  case A_STRV: return "array";
+  case A_ENV: return "object";
+  }
+  return "string";
+}
+
+static void gen_input_schema(yajl_gen g, const struct arg *args) {
+  yajl_gen_map_open(g);
+  agsx_json_kv_str(g, "type", "object");
+  agsx_json_key(g, "properties");
+  yajl_gen_map_open(g);
+  for (const struct arg *a = args; a->name; a++) {
+    agsx_json_key(g, a->name);
+    yajl_gen_map_open(g);
+    agsx_json_kv_str(g, "type", type_name(a->type));
+    agsx_json_kv_str(g, "description", a->desc);
+    if ((a->type == A_INT || a->type == A_NUM) && a->max > 0) {
+      agsx_json_kv_int(g, "minimum", a->min);
+      agsx_json_kv_int(g, "maximum", a->max);
+    }
+    if (a->type == A_STRV || a->type == A_ENV) {
+      agsx_json_key(g, a->type == A_STRV ? "items" : "additionalProperties");
+      yajl_gen_map_open(g);
+      agsx_json_kv_str(g, "type", "string");
+      yajl_gen_map_close(g);
+    }
+    yajl_gen_map_close(g);
+  }
+  yajl_gen_map_close(g);
+  agsx_json_key(g, "required");
+  yajl_gen_array_open(g);
+  for (const struct arg *a = args; a->name; a++)
+    if (a->required)
+      agsx_json_str(g, a->name);
+  yajl_gen_array_close(g);
+  agsx_json_kv_bool(g, "additionalProperties", false);
+  yajl_gen_map_close(g);
+}
+
+static bool all_strings(yajl_val v, bool object) {
+  size_t n = object ? v->u.object.len : v->u.array.len;
+  for (size_t i = 0; i < n; i++)
+    if (!YAJL_IS_STRING(object ? v->u.object.values[i] : v->u.array.values[i]))
+      return false;
+  return true;
+}
+
+static int check_one(const struct arg *a, yajl_val v, agsx_error_t *err) {
+  bool ok;
+  switch (a->type) {
+  case A_STR: ok = YAJL_IS_STRING(v); break;
+  case A_INT: ok = YAJL_IS_INTEGER(v); break;
+  case A_NUM: ok = YAJL_IS_DOUBLE(v); break;
+  case A_BOOL: ok = YAJL_IS_TRUE(v) || YAJL_IS_FALSE(v); break;
+  case A_STRV: ok = YAJL_IS_ARRAY(v) && all_strings(v, false); break;
+  case A_ENV: ok = YAJL_IS_OBJECT(v) && all_strings(v, true); break;
+  default: ok = false;
+  }
+  if (!ok)
+    return agsx_error_set(
+        err, 0, "invalid params: argument \"%s\" must be %s%s", a->name,
+        a->type == A_STRV  ? "an array of strings"
+        : a->type == A_ENV ? "an object of strings"
+        : a->type == A_INT ? "an integer"
+                           : "a ",
+        a->type == A_STRV || a->type == A_ENV || a->type == A_INT ? "" : type_name(a->type));
+  if (a->max > 0 && a->type == A_INT && (v->u.number.i < a->min || v->u.number.i > a->max))
+    return agsx_error_set(err, 0, "invalid params: argument \"%s\" must be %lld to %lld", a->name,
+                          (long long)a->min, (long long)a->max);
+  if (a->max > 0 && a->type == A_NUM &&
+      !(v->u.number.d >= (double)a->min && v->u.number.d <= (double)a->max))
+    return agsx_error_set(err, 0, "invalid params: argument \"%s\" must be %lld to %lld", a->name,
+                          (long long)a->min, (long long)a->max);
+  return 0;
+}
+
+static int check_args(const struct tool *t, yajl_val a, agsx_error_t *err) {
+  if (a && !YAJL_IS_OBJECT(a))
+    return agsx_error_set(err, 0, "invalid params: \"arguments\" must be an object");
+  for (size_t i = 0; a && i < a->u.object.len; i++) {
+    const struct arg *d = t->args;
+    while (d->name && strcmp(d->name, a->u.object.keys[i]) != 0)
+      d++;
+    if (d->name == NULL)
+      return agsx_error_set(err, 0, "invalid params: %s has no argument \"%.64s\"", t->name,
+                            a->u.object.keys[i]);
+    if (check_one(d, a->u.object.values[i], err) < 0)
+      return -1;
+  }
+  for (const struct arg *d = t->args; d->name; d++)
+    if (d->required && agsx_json_get(a, d->name) == NULL)
+      return agsx_error_set(err, 0, "invalid params: %s needs argument \"%s\"", t->name, d->name);
+  return 0;
+}
+
+static const char *arg_str(yajl_val a, const char *k) {
+  return a ? agsx_json_get_string(a, k) : NULL;
+}
+static int64_t arg_int(yajl_val a, const char *k, int64_t dflt) {
+  int64_t v;
+  return a && agsx_json_get_int64(a, k, &v) ? v : dflt;
+}
+static bool arg_bool(yajl_val a, const char *k) {
+  yajl_val v = a ? agsx_json_get(a, k) : NULL;
+  return YAJL_IS_TRUE(v);
+}
+static char **arg_strv(yajl_val a, const char *k) {
+  yajl_val v = a ? agsx_json_get(a, k) : NULL;
+  char **out = NULL;
+  for (size_t i = 0; YAJL_IS_ARRAY(v) && i < v->u.array.len; i++)
+    agsx_strv_push(&out, v->u.array.values[i]->u.string);
+  return out;
+}
+/* {"K":"V"} as K=V strings; EINVAL for a key that cannot be one. */
+static int arg_env(yajl_val a, const char *k, char ***ret, agsx_error_t *err) {
+  yajl_val v = a ? agsx_json_get(a, k) : NULL;
+  for (size_t i = 0; YAJL_IS_OBJECT(v) && i < v->u.object.len; i++) {
+    const char *key = v->u.object.keys[i];
+    if (*key == '\0' || strchr(key, '='))
+      return agsx_error_set(err, EINVAL, "env: invalid variable name `%.64s`", key);
+    _cleanup_free_ char *kv = xasprintf("%s=%s", key, v->u.object.values[i]->u.string);
+    agsx_strv_push(ret, kv);
+  }
+  return 0;
+}
+
+/* ---- sandboxes of the session ----------------------------------------------------------------- */
+
+static bool ours(const struct agsx_mcp *s, const struct agsx_record *r) {
+  const char *sess = agsx_label_get(r->labels, AGSX_MCP_LABEL_SESSION);
+  return sess && strcmp(sess, s->session) == 0;
+}
+
+/* The running sandbox SANDBOX (an id, a prefix or a name) of this session. */
+static int find(struct agsx_mcp *s, const char *sandbox, struct agsx_record *ret,
+                agsx_error_t *err) {
+  agsx_error_t e = NULL;
+  if (agsx_state_lookup_at(s->statefd, sandbox, ret, &e) < 0 || !ours(s, ret)) {
+    if (e == NULL)
+      agsx_record_clear(ret);
+    agsx_error_free(&e);
+    return agsx_error_set(err, ENOENT,
+                          "no sandbox `%.64s` in this session (sandbox_list shows them)", sandbox);
+  }
+  if (ret->status == AGSX_STATUS_EXITED || ret->stop_request ||
+      !agsx_proc_ref_alive(&ret->supervisor)) {
+    agsx_record_clear(ret);
+    return agsx_error_set(err, ESRCH, "sandbox `%.64s` is not running (create a new one)", sandbox);
+  }
+  return 0;
+}
+
+static unsigned running_count(struct agsx_mcp *s) {
+  struct agsx_record *recs = NULL;
+  size_t n = agsx_state_load(s->statefd, 0, &recs);
+  unsigned count = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (ours(s, &recs[i]) && recs[i].status != AGSX_STATUS_EXITED && !recs[i].stop_request)
+      count++;
+    agsx_record_clear(&recs[i]);
+  }
+  free(recs);
+  return count;
+}
+
+static void gen_sandbox(yajl_gen g, const struct agsx_record *r) {
+  yajl_gen_map_open(g);
+  agsx_json_kv_str(g, "id", r->id);
+  agsx_json_kv_str(g, "image", r->image ? r->image : "");
+  agsx_json_kv_str(g, "status", agsx_record_status_name(r->status));
+  agsx_json_kv_str(g, "network", r->network ? r->network : "internal");
+  agsx_json_kv_int(g, "deadline", r->deadline);
+  agsx_json_kv_bool(g, "keep", agsx_label_get(r->labels, AGSX_MCP_LABEL_KEEP) != NULL);
+  yajl_gen_map_close(g);
+}
+
+#define SANDBOX_SCHEMA                                                                             \
+  "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"image\":{\"type\":"         \
+  "\"string\"},\"status\":{\"type\":\"string\"},\"network\":{\"type\":\"string\"},\"deadline\":"   \
+  "{\"type\":\"integer\",\"description\":\"seconds since the epoch\"},\"keep\":{\"type\":"         \
+  "\"boolean\"}},\"required\":[\"id\",\"image\",\"status\",\"network\",\"deadline\",\"keep\"]}"
+
+/* ---- sandbox_create ----------------------------------------------------------------------------- */
+
+static const struct arg create_args[] = {
+    {"image", A_STR, true, 0, 0, "An image of the local store (agsx image ls), e.g. busybox"},
+    {"timeout", A_INT, false, 1, 86400, "Lifetime in seconds (default 1800)"},
+    {"env", A_ENV, false, 0, 0, "Environment variables of the sandbox"},
+    {"memory", A_STR, false, 0, 0, "Memory limit, e.g. 512m or 2g"},
+    {"cpus", A_NUM, false, 0, 1024, "CPU limit in CPUs, e.g. 0.5"},
+    {"network", A_STR, false, 0, 0,
+     "internal (default: no network) or the mode agsx mcp --network allows"},
+    {"keep", A_BOOL, false, 0, 0, "Keep the sandbox running after this session ends"},
+    {0},
+};
+
+static int create(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  const struct agsx_mcp_config *cfg = s->cfg;
+  const char *net = arg_str(a, "network"), *mem = arg_str(a, "memory");
+  if (net && strcmp(net, "internal") == 0)
+    net = NULL;
+  if (net && (cfg->network == NULL || strcmp(net, cfg->network) != 0))
+    return agsx_error_set(err, EPERM,
+                          "network `%.64s` is not allowed: this server allows only internal%s%s",
+                          net, cfg->network ? " and " : " (agsx mcp --network MODE allows more)",
+                          cfg->network ? cfg->network : "");
+  uint64_t memory = 0;
+  if (mem && agsx_parse_size(mem, &memory, err) < 0)
+    return agsx_error_wrap(err, "memory");
+  double cpus = 0;
+  yajl_val c = agsx_json_get(a, "cpus");
+  if (YAJL_IS_DOUBLE(c))
+    cpus = c->u.number.d;
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cpus < 0 || (ncpu > 0 && cpus > (double)ncpu))
+    return agsx_error_set(err, EINVAL, "cpus: at most the %ld CPUs of this host", ncpu);
+  unsigned n = running_count(s);
+  if (n >= cfg->max_sandboxes)
+    return agsx_error_set(err, EAGAIN,
+                          "this session already runs %u sandboxes, its maximum "
+                          "(agsx mcp --max-sandboxes): sandbox_kill one first",
+                          n);
+  _cleanup_strv_ char **env = NULL, **labels = NULL;
+  if (arg_env(a, "env", &env, err) < 0)
+    return -1;
+  agsx_labels_set(&labels, AGSX_MCP_LABEL_SESSION, s->session);
+  if (arg_bool(a, "keep"))
+    agsx_labels_set(&labels, AGSX_MCP_LABEL_KEEP, "true");
+  struct agsx_spawn_req q = {
+      .root = cfg->root,
+      .state = cfg->state,
+      .image = arg_str(a, "image"),
+      .network = net,
+      .env = env,
+      .labels = labels,
+      .timeout = (uint64_t)arg_int(a, "timeout", AGSX_MCP_LIFETIME_DEFAULT),
+      .memory = memory,
+      .cpus = cpus,
+  };
+  char id[33];
+  int status;
+  if (agsx_spawn(&s->spawner, &q, id, &status, err) < 0)
+    return agsx_error_wrap(err, "create a sandbox of image `%.100s`", q.image);
+  struct agsx_record rec;
+  if (agsx_record_read(s->statefd, id, &rec, err) < 0)
+    return agsx_error_wrap(err, "the new sandbox %.12s", id);
+  agsx_info("mcp: session %s: created sandbox %.12s (%s)", s->session, id, q.image);
+  gen_sandbox(g, &rec);
+  agsx_record_clear(&rec);
+  return 0;
+}
+
+/* ---- sandbox_list -------------------------------------------------------------------------------- */
+
+static const struct arg no_args[] = {{0}};
+
+static int list(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  (void)a, (void)err;
+  struct agsx_record *recs = NULL;
+  size_t n = agsx_state_load(s->statefd, 0, &recs);
+  yajl_gen_map_open(g);
+  agsx_json_key(g, "sandboxes");
+  yajl_gen_array_open(g);
+  for (size_t i = 0; i < n; i++) {
+    if (ours(s, &recs[i]) && recs[i].status != AGSX_STATUS_EXITED && !recs[i].stop_request)
+      gen_sandbox(g, &recs[i]);
+    agsx_record_clear(&recs[i]);
+  }
+  free(recs);
+  yajl_gen_array_close(g);
+  yajl_gen_map_close(g);
+  return 0;
+}
+
+/* ---- sandbox_kill -------------------------------------------------------------------------------- */
+
+static const struct arg kill_args[] = {
+    {"sandbox", A_STR, true, 0, 0, "The sandbox's id (or its name or an id prefix)"},
+    {"confirm", A_BOOL, false, 0, 0, "Must be true: the sandbox and its files are gone for good"},
+    {0},
+};
+
+static int kill_sandbox(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  if (!arg_bool(a, "confirm"))
+    return agsx_error_set(err, EPERM,
+                          "sandbox_kill destroys the sandbox and its files: call it again with "
+                          "confirm: true if that is meant");
+  struct agsx_record rec;
+  if (find(s, arg_str(a, "sandbox"), &rec, err) < 0)
+    return -1;
+  int pidfd = -1;
+  int r = agsx_control_request_stop(s->statefd, rec.id, &pidfd, err);
+  agsx_closep(&pidfd);
+  if (r == 0) {
+    yajl_gen_map_open(g);
+    agsx_json_kv_str(g, "id", rec.id);
+    agsx_json_kv_bool(g, "killed", true);
+    yajl_gen_map_close(g);
+  }
+  agsx_record_clear(&rec);
+  return r < 0 ? agsx_error_wrap(err, "kill") : 0;
+}
+
+/* ---- exec ----------------------------------------------------------------------------------------- */
+
+static const struct arg exec_args[] = {
+    {"sandbox", A_STR, true, 0, 0, "The sandbox's id"},
+    {"argv", A_STRV, false, 0, 0, "The command and its arguments (or give command)"},
+    {"command", A_STR, false, 0, 0, "A shell command line, run with /bin/sh -c (or give argv)"},
+    {"cwd", A_STR, false, 0, 0, "Working directory, absolute (default: the image's)"},
+    {"env", A_ENV, false, 0, 0, "Environment variables added for this command"},
+    {"user", A_STR, false, 0, 0, "User (name or uid[:gid]; default: the image's)"},
+    {"timeout", A_INT, false, 1, 86400,
+     "Seconds before the command's whole process tree is killed (default 300)"},
+    {"stdin", A_STR, false, 0, 0, "Text fed to the command's standard input (at most 1 MiB)"},
+    {0},
+};
+
+#define EXEC_TIMEOUT_DEFAULT 300
+#define EXEC_SCHEMA                                                                                \
+  "{\"type\":\"object\",\"properties\":{\"exit_code\":{\"type\":\"integer\",\"description\":"      \
+  "\"the command's status; 128+N when killed by signal N; 126/127: could not be run\"},"           \
+  "\"signal\":{\"type\":\"integer\",\"description\":\"the signal that killed it, 0: none\"},"      \
+  "\"stdout\":{\"type\":\"string\"},\"stderr\":{\"type\":\"string\"},\"stdout_truncated\":"        \
+  "{\"type\":\"boolean\"},\"stderr_truncated\":{\"type\":\"boolean\"},\"truncated\":{\"type\":"    \
+  "\"boolean\",\"description\":\"output beyond 1 MiB per stream was dropped\"},\"timed_out\":"     \
+  "{\"type\":\"boolean\"},\"duration_ms\":{\"type\":\"integer\"}},\"required\":[\"exit_code\","    \
+  "\"signal\",\"stdout\",\"stderr\",\"stdout_truncated\",\"stderr_truncated\",\"truncated\","      \
+  "\"timed_out\",\"duration_ms\"]}"
+
+struct capture {
+  char *buf;
+  size_t len;
+  bool truncated;
+};
+
+static void keep(struct capture *c, const char *data, size_t len) {
+  size_t room = AGSX_MCP_OUTPUT_CAP - c->len;
+  if (len > room)
+    c->truncated = true;
+  if (len > room)
+    len = room;
+  if (len == 0)
+    return;
+  c->buf = xrealloc(c->buf, c->len + len + 1);
+  memcpy(c->buf + c->len, data, len);
+  c->len += len;
+}
+
+/* Feeds STDIN to process PID, then closes its stdin. */
+static int feed(struct agsx_mcp *s, const char *id, uint32_t pid, const char *in,
+                agsx_error_t *err) {
+  size_t len = in ? strlen(in) : 0;
+  for (size_t off = 0; off < len;) {
+    size_t n = len - off < AGSX_PROCESS_INPUT_MAX ? len - off : AGSX_PROCESS_INPUT_MAX;
+    if (agsx_process_input(s->statefd, id, pid, in + off, n, false, err) < 0) {
+      if (agsx_error_errno(err) != EPIPE)
+        return -1;
+      agsx_error_free(err); /* the command stopped reading: as a pipe would */
+      break;
+    }
+    off += n;
+  }
+  if (agsx_process_close_stdin(s->statefd, id, pid, err) < 0 && agsx_error_errno(err) != ENOENT &&
+      agsx_error_errno(err) != EPIPE)
+    return -1;
+  agsx_error_free(err);
+  return 0;
+}
+
+/* Follows the process's log to its end, keeping the first AGSX_MCP_OUTPUT_CAP
+ * bytes of each stream, while the input is watched for its cancellation:
+ * 1 when cancelled (the process tree is killed), 0 at the end. */
+static int follow(struct agsx_mcp *s, const char *id, uint32_t pid, struct capture out[2],
+                  struct agsx_log_rec *end, agsx_error_t *err) {
+  struct agsx_log_reader *r = NULL;
+  if (agsx_process_log_open(s->statefd, id, pid, AGSX_LOG_FROM_START, &r, err) < 0)
+    return -1;
+  int rc = -1;
+  for (;;) {
+    struct agsx_log_rec rec;
+    int n = agsx_log_next(r, &rec, err);
+    if (n < 0)
+      break;
+    if (n == 2) {
+      *end = rec;
+      end->error = NULL;
+      rc = 0;
+      break;
+    }
+    if (n == 1) {
+      if (rec.kind == AGSX_LOG_STDOUT || rec.kind == AGSX_LOG_STDERR)
+        keep(&out[rec.kind == AGSX_LOG_STDERR], rec.data, rec.len);
+      else if (rec.kind == AGSX_LOG_LOST)
+        out[0].truncated = out[1].truncated = true;
+      else if (rec.kind == AGSX_LOG_END) {
+        *end = rec;
+        end->error = NULL;
+        rc = 0;
+        break;
+      }
+      continue;
+    }
+    /* A full input is not read meanwhile: the client waits for us. */
+    bool room = !s->eof && agsx_mcp_input_room(s);
+    struct pollfd p[3] = {{.fd = agsx_log_reader_fd(r), .events = POLLIN},
+                          {.fd = room ? s->cfg->in_fd : -1, .events = POLLIN},
+                          {.fd = s->sigfd, .events = POLLIN}};
+    if (poll(p, 3, 1000) < 0 && errno != EINTR)
+      break;
+    if (p[1].revents && !agsx_mcp_read_input(s))
+      s->cancelled = true; /* the session ends: nobody waits for the answer */
+    if (p[2].revents)
+      s->cancelled = s->stop = true; /* SIGTERM...: the loop then ends the session */
+    agsx_mcp_scan_cancel(s);
+    if (s->cancelled) {
+      agsx_error_t e = NULL;
+      if (agsx_process_signal(s->statefd, id, pid, SIGKILL, &e) < 0)
+        agsx_error_free(&e);
+      agsx_info("mcp: exec %u in %.12s cancelled: killed", pid, id);
+      rc = 1;
+      break;
+    }
+  }
+  agsx_log_reader_free(r);
+  return rc;
+}
+
+static int exec(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  const char *command = arg_str(a, "command"), *cwd = arg_str(a, "cwd"), *in = arg_str(a, "stdin");
+  _cleanup_strv_ char **argv = arg_strv(a, "argv"), **env = NULL;
+  if ((argv == NULL) == (command == NULL))
+    return agsx_error_set(err, EINVAL, "give either argv (a non-empty array) or command");
+  if (command) {
+    char *sh[] = {"/bin/sh", "-c", (char *)command, NULL};
+    argv = agsx_strv_concat(sh, NULL);
+  }
+  if (cwd && cwd[0] != '/')
+    return agsx_error_set(err, EINVAL, "cwd `%.100s` must be an absolute path", cwd);
+  if (in && strlen(in) > AGSX_MCP_FILE_MAX)
+    return agsx_error_set(err, E2BIG, "stdin: at most 1 MiB");
+  if (arg_env(a, "env", &env, err) < 0)
+    return -1;
+  struct agsx_record rec;
+  if (find(s, arg_str(a, "sandbox"), &rec, err) < 0)
+    return -1;
+  int64_t t0 = agsx_mono_ns(), timeout = arg_int(a, "timeout", EXEC_TIMEOUT_DEFAULT);
+  struct agsx_process_spec spec = {.argv = argv,
+                                   .env = env,
+                                   .cwd = cwd,
+                                   .user = arg_str(a, "user"),
+                                   .stdin_open = in != NULL,
+                                   .timeout_ms = (uint64_t)timeout * 1000};
+  struct agsx_process_info info = {0};
+  struct capture out[2] = {{0}};
+  struct agsx_log_rec end = {0};
+  int code = 125, rc = -1;
+  if (agsx_process_start(s->statefd, rec.id, &spec, &info, &code, err) < 0) {
+    agsx_error_wrap(err, "exec (exit code %d)", code);
+    goto out;
+  }
+  if (in && feed(s, rec.id, info.pid, in, err) < 0)
+    goto out;
+  rc = follow(s, rec.id, info.pid, out, &end, err);
+  if (rc != 0)
+    goto out;
+  int64_t ms = (agsx_mono_ns() - t0) / 1000000;
+  int sig = end.term_signal > 0 ? end.term_signal : 0;
+  yajl_gen_map_open(g);
+  agsx_json_kv_int(g, "exit_code", sig ? 128 + sig : end.exit_code);
+  agsx_json_kv_int(g, "signal", sig);
+  for (int i = 0; i < 2; i++) {
+    agsx_json_key(g, i ? "stderr" : "stdout");
+    agsx_json_bytes(g, out[i].buf ? out[i].buf : "", out[i].len);
+  }
+  agsx_json_kv_bool(g, "stdout_truncated", out[0].truncated);
+  agsx_json_kv_bool(g, "stderr_truncated", out[1].truncated);
+  agsx_json_kv_bool(g, "truncated", out[0].truncated || out[1].truncated);
+  agsx_json_kv_bool(g, "timed_out", sig == SIGKILL && ms >= timeout * 1000);
+  agsx_json_kv_int(g, "duration_ms", ms);
+  yajl_gen_map_close(g);
+out:
+  for (int i = 0; i < 2; i++)
+    free(out[i].buf);
+  agsx_process_info_clear(&info);
+  agsx_record_clear(&rec);
+  return rc;
+}
+
+/* ---- files -------------------------------------------------------------------------------------- */
+
+static const struct arg read_args[] = {
+    {"sandbox", A_STR, true, 0, 0, "The sandbox's id"},
+    {"path", A_STR, true, 0, 0, "The file's path in the sandbox (relative: to the user's home)"},
+    {"user", A_STR, false, 0, 0, "Whose home a relative path is in (default: the image's user)"},
+    {0},
+};
+
+static const struct arg write_args[] = {
+    {"sandbox", A_STR, true, 0, 0, "The sandbox's id"},
+    {"path", A_STR, true, 0, 0,
+     "The file's path in the sandbox (parents are created; relative: to the user's home)"},
+    {"content", A_STR, true, 0, 0, "The file's new content, text (at most 1 MiB)"},
+    {"user", A_STR, false, 0, 0, "Who owns the file (default: the image's user)"},
+    {0},
+};
+
+#define FILE_SCHEMA(extra, req)                                                                    \
+  "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\",\"description\":\"absolute," \
+  " "                                                                                              \
+  "in the sandbox\"},\"size\":{\"type\":\"integer\"}" extra                                        \
+  "},\"required\":[\"path\",\"size\"" req "]}"
+
+static int fs_open(struct agsx_mcp *s, yajl_val a, struct agsx_fs_ctx **ret, agsx_error_t *err) {
+  struct agsx_record rec;
+  if (find(s, arg_str(a, "sandbox"), &rec, err) < 0)
+    return -1;
+  struct agsx_fs_opts o = {.user = arg_str(a, "user")};
+  int r = agsx_fs_open(&rec, &o, ret, err);
+  agsx_record_clear(&rec);
+  return r;
+}
+
+static int file_read(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  _cleanup_fs_ctx_ struct agsx_fs_ctx *c = NULL;
+  if (fs_open(s, a, &c, err) < 0)
+    return -1;
+  _cleanup_close_ int fd = -1;
+  uint64_t size;
+  _cleanup_free_ char *path = NULL;
+  if (agsx_fs_download_open(c, arg_str(a, "path"), &fd, &size, &path, err) < 0)
+    return -1;
+  if (size > AGSX_MCP_FILE_MAX)
+    return agsx_error_set(err, EFBIG,
+                          "`%.200s` has %llu bytes, more than file_read's 1 MiB: read part of it "
+                          "with exec (head -c, tail -c, sed -n)",
+                          path, (unsigned long long)size);
+  _cleanup_free_ char *buf = xmalloc(AGSX_MCP_FILE_MAX + 1);
+  size_t len = 0;
+  for (;;) {
+    ssize_t n = read(fd, buf + len, AGSX_MCP_FILE_MAX + 1 - len);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return agsx_error_set(err, errno, "read `%.200s`", path);
+    if (n == 0 || (len += (size_t)n) > AGSX_MCP_FILE_MAX)
+      break;
+  }
+  if (len > AGSX_MCP_FILE_MAX)
+    return agsx_error_set(err, EFBIG, "`%.200s` grew past 1 MiB while read", path);
+  yajl_gen_map_open(g);
+  agsx_json_kv_str(g, "path", path);
+  agsx_json_kv_int(g, "size", (int64_t)len);
+  agsx_json_key(g, "content");
+  agsx_json_bytes(g, buf, len);
+  yajl_gen_map_close(g);
+  return 0;
+}
+
+static int file_write(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  const char *content = arg_str(a, "content");
+  size_t len = strlen(content);
+  if (len > AGSX_MCP_FILE_MAX)
+    return agsx_error_set(err, EFBIG, "content: at most 1 MiB per file_write");
+  _cleanup_fs_ctx_ struct agsx_fs_ctx *c = NULL;
+  if (fs_open(s, a, &c, err) < 0)
+    return -1;
+  struct agsx_fs_upload *u = NULL;
+  struct agsx_fs_entry e = {0};
+  int r = -1;
+  if (agsx_fs_upload_open(c, arg_str(a, "path"), &u, err) == 0 &&
+      agsx_fs_upload_write(u, content, len, err) == 0 && agsx_fs_upload_commit(u, &e, err) == 0) {
+    yajl_gen_map_open(g);
+    agsx_json_kv_str(g, "path", e.path);
+    agsx_json_kv_int(g, "size", (int64_t)len);
+    yajl_gen_map_close(g);
+    r = 0;
+  }
+  agsx_fs_upload_free(u);
+  agsx_fs_entry_clear(&e);
+  return r;
+}
+
+/* ---- the table ---------------------------------------------------------------------------------- */
+
+static const struct tool tools[] = {
+    {"sandbox_create", "Create a sandbox",
+     "Start an isolated Linux sandbox from an image; returns its id. No network unless this "
+     "server allows one; it stops at its lifetime (default 30 min) and when this session ends "
+     "(unless keep).",
+     create_args, SANDBOX_SCHEMA, false, false, create},
+    {"sandbox_list", "List sandboxes", "The running sandboxes of this session.", no_args,
+     "{\"type\":\"object\",\"properties\":{\"sandboxes\":{\"type\":\"array\","
+     "\"items\":" SANDBOX_SCHEMA "}},\"required\":[\"sandboxes\"]}",
+     true, false, list},
+    {"sandbox_kill", "Kill a sandbox",
+     "Stop a sandbox of this session and remove it with its files. Needs confirm: true.", kill_args,
+     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"killed\":{\"type\":"
+     "\"boolean\"}},\"required\":[\"id\",\"killed\"]}",
+     false, true, kill_sandbox},
+    {"exec", "Run a command",
+     "Run a command in a sandbox and wait for it: exit code, stdout and stderr (each capped at "
+     "1 MiB, truncated: true past that).",
+     exec_args, EXEC_SCHEMA, false, false, exec},
+    {"file_read", "Read a file", "Read a text file of a sandbox (at most 1 MiB).", read_args,
+     FILE_SCHEMA(",\"content\":{\"type\":\"string\"}", ",\"content\""), true, false, file_read},
+    {"file_write", "Write a file",
+     "Write a text file in a sandbox, replacing it atomically (parents created).", write_args,
+     FILE_SCHEMA("", ""), false, false, file_write},
+};
+
+void agsx_mcp_tools_list(yajl_gen g) {
+  yajl_gen_map_open(g);
+  agsx_json_key(g, "tools");
+  yajl_gen_array_open(g);
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(tools); i++) {
+    const struct tool *t = &tools[i];
+    yajl_gen_map_open(g);
+    agsx_json_kv_str(g, "name", t->name);
+    agsx_json_kv_str(g, "title", t->title);
+    agsx_json_kv_str(g, "description", t->desc);
+    agsx_json_key(g, "inputSchema");
+    gen_input_schema(g, t->args);
+    agsx_json_key(g, "outputSchema");
+    _cleanup_json_ yajl_val out = agsx_json_parse(t->output, strlen(t->output), 1u << 16, NULL);
+    agsx_json_value(g, out);
+    agsx_json_key(g, "annotations");
+    yajl_gen_map_open(g);
+    agsx_json_kv_bool(g, "readOnlyHint", t->read_only);
+    agsx_json_kv_bool(g, "destructiveHint", t->destructive);
+    agsx_json_kv_bool(g, "openWorldHint", false);
+    yajl_gen_map_close(g);
+    yajl_gen_map_close(g);
+  }
+  yajl_gen_array_close(g);
+  yajl_gen_map_close(g);
+}
+
+/* A CallToolResult: the structured result and its text, or isError. */
+static char *call_result(const char *structured, const char *error) {
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  yajl_gen_map_open(g);
+  agsx_json_key(g, "content");
+  yajl_gen_array_open(g);
+  yajl_gen_map_open(g);
+  agsx_json_kv_str(g, "type", "text");
+  agsx_json_key(g, "text");
+  const char *text = error ? error : structured;
+  agsx_json_bytes(g, text, strlen(text));
+  yajl_gen_map_close(g);
+  yajl_gen_array_close(g);
+  agsx_json_kv_bool(g, "isError", error != NULL);
+  yajl_gen_map_close(g);
+  size_t len;
+  char *s = agsx_json_gen_steal(g, &len);
+  if (error)
+    return s;
+  /* structuredContent is the tool's document as generated: spliced in
+   * before the closing brace, not parsed again. */
+  char *r = xasprintf("%.*s,\"structuredContent\":%s}", (int)(len - 1), s, structured);
+  free(s);
+  return r;
+}
+
+int agsx_mcp_tools_call(struct agsx_mcp *s, yajl_val params, char **ret_result, int *ret_code,
+                        agsx_error_t *err) {
+  *ret_code = AGSX_RPC_INVALID_PARAMS;
+  const char *name = agsx_json_get_string(params, "name");
+  if (name == NULL)
+    return agsx_error_set(err, 0, "invalid params: tools/call needs \"name\"");
+  const struct tool *t = NULL;
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(tools) && t == NULL; i++)
+    if (strcmp(tools[i].name, name) == 0)
+      t = &tools[i];
+  if (t == NULL)
+    return agsx_error_set(err, 0, "invalid params: unknown tool `%.64s` (tools/list has them)",
+                          name);
+  yajl_val a = params ? agsx_json_get(params, "arguments") : NULL;
+  if (YAJL_IS_NULL(a))
+    a = NULL;
+  if (check_args(t, a, err) < 0)
+    return -1;
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  agsx_error_t terr = NULL;
+  int r = t->call(s, a, g, &terr);
+  if (r > 0)
+    return 1;
+  if (r < 0) {
+    agsx_info("mcp: %s: %s", t->name, terr ? terr->msg : "failed");
+    *ret_result = call_result(NULL, terr ? terr->msg : "the tool failed");
+    agsx_error_free(&terr);
+    return 0;
+  }
+  size_t len;
+  _cleanup_free_ char *doc = agsx_json_gen_steal(g, &len);
+  *ret_result = call_result(doc, NULL);
+  return 0;
+}

@@ -1,0 +1,166 @@
+#!/usr/bin/env bats
+# test-runner: parallel
+# agsx mcp: MCP over stdio. The official TypeScript SDK's client
+# (@modelcontextprotocol/sdk, installed by test/mcp/npm-install into a
+# cache; those tests skip when npm cannot reach its registry) drives the
+# tools through test/mcp/client.mjs; raw lines on stdin check the JSON-RPC
+# edges. Every test has its own store and state; the default teardown
+# checks that no sandbox, process, cgroup or mount is left.
+
+load helpers
+
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+  busybox_setup_file
+  export MCP_NODE=
+  local mods
+  if command -v node >/dev/null && mods=$("$AGSX_SRCDIR/test/mcp/npm-install" 2>/dev/null); then
+    MCP_NODE=$mods
+  fi
+}
+
+setup() {
+  common_setup
+  AX_TIMEOUT=60
+  ax image load --tag bb "$BB" >/dev/null
+}
+
+# mcp_lines LINE...: each LINE on agsx mcp's stdin, then EOF; the answers
+# in $output.
+mcp_lines() {
+  AX_CMD="agsx mcp <<< $*"
+  run --separate-stderr ax mcp < <(printf '%s\n' "$@")
+}
+
+# answer ID: the answer with that id (JSON text) from $output, as JSON.
+answer() {
+  python3 -c '
+import json, sys
+want = json.loads(sys.argv[1])
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("id") == want:
+        print(json.dumps(m, sort_keys=True))
+        break
+else:
+    sys.exit(1)' "$1" <<<"$output"
+}
+
+INIT='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bats","version":"1"}}}'
+
+@test "mcp: the SDK client: tools, schemas, exec, files, the 1 MiB cap, confirm, cancel, the session's end" {
+  [ -n "$MCP_NODE" ] || skip "the npm @modelcontextprotocol/sdk is not installed (npm or its registry unreachable)"
+  run timeout --kill-after=5 240 env NODE_PATH="$MCP_NODE" \
+    node "$AGSX_SRCDIR/test/mcp/client.mjs" bb "$AGSX" --root "$ROOT" --state "$STATE"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  ! grep -q '^not ok' <<<"$output"
+  # (the server's stderr is here too: no sanitizer report in the ASan build)
+  ! grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' <<<"$output"
+  grep -q '^ok - closed' <<<"$output"
+  keep=$(awk '$1 == "KEEP" {print $2}' <<<"$output")
+  ends=$(awk '$1 == "ENDS" {print $2}' <<<"$output")
+  [ -n "$keep" ] && [ -n "$ends" ]
+  echo "$keep" "$ends" >>"$T/ids"
+  # The session ended with stdin: its sandboxes are stopped, the keep one runs on.
+  gone() { [ "$(ax ls -q | cut -c1-12)" = "${keep:0:12}" ]; }
+  poll 100 gone
+  ax exec "$keep" true
+  # its limits (memory: "64m", cpus: 0.5) are the sandbox's
+  [ "$(rec "$keep" memory)" = 67108864 ]
+  [ "$(rec "$keep" cpu_quota_us)" -gt 0 ]
+  ax kill "$keep"
+}
+
+@test "mcp: a bad line, an unknown method, an invalid request: JSON-RPC errors, and the server goes on" {
+  mcp_lines "$INIT" '{"jsonrpc":"2.0","method":"notifications/initialized"}' \
+    '{"jsonrpc":"2.0","id":2,' \
+    '{"jsonrpc":"2.0","id":3,"method":"no/such"}' \
+    '{"jsonrpc":"1.0","id":4,"method":"ping"}' \
+    '[{"jsonrpc":"2.0","id":5,"method":"ping"}]' \
+    '{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"nope","arguments":{}}}' \
+    '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"exec","arguments":{"sandbox":1}}}' \
+    '{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"exec","arguments":{"sandbox":"x","bogus":1}}}' \
+    '' \
+    '{"jsonrpc":"2.0","id":"last","method":"ping"}'
+  [ "$status" -eq 0 ]
+  # parse error: id null, answered in order
+  [ "$(sed -n 2p <<<"$output" | python3 -c 'import json,sys; m=json.load(sys.stdin); print(m["id"], m["error"]["code"])')" = "None -32700" ]
+  answer 3 | grep -q '"code": -32601'
+  answer 4 | grep -q '"code": -32600'
+  answer 6 | grep -q '"code": -32602'
+  answer 6 | grep -q 'unknown tool'
+  answer 7 | grep -q '"code": -32602'
+  answer 7 | grep -q 'must be a string'
+  answer 8 | grep -q 'no argument \\"bogus\\"'
+  [ "$(answer '"last"')" = '{"id": "last", "jsonrpc": "2.0", "result": {}}' ]
+  # the batch: one invalid request, id null
+  [ "$(grep -c '"code":-32600' <<<"$output")" -eq 2 ]
+}
+
+@test "mcp: a line over 8 MiB is a parse error, skipped to its newline" {
+  AX_CMD="agsx mcp <<< (9 MiB line, ping)"
+  run --separate-stderr ax mcp < <(python3 -c '
+import sys
+sys.stdout.write("{\"x\":\"" + "a" * (9 << 20) + "\"}\n")
+sys.stdout.write("{\"jsonrpc\":\"2.0\",\"id\":\"after\",\"method\":\"ping\"}\n")')
+  [ "$status" -eq 0 ]
+  [ "$(sed -n 1p <<<"$output")" = '{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error: a message over 8 MiB"}}' ]
+  [ "$(sed -n 2p <<<"$output")" = '{"jsonrpc":"2.0","id":"after","result":{}}' ]
+  [ "$(wc -l <<<"$output")" -eq 2 ]
+}
+
+@test "mcp: protocol versions: the client's when known, else the newest" {
+  mcp_lines "$INIT" \
+    '{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2024-11-05"}}' \
+    '{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":"1999-01-01"}}' \
+    '{"jsonrpc":"2.0","id":4,"method":"initialize","params":{}}'
+  [ "$status" -eq 0 ]
+  answer 1 | grep -q '"protocolVersion": "2025-11-25"'
+  answer 1 | grep -q '"tools": {"listChanged": false}'
+  answer 2 | grep -q '"protocolVersion": "2024-11-05"'
+  answer 3 | grep -q '"protocolVersion": "2025-11-25"'
+  answer 4 | grep -q '"code": -32602'
+}
+
+CREATE='{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sandbox_create","arguments":{"image":"bb"}}}'
+
+@test "mcp: only the session's sandboxes are reachable; they stop at EOF; a bad image is a tool error" {
+  other=$(rund bb sleep 60)
+  mcp_lines "$INIT" "$CREATE" \
+    "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\",\"arguments\":{\"sandbox\":\"$other\",\"argv\":[\"true\"]}}}" \
+    '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"sandbox_create","arguments":{"image":"no-such-image"}}}'
+  [ "$status" -eq 0 ]
+  answer 2 | grep -q '"isError": false'
+  answer 2 | python3 -c 'import json,sys; print(json.load(sys.stdin)["result"]["structuredContent"]["id"])' >>"$T/ids"
+  answer 3 | grep -q '"isError": true'
+  answer 3 | grep -q 'no sandbox'
+  answer 4 | grep -q '"isError": true'
+  answer 4 | grep -q 'no-such-image'
+  only_other() { [ "$(ax ls -q | cut -c1-12)" = "${other:0:12}" ]; }
+  poll 100 only_other || { echo "other $other; ls: $(ax ls)"; false; }
+  ax kill "$other"
+}
+
+@test "mcp: --max-sandboxes N: the N+1th create is refused" {
+  AX_CMD="agsx mcp --max-sandboxes 1"
+  run --separate-stderr ax mcp --max-sandboxes 1 < <(printf '%s\n' "$INIT" "$CREATE" "${CREATE/\"id\":2/\"id\":3}")
+  [ "$status" -eq 0 ]
+  answer 2 | grep -q '"isError": false'
+  answer 2 | python3 -c 'import json,sys; print(json.load(sys.stdin)["result"]["structuredContent"]["id"])' >>"$T/ids"
+  answer 3 | grep -q '"isError": true'
+  answer 3 | grep -q 'maximum'
+  none() { [ -z "$(ax ls -q)" ]; }
+  poll 100 none
+}
+
+@test "mcp: bad flags are refused" {
+  run_ax mcp --max-sandboxes 0
+  [ "$status" -eq 125 ]
+  [[ $output == *"invalid --max-sandboxes"* ]]
+  run_ax mcp --network bogus
+  [ "$status" -eq 125 ]
+  run_ax mcp extra
+  [ "$status" -eq 125 ]
+}

@@ -1,0 +1,128 @@
+// Drives `agsx mcp` with the official MCP TypeScript SDK (Client over
+// StdioClientTransport), for test/bats/mcp.bats. Usage:
+//   NODE_PATH=<node_modules> node client.mjs IMAGE AGSX [AGSX-ARGS...]
+// Prints TAP-like lines ("ok - ..."), the kept sandbox's id as "KEEP <id>",
+// and exits 1 at the first failed check.
+import { createRequire } from 'node:module';
+import path from 'node:path';
+
+const require = createRequire(path.join(process.env.NODE_PATH, 'x.js'));
+const { Client } = require('@modelcontextprotocol/sdk/client/index.js');
+const { StdioClientTransport } = require('@modelcontextprotocol/sdk/client/stdio.js');
+const { LATEST_PROTOCOL_VERSION } = require('@modelcontextprotocol/sdk/types.js');
+
+const [image, agsx, ...args] = process.argv.slice(2);
+function check(cond, what, detail) {
+  if (!cond) {
+    console.log(`not ok - ${what}${detail === undefined ? '' : ': ' + JSON.stringify(detail).slice(0, 2000)}`);
+    process.exit(1);
+  }
+  console.log(`ok - ${what}`);
+}
+
+const transport = new StdioClientTransport({ command: agsx, args: [...args, 'mcp'], env: process.env, stderr: 'inherit' });
+const client = new Client({ name: 'agsx-test', version: '1.0.0' });
+await client.connect(transport);
+check(client.getServerVersion()?.name === 'agsx', 'initialize: server info', client.getServerVersion());
+check(transport._process !== undefined, 'stdio transport up');
+
+const { tools } = await client.listTools();
+const names = tools.map(t => t.name).sort();
+check(JSON.stringify(names) === JSON.stringify(['exec', 'file_read', 'file_write', 'sandbox_create', 'sandbox_kill', 'sandbox_list']), 'tools/list: the six tools', names);
+for (const t of tools)
+  check(t.inputSchema?.type === 'object' && t.outputSchema?.type === 'object' && t.description, `${t.name}: input and output schemas`);
+
+const call = (name, a, opts) => client.callTool({ name, arguments: a }, undefined, opts);
+const ok = (r, what) => check(!r.isError && r.structuredContent && r.content?.[0]?.type === 'text', what, r);
+
+let r = await call('sandbox_create', { image, timeout: 120, env: { GREETING: 'hi there' } });
+ok(r, 'sandbox_create');
+const id = r.structuredContent.id;
+check(/^[0-9a-f]{32}$/.test(id) && r.structuredContent.network === 'internal', 'an id, network internal', r.structuredContent);
+
+r = await call('exec', { sandbox: id, argv: ['echo', 'hello'] });
+ok(r, 'exec argv');
+check(r.structuredContent.stdout === 'hello\n' && r.structuredContent.exit_code === 0, 'echo: stdout and exit 0', r.structuredContent);
+
+r = await call('exec', { sandbox: id, command: 'echo "$GREETING" >&2; exit 3' });
+ok(r, 'exec command');
+check(r.structuredContent.exit_code === 3 && r.structuredContent.stderr === 'hi there\n', 'exit 3, stderr, the sandbox env', r.structuredContent);
+
+r = await call('exec', { sandbox: id, argv: ['sh', '-c', 'pwd; id -u; echo $X'], cwd: '/tmp', user: '1000', env: { X: 'y' } });
+check(r.structuredContent?.stdout === '/tmp\n1000\ny\n', 'exec cwd, user, env', r);
+r = await call('exec', { sandbox: id, argv: ['pwd'], cwd: 'tmp' });
+check(r.isError && /absolute/.test(r.content[0].text), 'a relative cwd: isError', r);
+r = await call('exec', { sandbox: id, argv: ['/no/such/program'] });
+check(r.isError && /127/.test(r.content[0].text), 'a missing program: isError, 127', r);
+r = await call('exec', { sandbox: id, argv: ['cat'], stdin: 'fed\n' });
+check(r.structuredContent?.stdout === 'fed\n', 'exec stdin', r);
+
+r = await call('file_write', { sandbox: id, path: '/tmp/dir/a.txt', content: 'file data\n' });
+ok(r, 'file_write');
+check(r.structuredContent.path === '/tmp/dir/a.txt' && r.structuredContent.size === 10, 'written path and size', r.structuredContent);
+r = await call('file_read', { sandbox: id, path: '/tmp/dir/a.txt' });
+check(r.structuredContent?.content === 'file data\n', 'file_read gives it back', r);
+r = await call('exec', { sandbox: id, argv: ['cat', '/tmp/dir/a.txt'] });
+check(r.structuredContent?.stdout === 'file data\n', 'the command sees the file', r);
+r = await call('file_read', { sandbox: id, path: '/tmp/nope' });
+check(r.isError && /does not exist/.test(r.content[0].text), 'file_read of a missing file: isError', r);
+r = await call('file_read', { sandbox: id, path: '/../../../etc/hostname' });
+check(!r.isError || /does not exist/.test(r.content[0].text), 'a path above / stays inside the sandbox', r);
+
+r = await call('exec', { sandbox: id, command: 'yes 0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUV | head -c 52428800; echo done >&2' }, { timeout: 120000 });
+ok(r, 'exec of 50 MiB of output');
+check(r.structuredContent.truncated === true && r.structuredContent.stdout_truncated === true && r.structuredContent.stdout.length === 1 << 20 && r.structuredContent.stderr === 'done\n' && r.structuredContent.exit_code === 0, 'stdout capped at 1 MiB, truncated: true', { ...r.structuredContent, stdout: r.structuredContent.stdout.length });
+
+r = await call('exec', { sandbox: id, argv: ['true'] });
+check(r.structuredContent?.exit_code === 0, 'the server survives it', r);
+
+r = await call('exec', { sandbox: id, argv: ['sleep', '30'], timeout: 1 });
+check(r.structuredContent?.timed_out === true && r.structuredContent.exit_code === 137, 'exec timeout kills the command', r);
+
+r = await call('sandbox_kill', { sandbox: id });
+check(r.isError && /confirm: true/.test(r.content[0].text), 'sandbox_kill without confirm: refused', r);
+
+r = await call('sandbox_create', { image, network: 'public' });
+check(r.isError && /not allowed/.test(r.content[0].text), 'network public refused by default', r);
+
+let err;
+try { await call('exec', { sandbox: id, argv: 'echo' }); } catch (e) { err = e; }
+check(err?.code === -32602, 'a wrong argument type: invalid params', String(err));
+err = undefined;
+try { await call('no_such_tool', {}); } catch (e) { err = e; }
+check(err?.code === -32602, 'an unknown tool: invalid params', String(err));
+
+// Cancellation: the SDK sends notifications/cancelled on abort.
+const ac = new AbortController();
+const slow = call('exec', { sandbox: id, argv: ['sleep', '37'] }, { signal: ac.signal });
+setTimeout(() => ac.abort('test'), 1000);
+err = undefined;
+try { await slow; } catch (e) { err = e; }
+check(err !== undefined, 'a cancelled exec rejects in the client');
+let gone = false;
+for (let i = 0; i < 50 && !gone; i++) {
+  r = await call('exec', { sandbox: id, command: 'ps -o args | grep -c "^sleep 37" || true' });
+  gone = r.structuredContent?.stdout === '0\n';
+  if (!gone) await new Promise(res => setTimeout(res, 100));
+}
+check(gone, 'and its process was killed in the sandbox', r);
+await client.ping();
+check(true, 'ping after the cancellation');
+
+r = await call('sandbox_create', { image, keep: true, timeout: 120, memory: '64m', cpus: 0.5 });
+ok(r, 'sandbox_create keep');
+console.log(`KEEP ${r.structuredContent.id}`);
+r = await call('sandbox_list', {});
+check(r.structuredContent?.sandboxes?.length === 2, 'sandbox_list: both', r);
+
+r = await call('sandbox_kill', { sandbox: id, confirm: true });
+check(!r.isError && r.structuredContent.killed, 'sandbox_kill with confirm', r);
+r = await call('exec', { sandbox: id, argv: ['true'] });
+check(r.isError && /not running|no sandbox/.test(r.content[0].text), 'exec in a killed sandbox: isError', r);
+
+r = await call('sandbox_create', { image, timeout: 120 });
+ok(r, 'one more, to be stopped at the end of the session');
+console.log(`ENDS ${r.structuredContent.id}`);
+console.log(`PROTOCOL ${LATEST_PROTOCOL_VERSION}`);
+await client.close();
+check(true, 'closed');
