@@ -32,6 +32,7 @@ struct agsx_command {
   const struct agsx_option *options; /* ends with a zeroed entry; NULL: none */
   int (*run)(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv);
   const char *alias_of; /* documented alias ("pull" -> "image pull") */
+  const char *notes;    /* printed by --help after the summary; NULL: none */
 };
 
 /* Option ids shared by the tables in cmd/agsx.c and their handlers. */

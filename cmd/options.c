@@ -130,6 +130,8 @@ void agsx_print_command_help(const struct agsx_command *cmd, FILE *out) {
     fprintf(out, "(An alias of `agsx %s`.)\n", cmd->alias_of);
   if (cmd->run == agsx_cmd_not_yet)
     fprintf(out, "\nNot implemented yet: this command exits with status 125.\n");
+  if (cmd->notes)
+    fprintf(out, "\n%s", cmd->notes);
   fprintf(out, "\nOptions:\n");
   print_options(cmd->options, out);
   fprintf(out, "  %-28s %s\n", "-h, --help", "Show this help");

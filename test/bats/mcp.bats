@@ -155,6 +155,17 @@ CREATE='{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sandbox_
   poll 100 none
 }
 
+@test "mcp --help states the safe defaults agsx-mcp(1) gives" {
+  run_ax mcp --help
+  [ "$status" -eq 0 ]
+  local w
+  for w in "--max-sandboxes running sandboxes (8)" "only the internal network" "30 min" "up to 24 h" \
+    "stops when the session ends" "1 MiB" "No host path"; do
+    [[ $output == *"$w"* ]] || { echo "# --help lacks: $w" >&3; false; }
+  done
+  grep -q "SAFE DEFAULTS" "$AGSX_SRCDIR/man/agsx-mcp.1"
+}
+
 @test "mcp: bad flags are refused" {
   run_ax mcp --max-sandboxes 0
   [ "$status" -eq 125 ]
