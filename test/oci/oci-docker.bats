@@ -185,7 +185,7 @@ show() { echo "# status $status: $output" >&3; }
 
 @test "docker pause/unpause: frozen (exec refused, no progress), then running again" {
   local id cg
-  id=$(DR -d $IMG sh -c 'i=0; while :; do i=$((i+1)); echo $i >/tmp/n; sleep 0.1; done')
+  id=$(DR -d $IMG sh -c 'i=0; while :; do i=$((i+1)); echo $i >/tmp/n.new; mv /tmp/n.new /tmp/n; sleep 0.1; done')
   sleep 0.5
   D pause "$id" >/dev/null
   [ "$(D inspect -f '{{.State.Status}}' "$id")" = paused ]

@@ -25,7 +25,7 @@ await main(async () => {
   let info = await sbx.getInfo();
   eq(info.lifecycle, { onTimeout: 'pause', autoResume: false }, 'getInfo: the lifecycle');
   await sbx.commands.run('echo kept > /tmp/mark');
-  await sbx.commands.run('i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done',
+  await sbx.commands.run('i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done',
     { background: true, timeoutMs: 0 });
   info = await waitState(sbx, 'paused', 20000);
   const listed = await Sandbox.list({ query: { state: ['paused'] } }).nextItems();

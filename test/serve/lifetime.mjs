@@ -20,7 +20,7 @@ if (process.argv[2] === 'connect') {
       sbx.sandboxId], { encoding: 'utf8', timeout: 60000 });
     assert(out.trim().endsWith('ok'), 'the second process: ' + out);
     // a counter that only counts while it runs
-    await sbx.commands.run('i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done',
+    await sbx.commands.run('i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done',
       { background: true, timeoutMs: 0 });
     await sleep(1000);
     assert(await sbx.pause(), 'pause');
