@@ -494,7 +494,7 @@ static int restart_netns(struct sup *f, agsx_error_t *err) {
 
 static int restart(struct sup *f, char *const *layers, agsx_error_t *err) {
   if (!f->detached || f->o->tty || f->o->capture || f->o->on_output || f->o->ephemeral ||
-      f->o->interactive || f->cfg->idle)
+      f->o->interactive)
     return agsx_error_set(err, ENOTSUP, "rollback restarts detached sandboxes only (agsx run -d)");
   struct prepared *p = f->p;
   struct agsx_sandbox_config *cfg = f->cfg;
