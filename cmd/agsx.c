@@ -431,10 +431,11 @@ const struct agsx_command agsx_commands[] = {
     {"mcp", "[OPTIONS]", "Serve sandboxes as MCP tools over stdio (for agents' MCP clients)",
      mcp_opts, agsx_cmd_mcp, NULL,
      "What an agent can do through it, whatever its prompt says (agsx-mcp(1), SAFE DEFAULTS):\n"
-     "start at most --max-sandboxes running sandboxes (8) from images already in the store;\n"
-     "only the internal network (no way out of the sandbox) unless --network allows one more;\n"
-     "each lives 30 min unless the agent asks for up to 24 h, and stops when the session ends\n"
-     "(stdin closes) unless created with keep; run commands and read or write files only\n"
+     "start at most --max-sandboxes running sandboxes (8, forks included) from images already\n"
+     "in the store; only the internal network (no way out of the sandbox) unless --network\n"
+     "allows one more; each lives 30 min unless the agent asks for up to 24 h (and again:\n"
+     "sandbox_extend), and stops when the session ends (stdin closes) unless created with\n"
+     "keep; run commands, read, write, move and remove files, snapshot and roll back only\n"
      "inside its own session's sandboxes, under agsx's isolation; get back at most 1 MiB of\n"
      "stdout and of stderr per exec and 1 MiB per file. No host path is read, written or\n"
      "mounted.\n"},

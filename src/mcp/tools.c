@@ -6,8 +6,8 @@
 #include "config.h"
 
 #include "api/fsops.h"
-#include "mcp/mcp-internal.h"
 #include "mcp/rpc.h"
+#include "mcp/tools-internal.h"
 #include "sandbox/control.h"
 #include "sandbox/processes.h"
 #include "state/state.h"
@@ -15,25 +15,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
-
-enum arg_type { A_STR, A_INT, A_NUM, A_BOOL, A_STRV, A_ENV };
-
-struct arg {
-  const char *name;
-  enum arg_type type;
-  bool required;
-  int64_t min, max; /* A_INT, A_NUM (when max > 0) */
-  const char *desc;
-};
-
-struct tool {
-  const char *name, *title, *desc;
-  const struct arg *args;
-  const char *output; /* its outputSchema, JSON */
-  bool read_only, destructive;
-  int (*call)(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err);
-};
 
 /* ---- arguments ----------------------------------------------------------------------------- */
 
@@ -138,17 +121,6 @@ static int check_args(const struct tool *t, yajl_val a, agsx_error_t *err) {
   return 0;
 }
 
-static const char *arg_str(yajl_val a, const char *k) {
-  return a ? agsx_json_get_string(a, k) : NULL;
-}
-static int64_t arg_int(yajl_val a, const char *k, int64_t dflt) {
-  int64_t v;
-  return a && agsx_json_get_int64(a, k, &v) ? v : dflt;
-}
-static bool arg_bool(yajl_val a, const char *k) {
-  yajl_val v = a ? agsx_json_get(a, k) : NULL;
-  return YAJL_IS_TRUE(v);
-}
 static char **arg_strv(yajl_val a, const char *k) {
   yajl_val v = a ? agsx_json_get(a, k) : NULL;
   char **out = NULL;
@@ -176,9 +148,8 @@ static bool ours(const struct agsx_mcp *s, const struct agsx_record *r) {
   return sess && strcmp(sess, s->session) == 0;
 }
 
-/* The running sandbox SANDBOX (an id, a prefix or a name) of this session. */
-static int find(struct agsx_mcp *s, const char *sandbox, struct agsx_record *ret,
-                agsx_error_t *err) {
+int agsx_mcp_find(struct agsx_mcp *s, const char *sandbox, struct agsx_record *ret,
+                  agsx_error_t *err) {
   agsx_error_t e = NULL;
   if (agsx_state_lookup_at(s->statefd, sandbox, ret, &e) < 0 || !ours(s, ret)) {
     if (e == NULL)
@@ -195,35 +166,43 @@ static int find(struct agsx_mcp *s, const char *sandbox, struct agsx_record *ret
   return 0;
 }
 
-static unsigned running_count(struct agsx_mcp *s) {
+static bool live(const struct agsx_record *r) {
+  return r->status != AGSX_STATUS_EXITED && !r->stop_request;
+}
+
+int agsx_mcp_room(struct agsx_mcp *s, unsigned add, agsx_error_t *err) {
   struct agsx_record *recs = NULL;
   size_t n = agsx_state_load(s->statefd, 0, &recs);
   unsigned count = 0;
   for (size_t i = 0; i < n; i++) {
-    if (ours(s, &recs[i]) && recs[i].status != AGSX_STATUS_EXITED && !recs[i].stop_request)
+    if (ours(s, &recs[i]) && live(&recs[i]))
       count++;
     agsx_record_clear(&recs[i]);
   }
   free(recs);
-  return count;
+  if (count + add > s->cfg->max_sandboxes)
+    return agsx_error_set(err, EAGAIN,
+                          "this session runs %u sandboxes, its maximum is %u "
+                          "(agsx mcp --max-sandboxes): sandbox_kill one first",
+                          count, s->cfg->max_sandboxes);
+  return 0;
 }
 
-static void gen_sandbox(yajl_gen g, const struct agsx_record *r) {
-  yajl_gen_map_open(g);
+static void sandbox_fields(yajl_gen g, const struct agsx_record *r) {
   agsx_json_kv_str(g, "id", r->id);
+  agsx_json_kv_str(g, "name", r->name ? r->name : "");
   agsx_json_kv_str(g, "image", r->image ? r->image : "");
-  agsx_json_kv_str(g, "status", agsx_record_status_name(r->status));
+  agsx_json_kv_str(g, "status", agsx_record_status(r));
   agsx_json_kv_str(g, "network", r->network ? r->network : "internal");
   agsx_json_kv_int(g, "deadline", r->deadline);
   agsx_json_kv_bool(g, "keep", agsx_label_get(r->labels, AGSX_MCP_LABEL_KEEP) != NULL);
-  yajl_gen_map_close(g);
 }
 
-#define SANDBOX_SCHEMA                                                                             \
-  "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"image\":{\"type\":"         \
-  "\"string\"},\"status\":{\"type\":\"string\"},\"network\":{\"type\":\"string\"},\"deadline\":"   \
-  "{\"type\":\"integer\",\"description\":\"seconds since the epoch\"},\"keep\":{\"type\":"         \
-  "\"boolean\"}},\"required\":[\"id\",\"image\",\"status\",\"network\",\"deadline\",\"keep\"]}"
+void agsx_mcp_gen_sandbox(yajl_gen g, const struct agsx_record *r) {
+  yajl_gen_map_open(g);
+  sandbox_fields(g, r);
+  yajl_gen_map_close(g);
+}
 
 /* ---- sandbox_create ----------------------------------------------------------------------------- */
 
@@ -259,12 +238,8 @@ static int create(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err)
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   if (cpus < 0 || (ncpu > 0 && cpus > (double)ncpu))
     return agsx_error_set(err, EINVAL, "cpus: at most the %ld CPUs of this host", ncpu);
-  unsigned n = running_count(s);
-  if (n >= cfg->max_sandboxes)
-    return agsx_error_set(err, EAGAIN,
-                          "this session already runs %u sandboxes, its maximum "
-                          "(agsx mcp --max-sandboxes): sandbox_kill one first",
-                          n);
+  if (agsx_mcp_room(s, 1, err) < 0)
+    return -1;
   _cleanup_strv_ char **env = NULL, **labels = NULL;
   if (arg_env(a, "env", &env, err) < 0)
     return -1;
@@ -290,7 +265,7 @@ static int create(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err)
   if (agsx_record_read(s->statefd, id, &rec, err) < 0)
     return agsx_error_wrap(err, "the new sandbox %.12s", id);
   agsx_info("mcp: session %s: created sandbox %.12s (%s)", s->session, id, q.image);
-  gen_sandbox(g, &rec);
+  agsx_mcp_gen_sandbox(g, &rec);
   agsx_record_clear(&rec);
   return 0;
 }
@@ -307,8 +282,8 @@ static int list(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
   agsx_json_key(g, "sandboxes");
   yajl_gen_array_open(g);
   for (size_t i = 0; i < n; i++) {
-    if (ours(s, &recs[i]) && recs[i].status != AGSX_STATUS_EXITED && !recs[i].stop_request)
-      gen_sandbox(g, &recs[i]);
+    if (ours(s, &recs[i]) && live(&recs[i]))
+      agsx_mcp_gen_sandbox(g, &recs[i]);
     agsx_record_clear(&recs[i]);
   }
   free(recs);
@@ -331,7 +306,7 @@ static int kill_sandbox(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t
                           "sandbox_kill destroys the sandbox and its files: call it again with "
                           "confirm: true if that is meant");
   struct agsx_record rec;
-  if (find(s, arg_str(a, "sandbox"), &rec, err) < 0)
+  if (agsx_mcp_find(s, arg_str(a, "sandbox"), &rec, err) < 0)
     return -1;
   int pidfd = -1;
   int r = agsx_control_request_stop(s->statefd, rec.id, &pidfd, err);
@@ -344,6 +319,69 @@ static int kill_sandbox(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t
   }
   agsx_record_clear(&rec);
   return r < 0 ? agsx_error_wrap(err, "kill") : 0;
+}
+
+/* ---- sandbox_info, sandbox_extend ------------------------------------------------------------ */
+
+static const struct arg info_args[] = {
+    {"sandbox", A_STR, true, 0, 0, "The sandbox's id (or its name or an id prefix)"},
+    {0},
+};
+
+#define INFO_SCHEMA                                                                                \
+  "{\"type\":\"object\",\"properties\":{" SANDBOX_PROPS                                            \
+  ",\"created\":{\"type\":\"integer\",\"description\":\"seconds since the epoch\"},"               \
+  "\"time_left\":{\"type\":\"integer\",\"description\":\"seconds until the deadline\"},"           \
+  "\"memory\":{\"type\":\"integer\",\"description\":\"its memory limit in bytes, 0: none\"},"      \
+  "\"address\":{\"type\":\"string\",\"description\":\"its IP address, empty without a "            \
+  "network\"}},\"required\":[" SANDBOX_REQUIRED                                                    \
+  ",\"created\",\"time_left\",\"memory\",\"address\"]}"
+
+static void gen_info(yajl_gen g, const struct agsx_record *r) {
+  int64_t left = r->deadline_ns > 0 ? (r->deadline_ns - agsx_now_ns()) / 1000000000
+                                    : r->deadline - (int64_t)time(NULL);
+  yajl_gen_map_open(g);
+  sandbox_fields(g, r);
+  agsx_json_kv_int(g, "created", r->created);
+  agsx_json_kv_int(g, "time_left", left > 0 ? left : 0);
+  agsx_json_kv_int(g, "memory", (int64_t)r->memory);
+  agsx_json_kv_str(g, "address", r->address ? r->address : "");
+  yajl_gen_map_close(g);
+}
+
+static int info(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  struct agsx_record rec;
+  if (agsx_mcp_find(s, arg_str(a, "sandbox"), &rec, err) < 0)
+    return -1;
+  gen_info(g, &rec);
+  agsx_record_clear(&rec);
+  return 0;
+}
+
+static const struct arg extend_args[] = {
+    {"sandbox", A_STR, true, 0, 0, "The sandbox's id (or its name or an id prefix)"},
+    {"timeout", A_INT, true, 1, 86400,
+     "Seconds from now until the sandbox stops (replaces its deadline, earlier or later)"},
+    {0},
+};
+
+static int extend(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  struct agsx_record rec, now;
+  if (agsx_mcp_find(s, arg_str(a, "sandbox"), &rec, err) < 0)
+    return -1;
+  bool gone = false;
+  int r = agsx_control_set_timeout(s->statefd, rec.id, arg_str(a, "sandbox"),
+                                   (uint64_t)arg_int(a, "timeout", 0), &now, &gone, err);
+  agsx_record_clear(&rec);
+  if (r < 0)
+    return -1;
+  if (gone) {
+    agsx_record_clear(&now);
+    return agsx_error_set(err, ESRCH, "sandbox `%.64s` ended meanwhile", arg_str(a, "sandbox"));
+  }
+  gen_info(g, &now);
+  agsx_record_clear(&now);
+  return 0;
 }
 
 /* ---- exec ----------------------------------------------------------------------------------------- */
@@ -487,7 +525,7 @@ static int exec(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
   if (arg_env(a, "env", &env, err) < 0)
     return -1;
   struct agsx_record rec;
-  if (find(s, arg_str(a, "sandbox"), &rec, err) < 0)
+  if (agsx_mcp_find(s, arg_str(a, "sandbox"), &rec, err) < 0)
     return -1;
   int64_t t0 = agsx_mono_ns(), timeout = arg_int(a, "timeout", EXEC_TIMEOUT_DEFAULT);
   struct agsx_process_spec spec = {.argv = argv,
@@ -532,103 +570,9 @@ out:
   return rc;
 }
 
-/* ---- files -------------------------------------------------------------------------------------- */
-
-static const struct arg read_args[] = {
-    {"sandbox", A_STR, true, 0, 0, "The sandbox's id"},
-    {"path", A_STR, true, 0, 0, "The file's path in the sandbox (relative: to the user's home)"},
-    {"user", A_STR, false, 0, 0, "Whose home a relative path is in (default: the image's user)"},
-    {0},
-};
-
-static const struct arg write_args[] = {
-    {"sandbox", A_STR, true, 0, 0, "The sandbox's id"},
-    {"path", A_STR, true, 0, 0,
-     "The file's path in the sandbox (parents are created; relative: to the user's home)"},
-    {"content", A_STR, true, 0, 0, "The file's new content, text (at most 1 MiB)"},
-    {"user", A_STR, false, 0, 0, "Who owns the file (default: the image's user)"},
-    {0},
-};
-
-#define FILE_SCHEMA(extra, req)                                                                    \
-  "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\",\"description\":\"absolute," \
-  " "                                                                                              \
-  "in the sandbox\"},\"size\":{\"type\":\"integer\"}" extra                                        \
-  "},\"required\":[\"path\",\"size\"" req "]}"
-
-static int fs_open(struct agsx_mcp *s, yajl_val a, struct agsx_fs_ctx **ret, agsx_error_t *err) {
-  struct agsx_record rec;
-  if (find(s, arg_str(a, "sandbox"), &rec, err) < 0)
-    return -1;
-  struct agsx_fs_opts o = {.user = arg_str(a, "user")};
-  int r = agsx_fs_open(&rec, &o, ret, err);
-  agsx_record_clear(&rec);
-  return r;
-}
-
-static int file_read(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
-  _cleanup_fs_ctx_ struct agsx_fs_ctx *c = NULL;
-  if (fs_open(s, a, &c, err) < 0)
-    return -1;
-  _cleanup_close_ int fd = -1;
-  uint64_t size;
-  _cleanup_free_ char *path = NULL;
-  if (agsx_fs_download_open(c, arg_str(a, "path"), &fd, &size, &path, err) < 0)
-    return -1;
-  if (size > AGSX_MCP_FILE_MAX)
-    return agsx_error_set(err, EFBIG,
-                          "`%.200s` has %llu bytes, more than file_read's 1 MiB: read part of it "
-                          "with exec (head -c, tail -c, sed -n)",
-                          path, (unsigned long long)size);
-  _cleanup_free_ char *buf = xmalloc(AGSX_MCP_FILE_MAX + 1);
-  size_t len = 0;
-  for (;;) {
-    ssize_t n = read(fd, buf + len, AGSX_MCP_FILE_MAX + 1 - len);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      return agsx_error_set(err, errno, "read `%.200s`", path);
-    if (n == 0 || (len += (size_t)n) > AGSX_MCP_FILE_MAX)
-      break;
-  }
-  if (len > AGSX_MCP_FILE_MAX)
-    return agsx_error_set(err, EFBIG, "`%.200s` grew past 1 MiB while read", path);
-  yajl_gen_map_open(g);
-  agsx_json_kv_str(g, "path", path);
-  agsx_json_kv_int(g, "size", (int64_t)len);
-  agsx_json_key(g, "content");
-  agsx_json_bytes(g, buf, len);
-  yajl_gen_map_close(g);
-  return 0;
-}
-
-static int file_write(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
-  const char *content = arg_str(a, "content");
-  size_t len = strlen(content);
-  if (len > AGSX_MCP_FILE_MAX)
-    return agsx_error_set(err, EFBIG, "content: at most 1 MiB per file_write");
-  _cleanup_fs_ctx_ struct agsx_fs_ctx *c = NULL;
-  if (fs_open(s, a, &c, err) < 0)
-    return -1;
-  struct agsx_fs_upload *u = NULL;
-  struct agsx_fs_entry e = {0};
-  int r = -1;
-  if (agsx_fs_upload_open(c, arg_str(a, "path"), &u, err) == 0 &&
-      agsx_fs_upload_write(u, content, len, err) == 0 && agsx_fs_upload_commit(u, &e, err) == 0) {
-    yajl_gen_map_open(g);
-    agsx_json_kv_str(g, "path", e.path);
-    agsx_json_kv_int(g, "size", (int64_t)len);
-    yajl_gen_map_close(g);
-    r = 0;
-  }
-  agsx_fs_upload_free(u);
-  agsx_fs_entry_clear(&e);
-  return r;
-}
-
 /* ---- the table ---------------------------------------------------------------------------------- */
 
-static const struct tool tools[] = {
+static const struct tool sandbox_tools[] = {
     {"sandbox_create", "Create a sandbox",
      "Start an isolated Linux sandbox from an image; returns its id. No network unless this "
      "server allows one; it stops at its lifetime (default 30 min) and when this session ends "
@@ -643,23 +587,37 @@ static const struct tool tools[] = {
      "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"killed\":{\"type\":"
      "\"boolean\"}},\"required\":[\"id\",\"killed\"]}",
      false, true, kill_sandbox},
+    {"sandbox_info", "Describe a sandbox",
+     "A sandbox of this session: its image, status, network and address, memory limit, and when "
+     "it stops.",
+     info_args, INFO_SCHEMA, true, false, info},
+    {"sandbox_extend", "Change a sandbox's lifetime",
+     "Set a sandbox to stop TIMEOUT seconds from now (at most 24 h), later or sooner than before.",
+     extend_args, INFO_SCHEMA, false, false, extend},
     {"exec", "Run a command",
      "Run a command in a sandbox and wait for it: exit code, stdout and stderr (each capped at "
      "1 MiB, truncated: true past that).",
      exec_args, EXEC_SCHEMA, false, false, exec},
-    {"file_read", "Read a file", "Read a text file of a sandbox (at most 1 MiB).", read_args,
-     FILE_SCHEMA(",\"content\":{\"type\":\"string\"}", ",\"content\""), true, false, file_read},
-    {"file_write", "Write a file",
-     "Write a text file in a sandbox, replacing it atomically (parents created).", write_args,
-     FILE_SCHEMA("", ""), false, false, file_write},
+    {0},
 };
+
+/* tools/list's order: sandboxes and exec, files, snapshots. */
+static const struct tool *const lists[] = {sandbox_tools, agsx_mcp_file_tools,
+                                           agsx_mcp_snapshot_tools};
+
+static const struct tool *tool_next(size_t *list, const struct tool *t) {
+  t = t ? t + 1 : lists[*list];
+  while (t->name == NULL && ++*list < AGSX_ARRAY_SIZE(lists))
+    t = lists[*list];
+  return t->name ? t : NULL;
+}
 
 void agsx_mcp_tools_list(yajl_gen g) {
   yajl_gen_map_open(g);
   agsx_json_key(g, "tools");
   yajl_gen_array_open(g);
-  for (size_t i = 0; i < AGSX_ARRAY_SIZE(tools); i++) {
-    const struct tool *t = &tools[i];
+  size_t list = 0;
+  for (const struct tool *t = tool_next(&list, NULL); t; t = tool_next(&list, t)) {
     yajl_gen_map_open(g);
     agsx_json_kv_str(g, "name", t->name);
     agsx_json_kv_str(g, "title", t->title);
@@ -713,10 +671,10 @@ int agsx_mcp_tools_call(struct agsx_mcp *s, yajl_val params, char **ret_result, 
   const char *name = agsx_json_get_string(params, "name");
   if (name == NULL)
     return agsx_error_set(err, 0, "invalid params: tools/call needs \"name\"");
-  const struct tool *t = NULL;
-  for (size_t i = 0; i < AGSX_ARRAY_SIZE(tools) && t == NULL; i++)
-    if (strcmp(tools[i].name, name) == 0)
-      t = &tools[i];
+  size_t list = 0;
+  const struct tool *t = tool_next(&list, NULL);
+  while (t && strcmp(t->name, name) != 0)
+    t = tool_next(&list, t);
   if (t == NULL)
     return agsx_error_set(err, 0, "invalid params: unknown tool `%.64s` (tools/list has them)",
                           name);

@@ -71,6 +71,13 @@ INIT='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":
   [ "$(rec "$keep" memory)" = 67108864 ]
   [ "$(rec "$keep" cpu_quota_us)" -gt 0 ]
   ax kill "$keep"
+  # The snapshot's, the rollback's and the fork's layers go with gc once
+  # no sandbox uses them (no grace here).
+  none() { [ -z "$(ax ls -q)" ]; }
+  poll 100 none
+  [ -n "$(ls -A "$STATE/layers")" ]
+  AGSX_GC_MIN_AGE=0 ax gc >/dev/null
+  [ -z "$(ls -A "$STATE/layers" 2>/dev/null)" ] || { ls -la "$STATE/layers"; false; }
 }
 
 @test "mcp: a bad line, an unknown method, an invalid request: JSON-RPC errors, and the server goes on" {
@@ -155,11 +162,30 @@ CREATE='{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sandbox_
   poll 100 none
 }
 
+@test "mcp: --max-sandboxes N counts forks: a fork past it is refused" {
+  local id line fork
+  coproc MCP { ax mcp --max-sandboxes 1 2>"$T/mcp.err"; }
+  printf '%s\n%s\n' "$INIT" "$CREATE" >&"${MCP[1]}"
+  for _ in 1 2; do IFS= read -r -t 60 line <&"${MCP[0]}"; done
+  id=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["result"]["structuredContent"]["id"])' "$line")
+  echo "$id" >>"$T/ids"
+  fork='{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sandbox_fork","arguments":{"sandbox":"'$id'"}}}'
+  printf '%s\n' "$fork" >&"${MCP[1]}"
+  IFS= read -r -t 60 line <&"${MCP[0]}"
+  echo "$line"
+  [[ $line == *'"isError":true'* && $line == *maximum* && $line == *max-sandboxes* ]]
+  [ "$(ax ls -q | wc -l)" -eq 1 ]
+  exec {MCP[1]}>&-
+  wait "$MCP_PID"
+  none() { [ -z "$(ax ls -q)" ]; }
+  poll 100 none
+}
+
 @test "mcp --help states the safe defaults agsx-mcp(1) gives" {
   run_ax mcp --help
   [ "$status" -eq 0 ]
   local w
-  for w in "--max-sandboxes running sandboxes (8)" "only the internal network" "30 min" "up to 24 h" \
+  for w in "--max-sandboxes running sandboxes (8, forks included)" "only the internal network" "30 min" "up to 24 h" \
     "stops when the session ends" "1 MiB" "No host path"; do
     [[ $output == *"$w"* ]] || { echo "# --help lacks: $w" >&3; false; }
   done

@@ -28,7 +28,13 @@ check(transport._process !== undefined, 'stdio transport up');
 
 const { tools } = await client.listTools();
 const names = tools.map(t => t.name).sort();
-check(JSON.stringify(names) === JSON.stringify(['exec', 'file_read', 'file_write', 'sandbox_create', 'sandbox_kill', 'sandbox_list']), 'tools/list: the six tools', names);
+const want = ['exec', 'file_list', 'file_move', 'file_read', 'file_remove', 'file_search', 'file_stat', 'file_write',
+  'sandbox_create', 'sandbox_extend', 'sandbox_fork', 'sandbox_info', 'sandbox_kill', 'sandbox_list', 'sandbox_rollback',
+  'snapshot_create', 'snapshot_list'];
+check(JSON.stringify(names) === JSON.stringify(want), `tools/list: the ${want.length} tools`, names);
+for (const t of tools)
+  check(t.annotations?.destructiveHint === ['sandbox_kill', 'sandbox_rollback', 'file_remove', 'file_move'].includes(t.name),
+    `${t.name}: destructiveHint`, t.annotations);
 for (const t of tools)
   check(t.inputSchema?.type === 'object' && t.outputSchema?.type === 'object' && t.description, `${t.name}: input and output schemas`);
 
@@ -69,6 +75,52 @@ check(r.isError && /does not exist/.test(r.content[0].text), 'file_read of a mis
 r = await call('file_read', { sandbox: id, path: '/../../../etc/hostname' });
 check(!r.isError || /does not exist/.test(r.content[0].text), 'a path above / stays inside the sandbox', r);
 
+// file_list, file_stat, file_search, file_move, file_remove
+r = await call('exec', { sandbox: id, command: 'mkdir -p /tmp/dir/sub /tmp/dir/.hid && echo x >/tmp/dir/sub/b.py && echo y >/tmp/dir/c.py && ln -s a.txt /tmp/dir/ln && chmod 640 /tmp/dir/c.py' });
+check(r.structuredContent?.exit_code === 0, 'a tree made', r);
+r = await call('file_list', { sandbox: id, path: '/tmp/dir' });
+ok(r, 'file_list');
+const ents = Object.fromEntries(r.structuredContent.entries.map(e => [e.name, e]));
+check(JSON.stringify(Object.keys(ents).sort()) === JSON.stringify(['.hid', 'a.txt', 'c.py', 'ln', 'sub']) && r.structuredContent.truncated === false,
+  'file_list: one level, hidden entries too', Object.keys(ents));
+check(ents['a.txt'].type === 'file' && ents['a.txt'].size === 10 && ents['sub'].type === 'directory' && ents['c.py'].permissions === '-rw-r-----' &&
+  ents['ln'].symlink_target === '/tmp/dir/a.txt' && ents['c.py'].path === '/tmp/dir/c.py' && ents['c.py'].modified > 1.7e9,
+  'file_list: type, size, permissions, symlink target, path, time', ents);
+r = await call('file_list', { sandbox: id, path: '/tmp/dir', depth: 2 });
+check(r.structuredContent?.entries.some(e => e.path === '/tmp/dir/sub/b.py'), 'file_list depth 2', r);
+r = await call('file_list', { sandbox: id, path: '/tmp/dir/a.txt' });
+check(r.isError, 'file_list of a file: isError', r);
+r = await call('file_search', { sandbox: id, path: '/tmp', pattern: '*.py' });
+check(JSON.stringify(r.structuredContent?.entries.map(e => e.path).sort()) === JSON.stringify(['/tmp/dir/c.py', '/tmp/dir/sub/b.py']), 'file_search *.py', r);
+r = await call('file_search', { sandbox: id, path: '/tmp/dir', pattern: 'sub/*.py' });
+check(JSON.stringify(r.structuredContent?.entries.map(e => e.path)) === JSON.stringify(['/tmp/dir/sub/b.py']), 'file_search by a path pattern', r);
+r = await call('file_stat', { sandbox: id, path: '/tmp/dir/sub' });
+check(r.structuredContent?.type === 'directory' && r.structuredContent.path === '/tmp/dir/sub', 'file_stat', r);
+r = await call('file_stat', { sandbox: id, path: '/tmp/dir/none' });
+check(r.isError && /not|exist/.test(r.content[0].text), 'file_stat of a missing path: isError', r);
+r = await call('file_move', { sandbox: id, from: '/tmp/dir/c.py', to: '/tmp/moved/c2.py' });
+check(r.structuredContent?.path === '/tmp/moved/c2.py' && r.structuredContent.size === 2, 'file_move, a parent made', r);
+r = await call('file_remove', { sandbox: id, path: '/tmp/dir/sub' });
+check(r.isError && /confirm: true/.test(r.content[0].text), 'file_remove without confirm: refused', r);
+r = await call('file_remove', { sandbox: id, path: '/tmp/dir/sub', confirm: true });
+check(r.structuredContent?.removed === true, 'file_remove of a directory', r);
+r = await call('exec', { sandbox: id, command: 'ls /tmp/dir; cat /tmp/moved/c2.py' });
+check(r.structuredContent?.stdout === 'a.txt\nln\ny\n', 'the sandbox sees the move and the removal', r);
+r = await call('file_remove', { sandbox: id, path: '/tmp/dir/sub', confirm: true });
+check(r.isError && /not|exist/.test(r.content[0].text), 'file_remove of a missing path: isError', r);
+r = await call('file_remove', { sandbox: id, path: '/', confirm: true });
+check(r.isError, 'file_remove of /: refused', r);
+
+// sandbox_info, sandbox_extend
+r = await call('sandbox_info', { sandbox: id });
+ok(r, 'sandbox_info');
+check(r.structuredContent.id === id && r.structuredContent.status === 'running' && r.structuredContent.time_left > 60 && r.structuredContent.time_left <= 120 && r.structuredContent.image === 'bb',
+  'sandbox_info: status, image, time left', r.structuredContent);
+r = await call('sandbox_extend', { sandbox: id, timeout: 600 });
+check(r.structuredContent?.time_left > 590 && r.structuredContent.deadline >= Date.now() / 1000 + 590, 'sandbox_extend: the new deadline', r);
+let err;
+try { await call('sandbox_extend', { sandbox: id, timeout: 86401 }); } catch (e) { err = e; }
+check(err?.code === -32602, 'sandbox_extend past 24 h: invalid params', String(err));
 r = await call('exec', { sandbox: id, command: 'yes 0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUV | head -c 52428800; echo done >&2' }, { timeout: 120000 });
 ok(r, 'exec of 50 MiB of output');
 check(r.structuredContent.truncated === true && r.structuredContent.stdout_truncated === true && r.structuredContent.stdout.length === 1 << 20 && r.structuredContent.stderr === 'done\n' && r.structuredContent.exit_code === 0, 'stdout capped at 1 MiB, truncated: true', { ...r.structuredContent, stdout: r.structuredContent.stdout.length });
@@ -85,7 +137,7 @@ check(r.isError && /confirm: true/.test(r.content[0].text), 'sandbox_kill withou
 r = await call('sandbox_create', { image, network: 'public' });
 check(r.isError && /not allowed/.test(r.content[0].text), 'network public refused by default', r);
 
-let err;
+err = undefined;
 try { await call('exec', { sandbox: id, argv: 'echo' }); } catch (e) { err = e; }
 check(err?.code === -32602, 'a wrong argument type: invalid params', String(err));
 err = undefined;
@@ -108,6 +160,42 @@ for (let i = 0; i < 50 && !gone; i++) {
 check(gone, 'and its process was killed in the sandbox', r);
 await client.ping();
 check(true, 'ping after the cancellation');
+
+// snapshot, break something, roll back; fork
+r = await call('exec', { sandbox: id, command: 'mkdir -p /work && echo good >/work/state && echo run1 >/work/run' });
+check(r.structuredContent?.exit_code === 0, 'a state to keep', r);
+r = await call('snapshot_create', { sandbox: id, name: 'before' });
+ok(r, 'snapshot_create');
+check(r.structuredContent.name === 'before' && r.structuredContent.files >= 2, 'the snapshot: its name and files', r.structuredContent);
+r = await call('snapshot_create', { sandbox: id, name: 'before' });
+check(r.isError && /before/.test(r.content[0].text), 'a snapshot name taken: isError', r);
+r = await call('snapshot_create', { sandbox: id, name: '../x' });
+check(r.isError && /invalid snapshot name/.test(r.content[0].text), 'a bad snapshot name: isError', r);
+r = await call('exec', { sandbox: id, command: 'rm -rf /work; echo broken >/broken; sleep 1000 >/dev/null 2>&1 & echo bg' });
+check(r.structuredContent?.stdout === 'bg\n', 'something broken, a process left running', r);
+r = await call('snapshot_list', { sandbox: id });
+check(JSON.stringify(r.structuredContent?.snapshots.map(x => x.name)) === '["before"]', 'snapshot_list', r);
+r = await call('sandbox_rollback', { sandbox: id, snapshot: 'before' });
+check(r.isError && /confirm: true/.test(r.content[0].text), 'sandbox_rollback without confirm: refused', r);
+r = await call('sandbox_rollback', { sandbox: id, snapshot: 'nope', confirm: true });
+check(r.isError && /snapshot_list/.test(r.content[0].text), 'sandbox_rollback to no such snapshot: isError', r);
+r = await call('sandbox_rollback', { sandbox: id, snapshot: 'before', confirm: true });
+check(r.structuredContent?.rolled_back === true && r.structuredContent.id === id, 'sandbox_rollback', r);
+r = await call('exec', { sandbox: id, command: 'cat /work/state; ls /broken 2>&1 >/dev/null | wc -l; ps -o args | grep -c "^sleep 1000" || true' });
+check(r.structuredContent?.stdout === 'good\n1\n0\n', 'rolled back: the files as they were, the process gone', r);
+r = await call('exec', { sandbox: id, command: 'echo forked-from >/work/run' });
+r = await call('sandbox_fork', { sandbox: id, timeout: 60 });
+ok(r, 'sandbox_fork');
+const fid = r.structuredContent.id;
+check(fid !== id && /^[0-9a-f]{32}$/.test(fid) && r.structuredContent.image === 'bb', 'the fork: a sandbox of its own', r.structuredContent);
+r = await call('exec', { sandbox: fid, command: 'cat /work/state /work/run; echo fork-only >/work/run' });
+check(r.structuredContent?.stdout === 'good\nforked-from\n', 'the fork has its source\'s files', r);
+r = await call('exec', { sandbox: id, command: 'cat /work/run' });
+check(r.structuredContent?.stdout === 'forked-from\n', 'the source does not see the fork\'s change', r);
+r = await call('sandbox_list', {});
+check(r.structuredContent?.sandboxes?.length === 2, 'sandbox_list: the fork is the session\'s', r);
+r = await call('sandbox_kill', { sandbox: fid, confirm: true });
+check(r.structuredContent?.killed === true, 'the fork killed', r);
 
 r = await call('sandbox_create', { image, keep: true, timeout: 120, memory: '64m', cpus: 0.5 });
 ok(r, 'sandbox_create keep');

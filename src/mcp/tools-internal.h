@@ -1,0 +1,65 @@
+/* agsx — mcp: what the tools' files share (tools.c has the arguments'
+ * checks, the sandbox and exec tools and the one list; tools-files.c the
+ * file tools; tools-snapshot.c snapshots, rollback and fork). */
+#ifndef AGSX_MCP_TOOLS_INTERNAL_H
+#define AGSX_MCP_TOOLS_INTERNAL_H
+
+#include "mcp/mcp-internal.h"
+#include "state/state.h"
+
+enum arg_type { A_STR, A_INT, A_NUM, A_BOOL, A_STRV, A_ENV };
+
+struct arg {
+  const char *name;
+  enum arg_type type;
+  bool required;
+  int64_t min, max; /* A_INT, A_NUM (when max > 0) */
+  const char *desc;
+};
+
+/* A tool: its arguments give its inputSchema, OUTPUT is its outputSchema. */
+struct tool {
+  const char *name, *title, *desc;
+  const struct arg *args;
+  const char *output;
+  bool read_only, destructive;
+  int (*call)(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err);
+};
+
+/* The tools of tools-files.c and tools-snapshot.c, each list ended by a
+ * zeroed entry. */
+extern const struct tool agsx_mcp_file_tools[];
+extern const struct tool agsx_mcp_snapshot_tools[];
+
+/* A call's arguments, checked against the tool's table already. */
+static inline const char *arg_str(yajl_val a, const char *k) {
+  return a ? agsx_json_get_string(a, k) : NULL;
+}
+static inline int64_t arg_int(yajl_val a, const char *k, int64_t dflt) {
+  int64_t v;
+  return a && agsx_json_get_int64(a, k, &v) ? v : dflt;
+}
+static inline bool arg_bool(yajl_val a, const char *k) {
+  yajl_val v = a ? agsx_json_get(a, k) : NULL;
+  return YAJL_IS_TRUE(v);
+}
+
+/* The running sandbox SANDBOX (an id, a prefix or a name) of this session:
+ * ENOENT when it is none of the session's, ESRCH when it ended. */
+int agsx_mcp_find(struct agsx_mcp *s, const char *sandbox, struct agsx_record *ret,
+                  agsx_error_t *err);
+/* How many sandboxes of the session run; EAGAIN when ADD more would pass
+ * --max-sandboxes. */
+int agsx_mcp_room(struct agsx_mcp *s, unsigned add, agsx_error_t *err);
+/* A sandbox as sandbox_create, sandbox_list and sandbox_info show it. */
+void agsx_mcp_gen_sandbox(yajl_gen g, const struct agsx_record *r);
+#define SANDBOX_PROPS                                                                              \
+  "\"id\":{\"type\":\"string\"},\"name\":{\"type\":\"string\"},\"image\":{\"type\":\"string\"},"   \
+  "\"status\":{\"type\":\"string\",\"description\":\"running or paused\"},\"network\":{\"type\":"  \
+  "\"string\"},\"deadline\":{\"type\":\"integer\",\"description\":\"when it stops, seconds since " \
+  "the epoch\"},\"keep\":{\"type\":\"boolean\",\"description\":\"it outlives the session\"}"
+#define SANDBOX_REQUIRED "\"id\",\"name\",\"image\",\"status\",\"network\",\"deadline\",\"keep\""
+#define SANDBOX_SCHEMA                                                                             \
+  "{\"type\":\"object\",\"properties\":{" SANDBOX_PROPS "},\"required\":[" SANDBOX_REQUIRED "]}"
+
+#endif
