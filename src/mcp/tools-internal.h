@@ -1,6 +1,7 @@
 /* agsx — mcp: what the tools' files share (tools.c has the arguments'
- * checks, the sandbox and exec tools and the one list; tools-files.c the
- * file tools; tools-snapshot.c snapshots, rollback and fork). */
+ * checks, the sandbox tools and the one list; tools-process.c exec and
+ * background processes; tools-files.c the file tools; tools-snapshot.c
+ * snapshots, rollback and fork). */
 #ifndef AGSX_MCP_TOOLS_INTERNAL_H
 #define AGSX_MCP_TOOLS_INTERNAL_H
 
@@ -26,8 +27,9 @@ struct tool {
   int (*call)(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err);
 };
 
-/* The tools of tools-files.c and tools-snapshot.c, each list ended by a
+/* The tools of tools-process.c, tools-files.c and tools-snapshot.c, each list ended by a
  * zeroed entry. */
+extern const struct tool agsx_mcp_process_tools[];
 extern const struct tool agsx_mcp_file_tools[];
 extern const struct tool agsx_mcp_snapshot_tools[];
 
@@ -43,6 +45,11 @@ static inline bool arg_bool(yajl_val a, const char *k) {
   yajl_val v = a ? agsx_json_get(a, k) : NULL;
   return YAJL_IS_TRUE(v);
 }
+
+/* An array of strings as a vector (NULL when absent). */
+char **agsx_mcp_arg_strv(yajl_val a, const char *k);
+/* {"K":"V"} as K=V strings into *RET; EINVAL for a key that cannot be one. */
+int agsx_mcp_arg_env(yajl_val a, const char *k, char ***ret, agsx_error_t *err);
 
 /* The running sandbox SANDBOX (an id, a prefix or a name) of this session:
  * ENOENT when it is none of the session's, ESRCH when it ended. */

@@ -5,15 +5,11 @@
  * tool itself is a result with isError and a message an agent can act on. */
 #include "config.h"
 
-#include "api/fsops.h"
 #include "mcp/rpc.h"
 #include "mcp/tools-internal.h"
 #include "sandbox/control.h"
-#include "sandbox/processes.h"
 #include "state/state.h"
 
-#include <poll.h>
-#include <signal.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -121,15 +117,15 @@ static int check_args(const struct tool *t, yajl_val a, agsx_error_t *err) {
   return 0;
 }
 
-static char **arg_strv(yajl_val a, const char *k) {
+char **agsx_mcp_arg_strv(yajl_val a, const char *k) {
   yajl_val v = a ? agsx_json_get(a, k) : NULL;
   char **out = NULL;
   for (size_t i = 0; YAJL_IS_ARRAY(v) && i < v->u.array.len; i++)
     agsx_strv_push(&out, v->u.array.values[i]->u.string);
   return out;
 }
-/* {"K":"V"} as K=V strings; EINVAL for a key that cannot be one. */
-static int arg_env(yajl_val a, const char *k, char ***ret, agsx_error_t *err) {
+
+int agsx_mcp_arg_env(yajl_val a, const char *k, char ***ret, agsx_error_t *err) {
   yajl_val v = a ? agsx_json_get(a, k) : NULL;
   for (size_t i = 0; YAJL_IS_OBJECT(v) && i < v->u.object.len; i++) {
     const char *key = v->u.object.keys[i];
@@ -241,7 +237,7 @@ static int create(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err)
   if (agsx_mcp_room(s, 1, err) < 0)
     return -1;
   _cleanup_strv_ char **env = NULL, **labels = NULL;
-  if (arg_env(a, "env", &env, err) < 0)
+  if (agsx_mcp_arg_env(a, "env", &env, err) < 0)
     return -1;
   agsx_labels_set(&labels, AGSX_MCP_LABEL_SESSION, s->session);
   if (arg_bool(a, "keep"))
@@ -384,192 +380,6 @@ static int extend(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err)
   return 0;
 }
 
-/* ---- exec ----------------------------------------------------------------------------------------- */
-
-static const struct arg exec_args[] = {
-    {"sandbox", A_STR, true, 0, 0, "The sandbox's id"},
-    {"argv", A_STRV, false, 0, 0, "The command and its arguments (or give command)"},
-    {"command", A_STR, false, 0, 0, "A shell command line, run with /bin/sh -c (or give argv)"},
-    {"cwd", A_STR, false, 0, 0, "Working directory, absolute (default: the image's)"},
-    {"env", A_ENV, false, 0, 0, "Environment variables added for this command"},
-    {"user", A_STR, false, 0, 0, "User (name or uid[:gid]; default: the image's)"},
-    {"timeout", A_INT, false, 1, 86400,
-     "Seconds before the command's whole process tree is killed (default 300)"},
-    {"stdin", A_STR, false, 0, 0, "Text fed to the command's standard input (at most 1 MiB)"},
-    {0},
-};
-
-#define EXEC_TIMEOUT_DEFAULT 300
-#define EXEC_SCHEMA                                                                                \
-  "{\"type\":\"object\",\"properties\":{\"exit_code\":{\"type\":\"integer\",\"description\":"      \
-  "\"the command's status; 128+N when killed by signal N; 126/127: could not be run\"},"           \
-  "\"signal\":{\"type\":\"integer\",\"description\":\"the signal that killed it, 0: none\"},"      \
-  "\"stdout\":{\"type\":\"string\"},\"stderr\":{\"type\":\"string\"},\"stdout_truncated\":"        \
-  "{\"type\":\"boolean\"},\"stderr_truncated\":{\"type\":\"boolean\"},\"truncated\":{\"type\":"    \
-  "\"boolean\",\"description\":\"output beyond 1 MiB per stream was dropped\"},\"timed_out\":"     \
-  "{\"type\":\"boolean\"},\"duration_ms\":{\"type\":\"integer\"}},\"required\":[\"exit_code\","    \
-  "\"signal\",\"stdout\",\"stderr\",\"stdout_truncated\",\"stderr_truncated\",\"truncated\","      \
-  "\"timed_out\",\"duration_ms\"]}"
-
-struct capture {
-  char *buf;
-  size_t len;
-  bool truncated;
-};
-
-static void keep(struct capture *c, const char *data, size_t len) {
-  size_t room = AGSX_MCP_OUTPUT_CAP - c->len;
-  if (len > room)
-    c->truncated = true;
-  if (len > room)
-    len = room;
-  if (len == 0)
-    return;
-  c->buf = xrealloc(c->buf, c->len + len + 1);
-  memcpy(c->buf + c->len, data, len);
-  c->len += len;
-}
-
-/* Feeds STDIN to process PID, then closes its stdin. */
-static int feed(struct agsx_mcp *s, const char *id, uint32_t pid, const char *in,
-                agsx_error_t *err) {
-  size_t len = in ? strlen(in) : 0;
-  for (size_t off = 0; off < len;) {
-    size_t n = len - off < AGSX_PROCESS_INPUT_MAX ? len - off : AGSX_PROCESS_INPUT_MAX;
-    if (agsx_process_input(s->statefd, id, pid, in + off, n, false, err) < 0) {
-      if (agsx_error_errno(err) != EPIPE)
-        return -1;
-      agsx_error_free(err); /* the command stopped reading: as a pipe would */
-      break;
-    }
-    off += n;
-  }
-  if (agsx_process_close_stdin(s->statefd, id, pid, err) < 0 && agsx_error_errno(err) != ENOENT &&
-      agsx_error_errno(err) != EPIPE)
-    return -1;
-  agsx_error_free(err);
-  return 0;
-}
-
-/* Follows the process's log to its end, keeping the first AGSX_MCP_OUTPUT_CAP
- * bytes of each stream, while the input is watched for its cancellation:
- * 1 when cancelled (the process tree is killed), 0 at the end. */
-static int follow(struct agsx_mcp *s, const char *id, uint32_t pid, struct capture out[2],
-                  struct agsx_log_rec *end, agsx_error_t *err) {
-  struct agsx_log_reader *r = NULL;
-  if (agsx_process_log_open(s->statefd, id, pid, AGSX_LOG_FROM_START, &r, err) < 0)
-    return -1;
-  int rc = -1;
-  for (;;) {
-    struct agsx_log_rec rec;
-    int n = agsx_log_next(r, &rec, err);
-    if (n < 0)
-      break;
-    if (n == 2) {
-      *end = rec;
-      end->error = NULL;
-      rc = 0;
-      break;
-    }
-    if (n == 1) {
-      if (rec.kind == AGSX_LOG_STDOUT || rec.kind == AGSX_LOG_STDERR)
-        keep(&out[rec.kind == AGSX_LOG_STDERR], rec.data, rec.len);
-      else if (rec.kind == AGSX_LOG_LOST)
-        out[0].truncated = out[1].truncated = true;
-      else if (rec.kind == AGSX_LOG_END) {
-        *end = rec;
-        end->error = NULL;
-        rc = 0;
-        break;
-      }
-      continue;
-    }
-    /* A full input is not read meanwhile: the client waits for us. */
-    bool room = !s->eof && agsx_mcp_input_room(s);
-    struct pollfd p[3] = {{.fd = agsx_log_reader_fd(r), .events = POLLIN},
-                          {.fd = room ? s->cfg->in_fd : -1, .events = POLLIN},
-                          {.fd = s->sigfd, .events = POLLIN}};
-    if (poll(p, 3, 1000) < 0 && errno != EINTR)
-      break;
-    if (p[1].revents && !agsx_mcp_read_input(s))
-      s->cancelled = true; /* the session ends: nobody waits for the answer */
-    if (p[2].revents)
-      s->cancelled = s->stop = true; /* SIGTERM...: the loop then ends the session */
-    agsx_mcp_scan_cancel(s);
-    if (s->cancelled) {
-      agsx_error_t e = NULL;
-      if (agsx_process_signal(s->statefd, id, pid, SIGKILL, &e) < 0)
-        agsx_error_free(&e);
-      agsx_info("mcp: exec %u in %.12s cancelled: killed", pid, id);
-      rc = 1;
-      break;
-    }
-  }
-  agsx_log_reader_free(r);
-  return rc;
-}
-
-static int exec(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
-  const char *command = arg_str(a, "command"), *cwd = arg_str(a, "cwd"), *in = arg_str(a, "stdin");
-  _cleanup_strv_ char **argv = arg_strv(a, "argv"), **env = NULL;
-  if ((argv == NULL) == (command == NULL))
-    return agsx_error_set(err, EINVAL, "give either argv (a non-empty array) or command");
-  if (command) {
-    char *sh[] = {"/bin/sh", "-c", (char *)command, NULL};
-    argv = agsx_strv_concat(sh, NULL);
-  }
-  if (cwd && cwd[0] != '/')
-    return agsx_error_set(err, EINVAL, "cwd `%.100s` must be an absolute path", cwd);
-  if (in && strlen(in) > AGSX_MCP_FILE_MAX)
-    return agsx_error_set(err, E2BIG, "stdin: at most 1 MiB");
-  if (arg_env(a, "env", &env, err) < 0)
-    return -1;
-  struct agsx_record rec;
-  if (agsx_mcp_find(s, arg_str(a, "sandbox"), &rec, err) < 0)
-    return -1;
-  int64_t t0 = agsx_mono_ns(), timeout = arg_int(a, "timeout", EXEC_TIMEOUT_DEFAULT);
-  struct agsx_process_spec spec = {.argv = argv,
-                                   .env = env,
-                                   .cwd = cwd,
-                                   .user = arg_str(a, "user"),
-                                   .stdin_open = in != NULL,
-                                   .timeout_ms = (uint64_t)timeout * 1000};
-  struct agsx_process_info info = {0};
-  struct capture out[2] = {{0}};
-  struct agsx_log_rec end = {0};
-  int code = 125, rc = -1;
-  if (agsx_process_start(s->statefd, rec.id, &spec, &info, &code, err) < 0) {
-    agsx_error_wrap(err, "exec (exit code %d)", code);
-    goto out;
-  }
-  if (in && feed(s, rec.id, info.pid, in, err) < 0)
-    goto out;
-  rc = follow(s, rec.id, info.pid, out, &end, err);
-  if (rc != 0)
-    goto out;
-  int64_t ms = (agsx_mono_ns() - t0) / 1000000;
-  int sig = end.term_signal > 0 ? end.term_signal : 0;
-  yajl_gen_map_open(g);
-  agsx_json_kv_int(g, "exit_code", sig ? 128 + sig : end.exit_code);
-  agsx_json_kv_int(g, "signal", sig);
-  for (int i = 0; i < 2; i++) {
-    agsx_json_key(g, i ? "stderr" : "stdout");
-    agsx_json_bytes(g, out[i].buf ? out[i].buf : "", out[i].len);
-  }
-  agsx_json_kv_bool(g, "stdout_truncated", out[0].truncated);
-  agsx_json_kv_bool(g, "stderr_truncated", out[1].truncated);
-  agsx_json_kv_bool(g, "truncated", out[0].truncated || out[1].truncated);
-  agsx_json_kv_bool(g, "timed_out", sig == SIGKILL && ms >= timeout * 1000);
-  agsx_json_kv_int(g, "duration_ms", ms);
-  yajl_gen_map_close(g);
-out:
-  for (int i = 0; i < 2; i++)
-    free(out[i].buf);
-  agsx_process_info_clear(&info);
-  agsx_record_clear(&rec);
-  return rc;
-}
-
 /* ---- the table ---------------------------------------------------------------------------------- */
 
 static const struct tool sandbox_tools[] = {
@@ -594,16 +404,12 @@ static const struct tool sandbox_tools[] = {
     {"sandbox_extend", "Change a sandbox's lifetime",
      "Set a sandbox to stop TIMEOUT seconds from now (at most 24 h), later or sooner than before.",
      extend_args, INFO_SCHEMA, false, false, extend},
-    {"exec", "Run a command",
-     "Run a command in a sandbox and wait for it: exit code, stdout and stderr (each capped at "
-     "1 MiB, truncated: true past that).",
-     exec_args, EXEC_SCHEMA, false, false, exec},
     {0},
 };
 
-/* tools/list's order: sandboxes and exec, files, snapshots. */
-static const struct tool *const lists[] = {sandbox_tools, agsx_mcp_file_tools,
-                                           agsx_mcp_snapshot_tools};
+/* tools/list's order: sandboxes, commands, files, snapshots. */
+static const struct tool *const lists[] = {sandbox_tools, agsx_mcp_process_tools,
+                                           agsx_mcp_file_tools, agsx_mcp_snapshot_tools};
 
 static const struct tool *tool_next(size_t *list, const struct tool *t) {
   t = t ? t + 1 : lists[*list];

@@ -29,11 +29,11 @@ check(transport._process !== undefined, 'stdio transport up');
 const { tools } = await client.listTools();
 const names = tools.map(t => t.name).sort();
 const want = ['exec', 'file_list', 'file_move', 'file_read', 'file_remove', 'file_search', 'file_stat', 'file_write',
-  'sandbox_create', 'sandbox_extend', 'sandbox_fork', 'sandbox_info', 'sandbox_kill', 'sandbox_list', 'sandbox_rollback',
+  'process_input', 'process_list', 'process_output', 'process_signal', 'process_start', 'sandbox_create', 'sandbox_extend', 'sandbox_fork', 'sandbox_info', 'sandbox_kill', 'sandbox_list', 'sandbox_rollback',
   'snapshot_create', 'snapshot_list'];
 check(JSON.stringify(names) === JSON.stringify(want), `tools/list: the ${want.length} tools`, names);
 for (const t of tools)
-  check(t.annotations?.destructiveHint === ['sandbox_kill', 'sandbox_rollback', 'file_remove', 'file_move'].includes(t.name),
+  check(t.annotations?.destructiveHint === ['sandbox_kill', 'sandbox_rollback', 'file_remove', 'file_move', 'process_signal'].includes(t.name),
     `${t.name}: destructiveHint`, t.annotations);
 for (const t of tools)
   check(t.inputSchema?.type === 'object' && t.outputSchema?.type === 'object' && t.description, `${t.name}: input and output schemas`);
@@ -160,6 +160,66 @@ for (let i = 0; i < 50 && !gone; i++) {
 check(gone, 'and its process was killed in the sandbox', r);
 await client.ping();
 check(true, 'ping after the cancellation');
+
+// background processes: start, output from an offset, input, signal, list
+r = await call('process_start', { sandbox: id, command: 'i=0; while [ $i -lt 3 ]; do echo line$i; i=$((i+1)); sleep 0.2; done; echo err >&2; exit 4' });
+ok(r, 'process_start');
+const bg = r.structuredContent.pid;
+check(Number.isInteger(bg) && r.structuredContent.running === true && r.structuredContent.argv[0] === '/bin/sh', 'a pid, running', r.structuredContent);
+r = await call('process_output', { sandbox: id, pid: bg, wait: 20 });
+ok(r, 'process_output');
+check(r.structuredContent.running === false && r.structuredContent.exit_code === 4 && r.structuredContent.stdout === 'line0\nline1\nline2\n' &&
+  r.structuredContent.stderr === 'err\n' && r.structuredContent.more === false && r.structuredContent.lost === 0, 'process_output wait: its output and exit code', r.structuredContent);
+r = await call('process_output', { sandbox: id, pid: bg, offset: r.structuredContent.next_offset });
+check(r.structuredContent?.stdout === '' && r.structuredContent.stderr === '' && r.structuredContent.running === false, 'read on from next_offset: nothing new', r);
+r = await call('process_start', { sandbox: id, argv: ['cat'], stdin: true });
+const cat = r.structuredContent?.pid;
+r = await call('process_input', { sandbox: id, pid: cat, data: 'typed\n' });
+check(r.structuredContent?.written === 6, 'process_input', r);
+let seen = '', off = 0;
+for (let i = 0; i < 50 && seen !== 'typed\n'; i++) {
+  r = await call('process_output', { sandbox: id, pid: cat, offset: off, wait: 0 });
+  seen += r.structuredContent.stdout;
+  off = r.structuredContent.next_offset;
+  check(r.structuredContent.running === true || seen === 'typed\n', 'cat runs while its stdin is open', r.structuredContent);
+  if (seen !== 'typed\n') await new Promise(res => setTimeout(res, 100));
+}
+check(seen === 'typed\n', 'the process echoed its input', seen);
+r = await call('process_input', { sandbox: id, pid: cat, close: true });
+check(r.structuredContent?.closed === true, 'process_input close', r);
+r = await call('process_output', { sandbox: id, pid: cat, offset: off, wait: 20 });
+check(r.structuredContent?.running === false && r.structuredContent.exit_code === 0, 'cat ends at end of file', r);
+r = await call('process_input', { sandbox: id, pid: bg, data: 'x' });
+check(r.isError, 'process_input to a process without stdin: isError', r);
+r = await call('process_start', { sandbox: id, argv: ['sleep', '1000'] });
+const sl = r.structuredContent?.pid;
+r = await call('process_list', { sandbox: id });
+check(r.structuredContent?.processes.some(p => p.pid === sl && p.running) && r.structuredContent.processes.some(p => p.pid === bg && p.exit_code === 4), 'process_list: running and ended', r);
+r = await call('process_signal', { sandbox: id, pid: sl, signal: 'bogus' });
+check(r.isError && /unknown signal/.test(r.content[0].text), 'an unknown signal: isError', r);
+r = await call('process_signal', { sandbox: id, pid: sl, signal: 'SIGKILL' });
+check(r.structuredContent?.signal === 9, 'process_signal KILL', r);
+r = await call('process_output', { sandbox: id, pid: sl, wait: 20 });
+check(r.structuredContent?.running === false && r.structuredContent.exit_code === 137, 'killed: 137', r);
+r = await call('process_signal', { sandbox: id, pid: sl });
+check(r.isError && /ended/.test(r.content[0].text), 'signal to an ended process: isError', r);
+r = await call('process_output', { sandbox: id, pid: 4000000 });
+check(r.isError && /process_start/.test(r.content[0].text), 'no such process: isError', r);
+r = await call('process_start', { sandbox: id, command: 'head -c 3000000 /dev/zero | tr "\\0" a' });
+const big = r.structuredContent?.pid;
+let total = 0, reads = 0, mores = 0;
+off = 0;
+for (;;) {
+  r = await call('process_output', { sandbox: id, pid: big, offset: off, wait: 20 });
+  check(!r.isError && r.structuredContent.stdout.length <= 1 << 20, 'at most 1 MiB an answer', { ...r.structuredContent, stdout: r.structuredContent?.stdout?.length });
+  total += r.structuredContent.stdout.length;
+  off = r.structuredContent.next_offset;
+  reads++;
+  if (r.structuredContent.more) mores++;
+  if (!r.structuredContent.running && !r.structuredContent.more) break;
+  check(reads < 20, 'bounded reads');
+}
+check(total === 3000000 && reads >= 3 && mores >= 2, `3 MB of output in ${reads} answers from next_offset`, { total, reads, mores });
 
 // snapshot, break something, roll back; fork
 r = await call('exec', { sandbox: id, command: 'mkdir -p /work && echo good >/work/state && echo run1 >/work/run' });
