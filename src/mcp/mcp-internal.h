@@ -22,6 +22,10 @@ struct agsx_mcp {
    * cancelled it */
   const char *current_id;
   bool cancelled;
+  /* its _meta.progressToken (JSON text) or NULL; the last notification's
+   * time (monotonic) and progress */
+  char *progress_token;
+  int64_t progress_at, progress;
 };
 
 /* Reads what IN_FD has (non-blocking): false at EOF or error. Reads
@@ -33,6 +37,11 @@ bool agsx_mcp_input_room(const struct agsx_mcp *s);
 /* Looks at the complete lines not scanned yet for notifications/cancelled
  * of the current request (they stay in the input, handled later). */
 void agsx_mcp_scan_cancel(struct agsx_mcp *s);
+
+/* notifications/progress of the current call, with MESSAGE, when its
+ * client asked for them (a progressToken) and the last was a second ago
+ * or more; PROGRESS: how far it is (growing), TOTAL: of what (0: unknown). */
+void agsx_mcp_progress(struct agsx_mcp *s, int64_t progress, int64_t total, const char *message);
 
 /* tools/list's result into G. */
 void agsx_mcp_tools_list(yajl_gen g);

@@ -42,6 +42,24 @@ static void send_error(struct agsx_mcp *s, const char *id, int code, const char 
   send_line(s, line, len);
 }
 
+void agsx_mcp_progress(struct agsx_mcp *s, int64_t progress, int64_t total, const char *message) {
+  int64_t now = agsx_mono_ns();
+  if (s->progress_token == NULL || now - s->progress_at < 1000000000LL || progress <= s->progress)
+    return;
+  s->progress_at = now;
+  s->progress = progress;
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  agsx_json_str(g, message);
+  size_t mlen;
+  _cleanup_free_ char *msg = agsx_json_gen_steal(g, &mlen);
+  _cleanup_free_ char *tot = total > 0 ? xasprintf(",\"total\":%lld", (long long)total) : NULL;
+  _cleanup_free_ char *line = xasprintf(
+      "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":"
+      "%s,\"progress\":%lld%s,\"message\":%s}}",
+      s->progress_token, (long long)progress, tot ? tot : "", msg);
+  send_line(s, line, strlen(line));
+}
+
 static void initialize(struct agsx_mcp *s, const struct agsx_rpc_msg *m) {
   const char *want = agsx_json_get_string(m->params, "protocolVersion");
   if (want == NULL)
@@ -68,8 +86,10 @@ static void initialize(struct agsx_mcp *s, const struct agsx_rpc_msg *m) {
   yajl_gen_map_close(g);
   agsx_json_kv_str(g, "instructions",
                    "Sandboxes for running untrusted code. sandbox_create gives an id; exec runs "
-                   "commands in it, file_read/file_write move files in and out. Sandboxes of this "
-                   "session are stopped when it ends unless created with keep: true.");
+                   "commands in it (process_start in the background), the file_ tools work on "
+                   "its files, snapshot_create and sandbox_rollback go back, sandbox_fork "
+                   "branches. Sandboxes of this session are stopped when it ends unless created "
+                   "with keep: true.");
   yajl_gen_map_close(g);
   size_t len;
   _cleanup_free_ char *res = agsx_json_gen_steal(g, &len);
@@ -95,8 +115,14 @@ static void request(struct agsx_mcp *s, const struct agsx_rpc_msg *m) {
     int code = AGSX_RPC_INTERNAL_ERROR;
     s->current_id = m->id;
     s->cancelled = false;
+    yajl_val meta = m->params ? agsx_json_get(m->params, "_meta") : NULL;
+    s->progress_token = YAJL_IS_OBJECT(meta) ? agsx_rpc_id_of(meta, "progressToken") : NULL;
+    s->progress_at = agsx_mono_ns();
+    s->progress = 0;
     int r = agsx_mcp_tools_call(s, m->params, &res, &code, &err);
     s->current_id = NULL;
+    free(s->progress_token);
+    s->progress_token = NULL;
     if (r < 0)
       send_error(s, m->id, code, err ? err->msg : "internal error");
     else if (r == 0)

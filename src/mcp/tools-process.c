@@ -108,6 +108,7 @@ static int gather(struct agsx_mcp *s, const char *id, uint32_t pid, size_t total
   struct agsx_log_reader *r = NULL;
   if (agsx_process_log_open(s->statefd, id, pid, g->offset, &r, err) < 0)
     return -1;
+  int64_t t0 = agsx_mono_ns();
   int rc = -1;
   for (;;) {
     struct agsx_log_rec rec;
@@ -162,6 +163,10 @@ static int gather(struct agsx_mcp *s, const char *id, uint32_t pid, size_t total
       rc = 1;
       break;
     }
+    int64_t secs = (agsx_mono_ns() - t0) / 1000000000LL;
+    _cleanup_free_ char *msg = xasprintf("process %u: running for %llds, %zu bytes of output", pid,
+                                         (long long)secs, g->out[0].len + g->out[1].len);
+    agsx_mcp_progress(s, secs, 0, msg);
   }
   if (rc < 0 && err && *err == NULL)
     agsx_error_set(err, EIO, "the log of process %u", pid);

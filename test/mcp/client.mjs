@@ -161,6 +161,17 @@ check(gone, 'and its process was killed in the sandbox', r);
 await client.ping();
 check(true, 'ping after the cancellation');
 
+// progress notifications on a long call, when the client asks for them
+const progress = [];
+r = await call('exec', { sandbox: id, command: 'sleep 3.5; echo slept' }, { onprogress: p => progress.push(p) });
+check(r.structuredContent?.stdout === 'slept\n', 'a long exec with a progress token', r);
+check(progress.length >= 2 && progress.length <= 4 && progress.every((p, i) => i === 0 || p.progress > progress[i - 1].progress) &&
+  /running for \d+s/.test(progress[0].message), 'notifications/progress about once a second, growing', progress);
+progress.length = 0;
+r = await call('process_start', { sandbox: id, argv: ['sleep', '2.5'] });
+r = await call('process_output', { sandbox: id, pid: r.structuredContent.pid, wait: 10 }, { onprogress: p => progress.push(p) });
+check(r.structuredContent?.running === false && progress.length >= 1, 'process_output wait sends them too', { r, progress });
+
 // background processes: start, output from an offset, input, signal, list
 r = await call('process_start', { sandbox: id, command: 'i=0; while [ $i -lt 3 ]; do echo line$i; i=$((i+1)); sleep 0.2; done; echo err >&2; exit 4' });
 ok(r, 'process_start');
