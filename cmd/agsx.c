@@ -326,6 +326,10 @@ static const struct agsx_option mcp_opts[] = {
      O_NETWORK},
     {"max-sandboxes", 0, "N", "Running sandboxes per session at most (default 8, at most 256)",
      O_MAX_SANDBOXES},
+    {"allow-host-path", 0, "DIR",
+     "A host directory file_copy_in and file_copy_out may use, and what is below it "
+     "(repeatable; default: none)",
+     O_ALLOW_HOST_PATH},
     {0},
 };
 
@@ -438,7 +442,7 @@ const struct agsx_command agsx_commands[] = {
      "keep; run commands, read, write, move and remove files, snapshot and roll back only\n"
      "inside its own session's sandboxes, under agsx's isolation; get back at most 1 MiB of\n"
      "stdout and of stderr per exec and 1 MiB per file. No host path is read, written or\n"
-     "mounted.\n"},
+     "mounted, but below each --allow-host-path DIR (file_copy_in, file_copy_out).\n"},
     {"image ls", "[OPTIONS]", "List images", image_ls_opts, agsx_cmd_image_ls, NULL, NULL},
     {"image load", "[OPTIONS] PATH|-",
      "Load images from an OCI layout, an oci-archive or a docker-archive", image_load_opts,

@@ -106,6 +106,7 @@ enum {
   O_POOL,
   O_SIZE,
   O_MAX_SANDBOXES,
+  O_ALLOW_HOST_PATH,
 };
 
 /* The table, in cmd/agsx.c. */

@@ -7,7 +7,10 @@
 #include "mcp/mcp.h"
 #include "net/netspec.h"
 
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAX_SANDBOXES_LIMIT 256
@@ -15,6 +18,7 @@
 struct mcp_opts {
   const char *network;
   unsigned max_sandboxes;
+  char **host_paths; /* --allow-host-path, real paths */
 };
 
 static int on_mcp_opt(void *data, int id, const char *v) {
@@ -27,6 +31,23 @@ static int on_mcp_opt(void *data, int id, const char *v) {
     if (agsx_net_mode_parse(v, &mode, &name, &err) < 0)
       return agsx_failf("mcp: --network: %s", err->msg), agsx_error_free(&err), -1;
     o->network = strcmp(v, "internal") == 0 ? NULL : v;
+    return 0;
+  }
+  case O_ALLOW_HOST_PATH: {
+    _cleanup_free_ char *real = realpath(v, NULL);
+    struct stat st;
+    if (real == NULL || stat(real, &st) < 0)
+      return agsx_failf("mcp: --allow-host-path `%s`: %s", v, strerror(errno)), -1;
+    if (!S_ISDIR(st.st_mode))
+      return agsx_failf("mcp: --allow-host-path `%s`: not a directory", v), -1;
+    if (strcmp(real, "/") == 0)
+      return agsx_failf("mcp: --allow-host-path `%s` is the whole host: name a directory of "
+                        "files meant for the agent",
+                        v),
+             -1;
+    if (agsx_strv_len(o->host_paths) >= AGSX_MCP_HOST_PATHS_MAX)
+      return agsx_failf("mcp: at most %d --allow-host-path", AGSX_MCP_HOST_PATHS_MAX), -1;
+    agsx_strv_push(&o->host_paths, real);
     return 0;
   }
   case O_MAX_SANDBOXES: {
@@ -44,7 +65,9 @@ static int on_mcp_opt(void *data, int id, const char *v) {
 
 int agsx_cmd_mcp(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
   struct mcp_opts o = {.max_sandboxes = AGSX_MCP_MAX_SANDBOXES};
+  _cleanup_strv_ char **host_paths = NULL;
   int i = agsx_parse_options(cmd, argc, argv, on_mcp_opt, &o);
+  host_paths = o.host_paths;
   if (i < 0)
     return AGSX_EXIT_FAILURE;
   if (i < argc)
@@ -54,6 +77,7 @@ int agsx_cmd_mcp(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
       .state = ctx->state,
       .network = o.network,
       .max_sandboxes = o.max_sandboxes,
+      .host_paths = host_paths,
       .in_fd = STDIN_FILENO,
       .out_fd = STDOUT_FILENO,
   };

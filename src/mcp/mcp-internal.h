@@ -26,6 +26,9 @@ struct agsx_mcp {
    * time (monotonic) and progress */
   char *progress_token;
   int64_t progress_at, progress;
+  /* the config's host_paths, opened (O_PATH | O_DIRECTORY) */
+  int host_fds[AGSX_MCP_HOST_PATHS_MAX];
+  size_t n_host;
 };
 
 /* Reads what IN_FD has (non-blocking): false at EOF or error. Reads

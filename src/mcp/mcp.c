@@ -313,6 +313,14 @@ int agsx_mcp_serve(const struct agsx_mcp_config *cfg, agsx_error_t *err) {
   }
   if ((s.statefd = agsx_state_open(cfg->state, true, err)) < 0)
     goto out;
+  for (size_t i = 0; cfg->host_paths && cfg->host_paths[i] && i < AGSX_MCP_HOST_PATHS_MAX; i++) {
+    int fd = open(cfg->host_paths[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+      agsx_error_set(err, errno, "--allow-host-path `%s`", cfg->host_paths[i]);
+      goto out;
+    }
+    s.host_fds[s.n_host++] = fd;
+  }
   agsx_info("mcp: session %s: serving MCP on stdio", s.session);
   loop(&s);
   agsx_mcp_end_session(&s);
@@ -323,6 +331,8 @@ out:
   agsx_spawner_stop(&s.spawner);
   agsx_closep(&s.statefd);
   agsx_closep(&s.sigfd);
+  for (size_t i = 0; i < s.n_host; i++)
+    close(s.host_fds[i]);
   free(s.in);
   return rc;
 }

@@ -27,10 +27,16 @@
 #define AGSX_MCP_LABEL_SESSION "mcp.session"
 #define AGSX_MCP_LABEL_KEEP "mcp.keep"
 
+#define AGSX_MCP_HOST_PATHS_MAX 16
+
 struct agsx_mcp_config {
   const char *root, *state;
   const char *network;    /* the network a sandbox may ask for beyond internal, or NULL */
   unsigned max_sandboxes; /* running ones of this session at once */
+  /* --allow-host-path: absolute real paths of host directories the copy
+   * tools may use (NULL: none); opened once at the start, so what they
+   * name cannot change under the server */
+  char **host_paths;
   int in_fd, out_fd;
 };
 

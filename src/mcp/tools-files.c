@@ -6,12 +6,15 @@
 
 #include "api/fsops.h"
 #include "mcp/tools-internal.h"
+#include "sandbox/copy.h"
 
 #include <fnmatch.h>
 #include <string.h>
 #include <unistd.h>
 
-#define FILES_MAX 5000u /* entries of one file_list or file_search answer */
+#define FILES_MAX 5000u             /* entries of one file_list or file_search answer */
+#define COPY_MAX_BYTES (1ull << 30) /* data of one file_copy_in or file_copy_out */
+#define COPY_MAX_ENTRIES 100000u
 #define SEARCH_DEPTH_DEFAULT 16
 
 static const struct arg read_args[] = {
@@ -302,6 +305,111 @@ static int file_remove(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t 
   return 0;
 }
 
+/* ---- file_copy_in, file_copy_out ------------------------------------------------------------- */
+
+static const struct arg copy_in_args[] = {
+    {"sandbox", A_STR, true, 0, 0, "The sandbox's id"},
+    {"host_path", A_STR, true, 0, 0,
+     "An absolute host path below a directory agsx mcp --allow-host-path allows: a file or a "
+     "directory, copied whole (DIR/. copies its contents)"},
+    {"path", A_STR, true, 0, 0,
+     "Where in the sandbox (relative: to the user's home); into it when it is a directory"},
+    {"user", A_STR, false, 0, 0, "Whose home a relative path is in (default: the image's user)"},
+    {0},
+};
+
+static const struct arg copy_out_args[] = {
+    {"sandbox", A_STR, true, 0, 0, "The sandbox's id"},
+    {"path", A_STR, true, 0, 0,
+     "A file or directory of the sandbox (relative: to the user's home)"},
+    {"host_path", A_STR, true, 0, 0,
+     "Where on the host, an absolute path below a directory agsx mcp --allow-host-path allows; "
+     "into it when it is a directory"},
+    {"user", A_STR, false, 0, 0, "Whose home a relative path is in (default: the image's user)"},
+    {0},
+};
+
+#define COPY_SCHEMA                                                                                \
+  "{\"type\":\"object\",\"properties\":{\"host_path\":{\"type\":\"string\"},\"path\":{\"type\":"   \
+  "\"string\"},\"copied\":{\"type\":\"boolean\"}},\"required\":[\"host_path\",\"path\","           \
+  "\"copied\"]}"
+
+/* HOST, an absolute host path, as a directory fd of --allow-host-path and
+ * the path below it (*RET_REL, "." for the directory itself, a trailing
+ * slash kept). The copy resolves it inside that directory: a symlink or a
+ * `..` there cannot lead out. A `..` in HOST is refused outright. */
+static int host_path(struct agsx_mcp *s, const char *host, int *ret_fd, char **ret_rel,
+                     agsx_error_t *err) {
+  if (s->n_host == 0)
+    return agsx_error_set(err, EPERM,
+                          "no host path is allowed: the user can start the server with agsx mcp "
+                          "--allow-host-path DIR");
+  if (host[0] != '/')
+    return agsx_error_set(err, EINVAL, "host_path `%.200s` must be an absolute path", host);
+  for (const char *p = host; (p = strstr(p, "..")) != NULL; p += 2)
+    if (p[-1] == '/' && (p[2] == '/' || p[2] == '\0'))
+      return agsx_error_set(err, EINVAL, "host_path `%.200s`: `..` is not allowed", host);
+  for (size_t i = 0; i < s->n_host; i++) {
+    const char *dir = s->cfg->host_paths[i];
+    size_t n = strlen(dir);
+    if (strncmp(host, dir, n) != 0 || (host[n] != '/' && host[n] != '\0'))
+      continue;
+    const char *rel = host + n;
+    while (*rel == '/' && rel[1] == '/')
+      rel++;
+    *ret_fd = s->host_fds[i];
+    *ret_rel = xstrdup(*rel == '\0' || strcmp(rel, "/") == 0 ? "." : rel + 1);
+    return 0;
+  }
+  return agsx_error_set(err, EPERM,
+                        "host_path `%.200s` is not below a directory this server allows "
+                        "(agsx mcp --allow-host-path)",
+                        host);
+}
+
+static int copy_tool(struct agsx_mcp *s, yajl_val a, yajl_gen g, bool in, agsx_error_t *err) {
+  int hostfd = -1;
+  _cleanup_free_ char *rel = NULL;
+  if (host_path(s, arg_str(a, "host_path"), &hostfd, &rel, err) < 0 || hostfd < 0)
+    return -1;
+  struct agsx_record rec;
+  if (agsx_mcp_find(s, arg_str(a, "sandbox"), &rec, err) < 0)
+    return -1;
+  _cleanup_free_ char *path = NULL;
+  {
+    _cleanup_fs_ctx_ struct agsx_fs_ctx *c = NULL;
+    struct agsx_fs_opts o = {.user = arg_str(a, "user")};
+    if (agsx_fs_open(&rec, &o, &c, err) == 0)
+      path = agsx_fs_path(c, arg_str(a, "path"), err);
+  }
+  _cleanup_close_ int rootfd = path ? agsx_copy_open_root(&rec, err) : -1;
+  struct agsx_copy_limits lim = {.max_bytes = COPY_MAX_BYTES, .max_entries = COPY_MAX_ENTRIES};
+  struct agsx_copy_sandbox sb = {.rootfd = rootfd, .uid_base = rec.uid_base, .limits = &lim};
+  int r = -1;
+  if (rootfd >= 0)
+    r = in ? agsx_copy_in_at(&sb, hostfd, rel, path, 0, err)
+           : agsx_copy_out_at(&sb, hostfd, path, rel, 0, err);
+  if (r == 0) {
+    agsx_info("mcp: session %s: copied %s %.12s:%s", s->session, in ? "into" : "out of", rec.id,
+              path);
+    yajl_gen_map_open(g);
+    agsx_json_kv_str(g, "host_path", arg_str(a, "host_path"));
+    agsx_json_kv_str(g, "path", path);
+    agsx_json_kv_bool(g, "copied", true);
+    yajl_gen_map_close(g);
+  }
+  agsx_record_clear(&rec);
+  return r;
+}
+
+static int file_copy_in(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  return copy_tool(s, a, g, true, err);
+}
+
+static int file_copy_out(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  return copy_tool(s, a, g, false, err);
+}
+
 /* ---- the list -------------------------------------------------------------------------------- */
 
 const struct tool agsx_mcp_file_tools[] = {
@@ -332,5 +440,13 @@ const struct tool agsx_mcp_file_tools[] = {
      "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"removed\":{\"type\":"
      "\"boolean\"}},\"required\":[\"path\",\"removed\"]}",
      false, true, file_remove},
+    {"file_copy_in", "Copy from the host into a sandbox",
+     "Copy a host file or directory into a sandbox, only from below the directories agsx mcp "
+     "--allow-host-path allows (none by default).",
+     copy_in_args, COPY_SCHEMA, false, false, file_copy_in},
+    {"file_copy_out", "Copy from a sandbox to the host",
+     "Copy a file or directory of a sandbox to the host, only to below the directories agsx mcp "
+     "--allow-host-path allows (none by default); what is there is replaced.",
+     copy_out_args, COPY_SCHEMA, false, true, file_copy_out},
     {0},
 };

@@ -802,9 +802,9 @@ static int copy_between(struct copier *c, const struct side *from, const char *s
   return r;
 }
 
-int agsx_copy_in(const struct agsx_copy_sandbox *sb, const char *src, const char *dst,
-                 unsigned flags, agsx_error_t *err) {
-  const struct side host = {-1}, sandbox = {sb->rootfd};
+int agsx_copy_in_at(const struct agsx_copy_sandbox *sb, int hostfd, const char *src,
+                    const char *dst, unsigned flags, agsx_error_t *err) {
+  const struct side host = {hostfd}, sandbox = {sb->rootfd};
   _cleanup_free_ char *buf = xmalloc(BUF_SIZE);
   _cleanup_(agsx_copy_copier_clear) struct copier c = {
       .to_sandbox = true, .base = sb->uid_base, .flags = flags, .buf = buf};
@@ -817,14 +817,24 @@ int agsx_copy_in(const struct agsx_copy_sandbox *sb, const char *src, const char
   return r;
 }
 
-int agsx_copy_out(const struct agsx_copy_sandbox *sb, const char *src, const char *dst,
-                  unsigned flags, agsx_error_t *err) {
-  const struct side host = {-1}, sandbox = {sb->rootfd};
+int agsx_copy_in(const struct agsx_copy_sandbox *sb, const char *src, const char *dst,
+                 unsigned flags, agsx_error_t *err) {
+  return agsx_copy_in_at(sb, -1, src, dst, flags, err);
+}
+
+int agsx_copy_out_at(const struct agsx_copy_sandbox *sb, int hostfd, const char *src,
+                     const char *dst, unsigned flags, agsx_error_t *err) {
+  const struct side host = {hostfd}, sandbox = {sb->rootfd};
   _cleanup_free_ char *buf = xmalloc(BUF_SIZE);
   _cleanup_(agsx_copy_copier_clear) struct copier c = {
       .from_sandbox = true, .base = sb->uid_base, .flags = flags, .buf = buf};
   agsx_copy_copier_limits(&c, sb);
   return copy_between(&c, &sandbox, src, &host, dst, err);
+}
+
+int agsx_copy_out(const struct agsx_copy_sandbox *sb, const char *src, const char *dst,
+                  unsigned flags, agsx_error_t *err) {
+  return agsx_copy_out_at(sb, -1, src, dst, flags, err);
 }
 
 int agsx_copy_out_tar(const struct agsx_copy_sandbox *sb, const char *src, int fd, unsigned flags,

@@ -71,6 +71,14 @@ int agsx_copy_in(const struct agsx_copy_sandbox *sb, const char *src, const char
 /* Copies SRC, a path inside the sandbox, to the host path DST. */
 int agsx_copy_out(const struct agsx_copy_sandbox *sb, const char *src, const char *dst,
                   unsigned flags, agsx_error_t *err);
+/* The same with the host's side confined to the directory HOSTFD (-1: none):
+ * host paths are relative to it and resolved inside it as sandbox paths
+ * are in the sandbox's root (RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS), so a
+ * symlink or `..` there never leads out (agsx mcp --allow-host-path). */
+int agsx_copy_in_at(const struct agsx_copy_sandbox *sb, int hostfd, const char *src,
+                    const char *dst, unsigned flags, agsx_error_t *err);
+int agsx_copy_out_at(const struct agsx_copy_sandbox *sb, int hostfd, const char *src,
+                     const char *dst, unsigned flags, agsx_error_t *err);
 /* Extracts the tar stream on FD into DST, an existing directory inside the
  * sandbox. Entries with absolute paths or `..` are refused; hard links may
  * only name files extracted before them by this stream. */

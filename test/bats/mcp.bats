@@ -181,6 +181,72 @@ CREATE='{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sandbox_
   poll 100 none
 }
 
+# call ID NAME ARGS: a tools/call on the coprocess MCP; its answer in $line.
+mcp_call() {
+  printf '{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"name":"%s","arguments":%s}}\n' \
+    "$1" "$2" "$3" >&"${MCP[1]}"
+  IFS= read -r -t 60 line <&"${MCP[0]}"
+  echo "# $2: $line"
+}
+
+@test "mcp --allow-host-path: copies only below it; .., symlinks and other paths stay out" {
+  local line id A="$T/allowed"
+  mkdir -p "$A/tree/sub" "$T/secret"
+  echo in >"$A/in.txt"
+  echo deep >"$A/tree/sub/f"
+  echo secret >"$T/secret/s"
+  ln -s "$T/secret" "$A/esc"
+  ln -s / "$A/root"
+  coproc MCP { ax mcp --allow-host-path "$A" 2>"$T/mcp.err"; }
+  printf '%s\n%s\n' "$INIT" "$CREATE" >&"${MCP[1]}"
+  for _ in 1 2; do IFS= read -r -t 60 line <&"${MCP[0]}"; done
+  id=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["result"]["structuredContent"]["id"])' "$line")
+  echo "$id" >>"$T/ids"
+  mcp_call 3 file_copy_in '{"sandbox":"'$id'","host_path":"'$A'/in.txt","path":"/tmp/"}'
+  [[ $line == *'"copied":true'* ]]
+  mcp_call 4 file_copy_in '{"sandbox":"'$id'","host_path":"'$A'/tree","path":"/tmp/t"}'
+  [[ $line == *'"copied":true'* ]]
+  [ "$(ax exec "$id" cat /tmp/in.txt /tmp/t/sub/f)" = "$(printf 'in\ndeep')" ]
+  ax exec "$id" sh -c 'mkdir -p /tmp/o && echo made >/tmp/o/m && ln -s /etc /tmp/o/l'
+  mcp_call 5 file_copy_out '{"sandbox":"'$id'","path":"/tmp/o","host_path":"'$A'/"}'
+  [[ $line == *'"copied":true'* ]]
+  [ "$(cat "$A/o/m")" = made ] && [ "$(readlink "$A/o/l")" = /etc ]
+  # outside the allowed directory, .., symlinks leading out: refused or kept inside
+  mcp_call 6 file_copy_in '{"sandbox":"'$id'","host_path":"'$T'/secret/s","path":"/tmp/"}'
+  [[ $line == *'"isError":true'* && $line == *"not below"* ]]
+  mcp_call 7 file_copy_in '{"sandbox":"'$id'","host_path":"'$A'/../secret/s","path":"/tmp/"}'
+  [[ $line == *'"isError":true'* && $line == *'`..` is not allowed'* ]]
+  mcp_call 8 file_copy_in '{"sandbox":"'$id'","host_path":"'$A'/esc/s","path":"/tmp/"}'
+  [[ $line == *'"isError":true'* ]]
+  mcp_call 9 file_copy_in '{"sandbox":"'$id'","host_path":"'$A'/root/etc/hostname","path":"/tmp/"}'
+  [[ $line == *'"isError":true'* ]]
+  mcp_call 10 file_copy_in '{"sandbox":"'$id'","host_path":"'$A'/o/l/passwd","path":"/tmp/"}'
+  [[ $line == *'"isError":true'* ]]
+  run ax exec "$id" ls /tmp
+  [[ $output != *secret* && $output != *hostname* && $output != *passwd* && $output != *" s"* ]]
+  # out through the symlinks the sandbox planted: they resolve inside $A
+  mcp_call 11 file_copy_out '{"sandbox":"'$id'","path":"/tmp/o/m","host_path":"'$A'/o/l/x"}'
+  [[ $line == *'"isError":true'* ]]
+  [ ! -e /etc/x ]
+  mcp_call 12 file_copy_out '{"sandbox":"'$id'","path":"/tmp/o/m","host_path":"'$A'/esc/planted"}'
+  [[ $line == *'"isError":true'* ]]
+  [ ! -e "$T/secret/planted" ]
+  mcp_call 13 file_copy_out '{"sandbox":"'$id'","path":"/tmp/o/m","host_path":"/tmp/agsx-mcp-out"}'
+  [[ $line == *'"isError":true'* && $line == *"not below"* ]]
+  [ ! -e /tmp/agsx-mcp-out ]
+  exec {MCP[1]}>&-
+  wait "$MCP_PID"
+  none() { [ -z "$(ax ls -q)" ]; }
+  poll 100 none
+  # bad flags
+  run_ax mcp --allow-host-path /
+  [ "$status" -eq 125 ] && [[ $output == *"whole host"* ]]
+  run_ax mcp --allow-host-path "$A/in.txt"
+  [ "$status" -eq 125 ] && [[ $output == *"not a directory"* ]]
+  run_ax mcp --allow-host-path "$T/none"
+  [ "$status" -eq 125 ] && [[ $output == *"No such file"* ]]
+}
+
 @test "mcp --help states the safe defaults agsx-mcp(1) gives" {
   run_ax mcp --help
   [ "$status" -eq 0 ]

@@ -28,12 +28,12 @@ check(transport._process !== undefined, 'stdio transport up');
 
 const { tools } = await client.listTools();
 const names = tools.map(t => t.name).sort();
-const want = ['exec', 'file_list', 'file_move', 'file_read', 'file_remove', 'file_search', 'file_stat', 'file_write',
+const want = ['exec', 'file_copy_in', 'file_copy_out', 'file_list', 'file_move', 'file_read', 'file_remove', 'file_search', 'file_stat', 'file_write',
   'process_input', 'process_list', 'process_output', 'process_signal', 'process_start', 'sandbox_create', 'sandbox_extend', 'sandbox_fork', 'sandbox_info', 'sandbox_kill', 'sandbox_list', 'sandbox_rollback',
   'snapshot_create', 'snapshot_list'];
 check(JSON.stringify(names) === JSON.stringify(want), `tools/list: the ${want.length} tools`, names);
 for (const t of tools)
-  check(t.annotations?.destructiveHint === ['sandbox_kill', 'sandbox_rollback', 'file_remove', 'file_move', 'process_signal'].includes(t.name),
+  check(t.annotations?.destructiveHint === ['sandbox_kill', 'sandbox_rollback', 'file_remove', 'file_move', 'process_signal', 'file_copy_out'].includes(t.name),
     `${t.name}: destructiveHint`, t.annotations);
 for (const t of tools)
   check(t.inputSchema?.type === 'object' && t.outputSchema?.type === 'object' && t.description, `${t.name}: input and output schemas`);
@@ -110,6 +110,9 @@ r = await call('file_remove', { sandbox: id, path: '/tmp/dir/sub', confirm: true
 check(r.isError && /not|exist/.test(r.content[0].text), 'file_remove of a missing path: isError', r);
 r = await call('file_remove', { sandbox: id, path: '/', confirm: true });
 check(r.isError, 'file_remove of /: refused', r);
+
+r = await call('file_copy_in', { sandbox: id, host_path: '/etc/hostname', path: '/tmp' });
+check(r.isError && /--allow-host-path DIR/.test(r.content[0].text), 'file_copy_in without --allow-host-path: refused, the flag named', r);
 
 // sandbox_info, sandbox_extend
 r = await call('sandbox_info', { sandbox: id });
