@@ -46,6 +46,13 @@ void agsx_mcp_scan_cancel(struct agsx_mcp *s);
  * or more; PROGRESS: how far it is (growing), TOTAL: of what (0: unknown). */
 void agsx_mcp_progress(struct agsx_mcp *s, int64_t progress, int64_t total, const char *message);
 
+/* resources/list's, resources/templates/list's and resources/read's
+ * results into G (resources.c); a read's failure: -1 with *RET_CODE. */
+void agsx_mcp_resources_list(struct agsx_mcp *s, yajl_gen g);
+void agsx_mcp_resource_templates(yajl_gen g);
+int agsx_mcp_resource_read(struct agsx_mcp *s, const char *uri, yajl_gen g, int *ret_code,
+                           agsx_error_t *err);
+
 /* tools/list's result into G. */
 void agsx_mcp_tools_list(yajl_gen g);
 /* tools/call: 0 with RET_RESULT (a CallToolResult, JSON: isError for a

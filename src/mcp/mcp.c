@@ -78,6 +78,11 @@ static void initialize(struct agsx_mcp *s, const struct agsx_rpc_msg *m) {
   yajl_gen_map_open(g);
   agsx_json_kv_bool(g, "listChanged", false);
   yajl_gen_map_close(g);
+  agsx_json_key(g, "resources");
+  yajl_gen_map_open(g);
+  agsx_json_kv_bool(g, "listChanged", false);
+  agsx_json_kv_bool(g, "subscribe", false);
+  yajl_gen_map_close(g);
   yajl_gen_map_close(g);
   agsx_json_key(g, "serverInfo");
   yajl_gen_map_open(g);
@@ -105,6 +110,34 @@ static void request(struct agsx_mcp *s, const struct agsx_rpc_msg *m) {
   if (strcmp(m->method, "tools/list") == 0) {
     _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
     agsx_mcp_tools_list(g);
+    size_t len;
+    _cleanup_free_ char *res = agsx_json_gen_steal(g, &len);
+    return send_result(s, m->id, res);
+  }
+  if (strcmp(m->method, "resources/list") == 0 ||
+      strcmp(m->method, "resources/templates/list") == 0) {
+    _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+    if (strcmp(m->method, "resources/list") == 0)
+      agsx_mcp_resources_list(s, g);
+    else
+      agsx_mcp_resource_templates(g);
+    size_t len;
+    _cleanup_free_ char *res = agsx_json_gen_steal(g, &len);
+    return send_result(s, m->id, res);
+  }
+  if (strcmp(m->method, "resources/read") == 0) {
+    const char *uri = m->params ? agsx_json_get_string(m->params, "uri") : NULL;
+    if (uri == NULL)
+      return send_error(s, m->id, AGSX_RPC_INVALID_PARAMS,
+                        "invalid params: resources/read needs \"uri\"");
+    _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+    agsx_error_t err = NULL;
+    int code;
+    if (agsx_mcp_resource_read(s, uri, g, &code, &err) < 0) {
+      send_error(s, m->id, code, err->msg);
+      agsx_error_free(&err);
+      return;
+    }
     size_t len;
     _cleanup_free_ char *res = agsx_json_gen_steal(g, &len);
     return send_result(s, m->id, res);

@@ -1,6 +1,7 @@
 /* agsx — mcp: `agsx mcp`, a Model Context Protocol server over stdio that
  * offers agsx sandboxes as tools (sandboxes, exec, files, snapshots,
- * rollback and fork: tools.c and agsx-mcp(1) list them).
+ * rollback and fork: tools.c and agsx-mcp(1) list them), and the
+ * session's sandboxes and their files as resources (resources.c).
  *
  * Messages are newline-delimited JSON-RPC 2.0 (rpc.h) on IN_FD, answers on
  * OUT_FD, logs only through the log sink (stderr). It calls the same

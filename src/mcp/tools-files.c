@@ -49,19 +49,17 @@ static int fs_open(struct agsx_mcp *s, yajl_val a, struct agsx_fs_ctx **ret, ags
   return r;
 }
 
-static int file_read(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
-  _cleanup_fs_ctx_ struct agsx_fs_ctx *c = NULL;
-  if (fs_open(s, a, &c, err) < 0)
-    return -1;
+int agsx_mcp_read_file(struct agsx_fs_ctx *c, const char *p, char **ret, size_t *ret_len,
+                       char **ret_path, agsx_error_t *err) {
   _cleanup_close_ int fd = -1;
   uint64_t size;
   _cleanup_free_ char *path = NULL;
-  if (agsx_fs_download_open(c, arg_str(a, "path"), &fd, &size, &path, err) < 0)
+  if (agsx_fs_download_open(c, p, &fd, &size, &path, err) < 0)
     return -1;
   if (size > AGSX_MCP_FILE_MAX)
     return agsx_error_set(err, EFBIG,
-                          "`%.200s` has %llu bytes, more than file_read's 1 MiB: read part of it "
-                          "with exec (head -c, tail -c, sed -n)",
+                          "`%.200s` has %llu bytes, more than 1 MiB: read part of it with exec "
+                          "(head -c, tail -c, sed -n)",
                           path, (unsigned long long)size);
   _cleanup_free_ char *buf = xmalloc(AGSX_MCP_FILE_MAX + 1);
   size_t len = 0;
@@ -76,6 +74,20 @@ static int file_read(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *e
   }
   if (len > AGSX_MCP_FILE_MAX)
     return agsx_error_set(err, EFBIG, "`%.200s` grew past 1 MiB while read", path);
+  *ret = steal_ptr(&buf);
+  *ret_len = len;
+  *ret_path = steal_ptr(&path);
+  return 0;
+}
+
+static int file_read(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  _cleanup_fs_ctx_ struct agsx_fs_ctx *c = NULL;
+  if (fs_open(s, a, &c, err) < 0)
+    return -1;
+  _cleanup_free_ char *buf = NULL, *path = NULL;
+  size_t len;
+  if (agsx_mcp_read_file(c, arg_str(a, "path"), &buf, &len, &path, err) < 0)
+    return -1;
   yajl_gen_map_open(g);
   agsx_json_kv_str(g, "path", path);
   agsx_json_kv_int(g, "size", (int64_t)len);
@@ -133,7 +145,7 @@ static const char *type_name(enum agsx_fs_type t) {
   }
 }
 
-static void gen_entry(yajl_gen g, const struct agsx_fs_entry *e) {
+void agsx_mcp_gen_entry(yajl_gen g, const struct agsx_fs_entry *e) {
   char perm[16];
   agsx_fs_mode_string(e->st_mode, perm);
   yajl_gen_map_open(g);
@@ -174,7 +186,7 @@ static void gen_entries(yajl_gen g, const struct agsx_fs_entry *v, size_t n, con
       truncated = true;
       break;
     }
-    gen_entry(g, &v[i]);
+    agsx_mcp_gen_entry(g, &v[i]);
     shown++;
   }
   yajl_gen_array_close(g);
@@ -245,7 +257,7 @@ static int file_stat(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *e
   struct agsx_fs_entry e = {0};
   if (agsx_fs_stat(c, arg_str(a, "path"), &e, err) < 0)
     return -1;
-  gen_entry(g, &e);
+  agsx_mcp_gen_entry(g, &e);
   agsx_fs_entry_clear(&e);
   return 0;
 }
@@ -276,7 +288,7 @@ static int file_move(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *e
   struct agsx_fs_entry e = {0};
   if (agsx_fs_move(c, arg_str(a, "from"), arg_str(a, "to"), &e, err) < 0)
     return -1;
-  gen_entry(g, &e);
+  agsx_mcp_gen_entry(g, &e);
   agsx_fs_entry_clear(&e);
   return 0;
 }

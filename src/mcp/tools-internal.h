@@ -58,6 +58,16 @@ int agsx_mcp_find(struct agsx_mcp *s, const char *sandbox, struct agsx_record *r
 /* How many sandboxes of the session run; EAGAIN when ADD more would pass
  * --max-sandboxes. */
 int agsx_mcp_room(struct agsx_mcp *s, unsigned add, agsx_error_t *err);
+/* What sandbox_info shows of R. */
+void agsx_mcp_gen_info(yajl_gen g, const struct agsx_record *r);
+/* A file's entry as file_stat and file_list show it. */
+struct agsx_fs_entry;
+void agsx_mcp_gen_entry(yajl_gen g, const struct agsx_fs_entry *e);
+/* The file P of context C, whole, when it has at most AGSX_MCP_FILE_MAX
+ * bytes (EFBIG else): *RET (its bytes), *RET_LEN, *RET_PATH (absolute). */
+struct agsx_fs_ctx;
+int agsx_mcp_read_file(struct agsx_fs_ctx *c, const char *p, char **ret, size_t *ret_len,
+                       char **ret_path, agsx_error_t *err);
 /* A sandbox as sandbox_create, sandbox_list and sandbox_info show it. */
 void agsx_mcp_gen_sandbox(yajl_gen g, const struct agsx_record *r);
 #define SANDBOX_PROPS                                                                              \

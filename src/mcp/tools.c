@@ -333,7 +333,7 @@ static const struct arg info_args[] = {
   "network\"}},\"required\":[" SANDBOX_REQUIRED                                                    \
   ",\"created\",\"time_left\",\"memory\",\"address\"]}"
 
-static void gen_info(yajl_gen g, const struct agsx_record *r) {
+void agsx_mcp_gen_info(yajl_gen g, const struct agsx_record *r) {
   int64_t left = r->deadline_ns > 0 ? (r->deadline_ns - agsx_now_ns()) / 1000000000
                                     : r->deadline - (int64_t)time(NULL);
   yajl_gen_map_open(g);
@@ -349,7 +349,7 @@ static int info(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
   struct agsx_record rec;
   if (agsx_mcp_find(s, arg_str(a, "sandbox"), &rec, err) < 0)
     return -1;
-  gen_info(g, &rec);
+  agsx_mcp_gen_info(g, &rec);
   agsx_record_clear(&rec);
   return 0;
 }
@@ -375,7 +375,7 @@ static int extend(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err)
     agsx_record_clear(&now);
     return agsx_error_set(err, ESRCH, "sandbox `%.64s` ended meanwhile", arg_str(a, "sandbox"));
   }
-  gen_info(g, &now);
+  agsx_mcp_gen_info(g, &now);
   agsx_record_clear(&now);
   return 0;
 }

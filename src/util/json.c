@@ -157,6 +157,17 @@ void agsx_json_bytes(yajl_gen g, const char *buf, size_t len) {
   free(out);
 }
 
+bool agsx_utf8_text(const char *buf, size_t len) {
+  const unsigned char *p = (const unsigned char *)buf;
+  for (size_t i = 0; i < len;) {
+    size_t l = p[i] == 0 ? 0 : utf8_len(p + i, len - i);
+    if (l == 0)
+      return false;
+    i += l;
+  }
+  return true;
+}
+
 void agsx_json_kv_str(yajl_gen g, const char *key, const char *value) {
   agsx_json_key(g, key);
   agsx_json_str(g, value);

@@ -33,6 +33,8 @@ void agsx_json_key(yajl_gen g, const char *key);
 /* Bytes that may hold NULs or invalid UTF-8 (a command's output): invalid
  * sequences become U+FFFD, so the document stays valid JSON. */
 void agsx_json_bytes(yajl_gen g, const char *buf, size_t len);
+/* Whether BUF is text: valid UTF-8 without NUL bytes. */
+bool agsx_utf8_text(const char *buf, size_t len);
 void agsx_json_kv_str(yajl_gen g, const char *key, const char *value);
 void agsx_json_kv_int(yajl_gen g, const char *key, int64_t value);
 void agsx_json_kv_bool(yajl_gen g, const char *key, bool value);

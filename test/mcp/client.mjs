@@ -38,6 +38,7 @@ for (const t of tools)
 for (const t of tools)
   check(t.inputSchema?.type === 'object' && t.outputSchema?.type === 'object' && t.description, `${t.name}: input and output schemas`);
 
+let err;
 const call = (name, a, opts) => client.callTool({ name, arguments: a }, undefined, opts);
 const ok = (r, what) => check(!r.isError && r.structuredContent && r.content?.[0]?.type === 'text', what, r);
 
@@ -114,6 +115,36 @@ check(r.isError, 'file_remove of /: refused', r);
 r = await call('file_copy_in', { sandbox: id, host_path: '/etc/hostname', path: '/tmp' });
 check(r.isError && /--allow-host-path DIR/.test(r.content[0].text), 'file_copy_in without --allow-host-path: refused, the flag named', r);
 
+// resources: the session's sandboxes and their files
+check(client.getServerCapabilities()?.resources !== undefined, 'the resources capability');
+const { resources } = await client.listResources();
+check(resources.some(x => x.uri === `agsx://sandbox/${id}` && x.mimeType === 'application/json'), 'resources/list: the sandbox', resources);
+const { resourceTemplates } = await client.listResourceTemplates();
+check(resourceTemplates.length === 1 && resourceTemplates[0].uriTemplate === 'agsx://sandbox/{sandbox}/files/{+path}', 'resources/templates/list: its files', resourceTemplates);
+let rr = await client.readResource({ uri: `agsx://sandbox/${id}` });
+check(JSON.parse(rr.contents[0].text).id === id, 'resources/read: the sandbox as JSON', rr);
+rr = await client.readResource({ uri: `agsx://sandbox/${id}/files/tmp/dir/a.txt` });
+check(rr.contents[0].text === 'file data\n' && rr.contents[0].mimeType === 'text/plain', 'resources/read: a text file', rr);
+await call('exec', { sandbox: id, command: 'printf "\\000\\377bin" >"/tmp/dir/b i.bin"' });
+rr = await client.readResource({ uri: `agsx://sandbox/${id}/files/tmp/dir/b%20i.bin` });
+check(Buffer.from(rr.contents[0].blob ?? '', 'base64').equals(Buffer.from([0, 255, 98, 105, 110])), 'resources/read: a binary file as a blob, a %-escaped name', rr);
+rr = await client.readResource({ uri: `agsx://sandbox/${id}/files/tmp/dir` });
+check(JSON.parse(rr.contents[0].text).entries.some(e => e.name === 'a.txt'), 'resources/read: a directory', rr);
+err = undefined;
+try { await client.readResource({ uri: `agsx://sandbox/${id}/files/tmp/none` }); } catch (e) { err = e; }
+check(err?.code === -32002, 'resources/read of a missing file: -32002', String(err));
+for (const bad of ['tmp/%zz', 'tmp/a%00b', 'tmp/%4']) {
+  err = undefined;
+  try { await client.readResource({ uri: `agsx://sandbox/${id}/files/${bad}` }); } catch (e) { err = e; }
+  check(err?.code === -32602 && /escape/.test(err.message), `resources/read of ${bad}: invalid params`, String(err));
+}
+err = undefined;
+try { await client.readResource({ uri: 'file:///etc/passwd' }); } catch (e) { err = e; }
+check(err?.code === -32002, 'resources/read of another scheme: -32002', String(err));
+err = undefined;
+try { await client.readResource({ uri: 'agsx://sandbox/0123456789abcdef0123456789abcdef' }); } catch (e) { err = e; }
+check(err?.code === -32002 && /no sandbox/.test(err.message), 'resources/read of a sandbox not of this session: -32002', String(err));
+
 // sandbox_info, sandbox_extend
 r = await call('sandbox_info', { sandbox: id });
 ok(r, 'sandbox_info');
@@ -121,7 +152,7 @@ check(r.structuredContent.id === id && r.structuredContent.status === 'running' 
   'sandbox_info: status, image, time left', r.structuredContent);
 r = await call('sandbox_extend', { sandbox: id, timeout: 600 });
 check(r.structuredContent?.time_left > 590 && r.structuredContent.deadline >= Date.now() / 1000 + 590, 'sandbox_extend: the new deadline', r);
-let err;
+err = undefined;
 try { await call('sandbox_extend', { sandbox: id, timeout: 86401 }); } catch (e) { err = e; }
 check(err?.code === -32602, 'sandbox_extend past 24 h: invalid params', String(err));
 r = await call('exec', { sandbox: id, command: 'yes 0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUV | head -c 52428800; echo done >&2' }, { timeout: 120000 });

@@ -47,6 +47,13 @@ int main(void) {
          "truncated refused");
   agsx_error_free(&err);
 
+  tap_ok(agsx_utf8_text("", 0) && agsx_utf8_text("plain\n", 6) &&
+             agsx_utf8_text("\xc3\xa9t\xc3\xa9", 6),
+         "utf8_text: text");
+  tap_ok(!agsx_utf8_text("a\0b", 3) && !agsx_utf8_text("\xff", 1) && !agsx_utf8_text("\xc3", 1) &&
+             !agsx_utf8_text("\xed\xa0\x80", 3),
+         "utf8_text: NUL, a bad byte, a cut sequence, a surrogate are not");
+
   g = agsx_json_gen_new(false);
   yajl_gen_map_open(g);
   agsx_json_kv_str(g, "s", "q\"\n");
