@@ -26,6 +26,8 @@ struct agsx_mcp {
    * time (monotonic) and progress */
   char *progress_token;
   int64_t progress_at, progress;
+  /* content items a tool adds after its text (",{...}" each), or NULL */
+  char *extra_content;
   /* the config's host_paths, opened (O_PATH | O_DIRECTORY) */
   int host_fds[AGSX_MCP_HOST_PATHS_MAX];
   size_t n_host;
@@ -52,6 +54,9 @@ void agsx_mcp_resources_list(struct agsx_mcp *s, yajl_gen g);
 void agsx_mcp_resource_templates(yajl_gen g);
 int agsx_mcp_resource_read(struct agsx_mcp *s, const char *uri, yajl_gen g, int *ret_code,
                            agsx_error_t *err);
+
+/* Adds ITEM (",{...}": a content item, JSON) to the current call's result. */
+void agsx_mcp_add_content(struct agsx_mcp *s, const char *item);
 
 /* tools/list's result into G. */
 void agsx_mcp_tools_list(yajl_gen g);

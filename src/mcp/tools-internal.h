@@ -31,6 +31,7 @@ struct tool {
  * zeroed entry. */
 extern const struct tool agsx_mcp_process_tools[];
 extern const struct tool agsx_mcp_file_tools[];
+extern const struct tool agsx_mcp_code_tools[];
 extern const struct tool agsx_mcp_snapshot_tools[];
 
 /* A call's arguments, checked against the tool's table already. */

@@ -409,7 +409,8 @@ static const struct tool sandbox_tools[] = {
 
 /* tools/list's order: sandboxes, commands, files, snapshots. */
 static const struct tool *const lists[] = {sandbox_tools, agsx_mcp_process_tools,
-                                           agsx_mcp_file_tools, agsx_mcp_snapshot_tools};
+                                           agsx_mcp_code_tools, agsx_mcp_file_tools,
+                                           agsx_mcp_snapshot_tools};
 
 static const struct tool *tool_next(size_t *list, const struct tool *t) {
   t = t ? t + 1 : lists[*list];
@@ -446,29 +447,25 @@ void agsx_mcp_tools_list(yajl_gen g) {
 }
 
 /* A CallToolResult: the structured result and its text, or isError. */
-static char *call_result(const char *structured, const char *error) {
+void agsx_mcp_add_content(struct agsx_mcp *s, const char *item) {
+  char *all = xasprintf("%s%s", s->extra_content ? s->extra_content : "", item);
+  free(s->extra_content);
+  s->extra_content = all;
+}
+
+static char *call_result(const char *structured, const char *error, const char *extra) {
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
-  yajl_gen_map_open(g);
-  agsx_json_key(g, "content");
-  yajl_gen_array_open(g);
-  yajl_gen_map_open(g);
-  agsx_json_kv_str(g, "type", "text");
-  agsx_json_key(g, "text");
   const char *text = error ? error : structured;
   agsx_json_bytes(g, text, strlen(text));
-  yajl_gen_map_close(g);
-  yajl_gen_array_close(g);
-  agsx_json_kv_bool(g, "isError", error != NULL);
-  yajl_gen_map_close(g);
   size_t len;
-  char *s = agsx_json_gen_steal(g, &len);
+  _cleanup_free_ char *t = agsx_json_gen_steal(g, &len);
   if (error)
-    return s;
-  /* structuredContent is the tool's document as generated: spliced in
-   * before the closing brace, not parsed again. */
-  char *r = xasprintf("%.*s,\"structuredContent\":%s}", (int)(len - 1), s, structured);
-  free(s);
-  return r;
+    return xasprintf("{\"content\":[{\"type\":\"text\",\"text\":%s}],\"isError\":true}", t);
+  /* structuredContent is the tool's document as generated, not parsed
+   * again; EXTRA, content items after the text (code_run's images). */
+  return xasprintf("{\"content\":[{\"type\":\"text\",\"text\":%s}%s],\"isError\":false,"
+                   "\"structuredContent\":%s}",
+                   t, extra ? extra : "", structured);
 }
 
 int agsx_mcp_tools_call(struct agsx_mcp *s, yajl_val params, char **ret_result, int *ret_code,
@@ -492,16 +489,17 @@ int agsx_mcp_tools_call(struct agsx_mcp *s, yajl_val params, char **ret_result, 
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
   agsx_error_t terr = NULL;
   int r = t->call(s, a, g, &terr);
+  _cleanup_free_ char *extra = steal_ptr(&s->extra_content);
   if (r > 0)
     return 1;
   if (r < 0) {
     agsx_info("mcp: %s: %s", t->name, terr ? terr->msg : "failed");
-    *ret_result = call_result(NULL, terr ? terr->msg : "the tool failed");
+    *ret_result = call_result(NULL, terr ? terr->msg : "the tool failed", NULL);
     agsx_error_free(&terr);
     return 0;
   }
   size_t len;
   _cleanup_free_ char *doc = agsx_json_gen_steal(g, &len);
-  *ret_result = call_result(doc, NULL);
+  *ret_result = call_result(doc, NULL, extra);
   return 0;
 }

@@ -80,6 +80,21 @@ INIT='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":
   [ -z "$(ls -A "$STATE/layers" 2>/dev/null)" ] || { ls -la "$STATE/layers"; false; }
 }
 
+@test "mcp: code_run: python state across cells, a traceback, a plot as a PNG, bash, timeout, cancel" {
+  [ -n "$MCP_NODE" ] || skip "the npm @modelcontextprotocol/sdk is not installed (npm or its registry unreachable)"
+  /usr/bin/python3 -c 'import ipykernel, jupyter_client, matplotlib' 2>/dev/null ||
+    skip "python3-ipykernel, jupyter-client or matplotlib missing on the host (the host image's kernel)"
+  run timeout --kill-after=5 300 env NODE_PATH="$MCP_NODE" \
+    node "$AGSX_SRCDIR/test/mcp/code.mjs" "$AGSX" --root "$ROOT" --state "$STATE"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  ! grep -q '^not ok' <<<"$output"
+  ! grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' <<<"$output"
+  grep -q '^ok - closed' <<<"$output"
+  none() { [ -z "$(ax ls -q)" ]; }
+  poll 100 none
+}
+
 @test "mcp: a bad line, an unknown method, an invalid request: JSON-RPC errors, and the server goes on" {
   mcp_lines "$INIT" '{"jsonrpc":"2.0","method":"notifications/initialized"}' \
     '{"jsonrpc":"2.0","id":2,' \
