@@ -13,6 +13,7 @@
 
 #include "api/fsops.h"
 #include "api/wire.h"
+#include "mcp/rpc.h"
 #include "mcp/tools-internal.h"
 
 #include <string.h>
@@ -63,35 +64,6 @@ void agsx_mcp_resource_templates(yajl_gen g) {
   yajl_gen_map_close(g);
   yajl_gen_array_close(g);
   yajl_gen_map_close(g);
-}
-
-static int hex(char c) {
-  return c >= '0' && c <= '9'   ? c - '0'
-         : c >= 'a' && c <= 'f' ? c - 'a' + 10
-         : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                : -1;
-}
-
-/* "/" + the percent-decoded S; NULL for a bad escape or an encoded NUL. */
-static char *decode_path(const char *s) {
-  size_t n = strlen(s);
-  char *out = xmalloc(n + 2), *o = out;
-  *o++ = '/';
-  for (size_t i = 0; i < n; i++) {
-    if (s[i] != '%') {
-      *o++ = s[i];
-      continue;
-    }
-    int h = i + 2 < n + 1 ? hex(s[i + 1]) : -1, l = h >= 0 ? hex(s[i + 2]) : -1;
-    if (h < 0 || l < 0 || (h == 0 && l == 0)) {
-      free(out);
-      return NULL;
-    }
-    *o++ = (char)(h * 16 + l);
-    i += 2;
-  }
-  *o = '\0';
-  return out;
 }
 
 static void content_open(yajl_gen g, const char *uri, const char *mime) {
@@ -192,7 +164,7 @@ int agsx_mcp_resource_read(struct agsx_mcp *s, const char *uri, yajl_gen g, int 
   if (slash) {
     if (strncmp(slash, "/files/", 7) != 0 && strcmp(slash, "/files") != 0)
       return agsx_error_set(err, ENOENT, "resource not found: `%.200s`", uri);
-    path = decode_path(slash[6] == '/' ? slash + 7 : "");
+    path = agsx_rpc_uri_path(slash[6] == '/' ? slash + 7 : "");
     if (path == NULL) {
       *ret_code = AGSX_RPC_INVALID_PARAMS;
       return agsx_error_set(err, EINVAL, "invalid params: a bad %%-escape in `%.200s`", uri);

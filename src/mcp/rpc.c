@@ -97,3 +97,31 @@ char *agsx_rpc_error(const char *id, int code, const char *msg, size_t *ret_len)
   *ret_len = strlen(s);
   return s;
 }
+
+static int hex(char c) {
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                : -1;
+}
+
+char *agsx_rpc_uri_path(const char *s) {
+  size_t n = strlen(s);
+  char *out = xmalloc(n + 2), *o = out;
+  *o++ = '/';
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] != '%') {
+      *o++ = s[i];
+      continue;
+    }
+    int h = i + 1 < n ? hex(s[i + 1]) : -1, l = i + 2 < n ? hex(s[i + 2]) : -1;
+    if (h < 0 || l < 0 || (h == 0 && l == 0)) {
+      free(out);
+      return NULL;
+    }
+    *o++ = (char)(h * 16 + l);
+    i += 2;
+  }
+  *o = '\0';
+  return out;
+}

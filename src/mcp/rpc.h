@@ -55,4 +55,8 @@ char *agsx_rpc_error(const char *id, int code, const char *msg, size_t *ret_len)
  * text, or NULL when it is no string or number. */
 char *agsx_rpc_id_of(yajl_val params, const char *key);
 
+/* "/" + the percent-decoded S (the path of a resource URI); NULL for a bad
+ * escape or an encoded NUL. */
+char *agsx_rpc_uri_path(const char *s);
+
 #endif

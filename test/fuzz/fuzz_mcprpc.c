@@ -1,4 +1,5 @@
-/* Fuzz target: one line of MCP's stdio transport (mcp/rpc.h). Whatever the
+/* Fuzz target: one line of MCP's stdio transport (mcp/rpc.h), and the same
+ * bytes as a resource URI's path (agsx_rpc_uri_path). Whatever the
  * bytes, parsing gives a message or an error code the server answers with;
  * a message's id, when there is one, makes answers that parse again as
  * JSON-RPC responses echoing that id. */
@@ -45,5 +46,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (m.id)
     answer_parses(m.id);
   agsx_rpc_msg_clear(&m);
+  /* the same bytes as a resource URI's path: decoded no longer, no NUL */
+  char *s = strndup((const char *)data, size);
+  char *p = s ? agsx_rpc_uri_path(s) : NULL;
+  if (p && (strlen(p) > strlen(s) + 1 || p[0] != '/'))
+    abort();
+  free(p);
+  free(s);
   return 0;
 }

@@ -69,5 +69,14 @@ int main(void) {
   tap_is_str(s, "{\"jsonrpc\":\"2.0\",\"id\":\"q\",\"result\":{}}", "a result");
   tap_ok(len == strlen(s), "its length");
   free(s);
+  char *p = agsx_rpc_uri_path("tmp/a%20b/%C3%A9");
+  tap_is_str(p, "/tmp/a b/\xc3\xa9", "uri path: escapes decoded, a leading slash");
+  free(p);
+  p = agsx_rpc_uri_path("");
+  tap_is_str(p, "/", "uri path: empty is /");
+  free(p);
+  tap_ok(agsx_rpc_uri_path("a%00b") == NULL && agsx_rpc_uri_path("a%zz") == NULL &&
+             agsx_rpc_uri_path("a%4") == NULL && agsx_rpc_uri_path("%") == NULL,
+         "uri path: %%00, a bad or cut escape are refused");
   return tap_done();
 }
