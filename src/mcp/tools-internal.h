@@ -75,8 +75,11 @@ void agsx_mcp_gen_sandbox(yajl_gen g, const struct agsx_record *r);
   "\"id\":{\"type\":\"string\"},\"name\":{\"type\":\"string\"},\"image\":{\"type\":\"string\"},"   \
   "\"status\":{\"type\":\"string\",\"description\":\"running or paused\"},\"network\":{\"type\":"  \
   "\"string\"},\"deadline\":{\"type\":\"integer\",\"description\":\"when it stops, seconds since " \
-  "the epoch\"},\"keep\":{\"type\":\"boolean\",\"description\":\"it outlives the session\"}"
-#define SANDBOX_REQUIRED "\"id\",\"name\",\"image\",\"status\",\"network\",\"deadline\",\"keep\""
+  "the epoch\"},\"keep\":{\"type\":\"boolean\",\"description\":\"it outlives the session\"},"      \
+  "\"pool\":{\"type\":\"string\",\"description\":\"the pool it was claimed from, empty when "      \
+  "none\"}"
+#define SANDBOX_REQUIRED                                                                           \
+  "\"id\",\"name\",\"image\",\"status\",\"network\",\"deadline\",\"keep\",\"pool\""
 #define SANDBOX_SCHEMA                                                                             \
   "{\"type\":\"object\",\"properties\":{" SANDBOX_PROPS "},\"required\":[" SANDBOX_REQUIRED "]}"
 

@@ -8,6 +8,7 @@
 #include "mcp/rpc.h"
 #include "mcp/tools-internal.h"
 #include "sandbox/control.h"
+#include "sandbox/pool.h"
 #include "state/state.h"
 
 #include <string.h>
@@ -192,6 +193,7 @@ static void sandbox_fields(yajl_gen g, const struct agsx_record *r) {
   agsx_json_kv_str(g, "network", r->network ? r->network : "internal");
   agsx_json_kv_int(g, "deadline", r->deadline);
   agsx_json_kv_bool(g, "keep", agsx_label_get(r->labels, AGSX_MCP_LABEL_KEEP) != NULL);
+  agsx_json_kv_str(g, "pool", r->pool ? r->pool : "");
 }
 
 void agsx_mcp_gen_sandbox(yajl_gen g, const struct agsx_record *r) {
@@ -203,7 +205,12 @@ void agsx_mcp_gen_sandbox(yajl_gen g, const struct agsx_record *r) {
 /* ---- sandbox_create ----------------------------------------------------------------------------- */
 
 static const struct arg create_args[] = {
-    {"image", A_STR, true, 0, 0, "An image of the local store (agsx image ls), e.g. busybox"},
+    {"image", A_STR, false, 0, 0,
+     "An image of the local store (agsx image ls), e.g. busybox, or host (the host's programs, "
+     "read-only); give image or pool"},
+    {"pool", A_STR, false, 0, 0,
+     "A warm pool (agsx pool ls): one of its parked sandboxes is claimed at once, with the "
+     "pool's image, network and limits; an empty pool starts one cold"},
     {"timeout", A_INT, false, 1, 86400, "Lifetime in seconds (default 1800)"},
     {"env", A_ENV, false, 0, 0, "Environment variables of the sandbox"},
     {"memory", A_STR, false, 0, 0, "Memory limit, e.g. 512m or 2g"},
@@ -214,21 +221,76 @@ static const struct arg create_args[] = {
     {0},
 };
 
-static int create(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
-  const struct agsx_mcp_config *cfg = s->cfg;
-  const char *net = arg_str(a, "network"), *mem = arg_str(a, "memory");
-  if (net && strcmp(net, "internal") == 0)
-    net = NULL;
+/* NET (NULL: internal) unless this server does not allow it. */
+static int net_allowed(const struct agsx_mcp_config *cfg, const char *net, agsx_error_t *err) {
   if (net && (cfg->network == NULL || strcmp(net, cfg->network) != 0))
     return agsx_error_set(err, EPERM,
                           "network `%.64s` is not allowed: this server allows only internal%s%s",
                           net, cfg->network ? " and " : " (agsx mcp --network MODE allows more)",
                           cfg->network ? cfg->network : "");
-  uint64_t memory = 0;
+  return 0;
+}
+
+/* A parked sandbox of pool PC claimed for the session: 1 with ID, 0 when
+ * the pool had none (it is refilled meanwhile). A claim that fails is
+ * logged and counts as none: the caller starts one cold. */
+static int claim(struct agsx_mcp *s, const struct agsx_pool_config *pc, char **env, char **labels,
+                 uint64_t timeout, char id[33]) {
+  struct agsx_claim cl = {
+      .env = env, .labels = labels, .timeout = timeout, .rm = true, .detach = true, .idle = true};
+  struct agsx_pool_claimed got;
+  bool claimed = false;
+  int code;
+  agsx_error_t e = NULL;
+  if (agsx_pool_claim(s->cfg->root, s->cfg->state, pc, &cl, NULL, &claimed, &got, &code, &e) < 0) {
+    agsx_info("mcp: pool %s: %s: a cold start instead", pc->name, e->msg);
+    agsx_error_free(&e);
+    return 0;
+  }
+  if (!claimed) {
+    agsx_pool_refill_async(s->cfg->root, s->cfg->state, pc->name);
+    return 0;
+  }
+  memcpy(id, got.id, 33);
+  return 1;
+}
+
+static int create(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  const struct agsx_mcp_config *cfg = s->cfg;
+  const char *net = arg_str(a, "network"), *mem = arg_str(a, "memory");
+  const char *image = arg_str(a, "image"), *pool = arg_str(a, "pool");
+  yajl_val c = agsx_json_get(a, "cpus");
+  if (net && strcmp(net, "internal") == 0)
+    net = NULL;
+  if (net_allowed(cfg, net, err) < 0)
+    return -1;
+  if (image == NULL && pool == NULL)
+    return agsx_error_set(err, EINVAL, "give image (agsx image ls) or pool (agsx pool ls)");
+  _cleanup_(agsx_pool_config_clear) struct agsx_pool_config pc = {0};
+  if (pool) {
+    if (!agsx_pool_name_is_valid(pool))
+      return agsx_error_set(err, EINVAL, "invalid pool name `%.64s`", pool);
+    if (agsx_pool_read(cfg->state, pool, &pc, err) < 0)
+      return -1;
+    const char *pnet = pc.network && strcmp(pc.network, "internal") != 0 ? pc.network : NULL;
+    if (image && strcmp(image, pc.image) != 0)
+      return agsx_error_set(err, EINVAL, "pool `%.64s` holds image `%.100s`, not `%.100s`", pool,
+                            pc.image, image);
+    if (mem || c)
+      return agsx_error_set(err, EINVAL,
+                            "a pool's sandboxes have the pool's limits: leave memory and cpus out");
+    if (net && (pnet == NULL || strcmp(net, pnet) != 0))
+      return agsx_error_set(err, EINVAL, "pool `%.64s` has network %s", pool,
+                            pnet ? pnet : "internal");
+    if (net_allowed(cfg, pnet, err) < 0)
+      return agsx_error_wrap(err, "pool `%.64s`", pool);
+    image = pc.image;
+    net = pnet;
+  }
+  uint64_t memory = pool ? pc.memory : 0;
   if (mem && agsx_parse_size(mem, &memory, err) < 0)
     return agsx_error_wrap(err, "memory");
-  double cpus = 0;
-  yajl_val c = agsx_json_get(a, "cpus");
+  double cpus = pool ? pc.cpus : 0;
   if (YAJL_IS_DOUBLE(c))
     cpus = c->u.number.d;
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -236,31 +298,38 @@ static int create(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err)
     return agsx_error_set(err, EINVAL, "cpus: at most the %ld CPUs of this host", ncpu);
   if (agsx_mcp_room(s, 1, err) < 0)
     return -1;
-  _cleanup_strv_ char **env = NULL, **labels = NULL;
+  _cleanup_strv_ char **env = NULL, **labels = NULL, **cold_env = NULL;
   if (agsx_mcp_arg_env(a, "env", &env, err) < 0)
     return -1;
   agsx_labels_set(&labels, AGSX_MCP_LABEL_SESSION, s->session);
   if (arg_bool(a, "keep"))
     agsx_labels_set(&labels, AGSX_MCP_LABEL_KEEP, "true");
-  struct agsx_spawn_req q = {
-      .root = cfg->root,
-      .state = cfg->state,
-      .image = arg_str(a, "image"),
-      .network = net,
-      .env = env,
-      .labels = labels,
-      .timeout = (uint64_t)arg_int(a, "timeout", AGSX_MCP_LIFETIME_DEFAULT),
-      .memory = memory,
-      .cpus = cpus,
-  };
+  uint64_t timeout = (uint64_t)arg_int(a, "timeout", AGSX_MCP_LIFETIME_DEFAULT);
   char id[33];
-  int status;
-  if (agsx_spawn(&s->spawner, &q, id, &status, err) < 0)
-    return agsx_error_wrap(err, "create a sandbox of image `%.100s`", q.image);
+  if (pool == NULL || claim(s, &pc, env, labels, timeout, id) == 0) {
+    /* cold: an empty pool's sandbox gets the pool's environment first */
+    cold_env = agsx_strv_concat(pool ? pc.env : NULL, env);
+    struct agsx_spawn_req q = {
+        .root = cfg->root,
+        .state = cfg->state,
+        .image = image,
+        .network = net,
+        .env = cold_env,
+        .labels = labels,
+        .timeout = timeout,
+        .memory = memory,
+        .cpus = cpus,
+        .new_privs = pool ? pc.new_privs : false,
+    };
+    int status;
+    if (agsx_spawn(&s->spawner, &q, id, &status, err) < 0)
+      return agsx_error_wrap(err, "create a sandbox of image `%.100s`", q.image);
+  }
   struct agsx_record rec;
   if (agsx_record_read(s->statefd, id, &rec, err) < 0)
     return agsx_error_wrap(err, "the new sandbox %.12s", id);
-  agsx_info("mcp: session %s: created sandbox %.12s (%s)", s->session, id, q.image);
+  agsx_info("mcp: session %s: created sandbox %.12s (%s%s%s)", s->session, id, image,
+            rec.pool ? ", claimed from pool " : "", rec.pool ? rec.pool : "");
   agsx_mcp_gen_sandbox(g, &rec);
   agsx_record_clear(&rec);
   return 0;

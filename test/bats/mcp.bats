@@ -262,6 +262,43 @@ mcp_call() {
   [ "$status" -eq 125 ] && [[ $output == *"No such file"* ]]
 }
 
+@test "mcp: sandbox_create pool: a parked sandbox claimed, again after the refill; misfits refused" {
+  local line id parked second
+  ax pool create pm --image bb --size 1 >/dev/null
+  for _ in $(seq 300); do
+    parked=$(ls "$STATE/pools/pm/parked" 2>/dev/null | grep -xE '[0-9a-f]{32}' || true)
+    [ -n "$parked" ] && break
+    sleep 0.1
+  done
+  [ -n "$parked" ]
+  coproc MCP { ax mcp 2>"$T/mcp.err"; }
+  printf '%s\n' "$INIT" >&"${MCP[1]}"
+  IFS= read -r -t 60 line <&"${MCP[0]}"
+  mcp_call 2 sandbox_create '{"pool":"pm","env":{"A":"b"}}'
+  id=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["result"]["structuredContent"]["id"])' "$line")
+  echo "$id" >>"$T/ids"
+  [ "$id" = "$parked" ] && [[ $line == *'"pool":"pm"'* && $line == *'"image":"bb"'* ]]
+  [ "$(ax exec "$id" sh -c 'echo $A')" = b ]
+  [ "$(rec "$id" labels | grep -c mcp.session)" -ge 1 ] || grep -q mcp.session "$STATE/$id/state.json"
+  mcp_call 3 sandbox_create '{"pool":"pm"}'
+  [[ $line == *'"isError":false'* ]]
+  second=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["result"]["structuredContent"]["id"])' "$line")
+  echo "$second" >>"$T/ids"
+  mcp_call 4 sandbox_create '{"pool":"pm","memory":"64m"}'
+  [[ $line == *'"isError":true'* && $line == *"pool's limits"* ]]
+  mcp_call 5 sandbox_create '{"pool":"pm","image":"other"}'
+  [[ $line == *'"isError":true'* && $line == *"holds image"* ]]
+  mcp_call 6 sandbox_create '{"pool":"nope"}'
+  [[ $line == *'"isError":true'* && $line == *"no such pool"* ]]
+  mcp_call 7 sandbox_create '{}'
+  [[ $line == *'"isError":true'* && $line == *"give image"* ]]
+  exec {MCP[1]}>&-
+  wait "$MCP_PID"
+  ax pool rm pm >/dev/null
+  none() { [ -z "$(ax ls -q)" ]; }
+  poll 100 none
+}
+
 @test "mcp --help states the safe defaults agsx-mcp(1) gives" {
   run_ax mcp --help
   [ "$status" -eq 0 ]
