@@ -22,30 +22,25 @@
 
 void agsx_mcp_resources_list(struct agsx_mcp *s, yajl_gen g) {
   struct agsx_record *recs = NULL;
-  size_t n = agsx_state_load(s->statefd, 0, &recs);
+  size_t n = agsx_mcp_load(s, &recs);
   yajl_gen_map_open(g);
   agsx_json_key(g, "resources");
   yajl_gen_array_open(g);
   for (size_t i = 0; i < n; i++) {
-    struct agsx_record *r = &recs[i];
-    const char *sess = agsx_label_get(r->labels, AGSX_MCP_LABEL_SESSION);
-    if (sess && strcmp(sess, s->session) == 0 && r->status != AGSX_STATUS_EXITED &&
-        !r->stop_request) {
-      _cleanup_free_ char *uri = xasprintf(SCHEME "%s", r->id);
-      _cleanup_free_ char *name = xasprintf("sandbox %.12s", r->id);
-      _cleanup_free_ char *desc =
-          xasprintf("A sandbox of this session: image %s, %s; its files are %s/files/PATH",
-                    r->image ? r->image : "?", agsx_record_status(r), uri);
-      yajl_gen_map_open(g);
-      agsx_json_kv_str(g, "uri", uri);
-      agsx_json_kv_str(g, "name", name);
-      agsx_json_kv_str(g, "description", desc);
-      agsx_json_kv_str(g, "mimeType", "application/json");
-      yajl_gen_map_close(g);
-    }
-    agsx_record_clear(r);
+    const struct agsx_record *r = &recs[i];
+    _cleanup_free_ char *uri = xasprintf(SCHEME "%s", r->id);
+    _cleanup_free_ char *name = xasprintf("sandbox %.12s", r->id);
+    _cleanup_free_ char *desc =
+        xasprintf("A sandbox of this session: image %s, %s; its files are %s/files/PATH",
+                  r->image ? r->image : "?", agsx_record_status(r), uri);
+    yajl_gen_map_open(g);
+    agsx_json_kv_str(g, "uri", uri);
+    agsx_json_kv_str(g, "name", name);
+    agsx_json_kv_str(g, "description", desc);
+    agsx_json_kv_str(g, "mimeType", "application/json");
+    yajl_gen_map_close(g);
   }
-  free(recs);
+  agsx_mcp_records_free(recs, n);
   yajl_gen_array_close(g);
   yajl_gen_map_close(g);
 }

@@ -56,6 +56,10 @@ int agsx_mcp_arg_env(yajl_val a, const char *k, char ***ret, agsx_error_t *err);
  * ENOENT when it is none of the session's, ESRCH when it ended. */
 int agsx_mcp_find(struct agsx_mcp *s, const char *sandbox, struct agsx_record *ret,
                   agsx_error_t *err);
+/* The session's running sandboxes (not being stopped), as records
+ * (agsx_mcp_records_free). */
+size_t agsx_mcp_load(struct agsx_mcp *s, struct agsx_record **ret);
+void agsx_mcp_records_free(struct agsx_record *v, size_t n);
 /* How many sandboxes of the session run; EAGAIN when ADD more would pass
  * --max-sandboxes. */
 int agsx_mcp_room(struct agsx_mcp *s, unsigned add, agsx_error_t *err);

@@ -18,13 +18,19 @@
 
 /* ---- exec ----------------------------------------------------------------------------------------- */
 
+/* The arguments of exec and process_start that say what to run (command_of). */
+/* clang-format off */
+#define COMMAND_ARGS                                                                               \
+  {"sandbox", A_STR, true, 0, 0, "The sandbox's id"},                                              \
+  {"argv", A_STRV, false, 0, 0, "The command and its arguments (or give command)"},                \
+  {"command", A_STR, false, 0, 0, "A shell command line, run with /bin/sh -c (or give argv)"},     \
+  {"cwd", A_STR, false, 0, 0, "Working directory, absolute (default: the image's)"},               \
+  {"env", A_ENV, false, 0, 0, "Environment variables added for this command"},                     \
+  {"user", A_STR, false, 0, 0, "User (name or uid[:gid]; default: the image's)"}
+/* clang-format on */
+
 static const struct arg exec_args[] = {
-    {"sandbox", A_STR, true, 0, 0, "The sandbox's id"},
-    {"argv", A_STRV, false, 0, 0, "The command and its arguments (or give command)"},
-    {"command", A_STR, false, 0, 0, "A shell command line, run with /bin/sh -c (or give argv)"},
-    {"cwd", A_STR, false, 0, 0, "Working directory, absolute (default: the image's)"},
-    {"env", A_ENV, false, 0, 0, "Environment variables added for this command"},
-    {"user", A_STR, false, 0, 0, "User (name or uid[:gid]; default: the image's)"},
+    COMMAND_ARGS,
     {"timeout", A_INT, false, 1, 86400,
      "Seconds before the command's whole process tree is killed (default 300)"},
     {"stdin", A_STR, false, 0, 0, "Text fed to the command's standard input (at most 1 MiB)"},
@@ -254,12 +260,7 @@ out:
 /* ---- background processes ----------------------------------------------------------------------- */
 
 static const struct arg start_args[] = {
-    {"sandbox", A_STR, true, 0, 0, "The sandbox's id"},
-    {"argv", A_STRV, false, 0, 0, "The command and its arguments (or give command)"},
-    {"command", A_STR, false, 0, 0, "A shell command line, run with /bin/sh -c (or give argv)"},
-    {"cwd", A_STR, false, 0, 0, "Working directory, absolute (default: the image's)"},
-    {"env", A_ENV, false, 0, 0, "Environment variables added for this command"},
-    {"user", A_STR, false, 0, 0, "User (name or uid[:gid]; default: the image's)"},
+    COMMAND_ARGS,
     {"timeout", A_INT, false, 1, 86400,
      "Seconds before its whole process tree is killed (default: none, it lives as long as the "
      "sandbox)"},

@@ -167,19 +167,32 @@ static bool live(const struct agsx_record *r) {
   return r->status != AGSX_STATUS_EXITED && !r->stop_request;
 }
 
-int agsx_mcp_room(struct agsx_mcp *s, unsigned add, agsx_error_t *err) {
+size_t agsx_mcp_load(struct agsx_mcp *s, struct agsx_record **ret) {
   struct agsx_record *recs = NULL;
-  size_t n = agsx_state_load(s->statefd, 0, &recs);
-  unsigned count = 0;
+  size_t n = agsx_state_load(s->statefd, 0, &recs), k = 0;
   for (size_t i = 0; i < n; i++) {
     if (ours(s, &recs[i]) && live(&recs[i]))
-      count++;
-    agsx_record_clear(&recs[i]);
+      recs[k++] = recs[i];
+    else
+      agsx_record_clear(&recs[i]);
   }
-  free(recs);
+  *ret = recs;
+  return k;
+}
+
+void agsx_mcp_records_free(struct agsx_record *v, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    agsx_record_clear(&v[i]);
+  free(v);
+}
+
+int agsx_mcp_room(struct agsx_mcp *s, unsigned add, agsx_error_t *err) {
+  struct agsx_record *recs = NULL;
+  size_t count = agsx_mcp_load(s, &recs);
+  agsx_mcp_records_free(recs, count);
   if (count + add > s->cfg->max_sandboxes)
     return agsx_error_set(err, EAGAIN,
-                          "this session runs %u sandboxes, its maximum is %u "
+                          "this session runs %zu sandboxes, its maximum is %u "
                           "(agsx mcp --max-sandboxes): sandbox_kill one first",
                           count, s->cfg->max_sandboxes);
   return 0;
@@ -342,16 +355,13 @@ static const struct arg no_args[] = {{0}};
 static int list(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
   (void)a, (void)err;
   struct agsx_record *recs = NULL;
-  size_t n = agsx_state_load(s->statefd, 0, &recs);
+  size_t n = agsx_mcp_load(s, &recs);
   yajl_gen_map_open(g);
   agsx_json_key(g, "sandboxes");
   yajl_gen_array_open(g);
-  for (size_t i = 0; i < n; i++) {
-    if (ours(s, &recs[i]) && live(&recs[i]))
-      agsx_mcp_gen_sandbox(g, &recs[i]);
-    agsx_record_clear(&recs[i]);
-  }
-  free(recs);
+  for (size_t i = 0; i < n; i++)
+    agsx_mcp_gen_sandbox(g, &recs[i]);
+  agsx_mcp_records_free(recs, n);
   yajl_gen_array_close(g);
   yajl_gen_map_close(g);
   return 0;
