@@ -110,7 +110,6 @@ struct stream {
   size_t off;
   bool ended, suspended;
   bool aborted; /* ended by a dropped connection (agsx_stream_abort) */
-  bool gone;    /* its client went away (noticed while suspended) */
   int64_t deadline_ns, keepalive_ns, last_ns; /* CLOCK_MONOTONIC; 0: none */
   int pollfd;                                 /* registered in the loop's epoll, or -1 */
   /* the process (Start, Connect) */

@@ -389,9 +389,12 @@ void agsx_api_code_free(struct stream *st) {
   struct agsx_api_code_stream *cs = st->code;
   if (cs == NULL)
     return;
+  /* Whatever ended the stream short of the cell's end (the client went
+   * away, timed out, or the sandbox check failed), nobody reads the cell
+   * any more: interrupt it, so that the context's next cell runs. A cell
+   * that ended makes this a no-op. */
   agsx_error_t err = NULL;
-  if (!st->ended || st->gone) /* the client went away (or timed out): interrupt the cell */
-    agsx_code_exec_cancel(cs->e, &err);
+  agsx_code_exec_cancel(cs->e, &err);
   agsx_error_free(&err);
   agsx_code_exec_free(cs->e);
   free(cs);

@@ -318,10 +318,8 @@ static void streams_peer_check(struct server *s, int64_t now) {
     return;
   s->streams_peer_ns = now + AGSX_API_SWEEP_MS * 1000000LL;
   for (struct stream *st = s->streams; st; st = st->next)
-    if (st->suspended && !st->ended && agsx_api_conn_peer_gone(st->c)) {
-      st->gone = true;
+    if (st->suspended && !st->ended && agsx_api_conn_peer_gone(st->c))
       agsx_stream_abort(st);
-    }
 }
 
 static void pump_streams(struct server *s) {

@@ -434,7 +434,11 @@ else:
   grep -qx '{"type":"keepalive"}' "$T/ka" || { echo "no keepalive: $(cat "$T/ka")" >&3; false; }
   local t0=$SECONDS
   curl -sN -m "$(slow 30)" "${h[@]}" -H "X-Access-Token: $tok" -d '{"code":"mark + 1"}' \
-    "$U/execute" >"$T/after"
+    "$U/execute" >"$T/after" || {
+    echo "curl $? after $((SECONDS - t0)) s: $(cat "$T/after"); first: $(cat "$T/ka")" >&3
+    grep -v ' GET ' "$T/serve.log" | tail -40 >&3
+    false
+  }
   grep -q '"text":"2"' "$T/after" || { echo "after the interrupt: $(cat "$T/after")" >&3; false; }
   # The server asks a suspended stream's socket once a second: the cell is
   # interrupted then, not when a keepalive fails to go out (8 s and more).
