@@ -149,20 +149,20 @@ int agsx_mcp_resource_read(struct agsx_mcp *s, const char *uri, yajl_gen g, int 
                            agsx_error_t *err) {
   *ret_code = AGSX_RPC_RESOURCE_NOT_FOUND;
   if (strncmp(uri, SCHEME, strlen(SCHEME)) != 0)
-    return agsx_error_set(err, ENOENT,
-                          "resource not found: `%.200s` (resources/list and "
-                          "resources/templates/list give agsx:// URIs)",
-                          uri);
+    return agsx_error_set_quiet(err, ENOENT,
+                                "resource not found: `%.200s` (resources/list and "
+                                "resources/templates/list give agsx:// URIs)",
+                                uri);
   const char *id = uri + strlen(SCHEME), *slash = strchr(id, '/');
   _cleanup_free_ char *sid = slash ? xstrndup(id, (size_t)(slash - id)) : xstrdup(id);
   _cleanup_free_ char *path = NULL;
   if (slash) {
     if (strncmp(slash, "/files/", 7) != 0 && strcmp(slash, "/files") != 0)
-      return agsx_error_set(err, ENOENT, "resource not found: `%.200s`", uri);
+      return agsx_error_set_quiet(err, ENOENT, "resource not found: `%.200s`", uri);
     path = agsx_rpc_uri_path(slash[6] == '/' ? slash + 7 : "");
     if (path == NULL) {
       *ret_code = AGSX_RPC_INVALID_PARAMS;
-      return agsx_error_set(err, EINVAL, "invalid params: a bad %%-escape in `%.200s`", uri);
+      return agsx_error_set_quiet(err, EINVAL, "invalid params: a bad %%-escape in `%.200s`", uri);
     }
   }
   struct agsx_record rec;

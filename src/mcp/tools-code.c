@@ -217,7 +217,7 @@ static int context_of(struct agsx_mcp *s, const char *id, yajl_val a, struct ags
 static int code_run(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
   const char *code = arg_str(a, "code");
   if (strlen(code) > AGSX_MCP_FILE_MAX)
-    return agsx_error_set(err, E2BIG, "code: at most 1 MiB");
+    return agsx_error_set_quiet(err, E2BIG, "code: at most 1 MiB");
   struct agsx_record rec;
   if (agsx_mcp_find(s, arg_str(a, "sandbox"), &rec, err) < 0)
     return -1;
@@ -278,7 +278,7 @@ static int code_run(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *er
 static int context_create(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
   const char *cwd = arg_str(a, "cwd");
   if (cwd && cwd[0] != '/')
-    return agsx_error_set(err, EINVAL, "cwd `%.100s` must be an absolute path", cwd);
+    return agsx_error_set_quiet(err, EINVAL, "cwd `%.100s` must be an absolute path", cwd);
   _cleanup_free_ char *lang = NULL;
   if (agsx_code_language(arg_str(a, "language"), &lang, err) < 0)
     return -1;

@@ -57,10 +57,11 @@ int agsx_mcp_read_file(struct agsx_fs_ctx *c, const char *p, char **ret, size_t 
   if (agsx_fs_download_open(c, p, &fd, &size, &path, err) < 0)
     return -1;
   if (size > AGSX_MCP_FILE_MAX)
-    return agsx_error_set(err, EFBIG,
-                          "`%.200s` has %llu bytes, more than 1 MiB: read part of it with exec "
-                          "(head -c, tail -c, sed -n)",
-                          path, (unsigned long long)size);
+    return agsx_error_set_quiet(
+        err, EFBIG,
+        "`%.200s` has %llu bytes, more than 1 MiB: read part of it with exec "
+        "(head -c, tail -c, sed -n)",
+        path, (unsigned long long)size);
   _cleanup_free_ char *buf = xmalloc(AGSX_MCP_FILE_MAX + 1);
   size_t len = 0;
   for (;;) {
@@ -73,7 +74,7 @@ int agsx_mcp_read_file(struct agsx_fs_ctx *c, const char *p, char **ret, size_t 
       break;
   }
   if (len > AGSX_MCP_FILE_MAX)
-    return agsx_error_set(err, EFBIG, "`%.200s` grew past 1 MiB while read", path);
+    return agsx_error_set_quiet(err, EFBIG, "`%.200s` grew past 1 MiB while read", path);
   *ret = steal_ptr(&buf);
   *ret_len = len;
   *ret_path = steal_ptr(&path);
@@ -101,7 +102,7 @@ static int file_write(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *
   const char *content = arg_str(a, "content");
   size_t len = strlen(content);
   if (len > AGSX_MCP_FILE_MAX)
-    return agsx_error_set(err, EFBIG, "content: at most 1 MiB per file_write");
+    return agsx_error_set_quiet(err, EFBIG, "content: at most 1 MiB per file_write");
   _cleanup_fs_ctx_ struct agsx_fs_ctx *c = NULL;
   if (fs_open(s, a, &c, err) < 0)
     return -1;
@@ -246,7 +247,7 @@ static int file_list(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *e
 static int file_search(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
   const char *pattern = arg_str(a, "pattern");
   if (*pattern == '\0')
-    return agsx_error_set(err, EINVAL, "pattern: empty");
+    return agsx_error_set_quiet(err, EINVAL, "pattern: empty");
   return list_or_search(s, a, g, pattern, arg_int(a, "depth", SEARCH_DEPTH_DEFAULT), err);
 }
 
@@ -295,9 +296,10 @@ static int file_move(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *e
 
 static int file_remove(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
   if (!arg_bool(a, "confirm"))
-    return agsx_error_set(err, EPERM,
-                          "file_remove deletes the path and everything under it: call it again "
-                          "with confirm: true if that is meant");
+    return agsx_error_set_quiet(
+        err, EPERM,
+        "file_remove deletes the path and everything under it: call it again "
+        "with confirm: true if that is meant");
   _cleanup_fs_ctx_ struct agsx_fs_ctx *c = NULL;
   if (fs_open(s, a, &c, err) < 0)
     return -1;
@@ -353,14 +355,15 @@ static const struct arg copy_out_args[] = {
 static int host_path(struct agsx_mcp *s, const char *host, int *ret_fd, char **ret_rel,
                      agsx_error_t *err) {
   if (s->n_host == 0)
-    return agsx_error_set(err, EPERM,
-                          "no host path is allowed: the user can start the server with agsx mcp "
-                          "--allow-host-path DIR");
+    return agsx_error_set_quiet(
+        err, EPERM,
+        "no host path is allowed: the user can start the server with agsx mcp "
+        "--allow-host-path DIR");
   if (host[0] != '/')
-    return agsx_error_set(err, EINVAL, "host_path `%.200s` must be an absolute path", host);
+    return agsx_error_set_quiet(err, EINVAL, "host_path `%.200s` must be an absolute path", host);
   for (const char *p = host; (p = strstr(p, "..")) != NULL; p += 2)
     if (p[-1] == '/' && (p[2] == '/' || p[2] == '\0'))
-      return agsx_error_set(err, EINVAL, "host_path `%.200s`: `..` is not allowed", host);
+      return agsx_error_set_quiet(err, EINVAL, "host_path `%.200s`: `..` is not allowed", host);
   for (size_t i = 0; i < s->n_host; i++) {
     const char *dir = s->cfg->host_paths[i];
     size_t n = strlen(dir);
@@ -373,10 +376,10 @@ static int host_path(struct agsx_mcp *s, const char *host, int *ret_fd, char **r
     *ret_rel = xstrdup(*rel == '\0' || strcmp(rel, "/") == 0 ? "." : rel + 1);
     return 0;
   }
-  return agsx_error_set(err, EPERM,
-                        "host_path `%.200s` is not below a directory this server allows "
-                        "(agsx mcp --allow-host-path)",
-                        host);
+  return agsx_error_set_quiet(err, EPERM,
+                              "host_path `%.200s` is not below a directory this server allows "
+                              "(agsx mcp --allow-host-path)",
+                              host);
 }
 
 static int copy_tool(struct agsx_mcp *s, yajl_val a, yajl_gen g, bool in, agsx_error_t *err) {

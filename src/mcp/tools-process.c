@@ -175,7 +175,7 @@ static int gather(struct agsx_mcp *s, const char *id, uint32_t pid, size_t total
     agsx_mcp_progress(s, secs, 0, msg);
   }
   if (rc < 0 && err && *err == NULL)
-    agsx_error_set(err, EIO, "the log of process %u", pid);
+    agsx_error_set_quiet(err, EIO, "the log of process %u", pid);
   agsx_log_reader_free(r);
   return rc;
 }
@@ -186,13 +186,13 @@ static int command_of(yajl_val a, char ***argv, char ***env, agsx_error_t *err) 
   const char *command = arg_str(a, "command"), *cwd = arg_str(a, "cwd");
   *argv = agsx_mcp_arg_strv(a, "argv");
   if ((*argv == NULL) == (command == NULL))
-    return agsx_error_set(err, EINVAL, "give either argv (a non-empty array) or command");
+    return agsx_error_set_quiet(err, EINVAL, "give either argv (a non-empty array) or command");
   if (command) {
     char *sh[] = {"/bin/sh", "-c", (char *)command, NULL};
     *argv = agsx_strv_concat(sh, NULL);
   }
   if (cwd && cwd[0] != '/')
-    return agsx_error_set(err, EINVAL, "cwd `%.100s` must be an absolute path", cwd);
+    return agsx_error_set_quiet(err, EINVAL, "cwd `%.100s` must be an absolute path", cwd);
   return agsx_mcp_arg_env(a, "env", env, err);
 }
 
@@ -209,7 +209,7 @@ static int exec(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
   if (command_of(a, &argv, &env, err) < 0)
     return -1;
   if (in && strlen(in) > AGSX_MCP_FILE_MAX)
-    return agsx_error_set(err, E2BIG, "stdin: at most 1 MiB");
+    return agsx_error_set_quiet(err, E2BIG, "stdin: at most 1 MiB");
   struct agsx_record rec;
   if (agsx_mcp_find(s, arg_str(a, "sandbox"), &rec, err) < 0)
     return -1;
@@ -324,10 +324,10 @@ static int find_pid(struct agsx_mcp *s, yajl_val a, struct agsx_record *rec, uin
     agsx_record_clear(rec);
     if (agsx_error_errno(err) == ENOENT) {
       agsx_error_free(err);
-      return agsx_error_set(err, ENOENT,
-                            "no process %u in this sandbox (process_start gives pids; "
-                            "process_list shows them)",
-                            *pid);
+      return agsx_error_set_quiet(err, ENOENT,
+                                  "no process %u in this sandbox (process_start gives pids; "
+                                  "process_list shows them)",
+                                  *pid);
     }
     return -1;
   }
@@ -410,9 +410,9 @@ static int process_input(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_
   const char *data = arg_str(a, "data");
   bool close = arg_bool(a, "close");
   if (data == NULL && !close)
-    return agsx_error_set(err, EINVAL, "give data, close: true, or both");
+    return agsx_error_set_quiet(err, EINVAL, "give data, close: true, or both");
   if (data && strlen(data) > AGSX_MCP_FILE_MAX)
-    return agsx_error_set(err, E2BIG, "data: at most 1 MiB");
+    return agsx_error_set_quiet(err, E2BIG, "data: at most 1 MiB");
   struct agsx_record rec;
   struct agsx_process_info info = {0};
   uint32_t pid;
@@ -458,8 +458,8 @@ static int process_signal(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error
     if (strcasecmp(name, signals[i].name) == 0)
       sig = signals[i].sig;
   if (sig == 0)
-    return agsx_error_set(err, EINVAL, "unknown signal `%.32s` (TERM, KILL, INT, HUP, ...)",
-                          arg_str(a, "signal"));
+    return agsx_error_set_quiet(err, EINVAL, "unknown signal `%.32s` (TERM, KILL, INT, HUP, ...)",
+                                arg_str(a, "signal"));
   struct agsx_record rec;
   struct agsx_process_info info = {0};
   uint32_t pid;

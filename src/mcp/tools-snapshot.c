@@ -40,8 +40,8 @@ static const struct arg list_args[] = {
 static int snapshot_create(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
   const char *name = arg_str(a, "name");
   if (name && !agsx_snapshot_name_is_valid(name))
-    return agsx_error_set(err, EINVAL,
-                          "invalid snapshot name `%.64s`: letters, digits, '.', '_' and '-'", name);
+    return agsx_error_set_quiet(
+        err, EINVAL, "invalid snapshot name `%.64s`: letters, digits, '.', '_' and '-'", name);
   struct agsx_record rec;
   if (agsx_mcp_find(s, arg_str(a, "sandbox"), &rec, err) < 0)
     return -1;
@@ -98,13 +98,14 @@ static const struct arg fork_args[] = {
 
 static int rollback(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
   if (!arg_bool(a, "confirm"))
-    return agsx_error_set(err, EPERM,
-                          "sandbox_rollback kills every process of the sandbox and drops what "
-                          "changed since the snapshot: call it again with confirm: true if that "
-                          "is meant");
+    return agsx_error_set_quiet(
+        err, EPERM,
+        "sandbox_rollback kills every process of the sandbox and drops what "
+        "changed since the snapshot: call it again with confirm: true if that "
+        "is meant");
   const char *name = arg_str(a, "snapshot");
   if (!agsx_snapshot_name_is_valid(name))
-    return agsx_error_set(err, EINVAL, "invalid snapshot name `%.64s`", name);
+    return agsx_error_set_quiet(err, EINVAL, "invalid snapshot name `%.64s`", name);
   struct agsx_record rec;
   if (agsx_mcp_find(s, arg_str(a, "sandbox"), &rec, err) < 0)
     return -1;

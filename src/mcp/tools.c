@@ -7,6 +7,7 @@
 
 #include "mcp/rpc.h"
 #include "mcp/tools-internal.h"
+#include "net/egress.h"
 #include "sandbox/control.h"
 #include "sandbox/pool.h"
 #include "state/state.h"
@@ -131,7 +132,7 @@ int agsx_mcp_arg_env(yajl_val a, const char *k, char ***ret, agsx_error_t *err) 
   for (size_t i = 0; YAJL_IS_OBJECT(v) && i < v->u.object.len; i++) {
     const char *key = v->u.object.keys[i];
     if (*key == '\0' || strchr(key, '='))
-      return agsx_error_set(err, EINVAL, "env: invalid variable name `%.64s`", key);
+      return agsx_error_set_quiet(err, EINVAL, "env: invalid variable name `%.64s`", key);
     _cleanup_free_ char *kv = xasprintf("%s=%s", key, v->u.object.values[i]->u.string);
     agsx_strv_push(ret, kv);
   }
@@ -152,13 +153,14 @@ int agsx_mcp_find(struct agsx_mcp *s, const char *sandbox, struct agsx_record *r
     if (e == NULL)
       agsx_record_clear(ret);
     agsx_error_free(&e);
-    return agsx_error_set(err, ENOENT,
-                          "no sandbox `%.64s` in this session (sandbox_list shows them)", sandbox);
+    return agsx_error_set_quiet(
+        err, ENOENT, "no sandbox `%.64s` in this session (sandbox_list shows them)", sandbox);
   }
   if (ret->status == AGSX_STATUS_EXITED || ret->stop_request ||
       !agsx_proc_ref_alive(&ret->supervisor)) {
     agsx_record_clear(ret);
-    return agsx_error_set(err, ESRCH, "sandbox `%.64s` is not running (create a new one)", sandbox);
+    return agsx_error_set_quiet(err, ESRCH, "sandbox `%.64s` is not running (create a new one)",
+                                sandbox);
   }
   return 0;
 }
@@ -191,10 +193,10 @@ int agsx_mcp_room(struct agsx_mcp *s, unsigned add, agsx_error_t *err) {
   size_t count = agsx_mcp_load(s, &recs);
   agsx_mcp_records_free(recs, count);
   if (count + add > s->cfg->max_sandboxes)
-    return agsx_error_set(err, EAGAIN,
-                          "this session runs %zu sandboxes, its maximum is %u "
-                          "(agsx mcp --max-sandboxes): sandbox_kill one first",
-                          count, s->cfg->max_sandboxes);
+    return agsx_error_set_quiet(err, EAGAIN,
+                                "this session runs %zu sandboxes, its maximum is %u "
+                                "(agsx mcp --max-sandboxes): sandbox_kill one first",
+                                count, s->cfg->max_sandboxes);
   return 0;
 }
 
@@ -230,17 +232,50 @@ static const struct arg create_args[] = {
     {"cpus", A_NUM, false, 0, 1024, "CPU limit in CPUs, e.g. 0.5"},
     {"network", A_STR, false, 0, 0,
      "internal (default: no network) or the mode agsx mcp --network allows"},
+    {"egress_allow", A_STRV, false, 0, 0,
+     "The only destinations the sandbox may reach (default-deny): names (pypi.org, "
+     "*.github.com), NAME:PORT, addresses or CIDRs; needs a network other than internal"},
     {"keep", A_BOOL, false, 0, 0, "Keep the sandbox running after this session ends"},
     {0},
 };
 
+/* egress_allow's entries as egress rule lines (net/egress.h): at most
+ * AGSX_EGRESS_MAX_RULES, each a name, NAME:PORT, an address or a CIDR. */
+static int egress_rules(yajl_val a, const char *net, char ***ret, agsx_error_t *err) {
+  yajl_val v = agsx_json_get(a, "egress_allow");
+  if (v == NULL || YAJL_IS_NULL(v))
+    return 0;
+  if (net == NULL)
+    return agsx_error_set_quiet(err, EINVAL,
+                                "egress_allow needs a network with a way out: the internal network "
+                                "has none (give network)");
+  if (v->u.array.len == 0)
+    return agsx_error_set_quiet(err, EINVAL,
+                                "egress_allow is empty: leave it out, or name a destination");
+  if (v->u.array.len > AGSX_EGRESS_MAX_RULES)
+    return agsx_error_set_quiet(err, EINVAL, "egress_allow: at most %d destinations",
+                                AGSX_EGRESS_MAX_RULES);
+  for (size_t i = 0; i < v->u.array.len; i++) {
+    struct agsx_egress_rule r;
+    agsx_error_t e = NULL;
+    if (agsx_egress_rule_parse(YAJL_GET_STRING(v->u.array.values[i]), true, &r, &e) < 0) {
+      agsx_error_set_quiet(err, EINVAL, "egress_allow: %s", e->msg);
+      agsx_error_free(&e);
+      return -1;
+    }
+    _cleanup_free_ char *line = agsx_egress_rule_format(&r);
+    agsx_strv_push(ret, line);
+  }
+  return 0;
+}
+
 /* NET (NULL: internal) unless this server does not allow it. */
 static int net_allowed(const struct agsx_mcp_config *cfg, const char *net, agsx_error_t *err) {
   if (net && (cfg->network == NULL || strcmp(net, cfg->network) != 0))
-    return agsx_error_set(err, EPERM,
-                          "network `%.64s` is not allowed: this server allows only internal%s%s",
-                          net, cfg->network ? " and " : " (agsx mcp --network MODE allows more)",
-                          cfg->network ? cfg->network : "");
+    return agsx_error_set_quiet(
+        err, EPERM, "network `%.64s` is not allowed: this server allows only internal%s%s", net,
+        cfg->network ? " and " : " (agsx mcp --network MODE allows more)",
+        cfg->network ? cfg->network : "");
   return 0;
 }
 
@@ -278,23 +313,29 @@ static int create(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err)
   if (net_allowed(cfg, net, err) < 0)
     return -1;
   if (image == NULL && pool == NULL)
-    return agsx_error_set(err, EINVAL, "give image (agsx image ls) or pool (agsx pool ls)");
+    return agsx_error_set_quiet(err, EINVAL, "give image (agsx image ls) or pool (agsx pool ls)");
+  if (pool && agsx_json_get(a, "egress_allow"))
+    return agsx_error_set_quiet(
+        err, EINVAL, "a pool's sandboxes have the pool's network: leave egress_allow out");
+  _cleanup_strv_ char **egress = NULL;
+  if (egress_rules(a, net, &egress, err) < 0)
+    return -1;
   _cleanup_(agsx_pool_config_clear) struct agsx_pool_config pc = {0};
   if (pool) {
     if (!agsx_pool_name_is_valid(pool))
-      return agsx_error_set(err, EINVAL, "invalid pool name `%.64s`", pool);
+      return agsx_error_set_quiet(err, EINVAL, "invalid pool name `%.64s`", pool);
     if (agsx_pool_read(cfg->state, pool, &pc, err) < 0)
       return -1;
     const char *pnet = pc.network && strcmp(pc.network, "internal") != 0 ? pc.network : NULL;
     if (image && strcmp(image, pc.image) != 0)
-      return agsx_error_set(err, EINVAL, "pool `%.64s` holds image `%.100s`, not `%.100s`", pool,
-                            pc.image, image);
+      return agsx_error_set_quiet(err, EINVAL, "pool `%.64s` holds image `%.100s`, not `%.100s`",
+                                  pool, pc.image, image);
     if (mem || c)
-      return agsx_error_set(err, EINVAL,
-                            "a pool's sandboxes have the pool's limits: leave memory and cpus out");
+      return agsx_error_set_quiet(
+          err, EINVAL, "a pool's sandboxes have the pool's limits: leave memory and cpus out");
     if (net && (pnet == NULL || strcmp(net, pnet) != 0))
-      return agsx_error_set(err, EINVAL, "pool `%.64s` has network %s", pool,
-                            pnet ? pnet : "internal");
+      return agsx_error_set_quiet(err, EINVAL, "pool `%.64s` has network %s", pool,
+                                  pnet ? pnet : "internal");
     if (net_allowed(cfg, pnet, err) < 0)
       return agsx_error_wrap(err, "pool `%.64s`", pool);
     image = pc.image;
@@ -308,7 +349,7 @@ static int create(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err)
     cpus = c->u.number.d;
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   if (cpus < 0 || (ncpu > 0 && cpus > (double)ncpu))
-    return agsx_error_set(err, EINVAL, "cpus: at most the %ld CPUs of this host", ncpu);
+    return agsx_error_set_quiet(err, EINVAL, "cpus: at most the %ld CPUs of this host", ncpu);
   if (agsx_mcp_room(s, 1, err) < 0)
     return -1;
   _cleanup_strv_ char **env = NULL, **labels = NULL, **cold_env = NULL;
@@ -327,6 +368,7 @@ static int create(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err)
         .state = cfg->state,
         .image = image,
         .network = net,
+        .egress = egress,
         .env = cold_env,
         .labels = labels,
         .timeout = timeout,
@@ -377,9 +419,10 @@ static const struct arg kill_args[] = {
 
 static int kill_sandbox(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
   if (!arg_bool(a, "confirm"))
-    return agsx_error_set(err, EPERM,
-                          "sandbox_kill destroys the sandbox and its files: call it again with "
-                          "confirm: true if that is meant");
+    return agsx_error_set_quiet(
+        err, EPERM,
+        "sandbox_kill destroys the sandbox and its files: call it again with "
+        "confirm: true if that is meant");
   struct agsx_record rec;
   if (agsx_mcp_find(s, arg_str(a, "sandbox"), &rec, err) < 0)
     return -1;
@@ -452,7 +495,8 @@ static int extend(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err)
     return -1;
   if (gone) {
     agsx_record_clear(&now);
-    return agsx_error_set(err, ESRCH, "sandbox `%.64s` ended meanwhile", arg_str(a, "sandbox"));
+    return agsx_error_set_quiet(err, ESRCH, "sandbox `%.64s` ended meanwhile",
+                                arg_str(a, "sandbox"));
   }
   agsx_mcp_gen_info(g, &now);
   agsx_record_clear(&now);

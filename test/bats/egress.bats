@@ -767,3 +767,35 @@ print("allow allowed.egress.test")' >"$BATS_TEST_TMPDIR/rules"
   refute_output_contains "Using cache"
   assert_output_contains "http 198.18.0.16:80: 198.18.0.16"
 }
+
+@test "egress: agsx mcp's sandbox_create egress_allow: only the listed names; none on internal" {
+  local line id
+  coproc MCP {
+    nsenter -t "$OUTER" --net --mount -- env AGSX_PUBLIC_SUBNET=198.19.0.0/24 AGSX_PULL=never \
+      AGSX_DNS=198.18.0.3 "$AGSX" --root "$ROOT" --state "$STATE" mcp --network public 2>"$T/mcp.err"
+  }
+  call() { # ID NAME ARGS: a tools/call; its answer in $line
+    printf '{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"name":"%s","arguments":%s}}\n' \
+      "$1" "$2" "$3" >&"${MCP[1]}"
+    IFS= read -r -t 60 line <&"${MCP[0]}"
+  }
+  echo '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bats","version":"1"}}}' >&"${MCP[1]}"
+  IFS= read -r -t 60 line <&"${MCP[0]}"
+  call 2 sandbox_create '{"image":"busybox","egress_allow":["allowed.egress.test"]}'
+  [[ $line == *"needs a network with a way out"*'"isError":true'* ]] || { echo "$line"; false; }
+  call 3 sandbox_create '{"image":"busybox","network":"public","egress_allow":["a*b"]}'
+  [[ $line == *"egress_allow:"*'"isError":true'* ]] || { echo "$line"; false; }
+  call 4 sandbox_create '{"image":"busybox","network":"public","egress_allow":["allowed.egress.test"]}'
+  id=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["result"]["structuredContent"]["id"])' "$line")
+  run fetch "$id" allowed.egress.test 80
+  assert_output_contains "http 198.18.0.10:80: 198.18.0.10:80"
+  run fetch "$id" other.egress.test 80
+  assert_output_contains "resolve other.egress.test: failed"
+  run nax exec "$id" probe connect 198.18.0.16 80 2000
+  assert_output_contains "connect 198.18.0.16:80: failed"
+  # The session's end stops it.
+  exec {MCP[1]}>&-
+  wait "$MCP_PID" || true
+  gone() { [ -z "$(nax ls -q)" ]; }
+  poll 100 gone
+}
