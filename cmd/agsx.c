@@ -330,6 +330,10 @@ static const struct agsx_option mcp_opts[] = {
      "A host directory file_copy_in and file_copy_out may use, and what is below it "
      "(repeatable; default: none)",
      O_ALLOW_HOST_PATH},
+    {"listen", 0, "ADDR:PORT",
+     "Serve MCP over Streamable HTTP at http://ADDR:PORT/mcp instead of stdio (loopback only; "
+     "bearer token $AGSX_MCP_TOKEN, else a new one, printed)",
+     O_LISTEN},
     {0},
 };
 
@@ -432,13 +436,15 @@ const struct agsx_command agsx_commands[] = {
      NULL, NULL},
     {"serve", "[OPTIONS]", "Serve the E2B-compatible HTTP API (SDKs run unmodified)", serve_opts,
      agsx_cmd_serve, NULL, NULL},
-    {"mcp", "[OPTIONS]", "Serve sandboxes as MCP tools over stdio (for agents' MCP clients)",
-     mcp_opts, agsx_cmd_mcp, NULL,
+    {"mcp", "[OPTIONS]",
+     "Serve sandboxes as MCP tools over stdio or HTTP (for agents' MCP clients)", mcp_opts,
+     agsx_cmd_mcp, NULL,
      "What an agent can do through it, whatever its prompt says (agsx-mcp(1), SAFE DEFAULTS):\n"
      "start at most --max-sandboxes running sandboxes (8, forks included) from images already\n"
      "in the store; only the internal network (no way out of the sandbox) unless --network\n"
      "allows one more; each lives 30 min unless the agent asks for up to 24 h (and again:\n"
-     "sandbox_extend), and stops when the session ends (stdin closes) unless created with\n"
+     "sandbox_extend), and stops when the session ends (stdin closes; over HTTP: DELETE, an\n"
+     "hour idle, or the server's stop) unless created with\n"
      "keep; run commands, read, write, move and remove files, snapshot and roll back only\n"
      "inside its own session's sandboxes, under agsx's isolation; get back at most 1 MiB of\n"
      "stdout and of stderr per exec and 1 MiB per file. No host path is read, written or\n"

@@ -1,15 +1,19 @@
-/* agsx mcp: sandboxes as Model Context Protocol tools over stdio
- * (src/mcp/mcp.h). Options become an agsx_mcp_config; the library serves
- * until stdin ends. */
+/* agsx mcp: sandboxes as Model Context Protocol tools over stdio, or over
+ * Streamable HTTP with --listen (src/mcp/mcp.h). Options become an
+ * agsx_mcp_config; the library serves until stdin ends (or a signal). */
 #include "config.h"
 
 #include "cmd.h"
+#include "api/auth.h"
+#include "api/server.h"
 #include "mcp/mcp.h"
 #include "net/netspec.h"
 
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +23,7 @@ struct mcp_opts {
   const char *network;
   unsigned max_sandboxes;
   char **host_paths; /* --allow-host-path, real paths */
+  const char *listen;
 };
 
 static int on_mcp_opt(void *data, int id, const char *v) {
@@ -50,6 +55,20 @@ static int on_mcp_opt(void *data, int id, const char *v) {
     agsx_strv_push(&o->host_paths, real);
     return 0;
   }
+  case O_LISTEN: {
+    struct sockaddr_storage ss;
+    unsigned len;
+    bool loopback;
+    if (agsx_api_listen_parse(v, &ss, &len, &loopback, &err) < 0)
+      return agsx_failf("mcp: --listen `%s`: %s", v, err->msg), agsx_error_free(&err), -1;
+    if (!loopback)
+      return agsx_failf("mcp: --listen `%s` is not a loopback address: agsx mcp listens on "
+                        "loopback only",
+                        v),
+             -1;
+    o->listen = v;
+    return 0;
+  }
   case O_MAX_SANDBOXES: {
     char *end;
     errno = 0;
@@ -61,6 +80,14 @@ static int on_mcp_opt(void *data, int id, const char *v) {
   }
   }
   return 0;
+}
+
+static const char *generated_token;
+
+static void on_ready(const char *listen) {
+  fprintf(stderr, "agsx: mcp: listening on http://%s/mcp\n", listen);
+  if (generated_token)
+    fprintf(stderr, "agsx: mcp: token (Authorization: Bearer): %s\n", generated_token);
 }
 
 int agsx_cmd_mcp(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {
@@ -80,9 +107,26 @@ int agsx_cmd_mcp(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
       .host_paths = host_paths,
       .in_fd = STDIN_FILENO,
       .out_fd = STDOUT_FILENO,
+      .listen = o.listen,
+      .ready = on_ready,
   };
+  char token[33];
+  if (o.listen) {
+    /* The token: $AGSX_MCP_TOKEN, else a new one, said once. */
+    cfg.token = getenv("AGSX_MCP_TOKEN");
+    if (cfg.token && !agsx_api_key_is_valid(cfg.token))
+      return agsx_failf("mcp: $AGSX_MCP_TOKEN must be 8 to 256 printable characters");
+    if (cfg.token == NULL || *cfg.token == '\0') {
+      unsigned char b[16];
+      if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
+        return agsx_failf("mcp: getrandom: %s", strerror(errno));
+      for (size_t k = 0; k < sizeof(b); k++)
+        snprintf(token + 2 * k, 3, "%02x", b[k]);
+      cfg.token = generated_token = token;
+    }
+  }
   agsx_error_t err = NULL;
-  if (agsx_mcp_serve(&cfg, &err) < 0) {
+  if ((o.listen ? agsx_mcp_serve_http(&cfg, &err) : agsx_mcp_serve(&cfg, &err)) < 0) {
     agsx_failf("mcp: %s", err->msg);
     agsx_error_free(&err);
     return AGSX_EXIT_FAILURE;

@@ -488,6 +488,7 @@ complete -c agsx -n '__agsx_cmd port' -a '(__agsx_sandbox_names)' -d Sandbox
 complete -c agsx -n '__agsx_cmd mcp' -l network -x -a 'internal public' -d 'A network sandbox_create may ask for besides internal'
 complete -c agsx -n '__agsx_cmd mcp' -l max-sandboxes -x -d 'Running sandboxes per session at most (default 8)'
 complete -c agsx -n '__agsx_cmd mcp' -l allow-host-path -x -a '(__fish_complete_directories)' -d 'A host directory file_copy_in/file_copy_out may use'
+complete -c agsx -n '__agsx_cmd mcp' -l listen -x -d 'Serve MCP over Streamable HTTP on this loopback ADDR:PORT'
 complete -c agsx -n '__agsx_cmd mcp' -s h -l help -d 'Show this help'
 
 # agsx serve

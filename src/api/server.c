@@ -525,18 +525,18 @@ static void reap_children(struct server *s) {
   }
 }
 
-static int listen_socket(const struct agsx_api_config *cfg, agsx_error_t *err) {
-  const char *addr = cfg->listen ? cfg->listen : AGSX_API_DEFAULT_LISTEN;
+int agsx_api_listen_socket(const char *addr, bool listen_public, const char *credential,
+                           agsx_error_t *err) {
   struct sockaddr_storage ss;
   unsigned len;
   bool loopback;
   if (agsx_api_listen_parse(addr, &ss, &len, &loopback, err) < 0)
     return -1;
-  if (!loopback && !cfg->listen_public)
+  if (!loopback && !listen_public)
     return agsx_error_set(err, EPERM,
                           "`%s` is not a loopback address: anyone who can reach it and has the "
-                          "API key runs code on this host (use --listen-public to mean it)",
-                          addr);
+                          "%s runs code on this host (use --listen-public to mean it)",
+                          addr, credential);
   _cleanup_close_ int fd =
       socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP);
   if (fd < 0)
@@ -704,7 +704,8 @@ int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err) {
   s.statefd = agsx_state_open(cfg->state, true, err);
   if (s.statefd < 0)
     goto out;
-  lfd = listen_socket(cfg, err);
+  lfd = agsx_api_listen_socket(cfg->listen ? cfg->listen : AGSX_API_DEFAULT_LISTEN,
+                               cfg->listen_public, "API key", err);
   if (lfd < 0)
     goto out;
   /* Every connection an fd, and the streams' and watchers' beside them. */

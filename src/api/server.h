@@ -86,5 +86,10 @@ int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err);
  * EINVAL when LISTEN does not parse. */
 int agsx_api_listen_parse(const char *listen, void *ret_sockaddr, unsigned *ret_len,
                           bool *ret_loopback, agsx_error_t *err);
+/* A listening TCP socket (non-blocking, CLOEXEC) on ADDR (ADDR:PORT); EPERM
+ * for a non-loopback address unless LISTEN_PUBLIC (the error names
+ * CREDENTIAL, what guards the server). */
+int agsx_api_listen_socket(const char *addr, bool listen_public, const char *credential,
+                           agsx_error_t *err);
 
 #endif

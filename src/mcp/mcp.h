@@ -1,4 +1,5 @@
-/* agsx — mcp: `agsx mcp`, a Model Context Protocol server over stdio that
+/* agsx — mcp: `agsx mcp`, a Model Context Protocol server over stdio (or
+ * Streamable HTTP: http.c, each session a stdio server in a worker) that
  * offers agsx sandboxes as tools (sandboxes, exec, files, snapshots,
  * rollback and fork: tools.c and agsx-mcp(1) list them), and the
  * session's sandboxes and their files as resources (resources.c).
@@ -39,10 +40,20 @@ struct agsx_mcp_config {
    * name cannot change under the server */
   char **host_paths;
   int in_fd, out_fd;
+  /* Streamable HTTP (agsx_mcp_serve_http): the loopback ADDR:PORT, the
+   * bearer token every request must carry, and what to call once the
+   * listener is up */
+  const char *listen, *token;
+  void (*ready)(const char *listen);
 };
 
 /* Serves until IN_FD ends (or SIGINT/SIGTERM); then stops the session's
  * sandboxes that were not created with keep. */
 int agsx_mcp_serve(const struct agsx_mcp_config *cfg, agsx_error_t *err);
+
+/* Serves MCP over Streamable HTTP at http://LISTEN/mcp (http.c): each
+ * session a worker process running agsx_mcp_serve on pipes. Until SIGINT
+ * or SIGTERM; then every session ends as a stdio one does. */
+int agsx_mcp_serve_http(const struct agsx_mcp_config *cfg, agsx_error_t *err);
 
 #endif

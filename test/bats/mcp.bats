@@ -20,6 +20,16 @@ setup_file() {
   fi
 }
 
+# A server a failed test left: stopped (its sessions end) before the
+# checks for leftovers.
+teardown() {
+  if [ -n "${MCP_PID:-}" ] && kill -TERM "$MCP_PID" 2>/dev/null; then
+    local i
+    for i in $(seq 100); do kill -0 "$MCP_PID" 2>/dev/null || break; sleep 0.1; done
+  fi
+  sandbox_teardown
+}
+
 setup() {
   common_setup
   AX_TIMEOUT=60
@@ -318,4 +328,150 @@ mcp_call() {
   [ "$status" -eq 125 ]
   run_ax mcp extra
   [ "$status" -eq 125 ]
+  run_ax mcp --listen 192.0.2.1:8931
+  [ "$status" -eq 125 ]
+  [[ $output == *"not a loopback address"* ]]
+  run_ax mcp --listen nonsense
+  [ "$status" -eq 125 ]
+  AGSX_MCP_TOKEN=short run_ax mcp --listen 127.0.0.1:9
+  [ "$status" -eq 125 ]
+  [[ $output == *"AGSX_MCP_TOKEN must be 8 to 256"* ]]
+}
+
+# mcp_http_start: agsx mcp --listen on a free loopback port, token $TOK;
+# $MU is its endpoint.
+mcp_http_start() {
+  local port i
+  port=$(free_port)
+  MU=http://127.0.0.1:$port/mcp
+  TOK=test-token-$RANDOM$RANDOM
+  AGSX_MCP_TOKEN=$TOK "$AGSX" --root "$ROOT" --state "$STATE" mcp --listen "127.0.0.1:$port" \
+    "$@" >>"$T/mcp.log" 2>&1 &
+  MCP_PID=$!
+  for i in $(seq 100); do
+    grep -q 'listening on' "$T/mcp.log" && return 0
+    kill -0 "$MCP_PID" 2>/dev/null || break
+    sleep 0.05
+  done
+  cat "$T/mcp.log" >&3
+  return 1
+}
+
+# mcp_http_stop: SIGTERM, and the server is gone in 30 s.
+mcp_http_stop() {
+  kill -TERM "$MCP_PID"
+  local i
+  for i in $(seq 300); do
+    kill -0 "$MCP_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  ! kill -0 "$MCP_PID" 2>/dev/null || { kill -9 "$MCP_PID"; echo "# mcp --listen did not stop" >&3; false; }
+  wait "$MCP_PID" || { echo "# mcp --listen exited $?" >&3; false; }
+}
+
+# hpost [CURL-ARGS...] BODY: a JSON POST to $MU with the token (or $AUTH),
+# accepting JSON and SSE (or $ACC); prints the headers and the body.
+hpost() {
+  local body=${!#}
+  curl -s -i -m 30 -X POST -H "Authorization: Bearer ${AUTH-$TOK}" -H 'Content-Type: application/json' \
+    -H "Accept: ${ACC-application/json, text/event-stream}" "${@:1:$#-1}" --data-binary "$body" "$MU"
+}
+hstatus() { head -1 <<<"$1" | awk '{print $2}'; }
+
+@test "mcp --listen: the SDK client over Streamable HTTP: the same tools and checks; DELETE ends the session" {
+  [ -n "$MCP_NODE" ] || skip "the npm @modelcontextprotocol/sdk is not installed (npm or its registry unreachable)"
+  mcp_http_start
+  run timeout --kill-after=5 240 env NODE_PATH="$MCP_NODE" MCP_URL="$MU" MCP_TOKEN="$TOK" \
+    node "$AGSX_SRCDIR/test/mcp/client.mjs" bb "$AGSX"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  ! grep -q '^not ok' <<<"$output"
+  grep -q '^ok - Streamable HTTP: a session id' <<<"$output"
+  grep -q '^ok - notifications/progress about once a second' <<<"$output"
+  grep -q '^ok - closed' <<<"$output"
+  keep=$(awk '$1 == "KEEP" {print $2}' <<<"$output")
+  [ -n "$keep" ]
+  echo "$keep" >>"$T/ids"
+  # DELETE ended the session: its sandboxes are stopped, the keep one runs
+  # on, and the server serves on.
+  gone() { [ "$(ax ls -q | cut -c1-12)" = "${keep:0:12}" ]; }
+  poll 100 gone || { ax ls; cat "$T/mcp.log"; false; }
+  kill -0 "$MCP_PID"
+  ax exec "$keep" true
+  ax kill "$keep"
+  mcp_http_stop
+  none() { [ -z "$(ax ls -q)" ]; }
+  poll 100 none
+  AGSX_GC_MIN_AGE=0 ax gc >/dev/null
+  ! grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' "$T/mcp.log"
+}
+
+@test "mcp --listen: token, Host, Origin, sessions, methods, media types; SIGTERM ends every session" {
+  mcp_http_start
+  local init='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bats","version":"1"}}}'
+  # No token, a wrong one: 401 with a JSON-RPC error, nothing started.
+  run curl -s -i -X POST -H 'Content-Type: application/json' -H 'Accept: application/json' -d "$init" "$MU"
+  [ "$(hstatus "$output")" = 401 ]
+  [[ $output == *"WWW-Authenticate: Bearer"* && $output == *'"code":-32600'* ]]
+  AUTH=x$TOK run hpost "$init"
+  [ "$(hstatus "$output")" = 401 ]
+  # A rebinding page's Host or Origin: 403.
+  run hpost -H 'Host: evil.example:80' "$init"
+  [ "$(hstatus "$output")" = 403 ]
+  run hpost -H 'Origin: http://evil.example' "$init"
+  [ "$(hstatus "$output")" = 403 ]
+  ACC=application/json run hpost -H 'Origin: http://localhost:1234' "$init"
+  [ "$(hstatus "$output")" = 200 ]
+  # A plain JSON answer when the client takes only JSON, and the session id.
+  [[ $output == *"Content-Type: application/json"* && $output == *'"serverInfo":{"name":"agsx"'* ]]
+  sid=$(grep -i '^Mcp-Session-Id:' <<<"$output" | awk '{print $2}' | tr -d '\r')
+  [[ $sid =~ ^[0-9a-f]{32}$ ]]
+  # Without a session, with an unknown one, a bad protocol version.
+  run hpost '{"jsonrpc":"2.0","id":2,"method":"tools/list"}'
+  [ "$(hstatus "$output")" = 400 ]
+  [[ $output == *"Mcp-Session-Id header is required"* ]]
+  run hpost -H "Mcp-Session-Id: 0123456789abcdef0123456789abcdef" '{"jsonrpc":"2.0","id":2,"method":"tools/list"}'
+  [ "$(hstatus "$output")" = 404 ]
+  run hpost -H "Mcp-Session-Id: $sid" -H 'MCP-Protocol-Version: 1999-01-01' '{"jsonrpc":"2.0","id":2,"method":"tools/list"}'
+  [ "$(hstatus "$output")" = 400 ]
+  # Media types, methods, paths, bad JSON, a batch.
+  ACC=text/html run hpost -H "Mcp-Session-Id: $sid" '{"jsonrpc":"2.0","id":2,"method":"tools/list"}'
+  [ "$(hstatus "$output")" = 406 ]
+  run curl -s -i -H "Authorization: Bearer $TOK" -H "Mcp-Session-Id: $sid" -H 'Content-Type: text/plain' \
+    -H 'Accept: application/json' -d '{"jsonrpc":"2.0","id":2,"method":"tools/list"}' "$MU"
+  [ "$(hstatus "$output")" = 415 ]
+  run curl -s -i -H "Authorization: Bearer $TOK" -H "Mcp-Session-Id: $sid" "$MU"
+  [ "$(hstatus "$output")" = 405 ]
+  [[ $output == *"Allow: POST, DELETE"* ]]
+  run curl -s -i -H "Authorization: Bearer $TOK" "${MU%/mcp}/other"
+  [ "$(hstatus "$output")" = 404 ]
+  run hpost -H "Mcp-Session-Id: $sid" '{"jsonrpc":"2.0","id":2,'
+  [ "$(hstatus "$output")" = 400 ]
+  [[ $output == *'"code":-32700'* ]]
+  run hpost -H "Mcp-Session-Id: $sid" '[{"jsonrpc":"2.0","id":2,"method":"tools/list"}]'
+  [ "$(hstatus "$output")" = 400 ]
+  [[ $output == *'"code":-32600'* ]]
+  # A notification: 202. A request in pretty-printed JSON, over SSE.
+  run hpost -H "Mcp-Session-Id: $sid" '{"jsonrpc":"2.0","method":"notifications/initialized"}'
+  [ "$(hstatus "$output")" = 202 ]
+  run hpost -H "Mcp-Session-Id: $sid" $'{\n "jsonrpc": "2.0",\n "id": "c",\n "method": "tools/call",\n "params": {"name": "sandbox_create", "arguments": {"image": "bb", "timeout": 120}}\n}'
+  [ "$(hstatus "$output")" = 200 ]
+  [[ $output == *"Content-Type: text/event-stream"* ]]
+  data=$(sed -n 's/^data: //p' <<<"$output")
+  id=$(jq -r .result.structuredContent.id <<<"$data")
+  [[ $id =~ ^[0-9a-f]{32}$ ]] || { echo "$output"; false; }
+  echo "$id" >>"$T/ids"
+  ax exec "$id" true
+  # A second session sees none of the first's sandboxes.
+  ACC=application/json run hpost "$init"
+  sid2=$(grep -i '^Mcp-Session-Id:' <<<"$output" | awk '{print $2}' | tr -d '\r')
+  [ -n "$sid2" ] && [ "$sid2" != "$sid" ]
+  ACC=application/json run hpost -H "Mcp-Session-Id: $sid2" \
+    '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sandbox_list","arguments":{}}}'
+  [[ $output == *'"sandboxes":[]'* ]] || { echo "$output"; false; }
+  # The server's stop ends both sessions: the sandbox is stopped.
+  mcp_http_stop
+  none() { [ -z "$(ax ls -q)" ]; }
+  poll 100 none || { ax ls; cat "$T/mcp.log"; false; }
+  ! grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' "$T/mcp.log"
 }

@@ -1,6 +1,9 @@
 // Drives `agsx mcp` with the official MCP TypeScript SDK (Client over
 // StdioClientTransport), for test/bats/mcp.bats. Usage:
 //   NODE_PATH=<node_modules> node client.mjs IMAGE AGSX [AGSX-ARGS...]
+// With MCP_URL (and MCP_TOKEN) in the environment it talks to a running
+// `agsx mcp --listen` over StreamableHTTPClientTransport instead, and ends
+// its session with DELETE.
 // Prints TAP-like lines ("ok - ..."), the kept sandbox's id as "KEEP <id>",
 // and exits 1 at the first failed check.
 import { createRequire } from 'node:module';
@@ -9,6 +12,7 @@ import path from 'node:path';
 const require = createRequire(path.join(process.env.NODE_PATH, 'x.js'));
 const { Client } = require('@modelcontextprotocol/sdk/client/index.js');
 const { StdioClientTransport } = require('@modelcontextprotocol/sdk/client/stdio.js');
+const { StreamableHTTPClientTransport } = require('@modelcontextprotocol/sdk/client/streamableHttp.js');
 const { LATEST_PROTOCOL_VERSION } = require('@modelcontextprotocol/sdk/types.js');
 
 const [image, agsx, ...args] = process.argv.slice(2);
@@ -20,11 +24,17 @@ function check(cond, what, detail) {
   console.log(`ok - ${what}`);
 }
 
-const transport = new StdioClientTransport({ command: agsx, args: [...args, 'mcp'], env: process.env, stderr: 'inherit' });
+const http = process.env.MCP_URL;
+const transport = http
+  ? new StreamableHTTPClientTransport(new URL(http), { requestInit: { headers: { Authorization: `Bearer ${process.env.MCP_TOKEN}` } } })
+  : new StdioClientTransport({ command: agsx, args: [...args, 'mcp'], env: process.env, stderr: 'inherit' });
 const client = new Client({ name: 'agsx-test', version: '1.0.0' });
 await client.connect(transport);
 check(client.getServerVersion()?.name === 'agsx', 'initialize: server info', client.getServerVersion());
-check(transport._process !== undefined, 'stdio transport up');
+if (http)
+  check(/^[0-9a-f]{32}$/.test(transport.sessionId ?? ''), 'Streamable HTTP: a session id', transport.sessionId);
+else
+  check(transport._process !== undefined, 'stdio transport up');
 
 const { tools } = await client.listTools();
 const names = tools.map(t => t.name).sort();
@@ -317,5 +327,7 @@ r = await call('sandbox_create', { image, timeout: 120 });
 ok(r, 'one more, to be stopped at the end of the session');
 console.log(`ENDS ${r.structuredContent.id}`);
 console.log(`PROTOCOL ${LATEST_PROTOCOL_VERSION}`);
+if (http)
+  await transport.terminateSession(); /* DELETE: the session's end */
 await client.close();
 check(true, 'closed');
