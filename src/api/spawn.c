@@ -4,6 +4,7 @@
 
 #include "api/spawn.h"
 #include "net/egress.h"
+#include "net/relay.h"
 
 #include "sandbox/lifecycle.h"
 #include "util/json.h"
@@ -77,6 +78,18 @@ static void handle(int fd, const char *buf, size_t len) {
                                   .dst = colon ? colon + 1 : volumes[i] + strlen(volumes[i]),
                                   .volume = true};
   }
+  _cleanup_strv_ char **pspecs = get_strv(v, "ports");
+  size_t nports = agsx_strv_len(pspecs);
+  _cleanup_free_ struct agsx_port *ports = nports ? xzalloc(nports * sizeof(*ports)) : NULL;
+  for (size_t i = 0; i < nports; i++)
+    if (agsx_port_parse(pspecs[i], &ports[i], &err) < 0 ||
+        (i + 1 == nports && agsx_ports_check(ports, nports, &err) < 0)) {
+      reply(fd, NULL, 400, err->msg);
+      agsx_error_free(&err);
+      agsx_egress_clear(&egress);
+      free(binds);
+      return;
+    }
   int64_t timeout = 0, memory = 0;
   agsx_json_get_int64(v, "timeout", &timeout);
   agsx_json_get_int64(v, "memory", &memory);
@@ -93,6 +106,8 @@ static void handle(int fd, const char *buf, size_t len) {
       .egress = &egress,
       .binds = binds,
       .n_binds = nv,
+      .ports = ports,
+      .n_ports = nports,
       .timeout = (uint64_t)(timeout > 0 ? timeout : 0),
       .memory = (uint64_t)(memory > 0 ? memory : 0),
       .cpus = YAJL_IS_DOUBLE(cpus) && cpus->u.number.d > 0 ? cpus->u.number.d : 0,
@@ -204,6 +219,7 @@ int agsx_spawn(struct agsx_spawner *sp, const struct agsx_spawn_req *req, char r
   gen_strv(g, "labels", req->labels);
   gen_strv(g, "egress", req->egress);
   gen_strv(g, "volumes", req->volumes);
+  gen_strv(g, "ports", req->ports);
   yajl_gen_map_close(g);
   size_t len;
   _cleanup_free_ char *msg = agsx_json_gen_steal(g, &len);

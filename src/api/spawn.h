@@ -29,6 +29,7 @@ struct agsx_spawn_req {
   char **env, **labels;
   char **egress;  /* egress rules ("allow pypi.org", net/egress.h), or NULL */
   char **volumes; /* named volumes to mount, NAME:/path (sandbox/volume.h), or NULL */
+  char **ports;   /* ports to publish, as -p takes them (net/relay.h), or NULL */
   uint64_t timeout;
   uint64_t memory;       /* bytes, 0: the default */
   double cpus;           /* 0: no limit */

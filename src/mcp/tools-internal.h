@@ -8,7 +8,7 @@
 #include "mcp/mcp-internal.h"
 #include "state/state.h"
 
-enum arg_type { A_STR, A_INT, A_NUM, A_BOOL, A_STRV, A_ENV };
+enum arg_type { A_STR, A_INT, A_NUM, A_BOOL, A_STRV, A_ENV, A_INTV };
 
 struct arg {
   const char *name;
@@ -81,9 +81,12 @@ void agsx_mcp_gen_sandbox(yajl_gen g, const struct agsx_record *r);
   "\"string\"},\"deadline\":{\"type\":\"integer\",\"description\":\"when it stops, seconds since " \
   "the epoch\"},\"keep\":{\"type\":\"boolean\",\"description\":\"it outlives the session\"},"      \
   "\"pool\":{\"type\":\"string\",\"description\":\"the pool it was claimed from, empty when "      \
-  "none\"}"
+  "none\"},\"ports\":{\"type\":\"array\",\"description\":\"its published ports: port (in the "     \
+  "sandbox), host (ADDR:PORT on the host's loopback) and url (http://host)\",\"items\":{\"type\":" \
+  "\"object\",\"properties\":{\"port\":{\"type\":\"integer\"},\"host\":{\"type\":\"string\"},"     \
+  "\"url\":{\"type\":\"string\"}},\"required\":[\"port\",\"host\",\"url\"]}}"
 #define SANDBOX_REQUIRED                                                                           \
-  "\"id\",\"name\",\"image\",\"status\",\"network\",\"deadline\",\"keep\",\"pool\""
+  "\"id\",\"name\",\"image\",\"status\",\"network\",\"deadline\",\"keep\",\"pool\",\"ports\""
 #define SANDBOX_SCHEMA                                                                             \
   "{\"type\":\"object\",\"properties\":{" SANDBOX_PROPS "},\"required\":[" SANDBOX_REQUIRED "]}"
 

@@ -8,6 +8,7 @@
 #include "mcp/rpc.h"
 #include "mcp/tools-internal.h"
 #include "net/egress.h"
+#include "net/relay.h"
 #include "sandbox/control.h"
 #include "sandbox/pool.h"
 #include "state/state.h"
@@ -25,6 +26,7 @@ static const char *type_name(enum arg_type t) {
   case A_NUM: return "number";
   case A_BOOL: return "boolean";
   case A_STRV: return "array";
+  case A_INTV: return "array";
   case A_ENV: return "object";
   }
   return "string";
@@ -50,6 +52,14 @@ static void gen_input_schema(yajl_gen g, const struct arg *args) {
       agsx_json_kv_str(g, "type", "string");
       yajl_gen_map_close(g);
     }
+    if (a->type == A_INTV) {
+      agsx_json_key(g, "items");
+      yajl_gen_map_open(g);
+      agsx_json_kv_str(g, "type", "integer");
+      agsx_json_kv_int(g, "minimum", a->min);
+      agsx_json_kv_int(g, "maximum", a->max);
+      yajl_gen_map_close(g);
+    }
     yajl_gen_map_close(g);
   }
   yajl_gen_map_close(g);
@@ -71,6 +81,18 @@ static bool all_strings(yajl_val v, bool object) {
   return true;
 }
 
+/* An array of integers from MIN to MAX. */
+static bool all_ints(yajl_val v, int64_t min, int64_t max) {
+  if (!YAJL_IS_ARRAY(v))
+    return false;
+  for (size_t i = 0; i < v->u.array.len; i++) {
+    yajl_val x = v->u.array.values[i];
+    if (!YAJL_IS_INTEGER(x) || x->u.number.i < min || x->u.number.i > max)
+      return false;
+  }
+  return true;
+}
+
 static int check_one(const struct arg *a, yajl_val v, agsx_error_t *err) {
   bool ok;
   switch (a->type) {
@@ -80,6 +102,14 @@ static int check_one(const struct arg *a, yajl_val v, agsx_error_t *err) {
   case A_BOOL: ok = YAJL_IS_TRUE(v) || YAJL_IS_FALSE(v); break;
   case A_STRV: ok = YAJL_IS_ARRAY(v) && all_strings(v, false); break;
   case A_ENV: ok = YAJL_IS_OBJECT(v) && all_strings(v, true); break;
+  case A_INTV:
+    if (!all_ints(v, a->min, a->max))
+      return agsx_error_set(err, 0,
+                            "invalid params: argument \"%s\" must be an array of integers %lld "
+                            "to %lld",
+                            a->name, (long long)a->min, (long long)a->max);
+    ok = true;
+    break;
   default: ok = false;
   }
   if (!ok)
@@ -209,6 +239,21 @@ static void sandbox_fields(yajl_gen g, const struct agsx_record *r) {
   agsx_json_kv_int(g, "deadline", r->deadline);
   agsx_json_kv_bool(g, "keep", agsx_label_get(r->labels, AGSX_MCP_LABEL_KEEP) != NULL);
   agsx_json_kv_str(g, "pool", r->pool ? r->pool : "");
+  agsx_json_key(g, "ports");
+  yajl_gen_array_open(g);
+  for (size_t i = 0; i < r->n_ports; i++) {
+    if (r->ports[i].proto != AGSX_PROTO_TCP)
+      continue;
+    char host[64];
+    agsx_sockaddr_format(&r->ports[i].host, host, sizeof(host));
+    yajl_gen_map_open(g);
+    agsx_json_kv_int(g, "port", r->ports[i].port);
+    agsx_json_kv_str(g, "host", host);
+    _cleanup_free_ char *url = xasprintf("http://%s", host);
+    agsx_json_kv_str(g, "url", url);
+    yajl_gen_map_close(g);
+  }
+  yajl_gen_array_close(g);
 }
 
 void agsx_mcp_gen_sandbox(yajl_gen g, const struct agsx_record *r) {
@@ -235,9 +280,33 @@ static const struct arg create_args[] = {
     {"egress_allow", A_STRV, false, 0, 0,
      "The only destinations the sandbox may reach (default-deny): names (pypi.org, "
      "*.github.com), NAME:PORT, addresses or CIDRs; needs a network other than internal"},
+    {"ports", A_INTV, false, 1, 65535,
+     "TCP ports of the sandbox to publish on the host's loopback (at most 16); the answer gives "
+     "each one's url"},
     {"keep", A_BOOL, false, 0, 0, "Keep the sandbox running after this session ends"},
     {0},
 };
+
+#define PORTS_MAX 16
+
+/* ports' entries as -p specs: each on the host's loopback, a free port. */
+static int port_specs(yajl_val a, char ***ret, agsx_error_t *err) {
+  yajl_val v = agsx_json_get(a, "ports");
+  if (v == NULL || YAJL_IS_NULL(v))
+    return 0;
+  if (v->u.array.len > PORTS_MAX)
+    return agsx_error_set_quiet(err, EINVAL, "ports: at most %d", PORTS_MAX);
+  for (size_t i = 0; i < v->u.array.len; i++) {
+    for (size_t j = 0; j < i; j++)
+      if (v->u.array.values[j]->u.number.i == v->u.array.values[i]->u.number.i)
+        return agsx_error_set_quiet(err, EINVAL, "ports: %lld twice",
+                                    (long long)v->u.array.values[i]->u.number.i);
+    _cleanup_free_ char *spec =
+        xasprintf("127.0.0.1:0:%lld", (long long)v->u.array.values[i]->u.number.i);
+    agsx_strv_push(ret, spec);
+  }
+  return 0;
+}
 
 /* egress_allow's entries as egress rule lines (net/egress.h): at most
  * AGSX_EGRESS_MAX_RULES, each a name, NAME:PORT, an address or a CIDR. */
@@ -317,8 +386,11 @@ static int create(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err)
   if (pool && agsx_json_get(a, "egress_allow"))
     return agsx_error_set_quiet(
         err, EINVAL, "a pool's sandboxes have the pool's network: leave egress_allow out");
-  _cleanup_strv_ char **egress = NULL;
-  if (egress_rules(a, net, &egress, err) < 0)
+  if (pool && agsx_json_get(a, "ports"))
+    return agsx_error_set_quiet(err, EINVAL,
+                                "a pool's sandboxes publish the pool's ports: leave ports out");
+  _cleanup_strv_ char **egress = NULL, **ports = NULL;
+  if (egress_rules(a, net, &egress, err) < 0 || port_specs(a, &ports, err) < 0)
     return -1;
   _cleanup_(agsx_pool_config_clear) struct agsx_pool_config pc = {0};
   if (pool) {
@@ -369,6 +441,7 @@ static int create(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err)
         .image = image,
         .network = net,
         .egress = egress,
+        .ports = ports,
         .env = cold_env,
         .labels = labels,
         .timeout = timeout,

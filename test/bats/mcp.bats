@@ -475,3 +475,32 @@ hstatus() { head -1 <<<"$1" | awk '{print $2}'; }
   poll 100 none || { ax ls; cat "$T/mcp.log"; false; }
   ! grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' "$T/mcp.log"
 }
+
+@test "mcp: sandbox_create ports: published on loopback, each with its url; bad lists refused" {
+  local line id url
+  coproc MCP { ax mcp 2>"$T/mcp.err"; }
+  printf '%s\n' "$INIT" >&"${MCP[1]}"
+  IFS= read -r -t 60 line <&"${MCP[0]}"
+  mcp_call 2 sandbox_create '{"image":"bb","ports":[0]}'
+  [[ $line == *'"code":-32602'*'array of integers 1 to 65535'* ]]
+  mcp_call 3 sandbox_create '{"image":"bb","ports":[80,80]}'
+  [[ $line == *'80 twice'*'"isError":true'* ]]
+  mcp_call 4 sandbox_create '{"image":"bb","ports":[8080,8081]}'
+  id=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["result"]["structuredContent"]["id"])' "$line")
+  echo "$id" >>"$T/ids"
+  url=$(python3 -c '
+import json, sys
+p = json.loads(sys.argv[1])["result"]["structuredContent"]["ports"]
+assert [x["port"] for x in p] == [8080, 8081], p
+assert all(x["url"] == "http://" + x["host"] and x["host"].startswith("127.0.0.1:") for x in p), p
+print(p[0]["url"])' "$line")
+  ax exec "$id" sh -c 'mkdir -p /www && echo "hello from the sandbox" >/www/index.html && httpd -p 8080 -h /www'
+  ok() { [ "$(curl -s -m 5 "$url/index.html")" = "hello from the sandbox" ]; }
+  poll 50 ok
+  mcp_call 5 sandbox_info '{"sandbox":"'"$id"'"}'
+  [[ $line == *"\"url\":\"$url\""* ]]
+  exec {MCP[1]}>&-
+  wait "$MCP_PID" || true
+  none() { [ -z "$(ax ls -q)" ]; }
+  poll 100 none
+}
