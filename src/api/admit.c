@@ -32,7 +32,6 @@
 #include "api/auth.h"
 #include "api/fsops.h"
 
-#include <arpa/inet.h>
 #include <string.h>
 
 #define TOKEN_MSG                                                                                  \
@@ -142,40 +141,21 @@ static bool sandbox_credentials(struct req *r) {
   return false;
 }
 
-/* The address the client reached (the listen address, or the one of the
- * host's that a wildcard listener was reached on), as text; NULL if unknown. */
-static const char *local_address(struct req *r, char buf[static INET6_ADDRSTRLEN]) {
-  const union MHD_ConnectionInfo *ci =
-      agsx_mhd.get_connection_info(r->c, MHD_CONNECTION_INFO_CONNECTION_FD);
-  struct sockaddr_storage ss;
-  socklen_t len = sizeof(ss);
-  if (ci == NULL || getsockname(ci->connect_fd, (struct sockaddr *)&ss, &len) < 0)
-    return NULL;
-  const void *a = ss.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
-                                           : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
-  return inet_ntop(ss.ss_family, a, buf, INET6_ADDRSTRLEN);
-}
-
 /* Against DNS rebinding (wire.h): the Host is this server's and an Origin,
  * when a browser sends one, is too. */
 static bool host_admitted(struct req *r) {
-  char host[AGSX_API_HOST_MAX + 1], local[INET6_ADDRSTRLEN];
-  const char *h = agsx_req_header(r, "Host");
-  if (h && (agsx_api_host_parse(h, host, NULL) < 0 ||
-            !agsx_api_host_allowed(host, local_address(r, local), r->s->hosts))) {
+  bool origin;
+  const char *v;
+  if (agsx_mhd_host_allowed(r->c, r->s->hosts, &origin, &v))
+    return true;
+  if (origin)
+    agsx_respond_error(r, 403, "cross-site request refused (origin `%.64s`)", v);
+  else
     agsx_respond_error(r, 403,
                        "host `%.64s` is not this server's (its listen address, localhost, or a "
                        "name of serve --host)",
-                       h);
-    return false;
-  }
-  const char *o = agsx_req_header(r, "Origin");
-  if (o && (agsx_api_origin_parse(o, host, NULL) < 0 ||
-            !agsx_api_host_allowed(host, local_address(r, local), r->s->hosts))) {
-    agsx_respond_error(r, 403, "cross-site request refused (origin `%.64s`)", o);
-    return false;
-  }
-  return true;
+                       v);
+  return false;
 }
 
 bool agsx_api_admit(struct req *r) {

@@ -31,11 +31,9 @@ static void respond_text(struct req *r, unsigned status, const char *fmt, ...)
 static void respond_text(struct req *r, unsigned status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  _cleanup_free_ char *msg = NULL;
-  if (vasprintf(&msg, fmt, ap) < 0)
-    msg = NULL;
+  _cleanup_free_ char *msg = xvasprintf(fmt, ap);
   va_end(ap);
-  agsx_respond(r, status, "text/plain; charset=utf-8", msg ? msg : "error", msg ? strlen(msg) : 5);
+  agsx_respond(r, status, "text/plain; charset=utf-8", msg, strlen(msg));
 }
 
 static void respond_raw_json(struct req *r, unsigned status, const char *json, size_t len) {

@@ -2,8 +2,11 @@
 #include "config.h"
 
 #include "api/mhd.h"
+#include "api/wire.h"
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
+#include <netinet/in.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -51,4 +54,34 @@ int agsx_mhd_load(agsx_error_t *err) {
   }
   agsx_mhd = t;
   return 0;
+}
+
+/* The address the client reached (the listen address, or the one of the
+ * host's that a wildcard listener was reached on), as text; NULL if unknown. */
+static const char *local_address(struct MHD_Connection *c, char buf[static INET6_ADDRSTRLEN]) {
+  const union MHD_ConnectionInfo *ci =
+      agsx_mhd.get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  if (ci == NULL || getsockname(ci->connect_fd, (struct sockaddr *)&ss, &len) < 0)
+    return NULL;
+  const void *a = ss.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+                                           : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
+  return inet_ntop(ss.ss_family, a, buf, INET6_ADDRSTRLEN);
+}
+
+bool agsx_mhd_host_allowed(struct MHD_Connection *c, char *const *names, bool *ret_origin,
+                           const char **ret_value) {
+  char host[AGSX_API_HOST_MAX + 1], local[INET6_ADDRSTRLEN];
+  const char *h = agsx_mhd.lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+  *ret_origin = false;
+  *ret_value = h;
+  if (h && (agsx_api_host_parse(h, host, NULL) < 0 ||
+            !agsx_api_host_allowed(host, local_address(c, local), names)))
+    return false;
+  const char *o = agsx_mhd.lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+  *ret_origin = true;
+  *ret_value = o;
+  return !o || (agsx_api_origin_parse(o, host, NULL) == 0 &&
+                agsx_api_host_allowed(host, local_address(c, local), names));
 }

@@ -51,4 +51,11 @@ extern struct agsx_mhd agsx_mhd;
 /* Loads the library once ($AGSX_LIBMICROHTTPD names another file). */
 int agsx_mhd_load(agsx_error_t *err);
 
+/* Against DNS rebinding (api/wire.h): whether the Host of C's request is
+ * this server's (the address the client reached, localhost, or NAMES) and
+ * its Origin, when a browser sends one, too. When not, *RET_ORIGIN says
+ * which header failed and *RET_VALUE is its value. */
+bool agsx_mhd_host_allowed(struct MHD_Connection *c, char *const *names, bool *ret_origin,
+                           const char **ret_value);
+
 #endif

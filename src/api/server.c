@@ -153,12 +153,10 @@ static void respond_msg(struct req *r, unsigned status, yajl_gen g, const char *
 void agsx_respond_error(struct req *r, unsigned status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  _cleanup_free_ char *msg = NULL;
-  if (vasprintf(&msg, fmt, ap) < 0)
-    msg = NULL;
+  _cleanup_free_ char *msg = xvasprintf(fmt, ap);
   va_end(ap);
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
-  respond_msg(r, status, g, NULL, msg ? msg : "error");
+  respond_msg(r, status, g, NULL, msg);
 }
 
 void agsx_respond_connect_error(struct req *r, enum agsx_connect_code code, const char *fmt, ...) {
@@ -249,14 +247,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
       st->first_marked = true;
       agsx_api_mark(&st->tm, "first frame");
     }
-    size_t n = st->out.len - st->off;
-    if (n > max)
-      n = max;
-    memcpy(buf, st->out.p + st->off, n);
-    st->off += n;
-    if (st->off == st->out.len)
-      st->off = st->out.len = 0;
-    return (ssize_t)n;
+    return (ssize_t)agsx_buf_drain(&st->out, &st->off, buf, max);
   }
   if (st->ended) {
     agsx_api_mark(&st->tm, "end");

@@ -27,6 +27,17 @@ void agsx_buf_clear(struct agsx_buf *b) {
   *b = (struct agsx_buf){0};
 }
 
+size_t agsx_buf_drain(struct agsx_buf *b, size_t *off, char *dst, size_t max) {
+  size_t n = b->len - *off;
+  if (n > max)
+    n = max;
+  memcpy(dst, b->p + *off, n);
+  *off += n;
+  if (*off == b->len)
+    *off = b->len = 0;
+  return n;
+}
+
 /* ---- Connect ---------------------------------------------------------------------------- */
 
 int agsx_connect_envelope(const char *buf, size_t len, const char **ret_msg, size_t *ret_len,

@@ -30,6 +30,9 @@ struct agsx_buf {
 };
 void agsx_buf_add(struct agsx_buf *b, const void *data, size_t len);
 void agsx_buf_clear(struct agsx_buf *b);
+/* Copies at most MAX bytes of B from *OFF into DST and moves *OFF on; B is
+ * emptied (and *OFF reset) once all of it is taken. Returns the count. */
+size_t agsx_buf_drain(struct agsx_buf *b, size_t *off, char *dst, size_t max);
 
 /* The one message envelope of a server-streaming request body: its JSON in
  * *RET_MSG and *RET_LEN (pointing into BUF). EINVAL for a short, compressed,

@@ -27,9 +27,7 @@
 #include "mcp/mcp-internal.h"
 #include "mcp/rpc.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <string.h>
 #include <strings.h>
@@ -129,13 +127,11 @@ static enum MHD_Result fail(struct MHD_Connection *c, unsigned status, int code,
                             ...) {
   va_list ap;
   va_start(ap, fmt);
-  _cleanup_free_ char *msg = NULL;
-  if (vasprintf(&msg, fmt, ap) < 0)
-    msg = NULL;
+  _cleanup_free_ char *msg = xvasprintf(fmt, ap);
   va_end(ap);
   size_t len;
-  _cleanup_free_ char *body = agsx_rpc_error(NULL, code, msg ? msg : "error", &len);
-  agsx_debug("mcp: http %u: %s", status, msg ? msg : "");
+  _cleanup_free_ char *body = agsx_rpc_error(NULL, code, msg, &len);
+  agsx_debug("mcp: http %u: %s", status, msg);
   return respond(c, status, "application/json", body, len, NULL);
 }
 
@@ -393,16 +389,8 @@ static void req_unref(struct hreq *r) {
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
   (void)pos;
   struct hreq *r = cls;
-  if (r->off < r->out.len) {
-    size_t n = r->out.len - r->off;
-    if (n > max)
-      n = max;
-    memcpy(buf, r->out.p + r->off, n);
-    r->off += n;
-    if (r->off == r->out.len)
-      r->off = r->out.len = 0;
-    return (ssize_t)n;
-  }
+  if (r->off < r->out.len)
+    return (ssize_t)agsx_buf_drain(&r->out, &r->off, buf, max);
   if (r->answered)
     return MHD_CONTENT_READER_END_OF_STREAM;
   r->suspended = true;
@@ -414,18 +402,6 @@ static void sse_free(void *cls) { req_unref(cls); }
 
 static const char *header(struct MHD_Connection *c, const char *name) {
   return agsx_mhd.lookup_connection_value(c, MHD_HEADER_KIND, name);
-}
-
-static const char *local_address(struct MHD_Connection *c, char buf[INET6_ADDRSTRLEN]) {
-  const union MHD_ConnectionInfo *ci =
-      agsx_mhd.get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-  struct sockaddr_storage ss;
-  socklen_t len = sizeof(ss);
-  if (ci == NULL || getsockname(ci->connect_fd, (struct sockaddr *)&ss, &len) < 0)
-    return NULL;
-  const void *a = ss.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
-                                           : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
-  return inet_ntop(ss.ss_family, a, buf, INET6_ADDRSTRLEN);
 }
 
 /* Whether the comma-separated media ranges of ACCEPT name TYPE, or any type. */
@@ -448,16 +424,13 @@ static bool accepts(const char *accept, const char *type) {
 /* Host and Origin (against DNS rebinding), then the bearer token. */
 static enum MHD_Result admit(struct hsrv *h, struct MHD_Connection *c, bool *ok) {
   *ok = false;
-  char host[AGSX_API_HOST_MAX + 1], local[INET6_ADDRSTRLEN];
-  const char *v = header(c, "Host");
-  if (v && (agsx_api_host_parse(v, host, NULL) < 0 ||
-            !agsx_api_host_allowed(host, local_address(c, local), NULL)))
-    return fail(c, 403, AGSX_RPC_INVALID_REQUEST,
-                "host `%.64s` is not this server's (its listen address or localhost)", v);
-  v = header(c, "Origin");
-  if (v && (agsx_api_origin_parse(v, host, NULL) < 0 ||
-            !agsx_api_host_allowed(host, local_address(c, local), NULL)))
-    return fail(c, 403, AGSX_RPC_INVALID_REQUEST, "cross-site request refused (origin `%.64s`)", v);
+  bool origin;
+  const char *v;
+  if (!agsx_mhd_host_allowed(c, NULL, &origin, &v))
+    return origin ? fail(c, 403, AGSX_RPC_INVALID_REQUEST,
+                         "cross-site request refused (origin `%.64s`)", v)
+                  : fail(c, 403, AGSX_RPC_INVALID_REQUEST,
+                         "host `%.64s` is not this server's (its listen address or localhost)", v);
   v = header(c, "Authorization");
   if (v == NULL || strncasecmp(v, "Bearer ", 7) != 0 ||
       !agsx_api_secret_equal(v + 7 + strspn(v + 7, " "), h->cfg->token))

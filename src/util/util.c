@@ -228,6 +228,8 @@ char *xstrndup(const char *s, size_t n) {
   return p;
 }
 
+char *xvasprintf(const char *fmt, va_list ap) { return vformat(fmt, ap); }
+
 char *xasprintf(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

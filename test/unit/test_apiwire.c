@@ -327,7 +327,23 @@ static void list_params(void) {
          "upper case is refused");
 }
 
+/* A stream's buffer, handed out in pieces. */
+static void buf_drain(void) {
+  struct agsx_buf b = {0};
+  size_t off = 0;
+  char out[8];
+  agsx_buf_add(&b, "abcdefghij", 10);
+  tap_is_int(agsx_buf_drain(&b, &off, out, 4), 4, "at most MAX bytes");
+  tap_ok(memcmp(out, "abcd", 4) == 0 && off == 4 && b.len == 10, "from the start, the offset on");
+  agsx_buf_add(&b, "kl", 2);
+  tap_is_int(agsx_buf_drain(&b, &off, out, 8), 8, "then the rest, bytes added meanwhile too");
+  tap_ok(memcmp(out, "efghijkl", 8) == 0 && off == 0 && b.len == 0, "all taken: emptied, reset");
+  tap_is_int(agsx_buf_drain(&b, &off, out, 8), 0, "nothing more");
+  agsx_buf_clear(&b);
+}
+
 int main(void) {
+  buf_drain();
   envelopes();
   filters();
   list_params();
