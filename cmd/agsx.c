@@ -440,12 +440,13 @@ const struct agsx_command agsx_commands[] = {
      "Serve sandboxes as MCP tools over stdio or HTTP (for agents' MCP clients)", mcp_opts,
      agsx_cmd_mcp, NULL,
      "What an agent can do through it, whatever its prompt says (agsx-mcp(1), SAFE DEFAULTS):\n"
-     "start at most --max-sandboxes running sandboxes (8, forks included) from images already\n"
-     "in the store; only the internal network (no way out of the sandbox) unless --network\n"
-     "allows one more; each lives 30 min unless the agent asks for up to 24 h (and again:\n"
-     "sandbox_extend), and stops when the session ends (stdin closes; over HTTP: DELETE, an\n"
-     "hour idle, or the server's stop) unless created with\n"
-     "keep; run commands, read, write, move and remove files, snapshot and roll back only\n"
+     "start at most --max-sandboxes running sandboxes (8, forks and browsers included) from\n"
+     "images already in the store; only the internal network (no way out of the sandbox)\n"
+     "unless --network allows one more; each lives 30 min unless the agent asks for up to\n"
+     "24 h (and again: sandbox_extend), and stops when the session ends (stdin closes; over\n"
+     "HTTP: DELETE, an hour idle, or the server's stop) unless created with keep; publish\n"
+     "their ports on the host's loopback only; run commands, read, write, move and remove\n"
+     "files, snapshot and roll back only\n"
      "inside its own session's sandboxes, under agsx's isolation; get back at most 1 MiB of\n"
      "stdout and of stderr per exec and 1 MiB per file. No host path is read, written or\n"
      "mounted, but below each --allow-host-path DIR (file_copy_in, file_copy_out).\n"},

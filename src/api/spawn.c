@@ -78,7 +78,7 @@ static void handle(int fd, const char *buf, size_t len) {
                                   .dst = colon ? colon + 1 : volumes[i] + strlen(volumes[i]),
                                   .volume = true};
   }
-  _cleanup_strv_ char **pspecs = get_strv(v, "ports");
+  _cleanup_strv_ char **pspecs = get_strv(v, "ports"), **cmd = get_strv(v, "cmd");
   size_t nports = agsx_strv_len(pspecs);
   _cleanup_free_ struct agsx_port *ports = nports ? xzalloc(nports * sizeof(*ports)) : NULL;
   for (size_t i = 0; i < nports; i++)
@@ -112,7 +112,10 @@ static void handle(int fd, const char *buf, size_t len) {
       .memory = (uint64_t)(memory > 0 ? memory : 0),
       .cpus = YAJL_IS_DOUBLE(cpus) && cpus->u.number.d > 0 ? cpus->u.number.d : 0,
       .rm = true,
-      .idle = true,
+      .cmd = cmd && cmd[0] ? cmd : NULL,
+      .idle = !(cmd && cmd[0]),
+      .user = agsx_json_get_string(v, "user"),
+      .workdir = agsx_json_get_string(v, "workdir"),
       .pause_on_timeout = pause_on_timeout && YAJL_IS_TRUE(pause_on_timeout),
   };
   yajl_val np = agsx_json_get(v, "new_privs");
@@ -220,6 +223,11 @@ int agsx_spawn(struct agsx_spawner *sp, const struct agsx_spawn_req *req, char r
   gen_strv(g, "egress", req->egress);
   gen_strv(g, "volumes", req->volumes);
   gen_strv(g, "ports", req->ports);
+  gen_strv(g, "cmd", req->cmd);
+  if (req->user)
+    agsx_json_kv_str(g, "user", req->user);
+  if (req->workdir)
+    agsx_json_kv_str(g, "workdir", req->workdir);
   yajl_gen_map_close(g);
   size_t len;
   _cleanup_free_ char *msg = agsx_json_gen_steal(g, &len);

@@ -30,6 +30,11 @@ struct agsx_spawn_req {
   char **egress;  /* egress rules ("allow pypi.org", net/egress.h), or NULL */
   char **volumes; /* named volumes to mount, NAME:/path (sandbox/volume.h), or NULL */
   char **ports;   /* ports to publish, as -p takes them (net/relay.h), or NULL */
+  /* the command (NULL: none, the sandbox idles and its processes come
+   * through processes.h), and its user and working directory (NULL: the
+   * image's) */
+  char **cmd;
+  const char *user, *workdir;
   uint64_t timeout;
   uint64_t memory;       /* bytes, 0: the default */
   double cpus;           /* 0: no limit */

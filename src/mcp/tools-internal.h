@@ -33,6 +33,7 @@ extern const struct tool agsx_mcp_process_tools[];
 extern const struct tool agsx_mcp_file_tools[];
 extern const struct tool agsx_mcp_code_tools[];
 extern const struct tool agsx_mcp_snapshot_tools[];
+extern const struct tool agsx_mcp_browser_tools[];
 
 /* A call's arguments, checked against the tool's table already. */
 static inline const char *arg_str(yajl_val a, const char *k) {
@@ -63,6 +64,8 @@ void agsx_mcp_records_free(struct agsx_record *v, size_t n);
 /* How many sandboxes of the session run; EAGAIN when ADD more would pass
  * --max-sandboxes. */
 int agsx_mcp_room(struct agsx_mcp *s, unsigned add, agsx_error_t *err);
+/* NET (NULL: internal) unless this server does not allow it (EPERM). */
+int agsx_mcp_net_allowed(const struct agsx_mcp_config *cfg, const char *net, agsx_error_t *err);
 /* What sandbox_info shows of R. */
 void agsx_mcp_gen_info(yajl_gen g, const struct agsx_record *r);
 /* A file's entry as file_stat and file_list show it. */

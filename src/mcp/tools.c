@@ -338,8 +338,7 @@ static int egress_rules(yajl_val a, const char *net, char ***ret, agsx_error_t *
   return 0;
 }
 
-/* NET (NULL: internal) unless this server does not allow it. */
-static int net_allowed(const struct agsx_mcp_config *cfg, const char *net, agsx_error_t *err) {
+int agsx_mcp_net_allowed(const struct agsx_mcp_config *cfg, const char *net, agsx_error_t *err) {
   if (net && (cfg->network == NULL || strcmp(net, cfg->network) != 0))
     return agsx_error_set_quiet(
         err, EPERM, "network `%.64s` is not allowed: this server allows only internal%s%s", net,
@@ -379,7 +378,7 @@ static int create(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err)
   yajl_val c = agsx_json_get(a, "cpus");
   if (net && strcmp(net, "internal") == 0)
     net = NULL;
-  if (net_allowed(cfg, net, err) < 0)
+  if (agsx_mcp_net_allowed(cfg, net, err) < 0)
     return -1;
   if (image == NULL && pool == NULL)
     return agsx_error_set_quiet(err, EINVAL, "give image (agsx image ls) or pool (agsx pool ls)");
@@ -408,7 +407,7 @@ static int create(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err)
     if (net && (pnet == NULL || strcmp(net, pnet) != 0))
       return agsx_error_set_quiet(err, EINVAL, "pool `%.64s` has network %s", pool,
                                   pnet ? pnet : "internal");
-    if (net_allowed(cfg, pnet, err) < 0)
+    if (agsx_mcp_net_allowed(cfg, pnet, err) < 0)
       return agsx_error_wrap(err, "pool `%.64s`", pool);
     image = pc.image;
     net = pnet;
@@ -603,10 +602,10 @@ static const struct tool sandbox_tools[] = {
     {0},
 };
 
-/* tools/list's order: sandboxes, commands, files, snapshots. */
-static const struct tool *const lists[] = {sandbox_tools, agsx_mcp_process_tools,
-                                           agsx_mcp_code_tools, agsx_mcp_file_tools,
-                                           agsx_mcp_snapshot_tools};
+/* tools/list's order: sandboxes, commands, code, files, snapshots, browsers. */
+static const struct tool *const lists[] = {sandbox_tools,           agsx_mcp_process_tools,
+                                           agsx_mcp_code_tools,     agsx_mcp_file_tools,
+                                           agsx_mcp_snapshot_tools, agsx_mcp_browser_tools};
 
 static const struct tool *tool_next(size_t *list, const struct tool *t) {
   t = t ? t + 1 : lists[*list];

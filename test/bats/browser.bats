@@ -378,3 +378,41 @@ EOF
   assert_output_contains "internal failed"
   assert_output_contains "public loaded hello from the world"
 }
+
+# bats test_tags=browser
+@test "browser: agsx mcp's browser_start: a browser of the session that Puppeteer drives; it ends with the session" {
+  need_chromium
+  local line id ws http
+  coproc MCP { ax mcp 2>"$T/mcp.err"; }
+  echo '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bats","version":"1"}}}' >&"${MCP[1]}"
+  IFS= read -r -t 60 line <&"${MCP[0]}"
+  echo '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"browser_start","arguments":{"network":"public"}}}' >&"${MCP[1]}"
+  IFS= read -r -t 60 line <&"${MCP[0]}"
+  [[ $line == *"network \`public\` is not allowed"*'"isError":true'* ]] || { echo "$line"; false; }
+  echo '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"browser_start","arguments":{"timeout":90}}}' >&"${MCP[1]}"
+  IFS= read -r -t 90 line <&"${MCP[0]}"
+  read -r id ws http < <(python3 -c '
+import json, sys
+c = json.loads(sys.argv[1])["result"]["structuredContent"]
+print(c["sandbox"]["id"], c["ws_url"], c["http_url"])' "$line") || { echo "$line"; false; }
+  echo "$id" >>"$T/ids"
+  [[ $ws =~ ^ws://127\.0\.0\.1:[0-9]+/devtools/browser/[0-9a-f-]+$ ]] || { echo "$line"; false; }
+  [[ $line == *'"port":9222'* && $line == *'"browser":"Chrome/'* ]] || { echo "$line"; false; }
+  # The endpoint answers at once, as agsx browser's; Chromium is user 1000.
+  run client curl -sf "$http/json/version"
+  assert_success
+  assert_output_contains "${ws#ws://*/}"
+  run_ax exec "$id" sh -c 'for s in /proc/[0-9]*/status; do
+      grep -q "^Name:.*chrom" "$s" 2>/dev/null && grep ^Uid: "$s" | cut -f2; done | sort -u'
+  [ "$output" = 1000 ] || { show_run; false; }
+  if command -v node >/dev/null && dir=$("$FIXTURES/browser-node-setup" 2>"$T/npm.log"); then
+    run client env NODE_PATH="$dir/node_modules" node "$FIXTURES/browser-puppeteer.js" "$ws"
+    assert_success
+    assert_output_contains "puppeteer Chrome/"
+  fi
+  # The session's end stops it.
+  exec {MCP[1]}>&-
+  wait "$MCP_PID" || true
+  none() { [ -z "$(ax ls -q)" ]; }
+  poll 100 none
+}

@@ -313,7 +313,7 @@ mcp_call() {
   run_ax mcp --help
   [ "$status" -eq 0 ]
   local w
-  for w in "--max-sandboxes running sandboxes (8, forks included)" "only the internal network" "30 min" "up to 24 h" \
+  for w in "--max-sandboxes running sandboxes (8, forks and browsers included)" "only the internal network" "30 min" "up to" "24 h" \
     "stops when the session ends" "1 MiB" "No host path"; do
     [[ $output == *"$w"* ]] || { echo "# --help lacks: $w" >&3; false; }
   done
