@@ -399,7 +399,7 @@ int agsx_cdpws_message_add(struct agsx_cdpws_message *m, const struct agsx_cdpws
     m->len = 0;
     m->open = true;
   } else {
-    return agsx_error_set(err, EINVAL, "WebSocket control frame given as a message part");
+    return agsx_error_set_quiet(err, EINVAL, "WebSocket control frame given as a message part");
   }
   if (f->payload_len > max || m->len > max - f->payload_len)
     return agsx_error_set(err, 0, "WebSocket message over %zu bytes", max);
@@ -578,7 +578,7 @@ int agsx_cdp_open(const struct sockaddr_storage *addr, const char *host_header, 
                   int timeout_ms, struct agsx_cdp **ret, agsx_error_t *err) {
   *ret = NULL;
   if (timeout_ms <= 0)
-    return agsx_error_set(err, EINVAL, "DevTools connection: no time given");
+    return agsx_error_set_quiet(err, EINVAL, "DevTools connection: no time given");
   int64_t until = agsx_mono_ns() + (int64_t)timeout_ms * 1000000;
   _cleanup_free_ char *req = NULL;
   char key[AGSX_CDPWS_KEY_SIZE];
@@ -658,7 +658,7 @@ static int build_command(int64_t id, const char *session, const char *method, co
     if (p == NULL)
       return agsx_error_wrap(err, "%s: parameters", method);
     if (!YAJL_IS_OBJECT(p))
-      return agsx_error_set(err, EINVAL, "%s: the parameters are not a JSON object", method);
+      return agsx_error_set(err, 0, "%s: the parameters are not a JSON object", method);
   }
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
   yajl_gen_map_open(g);
@@ -751,7 +751,7 @@ int agsx_cdp_call(struct agsx_cdp *c, const char *session_id, const char *method
     return agsx_error_set_quiet(err, EPIPE, "%s: the DevTools connection is down: %s", method,
                                 c->broken);
   if (timeout_ms <= 0)
-    return agsx_error_set(err, EINVAL, "%s: no time given", method);
+    return agsx_error_set_quiet(err, EINVAL, "%s: no time given", method);
   int64_t until = agsx_mono_ns() + (int64_t)timeout_ms * 1000000;
   _cleanup_free_ char *cmd = NULL;
   size_t len;

@@ -1,12 +1,18 @@
-/* Unit tests: the DevTools WebSocket client's parsers (sandbox/cdpws.h):
- * SHA-1, the handshake, frames, reassembly. */
+/* Unit tests: the DevTools WebSocket client (sandbox/cdpws.h): its parsers
+ * (SHA-1, the handshake, frames, reassembly), then the client against a
+ * scripted server in a child process (pings, fragments, events, errors,
+ * timeouts, close frames, broken frames, refused handshakes). */
 #include "config.h"
 
 #include "sandbox/cdpws.h"
 #include "api/wire.h"
+#include "util/json.h"
 #include "tap.h"
 
+#include <netinet/in.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
 
 /* ---- SHA-1 ---- */
 
@@ -416,6 +422,293 @@ static void test_roundtrip(void) {
   }
 }
 
+/* ---- the client, against a scripted server ---- */
+
+static unsigned char sbuf[1 << 16];
+static size_t slen;
+
+static void srv_send(int fd, unsigned op, bool fin, const char *p, size_t n) {
+  unsigned char h[10];
+  size_t k = 0;
+  h[k++] = (unsigned char)((fin ? 0x80 : 0) | op);
+  if (n < 126) {
+    h[k++] = (unsigned char)n;
+  } else {
+    h[k++] = 126;
+    h[k++] = (unsigned char)(n >> 8);
+    h[k++] = (unsigned char)n;
+  }
+  if (agsx_write_all(fd, h, k) < 0 || agsx_write_all(fd, p, n) < 0)
+    _exit(3);
+}
+
+static void srv_text(int fd, const char *s) { srv_send(fd, AGSX_WS_TEXT, true, s, strlen(s)); }
+
+/* The next frame of the client, unmasked, into *RET (NUL-terminated);
+ * 0xff at EOF. */
+static unsigned srv_frame(int fd, char **ret) {
+  for (;;) {
+    struct agsx_cdpws_frame f;
+    agsx_error_t err = NULL;
+    int r = agsx_cdpws_frame_decode(sbuf, slen, true, sizeof(sbuf) - 14, &f, &err);
+    if (r < 0)
+      _exit(4);
+    if (r == 1) {
+      *ret = xzalloc(f.payload_len + 1);
+      memcpy(*ret, sbuf + f.header_len, f.payload_len);
+      agsx_cdpws_unmask(*ret, f.payload_len, f.mask);
+      memmove(sbuf, sbuf + f.size, slen - f.size);
+      slen -= f.size;
+      return f.opcode;
+    }
+    ssize_t n = read(fd, sbuf + slen, sizeof(sbuf) - slen);
+    if (n <= 0)
+      return 0xff;
+    slen += (size_t)n;
+  }
+}
+
+/* One command of the client, answered as its method says; false to hang up. */
+static bool srv_command(int fd, const char *msg, int64_t *slow_id) {
+  _cleanup_json_ yajl_val v = agsx_json_parse(msg, strlen(msg), 1 << 16, NULL);
+  int64_t id = 0;
+  agsx_json_get_int64(v, "id", &id);
+  const char *m = agsx_json_get_string(v, "method");
+  char out[512];
+  if (m == NULL) {
+    _exit(5);
+  } else if (strcmp(m, "T.events") == 0) {
+    /* Events, a stale answer, a ping, then the answer in three parts with a
+     * ping between: ok only if the pong came back first. */
+    srv_text(fd, "{\"method\":\"Page.loadEventFired\",\"params\":{}}");
+    srv_text(fd, "{\"id\":999999,\"result\":{\"stale\":true}}");
+    srv_text(fd, "[1,2]");
+    srv_send(fd, AGSX_WS_BINARY, true, "\x00\x01", 2);
+    srv_send(fd, AGSX_WS_PING, true, "pp", 2);
+    _cleanup_free_ char *pong = NULL;
+    bool ok = srv_frame(fd, &pong) == AGSX_WS_PONG && strcmp(pong, "pp") == 0;
+    snprintf(out, sizeof(out), "{\"id\":%lld,\"result\":{\"ok\":%s}}", (long long)id,
+             ok ? "true" : "false");
+    srv_send(fd, AGSX_WS_TEXT, false, out, 5);
+    srv_send(fd, AGSX_WS_PING, true, "", 0);
+    srv_send(fd, AGSX_WS_CONT, false, out + 5, 5);
+    srv_send(fd, AGSX_WS_CONT, true, out + 10, strlen(out + 10));
+    free(pong);
+    srv_frame(fd, &pong); /* the second pong */
+  } else if (strcmp(m, "T.error") == 0) {
+    snprintf(out, sizeof(out),
+             "{\"id\":%lld,\"error\":{\"code\":-32000,\"message\":\"No\\u001b such thing\","
+             "\"data\":\"detail\"}}",
+             (long long)id);
+    srv_text(fd, out);
+  } else if (strcmp(m, "T.slow") == 0) {
+    *slow_id = id;
+  } else if (strcmp(m, "T.after") == 0) {
+    snprintf(out, sizeof(out), "{\"id\":%lld,\"result\":{\"late\":1}}", (long long)*slow_id);
+    srv_text(fd, out);
+    snprintf(out, sizeof(out), "{\"id\":%lld,\"result\":{\"after\":1}}", (long long)id);
+    srv_text(fd, out);
+  } else if (strcmp(m, "T.echo") == 0) {
+    _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+    size_t n;
+    yajl_gen_map_open(g);
+    agsx_json_kv_int(g, "id", id);
+    agsx_json_key(g, "result");
+    yajl_gen_map_open(g);
+    agsx_json_kv_str(g, "method", m);
+    agsx_json_kv_str(g, "session", agsx_json_get_string(v, "sessionId"));
+    agsx_json_key(g, "params");
+    agsx_json_value(g, agsx_json_get(v, "params"));
+    yajl_gen_map_close(g);
+    yajl_gen_map_close(g);
+    _cleanup_free_ char *s = agsx_json_gen_steal(g, &n);
+    srv_text(fd, s);
+  } else if (strcmp(m, "T.close") == 0) {
+    srv_send(fd, AGSX_WS_CLOSE, true, "\x03\xe9going away", 12);
+  } else if (strcmp(m, "T.rsv") == 0) {
+    srv_send(fd, 0x40 | AGSX_WS_TEXT, true, "{}", 2);
+  } else if (strcmp(m, "T.eof") == 0) {
+    return false;
+  }
+  return true;
+}
+
+/* One connection: the handshake as PATH asks, then commands. */
+static void srv_conn(int fd) {
+  char req[4096] = "";
+  size_t n = 0;
+  while (n < sizeof(req) - 1 && !strstr(req, "\r\n\r\n")) {
+    ssize_t k = read(fd, req + n, sizeof(req) - 1 - n);
+    if (k <= 0)
+      _exit(6);
+    req[n += (size_t)k] = '\0';
+  }
+  const char *k = strstr(req, "Sec-WebSocket-Key: ");
+  char ckey[AGSX_CDPWS_KEY_SIZE] = "", acc[AGSX_CDPWS_ACCEPT_SIZE], ans[512];
+  if (k)
+    snprintf(ckey, sizeof(ckey), "%.24s", k + 19);
+  agsx_cdpws_accept(ckey, acc);
+  if (agsx_str_has_prefix(req, "GET /404 ")) {
+    agsx_write_all(fd, "HTTP/1.1 404 Not Found\r\n\r\n", 26);
+    return;
+  }
+  if (agsx_str_has_prefix(req, "GET /cut ")) {
+    agsx_write_all(fd, "HTTP/1.1 101 Switching", 22);
+    return;
+  }
+  if (agsx_str_has_prefix(req, "GET /mute "))
+    sleep(2);
+  snprintf(ans, sizeof(ans),
+           "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           "Sec-WebSocket-Accept: %s\r\n\r\n",
+           acc);
+  agsx_write_all(fd, ans, strlen(ans));
+  int64_t slow_id = 0;
+  slen = 0;
+  for (;;) {
+    char *msg = NULL;
+    unsigned op = srv_frame(fd, &msg);
+    bool more = op != AGSX_WS_CLOSE && op != 0xff;
+    if (op == AGSX_WS_TEXT)
+      more = srv_command(fd, msg, &slow_id);
+    free(msg);
+    if (!more)
+      return;
+  }
+}
+
+static pid_t srv_start(struct sockaddr_storage *ret) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(a);
+  if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, 8) < 0 ||
+      getsockname(s, (struct sockaddr *)&a, &len) < 0)
+    abort();
+  memset(ret, 0, sizeof(*ret));
+  memcpy(ret, &a, sizeof(a));
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGPIPE, SIG_IGN); /* the client may be gone (/mute) */
+    for (;;) {
+      int c = accept4(s, NULL, NULL, SOCK_CLOEXEC);
+      if (c < 0)
+        _exit(7);
+      srv_conn(c);
+      close(c);
+    }
+  }
+  close(s);
+  return pid;
+}
+
+static void call_is(struct agsx_cdp *c, const char *sid, const char *method, const char *params,
+                    int ms, const char *want, const char *why) {
+  char *res = NULL;
+  agsx_error_t err = NULL;
+  int r = agsx_cdp_call(c, sid, method, params, ms, &res, &err);
+  if (want)
+    tap_ok(r == 0 && res && strcmp(res, want) == 0, "%s: %s -> %s (%s)", why, method,
+           res ? res : "", err ? err->msg : "");
+  else
+    tap_ok(r < 0 && res == NULL && err, "%s: %s fails: %s", why, method, err ? err->msg : "");
+  free(res);
+  agsx_error_free(&err);
+}
+
+static void err_has(int r, agsx_error_t *err, const char *want, const char *why) {
+  tap_ok(r < 0 && *err && strstr((*err)->msg, want), "%s: %s", why,
+         *err ? (*err)->msg : "no error");
+  agsx_error_free(err);
+}
+
+static void test_client(void) {
+  struct sockaddr_storage a;
+  pid_t pid = srv_start(&a);
+  agsx_error_t err = NULL;
+  struct agsx_cdp *c = NULL;
+  int r = agsx_cdp_open(&a, "127.0.0.1", "/ok", 5000, &c, &err);
+  tap_ok(r == 0 && c, "open: handshake done (%s)", err ? err->msg : "");
+  agsx_error_free(&err);
+  call_is(c, NULL, "T.events", NULL, 5000, "{\"ok\":true}",
+          "events, a stale answer, a non-object, binary and pings skipped, fragments joined");
+  char *res = NULL;
+  r = agsx_cdp_call(c, NULL, "T.error", "{}", 5000, &res, &err);
+  err_has(r, &err, "T.error: the browser answered: No? such thing: detail (-32000)",
+          "an error answer: the browser's message, made printable");
+  int64_t t0 = agsx_mono_ns();
+  r = agsx_cdp_call(c, NULL, "T.slow", NULL, 200, &res, &err);
+  int64_t ms = (agsx_mono_ns() - t0) / 1000000;
+  tap_ok(r < 0 && err && agsx_error_errno(&err) == ETIMEDOUT && ms >= 190 && ms < 2000,
+         "no answer: times out after %lld ms: %s", (long long)ms, err ? err->msg : "");
+  tap_ok(err && strstr(err->msg, "no answer to T.slow from the browser's DevTools endpoint within "
+                                 "200 ms"),
+         "the timeout names the method and the time");
+  agsx_error_free(&err);
+  call_is(c, NULL, "T.after", NULL, 5000, "{\"after\":1}",
+          "after a timeout the connection works, the late answer dropped");
+  call_is(c, "s\"1\n", "T.echo", "{\"url\":\"data:text/html,<p>\\\"x\\\"</p>\",\"n\":[1,2.5]}",
+          5000,
+          "{\"method\":\"T.echo\",\"session\":\"s\\\"1\\n\",\"params\":{\"url\":\"data:text/"
+          "html,<p>\\\"x\\\"</p>\",\"n\":[1,2.5]}}",
+          "sessionId escaped, params carried through");
+  r = agsx_cdp_call(c, NULL, "T.echo", "{\"a\":", 5000, &res, &err);
+  err_has(r, &err, "T.echo: parameters: invalid JSON", "parameters that are not JSON: refused");
+  r = agsx_cdp_call(c, NULL, "T.echo", "[1]", 5000, &res, &err);
+  err_has(r, &err, "not a JSON object", "parameters that are not an object: refused");
+  call_is(c, NULL, "T.echo", NULL, 5000, "{\"method\":\"T.echo\",\"session\":null,\"params\":{}}",
+          "still usable after refused parameters");
+  r = agsx_cdp_call(c, NULL, "T.close", NULL, 5000, &res, &err);
+  err_has(r, &err, "the browser's DevTools endpoint closed the connection (1001 going away)",
+          "a close frame ends the connection");
+  r = agsx_cdp_call(c, NULL, "T.echo", NULL, 5000, &res, &err);
+  err_has(r, &err,
+          "T.echo: the DevTools connection is down: the browser's DevTools endpoint "
+          "closed the connection",
+          "calls after the close fail at once");
+  agsx_cdp_close(c);
+
+  c = NULL;
+  r = agsx_cdp_open(&a, "127.0.0.1", "/ok", 5000, &c, &err);
+  tap_ok(r == 0, "open again (%s)", err ? err->msg : "");
+  if (r < 0)
+    return;
+  r = agsx_cdp_call(c, NULL, "T.rsv", NULL, 5000, &res, &err);
+  err_has(r, &err, "broke the WebSocket protocol: WebSocket frame with reserved bits set",
+          "a frame with a reserved bit breaks the connection");
+  agsx_cdp_close(c);
+  c = NULL;
+  r = agsx_cdp_open(&a, "127.0.0.1", "/ok", 5000, &c, &err);
+  tap_ok(r == 0, "open again (%s)", err ? err->msg : "");
+  if (r < 0)
+    return;
+  r = agsx_cdp_call(c, NULL, "T.eof", NULL, 5000, &res, &err);
+  err_has(r, &err, "the browser's DevTools endpoint closed the connection",
+          "the peer going away mid-call");
+  agsx_cdp_close(c);
+
+  c = NULL;
+  r = agsx_cdp_open(&a, "127.0.0.1", "/404", 5000, &c, &err);
+  err_has(r == 0 ? 0 : -1, &err,
+          "answered HTTP 404 instead of switching to WebSocket (wrong path?)",
+          "open: a 404 answer");
+  tap_ok(c == NULL, "open: nothing returned on failure");
+  r = agsx_cdp_open(&a, "127.0.0.1", "/cut", 5000, &c, &err);
+  err_has(r, &err, "the WebSocket handshake answer is truncated", "open: the answer cut short");
+  r = agsx_cdp_open(&a, "127.0.0.1", "/mute", 300, &c, &err);
+  err_has(r, &err,
+          "no WebSocket handshake answer from the browser's DevTools endpoint within 300 ms",
+          "open: no answer in time");
+  r = agsx_cdp_open(&a, "127.0.0.1", "/ok", 0, &c, &err);
+  err_has(r, &err, "no time given", "open: a timeout of 0 refused");
+
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  /* Nothing listens there now. */
+  r = agsx_cdp_open(&a, "127.0.0.1", "/ok", 2000, &c, &err);
+  err_has(r, &err, "connect to the browser's DevTools endpoint at 127.0.0.1:", "open: refused");
+}
+
 int main(void) {
   test_sha1();
   test_request();
@@ -423,5 +716,6 @@ int main(void) {
   test_decode();
   test_messages();
   test_roundtrip();
+  test_client();
   return tap_done();
 }
