@@ -609,7 +609,7 @@ static int send_frame(struct agsx_cdp *c, unsigned opcode, const void *buf, size
 static int on_close(struct agsx_cdp *c, const char *payload, size_t len, agsx_error_t *err) {
   _cleanup_free_ char *frame = NULL;
   size_t size;
-  if (agsx_cdpws_frame_encode(AGSX_WS_CLOSE, payload, len < 2 ? len : 2, &frame, &size, NULL) == 0)
+  if (agsx_cdpws_frame_encode(AGSX_WS_CLOSE, payload, len < 2 ? 0 : 2, &frame, &size, NULL) == 0)
     (void)send(c->fd, frame, size, MSG_NOSIGNAL | MSG_DONTWAIT);
   c->up = false;
   _cleanup_free_ char *why = agsx_cdpws_close_reason(payload, len);
@@ -678,6 +678,27 @@ static int build_command(int64_t id, const char *session, const char *method, co
   return 0;
 }
 
+/* How many values BUF[0..LEN) would make in a yajl tree, at most: its
+ * arrays, objects and commas outside strings. */
+static size_t json_values(const char *buf, size_t len) {
+  size_t n = 1;
+  bool in_str = false;
+  for (size_t i = 0; i < len; i++) {
+    char c = buf[i];
+    if (in_str) {
+      if (c == '\\')
+        i++;
+      else if (c == '"')
+        in_str = false;
+    } else if (c == '"') {
+      in_str = true;
+    } else if (c == ',' || c == '[' || c == '{') {
+      n++;
+    }
+  }
+  return n;
+}
+
 /* Reads messages until the answer with ID, into *RET; events and the late
  * answers of timed-out calls go by. */
 static int wait_answer(struct agsx_cdp *c, int64_t id, const char *method, int64_t until,
@@ -690,6 +711,10 @@ static int wait_answer(struct agsx_cdp *c, int64_t id, const char *method, int64
       agsx_cdpws_message_clear(&c->msg);
       continue;
     }
+    /* 32 MiB of "[0,0,..." would be 16 million tree nodes, a GiB. */
+    if (json_values(c->msg.buf, c->msg.len) > AGSX_CDP_VALUES_MAX)
+      return agsx_error_set(err, 0, PEER " sent a message of more than %u JSON values",
+                            AGSX_CDP_VALUES_MAX);
     yajl_val v = agsx_json_parse(c->msg.buf, c->msg.len, AGSX_CDP_MESSAGE_MAX, err);
     agsx_cdpws_message_clear(&c->msg);
     if (v == NULL)

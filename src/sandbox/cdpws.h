@@ -4,7 +4,8 @@
  * The peer is a browser inside a sandbox: untrusted. Everything it sends
  * goes through the pure parsers below first (the 101 answer, frames,
  * message reassembly), each bounded and fuzzed; messages are JSON parsed by
- * yajl (util/json.h), capped at AGSX_CDP_MESSAGE_MAX.
+ * yajl (util/json.h), capped at AGSX_CDP_MESSAGE_MAX bytes and
+ * AGSX_CDP_VALUES_MAX values.
  *
  *   agsx_cdp_open      TCP connect, upgrade request, 101 answer checked
  *   agsx_cdp_call      one command, {"id":N,...}; waits for the answer N,
@@ -22,6 +23,9 @@
 
 /* A whole message (after reassembly); screenshots are base64 PNGs. */
 #define AGSX_CDP_MESSAGE_MAX (32u << 20)
+/* Values (arrays, objects, members, elements) in one message: what its
+ * yajl tree may take is bounded too, not only its text. */
+#define AGSX_CDP_VALUES_MAX (1u << 20)
 /* The 101 answer's status line and headers. */
 #define AGSX_CDPWS_ANSWER_MAX (8u << 10)
 /* Sec-WebSocket-Key: base64 of 16 random bytes, and a NUL. */

@@ -433,10 +433,14 @@ static void srv_send(int fd, unsigned op, bool fin, const char *p, size_t n) {
   h[k++] = (unsigned char)((fin ? 0x80 : 0) | op);
   if (n < 126) {
     h[k++] = (unsigned char)n;
-  } else {
+  } else if (n <= 0xffff) {
     h[k++] = 126;
     h[k++] = (unsigned char)(n >> 8);
     h[k++] = (unsigned char)n;
+  } else {
+    h[k++] = 127;
+    for (int i = 7; i >= 0; i--)
+      h[k++] = (unsigned char)((uint64_t)n >> (8 * i));
   }
   if (agsx_write_all(fd, h, k) < 0 || agsx_write_all(fd, p, n) < 0)
     _exit(3);
@@ -525,6 +529,16 @@ static bool srv_command(int fd, const char *msg, int64_t *slow_id) {
     srv_text(fd, s);
   } else if (strcmp(m, "T.close") == 0) {
     srv_send(fd, AGSX_WS_CLOSE, true, "\x03\xe9going away", 12);
+  } else if (strcmp(m, "T.many") == 0) {
+    /* Just over the values a client parses into a tree: 2 MiB of "0,". */
+    size_t n = AGSX_CDP_VALUES_MAX;
+    char *big = xmalloc(2 * n + 64);
+    int k = snprintf(big, 64, "{\"id\":%lld,\"result\":{\"a\":[", (long long)id);
+    for (size_t i = 0; i < n; i++)
+      memcpy(big + k + 2 * i, "0,", 2);
+    memcpy(big + k + 2 * n - 1, "]}}", 4);
+    srv_text(fd, big);
+    free(big);
   } else if (strcmp(m, "T.rsv") == 0) {
     srv_send(fd, 0x40 | AGSX_WS_TEXT, true, "{}", 2);
   } else if (strcmp(m, "T.eof") == 0) {
@@ -685,6 +699,16 @@ static void test_client(void) {
   r = agsx_cdp_call(c, NULL, "T.eof", NULL, 5000, &res, &err);
   err_has(r, &err, "the browser's DevTools endpoint closed the connection",
           "the peer going away mid-call");
+  agsx_cdp_close(c);
+
+  c = NULL;
+  r = agsx_cdp_open(&a, "127.0.0.1", "/ok", 5000, &c, &err);
+  tap_ok(r == 0, "open again (%s)", err ? err->msg : "");
+  if (r < 0)
+    return;
+  r = agsx_cdp_call(c, NULL, "T.many", NULL, 5000, &res, &err);
+  err_has(r, &err, "sent a message of more than 1048576 JSON values",
+          "a message that would make too big a tree: refused");
   agsx_cdp_close(c);
 
   c = NULL;
