@@ -96,6 +96,41 @@ print(f'{w}x{h}')
 PY
 }
 
+# png_pixel FILE X Y: "R,G,B" of one pixel of an 8-bit, non-interlaced RGB
+# or RGBA PNG (what Chromium writes), the filters undone.
+png_pixel() {
+  python3 - "$@" <<'PY'
+import struct, sys, zlib
+d = open(sys.argv[1], 'rb').read()
+x, y = int(sys.argv[2]), int(sys.argv[3])
+pos, idat = 8, b''
+while pos < len(d):
+    n, t = struct.unpack('>I4s', d[pos:pos + 8])
+    if t == b'IHDR':
+        w, h, depth, ctype, _, _, interlace = struct.unpack('>IIBBBBB', d[pos + 8:pos + 21])
+    elif t == b'IDAT':
+        idat += d[pos + 8:pos + 8 + n]
+    pos += 12 + n
+assert depth == 8 and ctype in (2, 6) and interlace == 0, (depth, ctype, interlace)
+bpp = 3 if ctype == 2 else 4
+raw, stride, prev = zlib.decompress(idat), w * bpp, bytearray(w * bpp)
+for row in range(y + 1):
+    f, line = raw[row * (stride + 1)], bytearray(raw[row * (stride + 1) + 1:(row + 1) * (stride + 1)])
+    for i in range(stride):
+        a = line[i - bpp] if i >= bpp else 0
+        b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+        if f == 1: line[i] = (line[i] + a) & 255
+        elif f == 2: line[i] = (line[i] + b) & 255
+        elif f == 3: line[i] = (line[i] + (a + b) // 2) & 255
+        elif f == 4:
+            p = a + b - c
+            pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+            line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+    prev = line
+print(','.join(str(v) for v in prev[x * bpp:x * bpp + 3]))
+PY
+}
+
 # ---- no Chromium needed --------------------------------------------------
 
 @test "browser: --help lists the options" {
@@ -189,6 +224,27 @@ PY
   assert_success
   [[ $output =~ ^[0-9]+x[0-9]+$ ]]
   [ "$(stat -c %s "$T/shot.png")" -gt 1000 ]
+}
+
+# bats test_tags=browser
+@test "browser: agsx's own DevTools client (cdpws) reads the title and takes a screenshot" {
+  need_chromium
+  start_browser --timeout 60s
+  # 800x600: a red 400x300 block top left on blue.
+  local page='data:text/html,<title>agsx%20cdpws</title><body%20style="margin:0;background:rgb(0,0,255)"><div%20style="width:400px;height:300px;background:rgb(255,0,0)"></div>'
+  AX_CMD="cdp-shot $WS"
+  run client "${AGSX_BUILDDIR:-$(dirname "$AGSX")}/test/fixtures/cdp-shot" "$WS" "$page" "$T/shot.png"
+  assert_success
+  assert_output_contains "title agsx cdpws"
+  # A 3 MiB answer (64-bit frame lengths) read whole.
+  assert_output_contains "big 3145728"
+  # An error answer becomes an error, the browser's message in it.
+  assert_output_contains "error Nope.nothing: the browser answered: 'Nope.nothing' wasn't found"
+  run png_size "$T/shot.png"
+  assert_success
+  [ "$output" = 800x600 ] || { show_run; false; }
+  [ "$(png_pixel "$T/shot.png" 100 100)" = 255,0,0 ]
+  [ "$(png_pixel "$T/shot.png" 600 450)" = 0,0,255 ]
 }
 
 # bats test_tags=browser
