@@ -4,12 +4,23 @@
  * host's loopback), and answers once its DevTools endpoint does: the
  * WebSocket URL is what Playwright's connectOverCDP or Puppeteer's connect
  * take. The browser is an ordinary sandbox of the session (exec, files,
- * snapshots, kill) and ends with it unless created with keep. */
+ * snapshots, kill) and ends with it unless created with keep.
+ *
+ * browser_navigate, _screenshot, _click, _type and _text drive its page
+ * through the Chrome DevTools Protocol, spoken by agsx itself
+ * (sandbox/cdpws.h): each call connects, attaches to the browser's first
+ * page (making one if it has none), does its work and disconnects, so the
+ * page is the state and a call holds nothing. Everything the browser
+ * answers is untrusted (it runs the pages' code): cdpws bounds and checks
+ * the frames, yajl parses them, a screenshot goes out as image content
+ * only when it decodes to a PNG, and page text is cut at 1 MiB. */
 #include "config.h"
 
 #include "mcp/tools-internal.h"
 #include "net/relay.h"
+#include "api/wire.h"
 #include "sandbox/browser.h"
+#include "sandbox/cdpws.h"
 #include "sandbox/control.h"
 #include "state/state.h"
 
@@ -119,6 +130,434 @@ static int browser_start(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_
   return r;
 }
 
+/* ---- a page of a browser of the session ------------------------------------------------------- */
+
+#define IO_MS 15000              /* one DevTools command's bound */
+#define TEXT_MAX (1u << 20)      /* page text returned */
+#define SHOT_MAX (16u << 20)     /* decoded screenshot bytes */
+#define NAVIGATE_WAIT_DEFAULT 30 /* seconds for the page to load */
+
+struct page {
+  struct agsx_cdp *c;
+  char *sid; /* the attached page's session */
+};
+
+static void page_close(struct page *p) {
+  agsx_cdp_close(p->c);
+  free(p->sid);
+  *p = (struct page){0};
+}
+
+/* METHOD in the page (or the browser, when SID is NULL): its result, parsed. */
+static yajl_val cdp(struct agsx_cdp *c, const char *sid, const char *method, const char *params,
+                    int ms, agsx_error_t *err) {
+  _cleanup_free_ char *res = NULL;
+  if (agsx_cdp_call(c, sid, method, params, ms, &res, err) < 0)
+    return NULL;
+  return agsx_json_parse(res, strlen(res), AGSX_CDP_MESSAGE_MAX, err);
+}
+
+/* Connects to browser SANDBOX of the session and attaches to its first
+ * page, making one when it has none. */
+static int page_open(struct agsx_mcp *s, const char *sandbox, struct page *p, agsx_error_t *err) {
+  struct agsx_record rec;
+  if (agsx_mcp_find(s, sandbox, &rec, err) < 0)
+    return -1;
+  struct sockaddr_storage addr;
+  char hostport[80], id[33];
+  memcpy(id, rec.id, sizeof(id));
+  agsx_record_clear(&rec);
+  if (agsx_browser_published(s->statefd, id, &addr, err) < 0)
+    return agsx_error_set_quiet(
+        err, EINVAL, "sandbox `%.64s` is not a browser (start one with browser_start)", sandbox);
+  agsx_sockaddr_format(&addr, hostport, sizeof(hostport));
+  struct agsx_cdp_version v = {0};
+  int r = agsx_browser_wait(&addr, hostport, 5, NULL, NULL, NULL, &v, err);
+  if (r == 0)
+    r = agsx_cdp_open(&addr, hostport, v.ws_path, IO_MS, &p->c, err);
+  agsx_cdp_version_clear(&v);
+  if (r < 0)
+    return agsx_error_wrap(err, "the browser's DevTools endpoint");
+  _cleanup_json_ yajl_val t = cdp(p->c, NULL, "Target.getTargets", NULL, IO_MS, err);
+  if (t == NULL)
+    return -1;
+  const char *target = NULL;
+  yajl_val infos = agsx_json_get_array(t, "targetInfos");
+  for (size_t i = 0; infos && i < infos->u.array.len && !target; i++) {
+    const char *type = agsx_json_get_string(infos->u.array.values[i], "type");
+    if (type && strcmp(type, "page") == 0)
+      target = agsx_json_get_string(infos->u.array.values[i], "targetId");
+  }
+  _cleanup_json_ yajl_val made = NULL;
+  if (target == NULL) {
+    made = cdp(p->c, NULL, "Target.createTarget", "{\"url\":\"about:blank\"}", IO_MS, err);
+    target = made ? agsx_json_get_string(made, "targetId") : NULL;
+    if (target == NULL)
+      return made ? agsx_error_set_quiet(err, EPROTO, "the browser made no page") : -1;
+  }
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  yajl_gen_map_open(g);
+  agsx_json_kv_str(g, "targetId", target);
+  agsx_json_kv_bool(g, "flatten", true);
+  yajl_gen_map_close(g);
+  size_t len;
+  _cleanup_free_ char *params = agsx_json_gen_steal(g, &len);
+  _cleanup_json_ yajl_val at = cdp(p->c, NULL, "Target.attachToTarget", params, IO_MS, err);
+  const char *sid = at ? agsx_json_get_string(at, "sessionId") : NULL;
+  if (sid == NULL)
+    return at ? agsx_error_set_quiet(err, EPROTO, "the browser gave no session for its page") : -1;
+  p->sid = xstrdup(sid);
+  return 0;
+}
+
+/* EXPR evaluated in the page (a promise awaited): its value, parsed, in
+ * *RET_TREE, the value itself (NULL: undefined) in *RET. A thrown
+ * exception fails with its text. */
+static int page_eval(struct page *p, const char *expr, int ms, yajl_val *ret_tree, yajl_val *ret,
+                     agsx_error_t *err) {
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  yajl_gen_map_open(g);
+  agsx_json_kv_str(g, "expression", expr);
+  agsx_json_kv_bool(g, "returnByValue", true);
+  agsx_json_kv_bool(g, "awaitPromise", true);
+  yajl_gen_map_close(g);
+  size_t len;
+  _cleanup_free_ char *params = agsx_json_gen_steal(g, &len);
+  yajl_val t = cdp(p->c, p->sid, "Runtime.evaluate", params, ms, err);
+  if (t == NULL)
+    return -1;
+  yajl_val ex = agsx_json_get(t, "exceptionDetails");
+  if (ex) {
+    const char *text = agsx_json_get_string(agsx_json_get(ex, "exception"), "description");
+    agsx_error_set_quiet(err, EINVAL, "the page threw: %.500s",
+                         text ? text : agsx_json_get_string(ex, "text"));
+    yajl_tree_free(t);
+    return -1;
+  }
+  *ret_tree = t;
+  *ret = agsx_json_get(agsx_json_get(t, "result"), "value");
+  return 0;
+}
+
+/* A JavaScript expression: the element SELECTOR names, scrolled into view,
+ * then EXPR_TAIL applied to it (as `el`); an error when there is none. */
+static char *on_element(const char *selector, const char *tail) {
+  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
+  agsx_json_str(g, selector); /* a JSON string is a JavaScript string literal */
+  size_t len;
+  _cleanup_free_ char *lit = agsx_json_gen_steal(g, &len);
+  return xasprintf("(() => { const el = document.querySelector(%s); if (!el) throw new "
+                   "Error('no element matches the selector'); el.scrollIntoView({block: "
+                   "'center', inline: 'center'}); %s })()",
+                   lit, tail);
+}
+
+/* The page's URL and title into G (an open map). */
+static void gen_where(struct page *p, yajl_gen g) {
+  yajl_val t = NULL, v = NULL;
+  agsx_error_t e = NULL;
+  const char *url = "", *title = "";
+  if (page_eval(p, "[location.href, document.title]", IO_MS, &t, &v, &e) == 0 && YAJL_IS_ARRAY(v) &&
+      v->u.array.len == 2) {
+    url = YAJL_GET_STRING(v->u.array.values[0]) ? YAJL_GET_STRING(v->u.array.values[0]) : "";
+    title = YAJL_GET_STRING(v->u.array.values[1]) ? YAJL_GET_STRING(v->u.array.values[1]) : "";
+  }
+  agsx_error_free(&e);
+  agsx_json_kv_str(g, "url", url);
+  agsx_json_kv_str(g, "title", title);
+  yajl_tree_free(t);
+}
+
+/* ---- browser_navigate -------------------------------------------------------------------------- */
+
+static const struct arg navigate_args[] = {
+    {"sandbox", A_STR, true, 0, 0, "The browser's sandbox (browser_start's sandbox.id)"},
+    {"url", A_STR, true, 0, 0,
+     "Where to go: http(s)://, data: or about:; the browser reaches what its network allows "
+     "(internal: only its own sandbox, e.g. http://127.0.0.1:8000/ of a server started there)"},
+    {"wait", A_INT, false, 0, 300, "Seconds to wait for the page to load (default 30)"},
+    {0},
+};
+
+static int navigate(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  struct page p = {0};
+  int rc = -1;
+  if (page_open(s, arg_str(a, "sandbox"), &p, err) < 0)
+    goto out;
+  _cleanup_gen_ yajl_gen pg = agsx_json_gen_new(false);
+  yajl_gen_map_open(pg);
+  agsx_json_kv_str(pg, "url", arg_str(a, "url"));
+  yajl_gen_map_close(pg);
+  size_t len;
+  _cleanup_free_ char *params = agsx_json_gen_steal(pg, &len);
+  _cleanup_json_ yajl_val nav = cdp(p.c, p.sid, "Page.navigate", params, IO_MS, err);
+  if (nav == NULL)
+    goto out;
+  const char *failed = agsx_json_get_string(nav, "errorText");
+  if (failed && *failed) {
+    agsx_error_set_quiet(err, EIO, "the page did not load: %.200s", failed);
+    goto out;
+  }
+  /* Loaded: document.readyState "complete", polled. */
+  int64_t until = agsx_mono_ns() + arg_int(a, "wait", NAVIGATE_WAIT_DEFAULT) * 1000000000LL;
+  bool loaded = false;
+  for (int n = 0; !loaded; n++) {
+    yajl_val t = NULL, v = NULL;
+    agsx_error_t e = NULL;
+    if (page_eval(&p, "document.readyState", IO_MS, &t, &v, &e) == 0) {
+      const char *state = YAJL_GET_STRING(v);
+      loaded = state && strcmp(state, "complete") == 0;
+    }
+    agsx_error_free(&e);
+    yajl_tree_free(t);
+    if (loaded || agsx_mono_ns() >= until)
+      break;
+    agsx_mcp_progress(s, n + 1, 0, "waiting for the page to load");
+    usleep(100000);
+  }
+  yajl_gen_map_open(g);
+  gen_where(&p, g);
+  agsx_json_kv_bool(g, "loaded", loaded);
+  yajl_gen_map_close(g);
+  rc = 0;
+out:
+  page_close(&p);
+  return rc;
+}
+
+/* ---- browser_screenshot ------------------------------------------------------------------------ */
+
+static const struct arg shot_args[] = {
+    {"sandbox", A_STR, true, 0, 0, "The browser's sandbox"},
+    {"width", A_INT, false, 16, 4096, "Viewport width in CSS pixels (default: as it is, 800)"},
+    {"height", A_INT, false, 16, 4096, "Viewport height (default: as it is, 600)"},
+    {"full_page", A_BOOL, false, 0, 0, "The whole page, not only the viewport"},
+    {0},
+};
+
+/* B64 (the browser's) decodes to a PNG: its size from IHDR. B64 is then
+ * nothing but the standard alphabet, safe to put in JSON as it is. */
+static bool png_size(const char *b64, int64_t *w, int64_t *h) {
+  if (strpbrk(b64, "-_"))
+    return false;
+  char *bytes = NULL;
+  size_t n = 0;
+  agsx_error_t e = NULL;
+  bool ok = agsx_base64_decode(b64, SHOT_MAX, &bytes, &n, &e) == 0 && n >= 33 &&
+            memcmp(bytes, "\x89PNG\r\n\x1a\n", 8) == 0 && memcmp(bytes + 12, "IHDR", 4) == 0;
+  if (ok) {
+    const unsigned char *u = (const unsigned char *)bytes;
+    *w = (int64_t)u[16] << 24 | u[17] << 16 | u[18] << 8 | u[19];
+    *h = (int64_t)u[20] << 24 | u[21] << 16 | u[22] << 8 | u[23];
+  }
+  agsx_error_free(&e);
+  free(bytes);
+  return ok;
+}
+
+static int screenshot(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  struct page p = {0};
+  int rc = -1;
+  if (page_open(s, arg_str(a, "sandbox"), &p, err) < 0)
+    goto out;
+  if (agsx_json_get(a, "width") || agsx_json_get(a, "height")) {
+    _cleanup_free_ char *params =
+        xasprintf("{\"width\":%lld,\"height\":%lld,\"deviceScaleFactor\":1,\"mobile\":false}",
+                  (long long)arg_int(a, "width", 800), (long long)arg_int(a, "height", 600));
+    _cleanup_json_ yajl_val m =
+        cdp(p.c, p.sid, "Emulation.setDeviceMetricsOverride", params, IO_MS, err);
+    if (m == NULL)
+      goto out;
+  }
+  _cleanup_json_ yajl_val shot =
+      cdp(p.c, p.sid, "Page.captureScreenshot",
+          arg_bool(a, "full_page") ? "{\"format\":\"png\",\"captureBeyondViewport\":true}"
+                                   : "{\"format\":\"png\"}",
+          IO_MS * 2, err);
+  if (shot == NULL)
+    goto out;
+  const char *data = agsx_json_get_string(shot, "data");
+  int64_t w = 0, h = 0;
+  if (data == NULL || !png_size(data, &w, &h)) {
+    agsx_error_set_quiet(err, EPROTO, "the browser's screenshot is no PNG (or over 16 MiB)");
+    goto out;
+  }
+  yajl_gen_map_open(g);
+  gen_where(&p, g);
+  agsx_json_kv_int(g, "width", w);
+  agsx_json_kv_int(g, "height", h);
+  agsx_json_kv_int(g, "bytes", (int64_t)(strlen(data) / 4 * 3));
+  yajl_gen_map_close(g);
+  _cleanup_free_ char *item =
+      xasprintf(",{\"type\":\"image\",\"mimeType\":\"image/png\",\"data\":\"%s\"}", data);
+  agsx_mcp_add_content(s, item);
+  rc = 0;
+out:
+  page_close(&p);
+  return rc;
+}
+
+/* ---- browser_click, browser_type --------------------------------------------------------------- */
+
+static const struct arg click_args[] = {
+    {"sandbox", A_STR, true, 0, 0, "The browser's sandbox"},
+    {"selector", A_STR, false, 0, 0, "A CSS selector: the element's centre is clicked"},
+    {"x", A_NUM, false, 0, 100000, "Or the point to click, in CSS pixels of the viewport"},
+    {"y", A_NUM, false, 0, 100000, "(with x)"},
+    {0},
+};
+
+/* A left click at X, Y: the mouse moved there, pressed, released. */
+static int click_at(struct page *p, double x, double y, agsx_error_t *err) {
+  static const char *const kinds[] = {"mouseMoved", "mousePressed", "mouseReleased"};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(kinds); i++) {
+    _cleanup_free_ char *params =
+        xasprintf("{\"type\":\"%s\",\"x\":%.2f,\"y\":%.2f,\"button\":\"%s\",\"clickCount\":%d}",
+                  kinds[i], x, y, i ? "left" : "none", i ? 1 : 0);
+    _cleanup_json_ yajl_val r = cdp(p->c, p->sid, "Input.dispatchMouseEvent", params, IO_MS, err);
+    if (r == NULL)
+      return -1;
+  }
+  return 0;
+}
+
+static int click(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  const char *sel = arg_str(a, "selector");
+  yajl_val x = agsx_json_get(a, "x"), y = agsx_json_get(a, "y");
+  if (!sel == !(x && y))
+    return agsx_error_set_quiet(err, EINVAL, "give selector, or x and y");
+  struct page p = {0};
+  int rc = -1;
+  double px = x ? x->u.number.d : 0, py = y ? y->u.number.d : 0;
+  if (page_open(s, arg_str(a, "sandbox"), &p, err) < 0)
+    goto out;
+  if (sel) {
+    _cleanup_free_ char *expr = on_element(
+        sel, "const r = el.getBoundingClientRect(); return [r.left + r.width / 2, r.top + "
+             "r.height / 2];");
+    yajl_val t = NULL, v = NULL;
+    if (page_eval(&p, expr, IO_MS, &t, &v, err) < 0)
+      goto out;
+    bool ok = YAJL_IS_ARRAY(v) && v->u.array.len == 2 && YAJL_IS_NUMBER(v->u.array.values[0]) &&
+              YAJL_IS_NUMBER(v->u.array.values[1]);
+    if (ok) {
+      px = YAJL_GET_DOUBLE(v->u.array.values[0]);
+      py = YAJL_GET_DOUBLE(v->u.array.values[1]);
+    }
+    yajl_tree_free(t);
+    if (!ok) {
+      agsx_error_set_quiet(err, EPROTO, "the element's position is unknown");
+      goto out;
+    }
+  }
+  if (click_at(&p, px, py, err) < 0)
+    goto out;
+  yajl_gen_map_open(g);
+  gen_where(&p, g);
+  agsx_json_key(g, "x");
+  yajl_gen_double(g, px);
+  agsx_json_key(g, "y");
+  yajl_gen_double(g, py);
+  yajl_gen_map_close(g);
+  rc = 0;
+out:
+  page_close(&p);
+  return rc;
+}
+
+static const struct arg type_args[] = {
+    {"sandbox", A_STR, true, 0, 0, "The browser's sandbox"},
+    {"text", A_STR, true, 0, 0, "What to type (inserted as the keyboard would, into the focus)"},
+    {"selector", A_STR, false, 0, 0, "A CSS selector of the field to focus first"},
+    {"enter", A_BOOL, false, 0, 0, "Press Enter afterwards (submits a form)"},
+    {0},
+};
+
+static int type(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  const char *sel = arg_str(a, "selector");
+  struct page p = {0};
+  int rc = -1;
+  if (page_open(s, arg_str(a, "sandbox"), &p, err) < 0)
+    goto out;
+  if (sel) {
+    _cleanup_free_ char *expr = on_element(sel, "el.focus(); return true;");
+    yajl_val t = NULL, v = NULL;
+    if (page_eval(&p, expr, IO_MS, &t, &v, err) < 0)
+      goto out;
+    yajl_tree_free(t);
+  }
+  _cleanup_gen_ yajl_gen tg = agsx_json_gen_new(false);
+  yajl_gen_map_open(tg);
+  agsx_json_kv_str(tg, "text", arg_str(a, "text"));
+  yajl_gen_map_close(tg);
+  size_t len;
+  _cleanup_free_ char *params = agsx_json_gen_steal(tg, &len);
+  _cleanup_json_ yajl_val r = cdp(p.c, p.sid, "Input.insertText", params, IO_MS, err);
+  if (r == NULL)
+    goto out;
+  if (arg_bool(a, "enter")) {
+    static const char *const kinds[] = {"keyDown", "keyUp"};
+    for (size_t i = 0; i < AGSX_ARRAY_SIZE(kinds); i++) {
+      _cleanup_free_ char *kp = xasprintf(
+          "{\"type\":\"%s\",\"key\":\"Enter\",\"code\":\"Enter\",\"windowsVirtualKeyCode\":13%s}",
+          kinds[i], i ? "" : ",\"text\":\"\\r\"");
+      _cleanup_json_ yajl_val k = cdp(p.c, p.sid, "Input.dispatchKeyEvent", kp, IO_MS, err);
+      if (k == NULL)
+        goto out;
+    }
+  }
+  yajl_gen_map_open(g);
+  gen_where(&p, g);
+  agsx_json_kv_int(g, "typed", (int64_t)strlen(arg_str(a, "text")));
+  yajl_gen_map_close(g);
+  rc = 0;
+out:
+  page_close(&p);
+  return rc;
+}
+
+/* ---- browser_text ------------------------------------------------------------------------------ */
+
+static const struct arg text_args[] = {
+    {"sandbox", A_STR, true, 0, 0, "The browser's sandbox"},
+    {"selector", A_STR, false, 0, 0, "Only this element's text (default: the whole body)"},
+    {0},
+};
+
+static int text(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  const char *sel = arg_str(a, "selector");
+  struct page p = {0};
+  int rc = -1;
+  if (page_open(s, arg_str(a, "sandbox"), &p, err) < 0)
+    goto out;
+  _cleanup_free_ char *expr =
+      sel ? on_element(sel, "return el.innerText;")
+          : xstrdup(
+                "document.body ? document.body.innerText : document.documentElement.textContent");
+  yajl_val t = NULL, v = NULL;
+  if (page_eval(&p, expr, IO_MS, &t, &v, err) < 0)
+    goto out;
+  const char *txt = YAJL_GET_STRING(v) ? YAJL_GET_STRING(v) : "";
+  size_t n = strlen(txt);
+  bool truncated = n > TEXT_MAX;
+  if (truncated) /* at a character's start (the text is UTF-8: yajl checked it) */
+    for (n = TEXT_MAX; n > 0 && ((unsigned char)txt[n] & 0xC0) == 0x80; n--) {
+    }
+  _cleanup_free_ char *cut = xstrndup(txt, n);
+  yajl_gen_map_open(g);
+  gen_where(&p, g);
+  agsx_json_kv_str(g, "text", cut);
+  agsx_json_kv_bool(g, "truncated", truncated);
+  yajl_gen_map_close(g);
+  yajl_tree_free(t);
+  rc = 0;
+out:
+  page_close(&p);
+  return rc;
+}
+
+#define WHERE_PROPS "\"url\":{\"type\":\"string\"},\"title\":{\"type\":\"string\"}"
+
 const struct tool agsx_mcp_browser_tools[] = {
     {"browser_start", "Start a browser",
      "Start headless Chromium in a new sandbox of this session (user 1000, 2g, no network "
@@ -131,5 +570,44 @@ const struct tool agsx_mcp_browser_tools[] = {
      "\"string\",\"description\":\"Chromium's version\"}},\"required\":[\"sandbox\",\"ws_url\","
      "\"http_url\",\"browser\"]}",
      false, false, browser_start},
+    {"browser_navigate", "Go to a URL",
+     "Load a URL in the browser's page and wait for it to load; returns the page's url and "
+     "title.",
+     navigate_args,
+     "{\"type\":\"object\",\"properties\":{" WHERE_PROPS ",\"loaded\":{\"type\":\"boolean\"}},"
+     "\"required\":[\"url\",\"title\",\"loaded\"]}",
+     false, false, navigate},
+    {"browser_screenshot", "Screenshot the page",
+     "A PNG of the browser's page (image content), optionally at a viewport size or of the "
+     "whole page; returns its width and height.",
+     shot_args,
+     "{\"type\":\"object\",\"properties\":{" WHERE_PROPS
+     ",\"width\":{\"type\":\"integer\"},\"height\":{\"type\":\"integer\"},\"bytes\":{\"type\":"
+     "\"integer\"}},\"required\":[\"url\",\"title\",\"width\",\"height\",\"bytes\"]}",
+     true, false, screenshot},
+    {"browser_click", "Click in the page",
+     "Click the element a CSS selector names (at its centre, scrolled into view) or a point "
+     "of the viewport, with real mouse events.",
+     click_args,
+     "{\"type\":\"object\",\"properties\":{" WHERE_PROPS
+     ",\"x\":{\"type\":\"number\"},\"y\":{\"type\":\"number\"}},\"required\":[\"url\",\"title\","
+     "\"x\",\"y\"]}",
+     false, false, click},
+    {"browser_type", "Type into the page",
+     "Type text into the focused element, or into the field a CSS selector names; optionally "
+     "press Enter.",
+     type_args,
+     "{\"type\":\"object\",\"properties\":{" WHERE_PROPS
+     ",\"typed\":{\"type\":\"integer\",\"description\":\"bytes\"}},\"required\":[\"url\","
+     "\"title\",\"typed\"]}",
+     false, false, type},
+    {"browser_text", "Read the page's text",
+     "The text of the browser's page as a person sees it (innerText), or of one element; at "
+     "most 1 MiB.",
+     text_args,
+     "{\"type\":\"object\",\"properties\":{" WHERE_PROPS
+     ",\"text\":{\"type\":\"string\"},\"truncated\":{\"type\":\"boolean\"}},\"required\":["
+     "\"url\",\"title\",\"text\",\"truncated\"]}",
+     true, false, text},
     {0},
 };

@@ -436,7 +436,7 @@ EOF
 }
 
 # bats test_tags=browser
-@test "browser: agsx mcp's browser_start: a browser of the session that Puppeteer drives; it ends with the session" {
+@test "browser: agsx mcp: browser_start, Puppeteer through ws_url; navigate, text, type, click, screenshot of a page in the sandbox" {
   need_chromium
   local line id ws http
   coproc MCP { ax mcp 2>"$T/mcp.err"; }
@@ -466,9 +466,52 @@ print(c["sandbox"]["id"], c["ws_url"], c["http_url"])' "$line") || { echo "$line
     assert_success
     assert_output_contains "puppeteer Chrome/"
   fi
+  # agsx's own CDP: a page served inside the browser's sandbox (internal
+  # network: its loopback), navigated, read, filled in, clicked, shot.
+  local html='<!doctype html><title>agsx form</title>
+<body style="margin:0;background:rgb(0,0,255)">
+<div style="width:320px;height:200px;background:rgb(255,0,0)"></div>
+<p id="msg">waiting</p><input id="name"><button id="go" onclick="document.getElementById(&quot;msg&quot;).textContent = &quot;Hello, &quot; + document.getElementById(&quot;name&quot;).value">go</button>
+</body>'
+  ax exec "$id" sh -c 'mkdir -p /tmp/www && echo "$1" | base64 -d >/tmp/www/form.html' _ "$(base64 -w0 <<<"$html")"
+  run_ax exec -d "$id" python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/www
+  mcall() { # ID NAME ARGS: a tools/call; its answer in $line
+    printf '{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"name":"%s","arguments":%s}}\n' \
+      "$1" "$2" "$3" >&"${MCP[1]}"
+    IFS= read -r -t 90 line <&"${MCP[0]}"
+  }
+  up() { mcall 10 browser_navigate '{"sandbox":"'"$id"'","url":"http://127.0.0.1:8000/form.html"}'; [[ $line == *'"title":"agsx form"'* ]]; }
+  poll 50 up || { echo "$line"; false; }
+  [[ $line == *'"loaded":true'* ]]
+  mcall 11 browser_text '{"sandbox":"'"$id"'","selector":"#msg"}'
+  [[ $line == *'"text":"waiting"'* ]] || { echo "$line"; false; }
+  mcall 12 browser_type '{"sandbox":"'"$id"'","selector":"#name","text":"agsx \u00e9"}'
+  [[ $line == *'"typed":7'* ]] || { echo "$line"; false; }
+  mcall 13 browser_click '{"sandbox":"'"$id"'","selector":"#go"}'
+  [[ $line == *'"isError":false'* ]] || { echo "$line"; false; }
+  mcall 14 browser_text '{"sandbox":"'"$id"'"}'
+  [[ $line == *'Hello, agsx \u00e9'* || $line == *'Hello, agsx é'* ]] || { echo "$line"; false; }
+  mcall 15 browser_click '{"sandbox":"'"$id"'","selector":"#nope"}'
+  [[ $line == *"no element matches the selector"*'"isError":true'* ]] || { echo "$line"; false; }
+  mcall 16 browser_screenshot '{"sandbox":"'"$id"'","width":640,"height":480}'
+  python3 -c '
+import base64, json, sys
+r = json.loads(sys.argv[1])["result"]
+assert r["structuredContent"]["width"] == 640 and r["structuredContent"]["height"] == 480, r["structuredContent"]
+img = [c for c in r["content"] if c["type"] == "image"]
+assert len(img) == 1 and img[0]["mimeType"] == "image/png"
+open(sys.argv[2], "wb").write(base64.b64decode(img[0]["data"], validate=True))' "$line" "$T/mcp-shot.png" ||
+    { echo "${line:0:400}"; false; }
+  [ "$(png_size "$T/mcp-shot.png")" = 640x480 ]
+  [ "$(png_pixel "$T/mcp-shot.png" 100 100)" = 255,0,0 ]
+  [ "$(png_pixel "$T/mcp-shot.png" 600 450)" = 0,0,255 ]
+  # A sandbox that is no browser, a page that does not load.
+  mcall 17 browser_navigate '{"sandbox":"'"$id"'","url":"http://127.0.0.1:1/"}'
+  [[ $line == *"did not load"*'"isError":true'* ]] || { echo "$line"; false; }
   # The session's end stops it.
   exec {MCP[1]}>&-
   wait "$MCP_PID" || true
+  ! grep -E 'AddressSanitizer|LeakSanitizer|runtime error' "$T/mcp.err"
   none() { [ -z "$(ax ls -q)" ]; }
   poll 100 none
 }

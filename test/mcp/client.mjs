@@ -38,7 +38,7 @@ else
 
 const { tools } = await client.listTools();
 const names = tools.map(t => t.name).sort();
-const want = ['browser_start', 'code_context_create', 'code_run', 'exec', 'file_copy_in', 'file_copy_out', 'file_list', 'file_move', 'file_read', 'file_remove', 'file_search', 'file_stat', 'file_write',
+const want = ['browser_click', 'browser_navigate', 'browser_screenshot', 'browser_start', 'browser_text', 'browser_type', 'code_context_create', 'code_run', 'exec', 'file_copy_in', 'file_copy_out', 'file_list', 'file_move', 'file_read', 'file_remove', 'file_search', 'file_stat', 'file_write',
   'process_input', 'process_list', 'process_output', 'process_signal', 'process_start', 'sandbox_create', 'sandbox_extend', 'sandbox_fork', 'sandbox_info', 'sandbox_kill', 'sandbox_list', 'sandbox_rollback',
   'snapshot_create', 'snapshot_list'];
 check(JSON.stringify(names) === JSON.stringify(want), `tools/list: the ${want.length} tools`, names);
