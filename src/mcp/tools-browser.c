@@ -279,24 +279,21 @@ static const struct arg navigate_args[] = {
     {0},
 };
 
-static int navigate(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
-  struct page p = {0};
-  int rc = -1;
-  if (page_open(s, arg_str(a, "sandbox"), &p, err) < 0)
-    goto out;
+static int navigate_in(struct page *p, struct agsx_mcp *s, yajl_val a, yajl_gen g,
+                       agsx_error_t *err) {
   _cleanup_gen_ yajl_gen pg = agsx_json_gen_new(false);
   yajl_gen_map_open(pg);
   agsx_json_kv_str(pg, "url", arg_str(a, "url"));
   yajl_gen_map_close(pg);
   size_t len;
   _cleanup_free_ char *params = agsx_json_gen_steal(pg, &len);
-  _cleanup_json_ yajl_val nav = cdp(p.c, p.sid, "Page.navigate", params, IO_MS, err);
+  _cleanup_json_ yajl_val nav = cdp(p->c, p->sid, "Page.navigate", params, IO_MS, err);
   if (nav == NULL)
-    goto out;
+    return -1;
   const char *failed = agsx_json_get_string(nav, "errorText");
   if (failed && *failed) {
     agsx_error_set_quiet(err, EIO, "the page did not load: %.200s", failed);
-    goto out;
+    return -1;
   }
   /* Loaded: document.readyState "complete", polled. */
   int64_t until = agsx_mono_ns() + arg_int(a, "wait", NAVIGATE_WAIT_DEFAULT) * 1000000000LL;
@@ -304,7 +301,7 @@ static int navigate(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *er
   for (int n = 0; !loaded; n++) {
     yajl_val t = NULL, v = NULL;
     agsx_error_t e = NULL;
-    if (page_eval(&p, "document.readyState", IO_MS, &t, &v, &e) == 0) {
+    if (page_eval(p, "document.readyState", IO_MS, &t, &v, &e) == 0) {
       const char *state = YAJL_GET_STRING(v);
       loaded = state && strcmp(state, "complete") == 0;
     }
@@ -316,11 +313,15 @@ static int navigate(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *er
     usleep(100000);
   }
   yajl_gen_map_open(g);
-  gen_where(&p, g);
+  gen_where(p, g);
   agsx_json_kv_bool(g, "loaded", loaded);
   yajl_gen_map_close(g);
-  rc = 0;
-out:
+  return 0;
+}
+
+static int navigate(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  struct page p = {0};
+  int rc = page_open(s, arg_str(a, "sandbox"), &p, err) < 0 ? -1 : navigate_in(&p, s, a, g, err);
   page_close(&p);
   return rc;
 }
@@ -355,35 +356,32 @@ static bool png_size(const char *b64, int64_t *w, int64_t *h) {
   return ok;
 }
 
-static int screenshot(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
-  struct page p = {0};
-  int rc = -1;
-  if (page_open(s, arg_str(a, "sandbox"), &p, err) < 0)
-    goto out;
+static int screenshot_in(struct page *p, struct agsx_mcp *s, yajl_val a, yajl_gen g,
+                         agsx_error_t *err) {
   if (agsx_json_get(a, "width") || agsx_json_get(a, "height")) {
     _cleanup_free_ char *params =
         xasprintf("{\"width\":%lld,\"height\":%lld,\"deviceScaleFactor\":1,\"mobile\":false}",
                   (long long)arg_int(a, "width", 800), (long long)arg_int(a, "height", 600));
     _cleanup_json_ yajl_val m =
-        cdp(p.c, p.sid, "Emulation.setDeviceMetricsOverride", params, IO_MS, err);
+        cdp(p->c, p->sid, "Emulation.setDeviceMetricsOverride", params, IO_MS, err);
     if (m == NULL)
-      goto out;
+      return -1;
   }
   _cleanup_json_ yajl_val shot =
-      cdp(p.c, p.sid, "Page.captureScreenshot",
+      cdp(p->c, p->sid, "Page.captureScreenshot",
           arg_bool(a, "full_page") ? "{\"format\":\"png\",\"captureBeyondViewport\":true}"
                                    : "{\"format\":\"png\"}",
           IO_MS * 2, err);
   if (shot == NULL)
-    goto out;
+    return -1;
   const char *data = agsx_json_get_string(shot, "data");
   int64_t w = 0, h = 0;
   if (data == NULL || !png_size(data, &w, &h)) {
     agsx_error_set_quiet(err, EPROTO, "the browser's screenshot is no PNG (or over 16 MiB)");
-    goto out;
+    return -1;
   }
   yajl_gen_map_open(g);
-  gen_where(&p, g);
+  gen_where(p, g);
   agsx_json_kv_int(g, "width", w);
   agsx_json_kv_int(g, "height", h);
   agsx_json_kv_int(g, "bytes", (int64_t)(strlen(data) / 4 * 3));
@@ -391,8 +389,12 @@ static int screenshot(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *
   _cleanup_free_ char *item =
       xasprintf(",{\"type\":\"image\",\"mimeType\":\"image/png\",\"data\":\"%s\"}", data);
   agsx_mcp_add_content(s, item);
-  rc = 0;
-out:
+  return 0;
+}
+
+static int screenshot(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  struct page p = {0};
+  int rc = page_open(s, arg_str(a, "sandbox"), &p, err) < 0 ? -1 : screenshot_in(&p, s, a, g, err);
   page_close(&p);
   return rc;
 }
@@ -421,23 +423,19 @@ static int click_at(struct page *p, double x, double y, agsx_error_t *err) {
   return 0;
 }
 
-static int click(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+static int click_in(struct page *p, struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
   const char *sel = arg_str(a, "selector");
   yajl_val x = agsx_json_get(a, "x"), y = agsx_json_get(a, "y");
   if (!sel == !(x && y))
     return agsx_error_set_quiet(err, EINVAL, "give selector, or x and y");
-  struct page p = {0};
-  int rc = -1;
   double px = x ? x->u.number.d : 0, py = y ? y->u.number.d : 0;
-  if (page_open(s, arg_str(a, "sandbox"), &p, err) < 0)
-    goto out;
   if (sel) {
     _cleanup_free_ char *expr = on_element(
         sel, "const r = el.getBoundingClientRect(); return [r.left + r.width / 2, r.top + "
              "r.height / 2];");
     yajl_val t = NULL, v = NULL;
-    if (page_eval(&p, expr, IO_MS, &t, &v, err) < 0)
-      goto out;
+    if (page_eval(p, expr, IO_MS, &t, &v, err) < 0)
+      return -1;
     bool ok = YAJL_IS_ARRAY(v) && v->u.array.len == 2 && YAJL_IS_NUMBER(v->u.array.values[0]) &&
               YAJL_IS_NUMBER(v->u.array.values[1]);
     if (ok) {
@@ -447,20 +445,24 @@ static int click(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) 
     yajl_tree_free(t);
     if (!ok) {
       agsx_error_set_quiet(err, EPROTO, "the element's position is unknown");
-      goto out;
+      return -1;
     }
   }
-  if (click_at(&p, px, py, err) < 0)
-    goto out;
+  if (click_at(p, px, py, err) < 0)
+    return -1;
   yajl_gen_map_open(g);
-  gen_where(&p, g);
+  gen_where(p, g);
   agsx_json_key(g, "x");
   yajl_gen_double(g, px);
   agsx_json_key(g, "y");
   yajl_gen_double(g, py);
   yajl_gen_map_close(g);
-  rc = 0;
-out:
+  return 0;
+}
+
+static int click(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  struct page p = {0};
+  int rc = page_open(s, arg_str(a, "sandbox"), &p, err) < 0 ? -1 : click_in(&p, s, a, g, err);
   page_close(&p);
   return rc;
 }
@@ -473,17 +475,13 @@ static const struct arg type_args[] = {
     {0},
 };
 
-static int type(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+static int type_in(struct page *p, struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
   const char *sel = arg_str(a, "selector");
-  struct page p = {0};
-  int rc = -1;
-  if (page_open(s, arg_str(a, "sandbox"), &p, err) < 0)
-    goto out;
   if (sel) {
     _cleanup_free_ char *expr = on_element(sel, "el.focus(); return true;");
     yajl_val t = NULL, v = NULL;
-    if (page_eval(&p, expr, IO_MS, &t, &v, err) < 0)
-      goto out;
+    if (page_eval(p, expr, IO_MS, &t, &v, err) < 0)
+      return -1;
     yajl_tree_free(t);
   }
   _cleanup_gen_ yajl_gen tg = agsx_json_gen_new(false);
@@ -492,26 +490,30 @@ static int type(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
   yajl_gen_map_close(tg);
   size_t len;
   _cleanup_free_ char *params = agsx_json_gen_steal(tg, &len);
-  _cleanup_json_ yajl_val r = cdp(p.c, p.sid, "Input.insertText", params, IO_MS, err);
+  _cleanup_json_ yajl_val r = cdp(p->c, p->sid, "Input.insertText", params, IO_MS, err);
   if (r == NULL)
-    goto out;
+    return -1;
   if (arg_bool(a, "enter")) {
     static const char *const kinds[] = {"keyDown", "keyUp"};
     for (size_t i = 0; i < AGSX_ARRAY_SIZE(kinds); i++) {
       _cleanup_free_ char *kp = xasprintf(
           "{\"type\":\"%s\",\"key\":\"Enter\",\"code\":\"Enter\",\"windowsVirtualKeyCode\":13%s}",
           kinds[i], i ? "" : ",\"text\":\"\\r\"");
-      _cleanup_json_ yajl_val k = cdp(p.c, p.sid, "Input.dispatchKeyEvent", kp, IO_MS, err);
+      _cleanup_json_ yajl_val k = cdp(p->c, p->sid, "Input.dispatchKeyEvent", kp, IO_MS, err);
       if (k == NULL)
-        goto out;
+        return -1;
     }
   }
   yajl_gen_map_open(g);
-  gen_where(&p, g);
+  gen_where(p, g);
   agsx_json_kv_int(g, "typed", (int64_t)strlen(arg_str(a, "text")));
   yajl_gen_map_close(g);
-  rc = 0;
-out:
+  return 0;
+}
+
+static int type(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  struct page p = {0};
+  int rc = page_open(s, arg_str(a, "sandbox"), &p, err) < 0 ? -1 : type_in(&p, s, a, g, err);
   page_close(&p);
   return rc;
 }
@@ -524,19 +526,15 @@ static const struct arg text_args[] = {
     {0},
 };
 
-static int text(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+static int text_in(struct page *p, struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
   const char *sel = arg_str(a, "selector");
-  struct page p = {0};
-  int rc = -1;
-  if (page_open(s, arg_str(a, "sandbox"), &p, err) < 0)
-    goto out;
   _cleanup_free_ char *expr =
       sel ? on_element(sel, "return el.innerText;")
           : xstrdup(
                 "document.body ? document.body.innerText : document.documentElement.textContent");
   yajl_val t = NULL, v = NULL;
-  if (page_eval(&p, expr, IO_MS, &t, &v, err) < 0)
-    goto out;
+  if (page_eval(p, expr, IO_MS, &t, &v, err) < 0)
+    return -1;
   const char *txt = YAJL_GET_STRING(v) ? YAJL_GET_STRING(v) : "";
   size_t n = strlen(txt);
   bool truncated = n > TEXT_MAX;
@@ -545,13 +543,17 @@ static int text(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
     }
   _cleanup_free_ char *cut = xstrndup(txt, n);
   yajl_gen_map_open(g);
-  gen_where(&p, g);
+  gen_where(p, g);
   agsx_json_kv_str(g, "text", cut);
   agsx_json_kv_bool(g, "truncated", truncated);
   yajl_gen_map_close(g);
   yajl_tree_free(t);
-  rc = 0;
-out:
+  return 0;
+}
+
+static int text(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_t *err) {
+  struct page p = {0};
+  int rc = page_open(s, arg_str(a, "sandbox"), &p, err) < 0 ? -1 : text_in(&p, s, a, g, err);
   page_close(&p);
   return rc;
 }

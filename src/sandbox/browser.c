@@ -29,7 +29,7 @@ char **agsx_browser_argv(char *const *extra, size_t n) {
       "--disable-background-networking",
       "--user-data-dir=/tmp/chromium-profile",
       "--remote-debugging-address=127.0.0.1",
-      "--remote-debugging-port=" AGSX_BROWSER_CDP_PORT_STR,
+      ("--remote-debugging-port=" AGSX_BROWSER_CDP_PORT_STR),
   };
   char **v = NULL;
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(flags); i++)
