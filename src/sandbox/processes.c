@@ -945,6 +945,17 @@ int agsx_procs_timeout_ms(const struct agsx_procs *ps) {
   return best > 60000 ? 60000 : (int)best;
 }
 
+void agsx_procs_kill_all(struct agsx_procs *ps, const char *why) {
+  if (ps == NULL)
+    return;
+  for (size_t i = 0; i < ps->n; i++) {
+    agsx_exec_kill_tree(ps->v[i]->e);
+    proc_end(ps, ps->v[i], why);
+    proc_free(ps->v[i]);
+  }
+  ps->n = 0;
+}
+
 void agsx_procs_end(struct agsx_procs *ps, const char *why) {
   if (ps == NULL)
     return;
@@ -955,12 +966,7 @@ void agsx_procs_end(struct agsx_procs *ps, const char *why) {
   for (size_t i = 0; i < ps->n_conns; i++)
     agsx_closep(&ps->conns[i]);
   ps->n_conns = 0;
-  for (size_t i = 0; i < ps->n; i++) {
-    agsx_exec_kill_tree(ps->v[i]->e);
-    proc_end(ps, ps->v[i], why);
-    proc_free(ps->v[i]);
-  }
-  ps->n = 0;
+  agsx_procs_kill_all(ps, why);
 }
 
 void agsx_procs_free(struct agsx_procs *ps) {

@@ -23,6 +23,9 @@ int agsx_procs_new(int statefd, int dirfd, const struct agsx_record *rec,
 /* The sandbox has ended: every process is reaped and its log ended; the
  * socket is removed. */
 void agsx_procs_end(struct agsx_procs *ps, const char *why);
+/* Every process is killed (its tree), reaped and its log ended; the
+ * socket stays (a rollback: the sandbox goes on). */
+void agsx_procs_kill_all(struct agsx_procs *ps, const char *why);
 void agsx_procs_free(struct agsx_procs *ps);
 
 size_t agsx_procs_ctl_nfds(const struct agsx_procs *ps);

@@ -511,6 +511,10 @@ static int restart(struct sup *f, char *const *layers, agsx_error_t *err) {
   struct agsx_sandbox *old = f->sb;
   old->keep_snapshots = true;
   agsx_sandbox_kill(old);
+  /* Its processes (exec's, a code context's) are ours, in its pid
+   * namespace: reaped before the destroy waits for the init, which cannot
+   * finish exiting while one of them is an unreaped zombie of ours. */
+  agsx_procs_kill_all(f->procs, "the sandbox was rolled back");
   _cleanup_error_ agsx_error_t derr = NULL;
   if (agsx_sandbox_destroy(old, &derr) < 0)
     agsx_warn("sandbox %.12s: rollback: %s", old->id, derr->msg);

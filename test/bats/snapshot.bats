@@ -104,6 +104,24 @@ make_tree() {
   python3 -c 'import json,sys; v=json.loads(sys.argv[1])[0]; assert v["id"]==sys.argv[2] and v["status"]=="running", v' "$output" "$id"
 }
 
+@test "snapshot: rollback with exec'd processes running: they end with the old state, at once" {
+  run_ax run -d --name box --timeout 2m busybox sleep 300
+  assert_success
+  run_ax exec -d box sleep 200
+  assert_success
+  run_ax snapshot box s1
+  assert_success
+  # The processes are the supervisor's children in the old pid namespace:
+  # reaped before the old init is waited for (else the rollback hung until
+  # its client gave up, 30 s).
+  local t0=$SECONDS
+  run_ax rollback box s1
+  assert_success
+  [ $((SECONDS - t0)) -lt "$(slow 10)" ] || { echo "# rollback took $((SECONDS - t0)) s" >&3; false; }
+  run_ax exec box sh -c 'ps -o args | grep -c "^sleep 200" || true'
+  [ "$output" = 0 ]
+}
+
 @test "snapshot: rollback keeps the published port; ls, rm; a missing snapshot is refused" {
   run_ax run -d --name box -p 0:80 busybox httpd -f -p 80 -h /tmp
   assert_success
