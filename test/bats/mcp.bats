@@ -504,3 +504,26 @@ print(p[0]["url"])' "$line")
   none() { [ -z "$(ax ls -q)" ]; }
   poll 100 none
 }
+
+@test "mcp: the issue's scenario in one SDK run, over stdio and over Streamable HTTP" {
+  [ -n "$MCP_NODE" ] || skip "the npm @modelcontextprotocol/sdk is not installed (npm or its registry unreachable)"
+  /usr/bin/python3 -c 'import ipykernel, jupyter_client' 2>/dev/null ||
+    skip "python3-ipykernel or jupyter-client missing on the host (the host image's kernel)"
+  command -v chromium >/dev/null || skip "Chromium is not installed (browser.bats installs it)"
+  [ -z "${AGSX_SANITIZER:-}" ] || skip "heavy: runs in the plain build"
+  run timeout --kill-after=5 400 env NODE_PATH="$MCP_NODE" \
+    node "$AGSX_SRCDIR/test/mcp/scenario.mjs" "$AGSX" --root "$ROOT" --state "$STATE"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  grep -q '^ok - closed' <<<"$output"
+  mcp_http_start
+  run timeout --kill-after=5 400 env NODE_PATH="$MCP_NODE" MCP_URL="$MU" MCP_TOKEN="$TOK" \
+    node "$AGSX_SRCDIR/test/mcp/scenario.mjs" "$AGSX"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  grep -q '^ok - closed' <<<"$output"
+  mcp_http_stop
+  none() { [ -z "$(ax ls -q)" ]; }
+  poll 100 none
+  AGSX_GC_MIN_AGE=0 ax gc >/dev/null
+}
