@@ -10,6 +10,8 @@
 //       list  tools/call sandbox_list                      -> "MS"
 //       new   sandbox_create + exec ["true"] + sandbox_kill confirm
 //                                      -> "TOTAL CREATE EXEC KILL"
+//       pool  the same, sandbox_create claiming from the pool $BENCH_POOL
+//                                      -> "TOTAL CREATE EXEC KILL"
 //       end   kills its sandbox, closes the session and exits.
 //     A failed call, an isError or an exit status other than 0 ends it
 //     (exit 1): the bench stops there.
@@ -54,9 +56,13 @@ async function serve(agsx, image, ...gargs) {
   const ops = {
     exec: async () => { const t0 = now(); await execTrue(box); return [now() - t0]; },
     list: async () => { const t0 = now(); await call('sandbox_list', {}); return [now() - t0]; },
-    new: async () => {
+    new: async () => newSandbox({ image }),
+    pool: async () => newSandbox({ pool: process.env.BENCH_POOL }),
+  };
+  async function newSandbox(create) {
+    {
       const t0 = now();
-      const id = (await call('sandbox_create', { image })).id;
+      const id = (await call('sandbox_create', create)).id;
       const t1 = now();
       await execTrue(id);
       const t2 = now();
@@ -64,8 +70,8 @@ async function serve(agsx, image, ...gargs) {
       const t3 = now();
       if (!k.killed) die('sandbox_kill', k);
       return [t3 - t0, t1 - t0, t2 - t1, t3 - t2];
-    },
-  };
+    }
+  }
   console.log('ready');
   for await (const line of createInterface({ input: process.stdin })) {
     if (line === 'end') break;
@@ -96,12 +102,17 @@ function report(file) {
     ['agsx exec ID true', 'cli_exec'],
     ['floor: MCP tools/call sandbox_list', 'mcp_list'],
     ['floor: bash spawns /bin/true', 'spawn_true'],
-    ['a new sandbox (MCP: without a pool)', null],
+    ['a new sandbox', null],
     ['MCP create+exec+kill', 'mcp_new'],
     ['  sandbox_create', 'mcp_new.create'],
     ['  exec ["true"]', 'mcp_new.exec'],
     ['  sandbox_kill confirm', 'mcp_new.kill'],
+    ['MCP create (pool)+exec+kill', 'mcp_pool'],
+    ['  sandbox_create pool', 'mcp_pool.create'],
+    ['  exec ["true"]', 'mcp_pool.exec'],
+    ['  sandbox_kill confirm', 'mcp_pool.kill'],
     ['agsx run --rm IMG true', 'cli_rm'],
+    ['agsx run --rm --pool P true', 'cli_pool'],
     ['agsx run -d --rm + exec + kill', 'cli_new'],
     ['  run -d --rm IMG sleep', 'cli_new.create'],
     ['  exec ID true', 'cli_new.exec'],
@@ -124,5 +135,7 @@ function report(file) {
   ratio('exec: MCP / MCP floor (sandbox_list)', 'mcp_exec', 'mcp_list');
   ratio('new: MCP / agsx run --rm', 'mcp_new', 'cli_rm');
   ratio('new: MCP / run -d + exec + kill', 'mcp_new', 'cli_new');
-  console.log('(MCP sandbox_create runs without a pool: MCP has no pool argument yet)');
+  ratio('pool: MCP / agsx run --rm --pool', 'mcp_pool', 'cli_pool');
+  ratio('MCP: pool / no pool', 'mcp_pool', 'mcp_new');
+  console.log('(a claim from an empty pool starts cold: the pool refills between rounds, not always in time)');
 }
