@@ -148,13 +148,12 @@ static void page_close(struct page *p) {
   *p = (struct page){0};
 }
 
-/* METHOD in the page (or the browser, when SID is NULL): its result, parsed. */
+/* METHOD in the page (or the browser, when SID is NULL): its result. */
 static yajl_val cdp(struct agsx_cdp *c, const char *sid, const char *method, const char *params,
                     int ms, agsx_error_t *err) {
-  _cleanup_free_ char *res = NULL;
-  if (agsx_cdp_call(c, sid, method, params, ms, &res, err) < 0)
-    return NULL;
-  return agsx_json_parse(res, strlen(res), AGSX_CDP_MESSAGE_MAX, err);
+  yajl_val res = NULL;
+  agsx_cdp_call(c, sid, method, params, ms, &res, err);
+  return res;
 }
 
 /* Connects to browser SANDBOX of the session and attaches to its first

@@ -738,8 +738,9 @@ static char *printable(const char *s) {
   return out;
 }
 
-/* An answer's "result" as JSON text, or its "error" as ERR. */
-static int answer_result(yajl_val v, const char *method, char **ret, agsx_error_t *err) {
+/* An answer's "result", taken out of it (the tree parsed once, handed
+ * over), or its "error" as ERR. */
+static int answer_result(yajl_val v, const char *method, yajl_val *ret, agsx_error_t *err) {
   yajl_val e = agsx_json_get_object(v, "error");
   if (e != NULL) {
     const char *m = agsx_json_get_string(e, "message"), *d = agsx_json_get_string(e, "data");
@@ -750,14 +751,13 @@ static int answer_result(yajl_val v, const char *method, char **ret, agsx_error_
     return agsx_error_set(err, 0, "%s: the browser answered: %s%s%s (%lld)", method, msg,
                           data ? ": " : "", data ? data : "", (long long)code);
   }
-  yajl_val r = agsx_json_get_object(v, "result");
-  if (r == NULL)
-    return agsx_error_set(err, 0, "%s: the browser's answer has no result", method);
-  _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
-  agsx_json_value(g, r);
-  size_t len;
-  *ret = agsx_json_gen_steal(g, &len);
-  return 0;
+  for (size_t i = 0; YAJL_IS_OBJECT(v) && i < v->u.object.len; i++)
+    if (strcmp(v->u.object.keys[i], "result") == 0 && YAJL_IS_OBJECT(v->u.object.values[i])) {
+      *ret = v->u.object.values[i];
+      v->u.object.values[i] = NULL; /* yajl_tree_free passes over it */
+      return 0;
+    }
+  return agsx_error_set(err, 0, "%s: the browser's answer has no result", method);
 }
 
 /* After a failed exchange: unless it only timed out while waiting (the
@@ -769,9 +769,9 @@ static int fail(struct agsx_cdp *c, bool waiting, agsx_error_t *err) {
 }
 
 int agsx_cdp_call(struct agsx_cdp *c, const char *session_id, const char *method,
-                  const char *params_json, int timeout_ms, char **ret_result_json,
+                  const char *params_json, int timeout_ms, yajl_val *ret_result,
                   agsx_error_t *err) {
-  *ret_result_json = NULL;
+  *ret_result = NULL;
   if (c->broken != NULL)
     return agsx_error_set_quiet(err, EPIPE, "%s: the DevTools connection is down: %s", method,
                                 c->broken);
@@ -788,7 +788,7 @@ int agsx_cdp_call(struct agsx_cdp *c, const char *session_id, const char *method
   _cleanup_json_ yajl_val answer = NULL;
   if (wait_answer(c, id, method, until, timeout_ms, &answer, err) < 0)
     return fail(c, true, err);
-  return answer_result(answer, method, ret_result_json, err);
+  return answer_result(answer, method, ret_result, err);
 }
 
 void agsx_cdp_close(struct agsx_cdp *c) {

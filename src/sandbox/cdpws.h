@@ -17,6 +17,7 @@
 #ifndef AGSX_CDPWS_H
 #define AGSX_CDPWS_H
 
+#include "util/json.h"
 #include "util/util.h"
 
 #include <sys/socket.h>
@@ -134,13 +135,13 @@ int agsx_cdp_open(const struct sockaddr_storage *addr, const char *host_header, 
                   int timeout_ms, struct agsx_cdp **ret, agsx_error_t *err);
 /* Sends METHOD with PARAMS_JSON (an object; NULL: {}) to the target
  * attached as SESSION_ID (NULL: the browser) and waits up to TIMEOUT_MS
- * (> 0) for its answer: the "result" object, as JSON text, in
- * *RET_RESULT_JSON. An "error" answer fails with the browser's message.
+ * (> 0) for its answer: its "result" object, parsed, in *RET_RESULT (the
+ * caller's: yajl_tree_free). An "error" answer fails with the browser's
+ * message.
  * After a timeout the connection stays usable (the late answer is
  * dropped); after a protocol error or a close frame every call fails. */
 int agsx_cdp_call(struct agsx_cdp *c, const char *session_id, const char *method,
-                  const char *params_json, int timeout_ms, char **ret_result_json,
-                  agsx_error_t *err);
+                  const char *params_json, int timeout_ms, yajl_val *ret_result, agsx_error_t *err);
 /* Sends a close frame if the connection is still up (without waiting),
  * closes the socket and frees C. NULL is fine. */
 void agsx_cdp_close(struct agsx_cdp *c);
