@@ -678,27 +678,6 @@ static int build_command(int64_t id, const char *session, const char *method, co
   return 0;
 }
 
-/* How many values BUF[0..LEN) would make in a yajl tree, at most: its
- * arrays, objects and commas outside strings. */
-static size_t json_values(const char *buf, size_t len) {
-  size_t n = 1;
-  bool in_str = false;
-  for (size_t i = 0; i < len; i++) {
-    char c = buf[i];
-    if (in_str) {
-      if (c == '\\')
-        i++;
-      else if (c == '"')
-        in_str = false;
-    } else if (c == '"') {
-      in_str = true;
-    } else if (c == ',' || c == '[' || c == '{') {
-      n++;
-    }
-  }
-  return n;
-}
-
 /* Reads messages until the answer with ID, into *RET; events and the late
  * answers of timed-out calls go by. */
 static int wait_answer(struct agsx_cdp *c, int64_t id, const char *method, int64_t until,
@@ -712,7 +691,7 @@ static int wait_answer(struct agsx_cdp *c, int64_t id, const char *method, int64
       continue;
     }
     /* 32 MiB of "[0,0,..." would be 16 million tree nodes, a GiB. */
-    if (json_values(c->msg.buf, c->msg.len) > AGSX_CDP_VALUES_MAX)
+    if (agsx_json_values_max(c->msg.buf, c->msg.len) > AGSX_CDP_VALUES_MAX)
       return agsx_error_set(err, 0, PEER " sent a message of more than %u JSON values",
                             AGSX_CDP_VALUES_MAX);
     yajl_val v = agsx_json_parse(c->msg.buf, c->msg.len, AGSX_CDP_MESSAGE_MAX, err);

@@ -17,10 +17,12 @@ void agsx_json_gen_freep(yajl_gen *g) {
   *g = NULL;
 }
 
-/* yajl_tree_free() recurses, so a document nested a million levels deep
- * would overflow the stack when freed: refuse deep nesting before parsing. */
-static bool depth_ok(const char *buf, size_t len) {
-  int depth = 0;
+/* One pass over BUF[0..LEN) outside its strings: the deepest nesting,
+ * and how many values a yajl tree of it would have at most (its arrays,
+ * objects and commas). */
+static void scan(const char *buf, size_t len, int *ret_depth, size_t *ret_values) {
+  int depth = 0, deepest = 0;
+  size_t values = 1;
   bool in_str = false;
   for (size_t i = 0; i < len; i++) {
     char c = buf[i];
@@ -32,13 +34,24 @@ static bool depth_ok(const char *buf, size_t len) {
     } else if (c == '"') {
       in_str = true;
     } else if (c == '{' || c == '[') {
-      if (++depth > AGSX_JSON_MAX_DEPTH)
-        return false;
+      values++;
+      if (++depth > deepest)
+        deepest = depth;
     } else if (c == '}' || c == ']') {
       depth--;
+    } else if (c == ',') {
+      values++;
     }
   }
-  return true;
+  *ret_depth = deepest;
+  *ret_values = values;
+}
+
+size_t agsx_json_values_max(const char *buf, size_t len) {
+  int depth;
+  size_t values;
+  scan(buf, len, &depth, &values);
+  return values;
 }
 
 yajl_val agsx_json_parse(const char *buf, size_t len, size_t max, agsx_error_t *err) {
@@ -50,7 +63,12 @@ yajl_val agsx_json_parse(const char *buf, size_t len, size_t max, agsx_error_t *
     agsx_error_set(err, 0, "invalid JSON: NUL byte inside the document");
     return NULL;
   }
-  if (!depth_ok(buf, len)) {
+  /* yajl_tree_free() recurses, so a document nested a million levels deep
+   * would overflow the stack when freed: refuse deep nesting before parsing. */
+  int depth;
+  size_t values;
+  scan(buf, len, &depth, &values);
+  if (depth > AGSX_JSON_MAX_DEPTH) {
     agsx_error_set(err, 0, "invalid JSON: nested deeper than %d levels", AGSX_JSON_MAX_DEPTH);
     return NULL;
   }

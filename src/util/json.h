@@ -18,6 +18,10 @@ void agsx_json_gen_freep(yajl_gen *g);
 
 /* Parses BUF[0..LEN) (LEN <= MAX, no NUL inside, nesting <= 64). */
 yajl_val agsx_json_parse(const char *buf, size_t len, size_t max, agsx_error_t *err);
+/* How many values a yajl tree of BUF[0..LEN) would hold at most (its
+ * arrays, objects and commas outside strings): a bound on its memory a
+ * caller can check before parsing. */
+size_t agsx_json_values_max(const char *buf, size_t len);
 
 /* Typed accessors: NULL / false when the key is missing or of another type. */
 yajl_val agsx_json_get(yajl_val obj, const char *key);

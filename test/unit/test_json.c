@@ -4,7 +4,19 @@
 #include "util/json.h"
 #include "tap.h"
 
+/* The bound a caller checks before parsing: never under the tree's count. */
+static void values_max(void) {
+  tap_is_int(agsx_json_values_max("1", 1), 1, "a scalar: one value");
+  const char *d = "{\"a\":[1,2,3],\"b\":{\"c\":null}}";
+  tap_is_int(agsx_json_values_max(d, strlen(d)), 7,
+             "objects, arrays and commas: the 7 values of its tree");
+  d = "[\"a,b,[c\",\"\\\",{\"]";
+  tap_is_int(agsx_json_values_max(d, strlen(d)), 3,
+             "commas and brackets in strings (escaped quotes too) do not count");
+}
+
 int main(void) {
+  values_max();
   agsx_error_t err = NULL;
   const char *doc = "{\"a\":\"x\",\"n\":42,\"arr\":[1,2],\"o\":{\"k\":true}}";
   yajl_val v = agsx_json_parse(doc, strlen(doc), 1000, &err);
