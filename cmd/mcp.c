@@ -12,7 +12,6 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -117,11 +116,7 @@ int agsx_cmd_mcp(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc,
     if (cfg.token && !agsx_api_key_is_valid(cfg.token))
       return agsx_failf("mcp: $AGSX_MCP_TOKEN must be 8 to 256 printable characters");
     if (cfg.token == NULL || *cfg.token == '\0') {
-      unsigned char b[16];
-      if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
-        return agsx_failf("mcp: getrandom: %s", strerror(errno));
-      for (size_t k = 0; k < sizeof(b); k++)
-        snprintf(token + 2 * k, 3, "%02x", b[k]);
+      agsx_random_hex(token, 16);
       cfg.token = generated_token = token;
     }
   }

@@ -6,7 +6,6 @@
 #include "util/digest.h"
 
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 
 bool agsx_api_key_is_valid(const char *key) {
@@ -20,12 +19,8 @@ bool agsx_api_key_is_valid(const char *key) {
 }
 
 static int generate(int dirfd, const char *name, const char *path, agsx_error_t *err) {
-  unsigned char r[20];
-  if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
-    return agsx_error_set(err, errno, "generate an API key");
   char key[4 + 40 + 2] = "e2b_";
-  for (size_t i = 0; i < sizeof(r); i++)
-    snprintf(key + 4 + 2 * i, 3, "%02x", r[i]);
+  agsx_random_hex(key + 4, 20);
   key[4 + 40] = '\n';
   key[4 + 40 + 1] = '\0';
   if (agsx_write_file_atomic(dirfd, name, key, strlen(key), 0600, err) < 0)

@@ -10,7 +10,6 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/random.h>
 #include <time.h>
 
 /* The bridge's source, generated from bridge.py at build time. */
@@ -31,14 +30,6 @@ void agsx_code_context_list_free(struct agsx_code_context *v, size_t n) {
   for (size_t i = 0; i < n; i++)
     agsx_code_context_clear(&v[i]);
   free(v);
-}
-
-static void random_hex(char out[33]) {
-  unsigned char b[16];
-  if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
-    abort(); /* the kernel's CSPRNG does not fail for 16 bytes */
-  for (int i = 0; i < 16; i++)
-    snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
 
 /* A context from a process: tag "agsx-code:<32 hex>[:default]", argv
@@ -434,7 +425,7 @@ static int step_list(struct agsx_code_op *op, agsx_error_t *err) {
 }
 
 static int step_start(struct agsx_code_op *op, agsx_error_t *err) {
-  random_hex(op->id);
+  agsx_random_hex(op->id, 16);
   _cleanup_free_ char *tag =
       xasprintf(AGSX_CODE_TAG_PREFIX "%s%s", op->id, op->is_default ? ":default" : "");
   _cleanup_free_ char *envsrc = xasprintf("AGSX_CODE_BRIDGE=%s", agsx_code_bridge_src);
@@ -459,7 +450,7 @@ static int step_ask(struct agsx_code_op *op, agsx_error_t *err) {
   if (op->w.r == NULL) {
     if (agsx_process_log_open(op->statefd, op->sandbox, op->pid, op->log_from, &op->w.r, err) < 0)
       return -1;
-    random_hex(op->rid);
+    agsx_random_hex(op->rid, 16);
     op->deadline_ns = agsx_mono_ns() + AGSX_CODE_START_TIMEOUT_MS * 1000000LL;
   }
   char line[128];
@@ -791,7 +782,7 @@ int agsx_code_exec_start(int statefd, const char *sandbox, const struct agsx_cod
   e->output_max = spec->output_max ? spec->output_max : AGSX_CODE_OUTPUT_DEFAULT;
   e->timeout_ms = spec->timeout_ms;
   e->res.execution_count = -1;
-  random_hex(e->rid);
+  agsx_random_hex(e->rid, 16);
   /* The reader first: every line of this request comes after its end. */
   if (agsx_process_log_open(statefd, sandbox, c->pid, AGSX_LOG_FROM_END, &e->r, err) < 0) {
     agsx_code_exec_free(e);

@@ -32,7 +32,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
-#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -322,9 +321,6 @@ static _Noreturn void worker(const struct agsx_mcp_config *cfg, int in, int out)
 }
 
 static struct hsess *sess_start(struct hsrv *h, agsx_error_t *err) {
-  unsigned char b[16];
-  if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
-    return agsx_error_set(err, errno, "getrandom"), NULL;
   int in[2] = {-1, -1}, out[2] = {-1, -1};
   if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0) {
     agsx_error_set(err, errno, "pipe");
@@ -347,8 +343,7 @@ static struct hsess *sess_start(struct hsrv *h, agsx_error_t *err) {
   s->w_in = (struct hwatch){s, true};
   s->w_out = (struct hwatch){s, false};
   s->used_ns = agsx_mono_ns();
-  for (size_t i = 0; i < sizeof(b); i++)
-    snprintf(s->id + 2 * i, 3, "%02x", b[i]);
+  agsx_random_hex(s->id, 16);
   fcntl(s->in_fd, F_SETFL, O_NONBLOCK);
   fcntl(s->out_fd, F_SETFL, O_NONBLOCK);
   struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->w_out};

@@ -11,7 +11,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/signalfd.h>
 
 /* The newest first: the revision answered when the client's is unknown.
@@ -296,15 +295,6 @@ void agsx_mcp_end_session(struct agsx_mcp *s) {
   free(recs);
 }
 
-static int session_id(char ret[17], agsx_error_t *err) {
-  unsigned char b[8];
-  if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
-    return agsx_error_set(err, errno, "getrandom");
-  for (size_t i = 0; i < sizeof(b); i++)
-    snprintf(ret + 2 * i, 3, "%02x", b[i]);
-  return 0;
-}
-
 static void loop(struct agsx_mcp *s) {
   while (!s->stop && !s->eof) {
     struct pollfd p[2] = {{.fd = s->cfg->in_fd, .events = POLLIN},
@@ -326,7 +316,8 @@ static void loop(struct agsx_mcp *s) {
 int agsx_mcp_serve(const struct agsx_mcp_config *cfg, agsx_error_t *err) {
   struct agsx_mcp s = {.cfg = cfg, .statefd = -1, .sigfd = -1, .spawner = {-1, 0}};
   /* The spawner first: supervisors forked later keep nothing of ours. */
-  if (session_id(s.session, err) < 0 || agsx_spawner_start(&s.spawner, err) < 0)
+  agsx_random_hex(s.session, 8);
+  if (agsx_spawner_start(&s.spawner, err) < 0)
     return -1;
   int rc = -1;
   sigset_t set;

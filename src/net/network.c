@@ -309,18 +309,6 @@ int agsx_network_list(const char *root, struct agsx_network **ret, size_t *ret_n
   return 0;
 }
 
-static void random_hex(char *out, size_t n) {
-  static const char hex[] = "0123456789abcdef";
-  unsigned char b[32];
-  if (getrandom(b, n / 2, 0) != (ssize_t)(n / 2))
-    abort();
-  for (size_t i = 0; i < n / 2; i++) {
-    out[2 * i] = hex[b[i] >> 4];
-    out[2 * i + 1] = hex[b[i] & 15];
-  }
-  out[n] = '\0';
-}
-
 /* A new subnet must not overlap the public network, another vpc or an
  * address the host has (its own networks). */
 static int check_overlaps(const char *root, const struct agsx_network *n, agsx_error_t *err) {
@@ -389,7 +377,7 @@ int agsx_network_create(const char *root, struct agsx_network *n, agsx_error_t *
     return agsx_error_set_quiet(err, EEXIST, "network `%s` already exists", n->name), -1;
   if (check_overlaps(root, n, err) < 0)
     return -1;
-  random_hex(n->id, 16);
+  agsx_random_hex(n->id, 8);
   snprintf(n->bridge, sizeof(n->bridge), "agsxv%.10s", n->id);
   n->gateway = n->subnet.addr + 1;
   n->created = agsx_now_ns() / 1000000000LL;

@@ -17,7 +17,6 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/mount.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -32,17 +31,7 @@ const char *agsx_stop_reason_name(enum agsx_stop_reason r) {
   return r < AGSX_ARRAY_SIZE(names) ? names[r] : "";
 }
 
-void agsx_sandbox_new_id(char out[AGSX_ID_HEX + 1]) {
-  static const char hex[] = "0123456789abcdef";
-  unsigned char b[AGSX_ID_HEX / 2];
-  if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
-    abort();
-  for (size_t i = 0; i < sizeof(b); i++) {
-    out[2 * i] = hex[b[i] >> 4];
-    out[2 * i + 1] = hex[b[i] & 15];
-  }
-  out[AGSX_ID_HEX] = '\0';
-}
+void agsx_sandbox_new_id(char out[AGSX_ID_HEX + 1]) { agsx_random_hex(out, AGSX_ID_HEX / 2); }
 
 static void phase(struct agsx_sandbox *sb, const char *name, int64_t *t0) {
   int64_t now = agsx_mono_ns();

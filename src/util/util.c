@@ -10,6 +10,7 @@
 #include <linux/openat2.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -907,6 +908,19 @@ int64_t agsx_mono_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+void agsx_random_hex(char *out, size_t n) {
+  static const char hex[] = "0123456789abcdef";
+  unsigned char b[256];
+  if (n > sizeof(b) || getrandom(b, n, 0) != (ssize_t)n)
+    abort();
+  for (size_t i = 0; i < n; i++) {
+    out[2 * i] = hex[b[i] >> 4];
+    out[2 * i + 1] = hex[b[i] & 15];
+  }
+  out[2 * n] = '\0';
+  explicit_bzero(b, n);
 }
 
 char *agsx_format_rfc3339(int64_t sec) {

@@ -229,6 +229,10 @@ char *agsx_format_size(uint64_t bytes);
 int64_t agsx_now_ns(void);
 /* Monotonic clock in nanoseconds. */
 int64_t agsx_mono_ns(void);
+/* N random bytes from the kernel's CSPRNG as 2N lowercase hex digits and a
+ * NUL in OUT (ids, tokens, nonces). getrandom() of at most 256 bytes, once
+ * the pool is initialised, cannot fail: it aborts if it ever does. */
+void agsx_random_hex(char *out, size_t n);
 /* RFC 3339 UTC time ("2026-11-30T11:51:45Z") from seconds since the epoch. */
 char *agsx_format_rfc3339(int64_t sec);
 /* Parses RFC 3339 (with optional fraction and offset) to seconds. */

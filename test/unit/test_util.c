@@ -258,6 +258,17 @@ static void test_time(void) {
   free(s);
 }
 
+static void test_random_hex(void) {
+  char a[33], b[33], c[5];
+  memset(a, 'x', sizeof(a));
+  agsx_random_hex(a, 16);
+  agsx_random_hex(b, 16);
+  tap_ok(strlen(a) == 32 && strspn(a, "0123456789abcdef") == 32, "random hex: 2N lowercase digits");
+  tap_ok(strcmp(a, b) != 0, "random hex: two draws differ");
+  agsx_random_hex(c, 2);
+  tap_ok(strlen(c) == 4, "random hex: N=2 gives 4 digits and a NUL");
+}
+
 /* ---- the configuration file: cached per path until agsx_conf_reset ---- */
 
 static char *conf_value(const char *key) {
@@ -555,6 +566,7 @@ int main(void) {
   test_rm_deep();
   test_rm_gated();
   test_time();
+  test_random_hex();
   test_log_sink();
   test_conf();
   test_dir_stream();
