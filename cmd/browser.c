@@ -1,5 +1,6 @@
-/* agsx browser: headless Chromium in a detached sandbox, its DevTools
- * endpoint published on a host port. The sandbox is started through the
+/* agsx browser: Chromium in a detached sandbox, its DevTools endpoint
+ * published on a host port; headless, or headed with a live view
+ * (--view, --takeover: noVNC inside the sandbox, see sandbox/browser.h). The sandbox is started through the
  * lifecycle library, detached, as `run -d` starts one (agsx_lifecycle_*), so
  * it is an ordinary sandbox for ls, exec, kill, update and gc; this command
  * only fills the spec (Chromium's command line: sandbox/browser.h) and
@@ -26,7 +27,7 @@
 struct bopts {
   const char *name, *network, *timeout, *memory, *image, *user;
   char *publish; /* run's -p spec: [IP:]HOSTPORT:9222 */
-  bool json;
+  bool json, view, takeover;
   uint64_t timeout_sec, memory_bytes;
 };
 
@@ -88,6 +89,8 @@ static int on_bopt(void *data, int id, const char *v) {
   case O_IMAGE: o->image = v; return 0;
   case O_USER: o->user = v; return 0;
   case O_JSON: o->json = true; return 0;
+  case O_VIEW: o->view = true; return 0;
+  case O_TAKEOVER: o->view = o->takeover = true; return 0;
   case O_PUBLISH: return set_publish(o, v);
   }
   return 0;
@@ -101,13 +104,16 @@ static int pull_image(void *data, const char *image, agsx_error_t *err) {
 
 /* Starts the sandbox detached: its id and supervisor go to ST. Returns 0,
  * or 125 after printing the error. */
-static int start_sandbox(struct agsx_ctx *ctx, const struct bopts *o, char **extra, int n_extra,
+static int start_sandbox(struct agsx_ctx *ctx, const struct bopts *o,
+                         const struct agsx_browser_view *view, char **extra, int n_extra,
                          struct agsx_run_started *st) {
   agsx_error_t err = NULL;
-  _cleanup_strv_ char **argv = agsx_browser_argv(extra, (size_t)n_extra);
-  /* Default: a free port of 127.0.0.1, picked when the relay binds. */
-  struct agsx_port port;
-  char *env[] = {(char *)"HOME=/tmp", NULL}; /* HOME and the profile in its writable /tmp */
+  _cleanup_strv_ char **argv = agsx_browser_argv(extra, (size_t)n_extra, view);
+  /* HOME and the profile in its writable /tmp; the view's tokens. */
+  _cleanup_strv_ char **env = agsx_browser_env(view);
+  /* Default: a free port of 127.0.0.1, picked when the relay binds. The
+   * view's is always one of 127.0.0.1. */
+  struct agsx_port ports[2];
   struct agsx_run_spec spec = {
       .root = ctx->root,
       .state = ctx->state,
@@ -120,14 +126,16 @@ static int start_sandbox(struct agsx_ctx *ctx, const struct bopts *o, char **ext
       .workdir = "/tmp",
       .name = o->name,
       .network = o->network,
-      .ports = &port,
-      .n_ports = 1,
+      .ports = ports,
+      .n_ports = view ? 2 : 1,
       .timeout = o->timeout ? o->timeout_sec : AGSX_DEFAULT_TIMEOUT_SEC,
       .memory = o->memory ? o->memory_bytes : AGSX_BROWSER_MEMORY,
   };
   struct agsx_lifecycle *lc = NULL;
-  int r = agsx_port_parse(o->publish ? o->publish : "127.0.0.1:0:" AGSX_BROWSER_CDP_PORT_STR, &port,
-                          &err);
+  int r = agsx_port_parse(o->publish ? o->publish : "127.0.0.1:0:" AGSX_BROWSER_CDP_PORT_STR,
+                          &ports[0], &err);
+  if (r == 0 && view)
+    r = agsx_port_parse("127.0.0.1:0:" AGSX_BROWSER_VIEW_PORT_STR, &ports[1], &err);
   if (r == 0)
     r = agsx_lifecycle_create(&spec, &lc, &err);
   if (r == 0)
@@ -173,15 +181,30 @@ static void discard(struct agsx_ctx *ctx, const struct agsx_run_started *st) {
   agsx_error_free(&err);
 }
 
+struct endpoint {
+  struct sockaddr_storage a;
+  char hostport[80];
+};
+
 static void print_started(const struct bopts *o, const struct agsx_run_started *st,
-                          const struct agsx_cdp_version *v, const struct sockaddr_storage *a,
-                          const char *hostport) {
+                          const struct agsx_cdp_version *v, const struct endpoint *cdp,
+                          const struct agsx_browser_view *view, const struct endpoint *vw) {
   char ip[64];
-  agsx_sockaddr_ip(a, ip, sizeof(ip));
-  _cleanup_free_ char *ws = xasprintf("ws://%s%s", hostport, v->ws_path);
-  _cleanup_free_ char *http = xasprintf("http://%s", hostport);
+  agsx_sockaddr_ip(&cdp->a, ip, sizeof(ip));
+  _cleanup_free_ char *ws = xasprintf("ws://%s%s", cdp->hostport, v->ws_path);
+  _cleanup_free_ char *http = xasprintf("http://%s", cdp->hostport);
+  _cleanup_free_ char *view_url = NULL, *takeover_url = NULL;
+  if (view) {
+    view_url = agsx_browser_view_url(vw->hostport, view->token, true);
+    if (view->takeover_token[0])
+      takeover_url = agsx_browser_view_url(vw->hostport, view->takeover_token, false);
+  }
   if (!o->json) {
     printf("%s\n", ws);
+    if (view_url)
+      printf("view: %s\n", view_url);
+    if (takeover_url)
+      printf("takeover: %s\n", takeover_url);
     return;
   }
   _cleanup_gen_ yajl_gen g = agsx_json_gen_new(false);
@@ -191,7 +214,12 @@ static void print_started(const struct bopts *o, const struct agsx_run_started *
   agsx_json_kv_str(g, "ws_url", ws);
   agsx_json_kv_str(g, "http_url", http);
   agsx_json_kv_str(g, "host", ip);
-  agsx_json_kv_int(g, "port", agsx_sockaddr_port(a));
+  agsx_json_kv_int(g, "port", agsx_sockaddr_port(&cdp->a));
+  if (view) {
+    agsx_json_kv_str(g, "view_url", view_url);
+    agsx_json_kv_str(g, "takeover_url", takeover_url);
+    agsx_json_kv_int(g, "view_port", agsx_sockaddr_port(&vw->a));
+  }
   agsx_json_kv_str(g, "browser", v->browser);
   agsx_json_kv_str(g, "image", o->image ? o->image : "host");
   agsx_json_kv_str(g, "network", o->network ? o->network : "internal");
@@ -201,26 +229,48 @@ static void print_started(const struct bopts *o, const struct agsx_run_started *
   printf("%s\n", s);
 }
 
-/* After the start: the published address, the wait, the output. */
-static int await_browser(struct agsx_ctx *ctx, const struct bopts *o, struct agsx_run_started *st) {
+/* The published PORT of sandbox ID, and a wait until it answers. */
+static int published(int statefd, const char *id, int port, struct endpoint *e, agsx_error_t *err) {
+  if (agsx_browser_published(statefd, id, port, &e->a, err) < 0)
+    return -1;
+  agsx_sockaddr_format(&e->a, e->hostport, sizeof(e->hostport));
+  return 0;
+}
+
+/* After the start: the published addresses, the waits, the output. */
+static int await_browser(struct agsx_ctx *ctx, const struct bopts *o,
+                         const struct agsx_browser_view *view, struct agsx_run_started *st) {
   agsx_error_t err = NULL;
   struct agsx_cdp_version v = {0};
-  struct sockaddr_storage a;
-  char hostport[80];
+  struct endpoint cdp, vw;
   _cleanup_close_ int statefd = agsx_state_open(ctx->state, false, &err);
   uint64_t bound = o->timeout_sec && o->timeout_sec < AGSX_BROWSER_READY_SEC
                        ? o->timeout_sec
                        : AGSX_BROWSER_READY_SEC;
-  if (statefd < 0 || agsx_browser_published(statefd, st->id, &a, &err) < 0 ||
-      (agsx_sockaddr_format(&a, hostport, sizeof(hostport)),
-       agsx_browser_wait(&a, hostport, bound, supervisor_alive, st, &interrupted, &v, &err) < 0)) {
+  int r = statefd < 0 ? -1 : published(statefd, st->id, AGSX_BROWSER_CDP_PORT, &cdp, &err);
+  if (r == 0 && view)
+    r = published(statefd, st->id, AGSX_BROWSER_VIEW_PORT, &vw, &err);
+  if (r == 0)
+    r = agsx_browser_wait(&cdp.a, cdp.hostport, bound, supervisor_alive, st, &interrupted, &v,
+                          &err);
+  if (r == 0 && view)
+    r = agsx_browser_view_wait(&vw.a, vw.hostport, bound, supervisor_alive, st, &interrupted, &err);
+  if (r < 0) {
+    /* Why it exited, from its own stderr (the view's launcher says which
+     * program the image lacks). */
+    _cleanup_free_ char *why = agsx_error_errno(&err) == ESRCH && statefd >= 0
+                                   ? agsx_browser_last_error(statefd, st->id)
+                                   : NULL;
     discard(ctx, st);
     agsx_cdp_version_clear(&v);
-    agsx_failf("browser: %s", err->msg);
+    if (why)
+      agsx_failf("browser: %s; it said: %s", err->msg, why);
+    else
+      agsx_failf("browser: %s", err->msg);
     agsx_error_free(&err);
     return AGSX_EXIT_FAILURE;
   }
-  print_started(o, st, &v, &a, hostport);
+  print_started(o, st, &v, &cdp, view, &vw);
   agsx_cdp_version_clear(&v);
   return 0;
 }
@@ -246,9 +296,13 @@ int agsx_cmd_browser(struct agsx_ctx *ctx, const struct agsx_command *cmd, int a
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGHUP, &sa, NULL);
   struct agsx_run_started st = {0};
-  code = start_sandbox(ctx, &o, argv + i, argc - i, &st);
+  struct agsx_browser_view view;
+  if (o.view)
+    agsx_browser_view_new(&view, o.takeover);
+  code = start_sandbox(ctx, &o, o.view ? &view : NULL, argv + i, argc - i, &st);
   if (code == 0)
-    code = await_browser(ctx, &o, &st);
+    code = await_browser(ctx, &o, o.view ? &view : NULL, &st);
+  explicit_bzero(&view, sizeof(view));
 out:
   free(o.publish);
   return code;

@@ -107,6 +107,8 @@ enum {
   O_SIZE,
   O_MAX_SANDBOXES,
   O_ALLOW_HOST_PATH,
+  O_VIEW,
+  O_TAKEOVER,
 };
 
 /* The table, in cmd/agsx.c. */

@@ -74,6 +74,8 @@ if [ "$test_too" = 1 ]; then
   # and npm, for the Playwright/Puppeteer tests, are the user's: any node >= 18.)
   if [ "$browser" = 1 ] || [ "${AGSX_DEPS_BROWSER:-0}" = 1 ]; then
     pkgs+=(chromium fonts-liberation)
+    # agsx browser --view: the display, VNC server and noVNC in the sandbox
+    pkgs+=(xvfb x11vnc websockify novnc)
   fi
 fi
 

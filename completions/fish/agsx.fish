@@ -273,7 +273,7 @@ complete -c agsx -n '__agsx_cmd' -a rollback -d 'Restart a sandbox on one of its
 complete -c agsx -n '__agsx_cmd' -a fork -d "Start new sandboxes from a running sandbox's filesystem"
 complete -c agsx -n '__agsx_cmd' -a gc -d 'Remove what ended sandboxes and crashes left behind'
 complete -c agsx -n '__agsx_cmd' -a info -d 'Show the kernel features and cgroups agsx finds, and the path it takes'
-complete -c agsx -n '__agsx_cmd' -a browser -d 'Start headless Chromium in a sandbox; print its DevTools WebSocket URL'
+complete -c agsx -n '__agsx_cmd' -a browser -d 'Start Chromium in a sandbox; print its DevTools WebSocket URL (and a live view\'s)'
 complete -c agsx -n '__agsx_cmd' -a serve -d 'Serve the E2B-compatible HTTP API (SDKs run unmodified)'
 complete -c agsx -n '__agsx_cmd' -a mcp -d "Serve sandboxes as MCP tools over stdio (for agents' MCP clients)"
 complete -c agsx -n '__agsx_cmd' -a code -d "Run code in a sandbox's stateful code context (Python, bash)"
@@ -528,6 +528,8 @@ complete -c agsx -n '__agsx_cmd browser' -l timeout -x -d 'Lifetime: 300s, 5m, 1
 complete -c agsx -n '__agsx_cmd browser' -l memory -x -d 'Memory limit of the whole browser (default 2g)'
 complete -c agsx -n '__agsx_cmd browser' -l image -x -a 'host (__agsx_image_names)' -d 'Image with Chromium (default: host)'
 complete -c agsx -n '__agsx_cmd browser' -s u -l user -x -d 'Run Chromium as this user (default 1000:1000)'
+complete -c agsx -n '__agsx_cmd browser' -l view -d 'Run Chromium headed, with a live view a person opens in a browser (noVNC)'
+complete -c agsx -n '__agsx_cmd browser' -l takeover -d 'With --view: also a takeover URL, whose view takes mouse and keyboard'
 complete -c agsx -n '__agsx_cmd browser' -l json -d 'Print id, ws_url, http_url... as JSON'
 complete -c agsx -n '__agsx_cmd browser' -s h -l help -d 'Show this help'
 

@@ -68,7 +68,7 @@ static int browser_start(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_
     return agsx_error_wrap(err, "memory");
   if (agsx_mcp_room(s, 1, err) < 0)
     return -1;
-  _cleanup_strv_ char **argv = agsx_browser_argv(NULL, 0), **labels = NULL;
+  _cleanup_strv_ char **argv = agsx_browser_argv(NULL, 0, NULL), **labels = NULL;
   agsx_labels_set(&labels, AGSX_MCP_LABEL_SESSION, s->session);
   if (arg_bool(a, "keep"))
     agsx_labels_set(&labels, AGSX_MCP_LABEL_KEEP, "true");
@@ -99,7 +99,7 @@ static int browser_start(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_
   struct alive al = {s, id};
   uint64_t bound = timeout < AGSX_BROWSER_READY_SEC ? timeout : AGSX_BROWSER_READY_SEC;
   agsx_mcp_progress(s, 1, 0, "starting Chromium");
-  if (agsx_browser_published(s->statefd, id, &addr, err) < 0 ||
+  if (agsx_browser_published(s->statefd, id, AGSX_BROWSER_CDP_PORT, &addr, err) < 0 ||
       (agsx_sockaddr_format(&addr, hostport, sizeof(hostport)),
        agsx_browser_wait(&addr, hostport, bound, running, &al, NULL, &v, err) < 0)) {
     int pidfd = -1;
@@ -166,7 +166,7 @@ static int page_open(struct agsx_mcp *s, const char *sandbox, struct page *p, ag
   char hostport[80], id[33];
   memcpy(id, rec.id, sizeof(id));
   agsx_record_clear(&rec);
-  if (agsx_browser_published(s->statefd, id, &addr, err) < 0)
+  if (agsx_browser_published(s->statefd, id, AGSX_BROWSER_CDP_PORT, &addr, err) < 0)
     return agsx_error_set_quiet(
         err, EINVAL, "sandbox `%.64s` is not a browser (start one with browser_start)", sandbox);
   agsx_sockaddr_format(&addr, hostport, sizeof(hostport));

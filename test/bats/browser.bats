@@ -131,6 +131,79 @@ print(','.join(str(v) for v in prev[x * bpp:x * bpp + 3]))
 PY
 }
 
+# Xvfb, x11vnc, websockify and noVNC on the host (for the host image, as
+# agsx browser --view runs them inside the sandbox), installed if we may.
+need_view() {
+  need_chromium
+  local missing=()
+  command -v Xvfb >/dev/null || missing+=(xvfb)
+  command -v x11vnc >/dev/null || missing+=(x11vnc)
+  command -v websockify >/dev/null || missing+=(websockify)
+  [ -f /usr/share/novnc/vnc.html ] || missing+=(novnc)
+  if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq --no-install-recommends \
+      "${missing[@]}" >/dev/null 2>&1 || true
+  fi
+  command -v Xvfb >/dev/null && command -v x11vnc >/dev/null && command -v websockify >/dev/null &&
+    [ -f /usr/share/novnc/vnc.html ] ||
+    skip "browser --view: ${missing[*]} not installed and could not be (apt-get install xvfb x11vnc websockify novnc)"
+}
+
+# view VERB ARGS...: test/fixtures/browser-view.js (a headless Chromium on
+# the host opening the noVNC page, or Playwright over CDP).
+view() {
+  AX_CMD="browser-view.js $*"
+  run client node "$FIXTURES/browser-view.js" "$@"
+}
+
+# near "R,G,B" "R,G,B": each channel within 40 (the VNC encoding may be lossy).
+near() {
+  local -a a b
+  IFS=, read -ra a <<<"$1"
+  IFS=, read -ra b <<<"$2"
+  local i d
+  for i in 0 1 2; do
+    d=$((a[i] - b[i]))
+    [ "${d#-}" -le 40 ] || return 1
+  done
+}
+
+# view_shows URL RX,RY=R,G,B...: the view's screen, as the noVNC page in a
+# headless Chromium on the host shows it, has those colours at those
+# fractions (percent) of its width and height. Polled, at most 10 shots:
+# the view follows the browser within a frame or two. The last shot stays
+# in $T/view.png; VIEW_SEEN says what each point showed.
+view_shows() {
+  local url=$1 i spec at want size w h x y got ok
+  shift
+  for i in $(seq 10); do
+    view shot "$url" "$T/view.png"
+    [ "$status" -eq 0 ] || { show_run; return 1; }
+    size=$(png_size "$T/view.png") || return 1
+    w=${size%x*} h=${size#*x} ok=1 VIEW_SEEN=
+    for spec in "$@"; do
+      at=${spec%=*} want=${spec#*=}
+      x=$((w * ${at%,*} / 100)) y=$((h * ${at#*,} / 100))
+      got=$(png_pixel "$T/view.png" "$x" "$y")
+      VIEW_SEEN+=" $at=$got"
+      near "$got" "$want" || ok=0
+    done
+    [ "$ok" = 1 ] && return 0
+    sleep 0.5
+  done
+  echo "# the view showed:$VIEW_SEEN (wanted $*)" >&3
+  return 1
+}
+
+# ws_upgrade PORT QUERY: the status line websockify answers a WebSocket
+# upgrade of /websockify?QUERY with ("" when it closes unanswered).
+ws_upgrade() {
+  timeout 5 curl -s -i -N --max-time 3 -H "Connection: Upgrade" -H "Upgrade: websocket" \
+    -H "Sec-WebSocket-Version: 13" -H "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==" \
+    "http://127.0.0.1:$1/websockify$2" 2>/dev/null | head -n 1 | tr -d '\r' || true
+}
+
+
 # ---- no Chromium needed --------------------------------------------------
 
 @test "browser: --help lists the options" {
@@ -514,4 +587,125 @@ open(sys.argv[2], "wb").write(base64.b64decode(img[0]["data"], validate=True))' 
   ! grep -E 'AddressSanitizer|LeakSanitizer|runtime error' "$T/mcp.err"
   none() { [ -z "$(ax ls -q)" ]; }
   poll 100 none
+}
+
+# bats test_tags=browser
+@test "browser --view: an image without the view's programs fails naming them; nothing left" {
+  "$FIXTURES/busybox-image" "$T/bb" --probe "$PROBE" >/dev/null
+  ax image load "$T/bb" >/dev/null
+  run_ax browser --view --image busybox --timeout 20s
+  assert_agsx_error "the image has no Xvfb"
+  assert_output_contains "xvfb, x11vnc, websockify and novnc"
+  [ -z "$(ls "$STATE" | grep -vx -e slots -e cache -e names)" ]
+}
+
+# bats test_tags=browser
+@test "browser --view: a person watches in noVNC while Playwright drives; view only; tokens" {
+  need_view
+  need_node_clients
+  start_browser --view --timeout 120s
+  local vurl vport
+  vurl=$(jfield view_url <<<"$BJSON")
+  vport=$(jfield view_port <<<"$BJSON")
+  [[ $vurl =~ ^http://127\.0\.0\.1:$vport/vnc\.html\?.*view_only=1.*path=websockify%3Ftoken%3D[0-9a-f]{32}$ ]] ||
+    { show_run; false; }
+  [ "$(jfield takeover_url <<<"$BJSON")" = null ]
+  run_ax port "$ID"
+  assert_output_contains "6080/tcp -> 127.0.0.1:$vport"
+  # Display, VNC server and websockify run inside the sandbox, as its user;
+  # one VNC server only (no takeover), and it takes no input.
+  run_ax exec "$ID" ps -eo user,args
+  assert_success
+  grep -Eq '^agsx +Xvfb :99 ' <<<"$output" || { show_run; false; }
+  [ "$(grep -Ec '^agsx +x11vnc ' <<<"$output")" = 1 ] || { show_run; false; }
+  grep -Eq '^agsx +x11vnc .*-rfbport 5900 -viewonly$' <<<"$output" || { show_run; false; }
+  grep -Eq '^agsx +(/usr/bin/python3 )?/usr/bin/websockify .*127\.0\.0\.1:6080$' <<<"$output" ||
+    { show_run; false; }
+  grep -Eq '^agsx +/usr/lib/chromium/chromium .*--window-size=1280,800' <<<"$output" ||
+    { show_run; false; }
+  ! grep -q -- '--headless' <<<"$output" || { show_run; false; }
+  # No token on a command line, inside or on the host.
+  local tok=${vurl##*%3D}
+  ! grep -q "$tok" <<<"$output" || { show_run; false; }
+  ! grep -rqs "$tok" /proc/[0-9]*/cmdline || { echo "# a command line holds the token" >&3; false; }
+  # Playwright puts a red left half on blue; the view shows it where the
+  # page has it (the page is below Chromium's toolbar: 70% down).
+  view goto "$HTTP" 'data:text/html,<body style="margin:0;background:%230000ff"><div style="position:fixed;left:0;top:0;width:50vw;height:100vh;background:%23ff0000"></div>'
+  assert_success
+  view_shows "$vurl" 25,70=255,0,0 75,70=0,0,255 || false
+  # A second page, through Playwright; the next view shows the change.
+  view goto "$HTTP" 'data:text/html,<body style="margin:0;background:%2300ff00">'
+  assert_success
+  view_shows "$vurl" 25,70=0,255,0 75,70=0,255,0 || false
+  # View only, by the server: a click through the view's token does not
+  # reach the page, even with noVNC's own view-only setting off.
+  view goto "$HTTP" 'data:text/html,<button style="position:fixed;left:0;top:0;width:100vw;height:100vh" onclick="window.clicks=(window.clicks||0)+1">press</button>'
+  assert_success
+  view click "${vurl/&view_only=1/}" 0.5 0.7
+  assert_success
+  view eval "$HTTP" 'window.clicks || 0'
+  assert_output_contains "value 0"
+  # The token is what lets the WebSocket through: none, a wrong one, a
+  # well-formed one of no sandbox are closed unanswered; the right one
+  # speaks VNC.
+  [ -z "$(ws_upgrade "$vport" "")" ] || false
+  [ -z "$(ws_upgrade "$vport" "?token=wrong")" ] || false
+  [ -z "$(ws_upgrade "$vport" "?token=0123456789abcdef0123456789abcdef")" ] || false
+  [[ $(ws_upgrade "$vport" "?token=$tok") == "HTTP/1.1 101 "* ]] || false
+  # The noVNC page without a token shows no screen.
+  VIEW_TIMEOUT_MS=5000 view shot "http://127.0.0.1:$vport/vnc.html?autoconnect=1" "$T/none.png"
+  [ "$status" -ne 0 ] && [[ $output == *"error page.waitForSelector: Timeout"* ]] || { show_run; false; }
+}
+
+# bats test_tags=browser
+@test "browser --takeover: a click and typing through noVNC reach the page; ended with the sandbox" {
+  need_view
+  need_node_clients
+  # The text form: the ws URL, then the view and takeover URLs.
+  run --separate-stderr ax browser --takeover --timeout 120s
+  AX_CMD="agsx browser --takeover"
+  assert_success
+  [ "$(wc -l <<<"$output")" = 3 ] || { show_run; false; }
+  local ws vurl turl
+  ws=$(sed -n 1p <<<"$output")
+  vurl=$(sed -n 's/^view: //p' <<<"$output")
+  turl=$(sed -n 's/^takeover: //p' <<<"$output")
+  [[ $ws =~ ^ws://127\.0\.0\.1:[0-9]+/devtools/browser/ ]] || { show_run; false; }
+  [[ $vurl == *view_only=1* && $turl != *view_only* ]] || { show_run; false; }
+  [ "${vurl##*%3D}" != "${turl##*%3D}" ] || false
+  ID=$(ax ls -q | head -n 1)
+  echo "$ID" >>"$T/ids"
+  run_ax exec "$ID" ps -eo args
+  [ "$(grep -c '^x11vnc ' <<<"$output")" = 2 ] || { show_run; false; }
+  view goto "$ws" 'data:text/html,<input id=t style="position:fixed;left:0;top:0;width:100vw;height:40vh;font-size:40px"><button style="position:fixed;left:0;top:40vh;width:100vw;height:60vh" onclick="window.clicks=(window.clicks||0)+1">press</button>'
+  assert_success
+  # A person clicks the button through the takeover view: its handler runs.
+  view click "$turl" 0.5 0.8
+  assert_success
+  view eval "$ws" 'window.clicks || 0'
+  assert_output_contains "value 1"
+  # And types into the field: the keys reach the page.
+  view type "$turl" 0.5 0.3 'agsx Takeover 42'
+  assert_success
+  view eval "$ws" 'document.getElementById("t").value'
+  assert_output_contains 'value "agsx Takeover 42"'
+  # Published ports: the supervisor listens on exactly the two, on loopback.
+  local sup listening
+  sup=$(ax inspect "$ID" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["supervisor"]["pid"])')
+  listening=$(ss -Hltnp | grep "pid=$sup," | awk '{print $4}' | sort)
+  [ "$(wc -l <<<"$listening")" = 2 ] && ! grep -qv '^127\.0\.0\.1:' <<<"$listening" ||
+    { echo "# the supervisor listens on: $listening" >&3; false; }
+  local vport=${vurl#http://127.0.0.1:}
+  vport=${vport%%/*}
+  grep -qx "127.0.0.1:$vport" <<<"$listening" || false
+  # Killed: nothing of the view is left, and its port is closed.
+  run_ax kill "$ID"
+  assert_success
+  local _
+  for _ in $(seq 40); do
+    [ -z "$(sandbox_processes)" ] && ! curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$vport/vnc.html" && break
+    sleep 0.25
+  done
+  [ -z "$(sandbox_processes)" ] || { echo "# left: $(sandbox_processes)" >&3; false; }
+  ! curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$vport/vnc.html" || false
 }
