@@ -33,6 +33,12 @@ static const struct arg start_args[] = {
      "internal (default: the browser reaches only pages inside its own sandbox) or the mode "
      "agsx mcp --network allows"},
     {"keep", A_BOOL, false, 0, 0, "Keep the browser running after this session ends"},
+    {"view", A_BOOL, false, 0, 0,
+     "Run Chromium headed with a live view a person opens in a web browser (noVNC, view only): "
+     "view_url"},
+    {"takeover", A_BOOL, false, 0, 0,
+     "With view: also takeover_url, whose view takes mouse and keyboard (a person takes over "
+     "for a login or a CAPTCHA)"},
     {0},
 };
 
@@ -68,12 +74,19 @@ static int browser_start(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_
     return agsx_error_wrap(err, "memory");
   if (agsx_mcp_room(s, 1, err) < 0)
     return -1;
-  _cleanup_strv_ char **argv = agsx_browser_argv(NULL, 0, NULL), **labels = NULL;
+  bool takeover = arg_bool(a, "takeover"), with_view = takeover || arg_bool(a, "view");
+  struct agsx_browser_view view;
+  if (with_view)
+    agsx_browser_view_new(&view, takeover);
+  _cleanup_strv_ char **argv = agsx_browser_argv(NULL, 0, with_view ? &view : NULL),
+                      **labels = NULL;
   agsx_labels_set(&labels, AGSX_MCP_LABEL_SESSION, s->session);
   if (arg_bool(a, "keep"))
     agsx_labels_set(&labels, AGSX_MCP_LABEL_KEEP, "true");
-  char *env[] = {(char *)"HOME=/tmp", NULL}; /* HOME and the profile in its writable /tmp */
-  char *ports[] = {(char *)"127.0.0.1:0:" AGSX_BROWSER_CDP_PORT_STR, NULL};
+  /* HOME and the profile in its writable /tmp; the view's tokens. */
+  _cleanup_strv_ char **env = agsx_browser_env(with_view ? &view : NULL);
+  char *ports[] = {(char *)"127.0.0.1:0:" AGSX_BROWSER_CDP_PORT_STR,
+                   with_view ? (char *)"127.0.0.1:0:" AGSX_BROWSER_VIEW_PORT_STR : NULL, NULL};
   uint64_t timeout = (uint64_t)arg_int(a, "timeout", AGSX_MCP_LIFETIME_DEFAULT);
   struct agsx_spawn_req q = {
       .root = cfg->root,
@@ -93,15 +106,26 @@ static int browser_start(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_
   int status;
   if (agsx_spawn(&s->spawner, &q, id, &status, err) < 0)
     return agsx_error_wrap(err, "start a browser");
-  struct sockaddr_storage addr;
-  char hostport[80];
+  struct sockaddr_storage addr, vaddr;
+  char hostport[80], vhostport[80];
   struct agsx_cdp_version v = {0};
   struct alive al = {s, id};
   uint64_t bound = timeout < AGSX_BROWSER_READY_SEC ? timeout : AGSX_BROWSER_READY_SEC;
   agsx_mcp_progress(s, 1, 0, "starting Chromium");
   if (agsx_browser_published(s->statefd, id, AGSX_BROWSER_CDP_PORT, &addr, err) < 0 ||
       (agsx_sockaddr_format(&addr, hostport, sizeof(hostport)),
-       agsx_browser_wait(&addr, hostport, bound, running, &al, NULL, &v, err) < 0)) {
+       agsx_browser_wait(&addr, hostport, bound, running, &al, NULL, &v, err) < 0) ||
+      (with_view &&
+       (agsx_browser_published(s->statefd, id, AGSX_BROWSER_VIEW_PORT, &vaddr, err) < 0 ||
+        (agsx_sockaddr_format(&vaddr, vhostport, sizeof(vhostport)),
+         agsx_browser_view_wait(&vaddr, vhostport, bound, running, &al, NULL, err) < 0)))) {
+    _cleanup_free_ char *why =
+        agsx_error_errno(err) == ESRCH ? agsx_browser_last_error(s->statefd, id) : NULL;
+    if (why) {
+      _cleanup_free_ char *msg = xstrdup((*err)->msg);
+      agsx_error_free(err);
+      agsx_error_set_quiet(err, ESRCH, "%s; it said: %s", msg, why);
+    }
     int pidfd = -1;
     agsx_error_t e = NULL;
     if (agsx_control_request_stop(s->statefd, id, &pidfd, &e) < 0 && agsx_error_errno(&e) != ESRCH)
@@ -122,11 +146,20 @@ static int browser_start(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_
     agsx_json_kv_str(g, "ws_url", ws);
     agsx_json_kv_str(g, "http_url", http);
     agsx_json_kv_str(g, "browser", v.browser ? v.browser : "");
+    if (with_view) {
+      _cleanup_free_ char *vu = agsx_browser_view_url(vhostport, view.token, true);
+      _cleanup_free_ char *tu =
+          takeover ? agsx_browser_view_url(vhostport, view.takeover_token, false) : NULL;
+      agsx_json_kv_str(g, "view_url", vu);
+      agsx_json_kv_str(g, "takeover_url", tu);
+    }
     yajl_gen_map_close(g);
     agsx_info("mcp: session %s: started browser %.12s (%s)", s->session, id, ws);
     agsx_record_clear(&rec);
   }
   agsx_cdp_version_clear(&v);
+  if (with_view)
+    explicit_bzero(&view, sizeof(view));
   return r;
 }
 
@@ -564,12 +597,16 @@ const struct tool agsx_mcp_browser_tools[] = {
      "Start headless Chromium in a new sandbox of this session (user 1000, 2g, no network "
      "unless asked for and allowed) and wait until its DevTools endpoint answers; returns the "
      "sandbox and ws_url, the Chrome DevTools Protocol WebSocket URL (Playwright's "
-     "connectOverCDP, Puppeteer's connect) on the host's loopback. Stop it with sandbox_kill.",
+     "connectOverCDP, Puppeteer's connect) on the host's loopback. With view, Chromium runs "
+     "headed and view_url is a live view for a person (noVNC, view only; takeover_url with "
+     "takeover takes input): hand it to the user to watch or to log in. Stop it with "
+     "sandbox_kill.",
      start_args,
      "{\"type\":\"object\",\"properties\":{\"sandbox\":" SANDBOX_SCHEMA
      ",\"ws_url\":{\"type\":\"string\"},\"http_url\":{\"type\":\"string\"},\"browser\":{\"type\":"
-     "\"string\",\"description\":\"Chromium's version\"}},\"required\":[\"sandbox\",\"ws_url\","
-     "\"http_url\",\"browser\"]}",
+     "\"string\",\"description\":\"Chromium's version\"},\"view_url\":{\"type\":[\"string\","
+     "\"null\"]},\"takeover_url\":{\"type\":[\"string\",\"null\"]}},\"required\":[\"sandbox\","
+     "\"ws_url\",\"http_url\",\"browser\"]}",
      false, false, browser_start},
     {"browser_navigate", "Go to a URL",
      "Load a URL in the browser's page and wait for it to load; returns the page's url and "

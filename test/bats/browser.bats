@@ -709,3 +709,37 @@ open(sys.argv[2], "wb").write(base64.b64decode(img[0]["data"], validate=True))' 
   [ -z "$(sandbox_processes)" ] || { echo "# left: $(sandbox_processes)" >&3; false; }
   ! curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$vport/vnc.html" || false
 }
+
+# bats test_tags=browser
+@test "browser: agsx mcp: browser_start with view and takeover returns both URLs, and they work" {
+  need_view
+  local line vurl turl id
+  coproc MCP { ax mcp 2>"$T/mcp.err"; }
+  echo '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bats","version":"1"}}}' >&"${MCP[1]}"
+  IFS= read -r -t 60 line <&"${MCP[0]}"
+  echo '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"browser_start","arguments":{"timeout":90,"takeover":true}}}' >&"${MCP[1]}"
+  IFS= read -r -t 90 line <&"${MCP[0]}"
+  read -r id vurl turl < <(python3 -c '
+import json, sys
+c = json.loads(sys.argv[1])["result"]["structuredContent"]
+print(c["sandbox"]["id"], c["view_url"], c["takeover_url"])' "$line") || { echo "$line"; false; }
+  echo "$id" >>"$T/ids"
+  [[ $vurl == http://127.0.0.1:*/vnc.html?*view_only=1*token%3D* && $turl != *view_only* ]] ||
+    { echo "$line"; false; }
+  local vport=${vurl#http://127.0.0.1:}
+  vport=${vport%%/*}
+  [[ $(ws_upgrade "$vport" "?token=${vurl##*%3D}") == "HTTP/1.1 101 "* ]] || false
+  [[ $(ws_upgrade "$vport" "?token=${turl##*%3D}") == "HTTP/1.1 101 "* ]] || false
+  [ -z "$(ws_upgrade "$vport" "?token=wrong")" ] || false
+  run_ax exec "$id" ps -eo args
+  [ "$(grep -c '^x11vnc ' <<<"$output")" = 2 ] || { show_run; false; }
+  # The session's end stops it, view and all.
+  exec {MCP[1]}>&-
+  wait "$MCP_PID" || true
+  local _
+  for _ in $(seq 40); do
+    [ -z "$(sandbox_processes)" ] && break
+    sleep 0.25
+  done
+  [ -z "$(sandbox_processes)" ] || { echo "# left: $(sandbox_processes)" >&3; false; }
+}
