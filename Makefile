@@ -8,6 +8,8 @@
 #   make demo       install missing Debian packages, build, run the demo
 #   make base-image build the e2b-base image (images/base, E2B's `base`
 #                   shape) offline from Debian's archive into the store
+#   make desktop-image  the same for e2b-desktop (images/desktop, E2B's
+#                   `desktop` shape: Xfce on Xvfb, for @e2b/desktop)
 #   make check      build (plain + ASan/UBSan + libFuzzer) and run every test,
 #                   TEST_JOBS suites at once (default: the number of CPUs),
 #                   each fuzz target for CHECK_FUZZ_SECONDS (default 2), and
@@ -37,7 +39,7 @@ CHECK_GUESTS ?= 6.1
 HOST_KERNELS ?= 6.1 6.12 newest
 TEST_JOBS ?= $(JOBS)
 
-.PHONY: all deps demo base-image check check-hosts check-quick format-check format fuzz bench install clean distclean FORCE
+.PHONY: all deps demo base-image desktop-image check check-hosts check-quick format-check format fuzz bench install clean distclean FORCE
 
 all: $(B)/Makefile
 	@$(MAKE) --no-print-directory -C $(B) -j$(JOBS)
@@ -75,6 +77,9 @@ demo: all
 
 base-image: all
 	@$(top)/scripts/base-image.sh $(B)
+
+desktop-image: all
+	@$(top)/scripts/base-image.sh $(B) desktop
 
 # One run over every build; test/run-tests prints the one summary line.
 # The source format is checked first: it takes seconds.

@@ -281,6 +281,10 @@ static const char *template_image(const struct agsx_api_config *cfg, const char 
    * images/base), else the host image. */
   if (strcmp(tmpl, "base") == 0)
     return store_has(cfg, "e2b-base") ? "e2b-base" : "host";
+  /* desktop (@e2b/desktop's default): E2B's shape, Xfce on Xvfb (`make
+   * desktop-image`: images/desktop); no fallback, the host has no desktop. */
+  if (strcmp(tmpl, "desktop") == 0 && store_has(cfg, "e2b-desktop"))
+    return "e2b-desktop";
   return tmpl;
 }
 
@@ -294,7 +298,8 @@ static bool template_new_privs(const struct agsx_api_config *cfg, const char *tm
   bool mapped = false;
   for (size_t i = 0; cfg->templates && cfg->templates[i]; i++)
     mapped |= strncmp(cfg->templates[i], tmpl, n) == 0 && cfg->templates[i][n] == '=';
-  if (!mapped && strcmp(tmpl, "base") == 0 && strcmp(image, "e2b-base") == 0)
+  if (!mapped && ((strcmp(tmpl, "base") == 0 && strcmp(image, "e2b-base") == 0) ||
+                  (strcmp(tmpl, "desktop") == 0 && strcmp(image, "e2b-desktop") == 0)))
     return true;
   return mapped && agsx_strv_contains(cfg->new_privs, tmpl);
 }

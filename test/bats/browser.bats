@@ -82,55 +82,6 @@ client() {
 # The memory cgroup directory of process $1 (v1 or v2: host.bash).
 mem_cgroup() { proc_cgroup_dir "$1" memory; }
 
-# PNG check: signature and a sane IHDR; prints WIDTHxHEIGHT.
-png_size() {
-  python3 - "$1" <<'PY'
-import struct, sys
-d = open(sys.argv[1], 'rb').read()
-assert d[:8] == b'\x89PNG\r\n\x1a\n', 'not a PNG'
-assert d[12:16] == b'IHDR', 'no IHDR'
-w, h = struct.unpack('>II', d[16:24])
-assert 0 < w <= 10000 and 0 < h <= 10000, (w, h)
-assert d[-8:-4] == b'IEND', 'truncated'
-print(f'{w}x{h}')
-PY
-}
-
-# png_pixel FILE X Y: "R,G,B" of one pixel of an 8-bit, non-interlaced RGB
-# or RGBA PNG (what Chromium writes), the filters undone.
-png_pixel() {
-  python3 - "$@" <<'PY'
-import struct, sys, zlib
-d = open(sys.argv[1], 'rb').read()
-x, y = int(sys.argv[2]), int(sys.argv[3])
-pos, idat = 8, b''
-while pos < len(d):
-    n, t = struct.unpack('>I4s', d[pos:pos + 8])
-    if t == b'IHDR':
-        w, h, depth, ctype, _, _, interlace = struct.unpack('>IIBBBBB', d[pos + 8:pos + 21])
-    elif t == b'IDAT':
-        idat += d[pos + 8:pos + 8 + n]
-    pos += 12 + n
-assert depth == 8 and ctype in (2, 6) and interlace == 0, (depth, ctype, interlace)
-bpp = 3 if ctype == 2 else 4
-raw, stride, prev = zlib.decompress(idat), w * bpp, bytearray(w * bpp)
-for row in range(y + 1):
-    f, line = raw[row * (stride + 1)], bytearray(raw[row * (stride + 1) + 1:(row + 1) * (stride + 1)])
-    for i in range(stride):
-        a = line[i - bpp] if i >= bpp else 0
-        b, c = prev[i], prev[i - bpp] if i >= bpp else 0
-        if f == 1: line[i] = (line[i] + a) & 255
-        elif f == 2: line[i] = (line[i] + b) & 255
-        elif f == 3: line[i] = (line[i] + (a + b) // 2) & 255
-        elif f == 4:
-            p = a + b - c
-            pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-            line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-    prev = line
-print(','.join(str(v) for v in prev[x * bpp:x * bpp + 3]))
-PY
-}
-
 # Xvfb, x11vnc, websockify and noVNC on the host (for the host image, as
 # agsx browser --view runs them inside the sandbox), installed if we may.
 need_view() {
