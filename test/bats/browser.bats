@@ -100,6 +100,14 @@ need_view() {
     skip "browser --view: ${missing[*]} not installed and could not be (apt-get install xvfb x11vnc websockify novnc)"
 }
 
+# mcp_session: `agsx mcp` as the coprocess MCP, initialized (its answer in
+# $line).
+mcp_session() {
+  coproc MCP { ax mcp 2>"$T/mcp.err"; }
+  echo '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bats","version":"1"}}}' >&"${MCP[1]}"
+  IFS= read -r -t 60 line <&"${MCP[0]}"
+}
+
 # view VERB ARGS...: test/fixtures/browser-view.js (a headless Chromium on
 # the host opening the noVNC page, or Playwright over CDP).
 view() {
@@ -463,9 +471,7 @@ EOF
 @test "browser: agsx mcp: browser_start, Puppeteer through ws_url; navigate, text, type, click, screenshot of a page in the sandbox" {
   need_chromium
   local line id ws http
-  coproc MCP { ax mcp 2>"$T/mcp.err"; }
-  echo '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bats","version":"1"}}}' >&"${MCP[1]}"
-  IFS= read -r -t 60 line <&"${MCP[0]}"
+  mcp_session
   echo '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"browser_start","arguments":{"network":"public"}}}' >&"${MCP[1]}"
   IFS= read -r -t 60 line <&"${MCP[0]}"
   [[ $line == *"network \`public\` is not allowed"*'"isError":true'* ]] || { echo "$line"; false; }
@@ -665,9 +671,7 @@ open(sys.argv[2], "wb").write(base64.b64decode(img[0]["data"], validate=True))' 
 @test "browser: agsx mcp: browser_start with view and takeover returns both URLs, and they work" {
   need_view
   local line vurl turl id
-  coproc MCP { ax mcp 2>"$T/mcp.err"; }
-  echo '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bats","version":"1"}}}' >&"${MCP[1]}"
-  IFS= read -r -t 60 line <&"${MCP[0]}"
+  mcp_session
   echo '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"browser_start","arguments":{"timeout":90,"takeover":true}}}' >&"${MCP[1]}"
   IFS= read -r -t 90 line <&"${MCP[0]}"
   read -r id vurl turl < <(python3 -c '
