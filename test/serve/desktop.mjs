@@ -3,7 +3,7 @@
 // @e2b/desktop SDK: Sandbox.create() starts Xvfb and Xfce with the SDK's own
 // commands; a page opened in Chromium (launch and open) gets a click and
 // typed text through xdotool, read back from the window's title with
-// commands.run; open() of a URL reaches it too; screenshot() is a PNG of the screen (written to $SHOT for the
+// commands.run; open() of a URL and of a file reaches it too; screenshot() is a PNG of the screen (written to $SHOT for the
 // caller's pixel checks); the mouse moves, scrolls and drags; stream.start()
 // runs x11vnc and noVNC in the sandbox, whose page answers there.
 // E2B_SDK: the node_modules holding @e2b/desktop (test/serve/npm-install --desktop).
@@ -101,6 +101,11 @@ await main(async () => {
   await d.open('http://127.0.0.1:8000/second.html');
   await until(() => chromiumTitles(d), (t) => t.includes('agsx-second page'), 60000,
     'the page opened with xdg-open');
+  // and of a file: HTML opens in Chromium too.
+  await d.files.write('/home/user/third.html', '<title>agsx-third file</title>');
+  await d.open('/home/user/third.html');
+  await until(() => chromiumTitles(d), (t) => t.includes('agsx-third file'), 60000,
+    'the file opened with xdg-open');
   console.log('opened');
 
   // The stream: x11vnc and noVNC start in the sandbox; noVNC answers there.
