@@ -1,10 +1,11 @@
 /* agsx browser: Chromium in a detached sandbox, its DevTools endpoint
- * published on a host port; headless, or headed with a live view
- * (--view, --takeover: noVNC inside the sandbox, see sandbox/browser.h). The sandbox is started through the
- * lifecycle library, detached, as `run -d` starts one (agsx_lifecycle_*), so
- * it is an ordinary sandbox for ls, exec, kill, update and gc; this command
- * only fills the spec (Chromium's command line: sandbox/browser.h) and
- * waits until the endpoint answers. */
+ * published on a host port; headless, or headed with a live view (--view,
+ * --takeover: noVNC inside the sandbox, see sandbox/browser.h). The
+ * sandbox is started through the lifecycle library, detached, as `run -d`
+ * starts one (agsx_lifecycle_*), so it is an ordinary sandbox for ls, exec,
+ * kill, update and gc; this command only fills the spec (Chromium's command
+ * line: sandbox/browser.h) and waits until the endpoint (and the view)
+ * answers. */
 #include "config.h"
 
 #include "sandbox/browser.h"
@@ -229,7 +230,7 @@ static void print_started(const struct bopts *o, const struct agsx_run_started *
   printf("%s\n", s);
 }
 
-/* The published PORT of sandbox ID, and a wait until it answers. */
+/* Where sandbox ID's PORT is published, from its record. */
 static int published(int statefd, const char *id, int port, struct endpoint *e, agsx_error_t *err) {
   if (agsx_browser_published(statefd, id, port, &e->a, err) < 0)
     return -1;
