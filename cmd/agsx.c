@@ -352,6 +352,10 @@ static const struct agsx_option serve_opts[] = {
      "Also answer requests for host NAME and one label below it (E2B_DOMAIN; repeatable; "
      "the listen address and localhost always)",
      O_SERVE_HOST},
+    {"ports-listen", 0, "ADDR:PORT",
+     "Also forward sandboxes' own ports, by E2B's host names PORT-ID.DOMAIN, from this "
+     "listener (E2B_DOMAIN=localhost:PORT; loopback unless --listen-public)",
+     O_PORTS_LISTEN},
     {"api-key", 0, "KEY", "The API key (default $AGSX_API_KEY, else the key file's)", O_API_KEY},
     {"api-key-file", 0, "FILE", "Read (or generate) the key here (default /etc/agsx/api-key)",
      O_API_KEY_FILE},

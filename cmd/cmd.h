@@ -109,6 +109,7 @@ enum {
   O_ALLOW_HOST_PATH,
   O_VIEW,
   O_TAKEOVER,
+  O_PORTS_LISTEN,
 };
 
 /* The table, in cmd/agsx.c. */

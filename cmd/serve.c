@@ -12,7 +12,7 @@
 #include <string.h>
 
 struct serve_opts {
-  const char *listen, *api_key, *api_key_file, *network, *default_user;
+  const char *listen, *ports_listen, *api_key, *api_key_file, *network, *default_user;
   bool listen_public;
   char **hosts;
   char **templates;
@@ -55,6 +55,7 @@ static int on_serve_opt(void *data, int id, const char *v) {
   agsx_error_t err = NULL;
   switch (id) {
   case O_LISTEN: o->listen = v; return 0;
+  case O_PORTS_LISTEN: o->ports_listen = v; return 0;
   case O_LISTEN_PUBLIC: o->listen_public = true; return 0;
   case O_SERVE_HOST: agsx_strv_push(&o->hosts, v); return 0;
   case O_API_KEY: o->api_key = v; return 0;
@@ -86,11 +87,18 @@ static int on_serve_opt(void *data, int id, const char *v) {
   return 0;
 }
 
-static void on_ready(void *data, const char *addr, const char *note) {
+static void on_ready(void *data, const char *addr, const char *ports_addr, const char *note) {
   (void)data;
   if (note)
     fprintf(stderr, "agsx: serve: %s\n", note);
   fprintf(stderr, "agsx: serve: listening on http://%s (E2B_API_URL and E2B_SANDBOX_URL)\n", addr);
+  if (ports_addr) {
+    const char *port = strrchr(ports_addr, ':');
+    fprintf(
+        stderr,
+        "agsx: serve: sandboxes' ports on http://PORT-ID.localhost%s (E2B_DOMAIN=localhost%s)\n",
+        port ? port : "", port ? port : "");
+  }
 }
 
 /* A setting from agsx.conf (KEY) or the environment (ENV) when no flag
@@ -148,6 +156,7 @@ int agsx_cmd_serve(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
       .state = ctx->state,
       .listen = o.listen,
       .listen_public = o.listen_public,
+      .ports_listen = o.ports_listen,
       .hosts = o.hosts,
       .api_key = o.api_key,
       .api_key_file = o.api_key_file,

@@ -494,6 +494,7 @@ complete -c agsx -n '__agsx_cmd mcp' -s h -l help -d 'Show this help'
 # agsx serve
 complete -c agsx -n '__agsx_cmd serve' -l listen -x -d 'Listen here (default 127.0.0.1:3000)'
 complete -c agsx -n '__agsx_cmd serve' -l listen-public -d 'Allow a non-loopback --listen (risky)'
+complete -c agsx -n '__agsx_cmd serve' -l ports-listen -x -d 'Also forward sandboxes\' own ports by host name PORT-ID.DOMAIN from ADDR:PORT'
 complete -c agsx -n '__agsx_cmd serve' -l host -x -a '(__fish_print_hostnames)' -d 'Also answer requests for host NAME and one label below it'
 complete -c agsx -n '__agsx_cmd serve' -l api-key -x -d 'The API key (default $AGSX_API_KEY, else the key file)'
 complete -c agsx -n '__agsx_cmd serve' -l api-key-file -r -F -d 'Read (or generate) the key here'

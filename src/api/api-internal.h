@@ -61,6 +61,11 @@ struct server {
   size_t n_composes;
   char **hosts; /* the host names it answers (--host), normalised */
   size_t n_code_ops;
+  /* --ports-listen (forward.c): its listener, the server's own network
+   * namespace, the connections to sandboxes' ports */
+  int ports_lfd, netns;
+  struct fwd *fwds;
+  size_t n_fwds;
   bool stopping;
 };
 
@@ -234,6 +239,15 @@ bool agsx_api_conn_peer_gone(struct MHD_Connection *c);
  * (once a second: AGSX_API_SWEEP_MS) the waiting connections whose client
  * has gone; when the next one is due (-1: none). */
 void agsx_api_conns_tick(struct server *s);
+/* ---- a sandbox's ports by host name (forward.c) ---- */
+/* The listener of cfg->ports_listen, if any, in the server's epoll. */
+int agsx_api_ports_start(struct server *s, agsx_error_t *err);
+/* Accepts, routes and moves bytes; never blocks. */
+void agsx_api_ports_tick(struct server *s);
+/* When a connection's head or connect times out next: ms, -1 none. */
+int agsx_api_ports_timeout_ms(struct server *s);
+/* Closes every connection and the listener. */
+void agsx_api_ports_stop(struct server *s);
 int agsx_api_conns_timeout_ms(struct server *s);
 size_t agsx_api_conns_count(struct server *s);
 

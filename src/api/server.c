@@ -619,6 +619,9 @@ static void loop(struct server *s) {
     ct = agsx_api_envd_timeout_ms(s);
     if (ct >= 0 && ct < t)
       t = ct;
+    ct = agsx_api_ports_timeout_ms(s);
+    if (ct >= 0 && ct < t)
+      t = ct;
     MHD_UNSIGNED_LONG_LONG mt;
     if (agsx_mhd.get_timeout(s->d, &mt) == MHD_YES && (int64_t)mt < t)
       t = (int64_t)mt;
@@ -634,6 +637,7 @@ static void loop(struct server *s) {
     agsx_api_envd_tick(s);
     agsx_api_code_tick(s);
     agsx_api_conns_tick(s);
+    agsx_api_ports_tick(s);
     pump_streams(s);
     agsx_mhd.run(s->d);
   }
@@ -668,7 +672,13 @@ static void drain(struct server *s) {
 int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err) {
   if (agsx_mhd_load(err) < 0)
     return -1;
-  struct server s = {.cfg = cfg, .epfd = -1, .sigfd = -1, .statefd = -1, .spawner = {-1, 0}};
+  struct server s = {.cfg = cfg,
+                     .epfd = -1,
+                     .sigfd = -1,
+                     .statefd = -1,
+                     .ports_lfd = -1,
+                     .netns = -1,
+                     .spawner = {-1, 0}};
   s.conns = agsx_api_conns_new();
   int ret = -1;
   _cleanup_close_ int lfd = -1;
@@ -716,17 +726,21 @@ int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err) {
   if (start_daemon(&s, lfd, err) < 0)
     goto out;
   lfd = -1; /* the daemon's now */
+  if (agsx_api_ports_start(&s, err) < 0)
+    goto out;
   if (cfg->ready) {
     _cleanup_free_ char *note =
         created ? xasprintf("generated the API key in %s",
                             cfg->api_key_file ? cfg->api_key_file : AGSX_API_KEY_FILE)
                 : NULL;
-    cfg->ready(cfg->ready_data, cfg->listen ? cfg->listen : AGSX_API_DEFAULT_LISTEN, note);
+    cfg->ready(cfg->ready_data, cfg->listen ? cfg->listen : AGSX_API_DEFAULT_LISTEN,
+               cfg->ports_listen, note);
   }
   loop(&s);
   drain(&s);
   ret = 0;
 out:
+  agsx_api_ports_stop(&s);
   if (s.d)
     agsx_mhd.stop_daemon(s.d);  /* frees the streams through their responses */
   agsx_api_conns_free(s.conns); /* after MHD's last close notification */

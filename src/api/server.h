@@ -49,6 +49,10 @@ struct agsx_api_config {
   const char *root, *state; /* the image store and the state directory */
   const char *listen;       /* ADDR:PORT (IPv4 or [IPv6]); NULL: AGSX_API_DEFAULT_LISTEN */
   bool listen_public;       /* a non-loopback ADDR is refused without it */
+  /* ADDR:PORT of the listener of sandboxes' own ports by host name
+   * (PORT-ID.DOMAIN, forward.c; the same rule for a non-loopback ADDR);
+   * NULL: none. */
+  const char *ports_listen;
   /* Host names (or addresses) requests may name in Host and Origin besides
    * the address they reached and localhost; one label below a name is
    * also its (E2B's api.NAME, PORT-ID.NAME). NULL: none. */
@@ -73,8 +77,9 @@ struct agsx_api_config {
    * pool is empty, it starts one as without. */
   char **pools;
   const char *default_user; /* NULL: "user" when the image has one, else root */
-  /* Called once the listener is up, with its address (the front end says so). */
-  void (*ready)(void *data, const char *addr, const char *key_note);
+  /* Called once the listeners are up, with their addresses (the front end
+   * says so; PORTS_ADDR NULL without --ports-listen). */
+  void (*ready)(void *data, const char *addr, const char *ports_addr, const char *key_note);
   void *ready_data;
 };
 

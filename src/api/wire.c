@@ -467,3 +467,106 @@ bool agsx_api_host_allowed(const char *host, const char *local, char *const *nam
       return true;
   return false;
 }
+
+/* ---- a request's head ---- */
+
+static bool is_tchar(unsigned char c) { return isalnum(c) || (c && strchr("!#$%&'*+-.^_`|~", c)); }
+
+/* The request line: METHOD SP TARGET SP HTTP/1.x. */
+static bool request_line_ok(const char *s, size_t n) {
+  size_t m = 0;
+  while (m < n && is_tchar((unsigned char)s[m]))
+    m++;
+  if (m == 0 || m >= n || s[m] != ' ' || n < m + 1 + 1 + 9)
+    return false;
+  const char *v = s + n - 9;
+  if (memcmp(v, " HTTP/1.", 8) != 0 || (v[8] != '0' && v[8] != '1'))
+    return false;
+  for (const char *t = s + m + 1; t < v; t++)
+    if ((unsigned char)*t <= ' ' || *t == 0x7f)
+      return false;
+  return true;
+}
+
+int agsx_api_head_scan(const char *buf, size_t len, size_t *ret_len,
+                       char host[static AGSX_API_HEAD_VALUE_MAX + 1],
+                       char origin[static AGSX_API_HEAD_VALUE_MAX + 1], agsx_error_t *err) {
+  size_t lim = len < AGSX_API_HEAD_MAX ? len : AGSX_API_HEAD_MAX;
+  bool have_host = false, have_origin = false;
+  host[0] = origin[0] = '\0';
+  for (size_t pos = 0, line = 0; pos < lim; line++) {
+    const char *nl = memchr(buf + pos, '\n', lim - pos);
+    if (nl == NULL)
+      break;
+    const char *s = buf + pos;
+    size_t end = (size_t)(nl - buf), n = end - pos;
+    if (n > 0 && s[n - 1] == '\r')
+      n--;
+    if (memchr(s, '\0', n))
+      return agsx_error_set_quiet(err, EINVAL, "a NUL in the request's head");
+    pos = end + 1;
+    if (line == 0) {
+      if (!request_line_ok(s, n))
+        return agsx_error_set_quiet(err, EINVAL, "not an HTTP/1.x request line");
+      continue;
+    }
+    if (n == 0) {
+      *ret_len = pos;
+      return 1;
+    }
+    size_t k = 0;
+    while (k < n && is_tchar((unsigned char)s[k]))
+      k++;
+    if (k == 0 || k >= n || s[k] != ':')
+      return agsx_error_set_quiet(err, EINVAL, "a header line without a name and a colon");
+    size_t v = k + 1, w = n;
+    while (v < w && (s[v] == ' ' || s[v] == '\t'))
+      v++;
+    while (w > v && (s[w - 1] == ' ' || s[w - 1] == '\t'))
+      w--;
+    char *dst = NULL;
+    bool *seen = NULL;
+    if (k == 4 && strncasecmp(s, "host", 4) == 0)
+      dst = host, seen = &have_host;
+    else if (k == 6 && strncasecmp(s, "origin", 6) == 0)
+      dst = origin, seen = &have_origin;
+    if (dst == NULL)
+      continue;
+    if (*seen)
+      return agsx_error_set_quiet(err, EINVAL, "a repeated %.*s header", (int)k, s);
+    if (w - v > AGSX_API_HEAD_VALUE_MAX)
+      return agsx_error_set_quiet(err, EINVAL, "an overlong %.*s header", (int)k, s);
+    memcpy(dst, s + v, w - v);
+    dst[w - v] = '\0';
+    *seen = true;
+  }
+  if (len >= AGSX_API_HEAD_MAX)
+    return agsx_error_set_quiet(err, EMSGSIZE, "a request head over %d bytes", AGSX_API_HEAD_MAX);
+  return 0;
+}
+
+int agsx_api_port_host(const char *host, unsigned *ret_port, char ret_id[static 33],
+                       agsx_error_t *err) {
+  const char *dot = strchr(host, '.');
+  const char *dash = dot ? memchr(host, '-', (size_t)(dot - host)) : NULL;
+  if (dash == NULL || dash == host || dash - host > 5 || host[0] == '0')
+    return agsx_error_set_quiet(err, EINVAL, "not a sandbox port's host (PORT-ID.DOMAIN)");
+  unsigned port = 0;
+  for (const char *p = host; p < dash; p++) {
+    if (!isdigit((unsigned char)*p))
+      return agsx_error_set_quiet(err, EINVAL, "not a sandbox port's host (PORT-ID.DOMAIN)");
+    port = port * 10 + (unsigned)(*p - '0');
+  }
+  size_t idn = (size_t)(dot - dash - 1);
+  if (port == 0 || port > 65535 || (idn != 20 && idn != 32))
+    return agsx_error_set_quiet(err, EINVAL, "not a sandbox port's host (PORT-ID.DOMAIN)");
+  for (size_t i = 0; i < idn; i++) {
+    unsigned char c = (unsigned char)dash[1 + i];
+    if (!isdigit(c) && !(c >= 'a' && c <= 'z'))
+      return agsx_error_set_quiet(err, EINVAL, "not a sandbox port's host (PORT-ID.DOMAIN)");
+  }
+  memcpy(ret_id, dash + 1, idn);
+  ret_id[idn] = '\0';
+  *ret_port = port;
+  return 0;
+}

@@ -65,9 +65,23 @@ desktop_image() {
 @test "e2b-desktop: the unmodified @e2b/desktop SDK through serve: launch, type, click, screenshot, open, stream" {
   [ -n "$DESKTOP_SDK" ] || skip "the npm @e2b/desktop SDK is not installed (npm or its registry unreachable)"
   desktop_image
-  SERVE_LOG_LEVEL=debug api_serve_start
+  # The stream's URL, opened by a headless Chromium on the host through
+  # serve --ports-listen (noVNC's page and its WebSocket to the sandbox's
+  # port 6080), when Chromium and Playwright are to be had. The SDK builds
+  # it https://: serve speaks plain HTTP, so the check asks for http://.
+  local pp check= dir
+  pp=$(free_port)
+  if command -v chromium >/dev/null && dir=$("$FIXTURES/browser-node-setup" 2>/dev/null); then
+    check=$T/stream-check
+    printf '%s\n' '#!/bin/bash' 'url=${1/#https:/http:}' 'echo "stream check $url"' \
+      "NODE_PATH=$dir/node_modules timeout 90 node $FIXTURES/browser-view.js shot \"\$url\" $T/stream.png" \
+      >"$check"
+    chmod +x "$check"
+  fi
+  SERVE_LOG_LEVEL=debug api_serve_start --ports-listen "127.0.0.1:$pp"
   run env E2B_SDK="$DESKTOP_SDK" E2B_API_URL="$U" E2B_SANDBOX_URL="$U" E2B_API_KEY="$KEY" \
-    E2B_DOMAIN=localhost SHOT="$T/desk.png" timeout --kill-after=5 240 node "$AGSX_SRCDIR/test/serve/desktop.mjs"
+    E2B_DOMAIN="localhost:$pp" SHOT="$T/desk.png" STREAM_CHECK="$check" \
+    timeout --kill-after=5 300 node "$AGSX_SRCDIR/test/serve/desktop.mjs"
   if [ "$status" -ne 0 ] || [ "${lines[${#lines[@]}-1]}" != ok ]; then
     printf '%s\n' "$output" | sed 's/^/#   /' >&3
     tail -30 "$T/serve.log" | sed 's/^/# serve: /' >&3
@@ -79,4 +93,14 @@ desktop_image() {
   [ "$(png_size "$T/desk.png")" = 1024x768 ]
   [ "$(png_pixel "$T/desk.png" 200 600)" = 255,0,0 ] || { echo "# at 200,600: $(png_pixel "$T/desk.png" 200 600)" >&3; false; }
   [ "$(png_pixel "$T/desk.png" 800 600)" = 0,0,255 ] || { echo "# at 800,600: $(png_pixel "$T/desk.png" 800 600)" >&3; false; }
+  # The stream, as a person's browser shows it: the desktop with the file
+  # open() showed last, yellow, in the middle of the screen.
+  [ -n "$check" ] || skip "the stream's URL not opened: Chromium or playwright-core is missing"
+  assert_output_contains "stream check http://6080-"
+  assert_output_contains ".localhost:$pp/vnc.html?autoconnect=true"
+  local size w h px
+  size=$(png_size "$T/stream.png")
+  w=${size%x*} h=${size#*x}
+  px=$(png_pixel "$T/stream.png" $((w / 2)) $((h * 6 / 10)))
+  [ "$px" = 255,255,0 ] || { echo "# the stream's middle: $px" >&3; false; }
 }

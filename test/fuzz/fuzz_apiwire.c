@@ -3,8 +3,9 @@
  * filter of GET /v2/sandboxes, 2 Basic auth, 3 base64, 4 percent-decoding,
  * 5 the listen address, 6 a Host header, 7 an Origin header (each then
  * judged against the names a server may have), 8 a list's startedAfter
- * time, 9 its page token (which must read back as it was written). The
- * rest is the input. */
+ * time, 9 its page token (which must read back as it was written), 10 a
+ * raw request head as the ports listener reads it (fed whole, and in two
+ * parts, which must agree), 11 a PORT-ID host. The rest is the input. */
 #include "config.h"
 
 #include "api/server.h"
@@ -22,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t n = size - 1;
   _cleanup_free_ char *s = xstrndup(p, n); /* NUL-terminated, as headers are */
   agsx_error_t err = NULL;
-  switch (data[0] % 10) {
+  switch (data[0] % 12) {
   case 0: {
     const char *msg;
     size_t len;
@@ -87,7 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   case 7: {
     char h[AGSX_API_HOST_MAX + 1];
     memset(h, 'x', sizeof(h));
-    int r = data[0] % 10 == 6 ? agsx_api_host_parse(s, h, &err) : agsx_api_origin_parse(s, h, &err);
+    int r = data[0] % 12 == 6 ? agsx_api_host_parse(s, h, &err) : agsx_api_origin_parse(s, h, &err);
     if (r == 0) {
       size_t hl = strnlen(h, sizeof(h));
       if (hl == 0 || hl > AGSX_API_HOST_MAX)
@@ -133,6 +134,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (ns < 0 || strlen(id) != 32 || strcmp(tok, s) != 0)
         __builtin_trap();
     }
+    break;
+  }
+  case 10: {
+    char host[AGSX_API_HEAD_VALUE_MAX + 1], origin[AGSX_API_HEAD_VALUE_MAX + 1];
+    char h2[AGSX_API_HEAD_VALUE_MAX + 1], o2[AGSX_API_HEAD_VALUE_MAX + 1];
+    size_t hl = 0, hl2 = 0;
+    int r = agsx_api_head_scan(p, n, &hl, host, origin, &err);
+    if (r == 1 &&
+        (hl == 0 || hl > n || hl > AGSX_API_HEAD_MAX || strlen(host) > 512 || strlen(origin) > 512))
+      __builtin_trap();
+    /* A prefix is a head received in part: complete only if the whole
+     * one ends there already, never an error the whole one is not. */
+    int r2 = agsx_api_head_scan(p, n / 2, &hl2, h2, o2, NULL);
+    if (r2 == 1 && (r != 1 || hl2 != hl || strcmp(h2, host) != 0 || strcmp(o2, origin) != 0))
+      __builtin_trap();
+    if (r2 < 0 && r == 1)
+      __builtin_trap();
+    break;
+  }
+  case 11: {
+    unsigned port = 0;
+    char id[33];
+    if (agsx_api_port_host(s, &port, id, &err) == 0 &&
+        (port == 0 || port > 65535 || (strlen(id) != 20 && strlen(id) != 32)))
+      __builtin_trap();
     break;
   }
   }

@@ -5,9 +5,11 @@
 // typed text through xdotool, read back from the window's title with
 // commands.run; open() of a URL and of a file reaches it too; screenshot() is a PNG of the screen (written to $SHOT for the
 // caller's pixel checks); the mouse moves, scrolls and drags; stream.start()
-// runs x11vnc and noVNC in the sandbox, whose page answers there.
+// runs x11vnc and noVNC in the sandbox, whose page answers there, and
+// $STREAM_CHECK URL (the caller's) opens the stream's URL meanwhile.
 // E2B_SDK: the node_modules holding @e2b/desktop (test/serve/npm-install --desktop).
 import { createRequire } from 'node:module';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { eq, assert, main, cleanup, sleep } from './lib.mjs';
@@ -102,7 +104,8 @@ await main(async () => {
   await until(() => chromiumTitles(d), (t) => t.includes('agsx-second page'), 60000,
     'the page opened with xdg-open');
   // and of a file: HTML opens in Chromium too.
-  await d.files.write('/home/user/third.html', '<title>agsx-third file</title>');
+  await d.files.write('/home/user/third.html',
+    '<title>agsx-third file</title><body style="margin:0;background:#ffff00">');
   await d.open('/home/user/third.html');
   await until(() => chromiumTitles(d), (t) => t.includes('agsx-third file'), 60000,
     'the file opened with xdg-open');
@@ -116,5 +119,9 @@ await main(async () => {
   r = await d.commands.run('curl -s -o /dev/null -w "%{http_code}" http://127.0.0.1:6080/vnc.html; pgrep -x x11vnc >/dev/null && echo " x11vnc"');
   eq(r.stdout, '200 x11vnc\n', 'noVNC and x11vnc in the sandbox');
   console.log('stream ' + url);
+  // The caller opens the stream's URL in a browser of its own while it runs
+  // (serve --ports-listen forwards the host's port 6080).
+  if (process.env.STREAM_CHECK)
+    execFileSync(process.env.STREAM_CHECK, [url], { stdio: 'inherit', timeout: 120000 });
   await d.stream.stop();
 });

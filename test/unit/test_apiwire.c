@@ -342,8 +342,65 @@ static void buf_drain(void) {
   agsx_buf_clear(&b);
 }
 
+static void heads(void) {
+  char host[AGSX_API_HEAD_VALUE_MAX + 1], origin[AGSX_API_HEAD_VALUE_MAX + 1];
+  size_t len = 0;
+  const char *h = "GET /vnc.html?x=1 HTTP/1.1\r\nHost:  6080-abc.localhost:3001 \r\n"
+                  "Origin: http://x\r\nUpgrade: websocket\r\n\r\nBODY";
+  tap_is_int(agsx_api_head_scan(h, strlen(h), &len, host, origin, NULL), 1, "a whole head");
+  tap_is_int((int)len, (int)(strlen(h) - 4), "its length, through the blank line");
+  tap_is_str(host, "6080-abc.localhost:3001", "Host, trimmed");
+  tap_is_str(origin, "http://x", "Origin");
+  tap_is_int(agsx_api_head_scan(h, 30, &len, host, origin, NULL), 0, "a part: more is needed");
+  const char *lf = "GET / HTTP/1.0\nhost: a\n\n";
+  tap_is_int(agsx_api_head_scan(lf, strlen(lf), &len, host, origin, NULL), 1, "LF lines");
+  tap_ok(strcmp(host, "a") == 0 && origin[0] == '\0', "host in lowercase, no Origin: empty");
+  const char *bad[] = {"GET / HTTP/2.0\r\n\r\n",
+                       "GET /\r\n\r\n",
+                       " GET / HTTP/1.1\r\n\r\n",
+                       "GET / HTTP/1.1\r\nno colon\r\n\r\n",
+                       "GET / HTTP/1.1\r\n folded: x\r\n\r\n",
+                       "GET / HTTP/1.1\r\nHost: a\r\nHOST: b\r\n\r\n",
+                       "GET /a b HTTP/1.1\r\n\r\n"};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(bad); i++)
+    tap_is_int(agsx_api_head_scan(bad[i], strlen(bad[i]), &len, host, origin, NULL), -1,
+               "refused: %zu", i);
+  char nul[] = "GET / HTTP/1.1\r\nX: a\0b\r\n\r\n";
+  tap_is_int(agsx_api_head_scan(nul, sizeof(nul) - 1, &len, host, origin, NULL), -1, "a NUL");
+  char *big = xzalloc(AGSX_API_HEAD_MAX + 100);
+  memcpy(big, "GET / HTTP/1.1\r\nX: ", 20);
+  memset(big + 20, 'a', AGSX_API_HEAD_MAX + 50);
+  agsx_error_t err = NULL;
+  tap_is_int(agsx_api_head_scan(big, AGSX_API_HEAD_MAX + 70, &len, host, origin, &err), -1,
+             "no end within the bound");
+  tap_is_int(agsx_error_errno(&err), EMSGSIZE, "EMSGSIZE");
+  agsx_error_free(&err);
+  char longhost[700] = "GET / HTTP/1.1\r\nHost: ";
+  memset(longhost + strlen(longhost), 'h', 600);
+  strcat(longhost, "\r\n\r\n");
+  tap_is_int(agsx_api_head_scan(longhost, strlen(longhost), &len, host, origin, NULL), -1,
+             "an overlong Host");
+  free(big);
+
+  unsigned port = 0;
+  char id[33];
+  tap_is_int(agsx_api_port_host("6080-0123456789abcdefghij.localhost", &port, id, NULL), 0,
+             "PORT-ID.DOMAIN");
+  tap_ok(port == 6080 && strcmp(id, "0123456789abcdefghij") == 0, "its port and id");
+  tap_is_int(agsx_api_port_host("65535-0123456789abcdef0123456789abcdef.e2b.test", &port, id, NULL),
+             0, "a 32-character id, the highest port");
+  const char *nope[] = {"6080-0123456789abcdefghij",     "0-0123456789abcdefghij.x",
+                        "65536-0123456789abcdefghij.x",  "08-0123456789abcdefghij.x",
+                        "6080-0123456789abcdefghi.x",    "6080-0123456789ABCDEFGHIJ.x",
+                        "-0123456789abcdefghij.x",       "localhost",
+                        "a.6080-0123456789abcdefghij.x", "123456-0123456789abcdefghij.x"};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(nope); i++)
+    tap_is_int(agsx_api_port_host(nope[i], &port, id, NULL), -1, "not a port host: %s", nope[i]);
+}
+
 int main(void) {
   buf_drain();
+  heads();
   envelopes();
   filters();
   list_params();
