@@ -22,6 +22,7 @@ README=$AGSX_SRCDIR/README.md
 declare -gA SKIP=(
   ['make demo    # install missing Debian packages, build, load the default image, show it']='the build itself: make demo and make check are what runs this file'
   ['agsx browser --name web                       # ws://127.0.0.1:41233/devtools/browser/…']='needs Chromium: browser.bats runs these'
+  ['agsx browser --takeover']='needs Chromium, Xvfb, x11vnc and noVNC: browser.bats runs it and opens its views'
   ['agsx build --network internal -t runtime:1 .   # prints the image id; steps on stderr']='FROM debian:bookworm needs a registry: build.bats builds from local images'
   ['agsx pull python:3.12                   # docker.io/library/python:3.12, stored as python:3.12']='needs Docker Hub or a registry: pull.bats runs a local one'
   ['agsx image push tool:1 localhost:5000/team/tool:1   # IMAGE and a destination']='needs a registry: pull.bats runs a local one'
