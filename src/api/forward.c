@@ -34,13 +34,13 @@
 
 #include "api/api-internal.h"
 #include "api/wire.h"
+#include "net/relay.h"
 #include "sandbox/proc.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sched.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -119,21 +119,6 @@ static void fwd_free(struct server *s, struct fwd *f) {
   s->n_fwds--;
 }
 
-/* A socket in the network namespace of the process PIDFD names. The
- * server's own namespace is S->netns; not getting back to it aborts. */
-static int socket_in(struct server *s, int pidfd) {
-  if (setns(pidfd, CLONE_NEWNET) < 0)
-    return -1;
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  int saved = errno;
-  if (setns(s->netns, CLONE_NEWNET) < 0) {
-    agsx_warn("serve: cannot return to the server's network namespace: %s", strerror(errno));
-    abort();
-  }
-  errno = saved;
-  return fd;
-}
-
 /* Routes F by its head's Host and Origin values: 0 with the connect to
  * the sandbox's port under way, or -1 after answering. */
 static int route(struct server *s, struct fwd *f, const char *host_v, const char *origin_v) {
@@ -184,8 +169,11 @@ static int route(struct server *s, struct fwd *f, const char *host_v, const char
                   port),
            -1;
   }
-  int fd = socket_in(s, pidfd);
+  bool lost = false;
+  int fd = agsx_netns_socket(pidfd, s->netns, AF_INET, SOCK_STREAM, &lost);
   close(pidfd);
+  if (lost)
+    abort(); /* never go on in a sandbox's namespace: every later socket would be its */
   struct sockaddr_in to = {.sin_family = AF_INET,
                            .sin_port = htons((uint16_t)port),
                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};

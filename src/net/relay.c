@@ -357,28 +357,32 @@ void agsx_relay_set_limits(struct agsx_relay *r, size_t max_conns, size_t max_fl
     r->udp_idle_ms = udp_idle_ms;
 }
 
-/* A socket of namespace NS (-1: ours). Only socket() runs there. */
-static int ns_socket(struct agsx_relay *r, int ns, int family, int type) {
+int agsx_netns_socket(int ns, int home, int family, int type, bool *lost) {
   type |= SOCK_NONBLOCK | SOCK_CLOEXEC;
-  if (ns < 0)
-    return socket(family, type, 0);
-  if (r->lost)
-    return errno = EIO, -1;
   if (setns(ns, CLONE_NEWNET) < 0)
     return -1;
   int fd = socket(family, type, 0);
   int saved = errno;
-  if (setns(r->home, CLONE_NEWNET) < 0) {
+  if (setns(home, CLONE_NEWNET) < 0) {
     /* Never seen (we were there a moment ago); staying in the other
      * namespace would make every later socket there, so none is made. */
-    agsx_warn("relay: cannot return to the host network namespace: %s", strerror(errno));
-    r->lost = true;
+    agsx_warn("cannot return to our own network namespace: %s", strerror(errno));
+    *lost = true;
     if (fd >= 0)
       close(fd);
     return errno = EIO, -1;
   }
   errno = saved;
   return fd;
+}
+
+/* A socket of namespace NS (-1: ours). Only socket() runs there. */
+static int ns_socket(struct agsx_relay *r, int ns, int family, int type) {
+  if (ns < 0)
+    return socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (r->lost)
+    return errno = EIO, -1;
+  return agsx_netns_socket(ns, r->home, family, type, &r->lost);
 }
 
 static void reset_close(int *fd) {

@@ -131,6 +131,13 @@ struct agsx_dns_filter;
 void agsx_relay_set_filter(struct agsx_relay *r, struct agsx_dns_filter *f);
 struct agsx_dns_filter *agsx_relay_filter(const struct agsx_relay *r);
 
+/* A socket (non-blocking, close-on-exec) of network namespace NS (an fd
+ * of it, or a pidfd of a process in it), made there: only socket() runs in
+ * NS, and this thread returns to HOME (its own) at once. -1 with errno;
+ * EIO with *LOST set when it could not return, and then the caller must
+ * make no more sockets (each would be NS's). */
+int agsx_netns_socket(int ns, int home, int family, int type, bool *lost);
+
 /* Gives every AGSX_RELAY_NS_LATER listener its connect namespace. */
 int agsx_relay_set_connect_ns(struct agsx_relay *r, int ns, agsx_error_t *err);
 

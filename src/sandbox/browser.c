@@ -191,10 +191,11 @@ static int dial(const struct sockaddr_storage *a, agsx_error_t *err) {
   return steal_fd(&s);
 }
 
-/* One GET /json/version; 0 and RET filled when the endpoint answers. The
- * relay accepts at once, so "not yet" is a reset or an early EOF. */
-static int probe(const struct sockaddr_storage *a, const char *hostport,
-                 struct agsx_cdp_version *ret, agsx_error_t *err) {
+/* One GET /json/version; 0 and RET (a struct agsx_cdp_version) filled when
+ * the endpoint answers. The relay accepts at once, so "not yet" is a reset
+ * or an early EOF. */
+static int probe_cdp(const struct sockaddr_storage *a, const char *hostport, void *ret,
+                     agsx_error_t *err) {
   _cleanup_close_ int s = dial(a, err);
   if (s < 0)
     return -1;
@@ -255,11 +256,6 @@ static int probe_view(const struct sockaddr_storage *a, const char *hostport, vo
     return agsx_error_set_quiet(err, EPROTO, "the view answered `%.*s`", (int)strcspn(line, "\r\n"),
                                 line);
   return 0;
-}
-
-static int probe_cdp(const struct sockaddr_storage *a, const char *hostport, void *ret,
-                     agsx_error_t *err) {
-  return probe(a, hostport, ret, err);
 }
 
 /* Polls PROBE until it succeeds, at most BOUND seconds (see
