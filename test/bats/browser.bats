@@ -636,6 +636,12 @@ open(sys.argv[2], "wb").write(base64.b64decode(img[0]["data"], validate=True))' 
   [ "$(grep -c '^x11vnc ' <<<"$output")" = 2 ] || { show_run; false; }
   view goto "$ws" 'data:text/html,<input id=t style="position:fixed;left:0;top:0;width:100vw;height:40vh;font-size:40px"><button style="position:fixed;left:0;top:40vh;width:100vw;height:60vh" onclick="window.clicks=(window.clicks||0)+1">press</button>'
   assert_success
+  # The same click at the same place through the view token (noVNC's own
+  # view-only setting off) does not reach the page: the server drops it.
+  view click "${vurl/&view_only=1/}" 0.5 0.8
+  assert_success
+  view eval "$ws" 'window.clicks || 0'
+  assert_output_contains "value 0"
   # A person clicks the button through the takeover view: its handler runs.
   view click "$turl" 0.5 0.8
   assert_success

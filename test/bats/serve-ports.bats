@@ -72,3 +72,27 @@ PY
   for _ in $(seq 40); do [ "$(code "8080-$id.localhost")" = 502 ] && break; sleep 0.25; done
   [ "$(code "8080-$id.localhost")" = 502 ] && grep -q "was not found" "$T/body"
 }
+
+@test "serve --ports-listen: a non-loopback or bad address is refused (125), nothing listens" {
+  local api
+  api=127.0.0.1:$(free_port)
+  run_ax serve --listen "$api" --api-key "$KEY" --ports-listen 0.0.0.0:1
+  assert_agsx_error "--ports-listen"
+  assert_output_contains "not a loopback address"
+  for a in nope 127.0.0.1 127.0.0.1:99999 '[::1'; do
+    run_ax serve --listen "$api" --api-key "$KEY" --ports-listen "$a"
+    assert_agsx_error "--ports-listen"
+  done
+  # One in use: refused too, naming it.
+  local pp
+  pp=$(free_port)
+  python3 -c 'import socket,sys,time; s=socket.socket(); s.bind(("127.0.0.1",int(sys.argv[1]))); s.listen(); time.sleep(5)' "$pp" &
+  local holder=$!
+  sleep 0.5
+  run_ax serve --listen "$api" --api-key "$KEY" --ports-listen "127.0.0.1:$pp"
+  kill "$holder" 2>/dev/null || true
+  wait "$holder" 2>/dev/null || true
+  assert_agsx_error "127.0.0.1:$pp"
+  # and the API's listener went with it
+  ! curl -s -o /dev/null --max-time 2 "http://$api/health" || false
+}
