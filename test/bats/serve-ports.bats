@@ -83,13 +83,18 @@ PY
     run_ax serve --listen "$api" --api-key "$KEY" --ports-listen "$a"
     assert_agsx_error "--ports-listen"
   done
-  # One in use: refused too, naming it.
-  local pp
-  pp=$(free_port)
-  python3 -c 'import socket,sys,time; s=socket.socket(); s.bind(("127.0.0.1",int(sys.argv[1]))); s.listen(); time.sleep(5)' "$pp" &
-  local holder=$!
-  sleep 0.5
-  run_ax serve --listen "$api" --api-key "$KEY" --ports-listen "127.0.0.1:$pp"
+  # One in use: refused too, naming it. The holder binds a port of the
+  # kernel's choice and says which (a port picked first and bound later may
+  # be taken meanwhile).
+  local pp holder _
+  python3 -c 'import socket,sys,time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+open(sys.argv[1] + ".tmp", "w").write(str(s.getsockname()[1]))
+import os; os.rename(sys.argv[1] + ".tmp", sys.argv[1]); time.sleep(30)' "$T/held" &
+  holder=$!
+  for _ in $(seq 100); do [ -s "$T/held" ] && break; sleep 0.05; done
+  pp=$(cat "$T/held")
+  AX_TIMEOUT=15 run_ax serve --listen "$api" --api-key "$KEY" --ports-listen "127.0.0.1:$pp"
   kill "$holder" 2>/dev/null || true
   wait "$holder" 2>/dev/null || true
   assert_agsx_error "127.0.0.1:$pp"
