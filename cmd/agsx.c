@@ -356,6 +356,13 @@ static const struct agsx_option serve_opts[] = {
      "Also forward sandboxes' own ports, by E2B's host names PORT-ID.DOMAIN, from this "
      "listener (E2B_DOMAIN=localhost:PORT; loopback unless --listen-public)",
      O_PORTS_LISTEN},
+    {"ports-tls", 0, NULL,
+     "Speak TLS on --ports-listen (the SDKs' https:// URLs) with a certificate from agsx's own "
+     "CA, which signs localhost names only (ROOT/tls/ca.pem: trust it once)",
+     O_PORTS_TLS},
+    {"ports-cert", 0, "FILE", "Speak TLS on --ports-listen with this certificate chain (PEM)",
+     O_PORTS_CERT},
+    {"ports-key", 0, "FILE", "The key of --ports-cert (PEM)", O_PORTS_KEY},
     {"api-key", 0, "KEY", "The API key (default $AGSX_API_KEY, else the key file's)", O_API_KEY},
     {"api-key-file", 0, "FILE", "Read (or generate) the key here (default /etc/agsx/api-key)",
      O_API_KEY_FILE},

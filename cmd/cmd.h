@@ -110,6 +110,9 @@ enum {
   O_VIEW,
   O_TAKEOVER,
   O_PORTS_LISTEN,
+  O_PORTS_TLS,
+  O_PORTS_CERT,
+  O_PORTS_KEY,
 };
 
 /* The table, in cmd/agsx.c. */

@@ -12,8 +12,9 @@
 #include <string.h>
 
 struct serve_opts {
-  const char *listen, *ports_listen, *api_key, *api_key_file, *network, *default_user;
-  bool listen_public;
+  const char *listen, *ports_listen, *ports_cert, *ports_key, *api_key, *api_key_file, *network,
+      *default_user;
+  bool listen_public, ports_tls;
   char **hosts;
   char **templates;
   char **pools;
@@ -56,6 +57,9 @@ static int on_serve_opt(void *data, int id, const char *v) {
   switch (id) {
   case O_LISTEN: o->listen = v; return 0;
   case O_PORTS_LISTEN: o->ports_listen = v; return 0;
+  case O_PORTS_TLS: o->ports_tls = true; return 0;
+  case O_PORTS_CERT: o->ports_cert = v; return 0;
+  case O_PORTS_KEY: o->ports_key = v; return 0;
   case O_LISTEN_PUBLIC: o->listen_public = true; return 0;
   case O_SERVE_HOST: agsx_strv_push(&o->hosts, v); return 0;
   case O_API_KEY: o->api_key = v; return 0;
@@ -87,17 +91,20 @@ static int on_serve_opt(void *data, int id, const char *v) {
   return 0;
 }
 
-static void on_ready(void *data, const char *addr, const char *ports_addr, const char *note) {
-  (void)data;
+static void on_ready(void *data, const char *addr, const char *ports_addr, const char *ports_ca,
+                     const char *note) {
+  const struct serve_opts *o = data;
   if (note)
     fprintf(stderr, "agsx: serve: %s\n", note);
   fprintf(stderr, "agsx: serve: listening on http://%s (E2B_API_URL and E2B_SANDBOX_URL)\n", addr);
   if (ports_addr) {
     const char *port = strrchr(ports_addr, ':');
-    fprintf(
-        stderr,
-        "agsx: serve: sandboxes' ports on http://PORT-ID.localhost%s (E2B_DOMAIN=localhost%s)\n",
-        port ? port : "", port ? port : "");
+    bool tls = o->ports_tls || o->ports_cert;
+    fprintf(stderr,
+            "agsx: serve: sandboxes' ports on %s://PORT-ID.localhost%s (E2B_DOMAIN=localhost%s)\n",
+            tls ? "https" : "http", port ? port : "", port ? port : "");
+    if (ports_ca)
+      fprintf(stderr, "agsx: serve: their certificates are signed by agsx's CA %s\n", ports_ca);
   }
 }
 
@@ -125,6 +132,14 @@ int agsx_cmd_serve(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
     goto out;
   if (i < argc) {
     agsx_failf("serve: unexpected argument `%s`", argv[i]);
+    goto out;
+  }
+  if ((o.ports_tls || o.ports_cert || o.ports_key) && o.ports_listen == NULL) {
+    agsx_failf("serve: --ports-tls, --ports-cert and --ports-key need --ports-listen");
+    goto out;
+  }
+  if ((o.ports_cert == NULL) != (o.ports_key == NULL)) {
+    agsx_failf("serve: --ports-cert and --ports-key go together");
     goto out;
   }
   if (conf_default("serve-listen", NULL, &o.listen, &c_listen) < 0 ||
@@ -157,6 +172,9 @@ int agsx_cmd_serve(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
       .listen = o.listen,
       .listen_public = o.listen_public,
       .ports_listen = o.ports_listen,
+      .ports_tls = o.ports_tls,
+      .ports_cert = o.ports_cert,
+      .ports_key = o.ports_key,
       .hosts = o.hosts,
       .api_key = o.api_key,
       .api_key_file = o.api_key_file,
@@ -166,6 +184,7 @@ int agsx_cmd_serve(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
       .pools = o.pools,
       .default_user = o.default_user,
       .ready = on_ready,
+      .ready_data = &o,
   };
   agsx_error_t err = NULL;
   if (agsx_api_serve(&cfg, &err) < 0) {

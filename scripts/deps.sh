@@ -76,6 +76,8 @@ if [ "$test_too" = 1 ]; then
     pkgs+=(chromium fonts-liberation)
     # agsx browser --view: the display, VNC server and noVNC in the sandbox
     pkgs+=(xvfb x11vnc websockify novnc)
+    # serve --ports-tls's tests: Chromium trusts agsx's CA through NSS
+    pkgs+=(libnss3-tools)
   fi
 fi
 

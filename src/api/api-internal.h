@@ -64,6 +64,8 @@ struct server {
   /* --ports-listen (forward.c): its listener, the server's own network
    * namespace, the connections to sandboxes' ports */
   int ports_lfd, netns;
+  struct agsx_tls *tls; /* --ports-tls; NULL: plain */
+  char *ports_ca;       /* agsx's CA's certificate, with --ports-tls and no --ports-cert */
   struct fwd *fwds;
   size_t n_fwds;
   bool stopping;

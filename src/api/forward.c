@@ -27,12 +27,17 @@
  * secret, as in E2B's URLs; the listener is loopback only unless
  * --listen-public.
  *
+ * With --ports-tls (tls.h) the client's end speaks TLS: the handshake
+ * comes first, within the head's time, and the sandbox's port gets the
+ * plain bytes.
+ *
  * Everything runs in the server's loop, non-blocking: agsx_api_ports_tick
  * moves what can move; epoll only wakes the loop (each fd's interest is
  * what it waits for, so a full buffer does not spin). */
 #include "config.h"
 
 #include "api/api-internal.h"
+#include "api/tls.h"
 #include "api/wire.h"
 #include "net/relay.h"
 #include "sandbox/proc.h"
@@ -54,9 +59,11 @@ struct fwd_end {
   int fd;
   char *buf; /* what was read from this end, for the other one */
   size_t len, off;
-  bool eof;      /* this end sent no more */
-  bool shut;     /* the other end was told (shutdown SHUT_WR) */
-  uint32_t want; /* its epoll interest, as registered */
+  bool eof;                  /* this end sent no more */
+  bool shut;                 /* the other end was told (shutdown SHUT_WR) */
+  uint32_t want;             /* its epoll interest, as registered */
+  struct agsx_tls_conn *tls; /* the client's end with --ports-tls */
+  uint32_t tls_want;         /* what TLS waits for besides (EPOLLIN, EPOLLOUT) */
 };
 
 struct fwd {
@@ -64,16 +71,18 @@ struct fwd {
   struct fwd_end c, b; /* the client, the sandbox's port (b.fd -1 until routed) */
   bool piping;         /* routed: bytes flow */
   bool connecting;     /* b's connect is under way */
+  bool handshaking;    /* c's TLS handshake is under way */
+  bool again;          /* TLS holds bytes epoll does not see: tick again at once */
   int64_t deadline;    /* of the head, then of the connect */
 };
 
 /* ---- answers before a connection is routed ------------------------------- */
 
-/* A short HTTP answer, sent as far as the socket takes it now; the
- * connection is closed after. */
-static void answer(int fd, int status, const char *reason, const char *fmt, ...)
+/* A short HTTP answer, sent as far as the socket takes it now (nothing
+ * before a TLS handshake ends); the connection is closed after. */
+static void answer(struct fwd_end *c, int status, const char *reason, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-static void answer(int fd, int status, const char *reason, const char *fmt, ...) {
+static void answer(struct fwd_end *c, int status, const char *reason, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   _cleanup_free_ char *body = xvasprintf(fmt, ap);
@@ -82,8 +91,11 @@ static void answer(int fd, int status, const char *reason, const char *fmt, ...)
       xasprintf("HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
                 "Connection: close\r\n\r\n%s",
                 status, reason, strlen(body), body);
-  ssize_t n = send(fd, msg, strlen(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
-  (void)n;
+  uint32_t want;
+  ssize_t n = c->tls ? agsx_tls_write(c->tls, msg, strlen(msg), &want)
+                     : send(c->fd, msg, strlen(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n > 0 && c->tls)
+    agsx_tls_close_notify(c->tls);
 }
 
 /* ---- the connections ------------------------------------------------------ */
@@ -103,6 +115,8 @@ static int watch(struct server *s, struct fwd *f, struct fwd_end *e) {
 }
 
 static void end_close(struct server *s, struct fwd_end *e) {
+  agsx_tls_conn_free(e->tls);
+  e->tls = NULL;
   if (e->fd >= 0) {
     epoll_ctl(s->epfd, EPOLL_CTL_DEL, e->fd, NULL);
     close(e->fd);
@@ -131,29 +145,29 @@ static int route(struct server *s, struct fwd *f, const char *host_v, const char
                                        : (void *)&((struct sockaddr_in *)&ss)->sin_addr,
               local, sizeof(local));
   if (host_v[0] == '\0' || agsx_api_host_parse(host_v, host, NULL) < 0)
-    return answer(f->c.fd, 400, "Bad Request",
+    return answer(&f->c, 400, "Bad Request",
                   "{\"code\":400,\"message\":\"a Host naming PORT-SANDBOXID.DOMAIN is needed\"}"),
            -1;
   if (!agsx_api_host_allowed(host, local, s->hosts))
-    return answer(f->c.fd, 403, "Forbidden",
+    return answer(&f->c, 403, "Forbidden",
                   "{\"code\":403,\"message\":\"host `%.64s` is not this server's\"}", host),
            -1;
   if (origin_v[0] && (agsx_api_origin_parse(origin_v, origin, NULL) < 0 ||
                       !agsx_api_host_allowed(origin, local, s->hosts)))
-    return answer(f->c.fd, 403, "Forbidden",
+    return answer(&f->c, 403, "Forbidden",
                   "{\"code\":403,\"message\":\"cross-site request refused\"}"),
            -1;
   unsigned port;
   char id[33];
   if (agsx_api_port_host(host, &port, id, NULL) < 0)
-    return answer(f->c.fd, 404, "Not Found",
+    return answer(&f->c, 404, "Not Found",
                   "{\"code\":404,\"message\":\"`%.64s` names no sandbox port "
                   "(PORT-SANDBOXID.DOMAIN)\"}",
                   host),
            -1;
   struct agsx_record rec;
   if (agsx_api_find_sandbox(s, id, &rec, NULL) < 0)
-    return answer(f->c.fd, 502, "Bad Gateway",
+    return answer(&f->c, 502, "Bad Gateway",
                   "{\"sandboxId\":\"%s\",\"message\":\"The sandbox was not found\",\"code\":502}",
                   id),
            -1;
@@ -162,7 +176,7 @@ static int route(struct server *s, struct fwd *f, const char *host_v, const char
   if (port == AGSX_API_PORT_ENVD || port == AGSX_API_PORT_CODE || pidfd < 0) {
     if (pidfd >= 0)
       close(pidfd);
-    return answer(f->c.fd, 502, "Bad Gateway",
+    return answer(&f->c, 502, "Bad Gateway",
                   "{\"sandboxId\":\"%s\",\"message\":\"%s\",\"port\":\"%u\",\"code\":502}", id,
                   pidfd < 0 ? "The sandbox is not running"
                             : "This port is served by the API address (E2B_SANDBOX_URL)",
@@ -180,7 +194,7 @@ static int route(struct server *s, struct fwd *f, const char *host_v, const char
   if (fd < 0 || (connect(fd, (struct sockaddr *)&to, sizeof(to)) < 0 && errno != EINPROGRESS)) {
     if (fd >= 0)
       close(fd);
-    return answer(f->c.fd, 502, "Bad Gateway",
+    return answer(&f->c, 502, "Bad Gateway",
                   "{\"sandboxId\":\"%s\",\"message\":\"The sandbox is running but port is not "
                   "open\",\"port\":\"%u\",\"code\":502}",
                   id, port),
@@ -189,7 +203,7 @@ static int route(struct server *s, struct fwd *f, const char *host_v, const char
   f->b.fd = fd;
   f->b.buf = xmalloc(FWD_BUF);
   if (watch(s, f, &f->b) < 0)
-    return answer(f->c.fd, 503, "Service Unavailable", "{\"code\":503}"), -1;
+    return answer(&f->c, 503, "Service Unavailable", "{\"code\":503}"), -1;
   set_want(s, f, &f->b, EPOLLOUT);
   f->piping = f->connecting = true;
   f->deadline = agsx_mono_ns() + FWD_HEAD_NS;
@@ -199,7 +213,9 @@ static int route(struct server *s, struct fwd *f, const char *host_v, const char
 /* Reads what FROM has into its buffer; false on an error. */
 static bool fill(struct fwd_end *from) {
   while (!from->eof && from->len < FWD_BUF) {
-    ssize_t n = recv(from->fd, from->buf + from->len, FWD_BUF - from->len, 0);
+    ssize_t n = from->tls ? agsx_tls_read(from->tls, from->buf + from->len, FWD_BUF - from->len,
+                                          &from->tls_want)
+                          : recv(from->fd, from->buf + from->len, FWD_BUF - from->len, 0);
     if (n > 0) {
       from->len += (size_t)n;
       continue;
@@ -218,7 +234,9 @@ static bool fill(struct fwd_end *from) {
 /* Writes FROM's buffered bytes to TO; at FROM's end, half-closes TO. */
 static bool flush(struct fwd_end *from, struct fwd_end *to) {
   while (from->off < from->len) {
-    ssize_t n = send(to->fd, from->buf + from->off, from->len - from->off, MSG_NOSIGNAL);
+    ssize_t n = to->tls ? agsx_tls_write(to->tls, from->buf + from->off, from->len - from->off,
+                                         &to->tls_want)
+                        : send(to->fd, from->buf + from->off, from->len - from->off, MSG_NOSIGNAL);
     if (n > 0) {
       from->off += (size_t)n;
       continue;
@@ -229,6 +247,8 @@ static bool flush(struct fwd_end *from, struct fwd_end *to) {
   }
   from->off = from->len = 0;
   if (from->eof && !from->shut) {
+    if (to->tls)
+      agsx_tls_close_notify(to->tls);
     shutdown(to->fd, SHUT_WR);
     from->shut = true;
   }
@@ -237,6 +257,18 @@ static bool flush(struct fwd_end *from, struct fwd_end *to) {
 
 /* One step of F: false when it is done (closed or failed). */
 static bool step(struct server *s, struct fwd *f, int64_t now) {
+  f->c.tls_want = 0;
+  f->again = false;
+  if (f->handshaking) {
+    int r = agsx_tls_handshake(f->c.tls, &f->c.tls_want);
+    if (r < 0)
+      return false; /* a client that does not trust the certificate, or no TLS */
+    if (r == 0) {
+      set_want(s, f, &f->c, f->c.tls_want);
+      return now <= f->deadline;
+    }
+    f->handshaking = false;
+  }
   if (!f->piping) {
     if (!fill(&f->c))
       return false;
@@ -246,7 +278,7 @@ static bool step(struct server *s, struct fwd *f, int64_t now) {
     int r = agsx_api_head_scan(f->c.buf, f->c.len, &hl, host, origin, &err);
     if (r < 0) {
       bool big = agsx_error_errno(&err) == EMSGSIZE;
-      answer(f->c.fd, big ? 431 : 400, big ? "Request Header Fields Too Large" : "Bad Request",
+      answer(&f->c, big ? 431 : 400, big ? "Request Header Fields Too Large" : "Bad Request",
              "{\"code\":%d,\"message\":\"%s\"}", big ? 431 : 400, err->msg);
       agsx_error_free(&err);
       return false;
@@ -254,8 +286,9 @@ static bool step(struct server *s, struct fwd *f, int64_t now) {
     if (r == 0) {
       if (f->c.eof)
         return false;
+      set_want(s, f, &f->c, EPOLLIN | f->c.tls_want);
       if (now > f->deadline) {
-        answer(f->c.fd, 408, "Request Timeout", "{\"code\":408}");
+        answer(&f->c, 408, "Request Timeout", "{\"code\":408}");
         return false;
       }
       return true;
@@ -269,13 +302,13 @@ static bool step(struct server *s, struct fwd *f, int64_t now) {
     if (poll(&p, 1, 0) == 0) {
       if (now <= f->deadline)
         return true;
-      answer(f->c.fd, 504, "Gateway Timeout", "{\"code\":504}");
+      answer(&f->c, 504, "Gateway Timeout", "{\"code\":504}");
       return false;
     }
     int so = 0;
     socklen_t len = sizeof(so);
     if (getsockopt(f->b.fd, SOL_SOCKET, SO_ERROR, &so, &len) < 0 || so != 0) {
-      answer(f->c.fd, 502, "Bad Gateway",
+      answer(&f->c, 502, "Bad Gateway",
              "{\"message\":\"The sandbox is running but port is not open\",\"code\":502}");
       return false;
     }
@@ -288,7 +321,9 @@ static bool step(struct server *s, struct fwd *f, int64_t now) {
   if (f->c.shut && f->b.shut)
     return false;
   set_want(s, f, &f->c,
-           (f->c.eof || f->c.len >= FWD_BUF ? 0 : EPOLLIN) | (f->b.len > f->b.off ? EPOLLOUT : 0));
+           (f->c.eof || f->c.len >= FWD_BUF ? 0 : EPOLLIN) | (f->b.len > f->b.off ? EPOLLOUT : 0) |
+               f->c.tls_want);
+  f->again = f->c.tls && !f->c.eof && f->c.len < FWD_BUF && agsx_tls_pending(f->c.tls) > 0;
   set_want(s, f, &f->b,
            (f->b.eof || f->b.len >= FWD_BUF ? 0 : EPOLLIN) | (f->c.len > f->c.off ? EPOLLOUT : 0));
   return true;
@@ -302,8 +337,10 @@ static void accept_all(struct server *s) {
     if (fd < 0)
       return; /* EAGAIN, or out of fds: the next tick tries again */
     if (s->n_fwds >= FWD_MAX) {
-      answer(fd, 503, "Service Unavailable",
-             "{\"code\":503,\"message\":\"too many connections to sandbox ports\"}");
+      struct fwd_end e = {.fd = fd}; /* with TLS: closed without a word */
+      if (s->tls == NULL)
+        answer(&e, 503, "Service Unavailable",
+               "{\"code\":503,\"message\":\"too many connections to sandbox ports\"}");
       close(fd);
       continue;
     }
@@ -313,6 +350,17 @@ static void accept_all(struct server *s) {
     f->c.buf = xmalloc(FWD_BUF);
     f->deadline = agsx_mono_ns() + FWD_HEAD_NS;
     s->n_fwds++;
+    if (s->tls) {
+      agsx_error_t err = NULL;
+      f->c.tls = agsx_tls_conn_new(s->tls, fd, &err);
+      if (f->c.tls == NULL) {
+        agsx_warn("serve: --ports-tls: %s", err->msg);
+        agsx_error_free(&err);
+        fwd_free(s, f);
+        continue;
+      }
+      f->handshaking = true;
+    }
     if (watch(s, f, &f->c) < 0) {
       fwd_free(s, f);
       continue;
@@ -326,6 +374,12 @@ int agsx_api_ports_start(struct server *s, agsx_error_t *err) {
   s->ports_lfd = s->netns = -1;
   if (s->cfg->ports_listen == NULL)
     return 0;
+  if (s->cfg->ports_tls || s->cfg->ports_cert || s->cfg->ports_key) {
+    s->tls =
+        agsx_tls_server_new(s->cfg->root, s->cfg->ports_cert, s->cfg->ports_key, &s->ports_ca, err);
+    if (s->tls == NULL)
+      return agsx_error_wrap(err, "--ports-tls");
+  }
   s->netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
   if (s->netns < 0)
     return agsx_error_set(err, errno, "open the server's network namespace");
@@ -358,7 +412,9 @@ void agsx_api_ports_tick(struct server *s) {
 int agsx_api_ports_timeout_ms(struct server *s) {
   int64_t first = INT64_MAX, now = agsx_mono_ns();
   for (struct fwd *f = s->fwds; f; f = f->next)
-    if ((!f->piping || f->connecting) && f->deadline < first)
+    if (f->again)
+      return 0;
+    else if ((!f->piping || f->connecting) && f->deadline < first)
       first = f->deadline;
   if (first == INT64_MAX)
     return -1;
@@ -380,4 +436,8 @@ void agsx_api_ports_stop(struct server *s) {
     close(s->netns);
     s->netns = -1;
   }
+  agsx_tls_server_free(s->tls);
+  s->tls = NULL;
+  free(s->ports_ca);
+  s->ports_ca = NULL;
 }

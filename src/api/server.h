@@ -53,6 +53,11 @@ struct agsx_api_config {
    * (PORT-ID.DOMAIN, forward.c; the same rule for a non-loopback ADDR);
    * NULL: none. */
   const char *ports_listen;
+  /* TLS on it (tls.h): ports_tls with agsx's CA under ROOT/tls, or the
+   * user's certificate chain and key (PEM files; both or neither; either
+   * implies ports_tls). */
+  bool ports_tls;
+  const char *ports_cert, *ports_key;
   /* Host names (or addresses) requests may name in Host and Origin besides
    * the address they reached and localhost; one label below a name is
    * also its (E2B's api.NAME, PORT-ID.NAME). NULL: none. */
@@ -78,8 +83,10 @@ struct agsx_api_config {
   char **pools;
   const char *default_user; /* NULL: "user" when the image has one, else root */
   /* Called once the listeners are up, with their addresses (the front end
-   * says so; PORTS_ADDR NULL without --ports-listen). */
-  void (*ready)(void *data, const char *addr, const char *ports_addr, const char *key_note);
+   * says so; PORTS_ADDR NULL without --ports-listen; PORTS_CA the path
+   * of agsx's CA's certificate when the ports listener's TLS uses it). */
+  void (*ready)(void *data, const char *addr, const char *ports_addr, const char *ports_ca,
+                const char *key_note);
   void *ready_data;
 };
 

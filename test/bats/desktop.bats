@@ -66,19 +66,24 @@ desktop_image() {
   [ -n "$DESKTOP_SDK" ] || skip "the npm @e2b/desktop SDK is not installed (npm or its registry unreachable)"
   desktop_image
   # The stream's URL, opened by a headless Chromium on the host through
-  # serve --ports-listen (noVNC's page and its WebSocket to the sandbox's
-  # port 6080), when Chromium and Playwright are to be had. The SDK builds
-  # it https://: serve speaks plain HTTP, so the check asks for http://.
+  # serve --ports-listen --ports-tls (noVNC's page and its WebSocket to the
+  # sandbox's port 6080), when Chromium, NSS's certutil and Playwright are
+  # to be had. The URL is the SDK's, https:// and unchanged: that Chromium
+  # trusts agsx's CA as a user's does (its NSS database).
   local pp check= dir
   pp=$(free_port)
-  if command -v chromium >/dev/null && dir=$("$FIXTURES/browser-node-setup" 2>/dev/null); then
+  SERVE_LOG_LEVEL=debug api_serve_start --ports-listen "127.0.0.1:$pp" --ports-tls
+  if command -v chromium >/dev/null && command -v certutil >/dev/null &&
+    dir=$("$FIXTURES/browser-node-setup" 2>/dev/null); then
+    mkdir -p "$T/home/.pki/nssdb"
+    certutil -d "sql:$T/home/.pki/nssdb" -N --empty-password
+    certutil -d "sql:$T/home/.pki/nssdb" -A -t C,, -n agsx-serve -i "$ROOT/tls/ca.pem"
     check=$T/stream-check
-    printf '%s\n' '#!/bin/bash' 'url=${1/#https:/http:}' 'echo "stream check $url"' \
-      "NODE_PATH=$dir/node_modules timeout 90 node $FIXTURES/browser-view.js shot \"\$url\" $T/stream.png" \
+    printf '%s\n' '#!/bin/bash' 'echo "stream check $1"' \
+      "HOME=$T/home NODE_PATH=$dir/node_modules timeout 90 node $FIXTURES/browser-view.js shot \"\$1\" $T/stream.png" \
       >"$check"
     chmod +x "$check"
   fi
-  SERVE_LOG_LEVEL=debug api_serve_start --ports-listen "127.0.0.1:$pp"
   run env E2B_SDK="$DESKTOP_SDK" E2B_API_URL="$U" E2B_SANDBOX_URL="$U" E2B_API_KEY="$KEY" \
     E2B_DOMAIN="localhost:$pp" SHOT="$T/desk.png" STREAM_CHECK="$check" \
     timeout --kill-after=5 300 node "$AGSX_SRCDIR/test/serve/desktop.mjs"
@@ -95,8 +100,8 @@ desktop_image() {
   [ "$(png_pixel "$T/desk.png" 800 600)" = 0,0,255 ] || { echo "# at 800,600: $(png_pixel "$T/desk.png" 800 600)" >&3; false; }
   # The stream, as a person's browser shows it: the desktop with the file
   # open() showed last, yellow, in the middle of the screen.
-  [ -n "$check" ] || skip "the stream's URL not opened: Chromium or playwright-core is missing"
-  assert_output_contains "stream check http://6080-"
+  [ -n "$check" ] || skip "the stream's URL not opened: Chromium, certutil or playwright-core is missing"
+  assert_output_contains "stream check https://6080-"
   assert_output_contains ".localhost:$pp/vnc.html?autoconnect=true"
   local size w h px
   size=$(png_size "$T/stream.png")

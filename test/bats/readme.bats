@@ -23,6 +23,7 @@ declare -gA SKIP=(
   ['make demo    # install missing Debian packages, build, load the default image, show it']='the build itself: make demo and make check are what runs this file'
   ['agsx browser --name web                       # ws://127.0.0.1:41233/devtools/browser/…']='needs Chromium: browser.bats runs these'
   ['agsx browser --takeover']='needs Chromium, Xvfb, x11vnc and noVNC: browser.bats runs it and opens its views'
+  ['certutil -d sql:$HOME/.pki/nssdb -A -t C,, -n agsx-serve -i /var/lib/agsx/tls/ca.pem']='changes the user'"'"'s and the system'"'"'s trust: serve-ports.bats trusts the CA in an NSS database of its own and opens the page in Chromium'
   ['agsx build --network internal -t runtime:1 .   # prints the image id; steps on stderr']='FROM debian:bookworm needs a registry: build.bats builds from local images'
   ['agsx pull python:3.12                   # docker.io/library/python:3.12, stored as python:3.12']='needs Docker Hub or a registry: pull.bats runs a local one'
   ['agsx image push tool:1 localhost:5000/team/tool:1   # IMAGE and a destination']='needs a registry: pull.bats runs a local one'
@@ -213,6 +214,7 @@ PY
 # The blocks that are not run, each skipped with its reason (SKIP).
 @test "readme: make demo, make check" { run_block 'make demo    # install missing Debian packages, build, load the default image, show it'; }
 @test "readme: agsx browser" { run_block 'agsx browser --name web                       # ws://127.0.0.1:41233/devtools/browser/…'; }
+@test "readme: trust agsx's CA" { run_block 'certutil -d sql:$HOME/.pki/nssdb -A -t C,, -n agsx-serve -i /var/lib/agsx/tls/ca.pem'; }
 @test "readme: agsx build" { run_block 'agsx build --network internal -t runtime:1 .   # prints the image id; steps on stderr'; }
 @test "readme: agsx pull" { run_block 'agsx pull python:3.12                   # docker.io/library/python:3.12, stored as python:3.12'; }
 @test "readme: agsx image push" { run_block 'agsx image push tool:1 localhost:5000/team/tool:1   # IMAGE and a destination'; }

@@ -44,12 +44,15 @@ teardown() {
   poll 50 up || { curl -s -i -H "Host: 8080-$id.localhost:$pp" "$P/index.html" >&3; false; }
   # Refusals, each in E2B's proxy's words where it has them.
   code() { curl -s -o "$T/body" -w '%{http_code}' -H "Host: $1" ${2:+-H "Origin: $2"} "$P/"; }
-  [ "$(code "8081-$id.localhost")" = 502 ] && grep -q "port is not open" "$T/body"
-  [ "$(code "8080-aaaaaaaaaaaaaaaaaaaa.localhost")" = 502 ] && grep -q "was not found" "$T/body"
+  [ "$(code "8081-$id.localhost")" = 502 ]
+  grep -q "port is not open" "$T/body"
+  [ "$(code "8080-aaaaaaaaaaaaaaaaaaaa.localhost")" = 502 ]
+  grep -q "was not found" "$T/body"
   [ "$(code "8080-$id.evil.example")" = 403 ]
   [ "$(code "8080-$id.localhost" http://evil.example)" = 403 ]
   [ "$(code "localhost")" = 404 ]
-  [ "$(code "49983-$id.localhost")" = 502 ] && grep -q "API address" "$T/body"
+  [ "$(code "49983-$id.localhost")" = 502 ]
+  grep -q "API address" "$T/body"
   # Not HTTP, no Host, a head without an end: refused; the listener goes on.
   python3 - "$pp" <<'PY'
 import socket, sys
@@ -70,7 +73,8 @@ PY
   ax kill "$id" >/dev/null
   local _
   for _ in $(seq 40); do [ "$(code "8080-$id.localhost")" = 502 ] && break; sleep 0.25; done
-  [ "$(code "8080-$id.localhost")" = 502 ] && grep -q "was not found" "$T/body"
+  [ "$(code "8080-$id.localhost")" = 502 ]
+  grep -q "was not found" "$T/body"
 }
 
 @test "serve --ports-listen: a non-loopback or bad address is refused (125), nothing listens" {
@@ -99,5 +103,123 @@ import os; os.rename(sys.argv[1] + ".tmp", sys.argv[1]); time.sleep(30)' "$T/hel
   wait "$holder" 2>/dev/null || true
   assert_agsx_error "127.0.0.1:$pp"
   # and the API's listener went with it
+  ! curl -s -o /dev/null --max-time 2 "http://$api/health" || false
+}
+
+# A sandbox (busybox httpd on 8080 serving hello-port and 3 MiB of random
+# bytes) behind serve --ports-listen with the given options; sets id, pp.
+ports_sandbox() {
+  ax image load --tag bb "$BB" >/dev/null
+  pp=$(free_port)
+  api_serve_start --ports-listen "127.0.0.1:$pp" --template box=bb "$@"
+  id=$(curl -s -X POST -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
+    -d '{"templateID":"box","timeout":120}' "$U/sandboxes" | jq -r .sandboxID)
+  [ -n "$id" ] && [ "$id" != null ] || { cat "$T/serve.log" >&3; false; }
+  ax exec "$id" sh -c 'mkdir -p /tmp/www && echo hello-port > /tmp/www/index.html &&
+    dd if=/dev/urandom of=/tmp/www/big bs=1024 count=3072 2>/dev/null'
+  ax exec -d "$id" httpd -f -p 127.0.0.1:8080 -h /tmp/www
+}
+
+# curl over TLS to NAME (resolved to loopback here: no DNS) on the ports
+# listener, trusting CA.
+tls_curl() {
+  local ca=$1 name=$2
+  shift 2
+  curl -s --max-time 20 --cacert "$ca" --resolve "$name:$pp:127.0.0.1" "$@"
+}
+
+@test "serve --ports-tls: https by E2B's host names with agsx's own CA, confined to localhost" {
+  local id pp ca=$ROOT/tls/ca.pem
+  ports_sandbox --ports-tls
+  grep -q "ports on https://PORT-ID.localhost:$pp" "$T/serve.log"
+  grep -q "signed by agsx's CA $ca" "$T/serve.log"
+  # The CA: its key only root's, its certificate public, confined by name
+  # constraints to localhost and loopback addresses.
+  [ "$(stat -c %a "$ROOT/tls/ca-key.pem")" = 600 ]
+  [ "$(stat -c %a "$ca")" = 644 ]
+  openssl x509 -in "$ca" -noout -text >"$T/ca.txt"
+  grep -A4 'Name Constraints: critical' "$T/ca.txt" | grep -q 'DNS:localhost'
+  grep -q 'CA:TRUE, pathlen:0' "$T/ca.txt"
+  local h=8080-$id.localhost
+  up() { [ "$(tls_curl "$ca" "$h" "https://$h:$pp/index.html")" = hello-port ]; }
+  poll 50 up || { tls_curl "$ca" "$h" -v "https://$h:$pp/index.html" >&3 2>&1; false; }
+  # The leaf names this host (SAN), issued by the CA, verified by curl.
+  tls_curl "$ca" "$h" -v -o /dev/null "https://$h:$pp/index.html" 2>"$T/v" || { cat "$T/v" >&3; false; }
+  grep -q "subjectAltName: host \"$h\" matched" "$T/v"
+  grep -q 'issuer: CN=agsx serve local CA' "$T/v"
+  # 3 MiB through TLS, whole.
+  [ "$(tls_curl "$ca" "$h" "https://$h:$pp/big" | sha256sum | cut -d' ' -f1)" = \
+    "$(ax exec "$id" sha256sum /tmp/www/big | cut -d' ' -f1)" ]
+  # The HTTP refusals hold inside TLS.
+  [ "$(tls_curl "$ca" "$h" -o /dev/null -w '%{http_code}' -H "Origin: http://evil.example" \
+    "https://$h:$pp/")" = 403 ]
+  [ "$(tls_curl "$ca" "8081-$id.localhost" -o /dev/null -w '%{http_code}' \
+    "https://8081-$id.localhost:$pp/")" = 502 ]
+  # A name outside localhost gets no certificate (the handshake fails);
+  # plain HTTP gets no answer; neither stops the listener.
+  run tls_curl "$ca" evil.example "https://evil.example:$pp/"
+  [ "$status" -ne 0 ]
+  run curl -s --max-time 5 -H "Host: $h:$pp" "http://127.0.0.1:$pp/index.html"
+  [ "$status" -ne 0 ]
+  [ -z "$output" ]
+  up
+  # A restart keeps the CA (a browser that trusts it goes on trusting it).
+  local fp
+  fp=$(openssl x509 -in "$ca" -noout -fingerprint -sha256)
+  serve_stop
+  api_serve_start --ports-listen "127.0.0.1:$pp" --ports-tls
+  [ "$(openssl x509 -in "$ca" -noout -fingerprint -sha256)" = "$fp" ]
+  poll 50 up
+}
+
+@test "serve --ports-tls: Chromium that trusts agsx's CA (NSS, as a user does) opens the page" {
+  command -v chromium >/dev/null || skip "no chromium"
+  command -v certutil >/dev/null || skip "no certutil (Debian's libnss3-tools)"
+  local id pp ca=$ROOT/tls/ca.pem
+  ports_sandbox --ports-tls
+  # A user's Chromium trusts the CA once: its NSS database in ~/.pki/nssdb.
+  mkdir -p "$T/home/.pki/nssdb"
+  certutil -d "sql:$T/home/.pki/nssdb" -N --empty-password
+  certutil -d "sql:$T/home/.pki/nssdb" -A -t C,, -n agsx-serve -i "$ca"
+  local url=https://8080-$id.localhost:$pp/index.html
+  poll 50 tls_curl "$ca" "8080-$id.localhost" -f -o /dev/null "$url"
+  # Chromium resolves *.localhost to loopback itself (no DNS).
+  run env HOME="$T/home" timeout 60 chromium --headless --no-sandbox --disable-gpu \
+    --user-data-dir="$T/chrome" --dump-dom "$url"
+  [[ "$output" == *hello-port* ]] || { printf '%s\n' "$output" | tail -5 >&3; false; }
+  # and one that does not trust it gets an error page, not the sandbox's
+  run env HOME="$T/home2" timeout 60 chromium --headless --no-sandbox --disable-gpu \
+    --user-data-dir="$T/chrome2" --dump-dom "$url"
+  [[ "$output" != *hello-port* ]]
+}
+
+@test "serve --ports-cert/--ports-key: the user's certificate for *.DOMAIN; bad ones refused (125)" {
+  # A certificate for *.box.test and its key, made with openssl.
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -subj /CN=box.test -addext 'subjectAltName=DNS:*.box.test' \
+    -keyout "$T/key.pem" -out "$T/cert.pem" 2>/dev/null
+  local id pp
+  ports_sandbox --ports-cert "$T/cert.pem" --ports-key "$T/key.pem" --host box.test
+  grep -q "ports on https://PORT-ID.localhost:$pp" "$T/serve.log"
+  run grep -q "agsx's CA" "$T/serve.log"
+  [ "$status" -ne 0 ]
+  [ ! -e "$ROOT/tls" ]
+  local h=8080-$id.box.test
+  up() { [ "$(tls_curl "$T/cert.pem" "$h" "https://$h:$pp/index.html")" = hello-port ]; }
+  poll 50 up || { tls_curl "$T/cert.pem" "$h" -v "https://$h:$pp/index.html" >&3 2>&1; false; }
+  serve_stop
+  SRV_PID=
+  local api=127.0.0.1:$(free_port) p2=127.0.0.1:$(free_port)
+  openssl ecparam -name prime256v1 -genkey -noout -out "$T/other.pem" 2>/dev/null
+  run_ax serve --listen "$api" --api-key "$KEY" --ports-listen "$p2" --ports-cert "$T/cert.pem" \
+    --ports-key "$T/other.pem"
+  assert_agsx_error "is not the certificate's"
+  run_ax serve --listen "$api" --api-key "$KEY" --ports-listen "$p2" --ports-cert "$T/nope.pem" \
+    --ports-key "$T/key.pem"
+  assert_agsx_error "$T/nope.pem"
+  run_ax serve --listen "$api" --api-key "$KEY" --ports-listen "$p2" --ports-cert "$T/cert.pem"
+  assert_agsx_error "go together"
+  run_ax serve --listen "$api" --api-key "$KEY" --ports-tls
+  assert_agsx_error "need --ports-listen"
   ! curl -s -o /dev/null --max-time 2 "http://$api/health" || false
 }

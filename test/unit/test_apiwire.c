@@ -5,12 +5,14 @@
 #include "api/auth.h"
 #include "api/body.h"
 #include "api/server.h"
+#include "api/tls.h"
 #include "api/wire.h"
 #include "state/state.h"
 #include "tap.h"
 
 #include <string.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 static void envelopes(void) {
@@ -398,8 +400,73 @@ static void heads(void) {
     tap_is_int(agsx_api_port_host(nope[i], &port, id, NULL), -1, "not a port host: %s", nope[i]);
 }
 
+/* The names agsx's CA signs (SNI), and its files under ROOT/tls. */
+static void tls(void) {
+  static const char *const yes[] = {"localhost", "LocalHost", "8080-abcdefghijklmnopqrst.localhost",
+                                    "a.b.localhost", "x-1.localhost"};
+  static const char *const no[] = {"",
+                                   "example.com",
+                                   "localhost.example",
+                                   "xlocalhost",
+                                   ".localhost",
+                                   "a..localhost",
+                                   "-a.localhost",
+                                   "a-.localhost",
+                                   "a_b.localhost",
+                                   "a b.localhost",
+                                   "localhost.",
+                                   "127.0.0.1",
+                                   "évil.localhost"};
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(yes); i++)
+    tap_ok(agsx_tls_name_signable(yes[i]), "the CA signs `%s`", yes[i]);
+  for (size_t i = 0; i < AGSX_ARRAY_SIZE(no); i++)
+    tap_ok(!agsx_tls_name_signable(no[i]), "the CA does not sign `%s`", no[i]);
+  char label[70], long_name[300];
+  memset(label, 'a', 64);
+  label[64] = '\0';
+  snprintf(long_name, sizeof(long_name), "%s.localhost", label);
+  tap_ok(!agsx_tls_name_signable(long_name), "a label of 64 characters is refused");
+  tap_ok(!agsx_tls_name_signable(NULL), "no name is refused");
+
+  char dir[] = "/tmp/agsx-tls-XXXXXX";
+  if (!tap_ok(mkdtemp(dir) != NULL, "a temporary directory"))
+    return; /* libssl.so.3 is libssl-dev's dependency: the build has it */
+  agsx_error_t err = NULL;
+  char *ca = NULL, *ca2 = NULL;
+  struct agsx_tls *t = agsx_tls_server_new(dir, NULL, NULL, &ca, &err);
+  tap_ok(t && ca && strstr(ca, "/tls/ca.pem"), "agsx's CA is made: %s", err ? err->msg : ca);
+  agsx_error_free(&err);
+  agsx_tls_server_free(t);
+  char *key = xasprintf("%s/tls/ca-key.pem", dir);
+  struct stat st;
+  tap_ok(stat(key, &st) == 0 && (st.st_mode & 0777) == 0600, "its key is 0600");
+  _cleanup_free_ char *pem1 = NULL, *pem2 = NULL;
+  size_t l1 = 0, l2 = 0;
+  agsx_read_file_at(AT_FDCWD, ca, 1 << 16, &pem1, &l1, NULL);
+  t = agsx_tls_server_new(dir, NULL, NULL, &ca2, &err);
+  agsx_read_file_at(AT_FDCWD, ca, 1 << 16, &pem2, &l2, NULL);
+  tap_ok(t && pem1 && pem2 && l1 == l2 && memcmp(pem1, pem2, l1) == 0,
+         "a second start keeps the CA");
+  agsx_tls_server_free(t);
+  free(ca2);
+  ca2 = NULL;
+  chmod(key, 0644);
+  t = agsx_tls_server_new(dir, NULL, NULL, &ca2, &err);
+  tap_ok(t == NULL && err && strstr(err->msg, "only it can read"),
+         "a key others can read is refused: %s", err ? err->msg : "");
+  agsx_error_free(&err);
+  t = agsx_tls_server_new(dir, "/nonexistent", NULL, &ca2, &err);
+  tap_ok(t == NULL && err && strstr(err->msg, "both"), "a certificate without its key: %s",
+         err ? err->msg : "");
+  agsx_error_free(&err);
+  agsx_rm_rf_at(AT_FDCWD, dir, NULL);
+  free(key);
+  free(ca);
+}
+
 int main(void) {
   buf_drain();
+  tls();
   heads();
   envelopes();
   filters();
