@@ -354,7 +354,7 @@ static const struct agsx_option serve_opts[] = {
      O_SERVE_HOST},
     {"ports-listen", 0, "ADDR:PORT",
      "Also forward sandboxes' own ports, by E2B's host names PORT-ID.DOMAIN, from this "
-     "listener (E2B_DOMAIN=localhost:PORT; loopback unless --listen-public)",
+     "listener (the sandboxes' domain: localhost:PORT; loopback unless --listen-public)",
      O_PORTS_LISTEN},
     {"ports-tls", 0, NULL,
      "Speak TLS on --ports-listen (the SDKs' https:// URLs) with a certificate from agsx's own "

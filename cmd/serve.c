@@ -91,21 +91,17 @@ static int on_serve_opt(void *data, int id, const char *v) {
   return 0;
 }
 
-static void on_ready(void *data, const char *addr, const char *ports_addr, const char *ports_ca,
+static void on_ready(void *data, const char *addr, const char *ports_domain, const char *ports_ca,
                      const char *note) {
   const struct serve_opts *o = data;
   if (note)
     fprintf(stderr, "agsx: serve: %s\n", note);
   fprintf(stderr, "agsx: serve: listening on http://%s (E2B_API_URL and E2B_SANDBOX_URL)\n", addr);
-  if (ports_addr) {
-    const char *port = strrchr(ports_addr, ':');
-    bool tls = o->ports_tls || o->ports_cert;
-    fprintf(stderr,
-            "agsx: serve: sandboxes' ports on %s://PORT-ID.localhost%s (E2B_DOMAIN=localhost%s)\n",
-            tls ? "https" : "http", port ? port : "", port ? port : "");
-    if (ports_ca)
-      fprintf(stderr, "agsx: serve: their certificates are signed by agsx's CA %s\n", ports_ca);
-  }
+  if (ports_domain)
+    fprintf(stderr, "agsx: serve: sandboxes' ports on %s://PORT-ID.%s (their domain)\n",
+            o->ports_tls || o->ports_cert ? "https" : "http", ports_domain);
+  if (ports_ca)
+    fprintf(stderr, "agsx: serve: their certificates are signed by agsx's CA %s\n", ports_ca);
 }
 
 /* A setting from agsx.conf (KEY) or the environment (ENV) when no flag

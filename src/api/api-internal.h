@@ -66,6 +66,7 @@ struct server {
   int ports_lfd, netns;
   struct agsx_tls *tls; /* --ports-tls; NULL: plain */
   char *ports_ca;       /* agsx's CA's certificate, with --ports-tls and no --ports-cert */
+  char *ports_domain;   /* NAME:PORT of the ports listener for E2B's `domain`; NULL: none */
   struct fwd *fwds;
   size_t n_fwds;
   bool stopping;
@@ -242,6 +243,8 @@ bool agsx_api_conn_peer_gone(struct MHD_Connection *c);
  * has gone; when the next one is due (-1: none). */
 void agsx_api_conns_tick(struct server *s);
 /* ---- a sandbox's ports by host name (forward.c) ---- */
+/* The label of a sandbox made with network.allowPublicTraffic false. */
+#define AGSX_API_LABEL_PRIVATE "e2b.private-ports"
 /* The listener of cfg->ports_listen, if any, in the server's epoll. */
 int agsx_api_ports_start(struct server *s, agsx_error_t *err);
 /* Accepts, routes and moves bytes; never blocks. */

@@ -77,8 +77,11 @@ static int unsupported(yajl_val body, int *ret_status, agsx_error_t *err) {
   for (size_t i = 0; net && YAJL_IS_OBJECT(net) && i < net->u.object.len; i++) {
     const char *k = net->u.object.keys[i];
     yajl_val v = net->u.object.values[i];
-    if (strcmp(k, "allowPublicTraffic") == 0 && !is_null(v) && YAJL_IS_TRUE(v))
+    if (strcmp(k, "allowPublicTraffic") == 0) {
+      if (!is_null(v) && !YAJL_IS_TRUE(v) && !YAJL_IS_FALSE(v))
+        return fail(ret_status, 400, err, "%s must be a boolean", "network.allowPublicTraffic");
       continue;
+    }
     if (strcmp(k, "allowOut") == 0 || strcmp(k, "denyOut") == 0)
       continue; /* agsx_api_egress_parse */
     if (!is_empty(v))
@@ -295,6 +298,8 @@ int agsx_api_create_parse(const char *buf, size_t len, struct agsx_api_create *r
       .internet = !(inet && YAJL_IS_FALSE(inet)),
       .pause_on_timeout = life.pause_on_timeout,
       .auto_resume = life.auto_resume,
+      .private_ports =
+          YAJL_IS_FALSE(agsx_json_get(agsx_json_get(body, "network"), "allowPublicTraffic")),
   };
   if (!string_map(agsx_json_get(body, "envVars"), ENVS_MAX, &c.env)) {
     agsx_api_create_clear(&c);

@@ -19,6 +19,7 @@ struct agsx_api_create {
   char **volumes;        /* volumeMounts as NAME:/path (a valid volume name, a clean path) */
   bool pause_on_timeout; /* autoPause: paused, not killed, at the timeout */
   bool auto_resume;      /* autoResume.enabled: a request to it resumes it */
+  bool private_ports;    /* network.allowPublicTraffic false: its ports need its traffic token */
 };
 void agsx_api_create_clear(struct agsx_api_create *c);
 /* NET ({"allowOut": [...], "denyOut": [...]}, or null) as egress rule lines

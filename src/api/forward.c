@@ -25,7 +25,9 @@
  * (allowPublicTraffic): whoever can reach this listener and names a
  * sandbox's id reaches its ports. The id (20 random characters) is the
  * secret, as in E2B's URLs; the listener is loopback only unless
- * --listen-public.
+ * --listen-public. A sandbox made with allowPublicTraffic false answers
+ * only requests whose E2B-Traffic-Access-Token is its traffic access
+ * token (403 otherwise, before anything reaches it).
  *
  * With --ports-tls (tls.h) the client's end speaks TLS: the handshake
  * comes first, within the head's time, and the sandbox's port gets the
@@ -37,6 +39,7 @@
 #include "config.h"
 
 #include "api/api-internal.h"
+#include "api/auth.h"
 #include "api/tls.h"
 #include "api/wire.h"
 #include "net/relay.h"
@@ -135,7 +138,8 @@ static void fwd_free(struct server *s, struct fwd *f) {
 
 /* Routes F by its head's Host and Origin values: 0 with the connect to
  * the sandbox's port under way, or -1 after answering. */
-static int route(struct server *s, struct fwd *f, const char *host_v, const char *origin_v) {
+static int route(struct server *s, struct fwd *f, const struct agsx_api_head *head) {
+  const char *host_v = head->host, *origin_v = head->origin;
   char host[AGSX_API_HOST_MAX + 1], origin[AGSX_API_HOST_MAX + 1], local[INET6_ADDRSTRLEN] = "";
   struct sockaddr_storage ss;
   socklen_t sl = sizeof(ss);
@@ -171,6 +175,22 @@ static int route(struct server *s, struct fwd *f, const char *host_v, const char
                   "{\"sandboxId\":\"%s\",\"message\":\"The sandbox was not found\",\"code\":502}",
                   id),
            -1;
+  /* allowPublicTraffic false: its ports need its traffic access token. */
+  if (agsx_label_get(rec.labels, AGSX_API_LABEL_PRIVATE)) {
+    char token[65];
+    agsx_api_traffic_token(s->key, rec.id, token);
+    bool ok = agsx_api_secret_equal(head->traffic, token);
+    explicit_bzero(token, sizeof(token));
+    if (!ok) {
+      agsx_record_clear(&rec);
+      return answer(&f->c, 403, "Forbidden",
+                    "{\"sandboxId\":\"%s\",\"message\":\"%s\",\"code\":403}", id,
+                    head->traffic[0] ? "Invalid traffic access token"
+                                     : "The sandbox's ports are private: the request needs its "
+                                       "traffic access token (E2B-Traffic-Access-Token)"),
+             -1;
+    }
+  }
   int pidfd = rec.paused ? -1 : agsx_proc_ref_pidfd(&rec.init);
   agsx_record_clear(&rec);
   if (port == AGSX_API_PORT_ENVD || port == AGSX_API_PORT_CODE || pidfd < 0) {
@@ -272,10 +292,9 @@ static bool step(struct server *s, struct fwd *f, int64_t now) {
   if (!f->piping) {
     if (!fill(&f->c))
       return false;
-    char host[AGSX_API_HEAD_VALUE_MAX + 1], origin[AGSX_API_HEAD_VALUE_MAX + 1];
-    size_t hl;
+    struct agsx_api_head head;
     agsx_error_t err = NULL;
-    int r = agsx_api_head_scan(f->c.buf, f->c.len, &hl, host, origin, &err);
+    int r = agsx_api_head_scan(f->c.buf, f->c.len, &head, &err);
     if (r < 0) {
       bool big = agsx_error_errno(&err) == EMSGSIZE;
       answer(&f->c, big ? 431 : 400, big ? "Request Header Fields Too Large" : "Bad Request",
@@ -293,7 +312,7 @@ static bool step(struct server *s, struct fwd *f, int64_t now) {
       }
       return true;
     }
-    if (route(s, f, host, origin) < 0)
+    if (route(s, f, &head) < 0)
       return false;
     set_want(s, f, &f->c, 0); /* until the sandbox's port answers */
   }
@@ -387,6 +406,22 @@ int agsx_api_ports_start(struct server *s, agsx_error_t *err) {
       agsx_api_listen_socket(s->cfg->ports_listen, s->cfg->listen_public, "id of a sandbox", err);
   if (s->ports_lfd < 0)
     return agsx_error_wrap(err, "--ports-listen");
+  /* E2B's `domain`: localhost (the name agsx's CA signs, and where a
+   * browser finds a loopback listener), or the first --host name for a
+   * plain or the user's certificate; the port the listener has. */
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof(ss);
+  if (getsockname(s->ports_lfd, (struct sockaddr *)&ss, &sl) == 0) {
+    unsigned port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                   : ((struct sockaddr_in *)&ss)->sin_port);
+    const char *name = "localhost";
+    for (size_t i = 0; s->ports_ca == NULL && s->hosts && s->hosts[i]; i++)
+      if (strchr(s->hosts[i], ':') == NULL && s->hosts[i][strspn(s->hosts[i], "0123456789.")]) {
+        name = s->hosts[i]; /* a name, not an address */
+        break;
+      }
+    s->ports_domain = xasprintf("%s:%u", name, port);
+  }
   struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->ports_lfd};
   if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->ports_lfd, &ev) < 0)
     return agsx_error_set(err, errno, "epoll_ctl");
@@ -440,4 +475,6 @@ void agsx_api_ports_stop(struct server *s) {
   s->tls = NULL;
   free(s->ports_ca);
   s->ports_ca = NULL;
+  free(s->ports_domain);
+  s->ports_domain = NULL;
 }

@@ -145,7 +145,9 @@ static void gen_sandbox(struct server *s, yajl_gen g, const struct agsx_record *
     /* The code interpreter's SDK sends it with every port-49999 request. */
     agsx_api_traffic_token(s->key, r->id, traffic);
     agsx_json_kv_str(g, "trafficAccessToken", traffic);
-    agsx_json_kv_str(g, "domain", NULL);
+    /* The SDKs build a port's URL from it (getHost: PORT-ID.DOMAIN), over
+     * their E2B_DOMAIN: the ports listener's, or null without one. */
+    agsx_json_kv_str(g, "domain", s->ports_domain);
   }
   if (how != SHAPE_SANDBOX) {
     gen_time_us(g, "startedAt", started_ns(r));
@@ -376,6 +378,8 @@ static void create(struct req *r) {
   agsx_labels_set(&labels, LABEL_INTERNET, c.internet ? "true" : "false");
   if (c.auto_resume)
     agsx_labels_set(&labels, LABEL_AUTORESUME, "true");
+  if (c.private_ports)
+    agsx_labels_set(&labels, AGSX_API_LABEL_PRIVATE, "true");
   char id[33];
   struct agsx_record rec;
   struct agsx_spawn_req q = {

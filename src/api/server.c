@@ -733,8 +733,8 @@ int agsx_api_serve(const struct agsx_api_config *cfg, agsx_error_t *err) {
         created ? xasprintf("generated the API key in %s",
                             cfg->api_key_file ? cfg->api_key_file : AGSX_API_KEY_FILE)
                 : NULL;
-    cfg->ready(cfg->ready_data, cfg->listen ? cfg->listen : AGSX_API_DEFAULT_LISTEN,
-               cfg->ports_listen, s.ports_ca, note);
+    cfg->ready(cfg->ready_data, cfg->listen ? cfg->listen : AGSX_API_DEFAULT_LISTEN, s.ports_domain,
+               s.ports_ca, note);
   }
   loop(&s);
   drain(&s);

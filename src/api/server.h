@@ -83,9 +83,10 @@ struct agsx_api_config {
   char **pools;
   const char *default_user; /* NULL: "user" when the image has one, else root */
   /* Called once the listeners are up, with their addresses (the front end
-   * says so; PORTS_ADDR NULL without --ports-listen; PORTS_CA the path
+   * says so; PORTS_DOMAIN, NAME:PORT of the ports listener as the
+   * sandboxes' `domain` gives it, NULL without --ports-listen; PORTS_CA the path
    * of agsx's CA's certificate when the ports listener's TLS uses it). */
-  void (*ready)(void *data, const char *addr, const char *ports_addr, const char *ports_ca,
+  void (*ready)(void *data, const char *addr, const char *ports_domain, const char *ports_ca,
                 const char *key_note);
   void *ready_data;
 };

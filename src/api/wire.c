@@ -488,12 +488,10 @@ static bool request_line_ok(const char *s, size_t n) {
   return true;
 }
 
-int agsx_api_head_scan(const char *buf, size_t len, size_t *ret_len,
-                       char host[static AGSX_API_HEAD_VALUE_MAX + 1],
-                       char origin[static AGSX_API_HEAD_VALUE_MAX + 1], agsx_error_t *err) {
+int agsx_api_head_scan(const char *buf, size_t len, struct agsx_api_head *ret, agsx_error_t *err) {
   size_t lim = len < AGSX_API_HEAD_MAX ? len : AGSX_API_HEAD_MAX;
-  bool have_host = false, have_origin = false;
-  host[0] = origin[0] = '\0';
+  bool have_host = false, have_origin = false, have_traffic = false;
+  ret->host[0] = ret->origin[0] = ret->traffic[0] = '\0';
   for (size_t pos = 0, line = 0; pos < lim; line++) {
     const char *nl = memchr(buf + pos, '\n', lim - pos);
     if (nl == NULL)
@@ -511,7 +509,7 @@ int agsx_api_head_scan(const char *buf, size_t len, size_t *ret_len,
       continue;
     }
     if (n == 0) {
-      *ret_len = pos;
+      ret->len = pos;
       return 1;
     }
     size_t k = 0;
@@ -527,9 +525,11 @@ int agsx_api_head_scan(const char *buf, size_t len, size_t *ret_len,
     char *dst = NULL;
     bool *seen = NULL;
     if (k == 4 && strncasecmp(s, "host", 4) == 0)
-      dst = host, seen = &have_host;
+      dst = ret->host, seen = &have_host;
     else if (k == 6 && strncasecmp(s, "origin", 6) == 0)
-      dst = origin, seen = &have_origin;
+      dst = ret->origin, seen = &have_origin;
+    else if (k == 24 && strncasecmp(s, "e2b-traffic-access-token", 24) == 0)
+      dst = ret->traffic, seen = &have_traffic;
     if (dst == NULL)
       continue;
     if (*seen)

@@ -139,17 +139,21 @@ bool agsx_api_host_allowed(const char *host, const char *local, char *const *nam
 /* ---- a request's head, read raw (the ports listener, forward.c) ---- */
 #define AGSX_API_HEAD_MAX 16384     /* bytes of a head, through its blank line */
 #define AGSX_API_HEAD_VALUE_MAX 512 /* bytes of its Host or Origin value */
+struct agsx_api_head {
+  size_t len; /* through the blank line */
+  /* the values of Host, Origin and E2B-Traffic-Access-Token, trimmed; ""
+   * when absent */
+  char host[AGSX_API_HEAD_VALUE_MAX + 1], origin[AGSX_API_HEAD_VALUE_MAX + 1],
+      traffic[AGSX_API_HEAD_VALUE_MAX + 1];
+};
 /* Scans the LEN bytes of BUF received so far for an HTTP/1.x request
- * head: 1 when it is complete, with *RET_LEN its length (through the
- * blank line) and HOST and ORIGIN the values of those headers, trimmed
- * ("" when absent); 0 when more is needed; -1 with EINVAL for what is not
- * one (a request line that is not METHOD SP TARGET SP HTTP/1.x, a NUL, a
- * header line without a name and colon, a folded line, a repeated Host or
- * Origin, an overlong value) and EMSGSIZE when no head ends within
- * AGSX_API_HEAD_MAX bytes. Lines end in CRLF or LF. */
-int agsx_api_head_scan(const char *buf, size_t len, size_t *ret_len,
-                       char host[static AGSX_API_HEAD_VALUE_MAX + 1],
-                       char origin[static AGSX_API_HEAD_VALUE_MAX + 1], agsx_error_t *err);
+ * head: 1 when it is complete, with *RET filled; 0 when more is needed; -1
+ * with EINVAL for what is not one (a request line that is not METHOD SP
+ * TARGET SP HTTP/1.x, a NUL, a header line without a name and colon, a
+ * folded line, one of those three headers repeated, an overlong value) and
+ * EMSGSIZE when no head ends within AGSX_API_HEAD_MAX bytes. Lines end in
+ * CRLF or LF. */
+int agsx_api_head_scan(const char *buf, size_t len, struct agsx_api_head *ret, agsx_error_t *err);
 /* The sandbox port a host (as agsx_api_host_parse gives it) names, as
  * E2B's SDKs build it (getHost): "PORT-ID.DOMAIN", PORT 1 to 65535 without
  * a leading zero, ID 20 or 32 lowercase letters and digits. 0 with

@@ -69,7 +69,8 @@ desktop_image() {
   # serve --ports-listen --ports-tls (noVNC's page and its WebSocket to the
   # sandbox's port 6080), when Chromium, NSS's certutil and Playwright are
   # to be had. The URL is the SDK's, https:// and unchanged: that Chromium
-  # trusts agsx's CA as a user's does (its NSS database).
+  # trusts agsx's CA as a user's does (its NSS database). No E2B_DOMAIN:
+  # the SDK takes the listener's from the create answer's `domain`.
   local pp check= dir
   pp=$(free_port)
   SERVE_LOG_LEVEL=debug api_serve_start --ports-listen "127.0.0.1:$pp" --ports-tls
@@ -85,7 +86,7 @@ desktop_image() {
     chmod +x "$check"
   fi
   run env E2B_SDK="$DESKTOP_SDK" E2B_API_URL="$U" E2B_SANDBOX_URL="$U" E2B_API_KEY="$KEY" \
-    E2B_DOMAIN="localhost:$pp" SHOT="$T/desk.png" STREAM_CHECK="$check" \
+    SHOT="$T/desk.png" STREAM_CHECK="$check" \
     timeout --kill-after=5 300 node "$AGSX_SRCDIR/test/serve/desktop.mjs"
   if [ "$status" -ne 0 ] || [ "${lines[${#lines[@]}-1]}" != ok ]; then
     printf '%s\n' "$output" | sed 's/^/#   /' >&3

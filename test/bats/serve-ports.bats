@@ -34,9 +34,15 @@ teardown() {
   local pp id
   pp=$(free_port)
   api_serve_start --ports-listen "127.0.0.1:$pp" --template box=bb
-  id=$(curl -s -X POST -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
-    -d '{"templateID":"box","timeout":120}' "$U/sandboxes" | jq -r .sandboxID)
+  curl -s -X POST -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
+    -d '{"templateID":"box","timeout":120}' "$U/sandboxes" >"$T/created"
+  id=$(jq -r .sandboxID "$T/created")
   [ -n "$id" ] && [ "$id" != null ] || { cat "$T/serve.log" >&3; false; }
+  # E2B's `domain`, from which the SDKs build a port's host (over their
+  # E2B_DOMAIN): this listener's
+  [ "$(jq -r .domain "$T/created")" = "localhost:$pp" ]
+  [ "$(curl -s -H "X-API-KEY: $KEY" "$U/sandboxes/$id" | jq -r .domain)" = "localhost:$pp" ]
+  grep -q "ports on http://PORT-ID.localhost:$pp (their domain)" "$T/serve.log"
   ax exec "$id" sh -c 'mkdir -p /tmp/www && echo hello-port > /tmp/www/index.html'
   ax exec -d "$id" httpd -f -p 127.0.0.1:8080 -h /tmp/www
   local P=http://127.0.0.1:$pp
@@ -112,8 +118,9 @@ ports_sandbox() {
   ax image load --tag bb "$BB" >/dev/null
   pp=$(free_port)
   api_serve_start --ports-listen "127.0.0.1:$pp" --template box=bb "$@"
-  id=$(curl -s -X POST -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
-    -d '{"templateID":"box","timeout":120}' "$U/sandboxes" | jq -r .sandboxID)
+  curl -s -X POST -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
+    -d '{"templateID":"box","timeout":120}' "$U/sandboxes" >"$T/created"
+  id=$(jq -r .sandboxID "$T/created")
   [ -n "$id" ] && [ "$id" != null ] || { cat "$T/serve.log" >&3; false; }
   ax exec "$id" sh -c 'mkdir -p /tmp/www && echo hello-port > /tmp/www/index.html &&
     dd if=/dev/urandom of=/tmp/www/big bs=1024 count=3072 2>/dev/null'
@@ -131,8 +138,9 @@ tls_curl() {
 @test "serve --ports-tls: https by E2B's host names with agsx's own CA, confined to localhost" {
   local id pp ca=$ROOT/tls/ca.pem
   ports_sandbox --ports-tls
-  grep -q "ports on https://PORT-ID.localhost:$pp" "$T/serve.log"
+  grep -q "ports on https://PORT-ID.localhost:$pp (their domain)" "$T/serve.log"
   grep -q "signed by agsx's CA $ca" "$T/serve.log"
+  [ "$(jq -r .domain "$T/created")" = "localhost:$pp" ]
   # The CA: its key only root's, its certificate public, confined by name
   # constraints to localhost and loopback addresses.
   [ "$(stat -c %a "$ROOT/tls/ca-key.pem")" = 600 ]
@@ -199,8 +207,9 @@ tls_curl() {
     -subj /CN=box.test -addext 'subjectAltName=DNS:*.box.test' \
     -keyout "$T/key.pem" -out "$T/cert.pem" 2>/dev/null
   local id pp
-  ports_sandbox --ports-cert "$T/cert.pem" --ports-key "$T/key.pem" --host box.test
-  grep -q "ports on https://PORT-ID.localhost:$pp" "$T/serve.log"
+  ports_sandbox --ports-cert "$T/cert.pem" --ports-key "$T/key.pem" --host 10.1.2.3 --host box.test
+  [ "$(jq -r .domain "$T/created")" = "box.test:$pp" ]
+  grep -q "ports on https://PORT-ID.box.test:$pp" "$T/serve.log"
   run grep -q "agsx's CA" "$T/serve.log"
   [ "$status" -ne 0 ]
   [ ! -e "$ROOT/tls" ]
@@ -222,4 +231,37 @@ tls_curl() {
   run_ax serve --listen "$api" --api-key "$KEY" --ports-tls
   assert_agsx_error "need --ports-listen"
   ! curl -s -o /dev/null --max-time 2 "http://$api/health" || false
+}
+
+@test "serve --ports-listen: allowPublicTraffic false: the ports need the traffic access token" {
+  ax image load --tag bb "$BB" >/dev/null
+  local pp id tok
+  pp=$(free_port)
+  api_serve_start --ports-listen "127.0.0.1:$pp" --template box=bb
+  curl -s -X POST -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' \
+    -d '{"templateID":"box","timeout":120,"network":{"allowPublicTraffic":false}}' \
+    "$U/sandboxes" >"$T/created"
+  id=$(jq -r .sandboxID "$T/created")
+  tok=$(jq -r .trafficAccessToken "$T/created")
+  [ -n "$id" ] && [ "$id" != null ] || { cat "$T/created" "$T/serve.log" >&3; false; }
+  [ ${#tok} = 64 ]
+  ax exec "$id" sh -c 'mkdir -p /tmp/www && echo private-port > /tmp/www/index.html'
+  ax exec -d "$id" httpd -f -p 127.0.0.1:8080 -h /tmp/www
+  local P=http://127.0.0.1:$pp H="Host: 8080-$id.localhost:$pp"
+  up() { [ "$(curl -s -H "$H" -H "E2B-Traffic-Access-Token: $tok" "$P/index.html")" = private-port ]; }
+  poll 50 up || { curl -s -i -H "$H" -H "E2B-Traffic-Access-Token: $tok" "$P/index.html" >&3; false; }
+  # the header's name in any case, as HTTP allows
+  [ "$(curl -s -H "$H" -H "e2b-traffic-access-token: $tok" "$P/index.html")" = private-port ]
+  # no token, a wrong one, another sandbox's kind of token (envd's): 403
+  [ "$(curl -s -o "$T/body" -w '%{http_code}' -H "$H" "$P/index.html")" = 403 ]
+  grep -q "traffic access token" "$T/body"
+  [ "$(curl -s -o "$T/body" -w '%{http_code}' -H "$H" -H "E2B-Traffic-Access-Token: ${tok%?}0" \
+    "$P/index.html")" = 403 ]
+  grep -q "Invalid traffic access token" "$T/body"
+  [ "$(curl -s -o /dev/null -w '%{http_code}' -H "$H" \
+    -H "E2B-Traffic-Access-Token: $(jq -r .envdAccessToken "$T/created")" "$P/index.html")" = 403 ]
+  # A public sandbox beside it needs none; a non-boolean is refused (400).
+  [ "$(curl -s -o /dev/null -w '%{http_code}' -X POST -H "X-API-KEY: $KEY" \
+    -H 'Content-Type: application/json' -d '{"templateID":"box","network":{"allowPublicTraffic":"no"}}' \
+    "$U/sandboxes")" = 400 ]
 }

@@ -137,17 +137,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     break;
   }
   case 10: {
-    char host[AGSX_API_HEAD_VALUE_MAX + 1], origin[AGSX_API_HEAD_VALUE_MAX + 1];
-    char h2[AGSX_API_HEAD_VALUE_MAX + 1], o2[AGSX_API_HEAD_VALUE_MAX + 1];
-    size_t hl = 0, hl2 = 0;
-    int r = agsx_api_head_scan(p, n, &hl, host, origin, &err);
-    if (r == 1 &&
-        (hl == 0 || hl > n || hl > AGSX_API_HEAD_MAX || strlen(host) > 512 || strlen(origin) > 512))
+    static struct agsx_api_head hd, hd2;
+    int r = agsx_api_head_scan(p, n, &hd, &err);
+    if (r == 1 && (hd.len == 0 || hd.len > n || hd.len > AGSX_API_HEAD_MAX ||
+                   strlen(hd.host) > 512 || strlen(hd.origin) > 512 || strlen(hd.traffic) > 512))
       __builtin_trap();
     /* A prefix is a head received in part: complete only if the whole
      * one ends there already, never an error the whole one is not. */
-    int r2 = agsx_api_head_scan(p, n / 2, &hl2, h2, o2, NULL);
-    if (r2 == 1 && (r != 1 || hl2 != hl || strcmp(h2, host) != 0 || strcmp(o2, origin) != 0))
+    int r2 = agsx_api_head_scan(p, n / 2, &hd2, NULL);
+    if (r2 == 1 && (r != 1 || hd2.len != hd.len || strcmp(hd2.host, hd.host) != 0 ||
+                    strcmp(hd2.origin, hd.origin) != 0 || strcmp(hd2.traffic, hd.traffic) != 0))
       __builtin_trap();
     if (r2 < 0 && r == 1)
       __builtin_trap();

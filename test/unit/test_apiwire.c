@@ -345,43 +345,45 @@ static void buf_drain(void) {
 }
 
 static void heads(void) {
-  char host[AGSX_API_HEAD_VALUE_MAX + 1], origin[AGSX_API_HEAD_VALUE_MAX + 1];
-  size_t len = 0;
+  struct agsx_api_head hd;
   const char *h = "GET /vnc.html?x=1 HTTP/1.1\r\nHost:  6080-abc.localhost:3001 \r\n"
-                  "Origin: http://x\r\nUpgrade: websocket\r\n\r\nBODY";
-  tap_is_int(agsx_api_head_scan(h, strlen(h), &len, host, origin, NULL), 1, "a whole head");
-  tap_is_int((int)len, (int)(strlen(h) - 4), "its length, through the blank line");
-  tap_is_str(host, "6080-abc.localhost:3001", "Host, trimmed");
-  tap_is_str(origin, "http://x", "Origin");
-  tap_is_int(agsx_api_head_scan(h, 30, &len, host, origin, NULL), 0, "a part: more is needed");
+                  "Origin: http://x\r\nUpgrade: websocket\r\nE2B-Traffic-Access-Token: t0k\r\n"
+                  "\r\nBODY";
+  tap_is_int(agsx_api_head_scan(h, strlen(h), &hd, NULL), 1, "a whole head");
+  tap_is_int((int)hd.len, (int)(strlen(h) - 4), "its length, through the blank line");
+  tap_is_str(hd.host, "6080-abc.localhost:3001", "Host, trimmed");
+  tap_is_str(hd.origin, "http://x", "Origin");
+  tap_is_str(hd.traffic, "t0k", "E2B-Traffic-Access-Token");
+  tap_is_int(agsx_api_head_scan(h, 30, &hd, NULL), 0, "a part: more is needed");
   const char *lf = "GET / HTTP/1.0\nhost: a\n\n";
-  tap_is_int(agsx_api_head_scan(lf, strlen(lf), &len, host, origin, NULL), 1, "LF lines");
-  tap_ok(strcmp(host, "a") == 0 && origin[0] == '\0', "host in lowercase, no Origin: empty");
+  tap_is_int(agsx_api_head_scan(lf, strlen(lf), &hd, NULL), 1, "LF lines");
+  tap_ok(strcmp(hd.host, "a") == 0 && hd.origin[0] == '\0' && hd.traffic[0] == '\0',
+         "host in lowercase, no Origin or token: empty");
   const char *bad[] = {"GET / HTTP/2.0\r\n\r\n",
                        "GET /\r\n\r\n",
                        " GET / HTTP/1.1\r\n\r\n",
                        "GET / HTTP/1.1\r\nno colon\r\n\r\n",
                        "GET / HTTP/1.1\r\n folded: x\r\n\r\n",
                        "GET / HTTP/1.1\r\nHost: a\r\nHOST: b\r\n\r\n",
+                       "GET / HTTP/1.1\r\ne2b-traffic-access-token: a\r\n"
+                       "E2B-Traffic-Access-Token: b\r\n\r\n",
                        "GET /a b HTTP/1.1\r\n\r\n"};
   for (size_t i = 0; i < AGSX_ARRAY_SIZE(bad); i++)
-    tap_is_int(agsx_api_head_scan(bad[i], strlen(bad[i]), &len, host, origin, NULL), -1,
-               "refused: %zu", i);
+    tap_is_int(agsx_api_head_scan(bad[i], strlen(bad[i]), &hd, NULL), -1, "refused: %zu", i);
   char nul[] = "GET / HTTP/1.1\r\nX: a\0b\r\n\r\n";
-  tap_is_int(agsx_api_head_scan(nul, sizeof(nul) - 1, &len, host, origin, NULL), -1, "a NUL");
+  tap_is_int(agsx_api_head_scan(nul, sizeof(nul) - 1, &hd, NULL), -1, "a NUL");
   char *big = xzalloc(AGSX_API_HEAD_MAX + 100);
   memcpy(big, "GET / HTTP/1.1\r\nX: ", 20);
   memset(big + 20, 'a', AGSX_API_HEAD_MAX + 50);
   agsx_error_t err = NULL;
-  tap_is_int(agsx_api_head_scan(big, AGSX_API_HEAD_MAX + 70, &len, host, origin, &err), -1,
+  tap_is_int(agsx_api_head_scan(big, AGSX_API_HEAD_MAX + 70, &hd, &err), -1,
              "no end within the bound");
   tap_is_int(agsx_error_errno(&err), EMSGSIZE, "EMSGSIZE");
   agsx_error_free(&err);
   char longhost[700] = "GET / HTTP/1.1\r\nHost: ";
   memset(longhost + strlen(longhost), 'h', 600);
   strcat(longhost, "\r\n\r\n");
-  tap_is_int(agsx_api_head_scan(longhost, strlen(longhost), &len, host, origin, NULL), -1,
-             "an overlong Host");
+  tap_is_int(agsx_api_head_scan(longhost, strlen(longhost), &hd, NULL), -1, "an overlong Host");
   free(big);
 
   unsigned port = 0;
