@@ -17,7 +17,7 @@ kind=${2:-base}
 top=$(cd "$(dirname "$0")/.." && pwd)
 agsx=$B/agsx
 case $kind in
-  base) pkgs=ca-certificates,curl,git,python3-pip,sudo ;;
+  base) pkgs=ca-certificates,curl,git,python3-pip,python-is-python3,sudo ;;
   # the recipe's own list: the offline image has what the Dockerfile installs
   desktop) pkgs=$("$top/test/fixtures/debian-rootfs" --packages-of "$top/images/desktop/Dockerfile") ;;
   *) echo "usage: base-image.sh BUILDDIR [base|desktop]" >&2; exit 2 ;;

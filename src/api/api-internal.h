@@ -245,6 +245,9 @@ void agsx_api_conns_tick(struct server *s);
 /* ---- a sandbox's ports by host name (forward.c) ---- */
 /* The label of a sandbox made with network.allowPublicTraffic false. */
 #define AGSX_API_LABEL_PRIVATE "e2b.private-ports"
+/* ... with lifecycle autoResume: a request to it (the API's, or one to its
+ * ports) resumes it when paused */
+#define AGSX_API_LABEL_AUTORESUME "e2b.autoresume"
 /* The listener of cfg->ports_listen, if any, in the server's epoll. */
 int agsx_api_ports_start(struct server *s, agsx_error_t *err);
 /* Accepts, routes and moves bytes; never blocks. */

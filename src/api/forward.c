@@ -43,6 +43,7 @@
 #include "api/tls.h"
 #include "api/wire.h"
 #include "net/relay.h"
+#include "sandbox/freeze.h"
 #include "sandbox/proc.h"
 
 #include <arpa/inet.h>
@@ -190,6 +191,19 @@ static int route(struct server *s, struct fwd *f, const struct agsx_api_head *he
                                        "traffic access token (E2B-Traffic-Access-Token)"),
              -1;
     }
+  }
+  /* autoResume: a request to a paused sandbox's port resumes it, as E2B's
+   * proxy does (after the token check: no token, no resume). */
+  if (rec.paused && agsx_label_get(rec.labels, AGSX_API_LABEL_AUTORESUME) &&
+      port != AGSX_API_PORT_ENVD && port != AGSX_API_PORT_CODE) {
+    agsx_error_t err = NULL;
+    if (agsx_sandbox_unpause(s->statefd, rec.id, &err) == 0 || agsx_error_errno(&err) == EALREADY) {
+      agsx_info("serve: resumed sandbox %s on a request to its port %u (autoResume)", id, port);
+      rec.paused = false;
+    } else {
+      agsx_warn("serve: auto-resume of %s: %s", id, err->msg);
+    }
+    agsx_error_free(&err);
   }
   int pidfd = rec.paused ? -1 : agsx_proc_ref_pidfd(&rec.init);
   agsx_record_clear(&rec);

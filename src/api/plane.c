@@ -22,7 +22,7 @@
 #define CLIENT_ID "6532622b" /* what E2B always sends; Python requires the field */
 #define LABEL_TEMPLATE "e2b.template"
 #define LABEL_INTERNET "e2b.internet"
-#define LABEL_AUTORESUME "e2b.autoresume" /* autoResume.enabled at create */
+#define LABEL_AUTORESUME AGSX_API_LABEL_AUTORESUME
 #define LABEL_PREFIX "e2b."
 #define LIST_LIMIT_MAX 1000
 #define LIST_LIMIT_DEFAULT 100 /* E2B's */

@@ -177,6 +177,10 @@ base_image() {
   [ "$output" = $'root\nok\n440:root\n4755:root' ] || { show_run; false; }
   run_ax run --rm e2b-base bash -c 'git --version && curl --version && python3 -m pip --version' >/dev/null
   assert_success
+  # `python` too, as in E2B's base (its examples and tests run python -m ...)
+  run_ax run --rm e2b-base python -c 'import sys; print(sys.version_info[0])'
+  assert_success
+  [ "$output" = 3 ] || { show_run; false; }
 }
 
 @test "e2b-base: the unmodified SDK against serve's base template: whoami, cwd, sudo" {

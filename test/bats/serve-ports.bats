@@ -265,3 +265,41 @@ tls_curl() {
     -H 'Content-Type: application/json' -d '{"templateID":"box","network":{"allowPublicTraffic":"no"}}' \
     "$U/sandboxes")" = 400 ]
 }
+
+@test "serve --ports-listen: a request to a paused sandbox's port resumes it with autoResume, not without" {
+  ax image load --tag bb "$BB" >/dev/null
+  local pp id plain
+  pp=$(free_port)
+  SERVE_LOG_LEVEL=info api_serve_start --ports-listen "127.0.0.1:$pp" --template box=bb
+  mk() {
+    curl -s -X POST -H "X-API-KEY: $KEY" -H 'Content-Type: application/json' -d "$1" \
+      "$U/v2/sandboxes" | jq -r .sandboxID
+  }
+  id=$(mk '{"templateID":"box","timeout":120,"autoPause":true,"autoResume":{"enabled":true}}')
+  plain=$(mk '{"templateID":"box","timeout":120}')
+  [ ${#id} = 20 ] && [ ${#plain} = 20 ] || { cat "$T/serve.log" >&3; false; }
+  local s
+  for s in "$id" "$plain"; do
+    ax exec "$s" sh -c 'mkdir -p /tmp/www && echo awake > /tmp/www/index.html'
+    ax exec -d "$s" httpd -f -p 127.0.0.1:8080 -h /tmp/www
+  done
+  get() { curl -s --max-time 10 -o "$T/body" -w '%{http_code}' -H "Host: 8080-$1.localhost:$pp" \
+    "http://127.0.0.1:$pp/index.html"; }
+  up() { [ "$(get "$1")" = 200 ]; }
+  poll 50 up "$id"
+  poll 50 up "$plain"
+  state() { curl -s -H "X-API-KEY: $KEY" "$U/sandboxes/$1" | jq -r .state; }
+  for s in "$id" "$plain"; do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' -X POST -H "X-API-KEY: $KEY" "$U/sandboxes/$s/pause")" = 204 ]
+    [ "$(state "$s")" = paused ]
+  done
+  # without autoResume: not running (502), and it stays paused
+  [ "$(get "$plain")" = 502 ]
+  grep -q "not running" "$T/body"
+  [ "$(state "$plain")" = paused ]
+  # with it: the request itself is answered, by a running sandbox
+  [ "$(get "$id")" = 200 ]
+  [ "$(cat "$T/body")" = awake ]
+  [ "$(state "$id")" = running ]
+  grep -q "resumed sandbox $id on a request to its port 8080" "$T/serve.log"
+}
