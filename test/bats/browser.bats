@@ -25,21 +25,6 @@ setup() {
 
 # ---- helpers -----------------------------------------------------------
 
-# Chromium on the host (for the host image), installed if we may.
-need_chromium() {
-  # Chromium's start-up dominates these tests; agsx's part (cmd/browser.c,
-  # src/sandbox/cdp.c) is unit-tested and fuzzed under the sanitizers.
-  heavy
-  if ! command -v chromium >/dev/null; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq --no-install-recommends \
-        chromium fonts-liberation >/dev/null 2>&1 || true
-    fi
-  fi
-  command -v chromium >/dev/null ||
-    skip "browser: Chromium is not installed and could not be (apt-get install chromium)"
-}
-
 # playwright-core and puppeteer-core, cached; NODE_PATH for the fixtures.
 need_node_clients() {
   command -v node >/dev/null || skip "browser: node is not installed"

@@ -74,6 +74,7 @@ desktop_image() {
   local pp check= dir
   pp=$(free_port)
   SERVE_LOG_LEVEL=debug api_serve_start --ports-listen "127.0.0.1:$pp" --ports-tls
+  (need_chromium && need_certutil) >/dev/null 2>&1 || true # installed if we may; else no check
   if command -v chromium >/dev/null && command -v certutil >/dev/null &&
     dir=$("$FIXTURES/browser-node-setup" 2>/dev/null); then
     mkdir -p "$T/home/.pki/nssdb"

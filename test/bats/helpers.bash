@@ -764,3 +764,29 @@ for row in range(y + 1):
 print(','.join(str(v) for v in prev[x * bpp:x * bpp + 3]))
 PY
 }
+
+# Chromium on the host (for the host image, and as the browser a person
+# uses), installed if we may.
+need_chromium() {
+  # Chromium's start-up dominates these tests; agsx's part (cmd/browser.c,
+  # src/sandbox/cdp.c) is unit-tested and fuzzed under the sanitizers.
+  heavy
+  if ! command -v chromium >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq --no-install-recommends \
+        chromium fonts-liberation >/dev/null 2>&1 || true
+    fi
+  fi
+  command -v chromium >/dev/null ||
+    skip "browser: Chromium is not installed and could not be (apt-get install chromium)"
+}
+
+# NSS's certutil (Debian's libnss3-tools), with which a test makes Chromium
+# trust a CA as a user would (~/.pki/nssdb), installed if we may.
+need_certutil() {
+  if ! command -v certutil >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -qq --no-install-recommends \
+      libnss3-tools >/dev/null 2>&1 || true
+  fi
+  command -v certutil >/dev/null || skip "certutil is not installed and could not be (apt-get install libnss3-tools)"
+}

@@ -181,8 +181,8 @@ tls_curl() {
 }
 
 @test "serve --ports-tls: Chromium that trusts agsx's CA (NSS, as a user does) opens the page" {
-  command -v chromium >/dev/null || skip "no chromium"
-  command -v certutil >/dev/null || skip "no certutil (Debian's libnss3-tools)"
+  need_chromium
+  need_certutil
   local id pp ca=$ROOT/tls/ca.pem
   ports_sandbox --ports-tls
   # A user's Chromium trusts the CA once: its NSS database in ~/.pki/nssdb.
