@@ -120,7 +120,8 @@ int agsx_cmd_serve(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
   struct serve_opts o = {0};
   int rc = AGSX_EXIT_FAILURE;
   _cleanup_free_ char *c_listen = NULL, *c_net = NULL, *c_user = NULL, *c_base = NULL, *c_ci = NULL,
-                      *c_key = NULL;
+                      *c_key = NULL, *c_plisten = NULL, *c_ptls = NULL, *c_pcert = NULL,
+                      *c_pkey = NULL;
   _cleanup_strv_ char **templates = NULL; /* before any goto: freed at the end */
   _cleanup_strv_ char **maps = NULL, **new_privs = NULL;
   int i = agsx_parse_options(cmd, argc, argv, on_serve_opt, &o);
@@ -129,6 +130,21 @@ int agsx_cmd_serve(struct agsx_ctx *ctx, const struct agsx_command *cmd, int arg
   if (i < argc) {
     agsx_failf("serve: unexpected argument `%s`", argv[i]);
     goto out;
+  }
+  /* The ports listener's settings from agsx.conf, as a whole: flags for
+   * it replace the file's. */
+  if (o.ports_listen == NULL && !o.ports_tls && o.ports_cert == NULL && o.ports_key == NULL) {
+    const char *tls = NULL;
+    if (conf_default("serve-ports-listen", NULL, &o.ports_listen, &c_plisten) < 0 ||
+        conf_default("serve-ports-tls", NULL, &tls, &c_ptls) < 0 ||
+        conf_default("serve-ports-cert", NULL, &o.ports_cert, &c_pcert) < 0 ||
+        conf_default("serve-ports-key", NULL, &o.ports_key, &c_pkey) < 0)
+      goto out;
+    if (tls && strcmp(tls, "true") != 0 && strcmp(tls, "false") != 0) {
+      agsx_failf("serve: serve-ports-tls in agsx.conf is `%s` (want true or false)", tls);
+      goto out;
+    }
+    o.ports_tls = tls && strcmp(tls, "true") == 0;
   }
   if ((o.ports_tls || o.ports_cert || o.ports_key) && o.ports_listen == NULL) {
     agsx_failf("serve: --ports-tls, --ports-cert and --ports-key need --ports-listen");

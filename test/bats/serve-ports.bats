@@ -303,3 +303,29 @@ tls_curl() {
   [ "$(state "$id")" = running ]
   grep -q "resumed sandbox $id on a request to its port 8080" "$T/serve.log"
 }
+
+@test "serve: the ports listener from agsx.conf (serve-ports-*), flags replacing it; a bad value refused" {
+  local pp api id
+  pp=$(free_port)
+  printf 'serve-ports-listen = 127.0.0.1:%s\nserve-ports-tls = true\n' "$pp" >"$T/agsx.conf"
+  AGSX_CONFIG=$T/agsx.conf api_serve_start --template box=bb
+  grep -q "ports on https://PORT-ID.localhost:$pp (their domain)" "$T/serve.log"
+  [ -s "$ROOT/tls/ca.pem" ]
+  # the listener speaks TLS: a sandbox that is not there, in E2B's words
+  [ "$(curl -s --max-time 10 --cacert "$ROOT/tls/ca.pem" \
+    --resolve "8080-aaaaaaaaaaaaaaaaaaaa.localhost:$pp:127.0.0.1" -o /dev/null -w '%{http_code}' \
+    "https://8080-aaaaaaaaaaaaaaaaaaaa.localhost:$pp/")" = 502 ]
+  serve_stop
+  SRV_PID=
+  # --ports-listen replaces the file's settings, TLS included: plain HTTP
+  local p2
+  p2=$(free_port)
+  AGSX_CONFIG=$T/agsx.conf api_serve_start --ports-listen "127.0.0.1:$p2"
+  grep -q "ports on http://PORT-ID.localhost:$p2 (their domain)" "$T/serve.log"
+  serve_stop
+  SRV_PID=
+  api=127.0.0.1:$(free_port)
+  printf 'serve-ports-listen = 127.0.0.1:%s\nserve-ports-tls = maybe\n' "$pp" >"$T/agsx.conf"
+  AGSX_CONFIG=$T/agsx.conf run_ax serve --listen "$api" --api-key "$KEY"
+  assert_agsx_error "serve-ports-tls"
+}
