@@ -303,7 +303,8 @@ s = [s for s in json.load(sys.stdin) if s["id"] == sys.argv[1]][0]
 assert s["status"] == "exited" and s["stop_reason"] == "timeout", s' "$ID" <<<"$output" ||
     { show_run; false; }
   [ ! -d "/proc/$pid" ]
-  [ -z "$(sandbox_processes)" ] && [ -z "$(sandbox_cgroups)" ]
+  [ -z "$(sandbox_processes)" ]
+  [ -z "$(sandbox_cgroups)" ]
 }
 
 # bats test_tags=browser
@@ -368,7 +369,8 @@ EOF
   [[ $stderr == "agsx: browser: "* ]] || { show_run; false; }
   note_sandbox_ids
   [ -z "$(ls "$STATE" | grep -vx -e slots -e cache -e names)" ]
-  [ -z "$(sandbox_processes)" ] && [ -z "$(sandbox_cgroups)" ]
+  [ -z "$(sandbox_processes)" ]
+  [ -z "$(sandbox_cgroups)" ]
 }
 
 # bats test_tags=browser
@@ -396,7 +398,8 @@ EOF
   [ "$rc" -eq 125 ] || { echo "# status $rc: $(cat "$T/err")" >&3; false; }
   grep -q "^agsx: browser: interrupted" "$T/err"
   [ -z "$(ls "$STATE" | grep -vx -e slots -e cache -e names)" ]
-  [ -z "$(sandbox_processes)" ] && [ -z "$(sandbox_cgroups)" ]
+  [ -z "$(sandbox_processes)" ]
+  [ -z "$(sandbox_cgroups)" ]
 }
 
 # ---- networks ------------------------------------------------------------

@@ -77,7 +77,8 @@ setup() { common_setup; }
   "$FIXTURES/mkimage" --ref tiny:1 "$T/img" "$T/empty" >/dev/null
   run_ax image load "$T/img"
   assert_success
-  [ -f "$ROOT/oci-layout" ] && [ -f "$ROOT/index.json" ]
+  [ -f "$ROOT/oci-layout" ]
+  [ -f "$ROOT/index.json" ]
   [ "$(stat -c %a "$ROOT")" = 700 ]
   AGSX_ROOT=$T/other run timeout 30 "$AGSX" image load "$T/img"
   [ "$status" -eq 0 ]

@@ -193,7 +193,8 @@ assert l == [{"id": sys.argv[1], "name": "late", "exit_code": 143, "stop_reason"
   # the record and the name went right after
   local i
   for i in $(seq 20); do [ -e "$STATE/$a" ] || break; sleep 0.1; done
-  [ ! -e "$STATE/$a" ] && [ ! -e "$STATE/names/gone" ]
+  [ ! -e "$STATE/$a" ]
+  [ ! -e "$STATE/names/gone" ]
   # and without a waiter, as before: no end record is written
   a=$(rund --rm busybox true)
   for i in $(seq 20); do [ -e "$STATE/$a" ] || break; sleep 0.1; done
@@ -213,7 +214,8 @@ assert l == [{"id": sys.argv[1], "name": "late", "exit_code": 143, "stop_reason"
   run_ax rm ended1
   assert_success
   [ "$output" = ended1 ] || { show_run; false; }
-  [ ! -e "$STATE/$a" ] && [ ! -e "$STATE/names/ended1" ]
+  [ ! -e "$STATE/$a" ]
+  [ ! -e "$STATE/names/ended1" ]
   run_ax rm ended1
   assert_agsx_error "no such sandbox \`ended1\`"
   run_ax rm live
@@ -226,7 +228,9 @@ assert l == [{"id": sys.argv[1], "name": "late", "exit_code": 143, "stop_reason"
   run_ax rm -f --json live "${c:0:12}"
   assert_success
   py 'import json, sys; assert json.load(sys.stdin) == sys.argv[1:], sys.argv' "$b" "$c"
-  [ ! -e "$STATE/$b" ] && [ ! -e "$STATE/$c" ] && [ ! -e "$STATE/names/live" ]
+  [ ! -e "$STATE/$b" ]
+  [ ! -e "$STATE/$c" ]
+  [ ! -e "$STATE/names/live" ]
   [ ! -d "$cgb" ] && [ ! -d "$cgc" ] || { echo "# cgroups left: $(ls -d "$cgb" "$cgc" 2>/dev/null)" >&3; false; }
   ! grep -qF "$STATE" /proc/self/mountinfo
   run_ax ls -a -q

@@ -126,7 +126,8 @@ exec sleep 600" >/dev/null
   [ "$(stat -c %Y "$T/out/src/a/one")" = "$(stat -c %Y "$T/src/a/one")" ]
   run_ax cp box:/tmp/src/. "$T/contents"
   assert_success
-  [ -f "$T/contents/a/one" ] && [ -d "$T/contents/empty" ]
+  [ -f "$T/contents/a/one" ]
+  [ -d "$T/contents/empty" ]
   # a directory onto a file is refused; a missing DST/ for a file too
   run_ax cp box:/tmp/src "$T/src/a/one"
   assert_agsx_error "non-directory"
@@ -264,7 +265,8 @@ PY
   start_box -- 'mkdir /tmp/t; ln -s / /tmp/t/root; ln -s /etc/passwd /tmp/t/pw; mkfifo /tmp/t/fifo'
   run_ax cp box:/tmp/t "$T/"
   assert_success
-  [ "$(readlink "$T/t/root")" = / ] && [ "$(readlink "$T/t/pw")" = /etc/passwd ]
+  [ "$(readlink "$T/t/root")" = / ]
+  [ "$(readlink "$T/t/pw")" = /etc/passwd ]
   [ ! -e "$T/t/fifo" ]
   # a second copy over the first replaces the links, never writes through them
   run_ax cp box:/tmp/t "$T/"
@@ -381,10 +383,13 @@ cp_tar_out() {
   mkdir "$T/ex" && echo keep >"$T/ex/keep"
   run_ax cp box:/tmp/t/. "$T/ex"
   assert_agsx_error "AGSX_CP_MAX_SIZE"
-  [ "$(ls -A "$T/ex")" = keep ] && [ "$(cat "$T/ex/keep")" = keep ]
+  [ "$(ls -A "$T/ex")" = keep ]
+  [ "$(cat "$T/ex/keep")" = keep ]
   # a tar stream stops before the file that would pass the limit
   cp_tar_out box:/tmp/t
-  [ "$rc" -eq 125 ] && [ "$(wc -l <"$T/err")" -eq 1 ] && grep -q '^agsx: .*AGSX_CP_MAX_SIZE' "$T/err"
+  [ "$rc" -eq 125 ]
+  [ "$(wc -l <"$T/err")" -eq 1 ]
+  grep -q '^agsx: .*AGSX_CP_MAX_SIZE' "$T/err"
   [ "$(stat -c %s "$T/out.tar")" -lt $(((1 << 20) + (64 << 10))) ]
   # copying in is bounded the same way
   mkdir -p "$T/in" && head -c 3M /dev/urandom >"$T/in/big"
@@ -398,10 +403,12 @@ cp_tar_out() {
   assert_agsx_error "more than its limit of 5 entries (AGSX_CP_MAX_ENTRIES)"
   [ ! -e "$T/t" ]
   cp_tar_out box:/tmp/t
-  [ "$rc" -eq 125 ] && grep -q '^agsx: .*AGSX_CP_MAX_ENTRIES' "$T/err"
+  [ "$rc" -eq 125 ]
+  grep -q '^agsx: .*AGSX_CP_MAX_ENTRIES' "$T/err"
   rc=0
   tar -C "$T/in" -cf - . | ax cp - box:/tmp 2>"$T/err" || rc=$?
-  [ "$rc" -eq 125 ] && grep -q AGSX_CP_MAX_ENTRIES "$T/err"
+  [ "$rc" -eq 125 ]
+  grep -q AGSX_CP_MAX_ENTRIES "$T/err"
   unset AGSX_CP_MAX_ENTRIES
   # within the limits, the same copies work
   run_ax cp box:/tmp/t "$T/t"

@@ -123,7 +123,8 @@ add("ok", b"fine")'
   run_ax image load "$T/dev"
   assert_success
   [ -f "$(layer_dir dev)/ok" ]
-  [ ! -e "$(layer_dir dev)/dev/sda" ] && [ ! -e "$(layer_dir dev)/dev/mem" ]
+  [ ! -e "$(layer_dir dev)/dev/sda" ]
+  [ ! -e "$(layer_dir dev)/dev/mem" ]
 }
 
 @test "a decompression bomb is refused at the size limit" {

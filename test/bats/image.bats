@@ -167,7 +167,8 @@ with tarfile.open(sys.argv[1], "w") as t:
 PY
   run_ax image load "$T/evil.tar"
   assert_agsx_error "unsafe"
-  [ ! -e /tmp/agsx-evil-escape ] && [ ! -e /tmp/agsx-evil-abs ]
+  [ ! -e /tmp/agsx-evil-escape ]
+  [ ! -e /tmp/agsx-evil-abs ]
   python3 - "$T/evil2.tar" <<'PY'
 import io, sys, tarfile
 with tarfile.open(sys.argv[1], "w") as t:
@@ -328,7 +329,8 @@ PY
   run_ax gc --images --json
   assert_success
   python3 -c 'import json,sys; v=json.load(sys.stdin); assert len(v)>=5, v' <<<"$output"
-  [ -z "$(ls -A "$ROOT/layers")" ] && [ -z "$(ls -A "$ROOT/blobs/sha256")" ]
+  [ -z "$(ls -A "$ROOT/layers")" ]
+  [ -z "$(ls -A "$ROOT/blobs/sha256")" ]
 }
 
 @test "images made by umoci and skopeo load" {
@@ -612,7 +614,8 @@ PY
   [ -z "$(ls -A "$T/out")" ]
   run "$AGSX" --root "$T/none" image save -o "$T/out/x.tar" busybox
   assert_agsx_error "image \`busybox\` not found"
-  [ ! -e "$T/none" ] && [ -z "$(ls -A "$T/out")" ]
+  [ ! -e "$T/none" ]
+  [ -z "$(ls -A "$T/out")" ]
 }
 
 @test "image save -o: a failed save leaves the old file and no partial one" {
@@ -630,7 +633,8 @@ PY
     run_ax image save --format $fmt -o "$T/out/x.tar" busybox
     assert_status 125
     [[ "$output" == "agsx: "*"sha256:$blob"* ]] || { show_run; false; }
-    [ "$(cat "$T/out/x.tar")" = old ] && [ "$(ls -A "$T/out")" = x.tar ]
+    [ "$(cat "$T/out/x.tar")" = old ]
+    [ "$(ls -A "$T/out")" = x.tar ]
   done
 }
 

@@ -468,7 +468,8 @@ assert all(s["status"] == "running" for s in l), l
   b=$(rund busybox true)
   c=$(rund --name cc --timeout 60 busybox sleep 600)
   wait_ended "$a" "$b"
-  [ "$(rec "$a" status)" = exited ] && [ "$(rec "$b" status)" = exited ]
+  [ "$(rec "$a" status)" = exited ]
+  [ "$(rec "$b" status)" = exited ]
   echo 'garbage!!{{{' >"$STATE/$a/state.json"
   head -c 100 "$STATE/$b/state.json" >"$T/trunc" && cat "$T/trunc" >"$STATE/$b/state.json"
   run ax ls -a
@@ -477,12 +478,14 @@ assert all(s["status"] == "running" for s in l), l
   assert_output_contains "agsx: warning"
   assert_output_contains "${a:0:12}"
   assert_output_contains "${b:0:12}"
-  [ "$(sb_json "$a" status)" = unknown ] && [ "$(sb_json "$b" status)" = unknown ]
+  [ "$(sb_json "$a" status)" = unknown ]
+  [ "$(sb_json "$b" status)" = unknown ]
   [ "$(sb_json "$c" status)" = running ]
   # gc removes both and frees the name
   run ax gc
   [ "$status" -eq 0 ] || { show_run; false; }
-  [ ! -e "$STATE/$a" ] && [ ! -e "$STATE/$b" ]
+  [ ! -e "$STATE/$a" ]
+  [ ! -e "$STATE/$b" ]
   [ ! -e "$STATE/names/ca" ] || { echo "# the corrupt record's name stays taken" >&3; false; }
   run ax ls -a
   [ "$status" -eq 0 ] && [[ "$output" != *warning* ]] || { echo "# warned after gc" >&3; show_run; false; }
@@ -494,7 +497,8 @@ assert all(s["status"] == "running" for s in l), l
   printf '{"version": 1, "id": "%s", "status": "exi' "$e" >"$STATE/$e/state.json"
   run ax gc
   [ "$status" -eq 0 ] || { show_run; false; }
-  [ ! -e "$STATE/$d" ] && [ ! -e "$STATE/$e" ]
+  [ ! -e "$STATE/$d" ]
+  [ ! -e "$STATE/$e" ]
   run ax gc --dry-run
   [ "$status" -eq 0 ] || { show_run; false; }
   [ "$(sb_json "$c" status)" = running ]
@@ -545,7 +549,8 @@ assert e[0]["created"] is None and e[0]["exit_code"] is None and "state.json" in
   [ -e "$f" ]
   run ax gc
   [ "$status" -eq 0 ] && [[ "$output" == *"damaged record of sandbox ${id:0:12}"* ]] || { show_run; false; }
-  [ ! -e "$STATE/$id" ] && [ ! -e "$STATE/names/dmg" ]
+  [ ! -e "$STATE/$id" ]
+  [ ! -e "$STATE/names/dmg" ]
   run_ax ls -a
   assert_success
   refute_output_contains "${id:0:12}"
@@ -664,7 +669,9 @@ assert e[0]["created"] is None and e[0]["exit_code"] is None and "state.json" in
     echo "# exec:" >&3; printf '%s\n' "$exec_out" | sed 's/^/#   /' >&3
     false
   }
-  [[ "$exec_out" == *"NoNewPrivs=1"* ]] && [[ "$exec_out" == *"Seccomp=2"* ]] && [[ "$exec_out" == *"fds=0,1,2"* ]]
+  [[ "$exec_out" == *"NoNewPrivs=1"* ]]
+  [[ "$exec_out" == *"Seccomp=2"* ]]
+  [[ "$exec_out" == *"fds=0,1,2"* ]]
   [[ "$exec_out" == *"keyctl: blocked"* ]]
   # a user: no effective capabilities
   run_ax exec -u agent "$id" probe caps
@@ -892,12 +899,14 @@ assert r["truncated"] is False and isinstance(r["duration_ms"], int), r
   assert_output_contains "${a:0:12}"
   assert_output_contains "$fake"
   refute_output_contains "${b:0:12}"
-  [ -e "$STATE/$a" ] && [ -d "$cg/$fake" ]
+  [ -e "$STATE/$a" ]
+  [ -d "$cg/$fake" ]
   run_ax gc --dry-run --json
   assert_success
   printf '%s' "$output" | python3 -c 'import json, sys; assert isinstance(json.load(sys.stdin), list)' ||
     { show_run; false; }
-  [ -e "$STATE/$a" ] && [ -d "$cg/$fake" ]
+  [ -e "$STATE/$a" ]
+  [ -d "$cg/$fake" ]
   run_ax gc --json
   assert_success
   printf '%s' "$output" | python3 -c '

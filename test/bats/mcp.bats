@@ -71,7 +71,8 @@ INIT='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":
   grep -q '^ok - closed' <<<"$output"
   keep=$(awk '$1 == "KEEP" {print $2}' <<<"$output")
   ends=$(awk '$1 == "ENDS" {print $2}' <<<"$output")
-  [ -n "$keep" ] && [ -n "$ends" ]
+  [ -n "$keep" ]
+  [ -n "$ends" ]
   echo "$keep" "$ends" >>"$T/ids"
   # The session ended with stdin: its sandboxes are stopped, the keep one runs on.
   gone() { [ "$(ax ls -q | cut -c1-12)" = "${keep:0:12}" ]; }
@@ -235,7 +236,8 @@ mcp_call() {
   ax exec "$id" sh -c 'mkdir -p /tmp/o && echo made >/tmp/o/m && ln -s /etc /tmp/o/l'
   mcp_call 5 file_copy_out '{"sandbox":"'$id'","path":"/tmp/o","host_path":"'$A'/"}'
   [[ $line == *'"copied":true'* ]]
-  [ "$(cat "$A/o/m")" = made ] && [ "$(readlink "$A/o/l")" = /etc ]
+  [ "$(cat "$A/o/m")" = made ]
+  [ "$(readlink "$A/o/l")" = /etc ]
   # outside the allowed directory, .., symlinks leading out: refused or kept inside
   mcp_call 6 file_copy_in '{"sandbox":"'$id'","host_path":"'$T'/secret/s","path":"/tmp/"}'
   [[ $line == *'"isError":true'* && $line == *"not below"* ]]
@@ -265,11 +267,14 @@ mcp_call() {
   poll 100 none
   # bad flags
   run_ax mcp --allow-host-path /
-  [ "$status" -eq 125 ] && [[ $output == *"whole host"* ]]
+  [ "$status" -eq 125 ]
+  [[ $output == *"whole host"* ]]
   run_ax mcp --allow-host-path "$A/in.txt"
-  [ "$status" -eq 125 ] && [[ $output == *"not a directory"* ]]
+  [ "$status" -eq 125 ]
+  [[ $output == *"not a directory"* ]]
   run_ax mcp --allow-host-path "$T/none"
-  [ "$status" -eq 125 ] && [[ $output == *"No such file"* ]]
+  [ "$status" -eq 125 ]
+  [[ $output == *"No such file"* ]]
 }
 
 @test "mcp: sandbox_create pool: a parked sandbox claimed, again after the refill; misfits refused" {
@@ -287,7 +292,8 @@ mcp_call() {
   mcp_call 2 sandbox_create '{"pool":"pm","env":{"A":"b"}}'
   id=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["result"]["structuredContent"]["id"])' "$line")
   echo "$id" >>"$T/ids"
-  [ "$id" = "$parked" ] && [[ $line == *'"pool":"pm"'* && $line == *'"image":"bb"'* ]]
+  [ "$id" = "$parked" ]
+  [[ $line == *'"pool":"pm"'* && $line == *'"image":"bb"'* ]]
   [ "$(ax exec "$id" sh -c 'echo $A')" = b ]
   [ "$(rec "$id" labels | grep -c mcp.session)" -ge 1 ] || grep -q mcp.session "$STATE/$id/state.json"
   mcp_call 3 sandbox_create '{"pool":"pm"}'
@@ -465,7 +471,8 @@ hstatus() { head -1 <<<"$1" | awk '{print $2}'; }
   # A second session sees none of the first's sandboxes.
   ACC=application/json run hpost "$init"
   sid2=$(grep -i '^Mcp-Session-Id:' <<<"$output" | awk '{print $2}' | tr -d '\r')
-  [ -n "$sid2" ] && [ "$sid2" != "$sid" ]
+  [ -n "$sid2" ]
+  [ "$sid2" != "$sid" ]
   ACC=application/json run hpost -H "Mcp-Session-Id: $sid2" \
     '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sandbox_list","arguments":{}}}'
   [[ $output == *'"sandboxes":[]'* ]] || { echo "$output"; false; }

@@ -119,7 +119,8 @@ assert len(v) == 2 and all(s["status"] == "parked" and s["pool"] == "p1" for s i
   run_ax ls -a -q
   [ -z "$output" ] || { show_run; false; }
   [ ! -e "$STATE/pools" ]
-  [ ! -d "$STATE/$a" ] && [ ! -d "$STATE/$b" ]
+  [ ! -d "$STATE/$a" ]
+  [ ! -d "$STATE/$b" ]
 }
 
 @test "pool: create refuses what is a claim's, bad sizes, names and images; duplicates" {
@@ -182,7 +183,8 @@ assert p["image"] == "host" and p["image_digest"] is None and p["parked"] == 1, 
   parked=$(parked_ids ph)
   run_ax run --pool ph -d sleep 100
   [ "$status" -eq 0 ] && [ "$output" = "$parked" ] || { echo "# parked: $parked" >&3; show_run; false; }
-  [ "$(rec "$parked" image)" = host ] && [ "$(rec "$parked" image_digest)" = null ]
+  [ "$(rec "$parked" image)" = host ]
+  [ "$(rec "$parked" image_digest)" = null ]
 }
 
 @test "pool: claims give what cold runs give: output, exit codes, env, user, cwd, --json" {
@@ -359,7 +361,8 @@ PY
   kill -9 "$pid"
   wait "$pid" 2>/dev/null || true
   for _ in $(seq 100); do [ "$(rec "$id" status)" = exited ] && break; sleep 0.05; done
-  [ "$(rec "$id" status)" = exited ] && [ "$(rec "$id" stop_reason)" = killed ]
+  [ "$(rec "$id" status)" = exited ]
+  [ "$(rec "$id" stop_reason)" = killed ]
   # Consistent: every entry is a live parked sandbox, each claimable once.
   wait_parked p1 2
   run_ax gc
@@ -455,7 +458,8 @@ PY
     [ -n "$(parked_ids p1)" ] && [ "$(parked_ids p1)" != "$second" ] && break
     sleep 0.1
   done
-  [ -n "$(parked_ids p1)" ] && [ "$(parked_ids p1)" != "$second" ]
+  [ -n "$(parked_ids p1)" ]
+  [ "$(parked_ids p1)" != "$second" ]
   [ "$(rec "$second" stop_reason)" = timeout ] || [ ! -d "$STATE/$second" ]
 }
 

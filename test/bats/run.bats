@@ -925,7 +925,8 @@ END
   local id
   id=$(rund busybox sleep 30)
   [ "$(cd "$STATE" && ls -d .spare-* 2>/dev/null | wc -l)" -eq $((spares - 1)) ] || { ls -la "$STATE" >&3; false; }
-  [ -f "$STATE/$id/state.json" ] && [ "$(stat -c %a "$STATE/$id")" = 700 ]
+  [ -f "$STATE/$id/state.json" ]
+  [ "$(stat -c %a "$STATE/$id")" = 700 ]
   [ $(($(date +%s) - $(stat -c %Y "$STATE/$id"))) -le 5 ]
   run_ax ls -q
   assert_output_contains "${id:0:12}"
@@ -961,7 +962,9 @@ END
   # path's hashing stays in agsx's own SHA-256.
   id=$(ax run -d busybox sleep 30)
   read -r spid ipid < <(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["supervisor"]["pid"], r["init"]["pid"])' "$STATE/$id/state.json")
-  [ -n "$spid" ] && [ -n "$ipid" ] && [ "$spid" != "$ipid" ]
+  [ -n "$spid" ]
+  [ -n "$ipid" ]
+  [ "$spid" != "$ipid" ]
   # Both alive and really agsx: the maps are theirs, not a recycled pid's.
   grep -q agsx "/proc/$spid/maps"
   grep -q agsx "/proc/$ipid/maps"

@@ -89,8 +89,11 @@ field() { # field KEY: KEY's value from the JSON object in $output
   fs agent write '~/dir/a.txt' <<<"hello"
   assert_success
   [ "$(field path)" = /home/agent/dir/a.txt ]
-  [ "$(field owner)" = agent ] && [ "$(field group)" = agent ] && [ "$(field size)" = 6 ]
-  [ "$(field permissions)" = -rw-r--r-- ] && [ "$(field mode)" = 420 ]
+  [ "$(field owner)" = agent ]
+  [ "$(field group)" = agent ]
+  [ "$(field size)" = 6 ]
+  [ "$(field permissions)" = -rw-r--r-- ]
+  [ "$(field mode)" = 420 ]
   # the sandbox sees its user's files, the host the user's mapped ids
   run_ax exec box stat -c '%u:%g %a' /home/agent/dir /home/agent/dir/a.txt
   assert_success
@@ -102,14 +105,17 @@ field() { # field KEY: KEY's value from the JSON object in $output
   [ "$output" = hello ]
   fs - stat /home/agent/dir/a.txt
   assert_success
-  [ "$(field name)" = a.txt ] && [ "$(field type)" = FILE_TYPE_FILE ]
+  [ "$(field name)" = a.txt ]
+  [ "$(field type)" = FILE_TYPE_FILE ]
   fs agent mkdir '~/dir/b/c'
   assert_success
   [ "$(field type)" = FILE_TYPE_DIRECTORY ]
   fs agent mkdir '~/dir/b/c'
-  [ "$status" = 1 ] && [[ $output == "already_exists: directory already exists: /home/agent/dir/b/c" ]]
+  [ "$status" = 1 ]
+  [[ $output == "already_exists: directory already exists: /home/agent/dir/b/c" ]]
   fs agent mkdir '~/dir/a.txt'
-  [ "$status" = 1 ] && [[ $output == invalid_argument:* ]]
+  [ "$status" = 1 ]
+  [[ $output == invalid_argument:* ]]
   fs agent list '~/dir' 2
   assert_success
   [ "$(python3 -c 'import json,sys; print(" ".join(e["path"] for e in json.loads(sys.argv[1])))' "$output")" = \
@@ -120,7 +126,8 @@ field() { # field KEY: KEY's value from the JSON object in $output
   run_ax exec box cat /home/agent/moved/x.txt
   [ "$output" = hello ]
   fs agent mv '~/nothing' '~/y'
-  [ "$status" = 1 ] && [[ $output == "not_found: source file not found"* ]]
+  [ "$status" = 1 ]
+  [[ $output == "not_found: source file not found"* ]]
   fs agent rm '~/dir'
   assert_success
   run_ax exec box test -e /home/agent/dir
@@ -128,9 +135,11 @@ field() { # field KEY: KEY's value from the JSON object in $output
   fs agent rm '~/dir'
   assert_success
   fs agent stat '~/dir'
-  [ "$status" = 1 ] && [[ $output == not_found:* ]]
+  [ "$status" = 1 ]
+  [[ $output == not_found:* ]]
   fs nosuchuser stat /
-  [ "$status" = 1 ] && [[ $output == unauthenticated:* ]]
+  [ "$status" = 1 ]
+  [[ $output == unauthenticated:* ]]
 }
 
 @test "fsops: links to /, /etc and ../../.. planted by sandbox code resolve inside the sandbox" {
@@ -139,12 +148,15 @@ field() { # field KEY: KEY's value from the JSON object in $output
   assert_success
   [[ $output == *agent:x:1000* ]] # the sandbox's own, not the host's
   fs - read /tmp/etclink/shadow
-  [ "$status" = 1 ] && [[ $output == "not_found: path '/tmp/etclink/shadow' does not exist" ]]
+  [ "$status" = 1 ]
+  [[ $output == "not_found: path '/tmp/etclink/shadow' does not exist" ]]
   fs - read /tmp/up/agsx-fs-canary-$$-$BATS_TEST_NUMBER
-  [ "$status" = 1 ] && [[ $output == not_found:* ]]
+  [ "$status" = 1 ]
+  [[ $output == not_found:* ]]
   fs - write "/tmp/up/agsx-fs-evil-$$" <<<"evil"
   assert_success
-  [ -e "$R/tmp/agsx-fs-evil-$$" ] && [ ! -e "/tmp/agsx-fs-evil-$$" ]
+  [ -e "$R/tmp/agsx-fs-evil-$$" ]
+  [ ! -e "/tmp/agsx-fs-evil-$$" ]
   fs - write /tmp/rootlink/etc/group <<<"evil:x:0:"
   assert_success
   [ "$(cat "$R/etc/group")" = "evil:x:0:" ]
@@ -159,14 +171,17 @@ field() { # field KEY: KEY's value from the JSON object in $output
   [ "$(field symlinkTarget)" = /tmp ]
   fs - rm /tmp/rootlink
   assert_success
-  [ -e "$R/etc" ] && [ -e /etc/hostname ]
+  [ -e "$R/etc" ]
+  [ -e /etc/hostname ]
   fs - mkdir /tmp/etclink/made-in-sandbox
   assert_success
-  [ -d "$R/etc/made-in-sandbox" ] && [ ! -e /etc/made-in-sandbox ]
+  [ -d "$R/etc/made-in-sandbox" ]
+  [ ! -e /etc/made-in-sandbox ]
   fs - read /proc/self/root/etc/hostname
   [ "$status" = 1 ]
   fs - read /proc/kallsyms
-  [ "$status" = 1 ] && [[ $output == permission_denied:*"kernel filesystem"* ]]
+  [ "$status" = 1 ]
+  [[ $output == permission_denied:*"kernel filesystem"* ]]
 }
 
 @test "fsops: host files in a sandbox (a host image, a volume) get no host root privileges" {
@@ -177,28 +192,35 @@ field() { # field KEY: KEY's value from the JSON object in $output
   ax run -d --name hbox --timeout 10m -v "$T/vol:/vol" host sleep 600 >/dev/null
   BOX=hbox
   fs - read /vol/secret
-  [ "$status" = 1 ] && [[ $output == "permission_denied: permission denied: /vol/secret" ]]
+  [ "$status" = 1 ]
+  [[ $output == "permission_denied: permission denied: /vol/secret" ]]
   fs - read /vol/public
   assert_success
   [ "$output" = public ]
   fs - write /vol/new <<<"x"
-  [ "$status" = 1 ] && [[ $output == permission_denied:* ]]
+  [ "$status" = 1 ]
+  [[ $output == permission_denied:* ]]
   fs - rm /vol/public
-  [ "$status" = 1 ] && [[ $output == permission_denied:* ]]
+  [ "$status" = 1 ]
+  [[ $output == permission_denied:* ]]
   fs - mv /vol/public /tmp/stolen
-  [ "$status" = 1 ] && [[ $output == permission_denied:* ]]
-  [ -e "$T/vol/public" ] && [ ! -e "$T/vol/new" ]
+  [ "$status" = 1 ]
+  [[ $output == permission_denied:* ]]
+  [ -e "$T/vol/public" ]
+  [ ! -e "$T/vol/new" ]
   fs - write /vol/open/mine <<<"ours"
   assert_success
   [ "$(cat "$T/vol/open/mine")" = ours ]
   fs - read /usr/bin/env
   assert_success
   fs - rm /vol
-  [ "$status" = 1 ] && [[ $output == "invalid_argument: cannot remove /vol: a mount point" ]]
+  [ "$status" = 1 ]
+  [[ $output == "invalid_argument: cannot remove /vol: a mount point" ]]
   [ -e "$T/vol/public" ]
   if [ -d /etc/ssl/private ] && [ "$(stat -c %a /etc/ssl/private | cut -c3)" -lt 4 ]; then
     fs - list /etc/ssl/private 1 # the host's private keys: the sandbox may not list them
-    [ "$status" = 1 ] && [[ $output == permission_denied:* ]]
+    [ "$status" = 1 ]
+    [[ $output == permission_denied:* ]]
   fi
   ax kill hbox >/dev/null
 }
@@ -276,7 +298,8 @@ field() { # field KEY: KEY's value from the JSON object in $output
   start_box --disk 2m
   run_ax exec box sh -c 'echo old >/root/f'
   fs - write /root/f < <(head -c $((8 << 20)) /dev/zero)
-  [ "$status" = 1 ] && [[ $output == "resource_exhausted: not enough disk space"* ]]
+  [ "$status" = 1 ]
+  [[ $output == "resource_exhausted: not enough disk space"* ]]
   run_ax exec box cat /root/f
   [ "$output" = old ]
   run_ax exec box ls -a /root
@@ -289,10 +312,12 @@ field() { # field KEY: KEY's value from the JSON object in $output
   fs agent post 'multipart/form-data; boundary=XX' <"$T/body"
   assert_success
   [ "$output" = '[{"name":"one.txt","type":"FILE_TYPE_FILE","path":"/tmp/m/one.txt"},{"name":"two.txt","type":"FILE_TYPE_FILE","path":"/home/agent/rel/two.txt"}]' ]
-  [ "$(cat "$R/tmp/m/one.txt")" = 1 ] && [ "$(cat "$R/home/agent/rel/two.txt")" = 2 ]
+  [ "$(cat "$R/tmp/m/one.txt")" = 1 ]
+  [ "$(cat "$R/home/agent/rel/two.txt")" = 2 ]
   printf -- '--XX\r\nContent-Disposition: form-data; name="file"; filename="/tmp/d.txt"\r\n\r\n1\r\n--XX\r\nContent-Disposition: form-data; name="file"; filename="/tmp/./d.txt"\r\n\r\n2\r\n--XX--\r\n' >"$T/body"
   fs - post 'multipart/form-data; boundary=XX' <"$T/body"
-  [ "$status" = 1 ] && [[ $output == "invalid_argument: you cannot upload multiple files to the same path '/tmp/d.txt'"* ]]
+  [ "$status" = 1 ]
+  [[ $output == "invalid_argument: you cannot upload multiple files to the same path '/tmp/d.txt'"* ]]
   fs - post 'application/octet-stream' /tmp/raw.bin <<<"raw"
   assert_success
   [ "$(cat "$R/tmp/raw.bin")" = raw ]
@@ -319,7 +344,8 @@ field() { # field KEY: KEY's value from the JSON object in $output
     grep -qx "$e" "$T/events" || { echo "# no '$e' in:" >&3; cat "$T/events" >&3; false; }
   done
   run timeout 10 "$DRIVE" "$STATE" box - watch /tmp/secret 0 1
-  [ "$status" = 1 ] && [[ $output == invalid_argument:* ]]
+  [ "$status" = 1 ]
+  [[ $output == invalid_argument:* ]]
 }
 
 @test "fsops: a sandbox that is not running is unavailable; its watchers end with it" {
@@ -412,34 +438,42 @@ print(urllib.parse.quote(v, safe=""))' "$1" "$2" "$TOK" "${@:3}"
   printf 'zipped\n' | gzip -c >"$T/z.gz"
   run curl -s "${EH[@]}" -H "X-Access-Token: $TOK" -H 'Content-Type: application/octet-stream' \
     -H 'Content-Encoding: gzip' --data-binary @"$T/z.gz" -w '\n%{http_code}' "$U/files?path=/tmp/z.txt"
-  [ "${lines[1]}" = 200 ] && [ "${lines[0]}" = '[{"path":"/tmp/z.txt","name":"z.txt","type":"file"}]' ]
+  [ "${lines[1]}" = 200 ]
+  [ "${lines[0]}" = '[{"path":"/tmp/z.txt","name":"z.txt","type":"file"}]' ]
   run ax exec "$SID" cat /tmp/z.txt
   [ "$output" = zipped ]
   run curl -s "${EH[@]}" -H "X-Access-Token: $TOK" -F 'file=@/etc/hostname;filename=/tmp/d' \
     -F 'file=@/etc/hostname;filename=/tmp/./d' -w '\n%{http_code}' "$U/files"
-  [ "${lines[1]}" = 400 ] && [[ ${lines[0]} == *"multiple files to the same path '/tmp/d'"* ]]
+  [ "${lines[1]}" = 400 ]
+  [[ ${lines[0]} == *"multiple files to the same path '/tmp/d'"* ]]
   run curl -s "${EH[@]}" -H "X-Access-Token: $TOK" -w '\n%{http_code}' "$U/files?path=/nope"
-  [ "${lines[1]}" = 404 ] && [ "${lines[0]}" = '{"code":404,"message":"path '"'/nope'"' does not exist"}' ]
+  [ "${lines[1]}" = 404 ]
+  [ "${lines[0]}" = '{"code":404,"message":"path '"'/nope'"' does not exist"}' ]
   run curl -s "${EH[@]}" -H "X-Access-Token: $TOK" -w '\n%{http_code}' "$U/files?path=/tmp"
-  [ "${lines[1]}" = 400 ] && [[ ${lines[0]} == *"is a directory"* ]]
+  [ "${lines[1]}" = 400 ]
+  [[ ${lines[0]} == *"is a directory"* ]]
   run curl -s "${EH[@]}" -H "X-Access-Token: $TOK" -w '\n%{http_code}' "$U/files?path=/tmp/z.txt&username=nobody-here"
   [ "${lines[1]}" = 401 ]
   # signed URLs instead of the token: valid, wrong, expired
   run curl -s "${EH[@]}" -w '\n%{http_code}' "$U/files?path=/tmp/z.txt&signature=$(sig /tmp/z.txt read)"
-  [ "${lines[1]}" = 200 ] && [ "${lines[0]}" = zipped ]
+  [ "${lines[1]}" = 200 ]
+  [ "${lines[0]}" = zipped ]
   run curl -s "${EH[@]}" -w '\n%{http_code}' "$U/files?path=/tmp/z.txt&signature=$(sig /tmp/z.txt write)"
-  [ "${lines[1]}" = 401 ] && [[ ${lines[0]} == *"invalid signature"* ]]
+  [ "${lines[1]}" = 401 ]
+  [[ ${lines[0]} == *"invalid signature"* ]]
   exp=$(($(date +%s) - 10))
   run curl -s "${EH[@]}" -w '\n%{http_code}' \
     "$U/files?path=/tmp/z.txt&signature=$(sig /tmp/z.txt read $exp)&signature_expiration=$exp"
-  [ "${lines[1]}" = 401 ] && [[ ${lines[0]} == *"already expired"* ]]
+  [ "${lines[1]}" = 401 ]
+  [[ ${lines[0]} == *"already expired"* ]]
   run curl -s "${EH[@]}" -F 'file=@/etc/hostname' -w '\n%{http_code}' \
     "$U/files?path=/tmp/signed&signature=$(sig /tmp/signed write)"
   [ "${lines[1]}" = 200 ]
   # a user's upload is the user's
   run curl -s "${EH[@]}" -H "X-Access-Token: $TOK" -F 'file=@/etc/hostname;filename=mine' \
     -w '\n%{http_code}' "$U/files?username=agent"
-  [ "${lines[1]}" = 200 ] && [[ ${lines[0]} == *'"path":"/home/agent/mine"'* ]]
+  [ "${lines[1]}" = 200 ]
+  [[ ${lines[0]} == *'"path":"/home/agent/mine"'* ]]
   run ax exec "$SID" stat -c %U /home/agent/mine
   [ "$output" = agent ]
   sbx_kill
@@ -469,11 +503,13 @@ print(urllib.parse.quote(v, safe=""))' "$1" "$2" "$TOK" "${@:3}"
     [[ " $got " == *" $e "* ]] || { echo "# no $e in: $got" >&3; false; }
   done
   run rpc GetWatcherEvents "{\"watcherId\":\"$wid\"}"
-  [ "${lines[1]}" = 200 ] && [ "${lines[0]}" = '{"events":[]}' -o "${lines[0]}" = '{}' ]
+  [ "${lines[1]}" = 200 ]
+  [ "${lines[0]}" = '{"events":[]}' -o "${lines[0]}" = '{}' ]
   run rpc RemoveWatcher "{\"watcherId\":\"$wid\"}"
   [ "${lines[1]}" = 200 ]
   run rpc GetWatcherEvents "{\"watcherId\":\"$wid\"}"
-  [ "${lines[1]}" = 404 ] && [[ ${lines[0]} == *'"code":"not_found"'* ]]
+  [ "${lines[1]}" = 404 ]
+  [[ ${lines[0]} == *'"code":"not_found"'* ]]
   run rpc CreateWatcher '{"path":"/tmp/pw/sub/nothing"}'
   [ "${lines[1]}" = 404 ]
   # a watcher of a killed sandbox goes with it

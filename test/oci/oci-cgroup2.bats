@@ -206,7 +206,8 @@ fake_v2() {
   run_rt update --resources - c1 <<<'{"blockIO":{"weight":300}}'
   assert_failure
   assert_output_contains "linux.resources.blockIO.weight"
-  [ ! -e "$L/io.weight" ] && [ ! -e "$L/io.bfq.weight" ]
+  [ ! -e "$L/io.weight" ]
+  [ ! -e "$L/io.bfq.weight" ]
   rt delete --force c1
 }
 
@@ -233,7 +234,8 @@ fake_v2() {
   [ "$(cat "$L/hugetlb.2MB.max")" = 4194304 ]
   [ "$(cat "$L/hugetlb.1GB.max")" = max ]
   [ "$(cat "$L/memory.max")" = 67108864 ]
-  [ ! -e "$L/memory.swappiness" ] && [ ! -e "$L/memory.oom_control" ]
+  [ ! -e "$L/memory.swappiness" ]
+  [ ! -e "$L/memory.oom_control" ]
   # hugetlb enabled in each ancestor only when asked for
   [ "$(cat "$T/cg2/cgroup.subtree_control")" = "+cpu +cpuset +io +memory +pids +hugetlb" ]
   echo '{"hugepageLimits":[{"pageSize":"2MB","limit":2097152}],"memory":{"swappiness":20}}' | rt update --resources - c1

@@ -82,7 +82,8 @@ teardown() {
   run C task exec --exec-id e1 t1 sh -c 'exit 4'
   [ "$status" -eq 4 ] || { echo "# $status $output" >&3; false; }
   run C task ps t1
-  [ "$status" -eq 0 ] && [[ "$output" == *PID* ]]
+  [ "$status" -eq 0 ]
+  [[ "$output" == *PID* ]]
   C task pause t1
   [[ "$(C task ls | grep t1)" == *PAUSED* ]]
   C task resume t1

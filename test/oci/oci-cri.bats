@@ -182,7 +182,8 @@ teardown() {
   pid=$(init_pid "$p")
   c1=$(run_container "$p" p1 c1)
   c2=$(run_container "$p" p1 c2)
-  [ -n "$c1" ] && [ -n "$c2" ]
+  [ -n "$c1" ]
+  [ -n "$c2" ]
   pids="$pid $(init_pid "$c1") $(init_pid "$c2")"
   run cri ListContainers "{\"filter\": {\"pod_sandbox_id\": \"$p\"}}"
   [ "$(jq -r '[.containers[] | .state] | join(" ")' <<<"$output")" = "CONTAINER_RUNNING CONTAINER_RUNNING" ] ||
@@ -190,7 +191,8 @@ teardown() {
   run cri ContainerStatus "{\"container_id\": \"$c1\"}"
   [ "$(jq -r .status.state <<<"$output")" = CONTAINER_RUNNING ] || { echo "# $output" >&3; false; }
   # Both run under agsx-oci, beside the pause container.
-  [ -d "$CT/agsx/k8s.io/$c1" ] && [ -d "$CT/agsx/k8s.io/$c2" ]
+  [ -d "$CT/agsx/k8s.io/$c1" ]
+  [ -d "$CT/agsx/k8s.io/$c2" ]
   # ExecSync: stdout and the exit code.
   cexec "$c1" sh -c 'echo out; echo err >&2; exit 3'
   [ "$output" = out ] && [ "$xstatus" = 3 ] || { echo "# $output $xstatus" >&3; false; }

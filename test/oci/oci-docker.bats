@@ -178,8 +178,9 @@ show() { echo "# status $status: $output" >&3; }
   id=$(DR -d --cpus 0.5 --memory 64m --pids-limit 40 $IMG sleep 1000)
   if cgroup_agsx_is_v2; then
     cg=$(ctr_cgroup "$id")
-    [ "$(cat "$cg/cpu.max")" = "50000 100000" ] && [ "$(cat "$cg/memory.max")" = 67108864 ] &&
-      [ "$(cat "$cg/pids.max")" = 40 ]
+    [ "$(cat "$cg/cpu.max")" = "50000 100000" ]
+    [ "$(cat "$cg/memory.max")" = 67108864 ]
+    [ "$(cat "$cg/pids.max")" = 40 ]
   else
     [ "$(cat "$(ctr_cgroup "$id" cpu)/cpu.cfs_quota_us")" = 50000 ]
     [ "$(cat "$(ctr_cgroup "$id" memory)/memory.limit_in_bytes")" = 67108864 ]
@@ -226,8 +227,9 @@ show() { echo "# status $status: $output" >&3; }
   if cgroup_agsx_is_v2; then
     local cg
     cg=$(ctr_cgroup "$id")
-    [ "$(cat "$cg/memory.max")" = 50331648 ] && [ "$(cat "$cg/pids.max")" = 30 ] &&
-      [ "$(cat "$cg/cpu.max")" = "25000 100000" ]
+    [ "$(cat "$cg/memory.max")" = 50331648 ]
+    [ "$(cat "$cg/pids.max")" = 30 ]
+    [ "$(cat "$cg/cpu.max")" = "25000 100000" ]
   else
     [ "$(cat "$(ctr_cgroup "$id" memory)/memory.limit_in_bytes")" = 50331648 ]
     [ "$(cat "$(ctr_cgroup "$id" pids)/pids.max")" = 30 ]

@@ -422,7 +422,8 @@ PY
   run_rt exec --process "$T/p.json" --detach --pid-file "$T/e.pid" c1
   assert_failure
   [ ! -e "$T/e.pid" ]
-  [ ! -e "$b/rootfs/nonexistent" ] && [ ! -e "$b/rootfs/nope" ]
+  [ ! -e "$b/rootfs/nonexistent" ]
+  [ ! -e "$b/rootfs/nope" ]
   # an existing one
   run_rt exec --cwd /tmp c1 sh -c 'echo ran-in-$PWD'
   assert_success

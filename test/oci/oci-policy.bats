@@ -335,7 +335,8 @@ EOF2
     cfg "$d" '.linux.namespaces|=map(if .type=="ipc" or .type=="uts" then .path=("/proc/"+$p+"/ns/"+.type) else . end)' --arg p "$pid"
     rtc --bundle "$d" pd
     slot=$(jq .slot "$ROOT/pa/state.json")
-    [ "$slot" -ge 0 ] && [ "$(jq .slot "$ROOT/pd/state.json")" = "$slot" ]
+    [ "$slot" -ge 0 ]
+    [ "$(jq .slot "$ROOT/pd/state.json")" = "$slot" ]
     dpid=$(state_field pd pid)
     # Its user namespace joined by path (podman --userns container:pa):
     # the same range, shared and leased, the rootfs idmapped through it.
