@@ -563,11 +563,7 @@ ssize_t agsx_tls_read(struct agsx_tls_conn *c, void *buf, size_t len, uint32_t *
   int r = ossl.SSL_read(c->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
   if (r > 0)
     return r;
-  r = outcome(c, r, want);
-  if (r == 0)
-    return 0;
-  /* The peer's TCP end without close_notify (SSL_OP_IGNORE_UNEXPECTED_EOF). */
-  return r;
+  return outcome(c, r, want); /* 0 also at a TCP end without close_notify */
 }
 
 ssize_t agsx_tls_write(struct agsx_tls_conn *c, const void *buf, size_t len, uint32_t *want) {

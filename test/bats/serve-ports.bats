@@ -170,6 +170,17 @@ tls_curl() {
   run curl -s --max-time 5 -H "Host: $h:$pp" "http://127.0.0.1:$pp/index.html"
   [ "$status" -ne 0 ]
   [ -z "$output" ]
+  # A client that connects and never says hello is closed after the head's
+  # 10 s (no slot held for ever); serve_stop checks that no fd is left.
+  python3 - "$pp" <<'PY'
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), 5)
+s.settimeout(30)
+t = time.monotonic()
+assert s.recv(100) == b"", "no answer expected"
+took = time.monotonic() - t
+assert 8 < took < 25, took
+PY
   up
   # A restart keeps the CA (a browser that trusts it goes on trusting it).
   local fp
