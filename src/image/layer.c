@@ -767,7 +767,7 @@ static int do_fifo(int dirfd, const char *name, const void *arg) {
 }
 
 static int do_link(int dirfd, const char *name, const void *fdp) {
-  return linkat(*(const int *)fdp, "", dirfd, name, AT_EMPTY_PATH);
+  return agsx_link_fd(*(const int *)fdp, dirfd, name);
 }
 
 static int do_whiteout(int dirfd, const char *name, const void *arg) {

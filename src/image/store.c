@@ -195,7 +195,7 @@ int agsx_store_stage_blob_fd(struct agsx_store *s, int workfd, int fd, const cha
     return agsx_error_set(err, errno, "create a temporary file in the store");
   if (copy_verify(fd, out, digest, size, err) < 0)
     return -1;
-  if (linkat(out, "", dir, agsx_digest_hex(digest), AT_EMPTY_PATH) < 0 && errno != EEXIST)
+  if (agsx_link_fd(out, dir, agsx_digest_hex(digest)) < 0 && errno != EEXIST)
     return agsx_error_set(err, errno, "stage blob `%s`", digest);
   return 0;
 }
@@ -239,7 +239,7 @@ int agsx_store_stage_blob_mem(struct agsx_store *s, int workfd, const void *buf,
     return agsx_error_set(err, errno, "create a temporary file in the store");
   if (agsx_write_all(out, buf, len) < 0)
     return agsx_error_set(err, errno, "write blob `%s`", ret_digest);
-  if (linkat(out, "", dir, agsx_digest_hex(ret_digest), AT_EMPTY_PATH) < 0 && errno != EEXIST)
+  if (agsx_link_fd(out, dir, agsx_digest_hex(ret_digest)) < 0 && errno != EEXIST)
     return agsx_error_set(err, errno, "stage blob `%s`", ret_digest);
   return 0;
 }

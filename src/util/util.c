@@ -672,6 +672,16 @@ int agsx_mkdtemp_at(int dirfd, const char *prefix, mode_t mode, char **ret_name,
   return agsx_error_set(err, EEXIST, "cannot create a temporary directory `%s-*`", prefix);
 }
 
+int agsx_link_fd(int fd, int dirfd, const char *name) {
+  if (linkat(fd, "", dirfd, name, AT_EMPTY_PATH) == 0)
+    return 0;
+  if (errno != ENOENT)
+    return -1;
+  char path[32];
+  snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+  return linkat(AT_FDCWD, path, dirfd, name, AT_SYMLINK_FOLLOW);
+}
+
 int agsx_lock_at(int dirfd, const char *name, bool exclusive, agsx_error_t *err) {
   _cleanup_close_ int fd = openat(dirfd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0)

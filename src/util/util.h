@@ -180,6 +180,12 @@ int agsx_rm_rf_gated_at(int dirfd, const char *name, const struct agsx_rm_gate *
 int agsx_rm_children_at(int dirfd, const char *name, agsx_error_t *err);
 /* Creates a fresh directory NAME-XXXXXX under DIRFD; returns its fd. */
 int agsx_mkdtemp_at(int dirfd, const char *prefix, mode_t mode, char **ret_name, agsx_error_t *err);
+/* Names the file open as FD (an O_TMPFILE, or a hard link's target)
+ * DIRFD/NAME: linkat(2) with AT_EMPTY_PATH, which before Linux 6.10 needs
+ * CAP_DAC_READ_SEARCH in the initial user namespace (an ordinary user's
+ * agsx lacks it: ENOENT), then through /proc/self/fd/FD, which does not.
+ * -1 with errno. */
+int agsx_link_fd(int fd, int dirfd, const char *name);
 /* Takes an flock on DIRFD/NAME (created 0600) and returns the lock fd. */
 int agsx_lock_at(int dirfd, const char *name, bool exclusive, agsx_error_t *err);
 /* A directory stream over a CLOEXEC duplicate of DIRFD, rewound to the first
