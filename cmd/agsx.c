@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "cmd.h"
+#include "host/rootless.h"
 #include "state/state.h"
 
 #include <string.h>
@@ -9,8 +10,11 @@
 enum { G_ROOT = 1, G_STATE, G_LOG_LEVEL, G_JSON };
 
 const struct agsx_option agsx_global_options[] = {
-    {"root", 0, "DIR", "Image store (default /var/lib/agsx, or $AGSX_ROOT)", G_ROOT},
-    {"state", 0, "DIR", "Sandbox state (default /run/agsx, or $AGSX_STATE)", G_STATE},
+    {"root", 0, "DIR",
+     "Image store (default $AGSX_ROOT, else /var/lib/agsx; a user's: $XDG_DATA_HOME/agsx)", G_ROOT},
+    {"state", 0, "DIR",
+     "Sandbox state (default $AGSX_STATE, else /run/agsx; a user's: $XDG_RUNTIME_DIR/agsx)",
+     G_STATE},
     {"log-level", 0, "LEVEL", "error, warning (default), info or debug", G_LOG_LEVEL},
     {"json", 0, NULL, "Print results as JSON", G_JSON},
     {0},
@@ -599,9 +603,22 @@ int main(int argc, char **argv) {
   agsx_proc_title_init(argc, argv);
   /* The library's messages go where the CLI's own go: "agsx: ..." on fd 2. */
   agsx_log_set_sink(agsx_log_sink_stderr, NULL);
+  /* An ordinary user's defaults are per user (host/rootless.h); a missing
+   * runtime directory is an error only if no --state or AGSX_STATE says
+   * where the state goes. */
+  const char *def_root = "/var/lib/agsx", *def_state = "/run/agsx";
+  _cleanup_free_ char *uroot = NULL, *ustate = NULL, *uconf = NULL;
+  agsx_error_t perr = NULL;
+  bool user = agsx_rootless_wanted();
+  if (user && agsx_rootless_paths(&uroot, &ustate, &uconf, &perr) == 0) {
+    def_root = uroot;
+    def_state = ustate;
+    if (getenv("AGSX_CONFIG") == NULL)
+      setenv("AGSX_CONFIG", uconf, 1);
+  }
   struct agsx_ctx ctx = {
-      .root = getenv("AGSX_ROOT") ? getenv("AGSX_ROOT") : "/var/lib/agsx",
-      .state = getenv("AGSX_STATE") ? getenv("AGSX_STATE") : "/run/agsx",
+      .root = getenv("AGSX_ROOT") ? getenv("AGSX_ROOT") : def_root,
+      .state = getenv("AGSX_STATE") ? getenv("AGSX_STATE") : def_state,
   };
   int i = parse_globals(&ctx, argc, argv);
   if (i < 0)
@@ -626,6 +643,20 @@ int main(int argc, char **argv) {
   }
   if (c == NULL)
     return agsx_failf("unknown command `%s` (see agsx --help)", argv[i]);
+  if (user && !(i + words < argc &&
+                (strcmp(argv[i + words], "--help") == 0 || strcmp(argv[i + words], "-h") == 0))) {
+    agsx_error_t err = NULL;
+    if (ustate == NULL && ctx.state == def_state)
+      return agsx_fail(&perr);
+    agsx_error_free(&perr);
+    /* agsx runs again inside the user's namespace (host/rootless.h),
+     * where the user's ids are not the host's: the paths go along. */
+    setenv("AGSX_ROOT", ctx.root, 0);
+    setenv("AGSX_STATE", ctx.state, 0);
+    if (agsx_rootless_enter(ctx.state, &err) < 0)
+      return agsx_fail(&err);
+  }
+  agsx_error_free(&perr);
   /* Sandboxes past their deadline are reaped by any agsx invocation (at
    * most once a second; never creates the state directory). */
   agsx_state_reap_all(ctx.state, false, NULL);

@@ -6,6 +6,7 @@
 #include "cmd.h"
 #include "host/kernel.h"
 #include "host/cgroup.h"
+#include "host/rootless.h"
 #include "util/json.h"
 
 #include <string.h>
@@ -62,6 +63,21 @@ static void print_json(struct agsx_ctx *ctx, const struct agsx_kernel *k, const 
   yajl_gen_map_close(g);
   agsx_json_kv_str(g, "store", ctx->root);
   agsx_json_kv_str(g, "state", ctx->state);
+  struct agsx_rootless_info ri;
+  agsx_rootless_describe(&ri);
+  agsx_json_key(g, "rootless");
+  yajl_gen_map_open(g);
+  agsx_json_kv_bool(g, "active", ri.active);
+  if (ri.active) {
+    agsx_json_kv_int(g, "uid", (int64_t)ri.uid);
+    agsx_json_kv_int(g, "gid", (int64_t)ri.gid);
+    agsx_json_kv_int(g, "ids", (int64_t)ri.ids);
+    agsx_json_kv_int(g, "host_uid0", (int64_t)ri.host_uid0);
+    agsx_json_kv_int(g, "host_gid0", (int64_t)ri.host_gid0);
+    agsx_json_kv_bool(g, "one_id", ri.one_id);
+    agsx_json_kv_str(g, "ranges", "shared");
+  }
+  yajl_gen_map_close(g);
   yajl_gen_map_close(g);
   size_t len;
   _cleanup_free_ char *s = agsx_json_gen_steal(g, &len);
@@ -91,6 +107,28 @@ static void print_text(struct agsx_ctx *ctx, const struct agsx_kernel *k, const 
            cg->v2 ? 2 : 1, cg->root, cg->manager, cg->path, cg->why,
            cg->controllers && *cg->controllers ? cg->controllers : "(none)");
   printf("store: %s\nstate: %s\n", ctx->root, ctx->state);
+  struct agsx_rootless_info ri;
+  agsx_rootless_describe(&ri);
+  if (!ri.active) {
+    printf("rootless: no (agsx runs as root)\n");
+    return;
+  }
+  printf("rootless: yes, user %lu, in a user namespace of the user's own\n", ri.uid);
+  if (ri.one_id)
+    printf("  ids: a sandbox has one id, 0, which is the user itself: the user has no subordinate\n"
+           "       ids (as root: usermod --add-subuids 100000-165535 --add-subgids 100000-165535 "
+           "USER)\n");
+  else
+    printf("  ids: a sandbox's ids 0-%lu are the host's %lu-%lu (uids, /etc/subuid) and %lu-%lu\n"
+           "       (gids, /etc/subgid); the user's sandboxes share this one range, so one\n"
+           "       sandbox's root is the same host id as another's\n",
+           ri.ids - 1, ri.host_uid0, ri.host_uid0 + ri.ids - 1, ri.host_gid0,
+           ri.host_gid0 + ri.ids - 1);
+  if (agsx_cgroup_limits_off())
+    printf("  limits: off (see cgroup above): --memory, --cpus, --pids and pause are refused\n");
+  else
+    printf("  limits: in the cgroups systemd's user manager delegates (see cgroup above)\n");
+  printf("  networks: internal, and -p on the host's loopback; public and vpc need root\n");
 }
 
 int agsx_cmd_info(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {

@@ -28,6 +28,9 @@ pkgs+=(libcurl4 ca-certificates)
 # image load/pull/push/build/commit: libcrypto.so.3 is dlopen()ed by the first
 # large SHA-256 (OpenSSL's SHA-NI/AVX2 code; without it, slower portable code)
 pkgs+=(libssl3)
+# an ordinary user's agsx: the setuid newuidmap and newgidmap map the
+# user's namespace from /etc/subuid and /etc/subgid (src/host/rootless.h)
+pkgs+=(uidmap)
 # make demo: its busybox image (busybox-static, which file tells is static;
 # python3 writes the image) and the host image's python3
 pkgs+=(busybox-static file python3)

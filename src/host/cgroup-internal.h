@@ -32,7 +32,10 @@ extern const char *const cg_ctrl_name[CTRL_N];
 #define FREEZE_TIMEOUT_NS (5000 * NSEC_PER_MSEC)
 
 struct layout {
-  char *root; /* the cgroup root this layout was detected for */
+  char *asked; /* the cgroup root this layout was detected for */
+  /* The root of the cgroups agsx makes: ASKED, or for an ordinary user's
+   * agsx the cgroup systemd's user manager delegates to the user. */
+  char *root;
   bool v2;
   char *mnt[CTRL_N]; /* v1: mount point of each controller or NULL; v2: the root */
   char *setting;     /* cgroup-manager as configured ("auto" when unset) */

@@ -6,6 +6,7 @@
 
 #include "host/cgroup-internal.h"
 #include "host/systemd.h"
+#include "host/rootless.h"
 
 #include <fcntl.h>
 #include <string.h>
@@ -252,4 +253,33 @@ int cg_gc_systemd(const struct layout *l, bool (*keep)(const char *name, void *d
     }
   }
   return r;
+}
+
+/* ---- an ordinary user's processes ------------------------------------------------------------ */
+
+/* "agsx.slice/agsx-<id>.scope/sandbox" + NAME → the unit and the path below
+ * it; false for a cgroup that is no systemd scope's. */
+static bool unit_and_sub(const struct agsx_cgroup *cg, char **ret_unit, char **ret_sub) {
+  const char *p = cg->parent;
+  size_t n = strlen(AGSX_CGROUP_SLICE);
+  if (!cg->v2 || strncmp(p, AGSX_CGROUP_SLICE "/", n + 1) != 0)
+    return false;
+  p += n + 1;
+  const char *slash = strchr(p, '/');
+  *ret_unit = slash ? xstrndup(p, (size_t)(slash - p)) : xstrdup(p);
+  *ret_sub = xasprintf("%s/%s", slash ? slash : "", cg->name);
+  return true;
+}
+
+bool agsx_cgroup_attach_needs_manager(const struct agsx_cgroup *cg) {
+  _cleanup_free_ char *unit = NULL, *sub = NULL;
+  return cg && agsx_rootless() && unit_and_sub(cg, &unit, &sub);
+}
+
+int agsx_cgroup_attach_by_manager(struct agsx_cgroup *cg, pid_t pid, agsx_error_t *err) {
+  _cleanup_free_ char *unit = NULL, *sub = NULL;
+  if (!unit_and_sub(cg, &unit, &sub))
+    return agsx_error_set(err, EINVAL, "cgroup `%s/%s` is no systemd scope's", cg->parent,
+                          cg->name);
+  return agsx_systemd_attach(unit, sub, pid, err);
 }

@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "host/cgroup-internal.h"
+#include "host/rootless.h"
 #include "host/systemd.h"
 #include "util/conf.h"
 
@@ -28,6 +29,7 @@ const char *const cg_ctrl_name[CTRL_N] = {"memory", "cpu", "pids", "cpuacct", "f
 void cg_layout_free(struct layout *l) {
   if (l == NULL)
     return;
+  free(l->asked);
   free(l->root);
   free(l->setting);
   for (int c = 0; c < CTRL_N; c++)
@@ -45,6 +47,7 @@ bool cg_list_has(const char *list, const char *word) { return agsx_list_has(list
 
 static struct layout *layout_dup(const struct layout *src) {
   struct layout *l = xzalloc(sizeof(*l));
+  l->asked = xstrdup(src->asked);
   l->root = xstrdup(src->root);
   l->v2 = src->v2;
   l->setting = xstrdup(src->setting);
@@ -55,12 +58,53 @@ static struct layout *layout_dup(const struct layout *src) {
   return l;
 }
 
+/* An ordinary user's agsx (host/rootless.h) makes cgroups only where
+ * systemd's user manager delegates them to the user: in user@UID.service,
+ * as transient scopes the user manager starts (agsx.slice/agsx-<id>.scope
+ * there). The manager must run (a login, or lingering) and be reachable on
+ * its private socket. Elsewhere (cgroup v1, no systemd, no user manager)
+ * sandboxes get no cgroup: limits are off (AGSX_CGROUP_NONE). */
+static void rootless_manager(struct layout *l, const char *setting, bool custom_root) {
+  l->manager = AGSX_CGROUP_NONE;
+  struct agsx_rootless_info ri;
+  agsx_rootless_describe(&ri);
+  const char *run = getenv("XDG_RUNTIME_DIR");
+  if (strcmp(setting, "cgroupfs") == 0) {
+    l->why = "an ordinary user's agsx manages no cgroup itself (cgroup-manager = cgroupfs): "
+             "limits are off";
+    return;
+  }
+  if (!l->v2 || custom_root || !agsx_systemd_booted()) {
+    l->why = "an ordinary user's agsx makes cgroups only where systemd's user manager "
+             "delegates them (systemd on cgroup v2): limits are off";
+    return;
+  }
+  _cleanup_free_ char *sock = run && run[0] == '/' ? xasprintf("%s/systemd/private", run) : NULL;
+  _cleanup_free_ char *dir =
+      xasprintf("%s/user.slice/user-%lu.slice/user@%lu.service", l->asked, ri.uid, ri.uid);
+  struct stat st;
+  if (sock == NULL || access(sock, F_OK) < 0 || stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+    l->why = "systemd's user manager of this user is not running (log in, or as root: "
+             "loginctl enable-linger USER): limits are off";
+    return;
+  }
+  free(l->root);
+  l->root = steal_ptr(&dir);
+  for (int c = 0; c < CTRL_N; c++) {
+    free(l->mnt[c]);
+    l->mnt[c] = xstrdup(l->root);
+  }
+  l->manager = AGSX_CGROUP_SYSTEMD;
+  l->why = "systemd's user manager delegates user@UID.service to the user";
+}
+
 static int layout_detect(const char *root, bool restrict_to_root, const char *setting,
                          struct layout **ret, agsx_error_t *err) {
   struct statfs sfs;
   if (statfs(root, &sfs) < 0)
     return agsx_error_set(err, errno, "statfs cgroup root `%s`", root);
   _cleanup_layout_ struct layout *l = xzalloc(sizeof(*l));
+  l->asked = xstrdup(root);
   l->root = xstrdup(root);
   l->v2 = sfs.f_type == CGROUP2_SUPER_MAGIC;
   for (int c = 0; c < CTRL_N && l->v2; c++)
@@ -73,8 +117,13 @@ static int layout_detect(const char *root, bool restrict_to_root, const char *se
   if (agsx_cgroup_manager_choose(setting, agsx_systemd_booted(), l->v2, restrict_to_root,
                                  &l->manager, &l->why, err) < 0)
     return -1;
+  if (agsx_rootless())
+    rootless_manager(l, setting, restrict_to_root);
   agsx_debug("cgroup %s at `%s`, manager %s: %s", l->v2 ? "v2" : "v1", root,
-             l->manager == AGSX_CGROUP_SYSTEMD ? "systemd" : "cgroupfs", l->why);
+             l->manager == AGSX_CGROUP_SYSTEMD ? "systemd"
+             : l->manager == AGSX_CGROUP_NONE  ? "none"
+                                               : "cgroupfs",
+             l->why);
   *ret = steal_ptr(&l);
   return 0;
 }
@@ -104,7 +153,7 @@ int cg_layout_get(struct layout **ret, agsx_error_t *err) {
   const char *set = setting ? setting : "auto";
   int r = 0;
   pthread_mutex_lock(&layout_lock);
-  if (layout_cache == NULL || strcmp(layout_cache->root, root) != 0 ||
+  if (layout_cache == NULL || strcmp(layout_cache->asked, root) != 0 ||
       strcmp(layout_cache->setting, set) != 0) {
     struct layout *l = NULL;
     r = layout_detect(root, env && *env, set, &l, err);
@@ -348,6 +397,19 @@ int agsx_cgroup_create(const char *name, const struct agsx_cgroup_limits *lim,
   const char *parent = NULL;
   if (cg_layout_get(&l, err) < 0 || parent_get(&parent, err) < 0)
     return agsx_error_wrap(err, "create cgroup `%s`", name);
+  if (l->manager == AGSX_CGROUP_NONE) {
+    if (lim->memory || lim->cpu_quota_us || lim->pids)
+      return agsx_error_set(err, EPERM,
+                            "limits (memory, cpus, pids) need a cgroup, and %s; run without them, "
+                            "or as root",
+                            l->why);
+    static bool warned;
+    if (!warned)
+      agsx_warn("this sandbox has no memory, CPU or pids limit: %s", l->why);
+    warned = true;
+    *ret = cg_new(false, parent, name);
+    return 0;
+  }
   bool systemd = l->manager == AGSX_CGROUP_SYSTEMD;
   _cleanup_free_ char *scope = systemd ? xasprintf(AGSX_CGROUP_SLICE "/agsx-%s.scope", name) : NULL;
   _cleanup_cgroup_ struct agsx_cgroup *cg =
@@ -379,6 +441,8 @@ int agsx_cgroup_open(const char *name, struct agsx_cgroup **ret, agsx_error_t *e
     return agsx_error_wrap(err, "open cgroup `%s`", name);
   if (l->manager == AGSX_CGROUP_SYSTEMD)
     return cg_open_systemd(l, name, ret, err);
+  if (l->manager == AGSX_CGROUP_NONE)
+    return agsx_error_set(err, ENOENT, "open cgroup `%s/%s` (%s)", parent, name, l->why);
   _cleanup_cgroup_ struct agsx_cgroup *cg = cg_new(l->v2, parent, name);
   for (int c = 0; c < CTRL_N; c++) {
     if (l->mnt[c] == NULL || hier_has(cg, l->mnt[c], c))
@@ -815,6 +879,12 @@ int agsx_cgroup_gc(bool (*keep)(const char *name, void *data),
 
 /* ---- info ---------------------------------------------------------------------------------- */
 
+bool agsx_cgroup_limits_off(void) {
+  _cleanup_layout_ struct layout *l = NULL;
+  _cleanup_error_ agsx_error_t e = NULL;
+  return cg_layout_get(&l, &e) == 0 && l->manager == AGSX_CGROUP_NONE;
+}
+
 int agsx_cgroup_info(struct agsx_cgroup_info *ret, agsx_error_t *err) {
   memset(ret, 0, sizeof(*ret));
   _cleanup_layout_ struct layout *l = NULL;
@@ -828,6 +898,10 @@ int agsx_cgroup_info(struct agsx_cgroup_info *ret, agsx_error_t *err) {
     ret->manager = "systemd";
     ret->parent = xstrdup(AGSX_CGROUP_SLICE);
     ret->path = xstrdup(AGSX_CGROUP_SLICE "/agsx-<id>.scope/sandbox");
+  } else if (l->manager == AGSX_CGROUP_NONE) {
+    ret->manager = "none";
+    ret->parent = xstrdup("");
+    ret->path = xstrdup("");
   } else {
     ret->manager = "cgroupfs";
     ret->parent = xstrdup(parent);

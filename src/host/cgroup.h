@@ -46,7 +46,10 @@
 #define AGSX_CGROUP_CPU_PERIOD_US 100000 /* --cpus N → quota = N * period */
 #define AGSX_CGROUP_SLICE "agsx.slice"   /* systemd: where the sandboxes' scopes go */
 
-enum agsx_cgroup_manager { AGSX_CGROUP_CGROUPFS, AGSX_CGROUP_SYSTEMD };
+/* NONE: an ordinary user's agsx with no cgroup of its own to manage
+ * (host/rootless.h): sandboxes get no cgroup, limits are refused, and the
+ * pid namespace alone bounds and ends a sandbox's processes. */
+enum agsx_cgroup_manager { AGSX_CGROUP_CGROUPFS, AGSX_CGROUP_SYSTEMD, AGSX_CGROUP_NONE };
 
 /* The manager for SETTING (NULL or "auto", "systemd", "cgroupfs") on a host
  * where systemd is PID 1 (SYSTEMD) or not, whose root is the unified cgroup2
@@ -57,6 +60,9 @@ enum agsx_cgroup_manager { AGSX_CGROUP_CGROUPFS, AGSX_CGROUP_SYSTEMD };
 int agsx_cgroup_manager_choose(const char *setting, bool systemd, bool unified, bool custom_root,
                                enum agsx_cgroup_manager *ret, const char **ret_why,
                                agsx_error_t *err);
+/* True when this process's sandboxes get no cgroup (AGSX_CGROUP_NONE): no
+ * default limit applies, and an asked-for limit fails. */
+bool agsx_cgroup_limits_off(void);
 /* The manager this process uses (detected once, see above). */
 int agsx_cgroup_manager(enum agsx_cgroup_manager *ret, agsx_error_t *err);
 
@@ -117,6 +123,12 @@ int agsx_cgroup_open(const char *name, struct agsx_cgroup **ret, agsx_error_t *e
  * can be killed as one. Destroying the child leaves CG alone. */
 int agsx_cgroup_create_sub(struct agsx_cgroup *cg, const char *name, struct agsx_cgroup **ret,
                            agsx_error_t *err);
+/* An ordinary user's systemd cgroup (host/rootless.h): a process outside
+ * the user manager's tree may not move itself in (the common ancestor's
+ * cgroup.procs is root's), nor be cloned into it. Then
+ * agsx_cgroup_attach_by_manager asks systemd to move PID in. */
+bool agsx_cgroup_attach_needs_manager(const struct agsx_cgroup *cg);
+int agsx_cgroup_attach_by_manager(struct agsx_cgroup *cg, pid_t pid, agsx_error_t *err);
 /* Moves PID into the cgroup, in every hierarchy it has. */
 int agsx_cgroup_attach(struct agsx_cgroup *cg, pid_t pid, agsx_error_t *err);
 /* v2: an O_DIRECTORY fd of the leaf for clone3(CLONE_INTO_CGROUP), owned by

@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "host/systemd.h"
+#include "host/rootless.h"
 
 #include <ctype.h>
 #include <dlfcn.h>
@@ -162,6 +163,17 @@ static int bus_open(sd_bus **ret, bool *ret_direct, agsx_error_t *err) {
   if (env && *env) {
     if ((r = open_address(env, ret)) < 0)
       return agsx_error_set(err, -r, "connect to systemd at `%s`", env);
+    return 0;
+  }
+  if (agsx_rootless()) {
+    /* An ordinary user's agsx talks to the user's own manager, directly
+     * (host/cgroup.h). */
+    const char *run = getenv("XDG_RUNTIME_DIR");
+    _cleanup_free_ char *addr =
+        run && run[0] == '/' ? xasprintf("unix:path=%s/systemd/private", run) : NULL;
+    if (addr == NULL || (r = open_address(addr, ret)) < 0)
+      return agsx_error_set(err, addr ? -r : ENOENT, "connect to systemd's user manager at `%s`",
+                            addr ? addr + 10 : "$XDG_RUNTIME_DIR/systemd/private");
     return 0;
   }
   if (geteuid() == 0 && open_address(AGSX_SYSTEMD_PRIVATE_BUS, ret) == 0)
@@ -431,6 +443,25 @@ int agsx_systemd_set_properties(const char *unit, const struct agsx_systemd_prop
   if ((r = sd.call(bus, m, timeout_usec(), &e, &reply)) < 0) {
     call_error(err, r, &e, "set properties");
     return agsx_error_wrap(err, "`%s`", unit);
+  }
+  return 0;
+}
+
+int agsx_systemd_attach(const char *unit, const char *subcgroup, pid_t pid, agsx_error_t *err) {
+  _cleanup_bus_ sd_bus *bus = NULL;
+  bool direct;
+  if (bus_open(&bus, &direct, err) < 0)
+    return agsx_error_wrap(err, "attach to `%s`", unit);
+  _cleanup_sderr_ sd_bus_error e = SD_BUS_ERROR_NULL;
+  _cleanup_msg_ sd_bus_message *m = NULL, *reply = NULL;
+  int r;
+  if ((r = sd.new_call(bus, &m, DEST, PATH, MANAGER, "AttachProcessesToUnit")) < 0 ||
+      (r = sd.append(m, "ss", unit, subcgroup)) < 0 ||
+      (r = sd.append(m, "au", 1, (uint32_t)pid)) < 0)
+    return agsx_error_set(err, -r, "attach to `%s`: build the call", unit);
+  if ((r = sd.call(bus, m, timeout_usec(), &e, &reply)) < 0) {
+    call_error(err, r, &e, "attach a process");
+    return agsx_error_wrap(err, "`%s%s`", unit, subcgroup);
   }
   return 0;
 }

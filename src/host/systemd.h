@@ -65,6 +65,11 @@ int agsx_systemd_stop_unit(const char *unit, bool wait, agsx_error_t *err);
 /* Sets PROPS on UNIT at run time (SetUnitProperties, runtime=true). */
 int agsx_systemd_set_properties(const char *unit, const struct agsx_systemd_prop *props, size_t n,
                                 agsx_error_t *err);
+/* Moves PID into SUBCGROUP ("/sandbox/exec-…", or "") of UNIT, a
+ * delegated unit (AttachProcessesToUnit): for a process the caller may not
+ * move itself, as an ordinary user's process outside the user manager's
+ * tree; the user manager asks the system manager when it may not either. */
+int agsx_systemd_attach(const char *unit, const char *subcgroup, pid_t pid, agsx_error_t *err);
 /* The version of the running systemd (its Version property: "252.38-1~…"
  * gives 252); 0 when it cannot be asked. */
 int agsx_systemd_version(unsigned *ret, agsx_error_t *err);

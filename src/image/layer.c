@@ -12,6 +12,7 @@
 #include "config.h"
 
 #include "image/layer.h"
+#include "host/rootless.h"
 
 #include "image/tarentry.h"
 
@@ -559,12 +560,26 @@ static int apply_xattrs(int fd, struct archive_entry *e, agsx_error_t *err) {
   return 0;
 }
 
+/* A chown that failed: EINVAL names an id the caller's user namespace
+ * lacks, which for an ordinary user's agsx (host/rootless.h) means too few
+ * subordinate ids. */
+static int chown_failed(struct archive_entry *e, agsx_error_t *err) {
+  if (errno == EINVAL && agsx_rootless())
+    return agsx_error_set(err, EINVAL,
+                          "owned by uid %lld, gid %lld, which this user's sandboxes do not have "
+                          "(they have ids 0-%lu: too few subordinate ids; as root: usermod "
+                          "--add-subuids 100000-165535 --add-subgids 100000-165535 USER)",
+                          (long long)archive_entry_uid(e), (long long)archive_entry_gid(e),
+                          agsx_rootless_ids() - 1);
+  return agsx_error_set(err, errno, "chown");
+}
+
 /* Owner, mode and xattrs through an fd of a regular file or directory. The
  * order matters: chown clears setuid/setgid and security.capability, so it
  * comes first and the capability last. */
 static int apply_meta_fd(int fd, struct archive_entry *e, agsx_error_t *err) {
   if (fchown(fd, map_id(archive_entry_uid(e)), map_id(archive_entry_gid(e))) < 0)
-    return agsx_error_set(err, errno, "chown");
+    return chown_failed(e, err);
   if (fchmod(fd, archive_entry_perm(e) & 07777) < 0)
     return agsx_error_set(err, errno, "chmod");
   return apply_xattrs(fd, e, err);
@@ -575,7 +590,7 @@ static int apply_meta_at(int dirfd, const char *name, struct archive_entry *e, a
   struct timespec ts[2];
   if (fchownat(dirfd, name, map_id(archive_entry_uid(e)), map_id(archive_entry_gid(e)),
                AT_SYMLINK_NOFOLLOW) < 0)
-    return agsx_error_set(err, errno, "chown");
+    return chown_failed(e, err);
   if (entry_times(e, ts) && utimensat(dirfd, name, ts, AT_SYMLINK_NOFOLLOW) < 0)
     return agsx_error_set(err, errno, "set times");
   /* Linux refuses user.* xattrs on symlinks and FIFOs, and a capability

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "net/net.h"
+#include "host/rootless.h"
 #include "net/netspec.h"
 
 #include <arpa/inet.h>
@@ -83,7 +84,12 @@ static int write_sysctl_at(int root, const char *path, const char *value) {
 static int unprivileged_ports(int sysctls, agsx_error_t *err) {
   if (write_sysctl_at(sysctls, "net/ipv4/ip_unprivileged_port_start", "0\n") < 0)
     return agsx_error_set(err, errno, "set ip_unprivileged_port_start");
-  if (write_sysctl_at(sysctls, "net/ipv4/ping_group_range", "0 2147483647\n") < 0)
+  /* Gids of the writer's user namespace: an ordinary user's has only the
+   * sandboxes' ids (host/rootless.h). */
+  char range[32] = "0 2147483647\n";
+  if (agsx_rootless())
+    snprintf(range, sizeof(range), "0 %lu\n", agsx_rootless_ids() - 1);
+  if (write_sysctl_at(sysctls, "net/ipv4/ping_group_range", range) < 0)
     return agsx_error_set(err, errno, "set ping_group_range");
   return 0;
 }

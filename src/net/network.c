@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "net/network.h"
+#include "host/rootless.h"
 #include "util/conf.h"
 #include "util/json.h"
 #include "net/conntrack.h"
@@ -864,6 +865,13 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
   a->egress_on = a->egress && a->egress->n > 0;
   a->egress_chains = false;
   a->nflog_fd = a->nflog_group = a->egress_pipe = -1;
+  /* A bridge, NAT and host firewall rules are root's; a user-mode network
+   * stack (pasta) for an ordinary user's sandboxes is not there yet. */
+  if (agsx_rootless())
+    return agsx_error_set(err, ENOTSUP,
+                          "network `%s`: an ordinary user's sandboxes have only the internal "
+                          "network (public and vpc networks need root for now)",
+                          mode == AGSX_NET_PUBLIC ? "public" : name);
   int r = mode == AGSX_NET_PUBLIC ? agsx_network_public(&a->net, err)
                                   : agsx_network_load(root, name, &a->net, err);
   if (r < 0)
@@ -1232,6 +1240,9 @@ static int keep_first_error(agsx_error_t *err, agsx_error_t *e) {
 
 int agsx_net_gc(bool dry_run, void (*report)(const char *what, void *data), void *data,
                 agsx_error_t *err) {
+  /* Root's bridges; an ordinary user has none (network.c refuses them). */
+  if (agsx_rootless())
+    return 0;
   _cleanup_dir_ DIR *d = opendir(AGSX_NET_RUN_DIR);
   if (d == NULL)
     return errno == ENOENT ? 0 : agsx_error_set(err, errno, "open `%s`", AGSX_NET_RUN_DIR);

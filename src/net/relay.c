@@ -4,6 +4,7 @@
 
 #include "net/relay.h"
 #include "net/dnsfilter.h"
+#include "host/rootless.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -14,6 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 
 /* ---- -p specs ------------------------------------------------------------------------------ */
 
@@ -357,8 +360,24 @@ void agsx_relay_set_limits(struct agsx_relay *r, size_t max_conns, size_t max_fl
     r->udp_idle_ms = udp_idle_ms;
 }
 
+/* A socket of the namespace a child process enters (agsx_fd_from_ns): an
+ * ordinary user's agsx may enter a sandbox's network namespace but never
+ * come back to the host's (host/rootless.h). One fork per socket. */
+struct socket_args {
+  int family, type;
+};
+
+static int make_socket(void *data) {
+  const struct socket_args *a = data;
+  return socket(a->family, a->type, 0);
+}
+
 int agsx_netns_socket(int ns, int home, int family, int type, bool *lost) {
   type |= SOCK_NONBLOCK | SOCK_CLOEXEC;
+  if (agsx_rootless()) {
+    struct socket_args a = {family, type};
+    return agsx_fd_from_ns(ns, CLONE_NEWNET, make_socket, &a);
+  }
   if (setns(ns, CLONE_NEWNET) < 0)
     return -1;
   int fd = socket(family, type, 0);

@@ -2,6 +2,8 @@
 #include "config.h"
 
 #include "sandbox/exec.h"
+#include "host/cgroup.h"
+#include "host/rootless.h"
 #include "sandbox/proc.h"
 #include "sandbox/sandbox-internal.h"
 
@@ -65,7 +67,8 @@ static int install_stdio(const int stdio[3]) {
  * inside as /proc/self/fd/N through a link the sandbox planted on a path we
  * resolve (CVE-2024-21626). */
 static _Noreturn void child(const struct agsx_record *rec, const struct agsx_exec_config *cfg,
-                            int pidfd, int sock, const int *tasks, size_t ntasks) {
+                            int pidfd, int sock, const int *tasks, size_t ntasks,
+                            bool wait_attach) {
   agsx_error_t err = NULL;
   /* Not dumpable: sandbox processes must not reach our fds or memory
    * through /proc/<pid> or ptrace while we are still privileged. */
@@ -83,7 +86,13 @@ static _Noreturn void child(const struct agsx_record *rec, const struct agsx_exe
     keep[nkeep++] = tasks[i];
   agsx_close_all_except(keep, nkeep);
   /* Into the exec cgroup before any sandbox code can run: its limits and
-   * its kill cover the command from its first instruction. */
+   * its kill cover the command from its first instruction. (An ordinary
+   * user's systemd cgroup: systemd moves us, then the parent says go.) */
+  char go;
+  if (wait_attach && read(sock, &go, 1) != 1) {
+    agsx_error_set(&err, EIO, "join the exec cgroup: the caller did not say go");
+    fail(sock, 125, &err);
+  }
   int r = agsx_cgroup_self_attach(tasks, ntasks);
   if (r < 0) {
     agsx_error_set(&err, -r, "join the exec cgroup");
@@ -95,7 +104,8 @@ static _Noreturn void child(const struct agsx_record *rec, const struct agsx_exe
   }
   int only_sock[] = {sock};
   agsx_close_all_except(only_sock, 1);
-  if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 ||
+  if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0 ||
+      (setgroups(0, NULL) < 0 && !agsx_setgroups_denied()) ||
       prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
     agsx_error_set(&err, errno, "become root of the sandbox");
     fail(sock, 125, &err);
@@ -157,6 +167,11 @@ static int exec_cgroup(const struct agsx_record *rec, struct agsx_exec *e, int *
                        size_t *ntasks, agsx_error_t *err) {
   _cleanup_cgroup_ struct agsx_cgroup *cg = NULL;
   *ntasks = 0;
+  /* No cgroup at all (host/cgroup.h: an ordinary user's agsx): the
+   * command alone is killed at its timeout, and what it left running goes
+   * with the sandbox. */
+  if (agsx_cgroup_limits_off())
+    return 0;
   if (sandbox_cgroup(rec, &cg, err) < 0)
     return agsx_error_wrap(err, "exec cgroup");
   char name[24];
@@ -218,39 +233,73 @@ int agsx_exec_start(const struct agsx_record *rec, const struct agsx_exec_config
   size_t ntasks = 0;
   if (exec_cgroup(rec, e, tasks, &ntasks, err) < 0)
     return -1;
+  bool by_manager = agsx_cgroup_attach_needs_manager(e->cg);
+  if (by_manager) {
+    agsx_cgroup_close_fds(tasks, ntasks);
+    ntasks = 0;
+  }
   int sp[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
     agsx_cgroup_close_fds(tasks, ntasks);
     return agsx_error_set(err, errno, "socketpair");
   }
-  /* The next child of this process is born in the sandbox's pid namespace;
-   * afterwards ours go back to our own (anything forking later — the leak
-   * checker of a sanitizer build, say — must not land in the sandbox). */
-  int ownpid = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
-  if (ownpid < 0 || setns(initfd, CLONE_NEWPID) < 0) {
-    agsx_closep(&ownpid);
-    agsx_cgroup_close_fds(tasks, ntasks);
-    close(sp[0]);
-    close(sp[1]);
-    return agsx_error_set(err, errno, "join the sandbox's pid namespace");
+  pid_t pid;
+  if (agsx_rootless()) {
+    /* We could not come back to our own pid namespace: a helper joins
+     * the sandbox's for the fork (sandbox/proc.h). */
+    pid = agsx_clone_in_ns(initfd, CLONE_NEWPID, 0, -1, &e->pidfd);
+    if (pid == 0) {
+      close(sp[0]);
+      child(rec, cfg, initfd, sp[1], tasks, ntasks, by_manager);
+    }
+  } else {
+    /* The next child of this process is born in the sandbox's pid
+     * namespace; afterwards ours go back to our own (anything forking
+     * later — the leak checker of a sanitizer build, say — must not land
+     * in the sandbox). */
+    int ownpid = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
+    if (ownpid < 0 || setns(initfd, CLONE_NEWPID) < 0) {
+      agsx_closep(&ownpid);
+      agsx_cgroup_close_fds(tasks, ntasks);
+      close(sp[0]);
+      close(sp[1]);
+      return agsx_error_set(err, errno, "join the sandbox's pid namespace");
+    }
+    pid = fork();
+    if (pid == 0) {
+      close(sp[0]);
+      child(rec, cfg, initfd, sp[1], tasks, ntasks, by_manager);
+    }
+    int saved = errno;
+    int back = setns(ownpid, CLONE_NEWPID);
+    close(ownpid);
+    if (back < 0)
+      agsx_warn("return to our pid namespace: %s", strerror(errno));
+    errno = saved;
   }
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(sp[0]);
-    child(rec, cfg, initfd, sp[1], tasks, ntasks);
-  }
-  int back = setns(ownpid, CLONE_NEWPID);
-  close(ownpid);
-  if (back < 0)
-    agsx_warn("return to our pid namespace: %s", strerror(errno));
   agsx_cgroup_close_fds(tasks, ntasks);
   close(sp[1]);
   if (pid < 0) {
     close(sp[0]);
-    return agsx_error_set(err, errno, "fork");
+    return agsx_error_set(err, errno, "join the sandbox's pid namespace and fork");
   }
   e->pid = pid;
-  e->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  if (e->pidfd < 0)
+    e->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  if (by_manager) {
+    if (agsx_cgroup_attach_by_manager(e->cg, pid, err) < 0) {
+      close(sp[0]);
+      kill(pid, SIGKILL);
+      agsx_exec_reap(e);
+      return agsx_error_wrap(err, "exec cgroup");
+    }
+    if (send(sp[0], "", 1, MSG_NOSIGNAL) != 1) {
+      int saved = errno;
+      close(sp[0]);
+      agsx_exec_reap(e);
+      return agsx_error_set(err, saved, "exec: start the command");
+    }
+  }
   int r = wait_started(e, sp[0], ret_code, err);
   close(sp[0]);
   if (r < 0)

@@ -32,6 +32,12 @@ static int lock_running(int statefd, const char *id, struct agsx_record *r, int 
 
 int agsx_sandbox_set_frozen(int statefd, const char *id, bool freeze, agsx_error_t *err) {
   _cleanup_cgroup_ struct agsx_cgroup *cg = NULL;
+  /* Freezing is the freezer's (a cgroup's); stopping every process by
+   * signal would be seen by them. */
+  if (freeze && agsx_cgroup_limits_off())
+    return agsx_error_set(err, ENOTSUP,
+                          "freezing a sandbox (pause, snapshot, fork, commit) needs a cgroup, "
+                          "and this sandbox has none (agsx info says why)");
   if (freeze) {
     _cleanup_free_ char *mark = xasprintf("%s/" AGSX_FROZEN_MARK, id);
     _cleanup_close_ int fd =

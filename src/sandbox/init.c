@@ -2,6 +2,7 @@
  * last steps before exec (X). See sandbox.h for the order and its reasons. */
 #include "config.h"
 
+#include "host/rootless.h"
 #include "sandbox/caps.h"
 #include "sandbox/pool.h"
 #include "sandbox/sandbox-internal.h"
@@ -68,7 +69,7 @@ static void wait_go(struct agsx_child_ctx *c) {
 static int become_root(agsx_error_t *err) {
   if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
     return agsx_error_set(err, errno, "become root of the user namespace");
-  if (setgroups(0, NULL) < 0)
+  if (setgroups(0, NULL) < 0 && !agsx_setgroups_denied())
     return agsx_error_set(err, errno, "setgroups");
   /* Credentials changed: set the parent-death signal now (it is reset by
    * every change of credentials). The sync socket covers the window. */

@@ -202,7 +202,8 @@ static int build_config(const struct agsx_run_spec *o, char **cmd, struct prepar
   cfg->tty = o->tty;
   cfg->limits.memory = o->memory;
   cfg->limits.pids = o->pids;
-  if (o->pids == 0 && agsx_sandbox_default_pids(&cfg->limits.pids, err) < 0)
+  if (o->pids == 0 && !agsx_cgroup_limits_off() &&
+      agsx_sandbox_default_pids(&cfg->limits.pids, err) < 0)
     return -1;
   if (o->cpus > 0) {
     cfg->limits.cpu_period_us = AGSX_CGROUP_CPU_PERIOD_US;

@@ -10,6 +10,7 @@
  * unclaimed but not killed) starts a refill unless the pool is gone. */
 #include "config.h"
 
+#include "host/rootless.h"
 #include "sandbox/pool-internal.h"
 #include "sandbox/sync.h"
 #include "sandbox/supervisor.h"
@@ -21,6 +22,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -225,6 +227,21 @@ static void record_claim(struct sup *f, const struct agsx_claim *c, const char *
  * resolved meanwhile. Not coming back is an error: the claim fails, and
  * the supervisor does nothing that reads its host name before it ends. */
 static int set_hostname(struct agsx_pool_sup *ps, int pidfd, const char *name, agsx_error_t *err) {
+  if (agsx_rootless()) {
+    /* An ordinary user's supervisor could not return to the host's UTS
+     * namespace (host/rootless.h): a child sets it and exits. */
+    pid_t pid = fork();
+    if (pid == 0)
+      _exit(setns(pidfd, CLONE_NEWUTS) < 0 || sethostname(name, strlen(name)) < 0 ? 1 : 0);
+    int status = 0;
+    if (pid < 0)
+      return agsx_error_set(err, errno, "fork");
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+      ;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      return agsx_error_set(err, EPERM, "set the hostname in the sandbox's UTS namespace");
+    return 0;
+  }
   if (setns(pidfd, CLONE_NEWUTS) < 0)
     return agsx_error_set(err, errno, "enter the sandbox's UTS namespace");
   int r = sethostname(name, strlen(name)) < 0 ? -errno : 0;

@@ -31,4 +31,15 @@ int agsx_pidfd_signal(int pidfd, int sig, int value);
  * signalled). Returns 0 or -errno (-ESRCH: gone). */
 int agsx_proc_ref_signal(const struct agsx_proc_ref *ref, int sig, int value);
 
+/* A child of the caller, made by a helper process that first joins
+ * namespace NSFD (of type NSTYPE: CLONE_NEWNET, or CLONE_NEWPID with a
+ * pidfd or a pid namespace's fd), with clone3 FLAGS | CLONE_PARENT into
+ * cgroup CGROUPFD (-1: none). For an ordinary user's agsx
+ * (host/rootless.h), which may enter a sandbox's namespaces (the user's
+ * namespace owns them) but never return to the host's (the initial user
+ * namespace owns those): the caller never leaves its own, and the child
+ * is its child all the same. Returns the child's pid with its pidfd in
+ * *RET_PIDFD; 0 in the child; -1 with errno. */
+pid_t agsx_clone_in_ns(int nsfd, int nstype, uint64_t flags, int cgroupfd, int *ret_pidfd);
+
 #endif

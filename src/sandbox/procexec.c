@@ -5,6 +5,7 @@
 
 #include "sandbox/caps.h"
 #include "sandbox/procexec.h"
+#include "host/rootless.h"
 #include "sandbox/sync.h"
 
 #include <fcntl.h>
@@ -223,7 +224,7 @@ static int enter_cwd(const char *cwd, bool must_exist, agsx_error_t *err) {
 }
 
 static int drop_to_user(const struct agsx_user *u, agsx_error_t *err) {
-  if (setgroups(u->n_groups, u->groups) < 0)
+  if (setgroups(u->n_groups, u->groups) < 0 && !agsx_setgroups_denied())
     return agsx_error_set(err, errno, "setgroups");
   if (setresgid(u->gid, u->gid, u->gid) < 0)
     return agsx_error_set(err, errno, "setresgid %u", u->gid);

@@ -21,6 +21,7 @@
  * kernel is probed once per boot (host/kernel.h). */
 #include "config.h"
 
+#include "host/rootless.h"
 #include "host/kernel.h"
 #include "net/netspec.h"
 #include "sandbox/rootfs.h"
@@ -502,6 +503,10 @@ static int mount_dev(int t, int root, agsx_error_t *err) {
       mkdirat(dev, "mqueue", 0755) < 0 || fchmodat(dev, "shm", 01777, 0) < 0)
     return agsx_error_set(err, errno, "/dev directories");
   const char *popts[] = {"newinstance", NULL, "ptmxmode", "0666", "mode", "0620", "gid", "5", NULL};
+  /* A one-id sandbox (host/rootless.h) has no group tty: its ptys are
+   * root's group's. */
+  if (agsx_rootless() && agsx_rootless_ids() <= 5)
+    popts[6] = NULL;
   _cleanup_close_ int pts = fs_new("devpts", popts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, err);
   const char *sopts[] = {"size", "65536k", "mode", "1777", NULL};
   _cleanup_close_ int shm =

@@ -4,10 +4,12 @@
 #include "util/conf.h"
 
 #include "host/kernel.h"
+#include "host/rootless.h"
 #include "net/net.h"
 #include "state/state.h"
 #include "sandbox/sandbox-internal.h"
 #include "sandbox/freeze.h"
+#include "sandbox/proc.h"
 #include "sandbox/snapshot.h"
 
 #include <fcntl.h>
@@ -155,7 +157,12 @@ static int spawn_init(struct agsx_sandbox *sb, const struct agsx_sandbox_config 
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
     return agsx_error_set(err, errno, "socketpair");
   int hostns = -1;
-  if (netns >= 0) {
+  bool rootless = agsx_rootless();
+  if (rootless) {
+    /* The namespace stays where it is; the clone's helper enters it. */
+    sb->sysfs = fcntl(sysfs, F_DUPFD_CLOEXEC, 3);
+    sb->netns = fcntl(netns, F_DUPFD_CLOEXEC, 3);
+  } else if (netns >= 0) {
     /* Made ahead by a helper: join it for the clone only. */
     hostns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
     if (hostns < 0 || setns(netns, CLONE_NEWNET) < 0) {
@@ -184,14 +191,16 @@ static int spawn_init(struct agsx_sandbox *sb, const struct agsx_sandbox_config 
     return agsx_error_set(err, errno, "sandbox sysfs");
   }
   int cgfd = sb->cg ? agsx_cgroup_fd(sb->cg) : -1;
-  pid_t pid = do_clone3(SANDBOX_NS_FLAGS, cgfd, &sb->pidfd);
+  pid_t pid = rootless
+                  ? agsx_clone_in_ns(sb->netns, CLONE_NEWNET, SANDBOX_NS_FLAGS, cgfd, &sb->pidfd)
+                  : do_clone3(SANDBOX_NS_FLAGS, cgfd, &sb->pidfd);
   if (pid == 0) {
     close(sp[0]);
     child->sync = sp[1];
     agsx_child_main(child);
   }
   int saved = errno;
-  int back = agsx_net_leave(hostns);
+  int back = rootless ? 0 : agsx_net_leave(hostns);
   close(sp[1]);
   if (pid < 0) {
     close(sp[0]);
@@ -239,7 +248,9 @@ static int bind_source(const struct agsx_bind *b, int userns, agsx_error_t *err)
   struct mount_attr attr = {.attr_set = MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID};
   if (b->ro)
     attr.attr_set |= MOUNT_ATTR_RDONLY;
-  if (b->idmap) {
+  /* An ordinary user's volumes, as its layers, hold the sandboxes' own ids
+   * (and a host filesystem cannot be idmapped by that user). */
+  if (b->idmap && !agsx_rootless()) {
     attr.attr_set |= MOUNT_ATTR_IDMAP;
     attr.userns_fd = (uint64_t)userns;
   }
@@ -269,7 +280,7 @@ static int send_go(struct agsx_sandbox *sb, const struct agsx_sandbox_config *cf
   size_t n = 0;
   int r = 0;
   for (size_t i = 0; r == 0 && i < cfg->n_layers; i++)
-    if ((fds[n] = idmapped_layer(cfg->layers[i], userns, true, err)) < 0)
+    if ((fds[n] = idmapped_layer(cfg->layers[i], userns, !agsx_rootless(), err)) < 0)
       r = -1;
     else
       n++;
@@ -374,6 +385,11 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
     sysfs = fcntl(cfg->sysfs, F_DUPFD_CLOEXEC, 3);
   } else if (cfg->netns_job && agsx_net_collect(cfg->netns_job, &netns, &sysfs, err) < 0) {
     return -1;
+  } else if (cfg->netns_job == NULL && agsx_rootless()) {
+    /* Made by a helper too: we could not come back from making it here. */
+    struct agsx_netns_job job;
+    if (agsx_net_prepare(&job, NULL, err) < 0 || agsx_net_collect(&job, &netns, &sysfs, err) < 0)
+      return -1;
   }
   phase(sb, "netns wait", &t0);
   int nfd = agsx_cgroup_self_attach_fds(sb->cg, child.cgroup_fds, 8, err);

@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include "sandbox/supervisor.h"
+#include "host/rootless.h"
 #include "net/network.h"
 #include "sandbox/control.h"
 #include "sandbox/freeze.h"
@@ -470,6 +471,11 @@ static int renew_log_pipes(struct sup *f, int pipes[2][2], agsx_error_t *err) {
   return 0;
 }
 
+static int make_sysfs(void *data) {
+  (void)data;
+  return agsx_net_new_sysfs(NULL);
+}
+
 static int restart_netns(struct sup *f, agsx_error_t *err) {
   struct agsx_sandbox_config *cfg = f->cfg;
   agsx_closep(&cfg->netns);
@@ -478,7 +484,17 @@ static int restart_netns(struct sup *f, agsx_error_t *err) {
   if (cfg->netns < 0)
     return agsx_error_set(err, errno, "keep the network namespace");
   /* The old sysfs mount went with the old mount namespace: a new one of
-   * the same network namespace (the supervisor has no threads). */
+   * the same network namespace (the supervisor has no threads). An
+   * ordinary user's supervisor could not come back from it: a child
+   * makes it (host/rootless.h). */
+  if (agsx_rootless()) {
+    cfg->sysfs = agsx_fd_from_ns(cfg->netns, CLONE_NEWNET, make_sysfs, NULL);
+    if (cfg->sysfs < 0)
+      return agsx_error_set(err, errno, "the sandbox's sysfs");
+    cfg->netns_job = NULL;
+    cfg->on_netns = NULL;
+    return 0;
+  }
   _cleanup_close_ int host = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
   if (host < 0 || setns(cfg->netns, CLONE_NEWNET) < 0)
     return agsx_error_set(err, errno, "enter the sandbox's network namespace");

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "sandbox/userns.h"
+#include "host/rootless.h"
 #include "state/state.h"
 
 #include <inttypes.h>
@@ -98,7 +99,18 @@ static int try_slot(int slotsfd, unsigned slot, struct agsx_idrange *ret, agsx_e
   return 1;
 }
 
+/* An ordinary user's sandboxes share the one range of the user's
+ * namespace, its ids from 0 (the user's subordinate ids; host/rootless.h):
+ * their layers are unpacked with those ids, and no idmapped mount of a host
+ * filesystem is allowed to an unprivileged user. */
+static int rootless_range(struct agsx_idrange *ret) {
+  *ret = (struct agsx_idrange){.slot = 0, .base = 0, .lockfd = -1};
+  return 0;
+}
+
 int agsx_userns_reserve(int statefd, struct agsx_idrange *ret, agsx_error_t *err) {
+  if (agsx_rootless())
+    return rootless_range(ret);
   _cleanup_close_ int slots = open_slots(statefd, err);
   if (slots < 0)
     return -1;
@@ -115,6 +127,8 @@ int agsx_userns_reserve(int statefd, struct agsx_idrange *ret, agsx_error_t *err
 
 int agsx_userns_reserve_slot(int statefd, unsigned slot, struct agsx_idrange *ret,
                              agsx_error_t *err) {
+  if (agsx_rootless())
+    return rootless_range(ret);
   _cleanup_close_ int slots = open_slots(statefd, err);
   if (slots < 0)
     return -1;
@@ -129,7 +143,8 @@ void agsx_userns_release(struct agsx_idrange *r) { agsx_closep(&r->lockfd); }
 static int write_map(pid_t pid, const char *file, uid_t base, agsx_error_t *err) {
   char path[64], line[64];
   snprintf(path, sizeof(path), "/proc/%d/%s", pid, file);
-  int n = snprintf(line, sizeof(line), "0 %u %u\n", base, AGSX_UID_RANGE);
+  unsigned long count = agsx_rootless() ? agsx_rootless_ids() : AGSX_UID_RANGE;
+  int n = snprintf(line, sizeof(line), "0 %u %lu\n", base, count);
   _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
   if (fd < 0 || write(fd, line, (size_t)n) != n)
     return agsx_error_set(err, errno, "write `%s`", path);

@@ -9,6 +9,9 @@
 #include <limits.h>
 #include <linux/openat2.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/resource.h>
@@ -680,6 +683,59 @@ int agsx_link_fd(int fd, int dirfd, const char *name) {
   char path[32];
   snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
   return linkat(AT_FDCWD, path, dirfd, name, AT_SYMLINK_FOLLOW);
+}
+
+int agsx_fd_from_ns(int nsfd, int nstype, int (*make)(void *data), void *data) {
+  int sp[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
+    return -1;
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  memset(u.buf, 0, sizeof(u.buf));
+  int e = 0, fd = -1;
+  struct iovec iov = {&e, sizeof(e)};
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(sp[0]);
+    if (setns(nsfd, nstype) < 0 || (fd = make(data)) < 0)
+      e = errno;
+    if (fd >= 0) {
+      mh.msg_control = u.buf;
+      mh.msg_controllen = sizeof(u.buf);
+      struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    }
+    _exit(sendmsg(sp[1], &mh, MSG_NOSIGNAL) < 0);
+  }
+  int saved = errno;
+  close(sp[1]);
+  if (pid < 0) {
+    close(sp[0]);
+    return errno = saved, -1;
+  }
+  e = EIO;
+  mh.msg_control = u.buf;
+  mh.msg_controllen = sizeof(u.buf);
+  ssize_t n;
+  do
+    n = recvmsg(sp[0], &mh, MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  close(sp[0]);
+  struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
+  if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+      c->cmsg_len == CMSG_LEN(sizeof(int)))
+    memcpy(&fd, CMSG_DATA(c), sizeof(int));
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+    ;
+  if (fd < 0)
+    return errno = n == (ssize_t)sizeof(e) && e ? e : EIO, -1;
+  return fd;
 }
 
 int agsx_lock_at(int dirfd, const char *name, bool exclusive, agsx_error_t *err) {

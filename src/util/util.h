@@ -186,6 +186,12 @@ int agsx_mkdtemp_at(int dirfd, const char *prefix, mode_t mode, char **ret_name,
  * agsx lacks it: ENOENT), then through /proc/self/fd/FD, which does not.
  * -1 with errno. */
 int agsx_link_fd(int fd, int dirfd, const char *name);
+/* An fd made by MAKE(DATA) (an fd, or -1 with errno) in a child process
+ * that first joins namespace NSFD of type NSTYPE (CLONE_NEWNET…): for an
+ * ordinary user's agsx (host/rootless.h), which may enter a sandbox's
+ * namespaces but never return to the host's. The child runs only MAKE and
+ * async-signal-safe calls (the caller may have threads). -1 with errno. */
+int agsx_fd_from_ns(int nsfd, int nstype, int (*make)(void *data), void *data);
 /* Takes an flock on DIRFD/NAME (created 0600) and returns the lock fd. */
 int agsx_lock_at(int dirfd, const char *name, bool exclusive, agsx_error_t *err);
 /* A directory stream over a CLOEXEC duplicate of DIRFD, rewound to the first
