@@ -1,0 +1,381 @@
+#!/usr/bin/env bats
+# An ordinary user's agsx (src/host/rootless.h): no root, no setuid helper
+# of agsx's own. Each test user runs agsx through runuser with its own
+# runtime, data and config directories under $T; agsx keeps the user's
+# namespace alive with a holder process, maps it with Debian's setuid
+# newuidmap/newgidmap from /etc/subuid, and runs the sandboxes in it.
+#
+# Three users are made for the file (and removed with everything they
+# left): A and B with 65536 subordinate ids each, in ranges no other line
+# of /etc/subuid uses, and C with none (the one-id namespace).
+#
+# These users have no systemd user manager (test/guest/rootless-systemd.bats
+# has one): limits and pause are refused with the reason, as are public and
+# vpc networks, which need root for now.
+
+load helpers
+bats_require_minimum_version 1.5.0
+
+# The first id after every range of /etc/subuid and /etc/subgid (and at
+# least 300000): the test users' ranges are new.
+free_subid_base() {
+  awk -F: 'BEGIN { m = 300000 } NF == 3 && $2 + $3 > m { m = $2 + $3 } END { print m }' \
+    /etc/subuid /etc/subgid 2>/dev/null
+}
+
+setup_file() {
+  export FILE_SKIP=
+  command -v newuidmap >/dev/null || { FILE_SKIP="newuidmap is not installed (apt-get install uidmap)"; return 0; }
+  command -v runuser >/dev/null || { FILE_SKIP="runuser is missing (util-linux)"; return 0; }
+  busybox_setup_file
+  export RLA=agsxrla$$ RLB=agsxrlb$$ RLC=agsxrlc$$
+  local base
+  base=$(free_subid_base)
+  export RLA_BASE=$base RLB_BASE=$((base + 65536))
+  touch /etc/subuid /etc/subgid
+  useradd -m -s /bin/sh "$RLA"
+  useradd -m -s /bin/sh "$RLB"
+  useradd -m -s /bin/sh "$RLC"
+  # useradd may have given them ranges of its own (login.defs): replaced.
+  local u
+  for u in "$RLA" "$RLB" "$RLC"; do
+    sed -i "/^$u:/d" /etc/subuid /etc/subgid
+  done
+  echo "$RLA:$RLA_BASE:65536" >>/etc/subuid
+  echo "$RLA:$RLA_BASE:65536" >>/etc/subgid
+  echo "$RLB:$RLB_BASE:65536" >>/etc/subuid
+  echo "$RLB:$RLB_BASE:65536" >>/etc/subgid
+  # agsx and the busybox image must be reachable by the users.
+  if ! runuser -u "$RLA" -- test -x "$AGSX"; then
+    FILE_SKIP="$AGSX cannot be executed by an ordinary user (a directory on its path is not searchable)"
+  fi
+  # The npm e2b SDK for the serve test, as serve.bats installs it.
+  export NODE_LATEST=
+  local mods
+  if command -v node >/dev/null && mods=$("$AGSX_SRCDIR/test/serve/npm-install" 2>/dev/null); then
+    NODE_LATEST=$(sed -n 1p <<<"$mods")
+  fi
+  RLBB=$(mktemp -d /tmp/agsx-rlbb.XXXXXX)
+  export RLBB
+  cp -a "$BB/." "$RLBB/"
+  chmod -R a+rX "$RLBB"
+}
+
+# Every process of the users (holders, supervisors) and of their ranges
+# (sandboxes) is killed, then the users and their lines go.
+teardown_file() {
+  [ -n "${RLA:-}" ] || return 0
+  local u
+  for u in "$RLA" "$RLB" "$RLC"; do
+    pkill -KILL -u "$u" 2>/dev/null || true
+  done
+  local i
+  for i in $(seq 50); do
+    pgrep -u "$RLA,$RLB,$RLC" >/dev/null 2>&1 || break
+    sleep 0.1
+  done
+  for u in "$RLA" "$RLB" "$RLC"; do
+    userdel -r "$u" 2>/dev/null || true
+    sed -i "/^$u:/d" /etc/subuid /etc/subgid
+  done
+  rm -rf "${RLBB:-/nonexistent}"
+}
+
+setup() {
+  [ -z "${FILE_SKIP:-}" ] || skip "$FILE_SKIP"
+  common_setup
+  chmod 0711 "$T"
+  local u
+  for u in "$RLA" "$RLB" "$RLC"; do
+    install -d -m 0700 -o "$u" -g "$u" "$T/run-$u" "$T/data-$u" "$T/conf-$u"
+  done
+}
+
+teardown() {
+  [ -z "${FILE_SKIP:-}" ] || return 0
+  local u rc=0 left
+  # The users' sandboxes end with kill --all; what is left is a leak.
+  for u in "$RLA" "$RLB" "$RLC"; do
+    agsx_as "$u" kill --all >/dev/null 2>&1 || true
+    agsx_as "$u" gc >/dev/null 2>&1 || true
+  done
+  for u in "$RLA" "$RLB"; do
+    left=$(pgrep -u "$(subid_of "$u")" -a 2>/dev/null || true)
+    if [ -n "$left" ]; then
+      echo "# sandbox processes of $u left: $left" >&3
+      rc=1
+    fi
+  done
+  # The holders go with the test (they would outlive it otherwise).
+  for u in "$RLA" "$RLB" "$RLC"; do
+    pkill -KILL -u "$u" 2>/dev/null || true
+  done
+  for i in $(seq 50); do
+    pgrep -u "$RLA,$RLB,$RLC" >/dev/null 2>&1 || break
+    sleep 0.1
+  done
+  common_teardown || rc=1
+  return $rc
+}
+
+subid_of() { [ "$1" = "$RLA" ] && echo "$RLA_BASE" || echo "$RLB_BASE"; }
+
+# agsx_as USER ARGS: agsx as USER (a login's environment: HOME, PATH, its
+# runtime directory), under timeout.
+agsx_as() {
+  local u=$1
+  shift
+  runuser -u "$u" -- env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME="$(getent passwd "$u" | cut -d: -f6)" \
+    XDG_RUNTIME_DIR="$T/run-$u" XDG_DATA_HOME="$T/data-$u" XDG_CONFIG_HOME="$T/conf-$u" \
+    timeout --kill-after=5 "${AX_TIMEOUT:-60}" "$AGSX" "$@"
+}
+
+run_as() {
+  AX_CMD="agsx (as $1) ${*:2}"
+  run agsx_as "$@"
+}
+
+# The host pid of the process whose command line is exactly CMD.
+host_pid_of() { pgrep -xf -- "$1" | head -1; }
+
+@test "rootless: run as an ordinary user: the user's paths, a namespace of its own, sandbox root a subordinate id" {
+  run_as "$RLA" run host sh -c 'id -u; cat /proc/self/uid_map'
+  show_run
+  [ "$status" -eq 0 ]
+  grep -qx 0 <<<"$output"
+  # The map is the user's namespace's ids 0-65535 (its subordinate ids).
+  grep -qE '^ +0 +0 +65536$' <<<"$output"
+  grep -q "limits are off" <<<"$output"
+  # State and store are the user's own, and nothing went to root's paths.
+  [ -d "$T/run-$RLA/agsx" ]
+  [ "$(stat -c %U "$T/run-$RLA/agsx")" = "$RLA" ]
+  # A detached sandbox: its processes are the user's first subordinate id
+  # on the host, never the user.
+  run_as "$RLA" run -d host sleep 4241
+  [ "$status" -eq 0 ]
+  local id=${lines[-1]} pid
+  for _ in $(seq 50); do
+    pid=$(host_pid_of "sleep 4241")
+    [ -n "$pid" ] && break
+    sleep 0.1
+  done
+  [ -n "$pid" ]
+  [ "$(awk '/^Uid:/ {print $2}' "/proc/$pid/status")" = "$RLA_BASE" ]
+  [ "$(awk '/^Gid:/ {print $2}' "/proc/$pid/status")" = "$RLA_BASE" ]
+  # The holder is the user's, and so is the supervisor.
+  pgrep -u "$RLA" -x agsx-userns >/dev/null
+  run_as "$RLA" ls -q
+  [ "$status" -eq 0 ]
+  [[ $output == *"${id:0:12}"* ]]
+  run_as "$RLA" kill "$id"
+  [ "$status" -eq 0 ]
+}
+
+@test "rootless: image load and run, exec, logs, cp, wait, gc" {
+  run_as "$RLA" image load --tag bb "$RLBB"
+  show_run
+  [ "$status" -eq 0 ]
+  # The layers hold the sandbox's ids, which are the user's subordinate
+  # ids on disk; the store's own files are the user's.
+  local bin
+  bin=$(find "$T/data-$RLA/agsx/layers" -mindepth 2 -maxdepth 2 -name bin | head -1)
+  [ -n "$bin" ]
+  [ "$(stat -c %u "$bin")" = "$RLA_BASE" ]
+  # (the image's user 1000 owns its home: the user's id 1000 up)
+  [ -n "$(find "$T/data-$RLA/agsx/layers" -uid $((RLA_BASE + 1000)) | head -1)" ]
+  [ "$(stat -c %U "$T/data-$RLA/agsx/index.json")" = "$RLA" ]
+  run_as "$RLA" run bb sh -c 'id -u; ls -ln /bin/busybox | awk "{print \$3}"'
+  show_run
+  [ "$status" -eq 0 ]
+  [ "${lines[-2]}" = 0 ]
+  [ "${lines[-1]}" = 0 ]
+  # The image's own user (1000) in the sandbox.
+  run_as "$RLA" run -u 1000 bb sh -c 'id -u; echo x >/tmp/f; stat -c %u /tmp/f'
+  [ "$status" -eq 0 ]
+  [ "${lines[-1]}" = 1000 ]
+  run_as "$RLA" run -d --name rl1 bb sh -c 'echo started; sleep 60'
+  [ "$status" -eq 0 ]
+  run_as "$RLA" exec rl1 sh -c 'echo in-exec; id -u'
+  show_run
+  [ "$status" -eq 0 ]
+  [[ $output == *in-exec* ]]
+  [ "${lines[-1]}" = 0 ]
+  run_as "$RLA" exec rl1 sh -c 'exit 9'
+  [ "$status" -eq 9 ]
+  run_as "$RLA" logs rl1
+  [[ $output == *started* ]]
+  echo hello >"$T/in.txt"
+  chmod a+r "$T/in.txt"
+  run_as "$RLA" cp "$T/in.txt" rl1:/tmp/in.txt
+  show_run
+  [ "$status" -eq 0 ]
+  run_as "$RLA" exec rl1 cat /tmp/in.txt
+  [ "$output" = hello ]
+  run_as "$RLA" kill rl1
+  [ "$status" -eq 0 ]
+  run_as "$RLA" wait rl1
+  [ "$output" = 143 ]
+  run_as "$RLA" gc
+  [ "$status" -eq 0 ]
+  run_as "$RLA" ls -aq
+  [ -z "$output" ]
+}
+
+@test "rootless: limits, pause and other networks are refused with the reason; info says what holds" {
+  run_as "$RLA" run --memory 64m host true
+  [ "$status" -eq 125 ]
+  [[ $output == *"limits (memory, cpus, pids) need a cgroup"* ]]
+  run_as "$RLA" run --pids 10 host true
+  [ "$status" -eq 125 ]
+  [[ $output == *"limits (memory, cpus, pids) need a cgroup"* ]]
+  run_as "$RLA" run --cpus 0.5 host true
+  [ "$status" -eq 125 ]
+  [[ $output == *"limits (memory, cpus, pids) need a cgroup"* ]]
+  # a snapshot pauses
+  run_as "$RLA" run -d --name sn host sleep 60
+  run_as "$RLA" snapshot sn
+  [ "$status" -eq 125 ]
+  [[ $output == *"needs a cgroup"* ]]
+  run_as "$RLA" run --network public host true
+  [ "$status" -eq 125 ]
+  [[ $output == *"only the internal network"* ]]
+  run_as "$RLA" run -d --name p1 host sleep 60
+  [ "$status" -eq 0 ]
+  run_as "$RLA" pause p1
+  [ "$status" -eq 125 ]
+  [[ $output == *"freezing a sandbox (pause, snapshot, fork, commit) needs a cgroup"* ]]
+  # Nothing was marked paused: exec still runs.
+  run_as "$RLA" exec p1 true
+  [ "$status" -eq 0 ]
+  run_as "$RLA" info
+  show_run
+  [ "$status" -eq 0 ]
+  [[ $output == *"rootless: yes, user $(id -u "$RLA")"* ]]
+  [[ $output == *"are the host's $RLA_BASE-$((RLA_BASE + 65535))"* ]]
+  [[ $output == *"manager none"* ]]
+  run_as "$RLA" --json info
+  [ "$(jq -r .rootless.host_uid0 <<<"$output")" = "$RLA_BASE" ]
+  [ "$(jq -r .rootless.ids <<<"$output")" = 65536 ]
+  [ "$(jq -r .cgroup.manager <<<"$output")" = none ]
+  # Root's view is unchanged.
+  run "$AGSX" --root "$ROOT" --state "$STATE" info
+  [[ $output == *"rootless: no"* ]]
+}
+
+@test "rootless: one user cannot see, signal or enter another's sandboxes" {
+  run_as "$RLA" run -d --name mine host sleep 4242
+  [ "$status" -eq 0 ]
+  local id=${lines[-1]}
+  run_as "$RLB" ls -aq
+  [ "$status" -eq 0 ]
+  [ -z "$output" ]
+  run_as "$RLB" kill "$id"
+  [ "$status" -ne 0 ]
+  run_as "$RLB" exec "$id" true
+  [ "$status" -ne 0 ]
+  # B's sandboxes are B's ids, another range.
+  run_as "$RLB" run host cat /proc/self/uid_map
+  [ "$status" -eq 0 ]
+  # B cannot join A's namespace, nor A's sandbox's, nor read A's state.
+  local holder spid
+  holder=$(pgrep -u "$RLA" -x agsx-userns | head -1)
+  [ -n "$holder" ]
+  run runuser -u "$RLB" -- nsenter -t "$holder" -U true
+  [ "$status" -ne 0 ]
+  spid=$(host_pid_of "sleep 4242")
+  [ -n "$spid" ]
+  run runuser -u "$RLB" -- nsenter -t "$spid" -U -m true
+  [ "$status" -ne 0 ]
+  run runuser -u "$RLB" -- kill -0 "$spid"
+  [ "$status" -ne 0 ]
+  run runuser -u "$RLB" -- ls "$T/run-$RLA/agsx"
+  [ "$status" -ne 0 ]
+  # A's sandbox is still there.
+  run_as "$RLA" exec mine true
+  [ "$status" -eq 0 ]
+}
+
+@test "rootless: without subordinate ids, the one-id namespace runs simple commands; images that need ids name usermod" {
+  run_as "$RLC" run host sh -c 'id -u; cat /proc/self/uid_map'
+  show_run
+  [ "$status" -eq 0 ]
+  grep -qE '^ +0 +0 +1$' <<<"$output"
+  # Its sandbox's root is the user itself (documented for this mode).
+  run_as "$RLC" run -d host sleep 4243
+  [ "$status" -eq 0 ]
+  local pid
+  for _ in $(seq 50); do
+    pid=$(host_pid_of "sleep 4243")
+    [ -n "$pid" ] && break
+    sleep 0.1
+  done
+  [ "$(awk '/^Uid:/ {print $2}' "/proc/$pid/status")" = "$(id -u "$RLC")" ]
+  run_as "$RLC" image load --tag bb "$RLBB"
+  [ "$status" -eq 125 ]
+  [[ $output == *"usermod --add-subuids"* ]]
+  # Nothing partial is left in the store.
+  [ -z "$(ls -A "$T/data-$RLC/agsx/layers")" ]
+  [ -z "$(ls -A "$T/data-$RLC/agsx/tmp")" ]
+  run_as "$RLC" info
+  [[ $output == *"a sandbox has one id, 0, which is the user itself"* ]]
+}
+
+@test "rootless: without a runtime directory, one line says what to set" {
+  run runuser -u "$RLA" -- env -i PATH=/usr/bin:/bin HOME=/nonexistent "$AGSX" ls
+  [ "$status" -eq 125 ]
+  [[ $output == *"no runtime directory"* ]]
+  [ "${#lines[@]}" -eq 1 ]
+  # A state given by the user is enough.
+  run runuser -u "$RLA" -- env -i PATH=/usr/bin:/bin HOME=/nonexistent AGSX_STATE="$T/run-$RLA/s" AGSX_ROOT="$T/data-$RLA/r" "$AGSX" ls -q
+  [ "$status" -eq 0 ]
+}
+
+@test "rootless: -p publishes on the host's loopback (each connection's socket made in the sandbox's network namespace)" {
+  run_as "$RLA" image load --tag bb "$RLBB"
+  [ "$status" -eq 0 ]
+  run_as "$RLA" run -d --name web -p 127.0.0.1::8080 bb sh -c 'echo rootless-web >/tmp/i.html; cd /tmp; exec httpd -f -p 8080'
+  show_run
+  [ "$status" -eq 0 ]
+  run_as "$RLA" port web 8080
+  [ "$status" -eq 0 ]
+  local hp=${lines[-1]##*:} i body=
+  for i in $(seq 50); do
+    body=$(curl -s -m 2 "http://127.0.0.1:$hp/i.html" || true)
+    [ -n "$body" ] && break
+    sleep 0.1
+  done
+  [ "$body" = rootless-web ]
+  # Several connections, one after the other.
+  for i in 1 2 3 4 5; do
+    [ "$(curl -s -m 2 "http://127.0.0.1:$hp/i.html")" = rootless-web ]
+  done
+  run_as "$RLA" kill web
+  [ "$status" -eq 0 ]
+}
+
+@test "rootless: serve, driven by the unmodified E2B SDK (commands, a background command, a PTY)" {
+  [ -n "$NODE_LATEST" ] || skip "the npm e2b SDK is not installed"
+  runuser -u "$RLA" -- test -r "$NODE_LATEST/e2b/package.json" || skip "$NODE_LATEST is not readable by an ordinary user"
+  run_as "$RLA" image load --tag bb "$RLBB"
+  [ "$status" -eq 0 ]
+  local port key
+  port=$(free_port)
+  key=k$(head -c8 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  agsx_as "$RLA" serve --listen "127.0.0.1:$port" --api-key "$key" --template bb=bb >"$T/serve.log" 2>&1 &
+  local srv=$!
+  for _ in $(seq 100); do
+    curl -s -o /dev/null "http://127.0.0.1:$port/" && break
+    sleep 0.05
+  done
+  local s
+  for s in commands.mjs background.mjs; do
+    run runuser -u "$RLA" -- env -i PATH=/usr/bin:/bin HOME=/tmp E2B_SDK="$NODE_LATEST" \
+      E2B_API_URL="http://127.0.0.1:$port" E2B_SANDBOX_URL="http://127.0.0.1:$port" \
+      E2B_API_KEY="$key" E2B_TEMPLATE=bb timeout 120 node "$AGSX_SRCDIR/test/serve/$s"
+    [ "${lines[-1]}" = ok ] || { echo "# $s: $output" >&3; cat "$T/serve.log" >&3; false; }
+  done
+  kill "$srv"
+  wait "$srv" || true
+  run_as "$RLA" ls -q
+  [ -z "$output" ]
+}

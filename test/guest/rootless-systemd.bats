@@ -1,0 +1,190 @@
+#!/usr/bin/env bats
+# An ordinary user's sandboxes on a systemd host (src/host/rootless.h,
+# host/cgroup.h): systemd's user manager (user@UID.service, lingering on)
+# delegates memory, pids and cpu to the user, and agsx makes each sandbox a
+# transient scope of that manager, agsx.slice/agsx-<id>.scope in
+# user@UID.service, with the limits in its sandbox/. Run by the guest lane
+# (Debian's systemd, cgroup v2); elsewhere every test skips, saying why.
+#
+# The user is made for the file (65536 subordinate ids no other line
+# uses, lingering on) and removed with everything it left.
+
+load ../bats/helpers
+
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+  export FILE_SKIP=
+  if [ ! -d /run/systemd/system ]; then
+    FILE_SKIP="systemd is not PID 1 here (the guest lane has it)"
+  elif [ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ]; then
+    FILE_SKIP="/sys/fs/cgroup is not the unified cgroup v2 hierarchy"
+  elif ! command -v newuidmap >/dev/null; then
+    FILE_SKIP="newuidmap is not installed (apt-get install uidmap)"
+  fi
+  [ -z "$FILE_SKIP" ] || return 0
+  busybox_setup_file
+  export RLU=agsxrls$$
+  local base
+  base=$(awk -F: 'BEGIN { m = 300000 } NF == 3 && $2 + $3 > m { m = $2 + $3 } END { print m }' \
+    /etc/subuid /etc/subgid)
+  export RLU_BASE=$base
+  useradd -m -s /bin/sh "$RLU"
+  sed -i "/^$RLU:/d" /etc/subuid /etc/subgid
+  echo "$RLU:$base:65536" >>/etc/subuid
+  echo "$RLU:$base:65536" >>/etc/subgid
+  RLUID=$(id -u "$RLU")
+  export RLUID RLRUN=/run/user/$RLUID
+  loginctl enable-linger "$RLU"
+  local i
+  for i in $(seq 300); do
+    [ -S "$RLRUN/systemd/private" ] && break
+    sleep 0.1
+  done
+  [ -S "$RLRUN/systemd/private" ] || FILE_SKIP="user@$RLUID.service did not start"
+  if ! runuser -u "$RLU" -- test -x "$AGSX"; then
+    FILE_SKIP="$AGSX cannot be executed by an ordinary user"
+  fi
+  RLBB=$(mktemp -d /tmp/agsx-rlbb.XXXXXX)
+  export RLBB
+  cp -a "$BB/." "$RLBB/"
+  chmod -R a+rX "$RLBB"
+}
+
+teardown_file() {
+  [ -n "${RLU:-}" ] || return 0
+  loginctl disable-linger "$RLU" 2>/dev/null || true
+  systemctl stop "user@$RLUID.service" 2>/dev/null || true
+  pkill -KILL -u "$RLU" 2>/dev/null || true
+  local i
+  for i in $(seq 50); do
+    pgrep -u "$RLU" >/dev/null 2>&1 || break
+    sleep 0.1
+  done
+  userdel -r "$RLU" 2>/dev/null || true
+  sed -i "/^$RLU:/d" /etc/subuid /etc/subgid
+  rm -rf "${RLBB:-/nonexistent}"
+}
+
+setup() {
+  [ -z "${FILE_SKIP:-}" ] || skip "$FILE_SKIP"
+  common_setup
+  chmod 0711 "$T"
+  install -d -m 0700 -o "$RLU" -g "$RLU" "$T/data" "$T/conf"
+  AX_TIMEOUT=120
+  ux image load --tag bb "$RLBB" >/dev/null
+}
+
+teardown() {
+  [ -z "${FILE_SKIP:-}" ] || return 0
+  local rc=0 left
+  ux kill --all >/dev/null 2>&1 || true
+  ux gc >/dev/null 2>&1 || true
+  left=$(pgrep -u "$RLU_BASE" -a 2>/dev/null || true)
+  if [ -n "$left" ]; then
+    echo "# sandbox processes left: $left" >&3
+    rc=1
+  fi
+  # No scope of agsx's is left in the user's manager.
+  if ls "$(uroot)/agsx.slice" 2>/dev/null | grep -q '^agsx-'; then
+    echo "# scopes left: $(ls "$(uroot)/agsx.slice")" >&3
+    rc=1
+  fi
+  # The user's namespace holder goes with the test.
+  pkill -KILL -u "$RLU" -x agsx-userns 2>/dev/null || true
+  pkill -KILL -u "$RLU" -x agsx 2>/dev/null || true
+  common_teardown || rc=1
+  return $rc
+}
+
+uroot() { echo "/sys/fs/cgroup/user.slice/user-$RLUID.slice/user@$RLUID.service"; }
+scope() { echo "$(uroot)/agsx.slice/agsx-$1.scope"; }
+
+# ux ARGS: agsx as the user, in its login's environment (its runtime
+# directory is systemd-logind's, where the user manager listens).
+ux() {
+  runuser -u "$RLU" -- env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME="/home/$RLU" \
+    XDG_RUNTIME_DIR="$RLRUN" XDG_DATA_HOME="$T/data" XDG_CONFIG_HOME="$T/conf" AGSX_PULL=never \
+    timeout --kill-after=5 "${AX_TIMEOUT:-60}" "$AGSX" "$@"
+}
+
+run_ux() {
+  AX_CMD="agsx (as $RLU) $*"
+  run ux "$@"
+}
+
+@test "rootless systemd: agsx info names the user manager; limits reach the sandbox's scope in user@UID.service" {
+  run_ux info
+  show_run
+  [ "$status" -eq 0 ]
+  [[ $output == *"manager systemd"* ]]
+  [[ $output == *"user manager delegates user@UID.service"* ]]
+  run_ux run -d --memory 64m --cpus 0.5 --pids 40 bb sleep 1000
+  show_run
+  [ "$status" -eq 0 ]
+  local id=${lines[-1]} s
+  s=$(scope "$id")
+  [ -d "$s/sandbox" ]
+  [ "$(cat "$s/sandbox/memory.max")" = 67108864 ]
+  [ "$(cat "$s/sandbox/memory.swap.max")" = 0 ]
+  [ "$(cat "$s/sandbox/cpu.max")" = "50000 100000" ]
+  [ "$(cat "$s/sandbox/pids.max")" = 40 ]
+  # The sandbox's processes are the user's subordinate ids, in the scope.
+  local pid
+  pid=$(head -1 "$s/sandbox/cgroup.procs")
+  [ -n "$pid" ]
+  # (the init, then the command: both are the sandbox's ids)
+  [ "$(awk '/^Uid:/ {print $2}' "/proc/$pid/status")" = "$RLU_BASE" ]
+  # The user manager knows the scope by its name.
+  run runuser -u "$RLU" -- env XDG_RUNTIME_DIR="$RLRUN" systemctl --user status "agsx-$id.scope"
+  [[ $output == *"agsx sandbox ${id:0:12}"* ]]
+  run_ux kill "$id"
+  [ "$status" -eq 0 ]
+}
+
+@test "rootless systemd: OOM kill, the pids limit, pause and unpause" {
+  run_ux run --memory 32m bb sh -c 'x=a; while :; do x=$x$x; done'
+  show_run
+  [ "$status" -eq 137 ]
+  # A shell forking 40 sleeps under a limit of 12: the forks past it fail
+  # (and the shell with them).
+  run_ux run -d --pids 12 bb sleep 300
+  show_run
+  [ "$status" -eq 0 ]
+  local f=${lines[-1]}
+  run_ux exec "$f" sh -c 'for i in $(seq 40); do sleep 300 </dev/null >/dev/null 2>&1 & done 2>/dev/null; true' 
+  # (Linux 6.1 counts the event in the forking process's cgroup, exec's.)
+  show_run
+  cat "$(scope "$f")"/sandbox/pids.events "$(scope "$f")"/sandbox/*/pids.events | grep -qE '^max [1-9]' ||
+    { grep . "$(scope "$f")"/sandbox/pids.* "$(scope "$f")"/sandbox/*/pids.* >&3; false; }
+  [ "$(cat "$(scope "$f")/sandbox/pids.current")" -le 12 ]
+  run_ux kill "$f"
+  [ "$status" -eq 0 ]
+  run_ux run -d --name counter bb sh -c 'i=0; while :; do i=$((i+1)); echo $i >/tmp/n; sleep 0.05; done'
+  [ "$status" -eq 0 ]
+  local id=${lines[-1]} b
+  sleep 1
+  run_ux pause counter
+  show_run
+  [ "$status" -eq 0 ]
+  [ "$(cat "$(scope "$id")/sandbox/cgroup.freeze")" = 1 ]
+  grep -q "frozen 1" "$(scope "$id")/sandbox/cgroup.events"
+  run_ux unpause counter
+  [ "$status" -eq 0 ]
+  sleep 1
+  b=$(ux exec counter cat /tmp/n)
+  [ "$b" -gt 0 ]
+  run_ux snapshot counter clean
+  show_run
+  [ "$status" -eq 0 ]
+  # A rollback restarts the command on the snapshot's files (the
+  # supervisor makes a new sysfs of the sandbox's network namespace).
+  ux exec counter sh -c 'echo changed >/etc/marker'
+  run_ux rollback counter clean
+  show_run
+  [ "$status" -eq 0 ]
+  run_ux exec counter sh -c 'test ! -e /etc/marker && echo restored'
+  [ "$output" = restored ]
+  run_ux kill counter
+  [ "$status" -eq 0 ]
+}
