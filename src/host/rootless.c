@@ -484,10 +484,6 @@ bool agsx_rootless_wanted(void) {
 }
 
 int agsx_rootless_enter(const char *state, agsx_error_t *err) {
-  _cleanup_free_ char *name = user_name(geteuid());
-  struct agsx_subid su, sg;
-  subid_of(SUBUID_FILE, name, geteuid(), &su);
-  subid_of(SUBGID_FILE, name, getegid(), &sg);
   if (agsx_mkdir_p(state, 0700, err) < 0)
     return agsx_error_wrap(err, "state directory");
   _cleanup_close_ int statefd = open(state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -500,6 +496,12 @@ int agsx_rootless_enter(const char *state, agsx_error_t *err) {
     if (lock < 0)
       return -1;
     if (!holder_open(statefd, &user, &mnt)) {
+      /* The user's lines (the name through NSS: only here, never on the
+       * path of every command). */
+      _cleanup_free_ char *name = user_name(geteuid());
+      struct agsx_subid su, sg;
+      subid_of(SUBUID_FILE, name, geteuid(), &su);
+      subid_of(SUBGID_FILE, name, getegid(), &sg);
       pid_t pid = 0;
       if (make_holder(&su, &sg, &pid, err) < 0)
         return -1;
