@@ -790,3 +790,49 @@ need_certutil() {
   fi
   command -v certutil >/dev/null || skip "certutil is not installed and could not be (apt-get install libnss3-tools)"
 }
+
+# ---- ordinary users for the rootless tests (src/host/rootless.h) -----------
+
+# The first id after every range of /etc/subuid and /etc/subgid (and at
+# least 300000): a test user's range is one no other line uses.
+free_subid_base() {
+  awk -F: 'BEGIN { m = 300000 } NF == 3 && $2 + $3 > m { m = $2 + $3 } END { print m }' \
+    /etc/subuid /etc/subgid 2>/dev/null
+}
+
+# rootless_user_add NAME [BASE]: a user with 65536 subordinate uids and gids
+# from BASE, or none when BASE is not given (useradd's own lines replaced).
+rootless_user_add() {
+  touch /etc/subuid /etc/subgid
+  useradd -m -s /bin/sh "$1"
+  sed -i "/^$1:/d" /etc/subuid /etc/subgid
+  if [ -n "${2:-}" ]; then
+    echo "$1:$2:65536" >>/etc/subuid
+    echo "$1:$2:65536" >>/etc/subgid
+  fi
+}
+
+# rootless_users_kill NAME...: every process of the users (holders,
+# supervisors) killed and gone; their sandboxes die with their supervisors.
+rootless_users_kill() {
+  local u i list
+  list=$(IFS=,; echo "$*")
+  for u in "$@"; do
+    pkill -KILL -u "$u" 2>/dev/null || true
+  done
+  for i in $(seq 50); do
+    pgrep -u "$list" >/dev/null 2>&1 || break
+    sleep 0.1
+  done
+}
+
+# rootless_users_remove NAME...: killed as above, then the users, their
+# homes and their lines go.
+rootless_users_remove() {
+  rootless_users_kill "$@"
+  local u
+  for u in "$@"; do
+    userdel -r "$u" 2>/dev/null || true
+    sed -i "/^$u:/d" /etc/subuid /etc/subgid
+  done
+}

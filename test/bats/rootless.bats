@@ -16,13 +16,6 @@
 load helpers
 bats_require_minimum_version 1.5.0
 
-# The first id after every range of /etc/subuid and /etc/subgid (and at
-# least 300000): the test users' ranges are new.
-free_subid_base() {
-  awk -F: 'BEGIN { m = 300000 } NF == 3 && $2 + $3 > m { m = $2 + $3 } END { print m }' \
-    /etc/subuid /etc/subgid 2>/dev/null
-}
-
 setup_file() {
   export FILE_SKIP=
   command -v newuidmap >/dev/null || { FILE_SKIP="newuidmap is not installed (apt-get install uidmap)"; return 0; }
@@ -32,19 +25,9 @@ setup_file() {
   local base
   base=$(free_subid_base)
   export RLA_BASE=$base RLB_BASE=$((base + 65536))
-  touch /etc/subuid /etc/subgid
-  useradd -m -s /bin/sh "$RLA"
-  useradd -m -s /bin/sh "$RLB"
-  useradd -m -s /bin/sh "$RLC"
-  # useradd may have given them ranges of its own (login.defs): replaced.
-  local u
-  for u in "$RLA" "$RLB" "$RLC"; do
-    sed -i "/^$u:/d" /etc/subuid /etc/subgid
-  done
-  echo "$RLA:$RLA_BASE:65536" >>/etc/subuid
-  echo "$RLA:$RLA_BASE:65536" >>/etc/subgid
-  echo "$RLB:$RLB_BASE:65536" >>/etc/subuid
-  echo "$RLB:$RLB_BASE:65536" >>/etc/subgid
+  rootless_user_add "$RLA" "$RLA_BASE"
+  rootless_user_add "$RLB" "$RLB_BASE"
+  rootless_user_add "$RLC"
   # agsx and the busybox image must be reachable by the users.
   if ! runuser -u "$RLA" -- test -x "$AGSX"; then
     FILE_SKIP="$AGSX cannot be executed by an ordinary user (a directory on its path is not searchable)"
@@ -65,19 +48,7 @@ setup_file() {
 # (sandboxes) is killed, then the users and their lines go.
 teardown_file() {
   [ -n "${RLA:-}" ] || return 0
-  local u
-  for u in "$RLA" "$RLB" "$RLC"; do
-    pkill -KILL -u "$u" 2>/dev/null || true
-  done
-  local i
-  for i in $(seq 50); do
-    pgrep -u "$RLA,$RLB,$RLC" >/dev/null 2>&1 || break
-    sleep 0.1
-  done
-  for u in "$RLA" "$RLB" "$RLC"; do
-    userdel -r "$u" 2>/dev/null || true
-    sed -i "/^$u:/d" /etc/subuid /etc/subgid
-  done
+  rootless_users_remove "$RLA" "$RLB" "$RLC"
   rm -rf "${RLBB:-/nonexistent}"
 }
 
@@ -107,13 +78,7 @@ teardown() {
     fi
   done
   # The holders go with the test (they would outlive it otherwise).
-  for u in "$RLA" "$RLB" "$RLC"; do
-    pkill -KILL -u "$u" 2>/dev/null || true
-  done
-  for i in $(seq 50); do
-    pgrep -u "$RLA,$RLB,$RLC" >/dev/null 2>&1 || break
-    sleep 0.1
-  done
+  rootless_users_kill "$RLA" "$RLB" "$RLC"
   common_teardown || rc=1
   return $rc
 }

@@ -25,14 +25,9 @@ setup_file() {
   [ -z "$FILE_SKIP" ] || return 0
   busybox_setup_file
   export RLU=agsxrls$$
-  local base
-  base=$(awk -F: 'BEGIN { m = 300000 } NF == 3 && $2 + $3 > m { m = $2 + $3 } END { print m }' \
-    /etc/subuid /etc/subgid)
-  export RLU_BASE=$base
-  useradd -m -s /bin/sh "$RLU"
-  sed -i "/^$RLU:/d" /etc/subuid /etc/subgid
-  echo "$RLU:$base:65536" >>/etc/subuid
-  echo "$RLU:$base:65536" >>/etc/subgid
+  RLU_BASE=$(free_subid_base)
+  export RLU_BASE
+  rootless_user_add "$RLU" "$RLU_BASE"
   RLUID=$(id -u "$RLU")
   export RLUID RLRUN=/run/user/$RLUID
   loginctl enable-linger "$RLU"
@@ -55,14 +50,7 @@ teardown_file() {
   [ -n "${RLU:-}" ] || return 0
   loginctl disable-linger "$RLU" 2>/dev/null || true
   systemctl stop "user@$RLUID.service" 2>/dev/null || true
-  pkill -KILL -u "$RLU" 2>/dev/null || true
-  local i
-  for i in $(seq 50); do
-    pgrep -u "$RLU" >/dev/null 2>&1 || break
-    sleep 0.1
-  done
-  userdel -r "$RLU" 2>/dev/null || true
-  sed -i "/^$RLU:/d" /etc/subuid /etc/subgid
+  rootless_users_remove "$RLU"
   rm -rf "${RLBB:-/nonexistent}"
 }
 
