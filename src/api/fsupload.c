@@ -181,12 +181,13 @@ int agsx_fs_upload_write(struct agsx_fs_upload *u, const void *buf, size_t len, 
   return agsx_error_set(err, errno, "error writing file %s", u->abs);
 }
 
-/* Gives the unnamed file a temporary name (AT_EMPTY_PATH: CAP_DAC_READ_SEARCH,
- * which the server has), to rename it over the target. */
+/* Gives the unnamed file a temporary name, to rename it over the target
+ * (AT_EMPTY_PATH, which root's server may use, else our own
+ * /proc/self/fd link: agsx_link_fd). */
 static int link_tmpfile(struct agsx_fs_upload *u, agsx_error_t *err) {
   for (int i = 0; i < 8; i++) {
     _cleanup_free_ char *name = upload_temp_name();
-    if (linkat(u->fd, "", u->pfd, name, AT_EMPTY_PATH) == 0) {
+    if (agsx_link_fd(u->fd, u->pfd, name) == 0) {
       u->tmpname = steal_ptr(&name);
       return 0;
     }

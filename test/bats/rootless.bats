@@ -318,7 +318,7 @@ host_pid_of() { pgrep -xf -- "$1" | head -1; }
   [ "$status" -eq 0 ]
 }
 
-@test "rootless: serve, driven by the unmodified E2B SDK (commands, a background command, a PTY)" {
+@test "rootless: serve, driven by the unmodified E2B SDK (commands, a background command, a PTY, files)" {
   [ -n "$NODE_LATEST" ] || skip "the npm e2b SDK is not installed"
   runuser -u "$RLA" -- test -r "$NODE_LATEST/e2b/package.json" || skip "$NODE_LATEST is not readable by an ordinary user"
   run_as "$RLA" image load --tag bb "$RLBB"
@@ -333,7 +333,7 @@ host_pid_of() { pgrep -xf -- "$1" | head -1; }
     sleep 0.05
   done
   local s
-  for s in commands.mjs background.mjs; do
+  for s in commands.mjs background.mjs files.mjs; do
     run runuser -u "$RLA" -- env -i PATH=/usr/bin:/bin HOME=/tmp E2B_SDK="$NODE_LATEST" \
       E2B_API_URL="http://127.0.0.1:$port" E2B_SANDBOX_URL="http://127.0.0.1:$port" \
       E2B_API_KEY="$key" E2B_TEMPLATE=bb timeout 120 node "$AGSX_SRCDIR/test/serve/$s"
