@@ -266,7 +266,10 @@ PY
   # no token, a wrong one, another sandbox's kind of token (envd's): 403
   [ "$(curl -s -o "$T/body" -w '%{http_code}' -H "$H" "$P/index.html")" = 403 ]
   grep -q "traffic access token" "$T/body"
-  [ "$(curl -s -o "$T/body" -w '%{http_code}' -H "$H" -H "E2B-Traffic-Access-Token: ${tok%?}0" \
+  # (the last digit changed: a token ending in 0 gets a 1)
+  local bad=${tok%?}0
+  [ "$bad" != "$tok" ] || bad=${tok%?}1
+  [ "$(curl -s -o "$T/body" -w '%{http_code}' -H "$H" -H "E2B-Traffic-Access-Token: $bad" \
     "$P/index.html")" = 403 ]
   grep -q "Invalid traffic access token" "$T/body"
   [ "$(curl -s -o /dev/null -w '%{http_code}' -H "$H" \
