@@ -40,7 +40,9 @@ check(!r.isError && r.structuredContent.error?.name === 'ZeroDivisionError' && /
   'an error: its name and traceback (a result, not isError)', r);
 r = await call('code_run', { sandbox: id, code: [
   '%config InlineBackend.print_figure_kwargs = {"bbox_inches": None}', 'import matplotlib.pyplot as plt',
-  'fig = plt.figure(figsize=(4, 3), dpi=50)', 'plt.plot([1, 2, 3], [1, 4, 9])', 'plt.show()'].join('\n') });
+  'fig = plt.figure(figsize=(4, 3), dpi=50)', 'plt.plot([1, 2, 3], [1, 4, 9])', 'plt.show()'].join('\n') },
+  // matplotlib's first import (its font cache) took over the SDK's default 60 s on a loaded CI host
+  { timeout: 180000 });
 const img = r.content?.find(c => c.type === 'image');
 check(r.structuredContent?.images === 1 && img?.mimeType === 'image/png', 'a plot: one image content item', { ...r, content: r.content?.map(c => c.type) });
 const png = Buffer.from(img.data, 'base64');
