@@ -263,7 +263,7 @@ static _Noreturn void holder_main(int up, int down) {
     _exit(1);
   }
   holder_say(up, 0);
-  int null = open("/dev/null", O_RDWR);
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null >= 0) {
     dup2(null, 0);
     dup2(null, 1);
@@ -418,21 +418,6 @@ static int reexec(agsx_error_t *err) {
   return agsx_error_set(err, errno, "execute agsx again in the user's namespace");
 }
 
-/* How many ids from 0 this process's user namespace maps in FILE
- * (uid_map, gid_map): the sandboxes' share of the user's namespace. */
-static unsigned long mapped_from_zero(const char *file) {
-  _cleanup_free_ char *text = NULL;
-  size_t len = 0;
-  if (agsx_read_file_at(AT_FDCWD, file, 4096, &text, &len, NULL) < 0)
-    return 0;
-  for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
-    unsigned long in, out, count;
-    if (sscanf(l, "%lu %lu %lu", &in, &out, &count) == 3 && in == 0)
-      return count;
-  }
-  return 0;
-}
-
 /* Whether this process is in USER's namespace already (our re-exec). */
 static bool inside(int user) {
   struct stat a, b;
@@ -458,15 +443,40 @@ static int join(int user, int mnt, agsx_error_t *err) {
   return 0;
 }
 
-/* Whether this process's user namespace is the initial one. */
-static bool initial_userns(void) {
+/* What this process's FILE (uid_map, gid_map) says: the host id of
+ * namespace id 0 and how many ids from 0 are mapped (the sandboxes'
+ * share), and the host id of namespace id AT (the user's own). False when
+ * it cannot be read or maps no id 0. */
+struct id_map {
+  unsigned long out0, count0, out_at;
+};
+
+static bool map_read(const char *file, unsigned long at, struct id_map *ret) {
+  *ret = (struct id_map){0, 0, 0};
   _cleanup_free_ char *text = NULL;
   size_t len = 0;
-  if (agsx_read_file_at(AT_FDCWD, "/proc/self/uid_map", 4096, &text, &len, NULL) < 0)
-    return true;
-  unsigned long in, out, count;
-  return sscanf(text, "%lu %lu %lu", &in, &out, &count) == 3 && in == 0 && out == 0 &&
-         count == 4294967295UL;
+  if (agsx_read_file_at(AT_FDCWD, file, 4096, &text, &len, NULL) < 0)
+    return false;
+  bool zero = false;
+  for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+    unsigned long in, out, count;
+    if (sscanf(l, "%lu %lu %lu", &in, &out, &count) != 3)
+      continue;
+    if (in == 0) {
+      ret->out0 = out;
+      ret->count0 = count;
+      zero = true;
+    }
+    if (at >= in && at - in < count)
+      ret->out_at = out + (at - in);
+  }
+  return zero;
+}
+
+/* Whether this process's user namespace is the initial one. */
+static bool initial_userns(void) {
+  struct id_map m;
+  return !map_read("/proc/self/uid_map", 0, &m) || (m.out0 == 0 && m.count0 == 4294967295UL);
 }
 
 bool agsx_rootless_wanted(void) {
@@ -523,10 +533,11 @@ int agsx_rootless_enter(const char *state, agsx_error_t *err) {
     close(mnt);
     /* The user's own ids are N here, not those of /etc/subuid's lines:
      * the namespace's map says what the sandboxes get. */
-    unsigned long u = mapped_from_zero("/proc/self/uid_map");
-    unsigned long g = mapped_from_zero("/proc/self/gid_map");
+    struct id_map u, g;
+    map_read("/proc/self/uid_map", 0, &u);
+    map_read("/proc/self/gid_map", 0, &g);
     rootless_on = true;
-    rootless_ids = u < g ? u : g;
+    rootless_ids = u.count0 < g.count0 ? u.count0 : g.count0;
     if (rootless_ids == 0)
       return agsx_error_set(err, EINVAL, "the user's namespace maps no id 0");
     if (ambient_caps(true) < 0)
@@ -545,31 +556,18 @@ int agsx_rootless_enter(const char *state, agsx_error_t *err) {
  * ask too. */
 bool agsx_setgroups_denied(void) { return rootless_on && rootless_ids == 1; }
 
-/* From FILE (uid_map, gid_map): the host id of namespace id 0, and the
- * host id that namespace id AT maps to (the user's own). */
-static void map_of(const char *file, unsigned long at, unsigned long *ret0, unsigned long *ret_at) {
-  _cleanup_free_ char *text = NULL;
-  size_t len = 0;
-  if (agsx_read_file_at(AT_FDCWD, file, 4096, &text, &len, NULL) < 0)
-    return;
-  for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
-    unsigned long in, out, count;
-    if (sscanf(l, "%lu %lu %lu", &in, &out, &count) != 3)
-      continue;
-    if (in == 0)
-      *ret0 = out;
-    if (at >= in && at - in < count)
-      *ret_at = out + (at - in);
-  }
-}
-
 void agsx_rootless_describe(struct agsx_rootless_info *ret) {
   *ret = (struct agsx_rootless_info){.active = rootless_on, .ids = rootless_ids};
   if (!rootless_on)
     return;
   /* The user is id N of its namespace, or 0 in the one-id namespace. */
   unsigned long at = rootless_ids == 1 ? 0 : rootless_ids;
-  map_of("/proc/self/uid_map", at, &ret->host_uid0, &ret->uid);
-  map_of("/proc/self/gid_map", at, &ret->host_gid0, &ret->gid);
+  struct id_map u, g;
+  map_read("/proc/self/uid_map", at, &u);
+  map_read("/proc/self/gid_map", at, &g);
+  ret->host_uid0 = u.out0;
+  ret->uid = u.out_at;
+  ret->host_gid0 = g.out0;
+  ret->gid = g.out_at;
   ret->one_id = rootless_ids == 1 && ret->host_uid0 == ret->uid;
 }
