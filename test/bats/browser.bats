@@ -530,7 +530,7 @@ open(sys.argv[2], "wb").write(base64.b64decode(img[0]["data"], validate=True))' 
   # The session's end stops it.
   exec {MCP[1]}>&-
   wait "$MCP_PID" || true
-  ! grep -E 'AddressSanitizer|LeakSanitizer|runtime error' "$T/mcp.err"
+  ! grep -E 'AddressSanitizer|LeakSanitizer|runtime error' "$T/mcp.err" || false
   none() { [ -z "$(ax ls -q)" ]; }
   poll 100 none
 }

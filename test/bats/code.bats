@@ -407,8 +407,8 @@ else:
     "$U/execute" >"$T/out"
   cat "$T/out"
   # ASCII only, no blank line, end_of_execution last.
-  ! LC_ALL=C grep -q '[^ -~]' "$T/out"
-  ! grep -q '^$' "$T/out"
+  ! LC_ALL=C grep -q '[^ -~]' "$T/out" || false
+  ! grep -q '^$' "$T/out" || false
   [ "$(tail -1 "$T/out")" = '{"type":"end_of_execution"}' ]
   grep -qx '{"type":"stdout","text":"h\\u00e9\\n","timestamp":"[^"]*"}' "$T/out"
   grep -qx '{"type":"result","text":"2","extra":{},"is_main_result":true}' "$T/out"
@@ -475,7 +475,7 @@ else:
   502) ;;
   *) false ;;
   esac
-  ! grep -q '"type":"end_of_execution"' "$T/out"
+  ! grep -q '"type":"end_of_execution"' "$T/out" || false
   # The server goes on.
   [ "$(curl -s -o /dev/null -w '%{http_code}' -H "X-API-KEY: $KEY" "$U/sandboxes")" = 200 ]
 }

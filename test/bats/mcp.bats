@@ -65,9 +65,9 @@ INIT='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":
     node "$AGSX_SRCDIR/test/mcp/client.mjs" bb "$AGSX" --root "$ROOT" --state "$STATE"
   echo "$output"
   [ "$status" -eq 0 ]
-  ! grep -q '^not ok' <<<"$output"
+  ! grep -q '^not ok' <<<"$output" || false
   # (the server's stderr is here too: no sanitizer report in the ASan build)
-  ! grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' <<<"$output"
+  ! grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' <<<"$output" || false
   grep -q '^ok - closed' <<<"$output"
   keep=$(awk '$1 == "KEEP" {print $2}' <<<"$output")
   ends=$(awk '$1 == "ENDS" {print $2}' <<<"$output")
@@ -99,8 +99,8 @@ INIT='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":
     node "$AGSX_SRCDIR/test/mcp/code.mjs" "$AGSX" --root "$ROOT" --state "$STATE"
   echo "$output"
   [ "$status" -eq 0 ]
-  ! grep -q '^not ok' <<<"$output"
-  ! grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' <<<"$output"
+  ! grep -q '^not ok' <<<"$output" || false
+  ! grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' <<<"$output" || false
   grep -q '^ok - closed' <<<"$output"
   none() { [ -z "$(ax ls -q)" ]; }
   poll 100 none
@@ -391,7 +391,7 @@ hstatus() { head -1 <<<"$1" | awk '{print $2}'; }
     node "$AGSX_SRCDIR/test/mcp/client.mjs" bb "$AGSX"
   echo "$output"
   [ "$status" -eq 0 ]
-  ! grep -q '^not ok' <<<"$output"
+  ! grep -q '^not ok' <<<"$output" || false
   grep -q '^ok - Streamable HTTP: a session id' <<<"$output"
   grep -q '^ok - notifications/progress about once a second' <<<"$output"
   grep -q '^ok - closed' <<<"$output"
@@ -409,7 +409,7 @@ hstatus() { head -1 <<<"$1" | awk '{print $2}'; }
   none() { [ -z "$(ax ls -q)" ]; }
   poll 100 none
   AGSX_GC_MIN_AGE=0 ax gc >/dev/null
-  ! grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' "$T/mcp.log"
+  ! grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' "$T/mcp.log" || false
 }
 
 @test "mcp --listen: token, Host, Origin, sessions, methods, media types; SIGTERM ends every session" {
@@ -480,7 +480,7 @@ hstatus() { head -1 <<<"$1" | awk '{print $2}'; }
   mcp_http_stop
   none() { [ -z "$(ax ls -q)" ]; }
   poll 100 none || { ax ls; cat "$T/mcp.log"; false; }
-  ! grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' "$T/mcp.log"
+  ! grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' "$T/mcp.log" || false
 }
 
 @test "mcp: sandbox_create ports: published on loopback, each with its url; bad lists refused" {

@@ -24,7 +24,7 @@ setup() { busybox_setup 30; }
   ipa=$(rec "$a" init.pid)
   kill -9 "$spa"
   for i in $(seq 50); do ! alive "$ipa" && break; sleep 0.1; done
-  ! alive "$ipa"
+  ! alive "$ipa" || false
   # b's supervisor stops answering, and its deadline is long past (the
   # record rewritten as the supervisor would: whole, then renamed).
   kill -STOP "$spb"
@@ -50,7 +50,7 @@ PY
   [ "$(rec "$b" status)" = exited ] || { echo "# b: $(rec "$b" status)" >&3; false; }
   [ "$(rec "$b" stop_reason)" = timeout ]
   for i in $(seq 50); do ! alive "$spb" && break; sleep 0.1; done
-  ! alive "$spb"
+  ! alive "$spb" || false
   [ "$(rec "$c" status)" = running ]
   alive "$spc"
   run_ax exec "$c" true
@@ -67,7 +67,7 @@ PY
   assert_success
   kill -9 "$spa"
   for i in $(seq 50); do ! alive "$ipa" && break; sleep 0.1; done
-  ! alive "$ipa"
+  ! alive "$ipa" || false
   run_ax ls -a --json
   assert_success
   [ "$(rec "$a" status)" = exited ]

@@ -116,7 +116,7 @@ run_sdk() {
   [ -n "$tok" ]
   run curl -s -D "$T/h2" -H "X-API-KEY: $KEY" "$U/v2/sandboxes?limit=2&nextToken=$tok"
   [ "$(echo "$output" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')" = 1 ]
-  ! grep -qi '^X-Next-Token' "$T/h2"
+  ! grep -qi '^X-Next-Token' "$T/h2" || false
   run api POST "/sandboxes/$b/pause" '{}'
   [ "$(status_of "$output")" = 204 ]
   run api POST "/sandboxes/$b/pause" '{}'
@@ -322,7 +322,7 @@ code_as() { curl -s -o /dev/null -w '%{http_code}' -H "X-API-KEY: $KEY" "$@"; }
   serve_start
   run_sdk v250 control.mjs
   grep -q 'POST /sandboxes: 201' "$T/serve.log"
-  ! grep -q 'POST /v2/sandboxes:' "$T/serve.log"
+  ! grep -q 'POST /v2/sandboxes:' "$T/serve.log" || false
   wait_no_sandboxes
 }
 
@@ -724,10 +724,10 @@ PY
   for i in $(seq 50); do grep -q 'stdout: up' "$T/frames" && break; sleep 0.1; done
   api DELETE "/sandboxes/$ID" >/dev/null
   for i in $(seq 100); do kill -0 $client 2>/dev/null || break; sleep 0.1; done
-  ! kill -0 $client 2>/dev/null
-  ! wait $client # the connection closed mid-stream, as E2B's proxy drops it
+  ! kill -0 $client 2>/dev/null || false
+  ! wait $client || false # the connection closed mid-stream, as E2B's proxy drops it
   grep -q 'stdout: up' "$T/frames"
-  ! grep -q '^2 ' "$T/frames"
+  ! grep -q '^2 ' "$T/frames" || false
   run rpc unary process.Process/List '{}'
   [[ $output == '502 {"sandboxId":'* ]]
   wait_gone "$ID"

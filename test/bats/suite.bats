@@ -5,11 +5,15 @@
 #   without an `|| ...` after it: bats fails a test on a failing command
 #   only when it is the last of an && list, so a false A passes unseen.
 #   Write one check a line. (A loop's `... && break` is a condition.)
+# - no check is a bare negation, `! CMD`: bash's errexit ignores a command
+#   negated with !, so it could never fail the test. Write `! CMD || false`
+#   (or `run ! CMD`).
 
 load helpers
 
-@test "suite: no check hides behind && (bats ignores a failing left side)" {
-  run python3 - "$AGSX_SRCDIR"/test/bats/*.bats "$AGSX_SRCDIR"/test/oci/*.bats <<'PY'
+@test "suite: no check hides behind && or a bare ! (bats ignores a failing left side, errexit a negation)" {
+  run python3 - "$AGSX_SRCDIR"/test/bats/*.bats "$AGSX_SRCDIR"/test/oci/*.bats \
+    "$AGSX_SRCDIR"/test/guest/*.bats <<'PY'
 import re, sys
 
 def strip(l):
@@ -45,6 +49,9 @@ for f in sys.argv[1:]:
                 and not s.rstrip().endswith('&&') \
                 and all(p.startswith(check) for p in split_and(s.strip())):
             bad.append(f"{f.split('/test/')[-1]}:{n}: {l.strip()}")
+        if in_test and not was_quoted and re.match(r'\s+! ', s) and '||' not in s \
+                and '&&' not in s:
+            bad.append(f"{f.split('/test/')[-1]}:{n}: {l.strip()} (a bare !)")
         m = re.search(r"<<-?\s*'?\"?(\w+)'?\"?\s*$", l)
         if m:
             heredoc = m.group(1)

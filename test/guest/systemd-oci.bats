@@ -93,7 +93,7 @@ teardown() {
   [ "$status" -eq 0 ] || { echo "# $output" >&3; false; }
   poll() { local i; for i in $(seq 100); do "$@" && return 0; sleep 0.1; done; return 1; }
   poll test ! -d "$f"
-  ! systemctl is-active -q "libpod-$cid.scope"
+  ! systemctl is-active -q "libpod-$cid.scope" || false
 }
 
 @test "podman run --rm on the defaults: output and exit code" {

@@ -86,7 +86,7 @@ run_d_cmd() {
   [ -n "$(cat "$(scope "$id")/sandbox/cgroup.procs")" ]
   sup=$(cat "$(scope "$id")/supervisor/cgroup.procs")
   [ -n "$sup" ]
-  ! grep -q "$U" "/proc/$sup/cgroup"
+  ! grep -q "$U" "/proc/$sup/cgroup" || false
   # a person finds it by its name and image
   run systemctl status "agsx-$id.scope"
   [[ "$output" == *"agsx sandbox ${id:0:12} (busybox"* ]] || { echo "# $output" >&3; false; }
@@ -215,7 +215,7 @@ run_d_cmd() {
   assert_success
   assert_output_contains "agsx.slice/agsx-$id.scope"
   poll 300 gone "$s" || { ls -R "$s" >&3; false; }
-  ! systemctl is-active -q "agsx-$id.scope"
+  ! systemctl is-active -q "agsx-$id.scope" || false
   poll 100 sh -c "! kill -0 $stray 2>/dev/null"
 }
 

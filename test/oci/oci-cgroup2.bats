@@ -69,7 +69,7 @@ fake_v2() {
   run_rt kill --all c1 KILL
   assert_success
   wait_status c1 stopped
-  ! kill -0 "$x" 2>/dev/null
+  ! kill -0 "$x" 2>/dev/null || false
   run_rt delete c1
   assert_success
   [ ! -d "$V2/$CGP/b" ] || { echo "# left: $(ls "$V2/$CGP/b")" >&3; false; }
@@ -219,7 +219,7 @@ fake_v2() {
   assert_failure
   assert_output_contains "linux.resources.memory.swap"
   [ -z "$(ls "$ROOT" 2>/dev/null)" ]
-  ! pgrep -f "$T" >/dev/null
+  ! pgrep -f "$T" >/dev/null || false
 }
 
 @test "cgroup v2 (fake layout): hugepageLimits as hugetlb.<size>.max; swappiness and disableOOMKiller ignored, as runc" {

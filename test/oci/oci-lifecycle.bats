@@ -14,7 +14,7 @@ load helpers
   [ "$(cat "$T/pid")" = "$pid" ]
   [ "$(od -An -c "$T/pid" | tr -d ' \n' | grep -c '\\n')" = 0 ]
   [ ! -e "$b/rootfs/tmp/mark" ]
-  ! grep -q sleep "/proc/$pid/cmdline"
+  ! grep -q sleep "/proc/$pid/cmdline" || false
   run_rt start c1
   assert_success
   [ -z "$output" ]

@@ -354,7 +354,7 @@ EOF2
       { cat "/run/agsx-uid-ranges/$slot" >&3; false; }
     rt delete --force pd
     rt delete --force pe
-    ! grep -q "^$dpid \|^$epid " "/run/agsx-uid-ranges/$slot"
+    ! grep -q "^$dpid \|^$epid " "/run/agsx-uid-ranges/$slot" || false
   fi
 }
 
@@ -516,7 +516,7 @@ EOF2
   run_ctr "$b"
   assert_success
   assert_output_contains done
-  ! grep -qF "$T/outside" /proc/self/mountinfo
+  ! grep -qF "$T/outside" /proc/self/mountinfo || false
 }
 
 @test "features: valid JSON, the spec range, only the implemented hooks" {
