@@ -7,6 +7,7 @@
 #include "host/kernel.h"
 #include "host/cgroup.h"
 #include "host/rootless.h"
+#include "net/usernet.h"
 #include "util/json.h"
 
 #include <string.h>
@@ -76,6 +77,17 @@ static void print_json(struct agsx_ctx *ctx, const struct agsx_kernel *k, const 
     agsx_json_kv_int(g, "host_gid0", (int64_t)ri.host_gid0);
     agsx_json_kv_bool(g, "one_id", ri.one_id);
     agsx_json_kv_str(g, "ranges", "shared");
+    _cleanup_free_ char *pasta = agsx_usernet_pasta();
+    agsx_json_key(g, "usernet");
+    yajl_gen_map_open(g);
+    if (pasta)
+      agsx_json_kv_str(g, "pasta", pasta);
+    else {
+      agsx_json_key(g, "pasta");
+      yajl_gen_null(g);
+    }
+    agsx_json_kv_bool(g, "running", agsx_usernet_running());
+    yajl_gen_map_close(g);
   }
   yajl_gen_map_close(g);
   yajl_gen_map_close(g);
@@ -128,7 +140,12 @@ static void print_text(struct agsx_ctx *ctx, const struct agsx_kernel *k, const 
     printf("  limits: off (see cgroup above): --memory, --cpus, --pids and pause are refused\n");
   else
     printf("  limits: in the cgroups systemd's user manager delegates (see cgroup above)\n");
-  printf("  networks: internal, and -p on the host's loopback; public and vpc need root\n");
+  _cleanup_free_ char *pasta = agsx_usernet_pasta();
+  printf("  networks: internal; -p on the host's loopback; public and vpc in a network namespace\n"
+         "       of the user's own (its router), connected to the host by pasta: %s\n",
+         pasta == NULL            ? "pasta is not installed (apt-get install passt)"
+         : agsx_usernet_running() ? "running"
+                                  : "made at the first public or vpc start");
 }
 
 int agsx_cmd_info(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, char **argv) {

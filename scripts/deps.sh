@@ -31,6 +31,10 @@ pkgs+=(libssl3)
 # an ordinary user's agsx: the setuid newuidmap and newgidmap map the
 # user's namespace from /etc/subuid and /etc/subgid (src/host/rootless.h)
 pkgs+=(uidmap)
+# an ordinary user's public and vpc networks: pasta, the user-mode network
+# stack that connects the user's router namespace to the host
+# (src/net/usernet.h)
+pkgs+=(passt)
 # make demo: its busybox image (busybox-static, which file tells is static;
 # python3 writes the image) and the host image's python3
 pkgs+=(busybox-static file python3)

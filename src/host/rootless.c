@@ -35,8 +35,10 @@
 
 static bool rootless_on;
 static unsigned long rootless_ids = WANT_IDS;
+static char *rootless_state;
 
 bool agsx_rootless(void) { return rootless_on; }
+const char *agsx_rootless_state(void) { return rootless_state; }
 unsigned long agsx_rootless_ids(void) { return rootless_ids; }
 
 /* ---- /etc/subuid ---------------------------------------------------------------------- */
@@ -537,6 +539,8 @@ int agsx_rootless_enter(const char *state, agsx_error_t *err) {
     map_read("/proc/self/uid_map", 0, &u);
     map_read("/proc/self/gid_map", 0, &g);
     rootless_on = true;
+    free(rootless_state);
+    rootless_state = xstrdup(state);
     rootless_ids = u.count0 < g.count0 ? u.count0 : g.count0;
     if (rootless_ids == 0)
       return agsx_error_set(err, EINVAL, "the user's namespace maps no id 0");

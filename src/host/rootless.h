@@ -48,6 +48,9 @@ void agsx_subid_find(const char *text, size_t len, const char *user, unsigned lo
 /* Whether this process is an ordinary user's agsx (agsx_rootless_enter
  * has run, or it inherited the namespace from one that did). */
 bool agsx_rootless(void);
+/* The user's state directory agsx_rootless_enter was given (NULL when
+ * not rootless): the holder's and the user-mode network's records. */
+const char *agsx_rootless_state(void);
 /* How many ids a sandbox gets in rootless mode (65536, fewer, or 1). */
 unsigned long agsx_rootless_ids(void);
 

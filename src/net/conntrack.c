@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "net/conntrack.h"
+#include "net/usernet.h"
 
 #include <arpa/inet.h>
 #include <linux/netfilter.h>
@@ -140,7 +141,7 @@ int agsx_conntrack_cut(uint32_t addr, bool by_dst,
                        size_t *ret_cut, agsx_error_t *err) {
   if (ret_cut)
     *ret_cut = 0;
-  _cleanup_close_ int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
+  _cleanup_close_ int fd = agsx_host_socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
   if (fd < 0)
     return agsx_error_set(err, errno, "conntrack: netlink socket");
   struct sockaddr_nl sa = {.nl_family = AF_NETLINK};

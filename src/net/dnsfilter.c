@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "net/dnsfilter.h"
+#include "net/usernet.h"
 #include "net/egress_nl.h"
 #include "net/nft.h"
 #include "util/conf.h"
@@ -377,7 +378,7 @@ static int nflog_send(int fd, uint16_t group, uint8_t cmd, bool mode) {
 
 int agsx_dns_filter_nflog_open(int *ret_group) {
   *ret_group = -1;
-  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_NETFILTER);
+  int fd = agsx_host_socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_NETFILTER);
   if (fd < 0)
     return -1;
   struct sockaddr_nl sa = {.nl_family = AF_NETLINK};

@@ -4,6 +4,7 @@
 
 #include "net/egress.h"
 #include "net/egress_nl.h"
+#include "net/usernet.h"
 
 #include <arpa/inet.h>
 #include <linux/netfilter.h>
@@ -112,7 +113,7 @@ int agsx_nfb_send(struct agsx_nfb *b, int *ret_fd, agsx_error_t *err) {
   ((struct nlmsghdr *)(b->buf + b->last))->nlmsg_flags |= NLM_F_ACK;
   msg_begin(b, NFNL_MSG_BATCH_END, 0, AF_UNSPEC, NFNL_SUBSYS_NFTABLES);
   agsx_nfb_end(b);
-  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
+  int fd = agsx_host_socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
   if (fd < 0)
     return agsx_error_set(err, errno, "nftables: netlink socket");
   int one = 1;
@@ -787,7 +788,7 @@ void agsx_vpc_nl_member_delete(struct agsx_nfb *b, const char *bridge, uint32_t 
 #include <sys/time.h>
 
 int agsx_nfq_open(agsx_error_t *err) {
-  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
+  int fd = agsx_host_socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
   if (fd < 0)
     return agsx_error_set(err, errno, "nftables: netlink socket");
   int one = 1;

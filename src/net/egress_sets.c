@@ -6,6 +6,7 @@
 #include "net/conntrack.h"
 #include "net/dnsfilter.h"
 #include "net/egress.h"
+#include "net/usernet.h"
 #include "net/egress_nl.h"
 #include "net/network.h"
 #include "net/nft.h"
@@ -196,7 +197,7 @@ static void lease_mark_egress(const struct agsx_network *n, uint32_t addr, const
                               bool mark) {
   char ip[16];
   _cleanup_free_ char *path =
-      xasprintf("%s/%s/%s", AGSX_NET_RUN_DIR, n->bridge, agsx_ipv4_format(addr, ip));
+      xasprintf("%s/%s/%s", agsx_net_run_dir(), n->bridge, agsx_ipv4_format(addr, ip));
   _cleanup_close_ int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   _cleanup_free_ char *text = NULL;
   size_t len = 0;

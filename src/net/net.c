@@ -3,6 +3,7 @@
 
 #include "net/net.h"
 #include "host/rootless.h"
+#include "net/usernet.h"
 #include "net/netspec.h"
 
 #include <arpa/inet.h>
@@ -125,11 +126,25 @@ static void nlmsg_freep(struct nl_msg **m) {
 }
 #define _cleanup_nlmsg_ _cleanup_(nlmsg_freep)
 
-static int connect_route(struct nl_sock **ret, agsx_error_t *err) {
+/* A route socket of this namespace, or (HOST) of the host side's
+ * (net/usernet.h: the router's, for an ordinary user). */
+static int connect_route_in(struct nl_sock **ret, bool host, agsx_error_t *err) {
   struct nl_sock *sk = nl_socket_alloc();
   if (sk == NULL)
     return agsx_error_set(err, ENOMEM, "netlink socket");
-  int r = nl_connect(sk, NETLINK_ROUTE);
+  int r;
+  if (host && agsx_rootless()) {
+    int fd = agsx_host_socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+    if (fd < 0) {
+      int e = errno;
+      nl_socket_free(sk);
+      return agsx_error_set(err, e, "netlink socket of the user-mode network");
+    }
+    r = nl_socket_set_fd(sk, NETLINK_ROUTE, fd);
+    if (r < 0)
+      close(fd);
+  } else
+    r = nl_connect(sk, NETLINK_ROUTE);
   if (r < 0) {
     nl_socket_free(sk);
     return agsx_error_set(err, 0, "netlink connect: %s", nl_geterror(r));
@@ -137,6 +152,9 @@ static int connect_route(struct nl_sock **ret, agsx_error_t *err) {
   *ret = sk;
   return 0;
 }
+
+#define connect_route(ret, err) connect_route_in(ret, false, err)
+#define connect_host(ret, err) connect_route_in(ret, true, err)
 
 /* Sends M and waits for the kernel's answer. */
 static int talk(struct nl_sock *sk, struct nl_msg *m, const char *what, agsx_error_t *err) {
@@ -195,8 +213,9 @@ static int add_default_route(struct nl_sock *sk, int ifindex, uint32_t gateway, 
   return talk(sk, m, "add the default route", err);
 }
 
+/* A sysctl of the host side's. */
 static int write_sysctl(const char *path, const char *value) {
-  _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+  _cleanup_close_ int fd = agsx_host_sysctl_open(path, O_WRONLY);
   if (fd < 0)
     return -1;
   return write(fd, value, strlen(value)) == (ssize_t)strlen(value) ? 0 : -1;
@@ -281,7 +300,7 @@ void agsx_net_mac_of(uint32_t addr, uint8_t mac[6]) {
 
 int agsx_net_bridge_create(const char *name, uint32_t gateway, uint8_t prefix, agsx_error_t *err) {
   _cleanup_nlsock_ struct nl_sock *sk = NULL;
-  if (connect_route(&sk, err) < 0)
+  if (connect_host(&sk, err) < 0)
     return -1;
   /* Its own address (else it takes its ports' lowest, which changes under
    * every sandbox that learnt it when that port goes): the gateway's,
@@ -304,7 +323,7 @@ int agsx_net_bridge_create(const char *name, uint32_t gateway, uint8_t prefix, a
   if (talk(sk, m, "create bridge", err) < 0)
     return agsx_error_wrap(err, "bridge `%s`", name);
   _cleanup_nlmsg_ struct nl_msg *up = NULL;
-  int ifindex = (int)if_nametoindex(name);
+  int ifindex = (int)agsx_host_ifindex(name);
   if (ifindex == 0)
     return agsx_error_set(err, errno, "bridge `%s`", name);
   _cleanup_free_ char *v6 = xasprintf("/proc/sys/net/ipv6/conf/%s/disable_ipv6", name);
@@ -330,10 +349,11 @@ fail:
 /* An attribute of link NAME in /sys/class/net, as a number; -1 when
  * unreadable. */
 static long sysfs_link_attr(const char *name, const char *attr) {
-  _cleanup_free_ char *path = xasprintf("/sys/class/net/%s/%s", name, attr);
+  _cleanup_free_ char *path = xasprintf("class/net/%s/%s", name, attr);
   _cleanup_free_ char *text = NULL;
   agsx_error_t e = NULL;
-  if (agsx_read_file_at(AT_FDCWD, path, 64, &text, NULL, &e) < 0) {
+  _cleanup_close_ int fd = agsx_host_sysfs_open(path, O_RDONLY);
+  if (fd < 0 || agsx_read_fd(fd, 64, &text, NULL, &e) < 0) {
     agsx_error_free(&e);
     return -1;
   }
@@ -346,7 +366,7 @@ int agsx_net_bridge_keep_mac(const char *name, agsx_error_t *err) {
   /* 3: NET_ADDR_SET, as every bridge agsx makes now (one read per start). */
   if (sysfs_link_attr(name, "addr_assign_type") == 3)
     return 0;
-  int ifindex = (int)if_nametoindex(name);
+  int ifindex = (int)agsx_host_ifindex(name);
   if (ifindex == 0)
     return agsx_error_set(err, errno, "bridge `%s`", name);
   /* This /sys shows another network namespace's links (agsx run through
@@ -357,11 +377,11 @@ int agsx_net_bridge_keep_mac(const char *name, agsx_error_t *err) {
    * present address, which it then keeps. */
   struct ifreq ifr = {0};
   snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
-  _cleanup_close_ int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  _cleanup_close_ int s = agsx_host_socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (s < 0 || ioctl(s, SIOCGIFHWADDR, &ifr) < 0)
     return agsx_error_set(err, errno, "bridge `%s`: read its address", name);
   _cleanup_nlsock_ struct nl_sock *sk = NULL;
-  if (connect_route(&sk, err) < 0)
+  if (connect_host(&sk, err) < 0)
     return -1;
   _cleanup_nlmsg_ struct nl_msg *m = link_msg(RTM_NEWLINK, 0, ifindex, false);
   if (m == NULL || nla_put(m, IFLA_ADDRESS, 6, ifr.ifr_hwaddr.sa_data) < 0)
@@ -382,11 +402,11 @@ int agsx_net_bridge_route_ports(const char *name, agsx_error_t *err) {
 }
 
 int agsx_net_link_delete(const char *name, agsx_error_t *err) {
-  int ifindex = (int)if_nametoindex(name);
+  int ifindex = (int)agsx_host_ifindex(name);
   if (ifindex == 0)
     return 0;
   _cleanup_nlsock_ struct nl_sock *sk = NULL;
-  if (connect_route(&sk, err) < 0)
+  if (connect_host(&sk, err) < 0)
     return -1;
   _cleanup_nlmsg_ struct nl_msg *m = link_msg(RTM_DELLINK, 0, ifindex, false);
   if (m == NULL)
@@ -431,7 +451,7 @@ int agsx_net_link_ipv4(const char *ifname, uint32_t *ret_addr, uint8_t *ret_pref
                        agsx_error_t *err) {
   *ret_addr = 0;
   *ret_prefix = 0;
-  _cleanup_close_ int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  _cleanup_close_ int fd = agsx_host_socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0)
     return agsx_error_set(err, errno, "socket");
   struct ifreq ifr = {0};
@@ -480,7 +500,7 @@ static _Noreturn void netns_helper(int sock, const struct agsx_net_link *link) {
   /* A netlink socket keeps the namespace it was opened in: this one talks
    * to the host's, after the unshare. */
   _cleanup_nlsock_ struct nl_sock *host = NULL;
-  if ((link && connect_route(&host, &err) < 0) || unshare(CLONE_NEWNET) < 0 ||
+  if ((link && connect_host(&host, &err) < 0) || unshare(CLONE_NEWNET) < 0 ||
       agsx_net_loopback_up(&err) < 0 || unprivileged_ports(sysctls = sysctl_root(), &err) < 0 ||
       (fds[0] = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)) < 0 ||
       (link && attach_link(host, fds[0], sysctls, link, &err) < 0) ||

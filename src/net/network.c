@@ -3,6 +3,7 @@
 
 #include "net/network.h"
 #include "host/rootless.h"
+#include "net/usernet.h"
 #include "util/conf.h"
 #include "util/json.h"
 #include "net/conntrack.h"
@@ -389,7 +390,7 @@ int agsx_network_create(const char *root, struct agsx_network *n, agsx_error_t *
 /* ---- leases ----------------------------------------------------------------------------------- */
 
 static int lease_dir(const char *bridge, bool create, agsx_error_t *err) {
-  _cleanup_free_ char *path = xasprintf("%s/%s", AGSX_NET_RUN_DIR, bridge);
+  _cleanup_free_ char *path = xasprintf("%s/%s", agsx_net_run_dir(), bridge);
   if (create && agsx_mkdir_p(path, 0700, err) < 0)
     return -1;
   int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -443,7 +444,7 @@ static bool previous_still_there(int fd) {
       return false;
   char veth[16];
   snprintf(veth, sizeof(veth), "agsx%.11s", buf);
-  return if_nametoindex(veth) != 0;
+  return agsx_host_ifindex(veth) != 0;
 }
 
 /* Takes a free address, from a random place in the subnet so that an
@@ -709,6 +710,17 @@ static int firewall_restore(const struct agsx_network *n, agsx_error_t *err) {
     cmds = xasprintf("%sadd element " TABLE " public { \"%s\" }\n", old, n->bridge);
     free(old);
   }
+  /* An ordinary user's router: the host's own addresses, which pasta
+   * would reach from the host, are refused as the router's are. */
+  if (agsx_rootless()) {
+    _cleanup_free_ char *more = agsx_usernet_rules();
+    char *old = cmds;
+    cmds = xasprintf("%s%s%s", old, more,
+                     base ? ""
+                          : "insert rule " TABLE " forward iifname @bridges ip daddr "
+                            "@hostaddrs drop\n");
+    free(old);
+  }
   return agsx_nft_run(cmds, NULL, err);
 }
 
@@ -747,16 +759,16 @@ static void lease_leftovers(const char *bridge, const char *text, uint32_t addr,
 /* ---- bridges ---------------------------------------------------------------------------------- */
 
 static int global_lock(agsx_error_t *err) {
-  if (agsx_mkdir_p(AGSX_NET_RUN_DIR, 0700, err) < 0)
+  if (agsx_mkdir_p(agsx_net_run_dir(), 0700, err) < 0)
     return -1;
-  _cleanup_close_ int dir = open(AGSX_NET_RUN_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  _cleanup_close_ int dir = open(agsx_net_run_dir(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0)
-    return agsx_error_set(err, errno, "open `%s`", AGSX_NET_RUN_DIR);
+    return agsx_error_set(err, errno, "open `%s`", agsx_net_run_dir());
   return agsx_lock_at(dir, ".lock", true, err);
 }
 
 static int enable_forwarding(agsx_error_t *err) {
-  _cleanup_close_ int fd = open("/proc/sys/net/ipv4/ip_forward", O_RDWR | O_CLOEXEC);
+  _cleanup_close_ int fd = agsx_host_sysctl_open("/proc/sys/net/ipv4/ip_forward", O_RDWR);
   char c = 0;
   if (fd < 0 || pread(fd, &c, 1, 0) != 1)
     return agsx_error_set(err, errno, "read net.ipv4.ip_forward");
@@ -800,7 +812,7 @@ static int bridge_check(const struct agsx_network *n, agsx_error_t *err) {
 /* The bridge, with its rules in place (checked at every start: see
  * "keeping the rules in place"). */
 static int bridge_ensure(const struct agsx_network *n, int *ret_ifindex, agsx_error_t *err) {
-  int ifindex = (int)if_nametoindex(n->bridge);
+  int ifindex = (int)agsx_host_ifindex(n->bridge);
   bool ok = false;
   const char *why;
   /* Without the lock first. A bridge another agsx is still making (under
@@ -819,7 +831,7 @@ static int bridge_ensure(const struct agsx_network *n, int *ret_ifindex, agsx_er
     _cleanup_close_ int lock = global_lock(err);
     if (lock < 0)
       return -1;
-    int now = (int)if_nametoindex(n->bridge);
+    int now = (int)agsx_host_ifindex(n->bridge);
     if (now && !checked && bridge_check(n, err) < 0) /* made meanwhile, or being made */
       return -1;
     if (firewall_restore(n, err) < 0)
@@ -865,13 +877,9 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
   a->egress_on = a->egress && a->egress->n > 0;
   a->egress_chains = false;
   a->nflog_fd = a->nflog_group = a->egress_pipe = -1;
-  /* A bridge, NAT and host firewall rules are root's; a user-mode network
-   * stack (pasta) for an ordinary user's sandboxes is not there yet. */
-  if (agsx_rootless())
-    return agsx_error_set(err, ENOTSUP,
-                          "network `%s`: an ordinary user's sandboxes have only the internal "
-                          "network (public and vpc networks need root for now)",
-                          mode == AGSX_NET_PUBLIC ? "public" : name);
+  /* An ordinary user's networks live in the user's router (net/usernet.h). */
+  if (agsx_rootless() && agsx_usernet_ensure(err) < 0)
+    return agsx_error_wrap(err, "network `%s`", mode == AGSX_NET_PUBLIC ? "public" : name);
   int r = mode == AGSX_NET_PUBLIC ? agsx_network_public(&a->net, err)
                                   : agsx_network_load(root, name, &a->net, err);
   if (r < 0)
@@ -891,7 +899,7 @@ int agsx_net_attach_begin(const char *root, enum agsx_net_mode mode, const char 
   if (lock < 0 || lease(a, dir, id, rules, n_rules, err) < 0 || reload_rules(root, a, err) < 0)
     return -1;
   int ifindex = 0;
-  if (bridge_ensure(&a->net, &ifindex, err) < 0 ||
+  if (bridge_ensure(&a->net, &ifindex, err) < 0 || agsx_usernet_refresh(err) < 0 ||
       (!a->net.public_ && add_member(a, rules, n_rules, err) < 0) ||
       agsx_net_egress_add(a, err) < 0) {
     agsx_net_attach_end(a);
@@ -1083,7 +1091,7 @@ int agsx_net_sandbox_check(const char *root, const char *network, const char *id
   bool ok = true;
   const char *why = NULL;
   int r = 0;
-  if (if_nametoindex(veth) == 0)
+  if (agsx_host_ifindex(veth) == 0)
     *ret_problem =
         xasprintf("cut off from network `%s` (its firewall rules went): restart it", n.name);
   else if (!n.public_ && (address == NULL || agsx_ipv4_parse(address, &addr, NULL) < 0))
@@ -1121,7 +1129,7 @@ static int bridge_remove(const char *bridge, int dir, bool dry_run,
     if (!dry_run)
       unlinkat(dir, e->d_name, 0);
   }
-  if (if_nametoindex(bridge) == 0)
+  if (agsx_host_ifindex(bridge) == 0)
     return 0;
   if (report) {
     _cleanup_free_ char *what = xasprintf("bridge %s", bridge);
@@ -1157,7 +1165,7 @@ static int lock_idle(const char *bridge, int *ret_dir, int *ret_lock, int *ret_u
                      agsx_error_t *err) {
   *ret_dir = *ret_lock = -1;
   *ret_users = 0;
-  _cleanup_free_ char *path = xasprintf("%s/%s", AGSX_NET_RUN_DIR, bridge);
+  _cleanup_free_ char *path = xasprintf("%s/%s", agsx_net_run_dir(), bridge);
   _cleanup_close_ int dir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0)
     return errno == ENOENT ? 0 : agsx_error_set(err, errno, "open `%s`", path);
@@ -1197,9 +1205,9 @@ static int remove_loaded(const char *root, const struct agsx_network *n, agsx_er
     _cleanup_close_ int glock = global_lock(err);
     if (glock < 0 || bridge_remove(n->bridge, dir, false, NULL, NULL, err) < 0)
       return -1;
-    _cleanup_free_ char *path = xasprintf("%s/%s", AGSX_NET_RUN_DIR, n->bridge);
+    _cleanup_free_ char *path = xasprintf("%s/%s", agsx_net_run_dir(), n->bridge);
     agsx_rm_rf_at(AT_FDCWD, path, NULL);
-  } else if (if_nametoindex(n->bridge)) {
+  } else if (agsx_host_ifindex(n->bridge)) {
     agsx_net_link_delete(n->bridge, NULL);
   }
   _cleanup_free_ char *file = xasprintf("%s.json", n->name);
@@ -1219,10 +1227,10 @@ int agsx_network_remove(const char *root, const char *name, agsx_error_t *err) {
 
 /* Is there any agsx bridge left in this namespace? */
 static bool any_bridge(void) {
-  _cleanup_dir_ DIR *d = opendir(AGSX_NET_RUN_DIR);
+  _cleanup_dir_ DIR *d = opendir(agsx_net_run_dir());
   struct dirent *e;
   while (d && (e = readdir(d)))
-    if (e->d_name[0] != '.' && if_nametoindex(e->d_name))
+    if (e->d_name[0] != '.' && agsx_host_ifindex(e->d_name))
       return true;
   return false;
 }
@@ -1240,12 +1248,13 @@ static int keep_first_error(agsx_error_t *err, agsx_error_t *e) {
 
 int agsx_net_gc(bool dry_run, void (*report)(const char *what, void *data), void *data,
                 agsx_error_t *err) {
-  /* Root's bridges; an ordinary user has none (network.c refuses them). */
-  if (agsx_rootless())
+  /* An ordinary user's bridges are in the router (net/usernet.h): none
+   * when it is not running. */
+  if (agsx_rootless() && !agsx_usernet_running())
     return 0;
-  _cleanup_dir_ DIR *d = opendir(AGSX_NET_RUN_DIR);
+  _cleanup_dir_ DIR *d = opendir(agsx_net_run_dir());
   if (d == NULL)
-    return errno == ENOENT ? 0 : agsx_error_set(err, errno, "open `%s`", AGSX_NET_RUN_DIR);
+    return errno == ENOENT ? 0 : agsx_error_set(err, errno, "open `%s`", agsx_net_run_dir());
   _cleanup_close_ int glock = dry_run ? -1 : global_lock(err);
   if (!dry_run && glock < 0)
     return -1;
@@ -1296,7 +1305,7 @@ int agsx_net_gc(bool dry_run, void (*report)(const char *what, void *data), void
     close(dir);
     close(lock);
     if (!dry_run) {
-      _cleanup_free_ char *path = xasprintf("%s/%s", AGSX_NET_RUN_DIR, e->d_name);
+      _cleanup_free_ char *path = xasprintf("%s/%s", agsx_net_run_dir(), e->d_name);
       agsx_rm_rf_at(AT_FDCWD, path, NULL);
     }
   }
@@ -1308,6 +1317,12 @@ int agsx_net_gc(bool dry_run, void (*report)(const char *what, void *data), void
       agsx_nft_run("delete table " TABLE "\n", NULL, NULL);
     }
     agsx_error_free(&nerr);
+    /* Nothing uses the user's router any more: it goes, and its pasta. */
+    if (agsx_rootless()) {
+      if (report)
+        report("the user-mode network (router and pasta)", data);
+      agsx_usernet_stop();
+    }
   }
   return r;
 }

@@ -27,7 +27,7 @@
  * CAP_NET_ADMIN there (no raw or packet sockets, no new addresses).
  *
  * Definitions of vpc networks are ROOT/networks/NAME.json. Leases are
- * flocked files /run/agsx-net/BRIDGE/ADDRESS, held by the sandbox's
+ * flocked files /run/agsx-net/BRIDGE/ADDRESS (agsx_net_run_dir), held by the sandbox's
  * supervisor: a crashed supervisor frees its address with its last fd. */
 #ifndef AGSX_NETWORK_H
 #define AGSX_NETWORK_H
@@ -35,8 +35,6 @@
 #include "net/net.h"
 #include "net/netspec.h"
 #include "util/util.h"
-
-#define AGSX_NET_RUN_DIR "/run/agsx-net"
 
 struct agsx_network {
   char *name; /* "public", or the vpc's name */

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "net/nft.h"
+#include "net/usernet.h"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -90,12 +91,36 @@ static int run(const char *cmds, bool json, char **ret_out, agsx_error_t *err) {
   return r != 0 ? -1 : 0;
 }
 
+/* libnftables opens its own socket: the whole run happens on the host
+ * side (net/usernet.h). */
+struct run_args {
+  const char *cmds;
+  bool json;
+  char **ret_out;
+  agsx_error_t *err;
+};
+static int do_run(void *p) {
+  struct run_args *a = p;
+  return run(a->cmds, a->json, a->ret_out, a->err);
+}
+
+static int host_run(const char *cmds, bool json, char **ret_out, agsx_error_t *err) {
+  if (ret_out)
+    *ret_out = NULL;
+  struct run_args a = {cmds, json, ret_out, err};
+  errno = 0;
+  int r = agsx_hostnet_call(do_run, &a);
+  if (r < 0 && errno == ENETDOWN && (err == NULL || *err == NULL))
+    return agsx_error_set(err, ENETDOWN, "nftables: the user-mode network is not running");
+  return r;
+}
+
 int agsx_nft_run(const char *cmds, char **ret_out, agsx_error_t *err) {
-  return run(cmds, false, ret_out, err);
+  return host_run(cmds, false, ret_out, err);
 }
 
 int agsx_nft_run_json(const char *cmds, char **ret_out, agsx_error_t *err) {
-  return run(cmds, true, ret_out, err);
+  return host_run(cmds, true, ret_out, err);
 }
 
 /* ---- changes to the ruleset ------------------------------------------------------------------- */
@@ -191,7 +216,7 @@ static void attach_walk_filter(int fd) {
 }
 
 int agsx_nft_watch_open(agsx_error_t *err) {
-  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_NETFILTER);
+  int fd = agsx_host_socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_NETFILTER);
   if (fd < 0)
     return agsx_error_set(err, errno, "watch the nftables ruleset: netlink socket");
   struct sockaddr_nl sa = {.nl_family = AF_NETLINK, .nl_groups = 1u << (NFNLGRP_NFTABLES - 1)};

@@ -10,8 +10,9 @@
 # of /etc/subuid uses, and C with none (the one-id namespace).
 #
 # These users have no systemd user manager (test/guest/rootless-systemd.bats
-# has one): limits and pause are refused with the reason, as are public and
-# vpc networks, which need root for now.
+# has one): limits and pause are refused with the reason. Public and vpc
+# networks go through the user's router and pasta (src/net/usernet.h), tested
+# inside a networld (test/fixtures/networld) only.
 
 load helpers
 bats_require_minimum_version 1.5.0
@@ -77,8 +78,12 @@ teardown() {
       rc=1
     fi
   done
-  # The holders go with the test (they would outlive it otherwise).
+  # The holders (and routers) go with the test (they would outlive it).
   rootless_users_kill "$RLA" "$RLB" "$RLC"
+  if [ -s "$T/nw/outer.pid" ]; then
+    assert_user_networld_clean || rc=1
+    "$FIXTURES/networld" stop "$T/nw"
+  fi
   common_teardown || rc=1
   return $rc
 }
@@ -98,6 +103,34 @@ agsx_as() {
 run_as() {
   AX_CMD="agsx (as $1) ${*:2}"
   run agsx_as "$@"
+}
+
+# agsx as USER inside the test's networld (public and vpc networks).
+nagsx_as() {
+  local u=$1
+  shift
+  nsenter -t "$OUTER" --net --mount -- runuser -u "$u" -- env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+    HOME="$(getent passwd "$u" | cut -d: -f6)" XDG_RUNTIME_DIR="$T/run-$u" \
+    XDG_DATA_HOME="$T/data-$u" XDG_CONFIG_HOME="$T/conf-$u" AGSX_PULL=never \
+    timeout --kill-after=5 "${AX_TIMEOUT:-60}" "$AGSX" "$@"
+}
+run_nas() { # (stdout only: the limits warning is on stderr, shown on a failure)
+  AX_CMD="agsx (as $1, in the outer namespace) ${*:2}"
+  run --separate-stderr nagsx_as "$@"
+  [ "$status" -eq 0 ] || printf '# stderr: %s\n' "$stderr" >&3
+}
+outer() { nsenter -t "$OUTER" --net --mount -- "$@"; }
+
+# The outer namespace holds nothing of the users' networks: their bridges,
+# tables and veths were in their routers, which are gone.
+assert_user_networld_clean() {
+  local left
+  left=$(outer ip -o link show | awk -F': ' '{print $2}' | grep -E '^agsx' || true)
+  [ -z "$left" ] || { echo "# links left in the outer namespace: $left" >&3; return 1; }
+  left=$(outer nft list tables | grep agsx || true)
+  [ -z "$left" ] || { echo "# nft tables left in the outer namespace: $left" >&3; return 1; }
+  left=$(pgrep -u "$RLA,$RLB" -a 2>/dev/null || true)
+  [ -z "$left" ] || { echo "# the users' processes left: $left" >&3; return 1; }
 }
 
 # The host pid of the process whose command line is exactly CMD.
@@ -186,7 +219,7 @@ host_pid_of() { pgrep -xf -- "$1" | head -1; }
   [ -z "$output" ]
 }
 
-@test "rootless: limits, pause and other networks are refused with the reason; info says what holds" {
+@test "rootless: limits and pause are refused with the reason; info says what holds" {
   run_as "$RLA" run --memory 64m host true
   [ "$status" -eq 125 ]
   [[ $output == *"limits (memory, cpus, pids) need a cgroup"* ]]
@@ -201,9 +234,6 @@ host_pid_of() { pgrep -xf -- "$1" | head -1; }
   run_as "$RLA" snapshot sn
   [ "$status" -eq 125 ]
   [[ $output == *"needs a cgroup"* ]]
-  run_as "$RLA" run --network public host true
-  [ "$status" -eq 125 ]
-  [[ $output == *"only the internal network"* ]]
   run_as "$RLA" run -d --name p1 host sleep 60
   [ "$status" -eq 0 ]
   run_as "$RLA" pause p1
@@ -218,6 +248,7 @@ host_pid_of() { pgrep -xf -- "$1" | head -1; }
   [[ $output == *"rootless: yes, user $(id -u "$RLA")"* ]]
   [[ $output == *"are the host's $RLA_BASE-$((RLA_BASE + 65535))"* ]]
   [[ $output == *"manager none"* ]]
+  [[ $output == *"connected to the host by pasta"* ]]
   run_as "$RLA" --json info
   [ "$(jq -r .rootless.host_uid0 <<<"$output")" = "$RLA_BASE" ]
   [ "$(jq -r .rootless.ids <<<"$output")" = 65536 ]
@@ -343,4 +374,98 @@ host_pid_of() { pgrep -xf -- "$1" | head -1; }
   wait "$srv" || true
   run_as "$RLA" ls -q
   [ -z "$output" ]
+}
+
+@test "rootless: public and vpc networks through the user's router and pasta (in a networld)" {
+  command -v pasta >/dev/null || skip "pasta is not installed (apt-get install passt)"
+  "$FIXTURES/networld" start "$T/nw"
+  OUTER=$(cat "$T/nw/outer.pid")
+  # The user's namespace made in the outer namespace: its mount namespace
+  # (which the user's agsx joins) has the networld's /etc/resolv.conf.
+  run_nas "$RLA" image load --tag bb "$RLBB"
+  [ "$status" -eq 0 ]
+  # Public: the world, not the host (its address, its loopback), not the
+  # metadata service; the sandbox cannot spoof or change its addresses.
+  run_nas "$RLA" run --rm --network public bb sh -c '
+    probe http 198.18.0.2 80 3000
+    probe http 198.18.0.1 8081 1000
+    probe http 169.254.169.254 80 1000
+    probe connect 127.0.0.1 8081 500
+    probe resolve world.test
+    ip addr add 10.89.0.250/24 dev eth0 2>/dev/null && echo addr-added
+    ip route del default 2>/dev/null && echo route-deleted
+    true'
+  show_run
+  [ "$status" -eq 0 ]
+  [ "${lines[0]}" = "http 198.18.0.2:80: world" ]
+  [ "${lines[1]}" = "http 198.18.0.1:8081: timeout" ]
+  [ "${lines[2]}" = "http 169.254.169.254:80: timeout" ]
+  [[ ${lines[3]} == "connect 127.0.0.1:8081: failed (errno=ECONNREFUSED)" ]]
+  [[ ${lines[4]} == *198.18.0.2* ]]
+  [[ $output != *addr-added* ]]
+  [[ $output != *route-deleted* ]]
+  # The host's own service answers from the outer namespace: the rules did it.
+  run outer python3 -c 'import urllib.request as u; print(u.urlopen("http://198.18.0.1:8081/", timeout=2).read().decode().strip())'
+  [ "$output" = host ]
+  # The router and pasta are the user's processes; the outer namespace (the
+  # host) got no bridge, veth or table.
+  pgrep -u "$RLA" -x agsx-usernet >/dev/null
+  pgrep -u "$RLA" -f '^pasta .*--no-map-gw' >/dev/null
+  run outer ip -o link show
+  [[ $output != *agsx* ]]
+  run outer nft list tables
+  [[ $output != *agsx* ]]
+  run_as "$RLA" --json info
+  [ "$(jq -r .rootless.usernet.running <<<"$output")" = true ]
+
+  # vpc: members reach each other, nothing else by default; an allowance
+  # opens the world.
+  run_nas "$RLA" network create --subnet 10.77.0.0/24 v1
+  [ "$status" -eq 0 ]
+  run_nas "$RLA" run -d --name s1 --network vpc:v1 bb probe listen 8080
+  [ "$status" -eq 0 ]
+  local a1=
+  for _ in $(seq 50); do
+    a1=$(nagsx_as "$RLA" --json inspect s1 | jq -r '.[0].address // empty' 2>/dev/null)
+    [ -n "$a1" ] && nagsx_as "$RLA" exec s1 sh -c "netstat -ltn | grep -q ':8080 '" && break
+    sleep 0.1
+  done
+  [[ $a1 == 10.77.0.* ]]
+  run_nas "$RLA" run --rm --network vpc:v1 bb sh -c "probe connect $a1 8080 2000; probe http 198.18.0.2 80 1000"
+  show_run
+  [ "${lines[0]}" = "connect $a1:8080: ok" ]
+  [ "${lines[1]}" = "http 198.18.0.2:80: timeout" ]
+  run_nas "$RLA" run --rm --network vpc:v1 --allow "out tcp/80 0.0.0.0/0" bb probe http 198.18.0.2 80 2000
+  [ "$output" = "http 198.18.0.2:80: world" ]
+  run_nas "$RLA" run --rm --network public bb probe connect "$a1" 8080 1000
+  [ "$output" = "connect $a1:8080: timeout" ]
+
+  # Egress by name: nothing until the name is resolved through the relay.
+  run_nas "$RLA" run --rm --network public --egress-allow allowed.test bb sh -c '
+    probe http 198.18.0.2 80 1000; probe resolve allowed.test >/dev/null; probe http 198.18.0.2 80 2000'
+  show_run
+  [[ ${lines[0]} == "http 198.18.0.2:80: failed"* || ${lines[0]} == "http 198.18.0.2:80: timeout" ]]
+  [ "${lines[1]}" = "http 198.18.0.2:80: world" ]
+
+  # A second user has a router of its own, and cannot reach the first's
+  # sandboxes (a private address, through two routers).
+  run_nas "$RLB" image load --tag bb "$RLBB"
+  run_nas "$RLB" run --rm --network public bb sh -c "probe http 198.18.0.2 80 3000; probe connect $a1 8080 1000"
+  show_run
+  [ "${lines[0]}" = "http 198.18.0.2:80: world" ]
+  [ "${lines[1]}" = "connect $a1:8080: timeout" ]
+  [ "$(pgrep -u "$RLB" -x agsx-usernet | wc -l)" = 1 ]
+
+  # gc removes the router (and pasta) once no sandbox uses a network.
+  run_nas "$RLA" kill s1
+  [ "$status" -eq 0 ]
+  run_nas "$RLA" gc
+  show_run
+  [[ $output == *"removed the user-mode network (router and pasta)"* ]]
+  for _ in $(seq 50); do
+    pgrep -u "$RLA" -x agsx-usernet >/dev/null || break
+    sleep 0.1
+  done
+  run ! pgrep -u "$RLA" -x agsx-usernet
+  run ! pgrep -u "$RLA" pasta
 }
