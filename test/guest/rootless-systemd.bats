@@ -176,3 +176,37 @@ run_ux() {
   run_ux kill counter
   [ "$status" -eq 0 ]
 }
+
+@test "rootless systemd: make install as root, then make demo as the user (its own store, its scopes)" {
+  local src=${AGSX_SRCDIR:?} b=${AGSX_BUILDDIR:?} flags
+  flags=$(cat "$b/.configure-flags" 2>/dev/null || true)
+  # As root, as a user would install it (the guest's disk is a snapshot).
+  run make --no-print-directory -s -C "$src" B="$b" CONFIGURE_FLAGS="$flags" install
+  show_run
+  [ "$status" -eq 0 ]
+  [ -x /usr/local/bin/agsx ]
+  # The installed agsx, as the user.
+  run runuser -u "$RLU" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="/home/$RLU" \
+    XDG_RUNTIME_DIR="$RLRUN" AGSX_PULL=never timeout 120 agsx run --rm host id -u
+  show_run
+  [ "$status" -eq 0 ]
+  [ "${lines[-1]}" = 0 ]
+  # The README's demo, as the user: no root, nothing written to the tree.
+  AX_CMD="make demo (as $RLU)"
+  run runuser -u "$RLU" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="/home/$RLU" \
+    XDG_RUNTIME_DIR="$RLRUN" AGSX_PULL=never CONFIGURE_FLAGS="$flags" \
+    timeout 900 make --no-print-directory -s -C "$src" B="$b" demo
+  show_run
+  [ "$status" -eq 0 ]
+  [[ $output == *"demo: as $RLU, without root"* ]]
+  [[ $output == *"hello from a sandbox: Python"* ]]
+  [[ $output == *'"stop_reason":"timeout"'* ]]
+  # The memory limit worked: the user manager delegates it.
+  [[ $output != *"limits (memory, cpus, pids) need a cgroup"* ]]
+  [[ $output == *"demo: done."* ]]
+  # The images are in the user's own store.
+  [ -d "/home/$RLU/.local/share/agsx" ]
+  [ "$(stat -c %U "/home/$RLU/.local/share/agsx")" = "$RLU" ]
+  runuser -u "$RLU" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="/home/$RLU" \
+    XDG_RUNTIME_DIR="$RLRUN" agsx gc >/dev/null 2>&1 || true
+}
