@@ -130,7 +130,7 @@ static int start_sandbox(struct agsx_ctx *ctx, const struct bopts *o,
       .ports = ports,
       .n_ports = view ? 2 : 1,
       .timeout = o->timeout ? o->timeout_sec : AGSX_DEFAULT_TIMEOUT_SEC,
-      .memory = o->memory ? o->memory_bytes : AGSX_BROWSER_MEMORY,
+      .memory = o->memory ? o->memory_bytes : agsx_browser_default_memory(),
   };
   struct agsx_lifecycle *lc = NULL;
   int r = agsx_port_parse(o->publish ? o->publish : "127.0.0.1:0:" AGSX_BROWSER_CDP_PORT_STR,

@@ -28,7 +28,7 @@
 
 static const struct arg start_args[] = {
     {"timeout", A_INT, false, 1, 86400, "Lifetime in seconds (default 1800)"},
-    {"memory", A_STR, false, 0, 0, "Memory limit (default 2g)"},
+    {"memory", A_STR, false, 0, 0, "Memory limit (default 2g; none where limits are off)"},
     {"network", A_STR, false, 0, 0,
      "internal (default: the browser reaches only pages inside its own sandbox) or the mode "
      "agsx mcp --network allows"},
@@ -69,7 +69,7 @@ static int browser_start(struct agsx_mcp *s, yajl_val a, yajl_gen g, agsx_error_
     net = NULL;
   if (agsx_mcp_net_allowed(cfg, net, err) < 0)
     return -1;
-  uint64_t memory = AGSX_BROWSER_MEMORY;
+  uint64_t memory = agsx_browser_default_memory();
   if (mem && agsx_parse_size(mem, &memory, err) < 0)
     return agsx_error_wrap(err, "memory");
   if (agsx_mcp_room(s, 1, err) < 0)

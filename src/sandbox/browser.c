@@ -7,6 +7,7 @@
 #include "sandbox/logbuf.h"
 #include "sandbox/processes.h"
 #include "state/state.h"
+#include "host/cgroup.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -330,4 +331,8 @@ char *agsx_browser_last_error(int statefd, const char *id) {
   agsx_error_free(&err);
   agsx_log_reader_free(rd);
   return line;
+}
+
+uint64_t agsx_browser_default_memory(void) {
+  return agsx_cgroup_limits_off() ? 0 : AGSX_BROWSER_MEMORY;
 }

@@ -33,6 +33,11 @@
 #define AGSX_BROWSER_READY_SEC 30        /* start-up bound */
 #define AGSX_BROWSER_MEMORY (2ull << 30) /* 2g */
 #define AGSX_BROWSER_USER "1000:1000"
+/* The memory limit a browser gets unless its caller gives one:
+ * AGSX_BROWSER_MEMORY, or none where limits are off (an ordinary user
+ * without a delegated cgroup: agsx(1), ROOTLESS), where a default must not
+ * refuse the start that an explicit --memory rightly refuses. */
+uint64_t agsx_browser_default_memory(void);
 #define AGSX_BROWSER_EXTRA_MAX 64   /* Chromium flags a caller may add */
 #define AGSX_BROWSER_VIEW_PORT 6080 /* websockify and noVNC, on the sandbox's loopback */
 #define AGSX_BROWSER_VIEW_PORT_STR "6080"

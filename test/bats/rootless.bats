@@ -469,3 +469,67 @@ host_pid_of() { pgrep -xf -- "$1" | head -1; }
   run ! pgrep -u "$RLA" -x agsx-usernet
   run ! pgrep -u "$RLA" pasta
 }
+
+@test "rootless: image pull from a registry, build with RUN, a warm pool's claim, as the user" {
+  command -v docker-registry >/dev/null || skip "docker-registry not installed"
+  command -v skopeo >/dev/null || skip "skopeo not installed"
+  local reg
+  reg=$("$FIXTURES/registry" start "$T/reg")
+  skopeo copy --insecure-policy --dest-tls-verify=false "oci:$RLBB:busybox:latest" \
+    "docker://$reg/test/bb:1" >/dev/null 2>"$T/skopeo.err" || { cat "$T/skopeo.err" >&3; false; }
+  # pull: the layers unpacked with the user's subordinate ids
+  run_as "$RLA" pull "$reg/test/bb:1"
+  show_run
+  "$FIXTURES/registry" stop "$T/reg"
+  [ "$status" -eq 0 ]
+  run_as "$RLA" run --rm "$reg/test/bb:1" sh -c 'stat -c %u /bin/busybox; id -u'
+  [ "$status" -eq 0 ]
+  [ "${lines[-2]}" = 0 ]
+  [ "${lines[-1]}" = 0 ]
+  [ "$(find "$T/data-$RLA/agsx" -path '*/bin/busybox' -printf '%u\n' 2>/dev/null | sort -u | head -1)" = "$RLA_BASE" ]
+  # build: RUN runs in a sandbox of the user's
+  mkdir -p "$T/ctx"
+  printf 'FROM %s\nRUN echo built-by-$(id -u) >/built\n' "$reg/test/bb:1" >"$T/ctx/Dockerfile"
+  chmod -R a+rX "$T/ctx"
+  run_as "$RLA" build -q -t built:1 "$T/ctx"
+  show_run
+  [ "$status" -eq 0 ]
+  run_as "$RLA" run --rm built:1 cat /built
+  [ "${lines[-1]}" = built-by-0 ]
+  # a pool parks sandboxes of the user's; a claim gets one
+  run_as "$RLA" pool create --image built:1 --size 1 p1
+  show_run
+  [ "$status" -eq 0 ]
+  local i parked=
+  for i in $(seq 100); do
+    parked=$(agsx_as "$RLA" --json pool ls 2>/dev/null | jq -r '.[0].parked')
+    [ "$parked" = 1 ] && break
+    sleep 0.1
+  done
+  [ "$parked" = 1 ]
+  run_as "$RLA" run --pool p1 --rm built:1 cat /built
+  show_run
+  [ "$status" -eq 0 ]
+  [ "${lines[-1]}" = built-by-0 ]
+  run_as "$RLA" pool rm p1
+  [ "$status" -eq 0 ]
+}
+
+@test "rootless: agsx browser as the user: Chromium's DevTools answer (no default memory limit where limits are off)" {
+  command -v chromium >/dev/null || skip "chromium is not installed"
+  AX_TIMEOUT=120 run_as "$RLA" browser --json
+  show_run
+  [ "$status" -eq 0 ]
+  local http id
+  http=$(jq -r .http_url <<<"${lines[-1]}")
+  id=$(jq -r .id <<<"${lines[-1]}")
+  [[ $http == http://127.0.0.1:* ]]
+  run curl -s --max-time 10 "$http/json/version"
+  [[ $output == *'"Browser"'* ]]
+  # Limits are off here: an explicit --memory is refused, with the reason.
+  run_as "$RLA" browser --memory 1g
+  [ "$status" -eq 125 ]
+  [[ $output == *"limits (memory, cpus, pids) need a cgroup"* ]]
+  run_as "$RLA" kill "$id"
+  [ "$status" -eq 0 ]
+}
