@@ -619,6 +619,8 @@ void agsx_usernet_stop(void) {
   if (dir < 0)
     return;
   _cleanup_close_ int lock = agsx_lock_at(dir, ROUTER_LOCK, true, NULL);
+  if (lock < 0)
+    return;
   pid_t pid = 0;
   _cleanup_close_ int fd = router_open(dir, &pid);
   if (fd >= 0)
