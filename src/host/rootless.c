@@ -265,12 +265,7 @@ static _Noreturn void holder_main(int up, int down) {
     _exit(1);
   }
   holder_say(up, 0);
-  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (null >= 0) {
-    dup2(null, 0);
-    dup2(null, 1);
-    dup2(null, 2);
-  }
+  agsx_stdio_null();
   agsx_close_all_except(NULL, 0);
   if (chdir("/") < 0)
     _exit(1);

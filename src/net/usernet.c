@@ -273,9 +273,9 @@ static bool default_route(void) {
   return false;
 }
 
-/* Only what pasta needs, in every set but the bounding one: pasta's
- * opening of /proc/ROUTER/ns/net is a ptrace access check, which a target
- * with capabilities its caller lacks fails (pasta keeps these three). */
+/* Only what pasta needs (it keeps these three), in every set but the
+ * bounding one: the ambient set carries them over pasta's exec; the
+ * router keeps the same, CAP_SYS_ADMIN for removing its bind at its end. */
 static int keep_pasta_caps(void) {
   static const int keep[] = {CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_NET_BIND_SERVICE};
   struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
@@ -455,8 +455,6 @@ static _Noreturn void router_main(int up, int log, const char *pasta) {
     netns_unbind(nspath);
     _exit(1);
   }
-  /* Readable by pasta, which runs with the same ids (and fewer rights). */
-  prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
   if (write(go[1], "", 1) != 1) {
     router_say(up, errno, "start pasta");
     netns_unbind(nspath);
@@ -483,12 +481,7 @@ static _Noreturn void router_main(int up, int log, const char *pasta) {
     nanosleep(&t, NULL);
   }
   router_say(up, 0, NULL);
-  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (null >= 0) {
-    dup2(null, 0);
-    dup2(null, 1);
-    dup2(null, 2);
-  }
+  agsx_stdio_null();
   agsx_close_all_except(NULL, 0);
   if (chdir("/") < 0) {
   }

@@ -767,6 +767,16 @@ static void close_span(unsigned from, unsigned to) {
     close((int)fd);
 }
 
+void agsx_stdio_null(void) {
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null < 0)
+    return;
+  for (int fd = 0; fd <= 2; fd++)
+    dup2(null, fd);
+  if (null > 2)
+    close(null);
+}
+
 void agsx_close_all_except(const int *keep, size_t n) {
   int sorted[16];
   size_t k = 0;

@@ -208,6 +208,9 @@ int agsx_cloexec_from(int from);
  * (CVE-2024-21626). close_range(2); where it is missing, each fd up to the
  * RLIMIT_NOFILE limit (no /proc walk: /proc may be the sandbox's). */
 void agsx_close_all_except(const int *keep, size_t n);
+/* Points stdin, stdout and stderr at /dev/null (a daemon's, before it
+ * closes the rest); left as they are when /dev/null cannot be opened. */
+void agsx_stdio_null(void);
 
 /* A relative path is "clean" when it has no empty, "." or ".." component,
  * is not absolute, and stays within the given limits. */
