@@ -417,6 +417,14 @@ host_pid_of() { pgrep -xf -- "$1" | head -1; }
   [[ $output != *agsx* ]]
   run_as "$RLA" --json info
   [ "$(jq -r .rootless.usernet.running <<<"$output")" = true ]
+  # An address of the host that pasta did not copy into the router (a second
+  # one, added now): the router's own rules would not refuse it, the set of
+  # the host's addresses must (refreshed at the next start, as it changed).
+  outer ip addr add 198.18.5.1/32 dev lo
+  run outer python3 -c 'import urllib.request as u; print(u.urlopen("http://198.18.5.1:8081/", timeout=2).read().decode().strip())'
+  [ "$output" = host ]
+  run_nas "$RLA" run --rm --network public bb probe http 198.18.5.1 8081 1000
+  [ "$output" = "http 198.18.5.1:8081: timeout" ]
 
   # vpc: members reach each other, nothing else by default; an allowance
   # opens the world.
@@ -532,4 +540,25 @@ host_pid_of() { pgrep -xf -- "$1" | head -1; }
   [[ $output == *"limits (memory, cpus, pids) need a cgroup"* ]]
   run_as "$RLA" kill "$id"
   [ "$status" -eq 0 ]
+}
+
+@test "rootless: a public start where pasta cannot connect the router fails with pasta's reason, leaving nothing" {
+  command -v pasta >/dev/null || skip "pasta is not installed (apt-get install passt)"
+  # A network namespace of the test's with loopback only: no route for pasta.
+  local ns=agsxnoroute$$
+  ip netns add "$ns"
+  ip -n "$ns" link set lo up
+  AX_CMD="agsx (as $RLA, in a namespace without a route) run --network public"
+  run nsenter --net="/run/netns/$ns" -- runuser -u "$RLA" -- env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+    HOME="$(getent passwd "$RLA" | cut -d: -f6)" XDG_RUNTIME_DIR="$T/run-$RLA" \
+    XDG_DATA_HOME="$T/data-$RLA" XDG_CONFIG_HOME="$T/conf-$RLA" AGSX_PULL=never \
+    timeout 60 "$AGSX" run --rm --network public host true
+  ip netns del "$ns"
+  show_run
+  [ "$status" -eq 125 ]
+  [[ $output == *"network \`public\`: the user-mode network: pasta exited"* ]]
+  # No router (a zombie waits for init to reap it), record or sandbox is left.
+  [ -z "$(ps -u "$RLA" -o stat=,comm= | awk '$1 !~ /^Z/ && $2 == "agsx-usernet"')" ]
+  [ ! -e "$T/run-$RLA/agsx/usernet" ]
+  [ -z "$(ls "$T/run-$RLA/agsx" | grep -E '^[0-9a-f]{32}$' || true)" ]
 }
