@@ -76,7 +76,10 @@ static void print_json(struct agsx_ctx *ctx, const struct agsx_kernel *k, const 
     agsx_json_kv_int(g, "host_uid0", (int64_t)ri.host_uid0);
     agsx_json_kv_int(g, "host_gid0", (int64_t)ri.host_gid0);
     agsx_json_kv_bool(g, "one_id", ri.one_id);
-    agsx_json_kv_str(g, "ranges", "shared");
+    /* Ranges of a sandbox's own (sandbox/ranges.h); beyond them, the
+     * shared one. */
+    agsx_json_kv_str(g, "ranges", ri.ranges >= 2 ? "per-sandbox" : "shared");
+    agsx_json_kv_int(g, "own_ranges", ri.ranges >= 2 ? (int64_t)ri.ranges - 1 : 0);
     _cleanup_free_ char *pasta = agsx_usernet_pasta();
     agsx_json_key(g, "usernet");
     yajl_gen_map_open(g);
@@ -130,12 +133,21 @@ static void print_text(struct agsx_ctx *ctx, const struct agsx_kernel *k, const 
     printf("  ids: a sandbox has one id, 0, which is the user itself: the user has no subordinate\n"
            "       ids (as root: usermod --add-subuids 100000-165535 --add-subgids 100000-165535 "
            "USER)\n");
-  else
+  else if (ri.ranges < 2)
     printf("  ids: a sandbox's ids 0-%lu are the host's %lu-%lu (uids, /etc/subuid) and %lu-%lu\n"
            "       (gids, /etc/subgid); the user's sandboxes share this one range, so one\n"
-           "       sandbox's root is the same host id as another's\n",
+           "       sandbox's root is the same host id as another's (a range of its own per\n"
+           "       sandbox needs 131072 subordinate ids or more)\n",
            ri.ids - 1, ri.host_uid0, ri.host_uid0 + ri.ids - 1, ri.host_gid0,
            ri.host_gid0 + ri.ids - 1);
+  else
+    printf("  ids: %lu ranges of 65536 from the host's uid %lu and gid %lu (/etc/subuid,\n"
+           "       /etc/subgid): each sandbox gets one of its own while one is free (ranges\n"
+           "       1-%lu), and sees the image's layers through copies owned by its range\n"
+           "       (STORE/ranges/N, made at its first start there); a sandbox that mounts a\n"
+           "       named volume, and any sandbox while all are taken, shares range 0, the\n"
+           "       layers' own\n",
+           ri.ranges, ri.host_uid0, ri.host_gid0, ri.ranges - 1);
   if (agsx_cgroup_limits_off())
     printf("  limits: off (see cgroup above): --memory, --cpus, --pids and pause are refused\n");
   else

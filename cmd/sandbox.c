@@ -574,6 +574,7 @@ int agsx_cmd_update(struct agsx_ctx *ctx, const struct agsx_command *cmd, int ar
 /* ---- gc ---------------------------------------------------------------------------------- */
 
 #include "image/store.h"
+#include "sandbox/ranges.h"
 
 #include <sys/stat.h>
 
@@ -624,6 +625,8 @@ int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
      * copies a killed agsx left (sandbox/snapshot.h); before the records
      * go, which tell the layers ended sandboxes used. */
     agsx_snapshot_layers_gc(statefd, dry_run, gc_report, &o);
+    /* An ordinary user's range copies of them (sandbox/ranges.h). */
+    agsx_range_gc(ctx->state, dry_run, gc_report, &o);
     /* Pools: entries of dead supervisors, what a crashed create or rm left. */
     agsx_pool_gc(ctx->state, dry_run, gc_report, &o);
     agsx_state_gc_records(statefd, v, n, dry_run, gc_report, &o);
@@ -644,6 +647,7 @@ int agsx_cmd_gc(struct agsx_ctx *ctx, const struct agsx_command *cmd, int argc, 
       rc = agsx_fail(&err);
     if (images && agsx_store_gc(s, digests, dry_run, gc_report, &o, &err) < 0)
       rc = agsx_fail(&err);
+    agsx_range_gc(ctx->root, dry_run, gc_report, &o);
   } else {
     agsx_error_free(&err);
   }

@@ -27,19 +27,25 @@
 
 #define SUBUID_FILE "/etc/subuid"
 #define SUBGID_FILE "/etc/subgid"
-#define WANT_IDS 65536UL
+/* A sandbox's ids; the user's namespace maps up to RANGES_MAX of them. */
+#define RANGE_IDS 65536UL
+#define RANGES_MAX 64UL
 #define HOLDER_FILE "userns"
 #define HOLDER_LOCK "userns.lock"
 /* Set for our re-exec in the user's namespace (agsx_rootless_wanted). */
 #define REEXEC_MARK "AGSX_ROOTLESS_NS"
 
 static bool rootless_on;
-static unsigned long rootless_ids = WANT_IDS;
+/* How many ids from 0 the user's namespace maps onto subordinate ids. */
+static unsigned long rootless_span = RANGE_IDS;
 static char *rootless_state;
 
 bool agsx_rootless(void) { return rootless_on; }
 const char *agsx_rootless_state(void) { return rootless_state; }
-unsigned long agsx_rootless_ids(void) { return rootless_ids; }
+unsigned long agsx_rootless_ids(void) {
+  return rootless_span < RANGE_IDS ? rootless_span : RANGE_IDS;
+}
+unsigned long agsx_rootless_ranges(void) { return rootless_span / RANGE_IDS; }
 
 /* ---- /etc/subuid ---------------------------------------------------------------------- */
 
@@ -76,7 +82,7 @@ void agsx_subid_find(const char *text, size_t len, const char *user, unsigned lo
       size_t nlen = (size_t)(c1 - l);
       bool mine = (user && strlen(user) == nlen && memcmp(l, user, nlen) == 0) ||
                   (strlen(num) == nlen && memcmp(l, num, nlen) == 0);
-      if (mine && ret->count < WANT_IDS && count > ret->count)
+      if (mine && count > ret->count)
         *ret = (struct agsx_subid){start, count};
     }
     l = le + 1;
@@ -218,9 +224,13 @@ static int write_maps(pid_t pid, const struct agsx_subid *su, const struct agsx_
     snprintf(line, sizeof(line), "0 %u 1\n", (unsigned)gid);
     return write_self_map(pid, "gid_map", line, err);
   }
-  unsigned long nu = su->count < WANT_IDS ? su->count : WANT_IDS;
-  unsigned long ng = sg->count < WANT_IDS ? sg->count : WANT_IDS;
-  unsigned long n = nu < ng ? nu : ng;
+  unsigned long n = su->count < sg->count ? su->count : sg->count;
+  if (n > RANGE_IDS * RANGES_MAX)
+    n = RANGE_IDS * RANGES_MAX;
+  /* Whole ranges of a sandbox's size (sandbox/userns.h), when there is
+   * more than one. */
+  if (n > RANGE_IDS)
+    n -= n % RANGE_IDS;
   char spid[16], sbase[16], sn[16], sown[16];
   snprintf(spid, sizeof(spid), "%d", (int)pid);
   snprintf(sn, sizeof(sn), "%lu", n);
@@ -536,8 +546,8 @@ int agsx_rootless_enter(const char *state, agsx_error_t *err) {
     rootless_on = true;
     free(rootless_state);
     rootless_state = xstrdup(state);
-    rootless_ids = u.count0 < g.count0 ? u.count0 : g.count0;
-    if (rootless_ids == 0)
+    rootless_span = u.count0 < g.count0 ? u.count0 : g.count0;
+    if (rootless_span == 0)
       return agsx_error_set(err, EINVAL, "the user's namespace maps no id 0");
     if (ambient_caps(true) < 0)
       return agsx_error_set(err, errno, "drop the ambient capabilities");
@@ -553,14 +563,15 @@ int agsx_rootless_enter(const char *state, agsx_error_t *err) {
  * an unprivileged gid_map needs setgroups denied first (write_maps). Known
  * from what the process was told, not from a file: a sandbox's processes
  * ask too. */
-bool agsx_setgroups_denied(void) { return rootless_on && rootless_ids == 1; }
+bool agsx_setgroups_denied(void) { return rootless_on && rootless_span == 1; }
 
 void agsx_rootless_describe(struct agsx_rootless_info *ret) {
-  *ret = (struct agsx_rootless_info){.active = rootless_on, .ids = rootless_ids};
+  *ret = (struct agsx_rootless_info){
+      .active = rootless_on, .ids = agsx_rootless_ids(), .ranges = agsx_rootless_ranges()};
   if (!rootless_on)
     return;
   /* The user is id N of its namespace, or 0 in the one-id namespace. */
-  unsigned long at = rootless_ids == 1 ? 0 : rootless_ids;
+  unsigned long at = rootless_span == 1 ? 0 : rootless_span;
   struct id_map u, g;
   map_read("/proc/self/uid_map", at, &u);
   map_read("/proc/self/gid_map", at, &g);
@@ -568,5 +579,5 @@ void agsx_rootless_describe(struct agsx_rootless_info *ret) {
   ret->uid = u.out_at;
   ret->host_gid0 = g.out0;
   ret->gid = g.out_at;
-  ret->one_id = rootless_ids == 1 && ret->host_uid0 == ret->uid;
+  ret->one_id = rootless_span == 1 && ret->host_uid0 == ret->uid;
 }

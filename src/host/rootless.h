@@ -10,7 +10,8 @@
  *     namespace ids 0 … N-1  →  the user's subordinate ids S … S+N-1
  *     namespace id  N        →  the user's own uid (and gid)
  *
- * (N = 65536, or fewer when the user has fewer.) agsx joins it with
+ * (N = 65536, or fewer when the user has fewer; when the user has more, N
+ * is as many whole ranges of 65536 as the user has, up to 64.) agsx joins it with
  * setns(2), which gives it every capability there while it keeps the
  * user's own ids (so what it creates stays the user's): it creates the
  * namespaces, mounts and network namespaces of sandboxes as it does as
@@ -19,9 +20,11 @@
  * root is the user's first subordinate id on the host, never the user; the
  * user's own files are reachable by agsx (id N) and are "nobody"'s inside
  * a sandbox. Image layers are unpacked with their own ids, which are then
- * the user's subordinate ids on disk: no idmapped mount is needed (an
- * unprivileged user may not idmap a host filesystem), and every sandbox of
- * the user shares the one range.
+ * the user's first subordinate ids on disk (range 0): no idmapped mount is
+ * needed (an unprivileged user may not idmap a host filesystem). With one
+ * range every sandbox of the user shares it; with more, each sandbox gets
+ * a range of its own while one is free, and sees the layers through copies
+ * shifted to its range (sandbox/ranges.h).
  *
  * A user with no subordinate ids gets a one-id namespace (0 → the user):
  * simple commands run as the user, and what needs other ids fails naming
@@ -38,10 +41,10 @@ struct agsx_subid {
   unsigned long start, count; /* count 0: none */
 };
 
-/* The first range of USER (by name, or by the number UID) in TEXT, the
+/* The largest range of USER (by name, or by the number UID) in TEXT, the
  * contents of /etc/subuid or /etc/subgid ("NAME:START:COUNT" lines; '#'
- * comments, malformed lines skipped). The first range of at least 65536
- * ids wins; else the largest. *RET's count is 0 when the user has none. */
+ * comments, malformed lines skipped), the first of equals. *RET's count is
+ * 0 when the user has none. */
 void agsx_subid_find(const char *text, size_t len, const char *user, unsigned long uid,
                      struct agsx_subid *ret);
 
@@ -53,6 +56,10 @@ bool agsx_rootless(void);
 const char *agsx_rootless_state(void);
 /* How many ids a sandbox gets in rootless mode (65536, fewer, or 1). */
 unsigned long agsx_rootless_ids(void);
+/* How many whole ranges of 65536 ids the user's namespace maps (0 when
+ * it maps fewer): range 0 is the layers' and the shared one, 1 … n-1 are
+ * per-sandbox ranges (sandbox/ranges.h). */
+unsigned long agsx_rootless_ranges(void);
 
 /* An ordinary user's default paths: the store ($XDG_DATA_HOME/agsx, else
  * ~/.local/share/agsx), the state ($XDG_RUNTIME_DIR/agsx) and the
@@ -82,6 +89,7 @@ struct agsx_rootless_info {
   bool active;
   unsigned long uid, gid;  /* the user, on the host */
   unsigned long ids;       /* ids a sandbox gets: 0 … ids-1 */
+  unsigned long ranges;    /* whole ranges mapped (agsx_rootless_ranges) */
   unsigned long host_uid0; /* the host uid of a sandbox's uid 0 */
   unsigned long host_gid0;
   bool one_id; /* no subordinate ids: a sandbox's 0 is the user */

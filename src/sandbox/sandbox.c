@@ -10,6 +10,7 @@
 #include "sandbox/sandbox-internal.h"
 #include "sandbox/freeze.h"
 #include "sandbox/proc.h"
+#include "sandbox/ranges.h"
 #include "sandbox/snapshot.h"
 
 #include <fcntl.h>
@@ -280,7 +281,7 @@ static int send_go(struct agsx_sandbox *sb, const struct agsx_sandbox_config *cf
   size_t n = 0;
   int r = 0;
   for (size_t i = 0; r == 0 && i < cfg->n_layers; i++)
-    if ((fds[n] = idmapped_layer(cfg->layers[i], userns, !agsx_rootless(), err)) < 0)
+    if ((fds[n] = idmapped_layer(sb->layers[i], userns, !agsx_rootless(), err)) < 0)
       r = -1;
     else
       n++;
@@ -351,6 +352,21 @@ int agsx_sandbox_default_pids(uint64_t *ret, agsx_error_t *err) {
   return 0;
 }
 
+/* The sandbox's id range, and its layers as seen from it (sandbox/ranges.h).
+ * An ordinary user's named volumes hold the shared range's ids (see
+ * bind_source): a sandbox that mounts one shares that range. */
+static int reserve_ids(struct agsx_sandbox *sb, const struct agsx_sandbox_config *cfg,
+                       agsx_error_t *err) {
+  bool shared = false;
+  for (size_t i = 0; agsx_rootless() && i < cfg->n_binds; i++)
+    shared |= cfg->binds[i].idmap;
+  int r = shared ? agsx_userns_reserve_shared(&sb->ids)
+                 : agsx_userns_reserve(sb->statefd, &sb->ids, err);
+  if (r < 0)
+    return -1;
+  return agsx_range_layers(&sb->ids, cfg->layers, cfg->n_layers, &sb->layers, err);
+}
+
 int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbox **ret,
                        agsx_error_t *err) {
   struct agsx_sandbox *sb = xzalloc(sizeof(*sb));
@@ -362,7 +378,7 @@ int agsx_sandbox_start(const struct agsx_sandbox_config *cfg, struct agsx_sandbo
   *ret = sb;
   int64_t t0 = agsx_mono_ns();
   if (agsx_sandbox_kernel_check(cfg->state_dir, err) < 0 || make_state_dir(sb, cfg, err) < 0 ||
-      agsx_userns_reserve(sb->statefd, &sb->ids, err) < 0)
+      reserve_ids(sb, cfg, err) < 0)
     return -1;
   phase(sb, "state+ids", &t0);
   if (agsx_cgroup_create(sb->id, &cfg->limits, &sb->cg, err) < 0)
@@ -622,6 +638,7 @@ void agsx_sandbox_free(struct agsx_sandbox *sb) {
   agsx_closep(&sb->upperfd);
   agsx_closep(&sb->tmpfsfd);
   agsx_userns_release(&sb->ids);
+  agsx_strv_free(sb->layers);
   agsx_cgroup_free(sb->cg);
   free(sb);
 }

@@ -137,6 +137,9 @@ struct agsx_sandbox {
   int dirfd;   /* STATE/<id> */
   struct agsx_cgroup *cg;
   struct agsx_idrange ids;
+  /* The lower layers as mounted: cfg's, or an ordinary user's range's
+   * copies of them (sandbox/ranges.h). */
+  char **layers;
   struct agsx_timing timing;
   int64_t child_ns[6];
   int64_t release_ns; /* destroy: the mount namespace's release (--timing) */

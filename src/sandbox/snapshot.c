@@ -13,7 +13,9 @@
 #include "util/json.h"
 
 #include <ctype.h>
+#include <endian.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/magic.h>
 #include <linux/openat2.h>
 #include <string.h>
@@ -27,6 +29,8 @@
 #include <time.h>
 
 #define DEPTH_MAX 256
+#define OVERFLOW_ID 65534u
+#define XATTR_NAME_CAPS "security.capability"
 #define XATTR_LIST_MAX_ 65536
 #define XATTR_VALUE_MAX 65536
 #define COPY_BUF (1 << 20)
@@ -72,6 +76,10 @@ struct link {
 
 struct copy {
   uint32_t base;
+  /* Copying a lower layer into a range (agsx_layer_copy_to_range): ids
+   * shifted up by BASE, file capabilities kept, no file left out. Else
+   * a sandbox's upper directory into a layer: ids shifted down. */
+  bool to_range;
   int dstroot;
   /* The sandbox whose freeze the copy relies on (see copy_check). */
   int statefd;
@@ -84,8 +92,10 @@ struct copy {
   char *buf;
 };
 
-static uid_t shift(uid_t id, uint32_t base) {
-  return id >= base && id - base < AGSX_UID_RANGE ? id - base : 0;
+static uid_t shift(const struct copy *c, uid_t id) {
+  if (c->to_range)
+    return (id < AGSX_UID_RANGE ? id : OVERFLOW_ID) + c->base;
+  return id >= c->base && id - c->base < AGSX_UID_RANGE ? id - c->base : 0;
 }
 
 static bool stayed_frozen(int statefd, const char *id);
@@ -153,12 +163,37 @@ static int copy_xattrs(int src, int dst, const char *path, agsx_error_t *err) {
 
 /* Owner, mode and times of DST from ST (after the content: a chown clears
  * set-id bits, a write the times). */
-static int copy_attrs(int dst, const struct stat *st, uint32_t base, const char *path,
+static int copy_attrs(const struct copy *c, int dst, const struct stat *st, const char *path,
                       agsx_error_t *err) {
   struct timespec ts[2] = {st->st_atim, st->st_mtim};
-  if (fchown(dst, shift(st->st_uid, base), shift(st->st_gid, base)) < 0 ||
+  if (fchown(dst, shift(c, st->st_uid), shift(c, st->st_gid)) < 0 ||
       fchmod(dst, st->st_mode & 07777) < 0 || futimens(dst, ts) < 0)
     return agsx_error_set(err, errno, "set the attributes of `%s`", path);
+  return 0;
+}
+
+/* SRC's file capabilities on DST (after its chown, which clears them),
+ * owned by the range's root: as read here, in the user's namespace,
+ * version 2 (owned by its root, range 0's) or 3 with a root of ours; the
+ * kernel takes a version 3 root as an id of the writer's namespace. */
+static int copy_fcaps(const struct copy *c, int src, int dst, const char *path, agsx_error_t *err) {
+  struct vfs_ns_cap_data cap = {0};
+  ssize_t n = fgetxattr(src, XATTR_NAME_CAPS, &cap, sizeof(cap));
+  if (n < 0)
+    return errno == ENODATA || errno == ENOTSUP || errno == EOVERFLOW
+               ? 0
+               : agsx_error_set(err, errno, "read the capabilities of `%s`", path);
+  uint32_t magic = le32toh(cap.magic_etc), root = 0;
+  if ((magic & VFS_CAP_REVISION_MASK) == VFS_CAP_REVISION_3 && n == XATTR_CAPS_SZ_3)
+    root = le32toh(cap.rootid);
+  else if ((magic & VFS_CAP_REVISION_MASK) != VFS_CAP_REVISION_2 || n != XATTR_CAPS_SZ_2)
+    return 0; /* none the kernel would honour */
+  if (root >= AGSX_UID_RANGE)
+    return 0; /* not a root of a sandbox's range: nobody's */
+  cap.magic_etc = htole32(VFS_CAP_REVISION_3 | (magic & VFS_CAP_FLAGS_EFFECTIVE));
+  cap.rootid = htole32(root + c->base);
+  if (fsetxattr(dst, XATTR_NAME_CAPS, &cap, XATTR_CAPS_SZ_3, 0) < 0)
+    return agsx_error_set(err, errno, "set the capabilities of `%s`", path);
   return 0;
 }
 
@@ -259,7 +294,9 @@ static int copy_file(struct copy *c, int srcdir, int dstdir, const char *name,
     return -1;
   if ((uint64_t)now.st_size > c->bytes - before)
     c->holes += (uint64_t)now.st_size - (c->bytes - before);
-  return copy_attrs(dst, &now, c->base, path, err);
+  if (copy_attrs(c, dst, &now, path, err) < 0)
+    return -1;
+  return c->to_range ? copy_fcaps(c, src, dst, path, err) : 0;
 }
 
 static int copy_symlink(struct copy *c, int srcdir, int dstdir, const char *name,
@@ -271,8 +308,7 @@ static int copy_symlink(struct copy *c, int srcdir, int dstdir, const char *name
   target[n] = '\0';
   struct timespec ts[2] = {st->st_atim, st->st_mtim};
   if (symlinkat(target, dstdir, name) < 0 ||
-      fchownat(dstdir, name, shift(st->st_uid, c->base), shift(st->st_gid, c->base),
-               AT_SYMLINK_NOFOLLOW) < 0 ||
+      fchownat(dstdir, name, shift(c, st->st_uid), shift(c, st->st_gid), AT_SYMLINK_NOFOLLOW) < 0 ||
       utimensat(dstdir, name, ts, AT_SYMLINK_NOFOLLOW) < 0)
     return agsx_error_set(err, errno, "symlink `%s`", path);
   return 0;
@@ -286,8 +322,7 @@ static int copy_special(struct copy *c, int dstdir, const char *name, const stru
   if (!whiteout && !S_ISFIFO(st->st_mode))
     return 0;
   if (mknodat(dstdir, name, whiteout ? S_IFCHR : S_IFIFO | 0600, 0) < 0 ||
-      fchownat(dstdir, name, shift(st->st_uid, c->base), shift(st->st_gid, c->base),
-               AT_SYMLINK_NOFOLLOW) < 0 ||
+      fchownat(dstdir, name, shift(c, st->st_uid), shift(c, st->st_gid), AT_SYMLINK_NOFOLLOW) < 0 ||
       (!whiteout && fchmodat(dstdir, name, st->st_mode & 07777, 0) < 0))
     return agsx_error_set(err, errno, "create `%s`", path);
   return 0;
@@ -311,7 +346,7 @@ static int copy_subdir(struct copy *c, int srcdir, int dstdir, const char *name,
     return agsx_error_set(err, errno, "open `%s`", path);
   if (copy_xattrs(s, d, path, err) < 0 || copy_tree(c, s, d, path, depth + 1, err) < 0)
     return -1;
-  return copy_attrs(d, &st, c->base, path, err);
+  return copy_attrs(c, d, &st, path, err);
 }
 
 static int copy_tree(struct copy *c, int src, int dst, const char *prefix, int depth,
@@ -326,7 +361,7 @@ static int copy_tree(struct copy *c, int src, int dst, const char *prefix, int d
     if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
       continue;
     _cleanup_free_ char *path = *prefix ? xasprintf("%s/%s", prefix, name) : xstrdup(name);
-    if (agsx_made(path))
+    if (!c->to_range && agsx_made(path))
       continue;
     if (copy_check(c, err) < 0)
       return -1;
@@ -380,7 +415,7 @@ static int copy_upper(int statefd, int upper, uint32_t base, const char *lid, st
   if (r == 0)
     r = copy_tree(c, upper, c->dstroot, "", 0, err);
   if (r == 0 && (r = copy_xattrs(upper, c->dstroot, "/", err)) == 0)
-    r = copy_attrs(c->dstroot, &st, base, "/", err);
+    r = copy_attrs(c, c->dstroot, &st, "/", err);
   free(c->buf);
   c->buf = NULL;
   for (size_t i = 0; i < c->n_links; i++)
@@ -393,6 +428,25 @@ static int copy_upper(int statefd, int upper, uint32_t base, const char *lid, st
     _cleanup_error_ agsx_error_t e = NULL;
     agsx_rm_rf_at(layers, tmp, &e);
   }
+  return r;
+}
+
+int agsx_layer_copy_to_range(int src, int dst, uint32_t base, uint64_t *ret_bytes,
+                             agsx_error_t *err) {
+  struct copy c = {.base = base, .to_range = true, .dstroot = dst, .statefd = -1};
+  struct stat st;
+  int r = fstat(src, &st) < 0 ? agsx_error_set(err, errno, "the layer") : 0;
+  c.buf = xmalloc(COPY_BUF);
+  if (r == 0)
+    r = copy_tree(&c, src, dst, "", 0, err);
+  if (r == 0 && (r = copy_xattrs(src, dst, "/", err)) == 0)
+    r = copy_attrs(&c, dst, &st, "/", err);
+  free(c.buf);
+  for (size_t i = 0; i < c.n_links; i++)
+    free(c.links[i].path);
+  free(c.links);
+  if (ret_bytes)
+    *ret_bytes = c.bytes;
   return r;
 }
 

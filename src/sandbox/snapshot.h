@@ -139,6 +139,14 @@ void agsx_forks_free(struct agsx_fork *v, size_t n);
  * which writes files whole: AGSX_COMMIT_HOLES_MAX). */
 uint64_t agsx_snapshot_layers_holes(int statefd, char *const *lids);
 
+/* Copies the lower layer directory SRC into the empty directory DST for
+ * a sandbox whose ids start at BASE (sandbox/ranges.h): every file, owned
+ * by its id + BASE (ids past 65535 become nobody's), file capabilities
+ * owned by the range's root, overlay's whiteouts and opaque marks kept.
+ * RET_BYTES: the bytes copied. On failure DST holds a partial tree. */
+int agsx_layer_copy_to_range(int src, int dst, uint32_t base, uint64_t *ret_bytes,
+                             agsx_error_t *err);
+
 /* Removes layer directories (and interrupted copies) that no running
  * sandbox's record or snapshot names, older than the gc grace
  * (agsx_state_gc_min_age); REPORT names each. */

@@ -80,7 +80,10 @@ static int rewrite_leases(int fd, const char *drop, const char *add) {
   return 0;
 }
 
-static int try_slot(int slotsfd, unsigned slot, struct agsx_idrange *ret, agsx_error_t *err) {
+/* Takes SLOT if free: 1; 0 if taken. Its range starts at BASE0 + slot *
+ * 65536. */
+static int try_slot(int slotsfd, unsigned slot, uid_t base0, struct agsx_idrange *ret,
+                    agsx_error_t *err) {
   char name[16];
   snprintf(name, sizeof(name), "%u", slot);
   _cleanup_close_ int fd = openat(slotsfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -94,23 +97,56 @@ static int try_slot(int slotsfd, unsigned slot, struct agsx_idrange *ret, agsx_e
   if (lease_is_live(fd))
     return 0;
   ret->slot = slot;
-  ret->base = AGSX_UID_BASE + slot * AGSX_UID_RANGE;
+  ret->base = base0 + slot * AGSX_UID_RANGE;
   ret->lockfd = steal_fd(&fd);
   return 1;
 }
 
-/* An ordinary user's sandboxes share the one range of the user's
- * namespace, its ids from 0 (the user's subordinate ids; host/rootless.h):
- * their layers are unpacked with those ids, and no idmapped mount of a host
- * filesystem is allowed to an unprivileged user. */
-static int rootless_range(struct agsx_idrange *ret) {
+/* An ordinary user's shared range: ids 0 … 65535 of the user's namespace
+ * (its first subordinate ids; host/rootless.h), those of its layers on
+ * disk. Held by no lock: every sandbox may share it. */
+int agsx_userns_reserve_shared(struct agsx_idrange *ret) {
   *ret = (struct agsx_idrange){.slot = 0, .base = 0, .lockfd = -1};
+  return 0;
+}
+
+int agsx_userns_open_user_slots(agsx_error_t *err) {
+  const char *state = agsx_rootless_state();
+  if (state == NULL)
+    return agsx_error_set(err, EINVAL, "not an ordinary user's agsx");
+  _cleanup_free_ char *dir = xasprintf("%s/" AGSX_USER_SLOTS_DIR, state);
+  if (agsx_mkdir_p(dir, 0700, err) < 0)
+    return agsx_error_wrap(err, "uid range locks");
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "open `%s`", dir);
+  return fd;
+}
+
+/* An ordinary user's sandbox: a range of its own, the lowest free one
+ * (so that few ranges need copies of the layers: sandbox/ranges.h), when
+ * the user's namespace has more than one; else, or when all are taken,
+ * the shared range. */
+static int rootless_reserve(struct agsx_idrange *ret, agsx_error_t *err) {
+  agsx_userns_reserve_shared(ret);
+  unsigned long n = agsx_rootless_ranges();
+  if (n < 2)
+    return 0;
+  _cleanup_close_ int slots = agsx_userns_open_user_slots(err);
+  if (slots < 0)
+    return -1;
+  for (unsigned slot = 1; slot < n; slot++) {
+    int r = try_slot(slots, slot, 0, ret, err);
+    if (r != 0)
+      return r < 0 ? -1 : 0;
+  }
+  agsx_userns_reserve_shared(ret);
   return 0;
 }
 
 int agsx_userns_reserve(int statefd, struct agsx_idrange *ret, agsx_error_t *err) {
   if (agsx_rootless())
-    return rootless_range(ret);
+    return rootless_reserve(ret, err);
   _cleanup_close_ int slots = open_slots(statefd, err);
   if (slots < 0)
     return -1;
@@ -118,24 +154,11 @@ int agsx_userns_reserve(int statefd, struct agsx_idrange *ret, agsx_error_t *err
    * slot 0 would open and try the lock of every busy slot first. */
   unsigned start = (unsigned)(((uint64_t)agsx_now_ns() / 1000) % AGSX_UID_SLOTS);
   for (unsigned i = 0; i < AGSX_UID_SLOTS; i++) {
-    int r = try_slot(slots, (start + i) % AGSX_UID_SLOTS, ret, err);
+    int r = try_slot(slots, (start + i) % AGSX_UID_SLOTS, AGSX_UID_BASE, ret, err);
     if (r != 0)
       return r < 0 ? -1 : 0;
   }
   return agsx_error_set(err, EAGAIN, "all %u uid ranges are in use", AGSX_UID_SLOTS);
-}
-
-int agsx_userns_reserve_slot(int statefd, unsigned slot, struct agsx_idrange *ret,
-                             agsx_error_t *err) {
-  if (agsx_rootless())
-    return rootless_range(ret);
-  _cleanup_close_ int slots = open_slots(statefd, err);
-  if (slots < 0)
-    return -1;
-  int r = try_slot(slots, slot, ret, err);
-  if (r == 0)
-    return agsx_error_set(err, EBUSY, "uid range %u is in use", slot);
-  return r < 0 ? -1 : 0;
 }
 
 void agsx_userns_release(struct agsx_idrange *r) { agsx_closep(&r->lockfd); }

@@ -23,11 +23,17 @@ struct agsx_idrange {
   int lockfd; /* held for the sandbox's life */
 };
 
-/* Takes the first free slot under STATEDIR/slots. */
+/* Takes a free slot: as root, any of AGSX_SLOTS_DIR's. */
 int agsx_userns_reserve(int statefd, struct agsx_idrange *ret, agsx_error_t *err);
-/* Takes a given slot (for a supervisor re-taking its own); EBUSY if held. */
-int agsx_userns_reserve_slot(int statefd, unsigned slot, struct agsx_idrange *ret,
-                             agsx_error_t *err);
+/* An ordinary user's agsx (host/rootless.h) takes, for a sandbox, the
+ * lowest free range of the user's namespace but range 0, whose flock is
+ * STATE/uid-ranges/<slot> (STATE: the user's, agsx_rootless_state), at
+ * base slot * 65536 of the user's namespace; when the user's namespace
+ * has one range, or all are taken, the shared range 0 (no lock). */
+#define AGSX_USER_SLOTS_DIR "uid-ranges"
+int agsx_userns_reserve_shared(struct agsx_idrange *ret);
+/* The user's slot locks directory (made when missing). */
+int agsx_userns_open_user_slots(agsx_error_t *err);
 void agsx_userns_release(struct agsx_idrange *r);
 /* OCI containers outlive the process that reserved their range (the
  * engine, not an agsx supervisor, is their init's parent): the holder

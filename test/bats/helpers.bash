@@ -800,15 +800,16 @@ free_subid_base() {
     /etc/subuid /etc/subgid 2>/dev/null
 }
 
-# rootless_user_add NAME [BASE]: a user with 65536 subordinate uids and gids
-# from BASE, or none when BASE is not given (useradd's own lines replaced).
+# rootless_user_add NAME [BASE [COUNT]]: a user with COUNT (65536)
+# subordinate uids and gids from BASE, or none when BASE is not given
+# (useradd's own lines replaced).
 rootless_user_add() {
   touch /etc/subuid /etc/subgid
   useradd -m -s /bin/sh "$1"
   sed -i "/^$1:/d" /etc/subuid /etc/subgid
   if [ -n "${2:-}" ]; then
-    echo "$1:$2:65536" >>/etc/subuid
-    echo "$1:$2:65536" >>/etc/subgid
+    echo "$1:$2:${3:-65536}" >>/etc/subuid
+    echo "$1:$2:${3:-65536}" >>/etc/subgid
   fi
 }
 

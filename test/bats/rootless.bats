@@ -5,9 +5,10 @@
 # namespace alive with a holder process, maps it with Debian's setuid
 # newuidmap/newgidmap from /etc/subuid, and runs the sandboxes in it.
 #
-# Three users are made for the file (and removed with everything they
+# Four users are made for the file (and removed with everything they
 # left): A and B with 65536 subordinate ids each, in ranges no other line
-# of /etc/subuid uses, and C with none (the one-id namespace).
+# of /etc/subuid uses, C with none (the one-id namespace), and D with four
+# ranges of 65536 (a range of its own per sandbox: src/sandbox/ranges.h).
 #
 # These users have no systemd user manager (test/guest/rootless-systemd.bats
 # has one): limits and pause are refused with the reason. Public and vpc
@@ -22,13 +23,14 @@ setup_file() {
   command -v newuidmap >/dev/null || { FILE_SKIP="newuidmap is not installed (apt-get install uidmap)"; return 0; }
   command -v runuser >/dev/null || { FILE_SKIP="runuser is missing (util-linux)"; return 0; }
   busybox_setup_file
-  export RLA=agsxrla$$ RLB=agsxrlb$$ RLC=agsxrlc$$
+  export RLA=agsxrla$$ RLB=agsxrlb$$ RLC=agsxrlc$$ RLD=agsxrld$$
   local base
   base=$(free_subid_base)
-  export RLA_BASE=$base RLB_BASE=$((base + 65536))
+  export RLA_BASE=$base RLB_BASE=$((base + 65536)) RLD_BASE=$((base + 131072))
   rootless_user_add "$RLA" "$RLA_BASE"
   rootless_user_add "$RLB" "$RLB_BASE"
   rootless_user_add "$RLC"
+  rootless_user_add "$RLD" "$RLD_BASE" 262144
   # agsx and the busybox image must be reachable by the users.
   if ! runuser -u "$RLA" -- test -x "$AGSX"; then
     FILE_SKIP="$AGSX cannot be executed by an ordinary user (a directory on its path is not searchable)"
@@ -49,7 +51,7 @@ setup_file() {
 # (sandboxes) is killed, then the users and their lines go.
 teardown_file() {
   [ -n "${RLA:-}" ] || return 0
-  rootless_users_remove "$RLA" "$RLB" "$RLC"
+  rootless_users_remove "$RLA" "$RLB" "$RLC" "$RLD"
   rm -rf "${RLBB:-/nonexistent}"
 }
 
@@ -58,7 +60,7 @@ setup() {
   common_setup
   chmod 0711 "$T"
   local u
-  for u in "$RLA" "$RLB" "$RLC"; do
+  for u in "$RLA" "$RLB" "$RLC" "$RLD"; do
     install -d -m 0700 -o "$u" -g "$u" "$T/run-$u" "$T/data-$u" "$T/conf-$u"
   done
 }
@@ -67,11 +69,11 @@ teardown() {
   [ -z "${FILE_SKIP:-}" ] || return 0
   local u rc=0 left
   # The users' sandboxes end with kill --all; what is left is a leak.
-  for u in "$RLA" "$RLB" "$RLC"; do
+  for u in "$RLA" "$RLB" "$RLC" "$RLD"; do
     agsx_as "$u" kill --all >/dev/null 2>&1 || true
     agsx_as "$u" gc >/dev/null 2>&1 || true
   done
-  for u in "$RLA" "$RLB"; do
+  for u in "$RLA" "$RLB" "$RLD"; do
     left=$(pgrep -u "$(subid_of "$u")" -a 2>/dev/null || true)
     if [ -n "$left" ]; then
       echo "# sandbox processes of $u left: $left" >&3
@@ -79,7 +81,7 @@ teardown() {
     fi
   done
   # The holders (and routers) go with the test (they would outlive it).
-  rootless_users_kill "$RLA" "$RLB" "$RLC"
+  rootless_users_kill "$RLA" "$RLB" "$RLC" "$RLD"
   if [ -s "$T/nw/outer.pid" ]; then
     assert_user_networld_clean || rc=1
     "$FIXTURES/networld" stop "$T/nw"
@@ -88,7 +90,14 @@ teardown() {
   return $rc
 }
 
-subid_of() { [ "$1" = "$RLA" ] && echo "$RLA_BASE" || echo "$RLB_BASE"; }
+# subid_of USER: the host ids of USER's ranges, comma-separated (pgrep -u).
+subid_of() {
+  case $1 in
+  "$RLA") echo "$RLA_BASE" ;;
+  "$RLB") echo "$RLB_BASE" ;;
+  *) echo "$RLD_BASE,$((RLD_BASE + 65536)),$((RLD_BASE + 131072)),$((RLD_BASE + 196608))" ;;
+  esac
+}
 
 # agsx_as USER ARGS: agsx as USER (a login's environment: HOME, PATH, its
 # runtime directory), under timeout.
@@ -561,4 +570,130 @@ host_pid_of() { pgrep -xf -- "$1" | head -1; }
   [ -z "$(ps -u "$RLA" -o stat=,comm= | awk '$1 !~ /^Z/ && $2 == "agsx-usernet"')" ]
   [ ! -e "$T/run-$RLA/agsx/usernet" ]
   [ -z "$(ls "$T/run-$RLA/agsx" | grep -E '^[0-9a-f]{32}$' || true)" ]
+}
+
+# The host uid of the process whose command line is exactly CMD, waited for.
+host_uid_of() {
+  local pid=
+  for _ in $(seq 50); do
+    pid=$(host_pid_of "$1")
+    [ -n "$pid" ] && break
+    sleep 0.1
+  done
+  [ -n "$pid" ] && awk '/^Uid:/ {print $2}' "/proc/$pid/status"
+}
+
+@test "rootless: with several ranges each sandbox has its own, its layers copied to it; a volume's and the overflow share range 0; gc removes the copies" {
+  run_as "$RLD" image load --tag bb "$RLBB"
+  [ "$status" -eq 0 ]
+  run_as "$RLD" info
+  show_run
+  [[ $output == *"ids: 4 ranges of 65536 from the host's uid $RLD_BASE and gid $RLD_BASE"* ]]
+  [[ $output == *"each sandbox gets one of its own while one is free (ranges"* ]]
+  run_as "$RLD" --json info
+  [ "$(jq -r .rootless.ranges <<<"$output")" = per-sandbox ]
+  [ "$(jq -r .rootless.own_ranges <<<"$output")" = 3 ]
+  [ "$(jq -r .rootless.ids <<<"$output")" = 65536 ]
+  # Ranges 1, 2 and 3 (lowest first), then the shared range 0.
+  local n
+  for n in 1 2 3 4; do
+    run_as "$RLD" run -d --name "d$n" bb sleep "424$n"
+    [ "$status" -eq 0 ]
+  done
+  for n in 1 2 3; do
+    [ "$(host_uid_of "sleep 424$n")" = $((RLD_BASE + n * 65536)) ]
+  done
+  [ "$(host_uid_of "sleep 4244")" = "$RLD_BASE" ]
+  # Inside, a sandbox of its own range sees the image as it is: root owns
+  # its files, the image's user its home, and root may change them.
+  run_as "$RLD" exec d2 sh -c 'cat /proc/self/uid_map; stat -c %u /bin/busybox /home/agent; echo x >>/etc/passwd && echo wrote'
+  show_run
+  [ "$status" -eq 0 ]
+  grep -qE '^ +0 +131072 +65536$' <<<"$output"
+  [ "${lines[-3]}" = 0 ]
+  [ "${lines[-2]}" = 1000 ]
+  [ "${lines[-1]}" = wrote ]
+  # The copies, owned on the host by their ranges' ids; the layers by range 0's.
+  local store=$T/data-$RLD/agsx bin
+  bin=$(find "$store/ranges/2" -mindepth 2 -maxdepth 2 -name bin | head -1)
+  [ -n "$bin" ]
+  [ "$(stat -c %u "$bin")" = $((RLD_BASE + 131072)) ]
+  [ -n "$(find "$store/ranges/2" -uid $((RLD_BASE + 131072 + 1000)) | head -1)" ]
+  bin=$(find "$store/layers" -mindepth 2 -maxdepth 2 -name bin | head -1)
+  [ "$(stat -c %u "$bin")" = "$RLD_BASE" ]
+  [ ! -e "$store/ranges/0" ]
+  # cp into and out of a sandbox of its own range: the sandbox's ids.
+  echo hello >"$T/f.txt"
+  chmod 0644 "$T/f.txt"
+  run_as "$RLD" cp "$T/f.txt" d3:/root/f.txt
+  [ "$status" -eq 0 ]
+  run_as "$RLD" exec d3 stat -c '%u %g' /root/f.txt
+  [ "${lines[-1]}" = "0 0" ]
+  run_as "$RLD" cp d3:/root/f.txt -
+  [[ $output == *f.txt* ]]
+  # A sandbox that mounts a named volume shares range 0, as the volume's
+  # files are its ids.
+  run_as "$RLD" kill d1
+  run_as "$RLD" volume create rv
+  [ "$status" -eq 0 ]
+  run_as "$RLD" run --rm -v rv:/data bb sh -c 'cat /proc/self/uid_map; touch /data/z; stat -c %u /data/z'
+  show_run
+  [ "$status" -eq 0 ]
+  grep -qE '^ +0 +0 +65536$' <<<"$output"
+  [ "${lines[-1]}" = 0 ]
+  # The freed range 1 is taken again, its copies kept.
+  run_as "$RLD" run --rm bb cat /proc/self/uid_map
+  grep -qE '^ +0 +65536 +65536$' <<<"$output"
+  # gc keeps the copies of held ranges and of layers still there; once the
+  # image is gone, its copies go.
+  run_as "$RLD" kill --all
+  run_as "$RLD" gc
+  [ -d "$store/ranges/1" ]
+  run_as "$RLD" volume rm rv
+  run_as "$RLD" image rm bb
+  [ "$status" -eq 0 ]
+  run_as "$RLD" gc --images
+  show_run
+  [ "$status" -eq 0 ]
+  [[ $output == *"removed id range copy 1/"* ]]
+  [[ $output == *"removed id range copy 3/"* ]]
+  [ ! -e "$store/ranges" ]
+}
+
+@test "rootless: an image's file capabilities belong to the root of each range's copy" {
+  command -v setcap >/dev/null || skip "setcap is not installed (libcap2-bin)"
+  # An image of one layer: busybox with cap_net_raw, packed with its xattr.
+  mkdir -p "$T/capl/usr/local/bin"
+  cp "${BUSYBOX:-/bin/busybox}" "$T/capl/usr/local/bin/busybox"
+  setcap cap_net_raw+ep "$T/capl/usr/local/bin/busybox"
+  tar -C "$T/capl" --xattrs --xattrs-include=security.capability --numeric-owner --owner=0 \
+    --group=0 -cf "$T/capl.tar" .
+  "$FIXTURES/mkimage" --ref cap:latest "$T/capimg" "$T/capl.tar" >/dev/null
+  chmod -R a+rX "$T/capimg"
+  run_as "$RLD" image load "$T/capimg"
+  [ "$status" -eq 0 ]
+  # In range 1 (its copy) and in the shared range 0 (the layer as is), a
+  # user of the sandbox that runs it has the capability.
+  local hold=
+  for hold in "" x; do
+    if [ -n "$hold" ]; then
+      for n in 1 2 3; do
+        run_as "$RLD" run -d cap /usr/local/bin/busybox sleep 60
+        [ "$status" -eq 0 ]
+      done
+    fi
+    run_as "$RLD" run --rm -u 1000 cap /usr/local/bin/busybox sh -c \
+      'cat /proc/self/uid_map; /usr/local/bin/busybox grep CapEff /proc/self/status'
+    show_run
+    [ "$status" -eq 0 ]
+    [[ $output == *"CapEff:	0000000000002000"* ]]
+    if [ -n "$hold" ]; then
+      grep -qE '^ +0 +0 +65536$' <<<"$output"
+    else
+      grep -qE '^ +0 +65536 +65536$' <<<"$output"
+    fi
+  done
+  local copy
+  copy=$(find "$T/data-$RLD/agsx/ranges/1" -path '*/usr/local/bin/busybox')
+  [[ $(getcap -n "$copy") == *"rootid=$((RLD_BASE + 65536))"* ]]
 }

@@ -6,8 +6,9 @@
 # user@UID.service, with the limits in its sandbox/. Run by the guest lane
 # (Debian's systemd, cgroup v2); elsewhere every test skips, saying why.
 #
-# The user is made for the file (65536 subordinate ids no other line
-# uses, lingering on) and removed with everything it left.
+# The user is made for the file (three ranges of 65536 subordinate ids no
+# other line uses, so that each sandbox has a range of its own:
+# src/sandbox/ranges.h; lingering on) and removed with everything it left.
 
 load ../bats/helpers
 
@@ -27,7 +28,8 @@ setup_file() {
   export RLU=agsxrls$$
   RLU_BASE=$(free_subid_base)
   export RLU_BASE
-  rootless_user_add "$RLU" "$RLU_BASE"
+  rootless_user_add "$RLU" "$RLU_BASE" 196608
+  export RLU_IDS="$RLU_BASE,$((RLU_BASE + 65536)),$((RLU_BASE + 131072))"
   RLUID=$(id -u "$RLU")
   export RLUID RLRUN=/run/user/$RLUID
   loginctl enable-linger "$RLU"
@@ -68,7 +70,7 @@ teardown() {
   local rc=0 left
   ux kill --all >/dev/null 2>&1 || true
   ux gc >/dev/null 2>&1 || true
-  left=$(pgrep -u "$RLU_BASE" -a 2>/dev/null || true)
+  left=$(pgrep -u "$RLU_IDS" -a 2>/dev/null || true)
   if [ -n "$left" ]; then
     echo "# sandbox processes left: $left" >&3
     rc=1
@@ -117,12 +119,13 @@ run_ux() {
   [ "$(cat "$s/sandbox/memory.swap.max")" = 0 ]
   [ "$(cat "$s/sandbox/cpu.max")" = "50000 100000" ]
   [ "$(cat "$s/sandbox/pids.max")" = 40 ]
-  # The sandbox's processes are the user's subordinate ids, in the scope.
+  # The sandbox's processes are the user's subordinate ids (range 1's, the
+  # first of its own), in the scope.
   local pid
   pid=$(head -1 "$s/sandbox/cgroup.procs")
   [ -n "$pid" ]
   # (the init, then the command: both are the sandbox's ids)
-  [ "$(awk '/^Uid:/ {print $2}' "/proc/$pid/status")" = "$RLU_BASE" ]
+  [ "$(awk '/^Uid:/ {print $2}' "/proc/$pid/status")" = $((RLU_BASE + 65536)) ]
   # The user manager knows the scope by its name.
   run runuser -u "$RLU" -- env XDG_RUNTIME_DIR="$RLRUN" systemctl --user status "agsx-$id.scope"
   [[ $output == *"agsx sandbox ${id:0:12}"* ]]
@@ -175,6 +178,59 @@ run_ux() {
   [ "$output" = restored ]
   run_ux kill counter
   [ "$status" -eq 0 ]
+}
+
+@test "rootless systemd: snapshot, fork, rollback and commit across the user's ranges keep the files' owners" {
+  run_ux run -d --name src bb sleep 300
+  [ "$status" -eq 0 ]
+  ux exec src sh -c 'echo r >/etc/rootfile; echo a >/home/agent/agentfile; chown 1000:1000 /home/agent/agentfile; rm /bin/ls'
+  run_ux exec src cat /proc/self/uid_map
+  grep -qE '^ +0 +65536 +65536$' <<<"$output"
+  # A fork runs in another range (2), on a copy of the captured layer made
+  # for it; the owners are those the source gave.
+  run_ux fork --name fk src sleep 300
+  show_run
+  [ "$status" -eq 0 ]
+  run_ux exec fk sh -c 'cat /proc/self/uid_map; stat -c "%u %n" /etc/rootfile /home/agent/agentfile; test ! -e /bin/ls && echo gone'
+  show_run
+  [ "$status" -eq 0 ]
+  grep -qE '^ +0 +131072 +65536$' <<<"$output"
+  [[ $output == *"0 /etc/rootfile"* ]]
+  [[ $output == *"1000 /home/agent/agentfile"* ]]
+  [ "${lines[-1]}" = gone ]
+  local copies
+  copies=$(ls "$RLRUN/agsx/ranges/2")
+  [ -n "$copies" ]
+  # A snapshot, then a rollback: the source restarts in its range on the
+  # snapshot's layer (copied for that range).
+  run_ux snapshot src s1
+  [ "$status" -eq 0 ]
+  ux exec src sh -c 'rm /etc/rootfile'
+  run_ux rollback src s1
+  show_run
+  [ "$status" -eq 0 ]
+  run_ux exec src stat -c "%u %n" /etc/rootfile /home/agent/agentfile
+  show_run
+  [[ $output == *"0 /etc/rootfile"* ]]
+  [[ $output == *"1000 /home/agent/agentfile"* ]]
+  # A commit's image holds the sandbox's own ids (0 and 1000), whatever
+  # range made it; run in the one free range (the fork holds 2).
+  run_ux commit -q src bbc
+  show_run
+  [ "$status" -eq 0 ]
+  run_ux kill src
+  run_ux run --rm bbc sh -c 'cat /proc/self/uid_map; stat -c "%u %n" /etc/rootfile /home/agent/agentfile'
+  show_run
+  [ "$status" -eq 0 ]
+  grep -qE '^ +0 +65536 +65536$' <<<"$output"
+  [[ $output == *"0 /etc/rootfile"* ]]
+  [[ $output == *"1000 /home/agent/agentfile"* ]]
+  # Once the forks and snapshots are gone, gc removes the copies of their layers.
+  run_ux kill --all
+  run_ux gc
+  show_run
+  [[ $output == *"removed id range copy 2/"* ]]
+  [ ! -e "$RLRUN/agsx/ranges" ]
 }
 
 @test "rootless systemd: make install as root, then make demo as the user (its own store, its scopes)" {

@@ -29,10 +29,12 @@ int main(void) {
   find("dev:4294967295:2\n", "dev", 1000, 0, 0, "a range past the last id");
   find("dev:99999999999:1\n", "dev", 1000, 0, 0, "a start that is no 32-bit id");
   find("dev:100000:1000\ndev:200000:70000\ndev:300000:65536\n", "dev", 1000, 200000, 70000,
-       "the first range of 65536 ids or more wins");
+       "the largest range wins");
+  find("dev:100000:65536\ndev:300000:65536\n", "dev", 1000, 100000, 65536,
+       "the first of equal ranges wins");
   find("dev:100000:1000\ndev:200000:2000\n", "dev", 1000, 200000, 2000, "else the largest");
-  find("dev:100000:65536\ndev:200000:900000\n", "dev", 1000, 100000, 65536,
-       "a large enough first range is kept");
+  find("dev:100000:65536\ndev:200000:900000\n", "dev", 1000, 200000, 900000,
+       "a larger later range wins (per-sandbox ranges)");
   find("dev:100000:65536\n", NULL, 1000, 0, 0, "no name, and the uid has no line");
   find("1000:5:65536\n", NULL, 1000, 5, 65536, "no name: the uid's line");
   find("dev:100000:65536\r\n", "dev", 1000, 0, 0, "a carriage return is not a digit");
