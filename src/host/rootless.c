@@ -2,6 +2,8 @@
 #include "config.h"
 
 #include "host/rootless.h"
+#include "host/cgroup.h"
+#include "host/systemd.h"
 #include "state/state.h"
 
 #include <ctype.h>
@@ -20,8 +22,10 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -500,6 +504,37 @@ bool agsx_rootless_wanted(void) {
   return true;
 }
 
+/* The holder PID in a scope of the user's own systemd manager,
+ * agsx.slice/agsx-userns-PID.scope, where the user has one (systemd,
+ * cgroup v2, the user logged in or lingering). Otherwise it stays in the
+ * cgroup of whatever first ran agsx: a unit's stop (a service that ran
+ * `agsx run -d`, a CI job's scope) would kill it with the unit while the
+ * user's sandboxes, each in its own scope, live on in its namespace, and
+ * every later agsx would make another namespace, from which those
+ * sandboxes cannot be entered. Best effort: without it the namespace
+ * still works. */
+static void holder_scope(pid_t pid) {
+  static const struct agsx_systemd_prop props[] = {
+      {.name = "CollectMode", .type = 's', .s = "inactive-or-failed"},
+  };
+  const char *run = getenv("XDG_RUNTIME_DIR");
+  struct statfs sfs;
+  if (!agsx_systemd_booted() || run == NULL || run[0] != '/' ||
+      statfs("/sys/fs/cgroup", &sfs) < 0 || sfs.f_type != CGROUP2_SUPER_MAGIC)
+    return;
+  _cleanup_free_ char *sock = xasprintf("%s/systemd/private", run);
+  if (access(sock, F_OK) < 0)
+    return;
+  char unit[64];
+  snprintf(unit, sizeof(unit), "agsx-userns-%d.scope", (int)pid);
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (agsx_systemd_start_user_scope(unit, AGSX_CGROUP_SLICE, "agsx: the user's namespace", pid,
+                                    props, AGSX_ARRAY_SIZE(props), &e) < 0)
+    agsx_warn("the user's namespace stays in the cgroup of this command (it ends with its "
+              "unit): %s",
+              e->msg);
+}
+
 int agsx_rootless_enter(const char *state, agsx_error_t *err) {
   if (agsx_mkdir_p(state, 0700, err) < 0)
     return agsx_error_wrap(err, "state directory");
@@ -522,6 +557,7 @@ int agsx_rootless_enter(const char *state, agsx_error_t *err) {
       pid_t pid = 0;
       if (make_holder(&su, &sg, &pid, err) < 0)
         return -1;
+      holder_scope(pid);
       char line[64];
       uint64_t start = agsx_proc_start_time(pid);
       int n = snprintf(line, sizeof(line), "%d %" PRIu64 "\n", (int)pid, start);

@@ -154,6 +154,10 @@ static int open_address(const char *address, sd_bus **ret) {
  * the system bus. AGSX_SYSTEMD_BUS names another address (tests: a bus
  * that is not there). *RET_DIRECT: a connection to systemd itself, not
  * through a bus daemon. */
+/* Set by agsx_systemd_start_user_scope for its call: the user's manager
+ * before agsx is in the user's namespace. */
+static __thread bool user_bus;
+
 static int bus_open(sd_bus **ret, bool *ret_direct, agsx_error_t *err) {
   if (load(err) < 0)
     return -1;
@@ -165,7 +169,7 @@ static int bus_open(sd_bus **ret, bool *ret_direct, agsx_error_t *err) {
       return agsx_error_set(err, -r, "connect to systemd at `%s`", env);
     return 0;
   }
-  if (agsx_rootless()) {
+  if (agsx_rootless() || user_bus) {
     /* An ordinary user's agsx talks to the user's own manager, directly
      * (host/cgroup.h). */
     const char *run = getenv("XDG_RUNTIME_DIR");
@@ -570,4 +574,13 @@ int agsx_systemd_cpuset_mask(const char *list, uint8_t **ret, size_t *ret_n, ags
   return 0;
 bad:
   return agsx_error_set(err, EINVAL, "invalid cpu or memory node list `%s`", list);
+}
+
+int agsx_systemd_start_user_scope(const char *unit, const char *slice, const char *description,
+                                  pid_t pid, const struct agsx_systemd_prop *props, size_t n_props,
+                                  agsx_error_t *err) {
+  user_bus = true;
+  int r = agsx_systemd_start_scope(unit, slice, description, pid, props, n_props, err);
+  user_bus = false;
+  return r;
 }

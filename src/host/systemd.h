@@ -59,6 +59,11 @@ bool agsx_systemd_booted(void);
 int agsx_systemd_start_scope(const char *unit, const char *slice, const char *description,
                              pid_t pid, const struct agsx_systemd_prop *props, size_t n_props,
                              agsx_error_t *err);
+/* The same in the user's own manager ($XDG_RUNTIME_DIR/systemd/private),
+ * for an ordinary user's agsx before it is in the user's namespace. */
+int agsx_systemd_start_user_scope(const char *unit, const char *slice, const char *description,
+                                  pid_t pid, const struct agsx_systemd_prop *props, size_t n_props,
+                                  agsx_error_t *err);
 /* Stops UNIT; with WAIT, until its job has ended. A unit that is not
  * loaded (gone already) is not an error. */
 int agsx_systemd_stop_unit(const char *unit, bool wait, agsx_error_t *err);

@@ -75,8 +75,9 @@ teardown() {
     echo "# sandbox processes left: $left" >&3
     rc=1
   fi
-  # No scope of agsx's is left in the user's manager.
-  if ls "$(uroot)/agsx.slice" 2>/dev/null | grep -q '^agsx-'; then
+  # No sandbox's scope is left in the user's manager (the user's namespace
+  # has one, agsx-userns-PID.scope, for the file).
+  if ls "$(uroot)/agsx.slice" 2>/dev/null | grep '^agsx-' | grep -qv '^agsx-userns-'; then
     echo "# scopes left: $(ls "$(uroot)/agsx.slice")" >&3
     rc=1
   fi
@@ -231,6 +232,53 @@ run_ux() {
   show_run
   [[ $output == *"removed id range copy 2/"* ]]
   [ ! -e "$RLRUN/agsx/ranges" ]
+}
+
+@test "rootless systemd: run -d from a user unit: the sandbox and the user's namespace outlive the unit, and the user's agsx still manages it" {
+  # No holder yet: the unit's agsx makes the user's namespace.
+  pkill -KILL -u "$RLU" -x agsx-userns 2>/dev/null || true
+  for _ in $(seq 100); do
+    pgrep -u "$RLU" -x agsx-userns >/dev/null || break
+    sleep 0.1
+  done
+  local unit=agsxjob$$ dir=/home/$RLU/.config/systemd/user
+  # A oneshot unit of the user's manager (its private socket: no D-Bus
+  # session bus here), as a user's timer or CI job would run agsx: when
+  # agsx exits, systemd stops the unit and kills what its cgroup holds.
+  install -d -o "$RLU" -g "$RLU" "/home/$RLU/.config" "/home/$RLU/.config/systemd" "$dir"
+  cat >"$dir/$unit.service" <<UNIT
+[Service]
+Type=oneshot
+Environment=XDG_DATA_HOME=$T/data XDG_CONFIG_HOME=$T/conf AGSX_PULL=never
+ExecStart=$AGSX run -d --name fromunit bb sleep 1000
+UNIT
+  chown "$RLU:" "$dir/$unit.service"
+  uctl() { runuser -u "$RLU" -- env XDG_RUNTIME_DIR="$RLRUN" systemctl --user "$@"; }
+  uctl daemon-reload
+  AX_CMD="systemctl --user start (as $RLU) $unit: agsx run -d"
+  run uctl start "$unit.service"
+  rm -f "$dir/$unit.service"
+  uctl daemon-reload
+  show_run
+  [ "$status" -eq 0 ]
+  # The unit is gone (its cgroup emptied: nothing of agsx's was left in it).
+  run uctl is-active "$unit.service"
+  [ "$output" != active ]
+  # The holder is in a scope of its own, not the unit's.
+  local holder
+  holder=$(pgrep -u "$RLU" -x agsx-userns | head -1)
+  [ -n "$holder" ]
+  grep -q "/agsx.slice/agsx-userns-$holder.scope$" "/proc/$holder/cgroup"
+  # The same namespace: ls, exec and kill reach the sandbox.
+  run_ux ls
+  show_run
+  [[ $output == *fromunit*running* ]]
+  run_ux exec fromunit echo in
+  show_run
+  [ "$status" -eq 0 ]
+  [ "${lines[-1]}" = in ]
+  run_ux kill fromunit
+  [ "$status" -eq 0 ]
 }
 
 @test "rootless systemd: make install as root, then make demo as the user (its own store, its scopes)" {
