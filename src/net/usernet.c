@@ -2,7 +2,9 @@
 #include "config.h"
 
 #include "net/usernet.h"
+#include "host/cgroup.h"
 #include "host/rootless.h"
+#include "host/systemd.h"
 #include "net/net.h"
 #include "net/nft.h"
 #include "state/state.h"
@@ -242,12 +244,14 @@ int agsx_host_sysfs_open(const char *rel, int flags) {
 /* ---- the router ------------------------------------------------------------------------------- */
 
 struct router_word {
-  int pid, e;
+  int pid, pasta, e;
   char msg[240];
 };
 
+static pid_t router_pasta; /* in the router: its pasta */
+
 static void router_say(int up, int e, const char *msg) {
-  struct router_word w = {getpid(), e, ""};
+  struct router_word w = {getpid(), router_pasta, e, ""};
   snprintf(w.msg, sizeof(w.msg), "%s", msg ? msg : "");
   (void)!write(up, &w, sizeof(w));
 }
@@ -427,6 +431,7 @@ static _Noreturn void router_main(int up, int log, const char *pasta) {
     pasta_exec(pasta, self, go[0], log, nspath);
   }
   close(go[0]);
+  router_pasta = child > 0 ? child : 0;
   if (child < 0) {
     router_say(up, errno, "fork");
     _exit(1);
@@ -530,7 +535,7 @@ static char *log_tail(int statefd) {
   return xstrdup(nl ? nl + 1 : text);
 }
 
-static int make_router(int statefd, pid_t *ret, agsx_error_t *err) {
+static int make_router(int statefd, pid_t *ret, pid_t *ret_pasta, agsx_error_t *err) {
   _cleanup_free_ char *pasta = agsx_usernet_pasta();
   if (pasta == NULL)
     return agsx_error_set_quiet(err, ENOENT,
@@ -573,7 +578,31 @@ static int make_router(int statefd, pid_t *ret, agsx_error_t *err) {
                           tail ? tail : "");
   }
   *ret = w.pid;
+  *ret_pasta = w.pasta;
   return 0;
+}
+
+/* The router and its pasta in a scope of the user's systemd manager,
+ * agsx.slice/agsx-usernet-PID.scope, where the user's sandboxes have
+ * scopes (limits on): they outlive the unit or job whose agsx made them,
+ * as the sandboxes do, instead of dying with its cgroup and taking the
+ * user's public and vpc networks with them. Best effort. */
+static void router_scope(pid_t router, pid_t pasta) {
+  static const struct agsx_systemd_prop props[] = {
+      {.name = "CollectMode", .type = 's', .s = "inactive-or-failed"},
+  };
+  if (agsx_cgroup_limits_off())
+    return;
+  char unit[64];
+  snprintf(unit, sizeof(unit), "agsx-usernet-%d.scope", (int)router);
+  _cleanup_error_ agsx_error_t e = NULL;
+  if (agsx_systemd_start_scope(unit, AGSX_CGROUP_SLICE,
+                               "agsx: the user's networks (router and pasta)", router, props,
+                               AGSX_ARRAY_SIZE(props), &e) < 0 ||
+      (pasta > 0 && agsx_systemd_attach(unit, "", pasta, &e) < 0))
+    agsx_warn("the user-mode network stays in the cgroup of this command (it ends with its "
+              "unit): %s",
+              e->msg);
 }
 
 int agsx_usernet_ensure(agsx_error_t *err) {
@@ -589,9 +618,10 @@ int agsx_usernet_ensure(agsx_error_t *err) {
   if (fd >= 0)
     return router_netns() >= 0 ? 0 : agsx_error_set(err, ENETDOWN, "the user-mode network");
   netns_sweep(0);
-  pid_t pid = 0;
-  if (make_router(dir, &pid, err) < 0)
+  pid_t pid = 0, pasta = 0;
+  if (make_router(dir, &pid, &pasta, err) < 0)
     return -1;
+  router_scope(pid, pasta);
   char line[64];
   int n = snprintf(line, sizeof(line), "%d %" PRIu64 "\n", (int)pid, agsx_proc_start_time(pid));
   /* A new router has new addresses to refuse. */

@@ -81,6 +81,9 @@ teardown() {
     echo "# scopes left: $(ls "$(uroot)/agsx.slice")" >&3
     rc=1
   fi
+  if [ -s "$T/nw/outer.pid" ]; then
+    "$FIXTURES/networld" stop "$T/nw"
+  fi
   # The user's namespace holder goes with the test.
   pkill -KILL -u "$RLU" -x agsx-userns 2>/dev/null || true
   pkill -KILL -u "$RLU" -x agsx 2>/dev/null || true
@@ -279,6 +282,56 @@ UNIT
   [ "${lines[-1]}" = in ]
   run_ux kill fromunit
   [ "$status" -eq 0 ]
+}
+
+@test "rootless systemd: a public sandbox started by a unit keeps its network after the unit: the router and pasta have a scope of their own (in a networld)" {
+  command -v pasta >/dev/null || skip "pasta is not installed (apt-get install passt)"
+  "$FIXTURES/networld" start "$T/nw"
+  local outer unit=agsxpub$$ router pasta
+  outer=$(cat "$T/nw/outer.pid")
+  # A system service that runs agsx as the user in the networld's outer
+  # namespace (where pasta finds a route): when agsx exits, systemd stops
+  # the unit and kills what its cgroup holds.
+  cat >"/run/systemd/system/$unit.service" <<UNIT
+[Service]
+Type=oneshot
+User=$RLU
+NetworkNamespacePath=/proc/$outer/ns/net
+Environment=HOME=/home/$RLU XDG_RUNTIME_DIR=$RLRUN XDG_DATA_HOME=$T/data XDG_CONFIG_HOME=$T/conf AGSX_PULL=never
+ExecStart=$AGSX run -d --name pubunit --network public bb sleep 1000
+UNIT
+  systemctl daemon-reload
+  AX_CMD="systemctl start $unit: agsx run -d --network public (as $RLU)"
+  run systemctl start "$unit.service"
+  rm -f "/run/systemd/system/$unit.service"
+  systemctl daemon-reload
+  show_run
+  [ "$status" -eq 0 ]
+  [ "$(systemctl is-active "$unit.service")" != active ]
+  router=$(pgrep -u "$RLU" -x agsx-usernet | head -1)
+  pasta=$(pgrep -u "$RLU" -f '^pasta .*--no-map-gw' | head -1)
+  [ -n "$router" ]
+  [ -n "$pasta" ]
+  grep -q "/agsx.slice/agsx-usernet-$router.scope$" "/proc/$router/cgroup"
+  grep -q "/agsx.slice/agsx-usernet-$router.scope$" "/proc/$pasta/cgroup"
+  # The sandbox still reaches the world through them.
+  run_ux exec pubunit probe http 198.18.0.2 80 3000
+  show_run
+  [ "$output" = "http 198.18.0.2:80: world" ]
+  run_ux kill pubunit
+  [ "$status" -eq 0 ]
+  # gc stops the router and pasta; their scope goes with them.
+  run_ux gc
+  for _ in $(seq 100); do
+    pgrep -u "$RLU" -x agsx-usernet >/dev/null || break
+    sleep 0.1
+  done
+  [ -z "$(pgrep -u "$RLU" -x agsx-usernet)" ]
+  for _ in $(seq 100); do
+    [ -e "$(uroot)/agsx.slice/agsx-usernet-$router.scope" ] || break
+    sleep 0.1
+  done
+  [ ! -e "$(uroot)/agsx.slice/agsx-usernet-$router.scope" ]
 }
 
 @test "rootless systemd: make install as root, then make demo as the user (its own store, its scopes)" {
