@@ -644,6 +644,24 @@ host_uid_of() {
   # The freed range 1 is taken again, its copies kept.
   run_as "$RLD" run --rm bb cat /proc/self/uid_map
   grep -qE '^ +0 +65536 +65536$' <<<"$output"
+  # A pool's parked sandbox holds a range of its own (the lowest free: 1);
+  # its claim runs there, the image's files as they are.
+  run_as "$RLD" pool create --image bb --size 1 rp
+  [ "$status" -eq 0 ]
+  local parked=
+  for _ in $(seq 100); do
+    parked=$(agsx_as "$RLD" --json pool ls 2>/dev/null | jq -r '.[0].parked')
+    [ "$parked" = 1 ] && break
+    sleep 0.1
+  done
+  [ "$parked" = 1 ]
+  run_as "$RLD" run --pool rp --rm bb sh -c 'cat /proc/self/uid_map; stat -c %u /bin/busybox'
+  show_run
+  [ "$status" -eq 0 ]
+  grep -qE '^ +0 +65536 +65536$' <<<"$output"
+  [ "${lines[-1]}" = 0 ]
+  run_as "$RLD" pool rm rp
+  [ "$status" -eq 0 ]
   # gc keeps the copies of held ranges and of layers still there; once the
   # image is gone, its copies go.
   run_as "$RLD" kill --all
