@@ -410,9 +410,7 @@ static _Noreturn void router_main(int up, int log, const char *pasta) {
   /* Nothing of its caller's (a server's listeners, a sandbox's fds). */
   int keep[] = {up, log};
   agsx_close_all_except(keep, 2);
-  for (int sig = 1; sig < NSIG; sig++)
-    if (sig != SIGKILL && sig != SIGSTOP)
-      signal(sig, SIG_DFL);
+  agsx_signal_defaults();
   sigset_t all;
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, NULL);

@@ -792,9 +792,7 @@ static _Noreturn void detach_child(struct agsx_lifecycle *lc, int report) {
   close_callers_fds(lc, report);
   /* Nor its signal state: a server that ignores SIGCHLD would have the
    * kernel reap the sandbox's init before we read its status. */
-  for (int sig = 1; sig < NSIG; sig++)
-    if (sig != SIGKILL && sig != SIGSTOP)
-      signal(sig, SIG_DFL);
+  agsx_signal_defaults();
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);

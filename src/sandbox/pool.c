@@ -426,9 +426,7 @@ void agsx_pool_refill_async(const char *root, const char *state, const char *nam
   if (pid == 0) {
     agsx_log_set_sink(NULL, NULL);
     agsx_close_all_except(NULL, 0);
-    for (int sig = 1; sig < NSIG; sig++)
-      if (sig != SIGKILL && sig != SIGSTOP)
-        signal(sig, SIG_DFL);
+    agsx_signal_defaults();
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);

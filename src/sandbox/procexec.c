@@ -233,12 +233,6 @@ static int drop_to_user(const struct agsx_user *u, agsx_error_t *err) {
   return 0;
 }
 
-static void reset_signal_actions(void) {
-  for (int sig = 1; sig < NSIG; sig++)
-    if (sig != SIGKILL && sig != SIGSTOP)
-      signal(sig, SIG_DFL);
-}
-
 int agsx_proc_prepare(struct agsx_proc_spec *p, unsigned what, agsx_error_t *err) {
   p->prepared = 0;
   if (p->caps)
@@ -251,7 +245,7 @@ int agsx_proc_prepare(struct agsx_proc_spec *p, unsigned what, agsx_error_t *err
   if (!p->new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
     return agsx_error_set(err, errno, "no_new_privs");
   p->prepared |= AGSX_PREP_NO_NEW_PRIVS;
-  reset_signal_actions();
+  agsx_signal_defaults();
   p->prepared |= AGSX_PREP_SIGNALS;
   if ((what & AGSX_PREP_SECCOMP) && p->seccomp) {
     int r = agsx_seccomp_install(p->seccomp);
@@ -348,7 +342,7 @@ _Noreturn void agsx_proc_exec(const struct agsx_proc_spec *p, int errfd) {
   /* A clean signal state: agsx blocks and ignores signals the command must
    * receive (exec keeps both the mask and ignored dispositions). */
   if (!(p->prepared & AGSX_PREP_SIGNALS))
-    reset_signal_actions();
+    agsx_signal_defaults();
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);

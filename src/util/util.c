@@ -777,6 +777,12 @@ void agsx_stdio_null(void) {
     close(null);
 }
 
+void agsx_signal_defaults(void) {
+  for (int sig = 1; sig < NSIG; sig++)
+    if (sig != SIGKILL && sig != SIGSTOP)
+      signal(sig, SIG_DFL);
+}
+
 void agsx_close_all_except(const int *keep, size_t n) {
   int sorted[16];
   size_t k = 0;

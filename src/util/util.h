@@ -211,6 +211,12 @@ void agsx_close_all_except(const int *keep, size_t n);
 /* Points stdin, stdout and stderr at /dev/null (a daemon's, before it
  * closes the rest); left as they are when /dev/null cannot be opened. */
 void agsx_stdio_null(void);
+/* Every signal's action back to its default (SIG_DFL; SIGKILL and SIGSTOP
+ * have no other), for a process that leaves its caller's handlers and
+ * ignored signals behind: a server that ignores SIGCHLD would otherwise
+ * have the kernel reap a child before its status is read. The mask is the
+ * caller's to set. */
+void agsx_signal_defaults(void);
 
 /* A relative path is "clean" when it has no empty, "." or ".." component,
  * is not absolute, and stays within the given limits. */
