@@ -44,7 +44,7 @@ suid_image() {
   printf '%s\n' 'FROM busybox' \
     'RUN cp /usr/local/bin/probe /usr/local/bin/probe-suid && chmod 4755 /usr/local/bin/probe-suid' \
     >"$T/ctx/Dockerfile"
-  ax build -t suid "$T/ctx" >/dev/null 2>"$T/build.log" || { cat "$T/build.log" >&3; return 1; }
+  ax build --network internal -t suid "$T/ctx" >/dev/null 2>"$T/build.log" || { cat "$T/build.log" >&3; return 1; }
 }
 
 @test "security-opt no-new-privileges=false: a setuid program reaches the sandbox's root; not by default" {

@@ -508,7 +508,7 @@ host_pid_of() { pgrep -xf -- "$1" | head -1; }
   mkdir -p "$T/ctx"
   printf 'FROM %s\nRUN echo built-by-$(id -u) >/built\n' "$reg/test/bb:1" >"$T/ctx/Dockerfile"
   chmod -R a+rX "$T/ctx"
-  run_as "$RLA" build -q -t built:1 "$T/ctx"
+  run_as "$RLA" build -q --network internal -t built:1 "$T/ctx"
   show_run
   [ "$status" -eq 0 ]
   run_as "$RLA" run --rm built:1 cat /built
