@@ -107,7 +107,7 @@ static void row(struct agsx_table *t, const struct entry *e, const struct frame 
     snprintf(cpus, sizeof(cpus), "%.2f%%", cpu);
   if (e->running && s->has_memory && s->memory_limit)
     snprintf(memp, sizeof(memp), "%.2f%%", 100.0 * (double)s->memory / (double)s->memory_limit);
-  if (e->running)
+  if (e->running && s->has_pids)
     snprintf(pids, sizeof(pids), "%llu", (unsigned long long)s->pids);
   _cleanup_free_ char *mem =
       pair(e->running && s->has_memory, s->memory, s->memory_limit, s->memory_limit > 0);
@@ -148,7 +148,7 @@ static void entry_json(yajl_gen g, const struct entry *e, const struct frame *pr
   kv_pct(g, "memory_percent",
          r && s->has_memory && s->memory_limit ? 100.0 * (double)s->memory / (double)s->memory_limit
                                                : -1);
-  kv_u64(g, "pids", r, s->pids);
+  kv_u64(g, "pids", r && s->has_pids, s->pids);
   kv_u64(g, "pids_limit", r && s->pids_limit, s->pids_limit);
   kv_u64(g, "disk_used", r && s->has_disk, s->disk_used);
   kv_u64(g, "disk_size", r && s->has_disk, s->disk_size);

@@ -91,6 +91,7 @@ int agsx_stats_sample(const struct agsx_record *r, struct agsx_stats *ret, agsx_
     ret->cpu_ns = u.cpu_ns;
     ret->memory = u.memory;
     ret->pids = u.pids;
+    ret->has_pids = true;
   }
   sample_proc(procfd, ret);
   return 0;

@@ -16,7 +16,9 @@
 
 struct agsx_stats {
   int64_t at_ns; /* CLOCK_MONOTONIC time of the sample */
-  bool has_cpu, has_memory, has_disk, has_net;
+  /* has_cpu, has_memory, has_pids: what the sandbox's cgroup told (none
+   * without one: an ordinary user's agsx where no cgroup is delegated). */
+  bool has_cpu, has_memory, has_disk, has_net, has_pids;
   uint64_t cpu_ns;       /* CPU time used by every process, ever */
   uint64_t memory;       /* bytes in use */
   uint64_t memory_limit; /* --memory, 0: none */

@@ -251,6 +251,13 @@ host_pid_of() { pgrep -xf -- "$1" | head -1; }
   # Nothing was marked paused: exec still runs.
   run_as "$RLA" exec p1 true
   [ "$status" -eq 0 ]
+  # stats: no cgroup counts CPU, memory or tasks: unknown, never 0.
+  run_as "$RLA" --json stats --no-stream p1
+  show_run
+  [ "$status" -eq 0 ]
+  [ "$(jq -r '.[0].pids' <<<"${lines[-1]}")" = null ]
+  [ "$(jq -r '.[0].cpu_ns' <<<"${lines[-1]}")" = null ]
+  [ "$(jq -r '.[0].disk_size' <<<"${lines[-1]}")" -gt 0 ]
   run_as "$RLA" info
   show_run
   [ "$status" -eq 0 ]
