@@ -34,27 +34,17 @@ static int split_layer(const char *layer, char **ret_x, const char **ret_name, a
   return 0;
 }
 
-/* The range's directory X/ranges/SLOT, made when missing. */
-static int open_range_dir(const char *x, unsigned slot, agsx_error_t *err) {
-  _cleanup_free_ char *dir = xasprintf("%s/" RANGES_DIR "/%u", x, slot);
-  if (agsx_mkdir_p(dir, 0700, err) < 0)
-    return -1;
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0)
-    return agsx_error_set(err, errno, "open `%s`", dir);
-  return fd;
-}
-
 static int range_copy(const struct agsx_idrange *ids, const char *layer, char **ret,
                       agsx_error_t *err) {
   _cleanup_free_ char *x = NULL;
   const char *name = NULL;
   if (split_layer(layer, &x, &name, err) < 0)
     return -1;
-  _cleanup_close_ int dirfd = open_range_dir(x, ids->slot, err);
+  _cleanup_free_ char *dir = xasprintf("%s/" RANGES_DIR "/%u", x, ids->slot);
+  _cleanup_close_ int dirfd = agsx_mkdir_p_open(dir, 0700, err);
   if (dirfd < 0)
     return agsx_error_wrap(err, "the copies of id range %u", ids->slot);
-  char *path = xasprintf("%s/" RANGES_DIR "/%u/%s", x, ids->slot, name);
+  char *path = xasprintf("%s/%s", dir, name);
   struct stat st;
   if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
     *ret = path;

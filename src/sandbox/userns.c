@@ -19,12 +19,8 @@
  * share a range. */
 static int open_slots(int statefd, agsx_error_t *err) {
   (void)statefd;
-  if (agsx_mkdir_p(AGSX_SLOTS_DIR, 0700, err) < 0)
-    return agsx_error_wrap(err, "uid range locks");
-  int fd = open(AGSX_SLOTS_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0)
-    return agsx_error_set(err, errno, "open `%s`", AGSX_SLOTS_DIR);
-  return fd;
+  int fd = agsx_mkdir_p_open(AGSX_SLOTS_DIR, 0700, err);
+  return fd < 0 ? agsx_error_wrap(err, "uid range locks") : fd;
 }
 
 /* One lease line, "PID START", names a live process. */
@@ -115,12 +111,8 @@ int agsx_userns_open_user_slots(agsx_error_t *err) {
   if (state == NULL)
     return agsx_error_set(err, EINVAL, "not an ordinary user's agsx");
   _cleanup_free_ char *dir = xasprintf("%s/" AGSX_USER_SLOTS_DIR, state);
-  if (agsx_mkdir_p(dir, 0700, err) < 0)
-    return agsx_error_wrap(err, "uid range locks");
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0)
-    return agsx_error_set(err, errno, "open `%s`", dir);
-  return fd;
+  int fd = agsx_mkdir_p_open(dir, 0700, err);
+  return fd < 0 ? agsx_error_wrap(err, "uid range locks") : fd;
 }
 
 /* An ordinary user's sandbox: a range of its own, the lowest free one
@@ -140,8 +132,7 @@ static int rootless_reserve(struct agsx_idrange *ret, agsx_error_t *err) {
     if (r != 0)
       return r < 0 ? -1 : 0;
   }
-  agsx_userns_reserve_shared(ret);
-  return 0;
+  return 0; /* (RET is still the shared range: try_slot sets it on success only) */
 }
 
 int agsx_userns_reserve(int statefd, struct agsx_idrange *ret, agsx_error_t *err) {

@@ -463,6 +463,15 @@ int agsx_mkdir_p(const char *path, mode_t mode, agsx_error_t *err) {
   return 0;
 }
 
+int agsx_mkdir_p_open(const char *path, mode_t mode, agsx_error_t *err) {
+  if (agsx_mkdir_p(path, mode, err) < 0)
+    return -1;
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return agsx_error_set(err, errno, "open `%s`", path);
+  return fd;
+}
+
 DIR *agsx_dir_stream(int dirfd) {
   int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
   if (fd < 0)

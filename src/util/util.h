@@ -162,6 +162,9 @@ int agsx_write_file_atomic(int dirfd, const char *name, const void *data, size_t
                            agsx_error_t *err);
 /* mkdir -p of a plain host path (for state and store roots given by the user). */
 int agsx_mkdir_p(const char *path, mode_t mode, agsx_error_t *err);
+/* agsx_mkdir_p, then the directory opened (O_DIRECTORY, O_NOFOLLOW,
+ * O_CLOEXEC): its fd. */
+int agsx_mkdir_p_open(const char *path, mode_t mode, agsx_error_t *err);
 /* Removes NAME under DIRFD and everything below it without following symlinks. */
 int agsx_rm_rf_at(int dirfd, const char *name, agsx_error_t *err);
 /* The same for a tree that is not all ours to remove (a sandbox's, by the
