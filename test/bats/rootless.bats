@@ -142,6 +142,18 @@ assert_user_networld_clean() {
   [ -z "$left" ] || { echo "# the users' processes left: $left" >&3; return 1; }
 }
 
+# wait_parked USER: USER's one pool has a parked sandbox (5 s at most).
+wait_parked() {
+  local parked=
+  for _ in $(seq 50); do
+    parked=$(agsx_as "$1" --json pool ls 2>/dev/null | jq -r '.[0].parked')
+    [ "$parked" = 1 ] && return 0
+    sleep 0.1
+  done
+  echo "# no parked sandbox in $1's pool" >&3
+  return 1
+}
+
 # The host pid of the process whose command line is exactly CMD.
 host_pid_of() { pgrep -xf -- "$1" | head -1; }
 
@@ -524,13 +536,7 @@ host_pid_of() { pgrep -xf -- "$1" | head -1; }
   run_as "$RLA" pool create --image built:1 --size 1 p1
   show_run
   [ "$status" -eq 0 ]
-  local i parked=
-  for i in $(seq 100); do
-    parked=$(agsx_as "$RLA" --json pool ls 2>/dev/null | jq -r '.[0].parked')
-    [ "$parked" = 1 ] && break
-    sleep 0.1
-  done
-  [ "$parked" = 1 ]
+  wait_parked "$RLA"
   run_as "$RLA" run --pool p1 --rm built:1 cat /built
   show_run
   [ "$status" -eq 0 ]
@@ -655,13 +661,7 @@ host_uid_of() {
   # its claim runs there, the image's files as they are.
   run_as "$RLD" pool create --image bb --size 1 rp
   [ "$status" -eq 0 ]
-  local parked=
-  for _ in $(seq 100); do
-    parked=$(agsx_as "$RLD" --json pool ls 2>/dev/null | jq -r '.[0].parked')
-    [ "$parked" = 1 ] && break
-    sleep 0.1
-  done
-  [ "$parked" = 1 ]
+  wait_parked "$RLD"
   run_as "$RLD" run --pool rp --rm bb sh -c 'cat /proc/self/uid_map; stat -c %u /bin/busybox'
   show_run
   [ "$status" -eq 0 ]
@@ -683,6 +683,39 @@ host_uid_of() {
   [[ $output == *"removed id range copy 1/"* ]]
   [[ $output == *"removed id range copy 3/"* ]]
   [ ! -e "$store/ranges" ]
+}
+
+@test "rootless: a layer copy that fails refuses the start with the reason, leaving no partial copy, sandbox or held range" {
+  command -v chattr >/dev/null || skip "chattr is missing (e2fsprogs)"
+  run_as "$RLD" image load --tag bb "$RLBB"
+  [ "$status" -eq 0 ]
+  # An image of one small layer, not yet copied to any range.
+  mkdir -p "$T/xl"
+  echo x >"$T/xl/x"
+  "$FIXTURES/mkimage" --ref extra:1 "$T/extra" "$T/xl" >/dev/null
+  chmod -R a+rX "$T/extra"
+  run_as "$RLD" image load "$T/extra"
+  [ "$status" -eq 0 ]
+  run_as "$RLD" run --rm bb true
+  [ "$status" -eq 0 ]
+  local r1=$T/data-$RLD/agsx/ranges/1
+  [ -d "$r1" ]
+  # Range 1's directory may not take the copy (immutable: not even the
+  # user's namespace's root may add to it).
+  chattr +i "$r1" 2>/dev/null || skip "chattr +i is not supported on $T's file system"
+  run_as "$RLD" run --rm extra:1 /x
+  chattr -i "$r1"
+  show_run
+  [ "$status" -eq 125 ]
+  [[ $output == *"copy layer "*" for id range 1"*"Operation not permitted"* ]]
+  [ -z "$(ls -A "$r1" | grep '^\.tmp-' || true)" ]
+  [ -z "$(ls "$T/run-$RLD/agsx" | grep -E '^[0-9a-f]{32}$' || true)" ]
+  # Range 1 was let go: the next start takes it, and makes the copy.
+  run_as "$RLD" run --rm extra:1 /x
+  [ "$status" -ne 0 ]
+  [ -n "$(ls "$r1" | grep -v '^\.' || true)" ]
+  run_as "$RLD" run --rm bb cat /proc/self/uid_map
+  grep -qE '^ +0 +65536 +65536$' <<<"$output"
 }
 
 @test "rootless: an image's file capabilities belong to the root of each range's copy" {
